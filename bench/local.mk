@@ -1,0 +1,2 @@
+# bench — owned by its area; see Makefile.am
+EXTRA_DIST += bench/run.sh

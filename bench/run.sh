@@ -1,0 +1,3 @@
+#!/bin/sh
+# make bench: each benchmark beside its PyTorch counterpart (areas append their lines).
+set -e

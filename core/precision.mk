@@ -1,0 +1,1 @@
+# core — owned by its area; see Makefile.am

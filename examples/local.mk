@@ -1,0 +1,2 @@
+# examples — owned by its area; see Makefile.am
+EXTRA_DIST += examples/demo.sh

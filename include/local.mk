@@ -1,0 +1,10 @@
+phalanxinc_HEADERS += \
+	include/phalanx/phalanx.h include/phalanx/error.h include/phalanx/log.h \
+	include/phalanx/device.h include/phalanx/tensor.h include/phalanx/rng.h \
+	include/phalanx/module.h include/phalanx/loss.h include/phalanx/optim.h \
+	include/phalanx/precision.h include/phalanx/store.h include/phalanx/comm.h \
+	include/phalanx/ddp.h include/phalanx/dp.h include/phalanx/sampler.h \
+	include/phalanx/checkpoint.h include/phalanx/data.h include/phalanx/plugin.h
+phalanxplugin_HEADERS += \
+	include/phalanx/plugin/comm_v1.h include/phalanx/plugin/precision_v1.h \
+	include/phalanx/plugin/device_v1.h

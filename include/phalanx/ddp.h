@@ -1,0 +1,47 @@
+/* Phalanx — DistributedDataParallel (PyTorch's reducer semantics). */
+#ifndef PHALANX_DDP_H
+#define PHALANX_DDP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "phalanx/module.h"
+#include "phalanx/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct phx_ddp_opts {
+    size_t first_bucket_bytes; /* 0: 1 MiB */
+    size_t bucket_bytes;       /* 0: 25 MiB */
+    bool find_unused;          /* a parameter without gradient counts as zero */
+    bool no_overlap;           /* one all-reduce of all buckets after backward (benchmarks) */
+    bool no_rebuild;           /* keep the initial bucket order */
+} phx_ddp_opts;
+
+/* Wraps model (ownership stays with the caller; it must outlive the
+ * wrapper) in a module whose forward is the model's and whose backward
+ * all-reduces gradient buckets (average over ranks) as they become ready
+ * and waits for all before returning. Checks that every rank has the same
+ * parameter names, shapes and dtypes (PHX_EDESYNC on every rank naming the
+ * first difference and the ranks), then broadcasts rank 0's parameters.
+ * Parameter names are the model's. Returns NULL on error. */
+phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts);
+/* The wrapped model. */
+phx_module *phx_ddp_model(phx_module *ddp);
+/* While on, backward accumulates gradients locally without communication;
+ * the first backward after turning it off all-reduces the accumulated sum. */
+phx_status phx_ddp_set_no_sync(phx_module *ddp, bool no_sync);
+/* Waits for every launched bucket (the wrapper's backward calls it). */
+phx_status phx_ddp_finish_backward(phx_module *ddp);
+
+/* Introspection for tests and benchmarks. */
+size_t phx_ddp_num_buckets(phx_module *ddp);
+/* Parameter indices (into phx_module_param of the model) of bucket b in
+ * bucket order; returns their count, fills up to max. */
+size_t phx_ddp_bucket_params(phx_module *ddp, size_t b, size_t *idx, size_t max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,56 @@
+/* Phalanx — precision policies (fp32, fp16, bf16 plugins) and the loss
+ * scaler (PyTorch's GradScaler rules). */
+#ifndef PHALANX_PRECISION_H
+#define PHALANX_PRECISION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "phalanx/tensor.h"
+#include "phalanx/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct phx_precision phx_precision;
+typedef struct phx_scaler phx_scaler;
+
+/* Loads the policy plugin by name, or from PHX_PRECISION when name is NULL
+ * (default "fp32"). An unknown or unusable name is PHX_ENOTFOUND listing
+ * the available policies. Caller owns the result. */
+phx_status phx_precision_new(const char *name, phx_precision **out);
+void phx_precision_free(phx_precision *p);
+const char *phx_precision_name(const phx_precision *p);
+/* Dtype of matrix-product operands and stored activations. */
+phx_dtype phx_precision_dtype(const phx_precision *p);
+/* true when the policy uses dynamic loss scaling (fp16). */
+bool phx_precision_scaling(const phx_precision *p);
+
+typedef struct phx_scaler_opts {
+    double init_scale;     /* 0: policy default (65536) */
+    double growth_factor;  /* 0: 2.0 */
+    double backoff_factor; /* 0: 0.5 */
+    int growth_interval;   /* 0: 2000 */
+} phx_scaler_opts;
+
+/* A scaler for policy p (NULL opts = the policy's defaults). With a policy
+ * that needs no scaling every call below is a no-op apart from the step. */
+phx_scaler *phx_scaler_new(const phx_precision *p, const phx_scaler_opts *opts);
+void phx_scaler_free(phx_scaler *s);
+/* Multiplies the loss gradient (e.g. phx_loss_grad) by the current scale. */
+phx_status phx_scaler_scale_grad(phx_scaler *s, phx_tensor *loss_grad);
+/* Unscales the gradients of opt's parameters (after any DDP all-reduce:
+ * call phx_ddp_finish_backward first or use the DDP module's backward),
+ * checks them for inf/NaN, steps the optimizer when all are finite and
+ * skips it otherwise, then updates the scale. *stepped (may be NULL) tells
+ * which. */
+phx_status phx_scaler_step(phx_scaler *s, phx_optimizer *opt, bool *stepped);
+double phx_scaler_get_scale(const phx_scaler *s);
+int64_t phx_scaler_growth_tracker(const phx_scaler *s);
+/* Restores state (checkpoints). PHX_EINVAL for scale <= 0 or not finite. */
+phx_status phx_scaler_set_state(phx_scaler *s, double scale, int64_t growth_tracker);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

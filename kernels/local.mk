@@ -1,0 +1,1 @@
+# kernels — owned by its area; see Makefile.am

@@ -1,0 +1,1 @@
+# plugins/comm/gloo — owned by its area; see Makefile.am

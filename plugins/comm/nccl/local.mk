@@ -1,0 +1,1 @@
+# plugins/comm/nccl — owned by its area; see Makefile.am

@@ -1,0 +1,1 @@
+# plugins/comm/threads — owned by its area; see Makefile.am

@@ -1,0 +1,1 @@
+# plugins/device/cuda — owned by its area; see Makefile.am

@@ -1,0 +1,1 @@
+# plugins/precision — owned by its area; see Makefile.am
