@@ -1,0 +1,31 @@
+/* Tensor and storage layouts (internal). */
+#ifndef PHX_CORE_TENSOR_IMPL_H
+#define PHX_CORE_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+#include "phalanx/tensor.h"
+
+/* Reference-counted allocation on one device. */
+typedef struct px_storage {
+    atomic_long refs;
+    void *data;          /* device memory */
+    size_t bytes;
+    phx_device device;
+} px_storage;
+
+/* A handle: a contiguous row-major view of a storage. */
+struct phx_tensor {
+    atomic_long refs;            /* handle references (phx_tensor_retain) */
+    px_storage *storage;
+    int64_t offset;              /* in elements of dtype */
+    int ndim;
+    int64_t shape[PHX_MAX_DIMS];
+    int64_t numel;
+    phx_dtype dtype;
+};
+
+static inline void *px_tensor_ptr(const phx_tensor *t)
+{
+    return (char *)t->storage->data + (size_t)t->offset * phx_dtype_size(t->dtype);
+}
+#endif

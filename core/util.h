@@ -1,0 +1,27 @@
+/* Internal helpers shared by the core (not exported: px_ prefix). */
+#ifndef PHX_CORE_UTIL_H
+#define PHX_CORE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "phalanx/error.h"
+
+/* Counting allocators: every host allocation libphalanx makes goes through
+ * these, so phx_alloc_count() can prove a step allocates nothing. On
+ * failure they set phx_last_error (PHX_ENOMEM) and return NULL. */
+void *px_malloc(size_t n);
+void *px_calloc(size_t count, size_t size);
+void *px_realloc(void *p, size_t n);
+void px_free(void *p);
+char *px_strdup(const char *s);
+
+/* Monotonic clock in seconds. */
+double px_now(void);
+/* PHX_TIMEOUT in seconds (default 600; invalid values warn and use 600). */
+double px_env_timeout(void);
+/* Parses a non-negative int from an env var; returns def when unset, -1
+ * (with phx_error PHX_EINVAL naming the variable and value) when invalid. */
+int px_env_int(const char *name, int def);
+
+#define PX_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#endif
