@@ -1,0 +1,353 @@
+/* Per-element math shared by the CPU kernels (kernels/cpu) and the CUDA
+ * kernels (kernels/cuda): half-precision conversions, activations and
+ * their derivatives, Philox-4x32-10, the dropout rule, the SGD and
+ * Adam/AdamW updates (PyTorch 1.13 formulas) and the per-element pieces
+ * of the losses. The CPU tests exercise these exact functions, so the
+ * formulas are checked once for both devices.
+ *
+ * Valid C11 and C++ (nvcc compiles it in .cu files): static inline
+ * functions only; no compound literals, designated initialisers or
+ * _Generic. Every function is PHX_HD (__host__ __device__ under nvcc). */
+#ifndef PHX_KERNELS_MATH_H
+#define PHX_KERNELS_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define PHX_HD __host__ __device__
+#else
+#define PHX_HD
+#endif
+
+/* ---------------------------------------------------------------------
+ * Bit casts */
+
+PHX_HD static inline uint32_t phx_f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+PHX_HD static inline float phx_bits_f32(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* ---------------------------------------------------------------------
+ * IEEE binary16 <-> binary32. Conversions are done on the bits so they
+ * behave the same with flush-to-zero or fast-math on either device.
+ * f32 -> f16 rounds to nearest, ties to even; values >= 65520 go to inf;
+ * results below 2^-14 become subnormals (or zero). A NaN stays a NaN and
+ * keeps the top 10 bits of its payload (f16 -> f32 -> f16 returns every
+ * bit pattern unchanged, signalling NaNs included). */
+
+PHX_HD static inline float phx_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu;
+    uint32_t m = h & 0x3ffu;
+    if (e == 0) {
+        /* zero or subnormal: m * 2^-24, exact in f32 (a normal number) */
+        float v = (float)m * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    if (e == 31) return phx_bits_f32(sign | 0x7f800000u | (m << 13));
+    return phx_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+PHX_HD static inline uint16_t phx_f32_to_f16(float f)
+{
+    uint32_t x = phx_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) {                          /* NaN */
+        uint32_t m = (ax >> 13) & 0x3ffu;
+        return (uint16_t)(sign | 0x7c00u | (m ? m : 0x200u));
+    }
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520, inf */
+    if (ax < 0x38800000u) {                          /* below 2^-14: subnormal */
+        uint32_t e = ax >> 23;
+        if (e < 102) return (uint16_t)sign;          /* < 2^-25 (or 2^-25 tie): 0 */
+        uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e;                   /* 14..24 */
+        uint32_t q = mant >> shift;
+        uint32_t rem = mant & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | q);
+    }
+    /* normal: rebias the exponent, round the 13 dropped bits to even; a
+     * carry out of the mantissa correctly bumps the exponent (to inf too) */
+    ax += 0xc8000fffu + ((ax >> 13) & 1u);          /* (15-127)<<23 + 0xfff */
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+/* ---------------------------------------------------------------------
+ * bfloat16 <-> binary32: bf16 is the top half of an f32. Round to nearest
+ * even, overflow to inf, NaN kept (payload's top 7 bits, quiet bit set
+ * only when they are all zero). */
+
+PHX_HD static inline float phx_bf16_to_f32(uint16_t b)
+{
+    return phx_bits_f32((uint32_t)b << 16);
+}
+
+PHX_HD static inline uint16_t phx_f32_to_bf16(float f)
+{
+    uint32_t x = phx_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) {
+        uint32_t hi = x >> 16;
+        return (uint16_t)((hi & 0x7fu) ? hi : (hi | 0x40u));
+    }
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---------------------------------------------------------------------
+ * Activations (PyTorch 1.13 formulas). *_grad gets x and y = act(x) and
+ * returns d act / dx; the kernels multiply by dy. */
+
+#define PHX_SQRT1_2 0.70710678118654752440f      /* 1/sqrt(2) */
+#define PHX_INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2 pi) */
+#define PHX_GELU_BETA 0.79788456080286535588f    /* sqrt(2/pi) */
+#define PHX_GELU_KAPPA 0.044715f
+
+PHX_HD static inline float phx_relu(float x) { return x > 0.0f ? x : 0.0f; }
+/* PyTorch's threshold_backward: zero where x <= 0. */
+PHX_HD static inline float phx_relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+
+PHX_HD static inline float phx_gelu(float x) { return 0.5f * x * (1.0f + erff(x * PHX_SQRT1_2)); }
+PHX_HD static inline float phx_gelu_grad(float x)
+{
+    float cdf = 0.5f * (1.0f + erff(x * PHX_SQRT1_2));
+    float pdf = expf(-0.5f * x * x) * PHX_INV_SQRT_2PI;
+    return cdf + x * pdf;
+}
+
+PHX_HD static inline float phx_gelu_tanh(float x)
+{
+    float inner = PHX_GELU_BETA * (x + PHX_GELU_KAPPA * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+PHX_HD static inline float phx_gelu_tanh_grad(float x)
+{
+    float x2 = x * x;
+    float inner = PHX_GELU_BETA * (x + PHX_GELU_KAPPA * x2 * x);
+    float t = tanhf(inner);
+    float left_d = 0.5f * (1.0f + t);
+    float right_d = 0.5f * x * (1.0f - t * t) * PHX_GELU_BETA * (1.0f + 3.0f * PHX_GELU_KAPPA * x2);
+    return left_d + right_d;
+}
+
+PHX_HD static inline float phx_tanh(float x) { return tanhf(x); }
+PHX_HD static inline float phx_tanh_grad(float y) { return 1.0f - y * y; }
+
+PHX_HD static inline float phx_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+PHX_HD static inline float phx_sigmoid_grad(float y) { return y * (1.0f - y); }
+
+/* act is a phx_activation (0 relu, 1 gelu, 2 gelu_tanh, 3 tanh, 4 sigmoid). */
+PHX_HD static inline float phx_act(int act, float x)
+{
+    switch (act) {
+    case 0: return phx_relu(x);
+    case 1: return phx_gelu(x);
+    case 2: return phx_gelu_tanh(x);
+    case 3: return phx_tanh(x);
+    default: return phx_sigmoid(x);
+    }
+}
+
+PHX_HD static inline float phx_act_grad(int act, float x, float y)
+{
+    switch (act) {
+    case 0: return phx_relu_grad(x);
+    case 1: return phx_gelu_grad(x);
+    case 2: return phx_gelu_tanh_grad(x);
+    case 3: return phx_tanh_grad(y);
+    default: return phx_sigmoid_grad(y);
+    }
+}
+
+/* ---------------------------------------------------------------------
+ * Philox-4x32-10 (Salmon et al., SC'11). Number i of the stream for seed s
+ * is word (i mod 4) of philox(counter = i/4 as (lo, hi, 0, 0),
+ * key = (lo32 s, hi32 s)) — curand's Philox4_32_10 with subsequence 0. */
+
+#define PHX_PHILOX_M0 0xD2511F53u
+#define PHX_PHILOX_M1 0xCD9E8D57u
+#define PHX_PHILOX_W0 0x9E3779B9u
+#define PHX_PHILOX_W1 0xBB67AE85u
+
+PHX_HD static inline void phx_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1)
+{
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)PHX_PHILOX_M0 * c[0];
+        uint64_t p1 = (uint64_t)PHX_PHILOX_M1 * c[2];
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        uint32_t n0 = hi1 ^ c[1] ^ k0;
+        uint32_t n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        k0 += PHX_PHILOX_W0;
+        k1 += PHX_PHILOX_W1;
+    }
+}
+
+/* The block of 4 numbers starting at 4*block. */
+PHX_HD static inline void phx_philox_block(uint64_t seed, uint64_t block, uint32_t out[4])
+{
+    out[0] = (uint32_t)block;
+    out[1] = (uint32_t)(block >> 32);
+    out[2] = 0;
+    out[3] = 0;
+    phx_philox4x32_10(out, (uint32_t)seed, (uint32_t)(seed >> 32));
+}
+
+PHX_HD static inline uint32_t phx_philox_at(uint64_t seed, uint64_t i)
+{
+    uint32_t w[4];
+    phx_philox_block(seed, i >> 2, w);
+    return w[i & 3u];
+}
+
+/* U[0,1) from the 24 high bits: exact multiples of 2^-24. */
+PHX_HD static inline float phx_u32_to_uniform(uint32_t u) { return (float)(u >> 8) * 5.9604644775390625e-8f; }
+
+/* Box-Muller from two uniforms; 1-u1 lies in (0,1] so the log is finite. */
+PHX_HD static inline float phx_box_muller(float u1, float u2)
+{
+    float r = sqrtf(-2.0f * logf(1.0f - u1));
+    return r * cosf(6.2831853071795864769f * u2);
+}
+
+/* ---------------------------------------------------------------------
+ * Dropout: element i is kept when philox_uniform(seed, offset + i) >= p
+ * and then scaled by 1/(1-p); p = 1 drops everything (scale 0), as in
+ * PyTorch. */
+
+PHX_HD static inline int phx_dropout_keep(float u, float p) { return u >= p; }
+PHX_HD static inline float phx_dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+/* ---------------------------------------------------------------------
+ * SGD, torch/optim/sgd.py _single_tensor_sgd (1.13), one element:
+ *   d = g + wd p;  buf = first ? d : momentum buf + (1 - dampening) d
+ *   d = nesterov ? d + momentum buf : buf   (when momentum != 0)
+ *   p = p - lr d */
+
+PHX_HD static inline void phx_sgd_update(float *p, float g, float *buf, float lr, float momentum,
+                                         float dampening, float weight_decay, int nesterov, int first)
+{
+    float d = g;
+    if (weight_decay != 0.0f) d = d + weight_decay * *p;
+    if (momentum != 0.0f) {
+        float b = first ? d : momentum * *buf + (1.0f - dampening) * d;
+        *buf = b;
+        d = nesterov ? d + momentum * b : b;
+    }
+    *p = *p + (-lr) * d;
+}
+
+/* ---------------------------------------------------------------------
+ * Adam / AdamW, torch/optim/adam.py and adamw.py _single_tensor_* (1.13).
+ * The per-step scalars are computed once on the host in double, as
+ * PyTorch does in Python, then rounded to float like a Scalar argument. */
+
+typedef struct phx_adam_coef {
+    float beta1, one_minus_beta1;   /* m = beta1 m + (1 - beta1) g */
+    float beta2, one_minus_beta2;   /* v = beta2 v + (1 - beta2) g^2 */
+    float eps;
+    float weight_decay;             /* Adam: g += wd p */
+    float decay;                    /* AdamW: p *= 1 - lr wd (1 for Adam) */
+    float neg_step_size;            /* -lr / (1 - beta1^step) */
+    float bc2_sqrt;                 /* sqrt(1 - beta2^step) */
+    int amsgrad, decoupled;
+} phx_adam_coef;
+
+/* Host only (uses pow in double). step counts from 1. */
+static inline phx_adam_coef phx_adam_coef_make(float lr, float beta1, float beta2, float eps,
+                                               float weight_decay, int amsgrad, int decoupled,
+                                               int64_t step)
+{
+    phx_adam_coef c;
+    double bc1 = 1.0 - pow((double)beta1, (double)step);
+    double bc2 = 1.0 - pow((double)beta2, (double)step);
+    c.beta1 = beta1;
+    c.one_minus_beta1 = (float)(1.0 - (double)beta1);
+    c.beta2 = beta2;
+    c.one_minus_beta2 = (float)(1.0 - (double)beta2);
+    c.eps = eps;
+    c.weight_decay = decoupled ? 0.0f : weight_decay;
+    c.decay = decoupled ? (float)(1.0 - (double)lr * (double)weight_decay) : 1.0f;
+    c.neg_step_size = (float)(-(double)lr / bc1);
+    c.bc2_sqrt = (float)sqrt(bc2);
+    c.amsgrad = amsgrad;
+    c.decoupled = decoupled;
+    return c;
+}
+
+/* One element. vmax is read/written only with amsgrad. */
+PHX_HD static inline void phx_adam_update(const phx_adam_coef *c, float *p, float g, float *m, float *v,
+                                          float *vmax)
+{
+    float pv = *p;
+    if (c->decoupled) pv = pv * c->decay;
+    else if (c->weight_decay != 0.0f) g = g + c->weight_decay * pv;
+    float mv = *m * c->beta1 + c->one_minus_beta1 * g;
+    float vv = *v * c->beta2 + c->one_minus_beta2 * (g * g);
+    *m = mv;
+    *v = vv;
+    float s = vv;
+    if (c->amsgrad) {
+        s = *vmax > vv ? *vmax : vv;
+        *vmax = s;
+    }
+    float denom = sqrtf(s) / c->bc2_sqrt + c->eps;
+    *p = pv + c->neg_step_size * (mv / denom);
+}
+
+/* ---------------------------------------------------------------------
+ * GradScaler: g * inv_scale and whether the result is finite. */
+
+PHX_HD static inline int phx_isfinite(float x) { return (phx_f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
+
+/* ---------------------------------------------------------------------
+ * Losses, per element (the row reductions live in the kernels).
+ * mse: term (y - t)^2, gradient 2 (y - t) * scale (scale 1 or 1/n).
+ * cross entropy over a row x with m = max x, lse = m + log sum exp(x - m):
+ *   loss = lse - x[label], d/dx_j = (exp(x_j - lse) - [j == label]) * scale
+ * nll (log_probs given): loss = -x[label], d/dx_j = -[j == label] * scale. */
+
+PHX_HD static inline float phx_mse_term(float y, float t) { float d = y - t; return d * d; }
+PHX_HD static inline float phx_mse_grad(float y, float t, float scale) { return 2.0f * (y - t) * scale; }
+PHX_HD static inline float phx_xent_grad(float x, float lse, int is_label, float scale)
+{
+    return (expf(x - lse) - (is_label ? 1.0f : 0.0f)) * scale;
+}
+PHX_HD static inline float phx_nll_grad(int is_label, float scale) { return is_label ? -scale : 0.0f; }
+
+/* ---------------------------------------------------------------------
+ * LayerNorm (PyTorch: biased variance, eps inside the sqrt), per element:
+ *   xhat = (x - mean) rstd, rstd = 1/sqrt(var + eps), y = xhat w + b
+ * backward with g = dy w, over a row of n:
+ *   dx = rstd (g - mean(g) - xhat mean(g xhat)) */
+
+PHX_HD static inline float phx_ln_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+PHX_HD static inline float phx_ln_dx(float g, float xhat, float rstd, float mean_g, float mean_gx)
+{
+    return rstd * (g - mean_g - xhat * mean_gx);
+}
+
+#endif
