@@ -1,1 +1,8 @@
-# core — owned by its area; see Makefile.am
+# ddp — DistributedDataParallel and DistributedSampler (issue 5); see Makefile.am
+libphalanx_la_SOURCES += core/sampler.c
+
+check_PROGRAMS += t/ddp_sampler
+TESTS += t/ddp_sampler
+t_ddp_sampler_LDADD = libphalanx.la
+
+EXTRA_DIST += bench/torch/sampler.py t/data/sampler.txt
