@@ -1,1 +1,3 @@
-# core — owned by its area; see Makefile.am
+# core/precision — precision policies (loaded from the plugins), the loss
+# scaler, their tests, and the mixed-precision example.
+libphalanx_la_SOURCES += core/precision.c core/scaler.c core/precision-impl.h
