@@ -1,5 +1,5 @@
 # ddp — DistributedDataParallel and DistributedSampler (issue 5); see Makefile.am
-libphalanx_la_SOURCES += core/sampler.c
+libphalanx_la_SOURCES += core/sampler.c core/ddp.c core/ddp-buckets.c core/ddp-check.c core/ddp-impl.h
 
 check_PROGRAMS += t/ddp_sampler
 TESTS += t/ddp_sampler

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "phalanx/module.h"
 #include "phalanx/comm.h"
 
@@ -40,6 +41,42 @@ size_t phx_ddp_num_buckets(phx_module *ddp);
 /* Parameter indices (into phx_module_param of the model) of bucket b in
  * bucket order; returns their count, fills up to max. */
 size_t phx_ddp_bucket_params(phx_module *ddp, size_t b, size_t *idx, size_t max);
+
+
+/* --- Counters and an event trace (tests and benchmarks). Appended by the
+ * DDP area: they prove that buckets are all-reduced while the backward
+ * still runs. --- */
+
+typedef enum phx_ddp_event_kind {
+    PHX_DDP_EV_READY = 0,      /* a parameter's gradient became final (index: parameter) */
+    PHX_DDP_EV_LAUNCH = 1,     /* a bucket's all-reduce was issued (index: bucket) */
+    PHX_DDP_EV_MODEL_DONE = 2, /* the model's backward returned (index: 0) */
+    PHX_DDP_EV_DONE = 3        /* a bucket's all-reduce was waited for (index: bucket) */
+} phx_ddp_event_kind;
+
+typedef struct phx_ddp_event {
+    int kind;                  /* phx_ddp_event_kind */
+    size_t index;
+    double t;                  /* seconds since the first event of that backward */
+} phx_ddp_event;
+
+typedef struct phx_ddp_stats {
+    uint64_t backwards;        /* backward passes finished (synced or no_sync) */
+    uint64_t synced;           /* of which all-reduced their gradients */
+    uint64_t launches;         /* bucket all-reduces issued */
+    uint64_t early_launches;   /* issued while another gradient of the same
+                                  backward was still pending: overlap */
+    uint64_t rebuilds;         /* bucket rebuilds in arrival order (0 or 1) */
+    uint64_t bytes;            /* bytes all-reduced */
+    double wait_s;             /* time finish_backward spent waiting */
+} phx_ddp_stats;
+
+/* Copies the counters since construction into *out. PHX_EINVAL when ddp is
+ * not a DistributedDataParallel module. */
+phx_status phx_ddp_get_stats(phx_module *ddp, phx_ddp_stats *out);
+/* Events of the last (or current) backward in the order they happened;
+ * returns their count and fills up to max. */
+size_t phx_ddp_trace(phx_module *ddp, phx_ddp_event *ev, size_t max);
 
 #ifdef __cplusplus
 }
