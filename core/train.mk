@@ -1,1 +1,9 @@
-# core — owned by its area; see Makefile.am
+# core/train — modules, losses, optimizers, checkpoints, data (issue 3),
+# their tests, the first examples and the step benchmark. See Makefile.am.
+libphalanx_la_SOURCES += core/module.c core/module-impl.h \
+	core/modules/activation.c core/modules/activation.h \
+	core/modules/linear.c core/modules/relu.c core/modules/gelu.c core/modules/tanh.c \
+	core/modules/sigmoid.c core/modules/dropout.c core/modules/layernorm.c core/modules/sequential.c \
+	core/loss.c core/optim.c core/optim-impl.h core/sgd.c core/adam.c \
+	core/safetensors.c core/safetensors-impl.h core/checkpoint.c \
+	core/idx.c core/loader.c

@@ -1,0 +1,75 @@
+/* Module and parameter layouts, and the helpers built-in modules share
+ * (internal). */
+#ifndef PHX_CORE_MODULE_IMPL_H
+#define PHX_CORE_MODULE_IMPL_H
+
+#include <stdbool.h>
+#include "phalanx/module.h"
+#include "phalanx/plugin/device_v1.h"
+
+struct phx_param {
+    char *name;                /* leaf name, "weight" */
+    phx_tensor *value;         /* f32 master weights */
+    phx_tensor *grad;          /* f32, same shape and device as value */
+    uint64_t version;          /* bumped on every change of value */
+    phx_grad_hook hook;
+    void *hook_user;
+    phx_module *owner;
+};
+
+typedef struct px_child {
+    char *name;
+    phx_module *m;
+} px_child;
+
+struct phx_module {
+    const phx_module_vtable *vt;
+    void *ctx;
+    phx_module *parent;
+    phx_param **params;        /* own parameters, registration order */
+    size_t n_params, cap_params;
+    px_child *children;        /* registration order */
+    size_t n_children, cap_children;
+    bool training;
+    phx_dtype compute_dtype;   /* phx_precision_dtype of precision, F32 without */
+    const phx_precision *precision;
+    /* Whole-tree parameter list with dotted names, rebuilt lazily after the
+     * tree changes (named_parameters() order). */
+    bool flat_valid;
+    size_t n_flat;
+    phx_param **flat;
+    char **flat_names;
+};
+
+/* A device buffer reused across calls: allocated on first use, re-viewed
+ * when the shape shrinks, reallocated only when it must grow or the dtype
+ * or device changes. The returned tensor stays owned by the buffer. */
+typedef struct px_buf {
+    phx_tensor *store;         /* 1-D capacity */
+    phx_tensor *view;          /* the shape last asked for */
+} px_buf;
+
+phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev,
+                      phx_tensor **out);
+/* As px_buf_get with the shape of t and its last dim replaced by last. */
+phx_status px_buf_like(px_buf *b, phx_dtype dt, const phx_tensor *t, int64_t last, phx_tensor **out);
+void px_buf_free(px_buf *b);
+
+/* x itself when it already has dtype dt, else x cast into b. */
+phx_status px_as_dtype(px_buf *b, const phx_tensor *x, phx_dtype dt, const phx_tensor **out);
+
+/* The kernel table of t's device (NULL with phx_last_error set). */
+const phx_kernels_v1 *px_kernels(phx_device d);
+
+/* Copies the values of src's own parameters into dst's (same names and
+ * shapes; used by clone slots). */
+phx_status px_module_copy_params(phx_module *dst, const phx_module *src);
+/* Gives a freshly cloned tree the mode and precision of the original. */
+void px_module_copy_settings(phx_module *dst, const phx_module *src);
+
+/* A module's own parameter i. */
+static inline phx_param *px_own_param(const phx_module *m, size_t i) { return m->params[i]; }
+
+/* Checks shared by the elementwise modules: x float, on a device. */
+phx_status px_check_float_input(const char *who, const phx_tensor *x);
+#endif

@@ -1,0 +1,162 @@
+/* LayerNorm over the last dim: y = (x - mean) * rstd * w + b with the
+ * biased variance and eps inside the square root (PyTorch's LayerNorm).
+ * Statistics are f32 whatever the compute dtype; x and y are in the compute
+ * dtype; w, b and their gradients are f32. */
+#include "core/module-impl.h"
+#include "core/tensor-impl.h"
+#include "core/util.h"
+
+typedef struct layernorm {
+    int64_t dim;
+    float eps;
+    phx_param *w, *b;        /* (dim) each, or NULL without affine */
+    phx_tensor *x;           /* (rows, dim) input of the last forward (retained) */
+    px_buf xc, y, dyc, dx;
+    px_buf mean, rstd;       /* (rows) f32 */
+} layernorm;
+
+static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    layernorm *L = phx_module_ctx(self);
+    phx_status st = px_check_float_input("phx_layernorm_forward", x);
+    if (st != PHX_OK)
+        return st;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != L->dim)
+        return phx_error(PHX_EINVAL, "phx_layernorm_forward: input's last dim is %lld, layer normalizes %lld",
+                         (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)L->dim);
+    phx_device dev = x->storage->device;
+    if (L->w && !phx_device_equal(dev, L->w->value->storage->device))
+        return phx_error(PHX_EINVAL, "phx_layernorm_forward: input and weights are on different devices");
+    const phx_kernels_v1 *k = px_kernels(dev);
+    if (!k)
+        return PHX_ENOTFOUND;
+    phx_dtype dt = phx_module_compute_dtype(self);
+    int64_t rows = x->numel / L->dim;
+    const phx_tensor *xin;
+    phx_tensor *out, *mean, *rstd;
+    if ((st = px_as_dtype(&L->xc, x, dt, &xin)) != PHX_OK ||
+        (st = px_buf_get(&L->y, dt, x->ndim, x->shape, dev, &out)) != PHX_OK ||
+        (st = px_buf_get(&L->mean, PHX_F32, 1, &rows, dev, &mean)) != PHX_OK ||
+        (st = px_buf_get(&L->rstd, PHX_F32, 1, &rows, dev, &rstd)) != PHX_OK)
+        return st;
+    st = k->layernorm_forward(dev.index, rows, L->dim, L->eps, px_tensor_ptr(xin),
+                              L->w ? px_tensor_ptr(L->w->value) : NULL, L->b ? px_tensor_ptr(L->b->value) : NULL,
+                              px_tensor_ptr(out), px_tensor_ptr(mean), px_tensor_ptr(rstd), dt);
+    if (st != PHX_OK)
+        return st;
+    phx_tensor_retain((phx_tensor *)xin);
+    phx_tensor_free(L->x);
+    L->x = (phx_tensor *)xin;
+    *y = out;
+    return PHX_OK;
+}
+
+/* Gradients in PyTorch's autograd order: weight, then bias. */
+static phx_status ln_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    layernorm *L = phx_module_ctx(self);
+    if (!L->x)
+        return phx_error(PHX_ESTATE, "phx_layernorm_backward: no forward to differentiate");
+    const phx_tensor *x = L->x;
+    char a[64], b[64];
+    if (!phx_dtype_is_float(dy->dtype) || !phx_tensor_same_shape(dy, x))
+        return phx_error(PHX_EINVAL, "phx_layernorm_backward: dy is %s %s, output of the last forward was %s",
+                         phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
+                         phx_tensor_shape_str(x, b, sizeof b));
+    phx_device dev = x->storage->device;
+    const phx_kernels_v1 *k = px_kernels(dev);
+    if (!k)
+        return PHX_ENOTFOUND;
+    const phx_tensor *g;
+    phx_tensor *d;
+    phx_status st;
+    if ((st = px_as_dtype(&L->dyc, dy, x->dtype, &g)) != PHX_OK ||
+        (st = px_buf_get(&L->dx, x->dtype, x->ndim, x->shape, dev, &d)) != PHX_OK)
+        return st;
+    st = k->layernorm_backward(dev.index, x->numel / L->dim, L->dim, px_tensor_ptr(x),
+                               L->w ? px_tensor_ptr(L->w->value) : NULL, px_tensor_ptr(L->mean.view),
+                               px_tensor_ptr(L->rstd.view), px_tensor_ptr(g), px_tensor_ptr(d),
+                               L->w ? px_tensor_ptr(L->w->grad) : NULL, L->b ? px_tensor_ptr(L->b->grad) : NULL,
+                               x->dtype);
+    if (st != PHX_OK)
+        return st;
+    if (L->w)
+        phx_param_grad_ready(L->w);
+    if (L->b)
+        phx_param_grad_ready(L->b);
+    if (dx)
+        *dx = d;
+    return PHX_OK;
+}
+
+static void ln_free(phx_module *self)
+{
+    layernorm *L = phx_module_ctx(self);
+    if (!L)
+        return;
+    phx_tensor_free(L->x);
+    px_buf_free(&L->xc);
+    px_buf_free(&L->y);
+    px_buf_free(&L->dyc);
+    px_buf_free(&L->dx);
+    px_buf_free(&L->mean);
+    px_buf_free(&L->rstd);
+    px_free(L);
+}
+
+static phx_module *ln_clone(const phx_module *self);
+
+static const phx_module_vtable layernorm_vt = {
+    /* .type_name = */ "LayerNorm",
+    /* .forward = */ ln_forward,
+    /* .backward = */ ln_backward,
+    /* .free = */ ln_free,
+    /* .set_train = */ NULL,
+    /* .clone = */ ln_clone,
+};
+
+static phx_param *add_filled(phx_module *m, const char *name, int64_t dim, double v)
+{
+    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &dim, phx_cpu());
+    phx_param *p = NULL;
+    if (t && phx_tensor_fill(t, v) == PHX_OK)
+        p = phx_module_add_param(m, name, t);
+    if (!p)
+        phx_tensor_free(t);
+    return p;
+}
+
+phx_module *phx_layernorm_new(int64_t dim, float eps, bool affine)
+{
+    if (dim <= 0 || !(eps >= 0.0f)) {
+        phx_error(PHX_EINVAL, "phx_layernorm_new: dim %lld must be > 0 and eps %g >= 0", (long long)dim, (double)eps);
+        return NULL;
+    }
+    layernorm *L = px_calloc(1, sizeof *L);
+    if (!L)
+        return NULL;
+    L->dim = dim;
+    L->eps = eps;
+    phx_module *m = phx_module_new(&layernorm_vt, L);
+    if (!m) {
+        px_free(L);
+        return NULL;
+    }
+    if (affine && (!(L->w = add_filled(m, "weight", dim, 1.0)) || !(L->b = add_filled(m, "bias", dim, 0.0)))) {
+        phx_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static phx_module *ln_clone(const phx_module *self)
+{
+    const layernorm *L = phx_module_ctx(self);
+    phx_module *m = phx_layernorm_new(L->dim, L->eps, L->w != NULL);
+    if (m && L->w &&
+        (phx_module_to(m, L->w->value->storage->device) != PHX_OK || px_module_copy_params(m, self) != PHX_OK)) {
+        phx_module_free(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,45 @@
+/* The safetensors parser shared by phx_safetensors_read and the checkpoint
+ * loader (internal). A file is validated completely by px_st_open; nothing
+ * is copied out of it until the caller decides to. */
+#ifndef PHX_CORE_SAFETENSORS_IMPL_H
+#define PHX_CORE_SAFETENSORS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "phalanx/checkpoint.h"
+
+typedef struct px_st_entry {
+    const char *name;          /* owned by the JSON root */
+    phx_dtype dtype;
+    int ndim;
+    int64_t shape[PHX_MAX_DIMS];
+    int64_t numel;
+    uint64_t begin, end;       /* byte offsets in the data section */
+} px_st_entry;
+
+typedef struct px_st_file {
+    const char *path;
+    void *map;                 /* the whole file, mapped read-only */
+    size_t size;
+    json_t *root;
+    json_t *meta;              /* "__metadata__" object or NULL */
+    px_st_entry *e;            /* in header order */
+    size_t n;
+    const uint8_t *data;       /* start of the data section */
+} px_st_file;
+
+/* Opens, maps and validates path: length prefix, JSON header (jansson),
+ * dtypes, shapes, offsets in range, sizes matching shapes, no overlap and
+ * no hole. `who` prefixes the error messages. */
+phx_status px_st_open(const char *who, const char *path, px_st_file *f);
+/* Only the header (for metadata): the data section is not mapped. */
+phx_status px_st_open_header(const char *who, const char *path, px_st_file *f);
+void px_st_close(px_st_file *f);
+/* A metadata string, or NULL. */
+const char *px_st_meta(const px_st_file *f, const char *key);
+static inline const void *px_st_data(const px_st_file *f, const px_st_entry *e) { return f->data + e->begin; }
+
+/* "F32" etc.; NULL for dtypes safetensors cannot name. */
+const char *px_st_dtype_name(phx_dtype dt);
+#endif
