@@ -109,9 +109,15 @@ phx_status px_plugin_dirs(px_plugin_dir **out, size_t *nout)
         if (len > 0) {
             char cwd[PATH_MAX];
             int w;
-            if (env[0] == '/') w = snprintf(buf, sizeof buf, "%.*s", (int)len, env);
-            else if (getcwd(cwd, sizeof cwd)) w = snprintf(buf, sizeof buf, "%s/%.*s", cwd, (int)len, env);
-            else w = -1;
+            char joined[PATH_MAX];
+            if (env[0] == '/') {
+                w = snprintf(buf, sizeof buf, "%.*s", (int)len, env);
+            } else if (getcwd(cwd, sizeof cwd)) {
+                w = snprintf(joined, sizeof joined, "%s/%.*s", cwd, (int)len, env);
+                if (w >= 0 && (size_t)w < sizeof joined && !realpath(joined, buf)) memcpy(buf, joined, (size_t)w + 1);
+            } else {
+                w = -1;
+            }
             if (w < 0 || (size_t)w >= sizeof buf)
                 st = phx_error(PHX_EINVAL, "PHX_PLUGIN_PATH: entry '%.*s' cannot be made an absolute path "
                                "shorter than PATH_MAX (%d)", (int)(len > 200 ? 200 : len), env, PATH_MAX);

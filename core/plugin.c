@@ -18,8 +18,7 @@
  * open is remembered too, so each file is opened at most once. */
 typedef struct px_plugin_so {
     struct px_plugin_so *next;
-    dev_t dev;
-    ino_t ino;
+    struct stat st;        /* identity: dev, inode, size, ctime (inodes are reused) */
     void *handle;          /* NULL: dlopen failed */
     const void *sym;       /* phx_plugin_v1; NULL when absent */
     size_t sym_size;       /* ELF st_size of the symbol; 0 when unknown */
@@ -75,6 +74,12 @@ static void px_so_fill(px_plugin_so *so, const char *path)
         so->sym_owner = px_strdup(info.dli_fname);
 }
 
+static int px_same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
 /* The registry entry of path, opening it on first use. NULL (with c->why)
  * when the file cannot be stat'ed or memory runs out. */
 static const px_plugin_so *px_so_get(const char *path, px_cand *c)
@@ -87,10 +92,9 @@ static const px_plugin_so *px_so_get(const char *path, px_cand *c)
     }
     pthread_mutex_lock(&px_registry_lock);
     for (so = px_registry; so; so = so->next)
-        if (so->dev == st.st_dev && so->ino == st.st_ino) break;
+        if (px_same_file(&so->st, &st)) break;
     if (!so && (so = px_calloc(1, sizeof *so)) != NULL) {
-        so->dev = st.st_dev;
-        so->ino = st.st_ino;
+        so->st = st;
         px_so_fill(so, path);
         so->next = px_registry;
         px_registry = so;
@@ -107,12 +111,21 @@ static int px_str_ok(const char *p, size_t max)
     return p && dladdr(p, &info) && strnlen(p, max) < max;
 }
 
+/* dlerror() without its leading "path: ": the path is printed beside it. */
+static const char *px_dlerror_tail(const char *err, const char *path)
+{
+    size_t n = strlen(path);
+    if (!err) return "out of memory";
+    if (strncmp(err, path, n) == 0 && err[n] == ':' && err[n + 1] == ' ') return err + n + 2;
+    return err;
+}
+
 /* Every check is made on data only: no plugin code runs here. */
 static int px_desc_check(const px_plugin_so *so, px_cand *c, uint32_t required_minor)
 {
     const size_t head = offsetof(phx_plugin_desc, kind); /* abi_major, abi_minor, struct_size */
-    if (!so->handle) return px_why(c, "dlopen failed: %s", so->error ? so->error : "out of memory");
-    if (!so->sym) return px_why(c, "no phx_plugin_v1 symbol: %s", so->error ? so->error : "out of memory");
+    if (!so->handle) return px_why(c, "dlopen failed: %s", px_dlerror_tail(so->error, c->path));
+    if (!so->sym) return px_why(c, "no phx_plugin_v1 symbol: %s", px_dlerror_tail(so->error, c->path));
     if (so->sym_owner)
         return px_why(c, "phx_plugin_v1 comes from %s, a library the plugin links, not from the plugin", so->sym_owner);
     if (!so->sym_object) return px_why(c, "phx_plugin_v1 is a function, expected a data object (a phx_plugin_desc)");

@@ -1,1 +1,75 @@
 # tools — owned by its area; see Makefile.am
+# phx-info, the plugin loader's tests and the out-of-tree plugin example
+# (doc/plugins.md). The comm area adds tools/phxrun below.
+
+# ---- phx-info: lists the plugins found and why any is rejected.
+#bin_PROGRAMS += tools/phx-info
+tools_phx_info_SOURCES = tools/phx-info.c
+tools_phx_info_LDADD = libphalanx.la
+
+# ---- t/plugin_loader: plugins built only for the tests, each t/plugins/fake.c
+# with other FAKE_* macros. They live in their own folders (not in
+# TEST_PLUGIN_DIRS): only the tests that set PHX_PLUGIN_PATH to them see them.
+fake_plugin_ldflags = -module -avoid-version -shared -rpath /nowhere
+EXTRA_DIST += t/plugins/fake.c
+check_LTLIBRARIES += \
+	t/plugins/loader/phx-comm-alpha.la \
+	t/plugins/loader/phx-comm-beta.la \
+	t/plugins/loader/phx-comm-gamma.la \
+	t/plugins/loader/phx-comm-future.la \
+	t/plugins/loader/phx-comm-decline.la \
+	t/plugins/loader/phx-comm-undef.la \
+	t/plugins/loader/phx-comm-nodesc.la \
+	t/plugins/loader/phx-comm-tiny.la \
+	t/plugins/loader/phx-comm-func.la \
+	t/plugins/loader/phx-comm-badmajor.la \
+	t/plugins/loader/phx-comm-small.la \
+	t/plugins/loader/phx-comm-wrongkind.la \
+	t/plugins/loader/phx-comm-wrongname.la \
+	t/plugins/loader/phx-comm-novtable.la \
+	t/plugins/loader2/phx-comm-alpha.la
+t_plugins_loader_phx_comm_alpha_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_alpha_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=alpha -DFAKE_PRIORITY=10
+t_plugins_loader_phx_comm_alpha_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_beta_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_beta_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=beta -DFAKE_PRIORITY=20
+t_plugins_loader_phx_comm_beta_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_gamma_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_gamma_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=gamma -DFAKE_PRIORITY=5 -DFAKE_PRIORITY_IN_PROCESS=50
+t_plugins_loader_phx_comm_gamma_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_future_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_future_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=future -DFAKE_MINOR=7 -DFAKE_PRIORITY=1
+t_plugins_loader_phx_comm_future_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_decline_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_decline_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=decline -DFAKE_DECLINE=no_frobnicator_on_this_machine -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_decline_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_undef_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_undef_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=undef -DFAKE_UNDEFINED -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_undef_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_nodesc_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_nodesc_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=nodesc -DFAKE_NO_DESC -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_nodesc_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_tiny_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_tiny_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=tiny -DFAKE_TINY_DESC
+t_plugins_loader_phx_comm_tiny_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_func_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_func_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=func -DFAKE_FUNCTION_DESC
+t_plugins_loader_phx_comm_func_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_badmajor_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_badmajor_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badmajor -DFAKE_MAJOR=2 -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_badmajor_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_small_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_small_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=small -DFAKE_SIZE=24 -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_small_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_wrongkind_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_wrongkind_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=wrongkind -DFAKE_KIND=PHX_PLUGIN_PRECISION -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_wrongkind_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_wrongname_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_wrongname_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=other -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_wrongname_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader_phx_comm_novtable_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_novtable_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=novtable -DFAKE_NO_VTABLE -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_novtable_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_loader2_phx_comm_alpha_la_SOURCES = t/plugins/fake.c
+t_plugins_loader2_phx_comm_alpha_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=alpha -DFAKE_VERSION=2.0 -DFAKE_PRIORITY=10
+t_plugins_loader2_phx_comm_alpha_la_LDFLAGS = $(fake_plugin_ldflags)
