@@ -1,0 +1,152 @@
+/* CPU kernels (internal): the slots of the built-in CPU device's
+ * phx_kernels_v1, one file per op family, plus the load/store helpers
+ * they share. A loop written once over px_ld/px_st is specialised per
+ * dtype by calling it through PX_FLOAT_DISPATCH with a constant dtype
+ * (always_inline), so the f32 instance is a plain loop the compiler
+ * vectorises and the f16/bf16 instances convert on the fly. */
+#ifndef PHX_KERNELS_CPU_H
+#define PHX_KERNELS_CPU_H
+
+#include <stdint.h>
+#include "kernels/math.h"
+#include "phalanx/error.h"
+#include "phalanx/tensor.h"
+#include "phalanx/plugin/device_v1.h"
+
+#define PX_INLINE static inline __attribute__((always_inline))
+
+PX_INLINE float px_ld(const void *p, int dt, int64_t i)
+{
+    switch (dt) {
+    case PHX_F16: return phx_f16_to_f32(((const uint16_t *)p)[i]);
+    case PHX_BF16: return phx_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+PX_INLINE void px_st(void *p, int dt, int64_t i, float v)
+{
+    switch (dt) {
+    case PHX_F16: ((uint16_t *)p)[i] = phx_f32_to_f16(v); break;
+    case PHX_BF16: ((uint16_t *)p)[i] = phx_f32_to_bf16(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+/* Runs CALL (an expression using the constant SYM) for a float dtype dt;
+ * otherwise returns PHX_EINVAL naming the kernel. */
+#define PX_FLOAT_DISPATCH_AS(name, dt, SYM, CALL)                                           \
+    do {                                                                                    \
+        switch (dt) {                                                                       \
+        case PHX_F32: { enum { SYM = PHX_F32 }; CALL; break; }                              \
+        case PHX_F16: { enum { SYM = PHX_F16 }; CALL; break; }                              \
+        case PHX_BF16: { enum { SYM = PHX_BF16 }; CALL; break; }                            \
+        default:                                                                            \
+            return phx_error(PHX_EINVAL, "%s: dtype %s, expected f32, f16 or bf16", name,   \
+                             phx_dtype_name((phx_dtype)(dt)));                              \
+        }                                                                                   \
+    } while (0)
+#define PX_FLOAT_DISPATCH(name, dt, CALL) PX_FLOAT_DISPATCH_AS(name, dt, DT, CALL)
+
+/* Walks the Philox stream computing each block of 4 numbers once. */
+typedef struct px_philox_cursor {
+    uint64_t seed, block;
+    uint32_t w[4];
+} px_philox_cursor;
+
+PX_INLINE void px_philox_start(px_philox_cursor *c, uint64_t seed)
+{
+    c->seed = seed;
+    c->block = UINT64_MAX; /* no block index reaches 2^64 - 1 */
+}
+
+/* phx_philox_at(seed, idx), sharing blocks between neighbouring calls */
+PX_INLINE uint32_t px_philox_get(px_philox_cursor *c, uint64_t idx)
+{
+    uint64_t b = idx >> 2;
+    if (b != c->block) {
+        c->block = b;
+        phx_philox_block(c->seed, b, c->w);
+    }
+    return c->w[idx & 3u];
+}
+
+/* Sum of x[o..o+n) in 8 interleaved f32 partial sums (vectorisable, and
+ * an error bound 8x smaller than one running sum). */
+PX_INLINE float px_sum(const void *x, int dt, int64_t o, int64_t n)
+{
+    float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += px_ld(x, dt, o + i + j);
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += px_ld(x, dt, o + i);
+    return s;
+}
+
+/* Returns PHX_EINVAL when n < 0. */
+#define PX_CHECK_N(name, n)                                                                 \
+    do {                                                                                    \
+        if ((n) < 0) return phx_error(PHX_EINVAL, "%s: %lld elements, expected >= 0", name, \
+                                      (long long)(n));                                      \
+    } while (0)
+
+/* Thread-local scratch of at least bytes (64-byte aligned), grown on
+ * demand and kept for the thread's life: slot 0..3 are independent.
+ * NULL with phx_last_error on ENOMEM. */
+void *px_cpu_scratch(int slot, size_t bytes);
+
+/* Plain C SGEMM (row-major, BLAS semantics: beta 0 ignores C's old
+ * contents), used when the build has no CBLAS; kept always compiled so
+ * the tests check it too. */
+void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc);
+
+/* Sets the BLAS thread count (no-op without CBLAS). */
+void px_cpu_blas_threads(int n);
+
+/* kernel slots, by file */
+phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
+                       void *c, int64_t ldc, phx_dtype cdt);
+phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n);
+phx_status px_cpu_fill(int dev, void *dst, phx_dtype dt, int64_t n, double value);
+phx_status px_cpu_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta, void *y,
+                        phx_dtype ydt);
+phx_status px_cpu_mul(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt);
+phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *y, phx_dtype dt, const float *bias);
+phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt, float beta,
+                            float *db);
+phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt);
+phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y,
+                               const void *dy, void *dx, phx_dtype dt);
+phx_status px_cpu_dropout_forward(int dev, int64_t n, float p, uint64_t seed, uint64_t offset, const void *x,
+                                  void *y, uint8_t *mask, phx_dtype dt);
+phx_status px_cpu_dropout_backward(int dev, int64_t n, float p, const uint8_t *mask, const void *dy, void *dx,
+                                   phx_dtype dt);
+phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
+                                    const float *w, const float *b, void *y, float *mean, float *rstd,
+                                    phx_dtype dt);
+phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
+                                     const float *mean, const float *rstd, const void *dy, void *dx,
+                                     float *dw, float *db, phx_dtype dt);
+phx_status px_cpu_mse(int dev, int64_t n, const void *y, phx_dtype dt, const float *target, int mean,
+                      float *loss, float *grad);
+phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
+                                const int64_t *labels, int log_probs, float *loss, float *grad,
+                                int64_t *bad_label_host);
+phx_status px_cpu_sgd_step(int dev, int64_t n, float *p, const float *g, float *momentum_buf,
+                           const phx_sgd_hparams *h, int step_first);
+phx_status px_cpu_adam_step(int dev, int64_t n, float *p, const float *g, float *m, float *v, float *vmax,
+                            const phx_adam_hparams *h, int64_t step);
+phx_status px_cpu_unscale_check(int dev, int64_t n, float *g, float inv_scale, float *found_inf);
+phx_status px_cpu_reduce(int dev, phx_reduce_op op, int64_t n, const void *x, phx_dtype dt, double *out_host);
+phx_status px_cpu_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
+                              float lo, float hi);
+phx_status px_cpu_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
+                             float mean, float std);
+
+/* The table the CPU device points to (kernels/cpu/table.c). */
+extern const phx_kernels_v1 px_cpu_kernels;
+#endif

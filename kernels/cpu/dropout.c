@@ -1,0 +1,52 @@
+/* Dropout: keep element i when philox_uniform(seed, offset + i) >= p,
+ * scale kept elements by 1/(1-p). The mask (1 byte per element) is what
+ * backward replays. */
+#include "config.h"
+#include "kernels/cpu/cpu.h"
+
+PX_INLINE void px_dropout_fwd_loop(int64_t n, float p, uint64_t seed, uint64_t offset, const void *x, void *y,
+                                   uint8_t *mask, int dt)
+{
+    float scale = phx_dropout_scale(p);
+    px_philox_cursor c;
+    px_philox_start(&c, seed);
+    for (int64_t i = 0; i < n; i++) {
+        int keep = phx_dropout_keep(phx_u32_to_uniform(px_philox_get(&c, offset + (uint64_t)i)), p);
+        if (mask) mask[i] = (uint8_t)keep;
+        px_st(y, dt, i, keep ? px_ld(x, dt, i) * scale : 0.0f);
+    }
+}
+
+static phx_status px_check_p(const char *name, float p)
+{
+    if (!(p >= 0.0f && p <= 1.0f))
+        return phx_error(PHX_EINVAL, "%s: p=%g, expected 0 <= p <= 1", name, (double)p);
+    return PHX_OK;
+}
+
+phx_status px_cpu_dropout_forward(int dev, int64_t n, float p, uint64_t seed, uint64_t offset, const void *x,
+                                  void *y, uint8_t *mask, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("dropout_forward", n);
+    if (px_check_p("dropout_forward", p)) return PHX_EINVAL;
+    PX_FLOAT_DISPATCH("dropout_forward", dt, px_dropout_fwd_loop(n, p, seed, offset, x, y, mask, DT));
+    return PHX_OK;
+}
+
+PX_INLINE void px_dropout_bwd_loop(int64_t n, float p, const uint8_t *mask, const void *dy, void *dx, int dt)
+{
+    float scale = phx_dropout_scale(p);
+    for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, mask[i] ? px_ld(dy, dt, i) * scale : 0.0f);
+}
+
+phx_status px_cpu_dropout_backward(int dev, int64_t n, float p, const uint8_t *mask, const void *dy, void *dx,
+                                   phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("dropout_backward", n);
+    if (px_check_p("dropout_backward", p)) return PHX_EINVAL;
+    if (!mask && n > 0) return phx_error(PHX_EINVAL, "dropout_backward: mask is NULL, expected forward's mask");
+    PX_FLOAT_DISPATCH("dropout_backward", dt, px_dropout_bwd_loop(n, p, mask, dy, dx, DT));
+    return PHX_OK;
+}

@@ -1,0 +1,92 @@
+/* Elementwise kernels: axpby, mul, bias_add, bias_grad. Plain loops the
+ * compiler vectorises for f32; f16/bf16 convert per element. */
+#include "config.h"
+#include "kernels/cpu/cpu.h"
+
+PX_INLINE void px_axpby_loop(int64_t n, float alpha, const void *x, int xdt, float beta, void *y, int ydt)
+{
+    if (!x) {
+        if (beta == 0.0f)
+            for (int64_t i = 0; i < n; i++) px_st(y, ydt, i, 0.0f);
+        else
+            for (int64_t i = 0; i < n; i++) px_st(y, ydt, i, beta * px_ld(y, ydt, i));
+    } else if (beta == 0.0f) { /* BLAS rule: beta 0 does not read y (NaN there is ignored) */
+        for (int64_t i = 0; i < n; i++) px_st(y, ydt, i, alpha * px_ld(x, xdt, i));
+    } else if (beta == 1.0f) {
+        for (int64_t i = 0; i < n; i++) px_st(y, ydt, i, alpha * px_ld(x, xdt, i) + px_ld(y, ydt, i));
+    } else {
+        for (int64_t i = 0; i < n; i++) px_st(y, ydt, i, alpha * px_ld(x, xdt, i) + beta * px_ld(y, ydt, i));
+    }
+}
+
+phx_status px_cpu_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta, void *y,
+                        phx_dtype ydt)
+{
+    (void)dev;
+    PX_CHECK_N("axpby", n);
+    if (!x) xdt = ydt;
+    PX_FLOAT_DISPATCH_AS("axpby", xdt, X,
+                         PX_FLOAT_DISPATCH_AS("axpby", ydt, Y, px_axpby_loop(n, alpha, x, X, beta, y, Y)));
+    return PHX_OK;
+}
+
+PX_INLINE void px_mul_loop(int64_t n, const void *a, const void *b, void *out, int dt)
+{
+    for (int64_t i = 0; i < n; i++) px_st(out, dt, i, px_ld(a, dt, i) * px_ld(b, dt, i));
+}
+
+phx_status px_cpu_mul(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("mul", n);
+    PX_FLOAT_DISPATCH("mul", dt, px_mul_loop(n, a, b, out, DT));
+    return PHX_OK;
+}
+
+PX_INLINE void px_bias_add_loop(int64_t rows, int64_t cols, void *y, int dt, const float *restrict bias)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r * cols;
+        for (int64_t c = 0; c < cols; c++) px_st(y, dt, o + c, px_ld(y, dt, o + c) + bias[c]);
+    }
+}
+
+phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *y, phx_dtype dt, const float *bias)
+{
+    (void)dev;
+    PX_CHECK_N("bias_add", rows);
+    PX_CHECK_N("bias_add", cols);
+    PX_FLOAT_DISPATCH("bias_add", dt, px_bias_add_loop(rows, cols, y, DT, bias));
+    return PHX_OK;
+}
+
+/* Column sums over rows, a tile of columns at a time: each row of the tile
+ * is contiguous, the running sums (double, for long batches) stay in L1. */
+#define PX_BIAS_TILE 256
+
+PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int dt, float beta, float *db)
+{
+    double acc[PX_BIAS_TILE];
+    for (int64_t c0 = 0; c0 < cols; c0 += PX_BIAS_TILE) {
+        int64_t w = cols - c0 < PX_BIAS_TILE ? cols - c0 : PX_BIAS_TILE;
+        for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t o = r * cols + c0;
+            for (int64_t j = 0; j < w; j++) acc[j] += (double)px_ld(dy, dt, o + j);
+        }
+        if (beta == 0.0f)
+            for (int64_t j = 0; j < w; j++) db[c0 + j] = (float)acc[j];
+        else
+            for (int64_t j = 0; j < w; j++) db[c0 + j] = (float)((double)beta * db[c0 + j] + acc[j]);
+    }
+}
+
+phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt, float beta,
+                            float *db)
+{
+    (void)dev;
+    PX_CHECK_N("bias_grad", rows);
+    PX_CHECK_N("bias_grad", cols);
+    PX_FLOAT_DISPATCH("bias_grad", dt, px_bias_grad_loop(rows, cols, dy, DT, beta, db));
+    return PHX_OK;
+}

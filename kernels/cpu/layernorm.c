@@ -1,0 +1,94 @@
+/* LayerNorm over the last dimension, PyTorch's definition: biased
+ * variance, eps inside the sqrt; statistics in f32 (two passes).
+ *   forward:  xhat = (x - mean) rstd, y = xhat w + b
+ *   backward: g = dy w, dx = rstd (g - mean(g) - xhat mean(g xhat)),
+ *             dw += sum_rows dy xhat, db += sum_rows dy */
+#include "config.h"
+#include "kernels/cpu/cpu.h"
+
+PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void *x, const float *w,
+                              const float *b, void *y, float *mean_out, float *rstd_out, int dt)
+{
+    float inv_n = 1.0f / (float)cols;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r * cols;
+        float mean = px_sum(x, dt, o, cols) * inv_n;
+        float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        int64_t i = 0;
+        for (; i + 8 <= cols; i += 8)
+            for (int j = 0; j < 8; j++) {
+                float d = px_ld(x, dt, o + i + j) - mean;
+                acc[j] += d * d;
+            }
+        float var = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; i < cols; i++) {
+            float d = px_ld(x, dt, o + i) - mean;
+            var += d * d;
+        }
+        float rstd = phx_ln_rstd(var * inv_n, eps);
+        if (mean_out) mean_out[r] = mean;
+        if (rstd_out) rstd_out[r] = rstd;
+        if (w && b)
+            for (int64_t c = 0; c < cols; c++) px_st(y, dt, o + c, (px_ld(x, dt, o + c) - mean) * rstd * w[c] + b[c]);
+        else if (w)
+            for (int64_t c = 0; c < cols; c++) px_st(y, dt, o + c, (px_ld(x, dt, o + c) - mean) * rstd * w[c]);
+        else
+            for (int64_t c = 0; c < cols; c++) {
+                float v = (px_ld(x, dt, o + c) - mean) * rstd;
+                px_st(y, dt, o + c, b ? v + b[c] : v);
+            }
+    }
+}
+
+phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
+                                    const float *w, const float *b, void *y, float *mean, float *rstd,
+                                    phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("layernorm_forward", rows);
+    if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_forward: %lld columns, expected >= 1", (long long)cols);
+    if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "layernorm_forward: eps=%g, expected >= 0", (double)eps);
+    PX_FLOAT_DISPATCH("layernorm_forward", dt, px_ln_fwd_loop(rows, cols, eps, x, w, b, y, mean, rstd, DT));
+    return PHX_OK;
+}
+
+PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const float *w, const float *mean,
+                              const float *rstd, const void *dy, void *dx, float *dw, float *db, int dt)
+{
+    float inv_n = 1.0f / (float)cols;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r * cols;
+        float mu = mean[r], rs = rstd[r];
+        float sg = 0.0f, sgx = 0.0f;
+        for (int64_t c = 0; c < cols; c++) {
+            float d = px_ld(dy, dt, o + c);
+            float g = w ? d * w[c] : d;
+            float xhat = (px_ld(x, dt, o + c) - mu) * rs;
+            sg += g;
+            sgx += g * xhat;
+            if (dw) dw[c] += d * xhat;
+            if (db) db[c] += d;
+        }
+        float mg = sg * inv_n, mgx = sgx * inv_n;
+        for (int64_t c = 0; c < cols; c++) {
+            float d = px_ld(dy, dt, o + c);
+            float g = w ? d * w[c] : d;
+            float xhat = (px_ld(x, dt, o + c) - mu) * rs;
+            px_st(dx, dt, o + c, phx_ln_dx(g, xhat, rs, mg, mgx));
+        }
+    }
+}
+
+phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
+                                     const float *mean, const float *rstd, const void *dy, void *dx,
+                                     float *dw, float *db, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("layernorm_backward", rows);
+    if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_backward: %lld columns, expected >= 1", (long long)cols);
+    if (rows > 0 && (!mean || !rstd))
+        return phx_error(PHX_EINVAL, "layernorm_backward: mean/rstd are NULL, expected forward's statistics");
+    PX_FLOAT_DISPATCH("layernorm_backward", dt,
+                      px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
+    return PHX_OK;
+}

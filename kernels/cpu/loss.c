@@ -1,0 +1,83 @@
+/* Loss kernels: mse (sum or mean) and cross entropy / nll (mean over
+ * rows). The loss accumulates in double; gradients are f32. */
+#include "config.h"
+#include <math.h>
+#include "kernels/cpu/cpu.h"
+
+PX_INLINE double px_mse_loop(int64_t n, const void *y, int dt, const float *t, float scale, float *grad)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        float v = px_ld(y, dt, i);
+        s += (double)phx_mse_term(v, t[i]);
+        if (grad) grad[i] = phx_mse_grad(v, t[i], scale);
+    }
+    return s;
+}
+
+phx_status px_cpu_mse(int dev, int64_t n, const void *y, phx_dtype dt, const float *target, int mean,
+                      float *loss, float *grad)
+{
+    (void)dev;
+    PX_CHECK_N("mse", n);
+    float scale = mean ? 1.0f / (float)n : 1.0f; /* n = 0 with mean: NaN loss, as torch */
+    double s = 0.0;
+    PX_FLOAT_DISPATCH("mse", dt, s = px_mse_loop(n, y, DT, target, scale, grad));
+    if (loss) *loss = (float)(mean ? s / (double)n : s);
+    return PHX_OK;
+}
+
+/* One row: returns its loss, writes its gradient row (scaled) if asked. */
+PX_INLINE double px_xent_row(int64_t classes, const void *x, int dt, int64_t o, int64_t label, int log_probs,
+                             float scale, float *g)
+{
+    if (log_probs) {
+        if (g)
+            for (int64_t j = 0; j < classes; j++) g[j] = phx_nll_grad(j == label, scale);
+        return -(double)px_ld(x, dt, o + label);
+    }
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < classes; j++) {
+        float v = px_ld(x, dt, o + j);
+        mx = v > mx ? v : mx;
+    }
+    float s = 0.0f;
+    for (int64_t j = 0; j < classes; j++) s += expf(px_ld(x, dt, o + j) - mx);
+    float lse = mx + logf(s);
+    if (g)
+        for (int64_t j = 0; j < classes; j++) g[j] = phx_xent_grad(px_ld(x, dt, o + j), lse, j == label, scale);
+    return (double)lse - (double)px_ld(x, dt, o + label);
+}
+
+PX_INLINE double px_xent_loop(int64_t rows, int64_t classes, const void *x, int dt, const int64_t *labels,
+                              int log_probs, float scale, float *grad)
+{
+    double total = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        total += px_xent_row(classes, x, dt, r * classes, labels[r], log_probs, scale,
+                             grad ? grad + r * classes : NULL);
+    return total;
+}
+
+phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
+                                const int64_t *labels, int log_probs, float *loss, float *grad,
+                                int64_t *bad_label_host)
+{
+    (void)dev;
+    const char *name = log_probs ? "nll" : "cross_entropy";
+    PX_CHECK_N(name, rows);
+    if (classes < 1) return phx_error(PHX_EINVAL, "%s: %lld classes, expected >= 1", name, (long long)classes);
+    if (bad_label_host) *bad_label_host = -1;
+    /* labels first: a bad one changes nothing */
+    for (int64_t r = 0; r < rows; r++)
+        if (labels[r] < 0 || labels[r] >= classes) {
+            if (bad_label_host) *bad_label_host = r;
+            return phx_error(PHX_EINVAL, "%s: label %lld at row %lld, expected 0 <= label < %lld", name,
+                             (long long)labels[r], (long long)r, (long long)classes);
+        }
+    float scale = 1.0f / (float)rows;
+    double total = 0.0;
+    PX_FLOAT_DISPATCH(name, dt, total = px_xent_loop(rows, classes, logits, DT, labels, log_probs, scale, grad));
+    if (loss) *loss = (float)(total / (double)rows); /* rows = 0: NaN, as torch */
+    return PHX_OK;
+}
