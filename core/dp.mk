@@ -1,1 +1,2 @@
-# core — owned by its area; see Makefile.am
+# dp — DataParallel (issue 6); see Makefile.am
+libphalanx_la_SOURCES += core/dp.c core/dp-reduce.c core/dp-pool.c core/dp-pool.h core/dp-impl.h

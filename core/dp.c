@@ -1,0 +1,722 @@
+/* DataParallel: one process, a replica of the model per device, PyTorch's
+ * torch/nn/parallel semantics (data_parallel.py, scatter_gather.py,
+ * replicate.py, parallel_apply.py).
+ *
+ * forward:  scatter the input along dim 0 in torch.chunk's sizes, bring
+ *           the replicas' parameters up to date (CPU: they ARE the model's
+ *           tensors, so only the version is bumped; elsewhere: copied), run
+ *           the replicas on the pool (the caller runs replica 0), gather the
+ *           outputs in order on the output device.
+ * backward: scatter dy the same way, run the replicas' backwards, sum their
+ *           gradients into the model's (core/dp-reduce.c), then fire the
+ *           model's gradient-ready hooks in the order replica 0 produced
+ *           its gradients.
+ * Views, buffers and replicas are made once per batch shape: a steady-state
+ * step allocates nothing. With one device the model itself is the replica. */
+#include "config.h"
+#include <stdio.h>
+#include <string.h>
+#include "core/dp-impl.h"
+#include "core/util.h"
+
+/* OpenBLAS's process-wide thread count, if OpenBLAS is what we linked:
+ * replicas running side by side each use one BLAS thread. */
+extern int openblas_get_num_threads(void) __attribute__((weak));
+extern void openblas_set_num_threads(int) __attribute__((weak));
+
+static const phx_module_vtable dp_vtable;
+
+size_t phx_chunk_sizes(int64_t batch, size_t n, int64_t *sizes)
+{
+    if (batch <= 0 || n == 0 || !sizes) {
+        phx_error(PHX_EINVAL, "phx_chunk_sizes: batch %lld into %zu chunks%s: expected batch >= 1, n >= 1",
+                  (long long)batch, n, sizes ? "" : " (sizes is NULL)");
+        return 0;
+    }
+    int64_t chunk = (batch + (int64_t)n - 1) / (int64_t)n;
+    size_t k = (size_t)((batch + chunk - 1) / chunk);
+    for (size_t i = 0; i < k; i++) {
+        int64_t left = batch - (int64_t)i * chunk;
+        sizes[i] = left < chunk ? left : chunk;
+    }
+    return k;
+}
+
+static px_dp *px_dp_of(phx_module *m, const char *who)
+{
+    if (!m || phx_module_vtable_of(m) != &dp_vtable) {
+        phx_error(PHX_EINVAL, "%s: module %s is not a DataParallel wrapper", who, m ? phx_module_type(m) : "(null)");
+        return NULL;
+    }
+    return phx_module_ctx(m);
+}
+
+phx_module *phx_dp_model(phx_module *dp)
+{
+    px_dp *d = px_dp_of(dp, "phx_dp_model");
+    return d ? d->model : NULL;
+}
+
+size_t phx_dp_num_replicas(phx_module *dp)
+{
+    px_dp *d = px_dp_of(dp, "phx_dp_num_replicas");
+    return d ? d->n : 0;
+}
+
+/* ---- keys and row views --------------------------------------------- */
+
+static bool key_same(const px_dp_key *k, const phx_tensor *t)
+{
+    return k->storage == t->storage && k->offset == t->offset && k->dtype == t->dtype && k->ndim == t->ndim &&
+           memcmp(k->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) == 0;
+}
+
+static void key_set(px_dp_key *k, const phx_tensor *t)
+{
+    memset(k, 0, sizeof *k);
+    if (!t)
+        return;
+    k->storage = t->storage;
+    k->offset = t->offset;
+    k->dtype = t->dtype;
+    k->ndim = t->ndim;
+    memcpy(k->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
+}
+
+/* Makes views[i] (a field at byte offset `field` inside each replica) the
+ * rows of replica i in base; reuses the views when base is the tensor
+ * they were made for. */
+static phx_status row_views(px_dp *d, const phx_tensor *base, px_dp_key *key, size_t field)
+{
+    if (key_same(key, base))
+        return PHX_OK;
+    int64_t row = base->shape[0] ? base->numel / base->shape[0] : 0;
+    for (size_t i = 0; i < d->n; i++) {
+        phx_tensor **v = (phx_tensor **)((char *)&d->reps[i] + field);
+        phx_tensor_free(*v);
+        *v = NULL;
+    }
+    key_set(key, NULL);
+    for (size_t i = 0; i < d->k; i++) {
+        px_dp_rep *r = &d->reps[i];
+        int64_t shape[PHX_MAX_DIMS];
+        memcpy(shape, base->shape, sizeof shape);
+        shape[0] = r->rows;
+        phx_tensor **v = (phx_tensor **)((char *)r + field);
+        if (!(*v = phx_tensor_view(base, r->row0 * row, base->ndim, shape)))
+            return PHX_ENOMEM;
+    }
+    key_set(key, base);
+    return PHX_OK;
+}
+
+/* The tensor a replica computes on: src itself when on its device, else
+ * a buffer on the device (filled by the worker). */
+static phx_status on_device(px_dp_rep *r, phx_tensor *src, px_buf *buf, phx_tensor **out)
+{
+    if (phx_device_equal(src->storage->device, r->dev)) {
+        *out = src;
+        return PHX_OK;
+    }
+    return px_buf_get(buf, src->dtype, src->ndim, src->shape, r->dev, out);
+}
+
+/* ---- parameters ------------------------------------------------------ */
+
+/* The wrapper lists the model's parameters under the model's own names:
+ * its cached flat list is filled once and never invalidated, since the
+ * wrapper has no parameters or children of its own. (DDP does the same.) */
+static phx_status list_model_params(phx_module *self, phx_module *model, size_t n)
+{
+    self->flat = px_calloc(n ? n : 1, sizeof *self->flat);
+    self->flat_names = px_calloc(n ? n : 1, sizeof *self->flat_names);
+    if (!self->flat || !self->flat_names)
+        return PHX_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        self->flat[i] = phx_module_param(model, i);
+        if (!(self->flat_names[i] = px_strdup(phx_module_param_name(model, i))))
+            return PHX_ENOMEM;
+        self->n_flat = i + 1;
+    }
+    self->flat_valid = true;
+    return PHX_OK;
+}
+
+/* Records the order of replica 0's gradients (the hook of its params). */
+static void record_ready(phx_param *p, void *user)
+{
+    px_dp *d = user;
+    px_dp_rep *r = &d->reps[0];
+    size_t n = d->n_params, j = d->ready_hint < n ? d->ready_hint : 0;
+    for (size_t s = 0; s < n && r->params[j] != p; s++)
+        j = j + 1 < n ? j + 1 : 0;
+    if (r->params[j] != p || d->n_ready >= n)
+        return;
+    d->ready[d->n_ready++] = j;
+    d->ready_hint = j ? j - 1 : 0;
+}
+
+/* Checks, before anything runs, that the model still is what was wrapped. */
+static phx_status check_model(px_dp *d, const char *who)
+{
+    if (phx_module_num_params(d->model) != d->n_params)
+        return phx_error(PHX_ESTATE, "%s: the model has %zu parameters, it had %zu when wrapped", who,
+                         phx_module_num_params(d->model), d->n_params);
+    for (size_t j = 0; j < d->n_params; j++) {
+        phx_param *p = d->params[j];
+        if (phx_module_param(d->model, j) != p)
+            return phx_error(PHX_ESTATE, "%s: parameter %zu of the model changed after wrapping", who, j);
+        if (!phx_device_equal(p->value->storage->device, d->devices[0])) {
+            char a[32], b[32];
+            return phx_error(PHX_EINVAL, "%s: parameter '%s' is on %s, DataParallel needs the model on devices[0] = %s",
+                             who, phx_module_param_name(d->model, j),
+                             phx_device_name(p->value->storage->device, a, sizeof a),
+                             phx_device_name(d->devices[0], b, sizeof b));
+        }
+    }
+    return PHX_OK;
+}
+
+/* Caller side of the parameter refresh: which parameters changed since the
+ * replicas last saw them, and the mode and precision they must run with. */
+static phx_status plan_sync(px_dp *d)
+{
+    phx_module *self = d->self;
+    if (self->precision != d->precision || self->compute_dtype != d->compute_dtype) {
+        /* phx_module_set_precision(wrapper): the wrapper has no children,
+         * so pass the policy on to the model. */
+        phx_status st = phx_module_set_precision(d->model, self->precision);
+        if (st != PHX_OK)
+            return st;
+        d->precision = self->precision;
+        d->compute_dtype = self->compute_dtype;
+    }
+    for (size_t i = 0; i < d->n; i++) {
+        phx_module *m = d->reps[i].m;
+        if (m == d->model)
+            continue;
+        if (m->precision != d->model->precision || m->compute_dtype != d->model->compute_dtype) {
+            phx_status st = phx_module_set_precision(m, d->model->precision);
+            if (st != PHX_OK)
+                return st;
+        }
+        if (m->training != d->model->training) {
+            phx_status st = phx_module_train(m, d->model->training);
+            if (st != PHX_OK)
+                return st;
+        }
+    }
+    for (size_t j = 0; j < d->n_params; j++) {
+        phx_param *p = d->params[j];
+        d->dirty[j] = p->version != d->synced[j] || p->value != d->synced_val[j];
+    }
+    return PHX_OK;
+}
+
+/* Worker side: replica r takes the model's current values. */
+static phx_status sync_replica(px_dp *d, px_dp_rep *r)
+{
+    if (r->m == d->model)
+        return PHX_OK;
+    for (size_t j = 0; j < d->n_params; j++) {
+        if (!d->dirty[j])
+            continue;
+        phx_param *mp = d->params[j], *rp = r->params[j];
+        phx_status st;
+        if (r->shares) {
+            if (rp->value != mp->value)
+                st = phx_param_set_value(rp, mp->value); /* takes a reference, bumps the version */
+            else {
+                phx_param_touch(rp); /* same storage, new values: refresh low-precision copies */
+                st = PHX_OK;
+            }
+        } else {
+            st = phx_tensor_copy(rp->value, mp->value);
+            phx_param_touch(rp);
+        }
+        if (st != PHX_OK)
+            return st;
+    }
+    return PHX_OK;
+}
+
+static void sync_done(px_dp *d)
+{
+    for (size_t j = 0; j < d->n_params; j++) {
+        d->synced[j] = d->params[j]->version;
+        d->synced_val[j] = d->params[j]->value;
+    }
+}
+
+/* ---- running replicas ------------------------------------------------ */
+
+static void task_result(px_dp_rep *r, phx_status st)
+{
+    if (st == PHX_OK && r->dev.kind != PHX_DEVICE_CPU)
+        st = phx_device_synchronize(r->dev);
+    r->st = st;
+    if (st != PHX_OK)
+        snprintf(r->err, sizeof r->err, "%s", phx_last_error());
+}
+
+static bool rows_fit(const phx_tensor *src, const phx_tensor *dst)
+{
+    return dst && src->dtype == dst->dtype && phx_tensor_same_shape(src, dst);
+}
+
+static void forward_task(void *arg, size_t i)
+{
+    px_dp *d = arg;
+    px_dp_rep *r = &d->reps[i];
+    r->y_done = false;
+    phx_status st = sync_replica(d, r);
+    if (st == PHX_OK && r->x != r->x_src)
+        st = phx_tensor_copy(r->x, r->x_src);
+    if (st == PHX_OK)
+        st = phx_module_forward(r->m, r->x, &r->y);
+    if (st == PHX_OK && rows_fit(r->y, r->y_dst) && r->y->storage != r->y_dst->storage) {
+        st = phx_tensor_copy(r->y_dst, r->y);
+        r->y_done = st == PHX_OK;
+    }
+    task_result(r, st);
+}
+
+static void backward_task(void *arg, size_t i)
+{
+    px_dp *d = arg;
+    px_dp_rep *r = &d->reps[i];
+    r->dx_done = false;
+    r->dx = NULL;
+    phx_status st = PHX_OK;
+    if (r->dy != r->dy_src)
+        st = phx_tensor_copy(r->dy, r->dy_src);
+    if (st == PHX_OK)
+        st = phx_module_backward(r->m, r->dy, d->want_dx ? &r->dx : NULL);
+    if (st == PHX_OK && d->want_dx && !r->dx)
+        st = phx_error(PHX_EINTERNAL, "module %s returned no input gradient", phx_module_type(r->m));
+    if (st == PHX_OK && r->dx && rows_fit(r->dx, r->dx_dst) && r->dx->storage != r->dx_dst->storage) {
+        st = phx_tensor_copy(r->dx_dst, r->dx);
+        r->dx_done = st == PHX_OK;
+    }
+    task_result(r, st);
+}
+
+/* Runs task over the k replicas in use, each CPU replica on one BLAS thread. */
+static phx_status run_replicas(px_dp *d, px_pool_fn task, const char *who)
+{
+    int blas = -1;
+    if (d->k > 1 && d->devices[0].kind == PHX_DEVICE_CPU && openblas_get_num_threads &&
+        openblas_set_num_threads && (blas = openblas_get_num_threads()) != 1)
+        openblas_set_num_threads(1);
+    px_pool_run(d->pool, d->k, task, d);
+    if (blas > 1)
+        openblas_set_num_threads(blas);
+    for (size_t i = 0; i < d->k; i++) {
+        px_dp_rep *r = &d->reps[i];
+        if (r->st != PHX_OK) {
+            char dev[32];
+            return phx_error(r->st, "%s: replica %zu on %s (rows %lld..%lld): %s", who, i,
+                             phx_device_name(r->dev, dev, sizeof dev), (long long)r->row0,
+                             (long long)(r->row0 + r->rows - 1), r->err);
+        }
+    }
+    return PHX_OK;
+}
+
+/* Puts the replicas' outputs (field `src`) into rows of one tensor on dev
+ * (field `dst` holds the row views; `done` says the worker copied already).
+ * One replica whose output already lies on dev is returned as it is. */
+static phx_status gather(px_dp *d, size_t src, size_t dst, size_t done, px_buf *buf, px_dp_key *key,
+                         phx_device dev, const char *what, phx_tensor **out)
+{
+#define FIELD(r, f, T) (*(T *)((char *)(r) + (f)))
+    const phx_tensor *y0 = FIELD(&d->reps[0], src, phx_tensor *);
+    char a[64], b[64];
+    for (size_t i = 0; i < d->k; i++) {
+        const phx_tensor *y = FIELD(&d->reps[i], src, phx_tensor *);
+        bool ok = y->ndim >= 1 && y->shape[0] == d->reps[i].rows && y->ndim == y0->ndim && y->dtype == y0->dtype;
+        for (int j = 1; ok && j < y->ndim; j++)
+            ok = y->shape[j] == y0->shape[j];
+        if (!ok)
+            return phx_error(PHX_EINVAL,
+                             "DataParallel: replica %zu's %s is %s %s for %lld rows (replica 0: %s %s); "
+                             "DataParallel needs dim 0 to be the batch and the same trailing shape",
+                             i, what, phx_dtype_name(y->dtype), phx_tensor_shape_str(y, a, sizeof a),
+                             (long long)d->reps[i].rows, phx_dtype_name(y0->dtype),
+                             phx_tensor_shape_str(y0, b, sizeof b));
+    }
+    if (d->k == 1 && phx_device_equal(y0->storage->device, dev)) {
+        *out = (phx_tensor *)y0;
+        return PHX_OK;
+    }
+    int64_t shape[PHX_MAX_DIMS];
+    memcpy(shape, y0->shape, sizeof shape);
+    shape[0] = d->batch;
+    phx_tensor *all;
+    phx_status st = px_buf_get(buf, y0->dtype, y0->ndim, shape, dev, &all);
+    if (st == PHX_OK)
+        st = row_views(d, all, key, dst);
+    for (size_t i = 0; i < d->k && st == PHX_OK; i++)
+        if (!FIELD(&d->reps[i], done, bool))
+            st = phx_tensor_copy(FIELD(&d->reps[i], dst, phx_tensor *), FIELD(&d->reps[i], src, phx_tensor *));
+    if (st == PHX_OK && dev.kind != PHX_DEVICE_CPU)
+        st = phx_device_synchronize(dev);
+    *out = all;
+    return st;
+#undef FIELD
+}
+
+/* Splits a batch of b rows over the replicas (torch.chunk sizes). */
+static void plan_batch(px_dp *d, int64_t b)
+{
+    if (b == d->batch && d->k)
+        return;
+    d->k = phx_chunk_sizes(b, d->n, d->sizes);
+    d->batch = b;
+    int64_t row0 = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        d->reps[i].row0 = row0;
+        d->reps[i].rows = i < d->k ? d->sizes[i] : 0;
+        row0 += d->reps[i].rows;
+    }
+}
+
+static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    static const char who[] = "phx_dp_forward";
+    px_dp *d = phx_module_ctx(self);
+    char s[64];
+    if (x->ndim < 1 || x->shape[0] < 1)
+        return phx_error(PHX_EINVAL, "%s: input %s has no batch rows (dim 0); expected at least 1", who,
+                         phx_tensor_shape_str(x, s, sizeof s));
+    phx_status st = check_model(d, who);
+    if (st == PHX_OK)
+        st = plan_sync(d);
+    if (st != PHX_OK)
+        return st;
+    d->forward_ok = false;
+    plan_batch(d, x->shape[0]);
+    if ((st = row_views(d, x, &d->x_key, offsetof(px_dp_rep, x_src))) != PHX_OK)
+        return st;
+    for (size_t i = 0; i < d->k && st == PHX_OK; i++)
+        st = on_device(&d->reps[i], d->reps[i].x_src, &d->reps[i].x_buf, &d->reps[i].x);
+    if (st == PHX_OK)
+        st = run_replicas(d, forward_task, who);
+    if (st != PHX_OK)
+        return st;
+    sync_done(d);
+    st = gather(d, offsetof(px_dp_rep, y), offsetof(px_dp_rep, y_dst), offsetof(px_dp_rep, y_done), &d->y_buf,
+                &d->y_key, d->out_dev, "output", &d->y);
+    if (st != PHX_OK)
+        return st;
+    d->y_ndim = d->y->ndim;
+    memcpy(d->y_shape, d->y->shape, sizeof d->y_shape);
+    d->y_dtype = d->y->dtype;
+    d->x_dev = x->storage->device;
+    d->x_dtype = x->dtype;
+    d->forward_ok = true;
+    *y = d->y;
+    return PHX_OK;
+}
+
+static phx_status check_dy(px_dp *d, const phx_tensor *dy, const char *who)
+{
+    char a[64], b[64];
+    if (!d->forward_ok)
+        return phx_error(PHX_ESTATE, "%s: no successful forward to differentiate", who);
+    if (dy->ndim >= 1 && dy->shape[0] != d->batch)
+        return phx_error(PHX_EINVAL,
+                         "%s: dy has %lld rows (dim 0) but the forward's batch had %lld; the loss target "
+                         "must have the input's batch size",
+                         who, (long long)dy->shape[0], (long long)d->batch);
+    bool same = dy->ndim == d->y_ndim && phx_dtype_is_float(dy->dtype);
+    for (int j = 0; same && j < dy->ndim; j++)
+        same = dy->shape[j] == d->y_shape[j];
+    if (!same) {
+        phx_tensor probe = {0};
+        probe.ndim = d->y_ndim;
+        memcpy(probe.shape, d->y_shape, sizeof probe.shape);
+        return phx_error(PHX_EINVAL, "%s: dy is %s %s, the output of the forward was %s %s", who,
+                         phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
+                         phx_dtype_name(d->y_dtype), phx_tensor_shape_str(&probe, b, sizeof b));
+    }
+    return PHX_OK;
+}
+
+static phx_status dp_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    static const char who[] = "phx_dp_backward";
+    px_dp *d = phx_module_ctx(self);
+    phx_status st = check_dy(d, dy, who);
+    if (st == PHX_OK)
+        st = check_model(d, who);
+    if (st == PHX_OK)
+        st = row_views(d, dy, &d->dy_key, offsetof(px_dp_rep, dy_src));
+    for (size_t i = 0; i < d->k && st == PHX_OK; i++)
+        st = on_device(&d->reps[i], d->reps[i].dy_src, &d->reps[i].dy_buf, &d->reps[i].dy);
+    if (st != PHX_OK)
+        return st;
+    d->want_dx = dx != NULL;
+    d->n_ready = 0;
+    bool clones = d->reps[0].m != d->model;
+    st = run_replicas(d, backward_task, who);
+    if (st == PHX_OK && dx)
+        st = gather(d, offsetof(px_dp_rep, dx), offsetof(px_dp_rep, dx_dst), offsetof(px_dp_rep, dx_done),
+                    &d->dx_buf, &d->dx_key, d->x_dev, "input gradient", dx);
+    if (st != PHX_OK) {
+        px_dp_zero_replica_grads(d); /* the model's gradients were not touched */
+        return st;
+    }
+    if (!clones)
+        return PHX_OK; /* one device: the model ran itself and fired its own hooks */
+    if ((st = px_dp_reduce(d)) != PHX_OK)
+        return st;
+    for (size_t i = 0; i < d->n_ready; i++)
+        phx_param_grad_ready(d->params[d->ready[i]]);
+    return PHX_OK;
+}
+
+static phx_status dp_set_train(phx_module *self, bool training)
+{
+    px_dp *d = phx_module_ctx(self);
+    phx_status st = phx_module_train(d->model, training);
+    for (size_t i = 0; i < d->n && st == PHX_OK; i++)
+        if (d->reps[i].m != d->model)
+            st = phx_module_train(d->reps[i].m, training);
+    return st;
+}
+
+
+/* ---- construction ---------------------------------------------------- */
+
+static void px_dp_destroy(px_dp *d);
+
+static void dp_free(phx_module *self) { px_dp_destroy(phx_module_ctx(self)); }
+
+static const phx_module_vtable dp_vtable = {
+    /* .type_name = */ "DataParallel",
+    /* .forward   = */ dp_forward,
+    /* .backward  = */ dp_backward,
+    /* .free      = */ dp_free,
+    /* .set_train = */ dp_set_train,
+    /* .clone     = */ NULL,
+};
+
+/* devices NULL: every device of the model's kind. Each must exist, all of
+ * one kind, the model on the first; the output device one of them. */
+static phx_status pick_devices(const phx_device *devices, size_t n_devices, const phx_device *output_device,
+                               phx_device model_dev, phx_device **out, size_t *n_out, phx_device *out_dev)
+{
+    static const char who[] = "phx_dp_new";
+    char a[32], b[32];
+    size_t n = n_devices;
+    if (devices && n == 0)
+        return phx_error(PHX_EINVAL, "%s: n_devices is 0; expected at least one device (or devices NULL for all)", who);
+    if (!devices) {
+        int c = model_dev.kind == PHX_DEVICE_CPU ? phx_num_threads() : phx_device_count(model_dev.kind);
+        if (c < 1)
+            return phx_error(PHX_ENOTFOUND, "%s: no %s device to replicate on", who,
+                             phx_device_name(model_dev, a, sizeof a));
+        n = (size_t)c;
+    }
+    phx_device *list = px_calloc(n, sizeof *list);
+    if (!list)
+        return PHX_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        phx_device dv = devices ? devices[i] : model_dev;
+        if (!devices && model_dev.kind != PHX_DEVICE_CPU)
+            dv.index = (int)i;
+        int count = dv.kind == PHX_DEVICE_CPU || dv.kind == PHX_DEVICE_CUDA ? phx_device_count(dv.kind) : 0;
+        if (dv.index < 0 || dv.index >= count) {
+            px_free(list);
+            if (dv.kind != PHX_DEVICE_CPU && dv.kind != PHX_DEVICE_CUDA)
+                return phx_error(PHX_EINVAL, "%s: devices[%zu] has unknown kind %d; expected cpu or cuda", who, i,
+                                 dv.kind);
+            return phx_error(PHX_ENOTFOUND, "%s: devices[%zu] = %s does not exist (%d %s device%s here)", who, i,
+                             phx_device_name(dv, a, sizeof a), count, dv.kind == PHX_DEVICE_CPU ? "cpu" : "cuda",
+                             count == 1 ? "" : "s");
+        }
+        if (dv.kind != list[0].kind && i > 0) {
+            px_free(list);
+            return phx_error(PHX_EINVAL, "%s: devices[%zu] = %s, devices[0] = %s: all devices must be of one kind", who,
+                             i, phx_device_name(dv, a, sizeof a), phx_device_name(list[0], b, sizeof b));
+        }
+        list[i] = dv;
+    }
+    if (!phx_device_equal(list[0], model_dev)) {
+        px_free(list);
+        return phx_error(PHX_EINVAL, "%s: the model's parameters are on %s, they must be on devices[0] = %s", who,
+                         phx_device_name(model_dev, a, sizeof a), phx_device_name(list[0], b, sizeof b));
+    }
+    *out_dev = list[0];
+    if (output_device) {
+        size_t i = 0;
+        while (i < n && !phx_device_equal(list[i], *output_device))
+            i++;
+        if (i == n) {
+            px_free(list);
+            return phx_error(PHX_EINVAL, "%s: output device %s is not one of the %zu devices (devices[0] = %s)", who,
+                             phx_device_name(*output_device, a, sizeof a), n, phx_device_name(list[0], b, sizeof b));
+        }
+        *out_dev = *output_device;
+    }
+    *out = list;
+    *n_out = n;
+    return PHX_OK;
+}
+
+/* Replica i: the model itself with one device, else a clone on its device
+ * whose gradients are views of one flat zeroed buffer, and whose values
+ * are the model's own tensors when it shares the model's device. */
+static phx_status make_replica(px_dp *d, size_t i)
+{
+    px_dp_rep *r = &d->reps[i];
+    r->dev = d->devices[i];
+    char a[32];
+    if (d->n == 1) {
+        r->m = d->model;
+    } else {
+        phx_status st = PHX_OK;
+        if (!(r->m = phx_module_clone(d->model)))
+            st = PHX_EUNSUPPORTED; /* no clone slot, or out of memory: the message says which */
+        else if (!phx_device_equal(r->dev, d->devices[0]))
+            st = phx_module_to(r->m, r->dev);
+        if (st != PHX_OK)
+            return phx_error(st, "phx_dp_new: cannot replicate the model on %s for replica %zu: %s",
+                             phx_device_name(r->dev, a, sizeof a), i, phx_last_error());
+    }
+    r->shares = phx_device_equal(r->dev, d->devices[0]);
+    if (!(r->params = px_calloc(d->n_params ? d->n_params : 1, sizeof *r->params)))
+        return PHX_ENOMEM;
+    for (size_t j = 0; j < d->n_params; j++)
+        r->params[j] = phx_module_param(r->m, j);
+    if (r->m == d->model)
+        return PHX_OK;
+    int64_t total = d->off[d->n_params];
+    if (total > 0 && !(r->grad = phx_tensor_zeros(PHX_F32, 1, &total, r->dev)))
+        return PHX_ENOMEM;
+    for (size_t j = 0; j < d->n_params; j++) {
+        phx_param *rp = r->params[j];
+        phx_tensor *g = phx_tensor_view(r->grad, d->off[j], rp->value->ndim, rp->value->shape);
+        phx_status st = g ? phx_param_set_grad(rp, g) : PHX_ENOMEM;
+        phx_tensor_free(g);
+        if (st == PHX_OK && r->shares)
+            st = phx_param_set_value(rp, d->params[j]->value);
+        if (st != PHX_OK)
+            return st;
+    }
+    if (r->grad)
+        return phx_tensor_fill(r->grad, 0.0);
+    return PHX_OK;
+}
+
+static phx_status dp_init(px_dp *d)
+{
+    size_t n = d->n, np = d->n_params ? d->n_params : 1;
+    d->reps = px_calloc(n, sizeof *d->reps);
+    d->sizes = px_calloc(n, sizeof *d->sizes);
+    d->gsrc = px_calloc(n, sizeof *d->gsrc);
+    d->params = px_calloc(np, sizeof *d->params);
+    d->off = px_calloc(np + 1, sizeof *d->off);
+    d->synced = px_calloc(np, sizeof *d->synced);
+    d->synced_val = px_calloc(np, sizeof *d->synced_val);
+    d->dirty = px_calloc(np, sizeof *d->dirty);
+    d->ready = px_calloc(np, sizeof *d->ready);
+    if (!d->reps || !d->sizes || !d->gsrc || !d->params || !d->off || !d->synced || !d->synced_val || !d->dirty ||
+        !d->ready)
+        return PHX_ENOMEM;
+    for (size_t j = 0; j < d->n_params; j++) {
+        d->params[j] = phx_module_param(d->model, j);
+        d->off[j + 1] = d->off[j] + d->params[j]->value->numel;
+    }
+    for (size_t i = 0; i < n; i++) {
+        phx_status st = make_replica(d, i);
+        if (st != PHX_OK)
+            return st;
+    }
+    if (d->reps[0].m != d->model)
+        phx_module_set_grad_hook(d->reps[0].m, record_ready, d);
+    sync_done(d);
+    if (!(d->pool = px_pool_new(n)))
+        return PHX_ENOMEM;
+    return PHX_OK;
+}
+
+phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_devices,
+                       const phx_device *output_device)
+{
+    if (!model) {
+        phx_error(PHX_EINVAL, "phx_dp_new: model is NULL");
+        return NULL;
+    }
+    size_t np = phx_module_num_params(model);
+    phx_device model_dev = np ? phx_module_param(model, 0)->value->storage->device : phx_cpu();
+    for (size_t j = 1; j < np; j++) {
+        phx_device dv = phx_module_param(model, j)->value->storage->device;
+        if (!phx_device_equal(dv, model_dev)) {
+            char a[32], b[32];
+            phx_error(PHX_EINVAL, "phx_dp_new: parameter '%s' is on %s, '%s' on %s: the model must be on one device",
+                      phx_module_param_name(model, j), phx_device_name(dv, a, sizeof a),
+                      phx_module_param_name(model, 0), phx_device_name(model_dev, b, sizeof b));
+            return NULL;
+        }
+    }
+    px_dp *d = px_calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->model = model;
+    d->n_params = np;
+    phx_status st = pick_devices(devices, n_devices, output_device, model_dev, &d->devices, &d->n, &d->out_dev);
+    if (st != PHX_OK) {
+        px_free(d);
+        return NULL;
+    }
+    phx_module *self = phx_module_new(&dp_vtable, d);
+    if (!self) {
+        px_dp_destroy(d);
+        return NULL;
+    }
+    d->self = self;
+    self->training = model->training;
+    self->precision = d->precision = model->precision;
+    self->compute_dtype = d->compute_dtype = model->compute_dtype;
+    if ((st = list_model_params(self, model, np)) != PHX_OK || (st = dp_init(d)) != PHX_OK) {
+        phx_module_free(self);
+        return NULL;
+    }
+    return self;
+}
+
+static void px_dp_destroy(px_dp *d)
+{
+    if (!d)
+        return;
+    px_pool_free(d->pool);
+    for (size_t i = 0; d->reps && i < d->n; i++) {
+        px_dp_rep *r = &d->reps[i];
+        phx_tensor_free(r->x_src);
+        phx_tensor_free(r->dy_src);
+        phx_tensor_free(r->y_dst);
+        phx_tensor_free(r->dx_dst);
+        px_buf_free(&r->x_buf);
+        px_buf_free(&r->dy_buf);
+        if (r->m != d->model)
+            phx_module_free(r->m);
+        phx_tensor_free(r->grad);
+        px_free(r->params);
+    }
+    px_buf_free(&d->y_buf);
+    px_buf_free(&d->dx_buf);
+    px_buf_free(&d->stage);
+    px_free(d->reps);
+    px_free(d->devices);
+    px_free(d->params);
+    px_free(d->off);
+    px_free(d->synced);
+    px_free(d->synced_val);
+    px_free(d->dirty);
+    px_free(d->ready);
+    px_free(d->sizes);
+    px_free(d->gsrc);
+    px_free(d);
+}
