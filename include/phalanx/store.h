@@ -53,6 +53,15 @@ phx_status phx_store_compare_set(phx_store *s, const char *key, const void *expe
 phx_status phx_store_delete(phx_store *s, const char *key, int *deleted);
 phx_status phx_store_num_keys(phx_store *s, int64_t *count);
 
+/* 1 for a store made by phx_store_new_local (or a clone of one). The
+ * threads backend accepts only these: its ranks must share one process. */
+int phx_store_is_local(const phx_store *s);
+/* The numeric address of this host's end of the connection to the store
+ * server ("10.0.0.5", "127.0.0.1"): the interface that reaches rank 0,
+ * which network backends bind for rendezvous. PHX_EUNSUPPORTED for an
+ * in-process store. */
+phx_status phx_store_local_addr(const phx_store *s, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,81 @@
+/* Communicator, work handle and spawn internals (px_ prefix, not exported). */
+#ifndef PHX_CORE_COMM_IMPL_H
+#define PHX_CORE_COMM_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "phalanx/comm.h"
+#include "phalanx/plugin.h"
+#include "phalanx/plugin/comm_v1.h"
+
+#define PX_WORK_MSG_MAX 512
+
+/* A collective's completion. Works live in their comm's pool and are
+ * recycled by phx_work_free, so a steady training step allocates none. */
+struct phx_work {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;                    /* set once by phx_work_complete */
+    int orphan;                  /* abandoned by a timed-out blocking call:
+                                    phx_work_complete recycles it */
+    phx_status status;
+    uint64_t seq;                /* issue number on its comm */
+    const char *what;            /* "allreduce", ... (static string) */
+    phx_comm *comm;              /* the pool it returns to */
+    struct phx_work *next_free;
+    struct phx_work *next_all;   /* every handle of the comm, for phx_comm_free */
+    char msg[PX_WORK_MSG_MAX];   /* error message, "" on success */
+};
+
+struct phx_comm {
+    const phx_plugin_desc *desc;
+    const phx_comm_v1 *v;
+    void *state;                 /* the plugin's */
+    int rank, size, local_rank, local_size;
+    phx_store *store;
+    int owns_store;              /* created by phx_comm_init: freed with the comm */
+    char prefix[48];             /* "c<k>/": this comm's keys in the store */
+    double timeout_s;
+    phx_device device;
+    uint64_t seq;                /* collectives issued */
+    int debug_detail;            /* PHX_DEBUG=detail */
+    pthread_mutex_t pool_mu;
+    phx_work *free_works;        /* recycled handles */
+    phx_work *all_works;         /* every handle made, for phx_comm_free */
+};
+
+/* Seconds a wait on a work adds to the comm's timeout: the backend
+ * enforces the timeout itself and names the peer; its error should win. */
+#define PX_WORK_GRACE 2.0
+
+/* A fresh handle from c's pool (NULL and PHX_ENOMEM when none can be made). */
+phx_work *px_work_get(phx_comm *c, const char *what);
+/* Back to the pool (the work is complete and no one holds it). */
+void px_work_put(phx_work *w);
+/* Frees every handle of c (at phx_comm_free). */
+void px_work_destroy_all(phx_comm *c);
+/* For blocking calls: waits (comm timeout + grace), recycles the handle
+ * (or leaves it to phx_work_complete when the backend still holds it)
+ * and returns its status. */
+phx_status px_work_finish(phx_work *w);
+
+/* MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500), checked
+ * as phx_world_from_env does. */
+phx_status px_env_master(char *addr, size_t len, int *port);
+
+/* World set by phx_spawn for each of its threads (rank, size and the
+ * one in-process store they share). active is 0 outside such threads. */
+typedef struct px_spawn_tls {
+    int active;
+    int rank, size;
+    phx_store *store;
+} px_spawn_tls;
+
+/* The calling thread's spawn world (never NULL; .active 0 when none). */
+const px_spawn_tls *px_spawn_current(void);
+
+/* Key set in a spawned world's store when one of its threads failed;
+ * backends waiting on peers give up when they see it. */
+#define PX_SPAWN_ABORT_KEY "phx/spawn/abort"
+
+#endif
