@@ -7,3 +7,8 @@ libphalanx_la_SOURCES += core/module.c core/module-impl.h \
 	core/loss.c core/optim.c core/optim-impl.h core/sgd.c core/adam.c \
 	core/safetensors.c core/safetensors-impl.h core/checkpoint.c \
 	core/idx.c core/loader.c
+
+train_tests = t/train_modules
+check_PROGRAMS += $(train_tests)
+TESTS += $(train_tests)
+t_train_modules_LDADD = libphalanx.la -lm

@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""Checkpoint interop between PyTorch and Phalanx (t/train_interop).
+
+    ckpt_interop.py write [DIR]   writes DIR/torch_ckpt.safetensors: the
+        state_dict of DataParallel(Sequential(Linear(10, 8), Tanh(),
+        Linear(8, 3))) -- keys "module.0.weight" ... -- and
+        DIR/torch_ckpt_io.safetensors: an input x (5, 10) and torch's
+        output y for it.
+    ckpt_interop.py read PATH IO  loads a Phalanx checkpoint of that model
+        (strictly: every key present, no extra key apart from "optim.*")
+        into torch, prints the reader used, the metadata, and the model's
+        output for IO's x, one number per line."""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+import st_io
+
+
+def model():
+    return nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def write(out):
+    torch.manual_seed(7)
+    m = nn.DataParallel(model())
+    x = torch.randn(5, 10)
+    with torch.no_grad():
+        y = m(x)
+    st_io.write(os.path.join(out, "torch_ckpt.safetensors"), dict(m.state_dict()), {"written_by": "torch " + torch.__version__})
+    st_io.write(os.path.join(out, "torch_ckpt_io.safetensors"), {"x": x, "y": y})
+    print("wrote", ", ".join(m.state_dict()))
+
+
+def read(path, io):
+    tensors, meta, how = st_io.read_any(path)
+    m = model()
+    state = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    m.load_state_dict(state, strict=True)
+    x = st_io.read(io)[0]["x"]
+    with torch.no_grad():
+        y = m(x)
+    print("reader:", how)
+    for k in sorted(meta):
+        print("meta:", k, meta[k])
+    for v in y.flatten().tolist():
+        print("%.9g" % v)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "write":
+        write(sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..", "t", "data"))
+    elif len(sys.argv) == 4 and sys.argv[1] == "read":
+        read(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)
