@@ -1,2 +1,8 @@
 # dp — DataParallel (issue 6); see Makefile.am
 libphalanx_la_SOURCES += core/dp.c core/dp-reduce.c core/dp-pool.c core/dp-pool.h core/dp-impl.h
+
+check_PROGRAMS += t/dp_chunk
+TESTS += t/dp_chunk
+t_dp_chunk_LDADD = libphalanx.la -lm
+
+EXTRA_DIST += bench/torch/chunk.py bench/torch/dp.py t/data/dp_chunk.txt
