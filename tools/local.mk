@@ -3,7 +3,7 @@
 # (doc/plugins.md). The comm area adds tools/phxrun below.
 
 # ---- phx-info: lists the plugins found and why any is rejected.
-#bin_PROGRAMS += tools/phx-info
+bin_PROGRAMS += tools/phx-info
 tools_phx_info_SOURCES = tools/phx-info.c
 tools_phx_info_LDADD = libphalanx.la
 
@@ -73,3 +73,20 @@ t_plugins_loader_phx_comm_novtable_la_LDFLAGS = $(fake_plugin_ldflags)
 t_plugins_loader2_phx_comm_alpha_la_SOURCES = t/plugins/fake.c
 t_plugins_loader2_phx_comm_alpha_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=alpha -DFAKE_VERSION=2.0 -DFAKE_PRIORITY=10
 t_plugins_loader2_phx_comm_alpha_la_LDFLAGS = $(fake_plugin_ldflags)
+
+# ---- the loader's tests (t/plugin_minor builds its own loader, requiring
+# plugin ABI minor 1, for the "minor too old" error).
+check_PROGRAMS += t/plugin_loader t/plugin_minor
+TESTS += t/plugin_loader t/plugin_minor
+t_plugin_loader_SOURCES = t/plugin_loader.c
+t_plugin_loader_LDADD = libphalanx.la
+t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin.c core/plugin-find.c core/util.c
+t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_REQUIRED=1
+t_plugin_minor_LDADD = libphalanx.la
+
+# ---- the out-of-tree plugin: installs into a scratch root, builds
+# examples/custom-plugin with its own Makefile, selects it by PHX_COMM.
+check_SCRIPTS += t/custom_plugin.sh
+TESTS += t/custom_plugin.sh
+EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-plugin/check-solo.c \
+	examples/custom-plugin/Makefile examples/custom-plugin/README.md
