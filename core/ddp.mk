@@ -1,8 +1,27 @@
 # ddp — DistributedDataParallel and DistributedSampler (issue 5); see Makefile.am
 libphalanx_la_SOURCES += core/sampler.c core/ddp.c core/ddp-buckets.c core/ddp-check.c core/ddp-impl.h
 
-check_PROGRAMS += t/ddp_sampler
-TESTS += t/ddp_sampler
+ddp_tests = t/ddp_sampler t/ddp_buckets t/ddp_equiv t/ddp_overlap t/ddp_nosync t/ddp_unused \
+	t/ddp_mismatch
+check_PROGRAMS += $(ddp_tests)
+TESTS += $(ddp_tests)
+ddp_test_cppflags = $(AM_CPPFLAGS)
+if HAVE_GLOO
+ddp_test_cppflags += -DHAVE_GLOO=1
+endif
 t_ddp_sampler_LDADD = libphalanx.la
+t_ddp_buckets_LDADD = libphalanx.la
+t_ddp_buckets_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_equiv_LDADD = libphalanx.la -lm
+t_ddp_equiv_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_overlap_LDADD = libphalanx.la -lm
+t_ddp_overlap_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_nosync_LDADD = libphalanx.la -lm
+t_ddp_nosync_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_unused_LDADD = libphalanx.la -lm
+t_ddp_unused_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_mismatch_LDADD = libphalanx.la -lm
+t_ddp_mismatch_CPPFLAGS = $(ddp_test_cppflags)
 
-EXTRA_DIST += bench/torch/sampler.py t/data/sampler.txt
+EXTRA_DIST += t/ddp-util.h bench/torch/sampler.py t/data/sampler.txt bench/torch/buckets.py \
+	t/data/buckets.txt

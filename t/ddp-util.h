@@ -1,0 +1,160 @@
+/* Shared by the DDP tests: a small MLP, deterministic batches, parameter
+ * comparisons, a cross-rank bitwise check, and running a function on N
+ * ranks of a backend. Header-only (static functions). */
+#ifndef PHX_T_DDP_UTIL_H
+#define PHX_T_DDP_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "phalanx/phalanx.h"
+
+/* Linear(sizes[0], sizes[1]), Tanh, Linear(sizes[1], sizes[2]), ...,
+ * Linear(sizes[n-2], sizes[n-1]): n sizes, n-1 linear layers, children
+ * "0", "1", ... (Tanh layers take odd indices). */
+static inline phx_module *tu_mlp(const int64_t *sizes, int n, uint64_t seed)
+{
+    phx_rng *rng = phx_rng_new(seed);
+    phx_module *m = phx_sequential_new();
+    if (!rng || !m)
+        return NULL;
+    for (int i = 0; i + 1 < n; i++) {
+        if (i > 0)
+            phx_sequential_add(m, phx_tanh_new());
+        if (phx_sequential_add(m, phx_linear_new(sizes[i], sizes[i + 1], true, rng)) != PHX_OK) {
+            phx_module_free(m);
+            m = NULL;
+            break;
+        }
+    }
+    phx_rng_free(rng);
+    return m;
+}
+
+/* Row i of step s's global batch: x (in) and target (out), smooth
+ * deterministic values in [-1, 1] that need no generator. */
+static inline void tu_row(int s, int64_t i, int64_t in, int64_t out, float *x, float *y)
+{
+    for (int64_t j = 0; j < in; j++)
+        x[j] = (float)sin(0.37 * (double)(s * 7919 + i * 131 + j * 17) + 0.5);
+    for (int64_t j = 0; j < out; j++)
+        y[j] = (float)cos(0.23 * (double)(s * 104729 + i * 37 + j * 11));
+}
+
+/* Fills x (rows, in) and y (rows, out) with rows first..first+rows-1 of
+ * step s's global batch. */
+static inline void tu_batch(int s, int64_t first, int64_t rows, phx_tensor *x, phx_tensor *y)
+{
+    int64_t in = phx_tensor_dim(x, 1), out = phx_tensor_dim(y, 1);
+    float *hx = malloc((size_t)(rows * in) * sizeof *hx), *hy = malloc((size_t)(rows * out) * sizeof *hy);
+    for (int64_t r = 0; r < rows; r++)
+        tu_row(s, first + r, in, out, hx + r * in, hy + r * out);
+    phx_tensor_from_host(x, hx);
+    phx_tensor_from_host(y, hy);
+    free(hx);
+    free(hy);
+}
+
+static inline phx_tensor *tu_new2(int64_t a, int64_t b)
+{
+    int64_t shape[2] = {a, b};
+    return phx_tensor_zeros(PHX_F32, 2, shape, phx_cpu());
+}
+
+/* All parameters of m, flattened into a malloc'd host array (*n floats). */
+static inline float *tu_flatten(phx_module *m, size_t *n)
+{
+    size_t total = 0, np = phx_module_num_params(m);
+    for (size_t i = 0; i < np; i++)
+        total += (size_t)phx_tensor_numel(phx_param_value(phx_module_param(m, i)));
+    float *h = malloc((total ? total : 1) * sizeof *h);
+    size_t off = 0;
+    for (size_t i = 0; i < np; i++) {
+        const phx_tensor *v = phx_param_value(phx_module_param(m, i));
+        phx_tensor_to_host(v, h + off);
+        off += (size_t)phx_tensor_numel(v);
+    }
+    *n = total;
+    return h;
+}
+
+/* max over parameters of max|a - b| / max|b|: a relative error per
+ * tensor, robust to elements near zero. */
+static inline double tu_max_rel(phx_module *a, phx_module *b)
+{
+    double worst = 0;
+    size_t np = phx_module_num_params(b);
+    if (phx_module_num_params(a) != np)
+        return INFINITY;
+    for (size_t i = 0; i < np; i++) {
+        const phx_tensor *va = phx_param_value(phx_module_param(a, i));
+        const phx_tensor *vb = phx_param_value(phx_module_param(b, i));
+        int64_t n = phx_tensor_numel(vb);
+        if (phx_tensor_numel(va) != n)
+            return INFINITY;
+        float *ha = malloc((size_t)n * sizeof *ha), *hb = malloc((size_t)n * sizeof *hb);
+        phx_tensor_to_host(va, ha);
+        phx_tensor_to_host(vb, hb);
+        double diff = 0, scale = 0;
+        for (int64_t k = 0; k < n; k++) {
+            diff = fmax(diff, fabs((double)ha[k] - (double)hb[k]));
+            scale = fmax(scale, fabs((double)hb[k]));
+        }
+        free(ha);
+        free(hb);
+        if (scale > 0)
+            worst = fmax(worst, diff / scale);
+        else if (diff > 0)
+            worst = INFINITY;
+    }
+    return worst;
+}
+
+/* 1 when every rank's parameters are bitwise equal to this rank's
+ * (all-gathers them through c). */
+static inline int tu_same_bits_across(phx_comm *c, phx_module *m)
+{
+    size_t n;
+    float *mine = tu_flatten(m, &n);
+    int world = phx_comm_size(c);
+    int64_t len = (int64_t)n, all_len = (int64_t)n * world;
+    phx_tensor *in = phx_tensor_from_data(PHX_F32, 1, &len, mine);
+    phx_tensor *all = phx_tensor_zeros(PHX_F32, 1, &all_len, phx_cpu());
+    int same = in && all && phx_comm_allgather(c, in, all, NULL) == PHX_OK;
+    float *h = malloc((size_t)all_len * sizeof *h);
+    if (same)
+        phx_tensor_to_host(all, h);
+    for (int r = 0; same && r < world; r++)
+        same = memcmp(h + (size_t)r * n, mine, n * sizeof *mine) == 0;
+    free(h);
+    free(mine);
+    phx_tensor_free(in);
+    phx_tensor_free(all);
+    return same;
+}
+
+/* Runs fn on n ranks of backend ("threads": threads of this process;
+ * "gloo": processes) through phx_spawn. Returns phx_spawn's status. */
+static inline phx_status tu_spawn(const char *backend, int n, int (*fn)(int, void *), void *arg)
+{
+    setenv("PHX_COMM", backend, 1);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("MASTER_PORT");
+    fflush(stdout);
+    return phx_spawn(n, fn, arg);
+}
+
+/* Joins the world phx_spawn set up; prints why not. */
+static inline phx_comm *tu_comm(int rank)
+{
+    phx_comm *c = NULL;
+    if (phx_comm_init(NULL, &c) != PHX_OK) {
+        printf("# rank %d: phx_comm_init: %s\n", rank, phx_last_error());
+        fflush(stdout);
+        return NULL;
+    }
+    return c;
+}
+#endif

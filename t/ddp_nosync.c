@@ -1,0 +1,144 @@
+/* no_sync: k backward passes without communication then one synced
+ * backward give the step one process takes on all k+1 micro-batches of
+ * every rank (gradients accumulate: the step equals one SGD step with
+ * (k+1) times the learning rate on the whole batch); no all-reduce is
+ * issued while no_sync is on; ordinary steps continue to match after.
+ * Two ranks on threads and on gloo. */
+#include "t/tap.h"
+#include "t/ddp-util.h"
+
+#define K 3     /* no_sync micro-batches before the synced one */
+#define BATCH 5 /* rows per rank and micro-batch */
+#define LR 0.1
+
+static const int64_t sizes[] = {6, 8, 3};
+
+static int fwd_bwd(phx_module *m, phx_loss *loss, phx_tensor *x, phx_tensor *y)
+{
+    phx_tensor *out;
+    float l;
+    return phx_module_forward(m, x, &out) == PHX_OK && phx_loss_forward(loss, out, y, &l) == PHX_OK &&
+           phx_module_backward(m, phx_loss_grad(loss), NULL) == PHX_OK;
+}
+
+static int rank_main(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c)
+        return 1;
+    int world = phx_comm_size(c), bad = 0;
+    phx_module *model = tu_mlp(sizes, 3, 5), *ref = tu_mlp(sizes, 3, 5);
+    phx_module *ddp = phx_ddp_new(model, c, NULL);
+    phx_sgd_opts so = phx_sgd_defaults();
+    so.lr = LR;
+    phx_optimizer *opt = phx_sgd_new(ddp, &so);
+    so.lr = LR * (K + 1);
+    phx_optimizer *ropt = phx_sgd_new(ref, &so);
+    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN), *rloss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    phx_tensor *x = tu_new2(BATCH, sizes[0]), *y = tu_new2(BATCH, sizes[2]);
+    int64_t all_rows = (int64_t)(K + 1) * world * BATCH;
+    phx_tensor *gx = tu_new2(all_rows, sizes[0]), *gy = tu_new2(all_rows, sizes[2]);
+
+    /* The reference batch: micro-batch j's global rows, j = 0..K. */
+    float *hx = malloc((size_t)all_rows * sizes[0] * sizeof *hx), *hy = malloc((size_t)all_rows * sizes[2] * sizeof *hy);
+    for (int j = 0; j <= K; j++)
+        for (int64_t i = 0; i < (int64_t)world * BATCH; i++) {
+            int64_t row = (int64_t)j * world * BATCH + i;
+            tu_row(j, i, sizes[0], sizes[2], hx + row * sizes[0], hy + row * sizes[2]);
+        }
+    phx_tensor_from_host(gx, hx);
+    phx_tensor_from_host(gy, hy);
+    free(hx);
+    free(hy);
+
+    phx_ddp_stats s0, s1;
+    phx_ddp_get_stats(ddp, &s0);
+    phx_ddp_set_no_sync(ddp, true);
+    for (int j = 0; j < K && !bad; j++) {
+        tu_batch(j, (int64_t)rank * BATCH, BATCH, x, y);
+        bad += !fwd_bwd(ddp, loss, x, y);
+    }
+    phx_ddp_get_stats(ddp, &s1);
+    if (s1.launches != s0.launches || s1.backwards != s0.backwards + K) {
+        printf("# rank %d: %llu all-reduces during %d no_sync backwards\n", rank,
+               (unsigned long long)(s1.launches - s0.launches), K);
+        bad++;
+    }
+    phx_ddp_set_no_sync(ddp, false);
+    tu_batch(K, (int64_t)rank * BATCH, BATCH, x, y);
+    bad += !fwd_bwd(ddp, loss, x, y);
+    bad += phx_optimizer_step(opt) != PHX_OK;
+    phx_optimizer_zero_grad(opt);
+    bad += !fwd_bwd(ref, rloss, gx, gy);
+    bad += phx_optimizer_step(ropt) != PHX_OK;
+    phx_optimizer_zero_grad(ropt);
+    if (bad)
+        printf("# rank %d: %s\n", rank, phx_last_error());
+    double e = tu_max_rel(ddp, ref);
+    if (!(e <= 1e-6)) {
+        printf("# rank %d: %d no_sync + 1 synced step vs one step on the whole batch: relative "
+               "difference %.3g\n", rank, K, e);
+        bad++;
+    } else if (rank == 0) {
+        printf("# %d ranks: %d no_sync + 1 synced backward = one step on %lld rows (relative difference %.3g)\n",
+               world, K, (long long)all_rows, e);
+    }
+    if (!tu_same_bits_across(c, ddp)) {
+        printf("# rank %d: parameters differ across ranks\n", rank);
+        bad++;
+    }
+
+    /* Ordinary steps afterwards: one process on the world's batch. */
+    so.lr = LR;
+    phx_optimizer_free(ropt);
+    ropt = phx_sgd_new(ref, &so);
+    phx_tensor *wx = tu_new2((int64_t)world * BATCH, sizes[0]), *wy = tu_new2((int64_t)world * BATCH, sizes[2]);
+    for (int s = 10; s < 13 && !bad; s++) {
+        tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
+        tu_batch(s, 0, (int64_t)world * BATCH, wx, wy);
+        bad += !fwd_bwd(ddp, loss, x, y) || phx_optimizer_step(opt) != PHX_OK ||
+               phx_optimizer_zero_grad(opt) != PHX_OK;
+        bad += !fwd_bwd(ref, rloss, wx, wy) || phx_optimizer_step(ropt) != PHX_OK ||
+               phx_optimizer_zero_grad(ropt) != PHX_OK;
+    }
+    e = tu_max_rel(ddp, ref);
+    if (!(e <= 1e-6)) {
+        printf("# rank %d: synced steps after no_sync: relative difference %.3g\n", rank, e);
+        bad++;
+    }
+    phx_tensor_free(wx);
+    phx_tensor_free(wy);
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_tensor_free(gx);
+    phx_tensor_free(gy);
+    phx_loss_free(loss);
+    phx_loss_free(rloss);
+    phx_optimizer_free(opt);
+    phx_optimizer_free(ropt);
+    phx_module_free(ddp);
+    phx_module_free(model);
+    phx_module_free(ref);
+    phx_comm_free(c);
+    return bad ? 1 : 0;
+}
+
+int main(void)
+{
+    plan(2);
+    phx_status st = tu_spawn("threads", 2, rank_main, NULL);
+    ok(st == PHX_OK, "threads, 2 ranks: %d no_sync steps + 1 synced == one step on %d times the batch; "
+       "no all-reduce under no_sync", K, K + 1);
+    if (st != PHX_OK)
+        diag("%s", phx_last_error());
+#ifdef HAVE_GLOO
+    st = tu_spawn("gloo", 2, rank_main, NULL);
+    ok(st == PHX_OK, "gloo, 2 processes: the same");
+    if (st != PHX_OK)
+        diag("%s", phx_last_error());
+#else
+    skip(1, "built without Gloo");
+#endif
+    return done_testing();
+}
