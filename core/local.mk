@@ -3,3 +3,11 @@ libphalanx_la_SOURCES += core/version.c
 libphalanx_la_SOURCES += core/util.c core/util.h core/tensor-impl.h
 libphalanx_la_SOURCES += core/error.c core/log.c core/tensor.c core/tensor_ops.c \
 	core/device.c core/device-impl.h core/device_cpu.c core/rng.c
+
+# core tests
+core_tests = t/core_half t/core_gemm
+check_PROGRAMS += $(core_tests)
+TESTS += $(core_tests)
+t_core_half_LDADD = libphalanx.la -lm
+t_core_gemm_SOURCES = t/core_gemm.c kernels/cpu/gemm_loop.c
+t_core_gemm_LDADD = libphalanx.la -lm

@@ -1,0 +1,219 @@
+/* GEMM against a naive float64 reference: random shapes including 1x1,
+ * tall, wide and long-k; all four transposes; alpha/beta other than 1/0;
+ * f16/bf16 operands and results. Bound: the f32 accumulation error
+ * (k+3) u sum|alpha a b| + |beta c| terms, plus half an ulp of C's dtype.
+ * Also the plain-C fallback loop, leading dims, beta = 0 ignoring NaN in
+ * C, k = 0, no allocation once warm, and the error messages. */
+#include "config.h"
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "kernels/math.h"
+#include "phalanx/phalanx.h"
+#include "phalanx/plugin/device_v1.h"
+#include "t/tap.h"
+
+void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+static uint64_t rs = 88172645463325252ull;
+static double urand(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (double)(rs >> 11) / 9007199254740992.0; }
+static float frand(void) { return (float)(2.0 * urand() - 1.0); }
+
+typedef struct { int64_t m, n, k; } shape3;
+
+static const shape3 fixed[] = {
+    { 1, 1, 1 }, { 1, 1, 7 }, { 64, 1, 3 }, { 1, 64, 5 }, { 200, 3, 17 }, { 3, 200, 9 },
+    { 33, 47, 129 }, { 128, 128, 128 }, { 5, 7, 1000 }, { 1, 300, 1 }, { 300, 1, 1 },
+};
+#define NSHAPES 24
+
+static shape3 shape_at(int i)
+{
+    if (i < (int)(sizeof fixed / sizeof fixed[0])) return fixed[i];
+    shape3 s = { 1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70) };
+    return s;
+}
+
+static float dec(const void *p, phx_dtype dt, int64_t i)
+{
+    if (dt == PHX_F16) return phx_f16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == PHX_BF16) return phx_bf16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static void enc(void *p, phx_dtype dt, int64_t i, float v)
+{
+    if (dt == PHX_F16) ((uint16_t *)p)[i] = phx_f32_to_f16(v);
+    else if (dt == PHX_BF16) ((uint16_t *)p)[i] = phx_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+/* half an ulp (relative) of the result dtype, and its smallest subnormal */
+static double out_rel(phx_dtype dt) { return dt == PHX_F16 ? ldexp(1, -11) : dt == PHX_BF16 ? ldexp(1, -8) : 0.0; }
+static double out_abs(phx_dtype dt) { return dt == PHX_F16 ? ldexp(1, -24) : dt == PHX_BF16 ? ldexp(1, -133) : 0.0; }
+
+/* Checks got (m x n, ldc) against the float64 reference. Returns the
+ * worst err/bound ratio (> 1 fails). */
+static double check_result(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
+                           const void *b, int64_t ldb, phx_dtype adt, float beta, const void *c0, const void *got,
+                           int64_t ldc, phx_dtype cdt)
+{
+    double worst = 0.0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0, sa = 0.0;
+            for (int64_t p = 0; p < k; p++) {
+                double av = dec(a, adt, ta ? p * lda + i : i * lda + p);
+                double bv = dec(b, adt, tb ? j * ldb + p : p * ldb + j);
+                s += av * bv;
+                sa += fabs(av * bv);
+            }
+            double cv = beta != 0.0f ? dec(c0, cdt, i * ldc + j) : 0.0;
+            double ref = (double)alpha * s + (double)beta * cv;
+            double bound = (double)(k + 3) * ldexp(1, -24) * (fabs((double)alpha) * sa + fabs((double)beta * cv)) +
+                           out_rel(cdt) * fabs(ref) + out_abs(cdt) + 1e-30;
+            double err = fabs((double)dec(got, cdt, i * ldc + j) - ref);
+            if (!(err <= bound * 1.0000001)) err = isnan(err) ? INFINITY : err;
+            if (err / bound > worst) worst = err / bound;
+        }
+    return worst;
+}
+
+/* Random A, B, C of the given dtypes, run phx_gemm, compare. */
+static double run_case(int ta, int tb, shape3 s, float alpha, float beta, phx_dtype adt, phx_dtype cdt)
+{
+    int64_t as[2] = { ta ? s.k : s.m, ta ? s.m : s.k }, bs[2] = { tb ? s.n : s.k, tb ? s.k : s.n }, cs[2] = { s.m, s.n };
+    phx_tensor *A = phx_tensor_new(adt, 2, as, phx_cpu()), *B = phx_tensor_new(adt, 2, bs, phx_cpu());
+    phx_tensor *C = phx_tensor_new(cdt, 2, cs, phx_cpu());
+    void *a = phx_tensor_data(A), *b = phx_tensor_data(B), *c = phx_tensor_data(C);
+    for (int64_t i = 0; i < as[0] * as[1]; i++) enc(a, adt, i, frand());
+    for (int64_t i = 0; i < bs[0] * bs[1]; i++) enc(b, adt, i, frand());
+    /* beta = 0: C holds NaN, which BLAS semantics ignore */
+    for (int64_t i = 0; i < s.m * s.n; i++) enc(c, cdt, i, beta == 0.0f ? NAN : frand());
+    size_t cb = phx_tensor_nbytes(C);
+    static unsigned char c0[1 << 20];
+    memcpy(c0, c, cb);
+    phx_status st = phx_gemm(ta, tb, alpha, A, B, beta, C);
+    double w = st == PHX_OK ? check_result(ta, tb, s.m, s.n, s.k, alpha, a, as[1], b, bs[1], adt, beta, c0, c, s.n, cdt)
+                            : INFINITY;
+    if (st != PHX_OK) diag("phx_gemm failed: %s", phx_last_error());
+    phx_tensor_free(A);
+    phx_tensor_free(B);
+    phx_tensor_free(C);
+    return w;
+}
+
+static const float alphas[] = { 1.0f, 0.5f, -1.5f, 2.0f };
+static const float betas[] = { 0.0f, -2.0f, 1.0f, 0.25f };
+
+int main(void)
+{
+    plan(24 + 4 + 3 + 2 + 10);
+    struct { phx_dtype a, c; } combos[] = {
+        { PHX_F32, PHX_F32 }, { PHX_F16, PHX_F32 }, { PHX_BF16, PHX_F32 },
+        { PHX_F16, PHX_F16 }, { PHX_BF16, PHX_BF16 }, { PHX_F32, PHX_BF16 },
+    };
+    /* 1-24: every dtype combination x transpose over all shapes and alpha/beta pairs */
+    for (int ci = 0; ci < 6; ci++)
+        for (int t = 0; t < 4; t++) {
+            int ta = t & 1, tb = t >> 1;
+            double worst = 0.0;
+            shape3 wshape = { 0, 0, 0 };
+            for (int i = 0; i < NSHAPES; i++) {
+                shape3 s = shape_at(i);
+                double w = run_case(ta, tb, s, alphas[i % 4], betas[(i / 4) % 4], combos[ci].a, combos[ci].c);
+                if (w > worst) worst = w, wshape = s;
+            }
+            ok(worst <= 1.0, "gemm %s x %s -> %s, A%s B%s: %d shapes within the accumulation bound (worst err/bound %.3g at %lldx%lldx%lld)",
+               phx_dtype_name(combos[ci].a), phx_dtype_name(combos[ci].a), phx_dtype_name(combos[ci].c), ta ? "^T" : "",
+               tb ? "^T" : "", NSHAPES, worst, (long long)wshape.m, (long long)wshape.n, (long long)wshape.k);
+        }
+
+    /* 25-28: the plain C fallback, with leading dims larger than the rows */
+    for (int t = 0; t < 4; t++) {
+        int ta = t & 1, tb = t >> 1;
+        double worst = 0.0;
+        for (int i = 0; i < NSHAPES; i++) {
+            shape3 s = shape_at(i);
+            int64_t ar = ta ? s.k : s.m, ac = ta ? s.m : s.k, br = tb ? s.n : s.k, bc = tb ? s.k : s.n;
+            int64_t lda = ac + 3, ldb = bc + 1, ldc = s.n + 2;
+            static float a[400000], b[400000], c[400000], c0[400000];
+            for (int64_t x = 0; x < ar * lda; x++) a[x] = frand();
+            for (int64_t x = 0; x < br * ldb; x++) b[x] = frand();
+            float beta = betas[i % 4];
+            for (int64_t x = 0; x < s.m * ldc; x++) c[x] = c0[x] = beta == 0.0f ? NAN : frand();
+            px_cpu_sgemm_loop(ta, tb, s.m, s.n, s.k, alphas[i % 4], a, lda, b, ldb, beta, c, ldc);
+            double w = check_result(ta, tb, s.m, s.n, s.k, alphas[i % 4], a, lda, b, ldb, PHX_F32, beta, c0, c, ldc, PHX_F32);
+            if (w > worst) worst = w;
+        }
+        ok(worst <= 1.0, "fallback C loop A%s B%s with padded leading dims: within the bound (worst %.3g)", ta ? "^T" : "", tb ? "^T" : "", worst);
+    }
+
+    /* 29-31: kernel table directly with leading dims (a sub-block), f32 and f16 */
+    const phx_kernels_v1 *K = phx_device_table(phx_cpu())->kernels;
+    {
+        static float a[50 * 40], b[60 * 30], c[20 * 35], c0[20 * 35];
+        static uint16_t ah[50 * 40], bh[60 * 30], chh[20 * 35], ch0[20 * 35];
+        for (int i = 0; i < 50 * 40; i++) a[i] = frand(), ah[i] = phx_f32_to_f16(a[i]);
+        for (int i = 0; i < 60 * 30; i++) b[i] = frand(), bh[i] = phx_f32_to_f16(b[i]);
+        for (int i = 0; i < 20 * 35; i++) c[i] = c0[i] = frand(), chh[i] = ch0[i] = phx_f32_to_f16(c[i]);
+        /* C(20 x 25 of ld 35) = A^T (A stored 30 x 20 in ld 40) * B (30 x 25 in ld 30) */
+        phx_status st = K->gemm(0, 1, 0, 20, 25, 30, 0.75f, a, 40, b, 30, PHX_F32, 0.5f, c, 35, PHX_F32);
+        double w = check_result(1, 0, 20, 25, 30, 0.75f, a, 40, b, 30, PHX_F32, 0.5f, c0, c, 35, PHX_F32);
+        int untouched = 1;
+        for (int i = 0; i < 20; i++)
+            for (int j = 25; j < 35; j++) untouched &= memcmp(&c[i * 35 + j], &c0[i * 35 + j], 4) == 0;
+        ok(st == PHX_OK && w <= 1.0 && untouched, "kernel gemm f32 with lda/ldb/ldc > cols: correct (worst %.3g), padding untouched", w);
+        st = K->gemm(0, 1, 0, 20, 25, 30, 0.75f, ah, 40, bh, 30, PHX_F16, 0.5f, chh, 35, PHX_F16);
+        w = check_result(1, 0, 20, 25, 30, 0.75f, ah, 40, bh, 30, PHX_F16, 0.5f, ch0, chh, 35, PHX_F16);
+        untouched = 1;
+        for (int i = 0; i < 20; i++)
+            for (int j = 25; j < 35; j++) untouched &= chh[i * 35 + j] == ch0[i * 35 + j];
+        ok(st == PHX_OK && w <= 1.0 && untouched, "kernel gemm f16 with leading dims: correct (worst %.3g), padding untouched", w);
+        /* k = 0: C <- beta C */
+        float cz[4] = { 1, 2, 3, 4 };
+        st = K->gemm(0, 0, 0, 2, 2, 0, 1.0f, a, 1, b, 2, PHX_F32, 3.0f, cz, 2, PHX_F32);
+        ok(st == PHX_OK && cz[0] == 3 && cz[3] == 12, "k = 0 scales C by beta (got %g %g)", cz[0], cz[3]);
+    }
+
+    /* 32-33: no allocation once warm (f32: none at all; f16: scratch reused) */
+    {
+        int64_t s2[2] = { 64, 64 };
+        phx_tensor *A = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
+        phx_tensor *H = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu()), *HC = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu());
+        uint64_t before = phx_alloc_count();
+        for (int i = 0; i < 3; i++) phx_gemm(false, true, 1.0f, A, A, 1.0f, C);
+        is_int(phx_alloc_count() - before, 0, "f32 gemm allocates nothing (cblas on the tensors directly)");
+        phx_gemm(true, false, 1.0f, H, H, 0.0f, HC);
+        before = phx_alloc_count();
+        for (int i = 0; i < 3; i++) phx_gemm(true, false, 1.0f, H, H, 0.5f, HC);
+        is_int(phx_alloc_count() - before, 0, "f16 gemm allocates nothing once its scratch is warm");
+        phx_tensor_free(A), phx_tensor_free(C), phx_tensor_free(H), phx_tensor_free(HC);
+    }
+
+    /* 34-43: errors name the shapes; C is left unchanged */
+    {
+        int64_t s23[2] = { 2, 3 }, s43[2] = { 4, 3 }, s24[2] = { 2, 4 }, s22[2] = { 2, 2 }, s3[3] = { 2, 3, 1 };
+        phx_tensor *A = phx_tensor_zeros(PHX_F32, 2, s23, phx_cpu()), *B = phx_tensor_zeros(PHX_F32, 2, s43, phx_cpu());
+        phx_tensor *C = phx_tensor_new(PHX_F32, 2, s24, phx_cpu()), *C2 = phx_tensor_zeros(PHX_F32, 2, s22, phx_cpu());
+        phx_tensor *I = phx_tensor_zeros(PHX_I32, 2, s23, phx_cpu()), *H = phx_tensor_zeros(PHX_F16, 2, s43, phx_cpu());
+        phx_tensor *T3 = phx_tensor_zeros(PHX_F32, 3, s3, phx_cpu());
+        phx_tensor_fill(C, 7.0);
+        is_int(phx_gemm(false, false, 1, A, B, 0, C), PHX_EINVAL, "A (2,3) x B (4,3): EINVAL");
+        like(phx_last_error(), "inner dims 3 and 4 differ", "message names the inner dims");
+        like(phx_last_error(), "(2, 3)", "message names A's shape");
+        double v;
+        phx_tensor_get(C, 0, &v);
+        ok(v == 7.0, "C unchanged after the error");
+        is_int(phx_gemm(false, true, 1, A, B, 0, C2), PHX_EINVAL, "A B^T into a (2,2) C: EINVAL");
+        like(phx_last_error(), "C is (2, 2), expected (2, 4)", "message gives C's shape and the expected one");
+        is_int(phx_gemm(false, true, 1, I, B, 0, C), PHX_EINVAL, "i32 operand: EINVAL");
+        like(phx_last_error(), "A is i32, B f32", "message names the dtypes");
+        is_int(phx_gemm(false, true, 1, A, H, 0, C), PHX_EINVAL, "f32 A with f16 B: EINVAL");
+        is_int(phx_gemm(false, false, 1, T3, B, 0, C), PHX_EINVAL, "3-D operand: EINVAL");
+        phx_tensor *all[] = { A, B, C, C2, I, H, T3 };
+        for (int i = 0; i < 7; i++) phx_tensor_free(all[i]);
+    }
+    return done_testing();
+}
