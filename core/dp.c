@@ -366,11 +366,20 @@ static phx_status gather(px_dp *d, size_t src, size_t dst, size_t done, px_buf *
 #undef FIELD
 }
 
-/* Splits a batch of b rows over the replicas (torch.chunk sizes). */
+/* Splits a batch of b rows over the replicas (torch.chunk sizes). The
+ * row views into the gathered tensors belong to the old split: dropped. */
 static void plan_batch(px_dp *d, int64_t b)
 {
     if (b == d->batch && d->k)
         return;
+    for (size_t i = 0; i < d->n; i++) {
+        px_dp_rep *r = &d->reps[i];
+        phx_tensor_free(r->y_dst);
+        phx_tensor_free(r->dx_dst);
+        r->y_dst = r->dx_dst = NULL;
+    }
+    key_set(&d->y_key, NULL);
+    key_set(&d->dx_key, NULL);
     d->k = phx_chunk_sizes(b, d->n, d->sizes);
     d->batch = b;
     int64_t row0 = 0;

@@ -6,3 +6,7 @@ TESTS += t/dp_chunk
 t_dp_chunk_LDADD = libphalanx.la -lm
 
 EXTRA_DIST += bench/torch/chunk.py bench/torch/dp.py t/data/dp_chunk.txt
+
+check_PROGRAMS += t/dp_train
+TESTS += t/dp_train
+t_dp_train_LDADD = libphalanx.la -lm
