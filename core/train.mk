@@ -8,9 +8,10 @@ libphalanx_la_SOURCES += core/module.c core/module-impl.h \
 	core/safetensors.c core/safetensors-impl.h core/checkpoint.c \
 	core/idx.c core/loader.c
 
-train_tests = t/train_modules t/train_parity t/train_api
+train_tests = t/train_modules t/train_parity t/train_api t/train_ckpt
 check_PROGRAMS += $(train_tests)
 TESTS += $(train_tests)
 t_train_modules_LDADD = libphalanx.la -lm
 t_train_parity_LDADD = libphalanx.la -lm
 t_train_api_LDADD = libphalanx.la -lm
+t_train_ckpt_LDADD = libphalanx.la
