@@ -42,6 +42,16 @@ size_t phx_chunk_sizes(int64_t batch, size_t n, int64_t *sizes)
     return k;
 }
 
+/* "cpu", "cpu:1" (no such device, but name it as given), "cuda:0". */
+static const char *dev_name(phx_device d, char *buf, size_t len)
+{
+    if (d.kind == PHX_DEVICE_CPU && d.index != 0)
+        snprintf(buf, len, "cpu:%d", d.index);
+    else
+        phx_device_name(d, buf, len);
+    return buf;
+}
+
 static px_dp *px_dp_of(phx_module *m, const char *who)
 {
     if (!m || phx_module_vtable_of(m) != &dp_vtable) {
@@ -395,6 +405,7 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     static const char who[] = "phx_dp_forward";
     px_dp *d = phx_module_ctx(self);
     char s[64];
+    d->forward_ok = false; /* a failed forward leaves nothing to differentiate */
     if (x->ndim < 1 || x->shape[0] < 1)
         return phx_error(PHX_EINVAL, "%s: input %s has no batch rows (dim 0); expected at least 1", who,
                          phx_tensor_shape_str(x, s, sizeof s));
@@ -403,7 +414,6 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
         st = plan_sync(d);
     if (st != PHX_OK)
         return st;
-    d->forward_ok = false;
     plan_batch(d, x->shape[0]);
     if ((st = row_views(d, x, &d->x_key, offsetof(px_dp_rep, x_src))) != PHX_OK)
         return st;
@@ -542,13 +552,13 @@ static phx_status pick_devices(const phx_device *devices, size_t n_devices, cons
                 return phx_error(PHX_EINVAL, "%s: devices[%zu] has unknown kind %d; expected cpu or cuda", who, i,
                                  dv.kind);
             return phx_error(PHX_ENOTFOUND, "%s: devices[%zu] = %s does not exist (%d %s device%s here)", who, i,
-                             phx_device_name(dv, a, sizeof a), count, dv.kind == PHX_DEVICE_CPU ? "cpu" : "cuda",
+                             dev_name(dv, a, sizeof a), count, dv.kind == PHX_DEVICE_CPU ? "cpu" : "cuda",
                              count == 1 ? "" : "s");
         }
         if (dv.kind != list[0].kind && i > 0) {
             px_free(list);
             return phx_error(PHX_EINVAL, "%s: devices[%zu] = %s, devices[0] = %s: all devices must be of one kind", who,
-                             i, phx_device_name(dv, a, sizeof a), phx_device_name(list[0], b, sizeof b));
+                             i, dev_name(dv, a, sizeof a), phx_device_name(list[0], b, sizeof b));
         }
         list[i] = dv;
     }
@@ -665,7 +675,7 @@ phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_de
         if (!phx_device_equal(dv, model_dev)) {
             char a[32], b[32];
             phx_error(PHX_EINVAL, "phx_dp_new: parameter '%s' is on %s, '%s' on %s: the model must be on one device",
-                      phx_module_param_name(model, j), phx_device_name(dv, a, sizeof a),
+                      phx_module_param_name(model, j), dev_name(dv, a, sizeof a),
                       phx_module_param_name(model, 0), phx_device_name(model_dev, b, sizeof b));
             return NULL;
         }

@@ -10,3 +10,7 @@ EXTRA_DIST += bench/torch/chunk.py bench/torch/dp.py t/data/dp_chunk.txt
 check_PROGRAMS += t/dp_train
 TESTS += t/dp_train
 t_dp_train_LDADD = libphalanx.la -lm
+
+check_PROGRAMS += t/dp_errors
+TESTS += t/dp_errors
+t_dp_errors_LDADD = libphalanx.la
