@@ -322,7 +322,8 @@ static phx_status px_fail(const char *kindname, const char *sel, const px_select
         px_msg_add(&m, "phx_plugin_load: no usable %s plugin", kindname);
         if (s->n) px_msg_add(&m, " (selection '%s')", sel);
         for (size_t i = 0; i < ncands; i++)
-            if (cands[i].state == PX_CAND_BROKEN || cands[i].state == PX_CAND_DECLINED)
+            if (cands[i].state == PX_CAND_BROKEN || cands[i].state == PX_CAND_DECLINED ||
+                cands[i].state == PX_CAND_BADNAME)
                 px_msg_add(&m, "; %s (%s): %s", cands[i].name, cands[i].path, cands[i].why);
     }
     px_msg_tail(&m, kindname, dirs, ndirs, cands, ncands);

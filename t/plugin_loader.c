@@ -261,6 +261,33 @@ static void test_scan(void)
     ok(shadow, "scan: loader2's alpha is shadowed by loader's");
     ok(badmajor, "scan: badmajor rejected with ABI 2.0");
     ok(decline, "scan: decline rejected by its probe");
+
+    /* File names that are not plugin names: listed, rejected, never opened. */
+    const char *files[] = { "phx-widget-x.so", "phx-comm-bad name.so", "phx-comm-.so" };
+    char p[PATH_MAX + 64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
+        FILE *f = fopen(p, "w");
+        if (f) fclose(f);
+    }
+    setenv("PHX_PLUGIN_PATH", tmp, 1);
+    n = phx_plugin_scan(infos, 32, &ctx1);
+    int kind = 0, space = 0, empty = 0;
+    for (size_t i = 0; i < n && i < 32; i++) {
+        const phx_plugin_info *q = &infos[i];
+        kind |= !q->ok && strcmp(q->kind, "widget") == 0 && strstr(q->reason, "kind 'widget' is not comm, precision or device");
+        space |= !q->ok && strstr(q->reason, "plugin name 'bad name' is not 1..63 of") != NULL;
+        empty |= !q->ok && strstr(q->reason, "plugin name '' is not") != NULL;
+    }
+    ok(kind, "scan: an unknown kind in the file name is listed and rejected");
+    ok(space && empty, "scan: invalid and empty names in the file name are listed and rejected");
+    const phx_plugin_desc *d = NULL;
+    is_int(phx_plugin_load(PHX_PLUGIN_COMM, NULL, &ctx1, &d), PHX_ENOTFOUND, "no valid plugin: not found");
+    like(phx_last_error(), "plugin name 'bad name'", "... and the bad file name is reported");
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
+        unlink(p);
+    }
 }
 
 /* Many threads loading at once see the same descriptors. */
