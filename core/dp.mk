@@ -14,3 +14,7 @@ t_dp_train_LDADD = libphalanx.la -lm
 check_PROGRAMS += t/dp_errors
 TESTS += t/dp_errors
 t_dp_errors_LDADD = libphalanx.la
+
+check_PROGRAMS += t/dp_steady
+TESTS += t/dp_steady
+t_dp_steady_LDADD = libphalanx.la
