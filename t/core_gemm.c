@@ -71,8 +71,9 @@ static double check_result(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
             }
             double cv = beta != 0.0f ? dec(c0, cdt, i * ldc + j) : 0.0;
             double ref = (double)alpha * s + (double)beta * cv;
-            double bound = (double)(k + 3) * ldexp(1, -24) * (fabs((double)alpha) * sa + fabs((double)beta * cv)) +
-                           out_rel(cdt) * fabs(ref) + out_abs(cdt) + 1e-30;
+            double acc = (double)(k + 3) * ldexp(1, -24) * (fabs((double)alpha) * sa + fabs((double)beta * cv));
+            /* rounding to C's dtype is relative to the f32 result, within acc of ref */
+            double bound = acc + out_rel(cdt) * (fabs(ref) + acc) + out_abs(cdt) + 1e-30;
             double err = fabs((double)dec(got, cdt, i * ldc + j) - ref);
             if (!(err <= bound * 1.0000001)) err = isnan(err) ? INFINITY : err;
             if (err / bound > worst) worst = err / bound;
