@@ -25,3 +25,11 @@ t_ddp_mismatch_CPPFLAGS = $(ddp_test_cppflags)
 
 EXTRA_DIST += t/ddp-util.h bench/torch/sampler.py t/data/sampler.txt bench/torch/buckets.py \
 	t/data/buckets.txt
+
+# The seed's DDP program (make demo) and the DDP benchmark (make bench).
+noinst_PROGRAMS += examples/ddp bench/ddp
+examples_ddp_LDADD = libphalanx.la
+bench_ddp_LDADD = libphalanx.la
+demo_programs += examples/ddp
+bench_programs += bench/ddp
+EXTRA_DIST += bench/torch/ddp.py

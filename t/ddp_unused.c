@@ -80,8 +80,9 @@ static const phx_module_vtable gate_vt = {
     /* .clone     = */ NULL,
 };
 
-/* Sequential(Linear(4, 4), Gate): "0.weight", "0.bias", "1.w", "1.unused". */
-static phx_module *net(bool use_w)
+/* Sequential(Linear(4, 4), Gate): "0.weight", "0.bias", "1.w" and, with
+ * with_unused, "1.unused". */
+static phx_module *net(bool use_w, bool with_unused)
 {
     static const int64_t sizes[] = {4, 4};
     phx_module *m = tu_mlp(sizes, 2, 11);
@@ -91,7 +92,8 @@ static phx_module *net(bool use_w)
     int64_t one = 1, three = 3;
     phx_tensor *w = phx_tensor_from_data(PHX_F32, 1, &one, &(float){1.5f});
     phx_module_add_param(gm, "w", w);
-    phx_module_add_param(gm, "unused", phx_tensor_zeros(PHX_F32, 1, &three, phx_cpu()));
+    if (with_unused)
+        phx_module_add_param(gm, "unused", phx_tensor_zeros(PHX_F32, 1, &three, phx_cpu()));
     phx_sequential_add(m, gm);
     return m;
 }
@@ -140,7 +142,7 @@ static int rank_main(int rank, void *arg)
 
     /* 1. Unused everywhere, find_unused off: an error naming it, twice
      * (the second proves the ranks stayed in step). */
-    phx_module *m = net(true);
+    phx_module *m = net(true, true);
     phx_module *ddp = phx_ddp_new(m, c, NULL);
     phx_optimizer *opt = phx_sgd_new(ddp, &so);
     for (int s = 0; s < 2; s++) {
@@ -153,8 +155,8 @@ static int rank_main(int rank, void *arg)
     phx_module_free(m);
 
     /* 2. find_unused: training matches one process; "unused" stays put. */
-    m = net(true);
-    phx_module *ref = net(true);
+    m = net(true, true);
+    phx_module *ref = net(true, true);
     phx_ddp_opts o = {.find_unused = true};
     ddp = phx_ddp_new(m, c, &o);
     opt = phx_sgd_new(ddp, &so);
@@ -189,7 +191,7 @@ static int rank_main(int rank, void *arg)
      * counts as zero there and all ranks agree bit for bit. */
     bool last = rank == world - 1;
     for (int fu = 0; fu <= 1 && world > 1; fu++) {
-        m = net(!last);
+        m = net(!last, false);
         o.find_unused = fu;
         ddp = phx_ddp_new(m, c, &o);
         opt = phx_sgd_new(ddp, &so);

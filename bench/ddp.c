@@ -1,0 +1,242 @@
+/* DDP benchmark: training steps/s at world size 2 of the seed model
+ * (Linear(10, 1), batch 64, MSE, SGD) and the MLP 784-1024-1024-10 (ReLU,
+ * batch 256 per rank, cross-entropy, SGD) on gloo (processes) and threads,
+ * beside PyTorch DDP over gloo with one thread per rank
+ * (bench/torch/ddp.py, run in the same invocation), and the gain from
+ * overlapping bucket all-reduces with the backward (default buckets
+ * against opts.no_overlap: one all-reduce after the backward).
+ *
+ * usage: bench/ddp [--seconds S] [--world N] [--torch SCRIPT | --no-torch] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <phalanx/phalanx.h>
+
+enum { SEED, MLP };
+static const char *model_names[] = {"seed", "mlp"};
+
+typedef struct bench_arg {
+    int model;
+    bool no_overlap;
+    double seconds;
+    char out[256]; /* rank 0 writes steps/s here */
+} bench_arg;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static phx_module *make_model(int which)
+{
+    phx_rng *rng = phx_rng_new(0);
+    phx_module *m;
+    if (which == SEED) {
+        m = phx_linear_new(10, 1, true, rng);
+    } else {
+        m = phx_sequential_new();
+        phx_sequential_add(m, phx_linear_new(784, 1024, true, rng));
+        phx_sequential_add(m, phx_relu_new());
+        phx_sequential_add(m, phx_linear_new(1024, 1024, true, rng));
+        phx_sequential_add(m, phx_relu_new());
+        phx_sequential_add(m, phx_linear_new(1024, 10, true, rng));
+    }
+    phx_rng_free(rng);
+    return m;
+}
+
+static int rank_main(int rank, void *varg)
+{
+    bench_arg *a = varg;
+    phx_comm *c = NULL;
+    if (phx_comm_init(NULL, &c) != PHX_OK) {
+        fprintf(stderr, "bench/ddp: rank %d: %s\n", rank, phx_last_error());
+        return 1;
+    }
+    rank = phx_comm_rank(c);
+    phx_module *model = make_model(a->model);
+    phx_ddp_opts o = {.no_overlap = a->no_overlap};
+    phx_module *ddp = phx_ddp_new(model, c, &o);
+    phx_sgd_opts so = phx_sgd_defaults();
+    so.lr = 0.01;
+    phx_optimizer *opt = phx_sgd_new(ddp, &so);
+    int64_t batch = a->model == SEED ? 64 : 256, in = a->model == SEED ? 10 : 784;
+    int64_t xs[2] = {batch, in}, ys[2] = {batch, 1};
+    phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *y;
+    phx_rng *rng = phx_rng_new(1 + (uint64_t)rank);
+    phx_rng_normal(rng, x, 0, 1);
+    phx_loss *loss;
+    if (a->model == SEED) {
+        y = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
+        phx_rng_normal(rng, y, 0, 1);
+        loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    } else {
+        int64_t *lab = malloc((size_t)batch * sizeof *lab);
+        for (int64_t i = 0; i < batch; i++)
+            lab[i] = (i * 7 + rank) % 10;
+        y = phx_tensor_from_data(PHX_I64, 1, &batch, lab);
+        free(lab);
+        loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    }
+    int rc = ddp && opt && x && y && loss ? 0 : 1;
+#define STEP()                                                                                     \
+    do {                                                                                           \
+        phx_tensor *out_;                                                                          \
+        float l_;                                                                                  \
+        if (phx_optimizer_zero_grad(opt) || phx_module_forward(ddp, x, &out_) ||                   \
+            phx_loss_forward(loss, out_, y, &l_) ||                                                \
+            phx_module_backward(ddp, phx_loss_grad(loss), NULL) || phx_optimizer_step(opt))        \
+            rc = 1;                                                                                \
+    } while (0)
+    for (int i = 0; i < 3 && !rc; i++)
+        STEP();
+    /* Rank 0 sizes the run from a short timed one; all ranks run that many. */
+    int64_t one = 1;
+    phx_tensor *n_t = phx_tensor_zeros(PHX_F32, 1, &one, phx_cpu());
+    phx_comm_barrier(c, NULL);
+    double t = now();
+    int k = 0;
+    while (!rc && (now() - t < a->seconds / 4 || k < 3)) {
+        STEP();
+        k++;
+    }
+    float n = (float)(a->seconds / ((now() - t) / (k ? k : 1)));
+    n = n < 3 ? 3 : n;
+    phx_tensor_fill(n_t, n);
+    phx_comm_broadcast(c, n_t, 0, NULL);
+    double nv;
+    phx_tensor_get(n_t, 0, &nv);
+    phx_comm_barrier(c, NULL);
+    t = now();
+    for (int i = 0; i < (int)nv && !rc; i++)
+        STEP();
+    phx_comm_barrier(c, NULL);
+    double sps = (int)nv / (now() - t);
+    if (rc)
+        fprintf(stderr, "bench/ddp: rank %d: %s\n", rank, phx_last_error());
+    if (rank == 0 && !rc) {
+        FILE *f = fopen(a->out, "w");
+        if (f) {
+            fprintf(f, "%.3f\n", sps);
+            fclose(f);
+        }
+    }
+    phx_tensor_free(n_t);
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_rng_free(rng);
+    phx_loss_free(loss);
+    phx_optimizer_free(opt);
+    phx_module_free(ddp);
+    phx_module_free(model);
+    phx_comm_free(c);
+    return rc;
+}
+
+/* steps/s of one configuration, or -1. */
+static double measure(const char *backend, int world, int model, bool no_overlap, double seconds)
+{
+    bench_arg a = {.model = model, .no_overlap = no_overlap, .seconds = seconds};
+    snprintf(a.out, sizeof a.out, "/tmp/phx-bench-ddp-%d.txt", (int)getpid());
+    remove(a.out);
+    setenv("PHX_COMM", backend, 1);
+    fflush(stdout);
+    if (phx_spawn(world, rank_main, &a) != PHX_OK) {
+        fprintf(stderr, "bench/ddp: %s %s: %s\n", backend, model_names[model], phx_last_error());
+        return -1;
+    }
+    double v = -1;
+    FILE *f = fopen(a.out, "r");
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    remove(a.out);
+    return v;
+}
+
+/* Runs the PyTorch counterpart; fills torch_sps[model]. */
+static void run_torch(const char *script, int world, double seconds, double *torch_sps)
+{
+    const char *py = getenv("TORCH_PYTHON");
+    char cmd[1024], line[256];
+    snprintf(cmd, sizeof cmd, "%s %s --world %d --seconds %g", py && *py ? py : "/usr/bin/python3", script,
+             world, seconds);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return;
+    while (fgets(line, sizeof line, p)) {
+        char name[32];
+        int w;
+        double v;
+        if (sscanf(line, "torch-ddp %31s %d %lf", name, &w, &v) == 3)
+            for (int m = 0; m < 2; m++)
+                if (!strcmp(name, model_names[m]))
+                    torch_sps[m] = v;
+    }
+    pclose(p);
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = 2;
+    int world = 2;
+    const char *script = "bench/torch/ddp.py";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--world") && i + 1 < argc)
+            world = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
+            script = argv[++i];
+        else if (!strcmp(argv[i], "--no-torch"))
+            script = NULL;
+        else {
+            fprintf(stderr, "usage: %s [--seconds S] [--world N] [--torch SCRIPT | --no-torch]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (seconds <= 0 || world < 1) {
+        fprintf(stderr, "bench/ddp: --seconds must be > 0 and --world >= 1\n");
+        return 2;
+    }
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    const char *backends[] = {"gloo", "threads"};
+    double sps[2][2], no_ov[2], torch_sps[2] = {-1, -1};
+    for (int b = 0; b < 2; b++) {
+        for (int m = 0; m < 2; m++)
+            sps[b][m] = measure(backends[b], world, m, false, seconds);
+        no_ov[b] = measure(backends[b], world, MLP, true, seconds);
+    }
+    if (script && access(script, R_OK) == 0)
+        run_torch(script, world, seconds, torch_sps);
+    else if (script)
+        fprintf(stderr, "bench/ddp: %s not found: no PyTorch column\n", script);
+
+    printf("DDP, world %d (steps/s; PyTorch DDP over gloo, one thread per rank)\n", world);
+    printf("%-6s %-8s %12s %12s %8s\n", "model", "backend", "phalanx", "torch-ddp", "ratio");
+    for (int m = 0; m < 2; m++)
+        for (int b = 0; b < 2; b++) {
+            printf("%-6s %-8s %12.1f", model_names[m], backends[b], sps[b][m]);
+            if (torch_sps[m] > 0 && sps[b][m] > 0)
+                printf(" %12.1f %7.2fx\n", torch_sps[m], sps[b][m] / torch_sps[m]);
+            else
+                printf(" %12s %8s\n", "-", "-");
+        }
+    printf("overlap gain, mlp (buckets all-reduced during backward vs one all-reduce after it):\n");
+    for (int b = 0; b < 2; b++)
+        if (sps[b][MLP] > 0 && no_ov[b] > 0)
+            printf("  %-8s %8.2f vs %8.2f steps/s: %.2fx\n", backends[b], sps[b][MLP], no_ov[b],
+                   sps[b][MLP] / no_ov[b]);
+    if (torch_sps[SEED] > 0 && torch_sps[MLP] > 0)
+        printf("targets: seed >= 10x torch: %s (gloo %.1fx); mlp >= 1.2x torch: %s (gloo %.2fx)\n",
+               sps[0][SEED] >= 10 * torch_sps[SEED] ? "met" : "NOT met", sps[0][SEED] / torch_sps[SEED],
+               sps[0][MLP] >= 1.2 * torch_sps[MLP] ? "met" : "NOT met", sps[0][MLP] / torch_sps[MLP]);
+    return 0;
+}
