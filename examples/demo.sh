@@ -4,3 +4,16 @@ set -e
 # phx-info: every plugin built in this tree, ok or why not (doc/plugins.md).
 echo "== phx-info"
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') ./tools/phx-info
+# ddp: the seed's DDP program (doc/ddp.md) over 2 processes (gloo), as 2
+# threads, and under phxrun.
+ddp_plugins=$(find plugins -type d -name .libs | sort | tr '\n' ':')
+if [ -e plugins/comm/gloo/.libs/phx-comm-gloo.so ]; then
+    echo "== examples/ddp (PHX_COMM=gloo: 2 processes through phx_spawn)"
+    PHX_PLUGIN_PATH=$ddp_plugins PHX_COMM=gloo ./examples/ddp --world 2
+fi
+echo "== examples/ddp (PHX_COMM=threads: 2 threads through phx_spawn)"
+PHX_PLUGIN_PATH=$ddp_plugins PHX_COMM=threads ./examples/ddp --world 2
+if [ -x tools/phxrun ] && [ -e plugins/comm/gloo/.libs/phx-comm-gloo.so ]; then
+    echo "== phxrun --nproc-per-node 2 examples/ddp"
+    PHX_PLUGIN_PATH=$ddp_plugins ./tools/phxrun --nproc-per-node 2 ./examples/ddp
+fi
