@@ -335,7 +335,7 @@ static void steady_state(phx_precision *fp16)
 
 int main(void)
 {
-    plan(56);
+    plan(55);
     phx_precision *fp16 = policy("fp16");
     phx_scaler *d = phx_scaler_new(fp16, NULL);
     ok(d && phx_scaler_get_scale(d) == 65536.0 && phx_scaler_growth_tracker(d) == 0,
