@@ -18,3 +18,7 @@ t_dp_errors_LDADD = libphalanx.la
 check_PROGRAMS += t/dp_steady
 TESTS += t/dp_steady
 t_dp_steady_LDADD = libphalanx.la
+
+check_PROGRAMS += t/dp_ckpt
+TESTS += t/dp_ckpt
+t_dp_ckpt_LDADD = libphalanx.la -lm
