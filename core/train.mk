@@ -8,7 +8,7 @@ libphalanx_la_SOURCES += core/module.c core/module-impl.h \
 	core/safetensors.c core/safetensors-impl.h core/checkpoint.c \
 	core/idx.c core/loader.c
 
-train_tests = t/train_modules t/train_parity t/train_api t/train_ckpt t/train_interop t/train_alloc
+train_tests = t/train_modules t/train_parity t/train_api t/train_ckpt t/train_interop t/train_alloc t/train_data
 check_PROGRAMS += $(train_tests)
 TESTS += $(train_tests)
 t_train_modules_LDADD = libphalanx.la -lm
@@ -17,3 +17,4 @@ t_train_api_LDADD = libphalanx.la -lm
 t_train_ckpt_LDADD = libphalanx.la
 t_train_interop_LDADD = libphalanx.la -lm
 t_train_alloc_LDADD = libphalanx.la
+t_train_data_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
