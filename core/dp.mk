@@ -22,3 +22,8 @@ t_dp_steady_LDADD = libphalanx.la
 check_PROGRAMS += t/dp_ckpt
 TESTS += t/dp_ckpt
 t_dp_ckpt_LDADD = libphalanx.la -lm
+
+# The seed's DataParallel program (make demo).
+noinst_PROGRAMS += examples/data_parallel
+examples_data_parallel_LDADD = libphalanx.la
+demo_programs += examples/data_parallel

@@ -17,3 +17,12 @@ if [ -x tools/phxrun ] && [ -e plugins/comm/gloo/.libs/phx-comm-gloo.so ]; then
     echo "== phxrun --nproc-per-node 2 examples/ddp"
     PHX_PLUGIN_PATH=$ddp_plugins ./tools/phxrun --nproc-per-node 2 ./examples/ddp
 fi
+# Mixed precision (doc/precision.md): the seed's AMP program, fp16 by default, then bf16 and fp32.
+for p in fp16 bf16 fp32; do
+    echo "== examples/amp (PHX_PRECISION=$p)"
+    PHX_PRECISION=$p PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') ./examples/amp
+done
+# DataParallel (doc/dp.md): the seed's program, wrapped when more than one
+# device is available -- on the CPU a replica per thread.
+echo "== examples/data_parallel (PHX_NUM_THREADS=2: 2 CPU replicas)"
+PHX_NUM_THREADS=2 ./examples/data_parallel

@@ -1,0 +1,74 @@
+/* The seed's DataParallel program in C: Linear(10, 1), MSE, SGD lr 0.01,
+ * random batches of 64, 10 epochs. When more than one device is available
+ * the model is wrapped with phx_dp_new -- one line, the loop is unchanged.
+ * Devices: every GPU when the cuda plugin finds more than one (PHX_DEVICE
+ * as for phx_device_default), else a CPU replica per thread
+ * (PHX_NUM_THREADS, default: the core count).
+ *
+ *   examples/data_parallel
+ *   PHX_NUM_THREADS=4 examples/data_parallel     4 CPU replicas
+ */
+#include <stdio.h>
+#include <phalanx/phalanx.h>
+
+#define EPOCHS 10
+#define BATCH 64
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "data_parallel: %s: %s\n", what, phx_last_error());
+    return 1;
+}
+
+int main(void)
+{
+    phx_device dev;
+    if (phx_device_default(&dev) != PHX_OK)
+        return fail("device");
+    int available = dev.kind == PHX_DEVICE_CPU ? phx_num_threads() : phx_device_count(dev.kind);
+
+    phx_rng *init = phx_rng_new(0);
+    phx_module *model = phx_linear_new(10, 1, true, init);
+    if (!model || phx_module_to(model, dev) != PHX_OK)
+        return fail("model");
+    phx_module *net = model, *dp = NULL;
+    char name[32];
+    if (available > 1) {
+        if (!(net = dp = phx_dp_new(model, NULL, 0, NULL))) /* all devices of the model's kind */
+            return fail("phx_dp_new");
+        printf("DataParallel over %zu %s replicas\n", phx_dp_num_replicas(dp), phx_device_name(dev, name, sizeof name));
+    } else {
+        printf("One device (%s): the model runs unwrapped\n", phx_device_name(dev, name, sizeof name));
+    }
+
+    phx_sgd_opts so = phx_sgd_defaults();
+    so.lr = 0.01;
+    phx_optimizer *opt = phx_sgd_new(net, &so);
+    phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    int64_t xs[2] = {BATCH, 10}, ys[2] = {BATCH, 1};
+    phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, dev), *y = phx_tensor_new(PHX_F32, 2, ys, dev);
+    phx_rng *data = phx_rng_new(1000);
+    int rc = !opt || !mse || !x || !y || !data ? fail("setup") : 0;
+
+    for (int epoch = 0; epoch < EPOCHS && rc == 0; epoch++) {
+        phx_tensor *out;
+        float loss;
+        if (phx_rng_normal(data, x, 0, 1) != PHX_OK || phx_rng_normal(data, y, 0, 1) != PHX_OK ||
+            phx_optimizer_zero_grad(opt) != PHX_OK || phx_module_forward(net, x, &out) != PHX_OK ||
+            phx_loss_forward(mse, out, y, &loss) != PHX_OK ||
+            phx_module_backward(net, phx_loss_grad(mse), NULL) != PHX_OK || phx_optimizer_step(opt) != PHX_OK) {
+            rc = fail("training step");
+            break;
+        }
+        printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, loss);
+    }
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_rng_free(data);
+    phx_rng_free(init);
+    phx_loss_free(mse);
+    phx_optimizer_free(opt);
+    phx_module_free(dp);
+    phx_module_free(model);
+    return rc;
+}
