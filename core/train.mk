@@ -18,3 +18,11 @@ t_train_ckpt_LDADD = libphalanx.la
 t_train_interop_LDADD = libphalanx.la -lm
 t_train_alloc_LDADD = libphalanx.la
 t_train_data_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
+
+# The first examples (make demo runs them through examples/demo.sh).
+train_examples = examples/linear_regression examples/fashion_mnist examples/custom_module
+noinst_PROGRAMS += $(train_examples)
+demo_programs += $(train_examples)
+examples_linear_regression_LDADD = libphalanx.la
+examples_fashion_mnist_LDADD = libphalanx.la
+examples_custom_module_LDADD = libphalanx.la -lm
