@@ -27,3 +27,8 @@ t_dp_ckpt_LDADD = libphalanx.la -lm
 noinst_PROGRAMS += examples/data_parallel
 examples_data_parallel_LDADD = libphalanx.la
 demo_programs += examples/data_parallel
+
+# make bench: bench/dp beside bench/torch/dp.py.
+noinst_PROGRAMS += bench/dp
+bench_dp_LDADD = libphalanx.la
+bench_programs += bench/dp

@@ -1,0 +1,244 @@
+/* DataParallel benchmark, all in one run:
+ *  1. BLAS concurrency: two threads each calling phx_gemm with one BLAS
+ *     thread, against the same products one after the other -- do
+ *     concurrent single-threaded OpenBLAS calls really run in parallel?
+ *  2. The MLP 784-1024-1024-10 (ReLU, cross-entropy, SGD lr 0.01), batch
+ *     512: unwrapped with 1 BLAS thread, DataParallel over 2 CPU replicas,
+ *     (for reference) unwrapped with 2 BLAS threads, and PyTorch's single
+ *     process at 2 threads (bench/torch/dp.py). Steps/s are the best of
+ *     short rounds, the variants interleaved round by round, since the
+ *     machine may be shared.
+ * Targets: DataParallel(2) >= 1.7x unwrapped at 1 thread, >= 1.2x PyTorch.
+ *
+ * usage: bench/dp [--seconds S] [--batch B] [--torch SCRIPT | --no-torch] */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <phalanx/phalanx.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int die(const char *what)
+{
+    fprintf(stderr, "bench/dp: %s: %s\n", what, phx_last_error());
+    exit(1);
+}
+
+/* ---- 1. BLAS concurrency ------------------------------------------------ */
+
+enum { GM = 256, GK = 1024, GN = 1024, GREPS = 10 };
+
+typedef struct gemm_job {
+    phx_tensor *a, *b, *c;
+} gemm_job;
+
+static void *gemm_run(void *arg)
+{
+    gemm_job *j = arg;
+    for (int r = 0; r < GREPS; r++)
+        if (phx_gemm(false, true, 1.0f, j->a, j->b, 0.0f, j->c) != PHX_OK)
+            die("phx_gemm");
+    return NULL;
+}
+
+static void blas_concurrency(void)
+{
+    gemm_job j[2];
+    int64_t as[2] = {GM, GK}, bs[2] = {GN, GK}, cs[2] = {GM, GN};
+    phx_rng *rng = phx_rng_new(1);
+    for (int i = 0; i < 2; i++) {
+        j[i].a = phx_tensor_new(PHX_F32, 2, as, phx_cpu());
+        j[i].b = phx_tensor_new(PHX_F32, 2, bs, phx_cpu());
+        j[i].c = phx_tensor_new(PHX_F32, 2, cs, phx_cpu());
+        phx_rng_uniform(rng, j[i].a, -1, 1);
+        phx_rng_uniform(rng, j[i].b, -1, 1);
+    }
+    phx_set_num_threads(1);
+    gemm_run(&j[0]);
+    double serial = 1e30, par = 1e30;
+    for (int round = 0; round < 3; round++) {
+        double t0 = now();
+        gemm_run(&j[0]);
+        gemm_run(&j[1]);
+        double t1 = now();
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            pthread_create(&th[i], NULL, gemm_run, &j[i]);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        double t2 = now();
+        serial = t1 - t0 < serial ? t1 - t0 : serial;
+        par = t2 - t1 < par ? t2 - t1 : par;
+    }
+    double gf = 2.0 * 2 * GREPS * GM * GN * (double)GK * 1e-9;
+    printf("BLAS concurrency: 2 x %d GEMMs (%d x %d x %d), 1 BLAS thread each\n", GREPS, GM, GN, GK);
+    printf("  one after the other %8.1f ms  %6.1f GFLOP/s\n", serial * 1e3, gf / serial);
+    printf("  two threads at once %8.1f ms  %6.1f GFLOP/s   speedup %.2fx (2.00 = fully parallel)\n", par * 1e3,
+           gf / par, serial / par);
+    for (int i = 0; i < 2; i++) {
+        phx_tensor_free(j[i].a);
+        phx_tensor_free(j[i].b);
+        phx_tensor_free(j[i].c);
+    }
+    phx_rng_free(rng);
+}
+
+/* ---- 2. the MLP --------------------------------------------------------- */
+
+typedef struct runner {
+    const char *name;
+    int blas_threads;          /* for the unwrapped runs */
+    phx_module *model, *net;   /* net: the model or its wrapper */
+    phx_optimizer *opt;
+    double best;               /* steps/s */
+} runner;
+
+static phx_tensor *g_x, *g_t;
+static phx_loss *g_loss;
+
+static phx_module *mlp(void)
+{
+    phx_rng *rng = phx_rng_new(0);
+    phx_module *m = phx_sequential_new();
+    phx_sequential_add(m, phx_linear_new(784, 1024, true, rng));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_linear_new(1024, 1024, true, rng));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_linear_new(1024, 10, true, rng));
+    phx_rng_free(rng);
+    return m;
+}
+
+static void step(runner *r)
+{
+    phx_tensor *y;
+    float l;
+    if (phx_optimizer_zero_grad(r->opt) || phx_module_forward(r->net, g_x, &y) || phx_loss_forward(g_loss, y, g_t, &l) ||
+        phx_module_backward(r->net, phx_loss_grad(g_loss), NULL) || phx_optimizer_step(r->opt))
+        die(r->name);
+}
+
+static void setup(runner *r, const char *name, size_t replicas, int blas_threads)
+{
+    r->name = name;
+    r->blas_threads = blas_threads;
+    r->model = mlp();
+    r->net = r->model;
+    if (replicas > 1) {
+        phx_device devs[2] = {phx_cpu(), phx_cpu()};
+        if (!(r->net = phx_dp_new(r->model, devs, replicas, NULL)))
+            die("phx_dp_new");
+    }
+    phx_sgd_opts o = phx_sgd_defaults();
+    o.lr = 0.01;
+    if (!(r->opt = phx_sgd_new(r->net, &o)))
+        die("phx_sgd_new");
+    r->best = 0;
+}
+
+/* One round: a few steps, keep the best rate. */
+static void round_of(runner *r, int steps)
+{
+    phx_set_num_threads(r->blas_threads);
+    step(r); /* warm: buffers, BLAS threads */
+    double t0 = now();
+    for (int s = 0; s < steps; s++)
+        step(r);
+    double sps = steps / (now() - t0);
+    if (sps > r->best)
+        r->best = sps;
+}
+
+static double run_torch(const char *script, double seconds, int64_t batch)
+{
+    const char *py = getenv("TORCH_PYTHON");
+    char cmd[2048], line[256];
+    snprintf(cmd, sizeof cmd, "%s %s --threads 2 --seconds %g --batch %lld", py && *py ? py : "/usr/bin/python3",
+             script, seconds, (long long)batch);
+    FILE *p = popen(cmd, "r");
+    double v = -1;
+    while (p && fgets(line, sizeof line, p))
+        if (sscanf(line, "torch_mlp_steps_per_s %lf", &v) == 1)
+            break;
+    if (p)
+        pclose(p);
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = 4;
+    int64_t batch = 512;
+    const char *script = "bench/torch/dp.py";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
+            script = argv[++i];
+        else if (!strcmp(argv[i], "--no-torch"))
+            script = NULL;
+        else {
+            fprintf(stderr, "usage: %s [--seconds S] [--batch B] [--torch SCRIPT | --no-torch]\n", argv[0]);
+            return 2;
+        }
+    }
+    blas_concurrency();
+
+    int64_t xs[2] = {batch, 784};
+    g_x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu());
+    g_t = phx_tensor_zeros(PHX_I64, 1, &batch, phx_cpu());
+    g_loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    phx_rng *rng = phx_rng_new(3);
+    if (!g_x || !g_t || !g_loss || !rng || phx_rng_uniform(rng, g_x, 0, 1))
+        die("data");
+    int64_t *labels = malloc(sizeof *labels * (size_t)batch);
+    for (int64_t i = 0; i < batch; i++)
+        labels[i] = (i * 7) % 10;
+    phx_tensor_from_host(g_t, labels);
+    free(labels);
+
+    runner r[3];
+    setup(&r[0], "unwrapped, 1 BLAS thread", 1, 1);
+    setup(&r[1], "DataParallel, 2 CPU replicas", 2, 1);
+    setup(&r[2], "unwrapped, 2 BLAS threads", 1, 2);
+    double deadline = now() + seconds;
+    while (now() < deadline)
+        for (int i = 0; i < 3; i++)
+            round_of(&r[i], 3);
+    double torch = script ? run_torch(script, seconds / 2, batch) : -1;
+
+    printf("MLP 784-1024-1024-10, batch %lld, cross-entropy, SGD (best of interleaved rounds, %.0f s)\n",
+           (long long)batch, seconds);
+    for (int i = 0; i < 3; i++)
+        printf("  %-32s %8.2f steps/s\n", r[i].name, r[i].best);
+    if (torch > 0)
+        printf("  %-32s %8.2f steps/s\n", "PyTorch, 1 process, 2 threads", torch);
+    else
+        printf("  %-32s  skipped (no python3-torch or --no-torch)\n", "PyTorch, 1 process, 2 threads");
+    printf("  DataParallel(2) / unwrapped(1 thread)  %.2fx  (target >= 1.70, scaling efficiency %.0f%%)\n",
+           r[1].best / r[0].best, 50.0 * r[1].best / r[0].best);
+    printf("  DataParallel(2) / unwrapped(2 threads) %.2fx\n", r[1].best / r[2].best);
+    if (torch > 0)
+        printf("  DataParallel(2) / PyTorch(2 threads)   %.2fx  (target >= 1.20)\n", r[1].best / torch);
+
+    for (int i = 0; i < 3; i++) {
+        phx_optimizer_free(r[i].opt);
+        if (r[i].net != r[i].model)
+            phx_module_free(r[i].net);
+        phx_module_free(r[i].model);
+    }
+    phx_rng_free(rng);
+    phx_loss_free(g_loss);
+    phx_tensor_free(g_x);
+    phx_tensor_free(g_t);
+    return 0;
+}
