@@ -6,3 +6,13 @@ set -e
 echo "== bench/ddp"
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/ddp --torch "$(dirname "$0")/torch/ddp.py"
+# amp: training steps/s under fp32, fp16, bf16 beside PyTorch fp32 and CPU
+# autocast bf16 (bench/torch/amp.py; doc/precision.md).
+echo "== bench/amp"
+PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
+    ./bench/amp --torch "$(dirname "$0")/torch/amp.py"
+# dp: DataParallel over 2 CPU replicas against the unwrapped MLP at 1 BLAS
+# thread and PyTorch's single process at 2 threads (bench/torch/dp.py),
+# plus the BLAS concurrency check (doc/dp.md).
+echo "== bench/dp"
+./bench/dp --torch "$(dirname "$0")/torch/dp.py"

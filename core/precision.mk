@@ -18,3 +18,9 @@ EXTRA_DIST += t/amp_example.sh t/data/amp_scales.txt bench/torch/scaler.py
 noinst_PROGRAMS += examples/amp
 examples_amp_LDADD = libphalanx.la
 demo_programs += examples/amp
+
+# make bench: policies side by side, beside PyTorch fp32 / CPU autocast bf16.
+noinst_PROGRAMS += bench/amp
+bench_amp_LDADD = libphalanx.la
+bench_programs += bench/amp
+EXTRA_DIST += bench/torch/amp.py

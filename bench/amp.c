@@ -1,0 +1,139 @@
+/* Mixed precision on the CPU: training steps/s of the MLP 784-512-256-10
+ * (ReLU, batch 256, cross-entropy, SGD lr 0.01 momentum 0.9, the scaler in
+ * the loop) under fp32, fp16 and bf16, beside PyTorch fp32 and CPU
+ * autocast bf16 (bench/torch/amp.py, run in the same invocation with the
+ * same thread count). On the CPU f16/bf16 are storage formats: operands
+ * are widened to f32 for the multiply, so the low-precision policies cost
+ * conversions here; they pay off on GPUs (tensor cores, half the bytes).
+ *
+ * usage: bench/amp [--seconds S] [--torch SCRIPT | --no-torch] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <phalanx/phalanx.h>
+
+enum { BATCH = 256 };
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Steps per second under policy name; < 0 on error. */
+static double measure(const char *name, double seconds)
+{
+    phx_precision *p = NULL;
+    if (phx_precision_new(name, &p) != PHX_OK) {
+        fprintf(stderr, "bench/amp: %s\n", phx_last_error());
+        return -1;
+    }
+    phx_rng *rng = phx_rng_new(0);
+    phx_module *m = phx_sequential_new();
+    phx_sequential_add(m, phx_linear_new(784, 512, true, rng));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_linear_new(512, 256, true, rng));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_linear_new(256, 10, true, rng));
+    phx_module_set_precision(m, p);
+    phx_sgd_opts so = phx_sgd_defaults();
+    so.lr = 0.01;
+    so.momentum = 0.9;
+    phx_optimizer *opt = phx_sgd_new(m, &so);
+    phx_scaler *s = phx_scaler_new(p, NULL);
+    phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    int64_t xs[2] = { BATCH, 784 }, ys[1] = { BATCH };
+    phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *y = phx_tensor_new(PHX_I64, 1, ys, phx_cpu());
+    phx_rng_uniform(rng, x, 0, 1);
+    int64_t *lab = phx_tensor_data(y);
+    for (int i = 0; i < BATCH; i++)
+        lab[i] = i % 10;
+    double sps = -1;
+    long n = 0;
+    double t0 = 0;
+    for (int i = 0;; i++) {
+        phx_tensor *out;
+        float loss;
+        bool stepped;
+        if (i == 3)
+            t0 = now();
+        if (phx_optimizer_zero_grad(opt) || phx_module_forward(m, x, &out) || phx_loss_forward(ce, out, y, &loss) ||
+            phx_scaler_scale_grad(s, phx_loss_grad(ce)) || phx_module_backward(m, phx_loss_grad(ce), NULL) ||
+            phx_scaler_step(s, opt, &stepped)) {
+            fprintf(stderr, "bench/amp: %s: %s\n", name, phx_last_error());
+            break;
+        }
+        if (i >= 3) {
+            n++;
+            double dt = now() - t0;
+            if (dt >= seconds) {
+                sps = n / dt;
+                break;
+            }
+        }
+    }
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_loss_free(ce);
+    phx_scaler_free(s);
+    phx_optimizer_free(opt);
+    phx_module_free(m);
+    phx_rng_free(rng);
+    phx_precision_free(p);
+    return sps;
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = 2;
+    const char *script = "bench/torch/amp.py";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
+            script = argv[++i];
+        else if (!strcmp(argv[i], "--no-torch"))
+            script = NULL;
+        else {
+            fprintf(stderr, "usage: %s [--seconds S] [--torch SCRIPT | --no-torch]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!(seconds > 0)) {
+        fprintf(stderr, "bench/amp: --seconds must be > 0\n");
+        return 2;
+    }
+    const char *names[3] = { "fp32", "fp16", "bf16" };
+    double sps[3], torch_sps[3] = { -1, -1, -1 };
+    for (int i = 0; i < 3; i++)
+        sps[i] = measure(names[i], seconds);
+    if (script) {
+        char cmd[4400], line[256], mode[16];
+        const char *py = getenv("TORCH_PYTHON");
+        double v;
+        snprintf(cmd, sizeof cmd, "%s %s --seconds %g --threads %d 2>/dev/null", py && *py ? py : "/usr/bin/python3",
+                 script, seconds, phx_num_threads());
+        FILE *f = popen(cmd, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "torch-amp %15s %lf", mode, &v) == 2)
+                for (int i = 0; i < 3; i++)
+                    if (!strcmp(mode, names[i]))
+                        torch_sps[i] = v;
+        if (f)
+            pclose(f);
+    }
+    printf("Mixed precision on the CPU, MLP 784-512-256-10, batch %d, %d thread(s) (steps/s)\n", BATCH,
+           phx_num_threads());
+    printf("%-6s %10s %10s %8s %14s\n", "policy", "phalanx", "torch", "ratio", "vs own fp32");
+    for (int i = 0; i < 3; i++) {
+        printf("%-6s %10.1f", names[i], sps[i]);
+        if (torch_sps[i] > 0 && sps[i] > 0)
+            printf(" %10.1f %7.2fx", torch_sps[i], sps[i] / torch_sps[i]);
+        else
+            printf(" %10s %8s", "-", "-");
+        printf(" %13.2fx\n", sps[0] > 0 ? sps[i] / sps[0] : 0);
+    }
+    return sps[0] > 0 && sps[1] > 0 && sps[2] > 0 ? 0 : 1;
+}
