@@ -26,3 +26,8 @@ demo_programs += $(train_examples)
 examples_linear_regression_LDADD = libphalanx.la
 examples_fashion_mnist_LDADD = libphalanx.la
 examples_custom_module_LDADD = libphalanx.la -lm
+
+# make bench: training steps/s beside PyTorch (bench/run.sh).
+noinst_PROGRAMS += bench/step
+bench_programs += bench/step
+bench_step_LDADD = libphalanx.la

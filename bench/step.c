@@ -1,0 +1,164 @@
+/* Training steps per second, Phalanx beside PyTorch (bench/torch/step.py)
+ * in the same run, on the same shapes:
+ *   linear: Linear(10, 1), batch 64, MSE, SGD lr 0.01 (the seed program)
+ *   mlp:    784-1024-1024-10 ReLU MLP, batch 256, cross entropy, SGD lr 0.01
+ * each at 1 and 2 threads. A step is zero_grad, forward, loss, backward,
+ * optimizer step. Each figure is the best of --repeats timed runs of
+ * --seconds (the machine may be shared).
+ *
+ *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <phalanx/phalanx.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void check(phx_status st, const char *what)
+{
+    if (st != PHX_OK) {
+        fprintf(stderr, "bench/step: %s: %s\n", what, phx_last_error());
+        exit(1);
+    }
+}
+
+typedef struct setup {
+    phx_module *m;
+    phx_tensor *x, *y;
+    phx_loss *loss;
+    phx_optimizer *opt;
+} setup;
+
+static setup make(const char *name)
+{
+    setup s;
+    phx_rng *rng = phx_rng_new(0);
+    if (!strcmp(name, "linear")) {
+        s.m = phx_linear_new(10, 1, true, rng);
+        int64_t xs[2] = {64, 10}, ys[2] = {64, 1};
+        s.x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu());
+        s.y = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
+        phx_rng_normal(rng, s.x, 0, 1);
+        phx_rng_normal(rng, s.y, 0, 1);
+        s.loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    } else {
+        s.m = phx_sequential_new();
+        phx_sequential_add(s.m, phx_linear_new(784, 1024, true, rng));
+        phx_sequential_add(s.m, phx_relu_new());
+        phx_sequential_add(s.m, phx_linear_new(1024, 1024, true, rng));
+        phx_sequential_add(s.m, phx_relu_new());
+        phx_sequential_add(s.m, phx_linear_new(1024, 10, true, rng));
+        int64_t xs[2] = {256, 784}, n = 256;
+        s.x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu());
+        s.y = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
+        phx_rng_uniform(rng, s.x, 0, 1);
+        int64_t *lab = phx_tensor_data(s.y);
+        for (int i = 0; i < 256; i++)
+            lab[i] = (i * 7) % 10;
+        s.loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    }
+    phx_sgd_opts o = phx_sgd_defaults();
+    o.lr = 0.01;
+    s.opt = phx_sgd_new(s.m, &o);
+    if (!s.m || !s.x || !s.y || !s.loss || !s.opt)
+        check(PHX_ENOMEM, "setup");
+    phx_rng_free(rng);
+    return s;
+}
+
+static void step(setup *s)
+{
+    phx_tensor *out;
+    float l;
+    check(phx_optimizer_zero_grad(s->opt), "zero_grad");
+    check(phx_module_forward(s->m, s->x, &out), "forward");
+    check(phx_loss_forward(s->loss, out, s->y, &l), "loss");
+    check(phx_module_backward(s->m, phx_loss_grad(s->loss), NULL), "backward");
+    check(phx_optimizer_step(s->opt), "step");
+}
+
+static double rate(const char *name, double seconds, int repeats)
+{
+    setup s = make(name);
+    for (int i = 0; i < (strcmp(name, "linear") ? 3 : 20); i++)
+        step(&s);
+    double best = 0;
+    for (int r = 0; r < repeats; r++) {
+        long n = 0;
+        double t0 = now(), dt;
+        do {
+            step(&s);
+            n++;
+            dt = now() - t0;
+        } while (dt < seconds);
+        if (n / dt > best)
+            best = n / dt;
+    }
+    phx_optimizer_free(s.opt);
+    phx_loss_free(s.loss);
+    phx_module_free(s.m);
+    phx_tensor_free(s.x);
+    phx_tensor_free(s.y);
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    const char *torch = NULL, *py = getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
+    double seconds = 1.0;
+    int repeats = 3;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--torch"))
+            torch = argv[i + 1];
+        else if (!strcmp(argv[i], "--python"))
+            py = argv[i + 1];
+        else if (!strcmp(argv[i], "--seconds"))
+            seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--repeats"))
+            repeats = atoi(argv[i + 1]);
+    }
+    const char *names[2] = {"linear", "mlp"};
+    const char *label[2] = {"Linear(10,1) b64 SGD", "MLP 784-1024-1024-10 b256 SGD"};
+    double phx[2][2], pt[2][2] = {{0, 0}, {0, 0}};
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 2; t++) {
+            check(phx_set_num_threads(t + 1), "threads");
+            phx[k][t] = rate(names[k], seconds, repeats);
+        }
+    int have_torch = 0;
+    if (torch) {
+        char cmd[2048], line[256];
+        snprintf(cmd, sizeof cmd, "'%s' '%s' --threads 1,2 --seconds %g --repeats %d 2>&1", py, torch, seconds, repeats);
+        FILE *p = popen(cmd, "r");
+        while (p && fgets(line, sizeof line, p)) {
+            char nm[32];
+            int th;
+            double v;
+            if (sscanf(line, "RESULT %31s %d %lf", nm, &th, &v) == 3 && th >= 1 && th <= 2) {
+                pt[strcmp(nm, "linear") != 0][th - 1] = v;
+                have_torch = 1;
+            } else {
+                fprintf(stderr, "torch: %s", line);
+            }
+        }
+        if (p)
+            pclose(p);
+    }
+    printf("%-31s %7s %14s %14s %8s\n", "training step", "threads", "Phalanx st/s", "PyTorch st/s", "ratio");
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 2; t++) {
+            if (have_torch && pt[k][t] > 0)
+                printf("%-31s %7d %14.1f %14.1f %7.2fx\n", label[k], t + 1, phx[k][t], pt[k][t], phx[k][t] / pt[k][t]);
+            else
+                printf("%-31s %7d %14.1f %14s %8s\n", label[k], t + 1, phx[k][t], "n/a", "-");
+        }
+    printf("targets: seed >= 20x PyTorch, MLP >= 1.0x PyTorch at the same thread count\n");
+    return 0;
+}
