@@ -32,3 +32,7 @@ demo_programs += examples/data_parallel
 noinst_PROGRAMS += bench/dp
 bench_dp_LDADD = libphalanx.la
 bench_programs += bench/dp
+
+check_PROGRAMS += t/dp_precision
+TESTS += t/dp_precision
+t_dp_precision_LDADD = libphalanx.la -lm
