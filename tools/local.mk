@@ -73,6 +73,15 @@ t_plugins_loader_phx_comm_novtable_la_LDFLAGS = $(fake_plugin_ldflags)
 t_plugins_loader2_phx_comm_alpha_la_SOURCES = t/plugins/fake.c
 t_plugins_loader2_phx_comm_alpha_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=alpha -DFAKE_VERSION=2.0 -DFAKE_PRIORITY=10
 t_plugins_loader2_phx_comm_alpha_la_LDFLAGS = $(fake_plugin_ldflags)
+# phx-comm-borrow has no descriptor but links a library that has one.
+check_LTLIBRARIES += t/plugins/loader/libfakedesc.la t/plugins/loader/phx-comm-borrow.la
+t_plugins_loader_libfakedesc_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_libfakedesc_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=borrow
+t_plugins_loader_libfakedesc_la_LDFLAGS = -avoid-version -shared -rpath /nowhere
+t_plugins_loader_phx_comm_borrow_la_SOURCES = t/plugins/fake.c
+t_plugins_loader_phx_comm_borrow_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=borrow -DFAKE_BORROW
+t_plugins_loader_phx_comm_borrow_la_LIBADD = t/plugins/loader/libfakedesc.la
+t_plugins_loader_phx_comm_borrow_la_LDFLAGS = $(fake_plugin_ldflags) -Wl,-rpath,'$$ORIGIN'
 
 # ---- the loader's tests (t/plugin_minor builds its own loader, requiring
 # plugin ABI minor 1, for the "minor too old" error).
@@ -90,3 +99,7 @@ check_SCRIPTS += t/custom_plugin.sh
 TESTS += t/custom_plugin.sh
 EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-plugin/check-solo.c \
 	examples/custom-plugin/Makefile examples/custom-plugin/README.md
+
+# ---- phxrun (comm area, issue 4): the launcher, like torchrun.
+bin_PROGRAMS += tools/phxrun
+tools_phxrun_SOURCES = tools/phxrun.c

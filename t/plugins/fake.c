@@ -8,7 +8,7 @@
  *   FAKE_DECLINE    probe declines with this reason (a bare word)
  *   FAKE_VERSION    version string (a bare word)
  *   FAKE_NO_DESC / FAKE_TINY_DESC / FAKE_FUNCTION_DESC / FAKE_UNDEFINED /
- *   FAKE_NO_VTABLE  the broken variants
+ *   FAKE_NO_VTABLE / FAKE_BORROW  the broken variants
  * Its probe records that it ran in the environment variable
  * FAKE_PROBED_<name>, so the test can tell that no code of a rejected
  * plugin ran. */
@@ -70,7 +70,12 @@ static int fake_probe(const phx_probe_ctx *ctx, char *why, size_t why_len)
 /* Never called: the selection tests only load descriptors. */
 static const phx_comm_v1 fake_vtable __attribute__((unused)) = { 0 };
 
-#if defined(FAKE_NO_DESC)
+#if defined(FAKE_BORROW)
+/* No descriptor of its own: it links libfakedesc.so, which has one, and
+ * dlsym(handle) searches dependencies too. */
+extern const phx_plugin_desc phx_plugin_v1;
+PHX_PLUGIN_EXPORT const void *fake_borrowed = &phx_plugin_v1;
+#elif defined(FAKE_NO_DESC)
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v2 =
     PHX_PLUGIN_DESC_INIT(FAKE_KIND, FAKE_STR(FAKE_NAME), "1.0", "wrong symbol name", fake_probe, &fake_vtable);
 #elif defined(FAKE_TINY_DESC)
