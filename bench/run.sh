@@ -16,3 +16,7 @@ PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
 # plus the BLAS concurrency check (doc/dp.md).
 echo "== bench/dp"
 ./bench/dp --torch "$(dirname "$0")/torch/dp.py"
+# train: training steps/s of the seed's Linear(10,1) and an MLP beside
+# PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/training.md).
+echo "== bench/step"
+./bench/step --torch "$(dirname "$0")/torch/step.py"

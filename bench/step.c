@@ -127,30 +127,34 @@ int main(int argc, char **argv)
     const char *names[2] = {"linear", "mlp"};
     const char *label[2] = {"Linear(10,1) b64 SGD", "MLP 784-1024-1024-10 b256 SGD"};
     double phx[2][2], pt[2][2] = {{0, 0}, {0, 0}};
+    int have_torch = 0;
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 2; t++) {
             check(phx_set_num_threads(t + 1), "threads");
             phx[k][t] = rate(names[k], seconds, repeats);
-        }
-    int have_torch = 0;
-    if (torch) {
-        char cmd[2048], line[256];
-        snprintf(cmd, sizeof cmd, "'%s' '%s' --threads 1,2 --seconds %g --repeats %d 2>&1", py, torch, seconds, repeats);
-        FILE *p = popen(cmd, "r");
-        while (p && fgets(line, sizeof line, p)) {
-            char nm[32];
-            int th;
-            double v;
-            if (sscanf(line, "RESULT %31s %d %lf", nm, &th, &v) == 3 && th >= 1 && th <= 2) {
-                pt[strcmp(nm, "linear") != 0][th - 1] = v;
-                have_torch = 1;
-            } else {
-                fprintf(stderr, "torch: %s", line);
+            if (!torch)
+                continue;
+            /* torch.set_num_threads does not reach OpenBLAS's own pool:
+             * pin both so "t threads" means t threads on either side. */
+            char cmd[2048], line[256];
+            snprintf(cmd, sizeof cmd,
+                     "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d '%s' '%s' --only %s --threads %d --seconds %g "
+                     "--repeats %d 2>&1", t + 1, t + 1, py, torch, names[k], t + 1, seconds, repeats);
+            FILE *p = popen(cmd, "r");
+            while (p && fgets(line, sizeof line, p)) {
+                char nm[32];
+                int th;
+                double v;
+                if (sscanf(line, "RESULT %31s %d %lf", nm, &th, &v) == 3) {
+                    pt[k][t] = v;
+                    have_torch = 1;
+                } else {
+                    fprintf(stderr, "torch: %s", line);
+                }
             }
+            if (p)
+                pclose(p);
         }
-        if (p)
-            pclose(p);
-    }
     printf("%-31s %7s %14s %14s %8s\n", "training step", "threads", "Phalanx st/s", "PyTorch st/s", "ratio");
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 2; t++) {

@@ -26,3 +26,18 @@ done
 # device is available -- on the CPU a replica per thread.
 echo "== examples/data_parallel (PHX_NUM_THREADS=2: 2 CPU replicas)"
 PHX_NUM_THREADS=2 ./examples/data_parallel
+# train: the seed program, a custom module, and Fashion-MNIST on one process
+# (5 epochs, ~30-60 s on 2 cores; doc/training.md).
+echo "== examples/linear_regression"
+./examples/linear_regression
+echo "== examples/custom_module"
+./examples/custom_module
+if [ -r "${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}/train-images-idx3-ubyte.gz" ]; then
+    echo "== examples/fashion_mnist --epochs 5 --save fashion_mnist.safetensors"
+    ./examples/fashion_mnist --epochs 5 --save fashion_mnist.safetensors
+    echo "== examples/fashion_mnist --epochs 0 --load fashion_mnist.safetensors"
+    ./examples/fashion_mnist --epochs 0 --load fashion_mnist.safetensors
+    rm -f fashion_mnist.safetensors
+else
+    echo "== examples/fashion_mnist: skipped (apt-get install dataset-fashion-mnist)"
+fi
