@@ -71,16 +71,16 @@ PX_INLINE uint32_t px_philox_get(px_philox_cursor *c, uint64_t idx)
     return c->w[idx & 3u];
 }
 
-/* Sum of x[o..o+n) in 8 interleaved f32 partial sums (vectorisable, and
- * an error bound 8x smaller than one running sum). */
-PX_INLINE float px_sum(const void *x, int dt, int64_t o, int64_t n)
+/* Sum of x[o..o+n) - shift in 8 interleaved f32 partial sums
+ * (vectorisable, and an error bound 8x smaller than one running sum). */
+PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, float shift)
 {
     float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += px_ld(x, dt, o + i + j);
+        for (int j = 0; j < 8; j++) acc[j] += px_ld(x, dt, o + i + j) - shift;
     float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += px_ld(x, dt, o + i);
+    for (; i < n; i++) s += px_ld(x, dt, o + i) - shift;
     return s;
 }
 

@@ -1,5 +1,6 @@
 /* LayerNorm over the last dimension, PyTorch's definition: biased
- * variance, eps inside the sqrt; statistics in f32 (two passes).
+ * variance, eps inside the sqrt; statistics in f32 (two passes over x
+ * shifted by its first element).
  *   forward:  xhat = (x - mean) rstd, y = xhat w + b
  *   backward: g = dy w, dx = rstd (g - mean(g) - xhat mean(g xhat)),
  *             dw += sum_rows dy xhat, db += sum_rows dy */
@@ -12,31 +13,31 @@ PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void 
     float inv_n = 1.0f / (float)cols;
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r * cols;
-        float mean = px_sum(x, dt, o, cols) * inv_n;
+        /* statistics of x - x0 (exact for nearby values): a large common
+         * offset costs no precision in d = mean - x0 or in the variance */
+        float x0 = px_ld(x, dt, o);
+        float d = px_sum_shifted(x, dt, o, cols, x0) * inv_n;
         float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
         int64_t i = 0;
         for (; i + 8 <= cols; i += 8)
             for (int j = 0; j < 8; j++) {
-                float d = px_ld(x, dt, o + i + j) - mean;
-                acc[j] += d * d;
+                float c = (px_ld(x, dt, o + i + j) - x0) - d;
+                acc[j] += c * c;
             }
         float var = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         for (; i < cols; i++) {
-            float d = px_ld(x, dt, o + i) - mean;
-            var += d * d;
+            float c = (px_ld(x, dt, o + i) - x0) - d;
+            var += c * c;
         }
         float rstd = phx_ln_rstd(var * inv_n, eps);
-        if (mean_out) mean_out[r] = mean;
+        if (mean_out) mean_out[r] = x0 + d;
         if (rstd_out) rstd_out[r] = rstd;
-        if (w && b)
-            for (int64_t c = 0; c < cols; c++) px_st(y, dt, o + c, (px_ld(x, dt, o + c) - mean) * rstd * w[c] + b[c]);
-        else if (w)
-            for (int64_t c = 0; c < cols; c++) px_st(y, dt, o + c, (px_ld(x, dt, o + c) - mean) * rstd * w[c]);
-        else
-            for (int64_t c = 0; c < cols; c++) {
-                float v = (px_ld(x, dt, o + c) - mean) * rstd;
-                px_st(y, dt, o + c, b ? v + b[c] : v);
-            }
+        for (int64_t c = 0; c < cols; c++) {
+            float v = ((px_ld(x, dt, o + c) - x0) - d) * rstd;
+            if (w) v = v * w[c];
+            if (b) v = v + b[c];
+            px_st(y, dt, o + c, v);
+        }
     }
 }
 

@@ -43,10 +43,12 @@ PX_INLINE double px_xent_row(int64_t classes, const void *x, int dt, int64_t o, 
     }
     float s = 0.0f;
     for (int64_t j = 0; j < classes; j++) s += expf(px_ld(x, dt, o + j) - mx);
-    float lse = mx + logf(s);
+    /* in shifted terms (x - mx, log s), as torch's log_softmax: large
+     * logits lose no precision to the rounding of lse = mx + log s */
+    float ls = logf(s);
     if (g)
-        for (int64_t j = 0; j < classes; j++) g[j] = phx_xent_grad(px_ld(x, dt, o + j), lse, j == label, scale);
-    return (double)lse - (double)px_ld(x, dt, o + label);
+        for (int64_t j = 0; j < classes; j++) g[j] = phx_xent_grad(px_ld(x, dt, o + j) - mx, ls, j == label, scale);
+    return (double)ls - (double)(px_ld(x, dt, o + label) - mx);
 }
 
 PX_INLINE double px_xent_loop(int64_t rows, int64_t classes, const void *x, int dt, const int64_t *labels,
