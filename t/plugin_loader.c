@@ -1,6 +1,7 @@
 /* The plugin loader: search path, selection syntax, the registry, and each
  * loader error, with the plugins of t/plugins/loader and loader2 (t/plugins/fake.c
  * built with different FAKE_* macros; tools/local.mk lists them). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -86,8 +87,13 @@ static void test_search_path(void)
     ok(strstr(buf, "::") == NULL && buf[strlen(buf) - 1] != ':', "an empty entry adds no folder");
     size_t n = strlen(buf), k = strlen(PHX_PKGLIBDIR);
     ok(n >= k && strcmp(buf + n - k, PHX_PKGLIBDIR) == 0, "the configured pkglibdir comes last (%s)", PHX_PKGLIBDIR);
-    ok(strstr(buf, "/.libs/phalanx") != NULL || strstr(buf, "/lib/phalanx") != NULL,
-       "the phalanx/ folder beside libphalanx.so is searched");
+    Dl_info info;
+    char beside[PATH_MAX + 16] = "?";
+    if (dladdr((void *)&phx_version, &info) && info.dli_fname && strrchr(info.dli_fname, '/'))
+        snprintf(beside, sizeof beside, ":%.*s/phalanx:", (int)(strrchr(info.dli_fname, '/') - info.dli_fname),
+                 info.dli_fname);
+    ok(strstr(buf, beside) != NULL && strstr(buf, beside) < buf + n - k,
+       "the phalanx/ folder beside libphalanx.so (%s) comes between them", beside);
     char small[8];
     phx_plugin_search_path(small, sizeof small);
     is_int((long long)strlen(small), 7, "search path truncated to the buffer, NUL-terminated");
