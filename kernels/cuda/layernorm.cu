@@ -1,6 +1,6 @@
 /* LayerNorm over the last dimension on the GPU, PyTorch's definition
  * (biased variance, eps inside the sqrt), statistics in f32 in two passes
- * like kernels/cpu/layernorm.c; per-element formulas from kernels/math.h.
+ * over x shifted by its first element, like kernels/cpu/layernorm.c; per-element formulas from kernels/math.h.
  * One block per row (grid-stride over rows); the row is read from L2 on
  * the later passes. dw/db: column sums over rows as partials per row
  * split, added in a fixed order. */
@@ -17,21 +17,24 @@ __global__ void k_ln_fwd(int64_t rows, int64_t cols, float eps, const void *x, c
     float inv_n = 1.0f / (float)cols;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         int64_t o = r * cols;
+        /* statistics of x - x0, as the CPU: a large common offset costs no
+         * precision in d = mean - x0 or in the variance */
+        float x0 = px_ld<DT>(x, o);
         float s = 0.0f;
-        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += px_ld<DT>(x, o + c);
-        float mean = px_block_sumf(s, sh) * inv_n;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += px_ld<DT>(x, o + c) - x0;
+        float d = px_block_sumf(s, sh) * inv_n;
         float v = 0.0f;
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-            float d = px_ld<DT>(x, o + c) - mean;
-            v += d * d;
+            float e = (px_ld<DT>(x, o + c) - x0) - d;
+            v += e * e;
         }
         float rstd = phx_ln_rstd(px_block_sumf(v, sh) * inv_n, eps);
         if (threadIdx.x == 0) {
-            if (mean_out) mean_out[r] = mean;
+            if (mean_out) mean_out[r] = x0 + d;
             if (rstd_out) rstd_out[r] = rstd;
         }
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-            float t = (px_ld<DT>(x, o + c) - mean) * rstd;
+            float t = ((px_ld<DT>(x, o + c) - x0) - d) * rstd;
             if (w) t = t * w[c];
             if (b) t = t + b[c];
             px_st<DT>(y, o + c, t);

@@ -116,10 +116,12 @@ __global__ void k_xent_rows(int64_t rows, int64_t classes, const void *x, const 
         if (live)
             for (int64_t j = lane; j < classes; j += G) s += expf(px_ld<DT>(x, o + j) - mx);
         s = px_group_sum<G>(s, sh);
-        float lse = mx + logf(s);
+        /* shifted terms (x - mx, log s), as the CPU and torch's log_softmax */
+        float ls = logf(s);
         if (g)
-            for (int64_t j = lane; j < classes; j += G) g[j] = phx_xent_grad(px_ld<DT>(x, o + j), lse, j == label, scale);
-        if (live && lane == 0) row_loss[r] = (double)lse - (double)px_ld<DT>(x, o + label);
+            for (int64_t j = lane; j < classes; j += G)
+                g[j] = phx_xent_grad(px_ld<DT>(x, o + j) - mx, ls, j == label, scale);
+        if (live && lane == 0) row_loss[r] = (double)ls - (double)(px_ld<DT>(x, o + label) - mx);
     }
 }
 

@@ -16,6 +16,10 @@ check_PROGRAMS += t/cuda_alloc
 TESTS += t/cuda_alloc
 t_cuda_alloc_SOURCES = t/cuda_alloc.c plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h
 t_cuda_alloc_LDADD = libphalanx.la
+# Selecting cuda / nccl: clear errors without a GPU, working with one.
+check_PROGRAMS += t/cuda_select
+TESTS += t/cuda_select
+t_cuda_select_LDADD = libphalanx.la
 
 if HAVE_CUDA
 pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la
