@@ -218,8 +218,9 @@ static void test_losses(void)
     like(phx_last_error(), "label 3 of row 1 is outside [0, 3)", "message names the label, row and range");
     ok(phx_loss_forward(ce, y, t, &v) == PHX_EINVAL, "float target for cross_entropy is EINVAL");
     like(phx_last_error(), "expected i64 (2) labels", "message says what was expected");
-    ok(phx_loss_forward(phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN), y, labels, &v) == PHX_EINVAL,
-       "mse with a wrong target shape is EINVAL");
+    phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    ok(phx_loss_forward(mse, y, labels, &v) == PHX_EINVAL, "mse with a wrong target shape is EINVAL");
+    phx_loss_free(mse);
     ok(phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_SUM) == NULL, "cross_entropy with sum is refused");
     phx_loss_free(ce);
     phx_loss_free(nll);
@@ -242,10 +243,10 @@ static void test_errors(void)
     ok(phx_dropout_new(1.0f, 0) == NULL, "Dropout(1.0) refused");
     like(phx_last_error(), "expected 0 <= p < 1", "dropout message");
     int64_t s = 3;
-    ok(phx_module_add_param(l, "bias", phx_tensor_zeros(PHX_F32, 1, &s, phx_cpu())) == NULL,
-       "a second 'bias' is refused");
-    ok(phx_module_add_param(l, "a.b", phx_tensor_zeros(PHX_F32, 1, &s, phx_cpu())) == NULL,
-       "a dotted leaf name is refused");
+    phx_tensor *extra = phx_tensor_zeros(PHX_F32, 1, &s, phx_cpu()); /* the caller keeps it on failure */
+    ok(phx_module_add_param(l, "bias", extra) == NULL, "a second 'bias' is refused");
+    ok(phx_module_add_param(l, "a.b", extra) == NULL, "a dotted leaf name is refused");
+    phx_tensor_free(extra);
     ok(phx_sequential_add(l, phx_relu_new()) == PHX_EINVAL, "sequential_add on a Linear is EINVAL");
     phx_sgd_opts so = phx_sgd_defaults();
     so.nesterov = true;
@@ -269,8 +270,9 @@ static void test_errors(void)
     is_int(phx_optimizer_state(o, &names, &ts), 4, "AdamW state: exp_avg and exp_avg_sq per parameter");
     is_str(names[3], "bias.exp_avg_sq", "state names <param>.<state>");
     int64_t wrong = 5;
-    ok(phx_param_set_grad(phx_module_param(l, 1), phx_tensor_zeros(PHX_F32, 1, &wrong, phx_cpu())) == PHX_EINVAL,
-       "set_grad with another shape refused");
+    phx_tensor *wg = phx_tensor_zeros(PHX_F32, 1, &wrong, phx_cpu());
+    ok(phx_param_set_grad(phx_module_param(l, 1), wg) == PHX_EINVAL, "set_grad with another shape refused");
+    phx_tensor_free(wg);
     phx_optimizer_free(o);
     static const phx_module_vtable half = {"Half", NULL, NULL, NULL, NULL, NULL};
     ok(phx_module_new(&half, NULL) == NULL, "a vtable without forward is refused");
