@@ -5,7 +5,7 @@ libphalanx_la_SOURCES += core/error.c core/log.c core/tensor.c core/tensor_ops.c
 	core/device.c core/device-impl.h core/device_cpu.c core/rng.c
 
 # core tests
-core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_ops t/core_nn t/core_optim
+core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_ops t/core_nn t/core_optim t/core_torch
 check_PROGRAMS += $(core_tests)
 TESTS += $(core_tests)
 t_core_half_LDADD = libphalanx.la -lm
@@ -23,3 +23,6 @@ t_core_nn_SOURCES = t/core_nn.c t/core-util.h
 t_core_nn_LDADD = libphalanx.la -lm
 t_core_optim_SOURCES = t/core_optim.c t/core-util.h
 t_core_optim_LDADD = libphalanx.la -lm
+t_core_torch_SOURCES = t/core_torch.c t/core-util.h
+t_core_torch_LDADD = libphalanx.la -lm
+EXTRA_DIST += t/data/core_kernels.txt bench/torch/core_kernels.py
