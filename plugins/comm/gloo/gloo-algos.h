@@ -1,0 +1,57 @@
+// Collectives the gloo plugin builds itself on gloo's transport
+// (UnboundBuffer send/recv): the latency-bound all-reduces (recursive
+// doubling, halving-doubling) and a ring reduce-scatter, which gloo's
+// C++ API does not offer for arbitrary buffers.
+#ifndef PHX_PLUGINS_GLOO_ALGOS_H
+#define PHX_PLUGINS_GLOO_ALGOS_H
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "phalanx/tensor.h"
+
+namespace pxg {
+
+// A transport failure while talking to one known peer.
+struct PeerError : std::runtime_error {
+    PeerError(int peer, const std::string &what) : std::runtime_error(what), peer(peer) {}
+    int peer;
+};
+
+// Per-communicator state the algorithms share: the gloo context, the
+// timeout and a scratch buffer that grows to the largest need and stays
+// (so a steady training step allocates nothing there).
+struct Ctx {
+    std::shared_ptr<gloo::Context> ctx;
+    std::chrono::milliseconds timeout;
+    std::vector<uint8_t> scratch;
+    std::unique_ptr<gloo::transport::UnboundBuffer> scratch_ub;
+
+    // At least bytes of scratch, registered with the transport.
+    uint8_t *ensure(size_t bytes);
+};
+
+// In-place all-reduce of count elements, the sum (or max/min) over ranks;
+// op PHX_AVG is not handled here (the caller sums, then divides).
+// Recursive doubling: log2(n) exchanges of the whole buffer; both
+// partners compute lower-rank-first, so all ranks hold identical bits.
+void allreduce_rd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot);
+// Halving-doubling (Rabenseifner): recursive-halving reduce-scatter then
+// recursive-doubling all-gather; each element is reduced on one rank.
+// Worlds that are not a power of two fold the extra ranks in first.
+void allreduce_hd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot);
+// Ring reduce-scatter: send holds size*count elements, recv gets block
+// `rank` reduced over all ranks (op PHX_AVG: the caller divides).
+void reduce_scatter_ring(Ctx &c, const void *send, void *recv, size_t count, phx_dtype dt, phx_reduce_op op,
+                         uint64_t slot);
+
+} // namespace pxg
+
+#endif

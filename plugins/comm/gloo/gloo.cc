@@ -1,0 +1,423 @@
+// The gloo communicator: a C++ shim over Debian's libgloo exposed through
+// the C plugin ABI (phx_comm_v1).
+//
+// Rendezvous: a gloo::rendezvous::Store over phx_store (keys under the
+// comm's prefix), a TCP device bound to the address this host uses to
+// reach the store server (127.0.0.1 on one machine), and a full mesh.
+//
+// Every collective runs on one worker thread per communicator, in issue
+// order, so compute overlaps communication. All-reduce picks its
+// algorithm by message size (doc/comm.md): recursive doubling for small
+// messages (latency: log2 n exchanges), halving-doubling for medium ones
+// (log2 n steps, half the data each), gloo's pipelined ring for large ones
+// (bandwidth). Reductions use plugins/comm/reduce.h for every dtype (f16
+// as gloo::float16 buffers, bf16 too: gloo has no bf16), avg = sum then
+// divide. A gloo exception becomes PHX_EPEER or PHX_ETIMEOUT with its
+// message and, where known, the peer's rank; the communicator is then
+// broken and later collectives fail at once with the same message.
+#include "config.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include "phalanx/log.h"
+#include "phalanx/plugin/comm_v1.h"
+#include "plugins/comm/gloo/gloo-algos.h"
+#include "plugins/comm/reduce.h"
+
+namespace {
+
+// All-reduce algorithm thresholds (bytes): see doc/comm.md for the
+// measurements behind them.
+constexpr size_t kRdMax = 16u << 10;    // <= 16 KiB: recursive doubling
+constexpr size_t kHdMax = 256u << 10;   // <= 256 KiB: halving-doubling; above: ring
+constexpr uint64_t kSlotPrefix = 0x70;  // our own algorithms' slots (gloo's use 0x01..0x08)
+
+enum Kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER, BARRIER };
+const char *const kKindName[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
+
+enum Algo { AUTO, RING, HD, RD };
+
+// gloo's Store interface over a phx_store; every key lives under prefix.
+class PhxStore : public gloo::rendezvous::Store {
+  public:
+    PhxStore(phx_store *s, std::string prefix, double timeout_s) : s_(s), prefix_(std::move(prefix)), t_(timeout_s) {}
+
+    void set(const std::string &key, const std::vector<char> &data) override
+    {
+        if (phx_store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()))
+            throw gloo::IoException(std::string("store set: ") + phx_last_error());
+    }
+
+    std::vector<char> get(const std::string &key) override
+    {
+        void *v;
+        size_t n;
+        if (phx_store_get(s_, (prefix_ + key).c_str(), &v, &n, t_))
+            throw gloo::IoException(std::string("store get: ") + phx_last_error());
+        std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + n);
+        std::free(v);
+        return out;
+    }
+
+    void wait(const std::vector<std::string> &keys) override { wait(keys, std::chrono::milliseconds(0)); }
+
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout) override
+    {
+        std::vector<std::string> full;
+        std::vector<const char *> ptrs;
+        for (const auto &k : keys) full.push_back(prefix_ + k);
+        for (const auto &k : full) ptrs.push_back(k.c_str());
+        double t = timeout.count() > 0 ? (double)timeout.count() / 1000.0 : t_;
+        if (phx_store_wait(s_, ptrs.data(), ptrs.size(), t))
+            throw gloo::IoException(std::string("store wait: ") + phx_last_error());
+    }
+
+  private:
+    phx_store *s_;
+    std::string prefix_;
+    double t_;
+};
+
+struct Op {
+    Kind kind;
+    const void *send;
+    void *recv;
+    int64_t count;
+    phx_dtype dt;
+    phx_reduce_op rop;
+    int root;
+    phx_work *work;
+};
+
+struct State {
+    int rank = 0, size = 1;
+    double timeout_s = 600;
+    Algo algo = AUTO;
+    pxg::Ctx c;
+    uint64_t seq = 0;                 // ops run (tags and slots)
+    std::string broken;               // set after the first failure
+
+    std::mutex mu;                    // the queue
+    std::condition_variable cv;
+    std::deque<Op> queue;
+    bool stop = false;
+    std::thread worker;
+};
+
+// gloo::AllreduceOptions wants a std::function reduce; ours is reduce.h.
+void reduce_fn(phx_dtype dt, phx_reduce_op op, void *out, const void *a, const void *b, size_t n)
+{
+    const void *in[2] = {a, b};
+    px_reduce_n(out, in, 2, 0, n, dt, op, 1);
+}
+
+// Typed buffers for gloo's templated options (the element size is what
+// matters; f16 and bf16 travel as gloo::float16).
+template <typename Opts> void set_out(Opts &o, void *p, size_t n, phx_dtype dt)
+{
+    switch (dt) {
+    case PHX_F32: o.template setOutput<float>(static_cast<float *>(p), n); break;
+    case PHX_F16: case PHX_BF16: o.template setOutput<gloo::float16>(static_cast<gloo::float16 *>(p), n); break;
+    case PHX_I32: o.template setOutput<int32_t>(static_cast<int32_t *>(p), n); break;
+    default: o.template setOutput<int64_t>(static_cast<int64_t *>(p), n); break;
+    }
+}
+
+template <typename Opts> void set_in(Opts &o, const void *p, size_t n, phx_dtype dt)
+{
+    void *q = const_cast<void *>(p);   // gloo only reads inputs
+    switch (dt) {
+    case PHX_F32: o.template setInput<float>(static_cast<float *>(q), n); break;
+    case PHX_F16: case PHX_BF16: o.template setInput<gloo::float16>(static_cast<gloo::float16 *>(q), n); break;
+    case PHX_I32: o.template setInput<int32_t>(static_cast<int32_t *>(q), n); break;
+    default: o.template setInput<int64_t>(static_cast<int64_t *>(q), n); break;
+    }
+}
+
+Algo pick(const State &s, size_t bytes)
+{
+    if (s.algo != AUTO) return s.algo;
+    return bytes <= kRdMax ? RD : bytes <= kHdMax ? HD : RING;
+}
+
+void run_allreduce(State &s, const Op &o)
+{
+    size_t n = (size_t)o.count, bytes = n * phx_dtype_size(o.dt);
+    phx_reduce_op rop = o.rop == PHX_AVG ? PHX_SUM : o.rop;
+    uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
+    if (s.size > 1) {
+        switch (pick(s, bytes)) {
+        case RD: pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot); break;
+        case HD: pxg::allreduce_hd(s.c, o.recv, n, o.dt, rop, slot); break;
+        default: {
+            gloo::AllreduceOptions opts(s.c.ctx);
+            opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+            set_out(opts, o.recv, n, o.dt);
+            phx_dtype dt = o.dt;
+            opts.setReduceFunction([dt, rop](void *out, const void *a, const void *b, size_t k) {
+                reduce_fn(dt, rop, out, a, b, k);
+            });
+            opts.setTag((uint32_t)s.seq);
+            opts.setTimeout(s.c.timeout);
+            gloo::allreduce(opts);
+        }
+        }
+    }
+    if (o.rop == PHX_AVG) px_divide(o.recv, n, o.dt, s.size);
+}
+
+void run_op(State &s, const Op &o)
+{
+    size_t n = (size_t)o.count, es = phx_dtype_size(o.dt);
+    switch (o.kind) {
+    case ALLREDUCE:
+        if (n) run_allreduce(s, o);
+        break;
+    case BROADCAST: {
+        if (!n || s.size == 1) break;
+        gloo::BroadcastOptions opts(s.c.ctx);
+        set_out(opts, o.recv, n, o.dt);
+        opts.setRoot(o.root);
+        opts.setTag((uint32_t)s.seq);
+        opts.setTimeout(s.c.timeout);
+        gloo::broadcast(opts);
+        break;
+    }
+    case ALLGATHER: {
+        if (!n) break;
+        uint8_t *mine = static_cast<uint8_t *>(o.recv) + (size_t)s.rank * n * es;
+        if (s.size == 1) {
+            if (mine != o.send) std::memcpy(mine, o.send, n * es);
+            break;
+        }
+        gloo::AllgatherOptions opts(s.c.ctx);
+        if (mine != o.send) set_in(opts, o.send, n, o.dt);   // else in place
+        set_out(opts, o.recv, n * (size_t)s.size, o.dt);
+        opts.setTag((uint32_t)s.seq);
+        opts.setTimeout(s.c.timeout);
+        gloo::allgather(opts);
+        break;
+    }
+    case REDUCE_SCATTER: {
+        if (!n) break;
+        uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
+        pxg::reduce_scatter_ring(s.c, o.send, o.recv, n, o.dt, o.rop == PHX_AVG ? PHX_SUM : o.rop, slot);
+        if (o.rop == PHX_AVG) px_divide(o.recv, n, o.dt, s.size);
+        break;
+    }
+    case BARRIER: {
+        if (s.size == 1) break;
+        gloo::BarrierOptions opts(s.c.ctx);
+        opts.setTag((uint32_t)s.seq);
+        opts.setTimeout(s.c.timeout);
+        gloo::barrier(opts);
+        break;
+    }
+    }
+}
+
+// Runs one op, turning any exception into a status and a message.
+phx_status execute(State &s, const Op &o, std::string &msg)
+{
+    char head[128];
+    std::snprintf(head, sizeof head, "gloo: rank %d: %s #%llu", s.rank, kKindName[o.kind],
+                  (unsigned long long)s.seq);
+    if (!s.broken.empty()) {
+        msg = std::string(head) + " not run: the communicator failed earlier (" + s.broken + ")";
+        return PHX_EPEER;
+    }
+    phx_status st = PHX_OK;
+    int peer = -1;
+    try {
+        run_op(s, o);
+    } catch (const pxg::PeerError &e) {
+        msg = e.what();
+        peer = e.peer;
+        st = PHX_EPEER;
+    } catch (const std::exception &e) {
+        msg = e.what();
+        st = PHX_EPEER;
+    } catch (...) {
+        msg = "unknown exception";
+        st = PHX_EINTERNAL;
+    }
+    s.seq++;
+    if (st == PHX_OK) return st;
+    if (msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos) st = PHX_ETIMEOUT;
+    std::string who = peer >= 0 ? " with peer rank " + std::to_string(peer) : "";
+    msg = std::string(head) + " failed" + who + ": " + msg;
+    s.broken = msg;
+    return st;
+}
+
+void worker_main(State *s)
+{
+    std::unique_lock<std::mutex> lk(s->mu);
+    for (;;) {
+        s->cv.wait(lk, [s] { return s->stop || !s->queue.empty(); });
+        if (s->queue.empty()) break;
+        Op o = s->queue.front();
+        lk.unlock();
+        std::string msg;
+        phx_status st = execute(*s, o, msg);
+        lk.lock();
+        s->queue.pop_front();
+        lk.unlock();
+        phx_work_complete(o.work, st, st ? msg.c_str() : NULL);
+        lk.lock();
+    }
+}
+
+phx_status enqueue(void *state, const Op &o)
+{
+    State *s = static_cast<State *>(state);
+    try {
+        std::lock_guard<std::mutex> lk(s->mu);
+        s->queue.push_back(o);
+    } catch (...) {
+        return phx_error(PHX_ENOMEM, "gloo: cannot queue a collective");
+    }
+    s->cv.notify_one();
+    return PHX_OK;
+}
+
+// The address this host uses to reach the store server: peers can reach
+// us there too. PHX_GLOO_IFACE names an interface instead.
+gloo::transport::tcp::attr device_attr(phx_store *store)
+{
+    gloo::transport::tcp::attr a;
+    const char *iface = std::getenv("PHX_GLOO_IFACE");
+    char addr[128];
+    if (iface && *iface) a.iface = iface;
+    else if (phx_store_local_addr(store, addr, sizeof addr) == PHX_OK) a.hostname = addr;
+    else a.hostname = "127.0.0.1";
+    return a;
+}
+
+phx_status g_init(const phx_comm_init_args *a, void **state)
+{
+    if (a->device.kind != PHX_DEVICE_CPU)
+        return phx_error(PHX_EUNSUPPORTED, "gloo: buffers on device kind %d; this gloo build moves CPU memory only",
+                         a->device.kind);
+    const char *algo = std::getenv("PHX_GLOO_ALGO");
+    Algo al = AUTO;
+    if (algo && *algo && std::strcmp(algo, "auto")) {
+        if (!std::strcmp(algo, "ring")) al = RING;
+        else if (!std::strcmp(algo, "hd")) al = HD;
+        else if (!std::strcmp(algo, "rd")) al = RD;
+        else return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_ALGO='%s': expected auto, ring, hd or rd", algo);
+    }
+    State *s = new (std::nothrow) State;
+    if (!s) return phx_error(PHX_ENOMEM, "gloo: out of memory");
+    s->rank = a->rank;
+    s->size = a->size;
+    s->timeout_s = a->timeout_s;
+    s->algo = al;
+    s->c.timeout = std::chrono::milliseconds((long long)(a->timeout_s * 1000.0));
+    std::string where;
+    try {
+        auto attr = device_attr(a->store);
+        where = attr.iface.empty() ? attr.hostname : "interface " + attr.iface;
+        auto dev = gloo::transport::tcp::CreateDevice(attr);
+        auto ctx = std::make_shared<gloo::rendezvous::Context>(a->rank, a->size);
+        ctx->setTimeout(s->c.timeout);
+        PhxStore store(a->store, std::string(a->prefix) + "gloo/", a->timeout_s);
+        ctx->connectFullMesh(store, dev);
+        s->c.ctx = ctx;
+        s->worker = std::thread(worker_main, s);
+    } catch (const std::exception &e) {
+        delete s;
+        return phx_error(PHX_EPEER, "gloo: rank %d of %d: connecting the full mesh on %s failed: %s", a->rank,
+                         a->size, where.c_str(), e.what());
+    }
+    phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s", a->rank, a->size, where.c_str());
+    *state = s;
+    return PHX_OK;
+}
+
+void g_finalize(void *state)
+{
+    State *s = static_cast<State *>(state);
+    if (!s) return;
+    {
+        std::lock_guard<std::mutex> lk(s->mu);
+        s->stop = true;
+    }
+    s->cv.notify_one();
+    if (s->worker.joinable()) s->worker.join();   // runs what is queued first
+    try {
+        s->c.scratch_ub.reset();
+        s->c.ctx.reset();
+    } catch (...) {
+    }
+    delete s;
+}
+
+phx_status g_allreduce(void *st, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *w)
+{
+    return enqueue(st, Op{ALLREDUCE, nullptr, buf, count, dt, op, 0, w});
+}
+
+phx_status g_broadcast(void *st, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
+{
+    return enqueue(st, Op{BROADCAST, nullptr, buf, count, dt, PHX_SUM, root, w});
+}
+
+phx_status g_allgather(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
+{
+    return enqueue(st, Op{ALLGATHER, send, recv, count, dt, PHX_SUM, 0, w});
+}
+
+phx_status g_reduce_scatter(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_reduce_op op,
+                            phx_work *w)
+{
+    return enqueue(st, Op{REDUCE_SCATTER, send, recv, count, dt, op, 0, w});
+}
+
+phx_status g_barrier(void *st, phx_work *w)
+{
+    return enqueue(st, Op{BARRIER, nullptr, nullptr, 0, PHX_F32, PHX_SUM, 0, w});
+}
+
+int g_probe(const phx_probe_ctx *ctx, char *why, size_t len)
+{
+    (void)why;
+    (void)len;
+    // Any CPU world; in-process worlds prefer threads.
+    return ctx && ctx->in_process ? 10 : 50;
+}
+
+const phx_comm_v1 vtable = {
+    /* .init = */ g_init,
+    /* .finalize = */ g_finalize,
+    /* .allreduce = */ g_allreduce,
+    /* .broadcast = */ g_broadcast,
+    /* .allgather = */ g_allgather,
+    /* .reduce_scatter = */ g_reduce_scatter,
+    /* .barrier = */ g_barrier,
+};
+
+} // namespace
+
+extern "C" {
+extern PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1;
+const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
+    PHX_PLUGIN_COMM, "gloo", "1.0", "CPU collectives over libgloo's TCP transport", g_probe, &vtable);
+}

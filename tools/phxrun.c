@@ -1,0 +1,293 @@
+/* phxrun: starts the ranks of one node, like torchrun.
+ *
+ *   phxrun --nproc-per-node N [--nnodes M --node-rank K --master-addr A
+ *          --master-port P | --standalone] [--grace S] prog args...
+ *
+ * Each rank is prog in its own process group (so a signal to the group
+ * reaches whatever the rank started), with stdin from /dev/null, the
+ * torchrun variables set, and PHX_NUM_THREADS / OMP_NUM_THREADS = cores / N
+ * when unset. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every
+ * rank. When a rank exits non-zero or dies by a signal, the other ranks
+ * get SIGTERM, then SIGKILL after the grace period (5 s); phxrun names the
+ * rank and its status and exits with that status (128 + signal for a
+ * signal). See doc/comm.md. */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct opts {
+    int nproc, nnodes, node_rank, port, standalone;
+    double grace;
+    const char *addr;
+    char **argv;        /* prog and its arguments */
+} opts;
+
+static void usage(FILE *f)
+{
+    fputs("usage: phxrun --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P\n"
+          "              | --standalone] [--grace SECONDS] prog [args...]\n"
+          "Starts N ranks of prog on this node with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+          "GROUP_RANK, MASTER_ADDR and MASTER_PORT set (RANK = node_rank * N + local rank).\n"
+          "  --standalone   one node, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT\n"
+          "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
+          "Defaults: --nnodes 1, --node-rank 0, MASTER_ADDR/MASTER_PORT from the environment,\n"
+          "else 127.0.0.1:29500.\n", f);
+}
+
+static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "phxrun: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+static int parse_int(const char *name, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "phxrun: %s '%s': expected an integer in %ld..%ld\n", name, v ? v : "", lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* Options as torchrun spells them (dashes or underscores, "--x v" or "--x=v"). */
+static int parse(int argc, char **argv, opts *o)
+{
+    o->nproc = -1;
+    o->nnodes = 1;
+    o->node_rank = 0;
+    o->port = -1;
+    o->grace = 5.0;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
+        char name[64], *val = NULL;
+        if (!strcmp(argv[i], "--")) { i++; break; }
+        snprintf(name, sizeof name, "%s", argv[i] + 2);
+        for (char *p = name; *p; p++) if (*p == '_') *p = '-';
+        char *eq = strchr(name, '=');
+        if (eq) { *eq = 0; val = argv[i] + 2 + (eq - name) + 1; }
+        if (!strcmp(name, "help")) { usage(stdout); exit(0); }
+        if (!strcmp(name, "standalone")) { o->standalone = 1; continue; }
+        if (!val) {
+            if (i + 1 >= argc) return die("option --%s needs a value", name);
+            val = argv[++i];
+        }
+        int rc = 0;
+        if (!strcmp(name, "nproc-per-node")) rc = parse_int("--nproc-per-node", val, 1, 4096, &o->nproc);
+        else if (!strcmp(name, "nnodes")) rc = parse_int("--nnodes", val, 1, 1 << 20, &o->nnodes);
+        else if (!strcmp(name, "node-rank")) rc = parse_int("--node-rank", val, 0, 1 << 20, &o->node_rank);
+        else if (!strcmp(name, "master-port")) rc = parse_int("--master-port", val, 1, 65535, &o->port);
+        else if (!strcmp(name, "master-addr")) o->addr = val;
+        else if (!strcmp(name, "grace")) {
+            char *end;
+            o->grace = strtod(val, &end);
+            if (*end || !(o->grace >= 0)) return die("--grace '%s': expected seconds >= 0", val);
+        } else {
+            usage(stderr);
+            return die("unknown option --%s", name);
+        }
+        if (rc) return 2;
+    }
+    if (o->nproc < 1) { usage(stderr); return die("--nproc-per-node is required"); }
+    if (i >= argc) { usage(stderr); return die("no program to run"); }
+    if (o->node_rank >= o->nnodes) return die("--node-rank %d must be below --nnodes %d", o->node_rank, o->nnodes);
+    if (o->standalone && (o->nnodes != 1 || o->addr || o->port > 0))
+        return die("--standalone is one node on 127.0.0.1 with a free port: it excludes --nnodes > 1, "
+                   "--master-addr and --master-port");
+    if ((long)o->nnodes * o->nproc > 1 << 24) return die("world too large");
+    o->argv = argv + i;
+    return 0;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    if (fd < 0) return -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static int cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void setenv_int(const char *name, int v)
+{
+    char b[16];
+    snprintf(b, sizeof b, "%d", v);
+    setenv(name, b, 1);
+}
+
+/* In the child: become rank `local`, then exec. */
+static void start_rank(const opts *o, int local, const char *addr, int port, const sigset_t *orig, pid_t parent)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(128 + SIGKILL);   /* phxrun died before prctl */
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], SIG_DFL);
+    sigprocmask(SIG_SETMASK, orig, NULL);
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0) { dup2(nul, 0); if (nul > 0) close(nul); }
+    setenv_int("RANK", o->node_rank * o->nproc + local);
+    setenv_int("WORLD_SIZE", o->nnodes * o->nproc);
+    setenv_int("LOCAL_RANK", local);
+    setenv_int("LOCAL_WORLD_SIZE", o->nproc);
+    setenv_int("GROUP_RANK", o->node_rank);
+    setenv("MASTER_ADDR", addr, 1);
+    setenv_int("MASTER_PORT", port);
+    int threads = cores() / o->nproc;
+    if (threads < 1) threads = 1;
+    if (!getenv("PHX_NUM_THREADS")) setenv_int("PHX_NUM_THREADS", threads);
+    if (!getenv("OMP_NUM_THREADS")) setenv_int("OMP_NUM_THREADS", threads);
+    execvp(o->argv[0], o->argv);
+    fprintf(stderr, "phxrun: rank %d: cannot run '%s': %s\n", o->node_rank * o->nproc + local, o->argv[0],
+            strerror(errno));
+    _exit(127);
+}
+
+static void describe(char *buf, size_t len, int rank, pid_t pid, int status)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, len, "rank %d (pid %d) exited with status %d", rank, (int)pid, WEXITSTATUS(status));
+    else
+        snprintf(buf, len, "rank %d (pid %d) was killed by signal %d (%s)", rank, (int)pid, WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+
+    const char *addr = o.addr ? o.addr : getenv("MASTER_ADDR");
+    int port = o.port;
+    if (o.standalone) {
+        addr = "127.0.0.1";
+        if ((port = free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
+    }
+    if (!addr || !*addr) addr = "127.0.0.1";
+    if (port < 0) {
+        const char *p = getenv("MASTER_PORT");
+        if (p && parse_int("MASTER_PORT", p, 1, 65535, &port)) return 2;
+        if (!p) port = 29500;
+    }
+
+    /* Signals are taken synchronously (sigtimedwait), never by handlers. */
+    sigset_t set, orig;
+    sigemptyset(&set);
+    int fwd[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < 4; i++) sigaddset(&set, fwd[i]);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, &orig);
+
+    pid_t *pids = calloc((size_t)o.nproc, sizeof *pids), self = getpid();
+    int *done = calloc((size_t)o.nproc, sizeof *done);
+    if (!pids || !done) return die("out of memory");
+    fflush(NULL);
+    int live = 0, exit_code = 0;
+    char first[256] = "";
+    double kill_at = -1;
+    for (int l = 0; l < o.nproc; l++) {
+        pid_t pid = fork();
+        if (pid == 0) start_rank(&o, l, addr, port, &orig, self);
+        if (pid < 0) {
+            snprintf(first, sizeof first, "cannot start rank %d: %s", o.node_rank * o.nproc + l, strerror(errno));
+            exit_code = 1;
+            break;
+        }
+        setpgid(pid, pid);   /* also done in the child: whichever runs first */
+        pids[l] = pid;
+        live++;
+    }
+    if (exit_code) {
+        fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
+        for (int l = 0; l < o.nproc; l++) if (pids[l] > 0) kill(-pids[l], SIGTERM);
+        kill_at = now() + o.grace;
+    }
+    while (live > 0) {
+        siginfo_t si;
+        struct timespec tick = {0, 200 * 1000 * 1000};
+        int sig = sigtimedwait(&set, &si, &tick);
+        if (sig > 0 && sig != SIGCHLD) {
+            /* forward, and stop everything after the grace period */
+            for (int l = 0; l < o.nproc; l++) if (pids[l] > 0 && !done[l]) kill(-pids[l], sig);
+            if (!exit_code) {
+                exit_code = 128 + sig;
+                snprintf(first, sizeof first, "received signal %d (%s)", sig, strsignal(sig));
+            }
+            if (kill_at < 0) kill_at = now() + o.grace;
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            int l = 0;
+            while (l < o.nproc && pids[l] != pid) l++;
+            if (l == o.nproc) continue;
+            done[l] = 1;
+            live--;
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+            if (exit_code) continue;   /* already stopping: report the first only */
+            describe(first, sizeof first, o.node_rank * o.nproc + l, pid, status);
+            exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
+            for (int q = 0; q < o.nproc; q++) if (pids[q] > 0) kill(-pids[q], SIGTERM);
+            kill_at = now() + o.grace;
+        }
+        if (kill_at >= 0 && now() >= kill_at) {
+            for (int q = 0; q < o.nproc; q++) {
+                if (pids[q] <= 0 || done[q]) continue;
+                fprintf(stderr, "phxrun: rank %d (pid %d) still running after %.3g s; sending SIGKILL\n",
+                        o.node_rank * o.nproc + q, (int)pids[q], o.grace);
+                kill(-pids[q], SIGKILL);
+            }
+            kill_at = -1;
+        }
+    }
+    /* A failed job leaves nothing: whatever the ranks started goes too. */
+    if (exit_code)
+        for (int l = 0; l < o.nproc; l++) if (pids[l] > 0) kill(-pids[l], SIGKILL);
+    if (exit_code && first[0] && strncmp(first, "cannot", 6))
+        fprintf(stderr, "phxrun: failed: %s (exit status %d)\n", first, exit_code);
+    free(pids);
+    free(done);
+    return exit_code;
+}
