@@ -33,3 +33,5 @@ bench_ddp_LDADD = libphalanx.la
 demo_programs += examples/ddp
 bench_programs += bench/ddp
 EXTRA_DIST += bench/torch/ddp.py
+TESTS += t/ddp_example.sh
+EXTRA_DIST += t/ddp_example.sh
