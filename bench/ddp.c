@@ -2,9 +2,10 @@
  * (Linear(10, 1), batch 64, MSE, SGD) and the MLP 784-1024-1024-10 (ReLU,
  * batch 256 per rank, cross-entropy, SGD) on gloo (processes) and threads,
  * beside PyTorch DDP over gloo with one thread per rank
- * (bench/torch/ddp.py, run in the same invocation), and the gain from
- * overlapping bucket all-reduces with the backward (default buckets
- * against opts.no_overlap: one all-reduce after the backward).
+ * (bench/torch/ddp.py, run in the same invocation; both sides use one
+ * compute thread per rank unless PHX_NUM_THREADS says otherwise), and the
+ * gain from overlapping bucket all-reduces with the backward (default
+ * buckets against opts.no_overlap: one all-reduce after the backward).
  *
  * usage: bench/ddp [--seconds S] [--world N] [--torch SCRIPT | --no-torch] */
 #include <stdio.h>
@@ -99,12 +100,10 @@ static int rank_main(int rank, void *varg)
     phx_tensor *n_t = phx_tensor_zeros(PHX_F32, 1, &one, phx_cpu());
     phx_comm_barrier(c, NULL);
     double t = now();
-    int k = 0;
-    while (!rc && (now() - t < a->seconds / 4 || k < 3)) {
+    int k = a->model == SEED ? 200 : 5; /* the same count on every rank */
+    for (int i = 0; i < k && !rc; i++)
         STEP();
-        k++;
-    }
-    float n = (float)(a->seconds / ((now() - t) / (k ? k : 1)));
+    float n = (float)(a->seconds / ((now() - t) / k));
     n = n < 3 ? 3 : n;
     phx_tensor_fill(n_t, n);
     phx_comm_broadcast(c, n_t, 0, NULL);
@@ -207,6 +206,8 @@ int main(int argc, char **argv)
     }
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
+    /* One compute thread per rank, as the PyTorch side. */
+    setenv("PHX_NUM_THREADS", "1", 0);
     const char *backends[] = {"gloo", "threads"};
     double sps[2][2], no_ov[2], torch_sps[2] = {-1, -1};
     for (int b = 0; b < 2; b++) {
