@@ -396,6 +396,8 @@ void px_module_copy_settings(phx_module *dst, const phx_module *src)
     dst->training = src->training;
     dst->compute_dtype = src->compute_dtype;
     dst->precision = src->precision;
+    if (dst->vt->set_train) /* a module with its own mode state gets told */
+        (void)dst->vt->set_train(dst, dst->training);
     for (size_t i = 0; i < dst->n_children && i < src->n_children; i++)
         px_module_copy_settings(dst->children[i].m, src->children[i].m);
 }
@@ -425,8 +427,6 @@ phx_module *phx_module_clone(const phx_module *m)
         return NULL;
     }
     px_module_copy_settings(c, m);
-    if (m->vt->set_train && c->vt->set_train)
-        (void)phx_module_train(c, m->training);
     return c;
 }
 
