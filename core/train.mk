@@ -35,4 +35,5 @@ bench_step_LDADD = libphalanx.la
 # PyTorch scripts and the reference data they wrote (t/data).
 EXTRA_DIST += bench/torch/st_io.py bench/torch/parity.py bench/torch/ckpt_interop.py bench/torch/step.py \
 	t/data/parity_sgd.safetensors t/data/parity_adamw.safetensors t/data/parity_adam_ams.safetensors \
-	t/data/parity_gelu_ln.safetensors t/data/torch_ckpt.safetensors t/data/torch_ckpt_io.safetensors
+	t/data/parity_gelu_ln.safetensors t/data/torch_ckpt.safetensors t/data/torch_ckpt_io.safetensors \
+	t/data/torch_ckpt_pkg.safetensors

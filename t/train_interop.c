@@ -1,7 +1,8 @@
 /* Checkpoints across PyTorch and Phalanx. (1) t/data/torch_ckpt.safetensors
  * was written from torch's DataParallel state_dict ("module." keys) by
- * bench/torch/ckpt_interop.py: it loads, and the model then computes
- * torch's output for the stored input. (2) A checkpoint Phalanx writes
+ * bench/torch/ckpt_interop.py (by hand, and through the safetensors
+ * package as torch_ckpt_pkg.safetensors): both load, and the model then
+ * computes torch's output for the stored input. (2) A checkpoint Phalanx writes
  * (with optimizer state) loads into torch with load_state_dict(strict)
  * through the same script -- skipped when $TORCH_PYTHON lacks torch. */
 #include <math.h>
@@ -27,7 +28,7 @@ int main(void)
     char ck[1024], io[1024];
     snprintf(ck, sizeof ck, "%s/t/data/torch_ckpt.safetensors", src);
     snprintf(io, sizeof io, "%s/t/data/torch_ckpt_io.safetensors", src);
-    plan(9);
+    plan(11);
     phx_module *m = model();
     ok(phx_checkpoint_load(ck, m, NULL, NULL) == PHX_OK, "torch-written checkpoint with module. keys loads (%s)",
        phx_last_error());
@@ -47,6 +48,20 @@ int main(void)
     for (int64_t i = 0; y && i < phx_tensor_numel(y); i++)
         e = fmax(e, fabs(((float *)phx_tensor_data(y))[i] - ((float *)phx_tensor_data(yt))[i]));
     ok(y && e < 1e-6, "output equals torch's (max abs diff %.2e)", e);
+
+    /* The same state_dict written by the safetensors package itself. */
+    char pkg[1024];
+    snprintf(pkg, sizeof pkg, "%s/t/data/torch_ckpt_pkg.safetensors", src);
+    phx_module *m2 = model();
+    phx_tensor *y2 = NULL;
+    ok(phx_checkpoint_load(pkg, m2, NULL, NULL) == PHX_OK, "checkpoint written by safetensors.torch.save_file loads (%s)",
+       phx_last_error());
+    e = 0;
+    if (x && phx_module_forward(m2, x, &y2) == PHX_OK)
+        for (int64_t i = 0; i < phx_tensor_numel(y2); i++)
+            e = fmax(e, fabs(((float *)phx_tensor_data(y2))[i] - ((float *)phx_tensor_data(yt))[i]));
+    ok(y2 && e < 1e-6, "its output equals torch's (max abs diff %.2e)", e);
+    phx_module_free(m2);
 
     /* Phalanx -> torch */
     const char *py = getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";

@@ -3,7 +3,9 @@
 
     ckpt_interop.py write [DIR]   writes DIR/torch_ckpt.safetensors: the
         state_dict of DataParallel(Sequential(Linear(10, 8), Tanh(),
-        Linear(8, 3))) -- keys "module.0.weight" ... -- and
+        Linear(8, 3))) -- keys "module.0.weight" ... -- (by hand, and as
+        DIR/torch_ckpt_pkg.safetensors through the safetensors package
+        when it is importable) and
         DIR/torch_ckpt_io.safetensors: an input x (5, 10) and torch's
         output y for it.
     ckpt_interop.py read PATH IO  loads a Phalanx checkpoint of that model
@@ -32,6 +34,13 @@ def write(out):
     st_io.write(os.path.join(out, "torch_ckpt.safetensors"), dict(m.state_dict()), {"written_by": "torch " + torch.__version__})
     st_io.write(os.path.join(out, "torch_ckpt_io.safetensors"), {"x": x, "y": y})
     print("wrote", ", ".join(m.state_dict()))
+    try:  # the same state_dict through the safetensors package's own writer
+        from safetensors.torch import save_file
+    except ImportError:
+        print("safetensors not importable: torch_ckpt_pkg.safetensors not written")
+        return
+    save_file(dict(m.state_dict()), os.path.join(out, "torch_ckpt_pkg.safetensors"), {"written_by": "safetensors"})
+    print("wrote torch_ckpt_pkg.safetensors with the safetensors package")
 
 
 def read(path, io):
