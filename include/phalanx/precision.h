@@ -19,11 +19,14 @@ typedef struct phx_scaler phx_scaler;
  * (default "fp32"). An unknown or unusable name is PHX_ENOTFOUND listing
  * the available policies. Caller owns the result. */
 phx_status phx_precision_new(const char *name, phx_precision **out);
+/* NULL is a no-op. */
 void phx_precision_free(phx_precision *p);
+/* The plugin's name ("fp16"), owned by the plugin; "fp32" for NULL. */
 const char *phx_precision_name(const phx_precision *p);
-/* Dtype of matrix-product operands and stored activations. */
+/* Dtype of matrix-product operands and stored activations (PHX_F32 for
+ * NULL, which stands for fp32 everywhere). */
 phx_dtype phx_precision_dtype(const phx_precision *p);
-/* true when the policy uses dynamic loss scaling (fp16). */
+/* true when the policy uses dynamic loss scaling (fp16); false for NULL. */
 bool phx_precision_scaling(const phx_precision *p);
 
 typedef struct phx_scaler_opts {
@@ -33,9 +36,13 @@ typedef struct phx_scaler_opts {
     int growth_interval;   /* 0: 2000 */
 } phx_scaler_opts;
 
-/* A scaler for policy p (NULL opts = the policy's defaults). With a policy
- * that needs no scaling every call below is a no-op apart from the step. */
+/* A scaler for policy p (NULL opts = the policy's defaults; a zero field
+ * keeps its default). With a policy that needs no scaling every call below
+ * is a no-op apart from the step. NULL with PHX_EINVAL naming the option
+ * for init_scale not a finite f32 > 0, growth_factor <= 1, backoff_factor
+ * outside (0, 1), growth_interval < 0. Caller owns the result. */
 phx_scaler *phx_scaler_new(const phx_precision *p, const phx_scaler_opts *opts);
+/* NULL is a no-op. */
 void phx_scaler_free(phx_scaler *s);
 /* Multiplies the loss gradient (e.g. phx_loss_grad) by the current scale. */
 phx_status phx_scaler_scale_grad(phx_scaler *s, phx_tensor *loss_grad);
@@ -45,9 +52,13 @@ phx_status phx_scaler_scale_grad(phx_scaler *s, phx_tensor *loss_grad);
  * skips it otherwise, then updates the scale. *stepped (may be NULL) tells
  * which. */
 phx_status phx_scaler_step(phx_scaler *s, phx_optimizer *opt, bool *stepped);
+/* Current scale (an f32 value, as PyTorch's); 1 without scaling. */
 double phx_scaler_get_scale(const phx_scaler *s);
+/* Clean steps since the scale last changed; 0 without scaling. */
 int64_t phx_scaler_growth_tracker(const phx_scaler *s);
-/* Restores state (checkpoints). PHX_EINVAL for scale <= 0 or not finite. */
+/* Restores state (checkpoints). PHX_EINVAL for scale <= 0 or not finite
+ * (in f32), or a tracker outside [0, growth_interval); nothing changes
+ * then. Without scaling the values are checked and ignored. */
 phx_status phx_scaler_set_state(phx_scaler *s, double scale, int64_t growth_tracker);
 
 #ifdef __cplusplus
