@@ -154,6 +154,32 @@ static void test_roundtrip(void)
     phx_precision_free(fp16);
 }
 
+/* Adam's bias correction depends on the step count: resuming must restore
+ * it with the moments. */
+static void test_resume_adam(void)
+{
+    phx_module *a = model(11), *b = model(12);
+    phx_adam_opts o = phx_adamw_defaults();
+    o.amsgrad = true;
+    o.lr = 1e-2;
+    phx_optimizer *oa = phx_adam_new(a, &o), *ob = phx_adam_new(b, &o);
+    train(a, oa, 3);
+    const char *p = path_of("adam.safetensors");
+    ok(phx_checkpoint_save(p, a, oa, NULL, NULL, 0) == PHX_OK && phx_checkpoint_load(p, b, ob, NULL) == PHX_OK,
+       "AdamW amsgrad state saved and loaded (%s)", phx_last_error());
+    train(a, oa, 4);
+    train(b, ob, 4);
+    float fa[43], fb[43];
+    snapshot(a, fa);
+    snapshot(b, fb);
+    ok(memcmp(fa, fb, sizeof fa) == 0 && phx_optimizer_steps(ob) == 7,
+       "AdamW amsgrad: 4 more steps after loading == without stopping (bitwise, step 7)");
+    phx_optimizer_free(oa);
+    phx_optimizer_free(ob);
+    phx_module_free(a);
+    phx_module_free(b);
+}
+
 /* A write that fails midway (file size limit) keeps the old file. */
 static void test_atomic(void)
 {
@@ -283,8 +309,9 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/phx-ckpt-XXXXXX");
     if (!mkdtemp(dir))
         skip_all("cannot create a temporary folder");
-    plan(77);
+    plan(79);
     test_roundtrip();
+    test_resume_adam();
     test_atomic();
     test_bad_files();
     char cmd[300];
