@@ -16,7 +16,7 @@ void px_assignment_free(px_assignment *a)
 /* An open bucket of one device while assigning. */
 typedef struct open_bucket {
     phx_device dev;
-    size_t *members;   /* points into the scratch */
+    size_t *members;   /* (n_params) this device's open bucket */
     size_t n;
     size_t bytes;
     size_t closed;     /* buckets of this device closed so far: picks the cap */
@@ -30,15 +30,9 @@ phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_
     out->order = px_malloc((n ? n : 1) * sizeof *out->order);
     out->start = px_malloc((n + 2) * sizeof *out->start);
     open_bucket *open = px_calloc(n ? n : 1, sizeof *open); /* at most one per device */
-    size_t *scratch = px_malloc((n ? n : 1) * sizeof *scratch);
-    if (!out->order || !out->start || !open || !scratch) {
-        px_free(open);
-        px_free(scratch);
-        px_assignment_free(out);
-        return PHX_ENOMEM;
-    }
-    size_t n_open = 0, used = 0, scratch_used = 0;
-    for (size_t k = 0; k < n; k++) {
+    phx_status st = out->order && out->start && open ? PHX_OK : PHX_ENOMEM;
+    size_t n_open = 0, used = 0;
+    for (size_t k = 0; k < n && st == PHX_OK; k++) {
         size_t i = order[k];
         phx_tensor *g = phx_param_grad(d->params[i]);
         phx_device dev = phx_tensor_device(g);
@@ -49,13 +43,13 @@ phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_
         if (!b) {
             b = &open[n_open++];
             b->dev = dev;
-        }
-        if (b->n == 0) {
-            /* (Re)opened: its members go after everything used so far. */
-            b->members = scratch + scratch_used;
+            b->members = px_malloc(n * sizeof *b->members);
+            if (!b->members) {
+                st = PHX_ENOMEM;
+                break;
+            }
         }
         b->members[b->n++] = i;
-        scratch_used++;
         b->bytes += phx_tensor_nbytes(g);
         size_t limit = b->closed == 0 ? first_cap : cap;
         if (b->bytes >= limit) {
@@ -67,16 +61,21 @@ phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_
             b->closed++;
         }
     }
-    for (size_t j = 0; j < n_open; j++) {
+    for (size_t j = 0; j < n_open && st == PHX_OK; j++) {
         if (open[j].n == 0)
             continue;
         out->start[out->n_buckets++] = used;
         memcpy(out->order + used, open[j].members, open[j].n * sizeof *open[j].members);
         used += open[j].n;
     }
-    out->start[out->n_buckets] = used;
+    for (size_t j = 0; j < n_open; j++)
+        px_free(open[j].members);
     px_free(open);
-    px_free(scratch);
+    if (st != PHX_OK) {
+        px_assignment_free(out);
+        return st;
+    }
+    out->start[out->n_buckets] = used;
     return PHX_OK;
 }
 
