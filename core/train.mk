@@ -10,7 +10,8 @@ libphalanx_la_SOURCES += core/module.c core/module-impl.h \
 
 train_tests = t/train_modules t/train_parity t/train_api t/train_ckpt t/train_interop t/train_alloc t/train_data
 check_PROGRAMS += $(train_tests)
-TESTS += $(train_tests)
+TESTS += $(train_tests) t/train_examples.sh
+EXTRA_DIST += t/train_examples.sh
 t_train_modules_LDADD = libphalanx.la -lm
 t_train_parity_LDADD = libphalanx.la -lm
 t_train_api_LDADD = libphalanx.la -lm
