@@ -20,6 +20,12 @@ t_cuda_alloc_LDADD = libphalanx.la
 check_PROGRAMS += t/cuda_select
 TESTS += t/cuda_select
 t_cuda_select_LDADD = libphalanx.la
+# With a GPU (else they skip): every kernel against the CPU table, and the
+# device's memory, copies, events and streams.
+check_PROGRAMS += t/cuda_kernels t/cuda_device
+TESTS += t/cuda_kernels t/cuda_device
+t_cuda_kernels_LDADD = libphalanx.la -lm
+t_cuda_device_LDADD = libphalanx.la
 
 if HAVE_CUDA
 pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la

@@ -1,0 +1,583 @@
+/* Every slot of the cuda kernel table against the CPU kernel table, on
+ * fresh random inputs (seed from the clock, printed; PHX_TEST_SEED
+ * repeats a run), with every output poisoned (all bits set: NaN for the
+ * float types) on both devices before the kernels run.
+ *
+ * Bounds: ops that do the same f32 arithmetic as the CPU (casts, fills,
+ * axpby, mul, bias_add, relu, dropout, the uniform fill, SGD, Adam,
+ * unscale, max/min) must match bit for bit; the plugin is built without
+ * FMA contraction so they do. Transcendental activations and the normal
+ * fill (CUDA's expf/erff/tanhf/logf/cosf against glibc's): relative error
+ * <= 1e-6 with an absolute floor of 1e-6 for f32 results, one rounding of
+ * the result type for f16/bf16. Reductions summed in another order
+ * (layernorm, softmax, loss values): ||gpu - cpu|| / ||cpu|| <= 1e-5
+ * (2e-5 for layernorm's dw/db sums over 300 rows), 1e-6 for the double
+ * loss sums, 1e-12 for reduce's double sums.
+ * GEMM, ||gpu - cpu|| / ||cpu||: 1e-5 with an f32 result, 2e-3 into f16,
+ * 1.6e-2 into bf16 (one rounding of the result type, 2^-9 and 2^-6 at
+ * worst after a reordered f32 sum). Skips without a CUDA device. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "kernels/math.h"
+#include "phalanx/phalanx.h"
+#include "phalanx/plugin/device_v1.h"
+#include "t/tap.h"
+
+static const phx_device_v1 *G, *C; /* GPU and CPU tables */
+static const phx_kernels_v1 *KG, *KC;
+static uint64_t rng_state;
+
+static uint64_t rnd64(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)((rnd64() >> 40) * (1.0 / 16777216.0)); }
+
+/* ---- buffers: a host copy (CPU side) and a device twin, both poisoned */
+
+typedef struct buf {
+    void *h, *d;
+    size_t bytes;
+} buf;
+
+static buf bnew(size_t bytes)
+{
+    buf b = { malloc(bytes ? bytes : 1), NULL, bytes };
+    memset(b.h, 0xff, bytes);
+    if (G->alloc(0, bytes ? bytes : 1, &b.d) != PHX_OK || (bytes && G->copy_h2d(0, b.d, b.h, bytes) != PHX_OK)) {
+        diag("device buffer of %zu bytes: %s", bytes, phx_last_error());
+        exit(1);
+    }
+    return b;
+}
+
+/* Same contents on both sides. */
+static void bset(buf *b, const void *src)
+{
+    memcpy(b->h, src, b->bytes);
+    G->copy_h2d(0, b->d, src, b->bytes);
+}
+
+static void bfree(buf *b)
+{
+    free(b->h);
+    G->release(0, b->d);
+}
+
+/* The device side, brought back into host memory out (synchronous). */
+static void bget(const buf *b, void *out)
+{
+    G->synchronize(0);
+    if (G->copy_d2h(0, out, b->d, b->bytes) != PHX_OK) diag("copy_d2h: %s", phx_last_error());
+}
+
+/* Random values of dt, converted on the host like the CPU does. */
+static buf brand(phx_dtype dt, int64_t n, float lo, float hi)
+{
+    size_t es = phx_dtype_size(dt);
+    buf b = bnew((size_t)n * es);
+    float *f = malloc((size_t)n * sizeof *f + 1);
+    for (int64_t i = 0; i < n; i++) f[i] = rndf(lo, hi);
+    void *tmp = malloc((size_t)n * es + 1);
+    KC->cast(0, tmp, dt, f, PHX_F32, n);
+    bset(&b, tmp);
+    free(tmp);
+    free(f);
+    return b;
+}
+
+/* ---- comparisons */
+
+static float at(const void *p, phx_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case PHX_F16: return phx_f16_to_f32(((const uint16_t *)p)[i]);
+    case PHX_BF16: return phx_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PHX_I32: return (float)((const int32_t *)p)[i];
+    case PHX_I64: return (float)((const int64_t *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* bit for bit */
+static int same(const buf *b, const char *what)
+{
+    unsigned char *g = malloc(b->bytes + 1);
+    bget(b, g);
+    size_t i = 0;
+    while (i < b->bytes && g[i] == ((unsigned char *)b->h)[i]) i++;
+    int good = ok(i == b->bytes, "%s: bit for bit", what);
+    if (!good) diag("  first difference at byte %zu of %zu: gpu %02x cpu %02x", i, b->bytes, g[i],
+                    ((unsigned char *)b->h)[i]);
+    free(g);
+    return good;
+}
+
+/* per element: |g - c| <= rel (|c| + floor); NaN only where both are */
+static int close_elem(const buf *b, phx_dtype dt, int64_t n, double rel, double floor, const char *what)
+{
+    void *g = malloc(b->bytes + 1);
+    bget(b, g);
+    int64_t bad = -1;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double gv = at(g, dt, i), cv = at(b->h, dt, i);
+        if (isnan(cv) || isnan(gv)) {
+            if (!(isnan(cv) && isnan(gv)) && bad < 0) bad = i;
+            continue;
+        }
+        if (isinf(cv) || isinf(gv)) {
+            if (gv != cv && bad < 0) bad = i;
+            continue;
+        }
+        double e = fabs(gv - cv) / (fabs(cv) + floor);
+        if (e > worst) worst = e;
+        if (e > rel && bad < 0) bad = i;
+    }
+    int good = ok(bad < 0, "%s: per element within %.1e (worst %.2e)", what, rel, worst);
+    if (!good) diag("  element %lld: gpu %.9g cpu %.9g", (long long)bad, at(g, dt, bad), at(b->h, dt, bad));
+    free(g);
+    return good;
+}
+
+/* ||g - c|| / ||c|| <= tol, and no NaN anywhere (unwritten outputs) */
+static int close_norm(const buf *b, phx_dtype dt, int64_t n, double tol, const char *what)
+{
+    void *g = malloc(b->bytes + 1);
+    bget(b, g);
+    double num = 0, den = 0;
+    int64_t nan_at = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double gv = at(g, dt, i), cv = at(b->h, dt, i);
+        if ((isnan(gv) || isnan(cv)) && nan_at < 0) nan_at = i;
+        num += (gv - cv) * (gv - cv);
+        den += cv * cv;
+    }
+    double e = den > 0 ? sqrt(num / den) : sqrt(num);
+    int good = ok(nan_at < 0 && e <= tol, "%s: relative error %.2e <= %.1e", what, e, tol);
+    if (nan_at >= 0) diag("  NaN at %lld: gpu %g cpu %g (an unwritten output?)", (long long)nan_at,
+                          at(g, dt, nan_at), at(b->h, dt, nan_at));
+    free(g);
+    return good;
+}
+
+static int check_ok(phx_status sg, phx_status sc, const char *what)
+{
+    if (sg == PHX_OK && sc == PHX_OK) return 1;
+    ok(0, "%s: gpu %s, cpu %s (%s)", what, phx_status_name(sg), phx_status_name(sc), phx_last_error());
+    return 0;
+}
+
+static const phx_dtype fdt[3] = { PHX_F32, PHX_F16, PHX_BF16 };
+static double round_tol(phx_dtype dt) { return dt == PHX_F32 ? 1e-6 : dt == PHX_F16 ? 1e-3 : 8e-3; }
+#define N_ODD 100003 /* not a multiple of 8: vector body and scalar tail */
+
+/* ---- the ops */
+
+static void test_cast_fill(void)
+{
+    const phx_dtype all[5] = { PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64 };
+    float special[] = { NAN, INFINITY, -INFINITY, -0.0f, 1e10f, -1e10f, 65519.f, 65520.f, 3e38f, 1e-8f, 2.5f, -2.5f };
+    for (int s = 0; s < 5; s++)
+        for (int d = 0; d < 5; d++) {
+            phx_dtype st = all[s], dt = all[d];
+            for (int shift = 0; shift < 2; shift++) { /* aligned, then one element off */
+                int64_t n = N_ODD;
+                buf in = brand(st, n + 1, -70000.f, 70000.f);
+                if (phx_dtype_is_float(st)) {
+                    void *tmp = malloc(64 * 8);
+                    KC->cast(0, tmp, st, special, PHX_F32, 12);
+                    memcpy(in.h, tmp, 12 * phx_dtype_size(st));
+                    G->copy_h2d(0, in.d, tmp, 12 * phx_dtype_size(st));
+                    free(tmp);
+                } else if (st == PHX_I64) {
+                    int64_t big[3] = { INT64_MAX, INT64_MIN, (int64_t)1 << 40 };
+                    memcpy(in.h, big, sizeof big);
+                    G->copy_h2d(0, in.d, big, sizeof big);
+                }
+                buf out = bnew((size_t)(n + 1) * phx_dtype_size(dt));
+                size_t so = (size_t)shift * phx_dtype_size(st), dof = (size_t)shift * phx_dtype_size(dt);
+                phx_status sg = KG->cast(0, (char *)out.d + dof, dt, (char *)in.d + so, st, n);
+                phx_status sc = KC->cast(0, (char *)out.h + dof, dt, (char *)in.h + so, st, n);
+                char what[64];
+                snprintf(what, sizeof what, "cast %s -> %s%s", phx_dtype_name(st), phx_dtype_name(dt),
+                         shift ? " (unaligned)" : "");
+                if (check_ok(sg, sc, what)) same(&out, what);
+                bfree(&in);
+                bfree(&out);
+            }
+        }
+    double values[] = { 3.7, -1e10, 0.0 };
+    for (int d = 0; d < 5; d++)
+        for (int v = 0; v < 3; v++) {
+            buf out = bnew((size_t)N_ODD * phx_dtype_size(all[d]));
+            phx_status sg = KG->fill(0, out.d, all[d], N_ODD, values[v]);
+            phx_status sc = KC->fill(0, out.h, all[d], N_ODD, values[v]);
+            char what[64];
+            snprintf(what, sizeof what, "fill %s with %g", phx_dtype_name(all[d]), values[v]);
+            if (check_ok(sg, sc, what)) same(&out, what);
+            bfree(&out);
+        }
+}
+
+static void test_elementwise(void)
+{
+    /* axpby: every dtype pair, every mode */
+    struct { int has_x; float alpha, beta; const char *name; } modes[] = {
+        { 0, 0.f, 0.f, "zero" }, { 0, 0.f, 0.75f, "scale" }, { 1, -1.5f, 0.f, "beta 0" },
+        { 1, 0.5f, 1.f, "beta 1" }, { 1, 1.25f, -0.5f, "general" } };
+    for (int xi = 0; xi < 3; xi++)
+        for (int yi = 0; yi < 3; yi++)
+            for (int m = 0; m < 5; m++) {
+                if (!modes[m].has_x && xi != yi) continue;
+                buf x = brand(fdt[xi], N_ODD, -4, 4), y = brand(fdt[yi], N_ODD, -4, 4);
+                if (modes[m].beta == 0.f) { memset(y.h, 0xff, y.bytes); G->copy_h2d(0, y.d, y.h, y.bytes); } /* not read */
+                phx_status sg = KG->axpby(0, N_ODD, modes[m].alpha, modes[m].has_x ? x.d : NULL, fdt[xi],
+                                          modes[m].beta, y.d, fdt[yi]);
+                phx_status sc = KC->axpby(0, N_ODD, modes[m].alpha, modes[m].has_x ? x.h : NULL, fdt[xi],
+                                          modes[m].beta, y.h, fdt[yi]);
+                char what[64];
+                snprintf(what, sizeof what, "axpby %s x %s y, %s", phx_dtype_name(fdt[xi]), phx_dtype_name(fdt[yi]),
+                         modes[m].name);
+                if (check_ok(sg, sc, what)) same(&y, what);
+                bfree(&x);
+                bfree(&y);
+            }
+    for (int d = 0; d < 3; d++) {
+        buf a = brand(fdt[d], N_ODD, -3, 3), b = brand(fdt[d], N_ODD, -3, 3), o = bnew(a.bytes);
+        char what[64];
+        snprintf(what, sizeof what, "mul %s", phx_dtype_name(fdt[d]));
+        if (check_ok(KG->mul(0, N_ODD, a.d, b.d, o.d, fdt[d]), KC->mul(0, N_ODD, a.h, b.h, o.h, fdt[d]), what))
+            same(&o, what);
+        bfree(&a), bfree(&b), bfree(&o);
+        int64_t colss[2] = { 64, 37 };
+        for (int c = 0; c < 2; c++) {
+            int64_t rows = 999, cols = colss[c];
+            buf y = brand(fdt[d], rows * cols, -2, 2), bias = brand(PHX_F32, cols, -1, 1);
+            snprintf(what, sizeof what, "bias_add %s, %lld columns", phx_dtype_name(fdt[d]), (long long)cols);
+            if (check_ok(KG->bias_add(0, rows, cols, y.d, fdt[d], bias.d),
+                         KC->bias_add(0, rows, cols, y.h, fdt[d], bias.h), what))
+                same(&y, what);
+            for (int beta = 0; beta < 2; beta++) {
+                buf db = brand(PHX_F32, cols, -1, 1);
+                if (!beta) { memset(db.h, 0xff, db.bytes); G->copy_h2d(0, db.d, db.h, db.bytes); }
+                snprintf(what, sizeof what, "bias_grad %s, %lld columns, beta %d", phx_dtype_name(fdt[d]),
+                         (long long)cols, beta);
+                if (check_ok(KG->bias_grad(0, rows, cols, y.d, fdt[d], beta ? 0.5f : 0.f, db.d),
+                             KC->bias_grad(0, rows, cols, y.h, fdt[d], beta ? 0.5f : 0.f, db.h), what))
+                    close_elem(&db, PHX_F32, cols, 1e-6, 1e-6, what);
+                bfree(&db);
+            }
+            bfree(&y), bfree(&bias);
+        }
+    }
+}
+
+static void test_activations(void)
+{
+    const char *names[5] = { "relu", "gelu", "gelu_tanh", "tanh", "sigmoid" };
+    for (int act = 0; act < 5; act++)
+        for (int d = 0; d < 3; d++) {
+            phx_dtype dt = fdt[d];
+            buf x = brand(dt, N_ODD, -6, 6), y = bnew(x.bytes), dy = brand(dt, N_ODD, -1, 1), dx = bnew(x.bytes);
+            char what[64];
+            snprintf(what, sizeof what, "%s forward %s", names[act], phx_dtype_name(dt));
+            if (check_ok(KG->act_forward(0, act, N_ODD, x.d, y.d, dt), KC->act_forward(0, act, N_ODD, x.h, y.h, dt),
+                         what)) {
+                if (act == PHX_ACT_RELU) same(&y, what);
+                else close_elem(&y, dt, N_ODD, round_tol(dt), 1e-6, what);
+            }
+            /* backward from the same y on both sides (the CPU's) */
+            G->copy_h2d(0, y.d, y.h, y.bytes);
+            snprintf(what, sizeof what, "%s backward %s", names[act], phx_dtype_name(dt));
+            if (check_ok(KG->act_backward(0, act, N_ODD, x.d, y.d, dy.d, dx.d, dt),
+                         KC->act_backward(0, act, N_ODD, x.h, y.h, dy.h, dx.h, dt), what)) {
+                if (act == PHX_ACT_RELU || act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID) same(&dx, what);
+                else close_elem(&dx, dt, N_ODD, round_tol(dt), 1e-6, what);
+            }
+            bfree(&x), bfree(&y), bfree(&dy), bfree(&dx);
+        }
+}
+
+static void test_random(void)
+{
+    float ps[3] = { 0.3f, 0.f, 1.f };
+    for (int d = 0; d < 3; d++)
+        for (int pi = 0; pi < 3; pi++) {
+            phx_dtype dt = fdt[d];
+            uint64_t seed = rnd64(), off = 7 + (rnd64() & 1023);
+            buf x = brand(dt, N_ODD, -2, 2), y = bnew(x.bytes), m = bnew(N_ODD), dx = bnew(x.bytes);
+            char what[80];
+            snprintf(what, sizeof what, "dropout p=%g %s offset %llu: output", ps[pi], phx_dtype_name(dt),
+                     (unsigned long long)off);
+            if (check_ok(KG->dropout_forward(0, N_ODD, ps[pi], seed, off, x.d, y.d, m.d, dt),
+                         KC->dropout_forward(0, N_ODD, ps[pi], seed, off, x.h, y.h, m.h, dt), what)) {
+                same(&y, what);
+                snprintf(what, sizeof what, "dropout p=%g %s: mask", ps[pi], phx_dtype_name(dt));
+                same(&m, what);
+            }
+            snprintf(what, sizeof what, "dropout backward p=%g %s", ps[pi], phx_dtype_name(dt));
+            if (check_ok(KG->dropout_backward(0, N_ODD, ps[pi], m.d, x.d, dx.d, dt),
+                         KC->dropout_backward(0, N_ODD, ps[pi], m.h, x.h, dx.h, dt), what))
+                same(&dx, what);
+            bfree(&x), bfree(&y), bfree(&m), bfree(&dx);
+        }
+    for (int d = 0; d < 3; d++) {
+        phx_dtype dt = fdt[d];
+        uint64_t seed = rnd64(), off = rnd64() & 4095;
+        buf u = bnew((size_t)N_ODD * phx_dtype_size(dt)), nrm = bnew(u.bytes);
+        char what[64];
+        snprintf(what, sizeof what, "rng_uniform %s", phx_dtype_name(dt));
+        if (check_ok(KG->rng_uniform(0, u.d, dt, N_ODD, seed, off, -0.5f, 2.f),
+                     KC->rng_uniform(0, u.h, dt, N_ODD, seed, off, -0.5f, 2.f), what))
+            same(&u, what);
+        snprintf(what, sizeof what, "rng_normal %s", phx_dtype_name(dt));
+        if (check_ok(KG->rng_normal(0, nrm.d, dt, N_ODD, seed, off | 1, 0.25f, 2.f),
+                     KC->rng_normal(0, nrm.h, dt, N_ODD, seed, off | 1, 0.25f, 2.f), what))
+            close_elem(&nrm, dt, N_ODD, round_tol(dt), 1e-6, what);
+        bfree(&u), bfree(&nrm);
+    }
+}
+
+static void test_layernorm(void)
+{
+    int64_t shapes[2][2] = { { 300, 1000 }, { 257, 37 } };
+    for (int d = 0; d < 3; d++)
+        for (int s = 0; s < 2; s++)
+            for (int affine = 0; affine < 2; affine++) {
+                phx_dtype dt = fdt[d];
+                int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+                buf x = brand(dt, n, 2, 6), w = brand(PHX_F32, cols, 0.5f, 1.5f), b = brand(PHX_F32, cols, -1, 1);
+                buf y = bnew(x.bytes), mean = bnew((size_t)rows * 4), rstd = bnew((size_t)rows * 4);
+                char what[96];
+                snprintf(what, sizeof what, "layernorm %s (%lld, %lld)%s", phx_dtype_name(dt), (long long)rows,
+                         (long long)cols, affine ? " affine" : "");
+                if (!check_ok(KG->layernorm_forward(0, rows, cols, 1e-5f, x.d, affine ? w.d : NULL,
+                                                    affine ? b.d : NULL, y.d, mean.d, rstd.d, dt),
+                              KC->layernorm_forward(0, rows, cols, 1e-5f, x.h, affine ? w.h : NULL,
+                                                    affine ? b.h : NULL, y.h, mean.h, rstd.h, dt), what))
+                    continue;
+                close_norm(&y, dt, n, dt == PHX_F32 ? 1e-5 : round_tol(dt), what);
+                close_norm(&mean, PHX_F32, rows, 1e-6, "  ... mean");
+                close_norm(&rstd, PHX_F32, rows, 1e-5, "  ... rstd");
+                /* backward from the CPU's statistics on both sides */
+                G->copy_h2d(0, mean.d, mean.h, mean.bytes);
+                G->copy_h2d(0, rstd.d, rstd.h, rstd.bytes);
+                buf dy = brand(dt, n, -1, 1), dx = bnew(x.bytes), dw = brand(PHX_F32, cols, -1, 1),
+                    db = brand(PHX_F32, cols, -1, 1);
+                snprintf(what, sizeof what, "layernorm backward %s (%lld, %lld)%s", phx_dtype_name(dt),
+                         (long long)rows, (long long)cols, affine ? " affine" : "");
+                if (check_ok(KG->layernorm_backward(0, rows, cols, x.d, affine ? w.d : NULL, mean.d, rstd.d, dy.d,
+                                                    dx.d, dw.d, db.d, dt),
+                             KC->layernorm_backward(0, rows, cols, x.h, affine ? w.h : NULL, mean.h, rstd.h, dy.h,
+                                                    dx.h, dw.h, db.h, dt), what)) {
+                    close_norm(&dx, dt, n, dt == PHX_F32 ? 1e-5 : round_tol(dt), what);
+                    close_norm(&dw, PHX_F32, cols, 2e-5, "  ... dw (accumulated)");
+                    close_norm(&db, PHX_F32, cols, 2e-5, "  ... db (accumulated)");
+                }
+                bfree(&x), bfree(&w), bfree(&b), bfree(&y), bfree(&mean), bfree(&rstd);
+                bfree(&dy), bfree(&dx), bfree(&dw), bfree(&db);
+            }
+}
+
+static void test_losses(void)
+{
+    for (int d = 0; d < 3; d++)
+        for (int mean = 0; mean < 2; mean++) {
+            phx_dtype dt = fdt[d];
+            buf y = brand(dt, N_ODD, -2, 2), t = brand(PHX_F32, N_ODD, -2, 2), g = bnew((size_t)N_ODD * 4),
+                l = bnew(4);
+            char what[64];
+            snprintf(what, sizeof what, "mse %s %s: loss", phx_dtype_name(dt), mean ? "mean" : "sum");
+            if (check_ok(KG->mse(0, N_ODD, y.d, dt, t.d, mean, l.d, g.d), KC->mse(0, N_ODD, y.h, dt, t.h, mean, l.h, g.h),
+                         what)) {
+                close_norm(&l, PHX_F32, 1, 1e-6, what);
+                snprintf(what, sizeof what, "mse %s %s: gradient", phx_dtype_name(dt), mean ? "mean" : "sum");
+                same(&g, what);
+            }
+            bfree(&y), bfree(&t), bfree(&g), bfree(&l);
+        }
+    int64_t classes_list[2] = { 10, 2000 };
+    for (int d = 0; d < 3; d++)
+        for (int ci = 0; ci < 2; ci++)
+            for (int logp = 0; logp < 2; logp++) {
+                phx_dtype dt = fdt[d];
+                int64_t rows = 300, classes = classes_list[ci];
+                buf x = brand(dt, rows * classes, -8, 8), lab = bnew((size_t)rows * 8), g = bnew((size_t)(rows * classes) * 4),
+                    l = bnew(4);
+                int64_t *lh = malloc((size_t)rows * 8);
+                for (int64_t r = 0; r < rows; r++) lh[r] = (int64_t)(rnd64() % (uint64_t)classes);
+                bset(&lab, lh);
+                int64_t bg = 5, bc = 5;
+                char what[80];
+                snprintf(what, sizeof what, "%s %s, %lld classes: loss", logp ? "nll" : "cross_entropy",
+                         phx_dtype_name(dt), (long long)classes);
+                if (check_ok(KG->cross_entropy(0, rows, classes, x.d, dt, lab.d, logp, l.d, g.d, &bg),
+                             KC->cross_entropy(0, rows, classes, x.h, dt, lab.h, logp, l.h, g.h, &bc), what)) {
+                    close_norm(&l, PHX_F32, 1, 1e-6, what);
+                    snprintf(what, sizeof what, "%s %s, %lld classes: gradient", logp ? "nll" : "cross_entropy",
+                             phx_dtype_name(dt), (long long)classes);
+                    if (logp) same(&g, what);
+                    else close_norm(&g, PHX_F32, rows * classes, 1e-5, what);
+                    ok(bg == -1 && bc == -1, "  ... no bad label reported");
+                }
+                /* a bad label: an error naming the row, nothing written */
+                lh[123] = classes;
+                bset(&lab, lh);
+                memset(g.h, 0xff, g.bytes);
+                G->copy_h2d(0, g.d, g.h, g.bytes);
+                memset(l.h, 0xff, 4);
+                G->copy_h2d(0, l.d, l.h, 4);
+                phx_status sg = KG->cross_entropy(0, rows, classes, x.d, dt, lab.d, logp, l.d, g.d, &bg);
+                ok(sg == PHX_EINVAL && bg == 123, "  ... label %lld at row 123: PHX_EINVAL, row reported",
+                   (long long)classes);
+                like(phx_last_error(), "row 123", "  ... the message names the row");
+                same(&g, "  ... gradient untouched");
+                same(&l, "  ... loss untouched");
+                free(lh);
+                bfree(&x), bfree(&lab), bfree(&g), bfree(&l);
+            }
+}
+
+static void test_optim(void)
+{
+    phx_sgd_hparams sgd[4] = { { 0.1f, 0.f, 0.f, 0.f, 0 }, { 0.05f, 0.9f, 0.f, 1e-4f, 0 },
+                               { 0.05f, 0.9f, 0.1f, 0.f, 1 }, { 0.01f, 0.5f, 0.f, 0.01f, 1 } };
+    for (int h = 0; h < 4; h++)
+        for (int first = 0; first < 2; first++) {
+            buf p = brand(PHX_F32, N_ODD, -1, 1), g = brand(PHX_F32, N_ODD, -1, 1), mb = brand(PHX_F32, N_ODD, -1, 1);
+            char what[64];
+            snprintf(what, sizeof what, "sgd config %d%s", h, first ? " first step" : "");
+            float *mbd = sgd[h].momentum != 0.f ? mb.d : NULL, *mbh = sgd[h].momentum != 0.f ? mb.h : NULL;
+            if (check_ok(KG->sgd_step(0, N_ODD, p.d, g.d, mbd, &sgd[h], first),
+                         KC->sgd_step(0, N_ODD, p.h, g.h, mbh, &sgd[h], first), what)) {
+                same(&p, what);
+                if (mbd) same(&mb, "  ... momentum buffer");
+            }
+            bfree(&p), bfree(&g), bfree(&mb);
+        }
+    phx_adam_hparams adam[3] = { { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f, 0, 0 }, { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0, 1 },
+                                 { 2e-3f, 0.8f, 0.99f, 1e-6f, 0.1f, 1, 0 } };
+    int64_t steps[2] = { 1, 10 };
+    for (int h = 0; h < 3; h++)
+        for (int s = 0; s < 2; s++) {
+            buf p = brand(PHX_F32, N_ODD, -1, 1), g = brand(PHX_F32, N_ODD, -1, 1), m = brand(PHX_F32, N_ODD, -0.1f, 0.1f),
+                v = brand(PHX_F32, N_ODD, 0, 0.01f), vm = brand(PHX_F32, N_ODD, 0, 0.01f);
+            char what[64];
+            snprintf(what, sizeof what, "adam config %d step %lld", h, (long long)steps[s]);
+            if (check_ok(KG->adam_step(0, N_ODD, p.d, g.d, m.d, v.d, adam[h].amsgrad ? vm.d : NULL, &adam[h], steps[s]),
+                         KC->adam_step(0, N_ODD, p.h, g.h, m.h, v.h, adam[h].amsgrad ? vm.h : NULL, &adam[h], steps[s]),
+                         what)) {
+                same(&p, what);
+                same(&m, "  ... m");
+                same(&v, "  ... v");
+                if (adam[h].amsgrad) same(&vm, "  ... vmax");
+            }
+            bfree(&p), bfree(&g), bfree(&m), bfree(&v), bfree(&vm);
+        }
+    for (int inf = 0; inf < 2; inf++) {
+        buf g = brand(PHX_F32, N_ODD, -100, 100), f = bnew(4);
+        float zero = 0.f;
+        bset(&f, &zero);
+        if (inf) {
+            float big = 3e38f;
+            ((float *)g.h)[77777] = big;
+            G->copy_h2d(0, (float *)g.d + 77777, &big, 4);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "unscale_check%s", inf ? " with an overflow" : "");
+        if (check_ok(KG->unscale_check(0, N_ODD, g.d, inf ? 4.f : 1.f / 1024.f, f.d),
+                     KC->unscale_check(0, N_ODD, g.h, inf ? 4.f : 1.f / 1024.f, f.h), what)) {
+            same(&g, what);
+            same(&f, "  ... found_inf");
+            ok(((float *)f.h)[0] == (inf ? 1.f : 0.f), "  ... found_inf is %d", inf);
+        }
+        bfree(&g), bfree(&f);
+    }
+}
+
+static void test_reduce(void)
+{
+    const phx_dtype all[5] = { PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64 };
+    const char *ops[4] = { "sum", "avg", "max", "min" };
+    for (int d = 0; d < 5; d++)
+        for (int op = 0; op < 4; op++) {
+            buf x = brand(all[d], 1000003, -1000, 1000);
+            double rg = 0, rc = 0;
+            char what[64];
+            snprintf(what, sizeof what, "reduce %s %s", ops[op], phx_dtype_name(all[d]));
+            if (check_ok(KG->reduce(0, op, 1000003, x.d, all[d], &rg), KC->reduce(0, op, 1000003, x.h, all[d], &rc),
+                         what)) {
+                if (op >= PHX_MAX) ok(rg == rc, "%s: exact (%.17g)", what, rc);
+                else is_close(rg, rc, 1e-12, "%s", what);
+            }
+            bfree(&x);
+        }
+    buf x = brand(PHX_F32, 5000, -1, 1);
+    float nan = NAN;
+    G->copy_h2d(0, (float *)x.d + 4321, &nan, 4);
+    double r = 0;
+    ok(KG->reduce(0, PHX_MAX, 5000, x.d, PHX_F32, &r) == PHX_OK && isnan(r), "reduce max propagates NaN");
+    bfree(&x);
+}
+
+static void test_gemm(void)
+{
+    struct { int64_t m, n, k; } shapes[3] = { { 256, 1024, 784 }, { 33, 17, 129 }, { 1, 300, 64 } };
+    for (int a = 0; a < 3; a++)
+        for (int c = 0; c < 3; c++)
+            for (int s = 0; s < 3; s++)
+                for (int t = 0; t < 4; t++) {
+                    phx_dtype adt = fdt[a], cdt = fdt[c];
+                    int ta = t & 1, tb = t >> 1;
+                    int64_t m = shapes[s].m, n = shapes[s].n, k = shapes[s].k;
+                    /* leading dims larger than the rows where it costs nothing */
+                    int64_t lda = (ta ? m : k) + (s == 1 ? 3 : 0), ldb = (tb ? k : n) + (s == 1 ? 5 : 0);
+                    int64_t ldc = n + (s == 1 ? 2 : 0);
+                    buf A = brand(adt, (ta ? k : m) * lda, -1, 1), B = brand(adt, (tb ? n : k) * ldb, -1, 1),
+                        Cm = brand(cdt, m * ldc, -1, 1);
+                    float beta = s == 1 ? 0.5f : 0.f;
+                    char what[96];
+                    snprintf(what, sizeof what, "gemm %s -> %s (%lld, %lld, %lld) %c%c beta %g", phx_dtype_name(adt),
+                             phx_dtype_name(cdt), (long long)m, (long long)n, (long long)k, ta ? 'T' : 'N',
+                             tb ? 'T' : 'N', beta);
+                    if (check_ok(KG->gemm(0, ta, tb, m, n, k, 1.25f, A.d, lda, B.d, ldb, adt, beta, Cm.d, ldc, cdt),
+                                 KC->gemm(0, ta, tb, m, n, k, 1.25f, A.h, lda, B.h, ldb, adt, beta, Cm.h, ldc, cdt),
+                                 what))
+                        close_norm(&Cm, cdt, m * ldc, cdt == PHX_F32 ? 1e-5 : cdt == PHX_F16 ? 2e-3 : 1.6e-2, what);
+                    bfree(&A), bfree(&B), bfree(&Cm);
+                }
+}
+
+int main(void)
+{
+    phx_device gpu = { PHX_DEVICE_CUDA, 0 };
+    if (phx_device_count(PHX_DEVICE_CUDA) < 1) skip_all("no CUDA device");
+    G = phx_device_table(gpu);
+    C = phx_device_table(phx_cpu());
+    if (!G || !C) skip_all("no CUDA device table");
+    KG = G->kernels;
+    KC = C->kernels;
+    const char *fixed = getenv("PHX_TEST_SEED");
+    uint64_t seed = fixed ? strtoull(fixed, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+    rng_state = seed | 1;
+    diag("seed %llu (PHX_TEST_SEED=%llu repeats this run)", (unsigned long long)seed, (unsigned long long)seed);
+    const char *tf = getenv("PHX_TF32");
+    if (tf && strcmp(tf, "1") == 0) skip_all("PHX_TF32=1 changes the f32 GEMM bound: run without it");
+    test_cast_fill();
+    test_elementwise();
+    test_activations();
+    test_random();
+    test_layernorm();
+    test_losses();
+    test_optim();
+    test_reduce();
+    test_gemm();
+    return done_testing();
+}
