@@ -134,6 +134,25 @@ static inline int tu_same_bits_across(phx_comm *c, phx_module *m)
     return same;
 }
 
+/* forward, loss, backward of m on (x, y); then, when opt is given, the
+ * optimizer step and zero_grad. Returns the first failing status. */
+static inline phx_status tu_step(phx_module *m, phx_optimizer *opt, phx_loss *loss, const phx_tensor *x,
+                                 const phx_tensor *y)
+{
+    phx_tensor *out;
+    float l;
+    phx_status st = phx_module_forward(m, x, &out);
+    if (st == PHX_OK)
+        st = phx_loss_forward(loss, out, y, &l);
+    if (st == PHX_OK)
+        st = phx_module_backward(m, phx_loss_grad(loss), NULL);
+    if (st == PHX_OK && opt)
+        st = phx_optimizer_step(opt);
+    if (st == PHX_OK && opt)
+        st = phx_optimizer_zero_grad(opt);
+    return st;
+}
+
 /* Runs fn on n ranks of backend ("threads": threads of this process;
  * "gloo": processes) through phx_spawn. Returns phx_spawn's status. */
 static inline phx_status tu_spawn(const char *backend, int n, int (*fn)(int, void *), void *arg)

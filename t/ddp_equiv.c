@@ -42,18 +42,6 @@ static phx_optimizer *make_opt(phx_module *m, int kind)
     return phx_adam_new(m, &o);
 }
 
-/* One training step of m on (x, y). */
-static int train_step(phx_module *m, phx_optimizer *opt, phx_loss *loss, phx_tensor *x, phx_tensor *y)
-{
-    phx_tensor *out;
-    float l;
-    if (phx_module_forward(m, x, &out) != PHX_OK || phx_loss_forward(loss, out, y, &l) != PHX_OK ||
-        phx_module_backward(m, phx_loss_grad(loss), NULL) != PHX_OK ||
-        phx_optimizer_step(opt) != PHX_OK || phx_optimizer_zero_grad(opt) != PHX_OK)
-        return 0;
-    return 1;
-}
-
 /* Returns the number of failed checks on this rank. */
 static int run_config(phx_comm *c, const config *cf)
 {
@@ -83,7 +71,7 @@ static int run_config(phx_comm *c, const config *cf)
     for (int s = 0; s < STEPS && fails == 0; s++) {
         tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
         tu_batch(s, 0, (int64_t)BATCH * world, gx, gy);
-        if (!train_step(ddp, opt, loss, x, y) || !train_step(ref, ropt, rloss, gx, gy)) {
+        if (tu_step(ddp, opt, loss, x, y) != PHX_OK || tu_step(ref, ropt, rloss, gx, gy) != PHX_OK) {
             printf("# rank %d: step %d: %s\n", rank, s, phx_last_error());
             fails++;
             break;

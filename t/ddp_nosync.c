@@ -13,14 +13,6 @@
 
 static const int64_t sizes[] = {6, 8, 3};
 
-static int fwd_bwd(phx_module *m, phx_loss *loss, phx_tensor *x, phx_tensor *y)
-{
-    phx_tensor *out;
-    float l;
-    return phx_module_forward(m, x, &out) == PHX_OK && phx_loss_forward(loss, out, y, &l) == PHX_OK &&
-           phx_module_backward(m, phx_loss_grad(loss), NULL) == PHX_OK;
-}
-
 static int rank_main(int rank, void *arg)
 {
     (void)arg;
@@ -57,7 +49,7 @@ static int rank_main(int rank, void *arg)
     phx_ddp_set_no_sync(ddp, true);
     for (int j = 0; j < K && !bad; j++) {
         tu_batch(j, (int64_t)rank * BATCH, BATCH, x, y);
-        bad += !fwd_bwd(ddp, loss, x, y);
+        bad += tu_step(ddp, NULL, loss, x, y) != PHX_OK;
     }
     phx_ddp_get_stats(ddp, &s1);
     if (s1.launches != s0.launches || s1.backwards != s0.backwards + K) {
@@ -67,10 +59,10 @@ static int rank_main(int rank, void *arg)
     }
     phx_ddp_set_no_sync(ddp, false);
     tu_batch(K, (int64_t)rank * BATCH, BATCH, x, y);
-    bad += !fwd_bwd(ddp, loss, x, y);
+    bad += tu_step(ddp, NULL, loss, x, y) != PHX_OK;
     bad += phx_optimizer_step(opt) != PHX_OK;
     phx_optimizer_zero_grad(opt);
-    bad += !fwd_bwd(ref, rloss, gx, gy);
+    bad += tu_step(ref, NULL, rloss, gx, gy) != PHX_OK;
     bad += phx_optimizer_step(ropt) != PHX_OK;
     phx_optimizer_zero_grad(ropt);
     if (bad)
@@ -97,10 +89,8 @@ static int rank_main(int rank, void *arg)
     for (int s = 10; s < 13 && !bad; s++) {
         tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
         tu_batch(s, 0, (int64_t)world * BATCH, wx, wy);
-        bad += !fwd_bwd(ddp, loss, x, y) || phx_optimizer_step(opt) != PHX_OK ||
-               phx_optimizer_zero_grad(opt) != PHX_OK;
-        bad += !fwd_bwd(ref, rloss, wx, wy) || phx_optimizer_step(ropt) != PHX_OK ||
-               phx_optimizer_zero_grad(ropt) != PHX_OK;
+        bad += tu_step(ddp, opt, loss, x, y) != PHX_OK;
+        bad += tu_step(ref, ropt, rloss, wx, wy) != PHX_OK;
     }
     e = tu_max_rel(ddp, ref);
     if (!(e <= 1e-6)) {

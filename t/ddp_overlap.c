@@ -91,11 +91,7 @@ static int rank_main(int rank, void *arg)
             phx_comm_barrier(c, NULL);
             a0 = phx_alloc_count();
         }
-        phx_tensor *out;
-        float l;
-        good = phx_module_forward(ddp, x, &out) == PHX_OK && phx_loss_forward(loss, out, y, &l) == PHX_OK &&
-               phx_module_backward(ddp, phx_loss_grad(loss), NULL) == PHX_OK &&
-               phx_optimizer_step(opt) == PHX_OK && phx_optimizer_zero_grad(opt) == PHX_OK;
+        good = tu_step(ddp, opt, loss, x, y) == PHX_OK;
         if (!good)
             printf("# rank %d step %d: %s\n", rank, s, phx_last_error());
     }

@@ -98,22 +98,6 @@ static phx_module *net(bool use_w, bool with_unused)
     return m;
 }
 
-static int step(phx_module *m, phx_optimizer *opt, phx_loss *loss, phx_tensor *x, phx_tensor *y, phx_status *st)
-{
-    phx_tensor *out;
-    float l;
-    *st = phx_module_forward(m, x, &out);
-    if (*st == PHX_OK)
-        *st = phx_loss_forward(loss, out, y, &l);
-    if (*st == PHX_OK)
-        *st = phx_module_backward(m, phx_loss_grad(loss), NULL);
-    if (*st != PHX_OK)
-        return 0;
-    *st = phx_optimizer_step(opt);
-    phx_optimizer_zero_grad(opt);
-    return *st == PHX_OK;
-}
-
 static int expect_error(int rank, phx_status st, const char *name)
 {
     if (st != PHX_ESTATE || !strstr(phx_last_error(), name) || !strstr(phx_last_error(), "find_unused")) {
@@ -147,7 +131,7 @@ static int rank_main(int rank, void *arg)
     phx_optimizer *opt = phx_sgd_new(ddp, &so);
     for (int s = 0; s < 2; s++) {
         tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
-        bad += step(ddp, opt, loss, x, y, &st);
+        st = tu_step(ddp, opt, loss, x, y);
         bad += expect_error(rank, st, "'1.unused'");
     }
     phx_optimizer_free(opt);
@@ -164,7 +148,7 @@ static int rank_main(int rank, void *arg)
     for (int s = 0; s < 5 && !bad; s++) {
         tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
         tu_batch(s, 0, (int64_t)BATCH * world, gx, gy);
-        if (!step(ddp, opt, loss, x, y, &st) || !step(ref, ropt, loss, gx, gy, &st)) {
+        if (tu_step(ddp, opt, loss, x, y) != PHX_OK || tu_step(ref, ropt, loss, gx, gy) != PHX_OK) {
             printf("# rank %d: find_unused step %d: %s\n", rank, s, phx_last_error());
             bad++;
         }
@@ -196,7 +180,8 @@ static int rank_main(int rank, void *arg)
         ddp = phx_ddp_new(m, c, &o);
         opt = phx_sgd_new(ddp, &so);
         tu_batch(7, (int64_t)rank * BATCH, BATCH, x, y);
-        int good = step(ddp, opt, loss, x, y, &st);
+        st = tu_step(ddp, opt, loss, x, y);
+        int good = st == PHX_OK;
         if (!fu && last)
             bad += expect_error(rank, st, "'1.w'");
         else if (!good) {
