@@ -14,6 +14,8 @@
 
 #define PX_DP_ERR_MAX 512
 
+enum { PX_DP_FWD = 0, PX_DP_BWD = 1 }; /* the two passes */
+
 /* What a cached set of row views was made for: a tensor's storage, offset,
  * dtype and shape. The views keep that storage alive, so an equal key
  * always means the same memory. */
@@ -34,17 +36,13 @@ typedef struct px_dp_rep {
     phx_tensor *grad;        /* (total) f32 flat gradient of a clone, each parameter's grad a view;
                                 all zero between backwards. NULL for the model itself. */
     int64_t row0, rows;      /* its rows of the batch */
-    phx_tensor *x_src;       /* rows of the input (view of the caller's tensor) */
-    px_buf x_buf;            /* those rows copied to dev when the input lives elsewhere */
-    phx_tensor *x;           /* x_src, or x_buf's tensor */
-    phx_tensor *dy_src;      /* rows of dy */
-    px_buf dy_buf;
-    phx_tensor *dy;
-    phx_tensor *y;           /* m's output of the last forward (owned by m) */
-    phx_tensor *dx;          /* m's input gradient of the last backward (owned by m) */
-    phx_tensor *y_dst;       /* its rows of the gathered output (view) */
-    phx_tensor *dx_dst;      /* its rows of the gathered input gradient (view) */
-    bool y_done, dx_done;    /* the worker already copied y/dx into place */
+    /* Per pass, PX_DP_FWD (x in, y out) and PX_DP_BWD (dy in, dx out): */
+    phx_tensor *in_rows[2];  /* its rows of x / dy (views of the caller's tensor) */
+    px_buf in_buf[2];        /* those rows copied to dev when they live elsewhere */
+    phx_tensor *in[2];       /* what m reads: in_rows, or in_buf's tensor */
+    phx_tensor *out[2];      /* y / dx that m produced (owned by m) */
+    phx_tensor *out_rows[2]; /* its rows of the gathered y / dx (views) */
+    bool out_done[2];        /* the worker already copied out into out_rows */
     phx_status st;           /* result of this replica's last task */
     char err[PX_DP_ERR_MAX];
 } px_dp_rep;
@@ -77,16 +75,15 @@ typedef struct px_dp {
     int64_t *sizes;          /* (n) torch.chunk sizes */
     size_t k;                /* replicas in use (chunks); 0 before the first forward */
     int64_t batch;
-    px_dp_key x_key, dy_key, y_key, dx_key;
-    px_buf y_buf, dx_buf;    /* gathered output (out_dev) and input gradient (input's device) */
-    phx_tensor *y;           /* output handed out by the last forward */
-    int y_ndim;
+    px_dp_key in_key[2];     /* the x / dy the in_rows views were made for */
+    px_dp_key out_key[2];    /* the gathered y / dx the out_rows views were made for */
+    px_buf out_buf[2];       /* gathered y (output device) and dx (the input's device) */
+    int y_ndim;              /* the last forward's output: shape and dtype */
     int64_t y_shape[PHX_MAX_DIMS];
     phx_dtype y_dtype;
     phx_device x_dev;        /* device of the last input */
-    phx_dtype x_dtype;
     bool want_dx;
-    bool forward_ok;         /* a forward succeeded since the last backward */
+    bool forward_ok;         /* the last forward succeeded: backward may run */
 
     px_buf stage;            /* staging for replica gradients on another device */
     float **gsrc;            /* (n) replicas' flat gradients, for the CPU sum */

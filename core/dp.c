@@ -93,42 +93,59 @@ static void key_set(px_dp_key *k, const phx_tensor *t)
     memcpy(k->shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
 }
 
-/* Makes views[i] (a field at byte offset `field` inside each replica) the
- * rows of replica i in base; reuses the views when base is the tensor
- * they were made for. */
-static phx_status row_views(px_dp *d, const phx_tensor *base, px_dp_key *key, size_t field)
+/* The row views of a pass: into the caller's x / dy (out false) or into
+ * the gathered y / dx (out true). */
+static phx_tensor **rows_slot(px_dp_rep *r, bool out, int pass)
 {
-    if (key_same(key, base))
-        return PHX_OK;
-    int64_t row = base->shape[0] ? base->numel / base->shape[0] : 0;
+    return out ? &r->out_rows[pass] : &r->in_rows[pass];
+}
+
+static void drop_rows(px_dp *d, bool out, int pass)
+{
     for (size_t i = 0; i < d->n; i++) {
-        phx_tensor **v = (phx_tensor **)((char *)&d->reps[i] + field);
+        phx_tensor **v = rows_slot(&d->reps[i], out, pass);
         phx_tensor_free(*v);
         *v = NULL;
     }
-    key_set(key, NULL);
+    key_set(out ? &d->out_key[pass] : &d->in_key[pass], NULL);
+}
+
+/* Makes each replica's row views of base; keeps them when base is the
+ * tensor they were made for. */
+static phx_status make_rows(px_dp *d, const phx_tensor *base, bool out, int pass)
+{
+    px_dp_key *key = out ? &d->out_key[pass] : &d->in_key[pass];
+    if (key_same(key, base))
+        return PHX_OK;
+    drop_rows(d, out, pass);
+    int64_t row = base->numel / base->shape[0];
     for (size_t i = 0; i < d->k; i++) {
         px_dp_rep *r = &d->reps[i];
         int64_t shape[PHX_MAX_DIMS];
         memcpy(shape, base->shape, sizeof shape);
         shape[0] = r->rows;
-        phx_tensor **v = (phx_tensor **)((char *)r + field);
-        if (!(*v = phx_tensor_view(base, r->row0 * row, base->ndim, shape)))
+        if (!(*rows_slot(r, out, pass) = phx_tensor_view(base, r->row0 * row, base->ndim, shape)))
             return PHX_ENOMEM;
     }
     key_set(key, base);
     return PHX_OK;
 }
 
-/* The tensor a replica computes on: src itself when on its device, else
- * a buffer on the device (filled by the worker). */
-static phx_status on_device(px_dp_rep *r, phx_tensor *src, px_buf *buf, phx_tensor **out)
+/* Scatter: each replica's rows of t (x or dy) as views, and the tensor it
+ * reads them from: the view itself on its device, else a buffer there that
+ * its worker fills. */
+static phx_status scatter(px_dp *d, const phx_tensor *t, int pass)
 {
-    if (phx_device_equal(src->storage->device, r->dev)) {
-        *out = src;
-        return PHX_OK;
+    phx_status st = make_rows(d, t, false, pass);
+    for (size_t i = 0; i < d->k && st == PHX_OK; i++) {
+        px_dp_rep *r = &d->reps[i];
+        phx_tensor *src = r->in_rows[pass];
+        if (phx_device_equal(src->storage->device, r->dev))
+            r->in[pass] = src;
+        else
+            st = px_buf_get(&r->in_buf[pass], src->dtype, src->ndim, src->shape, r->dev, &r->in[pass]);
     }
-    return px_buf_get(buf, src->dtype, src->ndim, src->shape, r->dev, out);
+    return st;
 }
 
 /* ---- parameters ------------------------------------------------------ */
@@ -269,25 +286,37 @@ static void task_result(px_dp_rep *r, phx_status st)
         snprintf(r->err, sizeof r->err, "%s", phx_last_error());
 }
 
-static bool rows_fit(const phx_tensor *src, const phx_tensor *dst)
+/* Worker side of scatter and gather: the replica's rows copied to its
+ * device when they live elsewhere... */
+static phx_status stage_in(px_dp_rep *r, int pass)
 {
-    return dst && src->dtype == dst->dtype && phx_tensor_same_shape(src, dst);
+    return r->in[pass] == r->in_rows[pass] ? PHX_OK : phx_tensor_copy(r->in[pass], r->in_rows[pass]);
+}
+
+/* ...and its result copied into its rows of the gathered tensor at once,
+ * when the views of the last gather fit it (same split, shape, dtype). */
+static phx_status put_rows(px_dp_rep *r, int pass)
+{
+    const phx_tensor *src = r->out[pass], *dst = r->out_rows[pass];
+    r->out_done[pass] = false;
+    if (!src || !dst || src->dtype != dst->dtype || !phx_tensor_same_shape(src, dst))
+        return PHX_OK;
+    phx_status st = phx_tensor_copy(r->out_rows[pass], src);
+    r->out_done[pass] = st == PHX_OK;
+    return st;
 }
 
 static void forward_task(void *arg, size_t i)
 {
     px_dp *d = arg;
     px_dp_rep *r = &d->reps[i];
-    r->y_done = false;
     phx_status st = sync_replica(d, r);
-    if (st == PHX_OK && r->x != r->x_src)
-        st = phx_tensor_copy(r->x, r->x_src);
     if (st == PHX_OK)
-        st = phx_module_forward(r->m, r->x, &r->y);
-    if (st == PHX_OK && rows_fit(r->y, r->y_dst) && r->y->storage != r->y_dst->storage) {
-        st = phx_tensor_copy(r->y_dst, r->y);
-        r->y_done = st == PHX_OK;
-    }
+        st = stage_in(r, PX_DP_FWD);
+    if (st == PHX_OK)
+        st = phx_module_forward(r->m, r->in[PX_DP_FWD], &r->out[PX_DP_FWD]);
+    if (st == PHX_OK)
+        st = put_rows(r, PX_DP_FWD);
     task_result(r, st);
 }
 
@@ -295,19 +324,14 @@ static void backward_task(void *arg, size_t i)
 {
     px_dp *d = arg;
     px_dp_rep *r = &d->reps[i];
-    r->dx_done = false;
-    r->dx = NULL;
-    phx_status st = PHX_OK;
-    if (r->dy != r->dy_src)
-        st = phx_tensor_copy(r->dy, r->dy_src);
+    r->out[PX_DP_BWD] = NULL;
+    phx_status st = stage_in(r, PX_DP_BWD);
     if (st == PHX_OK)
-        st = phx_module_backward(r->m, r->dy, d->want_dx ? &r->dx : NULL);
-    if (st == PHX_OK && d->want_dx && !r->dx)
+        st = phx_module_backward(r->m, r->in[PX_DP_BWD], d->want_dx ? &r->out[PX_DP_BWD] : NULL);
+    if (st == PHX_OK && d->want_dx && !r->out[PX_DP_BWD])
         st = phx_error(PHX_EINTERNAL, "module %s returned no input gradient", phx_module_type(r->m));
-    if (st == PHX_OK && r->dx && rows_fit(r->dx, r->dx_dst) && r->dx->storage != r->dx_dst->storage) {
-        st = phx_tensor_copy(r->dx_dst, r->dx);
-        r->dx_done = st == PHX_OK;
-    }
+    if (st == PHX_OK)
+        st = put_rows(r, PX_DP_BWD);
     task_result(r, st);
 }
 
@@ -333,21 +357,20 @@ static phx_status run_replicas(px_dp *d, px_pool_fn task, const char *who)
     return PHX_OK;
 }
 
-/* Puts the replicas' outputs (field `src`) into rows of one tensor on dev
- * (field `dst` holds the row views; `done` says the worker copied already).
- * One replica whose output already lies on dev is returned as it is. */
-static phx_status gather(px_dp *d, size_t src, size_t dst, size_t done, px_buf *buf, px_dp_key *key,
-                         phx_device dev, const char *what, phx_tensor **out)
+/* Gather: the replicas' results of a pass, in order, in one tensor on dev
+ * (rows a worker did not copy already are copied here). A single replica
+ * whose result already lies on dev is returned as it is. */
+static phx_status gather(px_dp *d, int pass, phx_device dev, phx_tensor **out)
 {
-#define FIELD(r, f, T) (*(T *)((char *)(r) + (f)))
-    const phx_tensor *y0 = FIELD(&d->reps[0], src, phx_tensor *);
+    const char *what = pass == PX_DP_FWD ? "output" : "input gradient";
+    const phx_tensor *y0 = d->reps[0].out[pass];
     char a[64], b[64];
     for (size_t i = 0; i < d->k; i++) {
-        const phx_tensor *y = FIELD(&d->reps[i], src, phx_tensor *);
-        bool ok = y->ndim >= 1 && y->shape[0] == d->reps[i].rows && y->ndim == y0->ndim && y->dtype == y0->dtype;
-        for (int j = 1; ok && j < y->ndim; j++)
-            ok = y->shape[j] == y0->shape[j];
-        if (!ok)
+        const phx_tensor *y = d->reps[i].out[pass];
+        bool fits = y->ndim >= 1 && y->shape[0] == d->reps[i].rows && y->ndim == y0->ndim && y->dtype == y0->dtype;
+        for (int j = 1; fits && j < y->ndim; j++)
+            fits = y->shape[j] == y0->shape[j];
+        if (!fits)
             return phx_error(PHX_EINVAL,
                              "DataParallel: replica %zu's %s is %s %s for %lld rows (replica 0: %s %s); "
                              "DataParallel needs dim 0 to be the batch and the same trailing shape",
@@ -363,17 +386,16 @@ static phx_status gather(px_dp *d, size_t src, size_t dst, size_t done, px_buf *
     memcpy(shape, y0->shape, sizeof shape);
     shape[0] = d->batch;
     phx_tensor *all;
-    phx_status st = px_buf_get(buf, y0->dtype, y0->ndim, shape, dev, &all);
+    phx_status st = px_buf_get(&d->out_buf[pass], y0->dtype, y0->ndim, shape, dev, &all);
     if (st == PHX_OK)
-        st = row_views(d, all, key, dst);
+        st = make_rows(d, all, true, pass);
     for (size_t i = 0; i < d->k && st == PHX_OK; i++)
-        if (!FIELD(&d->reps[i], done, bool))
-            st = phx_tensor_copy(FIELD(&d->reps[i], dst, phx_tensor *), FIELD(&d->reps[i], src, phx_tensor *));
+        if (!d->reps[i].out_done[pass])
+            st = phx_tensor_copy(d->reps[i].out_rows[pass], d->reps[i].out[pass]);
     if (st == PHX_OK && dev.kind != PHX_DEVICE_CPU)
         st = phx_device_synchronize(dev);
     *out = all;
     return st;
-#undef FIELD
 }
 
 /* Splits a batch of b rows over the replicas (torch.chunk sizes). The
@@ -382,14 +404,8 @@ static void plan_batch(px_dp *d, int64_t b)
 {
     if (b == d->batch && d->k)
         return;
-    for (size_t i = 0; i < d->n; i++) {
-        px_dp_rep *r = &d->reps[i];
-        phx_tensor_free(r->y_dst);
-        phx_tensor_free(r->dx_dst);
-        r->y_dst = r->dx_dst = NULL;
-    }
-    key_set(&d->y_key, NULL);
-    key_set(&d->dx_key, NULL);
+    drop_rows(d, true, PX_DP_FWD);
+    drop_rows(d, true, PX_DP_BWD);
     d->k = phx_chunk_sizes(b, d->n, d->sizes);
     d->batch = b;
     int64_t row0 = 0;
@@ -415,26 +431,20 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     if (st != PHX_OK)
         return st;
     plan_batch(d, x->shape[0]);
-    if ((st = row_views(d, x, &d->x_key, offsetof(px_dp_rep, x_src))) != PHX_OK)
-        return st;
-    for (size_t i = 0; i < d->k && st == PHX_OK; i++)
-        st = on_device(&d->reps[i], d->reps[i].x_src, &d->reps[i].x_buf, &d->reps[i].x);
-    if (st == PHX_OK)
+    if ((st = scatter(d, x, PX_DP_FWD)) == PHX_OK)
         st = run_replicas(d, forward_task, who);
     if (st != PHX_OK)
         return st;
     sync_done(d);
-    st = gather(d, offsetof(px_dp_rep, y), offsetof(px_dp_rep, y_dst), offsetof(px_dp_rep, y_done), &d->y_buf,
-                &d->y_key, d->out_dev, "output", &d->y);
-    if (st != PHX_OK)
+    phx_tensor *out;
+    if ((st = gather(d, PX_DP_FWD, d->out_dev, &out)) != PHX_OK)
         return st;
-    d->y_ndim = d->y->ndim;
-    memcpy(d->y_shape, d->y->shape, sizeof d->y_shape);
-    d->y_dtype = d->y->dtype;
+    d->y_ndim = out->ndim;
+    memcpy(d->y_shape, out->shape, sizeof d->y_shape);
+    d->y_dtype = out->dtype;
     d->x_dev = x->storage->device;
-    d->x_dtype = x->dtype;
     d->forward_ok = true;
-    *y = d->y;
+    *y = out;
     return PHX_OK;
 }
 
@@ -452,12 +462,14 @@ static phx_status check_dy(px_dp *d, const phx_tensor *dy, const char *who)
     for (int j = 0; same && j < dy->ndim; j++)
         same = dy->shape[j] == d->y_shape[j];
     if (!same) {
-        phx_tensor probe = {0};
-        probe.ndim = d->y_ndim;
-        memcpy(probe.shape, d->y_shape, sizeof probe.shape);
+        int n = snprintf(b, sizeof b, "(");
+        for (int j = 0; j < d->y_ndim && n < (int)sizeof b; j++)
+            n += snprintf(b + n, sizeof b - (size_t)n, j ? ", %lld" : "%lld", (long long)d->y_shape[j]);
+        if (n < (int)sizeof b)
+            snprintf(b + n, sizeof b - (size_t)n, ")");
         return phx_error(PHX_EINVAL, "%s: dy is %s %s, the output of the forward was %s %s", who,
                          phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
-                         phx_dtype_name(d->y_dtype), phx_tensor_shape_str(&probe, b, sizeof b));
+                         phx_dtype_name(d->y_dtype), b);
     }
     return PHX_OK;
 }
@@ -470,9 +482,7 @@ static phx_status dp_backward(phx_module *self, const phx_tensor *dy, phx_tensor
     if (st == PHX_OK)
         st = check_model(d, who);
     if (st == PHX_OK)
-        st = row_views(d, dy, &d->dy_key, offsetof(px_dp_rep, dy_src));
-    for (size_t i = 0; i < d->k && st == PHX_OK; i++)
-        st = on_device(&d->reps[i], d->reps[i].dy_src, &d->reps[i].dy_buf, &d->reps[i].dy);
+        st = scatter(d, dy, PX_DP_BWD);
     if (st != PHX_OK)
         return st;
     d->want_dx = dx != NULL;
@@ -480,8 +490,7 @@ static phx_status dp_backward(phx_module *self, const phx_tensor *dy, phx_tensor
     bool clones = d->reps[0].m != d->model;
     st = run_replicas(d, backward_task, who);
     if (st == PHX_OK && dx)
-        st = gather(d, offsetof(px_dp_rep, dx), offsetof(px_dp_rep, dx_dst), offsetof(px_dp_rep, dx_done),
-                    &d->dx_buf, &d->dx_key, d->x_dev, "input gradient", dx);
+        st = gather(d, PX_DP_BWD, d->x_dev, dx);
     if (st != PHX_OK) {
         px_dp_zero_replica_grads(d); /* the model's gradients were not touched */
         return st;
@@ -713,19 +722,18 @@ static void px_dp_destroy(px_dp *d)
     px_pool_free(d->pool);
     for (size_t i = 0; d->reps && i < d->n; i++) {
         px_dp_rep *r = &d->reps[i];
-        phx_tensor_free(r->x_src);
-        phx_tensor_free(r->dy_src);
-        phx_tensor_free(r->y_dst);
-        phx_tensor_free(r->dx_dst);
-        px_buf_free(&r->x_buf);
-        px_buf_free(&r->dy_buf);
+        for (int pass = 0; pass < 2; pass++) {
+            phx_tensor_free(r->in_rows[pass]);
+            phx_tensor_free(r->out_rows[pass]);
+            px_buf_free(&r->in_buf[pass]);
+        }
         if (r->m != d->model)
             phx_module_free(r->m);
         phx_tensor_free(r->grad);
         px_free(r->params);
     }
-    px_buf_free(&d->y_buf);
-    px_buf_free(&d->dx_buf);
+    px_buf_free(&d->out_buf[PX_DP_FWD]);
+    px_buf_free(&d->out_buf[PX_DP_BWD]);
     px_buf_free(&d->stage);
     px_free(d->reps);
     px_free(d->devices);
