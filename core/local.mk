@@ -26,3 +26,9 @@ t_core_optim_LDADD = libphalanx.la -lm
 t_core_torch_SOURCES = t/core_torch.c t/core-util.h
 t_core_torch_LDADD = libphalanx.la -lm
 EXTRA_DIST += t/data/core_kernels.txt bench/torch/core_kernels.py
+
+# make bench: the CPU kernel table beside PyTorch (bench/torch/kernels.py).
+noinst_PROGRAMS += bench/kernels
+bench_kernels_LDADD = libphalanx.la
+bench_programs += bench/kernels
+EXTRA_DIST += bench/torch/kernels.py

@@ -7,6 +7,16 @@
 #ifndef PHX_KERNELS_CPU_H
 #define PHX_KERNELS_CPU_H
 
+/* gcc -O2 only vectorises loops that need no runtime alias check ("very
+ * cheap" cost model); the kernels' loops take possibly-aliasing pointers
+ * (in-place use is allowed), so let it version them; sqrtf may become
+ * sqrtps (errno is never read). Set before any include, so that the
+ * inline functions of kernels/math.h share the options and still inline. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-loop-vectorize", "vect-cost-model=dynamic", "unswitch-loops", "no-math-errno")
+#endif
+
+
 #include <stdint.h>
 #include "kernels/math.h"
 #include "phalanx/error.h"

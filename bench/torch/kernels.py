@@ -1,0 +1,94 @@
+#!/usr/bin/python3
+"""PyTorch's side of bench/kernels: the same CPU ops at the same sizes,
+one thread (torch.set_num_threads). Prints "RESULT <name> <ms>" per op,
+the best of --repeats timed runs of at least --seconds each."""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def ops():
+    torch.manual_seed(0)
+    n = 1 << 22
+    x = torch.randn(n)
+    dy = torch.randn(n)
+    y = torch.empty(n)
+    a = torch.randn(1024, 1024)
+    b = torch.randn(1024, 1024)
+    c = torch.empty(1024, 1024)
+    ab, bb = a.bfloat16(), b.bfloat16()
+    h = torch.randn(4096, 1024)
+    hd = torch.randn(4096, 1024)
+    bias = torch.randn(1024)
+    w = torch.ones(1024, requires_grad=True)
+    bln = torch.zeros(1024, requires_grad=True)
+    hx = h.clone().requires_grad_(True)
+    logits = torch.randn(4096, 1000, requires_grad=True)
+    labels = torch.randint(0, 1000, (4096,))
+    p = torch.nn.Parameter(torch.randn(n))
+    p.grad = torch.randn(n)
+    adam = torch.optim.Adam([p], lr=1e-3, foreach=False)
+    xr = x.clone().requires_grad_(True)
+
+    def gelu_bwd():
+        yy = F.gelu(xr)
+        yy.backward(dy)
+        xr.grad = None
+
+    def ln():
+        out = F.layer_norm(hx, (1024,), w, bln, 1e-5)
+        out.backward(hd)
+        hx.grad = w.grad = bln.grad = None
+
+    def xent():
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        logits.grad = None
+
+    return [
+        ("gemm_f32_1024", lambda: torch.mm(a, b, out=c)),
+        ("gemm_bf16_1024", lambda: torch.mm(ab, bb)),
+        ("relu_4M", lambda: torch.clamp_min(x, 0, out=y)),
+        ("gelu_4M", lambda: torch._C._nn.gelu(x, out=y)),
+        ("gelu_fwd_bwd_4M", gelu_bwd),
+        ("sigmoid_4M", lambda: torch.sigmoid(x, out=y)),
+        ("axpby_4M", lambda: y.mul_(0.5).add_(x, alpha=2.0)),
+        ("bias_add_4096x1024", lambda: h.add_(bias)),
+        ("bias_grad_4096x1024", lambda: hd.sum(0)),
+        ("layernorm_fwd_bwd_4096x1024", ln),
+        ("xent_fwd_bwd_4096x1000", xent),
+        ("adam_4M", adam.step),
+        ("cast_f32_bf16_4M", lambda: x.bfloat16()),
+        ("cast_f32_f16_4M", lambda: x.half()),
+        ("uniform_4M", lambda: y.uniform_(-1, 1)),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=0.25)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for name, fn in ops():
+        if args.only and name != args.only:
+            continue
+        fn()
+        best = float("inf")
+        for _ in range(args.repeats):
+            k, t0 = 0, time.perf_counter()
+            while True:
+                fn()
+                k += 1
+                dt = time.perf_counter() - t0
+                if dt >= args.seconds:
+                    break
+            best = min(best, dt / k)
+        print("RESULT %s %.6f" % (name, best * 1e3), flush=True)
+
+
+if __name__ == "__main__":
+    main()
