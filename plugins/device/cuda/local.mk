@@ -26,6 +26,10 @@ check_PROGRAMS += t/cuda_kernels t/cuda_device
 TESTS += t/cuda_kernels t/cuda_device
 t_cuda_kernels_LDADD = libphalanx.la -lm
 t_cuda_device_LDADD = libphalanx.la
+# The nccl communicator on GPUs (skips without one).
+check_PROGRAMS += t/cuda_nccl
+TESTS += t/cuda_nccl
+t_cuda_nccl_LDADD = libphalanx.la
 
 if HAVE_CUDA
 pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la

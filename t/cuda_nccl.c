@@ -1,0 +1,136 @@
+/* The nccl communicator on real GPUs. One GPU: a world of one runs every
+ * collective for every dtype on CUDA tensors and on CPU tensors (staged
+ * through the device), many asynchronous works complete in order, and a
+ * world of two whose second rank never comes times out at init with
+ * PHX_ETIMEOUT instead of hanging. Two or more GPUs: two processes check
+ * the reductions' values and the watchdog: when rank 1 skips a collective,
+ * rank 0's work fails with PHX_ETIMEOUT after PHX_TIMEOUT. Skips without a
+ * CUDA device or without the nccl plugin. */
+#include <stdlib.h>
+#include <string.h>
+#include "phalanx/phalanx.h"
+#include "t/tap.h"
+
+static phx_comm *world(int rank, int size, phx_device dev, double timeout_s, phx_status *st)
+{
+    phx_comm_opts o = phx_comm_opts_default();
+    o.backend = "nccl";
+    o.rank = rank, o.size = size, o.local_rank = rank, o.local_size = size;
+    o.device = dev;
+    o.timeout_s = timeout_s;
+    phx_comm *c = NULL;
+    *st = phx_comm_init(&o, &c);
+    return c;
+}
+
+static void test_world_of_one(phx_device dev)
+{
+    char dn[16];
+    phx_device_name(dev, dn, sizeof dn);
+    phx_status st;
+    phx_comm *c = world(0, 1, dev, 60, &st);
+    ok(c != NULL, "world of one on nccl, %s buffers", dn);
+    if (!c) { diag("%s", phx_last_error()); skip(11, "no communicator"); return; }
+    is_str(phx_comm_backend(c), "nccl", "backend is nccl");
+    const phx_dtype dts[5] = { PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64 };
+    for (int d = 0; d < 5; d++) {
+        int64_t n = 4097;
+        phx_tensor *t = phx_tensor_new(dts[d], 1, &n, dev);
+        double vals[4] = { 0 };
+        int good = t != NULL;
+        for (int op = 0; op < 4 && good; op++) {
+            good = phx_tensor_fill(t, 3.0 + op) == PHX_OK && phx_comm_allreduce(c, t, (phx_reduce_op)op, NULL) == PHX_OK &&
+                   phx_tensor_reduce(t, PHX_SUM, &vals[op]) == PHX_OK && vals[op] == (3.0 + op) * (double)n;
+        }
+        good = good && phx_comm_broadcast(c, t, 0, NULL) == PHX_OK;
+        phx_tensor *out = phx_tensor_new(dts[d], 1, &n, dev);
+        good = good && out && phx_tensor_fill(t, 2.0) == PHX_OK && phx_comm_allgather(c, t, out, NULL) == PHX_OK &&
+               phx_tensor_reduce(out, PHX_SUM, &vals[0]) == PHX_OK && vals[0] == 2.0 * (double)n;
+        good = good && phx_tensor_fill(out, 0.0) == PHX_OK && phx_comm_reduce_scatter(c, t, out, PHX_SUM, NULL) == PHX_OK &&
+               phx_tensor_reduce(out, PHX_SUM, &vals[0]) == PHX_OK && vals[0] == 2.0 * (double)n;
+        if (!good) diag("%s", phx_last_error());
+        ok(good, "%s %s: allreduce (sum, avg, max, min), broadcast, allgather, reduce_scatter", dn,
+           phx_dtype_name(dts[d]));
+        phx_tensor_free(t);
+        phx_tensor_free(out);
+    }
+    ok(phx_comm_barrier(c, NULL) == PHX_OK, "barrier");
+    /* many works in flight, completed in issue order */
+    int64_t n = 1 << 20;
+    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &n, dev);
+    phx_tensor_fill(t, 1.5);
+    phx_work *w[64];
+    int issued = 1;
+    for (int i = 0; i < 64; i++) issued &= phx_comm_allreduce(c, t, PHX_AVG, &w[i]) == PHX_OK;
+    int good = issued;
+    for (int i = 0; i < 64 && issued; i++) good &= phx_work_wait(w[i], -1) == PHX_OK;
+    double s = 0;
+    good = good && phx_tensor_reduce(t, PHX_SUM, &s) == PHX_OK && s == 1.5 * (double)n;
+    for (int i = 0; i < 64 && issued; i++) phx_work_free(w[i]);
+    ok(good, "64 asynchronous allreduces complete, values intact");
+    phx_tensor_free(t);
+    phx_comm_free(c);
+}
+
+static void test_init_timeout(void)
+{
+    phx_status st;
+    phx_comm *c = world(0, 2, (phx_device){ PHX_DEVICE_CUDA, 0 }, 3, &st);
+    ok(c == NULL && st == PHX_ETIMEOUT, "world of two, rank 1 never comes: PHX_ETIMEOUT at init");
+    like(phx_last_error(), "did not complete within", "the message says it timed out");
+    phx_comm_free(c);
+}
+
+/* two processes, two GPUs */
+static int two_ranks(int rank, void *arg)
+{
+    (void)arg;
+    phx_status st;
+    phx_comm *c = world(rank, 2, (phx_device){ PHX_DEVICE_CUDA, rank }, 4, &st);
+    if (!c) return 10;
+    int64_t n = 1000;
+    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &n, (phx_device){ PHX_DEVICE_CUDA, rank });
+    double s = 0;
+    phx_tensor_fill(t, rank + 1.0);
+    if (phx_comm_allreduce(c, t, PHX_SUM, NULL) != PHX_OK || phx_tensor_reduce(t, PHX_SUM, &s) != PHX_OK ||
+        s != 3.0 * (double)n)
+        return 11;
+    phx_tensor_fill(t, rank + 1.0);
+    if (phx_comm_allreduce(c, t, PHX_AVG, NULL) != PHX_OK || phx_tensor_reduce(t, PHX_SUM, &s) != PHX_OK ||
+        s != 1.5 * (double)n)
+        return 12;
+    /* rank 1 skips this one: rank 0 must time out, not hang */
+    if (rank == 0) {
+        phx_work *w = NULL;
+        if (phx_comm_allreduce(c, t, PHX_SUM, &w) != PHX_OK) return 13;
+        phx_status ws = phx_work_wait(w, 30);
+        phx_work_free(w);
+        if (ws != PHX_ETIMEOUT || !strstr(phx_last_error(), "did not complete within")) return 14;
+        if (phx_comm_allreduce(c, t, PHX_SUM, NULL) == PHX_OK) return 15; /* aborted: later calls fail */
+    }
+    phx_tensor_free(t);
+    phx_comm_free(c);
+    return 0;
+}
+
+int main(void)
+{
+    if (phx_device_count(PHX_DEVICE_CUDA) < 1) skip_all("no CUDA device");
+    phx_plugin_info infos[64];
+    size_t n = phx_plugin_scan(infos, 64, NULL);
+    int found = 0;
+    for (size_t i = 0; i < n && i < 64; i++) found |= strcmp(infos[i].name, "nccl") == 0;
+    if (!found) skip_all("nccl plugin not built");
+    test_world_of_one((phx_device){ PHX_DEVICE_CUDA, 0 });
+    test_world_of_one(phx_cpu());
+    test_init_timeout();
+    if (phx_device_count(PHX_DEVICE_CUDA) >= 2) {
+        setenv("PHX_COMM", "nccl", 1);
+        phx_status st = phx_spawn(2, two_ranks, NULL);
+        if (st != PHX_OK) diag("%s", phx_last_error());
+        ok(st == PHX_OK, "two processes on two GPUs: sums, averages, and a skipped collective times out");
+    } else {
+        skip(1, "one CUDA device: no two-rank NCCL run");
+    }
+    return done_testing();
+}
