@@ -7,8 +7,8 @@
 #include "t/core-util.h"
 
 #define N 5003
-#define ROWS 1031
-#define COLS 300 /* spans the 256-column tile of bias_grad */
+#define ROWS 301
+#define COLS 2100 /* spans the 2048-column tile of bias_grad */
 
 static float a[N], b[N], o[N];
 static double ref[N];

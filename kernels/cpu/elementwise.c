@@ -60,9 +60,10 @@ phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *y, phx_dty
     return PHX_OK;
 }
 
-/* Column sums over rows, a tile of columns at a time: each row of the tile
- * is contiguous, the running sums (double, for long batches) stay in L1. */
-#define PX_BIAS_TILE 256
+/* Column sums over rows, a tile of columns at a time: rows are streamed in
+ * order (the whole row when cols <= the tile), the running sums (double,
+ * for long batches; 16 KiB) stay in L1. */
+#define PX_BIAS_TILE 2048
 
 PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int dt, float beta, float *db)
 {
