@@ -530,6 +530,18 @@ static const phx_module_vtable dp_vtable = {
     /* .clone     = */ NULL,
 };
 
+/* Device i of the list: devices[i], or with devices NULL the i-th device
+ * of the model's kind (every CPU replica is "cpu"). */
+static phx_device device_at(const phx_device *devices, phx_device model_dev, size_t i)
+{
+    if (devices)
+        return devices[i];
+    phx_device d = model_dev;
+    if (d.kind != PHX_DEVICE_CPU)
+        d.index = (int)i;
+    return d;
+}
+
 /* devices NULL: every device of the model's kind. Each must exist, all of
  * one kind, the model on the first; the output device one of them. */
 static phx_status pick_devices(const phx_device *devices, size_t n_devices, const phx_device *output_device,
@@ -547,47 +559,38 @@ static phx_status pick_devices(const phx_device *devices, size_t n_devices, cons
                              phx_device_name(model_dev, a, sizeof a));
         n = (size_t)c;
     }
-    phx_device *list = px_calloc(n, sizeof *list);
-    if (!list)
-        return PHX_ENOMEM;
+    phx_device first = device_at(devices, model_dev, 0);
     for (size_t i = 0; i < n; i++) {
-        phx_device dv = devices ? devices[i] : model_dev;
-        if (!devices && model_dev.kind != PHX_DEVICE_CPU)
-            dv.index = (int)i;
-        int count = dv.kind == PHX_DEVICE_CPU || dv.kind == PHX_DEVICE_CUDA ? phx_device_count(dv.kind) : 0;
-        if (dv.index < 0 || dv.index >= count) {
-            px_free(list);
-            if (dv.kind != PHX_DEVICE_CPU && dv.kind != PHX_DEVICE_CUDA)
-                return phx_error(PHX_EINVAL, "%s: devices[%zu] has unknown kind %d; expected cpu or cuda", who, i,
-                                 dv.kind);
+        phx_device dv = device_at(devices, model_dev, i);
+        if (dv.kind != PHX_DEVICE_CPU && dv.kind != PHX_DEVICE_CUDA)
+            return phx_error(PHX_EINVAL, "%s: devices[%zu] has unknown kind %d; expected cpu or cuda", who, i, dv.kind);
+        int count = phx_device_count(dv.kind);
+        if (dv.index < 0 || dv.index >= count)
             return phx_error(PHX_ENOTFOUND, "%s: devices[%zu] = %s does not exist (%d %s device%s here)", who, i,
                              dev_name(dv, a, sizeof a), count, dv.kind == PHX_DEVICE_CPU ? "cpu" : "cuda",
                              count == 1 ? "" : "s");
-        }
-        if (dv.kind != list[0].kind && i > 0) {
-            px_free(list);
+        if (dv.kind != first.kind)
             return phx_error(PHX_EINVAL, "%s: devices[%zu] = %s, devices[0] = %s: all devices must be of one kind", who,
-                             i, dev_name(dv, a, sizeof a), phx_device_name(list[0], b, sizeof b));
-        }
-        list[i] = dv;
+                             i, dev_name(dv, a, sizeof a), dev_name(first, b, sizeof b));
     }
-    if (!phx_device_equal(list[0], model_dev)) {
-        px_free(list);
+    if (!phx_device_equal(first, model_dev))
         return phx_error(PHX_EINVAL, "%s: the model's parameters are on %s, they must be on devices[0] = %s", who,
-                         phx_device_name(model_dev, a, sizeof a), phx_device_name(list[0], b, sizeof b));
-    }
-    *out_dev = list[0];
+                         dev_name(model_dev, a, sizeof a), dev_name(first, b, sizeof b));
+    *out_dev = first;
     if (output_device) {
         size_t i = 0;
-        while (i < n && !phx_device_equal(list[i], *output_device))
+        while (i < n && !phx_device_equal(device_at(devices, model_dev, i), *output_device))
             i++;
-        if (i == n) {
-            px_free(list);
+        if (i == n)
             return phx_error(PHX_EINVAL, "%s: output device %s is not one of the %zu devices (devices[0] = %s)", who,
-                             phx_device_name(*output_device, a, sizeof a), n, phx_device_name(list[0], b, sizeof b));
-        }
+                             dev_name(*output_device, a, sizeof a), n, dev_name(first, b, sizeof b));
         *out_dev = *output_device;
     }
+    phx_device *list = px_calloc(n, sizeof *list);
+    if (!list)
+        return PHX_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        list[i] = device_at(devices, model_dev, i);
     *out = list;
     *n_out = n;
     return PHX_OK;
