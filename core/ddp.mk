@@ -29,7 +29,7 @@ EXTRA_DIST += t/ddp-util.h bench/torch/sampler.py t/data/sampler.txt bench/torch
 # The seed's DDP program (make demo) and the DDP benchmark (make bench).
 noinst_PROGRAMS += examples/ddp bench/ddp
 examples_ddp_LDADD = libphalanx.la
-bench_ddp_LDADD = libphalanx.la
+bench_ddp_LDADD = libphalanx.la -lm
 demo_programs += examples/ddp
 bench_programs += bench/ddp
 EXTRA_DIST += bench/torch/ddp.py
