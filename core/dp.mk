@@ -36,3 +36,9 @@ bench_programs += bench/dp
 check_PROGRAMS += t/dp_precision
 TESTS += t/dp_precision
 t_dp_precision_LDADD = libphalanx.la -lm
+
+# The worker pool is internal (px_): its test compiles it in.
+check_PROGRAMS += t/dp_pool
+TESTS += t/dp_pool
+t_dp_pool_SOURCES = t/dp_pool.c core/dp-pool.c core/util.c
+t_dp_pool_LDADD = libphalanx.la
