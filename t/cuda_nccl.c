@@ -1,11 +1,13 @@
 /* The nccl communicator on real GPUs. One GPU: a world of one runs every
  * collective for every dtype on CUDA tensors and on CPU tensors (staged
- * through the device), many asynchronous works complete in order, and a
+ * through the device), many asynchronous works complete in order, DDP
+ * over it trains a CUDA model like the plain model on the CPU, and a
  * world of two whose second rank never comes times out at init with
  * PHX_ETIMEOUT instead of hanging. Two or more GPUs: two processes check
  * the reductions' values and the watchdog: when rank 1 skips a collective,
  * rank 0's work fails with PHX_ETIMEOUT after PHX_TIMEOUT. Skips without a
  * CUDA device or without the nccl plugin. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "phalanx/phalanx.h"
@@ -72,6 +74,80 @@ static void test_world_of_one(phx_device dev)
     phx_comm_free(c);
 }
 
+/* DDP on a world of one over NCCL with CUDA tensors trains like the plain
+ * model on the CPU (same init, same data): buckets, the broadcast at
+ * construction and the averaged all-reduces all go through NCCL. */
+static phx_module *mlp(void)
+{
+    phx_rng *rng = phx_rng_new(0);
+    phx_module *m = phx_sequential_new();
+    phx_sequential_add(m, phx_linear_new(64, 128, true, rng));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_linear_new(128, 10, true, rng));
+    phx_rng_free(rng);
+    return m;
+}
+
+static void test_ddp_world_of_one(void)
+{
+    phx_device cu = { PHX_DEVICE_CUDA, 0 };
+    phx_status st;
+    phx_comm *c = world(0, 1, cu, 60, &st);
+    phx_module *ref = mlp(), *model = mlp();
+    int good = c && ref && model && phx_module_to(model, cu) == PHX_OK;
+    phx_module *ddp = good ? phx_ddp_new(model, c, NULL) : NULL;
+    phx_sgd_opts so = phx_sgd_defaults();
+    so.lr = 0.1;
+    so.momentum = 0.9;
+    phx_optimizer *o_ref = phx_sgd_new(ref, &so), *o_ddp = ddp ? phx_sgd_new(ddp, &so) : NULL;
+    phx_loss *l_ref = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    phx_loss *l_ddp = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    int64_t xs[2] = { 32, 64 }, n = 32;
+    phx_tensor *xh = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *yh = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
+    phx_tensor *xd = phx_tensor_new(PHX_F32, 2, xs, cu), *yd = phx_tensor_new(PHX_I64, 1, &n, cu);
+    phx_rng *data = phx_rng_new(7);
+    good = good && ddp && o_ref && o_ddp && l_ref && l_ddp && xh && yh && xd && yd && data;
+    for (int step = 0; step < 5 && good; step++) {
+        phx_tensor *out;
+        float lr_, ld;
+        good = phx_rng_normal(data, xh, 0, 1) == PHX_OK;
+        int64_t *lab = phx_tensor_data(yh);
+        for (int i = 0; i < 32; i++) lab[i] = (i * 3 + step) % 10;
+        good = good && phx_tensor_copy(xd, xh) == PHX_OK && phx_tensor_copy(yd, yh) == PHX_OK;
+        good = good && phx_optimizer_zero_grad(o_ref) == PHX_OK && phx_module_forward(ref, xh, &out) == PHX_OK &&
+               phx_loss_forward(l_ref, out, yh, &lr_) == PHX_OK &&
+               phx_module_backward(ref, phx_loss_grad(l_ref), NULL) == PHX_OK && phx_optimizer_step(o_ref) == PHX_OK;
+        good = good && phx_optimizer_zero_grad(o_ddp) == PHX_OK && phx_module_forward(ddp, xd, &out) == PHX_OK &&
+               phx_loss_forward(l_ddp, out, yd, &ld) == PHX_OK &&
+               phx_module_backward(ddp, phx_loss_grad(l_ddp), NULL) == PHX_OK && phx_optimizer_step(o_ddp) == PHX_OK;
+        if (good && fabsf(lr_ - ld) > 1e-4f * fabsf(lr_)) {
+            diag("step %d: loss cpu %.7f, ddp on cuda %.7f", step, lr_, ld);
+            good = 0;
+        }
+    }
+    if (!good) diag("%s", phx_last_error());
+    double worst = 0;
+    for (size_t i = 0; good && i < phx_module_num_params(ref); i++) {
+        phx_tensor *a = phx_param_value(phx_module_param(ref, i)), *b = phx_param_value(phx_module_param(model, i));
+        int64_t k = phx_tensor_numel(a);
+        float *ha = malloc((size_t)k * 4), *hb = malloc((size_t)k * 4);
+        good = phx_tensor_to_host(a, ha) == PHX_OK && phx_tensor_to_host(b, hb) == PHX_OK;
+        for (int64_t j = 0; good && j < k; j++) {
+            double e = fabs((double)ha[j] - hb[j]) / (fabs(ha[j]) + 1e-3);
+            if (e > worst) worst = e;
+        }
+        free(ha), free(hb);
+    }
+    ok(good && worst <= 1e-4, "DDP over nccl (world of one, cuda tensors): 5 SGD steps match the CPU model (worst %.2e)",
+       worst);
+    phx_tensor_free(xh), phx_tensor_free(yh), phx_tensor_free(xd), phx_tensor_free(yd);
+    phx_rng_free(data);
+    phx_loss_free(l_ref), phx_loss_free(l_ddp);
+    phx_optimizer_free(o_ref), phx_optimizer_free(o_ddp);
+    phx_module_free(ddp), phx_module_free(model), phx_module_free(ref);
+    phx_comm_free(c);
+}
+
 static void test_init_timeout(void)
 {
     phx_status st;
@@ -123,6 +199,7 @@ int main(void)
     if (!found) skip_all("nccl plugin not built");
     test_world_of_one((phx_device){ PHX_DEVICE_CUDA, 0 });
     test_world_of_one(phx_cpu());
+    test_ddp_world_of_one();
     test_init_timeout();
     if (phx_device_count(PHX_DEVICE_CUDA) >= 2) {
         setenv("PHX_COMM", "nccl", 1);

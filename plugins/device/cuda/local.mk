@@ -29,7 +29,13 @@ t_cuda_device_LDADD = libphalanx.la
 # The nccl communicator on GPUs (skips without one).
 check_PROGRAMS += t/cuda_nccl
 TESTS += t/cuda_nccl
-t_cuda_nccl_LDADD = libphalanx.la
+t_cuda_nccl_LDADD = libphalanx.la -lm
+
+# The GPU benchmark (run by t/gpu/run; says "no CUDA device" elsewhere)
+# and the GPU check scripts (doc/gpu.md).
+noinst_PROGRAMS += bench/gpu
+bench_gpu_LDADD = libphalanx.la
+EXTRA_DIST += bench/torch/gpu.py t/gpu/prepare t/gpu/run
 
 if HAVE_CUDA
 pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la
