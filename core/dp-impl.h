@@ -33,8 +33,9 @@ typedef struct px_dp_rep {
     phx_device dev;
     bool shares;             /* m's parameter values are the model's tensors (same device) */
     phx_param **params;      /* (n_params) m's parameters, named_parameters() order */
-    phx_tensor *grad;        /* (total) f32 flat gradient of a clone, each parameter's grad a view;
-                                all zero between backwards. NULL for the model itself. */
+    phx_tensor *grad;        /* (total) f32 flat gradient, each parameter's grad a view; all zero
+                                between backwards. NULL when its gradients are the model's own
+                                (the model itself, or replica 0 on the model's device). */
     int64_t row0, rows;      /* its rows of the batch */
     /* Per pass, PX_DP_FWD (x in, y out) and PX_DP_BWD (dy in, dx out): */
     phx_tensor *in_rows[2];  /* its rows of x / dy (views of the caller's tensor) */
@@ -87,13 +88,15 @@ typedef struct px_dp {
 
     px_buf stage;            /* staging for replica gradients on another device */
     float **gsrc;            /* (n) replicas' flat gradients, for the CPU sum */
+    size_t n_gsrc;
     size_t reduce_tasks;     /* pool tasks the CPU sum is split into */
 } px_dp;
 
-/* Adds the gradients of replicas 0..d->k-1 into the model's parameter
- * gradients (model += r0 + r1 + ..., in replica order, so the result does
- * not depend on thread timing) and zeroes the replicas' gradients. CPU
- * replicas are summed in parallel on the pool, with no allocation. */
+/* Adds the flat gradients of replicas 0..d->k-1 into the model's
+ * parameter gradients (model += r1 + r2 + ..., in replica order, so the
+ * result does not depend on thread timing; replica 0 on the model's device
+ * added its own during backward) and zeroes them. CPU replicas are summed
+ * in parallel on the pool, with no allocation. */
 phx_status px_dp_reduce(px_dp *d);
 /* Sets every clone's gradients back to zero (after a failed backward). */
 void px_dp_zero_replica_grads(px_dp *d);

@@ -1,9 +1,12 @@
 /* DataParallel's gradient sum: the replicas' gradients are added into the
  * wrapped model's (accumulating, as autograd does) and reset to zero for
- * the next backward. On the CPU each pool task owns a slice of the flat
- * gradient space and sums it over the replicas in replica order, so the
- * result is independent of thread timing; a slice passes through L1 once
- * (read every replica, zero it, add the sum into the model). */
+ * the next backward. Replica 0, on the model's device, has already added
+ * its gradients into the model's during its backward; the others hold
+ * theirs in a flat buffer each. On the CPU each pool task owns a slice of
+ * the flat gradient space and sums it over those replicas in replica
+ * order, so the result is independent of thread timing; a slice passes
+ * through L1 once (read every replica, zero it, add the sum into the
+ * model). */
 #include "config.h"
 #include <string.h>
 #include "core/dp-impl.h"
@@ -48,7 +51,7 @@ static void px_dp_reduce_task(void *arg, size_t t)
             j++;
         int64_t end = d->off[j + 1] < hi ? d->off[j + 1] : hi;
         float *dst = (float *)px_tensor_ptr(d->params[j]->grad) + (s - d->off[j]);
-        px_dp_sum(dst, d->gsrc, d->k, s, end - s);
+        px_dp_sum(dst, d->gsrc, d->n_gsrc, s, end - s);
         s = end;
     }
 }
@@ -59,7 +62,7 @@ static bool px_dp_all_cpu(const px_dp *d)
         if (d->params[j]->grad->storage->device.kind != PHX_DEVICE_CPU)
             return false;
     for (size_t r = 0; r < d->k; r++)
-        if (d->reps[r].grad->storage->device.kind != PHX_DEVICE_CPU)
+        if (d->reps[r].grad && d->reps[r].grad->storage->device.kind != PHX_DEVICE_CPU)
             return false;
     return true;
 }
@@ -71,6 +74,8 @@ static phx_status px_dp_reduce_generic(px_dp *d)
     phx_status st = PHX_OK;
     for (size_t r = 0; r < d->k && st == PHX_OK; r++) {
         px_dp_rep *rep = &d->reps[r];
+        if (!rep->grad)
+            continue; /* it added into the model's gradients itself */
         for (size_t j = 0; j < d->n_params && st == PHX_OK; j++) {
             phx_tensor *g = rep->params[j]->grad, *mg = d->params[j]->grad;
             if (!phx_device_equal(g->storage->device, mg->storage->device)) {
@@ -90,12 +95,18 @@ static phx_status px_dp_reduce_generic(px_dp *d)
 
 phx_status px_dp_reduce(px_dp *d)
 {
-    if (d->off[d->n_params] == 0 || d->k == 0)
+    d->n_gsrc = 0;
+    for (size_t r = 0; r < d->k; r++)
+        if (d->reps[r].grad)
+            d->n_gsrc++;
+    if (d->off[d->n_params] == 0 || d->n_gsrc == 0)
         return PHX_OK;
     if (!px_dp_all_cpu(d))
         return px_dp_reduce_generic(d);
+    d->n_gsrc = 0;
     for (size_t r = 0; r < d->k; r++)
-        d->gsrc[r] = px_tensor_ptr(d->reps[r].grad);
+        if (d->reps[r].grad)
+            d->gsrc[d->n_gsrc++] = px_tensor_ptr(d->reps[r].grad);
     /* Small models: one task; the hand-off costs more than the sum. */
     d->reduce_tasks = d->off[d->n_params] < 16384 ? 1 : px_pool_size(d->pool);
     px_pool_run(d->pool, d->reduce_tasks, px_dp_reduce_task, d);

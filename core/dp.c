@@ -275,6 +275,26 @@ static void sync_done(px_dp *d)
     }
 }
 
+/* Replica 0 on the model's device adds its gradients straight into the
+ * model's: its parameters hold the model's gradient tensors (and its own
+ * hook, so the model's hooks still fire only after the sum). Re-pointed
+ * when the model's gradient tensors were replaced (phx_param_set_grad). */
+static void share_model_grads(px_dp *d)
+{
+    px_dp_rep *r = &d->reps[0];
+    if (r->m == d->model || r->grad)
+        return;
+    for (size_t j = 0; j < d->n_params; j++) {
+        phx_param *rp = r->params[j];
+        phx_tensor *mg = d->params[j]->grad;
+        if (rp->grad != mg) {
+            phx_tensor_retain(mg);
+            phx_tensor_free(rp->grad);
+            rp->grad = mg;
+        }
+    }
+}
+
 /* ---- running replicas ------------------------------------------------ */
 
 static void task_result(px_dp_rep *r, phx_status st)
@@ -487,12 +507,16 @@ static phx_status dp_backward(phx_module *self, const phx_tensor *dy, phx_tensor
         return st;
     d->want_dx = dx != NULL;
     d->n_ready = 0;
+    share_model_grads(d);
     bool clones = d->reps[0].m != d->model;
     st = run_replicas(d, backward_task, who);
     if (st == PHX_OK && dx)
         st = gather(d, PX_DP_BWD, d->x_dev, dx);
     if (st != PHX_OK) {
-        px_dp_zero_replica_grads(d); /* the model's gradients were not touched */
+        /* Replica 0 may have added into the model's gradients already; the
+         * others' are dropped. Only an internal failure gets here: bad
+         * input was turned away before any replica ran. */
+        px_dp_zero_replica_grads(d);
         return st;
     }
     if (!clones)
@@ -597,8 +621,9 @@ static phx_status pick_devices(const phx_device *devices, size_t n_devices, cons
 }
 
 /* Replica i: the model itself with one device, else a clone on its device
- * whose gradients are views of one flat zeroed buffer, and whose values
- * are the model's own tensors when it shares the model's device. */
+ * whose values are the model's own tensors when it shares the model's
+ * device. Its gradients are the model's (replica 0 on the model's device)
+ * or views of one flat zeroed buffer. */
 static phx_status make_replica(px_dp *d, size_t i)
 {
     px_dp_rep *r = &d->reps[i];
@@ -623,7 +648,16 @@ static phx_status make_replica(px_dp *d, size_t i)
         r->params[j] = phx_module_param(r->m, j);
     if (r->m == d->model)
         return PHX_OK;
+    for (size_t j = 0; j < d->n_params && r->shares; j++) {
+        phx_status st = phx_param_set_value(r->params[j], d->params[j]->value);
+        if (st != PHX_OK)
+            return st;
+    }
     int64_t total = d->off[d->n_params];
+    if (i == 0 && r->shares) {
+        share_model_grads(d);
+        return PHX_OK;
+    }
     if (total > 0 && !(r->grad = phx_tensor_zeros(PHX_F32, 1, &total, r->dev)))
         return PHX_ENOMEM;
     for (size_t j = 0; j < d->n_params; j++) {
@@ -631,14 +665,10 @@ static phx_status make_replica(px_dp *d, size_t i)
         phx_tensor *g = phx_tensor_view(r->grad, d->off[j], rp->value->ndim, rp->value->shape);
         phx_status st = g ? phx_param_set_grad(rp, g) : PHX_ENOMEM;
         phx_tensor_free(g);
-        if (st == PHX_OK && r->shares)
-            st = phx_param_set_value(rp, d->params[j]->value);
         if (st != PHX_OK)
             return st;
     }
-    if (r->grad)
-        return phx_tensor_fill(r->grad, 0.0);
-    return PHX_OK;
+    return r->grad ? phx_tensor_fill(r->grad, 0.0) : PHX_OK;
 }
 
 static phx_status dp_init(px_dp *d)
