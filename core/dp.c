@@ -453,6 +453,8 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     plan_batch(d, x->shape[0]);
     if ((st = scatter(d, x, PX_DP_FWD)) == PHX_OK)
         st = run_replicas(d, forward_task, who);
+    for (size_t i = d->k; i < d->n && st == PHX_OK; i++)
+        st = sync_replica(d, &d->reps[i]); /* idle this batch, but current for the next */
     if (st != PHX_OK)
         return st;
     sync_done(d);

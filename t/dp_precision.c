@@ -1,8 +1,9 @@
 /* DataParallel under a mixed-precision policy: phx_module_set_precision on
  * the wrapper reaches the model and every replica (at the next forward),
  * the gathered output has the compute dtype, and after an optimizer step
- * the replicas' low-precision weight copies are refreshed (a stale copy
- * would leave the output where it was before the large step). */
+ * the replicas' low-precision weight copies are refreshed -- also on a
+ * replica that sat idle for a small batch in between (a stale copy would
+ * leave its rows where they were before the large step). */
 #include <math.h>
 #include <stdlib.h>
 #include "phalanx/phalanx.h"
@@ -68,7 +69,11 @@ int main(void)
     double e0 = max_abs_diff(yd, yr);
     ok(e0 <= 1e-2 * fmax(1.0, max_abs(yr)), "output == unwrapped bf16 output (max diff %.2e)", e0);
 
-    /* One large SGD step on both, then forward again. */
+    /* One large SGD step on both; a forward of 2 rows through the wrapper
+     * (replicas 0 and 1 run, replica 2 idles); then all rows again. */
+    int64_t s2[2] = {2, IN};
+    phx_tensor *x2 = phx_tensor_new(PHX_F32, 2, s2, phx_cpu());
+    phx_rng_uniform(rng, x2, -1, 1);
     phx_sgd_opts so = phx_sgd_defaults();
     so.lr = 1.0;
     phx_optimizer *or = phx_sgd_new(ref, &so), *od = phx_sgd_new(dp, &so);
@@ -79,13 +84,15 @@ int main(void)
     phx_tensor_copy(y0, yr);
     ok(!phx_loss_forward(lr, yr, t, &l) && !phx_module_backward(ref, phx_loss_grad(lr), NULL) && !phx_optimizer_step(or) &&
        !phx_loss_forward(ld, yd, t, &l) && !phx_module_backward(dp, phx_loss_grad(ld), NULL) && !phx_optimizer_step(od) &&
-       !phx_module_forward(ref, x, &yr) && !phx_module_forward(dp, x, &yd), "a step with lr 1, forward again");
+       !phx_module_forward(dp, x2, &yd) && !phx_module_forward(ref, x, &yr) && !phx_module_forward(dp, x, &yd),
+       "a step with lr 1, a forward of 2 rows, a forward of all %d rows", B);
     double moved = max_abs_diff(yr, y0), e1 = max_abs_diff(yd, yr);
     ok(moved > 0.1 * fmax(1.0, before), "the step moved the output (by %.3g)", moved);
-    ok(e1 <= 1e-2 * fmax(1.0, max_abs(yr)), "replicas refreshed their bf16 weights: output == unwrapped (max diff %.2e)",
+    ok(e1 <= 1e-2 * fmax(1.0, max_abs(yr)), "every replica refreshed its bf16 weights, the one idle for the 2 rows too: output == unwrapped (max diff %.2e)",
        e1);
 
     phx_tensor_free(y0);
+    phx_tensor_free(x2);
     phx_loss_free(lr);
     phx_loss_free(ld);
     phx_optimizer_free(or);
