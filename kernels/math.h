@@ -47,25 +47,34 @@ PHX_HD static inline float phx_bits_f32(uint32_t u)
 }
 
 /* ---------------------------------------------------------------------
- * IEEE binary16 <-> binary32. Conversions are done on the bits so they
- * behave the same with flush-to-zero or fast-math on either device.
+ * IEEE binary16 <-> binary32. Conversions work on the bits, plus float
+ * operations that are exact or rounded once (so flush-to-zero, FMA
+ * contraction or fast-math on either device give the same results).
  * f32 -> f16 rounds to nearest, ties to even; values >= 65520 go to inf;
  * results below 2^-14 become subnormals (or zero). A NaN stays a NaN and
  * keeps the top 10 bits of its payload (f16 -> f32 -> f16 returns every
  * bit pattern unchanged, signalling NaNs included). */
+
+/* c ? a : b as masks: the conversions below compute every case and pick
+ * one without branches, so CPU loops over them vectorise (gcc does not
+ * if-convert the equivalent ?: chains). */
+PHX_HD static inline uint32_t phx_sel_u32(int c, uint32_t a, uint32_t b)
+{
+    uint32_t mask = 0u - (uint32_t)(c != 0);
+    return (a & mask) | (b & ~mask);
+}
 
 PHX_HD static inline float phx_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu;
     uint32_t m = h & 0x3ffu;
-    if (e == 0) {
-        /* zero or subnormal: m * 2^-24, exact in f32 (a normal number) */
-        float v = (float)m * 5.9604644775390625e-8f;
-        return sign ? -v : v;
-    }
-    if (e == 31) return phx_bits_f32(sign | 0x7f800000u | (m << 13));
-    return phx_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    /* zero or subnormal: m * 2^-24, exact in f32 (a normal number) */
+    uint32_t sub = phx_f32_bits((float)(int32_t)m * 5.9604644775390625e-8f);
+    uint32_t normal = ((e + 112u) << 23) | (m << 13);
+    uint32_t special = 0x7f800000u | (m << 13); /* inf, NaN with its payload */
+    uint32_t r = phx_sel_u32(e == 31, special, normal);
+    return phx_bits_f32(sign | phx_sel_u32(e == 0, sub, r));
 }
 
 PHX_HD static inline uint16_t phx_f32_to_f16(float f)
@@ -73,26 +82,20 @@ PHX_HD static inline uint16_t phx_f32_to_f16(float f)
     uint32_t x = phx_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) {                          /* NaN */
-        uint32_t m = (ax >> 13) & 0x3ffu;
-        return (uint16_t)(sign | 0x7c00u | (m ? m : 0x200u));
-    }
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520, inf */
-    if (ax < 0x38800000u) {                          /* below 2^-14: subnormal */
-        uint32_t e = ax >> 23;
-        if (e < 102) return (uint16_t)sign;          /* < 2^-25 (or 2^-25 tie): 0 */
-        uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e;                   /* 14..24 */
-        uint32_t q = mant >> shift;
-        uint32_t rem = mant & ((1u << shift) - 1u);
-        uint32_t half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (q & 1u))) q++;
-        return (uint16_t)(sign | q);
-    }
     /* normal: rebias the exponent, round the 13 dropped bits to even; a
-     * carry out of the mantissa correctly bumps the exponent (to inf too) */
-    ax += 0xc8000fffu + ((ax >> 13) & 1u);          /* (15-127)<<23 + 0xfff */
-    return (uint16_t)(sign | (ax >> 13));
+     * carry out of the mantissa correctly bumps the exponent */
+    uint32_t normal = (ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13; /* (15-127)<<23 + 0xfff */
+    /* below 2^-14: the f16 subnormal is |f| / 2^-24 rounded to an integer;
+     * |f| 2^24 < 2^10 is exact, and adding 1.5 * 2^23 rounds it (to even)
+     * into the low mantissa bits. Under flush-to-zero an f32 subnormal
+     * input reads as 0, which is also its correctly rounded f16. */
+    float scaled = phx_bits_f32(ax) * 16777216.0f + 12582912.0f;
+    uint32_t sub = phx_f32_bits(scaled) - 0x4b400000u;
+    uint32_t m = (ax >> 13) & 0x3ffu;
+    uint32_t nan = 0x7c00u | phx_sel_u32(m != 0, m, 0x200u); /* top 10 payload bits kept */
+    uint32_t r = phx_sel_u32(ax < 0x477ff000u, normal, 0x7c00u); /* >= 65520: inf */
+    r = phx_sel_u32(ax < 0x38800000u, sub, r);
+    return (uint16_t)(sign | phx_sel_u32(ax > 0x7f800000u, nan, r));
 }
 
 /* ---------------------------------------------------------------------
@@ -108,12 +111,10 @@ PHX_HD static inline float phx_bf16_to_f32(uint16_t b)
 PHX_HD static inline uint16_t phx_f32_to_bf16(float f)
 {
     uint32_t x = phx_f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        uint32_t hi = x >> 16;
-        return (uint16_t)((hi & 0x7fu) ? hi : (hi | 0x40u));
-    }
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t hi = x >> 16;
+    uint32_t nan = phx_sel_u32((hi & 0x7fu) != 0, hi, hi | 0x40u);
+    return (uint16_t)phx_sel_u32((x & 0x7fffffffu) > 0x7f800000u, nan, rounded);
 }
 
 /* ---------------------------------------------------------------------

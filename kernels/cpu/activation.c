@@ -30,7 +30,7 @@ PX_INLINE void px_act_bwd_loop(int act, int64_t n, const void *x, const void *y,
     default: return phx_error(PHX_EINVAL, "activation: kind %d, expected 0..4 (relu, gelu, gelu_tanh, tanh, sigmoid)", (int)act); \
     }
 
-phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
+PX_CLONES phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("act_forward", n);
@@ -38,7 +38,7 @@ phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void
     return PHX_OK;
 }
 
-phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y,
+PX_CLONES phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y,
                                const void *dy, void *dx, phx_dtype dt)
 {
     (void)dev;

@@ -38,7 +38,7 @@ PX_INLINE double px_ld_any(const void *p, int dt, int64_t i)
 
 static int px_valid(phx_dtype dt) { return dt >= PHX_F32 && dt <= PHX_I64; }
 
-phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+PX_CLONES phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
 {
     (void)dev;
     PX_CHECK_N("cast", n);

@@ -25,6 +25,15 @@
 
 #define PX_INLINE static inline __attribute__((always_inline))
 
+/* Hot kernels are also compiled for AVX2 and picked at load time (ifunc),
+ * so a baseline x86-64 build still uses 256-bit vectors where the CPU
+ * has them. No FMA: results are the same bits on either path. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+#define PX_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PX_CLONES
+#endif
+
 PX_INLINE float px_ld(const void *p, int dt, int64_t i)
 {
     switch (dt) {

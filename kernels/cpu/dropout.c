@@ -24,7 +24,7 @@ static phx_status px_check_p(const char *name, float p)
     return PHX_OK;
 }
 
-phx_status px_cpu_dropout_forward(int dev, int64_t n, float p, uint64_t seed, uint64_t offset, const void *x,
+PX_CLONES phx_status px_cpu_dropout_forward(int dev, int64_t n, float p, uint64_t seed, uint64_t offset, const void *x,
                                   void *y, uint8_t *mask, phx_dtype dt)
 {
     (void)dev;
@@ -40,7 +40,7 @@ PX_INLINE void px_dropout_bwd_loop(int64_t n, float p, const uint8_t *mask, cons
     for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, mask[i] ? px_ld(dy, dt, i) * scale : 0.0f);
 }
 
-phx_status px_cpu_dropout_backward(int dev, int64_t n, float p, const uint8_t *mask, const void *dy, void *dx,
+PX_CLONES phx_status px_cpu_dropout_backward(int dev, int64_t n, float p, const uint8_t *mask, const void *dy, void *dx,
                                    phx_dtype dt)
 {
     (void)dev;

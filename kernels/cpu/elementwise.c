@@ -19,7 +19,7 @@ PX_INLINE void px_axpby_loop(int64_t n, float alpha, const void *x, int xdt, flo
     }
 }
 
-phx_status px_cpu_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta, void *y,
+PX_CLONES phx_status px_cpu_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta, void *y,
                         phx_dtype ydt)
 {
     (void)dev;
@@ -35,7 +35,7 @@ PX_INLINE void px_mul_loop(int64_t n, const void *a, const void *b, void *out, i
     for (int64_t i = 0; i < n; i++) px_st(out, dt, i, px_ld(a, dt, i) * px_ld(b, dt, i));
 }
 
-phx_status px_cpu_mul(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
+PX_CLONES phx_status px_cpu_mul(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("mul", n);
@@ -51,7 +51,7 @@ PX_INLINE void px_bias_add_loop(int64_t rows, int64_t cols, void *y, int dt, con
     }
 }
 
-phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *y, phx_dtype dt, const float *bias)
+PX_CLONES phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *y, phx_dtype dt, const float *bias)
 {
     (void)dev;
     PX_CHECK_N("bias_add", rows);
@@ -82,7 +82,7 @@ PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int
     }
 }
 
-phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt, float beta,
+PX_CLONES phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt, float beta,
                             float *db)
 {
     (void)dev;

@@ -50,7 +50,7 @@ PX_INLINE void px_narrow(void *dst, int dt, int64_t ld, const float *src, int64_
 
 static int px_is_float(phx_dtype dt) { return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16; }
 
-phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
                        void *c, int64_t ldc, phx_dtype cdt)
 {

@@ -41,7 +41,7 @@ PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void 
     }
 }
 
-phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
+PX_CLONES phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
                                     const float *w, const float *b, void *y, float *mean, float *rstd,
                                     phx_dtype dt)
 {
@@ -80,7 +80,7 @@ PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const f
     }
 }
 
-phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
+PX_CLONES phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
                                      const float *mean, const float *rstd, const void *dy, void *dx,
                                      float *dw, float *db, phx_dtype dt)
 {

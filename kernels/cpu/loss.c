@@ -15,7 +15,7 @@ PX_INLINE double px_mse_loop(int64_t n, const void *y, int dt, const float *t, f
     return s;
 }
 
-phx_status px_cpu_mse(int dev, int64_t n, const void *y, phx_dtype dt, const float *target, int mean,
+PX_CLONES phx_status px_cpu_mse(int dev, int64_t n, const void *y, phx_dtype dt, const float *target, int mean,
                       float *loss, float *grad)
 {
     (void)dev;
@@ -61,7 +61,7 @@ PX_INLINE double px_xent_loop(int64_t rows, int64_t classes, const void *x, int 
     return total;
 }
 
-phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
+PX_CLONES phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
                                 const int64_t *labels, int log_probs, float *loss, float *grad,
                                 int64_t *bad_label_host)
 {

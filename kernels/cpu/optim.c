@@ -4,7 +4,7 @@
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 
-phx_status px_cpu_sgd_step(int dev, int64_t n, float *p, const float *g, float *momentum_buf,
+PX_CLONES phx_status px_cpu_sgd_step(int dev, int64_t n, float *p, const float *g, float *momentum_buf,
                            const phx_sgd_hparams *h, int step_first)
 {
     (void)dev;
@@ -24,7 +24,7 @@ phx_status px_cpu_sgd_step(int dev, int64_t n, float *p, const float *g, float *
     return PHX_OK;
 }
 
-phx_status px_cpu_adam_step(int dev, int64_t n, float *p, const float *g, float *m, float *v, float *vmax,
+PX_CLONES phx_status px_cpu_adam_step(int dev, int64_t n, float *p, const float *g, float *m, float *v, float *vmax,
                             const phx_adam_hparams *h, int64_t step)
 {
     (void)dev;
@@ -41,7 +41,7 @@ phx_status px_cpu_adam_step(int dev, int64_t n, float *p, const float *g, float 
     return PHX_OK;
 }
 
-phx_status px_cpu_unscale_check(int dev, int64_t n, float *g, float inv_scale, float *found_inf)
+PX_CLONES phx_status px_cpu_unscale_check(int dev, int64_t n, float *g, float inv_scale, float *found_inf)
 {
     (void)dev;
     PX_CHECK_N("unscale_check", n);

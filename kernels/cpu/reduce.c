@@ -43,7 +43,7 @@ PX_INLINE double px_reduce_loop(int op, int64_t n, const void *x, int dt)
     default: return phx_error(PHX_EINVAL, "reduce: dtype %d, expected f32, f16, bf16, i32 or i64", (int)dt); \
     }
 
-phx_status px_cpu_reduce(int dev, phx_reduce_op op, int64_t n, const void *x, phx_dtype dt, double *out_host)
+PX_CLONES phx_status px_cpu_reduce(int dev, phx_reduce_op op, int64_t n, const void *x, phx_dtype dt, double *out_host)
 {
     (void)dev;
     PX_CHECK_N("reduce", n);

@@ -25,7 +25,7 @@ PX_INLINE void px_normal_loop(void *dst, int dt, int64_t n, uint64_t seed, uint6
     }
 }
 
-phx_status px_cpu_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
+PX_CLONES phx_status px_cpu_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
                               float lo, float hi)
 {
     (void)dev;
@@ -35,7 +35,7 @@ phx_status px_cpu_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint6
     return PHX_OK;
 }
 
-phx_status px_cpu_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
+PX_CLONES phx_status px_cpu_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
                              float mean, float std)
 {
     (void)dev;
