@@ -20,3 +20,8 @@ echo "== bench/dp"
 # PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/training.md).
 echo "== bench/step"
 ./bench/step --torch "$(dirname "$0")/torch/step.py"
+# core: the CPU kernel table (GEMM, activations, bias, layernorm, cross
+# entropy, Adam, casts, RNG) beside the same PyTorch ops, one thread each
+# (bench/torch/kernels.py; doc/tensors.md).
+echo "== bench/kernels"
+./bench/kernels --torch "$(dirname "$0")/torch/kernels.py"
