@@ -5,7 +5,7 @@ libphalanx_la_SOURCES += core/error.c core/log.c core/tensor.c core/tensor_ops.c
 	core/device.c core/device-impl.h core/device_cpu.c core/rng.c
 
 # core tests
-core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_ops t/core_nn t/core_optim t/core_torch
+core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_ops t/core_nn t/core_optim t/core_torch t/core_cuda
 check_PROGRAMS += $(core_tests)
 TESTS += $(core_tests)
 t_core_half_LDADD = libphalanx.la -lm
@@ -25,6 +25,8 @@ t_core_optim_SOURCES = t/core_optim.c t/core-util.h
 t_core_optim_LDADD = libphalanx.la -lm
 t_core_torch_SOURCES = t/core_torch.c t/core-util.h
 t_core_torch_LDADD = libphalanx.la -lm
+t_core_cuda_SOURCES = t/core_cuda.c t/core-util.h
+t_core_cuda_LDADD = libphalanx.la -lm
 EXTRA_DIST += t/data/core_kernels.txt bench/torch/core_kernels.py
 
 # make bench: the CPU kernel table beside PyTorch (bench/torch/kernels.py).
