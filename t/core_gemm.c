@@ -8,17 +8,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "kernels/math.h"
-#include "phalanx/phalanx.h"
-#include "phalanx/plugin/device_v1.h"
-#include "t/tap.h"
+#include "t/core-util.h"
 
 void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
-static uint64_t rs = 88172645463325252ull;
-static double urand(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (double)(rs >> 11) / 9007199254740992.0; }
-static float frand(void) { return (float)(2.0 * urand() - 1.0); }
+static double urand(void) { return cu_urand(); }
+static float frand(void) { return cu_frand(-1.0f, 1.0f); }
 
 typedef struct { int64_t m, n, k; } shape3;
 
@@ -33,20 +29,6 @@ static shape3 shape_at(int i)
     if (i < (int)(sizeof fixed / sizeof fixed[0])) return fixed[i];
     shape3 s = { 1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70) };
     return s;
-}
-
-static float dec(const void *p, phx_dtype dt, int64_t i)
-{
-    if (dt == PHX_F16) return phx_f16_to_f32(((const uint16_t *)p)[i]);
-    if (dt == PHX_BF16) return phx_bf16_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-static void enc(void *p, phx_dtype dt, int64_t i, float v)
-{
-    if (dt == PHX_F16) ((uint16_t *)p)[i] = phx_f32_to_f16(v);
-    else if (dt == PHX_BF16) ((uint16_t *)p)[i] = phx_f32_to_bf16(v);
-    else ((float *)p)[i] = v;
 }
 
 /* half an ulp (relative) of the result dtype, and its smallest subnormal */
@@ -64,17 +46,17 @@ static double check_result(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
         for (int64_t j = 0; j < n; j++) {
             double s = 0.0, sa = 0.0;
             for (int64_t p = 0; p < k; p++) {
-                double av = dec(a, adt, ta ? p * lda + i : i * lda + p);
-                double bv = dec(b, adt, tb ? j * ldb + p : p * ldb + j);
+                double av = cu_get(a, adt, ta ? p * lda + i : i * lda + p);
+                double bv = cu_get(b, adt, tb ? j * ldb + p : p * ldb + j);
                 s += av * bv;
                 sa += fabs(av * bv);
             }
-            double cv = beta != 0.0f ? dec(c0, cdt, i * ldc + j) : 0.0;
+            double cv = beta != 0.0f ? cu_get(c0, cdt, i * ldc + j) : 0.0;
             double ref = (double)alpha * s + (double)beta * cv;
             double acc = (double)(k + 3) * ldexp(1, -24) * (fabs((double)alpha) * sa + fabs((double)beta * cv));
             /* rounding to C's dtype is relative to the f32 result, within acc of ref */
             double bound = acc + out_rel(cdt) * (fabs(ref) + acc) + out_abs(cdt) + 1e-30;
-            double err = fabs((double)dec(got, cdt, i * ldc + j) - ref);
+            double err = fabs((double)cu_get(got, cdt, i * ldc + j) - ref);
             if (!(err <= bound * 1.0000001)) err = isnan(err) ? INFINITY : err;
             if (err / bound > worst) worst = err / bound;
         }
@@ -88,10 +70,10 @@ static double run_case(int ta, int tb, shape3 s, float alpha, float beta, phx_dt
     phx_tensor *A = phx_tensor_new(adt, 2, as, phx_cpu()), *B = phx_tensor_new(adt, 2, bs, phx_cpu());
     phx_tensor *C = phx_tensor_new(cdt, 2, cs, phx_cpu());
     void *a = phx_tensor_data(A), *b = phx_tensor_data(B), *c = phx_tensor_data(C);
-    for (int64_t i = 0; i < as[0] * as[1]; i++) enc(a, adt, i, frand());
-    for (int64_t i = 0; i < bs[0] * bs[1]; i++) enc(b, adt, i, frand());
+    for (int64_t i = 0; i < as[0] * as[1]; i++) cu_set(a, adt, i, frand());
+    for (int64_t i = 0; i < bs[0] * bs[1]; i++) cu_set(b, adt, i, frand());
     /* beta = 0: C holds NaN, which BLAS semantics ignore */
-    for (int64_t i = 0; i < s.m * s.n; i++) enc(c, cdt, i, beta == 0.0f ? NAN : frand());
+    for (int64_t i = 0; i < s.m * s.n; i++) cu_set(c, cdt, i, beta == 0.0f ? NAN : frand());
     size_t cb = phx_tensor_nbytes(C);
     static unsigned char c0[1 << 20];
     memcpy(c0, c, cb);
