@@ -338,6 +338,11 @@ PHX_HD static inline float phx_xent_grad(float x, float lse, int is_label, float
     return (expf(x - lse) - (is_label ? 1.0f : 0.0f)) * scale;
 }
 PHX_HD static inline float phx_nll_grad(int is_label, float scale) { return is_label ? -scale : 0.0f; }
+/* The same gradient from e = exp(x - m) kept from the sum pass. */
+PHX_HD static inline float phx_softmax_grad(float e, float inv_sum, int is_label, float scale)
+{
+    return (e * inv_sum - (is_label ? 1.0f : 0.0f)) * scale;
+}
 
 /* ---------------------------------------------------------------------
  * LayerNorm (PyTorch: biased variance, eps inside the sqrt), per element:

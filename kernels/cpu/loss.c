@@ -41,14 +41,19 @@ PX_INLINE double px_xent_row(int64_t classes, const void *x, int dt, int64_t o, 
         float v = px_ld(x, dt, o + j);
         mx = v > mx ? v : mx;
     }
-    float s = 0.0f;
-    for (int64_t j = 0; j < classes; j++) s += expf(px_ld(x, dt, o + j) - mx);
     /* in shifted terms (x - mx, log s), as torch's log_softmax: large
-     * logits lose no precision to the rounding of lse = mx + log s */
-    float ls = logf(s);
-    if (g)
-        for (int64_t j = 0; j < classes; j++) g[j] = phx_xent_grad(px_ld(x, dt, o + j) - mx, ls, j == label, scale);
-    return (double)ls - (double)(px_ld(x, dt, o + label) - mx);
+     * logits lose no precision to the rounding of lse = mx + log s. The
+     * gradient row holds exp(x - mx) between the two passes (one expf per
+     * element). */
+    float s = 0.0f;
+    if (g) {
+        for (int64_t j = 0; j < classes; j++) s += g[j] = expf(px_ld(x, dt, o + j) - mx);
+        float inv = 1.0f / s;
+        for (int64_t j = 0; j < classes; j++) g[j] = phx_softmax_grad(g[j], inv, j == label, scale);
+    } else {
+        for (int64_t j = 0; j < classes; j++) s += expf(px_ld(x, dt, o + j) - mx);
+    }
+    return (double)logf(s) - (double)(px_ld(x, dt, o + label) - mx);
 }
 
 PX_INLINE double px_xent_loop(int64_t rows, int64_t classes, const void *x, int dt, const int64_t *labels,
