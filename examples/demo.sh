@@ -41,3 +41,12 @@ if [ -r "${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}/train-images-id
 else
     echo "== examples/fashion_mnist: skipped (apt-get install dataset-fashion-mnist)"
 fi
+# Fashion-MNIST under DDP: two processes, each on its DistributedSampler shard
+# (doc/ddp.md); rank 0 prints progress, the test accuracy, saves.
+if [ -x tools/phxrun ] && [ -e plugins/comm/gloo/.libs/phx-comm-gloo.so ] &&
+   [ -r "${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}/train-images-idx3-ubyte.gz" ]; then
+    echo "== phxrun --nproc-per-node 2 examples/fashion_mnist --epochs 2 --save fashion_mnist_ddp.safetensors"
+    PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') PHX_COMM=gloo \
+        ./tools/phxrun --nproc-per-node 2 ./examples/fashion_mnist --epochs 2 --save fashion_mnist_ddp.safetensors
+    rm -f fashion_mnist_ddp.safetensors
+fi

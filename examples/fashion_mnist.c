@@ -1,7 +1,16 @@
-/* Fashion-MNIST on one process: MLP 784-512-256-10 (ReLU), AdamW lr 1e-3,
- * batch 128, shuffled each epoch; a progress line per epoch (loss,
- * samples/s), test accuracy at the end. Data: Debian's
- * dataset-fashion-mnist (or $PHX_FASHION_MNIST).
+/* Fashion-MNIST: MLP 784-512-256-10 (ReLU), AdamW lr 1e-3, batch 128,
+ * shuffled each epoch; a progress line per epoch (loss, samples/s), test
+ * accuracy at the end. Data: Debian's dataset-fashion-mnist (or
+ * $PHX_FASHION_MNIST).
+ *
+ * Under phxrun (WORLD_SIZE > 1) the model is wrapped in DDP and each rank
+ * trains on its DistributedSampler shard with batch B; rank 0 prints the
+ * progress and the test accuracy and saves the checkpoint:
+ *
+ *   phxrun --nproc-per-node 2 examples/fashion_mnist --epochs 2
+ *
+ * PHX_PRECISION=fp16|bf16 trains in mixed precision (fp16 with dynamic
+ * loss scaling); the default is fp32.
  *
  *   fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S]
  *                 [--save PATH] [--load PATH]
@@ -53,10 +62,19 @@ static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y)
         die("test loader");
     phx_tensor *xb, *yb, *out;
     int64_t right = 0, total = 0;
+    int64_t shape[2] = {1000, 10};
+    phx_tensor *o32 = phx_tensor_new(PHX_F32, 2, shape, phx_cpu());
+    if (!o32)
+        die("accuracy buffer");
     check(phx_module_train(model, false), "eval mode");
     while (phx_loader_next(l, &xb, &yb) == 1) {
         check(phx_module_forward(model, xb, &out), "forward");
-        const float *o = phx_tensor_data(out);
+        phx_tensor *ov = phx_tensor_view(o32, 0, 2, phx_tensor_shape(out));
+        if (!ov)
+            die("accuracy view");
+        check(phx_tensor_cast(ov, out), "output to f32");
+        phx_tensor_free(ov);
+        const float *o = phx_tensor_data(o32);
         const int64_t *lab = phx_tensor_data(yb);
         for (int64_t r = 0; r < phx_tensor_dim(out, 0); r++) {
             int best = 0;
@@ -68,6 +86,7 @@ static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y)
         }
     }
     check(phx_module_train(model, true), "train mode");
+    phx_tensor_free(o32);
     phx_loader_free(l);
     return (double)right / (double)total;
 }
@@ -102,6 +121,12 @@ int main(int argc, char **argv)
         }
         i++;
     }
+    phx_world world;
+    check(phx_world_from_env(&world), "world");
+    phx_comm *comm = NULL;
+    if (world.size > 1)
+        check(phx_comm_init(NULL, &comm), "phx_comm_init");
+    int rank = comm ? phx_comm_rank(comm) : 0, size = comm ? phx_comm_size(comm) : 1;
     phx_tensor *xtr = read_idx("train-images-idx3-ubyte.gz"), *ytr = read_idx("train-labels-idx1-ubyte.gz");
     phx_tensor *xte = read_idx("t10k-images-idx3-ubyte.gz"), *yte = read_idx("t10k-labels-idx1-ubyte.gz");
 
@@ -114,55 +139,83 @@ int main(int argc, char **argv)
     phx_sequential_add(model, phx_linear_new(256, 10, true, rng));
     if (phx_module_num_params(model) != 6)
         die("model");
+    phx_precision *prec = NULL;
+    check(phx_precision_new(NULL, &prec), "PHX_PRECISION");
+    check(phx_module_set_precision(model, prec), "precision");
+    phx_scaler *scaler = phx_scaler_new(prec, NULL);
+    /* DDP: the wrapper all-reduces gradient buckets during backward. */
+    phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
+    if (!scaler || !net)
+        die("setup");
     phx_adam_opts ao = phx_adamw_defaults();
     ao.lr = lr;
-    phx_optimizer *opt = phx_adam_new(model, &ao);
+    phx_optimizer *opt = phx_adam_new(net, &ao);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    phx_loader *train = phx_loader_new(xtr, ytr, batch, true, seed, false, NULL, 0);
-    if (!opt || !ce || !train)
+    /* Each rank's shard of the training set (DistributedSampler rules). */
+    phx_sampler *sampler = phx_sampler_new(phx_tensor_dim(xtr, 0), size, rank, true, seed, false);
+    if (!opt || !ce || !sampler)
         die("setup");
     int first = 0;
     if (load) {
         char buf[32];
-        check(phx_checkpoint_load(load, model, opt, NULL), "--load");
+        check(phx_checkpoint_load(load, net, opt, scaler), "--load");
         if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK)
             first = atoi(buf);
-        printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
+        if (rank == 0)
+            printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
     }
-    printf("MLP 784-512-256-10, AdamW lr %g, batch %lld, %d threads\n", lr, (long long)batch, phx_num_threads());
+    if (rank == 0)
+        printf("MLP 784-512-256-10, AdamW lr %g, batch %lld x %d rank%s (%s), %s, %d threads per rank\n", lr,
+               (long long)batch, size, size > 1 ? "s" : "", comm ? phx_comm_backend(comm) : "single process",
+               phx_precision_name(prec), phx_num_threads());
     for (int e = first; e < first + epochs; e++) {
-        phx_loader_set_epoch(train, e);
+        size_t n_idx;
+        phx_sampler_set_epoch(sampler, e);
+        const int64_t *idx = phx_sampler_indices(sampler, &n_idx);
+        phx_loader *train = phx_loader_new(xtr, ytr, batch, false, seed, false, idx, n_idx);
+        if (!train)
+            die("loader");
         double t0 = now(), sum = 0;
         int64_t seen = 0, steps = 0;
         phx_tensor *xb, *yb, *out;
         while (phx_loader_next(train, &xb, &yb) == 1) {
             float loss;
             check(phx_optimizer_zero_grad(opt), "zero_grad");
-            check(phx_module_forward(model, xb, &out), "forward");
+            check(phx_module_forward(net, xb, &out), "forward");
             check(phx_loss_forward(ce, out, yb, &loss), "loss");
-            check(phx_module_backward(model, phx_loss_grad(ce), NULL), "backward");
-            check(phx_optimizer_step(opt), "step");
+            check(phx_scaler_scale_grad(scaler, phx_loss_grad(ce)), "scale");
+            check(phx_module_backward(net, phx_loss_grad(ce), NULL), "backward");
+            check(phx_scaler_step(scaler, opt, NULL), "step");
             sum += loss;
             seen += phx_tensor_dim(xb, 0);
             steps++;
         }
+        phx_loader_free(train);
         double dt = now() - t0;
-        printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs, sum / (double)steps,
-               (double)seen / dt, dt);
-        fflush(stdout);
+        if (rank == 0) {
+            printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs,
+                   sum / (double)steps, (double)(seen * size) / dt, dt);
+            fflush(stdout);
+        }
     }
-    printf("Test accuracy: %.4f\n", accuracy(model, xte, yte));
-    if (save) {
+    if (rank == 0)
+        printf("Test accuracy: %.4f\n", accuracy(model, xte, yte));
+    if (save && rank == 0) {
         char ep[32];
         snprintf(ep, sizeof ep, "%d", first + epochs);
         phx_meta meta[] = {{"epoch", ep}, {"model", "mlp-784-512-256-10"}};
-        check(phx_checkpoint_save(save, model, opt, NULL, meta, 2), "--save");
+        check(phx_checkpoint_save(save, net, opt, scaler, meta, 2), "--save");
         printf("saved %s\n", save);
     }
-    phx_loader_free(train);
+    phx_sampler_free(sampler);
     phx_loss_free(ce);
     phx_optimizer_free(opt);
+    if (net != model)
+        phx_module_free(net);
     phx_module_free(model);
+    phx_scaler_free(scaler);
+    phx_precision_free(prec);
+    phx_comm_free(comm);
     phx_rng_free(rng);
     phx_tensor_free(xtr);
     phx_tensor_free(ytr);
