@@ -65,37 +65,40 @@ static void rank_list(const char *desc, size_t stride, int world, int ref, char 
         count += strcmp(desc + (size_t)r * stride, desc + (size_t)ref * stride) == 0;
     used += (size_t)snprintf(buf, len, "%s", count > 1 ? "ranks " : "rank ");
     bool first = true;
-    for (int r = 0; r < world && used < len; r++) {
+    for (int r = 0; r < world; r++) {
         if (strcmp(desc + (size_t)r * stride, desc + (size_t)ref * stride) != 0)
             continue;
-        taken[r] = true;
-        used += (size_t)snprintf(buf + used, len - used, "%s%d", first ? "" : ", ", r);
+        taken[r] = true; /* even when the list no longer fits */
+        if (used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%d", first ? "" : ", ", r);
         first = false;
     }
 }
 
 /* Builds the EDESYNC message from every rank's description of parameter
- * `at` (or its absence). */
-static phx_status report(px_ddp *d, size_t at, const int64_t *counts, const char *desc)
+ * `at` (or its absence): ranks with the same description are listed
+ * together. */
+static phx_status report(px_ddp *d, size_t at, const char *desc)
 {
     char msg[PX_DDP_ERR_MAX * 2];
     size_t used = 0, stride = DESC_WORDS * sizeof(int64_t);
-    bool taken[1024] = {false};
-    int world = d->world < 1024 ? d->world : 1024;
+    bool *taken = px_calloc((size_t)d->world, sizeof *taken);
+    if (!taken)
+        return PHX_ENOMEM;
     used += (size_t)snprintf(msg, sizeof msg,
                              "phx_ddp_new: the ranks wrap different models; first difference at "
                              "parameter %zu: ", at);
     bool first = true;
-    for (int r = 0; r < world && used < sizeof msg; r++) {
+    for (int r = 0; r < d->world && used < sizeof msg; r++) {
         if (taken[r])
             continue;
         char who[160];
-        rank_list(desc, stride, world, r, who, sizeof who, taken);
+        rank_list(desc, stride, d->world, r, who, sizeof who, taken);
         used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%s %s %s", first ? "" : "; ",
                                  who, strchr(who, ',') ? "have" : "has", desc + (size_t)r * stride);
         first = false;
     }
-    (void)counts;
+    px_free(taken);
     return phx_error(PHX_EDESYNC, "%s", msg);
 }
 
@@ -162,7 +165,7 @@ phx_status px_ddp_check_models(px_ddp *d)
     if (st == PHX_OK) {
         for (size_t r = 0; r < w; r++) /* a peer's text may lack its NUL */
             all_d[(r + 1) * DESC_WORDS * sizeof(int64_t) - 1] = '\0';
-        st = report(d, at, all, all_d);
+        st = report(d, at, all_d);
     }
     px_free(mine_h);
     px_free(all_h);
