@@ -151,10 +151,19 @@ static void test_ddp_world_of_one(void)
 static void test_init_timeout(void)
 {
     phx_status st;
-    phx_comm *c = world(0, 2, (phx_device){ PHX_DEVICE_CUDA, 0 }, 3, &st);
+    /* an in-process store: no port to collide with other tests */
+    phx_comm_opts o = phx_comm_opts_default();
+    o.backend = "nccl";
+    o.rank = 0, o.size = 2, o.local_rank = 0, o.local_size = 1;
+    o.device = (phx_device){ PHX_DEVICE_CUDA, 0 };
+    o.timeout_s = 3;
+    o.store = phx_store_new_local();
+    phx_comm *c = NULL;
+    st = phx_comm_init(&o, &c);
     ok(c == NULL && st == PHX_ETIMEOUT, "world of two, rank 1 never comes: PHX_ETIMEOUT at init");
     like(phx_last_error(), "did not complete within", "the message says it timed out");
     phx_comm_free(c);
+    phx_store_free(o.store);
 }
 
 /* two processes, two GPUs */
