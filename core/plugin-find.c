@@ -126,11 +126,14 @@ phx_status px_plugin_dirs(px_plugin_dir **out, size_t *nout)
         }
         env = end ? end + 1 : NULL;
     }
-    if (st == PHX_OK) {
+    /* PHX_PLUGIN_PATH_ONLY=1: a hermetic search (tests, pinned deployments). */
+    const char *only = getenv("PHX_PLUGIN_PATH_ONLY");
+    int defaults = !(only && strcmp(only, "1") == 0);
+    if (st == PHX_OK && defaults) {
         px_lib_dir(buf, sizeof buf);
         if (buf[0]) st = px_dir_add(&dirs, &n, &cap, buf);
     }
-    if (st == PHX_OK && PHX_PKGLIBDIR[0] == '/') st = px_dir_add(&dirs, &n, &cap, PHX_PKGLIBDIR);
+    if (st == PHX_OK && defaults && PHX_PKGLIBDIR[0] == '/') st = px_dir_add(&dirs, &n, &cap, PHX_PKGLIBDIR);
     if (st != PHX_OK) {
         px_free(dirs);
         return st;
