@@ -206,17 +206,20 @@ int main(void)
     int found = 0;
     for (size_t i = 0; i < n && i < 64; i++) found |= strcmp(infos[i].name, "nccl") == 0;
     if (!found) skip_all("nccl plugin not built");
-    test_world_of_one((phx_device){ PHX_DEVICE_CUDA, 0 });
-    test_world_of_one(phx_cpu());
-    test_ddp_world_of_one();
-    test_init_timeout();
+    /* forked ranks first: this process has not initialised CUDA yet (the
+     * count and the probes above use NVML), as CUDA requires for fork */
     if (phx_device_count(PHX_DEVICE_CUDA) >= 2) {
         setenv("PHX_COMM", "nccl", 1);
         phx_status st = phx_spawn(2, two_ranks, NULL);
         if (st != PHX_OK) diag("%s", phx_last_error());
         ok(st == PHX_OK, "two processes on two GPUs: sums, averages, and a skipped collective times out");
+        unsetenv("PHX_COMM");
     } else {
         skip(1, "one CUDA device: no two-rank NCCL run");
     }
+    test_world_of_one((phx_device){ PHX_DEVICE_CUDA, 0 });
+    test_world_of_one(phx_cpu());
+    test_ddp_world_of_one();
+    test_init_timeout();
     return done_testing();
 }

@@ -2,7 +2,8 @@
 # dedicated stream, with a timeout watchdog (issue 8; doc/gpu.md).
 if HAVE_NCCL
 pkglib_LTLIBRARIES += plugins/comm/nccl/phx-comm-nccl.la
-plugins_comm_nccl_phx_comm_nccl_la_SOURCES = plugins/comm/nccl/nccl.c
+plugins_comm_nccl_phx_comm_nccl_la_SOURCES = plugins/comm/nccl/nccl.c plugins/device/cuda/visible.c \
+	plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h
 plugins_comm_nccl_phx_comm_nccl_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
 plugins_comm_nccl_phx_comm_nccl_la_LDFLAGS = $(plugin_ldflags) $(CUDA_LDFLAGS) $(NCCL_LDFLAGS)
 plugins_comm_nccl_phx_comm_nccl_la_LIBADD = libphalanx.la -lnccl -lcudart

@@ -17,6 +17,9 @@
  * after PHX_TIMEOUT (PHX_ETIMEOUT): every pending work completes with
  * that error and later calls fail at once.
  *
+ * The probe counts GPUs without initialising CUDA (NVML, see
+ * plugins/device/cuda/visible.c), so phx_spawn may fork ranks after it.
+ *
  * CPU buffers are staged through the device (pinned host buffer and a
  * device buffer, one staged collective in flight), so NCCL — the default
  * wherever each local rank has a GPU — also serves CPU tensors. */
@@ -31,6 +34,7 @@
 #include <nccl.h>
 #include "phalanx/plugin/comm_v1.h"
 #include "phalanx/plugin/device_v1.h"
+#include "plugins/device/cuda/visible.h"
 
 #define PX_RING 256          /* collectives in flight per communicator */
 
@@ -524,17 +528,8 @@ static const phx_comm_v1 nccl_vtable = {
  * win, so NCCL only offers a low priority there. */
 static int nccl_probe(const phx_probe_ctx *ctx, char *why, size_t why_len)
 {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
-        return -1;
-    }
-    if (n == 0) {
-        snprintf(why, why_len, "no CUDA device");
-        return -1;
-    }
+    int n = px_cuda_visible_count(why, why_len); /* fork-safe: no CUDA initialisation */
+    if (n == 0) return -1;
     if (ctx && ctx->local_size > n) {
         snprintf(why, why_len, "%d ranks on this node but only %d CUDA device%s", ctx->local_size, n, n == 1 ? "" : "s");
         return -1;

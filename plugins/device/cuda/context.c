@@ -104,12 +104,6 @@ static void init_once(void)
     px_ndev = n;
 }
 
-int px_cuda_count(void)
-{
-    pthread_once(&px_once, init_once);
-    return px_ndev;
-}
-
 static phx_status check_dev(int dev)
 {
     pthread_once(&px_once, init_once);

@@ -44,9 +44,6 @@ typedef struct px_cuda_ctx {
     struct px_cuda_ctx *next;     /* in the device's pool once the thread exits */
 } px_cuda_ctx;
 
-/* Number of CUDA devices this process sees (0 when none or no driver). */
-int px_cuda_count(void);
-
 /* Makes dev current for the calling thread and returns its context there
  * (created on first use). PHX_EINVAL for a bad index, PHX_ENOTFOUND when
  * there is no CUDA device, PHX_EDEVICE for CUDA errors. */

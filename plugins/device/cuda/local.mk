@@ -16,6 +16,10 @@ check_PROGRAMS += t/cuda_alloc
 TESTS += t/cuda_alloc
 t_cuda_alloc_SOURCES = t/cuda_alloc.c plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h
 t_cuda_alloc_LDADD = libphalanx.la
+# CUDA_VISIBLE_DEVICES as the plugins' fork-safe device count reads it.
+check_PROGRAMS += t/cuda_visible
+TESTS += t/cuda_visible
+t_cuda_visible_SOURCES = t/cuda_visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h
 # Selecting cuda / nccl: clear errors without a GPU, working with one.
 check_PROGRAMS += t/cuda_select
 TESTS += t/cuda_select
@@ -41,6 +45,7 @@ if HAVE_CUDA
 pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la
 plugins_device_cuda_phx_device_cuda_la_SOURCES = plugins/device/cuda/plugin.c plugins/device/cuda/context.c \
 	plugins/device/cuda/cuda-impl.h plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h \
+	plugins/device/cuda/visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h \
 	kernels/cuda/gemm.c kernels/cuda/table.c kernels/cuda/kernels.h
 plugins_device_cuda_phx_device_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 plugins_device_cuda_phx_device_cuda_la_LDFLAGS = $(plugin_ldflags) $(CUDA_LDFLAGS)

@@ -3,14 +3,23 @@
  * events, host and peer copies, synchronisation — and its descriptor.
  * Kernels: kernels/cuda. doc/gpu.md. */
 #include "config.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda-impl.h"
+#include "visible.h"
+
+/* Fork-safe (no CUDA initialisation): the loader and phx_device_count
+ * call this in processes that may fork ranks afterwards. */
+static pthread_once_t count_once = PTHREAD_ONCE_INIT;
+static int visible_count;
+static void count_init(void) { visible_count = px_cuda_visible_count(NULL, 0); }
 
 static int cuda_count(void)
 {
-    return px_cuda_count();
+    pthread_once(&count_once, count_init);
+    return visible_count;
 }
 
 static phx_status cuda_alloc(int dev, size_t bytes, void **ptr)
@@ -268,18 +277,7 @@ static const phx_device_v1 cuda_device = {
 static int cuda_probe(const phx_probe_ctx *ctx, char *why, size_t why_len)
 {
     (void)ctx;
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
-        return -1;
-    }
-    if (n == 0) {
-        snprintf(why, why_len, "no CUDA device");
-        return -1;
-    }
-    return 100;
+    return px_cuda_visible_count(why, why_len) > 0 ? 100 : -1;
 }
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 =
