@@ -112,16 +112,20 @@ __global__ void k_xent_rows(int64_t rows, int64_t classes, const void *x, const 
                 mx = v > mx ? v : mx;
             }
         mx = px_group_max<G>(mx, sh);
+        /* shifted terms (x - mx, log s), as the CPU and torch's log_softmax;
+         * the gradient row holds exp(x - mx) between the passes */
         float s = 0.0f;
         if (live)
-            for (int64_t j = lane; j < classes; j += G) s += expf(px_ld<DT>(x, o + j) - mx);
+            for (int64_t j = lane; j < classes; j += G) {
+                float e = expf(px_ld<DT>(x, o + j) - mx);
+                if (g) g[j] = e;
+                s += e;
+            }
         s = px_group_sum<G>(s, sh);
-        /* shifted terms (x - mx, log s), as the CPU and torch's log_softmax */
-        float ls = logf(s);
+        float inv = 1.0f / s;
         if (g)
-            for (int64_t j = lane; j < classes; j += G)
-                g[j] = phx_xent_grad(px_ld<DT>(x, o + j) - mx, ls, j == label, scale);
-        if (live && lane == 0) row_loss[r] = (double)ls - (double)(px_ld<DT>(x, o + label) - mx);
+            for (int64_t j = lane; j < classes; j += G) g[j] = phx_softmax_grad(g[j], inv, j == label, scale);
+        if (live && lane == 0) row_loss[r] = (double)logf(s) - (double)(px_ld<DT>(x, o + label) - mx);
     }
 }
 
