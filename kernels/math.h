@@ -21,10 +21,20 @@
 #define PHX_HD
 #endif
 
+/* Host code always inlines these: an out-of-line call inside a kernel loop
+ * stops its vectorisation (and from an AVX2 clone of a kernel, a call into
+ * SSE code costs a state transition per element). nvcc inlines device
+ * functions by itself. */
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define PHX_FI __attribute__((always_inline))
+#else
+#define PHX_FI
+#endif
+
 /* ---------------------------------------------------------------------
  * Bit casts */
 
-PHX_HD static inline uint32_t phx_f32_bits(float f)
+PHX_HD PHX_FI static inline uint32_t phx_f32_bits(float f)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(f);
@@ -35,7 +45,7 @@ PHX_HD static inline uint32_t phx_f32_bits(float f)
 #endif
 }
 
-PHX_HD static inline float phx_bits_f32(uint32_t u)
+PHX_HD PHX_FI static inline float phx_bits_f32(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -58,13 +68,13 @@ PHX_HD static inline float phx_bits_f32(uint32_t u)
 /* c ? a : b as masks: the conversions below compute every case and pick
  * one without branches, so CPU loops over them vectorise (gcc does not
  * if-convert the equivalent ?: chains). */
-PHX_HD static inline uint32_t phx_sel_u32(int c, uint32_t a, uint32_t b)
+PHX_HD PHX_FI static inline uint32_t phx_sel_u32(int c, uint32_t a, uint32_t b)
 {
     uint32_t mask = 0u - (uint32_t)(c != 0);
     return (a & mask) | (b & ~mask);
 }
 
-PHX_HD static inline float phx_f16_to_f32(uint16_t h)
+PHX_HD PHX_FI static inline float phx_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu;
@@ -77,7 +87,7 @@ PHX_HD static inline float phx_f16_to_f32(uint16_t h)
     return phx_bits_f32(sign | phx_sel_u32(e == 0, sub, r));
 }
 
-PHX_HD static inline uint16_t phx_f32_to_f16(float f)
+PHX_HD PHX_FI static inline uint16_t phx_f32_to_f16(float f)
 {
     uint32_t x = phx_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -103,18 +113,114 @@ PHX_HD static inline uint16_t phx_f32_to_f16(float f)
  * even, overflow to inf, NaN kept (payload's top 7 bits, quiet bit set
  * only when they are all zero). */
 
-PHX_HD static inline float phx_bf16_to_f32(uint16_t b)
+PHX_HD PHX_FI static inline float phx_bf16_to_f32(uint16_t b)
 {
     return phx_bits_f32((uint32_t)b << 16);
 }
 
-PHX_HD static inline uint16_t phx_f32_to_bf16(float f)
+PHX_HD PHX_FI static inline uint16_t phx_f32_to_bf16(float f)
 {
     uint32_t x = phx_f32_bits(f);
     uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
     uint32_t hi = x >> 16;
     uint32_t nan = phx_sel_u32((hi & 0x7fu) != 0, hi, hi | 0x40u);
     return (uint16_t)phx_sel_u32((x & 0x7fffffffu) > 0x7f800000u, nan, rounded);
+}
+
+/* ---------------------------------------------------------------------
+ * expf, tanhf and 1 + erf without branches or table lookups (so CPU loops
+ * over them vectorise; the activations use them on both devices): expf
+ * within 1 ulp (subnormal results included) and tanhf within 1.33 ulp over
+ * all floats; inf and NaN as libm. Cephes polynomials (S. Moshier). */
+
+PHX_HD PHX_FI static inline float phx_self_f32(int c, float a, float b)
+{
+    return phx_bits_f32(phx_sel_u32(c, phx_f32_bits(a), phx_f32_bits(b)));
+}
+
+PHX_HD PHX_FI static inline float phx_expf(float x)
+{
+    /* beyond [-104, 89] the result is 0 or inf anyway (mask selects, not
+     * fminf/fmaxf, which gcc calls out of line; a NaN is put back at the
+     * end) */
+    float xc = phx_self_f32(x < -104.0f, -104.0f, x);
+    xc = phx_self_f32(xc > 89.0f, 89.0f, xc);
+    /* n = round(x / ln 2): adding 1.5 * 2^23 rounds into the low bits */
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    int32_t ni = (int32_t)phx_f32_bits(t) - 0x4b400000;
+    float r = xc - n * 0.693359375f; /* Cody-Waite: ln 2 = 0.693359375 - 2.12194440e-4 */
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
+    /* times 2^n in two steps, so n in [-150, 128] reaches subnormals and inf */
+    int32_t h = ni >> 1;
+    float res = y * phx_bits_f32((uint32_t)(h + 127) << 23) * phx_bits_f32((uint32_t)(ni - h + 127) << 23);
+    return phx_self_f32(x != x, x, res);
+}
+
+PHX_HD PHX_FI static inline float phx_tanhf(float x)
+{
+    float ax = fabsf(x);
+    float big = copysignf(1.0f - 2.0f / (phx_expf(2.0f * ax) + 1.0f), x);
+    float z = x * x; /* |x| < 0.625: odd polynomial, no cancellation */
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = p * z * x + x;
+    return phx_self_f32(ax < 0.625f, small, big);
+}
+
+/* 1 + erf(u), as gelu needs it, without branches: an odd polynomial for
+ * |u| < 1; beyond, erfc(|u|) = exp(-u^2) P(1/u^2) / |u| (exp of u^2 split
+ * so its rounding does not grow with u), giving 2 - erfc for u > 0 and,
+ * in the left tail, erfc itself — no cancellation against 1 there. Within
+ * 15 ulp near u = -1 (where 1 + erf cancels), a few ulp elsewhere. Cephes
+ * erff/erfcf coefficients. */
+PHX_HD PHX_FI static inline float phx_erf1p(float u)
+{
+    float au = fabsf(u);
+    float z = u * u;
+    float ps = 7.853861353153693e-5f;
+    ps = ps * z - 8.010193625184903e-4f;
+    ps = ps * z + 5.188327685732524e-3f;
+    ps = ps * z - 2.685381193529856e-2f;
+    ps = ps * z + 1.128358514861418e-1f;
+    ps = ps * z - 3.761262582423300e-1f;
+    ps = ps * z + 1.128379165726710e0f;
+    float small = 1.0f + u * ps;
+    /* the tail's argument in [1, 10.5]: erfc(10.5) < 2^-150 is 0 anyway */
+    float x = phx_self_f32(au < 1.0f, 1.0f, phx_self_f32(au > 10.5f, 10.5f, au));
+    float xh = phx_bits_f32(phx_f32_bits(x) & 0xfffff000u); /* xh^2 is exact */
+    float e = phx_expf(-xh * xh) * phx_expf(-(x - xh) * (x + xh));
+    float q = 1.0f / x, y = q * q;
+    float p1 = 2.326819970068386e-2f; /* 1 <= x < 2 */
+    p1 = p1 * y - 1.387039388740657e-1f;
+    p1 = p1 * y + 3.687424674597105e-1f;
+    p1 = p1 * y - 5.824733027278666e-1f;
+    p1 = p1 * y + 6.210004621745983e-1f;
+    p1 = p1 * y - 4.944515323274145e-1f;
+    p1 = p1 * y + 3.404879937665872e-1f;
+    p1 = p1 * y - 2.741127028184656e-1f;
+    p1 = p1 * y + 5.638259427386472e-1f;
+    float p2 = -1.047766399936249e1f; /* x >= 2 */
+    p2 = p2 * y + 1.297719955372516e1f;
+    p2 = p2 * y - 7.495518717768503e0f;
+    p2 = p2 * y + 2.921019019210786e0f;
+    p2 = p2 * y - 1.015265279202700e0f;
+    p2 = p2 * y + 4.218463358204948e-1f;
+    p2 = p2 * y - 2.820767439740514e-1f;
+    p2 = p2 * y + 5.641895067754075e-1f;
+    float erfc = e * q * phx_self_f32(x < 2.0f, p1, p2);
+    float big = phx_self_f32(u > 0.0f, 2.0f - erfc, erfc);
+    return phx_self_f32(au < 1.0f, small, big);
 }
 
 /* ---------------------------------------------------------------------
@@ -126,41 +232,41 @@ PHX_HD static inline uint16_t phx_f32_to_bf16(float f)
 #define PHX_GELU_BETA 0.79788456080286535588f    /* sqrt(2/pi) */
 #define PHX_GELU_KAPPA 0.044715f
 
-PHX_HD static inline float phx_relu(float x) { return x > 0.0f ? x : 0.0f; }
+PHX_HD PHX_FI static inline float phx_relu(float x) { return x > 0.0f ? x : 0.0f; }
 /* PyTorch's threshold_backward: zero where x <= 0. */
-PHX_HD static inline float phx_relu_grad(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+PHX_HD PHX_FI static inline float phx_relu_grad(float x) { return phx_self_f32(x > 0.0f, 1.0f, 0.0f); }
 
-PHX_HD static inline float phx_gelu(float x) { return 0.5f * x * (1.0f + erff(x * PHX_SQRT1_2)); }
-PHX_HD static inline float phx_gelu_grad(float x)
+PHX_HD PHX_FI static inline float phx_gelu(float x) { return 0.5f * x * phx_erf1p(x * PHX_SQRT1_2); }
+PHX_HD PHX_FI static inline float phx_gelu_grad(float x)
 {
-    float cdf = 0.5f * (1.0f + erff(x * PHX_SQRT1_2));
-    float pdf = expf(-0.5f * x * x) * PHX_INV_SQRT_2PI;
+    float cdf = 0.5f * phx_erf1p(x * PHX_SQRT1_2);
+    float pdf = phx_expf(-0.5f * x * x) * PHX_INV_SQRT_2PI;
     return cdf + x * pdf;
 }
 
-PHX_HD static inline float phx_gelu_tanh(float x)
+PHX_HD PHX_FI static inline float phx_gelu_tanh(float x)
 {
     float inner = PHX_GELU_BETA * (x + PHX_GELU_KAPPA * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(inner));
+    return 0.5f * x * (1.0f + phx_tanhf(inner));
 }
-PHX_HD static inline float phx_gelu_tanh_grad(float x)
+PHX_HD PHX_FI static inline float phx_gelu_tanh_grad(float x)
 {
     float x2 = x * x;
     float inner = PHX_GELU_BETA * (x + PHX_GELU_KAPPA * x2 * x);
-    float t = tanhf(inner);
+    float t = phx_tanhf(inner);
     float left_d = 0.5f * (1.0f + t);
     float right_d = 0.5f * x * (1.0f - t * t) * PHX_GELU_BETA * (1.0f + 3.0f * PHX_GELU_KAPPA * x2);
     return left_d + right_d;
 }
 
-PHX_HD static inline float phx_tanh(float x) { return tanhf(x); }
-PHX_HD static inline float phx_tanh_grad(float y) { return 1.0f - y * y; }
+PHX_HD PHX_FI static inline float phx_tanh(float x) { return phx_tanhf(x); }
+PHX_HD PHX_FI static inline float phx_tanh_grad(float y) { return 1.0f - y * y; }
 
-PHX_HD static inline float phx_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-PHX_HD static inline float phx_sigmoid_grad(float y) { return y * (1.0f - y); }
+PHX_HD PHX_FI static inline float phx_sigmoid(float x) { return 1.0f / (1.0f + phx_expf(-x)); }
+PHX_HD PHX_FI static inline float phx_sigmoid_grad(float y) { return y * (1.0f - y); }
 
 /* act is a phx_activation (0 relu, 1 gelu, 2 gelu_tanh, 3 tanh, 4 sigmoid). */
-PHX_HD static inline float phx_act(int act, float x)
+PHX_HD PHX_FI static inline float phx_act(int act, float x)
 {
     switch (act) {
     case 0: return phx_relu(x);
@@ -171,7 +277,7 @@ PHX_HD static inline float phx_act(int act, float x)
     }
 }
 
-PHX_HD static inline float phx_act_grad(int act, float x, float y)
+PHX_HD PHX_FI static inline float phx_act_grad(int act, float x, float y)
 {
     switch (act) {
     case 0: return phx_relu_grad(x);
@@ -192,7 +298,7 @@ PHX_HD static inline float phx_act_grad(int act, float x, float y)
 #define PHX_PHILOX_W0 0x9E3779B9u
 #define PHX_PHILOX_W1 0xBB67AE85u
 
-PHX_HD static inline void phx_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1)
+PHX_HD PHX_FI static inline void phx_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1)
 {
     for (int r = 0; r < 10; r++) {
         uint64_t p0 = (uint64_t)PHX_PHILOX_M0 * c[0];
@@ -208,7 +314,7 @@ PHX_HD static inline void phx_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t
 }
 
 /* The block of 4 numbers starting at 4*block. */
-PHX_HD static inline void phx_philox_block(uint64_t seed, uint64_t block, uint32_t out[4])
+PHX_HD PHX_FI static inline void phx_philox_block(uint64_t seed, uint64_t block, uint32_t out[4])
 {
     out[0] = (uint32_t)block;
     out[1] = (uint32_t)(block >> 32);
@@ -217,7 +323,7 @@ PHX_HD static inline void phx_philox_block(uint64_t seed, uint64_t block, uint32
     phx_philox4x32_10(out, (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 
-PHX_HD static inline uint32_t phx_philox_at(uint64_t seed, uint64_t i)
+PHX_HD PHX_FI static inline uint32_t phx_philox_at(uint64_t seed, uint64_t i)
 {
     uint32_t w[4];
     phx_philox_block(seed, i >> 2, w);
@@ -225,10 +331,10 @@ PHX_HD static inline uint32_t phx_philox_at(uint64_t seed, uint64_t i)
 }
 
 /* U[0,1) from the 24 high bits: exact multiples of 2^-24. */
-PHX_HD static inline float phx_u32_to_uniform(uint32_t u) { return (float)(u >> 8) * 5.9604644775390625e-8f; }
+PHX_HD PHX_FI static inline float phx_u32_to_uniform(uint32_t u) { return (float)(u >> 8) * 5.9604644775390625e-8f; }
 
 /* Box-Muller from two uniforms; 1-u1 lies in (0,1] so the log is finite. */
-PHX_HD static inline float phx_box_muller(float u1, float u2)
+PHX_HD PHX_FI static inline float phx_box_muller(float u1, float u2)
 {
     float r = sqrtf(-2.0f * logf(1.0f - u1));
     return r * cosf(6.2831853071795864769f * u2);
@@ -239,8 +345,8 @@ PHX_HD static inline float phx_box_muller(float u1, float u2)
  * and then scaled by 1/(1-p); p = 1 drops everything (scale 0), as in
  * PyTorch. */
 
-PHX_HD static inline int phx_dropout_keep(float u, float p) { return u >= p; }
-PHX_HD static inline float phx_dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+PHX_HD PHX_FI static inline int phx_dropout_keep(float u, float p) { return u >= p; }
+PHX_HD PHX_FI static inline float phx_dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
 /* ---------------------------------------------------------------------
  * SGD, torch/optim/sgd.py _single_tensor_sgd (1.13), one element:
@@ -248,7 +354,7 @@ PHX_HD static inline float phx_dropout_scale(float p) { return p < 1.0f ? 1.0f /
  *   d = nesterov ? d + momentum buf : buf   (when momentum != 0)
  *   p = p - lr d */
 
-PHX_HD static inline void phx_sgd_update(float *p, float g, float *buf, float lr, float momentum,
+PHX_HD PHX_FI static inline void phx_sgd_update(float *p, float g, float *buf, float lr, float momentum,
                                          float dampening, float weight_decay, int nesterov, int first)
 {
     float d = g;
@@ -300,7 +406,7 @@ static inline phx_adam_coef phx_adam_coef_make(float lr, float beta1, float beta
 }
 
 /* One element. vmax is read/written only with amsgrad. */
-PHX_HD static inline void phx_adam_update(const phx_adam_coef *c, float *p, float g, float *m, float *v,
+PHX_HD PHX_FI static inline void phx_adam_update(const phx_adam_coef *c, float *p, float g, float *m, float *v,
                                           float *vmax)
 {
     float pv = *p;
@@ -322,7 +428,7 @@ PHX_HD static inline void phx_adam_update(const phx_adam_coef *c, float *p, floa
 /* ---------------------------------------------------------------------
  * GradScaler: g * inv_scale and whether the result is finite. */
 
-PHX_HD static inline int phx_isfinite(float x) { return (phx_f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
+PHX_HD PHX_FI static inline int phx_isfinite(float x) { return (phx_f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
 
 /* ---------------------------------------------------------------------
  * Losses, per element (the row reductions live in the kernels).
@@ -331,15 +437,15 @@ PHX_HD static inline int phx_isfinite(float x) { return (phx_f32_bits(x) & 0x7f8
  *   loss = lse - x[label], d/dx_j = (exp(x_j - lse) - [j == label]) * scale
  * nll (log_probs given): loss = -x[label], d/dx_j = -[j == label] * scale. */
 
-PHX_HD static inline float phx_mse_term(float y, float t) { float d = y - t; return d * d; }
-PHX_HD static inline float phx_mse_grad(float y, float t, float scale) { return 2.0f * (y - t) * scale; }
-PHX_HD static inline float phx_xent_grad(float x, float lse, int is_label, float scale)
+PHX_HD PHX_FI static inline float phx_mse_term(float y, float t) { float d = y - t; return d * d; }
+PHX_HD PHX_FI static inline float phx_mse_grad(float y, float t, float scale) { return 2.0f * (y - t) * scale; }
+PHX_HD PHX_FI static inline float phx_xent_grad(float x, float lse, int is_label, float scale)
 {
     return (expf(x - lse) - (is_label ? 1.0f : 0.0f)) * scale;
 }
-PHX_HD static inline float phx_nll_grad(int is_label, float scale) { return is_label ? -scale : 0.0f; }
+PHX_HD PHX_FI static inline float phx_nll_grad(int is_label, float scale) { return is_label ? -scale : 0.0f; }
 /* The same gradient from e = exp(x - m) kept from the sum pass. */
-PHX_HD static inline float phx_softmax_grad(float e, float inv_sum, int is_label, float scale)
+PHX_HD PHX_FI static inline float phx_softmax_grad(float e, float inv_sum, int is_label, float scale)
 {
     return (e * inv_sum - (is_label ? 1.0f : 0.0f)) * scale;
 }
@@ -350,8 +456,8 @@ PHX_HD static inline float phx_softmax_grad(float e, float inv_sum, int is_label
  * backward with g = dy w, over a row of n:
  *   dx = rstd (g - mean(g) - xhat mean(g xhat)) */
 
-PHX_HD static inline float phx_ln_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
-PHX_HD static inline float phx_ln_dx(float g, float xhat, float rstd, float mean_g, float mean_gx)
+PHX_HD PHX_FI static inline float phx_ln_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+PHX_HD PHX_FI static inline float phx_ln_dx(float g, float xhat, float rstd, float mean_g, float mean_gx)
 {
     return rstd * (g - mean_g - xhat * mean_gx);
 }

@@ -36,12 +36,40 @@ static double ref_df(int act, double x)
     }
 }
 
+/* Worst error in ulp of the float64 value over every 1021st float in
+ * [lo, hi] (all floats: lo = -inf); ulps at the exact value's binade,
+ * down to the subnormal spacing. */
+static double sweep_ulp(float (*f)(float), double (*ref)(double), float lo, float hi, float *at)
+{
+    double w = 0;
+    for (uint64_t b = 0; b <= 0xffffffffull; b += 1021) {
+        uint32_t u = (uint32_t)b;
+        float v;
+        memcpy(&v, &u, 4);
+        if (!(v >= lo && v <= hi)) continue;
+        double r = ref(v), e;
+        if (isinf((float)r)) e = isinf(f(v)) && (f(v) > 0) == (r > 0) ? 0 : INFINITY;
+        else {
+            int ex;
+            frexp(fabs(r), &ex);
+            e = fabs((double)f(v) - r) / ldexp(1, ex - 24 < -149 ? -149 : ex - 24);
+            if (e != e) e = INFINITY;
+        }
+        if (!(e <= w)) w = e, *at = v;
+    }
+    return w;
+}
+static float f_exp(float v) { return phx_expf(v); }
+static float f_tanh(float v) { return phx_tanhf(v); }
+static float f_erf1p(float v) { return phx_erf1p(v); }
+static double d_erf1p(double v) { return erfc(-v); }
+
 static float x[N], y[N], dy[N], dx[N];
 static double ref[N];
 
 int main(void)
 {
-    plan(5 * 5 + 2 * 5 + 6);
+    plan(5 * 5 + 2 * 5 + 4 + 6);
     const phx_kernels_v1 *K = cu_kernels();
     /* inputs: a grid over [-8, 8], then extremes and values near 0 */
     for (int i = 0; i < N; i++) x[i] = -8.0f + 16.0f * (float)i / (N - 1), dy[i] = cu_frand(-2, 2);
@@ -111,6 +139,17 @@ int main(void)
         for (int i = 0; i < N; i++) same &= dx[i] == dy[i] * phx_act_grad(a, x[i], y[i]);
         ok(same, "%s backward = dy * phx_act_grad", names[a]);
     }
+    /* the branch-free expf, tanhf and 1 + erf of kernels/math.h */
+    float at = 0;
+    double w = sweep_ulp(f_exp, exp, -110.0f, 89.0f, &at);
+    ok(w <= 1.0, "phx_expf within 1 ulp over [-110, 89], subnormals and overflow included (worst %.3f at %a)", w, at);
+    w = sweep_ulp(f_tanh, tanh, -INFINITY, INFINITY, &at);
+    ok(w <= 1.5, "phx_tanhf within 1.5 ulp over all floats (worst %.3f at %a)", w, at);
+    w = sweep_ulp(f_erf1p, d_erf1p, -13.0f, 13.0f, &at);
+    ok(w <= 16.0, "phx_erf1p = 1 + erf within 16 ulp over [-13, 13], tails included (worst %.3f at %a)", w, at);
+    ok(isnan(phx_expf(NAN)) && phx_expf(-INFINITY) == 0.0f && isinf(phx_expf(INFINITY)) && phx_tanhf(-INFINITY) == -1.0f &&
+           isnan(phx_tanhf(NAN)) && phx_erf1p(-INFINITY) == 0.0f && phx_erf1p(INFINITY) == 2.0f && isnan(phx_erf1p(NAN)),
+       "NaN and infinities: exp(-inf) 0, tanh(-inf) -1, 1 + erf(+-inf) 2 and 0, NaN stays NaN");
     /* saturation: no NaN far out */
     K->act_forward(0, PHX_ACT_SIGMOID, 11, extremes, y, PHX_F32);
     ok(y[6] == 1.0f && y[7] == 0.0f && y[9] >= 0.0f, "sigmoid saturates to 1 and 0 without NaN (%g %g)", y[6], y[7]);
