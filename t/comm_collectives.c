@@ -11,8 +11,9 @@
  * at the end the ranks allgather their verdicts and hashes, and rank 0
  * prints one TAP line per check: ok when every rank passed and every
  * rank's result is bitwise identical. COMM_SUITE=allreduce limits the
- * run to all-reduce (the gloo algorithm variants); COMM_BIG=0 skips the
- * >= 16M-element case; COMM_WORLDS="2 3" picks the world sizes. */
+ * run to all-reduce; COMM_BIG=0 skips the >= 16M-element case;
+ * COMM_WORLDS="2 3" picks the world sizes; COMM_ALGOS="ring hd rd" runs
+ * every world once per gloo all-reduce algorithm (PHX_GLOO_ALGO). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +33,7 @@ static const char *const opn[] = {"sum", "avg", "max", "min"};
 
 typedef struct results {
     int n;                        /* checks run */
-    char name[MAX_CHECKS][80];
+    char name[MAX_CHECKS][128];
     int64_t bad[MAX_CHECKS];      /* elements wrong on this rank (-1: error) */
     int64_t hash[MAX_CHECKS];
     char why[MAX_CHECKS][160];
@@ -195,8 +196,9 @@ static void record(results *r, const char *name, phx_status st, int64_t bad, con
 static void suite(phx_comm *c, results *r, int only_allreduce, int big)
 {
     const int n = phx_comm_size(c), me = phx_comm_rank(c);
-    const char *be = phx_comm_backend(c);
-    char name[80], why[160];
+    const char *algo = getenv("PHX_GLOO_ALGO");
+    char be[32], name[128], why[160];
+    snprintf(be, sizeof be, "%s%s%s", phx_comm_backend(c), algo ? "/" : "", algo ? algo : "");
     int salt = 1;
     for (int dt = 0; dt < PHX_NUM_DTYPES; dt++) {
         for (size_t ci = 0; ci < NCOUNTS; ci++) {
@@ -369,10 +371,17 @@ int main(void)
         worlds[nw++] = (int)x;
         p = end;
     }
+    char algos[4][16], list[64];
+    int na = 0;
+    snprintf(list, sizeof list, "%s", getenv("COMM_ALGOS") ? getenv("COMM_ALGOS") : "");
+    for (char *sv, *tok = strtok_r(list, " ", &sv); tok && na < 4; tok = strtok_r(NULL, " ", &sv))
+        snprintf(algos[na++], sizeof algos[0], "%s", tok);
     int per = checks_per_world();
-    plan(per * nw);
+    plan(per * nw * (na ? na : 1));
     report *rep = mmap(NULL, sizeof *rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    for (int i = 0; i < nw; i++) {
+    for (int j = 0; j < nw * (na ? na : 1); j++) {
+        int i = j % nw;
+        if (na) setenv("PHX_GLOO_ALGO", algos[j / nw], 1);
         int base = tap_run_;
         rep->printed = rep->failed = 0;
         spawn_arg a = {base, rep};

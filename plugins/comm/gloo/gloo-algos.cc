@@ -5,6 +5,7 @@
 
 #include "plugins/comm/gloo/gloo-algos.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "plugins/comm/reduce.h"
@@ -24,6 +25,25 @@ uint8_t *Ctx::ensure(size_t bytes)
 }
 
 namespace {
+
+// Posting fails at once when the pair to that peer is already broken.
+void post_send(UB *b, int peer, uint64_t slot, size_t off, size_t n)
+{
+    try {
+        b->send(peer, slot, off, n);
+    } catch (const std::exception &e) {
+        throw PeerError(peer, e.what());
+    }
+}
+
+void post_recv(UB *b, int peer, uint64_t slot, size_t off, size_t n)
+{
+    try {
+        b->recv(peer, slot, off, n);
+    } catch (const std::exception &e) {
+        throw PeerError(peer, e.what());
+    }
+}
 
 void wait_recv(const Ctx &c, UB *b, int peer)
 {
@@ -53,11 +73,12 @@ void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, ph
 // Exchanges with peer: send [soff, soff+sn) of sb, receive rn bytes into
 // rb at roff. Zero-length halves are skipped on both sides alike.
 void exchange(const Ctx &c, int peer, uint64_t slot, UB *sb, size_t soff, size_t sn, UB *rb, size_t roff,
-              size_t rn)
+              size_t rn, int from = -1)
 {
-    if (rn) rb->recv(peer, slot, roff, rn);
-    if (sn) sb->send(peer, slot, soff, sn);
-    if (rn) wait_recv(c, rb, peer);
+    if (from < 0) from = peer;
+    if (rn) post_recv(rb, from, slot, roff, rn);
+    if (sn) post_send(sb, peer, slot, soff, sn);
+    if (rn) wait_recv(c, rb, from);
     if (sn) wait_send(c, sb, peer);
 }
 
@@ -81,11 +102,11 @@ void fold_in(Ctx &c, const Fold &f, UB *ub, uint8_t *buf, size_t count, size_t e
     if (f.r >= 2 * f.rem) return;
     size_t bytes = count * es;
     if (f.r % 2 == 0) {
-        ub->send(f.r + 1, slot, 0, bytes);
+        post_send(ub, f.r + 1, slot, 0, bytes);
         wait_send(c, ub, f.r + 1);
     } else {
         uint8_t *tmp = c.ensure(bytes);
-        c.scratch_ub->recv(f.r - 1, slot, 0, bytes);
+        post_recv(c.scratch_ub.get(), f.r - 1, slot, 0, bytes);
         wait_recv(c, c.scratch_ub.get(), f.r - 1);
         reduce2(buf, tmp, buf, count, dt, op);
     }
@@ -95,10 +116,10 @@ void fold_out(Ctx &c, const Fold &f, UB *ub, size_t bytes, uint64_t slot)
 {
     if (f.r >= 2 * f.rem) return;
     if (f.r % 2 == 1) {
-        ub->send(f.r - 1, slot, 0, bytes);
+        post_send(ub, f.r - 1, slot, 0, bytes);
         wait_send(c, ub, f.r - 1);
     } else {
-        ub->recv(f.r + 1, slot, 0, bytes);
+        post_recv(ub, f.r + 1, slot, 0, bytes);
         wait_recv(c, ub, f.r + 1);
     }
 }
@@ -166,6 +187,93 @@ void allreduce_hd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op o
     fold_out(c, f, ub.get(), bytes, slot + 63);
 }
 
+// Chunk q of count elements split n ways (element ranges).
+static void chunk(size_t count, int n, int q, size_t *lo, size_t *hi)
+{
+    size_t per = count / (size_t)n, extra = count % (size_t)n, qq = (size_t)q;
+    *lo = qq * per + (qq < extra ? qq : extra);
+    *hi = *lo + per + (qq < extra ? 1 : 0);
+}
+
+void allreduce_ring(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot)
+{
+    const int n = c.ctx->size, r = c.ctx->rank, to = (r + 1) % n, from = (r + n - 1) % n;
+    const size_t es = phx_dtype_size(dt);
+    size_t seg = kRingSegment / es;                // elements per segment
+    uint8_t *b = static_cast<uint8_t *>(buf);
+    auto ub = c.ctx->createUnboundBuffer(buf, count * es);
+    uint8_t *tmp = c.ensure(2 * seg * es);
+    UB *tub = c.scratch_ub.get();
+    uint64_t sl = slot;
+    // Reduce-scatter: at step s send chunk r-s (complete up to here), receive
+    // chunk r-s-1 segment by segment, reducing each while the next arrives.
+    // Chunk q gathers ranks q, q+1, ..., q-1 in that order; rank r ends
+    // with chunk r+1 reduced over all ranks.
+    for (int s = 0; s < n - 1; s++, sl++) {
+        size_t slo, shi, rlo, rhi;
+        chunk(count, n, (r - s + 2 * n) % n, &slo, &shi);
+        chunk(count, n, (r - s - 1 + 2 * n) % n, &rlo, &rhi);
+        // gloo matches one send to one receive: both sides cut the chunks
+        // into the same segments.
+        size_t nrecv = (rhi - rlo + seg - 1) / seg, nsend = (shi - slo + seg - 1) / seg;
+        if (nrecv) post_recv(tub, from, sl, 0, std::min(seg, rhi - rlo) * es);
+        for (size_t k = 0; k < nsend; k++)
+            post_send(ub.get(), to, sl, (slo + k * seg) * es, std::min(seg, shi - slo - k * seg) * es);
+        for (size_t k = 0; k < nrecv; k++) {
+            size_t lo = rlo + k * seg, m = std::min(seg, rhi - lo);
+            if (k + 1 < nrecv) post_recv(tub, from, sl, ((k + 1) % 2) * seg * es, std::min(seg, rhi - lo - m) * es);
+            wait_recv(c, tub, from);
+            reduce2(b + lo * es, tmp + (k % 2) * seg * es, b + lo * es, m, dt, op);
+        }
+        for (size_t k = 0; k < nsend; k++) wait_send(c, ub.get(), to);
+    }
+    // All-gather: pass the reduced chunks around the ring.
+    for (int s = 0; s < n - 1; s++, sl++) {
+        size_t slo, shi, rlo, rhi;
+        chunk(count, n, (r + 1 - s + 2 * n) % n, &slo, &shi);
+        chunk(count, n, (r - s + 2 * n) % n, &rlo, &rhi);
+        exchange(c, to, sl, ub.get(), slo * es, (shi - slo) * es, ub.get(), rlo * es, (rhi - rlo) * es, from);
+    }
+}
+
+void broadcast_tree(Ctx &c, void *buf, size_t bytes, int root, uint64_t slot)
+{
+    const int n = c.ctx->size, v = (c.ctx->rank - root + n) % n;
+    auto ub = c.ctx->createUnboundBuffer(buf, bytes);
+    int mask = 1;
+    // Binomial tree on ranks relative to the root: receive from the parent
+    // (v minus its lowest set bit), then send to the children.
+    while (mask < n) {
+        if (v & mask) {
+            int parent = (v - mask + root) % n;
+            post_recv(ub.get(), parent, slot, 0, bytes);
+            wait_recv(c, ub.get(), parent);
+            break;
+        }
+        mask <<= 1;
+    }
+    int kids[32], nk = 0;
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+        if (v + mask < n) {
+            kids[nk] = (v + mask + root) % n;
+            post_send(ub.get(), kids[nk++], slot, 0, bytes);
+        }
+    }
+    for (int i = 0; i < nk; i++) wait_send(c, ub.get(), kids[i]);
+}
+
+void allgather_ring(Ctx &c, const void *send, void *recv, size_t bytes, uint64_t slot)
+{
+    const int n = c.ctx->size, r = c.ctx->rank, to = (r + 1) % n, from = (r + n - 1) % n;
+    uint8_t *out = static_cast<uint8_t *>(recv);
+    if (out + (size_t)r * bytes != send) std::memcpy(out + (size_t)r * bytes, send, bytes);
+    auto ub = c.ctx->createUnboundBuffer(recv, bytes * (size_t)n);
+    for (int s = 0; s < n - 1; s++) {
+        size_t sb = (size_t)((r - s + 2 * n) % n), rb = (size_t)((r - s - 1 + 2 * n) % n);
+        exchange(c, to, slot + (uint64_t)s, ub.get(), sb * bytes, bytes, ub.get(), rb * bytes, bytes, from);
+    }
+}
+
 void reduce_scatter_ring(Ctx &c, const void *send, void *recv, size_t count, phx_dtype dt, phx_reduce_op op,
                          uint64_t slot)
 {
@@ -183,9 +291,9 @@ void reduce_scatter_ring(Ctx &c, const void *send, void *recv, size_t count, phx
     // Block b starts at rank b+1 and travels b+1 -> b+2 -> ... -> b.
     for (int s = 0; s < n - 1; s++) {
         size_t sb = (size_t)((r - 1 - s + 2 * n) % n), rb = (size_t)((r - 2 - s + 2 * n) % n);
-        c.scratch_ub->recv(from, slot + (uint64_t)s, 0, bytes);
-        if (s == 0) inub->send(to, slot + (uint64_t)s, sb * bytes, bytes);
-        else c.scratch_ub->send(to, slot + (uint64_t)s, bytes, bytes);
+        post_recv(c.scratch_ub.get(), from, slot + (uint64_t)s, 0, bytes);
+        if (s == 0) post_send(inub.get(), to, slot + (uint64_t)s, sb * bytes, bytes);
+        else post_send(c.scratch_ub.get(), to, slot + (uint64_t)s, bytes, bytes);
         wait_recv(c, c.scratch_ub.get(), from);
         wait_send(c, s == 0 ? inub.get() : c.scratch_ub.get(), to);
         void *dst = s == n - 2 ? recv : static_cast<void *>(acc);

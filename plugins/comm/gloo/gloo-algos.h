@@ -1,7 +1,9 @@
-// Collectives the gloo plugin builds itself on gloo's transport
-// (UnboundBuffer send/recv): the latency-bound all-reduces (recursive
-// doubling, halving-doubling) and a ring reduce-scatter, which gloo's
-// C++ API does not offer for arbitrary buffers.
+// The gloo plugin's collectives, built on gloo's transport (UnboundBuffer
+// send/recv between the pairs of a connected gloo::Context): all-reduce by
+// recursive doubling, halving-doubling or ring, binomial broadcast, ring
+// all-gather and reduce-scatter. Owning them (rather than calling gloo's
+// collectives) means every wait knows the peer it waits on, so a failure
+// names that rank, and every reduction uses plugins/comm/reduce.h.
 #ifndef PHX_PLUGINS_GLOO_ALGOS_H
 #define PHX_PLUGINS_GLOO_ALGOS_H
 
@@ -18,6 +20,8 @@
 #include "phalanx/tensor.h"
 
 namespace pxg {
+
+constexpr size_t kRingSegment = 256u << 10;  // bytes received per piece in the ring
 
 // A transport failure while talking to one known peer.
 struct PeerError : std::runtime_error {
@@ -49,6 +53,15 @@ void allreduce_rd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op o
 void allreduce_hd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot);
 // Ring reduce-scatter: send holds size*count elements, recv gets block
 // `rank` reduced over all ranks (op PHX_AVG: the caller divides).
+// Ring all-reduce (bandwidth-optimal): reduce-scatter then all-gather
+// around the ring, receiving in kRingSegment pieces so that reducing one
+// overlaps receiving the next. Each chunk is reduced on one rank.
+void allreduce_ring(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot);
+// Binomial-tree broadcast of bytes from root.
+void broadcast_tree(Ctx &c, void *buf, size_t bytes, int root, uint64_t slot);
+// Ring all-gather: recv holds size blocks of bytes; block rank = send
+// (which may already be that block: in place).
+void allgather_ring(Ctx &c, const void *send, void *recv, size_t bytes, uint64_t slot);
 void reduce_scatter_ring(Ctx &c, const void *send, void *recv, size_t count, phx_dtype dt, phx_reduce_op op,
                          uint64_t slot);
 

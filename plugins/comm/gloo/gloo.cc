@@ -6,16 +6,20 @@
 // reach the store server (127.0.0.1 on one machine), and a full mesh.
 //
 // Every collective runs on one worker thread per communicator, in issue
-// order, so compute overlaps communication. All-reduce picks its
-// algorithm by message size (doc/comm.md): recursive doubling for small
-// messages (latency: log2 n exchanges), halving-doubling for medium ones
-// (log2 n steps, half the data each), gloo's pipelined ring for large ones
+// order, so compute overlaps communication. The collectives themselves
+// (gloo-algos.cc) use gloo's transport: all-reduce picks its algorithm by
+// message size (doc/comm.md): recursive doubling for small messages
+// (latency: log2 n exchanges), halving-doubling for medium ones (log2 n
+// steps, half the data each), a pipelined ring for large ones
 // (bandwidth). Reductions use plugins/comm/reduce.h for every dtype (f16
-// as gloo::float16 buffers, bf16 too: gloo has no bf16), avg = sum then
+// and bf16 accumulate in f32 per step; gloo has no bf16), avg = sum then
 // divide. A gloo exception becomes PHX_EPEER or PHX_ETIMEOUT with its
-// message and, where known, the peer's rank; the communicator is then
-// broken and later collectives fail at once with the same message.
+// message and the rank of the peer the failed wait was on; the
+// communicator is then broken and later collectives fail at once.
 #include "config.h"
+
+#include <pthread.h>
+#include <signal.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -26,15 +30,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
-#include <gloo/types.h>
 
 #include "phalanx/log.h"
 #include "phalanx/plugin/comm_v1.h"
@@ -113,6 +113,7 @@ struct State {
     pxg::Ctx c;
     uint64_t seq = 0;                 // ops run (tags and slots)
     std::string broken;               // set after the first failure
+    int32_t token = 0;                // the barrier's one-element all-reduce
 
     std::mutex mu;                    // the queue
     std::condition_variable cv;
@@ -120,36 +121,6 @@ struct State {
     bool stop = false;
     std::thread worker;
 };
-
-// gloo::AllreduceOptions wants a std::function reduce; ours is reduce.h.
-void reduce_fn(phx_dtype dt, phx_reduce_op op, void *out, const void *a, const void *b, size_t n)
-{
-    const void *in[2] = {a, b};
-    px_reduce_n(out, in, 2, 0, n, dt, op, 1);
-}
-
-// Typed buffers for gloo's templated options (the element size is what
-// matters; f16 and bf16 travel as gloo::float16).
-template <typename Opts> void set_out(Opts &o, void *p, size_t n, phx_dtype dt)
-{
-    switch (dt) {
-    case PHX_F32: o.template setOutput<float>(static_cast<float *>(p), n); break;
-    case PHX_F16: case PHX_BF16: o.template setOutput<gloo::float16>(static_cast<gloo::float16 *>(p), n); break;
-    case PHX_I32: o.template setOutput<int32_t>(static_cast<int32_t *>(p), n); break;
-    default: o.template setOutput<int64_t>(static_cast<int64_t *>(p), n); break;
-    }
-}
-
-template <typename Opts> void set_in(Opts &o, const void *p, size_t n, phx_dtype dt)
-{
-    void *q = const_cast<void *>(p);   // gloo only reads inputs
-    switch (dt) {
-    case PHX_F32: o.template setInput<float>(static_cast<float *>(q), n); break;
-    case PHX_F16: case PHX_BF16: o.template setInput<gloo::float16>(static_cast<gloo::float16 *>(q), n); break;
-    case PHX_I32: o.template setInput<int32_t>(static_cast<int32_t *>(q), n); break;
-    default: o.template setInput<int64_t>(static_cast<int64_t *>(q), n); break;
-    }
-}
 
 Algo pick(const State &s, size_t bytes)
 {
@@ -166,18 +137,7 @@ void run_allreduce(State &s, const Op &o)
         switch (pick(s, bytes)) {
         case RD: pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot); break;
         case HD: pxg::allreduce_hd(s.c, o.recv, n, o.dt, rop, slot); break;
-        default: {
-            gloo::AllreduceOptions opts(s.c.ctx);
-            opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-            set_out(opts, o.recv, n, o.dt);
-            phx_dtype dt = o.dt;
-            opts.setReduceFunction([dt, rop](void *out, const void *a, const void *b, size_t k) {
-                reduce_fn(dt, rop, out, a, b, k);
-            });
-            opts.setTag((uint32_t)s.seq);
-            opts.setTimeout(s.c.timeout);
-            gloo::allreduce(opts);
-        }
+        default: pxg::allreduce_ring(s.c, o.recv, n, o.dt, rop, slot); break;
         }
     }
     if (o.rop == PHX_AVG) px_divide(o.recv, n, o.dt, s.size);
@@ -186,50 +146,26 @@ void run_allreduce(State &s, const Op &o)
 void run_op(State &s, const Op &o)
 {
     size_t n = (size_t)o.count, es = phx_dtype_size(o.dt);
+    uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
     switch (o.kind) {
     case ALLREDUCE:
         if (n) run_allreduce(s, o);
         break;
-    case BROADCAST: {
-        if (!n || s.size == 1) break;
-        gloo::BroadcastOptions opts(s.c.ctx);
-        set_out(opts, o.recv, n, o.dt);
-        opts.setRoot(o.root);
-        opts.setTag((uint32_t)s.seq);
-        opts.setTimeout(s.c.timeout);
-        gloo::broadcast(opts);
+    case BROADCAST:
+        if (n && s.size > 1) pxg::broadcast_tree(s.c, o.recv, n * es, o.root, slot);
         break;
-    }
-    case ALLGATHER: {
-        if (!n) break;
-        uint8_t *mine = static_cast<uint8_t *>(o.recv) + (size_t)s.rank * n * es;
-        if (s.size == 1) {
-            if (mine != o.send) std::memcpy(mine, o.send, n * es);
-            break;
-        }
-        gloo::AllgatherOptions opts(s.c.ctx);
-        if (mine != o.send) set_in(opts, o.send, n, o.dt);   // else in place
-        set_out(opts, o.recv, n * (size_t)s.size, o.dt);
-        opts.setTag((uint32_t)s.seq);
-        opts.setTimeout(s.c.timeout);
-        gloo::allgather(opts);
+    case ALLGATHER:
+        if (n) pxg::allgather_ring(s.c, o.send, o.recv, n * es, slot);
         break;
-    }
-    case REDUCE_SCATTER: {
+    case REDUCE_SCATTER:
         if (!n) break;
-        uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
         pxg::reduce_scatter_ring(s.c, o.send, o.recv, n, o.dt, o.rop == PHX_AVG ? PHX_SUM : o.rop, slot);
         if (o.rop == PHX_AVG) px_divide(o.recv, n, o.dt, s.size);
         break;
-    }
-    case BARRIER: {
-        if (s.size == 1) break;
-        gloo::BarrierOptions opts(s.c.ctx);
-        opts.setTag((uint32_t)s.seq);
-        opts.setTimeout(s.c.timeout);
-        gloo::barrier(opts);
+    case BARRIER:
+        /* everyone has arrived when a one-element all-reduce completes */
+        if (s.size > 1) pxg::allreduce_rd(s.c, &s.token, 1, PHX_I32, PHX_SUM, slot);
         break;
-    }
     }
 }
 
@@ -332,6 +268,14 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     s->algo = al;
     s->c.timeout = std::chrono::milliseconds((long long)(a->timeout_s * 1000.0));
     std::string where;
+    // gloo writes to sockets without MSG_NOSIGNAL: a dead peer would kill
+    // this process with SIGPIPE. Its loop thread and our worker inherit
+    // this thread's mask, so block SIGPIPE while they are created (writes
+    // then fail with EPIPE, which gloo reports).
+    sigset_t pipe_set, old_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
     try {
         auto attr = device_attr(a->store);
         where = attr.iface.empty() ? attr.hostname : "interface " + attr.iface;
@@ -343,10 +287,12 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         s->c.ctx = ctx;
         s->worker = std::thread(worker_main, s);
     } catch (const std::exception &e) {
+        pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
         delete s;
         return phx_error(PHX_EPEER, "gloo: rank %d of %d: connecting the full mesh on %s failed: %s", a->rank,
                          a->size, where.c_str(), e.what());
     }
+    pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
     phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s", a->rank, a->size, where.c_str());
     *state = s;
     return PHX_OK;
