@@ -10,7 +10,8 @@
  *   phxrun --nproc-per-node 2 examples/fashion_mnist --epochs 2
  *
  * PHX_PRECISION=fp16|bf16 trains in mixed precision (fp16 with dynamic
- * loss scaling); the default is fp32.
+ * loss scaling); the default is fp32. PHX_DEVICE=cuda trains on the GPU
+ * (the default when one is usable).
  *
  *   fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S]
  *                 [--save PATH] [--load PATH]
@@ -55,7 +56,26 @@ static phx_tensor *read_idx(const char *name)
     return t;
 }
 
-static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y)
+/* A batch on the model's device: src itself on the CPU, else a view of the
+ * device buffer *buf (allocated once, for the largest batch) holding a copy. */
+static phx_tensor *stage(phx_tensor *src, phx_tensor **buf, phx_device dev)
+{
+    if (dev.kind == PHX_DEVICE_CPU)
+        return phx_tensor_retain(src);
+    if (!*buf || phx_tensor_dim(*buf, 0) < phx_tensor_dim(src, 0)) {
+        phx_tensor_free(*buf);
+        *buf = phx_tensor_new(phx_tensor_dtype(src), phx_tensor_ndim(src), phx_tensor_shape(src), dev);
+        if (!*buf)
+            die("device buffer");
+    }
+    phx_tensor *v = phx_tensor_view(*buf, 0, phx_tensor_ndim(src), phx_tensor_shape(src));
+    if (!v)
+        die("device view");
+    check(phx_tensor_copy(v, src), "copy to device");
+    return v;
+}
+
+static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_device dev)
 {
     phx_loader *l = phx_loader_new(x, y, 1000, false, 0, false, NULL, 0);
     if (!l)
@@ -63,18 +83,21 @@ static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y)
     phx_tensor *xb, *yb, *out;
     int64_t right = 0, total = 0;
     int64_t shape[2] = {1000, 10};
-    phx_tensor *o32 = phx_tensor_new(PHX_F32, 2, shape, phx_cpu());
-    if (!o32)
+    phx_tensor *o32 = phx_tensor_new(PHX_F32, 2, shape, dev), *xdev = NULL;
+    float *o = malloc(sizeof(float) * 1000 * 10);
+    if (!o32 || !o)
         die("accuracy buffer");
     check(phx_module_train(model, false), "eval mode");
     while (phx_loader_next(l, &xb, &yb) == 1) {
-        check(phx_module_forward(model, xb, &out), "forward");
+        phx_tensor *xd = stage(xb, &xdev, dev);
+        check(phx_module_forward(model, xd, &out), "forward");
+        phx_tensor_free(xd);
         phx_tensor *ov = phx_tensor_view(o32, 0, 2, phx_tensor_shape(out));
         if (!ov)
             die("accuracy view");
         check(phx_tensor_cast(ov, out), "output to f32");
+        check(phx_tensor_to_host(ov, o), "output to host");
         phx_tensor_free(ov);
-        const float *o = phx_tensor_data(o32);
         const int64_t *lab = phx_tensor_data(yb);
         for (int64_t r = 0; r < phx_tensor_dim(out, 0); r++) {
             int best = 0;
@@ -87,6 +110,8 @@ static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y)
     }
     check(phx_module_train(model, true), "train mode");
     phx_tensor_free(o32);
+    phx_tensor_free(xdev);
+    free(o);
     phx_loader_free(l);
     return (double)right / (double)total;
 }
@@ -142,6 +167,11 @@ int main(int argc, char **argv)
     phx_precision *prec = NULL;
     check(phx_precision_new(NULL, &prec), "PHX_PRECISION");
     check(phx_module_set_precision(model, prec), "precision");
+    /* PHX_DEVICE, else cuda:LOCAL_RANK when a GPU is usable, else the CPU. */
+    phx_device dev;
+    check(phx_device_default(&dev), "PHX_DEVICE");
+    check(phx_module_to(model, dev), "model to device");
+    phx_tensor *xdev = NULL, *ydev = NULL;
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
     /* DDP: the wrapper all-reduces gradient buckets during backward. */
     phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
@@ -164,10 +194,12 @@ int main(int argc, char **argv)
         if (rank == 0)
             printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
     }
-    if (rank == 0)
-        printf("MLP 784-512-256-10, AdamW lr %g, batch %lld x %d rank%s (%s), %s, %d threads per rank\n", lr,
+    if (rank == 0) {
+        char dname[32];
+        printf("MLP 784-512-256-10, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
                (long long)batch, size, size > 1 ? "s" : "", comm ? phx_comm_backend(comm) : "single process",
-               phx_precision_name(prec), phx_num_threads());
+               phx_precision_name(prec), phx_device_name(dev, dname, sizeof dname), phx_num_threads());
+    }
     for (int e = first; e < first + epochs; e++) {
         size_t n_idx;
         phx_sampler_set_epoch(sampler, e);
@@ -181,8 +213,11 @@ int main(int argc, char **argv)
         while (phx_loader_next(train, &xb, &yb) == 1) {
             float loss;
             check(phx_optimizer_zero_grad(opt), "zero_grad");
-            check(phx_module_forward(net, xb, &out), "forward");
-            check(phx_loss_forward(ce, out, yb, &loss), "loss");
+            phx_tensor *xd = stage(xb, &xdev, dev), *yd = stage(yb, &ydev, dev);
+            check(phx_module_forward(net, xd, &out), "forward");
+            check(phx_loss_forward(ce, out, yd, &loss), "loss");
+            phx_tensor_free(xd);
+            phx_tensor_free(yd);
             check(phx_scaler_scale_grad(scaler, phx_loss_grad(ce)), "scale");
             check(phx_module_backward(net, phx_loss_grad(ce), NULL), "backward");
             check(phx_scaler_step(scaler, opt, NULL), "step");
@@ -199,7 +234,7 @@ int main(int argc, char **argv)
         }
     }
     if (rank == 0)
-        printf("Test accuracy: %.4f\n", accuracy(model, xte, yte));
+        printf("Test accuracy: %.4f\n", accuracy(model, xte, yte, dev));
     if (save && rank == 0) {
         char ep[32];
         snprintf(ep, sizeof ep, "%d", first + epochs);
@@ -207,6 +242,8 @@ int main(int argc, char **argv)
         check(phx_checkpoint_save(save, net, opt, scaler, meta, 2), "--save");
         printf("saved %s\n", save);
     }
+    phx_tensor_free(xdev);
+    phx_tensor_free(ydev);
     phx_sampler_free(sampler);
     phx_loss_free(ce);
     phx_optimizer_free(opt);
