@@ -5,7 +5,8 @@
  *  2. The MLP 784-1024-1024-10 (ReLU, cross-entropy, SGD lr 0.01), batch
  *     512: unwrapped with 1 BLAS thread, DataParallel over 2 CPU replicas,
  *     (for reference) unwrapped with 2 BLAS threads, and PyTorch's single
- *     process at 2 threads (bench/torch/dp.py). Steps/s are the best of
+ *     process at 2 threads (bench/torch/dp.py; also at 1 thread, since
+ *     its OpenMP pool at 2 threads can be slower than 1 on a busy machine). Steps/s are the best of
  *     short rounds; the first two variants interleaved round by round,
  *     since the machine may be shared.
  * Targets: DataParallel(2) >= 1.7x unwrapped at 1 thread, >= 1.2x PyTorch.
@@ -156,12 +157,12 @@ static void round_of(runner *r, int steps)
         r->best = sps;
 }
 
-static double run_torch(const char *script, double seconds, int64_t batch)
+static double run_torch(const char *script, int threads, double seconds, int64_t batch)
 {
     const char *py = getenv("TORCH_PYTHON");
     char cmd[2048], line[256];
-    snprintf(cmd, sizeof cmd, "%s %s --threads 2 --seconds %g --batch %lld", py && *py ? py : "/usr/bin/python3",
-             script, seconds, (long long)batch);
+    snprintf(cmd, sizeof cmd, "%s %s --threads %d --seconds %g --batch %lld", py && *py ? py : "/usr/bin/python3",
+             script, threads, seconds, (long long)batch);
     FILE *p = popen(cmd, "r");
     double v = -1;
     while (p && fgets(line, sizeof line, p))
@@ -219,21 +220,25 @@ int main(int argc, char **argv)
             round_of(&r[i], 3);
     for (deadline = now() + seconds / 2; now() < deadline;)
         round_of(&r[2], 3);
-    double torch = script ? run_torch(script, seconds / 2, batch) : -1;
+    double torch = script ? run_torch(script, 2, seconds / 2, batch) : -1;
+    double torch1 = script ? run_torch(script, 1, seconds / 2, batch) : -1;
 
     printf("MLP 784-1024-1024-10, batch %lld, cross-entropy, SGD (best of short rounds, %.0f s)\n",
            (long long)batch, seconds);
     for (int i = 0; i < 3; i++)
         printf("  %-32s %8.2f steps/s\n", r[i].name, r[i].best);
     if (torch > 0)
-        printf("  %-32s %8.2f steps/s\n", "PyTorch, 1 process, 2 threads", torch);
+        printf("  %-32s %8.2f steps/s\n  %-32s %8.2f steps/s\n", "PyTorch, 1 process, 2 threads", torch,
+               "PyTorch, 1 process, 1 thread", torch1);
     else
         printf("  %-32s  skipped (no python3-torch or --no-torch)\n", "PyTorch, 1 process, 2 threads");
     printf("  DataParallel(2) / unwrapped(1 thread)  %.2fx  (target >= 1.70, scaling efficiency %.0f%%)\n",
            r[1].best / r[0].best, 50.0 * r[1].best / r[0].best);
     printf("  DataParallel(2) / unwrapped(2 threads) %.2fx\n", r[1].best / r[2].best);
     if (torch > 0)
-        printf("  DataParallel(2) / PyTorch(2 threads)   %.2fx  (target >= 1.20)\n", r[1].best / torch);
+        printf("  DataParallel(2) / PyTorch(2 threads)   %.2fx  (target >= 1.20)\n"
+               "  DataParallel(2) / PyTorch(1 thread)    %.2fx  (PyTorch's best single-process rate here)\n",
+               r[1].best / torch, r[1].best / torch1);
 
     for (int i = 0; i < 3; i++) {
         phx_optimizer_free(r[i].opt);
