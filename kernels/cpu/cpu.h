@@ -90,6 +90,32 @@ PX_INLINE uint32_t px_philox_get(px_philox_cursor *c, uint64_t idx)
     return c->w[idx & 3u];
 }
 
+/* Numbers first .. first + count - 1 of the Philox stream of seed, for
+ * count <= PX_PHILOX_CHUNK: whole blocks into buf (4 * (PX_PHILOX_CHUNK/4
+ * + 2) words, on the caller's stack), one independent block per iteration
+ * so the loop vectorises; returns where number `first` landed. */
+#define PX_PHILOX_CHUNK 512
+#define PX_PHILOX_BUF (4 * (PX_PHILOX_CHUNK / 4 + 2))
+
+PX_INLINE const uint32_t *px_philox_chunk(uint64_t seed, uint64_t first, int64_t count, uint32_t *buf)
+{
+    uint64_t b0 = first >> 2;
+    int64_t nb = ((int64_t)(first & 3u) + count + 3) / 4;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int64_t k = 0; k < nb; k++) {
+        uint64_t b = b0 + (uint64_t)k;
+        uint32_t c0 = (uint32_t)b, c1 = (uint32_t)(b >> 32), c2 = 0, c3 = 0, key0 = k0, key1 = k1;
+        for (int r = 0; r < 10; r++) { /* phx_philox4x32_10, unrolled on scalars */
+            uint64_t p0 = (uint64_t)PHX_PHILOX_M0 * c0, p1 = (uint64_t)PHX_PHILOX_M1 * c2;
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ key0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ key1;
+            c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;
+            key0 += PHX_PHILOX_W0, key1 += PHX_PHILOX_W1;
+        }
+        buf[4 * k] = c0, buf[4 * k + 1] = c1, buf[4 * k + 2] = c2, buf[4 * k + 3] = c3;
+    }
+    return buf + (first & 3u);
+}
+
 /* Sum of x[o..o+n) - shift in 8 interleaved f32 partial sums
  * (vectorisable, and an error bound 8x smaller than one running sum). */
 PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, float shift)

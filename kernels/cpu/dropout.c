@@ -8,12 +8,15 @@ PX_INLINE void px_dropout_fwd_loop(int64_t n, float p, uint64_t seed, uint64_t o
                                    uint8_t *mask, int dt)
 {
     float scale = phx_dropout_scale(p);
-    px_philox_cursor c;
-    px_philox_start(&c, seed);
-    for (int64_t i = 0; i < n; i++) {
-        int keep = phx_dropout_keep(phx_u32_to_uniform(px_philox_get(&c, offset + (uint64_t)i)), p);
-        if (mask) mask[i] = (uint8_t)keep;
-        px_st(y, dt, i, keep ? px_ld(x, dt, i) * scale : 0.0f);
+    uint32_t buf[PX_PHILOX_BUF];
+    for (int64_t i0 = 0; i0 < n; i0 += PX_PHILOX_CHUNK) {
+        int64_t m = n - i0 < PX_PHILOX_CHUNK ? n - i0 : PX_PHILOX_CHUNK;
+        const uint32_t *u = px_philox_chunk(seed, offset + (uint64_t)i0, m, buf);
+        for (int64_t i = 0; i < m; i++) {
+            int keep = phx_dropout_keep(phx_u32_to_uniform(u[i]), p);
+            if (mask) mask[i0 + i] = (uint8_t)keep;
+            px_st(y, dt, i0 + i, phx_self_f32(keep, px_ld(x, dt, i0 + i) * scale, 0.0f));
+        }
     }
 }
 

@@ -36,22 +36,36 @@ PX_INLINE double px_xent_row(int64_t classes, const void *x, int dt, int64_t o, 
             for (int64_t j = 0; j < classes; j++) g[j] = phx_nll_grad(j == label, scale);
         return -(double)px_ld(x, dt, o + label);
     }
+    /* row max in 8 lanes (a select, not fmaxf, so it vectorises; a NaN
+     * logit is skipped here and reaches the loss through exp below) */
+    float m8[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+    int64_t i = 0;
+    for (; i + 8 <= classes; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float v = px_ld(x, dt, o + i + j);
+            m8[j] = phx_self_f32(v > m8[j], v, m8[j]);
+        }
     float mx = -INFINITY;
-    for (int64_t j = 0; j < classes; j++) {
-        float v = px_ld(x, dt, o + j);
+    for (int j = 0; j < 8; j++) mx = m8[j] > mx ? m8[j] : mx;
+    for (; i < classes; i++) {
+        float v = px_ld(x, dt, o + i);
         mx = v > mx ? v : mx;
     }
     /* in shifted terms (x - mx, log s), as torch's log_softmax: large
      * logits lose no precision to the rounding of lse = mx + log s. The
-     * gradient row holds exp(x - mx) between the two passes (one expf per
-     * element). */
-    float s = 0.0f;
+     * gradient row holds exp(x - mx) between the two passes. */
+    float s;
     if (g) {
-        for (int64_t j = 0; j < classes; j++) s += g[j] = expf(px_ld(x, dt, o + j) - mx);
+        for (int64_t j = 0; j < classes; j++) g[j] = phx_expf(px_ld(x, dt, o + j) - mx);
+        s = px_sum_shifted(g, PHX_F32, 0, classes, 0.0f);
         float inv = 1.0f / s;
         for (int64_t j = 0; j < classes; j++) g[j] = phx_softmax_grad(g[j], inv, j == label, scale);
     } else {
-        for (int64_t j = 0; j < classes; j++) s += expf(px_ld(x, dt, o + j) - mx);
+        float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        for (i = 0; i + 8 <= classes; i += 8)
+            for (int j = 0; j < 8; j++) acc[j] += phx_expf(px_ld(x, dt, o + i + j) - mx);
+        s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; i < classes; i++) s += phx_expf(px_ld(x, dt, o + i) - mx);
     }
     return (double)logf(s) - (double)(px_ld(x, dt, o + label) - mx);
 }

@@ -7,21 +7,22 @@
 PX_INLINE void px_uniform_loop(void *dst, int dt, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi)
 {
     float span = hi - lo;
-    px_philox_cursor c;
-    px_philox_start(&c, seed);
-    for (int64_t i = 0; i < n; i++)
-        px_st(dst, dt, i, lo + span * phx_u32_to_uniform(px_philox_get(&c, offset + (uint64_t)i)));
+    uint32_t buf[PX_PHILOX_BUF];
+    for (int64_t i0 = 0; i0 < n; i0 += PX_PHILOX_CHUNK) {
+        int64_t m = n - i0 < PX_PHILOX_CHUNK ? n - i0 : PX_PHILOX_CHUNK;
+        const uint32_t *u = px_philox_chunk(seed, offset + (uint64_t)i0, m, buf);
+        for (int64_t i = 0; i < m; i++) px_st(dst, dt, i0 + i, lo + span * phx_u32_to_uniform(u[i]));
+    }
 }
 
 PX_INLINE void px_normal_loop(void *dst, int dt, int64_t n, uint64_t seed, uint64_t offset, float mean, float std)
 {
-    px_philox_cursor c;
-    px_philox_start(&c, seed);
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t k = offset + 2 * (uint64_t)i;
-        float u1 = phx_u32_to_uniform(px_philox_get(&c, k));
-        float u2 = phx_u32_to_uniform(px_philox_get(&c, k + 1));
-        px_st(dst, dt, i, mean + std * phx_box_muller(u1, u2));
+    uint32_t buf[PX_PHILOX_BUF];
+    for (int64_t i0 = 0; i0 < n; i0 += PX_PHILOX_CHUNK / 2) {
+        int64_t m = n - i0 < PX_PHILOX_CHUNK / 2 ? n - i0 : PX_PHILOX_CHUNK / 2;
+        const uint32_t *u = px_philox_chunk(seed, offset + 2 * (uint64_t)i0, 2 * m, buf);
+        for (int64_t i = 0; i < m; i++)
+            px_st(dst, dt, i0 + i, mean + std * phx_box_muller(phx_u32_to_uniform(u[2 * i]), phx_u32_to_uniform(u[2 * i + 1])));
     }
 }
 
