@@ -67,29 +67,6 @@ PX_INLINE void px_st(void *p, int dt, int64_t i, float v)
     } while (0)
 #define PX_FLOAT_DISPATCH(name, dt, CALL) PX_FLOAT_DISPATCH_AS(name, dt, DT, CALL)
 
-/* Walks the Philox stream computing each block of 4 numbers once. */
-typedef struct px_philox_cursor {
-    uint64_t seed, block;
-    uint32_t w[4];
-} px_philox_cursor;
-
-PX_INLINE void px_philox_start(px_philox_cursor *c, uint64_t seed)
-{
-    c->seed = seed;
-    c->block = UINT64_MAX; /* no block index reaches 2^64 - 1 */
-}
-
-/* phx_philox_at(seed, idx), sharing blocks between neighbouring calls */
-PX_INLINE uint32_t px_philox_get(px_philox_cursor *c, uint64_t idx)
-{
-    uint64_t b = idx >> 2;
-    if (b != c->block) {
-        c->block = b;
-        phx_philox_block(c->seed, b, c->w);
-    }
-    return c->w[idx & 3u];
-}
-
 /* Numbers first .. first + count - 1 of the Philox stream of seed, for
  * count <= PX_PHILOX_CHUNK: whole blocks into buf (4 * (PX_PHILOX_CHUNK/4
  * + 2) words, on the caller's stack), one independent block per iteration
