@@ -6,7 +6,7 @@
 #include "phalanx/error.h"
 #include "phalanx/log.h"
 
-#define PX_ERROR_LEN 1024
+#define PX_ERROR_LEN 4096 /* loader errors list every folder searched */
 
 /* One buffer per thread: two threads failing at once never mix messages. */
 static _Thread_local char px_last_error[PX_ERROR_LEN];
