@@ -191,12 +191,13 @@ static phx_status debug_check(phx_comm *c, const char *who, const char *desc)
             return phx_error(st, "%s: PHX_DEBUG=detail: rank %d did not issue collective #%" PRIu64
                              " within %.3g s (this rank issued %s)", who, r, c->seq, c->timeout_s, mine);
         }
-        snprintf(r == 0 ? first : other, sizeof first, "%.*s", (int)n, (char *)v);
+        char *dst = r == 0 ? first : bad < 0 ? other : NULL;   /* keep the first that differs */
+        if (dst) snprintf(dst, sizeof first, "%.*s", (int)n, (char *)v);
         free(v);
         if (r > 0 && bad < 0 && strcmp(first, other) != 0) bad = r;
-        if (bad == r) break;
     }
-    /* Everyone has now published #seq, so all have read #seq-1: drop ours. */
+    /* Every rank has published #seq (all were read), so every rank is done
+     * reading #seq-1: drop ours. */
     if (c->seq > 0) {
         snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq - 1, c->rank);
         phx_store_delete(c->store, key, NULL);

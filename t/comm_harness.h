@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "phalanx/phalanx.h"
 #include "t/tap.h"
 
 #define H_MAX_RANKS 8
@@ -57,6 +58,16 @@ static inline int h_check(h_shared *h, int rank, int cond, const char *why, cons
     r->ok[k] = cond ? 1 : 0;
     snprintf(r->why[k], sizeof r->why[k], "%s", cond ? "" : (why ? why : ""));
     return cond;
+}
+
+/* 1 when the comm plugin `name` loads here, for worlds of threads or of
+ * processes (gloo is optional at build time). */
+static inline int h_have(const char *name)
+{
+    const phx_plugin_desc *d;
+    phx_probe_ctx threads = {1, 1, 0}, procs = {0, 1, 0};
+    return phx_plugin_load(PHX_PLUGIN_COMM, name, &threads, &d) == PHX_OK ||
+           phx_plugin_load(PHX_PLUGIN_COMM, name, &procs, &d) == PHX_OK;
 }
 
 /* One TAP line per check of rank `lead` (all ranks run the same list);
