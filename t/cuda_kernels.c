@@ -6,13 +6,17 @@
  * Bounds: ops that do the same f32 arithmetic as the CPU (casts, fills,
  * axpby, mul, bias_add, relu, dropout, the uniform fill, SGD, Adam,
  * unscale, max/min) must match bit for bit; the plugin is built without
- * FMA contraction so they do. Transcendental activations and the normal
- * fill (CUDA's expf/erff/tanhf/logf/cosf against glibc's): relative error
- * <= 1e-6 with an absolute floor of 1e-6 for f32 results, one rounding of
- * the result type for f16/bf16. Reductions summed in another order
- * (layernorm, softmax, loss values): ||gpu - cpu|| / ||cpu|| <= 1e-5
- * (2e-5 for layernorm's dw/db sums over 300 rows), 1e-6 for the double
- * loss sums, 1e-12 for reduce's double sums.
+ * FMA contraction so they do. Transcendental activations (math.h's
+ * phx_expf/phx_tanhf/phx_erf1p on both devices) and the normal fill
+ * (CUDA's logf/cosf against glibc's): relative error <= 1e-6 with an
+ * absolute floor of 1e-6 for f32 results, one rounding of the result type
+ * for f16/bf16. Reductions summed in another order (layernorm, softmax,
+ * loss values): ||gpu - cpu|| / ||cpu|| <= 1e-5 (2e-5 for layernorm's
+ * dw/db sums over 300 rows), 1e-6 for the double loss sums, 1e-12 for
+ * reduce's double sums. Layernorm and cross entropy also run on inputs
+ * with a large common offset: both devices work on rows shifted by their
+ * first element / their max, so the bounds stay the same (an unshifted
+ * mean or lse = max + log s would be off by ~ulp(offset), far beyond).
  * GEMM, ||gpu - cpu|| / ||cpu||: 1e-5 with an f32 result, 2e-3 into f16,
  * 1.6e-2 into bf16 (one rounding of the result type, 2^-9 and 2^-6 at
  * worst after a reordered f32 sum). Skips without a CUDA device. */
@@ -345,19 +349,31 @@ static void test_random(void)
     }
 }
 
+/* A large common offset for dt. f32: 1e5 (ulp 2^-7). Simulated on the
+ * CPU, unshifted forms miss the bounds by far there: a layernorm mean
+ * from sum x puts y off by ~5e-2, and lse = max + log s the cross entropy
+ * gradient by ~1.5e-4 and its loss by ~1.2e-5 (reordered shifted sums:
+ * ~3e-7, 1e-7, 7e-8). f16/bf16 (bounds of one rounding of theirs): 64,
+ * where a range of 4 still holds 8 (bf16) to 64 (f16) values. */
+static float big_offset(phx_dtype dt) { return dt == PHX_F32 ? 1e5f : 64.f; }
+
 static void test_layernorm(void)
 {
-    int64_t shapes[2][2] = { { 300, 1000 }, { 257, 37 } };
+    /* rows, cols, whether x has a large common offset */
+    int64_t shapes[3][3] = { { 300, 1000, 0 }, { 257, 37, 0 }, { 300, 1000, 1 } };
     for (int d = 0; d < 3; d++)
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < 3; s++)
             for (int affine = 0; affine < 2; affine++) {
                 phx_dtype dt = fdt[d];
                 int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-                buf x = brand(dt, n, 2, 6), w = brand(PHX_F32, cols, 0.5f, 1.5f), b = brand(PHX_F32, cols, -1, 1);
+                float off = shapes[s][2] ? big_offset(dt) : 0.f;
+                buf x = brand(dt, n, off + 2, off + 6), w = brand(PHX_F32, cols, 0.5f, 1.5f),
+                    b = brand(PHX_F32, cols, -1, 1);
                 buf y = bnew(x.bytes), mean = bnew((size_t)rows * 4), rstd = bnew((size_t)rows * 4);
                 char what[96];
-                snprintf(what, sizeof what, "layernorm %s (%lld, %lld)%s", phx_dtype_name(dt), (long long)rows,
-                         (long long)cols, affine ? " affine" : "");
+                snprintf(what, sizeof what, "layernorm %s (%lld, %lld)%s, x in [%g, %g)", phx_dtype_name(dt),
+                         (long long)rows, (long long)cols, affine ? " affine" : "", (double)(off + 2),
+                         (double)(off + 6));
                 if (!check_ok(KG->layernorm_forward(0, rows, cols, 1e-5f, x.d, affine ? w.d : NULL,
                                                     affine ? b.d : NULL, y.d, mean.d, rstd.d, dt),
                               KC->layernorm_forward(0, rows, cols, 1e-5f, x.h, affine ? w.h : NULL,
@@ -406,23 +422,25 @@ static void test_losses(void)
     int64_t classes_list[2] = { 10, 2000 };
     for (int d = 0; d < 3; d++)
         for (int ci = 0; ci < 2; ci++)
-            for (int logp = 0; logp < 2; logp++) {
+            for (int mode = 0; mode < 3; mode++) { /* cross entropy, the same on offset logits, nll */
                 phx_dtype dt = fdt[d];
+                int logp = mode == 2;
+                float off = mode == 1 ? big_offset(dt) : 0.f;
                 int64_t rows = 300, classes = classes_list[ci];
-                buf x = brand(dt, rows * classes, -8, 8), lab = bnew((size_t)rows * 8), g = bnew((size_t)(rows * classes) * 4),
-                    l = bnew(4);
+                buf x = brand(dt, rows * classes, off - 8, off + 8), lab = bnew((size_t)rows * 8),
+                    g = bnew((size_t)(rows * classes) * 4), l = bnew(4);
                 int64_t *lh = malloc((size_t)rows * 8);
                 for (int64_t r = 0; r < rows; r++) lh[r] = (int64_t)(rnd64() % (uint64_t)classes);
                 bset(&lab, lh);
                 int64_t bg = 5, bc = 5;
-                char what[80];
-                snprintf(what, sizeof what, "%s %s, %lld classes: loss", logp ? "nll" : "cross_entropy",
-                         phx_dtype_name(dt), (long long)classes);
+                char what[96];
+                snprintf(what, sizeof what, "%s %s, %lld classes%s: loss", logp ? "nll" : "cross_entropy",
+                         phx_dtype_name(dt), (long long)classes, off != 0.f ? ", logits offset" : "");
                 if (check_ok(KG->cross_entropy(0, rows, classes, x.d, dt, lab.d, logp, l.d, g.d, &bg),
                              KC->cross_entropy(0, rows, classes, x.h, dt, lab.h, logp, l.h, g.h, &bc), what)) {
                     close_norm(&l, PHX_F32, 1, 1e-6, what);
-                    snprintf(what, sizeof what, "%s %s, %lld classes: gradient", logp ? "nll" : "cross_entropy",
-                             phx_dtype_name(dt), (long long)classes);
+                    snprintf(what, sizeof what, "%s %s, %lld classes%s: gradient", logp ? "nll" : "cross_entropy",
+                             phx_dtype_name(dt), (long long)classes, off != 0.f ? ", logits offset" : "");
                     if (logp) same(&g, what);
                     else close_norm(&g, PHX_F32, rows * classes, 1e-5, what);
                     ok(bg == -1 && bc == -1, "  ... no bad label reported");

@@ -113,11 +113,12 @@ __global__ void k_xent_rows(int64_t rows, int64_t classes, const void *x, const 
             }
         mx = px_group_max<G>(mx, sh);
         /* shifted terms (x - mx, log s), as the CPU and torch's log_softmax;
-         * the gradient row holds exp(x - mx) between the passes */
+         * the gradient row holds exp(x - mx) between the passes. The CPU's
+         * phx_expf (not CUDA's expf, 2 ulp): the same bits per element */
         float s = 0.0f;
         if (live)
             for (int64_t j = lane; j < classes; j += G) {
-                float e = expf(px_ld<DT>(x, o + j) - mx);
+                float e = phx_expf(px_ld<DT>(x, o + j) - mx);
                 if (g) g[j] = e;
                 s += e;
             }
