@@ -292,26 +292,6 @@ static const phx_module_vtable ddp_vtable = {
     /* .clone     = */ NULL,
 };
 
-/* The wrapper lists the model's parameters under the model's own names
- * (not "module.*"): its cached flat list is filled here once and never
- * invalidated, since the wrapper has no parameters or children of its own. */
-static phx_status share_params(phx_module *self, phx_module *model, size_t n)
-{
-    self->flat = px_calloc(n ? n : 1, sizeof *self->flat);
-    self->flat_names = px_calloc(n ? n : 1, sizeof *self->flat_names);
-    if (!self->flat || !self->flat_names)
-        return PHX_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        self->flat[i] = phx_module_param(model, i);
-        self->flat_names[i] = px_strdup(phx_module_param_name(model, i));
-        if (!self->flat_names[i])
-            return PHX_ENOMEM;
-        self->n_flat = i + 1;
-    }
-    self->flat_valid = true;
-    return PHX_OK;
-}
-
 static int cmp_addr(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t)*(phx_param *const *)a, y = (uintptr_t)*(phx_param *const *)b;
@@ -379,7 +359,7 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
     d->self = self;
     phx_status st = ddp_init(d);
     if (st == PHX_OK)
-        st = share_params(self, model, d->n_params);
+        st = px_module_adopt_params(self, model);
     /* Collectives: every rank reaches these with the same model count. */
     if (st == PHX_OK)
         st = px_ddp_check_models(d);

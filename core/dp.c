@@ -150,25 +150,6 @@ static phx_status scatter(px_dp *d, const phx_tensor *t, int pass)
 
 /* ---- parameters ------------------------------------------------------ */
 
-/* The wrapper lists the model's parameters under the model's own names:
- * its cached flat list is filled once and never invalidated, since the
- * wrapper has no parameters or children of its own. (DDP does the same.) */
-static phx_status list_model_params(phx_module *self, phx_module *model, size_t n)
-{
-    self->flat = px_calloc(n ? n : 1, sizeof *self->flat);
-    self->flat_names = px_calloc(n ? n : 1, sizeof *self->flat_names);
-    if (!self->flat || !self->flat_names)
-        return PHX_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        self->flat[i] = phx_module_param(model, i);
-        if (!(self->flat_names[i] = px_strdup(phx_module_param_name(model, i))))
-            return PHX_ENOMEM;
-        self->n_flat = i + 1;
-    }
-    self->flat_valid = true;
-    return PHX_OK;
-}
-
 /* Records the order of replica 0's gradients (the hook of its params). */
 static void record_ready(phx_param *p, void *user)
 {
@@ -743,7 +724,7 @@ phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_de
     self->training = model->training;
     self->precision = d->precision = model->precision;
     self->compute_dtype = d->compute_dtype = model->compute_dtype;
-    if ((st = list_model_params(self, model, np)) != PHX_OK || (st = dp_init(d)) != PHX_OK) {
+    if ((st = px_module_adopt_params(self, model)) != PHX_OK || (st = dp_init(d)) != PHX_OK) {
         phx_module_free(self);
         return NULL;
     }

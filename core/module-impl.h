@@ -66,6 +66,12 @@ const phx_kernels_v1 *px_kernels(phx_device d);
 phx_status px_module_copy_params(phx_module *dst, const phx_module *src);
 /* Gives a freshly cloned tree the mode and precision of the original. */
 void px_module_copy_settings(phx_module *dst, const phx_module *src);
+/* Lists model's parameters as wrapper's own, under the model's names (not
+ * "module.*"): for the DataParallel and DDP wrappers, which have no
+ * parameters or children of their own, so wrapper's flat list is filled
+ * here once and never invalidated. Call once, on a fresh wrapper; on
+ * failure what was filled is freed with the wrapper. */
+phx_status px_module_adopt_params(phx_module *wrapper, const phx_module *model);
 
 /* A module's own parameter i. */
 static inline phx_param *px_own_param(const phx_module *m, size_t i) { return m->params[i]; }

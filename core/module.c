@@ -443,6 +443,23 @@ phx_status px_module_copy_params(phx_module *dst, const phx_module *src)
     return PHX_OK;
 }
 
+phx_status px_module_adopt_params(phx_module *wrapper, const phx_module *model)
+{
+    size_t n = phx_module_num_params(model);
+    wrapper->flat = px_calloc(n ? n : 1, sizeof *wrapper->flat);
+    wrapper->flat_names = px_calloc(n ? n : 1, sizeof *wrapper->flat_names);
+    if (!wrapper->flat || !wrapper->flat_names)
+        return PHX_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        wrapper->flat[i] = phx_module_param(model, i);
+        if (!(wrapper->flat_names[i] = px_strdup(phx_module_param_name(model, i))))
+            return PHX_ENOMEM;
+        wrapper->n_flat = i + 1;
+    }
+    wrapper->flat_valid = true;
+    return PHX_OK;
+}
+
 /* ---- tree-wide settings --------------------------------------------- */
 
 phx_status phx_module_set_grad_hook(phx_module *m, phx_grad_hook fn, void *user)
