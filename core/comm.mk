@@ -36,3 +36,10 @@ EXTRA_DIST += t/comm_threads.sh t/comm_gloo_123.sh t/comm_gloo_4.sh t/comm_gloo_
 if HAVE_GLOO
 TESTS += t/comm_gloo_123.sh t/comm_gloo_4.sh t/comm_gloo_algos.sh t/comm_phxrun_gloo.sh
 endif
+
+# ---- make bench: all-reduce bandwidth beside torch.distributed gloo
+noinst_PROGRAMS += bench/allreduce
+bench_allreduce_SOURCES = bench/allreduce.c
+bench_allreduce_LDADD = libphalanx.la -lm
+bench_programs += bench/allreduce
+EXTRA_DIST += bench/torch/allreduce.py

@@ -24,9 +24,12 @@ static inline float px_red_f(float acc, float x, phx_reduce_op op)
     }
 }
 
+/* Every reducer writes each block of results to nout outputs (out[o] +
+ * the block's offset within the range): the threads backend stores its
+ * slice straight into every rank's buffer. */
 #define PX_RED_INT(T, U)                                                                        \
-    static inline void px_red_##T(T *out, const void *const *in, int n, size_t off, size_t cnt,  \
-                                  phx_reduce_op op, int div)                                     \
+    static inline void px_red_##T(T *const *out, int nout, const void *const *in, int n, size_t off, \
+                                  size_t cnt, phx_reduce_op op, int div)                         \
     {                                                                                            \
         T acc[PX_RED_BLOCK];                                                                     \
         for (size_t b = 0; b < cnt; b += PX_RED_BLOCK) {                                         \
@@ -39,15 +42,15 @@ static inline float px_red_f(float acc, float x, phx_reduce_op op)
                 else for (size_t i = 0; i < m; i++) acc[i] = (T)((U)acc[i] + (U)x[i]);            \
             }                                                                                    \
             if (div > 1) for (size_t i = 0; i < m; i++) acc[i] = (T)(acc[i] / div);              \
-            memcpy(out + b, acc, m * sizeof(T));                                                 \
+            for (int o = 0; o < nout; o++) memcpy(out[o] + b, acc, m * sizeof(T));               \
         }                                                                                        \
     }
 PX_RED_INT(int32_t, uint32_t)
 PX_RED_INT(int64_t, uint64_t)
 #undef PX_RED_INT
 
-static inline void px_red_float(float *out, const void *const *in, int n, size_t off, size_t cnt, phx_reduce_op op,
-                                int div)
+static inline void px_red_float(float *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
+                                phx_reduce_op op, int div)
 {
     float acc[PX_RED_BLOCK];
     for (size_t b = 0; b < cnt; b += PX_RED_BLOCK) {
@@ -60,15 +63,16 @@ static inline void px_red_float(float *out, const void *const *in, int n, size_t
             else for (size_t i = 0; i < m; i++) acc[i] += x[i];
         }
         if (div > 1) for (size_t i = 0; i < m; i++) acc[i] /= (float)div;
-        memcpy(out + b, acc, m * sizeof(float));
+        for (int o = 0; o < nout; o++) memcpy(out[o] + b, acc, m * sizeof(float));
     }
 }
 
 /* f16 (bf = 0) or bf16 (bf = 1): accumulate in f32, round once. */
-static inline void px_red_half(uint16_t *out, const void *const *in, int n, size_t off, size_t cnt,
+static inline void px_red_half(uint16_t *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
                                phx_reduce_op op, int div, int bf)
 {
     float acc[PX_RED_BLOCK];
+    uint16_t h[PX_RED_BLOCK];
     for (size_t b = 0; b < cnt; b += PX_RED_BLOCK) {
         size_t m = cnt - b < PX_RED_BLOCK ? cnt - b : PX_RED_BLOCK;
         for (int q = 0; q < n; q++) {
@@ -79,24 +83,34 @@ static inline void px_red_half(uint16_t *out, const void *const *in, int n, size
             }
         }
         if (div > 1) for (size_t i = 0; i < m; i++) acc[i] /= (float)div;
-        for (size_t i = 0; i < m; i++) out[b + i] = bf ? phx_f32_to_bf16(acc[i]) : phx_f32_to_f16(acc[i]);
+        for (size_t i = 0; i < m; i++) h[i] = bf ? phx_f32_to_bf16(acc[i]) : phx_f32_to_f16(acc[i]);
+        for (int o = 0; o < nout; o++) memcpy(out[o] + b, h, m * sizeof(uint16_t));
     }
 }
 
-/* out[0..cnt) = op over q of in[q][off .. off+cnt), in order q = 0..n-1;
- * for PHX_AVG the sum is divided by div. out may be one of the inputs
- * (at the same offset): each block is read before it is written. */
-static inline void px_reduce_n(void *out, const void *const *in, int n, size_t off, size_t cnt, phx_dtype dt,
-                               phx_reduce_op op, int div)
+/* Writes op over q of in[q][off .. off+cnt), taken in order q = 0..n-1,
+ * to out[o][0..cnt) for every o < nout; for PHX_AVG the sum is divided by
+ * div. An output may be one of the inputs (at the same offset): each
+ * block is read before it is written. */
+static inline void px_reduce_to(void *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
+                                phx_dtype dt, phx_reduce_op op, int div)
 {
     if (op != PHX_AVG) div = 1;
     switch (dt) {
-    case PHX_F32: px_red_float((float *)out, in, n, off, cnt, op, div); break;
-    case PHX_F16: px_red_half((uint16_t *)out, in, n, off, cnt, op, div, 0); break;
-    case PHX_BF16: px_red_half((uint16_t *)out, in, n, off, cnt, op, div, 1); break;
-    case PHX_I32: px_red_int32_t((int32_t *)out, in, n, off, cnt, op, div); break;
-    case PHX_I64: px_red_int64_t((int64_t *)out, in, n, off, cnt, op, div); break;
+    case PHX_F32: px_red_float((float *const *)out, nout, in, n, off, cnt, op, div); break;
+    case PHX_F16: px_red_half((uint16_t *const *)out, nout, in, n, off, cnt, op, div, 0); break;
+    case PHX_BF16: px_red_half((uint16_t *const *)out, nout, in, n, off, cnt, op, div, 1); break;
+    case PHX_I32: px_red_int32_t((int32_t *const *)out, nout, in, n, off, cnt, op, div); break;
+    case PHX_I64: px_red_int64_t((int64_t *const *)out, nout, in, n, off, cnt, op, div); break;
     }
+}
+
+/* One output. */
+static inline void px_reduce_n(void *out, const void *const *in, int n, size_t off, size_t cnt, phx_dtype dt,
+                               phx_reduce_op op, int div)
+{
+    void *const outs[1] = {out};
+    px_reduce_to(outs, 1, in, n, off, cnt, dt, op, div);
 }
 
 /* buf /= div element-wise (the avg of a sum made elsewhere). */

@@ -14,8 +14,8 @@
  *     copies) all slots itself. Two staging areas alternate, so the next
  *     small op cannot overwrite a slot someone still reads: one barrier.
  *   large: ranks publish their buffer pointers, barrier, rank r reduces
- *     slice r of all buffers into its own buffer, barrier, each rank copies
- *     the other slices from their owners, barrier.
+ *     slice r of all buffers and stores the result into slice r of every
+ *     buffer (each byte read once, written once), barrier.
  * A barrier that waits longer than the timeout poisons the world: every
  * rank's current and later collectives fail, naming the ranks that did
  * not arrive. phx_spawn's abort key (phx/spawn/abort) does the same as
@@ -248,19 +248,22 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
     if ((st = barrier(s, msg, len))) goto out;
     int64_t lo, hi;
     switch (o->kind) {
-    case OP_ALLREDUCE:
-        for (int q = 0; q < n; q++) inp[q] = sh->slots[q].recv;
+    case OP_ALLREDUCE: {
+        /* rank r reduces slice r of every buffer and stores it into every
+         * buffer: each byte is read once and written once */
+        void *outs[64];
+        void **outp = n <= 64 ? outs : malloc((size_t)n * sizeof *outp);
+        if (!outp) { snprintf(msg, len, "threads: out of memory"); st = PHX_ENOMEM; break; }
         slice(o->count, n, r, &lo, &hi);
-        px_reduce_n((uint8_t *)o->recv + (size_t)lo * esz, inp, n, (size_t)lo, (size_t)(hi - lo), o->dt, o->rop, n);
-        if ((st = barrier(s, msg, len))) break;
         for (int q = 0; q < n; q++) {
-            if (q == r) continue;
-            slice(o->count, n, q, &lo, &hi);
-            memcpy((uint8_t *)o->recv + (size_t)lo * esz, (const uint8_t *)sh->slots[q].recv + (size_t)lo * esz,
-                   (size_t)(hi - lo) * esz);
+            inp[q] = sh->slots[q].recv;
+            outp[q] = (uint8_t *)sh->slots[q].recv + (size_t)lo * esz;
         }
+        px_reduce_to(outp, n, inp, n, (size_t)lo, (size_t)(hi - lo), o->dt, o->rop, n);
+        if (outp != outs) free(outp);
         st = barrier(s, msg, len);
         break;
+    }
     case OP_BROADCAST:
         if (r != o->root) memcpy(o->recv, sh->slots[o->root].recv, bytes);
         st = barrier(s, msg, len);
