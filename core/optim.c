@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/optim-impl.h"
+#include "core/module-impl.h"
 #include "core/tensor-impl.h"
 #include "core/util.h"
 
@@ -46,7 +47,7 @@ phx_status phx_optimizer_set_lr(phx_optimizer *o, double lr)
 {
     if (!o)
         return phx_error(PHX_EINVAL, "phx_optimizer_set_lr: optimizer is NULL");
-    if (!(lr >= 0.0) || isinf(lr))
+    if (!px_hparam_ok(lr))
         return phx_error(PHX_EINVAL, "phx_optimizer_set_lr: lr = %g, expected a finite value >= 0", lr);
     o->lr = lr;
     return PHX_OK;
@@ -146,4 +147,62 @@ phx_status px_check_update(const char *who, const phx_module *model, size_t i, c
         return phx_error(PHX_EINVAL, "%s: parameter '%s' changed shape, dtype or device since the optimizer was made",
                          who, phx_module_param_name(model, i));
     return PHX_OK;
+}
+
+phx_status px_slots_step(const px_slots *s, const char *who, const phx_module *model, px_update_fn update,
+                         const void *arg)
+{
+    size_t nk = s->n_kinds;
+    for (size_t i = 0; i < s->n_params; i++) {
+        phx_param *p = s->params[i];
+        phx_tensor *const *state = nk ? s->tensors + i * nk : NULL;
+        phx_status st = px_check_update(who, model, i, p, state ? state[0] : NULL);
+        if (st != PHX_OK)
+            return st;
+        phx_tensor *v = phx_param_value(p);
+        const phx_kernels_v1 *k = px_kernels(v->storage->device);
+        if (!k)
+            return PHX_ENOTFOUND;
+        st = update(k, v->storage->device.index, v->numel, px_tensor_ptr(v), px_tensor_ptr(phx_param_grad(p)),
+                    state, nk, arg);
+        if (st != PHX_OK)
+            return st;
+        phx_param_touch(p);
+    }
+    return PHX_OK;
+}
+
+phx_optimizer *px_slots_optimizer_new(const phx_optimizer_vtable *vt, px_slots *ctx, phx_module *model,
+                                      const char *const *kinds, size_t n_kinds, double lr)
+{
+    if (px_slots_init(ctx, model, kinds, n_kinds) != PHX_OK) {
+        px_free(ctx);
+        return NULL;
+    }
+    phx_optimizer *opt = phx_optimizer_new(vt, ctx, model);
+    if (!opt) {
+        px_slots_free(ctx);
+        px_free(ctx);
+        return NULL;
+    }
+    if (phx_optimizer_set_lr(opt, lr) != PHX_OK) {
+        phx_optimizer_free(opt);
+        return NULL;
+    }
+    return opt;
+}
+
+size_t px_slots_state(phx_optimizer *self, const char ***names, phx_tensor ***tensors)
+{
+    px_slots *s = phx_optimizer_ctx(self);
+    *names = (const char **)s->names;
+    *tensors = s->tensors;
+    return s->n;
+}
+
+void px_slots_free_ctx(phx_optimizer *self)
+{
+    px_slots *s = phx_optimizer_ctx(self);
+    px_slots_free(s);
+    px_free(s);
 }
