@@ -25,3 +25,9 @@ echo "== bench/step"
 # (bench/torch/kernels.py; doc/tensors.md).
 echo "== bench/kernels"
 ./bench/kernels --torch "$(dirname "$0")/torch/kernels.py"
+# comm: all-reduce bandwidth like nccl-tests (f32 sum, 4 B..256 MiB) on the
+# threads and gloo backends at world 2 and 4, beside torch.distributed gloo
+# (bench/torch/allreduce.py) and the memcpy ceiling (doc/comm.md).
+echo "== bench/allreduce"
+PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
+    ./bench/allreduce --torch "$(dirname "$0")/torch/allreduce.py"
