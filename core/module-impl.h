@@ -78,4 +78,43 @@ static inline phx_param *px_own_param(const phx_module *m, size_t i) { return m-
 
 /* Checks shared by the elementwise modules: x float, on a device. */
 phx_status px_check_float_input(const char *who, const phx_tensor *x);
+
+/* ---- core/modules/common.c ------------------------------------------ */
+
+/* A module of vt with a zeroed context of ctx_size bytes (px_calloc'ed:
+ * vt->free frees it with px_free); *ctx points at it. NULL when out of
+ * memory (the context is freed). */
+phx_module *px_module_alloc(const phx_module_vtable *vt, size_t ctx_size, void **ctx);
+
+/* What a module keeps from its forward for its backward. */
+typedef struct px_io {
+    phx_tensor *x;             /* input of the last forward, compute dtype (retained) */
+    px_buf xc;                 /* the input cast to the compute dtype */
+    px_buf y;                  /* output */
+    px_buf dyc;                /* dy cast to x's dtype */
+    px_buf dx;                 /* input gradient, x's shape and dtype */
+} px_io;
+
+/* Forward's operands: *xin is x in dtype dt (x itself or its cast in
+ * io->xc); *out is io->y in dtype dt, shaped as x with the last dim
+ * replaced by last (x's own shape when last < 0). */
+phx_status px_io_forward(px_io *io, const phx_tensor *x, phx_dtype dt, int64_t last, const phx_tensor **xin,
+                         phx_tensor **out);
+/* Keeps xin (retained) as the input of the last forward, releasing the
+ * previous one. */
+void px_io_keep(px_io *io, const phx_tensor *xin);
+/* Backward's operands when dx has the input's shape: *g is dy in io->x's
+ * dtype (dy itself or its cast in io->dyc), *d is io->dx. */
+phx_status px_io_backward(px_io *io, const phx_tensor *dy, const phx_tensor **g, phx_tensor **d);
+void px_io_free(px_io *io);
+
+/* Whether dy can be the gradient of out: a float tensor of out's shape. */
+bool px_dy_fits(const phx_tensor *dy, const phx_tensor *out);
+/* The EINVAL for a dy that does not fit the last forward's output out. */
+phx_status px_dy_mismatch(const char *who, const phx_tensor *dy, const phx_tensor *out);
+
+/* The end of a clone slot: gives clone, a fresh module of self's type and
+ * shapes, self's device and parameter values. clone itself when self has
+ * no parameters of its own; NULL (clone freed) on failure. */
+phx_module *px_module_clone_values(phx_module *clone, const phx_module *self);
 #endif

@@ -1,6 +1,6 @@
 # core/train — modules, losses, optimizers, checkpoints, data (issue 3),
 # their tests, the first examples and the step benchmark. See Makefile.am.
-libphalanx_la_SOURCES += core/module.c core/module-impl.h \
+libphalanx_la_SOURCES += core/module.c core/module-impl.h core/modules/common.c \
 	core/modules/activation.c core/modules/activation.h \
 	core/modules/linear.c core/modules/relu.c core/modules/gelu.c core/modules/tanh.c \
 	core/modules/sigmoid.c core/modules/dropout.c core/modules/layernorm.c core/modules/sequential.c \

@@ -63,11 +63,8 @@ static phx_status dropout_backward(phx_module *self, const phx_tensor *dy, phx_t
     if (!dx)
         return PHX_OK;
     const phx_tensor *y = d->shape;
-    char a[64], b[64];
-    if (!phx_dtype_is_float(dy->dtype) || !phx_tensor_same_shape(dy, y))
-        return phx_error(PHX_EINVAL, "phx_dropout_backward: dy is %s %s, output of the last forward was %s",
-                         phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
-                         phx_tensor_shape_str(y, b, sizeof b));
+    if (!px_dy_fits(dy, y))
+        return px_dy_mismatch("phx_dropout_backward", dy, y);
     phx_device dev = y->storage->device;
     const phx_kernels_v1 *k = px_kernels(dev);
     if (!k)
@@ -113,14 +110,12 @@ phx_module *phx_dropout_new(float p, uint64_t seed)
         phx_error(PHX_EINVAL, "phx_dropout_new: p = %g, expected 0 <= p < 1", (double)p);
         return NULL;
     }
-    dropout *d = px_calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
-    d->p = p;
-    d->seed = seed;
-    phx_module *m = phx_module_new(&dropout_vt, d);
-    if (!m)
-        px_free(d);
+    dropout *d;
+    phx_module *m = px_module_alloc(&dropout_vt, sizeof *d, (void **)&d);
+    if (m) {
+        d->p = p;
+        d->seed = seed;
+    }
     return m;
 }
 

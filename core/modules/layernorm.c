@@ -10,8 +10,7 @@ typedef struct layernorm {
     int64_t dim;
     float eps;
     phx_param *w, *b;        /* (dim) each, or NULL without affine */
-    phx_tensor *x;           /* (rows, dim) input of the last forward (retained) */
-    px_buf xc, y, dyc, dx;
+    px_io io;                /* x, y, dx (rows, dim) */
     px_buf mean, rstd;       /* (rows) f32 */
 } layernorm;
 
@@ -34,8 +33,7 @@ static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     int64_t rows = x->numel / L->dim;
     const phx_tensor *xin;
     phx_tensor *out, *mean, *rstd;
-    if ((st = px_as_dtype(&L->xc, x, dt, &xin)) != PHX_OK ||
-        (st = px_buf_get(&L->y, dt, x->ndim, x->shape, dev, &out)) != PHX_OK ||
+    if ((st = px_io_forward(&L->io, x, dt, -1, &xin, &out)) != PHX_OK ||
         (st = px_buf_get(&L->mean, PHX_F32, 1, &rows, dev, &mean)) != PHX_OK ||
         (st = px_buf_get(&L->rstd, PHX_F32, 1, &rows, dev, &rstd)) != PHX_OK)
         return st;
@@ -44,9 +42,7 @@ static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor *
                               px_tensor_ptr(out), px_tensor_ptr(mean), px_tensor_ptr(rstd), dt);
     if (st != PHX_OK)
         return st;
-    phx_tensor_retain((phx_tensor *)xin);
-    phx_tensor_free(L->x);
-    L->x = (phx_tensor *)xin;
+    px_io_keep(&L->io, xin);
     *y = out;
     return PHX_OK;
 }
@@ -55,14 +51,11 @@ static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor *
 static phx_status ln_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     layernorm *L = phx_module_ctx(self);
-    if (!L->x)
+    if (!L->io.x)
         return phx_error(PHX_ESTATE, "phx_layernorm_backward: no forward to differentiate");
-    const phx_tensor *x = L->x;
-    char a[64], b[64];
-    if (!phx_dtype_is_float(dy->dtype) || !phx_tensor_same_shape(dy, x))
-        return phx_error(PHX_EINVAL, "phx_layernorm_backward: dy is %s %s, output of the last forward was %s",
-                         phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
-                         phx_tensor_shape_str(x, b, sizeof b));
+    const phx_tensor *x = L->io.x;
+    if (!px_dy_fits(dy, x))
+        return px_dy_mismatch("phx_layernorm_backward", dy, x);
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_kernels(dev);
     if (!k)
@@ -70,8 +63,7 @@ static phx_status ln_backward(phx_module *self, const phx_tensor *dy, phx_tensor
     const phx_tensor *g;
     phx_tensor *d;
     phx_status st;
-    if ((st = px_as_dtype(&L->dyc, dy, x->dtype, &g)) != PHX_OK ||
-        (st = px_buf_get(&L->dx, x->dtype, x->ndim, x->shape, dev, &d)) != PHX_OK)
+    if ((st = px_io_backward(&L->io, dy, &g, &d)) != PHX_OK)
         return st;
     st = k->layernorm_backward(dev.index, x->numel / L->dim, L->dim, px_tensor_ptr(x),
                                L->w ? px_tensor_ptr(L->w->value) : NULL, px_tensor_ptr(L->mean.view),
@@ -94,11 +86,7 @@ static void ln_free(phx_module *self)
     layernorm *L = phx_module_ctx(self);
     if (!L)
         return;
-    phx_tensor_free(L->x);
-    px_buf_free(&L->xc);
-    px_buf_free(&L->y);
-    px_buf_free(&L->dyc);
-    px_buf_free(&L->dx);
+    px_io_free(&L->io);
     px_buf_free(&L->mean);
     px_buf_free(&L->rstd);
     px_free(L);
@@ -132,16 +120,12 @@ phx_module *phx_layernorm_new(int64_t dim, float eps, bool affine)
         phx_error(PHX_EINVAL, "phx_layernorm_new: dim %lld must be > 0 and eps %g >= 0", (long long)dim, (double)eps);
         return NULL;
     }
-    layernorm *L = px_calloc(1, sizeof *L);
-    if (!L)
+    layernorm *L;
+    phx_module *m = px_module_alloc(&layernorm_vt, sizeof *L, (void **)&L);
+    if (!m)
         return NULL;
     L->dim = dim;
     L->eps = eps;
-    phx_module *m = phx_module_new(&layernorm_vt, L);
-    if (!m) {
-        px_free(L);
-        return NULL;
-    }
     if (affine && (!(L->w = add_filled(m, "weight", dim, 1.0)) || !(L->b = add_filled(m, "bias", dim, 0.0)))) {
         phx_module_free(m);
         return NULL;
@@ -152,11 +136,5 @@ phx_module *phx_layernorm_new(int64_t dim, float eps, bool affine)
 static phx_module *ln_clone(const phx_module *self)
 {
     const layernorm *L = phx_module_ctx(self);
-    phx_module *m = phx_layernorm_new(L->dim, L->eps, L->w != NULL);
-    if (m && L->w &&
-        (phx_module_to(m, L->w->value->storage->device) != PHX_OK || px_module_copy_params(m, self) != PHX_OK)) {
-        phx_module_free(m);
-        return NULL;
-    }
-    return m;
+    return px_module_clone_values(phx_layernorm_new(L->dim, L->eps, L->w != NULL), self);
 }

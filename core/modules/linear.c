@@ -14,13 +14,9 @@ typedef struct linear {
     int64_t in, out;
     phx_param *w;            /* (out, in) */
     phx_param *b;            /* (out) or NULL */
-    phx_tensor *x;           /* (rows, in) input of the last forward, compute dtype (retained) */
-    px_buf xc;               /* input cast to the compute dtype */
+    px_io io;                /* x, dx (rows, in); y (rows, out) */
     px_buf wc;               /* (out, in) W in the compute dtype */
     uint64_t wc_version;     /* version of W that wc holds; UINT64_MAX: none */
-    px_buf y;                /* (rows, out) */
-    px_buf dyc;              /* dy cast to the compute dtype */
-    px_buf dx;               /* (rows, in) */
 } linear;
 
 static const phx_tensor *weight_operand(linear *L, phx_dtype dt, phx_status *st)
@@ -64,8 +60,7 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
     phx_dtype dt = phx_module_compute_dtype(self);
     const phx_tensor *xin, *w;
     phx_tensor *out;
-    if ((st = px_as_dtype(&L->xc, x, dt, &xin)) != PHX_OK || !(w = weight_operand(L, dt, &st)) ||
-        (st = px_buf_like(&L->y, dt, x, L->out, &out)) != PHX_OK)
+    if ((st = px_io_forward(&L->io, x, dt, L->out, &xin, &out)) != PHX_OK || !(w = weight_operand(L, dt, &st)))
         return st;
     int64_t rows = L->in ? x->numel / L->in : 0;
     st = k->gemm(dev.index, 0, 1, rows, L->out, L->in, 1.0f, px_tensor_ptr(xin), L->in, px_tensor_ptr(w),
@@ -74,9 +69,7 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
         st = k->bias_add(dev.index, rows, L->out, px_tensor_ptr(out), dt, px_tensor_ptr(L->b->value));
     if (st != PHX_OK)
         return st;
-    phx_tensor_retain((phx_tensor *)xin);
-    phx_tensor_free(L->x);
-    L->x = (phx_tensor *)xin;
+    px_io_keep(&L->io, xin);
     *y = out;
     return PHX_OK;
 }
@@ -86,15 +79,12 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
 static phx_status linear_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     linear *L = phx_module_ctx(self);
-    if (!L->x)
+    if (!L->io.x)
         return phx_error(PHX_ESTATE, "phx_linear_backward: no forward to differentiate");
-    const phx_tensor *x = L->x;
-    char a[64], b[64];
+    const phx_tensor *x = L->io.x;
     if (!phx_dtype_is_float(dy->dtype) || dy->ndim != x->ndim || dy->numel != x->numel / (L->in ? L->in : 1) * L->out ||
         dy->shape[dy->ndim - 1] != L->out)
-        return phx_error(PHX_EINVAL, "phx_linear_backward: dy is %s %s, output of the last forward was %s",
-                         phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
-                         phx_tensor_shape_str(L->y.view, b, sizeof b));
+        return px_dy_mismatch("phx_linear_backward", dy, L->io.y.view);
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_kernels(dev);
     if (!k)
@@ -102,7 +92,7 @@ static phx_status linear_backward(phx_module *self, const phx_tensor *dy, phx_te
     phx_dtype dt = x->dtype;
     int64_t rows = x->numel / (L->in ? L->in : 1);
     const phx_tensor *g;
-    phx_status st = px_as_dtype(&L->dyc, dy, dt, &g);
+    phx_status st = px_as_dtype(&L->io.dyc, dy, dt, &g);
     if (st != PHX_OK)
         return st;
     if (L->b) {
@@ -121,7 +111,7 @@ static phx_status linear_backward(phx_module *self, const phx_tensor *dy, phx_te
         return PHX_OK;
     const phx_tensor *w = weight_operand(L, dt, &st);
     phx_tensor *d;
-    if (!w || (st = px_buf_like(&L->dx, dt, x, L->in, &d)) != PHX_OK)
+    if (!w || (st = px_buf_like(&L->io.dx, dt, x, L->in, &d)) != PHX_OK)
         return st;
     /* dx (rows, in) = dy (rows, out) W (out, in) */
     st = k->gemm(dev.index, 0, 0, rows, L->in, L->out, 1.0f, px_tensor_ptr(g), L->out, px_tensor_ptr(w), L->in, dt,
@@ -136,12 +126,8 @@ static void linear_free(phx_module *self)
     linear *L = phx_module_ctx(self);
     if (!L)
         return;
-    phx_tensor_free(L->x);
-    px_buf_free(&L->xc);
+    px_io_free(&L->io);
     px_buf_free(&L->wc);
-    px_buf_free(&L->y);
-    px_buf_free(&L->dyc);
-    px_buf_free(&L->dx);
     px_free(L);
 }
 
@@ -159,17 +145,13 @@ static const phx_module_vtable linear_vt = {
 /* A Linear with uninitialised parameters. */
 static phx_module *linear_alloc(int64_t in, int64_t out, bool bias)
 {
-    linear *L = px_calloc(1, sizeof *L);
-    if (!L)
+    linear *L;
+    phx_module *m = px_module_alloc(&linear_vt, sizeof *L, (void **)&L);
+    if (!m)
         return NULL;
     L->in = in;
     L->out = out;
     L->wc_version = UINT64_MAX;
-    phx_module *m = phx_module_new(&linear_vt, L);
-    if (!m) {
-        px_free(L);
-        return NULL;
-    }
     int64_t ws[2] = {out, in};
     phx_tensor *w = phx_tensor_new(PHX_F32, 2, ws, phx_cpu());
     if (!w || !(L->w = phx_module_add_param(m, "weight", w))) {
@@ -216,10 +198,5 @@ phx_module *phx_linear_new(int64_t in_features, int64_t out_features, bool bias,
 static phx_module *linear_clone(const phx_module *self)
 {
     const linear *L = phx_module_ctx(self);
-    phx_module *m = linear_alloc(L->in, L->out, L->b != NULL);
-    if (m && (phx_module_to(m, L->w->value->storage->device) != PHX_OK || px_module_copy_params(m, self) != PHX_OK)) {
-        phx_module_free(m);
-        return NULL;
-    }
-    return m;
+    return px_module_clone_values(linear_alloc(L->in, L->out, L->b != NULL), self);
 }
