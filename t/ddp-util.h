@@ -1,14 +1,17 @@
 /* Shared by the DDP tests: a small MLP, deterministic batches, parameter
- * comparisons, a cross-rank bitwise check, and running a function on N
- * ranks of a backend. Header-only (static functions). */
+ * comparisons, a cross-rank bitwise check, a DDP side stepped beside its
+ * one-process reference, and running a function on N ranks of a backend
+ * (both backends as two TAP tests). Header-only (static functions). */
 #ifndef PHX_T_DDP_UTIL_H
 #define PHX_T_DDP_UTIL_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "phalanx/phalanx.h"
+#include "t/tap.h"
 
 /* Linear(sizes[0], sizes[1]), Tanh, Linear(sizes[1], sizes[2]), ...,
  * Linear(sizes[n-2], sizes[n-1]): n sizes, n-1 linear layers, children
@@ -153,6 +156,39 @@ static inline phx_status tu_step(phx_module *m, phx_optimizer *opt, phx_loss *lo
     return st;
 }
 
+/* One side of an equivalence check: a model, its optimizer and loss, and
+ * the batch tensors it trains on (their row count is its share). */
+typedef struct tu_side {
+    phx_module *m;
+    phx_optimizer *opt;
+    phx_loss *loss;
+    phx_tensor *x, *y;
+} tu_side;
+
+/* Step s on both sides: d (DDP) on this rank's rows of step s's global
+ * batch, ref (one process) on all of them. Returns the first failing
+ * status; ref does not step when d failed. */
+static inline phx_status tu_step_both(int s, int rank, tu_side *d, tu_side *ref)
+{
+    int64_t rows = phx_tensor_dim(d->x, 0);
+    tu_batch(s, (int64_t)rank * rows, rows, d->x, d->y);
+    tu_batch(s, 0, phx_tensor_dim(ref->x, 0), ref->x, ref->y);
+    phx_status st = tu_step(d->m, d->opt, d->loss, d->x, d->y);
+    return st == PHX_OK ? tu_step(ref->m, ref->opt, ref->loss, ref->x, ref->y) : st;
+}
+
+/* Frees what side s holds (its module included: free a DDP side before
+ * the model it wraps). */
+static inline void tu_side_free(tu_side *s)
+{
+    phx_tensor_free(s->x);
+    phx_tensor_free(s->y);
+    phx_loss_free(s->loss);
+    phx_optimizer_free(s->opt);
+    phx_module_free(s->m);
+    memset(s, 0, sizeof *s);
+}
+
 /* Runs fn on n ranks of backend ("threads": threads of this process;
  * "gloo": processes) through phx_spawn. Returns phx_spawn's status. */
 static inline phx_status tu_spawn(const char *backend, int n, int (*fn)(int, void *), void *arg)
@@ -163,6 +199,33 @@ static inline phx_status tu_spawn(const char *backend, int n, int (*fn)(int, voi
     unsetenv("MASTER_PORT");
     fflush(stdout);
     return phx_spawn(n, fn, arg);
+}
+
+/* Two TAP tests: fn on n ranks of the threads backend ("threads, n
+ * ranks: " and the formatted description), then on n gloo processes
+ * ("gloo, n processes: the same"), skipped when built without Gloo. A
+ * failure shows phx_spawn's error. */
+static inline void tu_spawn_both(int n, int (*fn)(int, void *), void *arg, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline void tu_spawn_both(int n, int (*fn)(int, void *), void *arg, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    phx_status st = tu_spawn("threads", n, fn, arg);
+    ok(st == PHX_OK, "threads, %d ranks: %s", n, what);
+    if (st != PHX_OK)
+        diag("%s", phx_last_error());
+#ifdef HAVE_GLOO
+    st = tu_spawn("gloo", n, fn, arg);
+    ok(st == PHX_OK, "gloo, %d processes: the same", n);
+    if (st != PHX_OK)
+        diag("%s", phx_last_error());
+#else
+    skip(1, "built without Gloo");
+#endif
 }
 
 /* Joins the world phx_spawn set up; prints why not. */

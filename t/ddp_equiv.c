@@ -62,16 +62,13 @@ static int run_config(phx_comm *c, const config *cf)
                cf->min_buckets);
         fails++;
     }
-    phx_optimizer *opt = make_opt(ddp, cf->opt), *ropt = make_opt(ref, cf->opt);
-    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    phx_loss *rloss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    phx_tensor *x = tu_new2(BATCH, sizes[0]), *y = tu_new2(BATCH, sizes[3]);
-    phx_tensor *gx = tu_new2((int64_t)BATCH * world, sizes[0]), *gy = tu_new2((int64_t)BATCH * world, sizes[3]);
+    tu_side d = {ddp, make_opt(ddp, cf->opt), phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN), tu_new2(BATCH, sizes[0]),
+                 tu_new2(BATCH, sizes[3])};
+    tu_side r = {ref, make_opt(ref, cf->opt), phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN),
+                 tu_new2((int64_t)BATCH * world, sizes[0]), tu_new2((int64_t)BATCH * world, sizes[3])};
     double worst = 0;
     for (int s = 0; s < STEPS && fails == 0; s++) {
-        tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
-        tu_batch(s, 0, (int64_t)BATCH * world, gx, gy);
-        if (tu_step(ddp, opt, loss, x, y) != PHX_OK || tu_step(ref, ropt, rloss, gx, gy) != PHX_OK) {
+        if (tu_step_both(s, rank, &d, &r) != PHX_OK) {
             printf("# rank %d: step %d: %s\n", rank, s, phx_last_error());
             fails++;
             break;
@@ -93,17 +90,9 @@ static int run_config(phx_comm *c, const config *cf)
                cf->name, phx_ddp_num_buckets(ddp), e, worst);
     }
     fflush(stdout);
-    phx_tensor_free(x);
-    phx_tensor_free(y);
-    phx_tensor_free(gx);
-    phx_tensor_free(gy);
-    phx_loss_free(loss);
-    phx_loss_free(rloss);
-    phx_optimizer_free(opt);
-    phx_optimizer_free(ropt);
-    phx_module_free(ddp);
+    tu_side_free(&d); /* the DDP wrapper before the model it wraps */
+    tu_side_free(&r);
     phx_module_free(model);
-    phx_module_free(ref);
     return fails;
 }
 

@@ -96,18 +96,7 @@ static int rank_main(int rank, void *arg)
 int main(void)
 {
     plan(2);
-    phx_status st = tu_spawn("threads", 3, rank_main, NULL);
-    ok(st == PHX_OK, "threads, 3 ranks: mismatched shapes and counts fail on every rank with the same "
-       "message; the comm stays usable");
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
-#ifdef HAVE_GLOO
-    st = tu_spawn("gloo", 3, rank_main, NULL);
-    ok(st == PHX_OK, "gloo, 3 processes: the same");
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
-#else
-    skip(1, "built without Gloo");
-#endif
+    tu_spawn_both(3, rank_main, NULL, "mismatched shapes and counts fail on every rank with the same message; "
+                  "the comm stays usable");
     return done_testing();
 }

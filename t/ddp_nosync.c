@@ -86,30 +86,19 @@ static int rank_main(int rank, void *arg)
     phx_optimizer_free(ropt);
     ropt = phx_sgd_new(ref, &so);
     phx_tensor *wx = tu_new2((int64_t)world * BATCH, sizes[0]), *wy = tu_new2((int64_t)world * BATCH, sizes[2]);
-    for (int s = 10; s < 13 && !bad; s++) {
-        tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
-        tu_batch(s, 0, (int64_t)world * BATCH, wx, wy);
-        bad += tu_step(ddp, opt, loss, x, y) != PHX_OK;
-        bad += tu_step(ref, ropt, rloss, wx, wy) != PHX_OK;
-    }
+    tu_side d = {ddp, opt, loss, x, y}, w = {ref, ropt, rloss, wx, wy};
+    for (int s = 10; s < 13 && !bad; s++)
+        bad += tu_step_both(s, rank, &d, &w) != PHX_OK;
     e = tu_max_rel(ddp, ref);
     if (!(e <= 1e-6)) {
         printf("# rank %d: synced steps after no_sync: relative difference %.3g\n", rank, e);
         bad++;
     }
-    phx_tensor_free(wx);
-    phx_tensor_free(wy);
-    phx_tensor_free(x);
-    phx_tensor_free(y);
+    tu_side_free(&d); /* the DDP wrapper before the model it wraps */
+    tu_side_free(&w);
     phx_tensor_free(gx);
     phx_tensor_free(gy);
-    phx_loss_free(loss);
-    phx_loss_free(rloss);
-    phx_optimizer_free(opt);
-    phx_optimizer_free(ropt);
-    phx_module_free(ddp);
     phx_module_free(model);
-    phx_module_free(ref);
     phx_comm_free(c);
     return bad ? 1 : 0;
 }
@@ -117,18 +106,7 @@ static int rank_main(int rank, void *arg)
 int main(void)
 {
     plan(2);
-    phx_status st = tu_spawn("threads", 2, rank_main, NULL);
-    ok(st == PHX_OK, "threads, 2 ranks: %d no_sync steps + 1 synced == one step on %d times the batch; "
-       "no all-reduce under no_sync", K, K + 1);
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
-#ifdef HAVE_GLOO
-    st = tu_spawn("gloo", 2, rank_main, NULL);
-    ok(st == PHX_OK, "gloo, 2 processes: the same");
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
-#else
-    skip(1, "built without Gloo");
-#endif
+    tu_spawn_both(2, rank_main, NULL, "%d no_sync steps + 1 synced == one step on %d times the batch; "
+                  "no all-reduce under no_sync", K, K + 1);
     return done_testing();
 }

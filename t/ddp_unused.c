@@ -145,10 +145,9 @@ static int rank_main(int rank, void *arg)
     ddp = phx_ddp_new(m, c, &o);
     opt = phx_sgd_new(ddp, &so);
     phx_optimizer *ropt = phx_sgd_new(ref, &so);
+    tu_side d = {ddp, opt, loss, x, y}, r = {ref, ropt, loss, gx, gy};
     for (int s = 0; s < 5 && !bad; s++) {
-        tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
-        tu_batch(s, 0, (int64_t)BATCH * world, gx, gy);
-        if (tu_step(ddp, opt, loss, x, y) != PHX_OK || tu_step(ref, ropt, loss, gx, gy) != PHX_OK) {
+        if (tu_step_both(s, rank, &d, &r) != PHX_OK) {
             printf("# rank %d: find_unused step %d: %s\n", rank, s, phx_last_error());
             bad++;
         }
@@ -208,17 +207,6 @@ static int rank_main(int rank, void *arg)
 int main(void)
 {
     plan(2);
-    phx_status st = tu_spawn("threads", 2, rank_main, NULL);
-    ok(st == PHX_OK, "threads, 2 ranks: unused parameter named without find_unused, zero with it");
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
-#ifdef HAVE_GLOO
-    st = tu_spawn("gloo", 2, rank_main, NULL);
-    ok(st == PHX_OK, "gloo, 2 processes: the same");
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
-#else
-    skip(1, "built without Gloo");
-#endif
+    tu_spawn_both(2, rank_main, NULL, "unused parameter named without find_unused, zero with it");
     return done_testing();
 }
