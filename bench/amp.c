@@ -7,20 +7,10 @@
  * conversions here; they pay off on GPUs (tensor cores, half the bytes).
  *
  * usage: bench/amp [--seconds S] [--torch SCRIPT | --no-torch] */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <phalanx/phalanx.h>
+#define BENCH_NAME "bench/amp"
+#include "bench/bench-util.h"
 
 enum { BATCH = 256 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Steps per second under policy name; < 0 on error. */
 static double measure(const char *name, double seconds)
@@ -31,12 +21,7 @@ static double measure(const char *name, double seconds)
         return -1;
     }
     phx_rng *rng = phx_rng_new(0);
-    phx_module *m = phx_sequential_new();
-    phx_sequential_add(m, phx_linear_new(784, 512, true, rng));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_linear_new(512, 256, true, rng));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_linear_new(256, 10, true, rng));
+    phx_module *m = bench_mlp(rng, 512, 256);
     phx_module_set_precision(m, p);
     phx_sgd_opts so = phx_sgd_defaults();
     so.lr = 0.01;
@@ -58,7 +43,7 @@ static double measure(const char *name, double seconds)
         float loss;
         bool stepped;
         if (i == 3)
-            t0 = now();
+            t0 = bench_now();
         if (phx_optimizer_zero_grad(opt) || phx_module_forward(m, x, &out) || phx_loss_forward(ce, out, y, &loss) ||
             phx_scaler_scale_grad(s, phx_loss_grad(ce)) || phx_module_backward(m, phx_loss_grad(ce), NULL) ||
             phx_scaler_step(s, opt, &stepped)) {
@@ -67,7 +52,7 @@ static double measure(const char *name, double seconds)
         }
         if (i >= 3) {
             n++;
-            double dt = now() - t0;
+            double dt = bench_now() - t0;
             if (dt >= seconds) {
                 sps = n / dt;
                 break;
@@ -89,18 +74,9 @@ int main(int argc, char **argv)
 {
     double seconds = 2;
     const char *script = "bench/torch/amp.py";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
-            script = argv[++i];
-        else if (!strcmp(argv[i], "--no-torch"))
-            script = NULL;
-        else {
-            fprintf(stderr, "usage: %s [--seconds S] [--torch SCRIPT | --no-torch]\n", argv[0]);
-            return 2;
-        }
-    }
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--torch", 's', &script}, {"--no-torch", 'n', &script}};
+    if (bench_args(argc, argv, opts, 3, "[--seconds S] [--torch SCRIPT | --no-torch]"))
+        return 2;
     if (!(seconds > 0)) {
         fprintf(stderr, "bench/amp: --seconds must be > 0\n");
         return 2;
@@ -111,10 +87,9 @@ int main(int argc, char **argv)
         sps[i] = measure(names[i], seconds);
     if (script) {
         char cmd[4400], line[256], mode[16];
-        const char *py = getenv("TORCH_PYTHON");
         double v;
-        snprintf(cmd, sizeof cmd, "%s %s --seconds %g --threads %d 2>/dev/null", py && *py ? py : "/usr/bin/python3",
-                 script, seconds, phx_num_threads());
+        snprintf(cmd, sizeof cmd, "%s %s --seconds %g --threads %d 2>/dev/null", bench_python(), script, seconds,
+                 phx_num_threads());
         FILE *f = popen(cmd, "r");
         while (f && fgets(line, sizeof line, f))
             if (sscanf(line, "torch-amp %15s %lf", mode, &v) == 2)
@@ -129,10 +104,7 @@ int main(int argc, char **argv)
     printf("%-6s %10s %10s %8s %14s\n", "policy", "phalanx", "torch", "ratio", "vs own fp32");
     for (int i = 0; i < 3; i++) {
         printf("%-6s %10.1f", names[i], sps[i]);
-        if (torch_sps[i] > 0 && sps[i] > 0)
-            printf(" %10.1f %7.2fx", torch_sps[i], sps[i] / torch_sps[i]);
-        else
-            printf(" %10s %8s", "-", "-");
+        bench_vs(sps[i], torch_sps[i], 10);
         printf(" %13.2fx\n", sps[0] > 0 ? sps[i] / sps[0] : 0);
     }
     return sps[0] > 0 && sps[1] > 0 && sps[2] > 0 ? 0 : 1;

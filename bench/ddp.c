@@ -11,12 +11,9 @@
  *
  * usage: bench/ddp [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 #include <unistd.h>
-#include <phalanx/phalanx.h>
+#define BENCH_NAME "bench/ddp"
+#include "bench/bench-util.h"
 
 enum { SEED, MLP };
 static const char *model_names[] = {"seed", "mlp"};
@@ -28,27 +25,14 @@ typedef struct bench_arg {
     char out[256]; /* rank 0 writes steps/s here */
 } bench_arg;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static phx_module *make_model(int which)
 {
     phx_rng *rng = phx_rng_new(0);
     phx_module *m;
-    if (which == SEED) {
+    if (which == SEED)
         m = phx_linear_new(10, 1, true, rng);
-    } else {
-        m = phx_sequential_new();
-        phx_sequential_add(m, phx_linear_new(784, 1024, true, rng));
-        phx_sequential_add(m, phx_relu_new());
-        phx_sequential_add(m, phx_linear_new(1024, 1024, true, rng));
-        phx_sequential_add(m, phx_relu_new());
-        phx_sequential_add(m, phx_linear_new(1024, 10, true, rng));
-    }
+    else
+        m = bench_mlp(rng, 1024, 1024);
     phx_rng_free(rng);
     return m;
 }
@@ -80,8 +64,7 @@ static int rank_main(int rank, void *varg)
         loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     } else {
         int64_t *lab = malloc((size_t)batch * sizeof *lab);
-        for (int64_t i = 0; i < batch; i++)
-            lab[i] = (i * 7 + rank) % 10;
+        bench_labels(lab, batch, rank);
         y = phx_tensor_from_data(PHX_I64, 1, &batch, lab);
         free(lab);
         loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
@@ -89,11 +72,7 @@ static int rank_main(int rank, void *varg)
     int rc = ddp && opt && x && y && loss ? 0 : 1;
 #define STEP()                                                                                     \
     do {                                                                                           \
-        phx_tensor *out_;                                                                          \
-        float l_;                                                                                  \
-        if (phx_optimizer_zero_grad(opt) || phx_module_forward(ddp, x, &out_) ||                   \
-            phx_loss_forward(loss, out_, y, &l_) ||                                                \
-            phx_module_backward(ddp, phx_loss_grad(loss), NULL) || phx_optimizer_step(opt))        \
+        if (bench_step(ddp, opt, loss, x, y, NULL, NULL) != PHX_OK)                                \
             rc = 1;                                                                                \
     } while (0)
     for (int i = 0; i < 3 && !rc; i++)
@@ -102,22 +81,22 @@ static int rank_main(int rank, void *varg)
     int64_t one = 1;
     phx_tensor *n_t = phx_tensor_zeros(PHX_F32, 1, &one, phx_cpu());
     phx_comm_barrier(c, NULL);
-    double t = now();
+    double t = bench_now();
     int k = a->model == SEED ? 200 : 5; /* the same count on every rank */
     for (int i = 0; i < k && !rc; i++)
         STEP();
-    float n = (float)(a->seconds / ((now() - t) / k));
+    float n = (float)(a->seconds / ((bench_now() - t) / k));
     n = n < 3 ? 3 : n;
     phx_tensor_fill(n_t, n);
     phx_comm_broadcast(c, n_t, 0, NULL);
     double nv;
     phx_tensor_get(n_t, 0, &nv);
     phx_comm_barrier(c, NULL);
-    t = now();
+    t = bench_now();
     for (int i = 0; i < (int)nv && !rc; i++)
         STEP();
     phx_comm_barrier(c, NULL);
-    double sps = (int)nv / (now() - t);
+    double sps = (int)nv / (bench_now() - t);
     if (rc)
         fprintf(stderr, "bench/ddp: rank %d: %s\n", rank, phx_last_error());
     if (rank == 0 && !rc) {
@@ -165,10 +144,8 @@ static double measure(const char *backend, int world, int model, bool no_overlap
 /* Runs the PyTorch counterpart; fills torch_sps[model]. */
 static void run_torch(const char *script, int world, double seconds, double *torch_sps)
 {
-    const char *py = getenv("TORCH_PYTHON");
     char cmd[1024], line[256];
-    snprintf(cmd, sizeof cmd, "%s %s --world %d --seconds %g", py && *py ? py : "/usr/bin/python3", script,
-             world, seconds);
+    snprintf(cmd, sizeof cmd, "%s %s --world %d --seconds %g", bench_python(), script, world, seconds);
     FILE *p = popen(cmd, "r");
     if (!p)
         return;
@@ -189,23 +166,10 @@ int main(int argc, char **argv)
     double seconds = 2;
     int world = 2, rounds = 2;
     const char *script = "bench/torch/ddp.py";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--world") && i + 1 < argc)
-            world = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-            rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
-            script = argv[++i];
-        else if (!strcmp(argv[i], "--no-torch"))
-            script = NULL;
-        else {
-            fprintf(stderr, "usage: %s [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--world", 'i', &world}, {"--rounds", 'i', &rounds},
+                              {"--torch", 's', &script}, {"--no-torch", 'n', &script}};
+    if (bench_args(argc, argv, opts, 5, "[--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch]"))
+        return 2;
     if (seconds <= 0 || world < 1 || rounds < 1) {
         fprintf(stderr, "bench/ddp: --seconds must be > 0, --world and --rounds >= 1\n");
         return 2;
@@ -241,10 +205,8 @@ int main(int argc, char **argv)
     for (int m = 0; m < 2; m++)
         for (int b = 0; b < 2; b++) {
             printf("%-6s %-8s %12.1f", model_names[m], backends[b], sps[b][m]);
-            if (torch_sps[m] > 0 && sps[b][m] > 0)
-                printf(" %12.1f %7.2fx\n", torch_sps[m], sps[b][m] / torch_sps[m]);
-            else
-                printf(" %12s %8s\n", "-", "-");
+            bench_vs(sps[b][m], torch_sps[m], 12);
+            putchar('\n');
         }
     printf("overlap gain, mlp (buckets all-reduced during backward vs one all-reduce after it):\n");
     for (int b = 0; b < 2; b++)

@@ -13,24 +13,8 @@
  *
  * usage: bench/dp [--seconds S] [--batch B] [--torch SCRIPT | --no-torch] */
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <phalanx/phalanx.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int die(const char *what)
-{
-    fprintf(stderr, "bench/dp: %s: %s\n", what, phx_last_error());
-    exit(1);
-}
+#define BENCH_NAME "bench/dp"
+#include "bench/bench-util.h"
 
 /* ---- 1. BLAS concurrency ------------------------------------------------ */
 
@@ -45,7 +29,7 @@ static void *gemm_run(void *arg)
     gemm_job *j = arg;
     for (int r = 0; r < GREPS; r++)
         if (phx_gemm(false, true, 1.0f, j->a, j->b, 0.0f, j->c) != PHX_OK)
-            die("phx_gemm");
+            bench_die("phx_gemm");
     return NULL;
 }
 
@@ -65,16 +49,16 @@ static void blas_concurrency(void)
     gemm_run(&j[0]);
     double serial = 1e30, par = 1e30;
     for (int round = 0; round < 3; round++) {
-        double t0 = now();
+        double t0 = bench_now();
         gemm_run(&j[0]);
         gemm_run(&j[1]);
-        double t1 = now();
+        double t1 = bench_now();
         pthread_t th[2];
         for (int i = 0; i < 2; i++)
             pthread_create(&th[i], NULL, gemm_run, &j[i]);
         for (int i = 0; i < 2; i++)
             pthread_join(th[i], NULL);
-        double t2 = now();
+        double t2 = bench_now();
         serial = t1 - t0 < serial ? t1 - t0 : serial;
         par = t2 - t1 < par ? t2 - t1 : par;
     }
@@ -107,23 +91,15 @@ static phx_loss *g_loss;
 static phx_module *mlp(void)
 {
     phx_rng *rng = phx_rng_new(0);
-    phx_module *m = phx_sequential_new();
-    phx_sequential_add(m, phx_linear_new(784, 1024, true, rng));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_linear_new(1024, 1024, true, rng));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_linear_new(1024, 10, true, rng));
+    phx_module *m = bench_mlp(rng, 1024, 1024);
     phx_rng_free(rng);
     return m;
 }
 
 static void step(runner *r)
 {
-    phx_tensor *y;
-    float l;
-    if (phx_optimizer_zero_grad(r->opt) || phx_module_forward(r->net, g_x, &y) || phx_loss_forward(g_loss, y, g_t, &l) ||
-        phx_module_backward(r->net, phx_loss_grad(g_loss), NULL) || phx_optimizer_step(r->opt))
-        die(r->name);
+    if (bench_step(r->net, r->opt, g_loss, g_x, g_t, NULL, NULL) != PHX_OK)
+        bench_die(r->name);
 }
 
 static void setup(runner *r, const char *name, size_t replicas, int blas_threads)
@@ -135,12 +111,12 @@ static void setup(runner *r, const char *name, size_t replicas, int blas_threads
     if (replicas > 1) {
         phx_device devs[2] = {phx_cpu(), phx_cpu()};
         if (!(r->net = phx_dp_new(r->model, devs, replicas, NULL)))
-            die("phx_dp_new");
+            bench_die("phx_dp_new");
     }
     phx_sgd_opts o = phx_sgd_defaults();
     o.lr = 0.01;
     if (!(r->opt = phx_sgd_new(r->net, &o)))
-        die("phx_sgd_new");
+        bench_die("phx_sgd_new");
     r->best = 0;
 }
 
@@ -149,20 +125,19 @@ static void round_of(runner *r, int steps)
 {
     phx_set_num_threads(r->blas_threads);
     step(r); /* warm: buffers, BLAS threads */
-    double t0 = now();
+    double t0 = bench_now();
     for (int s = 0; s < steps; s++)
         step(r);
-    double sps = steps / (now() - t0);
+    double sps = steps / (bench_now() - t0);
     if (sps > r->best)
         r->best = sps;
 }
 
 static double run_torch(const char *script, int threads, double seconds, int64_t batch)
 {
-    const char *py = getenv("TORCH_PYTHON");
     char cmd[2048], line[256];
-    snprintf(cmd, sizeof cmd, "%s %s --threads %d --seconds %g --batch %lld", py && *py ? py : "/usr/bin/python3",
-             script, threads, seconds, (long long)batch);
+    snprintf(cmd, sizeof cmd, "%s %s --threads %d --seconds %g --batch %lld", bench_python(), script, threads,
+             seconds, (long long)batch);
     FILE *p = popen(cmd, "r");
     double v = -1;
     while (p && fgets(line, sizeof line, p))
@@ -178,20 +153,10 @@ int main(int argc, char **argv)
     double seconds = 4;
     int64_t batch = 512;
     const char *script = "bench/torch/dp.py";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-            batch = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
-            script = argv[++i];
-        else if (!strcmp(argv[i], "--no-torch"))
-            script = NULL;
-        else {
-            fprintf(stderr, "usage: %s [--seconds S] [--batch B] [--torch SCRIPT | --no-torch]\n", argv[0]);
-            return 2;
-        }
-    }
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--batch", 'l', &batch}, {"--torch", 's', &script},
+                              {"--no-torch", 'n', &script}};
+    if (bench_args(argc, argv, opts, 4, "[--seconds S] [--batch B] [--torch SCRIPT | --no-torch]"))
+        return 2;
     blas_concurrency();
 
     int64_t xs[2] = {batch, 784};
@@ -200,10 +165,9 @@ int main(int argc, char **argv)
     g_loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     phx_rng *rng = phx_rng_new(3);
     if (!g_x || !g_t || !g_loss || !rng || phx_rng_uniform(rng, g_x, 0, 1))
-        die("data");
+        bench_die("data");
     int64_t *labels = malloc(sizeof *labels * (size_t)batch);
-    for (int64_t i = 0; i < batch; i++)
-        labels[i] = (i * 7) % 10;
+    bench_labels(labels, batch, 0);
     phx_tensor_from_host(g_t, labels);
     free(labels);
 
@@ -214,11 +178,11 @@ int main(int argc, char **argv)
     /* The two 1-thread variants interleaved; the 2-thread one after them,
      * since OpenBLAS's idle pool threads keep spinning for a while after a
      * multi-threaded call and would slow whatever runs next. */
-    double deadline = now() + seconds;
-    while (now() < deadline)
+    double deadline = bench_now() + seconds;
+    while (bench_now() < deadline)
         for (int i = 0; i < 2; i++)
             round_of(&r[i], 3);
-    for (deadline = now() + seconds / 2; now() < deadline;)
+    for (deadline = bench_now() + seconds / 2; bench_now() < deadline;)
         round_of(&r[2], 3);
     double torch = script ? run_torch(script, 2, seconds / 2, batch) : -1;
     double torch1 = script ? run_torch(script, 1, seconds / 2, batch) : -1;

@@ -13,37 +13,19 @@
  *
  *   bench/gpu [--torch PATH/gpu.py] [--python PY] [--repeats R] [--quick]
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <phalanx/phalanx.h>
+#define BENCH_NAME "bench/gpu"
+#include "bench/bench-util.h"
 #include <phalanx/plugin/device_v1.h>
 
 static const phx_device_v1 *G;
 static const phx_kernels_v1 *K;
 static const phx_device CU = { PHX_DEVICE_CUDA, 0 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void check(phx_status st, const char *what)
-{
-    if (st != PHX_OK) {
-        fprintf(stderr, "bench/gpu: %s: %s\n", what, phx_last_error());
-        exit(1);
-    }
-}
-
 static void *dalloc(size_t bytes, float lo, float hi, phx_dtype dt)
 {
     void *p = NULL;
-    check(G->alloc(0, bytes, &p), "alloc");
-    check(K->rng_uniform(0, p, dt, (int64_t)(bytes / phx_dtype_size(dt)), 1234, (uint64_t)bytes, lo, hi), "rng");
+    bench_check(G->alloc(0, bytes, &p), "alloc");
+    bench_check(K->rng_uniform(0, p, dt, (int64_t)(bytes / phx_dtype_size(dt)), 1234, (uint64_t)bytes, lo, hi), "rng");
     return p;
 }
 
@@ -78,17 +60,17 @@ static void run_op(op_id op)
     phx_sgd_hparams sh = { 1e-6f, 0.9f, 0.f, 0.f, 0 };
     phx_adam_hparams ah = { 1e-6f, 0.9f, 0.999f, 1e-8f, 0.f, 0, 1 };
     switch (op) {
-    case OP_COPY: check(G->copy_d2d(0, Y, 0, X, (size_t)N * 4), "copy"); break;
-    case OP_FILL: check(K->fill(0, Z, PHX_F32, N, 0.5), "fill"); break;
-    case OP_AXPBY: check(K->axpby(0, N, 0.999f, X, PHX_F32, 0.001f, Y, PHX_F32), "axpby"); break;
-    case OP_MUL: check(K->mul(0, N, X, Y, Z, PHX_F32), "mul"); break;
-    case OP_RELU: check(K->act_forward(0, PHX_ACT_RELU, N, X, Z, PHX_F32), "relu"); break;
-    case OP_GELU: check(K->act_forward(0, PHX_ACT_GELU, N, X, Z, PHX_F32), "gelu"); break;
-    case OP_CAST: check(K->cast(0, H, PHX_BF16, X, PHX_F32, N), "cast"); break;
-    case OP_AXPBY_BF16: check(K->axpby(0, N, 0.5f, H, PHX_BF16, 0.5f, (char *)Z, PHX_BF16), "axpby bf16"); break;
-    case OP_SGD: check(K->sgd_step(0, N, Y, X, M, &sh, 0), "sgd"); break;
-    case OP_ADAM: check(K->adam_step(0, N, Y, X, M, V, NULL, &ah, 10), "adam"); break;
-    case OP_UNSCALE: check(K->unscale_check(0, N, Z, 1.0f, FLAG), "unscale"); break;
+    case OP_COPY: bench_check(G->copy_d2d(0, Y, 0, X, (size_t)N * 4), "copy"); break;
+    case OP_FILL: bench_check(K->fill(0, Z, PHX_F32, N, 0.5), "fill"); break;
+    case OP_AXPBY: bench_check(K->axpby(0, N, 0.999f, X, PHX_F32, 0.001f, Y, PHX_F32), "axpby"); break;
+    case OP_MUL: bench_check(K->mul(0, N, X, Y, Z, PHX_F32), "mul"); break;
+    case OP_RELU: bench_check(K->act_forward(0, PHX_ACT_RELU, N, X, Z, PHX_F32), "relu"); break;
+    case OP_GELU: bench_check(K->act_forward(0, PHX_ACT_GELU, N, X, Z, PHX_F32), "gelu"); break;
+    case OP_CAST: bench_check(K->cast(0, H, PHX_BF16, X, PHX_F32, N), "cast"); break;
+    case OP_AXPBY_BF16: bench_check(K->axpby(0, N, 0.5f, H, PHX_BF16, 0.5f, (char *)Z, PHX_BF16), "axpby bf16"); break;
+    case OP_SGD: bench_check(K->sgd_step(0, N, Y, X, M, &sh, 0), "sgd"); break;
+    case OP_ADAM: bench_check(K->adam_step(0, N, Y, X, M, V, NULL, &ah, 10), "adam"); break;
+    case OP_UNSCALE: bench_check(K->unscale_check(0, N, Z, 1.0f, FLAG), "unscale"); break;
     default: break;
     }
 }
@@ -96,13 +78,13 @@ static void run_op(op_id op)
 static double time_op(op_id op, int iters, int repeats)
 {
     for (int i = 0; i < 3; i++) run_op(op);
-    check(G->synchronize(0), "sync");
+    bench_check(G->synchronize(0), "sync");
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < iters; i++) run_op(op);
-        check(G->synchronize(0), "sync");
-        double dt = (now() - t0) / iters;
+        bench_check(G->synchronize(0), "sync");
+        double dt = (bench_now() - t0) / iters;
         if (dt < best) best = dt;
     }
     return best;
@@ -118,15 +100,15 @@ static double gemm_tflops(phx_dtype dt, int tf32, int64_t n, int iters, int repe
     if (tf32) setenv("PHX_TF32", "1", 1);
     else unsetenv("PHX_TF32");
     for (int i = 0; i < 2; i++)
-        check(K->gemm(0, 0, 0, n, n, n, 1.f, a, n, b, n, dt, 0.f, c, n, dt), "gemm");
-    check(G->synchronize(0), "sync");
+        bench_check(K->gemm(0, 0, 0, n, n, n, 1.f, a, n, b, n, dt, 0.f, c, n, dt), "gemm");
+    bench_check(G->synchronize(0), "sync");
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < iters; i++)
-            check(K->gemm(0, 0, 0, n, n, n, 1.f, a, n, b, n, dt, 0.f, c, n, dt), "gemm");
-        check(G->synchronize(0), "sync");
-        double dt_ = (now() - t0) / iters;
+            bench_check(K->gemm(0, 0, 0, n, n, n, 1.f, a, n, b, n, dt, 0.f, c, n, dt), "gemm");
+        bench_check(G->synchronize(0), "sync");
+        double dt_ = (bench_now() - t0) / iters;
         if (dt_ < best) best = dt_;
     }
     unsetenv("PHX_TF32");
@@ -139,43 +121,34 @@ static double gemm_tflops(phx_dtype dt, int tf32, int64_t n, int iters, int repe
 static double mlp_steps(double seconds, int repeats)
 {
     phx_rng *rng = phx_rng_new(0);
-    phx_module *m = phx_sequential_new();
-    phx_sequential_add(m, phx_linear_new(784, 1024, true, rng));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_linear_new(1024, 1024, true, rng));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_linear_new(1024, 10, true, rng));
-    check(phx_module_to(m, CU), "model to cuda:0");
+    phx_module *m = bench_mlp(rng, 1024, 1024);
+    bench_check(phx_module_to(m, CU), "model to cuda:0");
     int64_t xs[2] = { 256, 784 }, nl = 256;
     phx_tensor *xh = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *yh = phx_tensor_new(PHX_I64, 1, &nl, phx_cpu());
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, CU), *y = phx_tensor_new(PHX_I64, 1, &nl, CU);
-    check(phx_rng_uniform(rng, xh, 0, 1), "data");
-    int64_t *lab = phx_tensor_data(yh);
-    for (int i = 0; i < 256; i++) lab[i] = (i * 7) % 10;
-    check(phx_tensor_copy(x, xh), "x to cuda");
-    check(phx_tensor_copy(y, yh), "y to cuda");
+    bench_check(phx_rng_uniform(rng, xh, 0, 1), "data");
+    bench_labels(phx_tensor_data(yh), 256, 0);
+    bench_check(phx_tensor_copy(x, xh), "x to cuda");
+    bench_check(phx_tensor_copy(y, yh), "y to cuda");
     phx_loss *loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     phx_sgd_opts o = phx_sgd_defaults();
     o.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(m, &o);
-    if (!loss || !opt) check(PHX_ENOMEM, "setup");
+    if (!loss || !opt) bench_check(PHX_ENOMEM, "setup");
     double best = 0;
     float l = 0;
     for (int r = -1; r < repeats; r++) { /* r = -1: warm-up */
         long n = 0;
-        double t0 = now(), dt;
+        double t0 = bench_now(), dt;
         do {
-            phx_tensor *out;
-            check(phx_optimizer_zero_grad(opt), "zero_grad");
-            check(phx_module_forward(m, x, &out), "forward");
-            check(phx_loss_forward(loss, out, y, &l), "loss");
-            check(phx_module_backward(m, phx_loss_grad(loss), NULL), "backward");
-            check(phx_optimizer_step(opt), "step");
+            const char *failed;
+            phx_status st = bench_step(m, opt, loss, x, y, &l, &failed);
+            bench_check(st, failed);
             n++;
-            dt = now() - t0;
+            dt = bench_now() - t0;
         } while (dt < (r < 0 ? 0.5 : seconds));
-        check(G->synchronize(0), "sync");
-        dt = now() - t0;
+        bench_check(G->synchronize(0), "sync");
+        dt = bench_now() - t0;
         if (r >= 0 && n / dt > best) best = n / dt;
     }
     printf("  mlp: final loss %.4f\n", l);
@@ -232,7 +205,7 @@ int main(int argc, char **argv)
         return 0;
     }
     G = phx_device_table(CU);
-    if (!G) check(PHX_ENOTFOUND, "cuda device table");
+    if (!G) bench_check(PHX_ENOTFOUND, "cuda device table");
     K = G->kernels;
 
     /* 1. bandwidth: 64 Mi elements (256 MiB per f32 buffer, >> L2) */

@@ -10,26 +10,8 @@
  *
  *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <phalanx/phalanx.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void check(phx_status st, const char *what)
-{
-    if (st != PHX_OK) {
-        fprintf(stderr, "bench/step: %s: %s\n", what, phx_last_error());
-        exit(1);
-    }
-}
+#define BENCH_NAME "bench/step"
+#include "bench/bench-util.h"
 
 typedef struct setup {
     phx_module *m;
@@ -51,39 +33,28 @@ static setup make(const char *name)
         phx_rng_normal(rng, s.y, 0, 1);
         s.loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     } else {
-        s.m = phx_sequential_new();
-        phx_sequential_add(s.m, phx_linear_new(784, 1024, true, rng));
-        phx_sequential_add(s.m, phx_relu_new());
-        phx_sequential_add(s.m, phx_linear_new(1024, 1024, true, rng));
-        phx_sequential_add(s.m, phx_relu_new());
-        phx_sequential_add(s.m, phx_linear_new(1024, 10, true, rng));
+        s.m = bench_mlp(rng, 1024, 1024);
         int64_t xs[2] = {256, 784}, n = 256;
         s.x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu());
         s.y = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
         phx_rng_uniform(rng, s.x, 0, 1);
-        int64_t *lab = phx_tensor_data(s.y);
-        for (int i = 0; i < 256; i++)
-            lab[i] = (i * 7) % 10;
+        bench_labels(phx_tensor_data(s.y), 256, 0);
         s.loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     }
     phx_sgd_opts o = phx_sgd_defaults();
     o.lr = 0.01;
     s.opt = phx_sgd_new(s.m, &o);
     if (!s.m || !s.x || !s.y || !s.loss || !s.opt)
-        check(PHX_ENOMEM, "setup");
+        bench_check(PHX_ENOMEM, "setup");
     phx_rng_free(rng);
     return s;
 }
 
 static void step(setup *s)
 {
-    phx_tensor *out;
-    float l;
-    check(phx_optimizer_zero_grad(s->opt), "zero_grad");
-    check(phx_module_forward(s->m, s->x, &out), "forward");
-    check(phx_loss_forward(s->loss, out, s->y, &l), "loss");
-    check(phx_module_backward(s->m, phx_loss_grad(s->loss), NULL), "backward");
-    check(phx_optimizer_step(s->opt), "step");
+    const char *failed;
+    phx_status st = bench_step(s->m, s->opt, s->loss, s->x, s->y, NULL, &failed);
+    bench_check(st, failed);
 }
 
 static double cpu_now(void)
@@ -103,11 +74,11 @@ static double rate(const char *name, double seconds, int repeats, double *cpu_ra
     *cpu_rate = 0;
     for (int r = 0; r < repeats; r++) {
         long n = 0;
-        double t0 = now(), c0 = cpu_now(), dt;
+        double t0 = bench_now(), c0 = cpu_now(), dt;
         do {
             step(&s);
             n++;
-            dt = now() - t0;
+            dt = bench_now() - t0;
         } while (dt < seconds);
         double dc = cpu_now() - c0;
         if (n / dt > best)
@@ -144,7 +115,7 @@ int main(int argc, char **argv)
     int have_torch = 0;
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 2; t++) {
-            check(phx_set_num_threads(t + 1), "threads");
+            bench_check(phx_set_num_threads(t + 1), "threads");
             phx[k][t] = rate(names[k], seconds, repeats, &phx_c[k][t]);
             if (!torch)
                 continue;

@@ -32,6 +32,8 @@ examples_custom_module_LDADD = libphalanx.la -lm
 noinst_PROGRAMS += bench/step
 bench_programs += bench/step
 bench_step_LDADD = libphalanx.la
+# Helpers every bench/*.c program includes (bench/step, ddp, dp, amp, gpu).
+EXTRA_DIST += bench/bench-util.h
 
 # PyTorch scripts and the reference data they wrote (t/data).
 EXTRA_DIST += bench/torch/st_io.py bench/torch/parity.py bench/torch/ckpt_interop.py bench/torch/step.py \
