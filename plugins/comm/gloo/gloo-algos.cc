@@ -18,8 +18,10 @@ uint8_t *Ctx::ensure(size_t bytes)
 {
     if (!scratch_ub || scratch.size() < bytes) {
         scratch_ub.reset();
+        scratch_send.reset();
         scratch.resize(bytes < 4096 ? 4096 : bytes);
         scratch_ub = ctx->createUnboundBuffer(scratch.data(), scratch.size());
+        scratch_send = ctx->createUnboundBuffer(scratch.data(), scratch.size());
     }
     return scratch.data();
 }
@@ -151,6 +153,7 @@ void allreduce_hd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op o
     const size_t es = phx_dtype_size(dt), bytes = count * es;
     Fold f(c.ctx->size, c.ctx->rank);
     auto ub = c.ctx->createUnboundBuffer(buf, bytes);
+    auto rub = c.ctx->createUnboundBuffer(buf, bytes);   // receives: one UB per direction
     uint8_t *b = static_cast<uint8_t *>(buf);
     fold_in(c, f, ub.get(), b, count, es, dt, op, slot);
     if (f.nr >= 0) {
@@ -179,7 +182,7 @@ void allreduce_hd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op o
             int pn = f.nr ^ d, peer = f.actual(pn);
             size_t plo = stack_lo[--depth], phi = stack_hi[depth];
             size_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
-            exchange(c, peer, slot + step, ub.get(), lo * es, (hi - lo) * es, ub.get(), olo * es, (ohi - olo) * es);
+            exchange(c, peer, slot + step, ub.get(), lo * es, (hi - lo) * es, rub.get(), olo * es, (ohi - olo) * es);
             lo = plo;
             hi = phi;
         }
@@ -202,6 +205,7 @@ void allreduce_ring(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op
     size_t seg = kRingSegment / es;                // elements per segment
     uint8_t *b = static_cast<uint8_t *>(buf);
     auto ub = c.ctx->createUnboundBuffer(buf, count * es);
+    auto rub = c.ctx->createUnboundBuffer(buf, count * es);
     uint8_t *tmp = c.ensure(2 * seg * es);
     UB *tub = c.scratch_ub.get();
     uint64_t sl = slot;
@@ -232,7 +236,7 @@ void allreduce_ring(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op
         size_t slo, shi, rlo, rhi;
         chunk(count, n, (r + 1 - s + 2 * n) % n, &slo, &shi);
         chunk(count, n, (r - s + 2 * n) % n, &rlo, &rhi);
-        exchange(c, to, sl, ub.get(), slo * es, (shi - slo) * es, ub.get(), rlo * es, (rhi - rlo) * es, from);
+        exchange(c, to, sl, ub.get(), slo * es, (shi - slo) * es, rub.get(), rlo * es, (rhi - rlo) * es, from);
     }
 }
 
@@ -268,9 +272,10 @@ void allgather_ring(Ctx &c, const void *send, void *recv, size_t bytes, uint64_t
     uint8_t *out = static_cast<uint8_t *>(recv);
     if (out + (size_t)r * bytes != send) std::memcpy(out + (size_t)r * bytes, send, bytes);
     auto ub = c.ctx->createUnboundBuffer(recv, bytes * (size_t)n);
+    auto rub = c.ctx->createUnboundBuffer(recv, bytes * (size_t)n);
     for (int s = 0; s < n - 1; s++) {
         size_t sb = (size_t)((r - s + 2 * n) % n), rb = (size_t)((r - s - 1 + 2 * n) % n);
-        exchange(c, to, slot + (uint64_t)s, ub.get(), sb * bytes, bytes, ub.get(), rb * bytes, bytes, from);
+        exchange(c, to, slot + (uint64_t)s, ub.get(), sb * bytes, bytes, rub.get(), rb * bytes, bytes, from);
     }
 }
 
@@ -293,9 +298,9 @@ void reduce_scatter_ring(Ctx &c, const void *send, void *recv, size_t count, phx
         size_t sb = (size_t)((r - 1 - s + 2 * n) % n), rb = (size_t)((r - 2 - s + 2 * n) % n);
         post_recv(c.scratch_ub.get(), from, slot + (uint64_t)s, 0, bytes);
         if (s == 0) post_send(inub.get(), to, slot + (uint64_t)s, sb * bytes, bytes);
-        else post_send(c.scratch_ub.get(), to, slot + (uint64_t)s, bytes, bytes);
+        else post_send(c.scratch_send.get(), to, slot + (uint64_t)s, bytes, bytes);
         wait_recv(c, c.scratch_ub.get(), from);
-        wait_send(c, s == 0 ? inub.get() : c.scratch_ub.get(), to);
+        wait_send(c, s == 0 ? inub.get() : c.scratch_send.get(), to);
         void *dst = s == n - 2 ? recv : static_cast<void *>(acc);
         reduce2(dst, tmp, in + rb * bytes, count, dt, op);
     }

@@ -36,7 +36,10 @@ struct Ctx {
     std::shared_ptr<gloo::Context> ctx;
     std::chrono::milliseconds timeout;
     std::vector<uint8_t> scratch;
-    std::unique_ptr<gloo::transport::UnboundBuffer> scratch_ub;
+    // Two handles on the scratch memory: receives go through scratch_ub,
+    // sends through scratch_send (a gloo UnboundBuffer with a send and a
+    // receive pending at once answers its waits late).
+    std::unique_ptr<gloo::transport::UnboundBuffer> scratch_ub, scratch_send;
 
     // At least bytes of scratch, registered with the transport.
     uint8_t *ensure(size_t bytes);

@@ -43,10 +43,14 @@
 
 namespace {
 
-// All-reduce algorithm thresholds (bytes): see doc/comm.md for the
-// measurements behind them.
-constexpr size_t kRdMax = 16u << 10;    // <= 16 KiB: recursive doubling
-constexpr size_t kHdMax = 256u << 10;   // <= 256 KiB: halving-doubling; above: ring
+// All-reduce algorithm choice (bytes; doc/comm.md has the measurements):
+// recursive doubling up to 64 KiB (log2 n latency-bound exchanges);
+// above that the ring (bandwidth-optimal, 2 (n-1) pipelined steps), except
+// halving-doubling between 64 KiB and 1 MiB in worlds of 8 or more, where
+// its 2 log2 n steps beat the ring's 2 (n-1). PHX_GLOO_ALGO forces one.
+constexpr size_t kRdMax = 64u << 10;
+constexpr size_t kHdMax = 1u << 20;
+constexpr int kHdMinWorld = 8;
 constexpr uint64_t kSlotPrefix = 0x70;  // our own algorithms' slots (gloo's use 0x01..0x08)
 
 enum Kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER, BARRIER };
@@ -125,7 +129,8 @@ struct State {
 Algo pick(const State &s, size_t bytes)
 {
     if (s.algo != AUTO) return s.algo;
-    return bytes <= kRdMax ? RD : bytes <= kHdMax ? HD : RING;
+    if (bytes <= kRdMax) return RD;
+    return bytes <= kHdMax && s.size >= kHdMinWorld ? HD : RING;
 }
 
 void run_allreduce(State &s, const Op &o)
@@ -310,6 +315,7 @@ void g_finalize(void *state)
     if (s->worker.joinable()) s->worker.join();   // runs what is queued first
     try {
         s->c.scratch_ub.reset();
+        s->c.scratch_send.reset();
         s->c.ctx.reset();
     } catch (...) {
     }
