@@ -32,7 +32,7 @@ examples_custom_module_LDADD = libphalanx.la -lm
 noinst_PROGRAMS += bench/step
 bench_programs += bench/step
 bench_step_LDADD = libphalanx.la
-# Helpers every bench/*.c program includes (bench/step, ddp, dp, amp, gpu).
+# Helpers the bench programs include (bench/step, ddp, dp, amp and gpu).
 EXTRA_DIST += bench/bench-util.h
 
 # PyTorch scripts and the reference data they wrote (t/data).
