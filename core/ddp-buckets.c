@@ -118,13 +118,14 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
         for (size_t j = 0; j < k->n_members && st == PHX_OK; j++) {
             size_t i = a->order[a->start[b] + j];
             phx_tensor *g = phx_param_grad(d->params[i]);
+            int64_t numel = phx_tensor_numel(g); /* set_grad below releases g */
             phx_tensor *v = phx_tensor_view(k->flat, off, phx_tensor_ndim(g), phx_tensor_shape(g));
             if (!v)
                 st = PHX_ENOMEM;
             else
                 st = phx_param_set_grad(d->params[i], v);
             phx_tensor_free(v); /* the parameter holds its own reference */
-            off += phx_tensor_numel(g);
+            off += numel;
         }
     }
     if (st != PHX_OK) {
