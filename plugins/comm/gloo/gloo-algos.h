@@ -21,7 +21,7 @@
 
 namespace pxg {
 
-constexpr size_t kRingSegment = 256u << 10;  // bytes received per piece in the ring
+constexpr size_t kRingSegment = 1u << 20;  // bytes received per piece in the ring (as gloo's own ring)
 
 // A transport failure while talking to one known peer.
 struct PeerError : std::runtime_error {
