@@ -26,7 +26,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -119,9 +118,10 @@ struct State {
     std::string broken;               // set after the first failure
     int32_t token = 0;                // the barrier's one-element all-reduce
 
-    std::mutex mu;                    // the queue
+    std::mutex mu;                    // the queue: a ring that only grows
     std::condition_variable cv;
-    std::deque<Op> queue;
+    std::vector<Op> ring;
+    size_t head = 0, len = 0;
     bool stop = false;
     std::thread worker;
 };
@@ -211,15 +211,17 @@ phx_status execute(State &s, const Op &o, std::string &msg)
 void worker_main(State *s)
 {
     std::unique_lock<std::mutex> lk(s->mu);
+    std::string msg;
     for (;;) {
-        s->cv.wait(lk, [s] { return s->stop || !s->queue.empty(); });
-        if (s->queue.empty()) break;
-        Op o = s->queue.front();
+        s->cv.wait(lk, [s] { return s->stop || s->len; });
+        if (!s->len) break;
+        Op o = s->ring[s->head];
         lk.unlock();
-        std::string msg;
+        msg.clear();
         phx_status st = execute(*s, o, msg);
         lk.lock();
-        s->queue.pop_front();
+        s->head = (s->head + 1) % s->ring.size();
+        s->len--;
         lk.unlock();
         phx_work_complete(o.work, st, st ? msg.c_str() : NULL);
         lk.lock();
@@ -231,7 +233,13 @@ phx_status enqueue(void *state, const Op &o)
     State *s = static_cast<State *>(state);
     try {
         std::lock_guard<std::mutex> lk(s->mu);
-        s->queue.push_back(o);
+        if (s->len == s->ring.size()) {   // grow (rare): unroll into a bigger ring
+            std::vector<Op> bigger(s->ring.empty() ? 64 : 2 * s->ring.size());
+            for (size_t i = 0; i < s->len; i++) bigger[i] = s->ring[(s->head + i) % s->ring.size()];
+            s->ring.swap(bigger);
+            s->head = 0;
+        }
+        s->ring[(s->head + s->len++) % s->ring.size()] = o;
     } catch (...) {
         return phx_error(PHX_ENOMEM, "gloo: cannot queue a collective");
     }
