@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <gloo/types.h>
+
 #include "plugins/comm/reduce.h"
 
 namespace pxg {
@@ -65,9 +67,21 @@ void wait_send(const Ctx &c, UB *b, int peer)
     }
 }
 
-// out[0..n) = a op b (a from the lower rank), out may be a or b.
+// out[0..n) = a op b (a from the lower rank), out may be a or b. f16 sums
+// use gloo's own half type (f32 add, round to nearest); everything else,
+// bf16 included (gloo has none), reduce.h.
 void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, phx_reduce_op op)
 {
+    if (dt == PHX_F16 && op == PHX_SUM) {
+        auto *o = static_cast<gloo::float16 *>(out);
+        const auto *x = static_cast<const gloo::float16 *>(a), *y = static_cast<const gloo::float16 *>(b);
+        for (size_t i = 0; i < n; i++) {
+            gloo::float16 t = x[i];
+            t += y[i];
+            o[i] = t;
+        }
+        return;
+    }
     const void *in[2] = {a, b};
     px_reduce_n(out, in, 2, 0, n, dt, op, 1);
 }

@@ -9,11 +9,11 @@
 // order, so compute overlaps communication. The collectives themselves
 // (gloo-algos.cc) use gloo's transport: all-reduce picks its algorithm by
 // message size (doc/comm.md): recursive doubling for small messages
-// (latency: log2 n exchanges), halving-doubling for medium ones (log2 n
-// steps, half the data each), a pipelined ring for large ones
-// (bandwidth). Reductions use plugins/comm/reduce.h for every dtype (f16
-// and bf16 accumulate in f32 per step; gloo has no bf16), avg = sum then
-// divide. A gloo exception becomes PHX_EPEER or PHX_ETIMEOUT with its
+// (latency: log2 n exchanges), a pipelined ring for large ones
+// (bandwidth), halving-doubling in between for large worlds. f16 sums use
+// gloo::float16; bf16 (gloo has none) and max/min use
+// plugins/comm/reduce.h (f32 arithmetic, rounded per step); avg = sum
+// then divide. A gloo exception becomes PHX_EPEER or PHX_ETIMEOUT with its
 // message and the rank of the peer the failed wait was on; the
 // communicator is then broken and later collectives fail at once.
 #include "config.h"
