@@ -302,8 +302,13 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     } catch (const std::exception &e) {
         pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
         delete s;
-        return phx_error(PHX_EPEER, "gloo: rank %d of %d: connecting the full mesh on %s failed: %s", a->rank,
-                         a->size, where.c_str(), e.what());
+        std::string m = e.what();
+        phx_status st = m.find("not set after") != std::string::npos || m.find("imed out") != std::string::npos ||
+                                m.find("imeout") != std::string::npos
+                            ? PHX_ETIMEOUT
+                            : PHX_EPEER;
+        return phx_error(st, "gloo: rank %d of %d: connecting the full mesh on %s failed: %s", a->rank, a->size,
+                         where.c_str(), m.c_str());
     }
     pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
     phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s", a->rank, a->size, where.c_str());
