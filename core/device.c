@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/comm-impl.h"
 #include "core/device-impl.h"
 #include "core/util.h"
 #include "kernels/cpu/cpu.h"
@@ -38,14 +39,20 @@ static int px_env_first_int(const char *const *names, int def)
     return def;
 }
 
+/* Local rank and size: phx_spawn's thread world when the caller is one of
+ * its threads (every rank of it shares this machine), else the launcher's. */
 static int px_local_rank(void)
 {
+    const px_spawn_tls *tls = px_spawn_current();
+    if (tls->active) return tls->rank;
     static const char *const names[] = { "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL };
     return px_env_first_int(names, 0);
 }
 
 static int px_local_size(void)
 {
+    const px_spawn_tls *tls = px_spawn_current();
+    if (tls->active) return tls->size > 0 ? tls->size : 1;
     static const char *const names[] = { "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL };
     int n = px_env_first_int(names, 1);
     return n > 0 ? n : 1;

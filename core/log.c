@@ -46,7 +46,15 @@ void phx_log_set_level(phx_log_level level)
     atomic_store(&px_log_level, (int)level);
 }
 
-void phx_log_set_rank(int rank) { atomic_store(&px_log_rank, rank < 0 ? -1 : rank); }
+/* Threads of one process can be different ranks (phx_spawn with threads):
+ * a thread that set its rank prints it; other threads print the process's. */
+static _Thread_local int px_log_thread_rank = -2; /* -2: not set on this thread */
+
+void phx_log_set_rank(int rank)
+{
+    atomic_store(&px_log_rank, rank < 0 ? -1 : rank);
+    px_log_thread_rank = rank < 0 ? -1 : rank;
+}
 
 void phx_log(phx_log_level level, const char *fmt, ...)
 {
@@ -54,7 +62,7 @@ void phx_log(phx_log_level level, const char *fmt, ...)
     if (level < PHX_LOG_ERROR) level = PHX_LOG_ERROR;
     if (level > PHX_LOG_DEBUG) level = PHX_LOG_DEBUG;
     char line[2048];
-    int rank = atomic_load(&px_log_rank);
+    int rank = px_log_thread_rank != -2 ? px_log_thread_rank : atomic_load(&px_log_rank);
     int n = rank >= 0 ? snprintf(line, sizeof line, "[phx rank %d] %s: ", rank, px_level_names[level])
                       : snprintf(line, sizeof line, "[phx] %s: ", px_level_names[level]);
     va_list ap;

@@ -16,7 +16,9 @@ phx_log_level phx_log_get_level(void);
 void phx_log_set_level(phx_log_level level);
 
 /* Rank printed in every line (-1, the default, prints no rank). Set by
- * phx_comm_init. */
+ * phx_comm_init. The calling thread prints this rank from then on; other
+ * threads of the process print the last rank set by any thread (in a
+ * world of threads each rank's thread therefore prints its own). */
 void phx_log_set_rank(int rank);
 
 /* Writes one line if level <= phx_log_get_level(). Thread-safe. */
