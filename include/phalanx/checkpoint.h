@@ -38,7 +38,8 @@ phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimize
  * PHX_ENOTFOUND when the key is absent. */
 phx_status phx_checkpoint_meta(const char *path, const char *key, char *buf, size_t len);
 
-/* Generic safetensors I/O of named CPU tensors. */
+/* Generic safetensors I/O of named tensors (any device: data is copied
+ * through the host; tensors read back are CPU tensors). */
 phx_status phx_safetensors_write(const char *path, const char *const *names, phx_tensor *const *tensors,
                                  size_t n, const phx_meta *meta, size_t n_meta);
 /* Reads every tensor: *names and *tensors are malloc'd arrays of *n

@@ -69,7 +69,8 @@ phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor
                                    phx_reduce_op op, phx_work **work);
 phx_status phx_comm_barrier(phx_comm *c, phx_work **work);
 
-/* Waits for completion up to timeout_s (< 0: the comm's timeout). Returns
+/* Waits for completion up to timeout_s (< 0: the comm's timeout plus 2 s,
+ * so the backend's own timeout, which names the peer, is what fails). Returns
  * the collective's status (PHX_EPEER/PHX_ETIMEOUT name the peer when
  * known). Waiting again on a completed work returns the same status. */
 phx_status phx_work_wait(phx_work *w, double timeout_s);
