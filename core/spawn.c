@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "core/comm-impl.h"
 #include "core/util.h"
+#include "core/free-port.h"
 
 #define PX_SPAWN_GRACE 5.0   /* seconds between SIGTERM and SIGKILL */
 
@@ -102,19 +103,6 @@ out:
 
 /* -------------------------------------------------------------- processes */
 
-/* A port the kernel considers free right now (the usual small race). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    if (fd < 0) return -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 static void child(int rank, int n, int (*fn)(int, void *), void *arg, const char *port)
 {
     char buf[16];
@@ -146,7 +134,7 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
     if (!pids) return PHX_ENOMEM;
     char port[16] = "";
     if (!getenv("MASTER_PORT")) {
-        int p = free_port();
+        int p = px_free_port();
         if (p < 0) { px_free(pids); return phx_error(PHX_EIO, "phx_spawn: no free port for MASTER_PORT"); }
         snprintf(port, sizeof port, "%d", p);
     }

@@ -102,4 +102,4 @@ EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-p
 
 # ---- phxrun (comm area, issue 4): the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
-tools_phxrun_SOURCES = tools/phxrun.c
+tools_phxrun_SOURCES = tools/phxrun.c core/free-port.h

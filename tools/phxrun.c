@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/free-port.h"
 
 typedef struct opts {
     int nproc, nnodes, node_rank, port, standalone;
@@ -120,18 +121,6 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    if (fd < 0) return -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 static int cores(void)
 {
     cpu_set_t set;
@@ -202,7 +191,7 @@ int main(int argc, char **argv)
     int port = o.port;
     if (o.standalone) {
         addr = "127.0.0.1";
-        if ((port = free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
+        if ((port = px_free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
     }
     if (!addr || !*addr) addr = "127.0.0.1";
     if (port < 0) {
