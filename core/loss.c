@@ -92,7 +92,7 @@ phx_status phx_loss_forward(phx_loss *l, const phx_tensor *y, const phx_tensor *
     if (y->numel == 0)
         return phx_error(PHX_EINVAL, "phx_loss_forward(%s): empty prediction", loss_name(l->kind));
     phx_device dev = y->storage->device;
-    const phx_kernels_v1 *k = px_kernels(dev);
+    const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k)
         return PHX_ENOTFOUND;
     phx_tensor *g, *v;

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include "phalanx/module.h"
 #include "phalanx/plugin/device_v1.h"
+#include "core/device-impl.h"
 
 struct phx_param {
     char *name;                /* leaf name, "weight" */
@@ -58,8 +59,7 @@ void px_buf_free(px_buf *b);
 /* x itself when it already has dtype dt, else x cast into b. */
 phx_status px_as_dtype(px_buf *b, const phx_tensor *x, phx_dtype dt, const phx_tensor **out);
 
-/* The kernel table of t's device (NULL with phx_last_error set). */
-const phx_kernels_v1 *px_kernels(phx_device d);
+/* The kernel table of a device: px_device_kernels (core/device-impl.h). */
 
 /* Copies the values of src's own parameters into dst's (same names and
  * shapes; used by clone slots). */

@@ -74,12 +74,6 @@ phx_status px_as_dtype(px_buf *b, const phx_tensor *x, phx_dtype dt, const phx_t
     return st;
 }
 
-const phx_kernels_v1 *px_kernels(phx_device d)
-{
-    const phx_device_v1 *t = phx_device_table(d);
-    return t ? t->kernels : NULL;
-}
-
 phx_status px_check_float_input(const char *who, const phx_tensor *x)
 {
     if (!x)
@@ -482,7 +476,7 @@ phx_status phx_module_zero_grad(phx_module *m)
     size_t n = phx_module_num_params(m);
     for (size_t i = 0; i < n; i++) {
         phx_tensor *g = m->flat[i]->grad;
-        const phx_kernels_v1 *k = px_kernels(g->storage->device);
+        const phx_kernels_v1 *k = px_device_kernels(g->storage->device);
         if (!k)
             return PHX_ENOTFOUND;
         phx_status st = k->fill(g->storage->device.index, px_tensor_ptr(g), PHX_F32, g->numel, 0.0);

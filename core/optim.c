@@ -160,7 +160,7 @@ phx_status px_slots_step(const px_slots *s, const char *who, const phx_module *m
         if (st != PHX_OK)
             return st;
         phx_tensor *v = phx_param_value(p);
-        const phx_kernels_v1 *k = px_kernels(v->storage->device);
+        const phx_kernels_v1 *k = px_device_kernels(v->storage->device);
         if (!k)
             return PHX_ENOTFOUND;
         st = update(k, v->storage->device.index, v->numel, px_tensor_ptr(v), px_tensor_ptr(phx_param_grad(p)),

@@ -26,7 +26,7 @@ phx_status px_act_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
     phx_status st = px_check_float_input(who, x);
     if (st != PHX_OK)
         return st;
-    const phx_kernels_v1 *k = px_kernels(x->storage->device);
+    const phx_kernels_v1 *k = px_device_kernels(x->storage->device);
     if (!k)
         return PHX_ENOTFOUND;
     phx_dtype dt = phx_module_compute_dtype(self);
@@ -56,7 +56,7 @@ phx_status px_act_backward(phx_module *self, const phx_tensor *dy, phx_tensor **
         snprintf(w, sizeof w, "%s backward", who);
         return px_dy_mismatch(w, dy, x);
     }
-    const phx_kernels_v1 *k = px_kernels(x->storage->device);
+    const phx_kernels_v1 *k = px_device_kernels(x->storage->device);
     if (!k)
         return PHX_ENOTFOUND;
     const phx_tensor *g;

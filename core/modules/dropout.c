@@ -23,7 +23,7 @@ static phx_status dropout_forward(phx_module *self, const phx_tensor *x, phx_ten
     if (st != PHX_OK)
         return st;
     phx_device dev = x->storage->device;
-    const phx_kernels_v1 *k = px_kernels(dev);
+    const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k)
         return PHX_ENOTFOUND;
     phx_dtype dt = phx_module_compute_dtype(self);
@@ -66,7 +66,7 @@ static phx_status dropout_backward(phx_module *self, const phx_tensor *dy, phx_t
     if (!px_dy_fits(dy, y))
         return px_dy_mismatch("phx_dropout_backward", dy, y);
     phx_device dev = y->storage->device;
-    const phx_kernels_v1 *k = px_kernels(dev);
+    const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k)
         return PHX_ENOTFOUND;
     phx_tensor *g;

@@ -26,7 +26,7 @@ static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     phx_device dev = x->storage->device;
     if (L->w && !phx_device_equal(dev, L->w->value->storage->device))
         return phx_error(PHX_EINVAL, "phx_layernorm_forward: input and weights are on different devices");
-    const phx_kernels_v1 *k = px_kernels(dev);
+    const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k)
         return PHX_ENOTFOUND;
     phx_dtype dt = phx_module_compute_dtype(self);
@@ -57,7 +57,7 @@ static phx_status ln_backward(phx_module *self, const phx_tensor *dy, phx_tensor
     if (!px_dy_fits(dy, x))
         return px_dy_mismatch("phx_layernorm_backward", dy, x);
     phx_device dev = x->storage->device;
-    const phx_kernels_v1 *k = px_kernels(dev);
+    const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k)
         return PHX_ENOTFOUND;
     const phx_tensor *g;

@@ -54,7 +54,7 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
                          phx_device_name(dev, a, sizeof a),
                          phx_device_name(L->w->value->storage->device, b, sizeof b));
     }
-    const phx_kernels_v1 *k = px_kernels(dev);
+    const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k)
         return PHX_ENOTFOUND;
     phx_dtype dt = phx_module_compute_dtype(self);
@@ -86,7 +86,7 @@ static phx_status linear_backward(phx_module *self, const phx_tensor *dy, phx_te
         dy->shape[dy->ndim - 1] != L->out)
         return px_dy_mismatch("phx_linear_backward", dy, L->io.y.view);
     phx_device dev = x->storage->device;
-    const phx_kernels_v1 *k = px_kernels(dev);
+    const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k)
         return PHX_ENOTFOUND;
     phx_dtype dt = x->dtype;
