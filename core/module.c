@@ -475,11 +475,7 @@ phx_status phx_module_zero_grad(phx_module *m)
         return phx_error(PHX_EINVAL, "phx_module_zero_grad: module is NULL");
     size_t n = phx_module_num_params(m);
     for (size_t i = 0; i < n; i++) {
-        phx_tensor *g = m->flat[i]->grad;
-        const phx_kernels_v1 *k = px_device_kernels(g->storage->device);
-        if (!k)
-            return PHX_ENOTFOUND;
-        phx_status st = k->fill(g->storage->device.index, px_tensor_ptr(g), PHX_F32, g->numel, 0.0);
+        phx_status st = phx_tensor_fill(m->flat[i]->grad, 0.0);
         if (st != PHX_OK)
             return st;
     }
