@@ -92,16 +92,6 @@ out:
     return st;
 }
 
-static const char *entry_shape(const px_st_entry *e, char *buf, size_t len)
-{
-    size_t at = (size_t)snprintf(buf, len, "(");
-    for (int d = 0; d < e->ndim && at < len; d++)
-        at += (size_t)snprintf(buf + at, len - at, d ? ", %lld" : "%lld", (long long)e->shape[d]);
-    if (at < len)
-        snprintf(buf + at, len - at, e->ndim == 1 ? ",)" : ")");
-    return buf;
-}
-
 /* e may fill slot *slot for `what` named key: dtype f32 and the same shape. */
 static phx_status check_entry(const char *path, const px_st_entry *e, const char *key, const phx_tensor *t,
                               const char *what, const px_st_entry **slot)
@@ -119,7 +109,7 @@ static phx_status check_entry(const char *path, const px_st_entry *e, const char
         same = e->shape[d] == t->shape[d];
     if (!same)
         return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has shape %s, %s '%s' has shape %s", who, path, e->name,
-                         entry_shape(e, a, sizeof a), what, key, phx_tensor_shape_str(t, b, sizeof b));
+                         px_shape_str(e->ndim, e->shape, a, sizeof a), what, key, phx_tensor_shape_str(t, b, sizeof b));
     *slot = e;
     return PHX_OK;
 }

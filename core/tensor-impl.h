@@ -28,4 +28,7 @@ static inline void *px_tensor_ptr(const phx_tensor *t)
 {
     return (char *)t->storage->data + (size_t)t->offset * phx_dtype_size(t->dtype);
 }
+
+/* "(2, 3)", "(4,)", "()": phx_tensor_shape_str's format for a bare shape. */
+const char *px_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 #endif

@@ -196,6 +196,18 @@ int phx_tensor_same_shape(const phx_tensor *a, const phx_tensor *b)
     return 1;
 }
 
+const char *px_shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
+{
+    if (!buf || !len) return buf;
+    size_t used = 0;
+    used += (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < ndim && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (ndim == 1 && used < len) used += (size_t)snprintf(buf + used, len - used, ",");
+    if (used < len) snprintf(buf + used, len - used, ")");
+    return buf;
+}
+
 const char *phx_tensor_shape_str(const phx_tensor *t, char *buf, size_t len)
 {
     if (!buf || !len) return buf;
@@ -203,11 +215,5 @@ const char *phx_tensor_shape_str(const phx_tensor *t, char *buf, size_t len)
         snprintf(buf, len, "(null)");
         return buf;
     }
-    size_t used = 0;
-    used += (size_t)snprintf(buf, len, "(");
-    for (int i = 0; i < t->ndim && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%" PRId64, i ? ", " : "", t->shape[i]);
-    if (t->ndim == 1 && used < len) used += (size_t)snprintf(buf + used, len - used, ",");
-    if (used < len) snprintf(buf + used, len - used, ")");
-    return buf;
+    return px_shape_str(t->ndim, t->shape, buf, len);
 }
