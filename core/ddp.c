@@ -292,9 +292,14 @@ static const phx_module_vtable ddp_vtable = {
     /* .clone     = */ NULL,
 };
 
+typedef struct addr_idx {
+    phx_param *p;
+    size_t i;
+} addr_idx;
+
 static int cmp_addr(const void *a, const void *b)
 {
-    uintptr_t x = (uintptr_t)*(phx_param *const *)a, y = (uintptr_t)*(phx_param *const *)b;
+    uintptr_t x = (uintptr_t)((const addr_idx *)a)->p, y = (uintptr_t)((const addr_idx *)b)->p;
     return x < y ? -1 : x > y;
 }
 
@@ -313,17 +318,26 @@ static phx_status ddp_init(px_ddp *d)
     if (!d->params || !d->by_addr || !d->by_addr_idx || !d->bucket_members || !d->bucket_of ||
         !d->ready || !d->arrival || !d->trace)
         return PHX_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        d->params[i] = d->by_addr[i] = phx_module_param(d->model, i);
-    qsort(d->by_addr, n, sizeof *d->by_addr, cmp_addr);
-    for (size_t k = 0; k < n; k++) {
-        if (k > 0 && d->by_addr[k] == d->by_addr[k - 1])
-            return phx_error(PHX_EINVAL, "phx_ddp_new: a parameter appears twice in the model");
-        for (size_t i = 0; i < n; i++)
-            if (d->params[i] == d->by_addr[k])
-                d->by_addr_idx[k] = i;
+    /* Sorted (address, index) pairs: the hook's binary search yields the index. */
+    addr_idx *pairs = px_malloc(m * sizeof *pairs);
+    if (!pairs)
+        return PHX_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        d->params[i] = pairs[i].p = phx_module_param(d->model, i);
+        pairs[i].i = i;
     }
-    return PHX_OK;
+    qsort(pairs, n, sizeof *pairs, cmp_addr);
+    phx_status st = PHX_OK;
+    for (size_t k = 0; k < n; k++) {
+        if (k > 0 && pairs[k].p == pairs[k - 1].p) {
+            st = phx_error(PHX_EINVAL, "phx_ddp_new: a parameter appears twice in the model");
+            break;
+        }
+        d->by_addr[k] = pairs[k].p;
+        d->by_addr_idx[k] = pairs[k].i;
+    }
+    px_free(pairs);
+    return st;
 }
 
 phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts)
