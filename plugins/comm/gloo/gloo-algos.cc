@@ -68,18 +68,18 @@ void wait_send(const Ctx &c, UB *b, int peer)
 }
 
 // out[0..n) = a op b (a from the lower rank), out may be a or b. f16 sums
-// use gloo's own half type (f32 add, round to nearest); everything else,
-// bf16 included (gloo has none), reduce.h.
+// use gloo's own half conversions (f32 add, round to nearest); everything
+// else, bf16 included (gloo has none), reduce.h. The bits are stored
+// directly: gloo::float16's operator= (used by +=) first compares the old
+// value with the new one's bits taken as a number, which costs a conversion
+// per element, reads the uninitialised output and can skip the store.
 void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, phx_reduce_op op)
 {
     if (dt == PHX_F16 && op == PHX_SUM) {
         auto *o = static_cast<gloo::float16 *>(out);
         const auto *x = static_cast<const gloo::float16 *>(a), *y = static_cast<const gloo::float16 *>(b);
-        for (size_t i = 0; i < n; i++) {
-            gloo::float16 t = x[i];
-            t += y[i];
-            o[i] = t;
-        }
+        for (size_t i = 0; i < n; i++)
+            o[i].x = gloo::cpu_float2half_rn(gloo::cpu_half2float(x[i]) + gloo::cpu_half2float(y[i])).x;
         return;
     }
     const void *in[2] = {a, b};
