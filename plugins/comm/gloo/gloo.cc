@@ -180,6 +180,12 @@ void run_op(State &s, const Op &o)
     }
 }
 
+// gloo reports timeouts only in its messages ("Timed out", "timeout").
+bool says_timeout(const std::string &m)
+{
+    return m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
+}
+
 // Runs one op, turning any exception into a status and a message.
 phx_status execute(State &s, const Op &o, std::string &msg)
 {
@@ -207,7 +213,7 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     }
     s.seq++;
     if (st == PHX_OK) return st;
-    if (msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos) st = PHX_ETIMEOUT;
+    if (says_timeout(msg)) st = PHX_ETIMEOUT;
     std::string who = peer >= 0 ? " with peer rank " + std::to_string(peer) : "";
     msg = std::string(head) + " failed" + who + ": " + msg;
     s.broken = msg;
@@ -326,10 +332,7 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
         delete s;
         std::string m = e.what();
-        phx_status st = m.find("not set after") != std::string::npos || m.find("imed out") != std::string::npos ||
-                                m.find("imeout") != std::string::npos
-                            ? PHX_ETIMEOUT
-                            : PHX_EPEER;
+        phx_status st = m.find("not set after") != std::string::npos || says_timeout(m) ? PHX_ETIMEOUT : PHX_EPEER;
         return phx_error(st, "gloo: rank %d of %d: connecting the full mesh on %s failed: %s", a->rank, a->size,
                          where.c_str(), m.c_str());
     }
