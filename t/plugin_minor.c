@@ -1,6 +1,6 @@
 /* The "minor too old" loader error. Plugins of ABI 1.0 cannot be older
  * than a 1.0 loader, so this test builds its own copy of the loader
- * (core/plugin.c, core/plugin-find.c) with PX_PLUGIN_MINOR_REQUIRED=1,
+ * (core/plugin/plugin.c, core/plugin/plugin-find.c) with PX_PLUGIN_MINOR_REQUIRED=1,
  * as a Phalanx whose vtables grew a slot in ABI 1.1 would be. */
 #include <limits.h>
 #include <stdio.h>

@@ -89,7 +89,7 @@ check_PROGRAMS += t/plugin_loader t/plugin_minor
 TESTS += t/plugin_loader t/plugin_minor
 t_plugin_loader_SOURCES = t/plugin_loader.c
 t_plugin_loader_LDADD = libphalanx.la
-t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin.c core/plugin-find.c core/util.c
+t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c
 t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_REQUIRED=1
 t_plugin_minor_LDADD = libphalanx.la
 
@@ -102,4 +102,4 @@ EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-p
 
 # ---- phxrun (comm area, issue 4): the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
-tools_phxrun_SOURCES = tools/phxrun.c core/free-port.h
+tools_phxrun_SOURCES = tools/phxrun.c core/world/free-port.h

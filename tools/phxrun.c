@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/free-port.h"
+#include "core/world/free-port.h"
 
 typedef struct opts {
     int nproc, nnodes, node_rank, port, standalone;

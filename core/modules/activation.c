@@ -2,8 +2,8 @@
  * act_forward / act_backward kernels, in the module's compute dtype. */
 #include <stdio.h>
 #include "core/modules/activation.h"
-#include "core/tensor-impl.h"
-#include "core/util.h"
+#include "core/tensor/tensor-impl.h"
+#include "core/base/util.h"
 
 typedef struct act {
     phx_activation kind;

@@ -4,7 +4,7 @@
 #ifndef PHX_CORE_MODULES_ACTIVATION_H
 #define PHX_CORE_MODULES_ACTIVATION_H
 
-#include "core/module-impl.h"
+#include "core/modules/module-impl.h"
 
 phx_module *px_act_new(const phx_module_vtable *vt, phx_activation kind);
 /* y = act(x) in the compute dtype; keeps x and y for backward. */

@@ -2,9 +2,9 @@
  * context allocation, the forward-to-backward state (px_io), the check of
  * dy against the last forward's output, and the tail of a clone. */
 #include <stdio.h>
-#include "core/module-impl.h"
-#include "core/tensor-impl.h"
-#include "core/util.h"
+#include "core/modules/module-impl.h"
+#include "core/tensor/tensor-impl.h"
+#include "core/base/util.h"
 
 phx_module *px_module_alloc(const phx_module_vtable *vt, size_t ctx_size, void **ctx)
 {

@@ -2,9 +2,9 @@
  * philox_uniform(seed, offset + i) >= p; every forward advances offset by
  * numel so each step draws a new mask. In eval mode it is the identity
  * (y is a copy of x in the compute dtype). */
-#include "core/module-impl.h"
-#include "core/tensor-impl.h"
-#include "core/util.h"
+#include "core/modules/module-impl.h"
+#include "core/tensor/tensor-impl.h"
+#include "core/base/util.h"
 
 typedef struct dropout {
     float p;

@@ -2,9 +2,9 @@
  * biased variance and eps inside the square root (PyTorch's LayerNorm).
  * Statistics are f32 whatever the compute dtype; x and y are in the compute
  * dtype; w, b and their gradients are f32. */
-#include "core/module-impl.h"
-#include "core/tensor-impl.h"
-#include "core/util.h"
+#include "core/modules/module-impl.h"
+#include "core/tensor/tensor-impl.h"
+#include "core/base/util.h"
 
 typedef struct layernorm {
     int64_t dim;

@@ -6,9 +6,9 @@
  * and bias gradients are f32. With f32 there is no extra copy. */
 #include <math.h>
 #include <string.h>
-#include "core/module-impl.h"
-#include "core/tensor-impl.h"
-#include "core/util.h"
+#include "core/modules/module-impl.h"
+#include "core/tensor/tensor-impl.h"
+#include "core/base/util.h"
 
 typedef struct linear {
     int64_t in, out;

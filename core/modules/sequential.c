@@ -1,8 +1,8 @@
 /* Sequential: children "0", "1", ... run in order; backward runs them in
  * reverse, handing each the previous one's input gradient. */
 #include <stdio.h>
-#include "core/module-impl.h"
-#include "core/util.h"
+#include "core/modules/module-impl.h"
+#include "core/base/util.h"
 
 static phx_status seq_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
 {

@@ -1,0 +1,355 @@
+/* The communicator front end: joins the world (environment or options),
+ * sets up the rendezvous store, loads the backend plugin, checks every
+ * collective's tensors and hands it to the plugin with a work handle. */
+#include "config.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/comm/comm-impl.h"
+#include "core/tensor/tensor-impl.h"
+#include "core/base/util.h"
+#include "phalanx/log.h"
+
+static const char *const op_names[] = {"sum", "avg", "max", "min"};
+
+enum px_kind { PX_ALLREDUCE, PX_BROADCAST, PX_ALLGATHER, PX_REDUCE_SCATTER, PX_BARRIER };
+static const char *const kind_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
+
+phx_comm_opts phx_comm_opts_default(void)
+{
+    phx_comm_opts o;
+    memset(&o, 0, sizeof o);
+    o.rank = o.size = o.local_rank = o.local_size = -1;
+    o.device = phx_cpu();
+    return o;
+}
+
+/* Rank, size and rendezvous address from the options, else the env. */
+static phx_status resolve_world(const phx_comm_opts *o, phx_world *w)
+{
+    phx_status st;
+    if (o->rank < 0 && o->size < 0) {
+        if ((st = phx_world_from_env(w))) return st;
+    } else {
+        if (o->size < 1 || o->rank < 0 || o->rank >= o->size)
+            return phx_error(PHX_EINVAL, "phx_comm_init: opts rank %d, size %d: expected 0 <= rank < size", o->rank,
+                             o->size);
+        memset(w, 0, sizeof *w);
+        w->rank = o->rank;
+        w->size = o->size;
+        w->local_rank = o->local_rank >= 0 ? o->local_rank : o->rank;
+        w->local_size = o->local_size >= 1 ? o->local_size : o->size;
+        if (w->local_rank >= w->local_size)
+            return phx_error(PHX_EINVAL, "phx_comm_init: opts local_rank %d is not below local_size %d",
+                             w->local_rank, w->local_size);
+        if (!o->store && !px_spawn_current()->active && w->size > 1 &&
+            (st = px_env_master(w->master_addr, sizeof w->master_addr, &w->master_port)))
+            return st;
+    }
+    if (o->master_addr) {
+        if (strlen(o->master_addr) >= sizeof w->master_addr)
+            return phx_error(PHX_EINVAL, "phx_comm_init: master_addr is longer than %zu bytes",
+                             sizeof w->master_addr - 1);
+        strcpy(w->master_addr, o->master_addr);
+    }
+    if (o->master_port > 65535)
+        return phx_error(PHX_EINVAL, "phx_comm_init: master_port %d: expected 1..65535", o->master_port);
+    if (o->master_port > 0) w->master_port = o->master_port;
+    return PHX_OK;
+}
+
+/* The store: given, phx_spawn's shared one, in-process for a world of one,
+ * else TCP with rank 0 hosting the server. */
+static phx_status make_store(phx_comm *c, const phx_comm_opts *o, const phx_world *w)
+{
+    const px_spawn_tls *tls = px_spawn_current();
+    if (o->store) { c->store = o->store; return PHX_OK; }
+    if (tls->active) { c->store = tls->store; return PHX_OK; }
+    c->owns_store = 1;
+    if (w->size == 1) {
+        c->store = phx_store_new_local();
+        return c->store ? PHX_OK : PHX_ENOMEM;
+    }
+    phx_status st = phx_store_new(w->master_addr, w->master_port, w->rank == 0, c->timeout_s, &c->store);
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", phx_last_error());
+        return phx_error(st, "phx_comm_init: rank %d: rendezvous at %s:%d (MASTER_ADDR:MASTER_PORT) failed: %s",
+                         w->rank, w->master_addr, w->master_port, why);
+    }
+    return PHX_OK;
+}
+
+phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
+{
+    if (!out) return phx_error(PHX_EINVAL, "phx_comm_init: out is NULL");
+    phx_comm_opts o = opts ? *opts : phx_comm_opts_default();
+    phx_world w;
+    phx_status st = resolve_world(&o, &w);
+    if (st) return st;
+    if (o.device.kind != PHX_DEVICE_CPU && o.device.kind != PHX_DEVICE_CUDA)
+        return phx_error(PHX_EINVAL, "phx_comm_init: opts device kind %d is not a device", o.device.kind);
+
+    phx_comm *c = px_calloc(1, sizeof *c);
+    if (!c) return PHX_ENOMEM;
+    pthread_mutex_init(&c->pool_mu, NULL);
+    c->rank = w.rank;
+    c->size = w.size;
+    c->local_rank = w.local_rank;
+    c->local_size = w.local_size;
+    c->device = o.device;
+    c->timeout_s = o.timeout_s > 0 ? o.timeout_s : px_env_timeout();
+    const char *dbg = getenv("PHX_DEBUG");
+    c->debug_detail = dbg && strstr(dbg, "detail") != NULL;
+
+    if ((st = make_store(c, &o, &w))) goto fail;
+    /* Every rank's k-th communicator gets the same key prefix. */
+    char key[64];
+    int64_t k;
+    snprintf(key, sizeof key, "phx/comm/rank%d/count", c->rank);
+    if ((st = phx_store_add(c->store, key, 1, &k))) goto fail;
+    snprintf(c->prefix, sizeof c->prefix, "c%" PRId64 "/", k - 1);
+
+    const char *sel = o.backend ? o.backend : getenv("PHX_COMM");
+    phx_probe_ctx ctx = {phx_store_is_local(c->store), c->local_size, c->local_rank};
+    if ((st = phx_plugin_load(PHX_PLUGIN_COMM, sel, &ctx, &c->desc))) goto fail;
+    c->v = c->desc->vtable;
+    if (!c->v || !c->v->init || !c->v->finalize || !c->v->allreduce || !c->v->broadcast || !c->v->allgather ||
+        !c->v->reduce_scatter || !c->v->barrier) {
+        st = phx_error(PHX_EABI, "phx_comm_init: comm plugin '%s' has an incomplete vtable", c->desc->name);
+        goto fail;
+    }
+    phx_comm_init_args a = {c->rank, c->size, c->local_rank, c->local_size, c->store, c->prefix, c->timeout_s,
+                            c->device};
+    if ((st = c->v->init(&a, &c->state))) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", phx_last_error());
+        st = phx_error(st, "phx_comm_init: rank %d: backend '%s' failed to start: %s", c->rank, c->desc->name, why);
+        goto fail;
+    }
+    phx_log_set_rank(c->rank);
+    phx_log(PHX_LOG_INFO, "communicator %s: rank %d of %d, backend %s", c->prefix, c->rank, c->size,
+            c->desc->name);
+    *out = c;
+    return PHX_OK;
+fail:
+    if (c->owns_store) phx_store_free(c->store);
+    pthread_mutex_destroy(&c->pool_mu);
+    px_free(c);
+    return st;
+}
+
+void phx_comm_free(phx_comm *c)
+{
+    if (!c) return;
+    c->v->finalize(c->state);
+    px_work_destroy_all(c);
+    if (c->owns_store) phx_store_free(c->store);
+    pthread_mutex_destroy(&c->pool_mu);
+    px_free(c);
+}
+
+int phx_comm_rank(const phx_comm *c) { return c ? c->rank : -1; }
+int phx_comm_size(const phx_comm *c) { return c ? c->size : -1; }
+const char *phx_comm_backend(const phx_comm *c) { return c ? c->desc->name : "?"; }
+phx_device phx_comm_device(const phx_comm *c) { return c ? c->device : phx_cpu(); }
+double phx_comm_timeout(const phx_comm *c) { return c ? c->timeout_s : 0.0; }
+
+/* ------------------------------------------------------------ checks */
+
+static phx_status check_tensor(const phx_comm *c, const char *who, const char *name, const phx_tensor *t)
+{
+    if (!t) return phx_error(PHX_EINVAL, "%s: %s tensor is NULL", who, name);
+    if ((unsigned)t->dtype >= PHX_NUM_DTYPES)
+        return phx_error(PHX_EINVAL, "%s: %s tensor has dtype %d, not a valid dtype", who, name, (int)t->dtype);
+    if (!phx_device_equal(t->storage->device, c->device)) {
+        char a[32], b[32];
+        return phx_error(PHX_EINVAL, "%s: %s tensor is on %s, the communicator's buffers on %s", who, name,
+                         phx_device_name(t->storage->device, a, sizeof a), phx_device_name(c->device, b, sizeof b));
+    }
+    return PHX_OK;
+}
+
+/* PHX_DEBUG=detail: every rank publishes what it is about to issue and
+ * compares with every other rank; the first that differs from rank 0 is
+ * named. Keys: <prefix>dbg/<seq>/<rank>. */
+static phx_status debug_check(phx_comm *c, const char *who, const char *desc)
+{
+    char key[96], mine[160];
+    snprintf(mine, sizeof mine, "%s", desc);
+    snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq, c->rank);
+    phx_status st = phx_store_set(c->store, key, mine, strlen(mine));
+    if (st) return st;
+    char first[160] = "", other[160];
+    int bad = -1;
+    for (int r = 0; r < c->size; r++) {
+        void *v;
+        size_t n;
+        snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq, r);
+        if ((st = phx_store_get(c->store, key, &v, &n, c->timeout_s))) {
+            return phx_error(st, "%s: PHX_DEBUG=detail: rank %d did not issue collective #%" PRIu64
+                             " within %.3g s (this rank issued %s)", who, r, c->seq, c->timeout_s, mine);
+        }
+        char *dst = r == 0 ? first : bad < 0 ? other : NULL;   /* keep the first that differs */
+        if (dst) snprintf(dst, sizeof first, "%.*s", (int)n, (char *)v);
+        free(v);
+        if (r > 0 && bad < 0 && strcmp(first, other) != 0) bad = r;
+    }
+    /* Every rank has published #seq (all were read), so every rank is done
+     * reading #seq-1: drop ours. */
+    if (c->seq > 0) {
+        snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq - 1, c->rank);
+        phx_store_delete(c->store, key, NULL);
+    }
+    if (bad >= 0)
+        return phx_error(PHX_EDESYNC, "%s: PHX_DEBUG=detail: collective #%" PRIu64 " differs across ranks: "
+                         "rank 0 issued %s, rank %d issued %s", who, c->seq, first, bad, other);
+    return PHX_OK;
+}
+
+/* Gets a handle, runs the debug check, hands over to the plugin through
+ * issue(), and either returns the handle or waits for it. */
+typedef struct px_call {
+    phx_comm *c;
+    const char *who;
+    enum px_kind kind;
+    const void *send;
+    void *recv;
+    int64_t count;
+    phx_dtype dt;
+    phx_reduce_op op;
+    int root;
+} px_call;
+
+static phx_status issue(const px_call *k, phx_work **work)
+{
+    phx_comm *c = k->c;
+    phx_status st;
+    const char *what = kind_names[k->kind];
+    if (c->debug_detail) {
+        char d[160];
+        switch (k->kind) {
+        case PX_BARRIER: snprintf(d, sizeof d, "barrier()"); break;
+        case PX_BROADCAST:
+            snprintf(d, sizeof d, "broadcast(count=%" PRId64 ", %s, root=%d)", k->count, phx_dtype_name(k->dt),
+                     k->root);
+            break;
+        case PX_ALLGATHER:
+            snprintf(d, sizeof d, "allgather(count=%" PRId64 ", %s)", k->count, phx_dtype_name(k->dt));
+            break;
+        default:
+            snprintf(d, sizeof d, "%s(count=%" PRId64 ", %s, %s)", what, k->count, phx_dtype_name(k->dt),
+                     op_names[k->op]);
+        }
+        if ((st = debug_check(c, k->who, d))) { c->seq++; return st; }
+    }
+    phx_work *w = px_work_get(c, what);
+    if (!w) return PHX_ENOMEM;
+    c->seq++;
+    switch (k->kind) {
+    case PX_ALLREDUCE: st = c->v->allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;
+    case PX_BROADCAST: st = c->v->broadcast(c->state, k->recv, k->count, k->dt, k->root, w); break;
+    case PX_ALLGATHER: st = c->v->allgather(c->state, k->send, k->recv, k->count, k->dt, w); break;
+    case PX_REDUCE_SCATTER: st = c->v->reduce_scatter(c->state, k->send, k->recv, k->count, k->dt, k->op, w); break;
+    default: st = c->v->barrier(c->state, w);
+    }
+    if (st != PHX_OK) {
+        px_work_put(w);
+        return st;
+    }
+    if (work) {
+        *work = w;
+        return PHX_OK;
+    }
+    return px_work_finish(w);
+}
+
+static phx_status check_common(phx_comm *c, const char *who, phx_work **work)
+{
+    if (!c) return phx_error(PHX_EINVAL, "%s: communicator is NULL", who);
+    if (work) *work = NULL;
+    return PHX_OK;
+}
+
+static phx_status check_op(const char *who, phx_reduce_op op)
+{
+    if ((unsigned)op > PHX_MIN) return phx_error(PHX_EINVAL, "%s: reduce op %d: expected sum, avg, max or min", who, (int)op);
+    return PHX_OK;
+}
+
+phx_status phx_comm_allreduce(phx_comm *c, phx_tensor *t, phx_reduce_op op, phx_work **work)
+{
+    static const char who[] = "phx_comm_allreduce";
+    phx_status st;
+    if ((st = check_common(c, who, work)) || (st = check_tensor(c, who, "the", t)) || (st = check_op(who, op)))
+        return st;
+    px_call k = {c, who, PX_ALLREDUCE, NULL, px_tensor_ptr(t), t->numel, t->dtype, op, 0};
+    return issue(&k, work);
+}
+
+phx_status phx_comm_broadcast(phx_comm *c, phx_tensor *t, int root, phx_work **work)
+{
+    static const char who[] = "phx_comm_broadcast";
+    phx_status st;
+    if ((st = check_common(c, who, work)) || (st = check_tensor(c, who, "the", t))) return st;
+    if (root < 0 || root >= c->size)
+        return phx_error(PHX_EINVAL, "%s: root %d is not a rank of this world of %d", who, root, c->size);
+    px_call k = {c, who, PX_BROADCAST, NULL, px_tensor_ptr(t), t->numel, t->dtype, PHX_SUM, root};
+    return issue(&k, work);
+}
+
+/* Shapes for allgather / reduce_scatter: big = size * small, same dtype. */
+static phx_status check_pair(phx_comm *c, const char *who, const phx_tensor *small, const char *sname,
+                             const phx_tensor *big, const char *bname)
+{
+    phx_status st;
+    if ((st = check_tensor(c, who, sname, small)) || (st = check_tensor(c, who, bname, big))) return st;
+    if (small->dtype != big->dtype)
+        return phx_error(PHX_EINVAL, "%s: %s tensor is %s, %s tensor is %s: expected the same dtype", who, sname,
+                         phx_dtype_name(small->dtype), bname, phx_dtype_name(big->dtype));
+    if (big->numel != small->numel * c->size)
+        return phx_error(PHX_EINVAL, "%s: %s tensor has %" PRId64 " elements, expected %d x %" PRId64 " = %" PRId64
+                         " (world size x %s elements)", who, bname, big->numel, c->size, small->numel,
+                         small->numel * c->size, sname);
+    return PHX_OK;
+}
+
+phx_status phx_comm_allgather(phx_comm *c, const phx_tensor *in, phx_tensor *out, phx_work **work)
+{
+    static const char who[] = "phx_comm_allgather";
+    phx_status st;
+    if ((st = check_common(c, who, work)) || (st = check_pair(c, who, in, "input", out, "output"))) return st;
+    char *ip = px_tensor_ptr(in), *outp = px_tensor_ptr(out);
+    size_t ib = phx_tensor_nbytes(in), ob = phx_tensor_nbytes(out);
+    if (ib && ip < outp + ob && outp < ip + ib && ip != outp + (size_t)c->rank * ib)
+        return phx_error(PHX_EINVAL, "%s: input overlaps output other than as this rank's block %d of it", who,
+                         c->rank);
+    px_call k = {c, who, PX_ALLGATHER, px_tensor_ptr(in), px_tensor_ptr(out), in->numel, in->dtype, PHX_SUM, 0};
+    return issue(&k, work);
+}
+
+phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor *out, phx_reduce_op op,
+                                   phx_work **work)
+{
+    static const char who[] = "phx_comm_reduce_scatter";
+    phx_status st;
+    if ((st = check_common(c, who, work)) || (st = check_pair(c, who, out, "output", in, "input")) ||
+        (st = check_op(who, op)))
+        return st;
+    char *ip = px_tensor_ptr(in), *outp = px_tensor_ptr(out);
+    size_t ib = phx_tensor_nbytes(in), ob = phx_tensor_nbytes(out);
+    if (ob && ip < outp + ob && outp < ip + ib)
+        return phx_error(PHX_EINVAL, "%s: input and output overlap", who);
+    px_call k = {c, who, PX_REDUCE_SCATTER, px_tensor_ptr(in), px_tensor_ptr(out), out->numel, out->dtype, op, 0};
+    return issue(&k, work);
+}
+
+phx_status phx_comm_barrier(phx_comm *c, phx_work **work)
+{
+    static const char who[] = "phx_comm_barrier";
+    phx_status st;
+    if ((st = check_common(c, who, work))) return st;
+    px_call k = {c, who, PX_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0};
+    return issue(&k, work);
+}

@@ -1,0 +1,4 @@
+# core/data — safetensors checkpoints, the IDX reader, the loader and the
+# DistributedSampler (doc/formats.md, doc/training.md).
+libphalanx_la_SOURCES += core/data/safetensors.c core/data/safetensors-impl.h core/data/checkpoint.c \
+	core/data/idx.c core/data/loader.c core/data/sampler.c

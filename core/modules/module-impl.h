@@ -1,0 +1,120 @@
+/* Module and parameter layouts, and the helpers built-in modules share
+ * (internal). */
+#ifndef PHX_CORE_MODULE_IMPL_H
+#define PHX_CORE_MODULE_IMPL_H
+
+#include <stdbool.h>
+#include "phalanx/module.h"
+#include "phalanx/plugin/device_v1.h"
+#include "core/tensor/device-impl.h"
+
+struct phx_param {
+    char *name;                /* leaf name, "weight" */
+    phx_tensor *value;         /* f32 master weights */
+    phx_tensor *grad;          /* f32, same shape and device as value */
+    uint64_t version;          /* bumped on every change of value */
+    phx_grad_hook hook;
+    void *hook_user;
+    phx_module *owner;
+};
+
+typedef struct px_child {
+    char *name;
+    phx_module *m;
+} px_child;
+
+struct phx_module {
+    const phx_module_vtable *vt;
+    void *ctx;
+    phx_module *parent;
+    phx_param **params;        /* own parameters, registration order */
+    size_t n_params, cap_params;
+    px_child *children;        /* registration order */
+    size_t n_children, cap_children;
+    bool training;
+    phx_dtype compute_dtype;   /* phx_precision_dtype of precision, F32 without */
+    const phx_precision *precision;
+    /* Whole-tree parameter list with dotted names, rebuilt lazily after the
+     * tree changes (named_parameters() order). */
+    bool flat_valid;
+    size_t n_flat;
+    phx_param **flat;
+    char **flat_names;
+};
+
+/* A device buffer reused across calls: allocated on first use, re-viewed
+ * when the shape shrinks, reallocated only when it must grow or the dtype
+ * or device changes. The returned tensor stays owned by the buffer. */
+typedef struct px_buf {
+    phx_tensor *store;         /* 1-D capacity */
+    phx_tensor *view;          /* the shape last asked for */
+} px_buf;
+
+phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev,
+                      phx_tensor **out);
+/* As px_buf_get with the shape of t and its last dim replaced by last. */
+phx_status px_buf_like(px_buf *b, phx_dtype dt, const phx_tensor *t, int64_t last, phx_tensor **out);
+void px_buf_free(px_buf *b);
+
+/* x itself when it already has dtype dt, else x cast into b. */
+phx_status px_as_dtype(px_buf *b, const phx_tensor *x, phx_dtype dt, const phx_tensor **out);
+
+/* The kernel table of a device: px_device_kernels (core/tensor/device-impl.h). */
+
+/* Copies the values of src's own parameters into dst's (same names and
+ * shapes; used by clone slots). */
+phx_status px_module_copy_params(phx_module *dst, const phx_module *src);
+/* Gives a freshly cloned tree the mode and precision of the original. */
+void px_module_copy_settings(phx_module *dst, const phx_module *src);
+/* Lists model's parameters as wrapper's own, under the model's names (not
+ * "module.*"): for the DataParallel and DDP wrappers, which have no
+ * parameters or children of their own, so wrapper's flat list is filled
+ * here once and never invalidated. Call once, on a fresh wrapper; on
+ * failure what was filled is freed with the wrapper. */
+phx_status px_module_adopt_params(phx_module *wrapper, const phx_module *model);
+
+/* A module's own parameter i. */
+static inline phx_param *px_own_param(const phx_module *m, size_t i) { return m->params[i]; }
+
+/* Checks shared by the elementwise modules: x float, on a device. */
+phx_status px_check_float_input(const char *who, const phx_tensor *x);
+
+/* ---- core/modules/common.c ------------------------------------------ */
+
+/* A module of vt with a zeroed context of ctx_size bytes (px_calloc'ed:
+ * vt->free frees it with px_free); *ctx points at it. NULL when out of
+ * memory (the context is freed). */
+phx_module *px_module_alloc(const phx_module_vtable *vt, size_t ctx_size, void **ctx);
+
+/* What a module keeps from its forward for its backward. */
+typedef struct px_io {
+    phx_tensor *x;             /* input of the last forward, compute dtype (retained) */
+    px_buf xc;                 /* the input cast to the compute dtype */
+    px_buf y;                  /* output */
+    px_buf dyc;                /* dy cast to x's dtype */
+    px_buf dx;                 /* input gradient, x's shape and dtype */
+} px_io;
+
+/* Forward's operands: *xin is x in dtype dt (x itself or its cast in
+ * io->xc); *out is io->y in dtype dt, shaped as x with the last dim
+ * replaced by last (x's own shape when last < 0). */
+phx_status px_io_forward(px_io *io, const phx_tensor *x, phx_dtype dt, int64_t last, const phx_tensor **xin,
+                         phx_tensor **out);
+/* Keeps xin (retained) as the input of the last forward, releasing the
+ * previous one. */
+void px_io_keep(px_io *io, const phx_tensor *xin);
+/* Backward's operands when dx has the input's shape: *g is dy in io->x's
+ * dtype (dy itself or its cast in io->dyc), *d is io->dx. */
+phx_status px_io_backward(px_io *io, const phx_tensor *dy, const phx_tensor **g, phx_tensor **d);
+void px_io_free(px_io *io);
+
+/* Whether dy can be the gradient of out: a float tensor of out's shape. */
+bool px_dy_fits(const phx_tensor *dy, const phx_tensor *out);
+/* The EINVAL for a dy that does not fit the last forward's output out. */
+phx_status px_dy_mismatch(const char *who, const phx_tensor *dy, const phx_tensor *out);
+
+/* The end of a clone slot: gives clone, a fresh module of self's type and
+ * shapes, self's device and parameter values. clone itself when self has
+ * no parameters of its own; NULL (clone freed) on failure. */
+phx_module *px_module_clone_values(phx_module *clone, const phx_module *self);
+#endif

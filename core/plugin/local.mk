@@ -1,0 +1,2 @@
+# core/plugin — the plugin loader (doc/plugins.md). Tests: t/plugin_*.
+libphalanx_la_SOURCES += core/plugin/plugin.c core/plugin/plugin-find.c core/plugin/plugin-impl.h

@@ -1,0 +1,299 @@
+/* Devices: naming, selection (PHX_DEVICE), the table lookup that loads
+ * the cuda device plugin once, and the CPU thread count. */
+#include "config.h"
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "core/comm/comm-impl.h"
+#include "core/tensor/device-impl.h"
+#include "core/base/util.h"
+#include "kernels/cpu/cpu.h"
+#include "phalanx/log.h"
+#include "phalanx/plugin.h"
+
+phx_device phx_cpu(void)
+{
+    phx_device d = { PHX_DEVICE_CPU, 0 };
+    return d;
+}
+
+int phx_device_equal(phx_device a, phx_device b) { return a.kind == b.kind && a.index == b.index; }
+
+/* First of the variables that is set to a valid non-negative integer. */
+static int px_env_first_int(const char *const *names, int def)
+{
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (!v || !*v) continue;
+        char *end;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (!errno && !*end && x >= 0 && x <= 0x7fffffff) return (int)x;
+    }
+    return def;
+}
+
+/* Local rank and size: phx_spawn's thread world when the caller is one of
+ * its threads (every rank of it shares this machine), else the launcher's. */
+static int px_local_rank(void)
+{
+    const px_spawn_tls *tls = px_spawn_current();
+    if (tls->active) return tls->rank;
+    static const char *const names[] = { "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL };
+    return px_env_first_int(names, 0);
+}
+
+static int px_local_size(void)
+{
+    const px_spawn_tls *tls = px_spawn_current();
+    if (tls->active) return tls->size > 0 ? tls->size : 1;
+    static const char *const names[] = { "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL };
+    int n = px_env_first_int(names, 1);
+    return n > 0 ? n : 1;
+}
+
+/* ---- the cuda plugin, loaded at most once per process ---- */
+
+static pthread_once_t px_cuda_once = PTHREAD_ONCE_INIT;
+static const phx_device_v1 *px_cuda_table;
+static int px_cuda_count;
+static phx_status px_cuda_status;
+static char px_cuda_error[1024];
+
+static void px_cuda_load(void)
+{
+    phx_probe_ctx ctx = { 0, px_local_size(), px_local_rank() };
+    const phx_plugin_desc *desc = NULL;
+    phx_status st = phx_plugin_load(PHX_PLUGIN_DEVICE, "cuda", &ctx, &desc);
+    if (st == PHX_OK) {
+        const phx_device_v1 *t = desc ? desc->vtable : NULL;
+        if (!t || t->kind != PHX_DEVICE_CUDA || !t->kernels || !t->count || !t->alloc || !t->release) {
+            st = phx_error(PHX_EABI, "device plugin 'cuda': its vtable is missing or incomplete");
+        } else {
+            px_cuda_count = t->count();
+            px_cuda_table = t;
+            return;
+        }
+    }
+    px_cuda_status = st;
+    snprintf(px_cuda_error, sizeof px_cuda_error, "%s", phx_last_error());
+}
+
+/* The cuda table without checking an index; NULL with the load error. */
+static const phx_device_v1 *px_cuda(void)
+{
+    pthread_once(&px_cuda_once, px_cuda_load);
+    if (!px_cuda_table) phx_error(px_cuda_status, "%s", px_cuda_error);
+    return px_cuda_table;
+}
+
+/* ---- threads ---- */
+
+static atomic_int px_threads_set; /* 0: not set by phx_set_num_threads */
+static pthread_once_t px_threads_once = PTHREAD_ONCE_INIT;
+
+static int px_default_threads(void)
+{
+    const char *v = getenv("PHX_NUM_THREADS");
+    if (v && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*end && n >= 1 && n <= 4096) return (int)n;
+        phx_log(PHX_LOG_WARN, "PHX_NUM_THREADS='%s' is not a positive integer; using cores / local ranks", v);
+    }
+    int cores = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+    if (cores < 1) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores / px_local_size();
+    return n >= 1 ? n : 1;
+}
+
+int phx_num_threads(void)
+{
+    int n = atomic_load(&px_threads_set);
+    return n > 0 ? n : px_default_threads();
+}
+
+phx_status phx_set_num_threads(int n)
+{
+    if (n < 1) return phx_error(PHX_EINVAL, "phx_set_num_threads: n=%d, expected >= 1", n);
+    atomic_store(&px_threads_set, n);
+    px_cpu_blas_threads(n);
+    return PHX_OK;
+}
+
+static void px_threads_init(void)
+{
+    if (atomic_load(&px_threads_set) == 0) px_cpu_blas_threads(px_default_threads());
+}
+
+/* ---- tables ---- */
+
+static phx_status px_table(phx_device d, const phx_device_v1 **out)
+{
+    *out = NULL;
+    if (d.kind == PHX_DEVICE_CPU) {
+        if (d.index != 0)
+            return phx_error(PHX_ENOTFOUND, "device cpu:%d: no such device, expected cpu (index 0)", d.index);
+        pthread_once(&px_threads_once, px_threads_init);
+        *out = &px_cpu_device;
+        return PHX_OK;
+    }
+    if (d.kind == PHX_DEVICE_CUDA) {
+        const phx_device_v1 *t = px_cuda();
+        if (!t) return px_cuda_status;
+        if (d.index < 0 || d.index >= px_cuda_count)
+            return phx_error(PHX_ENOTFOUND, "device cuda:%d: no such device (%d CUDA device%s)", d.index,
+                             px_cuda_count, px_cuda_count == 1 ? "" : "s");
+        *out = t;
+        return PHX_OK;
+    }
+    return phx_error(PHX_EINVAL, "device kind %d: expected cpu (%d) or cuda (%d)", d.kind, PHX_DEVICE_CPU,
+                     PHX_DEVICE_CUDA);
+}
+
+const phx_device_v1 *phx_device_table(phx_device d)
+{
+    const phx_device_v1 *t;
+    px_table(d, &t);
+    return t;
+}
+
+const phx_kernels_v1 *px_device_kernels(phx_device d)
+{
+    const phx_device_v1 *t = phx_device_table(d);
+    return t ? t->kernels : NULL;
+}
+
+/* ---- names ---- */
+
+phx_status phx_device_parse(const char *name, phx_device *out)
+{
+    if (!name || !out) return phx_error(PHX_EINVAL, "phx_device_parse: NULL argument");
+    phx_device d = { PHX_DEVICE_CPU, 0 };
+    const char *rest;
+    if (strncmp(name, "cpu", 3) == 0) {
+        rest = name + 3;
+    } else if (strncmp(name, "cuda", 4) == 0) {
+        d.kind = PHX_DEVICE_CUDA;
+        rest = name + 4;
+    } else {
+        return phx_error(PHX_EINVAL, "device '%s': expected cpu, cuda or cuda:N", name);
+    }
+    if (*rest == ':') {
+        rest++;
+        if (!isdigit((unsigned char)*rest)) return phx_error(PHX_EINVAL, "device '%s': expected a number after ':'", name);
+        char *end;
+        errno = 0;
+        long idx = strtol(rest, &end, 10);
+        if (errno || *end || idx > 0x7fffffff) return phx_error(PHX_EINVAL, "device '%s': expected cpu, cuda or cuda:N", name);
+        d.index = (int)idx;
+    } else if (*rest) {
+        return phx_error(PHX_EINVAL, "device '%s': expected cpu, cuda or cuda:N", name);
+    }
+    const phx_device_v1 *t;
+    phx_status st = px_table(d, &t);
+    if (st != PHX_OK) return st;
+    *out = d;
+    return PHX_OK;
+}
+
+const char *phx_device_name(phx_device d, char *buf, size_t len)
+{
+    if (!buf || !len) return buf;
+    if (d.kind == PHX_DEVICE_CPU) snprintf(buf, len, "cpu");
+    else if (d.kind == PHX_DEVICE_CUDA) snprintf(buf, len, "cuda:%d", d.index);
+    else snprintf(buf, len, "device%d:%d", d.kind, d.index);
+    return buf;
+}
+
+/* cuda:LOCAL_RANK (shared round-robin when ranks outnumber GPUs), or
+ * ENOTFOUND with why. */
+static phx_status px_default_cuda(phx_device *out)
+{
+    if (!px_cuda()) return PHX_ENOTFOUND;
+    if (px_cuda_count < 1) return phx_error(PHX_ENOTFOUND, "device cuda: no CUDA device");
+    int lr = px_local_rank();
+    if (lr >= px_cuda_count)
+        phx_log(PHX_LOG_INFO, "local rank %d shares cuda:%d (%d CUDA devices)", lr, lr % px_cuda_count, px_cuda_count);
+    out->kind = PHX_DEVICE_CUDA;
+    out->index = lr % px_cuda_count;
+    return PHX_OK;
+}
+
+phx_status phx_device_default(phx_device *out)
+{
+    if (!out) return phx_error(PHX_EINVAL, "phx_device_default: out is NULL");
+    const char *sel = getenv("PHX_DEVICE");
+    if (!sel || !*sel) {
+        /* cuda when the plugin is there and sees a GPU, else cpu */
+        if (px_default_cuda(out) == PHX_OK) return PHX_OK;
+        phx_error_clear();
+        *out = phx_cpu();
+        return PHX_OK;
+    }
+    /* "cuda:1", or a list "cuda,cpu" (first usable wins), or exclusions
+     * "^cuda" (the best remaining: cuda before cpu). */
+    char buf[256], why[1024] = "";
+    snprintf(buf, sizeof buf, "%s", sel);
+    if (buf[0] == '^') {
+        int no_cpu = 0, no_cuda = 0;
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            const char *n = tok[0] == '^' ? tok + 1 : tok;
+            if (strcmp(n, "cpu") == 0) no_cpu = 1;
+            else if (strcmp(n, "cuda") == 0) no_cuda = 1;
+            else return phx_error(PHX_EINVAL, "PHX_DEVICE='%s': unknown device '%s', expected cpu or cuda", sel, n);
+        }
+        if (!no_cuda) {
+            if (px_default_cuda(out) == PHX_OK) return PHX_OK;
+            snprintf(why, sizeof why, "cuda: %s", phx_last_error());
+        }
+        if (!no_cpu) { phx_error_clear(); *out = phx_cpu(); return PHX_OK; }
+        return phx_error(PHX_ENOTFOUND, "PHX_DEVICE='%s': no device left to use%s%s", sel, why[0] ? "; " : "", why);
+    }
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        phx_status st;
+        if (strcmp(tok, "cuda") == 0) st = px_default_cuda(out);
+        else st = phx_device_parse(tok, out);
+        if (st == PHX_OK) { phx_error_clear(); return PHX_OK; }
+        if (st == PHX_EINVAL) return phx_error(PHX_EINVAL, "PHX_DEVICE='%s': %s", sel, phx_last_error());
+        size_t used = strlen(why);
+        snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "", tok, phx_last_error());
+    }
+    return phx_error(PHX_ENOTFOUND, "PHX_DEVICE='%s' asked for a device that is not usable (%s)", sel, why);
+}
+
+int phx_device_count(phx_device_kind kind)
+{
+    if (kind == PHX_DEVICE_CPU) return 1;
+    if (kind == PHX_DEVICE_CUDA) {
+        if (px_cuda()) return px_cuda_count;
+        phx_error_clear();
+    }
+    return 0;
+}
+
+phx_status phx_device_synchronize(phx_device d)
+{
+    const phx_device_v1 *t;
+    phx_status st = px_table(d, &t);
+    if (st != PHX_OK) return st;
+    return t->synchronize ? t->synchronize(d.index) : PHX_OK;
+}
+
+phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out)
+{
+    if (!out) return phx_error(PHX_EINVAL, "phx_device_memory_stats: out is NULL");
+    const phx_device_v1 *t;
+    phx_status st = px_table(d, &t);
+    if (st != PHX_OK) return st;
+    if (!t->memory_stats) return phx_error(PHX_EUNSUPPORTED, "phx_device_memory_stats: the device has no statistics");
+    return t->memory_stats(d.index, out);
+}

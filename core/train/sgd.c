@@ -1,0 +1,75 @@
+/* SGD with momentum, dampening, Nesterov and weight decay: PyTorch 1.13's
+ * formula (torch/optim/sgd.py), one fused kernel call per parameter.
+ * State: "<param>.momentum_buffer" when momentum != 0. */
+#include <stddef.h>
+#include "core/train/optim-impl.h"
+#include "core/tensor/tensor-impl.h"
+#include "core/base/util.h"
+
+typedef struct sgd {
+    px_slots s;              /* first: the shared px_slots_* slots reach it */
+    phx_sgd_opts o;
+} sgd;
+_Static_assert(offsetof(sgd, s) == 0, "px_slots_optimizer_new needs the slots first");
+
+phx_sgd_opts phx_sgd_defaults(void)
+{
+    phx_sgd_opts o = {0.01, 0.0, 0.0, 0.0, false};
+    return o;
+}
+
+typedef struct sgd_args {
+    phx_sgd_hparams h;
+    int first;
+} sgd_args;
+
+static phx_status sgd_update(const phx_kernels_v1 *k, int dev, int64_t n, float *p, const float *g,
+                             phx_tensor *const *state, size_t n_state, const void *arg)
+{
+    const sgd_args *a = arg;
+    return k->sgd_step(dev, n, p, g, n_state ? px_tensor_ptr(state[0]) : NULL, &a->h, a->first);
+}
+
+static phx_status sgd_step(phx_optimizer *self)
+{
+    sgd *S = phx_optimizer_ctx(self);
+    sgd_args a = {{(float)phx_optimizer_lr(self), (float)S->o.momentum, (float)S->o.dampening,
+                   (float)S->o.weight_decay, S->o.nesterov},
+                  phx_optimizer_steps(self) == 0};
+    return px_slots_step(&S->s, "phx_sgd_step", phx_optimizer_model(self), sgd_update, &a);
+}
+
+static const phx_optimizer_vtable sgd_vt = {
+    /* .type_name = */ "SGD",
+    /* .step = */ sgd_step,
+    /* .state = */ px_slots_state,
+    /* .free = */ px_slots_free_ctx,
+};
+
+phx_optimizer *phx_sgd_new(phx_module *model, const phx_sgd_opts *o)
+{
+    phx_sgd_opts d = phx_sgd_defaults();
+    if (!o)
+        o = &d;
+    if (!model) {
+        phx_error(PHX_EINVAL, "phx_sgd_new: model is NULL");
+        return NULL;
+    }
+    if (!px_hparam_ok(o->lr) || !px_hparam_ok(o->momentum) || !px_hparam_ok(o->dampening) ||
+        !px_hparam_ok(o->weight_decay)) {
+        phx_error(PHX_EINVAL, "phx_sgd_new: lr %g, momentum %g, dampening %g, weight_decay %g must be finite and >= 0",
+                  o->lr, o->momentum, o->dampening, o->weight_decay);
+        return NULL;
+    }
+    if (o->nesterov && (o->momentum <= 0.0 || o->dampening != 0.0)) {
+        phx_error(PHX_EINVAL, "phx_sgd_new: nesterov needs momentum > 0 and dampening 0 (got momentum %g, dampening %g)",
+                  o->momentum, o->dampening);
+        return NULL;
+    }
+    sgd *S = px_calloc(1, sizeof *S);
+    if (!S)
+        return NULL;
+    S->o = *o;
+    static const char *const kinds[] = {"momentum_buffer"};
+    return px_slots_optimizer_new(&sgd_vt, &S->s, model, kinds, o->momentum != 0.0 ? 1 : 0, o->lr);
+}

@@ -1,0 +1,137 @@
+/* The world from the environment: torchrun's variables, else Open MPI's,
+ * else Slurm's, else a world of one. Inside phx_spawn threads the thread's
+ * own rank wins. */
+#include "config.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/comm/comm-impl.h"
+#include "core/base/util.h"
+#include "phalanx/comm.h"
+
+#define PX_DEFAULT_PORT 29500
+
+/* Parses the variable into *out. 0: unset (out untouched), 1: set,
+ * -1: invalid (phx_error names it). */
+static int env_int(const char *name, long lo, long hi, int *out)
+{
+    const char *v = getenv(name);
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || errno || *end || x < lo || x > hi) {
+        phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected an integer in %ld..%ld", name, v,
+                  lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+/* SLURM_TASKS_PER_NODE ("2(x3),1") gives the tasks on node SLURM_NODEID. */
+static int slurm_local_size(int *out)
+{
+    const char *t = getenv("SLURM_TASKS_PER_NODE");
+    int node = 0;
+    if (!t) return 0;
+    if (env_int("SLURM_NODEID", 0, 1 << 30, &node) < 0) return -1;
+    const char *p = t;
+    while (*p) {
+        char *end;
+        long n = strtol(p, &end, 10), rep = 1;
+        if (end == p || n < 1) goto bad;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x') goto bad;
+            rep = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || rep < 1) goto bad;
+            p = end + 1;
+        }
+        if (node < rep) { *out = (int)n; return 1; }
+        node -= (int)rep;
+        if (*p == ',') p++;
+        else if (*p) goto bad;
+    }
+    return 0; /* node beyond the list: leave the default */
+bad:
+    phx_error(PHX_EINVAL, "phx_world_from_env: SLURM_TASKS_PER_NODE='%s': expected a list like '2(x3),1'", t);
+    return -1;
+}
+
+/* Reads one launcher's names; returns 1 when its rank variable is set. */
+static int read_launcher(const char *rank_v, const char *size_v, const char *lrank_v, const char *lsize_v,
+                         phx_world *w, phx_status *st)
+{
+    int r = env_int(rank_v, 0, 1 << 30, &w->rank);
+    int s = env_int(size_v, 1, 1 << 30, &w->size);
+    *st = PHX_OK;
+    if (r < 0 || s < 0) { *st = PHX_EINVAL; return 1; }
+    if (r == 0 && s == 0) return 0;
+    if (r == 0 || s == 0) {
+        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s is set ('%s') but %s is not", r ? rank_v : size_v,
+                        getenv(r ? rank_v : size_v), r ? size_v : rank_v);
+        return 1;
+    }
+    w->local_rank = w->rank;
+    w->local_size = w->size;
+    if (lrank_v && env_int(lrank_v, 0, 1 << 30, &w->local_rank) < 0) { *st = PHX_EINVAL; return 1; }
+    if (lsize_v && env_int(lsize_v, 1, 1 << 30, &w->local_size) < 0) { *st = PHX_EINVAL; return 1; }
+    if (!lsize_v && slurm_local_size(&w->local_size) < 0) { *st = PHX_EINVAL; return 1; }
+    if (w->rank >= w->size) {
+        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d is not less than %s=%d", rank_v, w->rank,
+                        size_v, w->size);
+        return 1;
+    }
+    if (w->local_size > w->size) {
+        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d exceeds %s=%d", lsize_v ? lsize_v : "local size",
+                        w->local_size, size_v, w->size);
+        return 1;
+    }
+    if (w->local_rank >= w->local_size) {
+        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d is not less than the local world size %d",
+                        lrank_v ? lrank_v : "local rank", w->local_rank, w->local_size);
+        return 1;
+    }
+    return 1;
+}
+
+phx_status phx_world_from_env(phx_world *out)
+{
+    if (!out) return phx_error(PHX_EINVAL, "phx_world_from_env: out is NULL");
+    phx_world w;
+    memset(&w, 0, sizeof w);
+    w.size = w.local_size = 1;
+    phx_status st = PHX_OK;
+
+    const px_spawn_tls *tls = px_spawn_current();
+    if (tls->active) {
+        w.rank = w.local_rank = tls->rank;
+        w.size = w.local_size = tls->size;
+    } else if (!read_launcher("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", &w, &st) &&
+               !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE", &w, &st) &&
+               !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, &w, &st)) {
+        w.rank = w.local_rank = 0;
+        w.size = w.local_size = 1;
+    }
+    if (st != PHX_OK) return st;
+
+    if ((st = px_env_master(w.master_addr, sizeof w.master_addr, &w.master_port))) return st;
+    *out = w;
+    return PHX_OK;
+}
+
+phx_status px_env_master(char *addr, size_t len, int *port)
+{
+    const char *a = getenv("MASTER_ADDR");
+    int p = PX_DEFAULT_PORT;
+    if (!a || !*a) a = "127.0.0.1";
+    if (strlen(a) >= len)
+        return phx_error(PHX_EINVAL, "phx_world_from_env: MASTER_ADDR is %zu characters long, at most %zu allowed",
+                         strlen(a), len - 1);
+    if (env_int("MASTER_PORT", 1, 65535, &p) < 0) return PHX_EINVAL;
+    strcpy(addr, a);
+    *port = p;
+    return PHX_OK;
+}
