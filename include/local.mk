@@ -4,7 +4,8 @@ phalanxinc_HEADERS += \
 	include/phalanx/module.h include/phalanx/loss.h include/phalanx/optim.h \
 	include/phalanx/precision.h include/phalanx/store.h include/phalanx/comm.h \
 	include/phalanx/ddp.h include/phalanx/dp.h include/phalanx/sampler.h \
-	include/phalanx/checkpoint.h include/phalanx/data.h include/phalanx/plugin.h
+	include/phalanx/checkpoint.h include/phalanx/data.h include/phalanx/plugin.h \
+	include/phalanx/metrics.h
 phalanxplugin_HEADERS += \
 	include/phalanx/plugin/comm_v1.h include/phalanx/plugin/precision_v1.h \
 	include/phalanx/plugin/device_v1.h

@@ -1,7 +1,7 @@
 # core/train — losses and optimizers, the training tests, the first
 # examples and the step benchmark (doc/training.md).
 libphalanx_la_SOURCES += core/train/loss.c core/train/optim.c core/train/optim-impl.h \
-	core/train/sgd.c core/train/adam.c
+	core/train/sgd.c core/train/adam.c core/train/metrics.c
 
 train_tests = t/train_modules t/train_parity t/train_api t/train_ckpt t/train_interop t/train_alloc t/train_data
 check_PROGRAMS += $(train_tests)
@@ -35,3 +35,10 @@ EXTRA_DIST += bench/torch/st_io.py bench/torch/parity.py bench/torch/ckpt_intero
 	t/data/parity_sgd.safetensors t/data/parity_adamw.safetensors t/data/parity_adam_ams.safetensors \
 	t/data/parity_gelu_ln.safetensors t/data/torch_ckpt.safetensors t/data/torch_ckpt_io.safetensors \
 	t/data/torch_ckpt_pkg.safetensors
+
+# Metrics as JSON Lines (include/phalanx/metrics.h); the test reads them
+# back with jansson.
+check_PROGRAMS += t/train_metrics
+TESTS += t/train_metrics
+t_train_metrics_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
+t_train_metrics_LDADD = libphalanx.la $(JANSSON_LIBS)

@@ -23,6 +23,7 @@
 #include "phalanx/checkpoint.h"
 #include "phalanx/data.h"
 #include "phalanx/plugin.h"
+#include "phalanx/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,180 @@
+/* Metrics as JSON Lines: every record parses (jansson, an independent
+ * parser) with the values written, only rank 0 writes, bad keys and
+ * over-long records are refused whole, concurrent appenders never split a
+ * line, and the file mode follows the umask. */
+#include "config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "phalanx/phalanx.h"
+#include "phalanx/metrics.h"
+#include "t/tap.h"
+
+static char path[256];
+
+/* Reads the file's lines into parsed objects; returns the count (-1 when
+ * a line does not parse or does not end with a newline). */
+static int read_lines(json_t **out, int max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[8192];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        json_error_t err;
+        json_t *j = len && line[len - 1] == '\n' ? json_loads(line, 0, &err) : NULL;
+        if (!j || !json_is_object(j)) {
+            fclose(f);
+            return -1;
+        }
+        if (n < max)
+            out[n] = j;
+        else
+            json_decref(j);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_records(void)
+{
+    unlink(path);
+    phx_metrics *m = phx_metrics_open(path, 0);
+    ok(m != NULL, "open rank 0");
+    for (int s = 1; s <= 3; s++) {
+        phx_metrics_begin(m);
+        phx_metrics_add_i64(m, "step", s * 100);
+        phx_metrics_add_f64(m, "loss", 1.0 / s);
+        phx_metrics_add_f64(m, "lr", 3e-4);
+        phx_metrics_add_str(m, "phase", s == 2 ? "say \"hi\"\n\\" : "train");
+        is_int(phx_metrics_end(m), PHX_OK, "record %d written", s);
+    }
+    phx_metrics_begin(m);
+    phx_metrics_add_f64(m, "loss", NAN);
+    phx_metrics_add_f64(m, "scale", INFINITY);
+    phx_metrics_add_i64(m, "big", INT64_MIN);
+    phx_metrics_end(m);
+    phx_metrics_close(m);
+
+    json_t *l[8] = {0};
+    int n = read_lines(l, 8);
+    is_int(n, 4, "four lines, each a JSON object");
+    if (n != 4)
+        return;
+    is_int(json_integer_value(json_object_get(l[1], "step")), 200, "step of record 2");
+    is_close(json_real_value(json_object_get(l[2], "loss")), 1.0 / 3, 1e-9, "loss of record 3");
+    is_close(json_number_value(json_object_get(l[0], "lr")), 3e-4, 1e-12, "lr");
+    is_str(json_string_value(json_object_get(l[1], "phase")), "say \"hi\"\n\\", "string escaped and read back");
+    ok(json_is_number(json_object_get(l[0], "time")) && json_number_value(json_object_get(l[0], "time")) >= 0,
+       "every record has a time");
+    ok(json_is_null(json_object_get(l[3], "loss")) && json_is_null(json_object_get(l[3], "scale")),
+       "non-finite doubles are null");
+    is_int(json_integer_value(json_object_get(l[3], "big")), INT64_MIN, "int64 min round-trips");
+    for (int i = 0; i < 4; i++)
+        json_decref(l[i]);
+}
+
+static void test_other_ranks(void)
+{
+    unlink(path);
+    phx_metrics *m = phx_metrics_open(path, 1);
+    ok(m != NULL, "open rank 1 gives a handle");
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 1);
+    is_int(phx_metrics_end(m), PHX_OK, "rank 1 record accepted");
+    phx_metrics_close(m);
+    ok(access(path, F_OK) != 0, "rank 1 creates no file");
+    m = phx_metrics_open(NULL, 0);
+    ok(m != NULL && phx_metrics_begin(m) == PHX_OK && phx_metrics_end(m) == PHX_OK, "NULL path: writes nothing");
+    phx_metrics_close(m);
+    phx_metrics_close(NULL);
+}
+
+static void test_errors(void)
+{
+    unlink(path);
+    phx_metrics *m = phx_metrics_open(path, 0);
+    is_int(phx_metrics_add_i64(m, "step", 1), PHX_EINVAL, "add before begin");
+    like(phx_last_error(), "phx_metrics_begin first", "error says to begin");
+    is_int(phx_metrics_end(m), PHX_EINVAL, "end before begin");
+    const char *bad[] = {"", "9lives", "has space", "quote\"", "time"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        phx_metrics_begin(m);
+        is_int(phx_metrics_add_f64(m, bad[i], 1.0), PHX_EINVAL, "key '%s' refused", bad[i]);
+        is_int(phx_metrics_end(m), PHX_EINVAL, "record with key '%s' dropped", bad[i]);
+    }
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 1);
+    is_int(phx_metrics_add_i64(m, "step", 2), PHX_EINVAL, "repeated key refused");
+    like(phx_last_error(), "'step'", "error names the key");
+    phx_metrics_begin(m);
+    char big[5000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    is_int(phx_metrics_add_str(m, "blob", big), PHX_EINVAL, "record over 4096 bytes refused");
+    like(phx_last_error(), "4096", "error names the limit");
+    is_int(phx_metrics_end(m), PHX_EINVAL, "over-long record dropped whole");
+    phx_metrics_close(m);
+    json_t *l[1];
+    is_int(read_lines(l, 0), 0, "nothing written by refused records");
+    ok(phx_metrics_open("/nonexistent-dir/m.jsonl", 0) == NULL, "unopenable path: NULL");
+    like(phx_last_error(), "/nonexistent-dir/m.jsonl", "error names the path");
+}
+
+static void test_concurrent(void)
+{
+    unlink(path);
+    enum { KIDS = 4, RECS = 300 };
+    for (int k = 0; k < KIDS; k++) {
+        if (fork() == 0) {
+            phx_metrics *m = phx_metrics_open(path, 0);
+            char pad[600];
+            memset(pad, 'a' + k, sizeof pad - 1);
+            pad[sizeof pad - 1] = 0;
+            for (int i = 0; i < RECS; i++) {
+                phx_metrics_begin(m);
+                phx_metrics_add_i64(m, "kid", k);
+                phx_metrics_add_i64(m, "i", i);
+                phx_metrics_add_str(m, "pad", pad);
+                phx_metrics_end(m);
+            }
+            phx_metrics_close(m);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < KIDS; k++)
+        wait(NULL);
+    json_t *l[1];
+    is_int(read_lines(l, 0), KIDS * RECS, "%d appenders x %d records: every line whole", KIDS, RECS);
+}
+
+static void test_mode(void)
+{
+    unlink(path);
+    mode_t old = umask(027);
+    phx_metrics *m = phx_metrics_open(path, 0);
+    umask(old);
+    phx_metrics_close(m);
+    struct stat sb;
+    ok(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0640, "mode 0666 less umask 027 is 0640 (got %o)",
+       (unsigned)(sb.st_mode & 0777));
+}
+
+int main(void)
+{
+    snprintf(path, sizeof path, "t/metrics-%d.jsonl", (int)getpid());
+    test_records();
+    test_other_ranks();
+    test_errors();
+    test_concurrent();
+    test_mode();
+    unlink(path);
+    return done_testing();
+}
