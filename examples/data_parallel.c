@@ -1,5 +1,5 @@
 /* The seed's DataParallel program in C: Linear(10, 1), MSE, SGD lr 0.01,
- * random batches of 64, 10 epochs. When more than one device is available
+ * one random batch of 64 drawn before the loop, 10 epochs. When more than one device is available
  * the model is wrapped with phx_dp_new -- one line, the loop is unchanged.
  * Devices: every GPU when the cuda plugin finds more than one (PHX_DEVICE
  * as for phx_device_default), else a CPU replica per thread
@@ -36,7 +36,11 @@ int main(void)
     if (available > 1) {
         if (!(net = dp = phx_dp_new(model, NULL, 0, NULL))) /* all devices of the model's kind */
             return fail("phx_dp_new");
-        printf("DataParallel over %zu %s replicas\n", phx_dp_num_replicas(dp), phx_device_name(dev, name, sizeof name));
+        /* PyTorch's line; on the CPU the replicas are per-thread */
+        if (dev.kind == PHX_DEVICE_CPU)
+            printf("Let's use %zu CPU replicas!\n", phx_dp_num_replicas(dp));
+        else
+            printf("Let's use %zu GPUs!\n", phx_dp_num_replicas(dp));
     } else {
         printf("One device (%s): the model runs unwrapped\n", phx_device_name(dev, name, sizeof name));
     }
@@ -49,12 +53,13 @@ int main(void)
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, dev), *y = phx_tensor_new(PHX_F32, 2, ys, dev);
     phx_rng *data = phx_rng_new(1000);
     int rc = !opt || !mse || !x || !y || !data ? fail("setup") : 0;
+    if (rc == 0 && (phx_rng_normal(data, x, 0, 1) != PHX_OK || phx_rng_normal(data, y, 0, 1) != PHX_OK))
+        rc = fail("data");
 
     for (int epoch = 0; epoch < EPOCHS && rc == 0; epoch++) {
         phx_tensor *out;
         float loss;
-        if (phx_rng_normal(data, x, 0, 1) != PHX_OK || phx_rng_normal(data, y, 0, 1) != PHX_OK ||
-            phx_optimizer_zero_grad(opt) != PHX_OK || phx_module_forward(net, x, &out) != PHX_OK ||
+        if (phx_optimizer_zero_grad(opt) != PHX_OK || phx_module_forward(net, x, &out) != PHX_OK ||
             phx_loss_forward(mse, out, y, &loss) != PHX_OK ||
             phx_module_backward(net, phx_loss_grad(mse), NULL) != PHX_OK || phx_optimizer_step(opt) != PHX_OK) {
             rc = fail("training step");

@@ -1,7 +1,10 @@
 /* The seed program: Linear(10, 1) on random data (batch 64), MSE, SGD
- * lr 0.01, 10 epochs, one line per epoch -- PyTorch's
+ * lr 0.01, 10 epochs, one line per epoch, on the GPU when one is usable
+ * (PHX_DEVICE as for phx_device_default) -- PyTorch's
  *
- *     model = nn.Linear(10, 1); opt = optim.SGD(model.parameters(), lr=0.01)
+ *     device = "cuda" if torch.cuda.is_available() else "cpu"
+ *     print("Using CUDA" if device == "cuda" else "Using CPU")
+ *     model = nn.Linear(10, 1).to(device); opt = optim.SGD(model.parameters(), lr=0.01)
  *     for epoch in range(10):
  *         opt.zero_grad(); loss = F.mse_loss(model(x), y); loss.backward(); opt.step()
  *         print(f"Epoch [{epoch+1}/10], Loss: {loss.item():.4f}")
@@ -20,11 +23,14 @@ static void check(phx_status st, const char *what)
 
 int main(void)
 {
+    phx_device dev;
+    check(phx_device_default(&dev), "PHX_DEVICE");
+    printf("Using %s\n", dev.kind == PHX_DEVICE_CPU ? "CPU" : "CUDA");
     phx_rng *rng = phx_rng_new(0);
     phx_module *model = phx_linear_new(10, 1, true, rng);
     int64_t xs[2] = {64, 10}, ys[2] = {64, 1};
-    phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *y = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
-    if (!rng || !model || !x || !y) {
+    phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, dev), *y = phx_tensor_new(PHX_F32, 2, ys, dev);
+    if (!rng || !model || !x || !y || phx_module_to(model, dev) != PHX_OK) {
         fprintf(stderr, "linear_regression: %s\n", phx_last_error());
         return 1;
     }

@@ -3,13 +3,14 @@
 # PyTorch's format with a falling loss; the custom module passes its
 # finite-difference check and trains.
 b=${top_builddir:-.}
-echo "1..4"
+echo "1..7"
 out=$("$b/examples/linear_regression" 2>&1)
+out1=$out
 n=$(printf '%s\n' "$out" | grep -cE '^Epoch \[([1-9]|10)/10\], Loss: [0-9]+\.[0-9]{4}$')
 if [ "$n" = 10 ]; then echo "ok 1 - linear_regression prints 10 'Epoch [i/10], Loss: x.xxxx' lines"
 else echo "not ok 1 - linear_regression output"; printf '%s\n' "$out" | sed 's/^/# /'; fi
-first=$(printf '%s\n' "$out" | sed -n '1s/.*Loss: //p')
-last=$(printf '%s\n' "$out" | sed -n '10s/.*Loss: //p')
+first=$(printf '%s\n' "$out" | grep '^Epoch' | sed -n '1s/.*Loss: //p')
+last=$(printf '%s\n' "$out" | grep '^Epoch' | sed -n '10s/.*Loss: //p')
 if awk "BEGIN { exit !($last < $first) }" 2>/dev/null; then echo "ok 2 - loss falls ($first -> $last)"
 else echo "not ok 2 - loss falls ($first -> $last)"; fi
 out=$("$b/examples/custom_module" 2>&1); rc=$?
@@ -18,3 +19,16 @@ else echo "not ok 3 - custom_module exited $rc"; printf '%s\n' "$out" | sed 's/^
 if printf '%s\n' "$out" | grep -q '1.fc1.weight 1.fc1.bias 1.fc2.weight'; then
     echo "ok 4 - the custom module's parameters have dotted names"
 else echo "not ok 4 - dotted names"; fi
+# The seed's lines: the device first ("Using CPU" here; "Using CUDA" on a
+# GPU), and DataParallel's "Let's use N ..." before training on one batch
+# drawn once, so full-batch SGD lowers the loss every epoch.
+line1=$(printf '%s\n' "$out1" | sed -n 1p)
+if [ "$line1" = "Using CPU" ] || [ "$line1" = "Using CUDA" ]; then echo "ok 5 - linear_regression starts with '$line1'"
+else echo "not ok 5 - linear_regression's first line is '$line1'"; fi
+out=$(PHX_NUM_THREADS=2 PHX_DEVICE=cpu "$b/examples/data_parallel" 2>&1)
+if printf '%s\n' "$out" | sed -n 1p | grep -qx "Let's use 2 CPU replicas!"; then echo "ok 6 - data_parallel: Let's use 2 CPU replicas!"
+else echo "not ok 6 - data_parallel's first line"; printf '%s\n' "$out" | sed 's/^/# /'; fi
+losses=$(printf '%s\n' "$out" | sed -n 's/^Epoch \[[0-9]*\/10\], Loss: //p' | tr '\n' ' ')
+if [ "$(echo $losses | wc -w)" = 10 ] && echo "$losses" | awk '{ for (i = 2; i <= NF; i++) if ($i >= $(i-1)) exit 1 }'; then
+    echo "ok 7 - data_parallel's loss falls every epoch on its one batch ($losses)"
+else echo "not ok 7 - data_parallel losses: $losses"; fi
