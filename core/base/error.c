@@ -49,3 +49,14 @@ phx_status phx_error(phx_status st, const char *fmt, ...)
     phx_log(PHX_LOG_DEBUG, "%s: %s", phx_status_name(st), px_last_error);
     return st;
 }
+
+phx_status px_error_null(const char *fn, const char *what)
+{
+    /* A NULL argument is most often the result of a constructor that just
+     * failed (phx_sequential_add(m, phx_linear_new(-3, ...))): keep its
+     * message, which names the real cause, after ours. */
+    if (px_last_error[0])
+        return phx_error(PHX_EINVAL, "%s: %s is NULL; the last error before this call, likely from the "
+                                     "constructor that returned it: %s", fn, what, px_last_error);
+    return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, what);
+}

@@ -23,5 +23,10 @@ double px_env_timeout(void);
  * (with phx_error PHX_EINVAL naming the variable and value) when invalid. */
 int px_env_int(const char *name, int def);
 
+/* PHX_EINVAL "fn: what is NULL", followed by the error set before the call
+ * (if any): a NULL argument usually comes from a constructor that failed,
+ * and its message names the real cause. */
+phx_status px_error_null(const char *fn, const char *what);
+
 #define PX_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #endif

@@ -170,6 +170,14 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
     uint64_t hlen;
     memcpy(&hlen, f->map, 8);
     phx_status st = PHX_OK;
+    const unsigned char *b = f->map;
+    if (memcmp(b, "PK\x03\x04", 4) == 0 || (b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)) {
+        st = phx_error(PHX_EIO, "%s: '%s' is not a safetensors file: it is a %s, which looks like a PyTorch "
+                       "torch.save() file (.pt/.pth); write the state_dict with "
+                       "safetensors.torch.save_file(model.state_dict(), 'model.safetensors') instead", who, path,
+                       b[0] == 'P' ? "zip archive" : "Python pickle");
+        goto fail;
+    }
     if (hlen > f->size - 8) {
         st = phx_error(PHX_EIO, "%s: '%s': header length %llu goes beyond the end of the file (%zu bytes)", who,
                        path, (unsigned long long)hlen, f->size);

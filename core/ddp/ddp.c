@@ -343,7 +343,7 @@ static phx_status ddp_init(px_ddp *d)
 phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts)
 {
     if (!model || !comm) {
-        phx_error(PHX_EINVAL, "phx_ddp_new: %s is NULL", model ? "comm" : "model");
+        px_error_null("phx_ddp_new", model ? "comm" : "model");
         return NULL;
     }
     if (phx_module_vtable_of(model) == &ddp_vtable) {

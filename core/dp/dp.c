@@ -690,7 +690,7 @@ phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_de
                        const phx_device *output_device)
 {
     if (!model) {
-        phx_error(PHX_EINVAL, "phx_dp_new: model is NULL");
+        px_error_null("phx_dp_new", "model");
         return NULL;
     }
     size_t np = phx_module_num_params(model);

@@ -399,7 +399,7 @@ void px_module_copy_settings(phx_module *dst, const phx_module *src)
 phx_module *phx_module_clone(const phx_module *m)
 {
     if (!m) {
-        phx_error(PHX_EINVAL, "phx_module_clone: module is NULL");
+        px_error_null("phx_module_clone", "module");
         return NULL;
     }
     const phx_module *u = find_unclonable(m);
@@ -495,7 +495,7 @@ static phx_tensor *moved(const phx_tensor *t, phx_device dev)
 phx_status phx_module_to(phx_module *m, phx_device dev)
 {
     if (!m)
-        return phx_error(PHX_EINVAL, "phx_module_to: module is NULL");
+        return px_error_null("phx_module_to", "module");
     if (!phx_device_table(dev))
         return PHX_ENOTFOUND;
     size_t n = phx_module_num_params(m);
@@ -541,7 +541,7 @@ static void set_dtype(phx_module *m, const phx_precision *p, phx_dtype dt)
 phx_status phx_module_set_precision(phx_module *m, const phx_precision *p)
 {
     if (!m)
-        return phx_error(PHX_EINVAL, "phx_module_set_precision: module is NULL");
+        return px_error_null("phx_module_set_precision", "module");
     phx_dtype dt = p ? phx_precision_dtype(p) : PHX_F32;
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "phx_module_set_precision: policy compute dtype %s is not a float type",

@@ -65,7 +65,7 @@ phx_status phx_sequential_add(phx_module *seq, phx_module *m)
                          seq ? phx_module_type(seq) : "NULL");
     }
     if (!m)
-        return phx_error(PHX_EINVAL, "phx_sequential_add: module is NULL");
+        return px_error_null("phx_sequential_add", "module");
     char name[24];
     snprintf(name, sizeof name, "%zu", seq->n_children);
     phx_status st = phx_module_add_child(seq, name, m);

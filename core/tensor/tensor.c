@@ -136,7 +136,7 @@ phx_tensor *phx_tensor_from_data(phx_dtype dt, int ndim, const int64_t *shape, c
 phx_tensor *phx_tensor_view(const phx_tensor *base, int64_t offset, int ndim, const int64_t *shape)
 {
     if (!base) {
-        phx_error(PHX_EINVAL, "phx_tensor_view: base is NULL");
+        px_error_null("phx_tensor_view", "base");
         return NULL;
     }
     int64_t numel;

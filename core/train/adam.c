@@ -67,14 +67,12 @@ phx_optimizer *phx_adam_new(phx_module *model, const phx_adam_opts *o)
     if (!o)
         o = &d;
     if (!model) {
-        phx_error(PHX_EINVAL, "phx_adam_new: model is NULL");
+        px_error_null("phx_adam_new", "model");
         return NULL;
     }
-    if (!px_hparam_ok(o->lr) || !px_hparam_ok(o->eps) || !px_hparam_ok(o->weight_decay)) {
-        phx_error(PHX_EINVAL, "phx_adam_new: lr %g, eps %g, weight_decay %g must be finite and >= 0", o->lr, o->eps,
-                  o->weight_decay);
+    const px_hparam h[] = {{"lr", o->lr}, {"eps", o->eps}, {"weight_decay", o->weight_decay}};
+    if (px_hparams_check("phx_adam_new", h, PX_ARRAY_LEN(h)) != PHX_OK)
         return NULL;
-    }
     if (!(o->beta1 >= 0.0 && o->beta1 < 1.0) || !(o->beta2 >= 0.0 && o->beta2 < 1.0)) {
         phx_error(PHX_EINVAL, "phx_adam_new: betas (%g, %g) must lie in [0, 1)", o->beta1, o->beta2);
         return NULL;

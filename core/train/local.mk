@@ -42,3 +42,8 @@ check_PROGRAMS += t/train_metrics
 TESTS += t/train_metrics
 t_train_metrics_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
 t_train_metrics_LDADD = libphalanx.la $(JANSSON_LIBS)
+
+# Errors that name the cause (constructors, options, foreign files).
+check_PROGRAMS += t/train_errors
+TESTS += t/train_errors
+t_train_errors_LDADD = libphalanx.la -lm

@@ -29,6 +29,16 @@ phx_status px_check_update(const char *who, const phx_module *model, size_t i, c
 /* A hyperparameter that must be finite and >= 0 (NaN is not). */
 static inline bool px_hparam_ok(double v) { return v >= 0.0 && !isinf(v); }
 
+/* A named hyper-parameter, for px_hparams_check. */
+typedef struct px_hparam {
+    const char *name;
+    double value;
+} px_hparam;
+
+/* PHX_EINVAL naming the first hyper-parameter that is not finite and >= 0
+ * ("fn: weight_decay -0.1 must be finite and >= 0"); PHX_OK when all are. */
+phx_status px_hparams_check(const char *fn, const px_hparam *h, size_t n);
+
 /* One parameter's fused update: p and g hold n f32 on device index dev of
  * kernel table k; state: the parameter's n_state state tensors in kinds
  * order (NULL when n_state is 0); arg: the optimizer's step arguments. */

@@ -206,3 +206,11 @@ void px_slots_free_ctx(phx_optimizer *self)
     px_slots_free(s);
     px_free(s);
 }
+
+phx_status px_hparams_check(const char *fn, const px_hparam *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!px_hparam_ok(h[i].value))
+            return phx_error(PHX_EINVAL, "%s: %s %g must be finite and >= 0", fn, h[i].name, h[i].value);
+    return PHX_OK;
+}

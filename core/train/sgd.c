@@ -52,15 +52,13 @@ phx_optimizer *phx_sgd_new(phx_module *model, const phx_sgd_opts *o)
     if (!o)
         o = &d;
     if (!model) {
-        phx_error(PHX_EINVAL, "phx_sgd_new: model is NULL");
+        px_error_null("phx_sgd_new", "model");
         return NULL;
     }
-    if (!px_hparam_ok(o->lr) || !px_hparam_ok(o->momentum) || !px_hparam_ok(o->dampening) ||
-        !px_hparam_ok(o->weight_decay)) {
-        phx_error(PHX_EINVAL, "phx_sgd_new: lr %g, momentum %g, dampening %g, weight_decay %g must be finite and >= 0",
-                  o->lr, o->momentum, o->dampening, o->weight_decay);
+    const px_hparam h[] = {
+        {"lr", o->lr}, {"momentum", o->momentum}, {"dampening", o->dampening}, {"weight_decay", o->weight_decay}};
+    if (px_hparams_check("phx_sgd_new", h, PX_ARRAY_LEN(h)) != PHX_OK)
         return NULL;
-    }
     if (o->nesterov && (o->momentum <= 0.0 || o->dampening != 0.0)) {
         phx_error(PHX_EINVAL, "phx_sgd_new: nesterov needs momentum > 0 and dampening 0 (got momentum %g, dampening %g)",
                   o->momentum, o->dampening);
