@@ -103,3 +103,8 @@ EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-p
 # ---- phxrun (comm area, issue 4): the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
 tools_phxrun_SOURCES = tools/phxrun.c core/world/free-port.h
+
+# ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
+dist_bin_SCRIPTS += tools/phx-plot
+TESTS += t/tools_plot.sh
+EXTRA_DIST += t/tools_plot.sh
