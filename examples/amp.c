@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <phalanx/phalanx.h>
+#include "examples/progress.h"
 
 enum { N = 1000, IN = 10, BATCH = 64, EPOCHS = 10 };
 
@@ -42,8 +43,14 @@ static phx_status make_data(phx_rng *rng, phx_tensor *x, phx_tensor *y)
     return st;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *metrics = NULL;
+    int every = 0;
+    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
+        fprintf(stderr, "usage: amp [--metrics FILE] [--log-every N]\n");
+        return 2;
+    }
     const char *name = getenv("PHX_PRECISION");
     phx_precision *prec = NULL;
     if (phx_precision_new(name && *name ? name : "fp16", &prec) != PHX_OK)
@@ -67,6 +74,9 @@ int main(void)
     if (!opt || !scaler || !mse || !loader)
         return fail("setup");
 
+    progress prog;
+    if (progress_init(&prog, EPOCHS * (int64_t)phx_loader_num_batches(loader), every, metrics, 0, "samples"))
+        return fail("--metrics");
     printf("Precision: %s (compute %s, loss scaling %s)\n", phx_precision_name(prec),
            phx_dtype_name(phx_precision_dtype(prec)), phx_precision_scaling(prec) ? "on" : "off");
     int skipped = 0;
@@ -85,14 +95,18 @@ int main(void)
             skipped += !stepped;
             sum += loss;
             batches++;
+            progress_step(&prog, epoch + 1, loss, so.lr, 0);
         }
         if (r < 0)
             return fail("loader");
+        progress_break(&prog);
+        progress_record(&prog, epoch + 1, "loss_scale", phx_scaler_get_scale(scaler));
         printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, sum / batches);
     }
     printf("Loss scale %g, %d of %d steps skipped\n", phx_scaler_get_scale(scaler), skipped,
            EPOCHS * (int)phx_loader_num_batches(loader));
 
+    progress_free(&prog);
     phx_loader_free(loader);
     phx_loss_free(mse);
     phx_scaler_free(scaler);

@@ -10,6 +10,7 @@
  */
 #include <stdio.h>
 #include <phalanx/phalanx.h>
+#include "examples/progress.h"
 
 #define EPOCHS 10
 #define BATCH 64
@@ -20,8 +21,17 @@ static int fail(const char *what)
     return 1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *metrics = NULL;
+    int every = 0;
+    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
+        fprintf(stderr, "usage: data_parallel [--metrics FILE] [--log-every N]\n");
+        return 2;
+    }
+    progress prog;
+    if (progress_init(&prog, EPOCHS, every, metrics, 0, "samples"))
+        return fail("--metrics");
     phx_device dev;
     if (phx_device_default(&dev) != PHX_OK)
         return fail("device");
@@ -65,8 +75,11 @@ int main(void)
             rc = fail("training step");
             break;
         }
+        progress_step(&prog, epoch + 1, loss, so.lr, 0);
+        progress_break(&prog);
         printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, loss);
     }
+    progress_free(&prog);
     phx_tensor_free(x);
     phx_tensor_free(y);
     phx_rng_free(data);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <phalanx/phalanx.h>
+#include "examples/progress.h"
 
 #define EPOCHS 10
 #define BATCH 64
@@ -19,6 +20,10 @@ static int fail(int rank, const char *what)
     fprintf(stderr, "ddp: rank %d: %s: %s\n", rank, what, phx_last_error());
     return 1;
 }
+
+/* --metrics and --log-every, for rank 0 */
+static const char *metrics_path;
+static int log_every;
 
 static int train(int rank, void *arg)
 {
@@ -40,6 +45,9 @@ static int train(int rank, void *arg)
     phx_tensor *y = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
     phx_rng *data = phx_rng_new(1000 + (uint64_t)rank); /* each rank its own data */
     int rc = !opt || !mse || !x || !y || !data ? fail(rank, "setup") : 0;
+    progress prog = {0};
+    if (rc == 0 && progress_init(&prog, EPOCHS, log_every, metrics_path, rank, "samples"))
+        rc = fail(rank, "--metrics");
 
     for (int epoch = 0; epoch < EPOCHS && rc == 0; epoch++) {
         phx_tensor *out;
@@ -52,11 +60,14 @@ static int train(int rank, void *arg)
             rc = fail(rank, "training step");
             break;
         }
+        progress_step(&prog, epoch + 1, loss, so.lr, 0);
         if (rank == 0) {
+            progress_break(&prog);
             printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, loss);
             fflush(stdout);
         }
     }
+    progress_free(&prog);
     phx_tensor_free(x);
     phx_tensor_free(y);
     phx_rng_free(data);
@@ -72,6 +83,8 @@ static int train(int rank, void *arg)
 int main(int argc, char **argv)
 {
     int world = 2;
+    if (progress_args(&argc, argv, &metrics_path, &log_every))
+        return 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--world") && i + 1 < argc) {
             char *end;
@@ -82,7 +95,7 @@ int main(int argc, char **argv)
             }
             world = (int)n;
         } else {
-            fprintf(stderr, "usage: %s [--world N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--world N] [--metrics FILE] [--log-every N]\n", argv[0]);
             return 2;
         }
     }

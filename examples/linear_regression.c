@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <phalanx/phalanx.h>
+#include "examples/progress.h"
 
 static void check(phx_status st, const char *what)
 {
@@ -21,8 +22,16 @@ static void check(phx_status st, const char *what)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *metrics = NULL;
+    int every = 0;
+    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
+        fprintf(stderr, "usage: linear_regression [--metrics FILE] [--log-every N]\n");
+        return 2;
+    }
+    progress prog;
+    check(progress_init(&prog, 10, every, metrics, 0, "samples") ? PHX_EIO : PHX_OK, "--metrics");
     phx_device dev;
     check(phx_device_default(&dev), "PHX_DEVICE");
     printf("Using %s\n", dev.kind == PHX_DEVICE_CPU ? "CPU" : "CUDA");
@@ -52,8 +61,11 @@ int main(void)
         check(phx_loss_forward(mse, out, y, &loss), "loss");
         check(phx_module_backward(model, phx_loss_grad(mse), NULL), "backward");
         check(phx_optimizer_step(opt), "step");
+        progress_step(&prog, epoch + 1, loss, o.lr, 0);
+        progress_break(&prog);
         printf("Epoch [%d/10], Loss: %.4f\n", epoch + 1, loss);
     }
+    progress_free(&prog);
     phx_loss_free(mse);
     phx_optimizer_free(opt);
     phx_module_free(model);

@@ -3,7 +3,7 @@
 # PyTorch's format with a falling loss; the custom module passes its
 # finite-difference check and trains.
 b=${top_builddir:-.}
-echo "1..7"
+echo "1..10"
 out=$("$b/examples/linear_regression" 2>&1)
 out1=$out
 n=$(printf '%s\n' "$out" | grep -cE '^Epoch \[([1-9]|10)/10\], Loss: [0-9]+\.[0-9]{4}$')
@@ -32,3 +32,22 @@ losses=$(printf '%s\n' "$out" | sed -n 's/^Epoch \[[0-9]*\/10\], Loss: //p' | tr
 if [ "$(echo $losses | wc -w)" = 10 ] && echo "$losses" | awk '{ for (i = 2; i <= NF; i++) if ($i >= $(i-1)) exit 1 }'; then
     echo "ok 7 - data_parallel's loss falls every epoch on its one batch ($losses)"
 else echo "not ok 7 - data_parallel losses: $losses"; fi
+# --metrics writes one JSON object per epoch; --log-every prints whole step
+# lines with an ETA into a pipe, and rewrites one line in place on a terminal.
+m=$(mktemp)
+out=$("$b/examples/linear_regression" --metrics "$m" --log-every 2 2>&1)
+n=$(grep -c '^{"time":[0-9.]*,"step":[0-9]*,"epoch":[0-9]*,"loss":[0-9.e-]*,"lr":0.01}$' "$m")
+[ "$n" = 10 ] && echo "ok 8 - --metrics: 10 JSON Lines records" || { echo "not ok 8 - --metrics wrote $n records"; sed 's/^/# /' "$m"; }
+rm -f "$m"
+n=$(printf '%s\n' "$out" | grep -cE '^step (2|4|6|8)/10 loss [0-9.]+ elapsed [0-9]+:[0-9]{2} ETA [0-9]+:[0-9]{2}$')
+[ "$n" = 4 ] && echo "ok 9 - --log-every 2 in a pipe: 4 whole step lines with ETA" ||
+    { echo "not ok 9 - step lines: $n"; printf '%s\n' "$out" | sed 's/^/# /'; }
+if command -v script >/dev/null; then
+    out=$(script -qec "$b/examples/linear_regression --log-every 1" /dev/null 2>&1 | od -c | tr -s ' ' | tr -d '\n')
+    case $out in
+    *'\r 033 [ K s t e p'*) echo "ok 10 - on a terminal the step line is rewritten in place" ;;
+    *) echo "not ok 10 - no in-place step line on a terminal" ;;
+    esac
+else
+    echo "ok 10 # SKIP no script(1) for a pseudo-terminal"
+fi
