@@ -47,3 +47,7 @@ t_train_metrics_LDADD = libphalanx.la $(JANSSON_LIBS)
 check_PROGRAMS += t/train_errors
 TESTS += t/train_errors
 t_train_errors_LDADD = libphalanx.la -lm
+
+# The README's complete program, extracted, compiled and run.
+TESTS += t/readme_program.sh
+EXTRA_DIST += t/readme_program.sh
