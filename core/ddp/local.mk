@@ -36,3 +36,9 @@ bench_programs += bench/ddp
 EXTRA_DIST += bench/torch/ddp.py
 TESTS += t/ddp_example.sh
 EXTRA_DIST += t/ddp_example.sh
+
+# A wrapper holds a reference to its model: either free order is safe.
+check_PROGRAMS += t/train_free_order
+TESTS += t/train_free_order
+t_train_free_order_LDADD = libphalanx.la -lm
+t_train_free_order_CPPFLAGS = $(ddp_test_cppflags)

@@ -27,6 +27,8 @@ struct phx_module {
     const phx_module_vtable *vt;
     void *ctx;
     phx_module *parent;
+    int refs;                  /* 1 from its creator, +1 from the wrapper holding it */
+    phx_module *wrapped;       /* a wrapper's model (a reference, released at free) */
     phx_param **params;        /* own parameters, registration order */
     size_t n_params, cap_params;
     px_child *children;        /* registration order */
@@ -69,7 +71,9 @@ void px_module_copy_settings(phx_module *dst, const phx_module *src);
 /* Lists model's parameters as wrapper's own, under the model's names (not
  * "module.*"): for the DataParallel and DDP wrappers, which have no
  * parameters or children of their own, so wrapper's flat list is filled
- * here once and never invalidated. Call once, on a fresh wrapper; on
+ * here once and never invalidated. The wrapper also takes a reference to
+ * model, released when the wrapper is freed (after its free slot ran), so
+ * the two may be freed in either order. Call once, on a fresh wrapper; on
  * failure what was filled is freed with the wrapper. */
 phx_status px_module_adopt_params(phx_module *wrapper, const phx_module *model);
 

@@ -98,6 +98,7 @@ phx_module *phx_module_new(const phx_module_vtable *vt, void *ctx)
         return NULL;
     m->vt = vt;
     m->ctx = ctx;
+    m->refs = 1;
     m->training = true;
     m->compute_dtype = PHX_F32;
     return m;
@@ -232,7 +233,7 @@ static void free_flat(phx_module *m)
 
 void phx_module_free(phx_module *m)
 {
-    if (!m)
+    if (!m || --m->refs > 0)
         return;
     m->vt->free(m);
     for (size_t i = 0; i < m->n_children; i++) {
@@ -250,7 +251,9 @@ void phx_module_free(phx_module *m)
     free_flat(m);
     px_free(m->children);
     px_free(m->params);
+    phx_module *wrapped = m->wrapped;
     px_free(m);
+    phx_module_free(wrapped);
 }
 
 /* ---- the flat list ---------------------------------------------------- */
@@ -440,6 +443,8 @@ phx_status px_module_copy_params(phx_module *dst, const phx_module *src)
 phx_status px_module_adopt_params(phx_module *wrapper, const phx_module *model)
 {
     size_t n = phx_module_num_params(model);
+    wrapper->wrapped = (phx_module *)model;
+    wrapper->wrapped->refs++;
     wrapper->flat = px_calloc(n ? n : 1, sizeof *wrapper->flat);
     wrapper->flat_names = px_calloc(n ? n : 1, sizeof *wrapper->flat_names);
     if (!wrapper->flat || !wrapper->flat_names)

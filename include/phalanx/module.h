@@ -72,7 +72,10 @@ bool phx_module_is_training(const phx_module *m);
 /* A replica (vtable clone, recursively); NULL with PHX_EUNSUPPORTED when a
  * module in the tree has no clone slot. Caller owns it. */
 phx_module *phx_module_clone(const phx_module *m);
-/* Releases m, its parameters and children. NULL is a no-op. */
+/* Releases m, its parameters and children. NULL is a no-op. A wrapper
+ * (phx_ddp_new, phx_dp_new) holds a reference to its model, so the model
+ * and its wrapper may be freed in either order: the model goes when both
+ * were freed. */
 void phx_module_free(phx_module *m);
 const char *phx_module_type(const phx_module *m);
 
