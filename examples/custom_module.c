@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <phalanx/phalanx.h>
+#include "examples/progress.h"
 
 typedef struct residual {
     int64_t dim;
@@ -143,8 +144,14 @@ static double objective(phx_module *m, phx_tensor *x, const float *w)
     return s;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *metrics = NULL;
+    int every = 0;
+    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
+        fprintf(stderr, "usage: custom_module [--metrics FILE] [--log-every N]\n");
+        return 2;
+    }
     phx_rng *rng = phx_rng_new(1);
 
     /* 1. The block's dx against central differences. */
@@ -196,6 +203,8 @@ int main(void)
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_module *replica = phx_module_clone(model);
     float first = 0, loss = 0;
+    progress prog;
+    check(progress_init(&prog, 301, every, metrics, 0, "samples") ? PHX_EIO : PHX_OK, "--metrics");
     for (int step = 0; step <= 300; step++) {
         phx_tensor *out;
         check(phx_optimizer_zero_grad(opt), "zero_grad");
@@ -205,9 +214,13 @@ int main(void)
         check(phx_optimizer_step(opt), "step");
         if (step == 0)
             first = loss;
-        if (step % 100 == 0)
+        progress_step(&prog, 1, loss, ao.lr, 0);
+        if (step % 100 == 0) {
+            progress_break(&prog);
             printf("step %3d  loss %.4f\n", step, loss);
+        }
     }
+    progress_free(&prog);
     printf("loss %.4f -> %.4f; a clone made before training still has %zu parameters of its own\n", first, loss,
            phx_module_num_params(replica));
     phx_module_free(replica);
