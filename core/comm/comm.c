@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include "core/comm/comm-impl.h"
 #include "core/tensor/tensor-impl.h"
@@ -81,6 +82,95 @@ static phx_status make_store(phx_comm *c, const phx_comm_opts *o, const phx_worl
     return PHX_OK;
 }
 
+/* A rank belongs to one process: the first to claim it (host:pid) owns it
+ * for the store's life, so a second process started with the same RANK
+ * (a repeated --node-rank, nodes with different --nproc-per-node) is named
+ * at once. */
+static phx_status claim_rank(phx_comm *c)
+{
+    char key[64], me[320], host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(me, sizeof me, "%s:%ld", host, (long)getpid());
+    snprintf(key, sizeof key, "phx/comm/rank%d/owner", c->rank);
+    void *now = NULL;
+    size_t nlen = 0;
+    phx_status st = phx_store_compare_set(c->store, key, NULL, 0, me, strlen(me), &now, &nlen);
+    if (st)
+        return st;
+    int same = nlen == strlen(me) && memcmp(now, me, nlen) == 0;
+    char other[320];
+    snprintf(other, sizeof other, "%.*s", (int)(nlen < sizeof other ? nlen : sizeof other - 1),
+             now ? (const char *)now : "");
+    free(now);
+    if (!same)
+        return phx_error(PHX_EINVAL, "phx_comm_init: rank %d is already taken by process %s (this is %s): RANK "
+                         "or --node-rank repeated, or nodes started with different --nproc-per-node", c->rank, other,
+                         me);
+    return PHX_OK;
+}
+
+/* Every rank announces itself under the communicator's prefix and waits
+ * for the others, so a rank that never came is named (not a backend's key),
+ * two processes claiming one rank are caught, and so is a WORLD_SIZE that
+ * differs from rank 0's (nodes started with different --nproc-per-node). */
+static phx_status join_world(phx_comm *c, const phx_world *w)
+{
+    char key[96], mine[24];
+    phx_status st;
+    snprintf(key, sizeof key, "%sjoin/%d", c->prefix, c->rank);
+    if ((st = phx_store_add(c->store, key, 1, NULL)))
+        return st;
+    snprintf(key, sizeof key, "%sworld", c->prefix);
+    snprintf(mine, sizeof mine, "%d", c->size);
+    if (c->rank == 0 && (st = phx_store_set(c->store, key, mine, strlen(mine))))
+        return st;
+    void *v = NULL;
+    size_t len = 0;
+    if ((st = phx_store_get(c->store, key, &v, &len, c->timeout_s)))
+        return phx_error(st, "phx_comm_init: rank %d: rank 0 did not join within %.3g s (is it running, at %s:%d?)",
+                         c->rank, c->timeout_s, w->master_addr, w->master_port);
+    int same = len == strlen(mine) && memcmp(v, mine, len) == 0;
+    char theirs[24];
+    snprintf(theirs, sizeof theirs, "%.*s", (int)(len < 23 ? len : 23), (const char *)v);
+    free(v);
+    if (!same)
+        return phx_error(PHX_EINVAL, "phx_comm_init: rank %d: WORLD_SIZE is %d here but %s at rank 0: every rank "
+                         "must agree (same --nnodes and --nproc-per-node on every node)", c->rank, c->size, theirs);
+    const char **keys = px_calloc((size_t)c->size, sizeof *keys);
+    char *names = px_malloc((size_t)c->size * 96);
+    if (!keys || !names) {
+        px_free(keys);
+        px_free(names);
+        return PHX_ENOMEM;
+    }
+    for (int r = 0; r < c->size; r++) {
+        snprintf(names + (size_t)r * 96, 96, "%sjoin/%d", c->prefix, r);
+        keys[r] = names + (size_t)r * 96;
+    }
+    st = phx_store_wait(c->store, keys, (size_t)c->size, c->timeout_s);
+    if (st == PHX_ETIMEOUT) {
+        char missing[256] = "";
+        int nmiss = 0;
+        for (int r = 0; r < c->size; r++) {
+            int64_t have = 0;
+            if (phx_store_add(c->store, keys[r], 0, &have) != PHX_OK || have > 0)
+                continue;
+            size_t used = strlen(missing);
+            if (nmiss < 16)
+                snprintf(missing + used, sizeof missing - used, "%s%d", nmiss ? ", " : "", r);
+            else if (nmiss == 16)
+                snprintf(missing + used, sizeof missing - used, ", ...");
+            nmiss++;
+        }
+        st = phx_error(PHX_ETIMEOUT, "phx_comm_init: rank %d: %s %s of %d never joined within %.3g s (were they "
+                       "started, with the same MASTER_ADDR:MASTER_PORT and WORLD_SIZE?)", c->rank,
+                       nmiss == 1 ? "rank" : "ranks", missing, c->size, c->timeout_s);
+    }
+    px_free(keys);
+    px_free(names);
+    return st;
+}
+
 phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_comm_init: out is NULL");
@@ -104,12 +194,19 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     c->debug_detail = dbg && strstr(dbg, "detail") != NULL;
 
     if ((st = make_store(c, &o, &w))) goto fail;
+    /* Threads of one process share an in-process store: no rank of theirs
+     * can be repeated or missing, and a blocked one is released by the
+     * spawn's abort key, which the join wait would not watch. */
+    int across = c->size > 1 && !phx_store_is_local(c->store);
+    if (across && (st = claim_rank(c))) goto fail;
     /* Every rank's k-th communicator gets the same key prefix. */
     char key[64];
     int64_t k;
     snprintf(key, sizeof key, "phx/comm/rank%d/count", c->rank);
     if ((st = phx_store_add(c->store, key, 1, &k))) goto fail;
     snprintf(c->prefix, sizeof c->prefix, "c%" PRId64 "/", k - 1);
+    if (across && (st = join_world(c, &w)))
+        goto fail;
 
     const char *sel = o.backend ? o.backend : getenv("PHX_COMM");
     phx_probe_ctx ctx = {phx_store_is_local(c->store), c->local_size, c->local_rank};
