@@ -56,7 +56,7 @@ t_plugins_loader_phx_comm_func_la_SOURCES = t/plugins/fake.c
 t_plugins_loader_phx_comm_func_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=func -DFAKE_FUNCTION_DESC
 t_plugins_loader_phx_comm_func_la_LDFLAGS = $(fake_plugin_ldflags)
 t_plugins_loader_phx_comm_badmajor_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_badmajor_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badmajor -DFAKE_MAJOR=2 -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_badmajor_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badmajor -DFAKE_MAJOR=2 -DFAKE_MINOR=0 -DFAKE_PRIORITY=99
 t_plugins_loader_phx_comm_badmajor_la_LDFLAGS = $(fake_plugin_ldflags)
 t_plugins_loader_phx_comm_small_la_SOURCES = t/plugins/fake.c
 t_plugins_loader_phx_comm_small_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=small -DFAKE_SIZE=24 -DFAKE_PRIORITY=99
@@ -84,13 +84,13 @@ t_plugins_loader_phx_comm_borrow_la_LIBADD = t/plugins/loader/libfakedesc.la
 t_plugins_loader_phx_comm_borrow_la_LDFLAGS = $(fake_plugin_ldflags) -Wl,-rpath,'$$ORIGIN'
 
 # ---- the loader's tests (t/plugin_minor builds its own loader, requiring
-# plugin ABI minor 1, for the "minor too old" error).
+# plugin ABI minor 2 or newer, for the "minor too old" error).
 check_PROGRAMS += t/plugin_loader t/plugin_minor
 TESTS += t/plugin_loader t/plugin_minor
 t_plugin_loader_SOURCES = t/plugin_loader.c
 t_plugin_loader_LDADD = libphalanx.la
 t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c
-t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_REQUIRED=1
+t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_OLDEST=2
 t_plugin_minor_LDADD = libphalanx.la
 
 # ---- the out-of-tree plugin: installs into a scratch root, builds

@@ -29,7 +29,9 @@ struct phx_work {
 
 struct phx_comm {
     const phx_plugin_desc *desc;
-    const phx_comm_v1 *v;
+    phx_comm_v1 v;               /* the plugin's table as of its minor
+                                    (px_abi_adapt): a slot it lacks is NULL */
+    phx_tensor *barrier_buf;     /* one element on device: the default barrier */
     void *state;                 /* the plugin's */
     int rank, size, local_rank, local_size;
     phx_store *store;
