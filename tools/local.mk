@@ -108,3 +108,34 @@ tools_phxrun_SOURCES = tools/phxrun.c core/world/free-port.h
 dist_bin_SCRIPTS += tools/phx-plot
 TESTS += t/tools_plot.sh t/tools_plot_bench.sh
 EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh
+
+# ---- t/plugin_abi: plugins built against the frozen ABI 1.0 headers
+# (t/abi-1.0, searched before include/) load and work under this core;
+# 1.1 plugins with an optional slot NULL, a required slot NULL, major 2.
+abi10_cppflags = -I$(top_srcdir)/t/abi-1.0 $(AM_CPPFLAGS)
+EXTRA_DIST += t/abi-1.0 t/plugins/abi-comm.c t/plugins/abi-device.c
+check_LTLIBRARIES += \
+	t/plugins/abi/phx-comm-abi10.la \
+	t/plugins/abi/phx-comm-nobarrier.la \
+	t/plugins/abi/phx-comm-nobcast.la \
+	t/plugins/abi/phx-comm-major2.la \
+	t/plugins/abidev/phx-device-cuda.la
+t_plugins_abi_phx_comm_abi10_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_abi10_la_CPPFLAGS = $(abi10_cppflags) -DABI_NAME=abi10
+t_plugins_abi_phx_comm_abi10_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abi_phx_comm_nobarrier_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_nobarrier_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=nobarrier -DABI_NO_BARRIER
+t_plugins_abi_phx_comm_nobarrier_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abi_phx_comm_nobcast_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_nobcast_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=nobcast -DABI_NO_BROADCAST
+t_plugins_abi_phx_comm_nobcast_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abi_phx_comm_major2_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_major2_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=major2 -DABI_MAJOR=2
+t_plugins_abi_phx_comm_major2_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abidev_phx_device_cuda_la_SOURCES = t/plugins/abi-device.c
+t_plugins_abidev_phx_device_cuda_la_CPPFLAGS = $(abi10_cppflags)
+t_plugins_abidev_phx_device_cuda_la_LDFLAGS = $(fake_plugin_ldflags)
+check_PROGRAMS += t/plugin_abi
+TESTS += t/plugin_abi
+t_plugin_abi_SOURCES = t/plugin_abi.c core/plugin/plugin-abi.c core/plugin/plugin-abi.h
+t_plugin_abi_LDADD = libphalanx.la -ldl
