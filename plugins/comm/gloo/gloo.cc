@@ -408,13 +408,13 @@ int g_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 }
 
 const phx_comm_v1 vtable = {
-    /* .init = */ g_init,
-    /* .finalize = */ g_finalize,
-    /* .allreduce = */ g_allreduce,
-    /* .broadcast = */ g_broadcast,
-    /* .allgather = */ g_allgather,
-    /* .reduce_scatter = */ g_reduce_scatter,
-    /* .barrier = */ g_barrier,
+    .init = g_init,
+    .finalize = g_finalize,
+    .allreduce = g_allreduce,
+    .broadcast = g_broadcast,
+    .allgather = g_allgather,
+    .reduce_scatter = g_reduce_scatter,
+    .barrier = g_barrier,
 };
 
 } // namespace
