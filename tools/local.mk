@@ -139,3 +139,13 @@ check_PROGRAMS += t/plugin_abi
 TESTS += t/plugin_abi
 t_plugin_abi_SOURCES = t/plugin_abi.c core/plugin/plugin-abi.c core/plugin/plugin-abi.h
 t_plugin_abi_LDADD = libphalanx.la -ldl
+# t/plugin_kit: the kit's reductions and abort key, and its queue through
+# a comm plugin built on it.
+check_LTLIBRARIES += t/plugins/abi/phx-comm-kit.la
+t_plugins_abi_phx_comm_kit_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_kit_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=kit -DABI_KIT
+t_plugins_abi_phx_comm_kit_la_LDFLAGS = $(fake_plugin_ldflags)
+check_PROGRAMS += t/plugin_kit
+TESTS += t/plugin_kit
+t_plugin_kit_SOURCES = t/plugin_kit.c
+t_plugin_kit_LDADD = libphalanx.la -lm
