@@ -60,13 +60,13 @@ export LD_LIBRARY_PATH
 PHX_PLUGIN_PATH=$tmp/solo "$info" >"$tmp/info.txt" 2>&1
 ok $? "phx-info exits 0"
 diag "$tmp/info.txt"
-grep -q "^comm  *solo  *1\.0  *1\.0  *$tmp/solo/phx-comm-solo\.so  *ok (priority 0)\$" "$tmp/info.txt"
-ok $? "phx-info: comm solo 1.0, ABI 1.0, its path, ok (priority 0)"
+grep -q "^comm  *solo  *1\.0  *1\.1  *$tmp/solo/phx-comm-solo\.so  *ok (priority 0)\$" "$tmp/info.txt"
+ok $? "phx-info: comm solo 1.0, ABI 1.1, its path, ok (priority 0)"
 sed -n '/search path/{n;p;}' "$tmp/info.txt" | grep -q "^  $tmp/solo\$"
 ok $? "phx-info: PHX_PLUGIN_PATH is searched first"
 grep -q "^  $libdir/phalanx\$" "$tmp/info.txt"
 ok $? "phx-info: the phalanx/ folder beside the installed libphalanx.so is searched"
-PHX_PLUGIN_PATH=$tmp/solo "$info" --parsable | grep -q "^plugin	comm	solo	1\.0	1\.0	$tmp/solo/phx-comm-solo\.so	ok	0\$"
+PHX_PLUGIN_PATH=$tmp/solo "$info" --parsable | grep -q "^plugin	comm	solo	1\.0	1\.1	$tmp/solo/phx-comm-solo\.so	ok	0\$"
 ok $? "phx-info --parsable: the same line, tab-separated"
 
 # 4. Select it by name: phx_comm_init + every collective.

@@ -10,6 +10,7 @@
 #include "core/comm/comm-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/plugin/plugin-abi.h"
 #include "phalanx/log.h"
 
 static const char *const op_names[] = {"sum", "avg", "max", "min"};
@@ -211,15 +212,16 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     const char *sel = o.backend ? o.backend : getenv("PHX_COMM");
     phx_probe_ctx ctx = {phx_store_is_local(c->store), c->local_size, c->local_rank};
     if ((st = phx_plugin_load(PHX_PLUGIN_COMM, sel, &ctx, &c->desc))) goto fail;
-    c->v = c->desc->vtable;
-    if (!c->v || !c->v->init || !c->v->finalize || !c->v->allreduce || !c->v->broadcast || !c->v->allgather ||
-        !c->v->reduce_scatter || !c->v->barrier) {
-        st = phx_error(PHX_EABI, "phx_comm_init: comm plugin '%s' has an incomplete vtable", c->desc->name);
+    if ((st = px_abi_adapt(&px_comm_abi, c->desc->vtable, c->desc->abi_minor, &c->v, "phx_comm_init", "comm",
+                           c->desc->name)))
+        goto fail;
+    if (!c->v.barrier && !(c->barrier_buf = phx_tensor_zeros(PHX_F32, 1, (const int64_t[]){1}, c->device))) {
+        st = phx_error(PHX_ENOMEM, "phx_comm_init: the default barrier's buffer: %s", phx_last_error());
         goto fail;
     }
     phx_comm_init_args a = {c->rank, c->size, c->local_rank, c->local_size, c->store, c->prefix, c->timeout_s,
                             c->device};
-    if ((st = c->v->init(&a, &c->state))) {
+    if ((st = c->v.init(&a, &c->state))) {
         char why[512];
         snprintf(why, sizeof why, "%s", phx_last_error());
         st = phx_error(st, "phx_comm_init: rank %d: backend '%s' failed to start: %s", c->rank, c->desc->name, why);
@@ -231,6 +233,7 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     *out = c;
     return PHX_OK;
 fail:
+    phx_tensor_free(c->barrier_buf);
     if (c->owns_store) phx_store_free(c->store);
     pthread_mutex_destroy(&c->pool_mu);
     px_free(c);
@@ -240,8 +243,9 @@ fail:
 void phx_comm_free(phx_comm *c)
 {
     if (!c) return;
-    c->v->finalize(c->state);
+    c->v.finalize(c->state);
     px_work_destroy_all(c);
+    phx_tensor_free(c->barrier_buf);
     if (c->owns_store) phx_store_free(c->store);
     pthread_mutex_destroy(&c->pool_mu);
     px_free(c);
@@ -348,11 +352,15 @@ static phx_status issue(const px_call *k, phx_work **work)
                 c->rank, c->seq, what, k->count, phx_dtype_name(k->dt), c->desc->name);
     c->seq++;
     switch (k->kind) {
-    case PX_ALLREDUCE: st = c->v->allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;
-    case PX_BROADCAST: st = c->v->broadcast(c->state, k->recv, k->count, k->dt, k->root, w); break;
-    case PX_ALLGATHER: st = c->v->allgather(c->state, k->send, k->recv, k->count, k->dt, w); break;
-    case PX_REDUCE_SCATTER: st = c->v->reduce_scatter(c->state, k->send, k->recv, k->count, k->dt, k->op, w); break;
-    default: st = c->v->barrier(c->state, w);
+    case PX_ALLREDUCE: st = c->v.allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;
+    case PX_BROADCAST: st = c->v.broadcast(c->state, k->recv, k->count, k->dt, k->root, w); break;
+    case PX_ALLGATHER: st = c->v.allgather(c->state, k->send, k->recv, k->count, k->dt, w); break;
+    case PX_REDUCE_SCATTER: st = c->v.reduce_scatter(c->state, k->send, k->recv, k->count, k->dt, k->op, w); break;
+    default:
+        /* The default barrier: a one-element all-reduce (its sum of zeros
+         * stays zero, so barriers in flight may share the buffer). */
+        if (c->v.barrier) st = c->v.barrier(c->state, w);
+        else st = c->v.allreduce(c->state, px_tensor_ptr(c->barrier_buf), 1, PHX_F32, PHX_SUM, w);
     }
     if (st != PHX_OK) {
         px_work_put(w);

@@ -529,12 +529,12 @@ static void px_dp_destroy(px_dp *d);
 static void dp_free(phx_module *self) { px_dp_destroy(phx_module_ctx(self)); }
 
 static const phx_module_vtable dp_vtable = {
-    /* .type_name = */ "DataParallel",
-    /* .forward   = */ dp_forward,
-    /* .backward  = */ dp_backward,
-    /* .free      = */ dp_free,
-    /* .set_train = */ dp_set_train,
-    /* .clone     = */ NULL,
+    .type_name = "DataParallel",
+    .forward = dp_forward,
+    .backward = dp_backward,
+    .free = dp_free,
+    .set_train = dp_set_train,
+    .clone = NULL,
 };
 
 /* Device i of the list: devices[i], or with devices NULL the i-th device

@@ -58,7 +58,7 @@ static void *thread_main(void *p)
         /* The first failure is recorded; its peers' waits see it and stop. */
         char msg[64];
         int len = snprintf(msg, sizeof msg, "rank %d returned %d", a->rank, a->rc);
-        phx_store_compare_set(a->store, PX_SPAWN_ABORT_KEY, NULL, 0, msg, (size_t)len, NULL, NULL);
+        phx_store_compare_set(a->store, PHX_KIT_ABORT_KEY, NULL, 0, msg, (size_t)len, NULL, NULL);
     }
     spawn_tls.active = 0;
     return NULL;
@@ -77,7 +77,7 @@ static phx_status spawn_threads(int n, int (*fn)(int, void *), void *arg)
         if (pthread_create(&th[started], NULL, thread_main, &a[started]) != 0) {
             st = phx_error(PHX_EIO, "phx_spawn: cannot create the thread of rank %d", started);
             char msg[] = "phx_spawn could not start every rank";
-            phx_store_compare_set(store, PX_SPAWN_ABORT_KEY, NULL, 0, msg, sizeof msg - 1, NULL, NULL);
+            phx_store_compare_set(store, PHX_KIT_ABORT_KEY, NULL, 0, msg, sizeof msg - 1, NULL, NULL);
             break;
         }
     }
@@ -88,7 +88,7 @@ static phx_status spawn_threads(int n, int (*fn)(int, void *), void *arg)
         int nfail = 0;
         for (int r = 0; r < n; r++) nfail += a[r].rc != 0;
         if (nfail) {
-            phx_store_get(store, PX_SPAWN_ABORT_KEY, &first, &len, 1.0);
+            phx_store_get(store, PHX_KIT_ABORT_KEY, &first, &len, 1.0);
             st = phx_error(PHX_EPEER, "phx_spawn: %d of %d thread ranks failed; the first: %.*s", nfail, n,
                            (int)len, first ? (char *)first : "?");
             free(first);

@@ -57,9 +57,9 @@ TEST_PLUGIN_DIRS += $(abs_top_builddir)/plugins/device/cuda/.libs
 # .cu -> .lo: nvcc writes the PIC object where libtool expects it and the
 # rule writes the libtool object file that names it (nvcc cannot take
 # libtool's -fPIC itself). No FMA contraction (-fmad=false): the kernels
-# round like the CPU ones. Host code: the project's warnings, as errors.
-NVCC_FLAGS = -std=c++17 -O3 -fmad=false $(CUDA_GENCODE) \
-	--compiler-options=-fPIC,-Wall,-Wextra,-Werror --Werror=all-warnings
+# round like the CPU ones. Host code: the project's warnings (errors with
+# --enable-werror).
+NVCC_FLAGS = -std=c++17 -O3 -fmad=false $(CUDA_GENCODE) --compiler-options=-fPIC $(NVCC_WARN_FLAGS)
 AM_V_NVCC = $(am__v_NVCC_$(V))
 am__v_NVCC_ = $(am__v_NVCC_$(AM_DEFAULT_VERBOSITY))
 am__v_NVCC_0 = @echo "  NVCC    " $@;
