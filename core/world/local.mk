@@ -7,3 +7,18 @@ px_store_sources = core/world/store.c core/world/store-proto.h core/world/store-
 	core/world/store-kv.c
 libphalanx_la_CPPFLAGS += $(CRYPTO_CFLAGS)
 libphalanx_la_LIBADD += $(CRYPTO_LIBS)
+
+# ---- tests (doc/store.md). t/store_limits builds the store in, for the
+# server's counters.
+check_PROGRAMS += t/store_limits t/store_token t/store_env t/store_client
+TESTS += t/store_limits t/store_token t/store_env t/store_phxrun_token.sh
+EXTRA_DIST += t/store_phxrun_token.sh
+t_store_limits_SOURCES = t/store_limits.c $(px_store_sources) core/base/util.c
+t_store_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
+t_store_limits_LDADD = libphalanx.la $(CRYPTO_LIBS)
+t_store_token_SOURCES = t/store_token.c
+t_store_token_LDADD = libphalanx.la
+t_store_env_SOURCES = t/store_env.c
+t_store_env_LDADD = libphalanx.la
+t_store_client_SOURCES = t/store_client.c
+t_store_client_LDADD = libphalanx.la

@@ -30,6 +30,7 @@ struct px_store_server {
     pthread_cond_t cv;
     size_t nclients;             /* under mu: for the linger in stop */
     px_store_stats stats;        /* under mu: a copy after each round */
+    size_t max_stale;            /* under mu: the budget the core takes */
     px_store_core core;          /* the server thread's alone */
 };
 
@@ -150,6 +151,7 @@ static void *server_main(void *arg)
         }
         pthread_mutex_lock(&s->mu);
         s->stats = k->stats;
+        k->max_stale = s->max_stale;
         if (s->nclients != k->nconns) {
             s->nclients = k->nconns;
             pthread_cond_broadcast(&s->cv);
@@ -183,6 +185,7 @@ phx_status px_store_server_start(const char *host, int port, const void *token, 
         px_free(s);
         return st;
     }
+    s->max_stale = s->core.max_stale;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->thread, NULL, server_main, s) != 0) {
@@ -206,9 +209,10 @@ void px_store_server_stats(px_store_server *s, px_store_stats *out)
 
 void px_store_server_set_max_stale(px_store_server *s, size_t bytes)
 {
-    /* Read by the server thread only while it handles a request: set
-     * before any client has connected. */
-    s->core.max_stale = bytes;
+    /* The server thread takes it at the end of its round: wake it. */
+    pthread_mutex_lock(&s->mu);
+    s->max_stale = bytes;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void px_store_server_stop(px_store_server *s, double linger_s)

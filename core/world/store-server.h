@@ -127,10 +127,14 @@ int px_store_listen(const char *host, int port, int *bound, int *everywhere);
  * the socket for a while instead of spinning). */
 int px_store_accept(px_store_core *k, int lfd);
 
+/* ---- store.c: the server a TCP handle started (NULL: none) */
+px_store_server *px_store_server_of(phx_store *s);
+
 /* ---- store-server.c */
 /* The server's counters (a copy taken at the end of its last round). */
 void px_store_server_stats(px_store_server *s, px_store_stats *out);
-/* Lowers the stale-value budget (tests); before any client connects. */
+/* Changes the stale-value budget (tests); the server takes it at the end
+ * of its current round (after the next event). */
 void px_store_server_set_max_stale(px_store_server *s, size_t bytes);
 
 #endif

@@ -422,6 +422,8 @@ void phx_store_free(phx_store *s)
     px_free(s);
 }
 
+px_store_server *px_store_server_of(phx_store *s) { return s && s->kind == PX_STORE_TCP ? s->server : NULL; }
+
 int phx_store_port(const phx_store *s) { return s && s->kind == PX_STORE_TCP ? s->port : -1; }
 
 int phx_store_is_local(const phx_store *s) { return s && s->kind == PX_STORE_LOCAL; }
