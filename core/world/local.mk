@@ -22,3 +22,10 @@ t_store_env_SOURCES = t/store_env.c
 t_store_env_LDADD = libphalanx.la
 t_store_client_SOURCES = t/store_client.c
 t_store_client_LDADD = libphalanx.la
+
+# ---- make bench: the store server under attack (bench/store_attack.sh)
+noinst_PROGRAMS += bench/store_attack
+bench_store_attack_SOURCES = bench/store_attack.c
+bench_store_attack_LDADD = libphalanx.la
+bench_programs += bench/store_attack
+EXTRA_DIST += bench/store_attack.sh
