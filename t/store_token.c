@@ -61,9 +61,41 @@ static phx_status connect_as(const char *token, int port, phx_store **out, char 
     return st;
 }
 
+/* A phx_spawn rank: its token (written for the parent to compare). */
+static int spawned(int rank, void *arg)
+{
+    const char *t = getenv("PHX_STORE_TOKEN");
+    char path[256];
+    snprintf(path, sizeof path, "%s.%d", (const char *)arg, rank);
+    FILE *f = fopen(path, "w");
+    if (!f) return 1;
+    fprintf(f, "%s", t ? t : "");
+    fclose(f);
+    return 0;
+}
+
+static void spawn_tokens(char tok[2][128])
+{
+    char base[] = "/tmp/phx-spawn-token.XXXXXX";
+    int fd = mkstemp(base);
+    close(fd);
+    unsetenv("PHX_COMM");
+    is_int(phx_spawn(2, spawned, base), PHX_OK, "phx_spawn (processes) runs 2 ranks");
+    for (int r = 0; r < 2; r++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s.%d", base, r);
+        FILE *f = fopen(path, "r");
+        tok[r][0] = 0;
+        if (f && fgets(tok[r], 128, f)) {}
+        if (f) fclose(f);
+        unlink(path);
+    }
+    unlink(base);
+}
+
 int main(void)
 {
-    plan(27);
+    plan(30);
     char log[4096];
     const char *job = "9f1c0c3e5b7a2d4e6f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6";
     setenv("PHX_STORE_TOKEN", job, 1);
@@ -161,5 +193,12 @@ int main(void)
     setenv("PHX_STORE_TOKEN", longtok, 1);
     is_int(phx_store_new("127.0.0.1", 0, true, 10.0, &srv), PHX_EINVAL, "a 1099-byte token: PHX_EINVAL");
     like(phx_last_error(), "at most 1024", "... naming the limit");
+
+    unsetenv("PHX_STORE_TOKEN");
+    char tok[2][128];
+    spawn_tokens(tok);
+    ok(strlen(tok[0]) == 64 && strcmp(tok[0], tok[1]) == 0, "... both get the same random 64-digit job token (%s)",
+       tok[0]);
+    ok(getenv("PHX_STORE_TOKEN") == NULL, "... the caller's environment is unchanged");
     return done_testing();
 }
