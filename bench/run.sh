@@ -1,6 +1,11 @@
 #!/bin/sh
 # make bench: each benchmark beside its PyTorch counterpart (areas append their lines).
 set -e
+# Every benchmark also appends its rows to $PHX_BENCH_TSV (bench/bench-tsv.h,
+# doc/bench.md); `make plots` draws them.
+PHX_BENCH_TSV=${PHX_BENCH_TSV:-$(pwd)/bench/results.tsv}
+export PHX_BENCH_TSV
+: >"$PHX_BENCH_TSV"
 # ddp: DDP at world 2 on gloo and threads beside PyTorch DDP over gloo
 # (bench/torch/ddp.py), and the gain from overlap (doc/ddp.md).
 echo "== bench/ddp"
@@ -35,3 +40,4 @@ PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
 # clients (doc/store.md, "Limits").
 echo "== bench/store_attack"
 "$(dirname "$0")/store_attack.sh" ./bench/store_attack
+echo "== results: $PHX_BENCH_TSV ($(wc -l <"$PHX_BENCH_TSV") rows; make plots draws them)"

@@ -106,5 +106,5 @@ tools_phxrun_SOURCES = tools/phxrun.c core/world/free-port.h
 
 # ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
 dist_bin_SCRIPTS += tools/phx-plot
-TESTS += t/tools_plot.sh
-EXTRA_DIST += t/tools_plot.sh
+TESTS += t/tools_plot.sh t/tools_plot_bench.sh
+EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh

@@ -246,6 +246,9 @@ static phx_status issue(const px_call *k, phx_work **work)
     }
     phx_work *w = px_work_get(c, what);
     if (!w) return PHX_ENOMEM;
+    if (phx_log_get_level() >= PHX_LOG_DEBUG)
+        phx_log(PHX_LOG_DEBUG, "comm %s rank %d: #%" PRIu64 " %s(count=%" PRId64 ", %s) issued to %s", c->prefix,
+                c->rank, c->seq, what, k->count, phx_dtype_name(k->dt), c->desc->name);
     c->seq++;
     switch (k->kind) {
     case PX_ALLREDUCE: st = c->v->allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;

@@ -228,13 +228,12 @@ static phx_status px_default_cuda(phx_device *out)
     return PHX_OK;
 }
 
-phx_status phx_device_default(phx_device *out)
+static phx_status device_default(const char *sel, phx_device *out)
 {
-    if (!out) return phx_error(PHX_EINVAL, "phx_device_default: out is NULL");
-    const char *sel = getenv("PHX_DEVICE");
     if (!sel || !*sel) {
         /* cuda when the plugin is there and sees a GPU, else cpu */
         if (px_default_cuda(out) == PHX_OK) return PHX_OK;
+        phx_log(PHX_LOG_INFO, "device cuda not used: %s", phx_last_error());
         phx_error_clear();
         *out = phx_cpu();
         return PHX_OK;
@@ -268,6 +267,20 @@ phx_status phx_device_default(phx_device *out)
         snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "", tok, phx_last_error());
     }
     return phx_error(PHX_ENOTFOUND, "PHX_DEVICE='%s' asked for a device that is not usable (%s)", sel, why);
+}
+
+phx_status phx_device_default(phx_device *out)
+{
+    if (!out) return phx_error(PHX_EINVAL, "phx_device_default: out is NULL");
+    const char *sel = getenv("PHX_DEVICE");
+    phx_status st = device_default(sel, out);
+    if (st == PHX_OK && phx_log_get_level() >= PHX_LOG_INFO) {
+        char name[32];
+        phx_log(PHX_LOG_INFO, "device %s chosen (%s%s%s)", phx_device_name(*out, name, sizeof name),
+                sel && *sel ? "PHX_DEVICE='" : "PHX_DEVICE unset: cuda when usable, else cpu",
+                sel && *sel ? sel : "", sel && *sel ? "'" : "");
+    }
+    return st;
 }
 
 int phx_device_count(phx_device_kind kind)

@@ -277,11 +277,23 @@ phx_status enqueue(void *state, const Op &o)
 }
 
 // The address this host uses to reach the store server: peers can reach
-// us there too. PHX_GLOO_IFACE names an interface instead.
+// us there too. PHX_GLOO_IFACE names an interface instead, or torch's
+// GLOO_SOCKET_IFNAME (its first entry: gloo's TCP device takes one).
 gloo::transport::tcp::attr device_attr(phx_store *store)
 {
     gloo::transport::tcp::attr a;
     const char *iface = std::getenv("PHX_GLOO_IFACE");
+    std::string torch_iface;
+    if ((!iface || !*iface) && (iface = std::getenv("GLOO_SOCKET_IFNAME")) && *iface) {
+        torch_iface = iface;
+        size_t comma = torch_iface.find(',');
+        if (comma != std::string::npos) {
+            phx_log(PHX_LOG_WARN, "gloo: GLOO_SOCKET_IFNAME='%s' lists several interfaces; using the first, '%s'",
+                    iface, torch_iface.substr(0, comma).c_str());
+            torch_iface.resize(comma);
+        }
+        iface = torch_iface.c_str();
+    }
     char addr[128];
     if (iface && *iface) a.iface = iface;
     else if (phx_store_local_addr(store, addr, sizeof addr) == PHX_OK) a.hostname = addr;
