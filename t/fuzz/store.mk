@@ -3,7 +3,8 @@
 # replays its seed corpus (t/fuzz/corpus/store_frame, made by
 # t/store_frame_seeds.py) as TAP; `make fuzz-store` builds it with clang's
 # libFuzzer, ASan and UBSan and runs it for FUZZ_STORE_SECONDS (default
-# 60) on a copy of the corpus, printing libFuzzer's final statistics.
+# 60) on a copy of the corpus, printing libFuzzer's final statistics;
+# `make fuzz` includes it.
 check_PROGRAMS += t/fuzz/store-frame
 TESTS += t/fuzz/store-frame
 t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/store-replay.c $(px_store_sources) core/base/util.c
@@ -30,4 +31,6 @@ fuzz-store:
 clean-local: fuzz-store-clean
 fuzz-store-clean:
 	rm -rf t/fuzz/bin/store-frame t/fuzz/bin/store-frame.corpus
-.PHONY: fuzz-store fuzz-store-clean
+# `make fuzz` runs this target too (beside any other fuzz targets' rule).
+fuzz: fuzz-store
+.PHONY: fuzz fuzz-store fuzz-store-clean
