@@ -151,6 +151,7 @@ static void *server_main(void *arg)
         }
         pthread_mutex_lock(&s->mu);
         s->stats = k->stats;
+        s->stats.clients = k->nconns;
         k->max_stale = s->max_stale;
         if (s->nclients != k->nconns) {
             s->nclients = k->nconns;

@@ -63,6 +63,7 @@ typedef struct px_store_stats {
     size_t body_bytes;           /* request bytes allocated now */
     size_t out_bytes;            /* reply buffers allocated now */
     size_t stale_bytes;          /* old values pending replies keep alive */
+    size_t clients;              /* connections open now */
 } px_store_stats;
 
 typedef struct px_store_core {
