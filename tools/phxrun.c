@@ -10,7 +10,12 @@
  * rank. When a rank exits non-zero or dies by a signal, the other ranks
  * get SIGTERM, then SIGKILL after the grace period (5 s); phxrun names the
  * rank and its status and exits with that status (128 + signal for a
- * signal). See doc/comm.md. */
+ * signal). See doc/comm.md.
+ *
+ * The job's store accepts only ranks that know its token: phxrun makes a
+ * random PHX_STORE_TOKEN for its ranks when the environment has none (one
+ * node), and passes the user's on (several nodes: the same on each). See
+ * doc/store.md. */
 #include "config.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,6 +49,8 @@ static void usage(FILE *f)
           "GROUP_RANK, MASTER_ADDR and MASTER_PORT set (RANK = node_rank * N + local rank).\n"
           "  --standalone   one node, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT\n"
           "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
+          "PHX_STORE_TOKEN: the job's store token; unset, phxrun makes a random one (one node) or\n"
+          "warns (several nodes: export the same token on each).\n"
           "Defaults: --nnodes 1, --node-rank 0, MASTER_ADDR/MASTER_PORT from the environment,\n"
           "else 127.0.0.1:29500.\n", f);
 }
@@ -180,6 +188,31 @@ static void describe(char *buf, size_t len, int rank, pid_t pid, int status)
                  strsignal(WTERMSIG(status)));
 }
 
+/* A random job token (64 hex digits) in PHX_STORE_TOKEN, unless set. */
+static int job_token(const opts *o)
+{
+    const char *t = getenv("PHX_STORE_TOKEN");
+    if (t && *t) return 0;
+    if (o->nnodes > 1) {
+        fprintf(stderr, "phxrun: warning: --nnodes %d without PHX_STORE_TOKEN: the job's store accepts any "
+                "client that reaches it; export the same PHX_STORE_TOKEN on every node (for example "
+                "PHX_STORE_TOKEN=$(openssl rand -hex 32))\n", o->nnodes);
+        return 0;
+    }
+    unsigned char r[32];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return die("cannot make a job token: getrandom: %s", strerror(errno));
+        got += (size_t)n;
+    }
+    char hex[2 * sizeof r + 1];
+    for (size_t i = 0; i < sizeof r; i++) snprintf(hex + 2 * i, 3, "%02x", r[i]);
+    setenv("PHX_STORE_TOKEN", hex, 1);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -194,6 +227,7 @@ int main(int argc, char **argv)
         if ((port = px_free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
     }
     if (!addr || !*addr) addr = "127.0.0.1";
+    if ((rc = job_token(&o))) return rc;
     if (port < 0) {
         const char *p = getenv("MASTER_PORT");
         if (p && parse_int("MASTER_PORT", p, 1, 65535, &port)) return 2;

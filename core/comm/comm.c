@@ -190,7 +190,7 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     c->local_rank = w.local_rank;
     c->local_size = w.local_size;
     c->device = o.device;
-    c->timeout_s = o.timeout_s > 0 ? o.timeout_s : px_env_timeout();
+    c->timeout_s = px_timeout(o.timeout_s);
     const char *dbg = getenv("PHX_DEBUG");
     c->debug_detail = dbg && strstr(dbg, "detail") != NULL;
 

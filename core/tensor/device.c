@@ -165,8 +165,8 @@ static int px_default_threads(void)
     if (v && *v) {
         char *end;
         long n = strtol(v, &end, 10);
-        if (!*end && n >= 1 && n <= 4096) return (int)n;
-        phx_log(PHX_LOG_WARN, "PHX_NUM_THREADS='%s' is not a positive integer; using cores / local ranks", v);
+        if (*v >= '0' && *v <= '9' && !*end && n >= 1 && n <= 4096) return (int)n;
+        phx_log(PHX_LOG_WARN, "PHX_NUM_THREADS='%s' is not an integer in 1..4096; using cores / local ranks", v);
     }
     int cores = 0;
     cpu_set_t set;

@@ -16,6 +16,7 @@
 #include "core/comm/comm-impl.h"
 #include "core/base/util.h"
 #include "core/world/free-port.h"
+#include "core/world/store-server.h"
 
 #define PX_SPAWN_GRACE 5.0   /* seconds between SIGTERM and SIGKILL */
 
@@ -103,12 +104,13 @@ out:
 
 /* -------------------------------------------------------------- processes */
 
-static void child(int rank, int n, int (*fn)(int, void *), void *arg, const char *port)
+static void child(int rank, int n, int (*fn)(int, void *), void *arg, const char *port, const char *token)
 {
     char buf[16];
     prctl(PR_SET_PDEATHSIG, SIGKILL);   /* the parent dies: so do we */
     if (!getenv("MASTER_ADDR")) setenv("MASTER_ADDR", "127.0.0.1", 1);
     if (!getenv("MASTER_PORT")) setenv("MASTER_PORT", port, 1);
+    if (token[0]) setenv("PHX_STORE_TOKEN", token, 1);
     snprintf(buf, sizeof buf, "%d", rank);
     setenv("RANK", buf, 1);
     setenv("LOCAL_RANK", buf, 1);
@@ -138,12 +140,21 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
         if (p < 0) { px_free(pids); return phx_error(PHX_EIO, "phx_spawn: no free port for MASTER_PORT"); }
         snprintf(port, sizeof port, "%d", p);
     }
+    /* The ranks' store accepts only them (doc/store.md): a job token,
+     * unless the caller set one. */
+    char token[2 * PX_STORE_NONCE + 1] = "";
+    const char *have = getenv("PHX_STORE_TOKEN");
+    if (!have || !*have) {
+        uint8_t r[PX_STORE_NONCE];
+        if (px_store_nonce(r, sizeof r)) { px_free(pids); return PHX_EIO; }
+        for (size_t i = 0; i < sizeof r; i++) snprintf(token + 2 * i, 3, "%02x", r[i]);
+    }
     fflush(NULL);
     char first[160] = "";
     int live = 0, nfail = 0;
     for (int r = 0; r < n; r++) {
         pid_t pid = fork();
-        if (pid == 0) child(r, n, fn, arg, port);
+        if (pid == 0) child(r, n, fn, arg, port, token);
         if (pid < 0) {
             snprintf(first, sizeof first, "cannot fork rank %d: %s", r, strerror(errno));
             nfail++;

@@ -20,9 +20,12 @@ static int env_int(const char *name, long lo, long hi, int *out)
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (!*v || errno || *end || x < lo || x > hi) {
-        phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected an integer in %ld..%ld", name, v,
-                  lo, hi);
+    /* strtol skips leading blanks and takes a '+': "RANK=' 1'" is refused
+     * as a typo rather than read as 1. */
+    int digits = (*v >= '0' && *v <= '9') || (*v == '-' && v[1] >= '0' && v[1] <= '9');
+    if (!digits || errno || *end || x < lo || x > hi) {
+        phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected an integer in %ld..%ld (digits only, no "
+                  "spaces)", name, v, lo, hi);
         return -1;
     }
     *out = (int)x;
