@@ -102,12 +102,12 @@ EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-p
 
 # ---- phxrun (comm area, issue 4): the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
-tools_phxrun_SOURCES = tools/phxrun.c core/world/free-port.h
+tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h core/world/free-port.h
 
 # ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
 dist_bin_SCRIPTS += tools/phx-plot
-TESTS += t/tools_plot.sh t/tools_plot_bench.sh
-EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh
+TESTS += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh
+EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh
 
 # ---- t/plugin_abi: plugins built against the frozen ABI 1.0 headers
 # (t/abi-1.0, searched before include/) load and work under this core;
