@@ -29,3 +29,9 @@ bench_store_attack_SOURCES = bench/store_attack.c
 bench_store_attack_LDADD = libphalanx.la
 bench_programs += bench/store_attack
 EXTRA_DIST += bench/store_attack.sh
+
+# Slurm: MASTER_ADDR from the node list, a batch script told to use srun.
+check_PROGRAMS += t/world_slurm
+TESTS += t/world_slurm
+t_world_slurm_SOURCES = t/world_slurm.c
+t_world_slurm_LDADD = libphalanx.la
