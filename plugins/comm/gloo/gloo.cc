@@ -116,7 +116,68 @@ struct State {
     std::string broken;               // set after the first failure
     int32_t token = 0;                // the barrier's one-element all-reduce
     phx_kit_queue *queue = nullptr;   // runs the ops in issue order
+    phx_store *store = nullptr;       // the communicator's, for the desync check
+    std::string prefix;               // its keys' prefix ("c0/gloo/")
 };
+
+// An op's slot: our prefix, 16 bits of its signature (kind, count, dtype,
+// reduction, root) and 24 bits of its sequence number; the low 16 bits
+// number the algorithm's steps. Ranks that issue different collectives at
+// the same point (a different number of steps) then post to different
+// slots and time out, where one slot with two sizes made gloo's I/O thread
+// abort the process (EnforceNotMet: op.preamble.length <= op.nbytes).
+uint64_t op_slot(const State &s, const Op &o)
+{
+    uint64_t h = 1469598103934665603ull;
+    const int64_t f[] = {o.kind, o.count, o.dt, o.kind == ALLREDUCE || o.kind == REDUCE_SCATTER ? o.rop : 0,
+                         o.kind == BROADCAST ? o.root : 0};
+    for (int64_t v : f) h = (h ^ (uint64_t)v) * 1099511628211ull;
+    return (kSlotPrefix << 56) | ((h & 0xffffu) << 40) | ((s.seq & 0xffffffu) << 16);
+}
+
+// "allreduce(count=4096, f32, sum)": what a rank issued, for the messages.
+std::string op_text(const Op &o)
+{
+    static const char *const rops[] = {"sum", "avg", "max", "min"};
+    char b[128];
+    int n = std::snprintf(b, sizeof b, "%s(count=%lld, %s", kKindName[o.kind], (long long)o.count,
+                          phx_dtype_name(o.dt));
+    if ((o.kind == ALLREDUCE || o.kind == REDUCE_SCATTER) && (unsigned)o.rop < 4)
+        n += std::snprintf(b + n, sizeof b - (size_t)n, ", %s", rops[o.rop]);
+    if (o.kind == BROADCAST) std::snprintf(b + n, sizeof b - (size_t)n, ", root %d", o.root);
+    else std::snprintf(b + n, sizeof b - (size_t)n, ")");
+    if (o.kind == BROADCAST) std::strncat(b, ")", sizeof b - std::strlen(b) - 1);
+    return b;
+}
+
+// After a timeout: each rank that timed out publishes what it issued as op
+// seq; a peer that published something else within a second means
+// the ranks went out of step (PHX_EDESYNC), not that one hung. Returns the
+// message, or "" when no peer disagrees.
+std::string desync_check(State &s, const Op &o, uint64_t seq)
+{
+    if (!s.store) return "";
+    std::string mine = op_text(o), key = s.prefix + "issued/" + std::to_string(seq) + "/";
+    phx_store_set(s.store, (key + std::to_string(s.rank)).c_str(), mine.data(), mine.size());
+    double wait = s.timeout_s < 1 ? s.timeout_s : 1;   // out-of-step peers time out together
+    for (int r = 0; r < s.size; r++) {
+        if (r == s.rank) continue;
+        void *v = nullptr;
+        size_t n = 0;
+        if (phx_store_get(s.store, (key + std::to_string(r)).c_str(), &v, &n, wait)) {
+            wait = 0.2;   // one silent peer is enough waiting
+            continue;
+        }
+        std::string theirs(static_cast<char *>(v), n);
+        std::free(v);
+        if (theirs != mine)
+            return "rank " + std::to_string(s.rank) + " issued " + mine + " as collective #" + std::to_string(seq) +
+                   " but rank " + std::to_string(r) + " issued " + theirs +
+                   ": the ranks went out of step (a different number of steps, buckets or collectives; uneven "
+                   "inputs need DDP join). PHX_DEBUG=detail checks every collective before it runs";
+    }
+    return "";
+}
 
 // Collectives up to this size run on the calling thread when nothing is
 // queued: they are latency-bound (no compute to overlap) and skipping the
@@ -134,7 +195,7 @@ void run_allreduce(State &s, const Op &o)
 {
     size_t n = (size_t)o.count, bytes = n * phx_dtype_size(o.dt);
     phx_reduce_op rop = o.rop == PHX_AVG ? PHX_SUM : o.rop;
-    uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
+    uint64_t slot = op_slot(s, o);
     if (s.size > 1) {
         switch (pick(s, bytes)) {
         case RD: pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot); break;
@@ -148,7 +209,7 @@ void run_allreduce(State &s, const Op &o)
 void run_op(State &s, const Op &o)
 {
     size_t n = (size_t)o.count, es = phx_dtype_size(o.dt);
-    uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
+    uint64_t slot = op_slot(s, o);
     switch (o.kind) {
     case ALLREDUCE:
         if (n) run_allreduce(s, o);
@@ -204,7 +265,15 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     }
     s.seq++;
     if (st == PHX_OK) return st;
-    if (says_timeout(msg)) st = PHX_ETIMEOUT;
+    if (says_timeout(msg)) {
+        st = PHX_ETIMEOUT;
+        std::string d = desync_check(s, o, s.seq - 1);
+        if (!d.empty()) {
+            msg = std::string(head) + " failed: " + d;
+            s.broken = msg;
+            return PHX_EDESYNC;
+        }
+    }
     std::string who = peer >= 0 ? " with peer rank " + std::to_string(peer) : "";
     msg = std::string(head) + " failed" + who + ": " + msg;
     s.broken = msg;
@@ -291,6 +360,8 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         PhxStore store(a->store, std::string(a->prefix) + "gloo/", a->timeout_s);
         ctx->connectFullMesh(store, dev);
         s->c.ctx = ctx;
+        s->store = a->store;
+        s->prefix = std::string(a->prefix) + "gloo/";
     } catch (const std::exception &e) {
         pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
         delete s;

@@ -9,3 +9,11 @@ plugins_comm_gloo_phx_comm_gloo_la_LIBADD = $(GLOO_LIBS)
 plugins_comm_gloo_phx_comm_gloo_la_LDFLAGS = $(plugin_ldflags)
 TEST_PLUGIN_DIRS += $(abs_top_builddir)/plugins/comm/gloo/.libs
 endif
+
+# Ranks out of step: PHX_EDESYNC naming both collectives, not an abort.
+if HAVE_GLOO
+check_PROGRAMS += t/comm_desync
+TESTS += t/comm_desync
+t_comm_desync_SOURCES = t/comm_desync.c
+t_comm_desync_LDADD = libphalanx.la
+endif
