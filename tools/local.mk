@@ -100,7 +100,7 @@ TESTS += t/custom_plugin.sh
 EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-plugin/check-solo.c \
 	examples/custom-plugin/Makefile examples/custom-plugin/README.md
 
-# ---- phxrun (comm area, issue 4): the launcher, like torchrun.
+# ---- phxrun: the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
 tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h core/world/free-port.h
 

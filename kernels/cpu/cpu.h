@@ -127,6 +127,8 @@ void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k
 
 /* Sets the BLAS thread count (no-op without CBLAS). */
 void px_cpu_blas_threads(int n);
+/* OpenBLAS's process-wide thread count (1 without OpenBLAS). */
+int px_cpu_blas_get_threads(void);
 
 /* The kernel slots, px_cpu_<name> for each line of kernels_v1.def (one
  * op family per file: gemm.c, cast.c, elementwise.c, ...). */

@@ -1,4 +1,4 @@
-# plugins/comm/gloo — C++ shim over libgloo's TCP transport (issue 4).
+# plugins/comm/gloo — C++ shim over libgloo's TCP transport.
 if HAVE_GLOO
 pkglib_LTLIBRARIES += plugins/comm/gloo/phx-comm-gloo.la
 plugins_comm_gloo_phx_comm_gloo_la_SOURCES = plugins/comm/gloo/gloo.cc plugins/comm/gloo/gloo-algos.cc \

@@ -1,6 +1,6 @@
 # plugins/device/cuda — phx-device-cuda.so: the CUDA device, its caching
 # allocator and streams, the kernels in kernels/cuda (nvcc) and GEMM
-# through cuBLAS (issue 8; doc/gpu.md). Only the plugin links CUDA.
+# through cuBLAS (doc/gpu.md). Only the plugin links CUDA.
 
 cuda_kernel_sources = kernels/cuda/elementwise.cu kernels/cuda/activation.cu kernels/cuda/random.cu \
 	kernels/cuda/reduce.cu kernels/cuda/layernorm.cu kernels/cuda/loss.cu kernels/cuda/optim.cu
