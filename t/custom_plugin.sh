@@ -13,7 +13,7 @@ ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok 
 diag() { sed 's/^/# /' "$@"; }
 
 command -v pkg-config >/dev/null 2>&1 || { echo "1..0 # SKIP pkg-config not found"; exit 0; }
-echo "1..13"
+echo "1..14"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/phx-custom-XXXXXX") || { echo "Bail out! mktemp"; exit 1; }
 trap 'rm -rf "$tmp"' EXIT INT TERM
 root=$tmp/root
@@ -66,6 +66,10 @@ sed -n '/search path/{n;p;}' "$tmp/info.txt" | grep -q "^  $tmp/solo\$"
 ok $? "phx-info: PHX_PLUGIN_PATH is searched first"
 grep -q "^  $libdir/phalanx\$" "$tmp/info.txt"
 ok $? "phx-info: the phalanx/ folder beside the installed libphalanx.so is searched"
+# A relative LD_LIBRARY_PATH entry: dladdr names the library relatively.
+(cd "$libdir/.." && LD_LIBRARY_PATH=$(basename "$libdir") "$info") >"$tmp/rel.txt" 2>&1
+grep -q "^  $libdir/phalanx\$" "$tmp/rel.txt"
+ok $? "... also when LD_LIBRARY_PATH names it relatively"
 PHX_PLUGIN_PATH=$tmp/solo "$info" --parsable | grep -q "^plugin	comm	solo	1\.0	1\.1	$tmp/solo/phx-comm-solo\.so	ok	0\$"
 ok $? "phx-info --parsable: the same line, tab-separated"
 
