@@ -40,7 +40,7 @@ ok $? "pkg-config --cflags --libs phalanx point into the installed tree ($cflags
 
 # 2. Build the plugin from a copy of the example (srcdir may be read-only).
 cp -R "$top_srcdir/examples/custom-plugin" "$tmp/solo" && chmod -R u+w "$tmp/solo"
-MAKEFLAGS= MFLAGS= make -C "$tmp/solo" CC="${CC:-cc}" CFLAGS="-O2 -Werror" phx-comm-solo.so check-solo \
+MAKEFLAGS= MFLAGS= make -C "$tmp/solo" CC="${CC:-cc}" CFLAGS="-O2 -Werror $PHX_SAN_FLAGS" phx-comm-solo.so check-solo \
     >"$tmp/build.log" 2>&1
 st=$?
 ok $st "the example's Makefile builds phx-comm-solo.so and check-solo"
