@@ -45,7 +45,9 @@ typedef struct slot {
 
 typedef struct shared {
     int size;
-    atomic_int attached;           /* ranks holding it: the last frees */
+    int attached;                  /* ranks holding it, under g_live_mu: the last frees */
+    uint64_t id;                   /* unique per shared state (what the store key names) */
+    struct shared *next_live;      /* g_live, under g_live_mu */
     atomic_uint count;             /* arrivals at the current barrier */
     atomic_uint_fast64_t gen;      /* barrier generation */
     atomic_int broken;
@@ -314,9 +316,55 @@ static shared *shared_new(int size)
     return sh;
 }
 
+/* Every live shared state of this process. Rank 0 creates one holding only
+ * itself; another rank attaches by finding it here, under the mutex, so a
+ * rank that fails (or never comes) before attaching leaks nothing, and one
+ * that comes after the others left gets an error, not freed memory. */
+static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static shared *g_live;
+static uint64_t g_next_id;
+
+typedef struct shared_ref {
+    shared *sh;
+    uint64_t id;
+} shared_ref;
+
+static void publish(shared *sh, shared_ref *ref)
+{
+    pthread_mutex_lock(&g_live_mu);
+    sh->id = ++g_next_id;
+    sh->attached = 1;
+    sh->next_live = g_live;
+    g_live = sh;
+    pthread_mutex_unlock(&g_live_mu);
+    ref->sh = sh;
+    ref->id = sh->id;
+}
+
+static shared *attach(const shared_ref *ref)
+{
+    shared *found = NULL;
+    pthread_mutex_lock(&g_live_mu);
+    for (shared *p = g_live; p; p = p->next_live)
+        if (p == ref->sh && p->id == ref->id) {
+            p->attached++;
+            found = p;
+            break;
+        }
+    pthread_mutex_unlock(&g_live_mu);
+    return found;
+}
+
 static void detach(shared *sh)
 {
-    if (sh && atomic_fetch_sub(&sh->attached, 1) == 1) shared_free(sh);
+    if (!sh) return;
+    pthread_mutex_lock(&g_live_mu);
+    int last = --sh->attached == 0;
+    if (last)
+        for (shared **pp = &g_live; *pp; pp = &(*pp)->next_live)
+            if (*pp == sh) { *pp = sh->next_live; break; }
+    pthread_mutex_unlock(&g_live_mu);
+    if (last) shared_free(sh);
 }
 
 static phx_status t_init(const phx_comm_init_args *a, void **state)
@@ -340,20 +388,26 @@ static phx_status t_init(const phx_comm_init_args *a, void **state)
     if (a->rank == 0) {
         shared *sh = shared_new(a->size);
         if (!sh) { st = phx_error(PHX_ENOMEM, "threads: out of memory for the shared state"); goto fail; }
-        atomic_store(&sh->attached, a->size);    /* every rank will attach */
-        if ((st = phx_store_set(a->store, key, &sh, sizeof sh))) { shared_free(sh); goto fail; }
+        shared_ref ref;
+        publish(sh, &ref);
+        if ((st = phx_store_set(a->store, key, &ref, sizeof ref))) { detach(sh); goto fail; }
         s->sh = sh;
     } else {
         void *v;
         size_t n;
+        shared_ref ref = {0};
         if ((st = phx_store_get(a->store, key, &v, &n, a->timeout_s))) {
             st = phx_error(st, "threads: rank %d: rank 0 did not publish the shared state within %.3g s",
                            a->rank, a->timeout_s);
             goto fail;
         }
-        if (n == sizeof s->sh) memcpy(&s->sh, v, n);
+        if (n == sizeof ref) memcpy(&ref, v, n);
         free(v);
-        if (n != sizeof s->sh || !s->sh) { st = phx_error(PHX_EINTERNAL, "threads: bad shared-state key"); goto fail; }
+        if (n != sizeof ref || !ref.sh) { st = phx_error(PHX_EINTERNAL, "threads: bad shared-state key"); goto fail; }
+        if (!(s->sh = attach(&ref))) {
+            st = phx_error(PHX_EPEER, "threads: rank %d: the other ranks already left the group", a->rank);
+            goto fail;
+        }
         if (s->sh->size != a->size) {
             st = phx_error(PHX_EINVAL, "threads: rank %d has world size %d, rank 0 has %d", a->rank, a->size,
                            s->sh->size);
