@@ -95,13 +95,13 @@ static phx_status solo_barrier(void *state, phx_work *work)
 }
 
 static const phx_comm_v1 solo_vtable = {
-    /* .init           = */ solo_init,
-    /* .finalize       = */ solo_finalize,
-    /* .allreduce      = */ solo_allreduce,
-    /* .broadcast      = */ solo_broadcast,
-    /* .allgather      = */ solo_allgather,
-    /* .reduce_scatter = */ solo_reduce_scatter,
-    /* .barrier        = */ solo_barrier,
+    .init = solo_init,
+    .finalize = solo_finalize,
+    .allreduce = solo_allreduce,
+    .broadcast = solo_broadcast,
+    .allgather = solo_allgather,
+    .reduce_scatter = solo_reduce_scatter,
+    .barrier = solo_barrier,
 };
 
 /* The one exported symbol: data the loader checks before running any of

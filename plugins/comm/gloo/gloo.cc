@@ -415,6 +415,7 @@ const phx_comm_v1 vtable = {
     /* .allgather = */ g_allgather,
     /* .reduce_scatter = */ g_reduce_scatter,
     /* .barrier = */ g_barrier,
+    /* .world = */ nullptr,
 };
 
 } // namespace

@@ -514,13 +514,13 @@ static phx_status nccl_barrier(void *state, phx_work *w)
 }
 
 static const phx_comm_v1 nccl_vtable = {
-    /* .init = */ nccl_init,
-    /* .finalize = */ nccl_finalize,
-    /* .allreduce = */ nccl_allreduce,
-    /* .broadcast = */ nccl_broadcast,
-    /* .allgather = */ nccl_allgather,
-    /* .reduce_scatter = */ nccl_reduce_scatter,
-    /* .barrier = */ nccl_barrier,
+    .init = nccl_init,
+    .finalize = nccl_finalize,
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .allgather = nccl_allgather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .barrier = nccl_barrier,
 };
 
 /* Usable when this process sees a GPU for each local rank: then NCCL

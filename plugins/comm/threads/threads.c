@@ -480,13 +480,13 @@ static int t_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 }
 
 static const phx_comm_v1 vtable = {
-    /* .init = */ t_init,
-    /* .finalize = */ t_finalize,
-    /* .allreduce = */ t_allreduce,
-    /* .broadcast = */ t_broadcast,
-    /* .allgather = */ t_allgather,
-    /* .reduce_scatter = */ t_reduce_scatter,
-    /* .barrier = */ t_barrier,
+    .init = t_init,
+    .finalize = t_finalize,
+    .allreduce = t_allreduce,
+    .broadcast = t_broadcast,
+    .allgather = t_allgather,
+    .reduce_scatter = t_reduce_scatter,
+    .barrier = t_barrier,
 };
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
