@@ -3,11 +3,15 @@
  *   comm_mpi_fail kill   rank 1 SIGKILLs itself right after issuing the
  *                        6th (the others are in the middle of it)
  *   comm_mpi_fail stall  rank 1 stops issuing after the 5th and sleeps
+ *   comm_mpi_fail late   rank 1 issues its first all-reduce 1 s late; rank
+ *                        0 prints how long its own issue call took and
+ *                        whether the work was still pending after it
  * Every rank prints "rank R: done" when its loop finishes, and the
  * status and message of the first collective that fails. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
 
@@ -32,7 +36,15 @@ int main(int argc, char **argv)
             for (;;) pause();
         }
         phx_work *w;
+        int late = i == 0 && !strcmp(mode, "late");
+        if (late && rank == 1) sleep(1);
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
         phx_status st = phx_comm_allreduce(c, t, PHX_AVG, &w);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (late && rank == 0)
+            printf("rank 0: issue took %.6f s, then %s\n", (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec),
+                   st == PHX_OK && !phx_work_test(w) ? "pending" : "complete");
         if (rank == 1 && i == 5 && !strcmp(mode, "kill")) {
             printf("rank 1: killing itself\n");
             raise(SIGKILL);
@@ -44,7 +56,9 @@ int main(int argc, char **argv)
         }
         phx_work_free(w);
     }
-    printf("rank %d: done\n", rank);
+    double v = -1;
+    phx_tensor_get(t, BIG - 1, &v);
+    printf("rank %d: done, last element %g\n", rank, v);
     phx_tensor_free(t);
     phx_comm_free(c);
     return 0;
