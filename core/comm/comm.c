@@ -1,6 +1,8 @@
 /* The communicator front end: joins the world (environment or options),
- * sets up the rendezvous store, loads the backend plugin, checks every
- * collective's tensors and hands it to the plugin with a work handle. */
+ * loads the backend plugin, sets up the rendezvous store (none across
+ * processes when the plugin makes its own world, as mpi does), checks
+ * every collective's tensors and hands it to the plugin with a work
+ * handle. */
 #include "config.h"
 #include <inttypes.h>
 #include <stdio.h>
@@ -172,6 +174,57 @@ static phx_status join_world(phx_comm *c, const phx_world *w)
     return st;
 }
 
+/* What the probe sees before any store exists: a world of threads of one
+ * process (an in-process store given, phx_spawn's threads, a world of one). */
+static int in_process_world(const phx_comm_opts *o, const phx_world *w)
+{
+    if (o->store) return phx_store_is_local(o->store);
+    return px_spawn_current()->active || w->size == 1;
+}
+
+/* 1 when the plugin makes its own world (comm_v1.world) and the options
+ * leave the world to the environment. */
+static int own_world(const phx_comm *c, const phx_comm_opts *o)
+{
+    return c->desc->abi_minor >= PHX_COMM_V1_WORLD_MINOR && c->v.world && o->rank < 0 && o->size < 0 &&
+           !o->store && !px_spawn_current()->active;
+}
+
+/* The plugin's own world replaces the environment's; an in-process store
+ * keeps the core's per-process keys (the communicator count). */
+static phx_status take_own_world(phx_comm *c)
+{
+    phx_world w;
+    memset(&w, 0, sizeof w);
+    w.rank = w.size = w.local_rank = w.local_size = -1;
+    phx_status st = c->v.world(&w);
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", phx_last_error());
+        return phx_error(st, "phx_comm_init: backend '%s' could not make its world: %s", c->desc->name, why);
+    }
+    if (w.size < 1 || w.rank < 0 || w.rank >= w.size || w.local_size < 1 || w.local_size > w.size ||
+        w.local_rank < 0 || w.local_rank >= w.local_size)
+        return phx_error(PHX_EABI, "phx_comm_init: backend '%s' reported rank %d of %d (local %d of %d): expected "
+                         "0 <= rank < size and 0 <= local_rank < local_size <= size", c->desc->name, w.rank, w.size,
+                         w.local_rank, w.local_size);
+    if (c->rank != w.rank || c->size != w.size)
+        phx_log(PHX_LOG_INFO, "backend %s makes its own world: rank %d of %d (the environment said %d of %d)",
+                c->desc->name, w.rank, w.size, c->rank, c->size);
+    c->rank = w.rank;
+    c->size = w.size;
+    c->local_rank = w.local_rank;
+    c->local_size = w.local_size;
+    c->owns_store = 1;
+    if (!(c->store = phx_store_new_local())) return PHX_ENOMEM;
+    if (c->debug_detail) {
+        phx_log(PHX_LOG_WARN, "PHX_DEBUG=detail: backend %s makes its own world without the rendezvous store; "
+                "collectives are not cross-checked", c->desc->name);
+        c->debug_detail = 0;
+    }
+    return PHX_OK;
+}
+
 phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_comm_init: out is NULL");
@@ -194,23 +247,8 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     const char *dbg = getenv("PHX_DEBUG");
     c->debug_detail = dbg && strstr(dbg, "detail") != NULL;
 
-    if ((st = make_store(c, &o, &w))) goto fail;
-    /* Threads of one process share an in-process store: no rank of theirs
-     * can be repeated or missing, and a blocked one is released by the
-     * spawn's abort key, which the join wait would not watch. */
-    int across = c->size > 1 && !phx_store_is_local(c->store);
-    if (across && (st = claim_rank(c))) goto fail;
-    /* Every rank's k-th communicator gets the same key prefix. */
-    char key[64];
-    int64_t k;
-    snprintf(key, sizeof key, "phx/comm/rank%d/count", c->rank);
-    if ((st = phx_store_add(c->store, key, 1, &k))) goto fail;
-    snprintf(c->prefix, sizeof c->prefix, "c%" PRId64 "/", k - 1);
-    if (across && (st = join_world(c, &w)))
-        goto fail;
-
     const char *sel = o.backend ? o.backend : getenv("PHX_COMM");
-    phx_probe_ctx ctx = {phx_store_is_local(c->store), c->local_size, c->local_rank};
+    phx_probe_ctx ctx = {in_process_world(&o, &w), c->local_size, c->local_rank};
     if ((st = phx_plugin_load(PHX_PLUGIN_COMM, sel, &ctx, &c->desc))) goto fail;
     if ((st = px_abi_adapt(&px_comm_abi, c->desc->vtable, c->desc->abi_minor, &c->v, "phx_comm_init", "comm",
                            c->desc->name)))
@@ -219,6 +257,26 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
         st = phx_error(PHX_ENOMEM, "phx_comm_init: the default barrier's buffer: %s", phx_last_error());
         goto fail;
     }
+    if (own_world(c, &o)) {
+        if ((st = take_own_world(c))) goto fail;
+    } else if ((st = make_store(c, &o, &w))) {
+        goto fail;
+    }
+    /* Processes sharing a TCP store claim their ranks and join below.
+     * Threads of one process (an in-process store) cannot repeat or miss a
+     * rank, and a blocked one is released by the spawn's abort key, which
+     * the join wait would not watch; a plugin's own world has its own
+     * launcher's checks. */
+    int across = c->size > 1 && !phx_store_is_local(c->store);
+    if (across && (st = claim_rank(c))) goto fail;
+    /* Every rank's k-th communicator gets the same key prefix. */
+    char key[64];
+    int64_t k;
+    snprintf(key, sizeof key, "phx/comm/rank%d/count", c->rank);
+    if ((st = phx_store_add(c->store, key, 1, &k))) goto fail;
+    snprintf(c->prefix, sizeof c->prefix, "c%" PRId64 "/", k - 1);
+    if (across && (st = join_world(c, &w))) goto fail;
+
     phx_comm_init_args a = {c->rank, c->size, c->local_rank, c->local_size, c->store, c->prefix, c->timeout_s,
                             c->device};
     if ((st = c->v.init(&a, &c->state))) {

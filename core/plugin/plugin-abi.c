@@ -17,6 +17,7 @@ static const px_slot comm_slots[] = {
     PX_SLOT(phx_comm_v1, allgather, 0, PX_REQUIRED),
     PX_SLOT(phx_comm_v1, reduce_scatter, 0, PX_REQUIRED),
     PX_SLOT(phx_comm_v1, barrier, 0, PX_OPTIONAL), /* one-element all-reduce */
+    PX_SLOT(phx_comm_v1, world, 1, PX_OPTIONAL),   /* the environment's world, a TCP store */
 };
 
 const px_table_abi px_comm_abi = {

@@ -437,6 +437,7 @@ const phx_comm_v1 vtable = {
     .allgather = g_allgather,
     .reduce_scatter = g_reduce_scatter,
     .barrier = g_barrier,
+    .world = nullptr, // the environment's world and the TCP store
 };
 
 } // namespace

@@ -415,6 +415,15 @@ static phx_status t_init(const phx_comm_init_args *a, void **state)
             goto fail;
         }
     }
+    /* Init is collective: no rank leaves (and frees the shared state)
+     * before every rank has attached; a rank that never comes ends the
+     * wait at PHX_TIMEOUT, or at once through phx_spawn's abort key. */
+    char why[512];
+    if ((st = barrier(s, why, sizeof why))) {
+        st = phx_error(st, "threads: rank %d: init: %s", a->rank, why);
+        detach(s->sh);
+        goto fail;
+    }
     if ((st = phx_kit_queue_new(sizeof(op), run_job, s, "threads", &s->queue))) {
         detach(s->sh);
         goto fail;
