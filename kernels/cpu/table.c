@@ -24,4 +24,11 @@ const phx_kernels_v1 px_cpu_kernels = {
     .reduce = px_cpu_reduce,
     .rng_uniform = px_cpu_rng_uniform,
     .rng_normal = px_cpu_rng_normal,
+    .gemm_batched = px_cpu_gemm_batched,
+    .softmax_forward = px_cpu_softmax_forward,
+    .softmax_backward = px_cpu_softmax_backward,
+    .embedding_forward = px_cpu_embedding_forward,
+    .embedding_backward = px_cpu_embedding_backward,
+    .add = px_cpu_add,
+    .sum_squares = px_cpu_sum_squares,
 };

@@ -93,6 +93,40 @@ typedef struct phx_kernels_v1 {
     /* Box-Muller on numbers offset + 2i, offset + 2i + 1 */
     phx_status (*rng_normal)(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
                              float mean, float std);
+
+    /* ---- appended for transformers (ABI 1.1); the core checks that a
+     * slot is non-NULL before it calls it (doc/transformer.md) ---- */
+    /* For i < batch: c_i <- alpha op(a_i) op(b_i) + beta c_i as gemm, with
+     * a_i = a + i stride_a, b_i = b + i stride_b, c_i = c + i stride_c
+     * (strides in elements). */
+    phx_status (*gemm_batched)(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                               const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb,
+                               int64_t stride_b, phx_dtype adt, float beta, void *c, int64_t ldc,
+                               int64_t stride_c, phx_dtype cdt, int64_t batch);
+    /* Over rows of length cols: y <- softmax(scale x) (log_softmax when
+     * log), math in f32. causal: row r sees only columns 0 .. r % cols
+     * (attention scores (.., T, T)); masked outputs are 0 (-inf with
+     * log). y may be x. */
+    phx_status (*softmax_forward)(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
+                                  const void *x, void *y, phx_dtype dt);
+    /* dx <- d/dx of softmax_forward given its output y and dy; masked
+     * entries get 0. dx may be dy. */
+    phx_status (*softmax_backward)(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
+                                   const void *y, const void *dy, void *dx, phx_dtype dt);
+    /* y[i, :] <- w[idx[i], :] for i < n; w (num, dim) f32, y (n, dim) in
+     * dt. An index outside [0, num) sets *bad_host to the first such i
+     * (else -1; synchronous then) and writes nothing for it. */
+    phx_status (*embedding_forward)(int dev, int64_t n, int64_t num, int64_t dim, const int64_t *idx,
+                                    const float *w, void *y, phx_dtype dt, int64_t *bad_host);
+    /* dw[idx[i], :] += dy[i, :] for i < n (indices already checked by the
+     * forward); dw f32. */
+    phx_status (*embedding_backward)(int dev, int64_t n, int64_t num, int64_t dim, const int64_t *idx,
+                                     const void *dy, phx_dtype dt, float *dw);
+    /* out[i] <- a[i] + b[i]; out may be a or b (residual connections). */
+    phx_status (*add)(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt);
+    /* *out_host <- sum of x[i]^2, accumulated in f64 (synchronous;
+     * gradient norms). */
+    phx_status (*sum_squares)(int dev, int64_t n, const void *x, phx_dtype dt, double *out_host);
 } phx_kernels_v1;
 
 typedef struct phx_device_v1 {
