@@ -9,11 +9,12 @@ libphalanx_la_SOURCES += core/modules/transformer-impl.h core/modules/embedding.
 	core/modules/residual.c core/modules/attention.c core/modules/gpt.c
 # Tests of the transformer modules and training tools against PyTorch
 # (reference data from bench/torch/gpt.py in t/data).
-gpt_tests = t/gpt_modules t/gpt_train
+gpt_tests = t/gpt_modules t/gpt_train t/gpt_sched
 check_PROGRAMS += $(gpt_tests)
 TESTS += $(gpt_tests)
 t_gpt_modules_LDADD = libphalanx.la -lm
 t_gpt_train_LDADD = libphalanx.la -lm
+t_gpt_sched_LDADD = libphalanx.la -lm
 t_gpt_train_CPPFLAGS = $(ddp_test_cppflags)
 EXTRA_DIST += t/gpt-util.h bench/torch/gpt.py t/data/gpt_modules.safetensors t/data/gpt_train.safetensors \
 	t/data/gpt_sched.safetensors
