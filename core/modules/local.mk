@@ -4,3 +4,19 @@ libphalanx_la_SOURCES += core/modules/module.c core/modules/module-impl.h core/m
 	core/modules/activation.c core/modules/activation.h \
 	core/modules/linear.c core/modules/relu.c core/modules/gelu.c core/modules/tanh.c \
 	core/modules/sigmoid.c core/modules/dropout.c core/modules/layernorm.c core/modules/sequential.c
+# transformers (doc/transformer.md)
+libphalanx_la_SOURCES += core/modules/transformer-impl.h core/modules/embedding.c core/modules/softmax.c \
+	core/modules/residual.c core/modules/attention.c core/modules/gpt.c
+# Tests of the transformer modules and training tools against PyTorch
+# (reference data from bench/torch/gpt.py in t/data).
+gpt_tests = t/gpt_modules t/gpt_train t/gpt_sched
+check_PROGRAMS += $(gpt_tests)
+TESTS += $(gpt_tests)
+t_gpt_modules_LDADD = libphalanx.la -lm
+t_gpt_train_LDADD = libphalanx.la -lm
+t_gpt_sched_LDADD = libphalanx.la -lm
+t_gpt_train_CPPFLAGS = $(ddp_test_cppflags)
+EXTRA_DIST += t/gpt-util.h bench/torch/gpt.py t/data/gpt_modules.safetensors t/data/gpt_train.safetensors \
+	t/data/gpt_sched.safetensors
+TESTS += t/gpt_example.sh
+EXTRA_DIST += t/gpt_example.sh

@@ -37,6 +37,8 @@ struct phx_scaler {
     int n_flags;
     phx_device flag_dev[PX_SCALER_MAX_DEVICES];
     phx_tensor *flag[PX_SCALER_MAX_DEVICES]; /* f32 scalar on flag_dev[i] */
+    bool unscaled;            /* phx_scaler_unscale ran since the last step */
+    int found;                /* its verdict */
 };
 
 static phx_status check_opts(const phx_scaler_opts *o)
@@ -211,13 +213,18 @@ phx_status phx_scaler_step(phx_scaler *s, phx_optimizer *opt, bool *stepped)
     phx_module *model = phx_optimizer_model(opt);
     if (!model)
         return phx_error(PHX_EINVAL, "phx_scaler_step: optimizer has no model");
-    if ((st = check_grads(s, model)) != PHX_OK)
-        return st;
-    /* GradScaler.unscale_: inv_scale = _scale.double().reciprocal().float() */
-    float inv_scale = (float)(1.0 / (double)s->scale);
     int found = 0;
-    if ((st = unscale_all(s, model, inv_scale, &found)) != PHX_OK)
-        return st;
+    if (s->unscaled) {
+        found = s->found;
+        s->unscaled = false;
+    } else {
+        if ((st = check_grads(s, model)) != PHX_OK)
+            return st;
+        /* GradScaler.unscale_: inv_scale = _scale.double().reciprocal().float() */
+        float inv_scale = (float)(1.0 / (double)s->scale);
+        if ((st = unscale_all(s, model, inv_scale, &found)) != PHX_OK)
+            return st;
+    }
     if (!found) {
         if ((st = phx_optimizer_step(opt)) != PHX_OK)
             return st;
@@ -225,6 +232,31 @@ phx_status phx_scaler_step(phx_scaler *s, phx_optimizer *opt, bool *stepped)
             *stepped = true;
     }
     update_scale(s, found);
+    return PHX_OK;
+}
+
+phx_status phx_scaler_unscale(phx_scaler *s, phx_optimizer *opt, bool *found_inf)
+{
+    if (found_inf)
+        *found_inf = false;
+    if (!s || !opt)
+        return phx_error(PHX_EINVAL, "phx_scaler_unscale: %s is NULL", s ? "optimizer" : "scaler");
+    if (!s->enabled)
+        return PHX_OK;
+    if (s->unscaled)
+        return phx_error(PHX_ESTATE, "phx_scaler_unscale: already called since the last phx_scaler_step");
+    phx_module *model = phx_optimizer_model(opt);
+    if (!model)
+        return phx_error(PHX_EINVAL, "phx_scaler_unscale: optimizer has no model");
+    phx_status st;
+    int found = 0;
+    if ((st = check_grads(s, model)) != PHX_OK ||
+        (st = unscale_all(s, model, (float)(1.0 / (double)s->scale), &found)) != PHX_OK)
+        return st;
+    s->unscaled = true;
+    s->found = found;
+    if (found_inf)
+        *found_inf = found != 0;
     return PHX_OK;
 }
 

@@ -3,13 +3,17 @@
  * parameter. State: "<param>.exp_avg", "<param>.exp_avg_sq" and, with
  * amsgrad, "<param>.max_exp_avg_sq"; the step count is the optimizer's. */
 #include <stddef.h>
+#include <string.h>
+#include "phalanx/schedule.h"
 #include "core/train/optim-impl.h"
+#include "core/modules/module-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
 
 typedef struct adam {
     px_slots s;              /* first: the shared px_slots_* slots reach it */
     phx_adam_opts o;
+    float *wd;               /* per-parameter weight decay (groups); NULL: o.weight_decay for all */
 } adam;
 _Static_assert(offsetof(adam, s) == 0, "px_slots_optimizer_new needs the slots first");
 
@@ -28,14 +32,18 @@ phx_adam_opts phx_adamw_defaults(void)
 typedef struct adam_args {
     phx_adam_hparams h;
     int64_t step;
+    const adam *A;
 } adam_args;
 
 static phx_status adam_update(const phx_kernels_v1 *k, int dev, int64_t n, float *p, const float *g,
                               phx_tensor *const *state, size_t n_state, const void *arg)
 {
     const adam_args *a = arg;
+    phx_adam_hparams h = a->h;
+    if (a->A->wd) /* state points into the slots' tensors: parameter (state - tensors) / n_state */
+        h.weight_decay = a->A->wd[(size_t)(state - a->A->s.tensors) / n_state];
     return k->adam_step(dev, n, p, g, px_tensor_ptr(state[0]), px_tensor_ptr(state[1]),
-                        n_state > 2 ? px_tensor_ptr(state[2]) : NULL, &a->h, a->step);
+                        n_state > 2 ? px_tensor_ptr(state[2]) : NULL, &h, a->step);
 }
 
 static phx_status adam_step(phx_optimizer *self)
@@ -43,22 +51,29 @@ static phx_status adam_step(phx_optimizer *self)
     adam *A = phx_optimizer_ctx(self);
     adam_args a = {{(float)phx_optimizer_lr(self), (float)A->o.beta1, (float)A->o.beta2, (float)A->o.eps,
                     (float)A->o.weight_decay, A->o.amsgrad, A->o.decoupled},
-                   phx_optimizer_steps(self) + 1};
+                   phx_optimizer_steps(self) + 1, A};
     return px_slots_step(&A->s, "phx_adam_step", phx_optimizer_model(self), adam_update, &a);
+}
+
+static void adam_free(phx_optimizer *self)
+{
+    adam *A = phx_optimizer_ctx(self);
+    px_free(A->wd);
+    px_slots_free_ctx(self);
 }
 
 static const phx_optimizer_vtable adam_vt = {
     .type_name = "Adam",
     .step = adam_step,
     .state = px_slots_state,
-    .free = px_slots_free_ctx,
+    .free = adam_free,
 };
 
 static const phx_optimizer_vtable adamw_vt = {
     .type_name = "AdamW",
     .step = adam_step,
     .state = px_slots_state,
-    .free = px_slots_free_ctx,
+    .free = adam_free,
 };
 
 phx_optimizer *phx_adam_new(phx_module *model, const phx_adam_opts *o)
@@ -84,4 +99,55 @@ phx_optimizer *phx_adam_new(phx_module *model, const phx_adam_opts *o)
     static const char *const kinds[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     return px_slots_optimizer_new(o->decoupled ? &adamw_vt : &adam_vt, &A->s, model, kinds, o->amsgrad ? 3 : 2,
                                   o->lr);
+}
+
+/* ---- parameter groups (weight decay per parameter) -------------------- */
+
+static phx_status adam_of(phx_optimizer *opt, const char *who, adam **out)
+{
+    const char *type = phx_optimizer_type(opt);
+    if (!opt || (strcmp(type, "Adam") != 0 && strcmp(type, "AdamW") != 0))
+        return phx_error(PHX_EINVAL, "%s: optimizer is %s, expected Adam or AdamW", who, opt ? type : "NULL");
+    adam *A = phx_optimizer_ctx(opt);
+    if (!A->wd) {
+        A->wd = px_calloc(A->s.n_params ? A->s.n_params : 1, sizeof *A->wd);
+        if (!A->wd)
+            return PHX_ENOMEM;
+        for (size_t i = 0; i < A->s.n_params; i++)
+            A->wd[i] = (float)A->o.weight_decay;
+    }
+    *out = A;
+    return PHX_OK;
+}
+
+phx_status phx_adam_set_weight_decay(phx_optimizer *opt, size_t i, double wd)
+{
+    adam *A;
+    phx_status st = adam_of(opt, "phx_adam_set_weight_decay", &A);
+    if (st != PHX_OK)
+        return st;
+    if (i >= A->s.n_params)
+        return phx_error(PHX_EINVAL, "phx_adam_set_weight_decay: parameter %zu, the model has %zu", i, A->s.n_params);
+    if (!px_hparam_ok(wd))
+        return phx_error(PHX_EINVAL, "phx_adam_set_weight_decay: weight_decay %g must be finite and >= 0", wd);
+    A->wd[i] = (float)wd;
+    return PHX_OK;
+}
+
+phx_status phx_adam_decay_matrices_only(phx_optimizer *opt, size_t *n_decayed)
+{
+    adam *A;
+    phx_status st = adam_of(opt, "phx_adam_decay_matrices_only", &A);
+    if (st != PHX_OK)
+        return st;
+    size_t kept = 0;
+    for (size_t i = 0; i < A->s.n_params; i++) {
+        const phx_param *p = A->s.params[i];
+        bool decay = phx_param_value(p)->ndim >= 2 && strcmp(phx_module_type(p->owner), "Embedding") != 0;
+        A->wd[i] = decay ? (float)A->o.weight_decay : 0.0f;
+        kept += decay;
+    }
+    if (n_decayed)
+        *n_decayed = kept;
+    return PHX_OK;
 }

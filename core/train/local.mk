@@ -2,6 +2,8 @@
 # examples and the step benchmark (doc/training.md).
 libphalanx_la_SOURCES += core/train/loss.c core/train/optim.c core/train/optim-impl.h \
 	core/train/sgd.c core/train/adam.c core/train/metrics.c
+# training-loop tools (doc/transformer.md)
+libphalanx_la_SOURCES += core/train/schedule.c core/train/clip.c
 
 train_tests = t/train_modules t/train_parity t/train_api t/train_ckpt t/train_interop t/train_alloc t/train_data
 check_PROGRAMS += $(train_tests)

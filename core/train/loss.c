@@ -73,12 +73,22 @@ static phx_status check_args(const phx_loss *l, const phx_tensor *y, const phx_t
                              phx_tensor_shape_str(t, b, sizeof b));
         return PHX_OK;
     }
-    if (y->ndim != 2 || y->shape[1] < 1)
-        return phx_error(PHX_EINVAL, "phx_loss_forward(%s): prediction is %s, expected (N, C) with C >= 1", who,
-                         phx_tensor_shape_str(y, a, sizeof a));
-    if (t->dtype != PHX_I64 || t->ndim != 1 || t->shape[0] != y->shape[0])
-        return phx_error(PHX_EINVAL, "phx_loss_forward(%s): target is %s %s, expected i64 (%lld) labels", who,
-                         phx_dtype_name(t->dtype), phx_tensor_shape_str(t, b, sizeof b), (long long)y->shape[0]);
+    if (y->ndim < 2 || y->shape[y->ndim - 1] < 1)
+        return phx_error(PHX_EINVAL, "phx_loss_forward(%s): prediction is %s, expected (N, C) or (N, ..., C) with C >= 1",
+                         who, phx_tensor_shape_str(y, a, sizeof a));
+    /* (N, ..., C) logits take (N, ...) labels: rows are every position */
+    bool fits = t->dtype == PHX_I64 && t->ndim == y->ndim - 1;
+    for (int i = 0; fits && i < t->ndim; i++)
+        fits = t->shape[i] == y->shape[i];
+    if (!fits) {
+        int64_t want[PHX_MAX_DIMS];
+        for (int i = 0; i < y->ndim - 1; i++)
+            want[i] = y->shape[i];
+        char c[64];
+        return phx_error(PHX_EINVAL, "phx_loss_forward(%s): target is %s %s, expected i64 %s labels", who,
+                         phx_dtype_name(t->dtype), phx_tensor_shape_str(t, b, sizeof b),
+                         px_shape_str(y->ndim - 1, want, c, sizeof c));
+    }
     return PHX_OK;
 }
 
@@ -105,7 +115,8 @@ phx_status phx_loss_forward(phx_loss *l, const phx_tensor *y, const phx_tensor *
                     l->red == PHX_REDUCE_MEAN, px_tensor_ptr(v), px_tensor_ptr(g));
     } else {
         int64_t bad = -1;
-        st = k->cross_entropy(dev.index, y->shape[0], y->shape[1], px_tensor_ptr(y), y->dtype,
+        int64_t classes = y->shape[y->ndim - 1];
+        st = k->cross_entropy(dev.index, y->numel / classes, classes, px_tensor_ptr(y), y->dtype,
                               px_tensor_ptr(target), l->kind == PHX_LOSS_NLL, px_tensor_ptr(v), px_tensor_ptr(g),
                               &bad);
         if (bad >= 0) { /* the kernel refused: say it in the loss's words */
@@ -113,7 +124,7 @@ phx_status phx_loss_forward(phx_loss *l, const phx_tensor *y, const phx_tensor *
             (void)phx_tensor_get(target, bad, &lab);
             l->have = false;
             return phx_error(PHX_EINVAL, "phx_loss_forward(%s): label %lld of row %lld is outside [0, %lld)",
-                             loss_name(l->kind), (long long)lab, (long long)bad, (long long)y->shape[1]);
+                             loss_name(l->kind), (long long)lab, (long long)bad, (long long)classes);
         }
     }
     if (st == PHX_OK)

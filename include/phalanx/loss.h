@@ -21,7 +21,10 @@ void phx_loss_free(phx_loss *l);
 /* Computes the loss of prediction y against target and the gradient
  * dL/dy (f32, shape of y; read it with phx_loss_grad).
  *  mse:           y (N, ...) float, target same shape f32.
- *  cross_entropy: y logits (N, C) float, target (N) i64 labels in [0, C).
+ *  cross_entropy: y logits (N, C) float, target (N) i64 labels in [0, C);
+ *                 also y (N, ..., C) with target (N, ...): classes last,
+ *                 the mean over every position (PyTorch's
+ *                 F.cross_entropy(y.view(-1, C), target.view(-1))).
  *  nll:           y log-probabilities (N, C), target (N) i64.
  * Errors (EINVAL) name the shapes; a label out of range names its index. */
 phx_status phx_loss_forward(phx_loss *l, const phx_tensor *y, const phx_tensor *target, float *loss);

@@ -24,6 +24,8 @@
 #include "phalanx/data.h"
 #include "phalanx/plugin.h"
 #include "phalanx/metrics.h"
+#include "phalanx/transformer.h"
+#include "phalanx/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -52,6 +52,12 @@ phx_status phx_scaler_scale_grad(phx_scaler *s, phx_tensor *loss_grad);
  * skips it otherwise, then updates the scale. *stepped (may be NULL) tells
  * which. */
 phx_status phx_scaler_step(phx_scaler *s, phx_optimizer *opt, bool *stepped);
+/* GradScaler.unscale_: unscales the gradients of opt's parameters now and
+ * checks them for inf/NaN (*found_inf, may be NULL), so that they can be
+ * clipped (phx_clip_grad_norm) before phx_scaler_step, which then neither
+ * unscales again nor checks again: it steps or skips on this verdict.
+ * PHX_ESTATE when called twice before a step. A no-op without scaling. */
+phx_status phx_scaler_unscale(phx_scaler *s, phx_optimizer *opt, bool *found_inf);
 /* Current scale (an f32 value, as PyTorch's); 1 without scaling. */
 double phx_scaler_get_scale(const phx_scaler *s);
 /* Clean steps since the scale last changed; 0 without scaling. */

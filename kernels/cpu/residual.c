@@ -1,0 +1,44 @@
+/* Residual add (out = a + b, in place allowed) and the sum of squares
+ * behind gradient-norm clipping (f64 accumulation in 4 partial sums). */
+#include "config.h"
+#include "kernels/cpu/cpu.h"
+
+PX_INLINE void px_add_loop(int64_t n, const void *a, const void *b, void *out, int dt)
+{
+    for (int64_t i = 0; i < n; i++) px_st(out, dt, i, px_ld(a, dt, i) + px_ld(b, dt, i));
+}
+
+PX_CLONES phx_status px_cpu_add(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("add", n);
+    PX_FLOAT_DISPATCH("add", dt, px_add_loop(n, a, b, out, DT));
+    return PHX_OK;
+}
+
+PX_INLINE double px_sumsq_loop(int64_t n, const void *x, int dt)
+{
+    double acc[4] = { 0, 0, 0, 0 };
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) {
+            double v = px_ld(x, dt, i + j);
+            acc[j] += v * v;
+        }
+    double s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (; i < n; i++) {
+        double v = px_ld(x, dt, i);
+        s += v * v;
+    }
+    return s;
+}
+
+PX_CLONES phx_status px_cpu_sum_squares(int dev, int64_t n, const void *x, phx_dtype dt, double *out_host)
+{
+    (void)dev;
+    PX_CHECK_N("sum_squares", n);
+    double r = 0.0;
+    PX_FLOAT_DISPATCH("sum_squares", dt, r = px_sumsq_loop(n, x, DT));
+    *out_host = r;
+    return PHX_OK;
+}
