@@ -1,4 +1,11 @@
 # core/data — safetensors checkpoints, the IDX reader, the loader and the
 # DistributedSampler (doc/formats.md, doc/training.md).
 libphalanx_la_SOURCES += core/data/safetensors.c core/data/safetensors-impl.h core/data/checkpoint.c \
-	core/data/idx.c core/data/loader.c core/data/sampler.c
+	core/data/idx.c core/data/idx-impl.h core/data/loader.c core/data/sampler.c \
+	core/data/dataset.c
+
+# Datasets and the loader with workers (doc/data.md).
+check_PROGRAMS += t/data_loader
+TESTS += t/data_loader t/data_valgrind.sh
+t_data_loader_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
+EXTRA_DIST += bench/torch/loader.py t/data/loader.txt t/data_valgrind.sh
