@@ -36,4 +36,8 @@ echo "== bench/kernels"
 echo "== bench/allreduce"
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/allreduce --torch "$(dirname "$0")/torch/allreduce.py"
+# store: the TCP store server's memory and CPU under attacks from local
+# clients (doc/store.md, "Limits").
+echo "== bench/store_attack"
+"$(dirname "$0")/store_attack.sh" ./bench/store_attack
 echo "== results: $PHX_BENCH_TSV ($(wc -l <"$PHX_BENCH_TSV") rows; make plots draws them)"

@@ -114,7 +114,6 @@ static int rank_main(int rank, void *arg)
     h_check(H, rank, !st && all_eq(g, S) && all_eq(a, S), st ? phx_last_error() : "wrong values",
             "a dependent chain (allreduce -> allgather of its result -> ...) is right");
     phx_work_free(w1); phx_work_free(w2); phx_work_free(w3); phx_work_free(w4);
-    phx_tensor_free(a0);
 
     /* 3. a steady loop of async collectives allocates nothing */
     uint64_t before = 0;
@@ -132,6 +131,7 @@ static int rank_main(int rank, void *arg)
     uint64_t delta = phx_alloc_count() - before;
     snprintf(why, sizeof why, "%llu allocations in 20 steps", (unsigned long long)delta);
     h_check(H, rank, delta == 0, why, "steady-state async collectives make no host allocation");
+    phx_tensor_free(a0);   /* after its last use in part 3 (was freed before it) */
     phx_tensor_free(a);
     phx_tensor_free(g);
     phx_comm_free(c);

@@ -13,6 +13,7 @@
 #include "core/data/safetensors-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/precision/precision-impl.h"
 
 #define OPT_PREFIX "optim."
 #define DDP_PREFIX "module."
@@ -200,6 +201,10 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
             return phx_error(PHX_EIO, "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s' missing or "
                              "invalid (need a finite scale > 0 and an integer >= 0)", who, path, s ? s : "(none)",
                              g ? g : "(none)");
+        char why[160];
+        if (px_scaler_check_state(scaler, p->scale, p->tracker, why, sizeof why))
+            return phx_error(PHX_EIO, "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s': %s", who,
+                             path, s, g, why);
     }
     return PHX_OK;
 }

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 #include "plugins/comm/mpi/mpi-shm.h"
-#include "plugins/comm/reduce.h"
+#include "phalanx/plugin/kit.h"
 
 #define PX_SHM_LINE 64             /* bytes per rank flag */
 #define PX_SHM_SPINS 2000          /* polls before yielding */
@@ -163,7 +163,7 @@ void px_shm_allreduce(px_shm *s, void *buf, int64_t count, phx_dtype dt, phx_red
         for (int q = 0; q < n; q++) s->in[q] = q == r ? (const void *)mine : area + (size_t)q * s->slot;
         slice(m, n, r, &lo, &hi);
         void *const outs[2] = {mine + (size_t)lo * es, slot + (size_t)lo * es};
-        px_reduce_to(outs, 2, s->in, n, (size_t)lo, (size_t)(hi - lo), dt, op, n);
+        phx_kit_reduce(outs, 2, s->in, n, (size_t)lo, (size_t)(hi - lo), dt, op, n);
         publish(s);
         wait_all(s);
         for (int q = 0; q < n; q++) {

@@ -12,7 +12,7 @@
  * all-reduces overlap backward. All-reduce of PHX_MPI_SHM_BYTES or more
  * (default 256 KiB) in a world on one node goes through a shared window
  * (mpi-shm.c); the rest through MPI's own collectives. f16/bf16 and f32
- * max/min reduce through user-defined MPI_Ops over plugins/comm/reduce.h
+ * max/min reduce through user-defined MPI_Ops over the plugin kit's phx_kit_reduce
  * (f32 arithmetic; max/min propagate NaN); avg is sum then divide.
  *
  * Failures: MPI calls block without a timeout, so a watchdog thread turns
@@ -35,7 +35,7 @@
 #include "phalanx/log.h"
 #include "phalanx/plugin/comm_v1.h"
 #include "plugins/comm/mpi/mpi-shm.h"
-#include "plugins/comm/reduce.h"
+#include "phalanx/plugin/kit.h"
 
 #define PX_SHM_DEFAULT (256u << 10)   /* PHX_MPI_SHM_BYTES default */
 #define PX_ABORT_CODE 124             /* MPI_Abort's errorcode on a timeout */
@@ -65,13 +65,14 @@ static void mpi_msg(int rc, char *buf, size_t len)
     snprintf(buf, len, "%s", s);
 }
 
-/* inout[i] = in[i] op inout[i] through reduce.h (f32 arithmetic). */
+/* inout[i] = in[i] op inout[i] through the kit (f32 arithmetic). */
 #define PX_USER_OP(name, dt, op)                                                    \
     static void name(void *in, void *inout, int *len, MPI_Datatype *type)           \
     {                                                                               \
         (void)type;                                                                 \
         const void *src[2] = {in, inout};                                           \
-        px_reduce_n(inout, src, 2, 0, (size_t)*len, dt, op, 1);                     \
+        void *dst[1] = {inout};                                                     \
+        phx_kit_reduce(dst, 1, src, 2, 0, (size_t)*len, dt, op, 1);                 \
     }
 PX_USER_OP(op_f16_sum, PHX_F16, PHX_SUM)
 PX_USER_OP(op_f16_max, PHX_F16, PHX_MAX)
@@ -235,7 +236,7 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
             rc = MPI_Allreduce(MPI_IN_PLACE, (char *)o->recv + (size_t)off * es, n, t, mpi_op(o->dt, o->rop),
                                s->comm);
         }
-        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) px_divide(o->recv, (size_t)o->count, o->dt, s->size);
+        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
         break;
     case OP_BROADCAST:
         call = "MPI_Bcast";
@@ -264,7 +265,7 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
         }
         if (!o->count) break;
         rc = MPI_Reduce_scatter_block(o->send, o->recv, (int)o->count, t, mpi_op(o->dt, o->rop), s->comm);
-        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) px_divide(o->recv, (size_t)o->count, o->dt, s->size);
+        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
         break;
     default:
         call = "MPI_Barrier";
