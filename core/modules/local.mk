@@ -18,3 +18,5 @@ t_gpt_sched_LDADD = libphalanx.la -lm
 t_gpt_train_CPPFLAGS = $(ddp_test_cppflags)
 EXTRA_DIST += t/gpt-util.h bench/torch/gpt.py t/data/gpt_modules.safetensors t/data/gpt_train.safetensors \
 	t/data/gpt_sched.safetensors
+TESTS += t/gpt_example.sh
+EXTRA_DIST += t/gpt_example.sh

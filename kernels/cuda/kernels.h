@@ -52,6 +52,22 @@ phx_status px_cuda_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint
 phx_status px_cuda_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
                               float mean, float std);
 
+/* appended slots (transformers): gemm.c and attention.cu */
+phx_status px_cuda_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb,
+                                int64_t stride_b, phx_dtype adt, float beta, void *c, int64_t ldc, int64_t stride_c,
+                                phx_dtype cdt, int64_t batch);
+phx_status px_cuda_softmax_forward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
+                                   const void *x, void *y, phx_dtype dt);
+phx_status px_cuda_softmax_backward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
+                                    const void *y, const void *dy, void *dx, phx_dtype dt);
+phx_status px_cuda_embedding_forward(int dev, int64_t n, int64_t num, int64_t dim, const int64_t *idx,
+                                     const float *w, void *y, phx_dtype dt, int64_t *bad_host);
+phx_status px_cuda_embedding_backward(int dev, int64_t n, int64_t num, int64_t dim, const int64_t *idx,
+                                      const void *dy, phx_dtype dt, float *dw);
+phx_status px_cuda_add(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt);
+phx_status px_cuda_sum_squares(int dev, int64_t n, const void *x, phx_dtype dt, double *out_host);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,4 +26,11 @@ const phx_kernels_v1 px_cuda_kernels = {
     .reduce = px_cuda_reduce,
     .rng_uniform = px_cuda_rng_uniform,
     .rng_normal = px_cuda_rng_normal,
+    .gemm_batched = px_cuda_gemm_batched,
+    .softmax_forward = px_cuda_softmax_forward,
+    .softmax_backward = px_cuda_softmax_backward,
+    .embedding_forward = px_cuda_embedding_forward,
+    .embedding_backward = px_cuda_embedding_backward,
+    .add = px_cuda_add,
+    .sum_squares = px_cuda_sum_squares,
 };

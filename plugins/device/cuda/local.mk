@@ -3,7 +3,8 @@
 # through cuBLAS (issue 8; doc/gpu.md). Only the plugin links CUDA.
 
 cuda_kernel_sources = kernels/cuda/elementwise.cu kernels/cuda/activation.cu kernels/cuda/random.cu \
-	kernels/cuda/reduce.cu kernels/cuda/layernorm.cu kernels/cuda/loss.cu kernels/cuda/optim.cu
+	kernels/cuda/reduce.cu kernels/cuda/layernorm.cu kernels/cuda/loss.cu kernels/cuda/optim.cu \
+	kernels/cuda/attention.cu
 # every header the .cu files include (nvcc gets no automatic dependencies)
 cuda_kernel_headers = kernels/cuda/common.cuh kernels/cuda/kernels.h kernels/math.h \
 	plugins/device/cuda/cuda-impl.h include/phalanx/plugin/device_v1.h include/phalanx/plugin.h \
