@@ -9,4 +9,5 @@ phalanxinc_HEADERS += \
 phalanxinc_HEADERS += include/phalanx/transformer.h include/phalanx/schedule.h
 phalanxplugin_HEADERS += \
 	include/phalanx/plugin/comm_v1.h include/phalanx/plugin/precision_v1.h \
-	include/phalanx/plugin/device_v1.h
+	include/phalanx/plugin/device_v1.h include/phalanx/plugin/kernels_v1.def \
+	include/phalanx/plugin/kit.h

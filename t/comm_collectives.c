@@ -4,6 +4,7 @@
  *   t/comm_collectives            phx_spawn worlds of 1, 2, 3, 4 ranks
  *                                 (processes; threads when PHX_COMM=threads)
  *   phxrun --nproc-per-node N t/comm_collectives
+ *   mpirun -np N t/comm_collectives
  *                                 one world of N, from the environment
  *
  * Each rank checks its own result against a float64 (or exact integer)
@@ -357,9 +358,10 @@ static int checks_per_world(void)
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (getenv("RANK")) {   /* under phxrun: one world from the environment */
+    const char *launched = getenv("RANK") ? getenv("RANK") : getenv("OMPI_COMM_WORLD_RANK");
+    if (launched) {   /* under phxrun or mpirun: one world from the environment */
         int rc = run_rank(0, NULL);
-        if (!strcmp(getenv("RANK"), "0")) return done_testing() || rc;
+        if (!strcmp(launched, "0")) return done_testing() || rc;
         return rc;
     }
     int worlds[8], nw = 0;

@@ -16,6 +16,7 @@
  * same verdict. A policy without loss scaling (fp32, bf16) makes every call
  * a no-op except the optimizer step itself. */
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include "phalanx/precision.h"
 #include "phalanx/plugin/device_v1.h"
@@ -271,17 +272,32 @@ int64_t phx_scaler_growth_tracker(const phx_scaler *s)
     return s && s->enabled ? s->growth_tracker : 0;
 }
 
+const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf,
+                                  size_t len)
+{
+    /* Compared as doubles: converting an out-of-range double to float is
+     * undefined behaviour (1e300), and a value below FLT_TRUE_MIN becomes 0. */
+    if (!(scale > 0) || !(scale <= FLT_MAX) || !((float)scale > 0)) {
+        snprintf(buf, len, "scale %g, expected a finite f32 value > 0", scale);
+        return buf;
+    }
+    /* A tracker at or past the interval would never meet it again (the
+     * update compares with ==): the scale would never grow. */
+    if (growth_tracker < 0 || growth_tracker >= s->growth_interval) {
+        snprintf(buf, len, "growth tracker %lld, expected 0 <= tracker < %lld (the growth interval)",
+                 (long long)growth_tracker, (long long)s->growth_interval);
+        return buf;
+    }
+    return NULL;
+}
+
 phx_status phx_scaler_set_state(phx_scaler *s, double scale, int64_t growth_tracker)
 {
     if (!s)
         return phx_error(PHX_EINVAL, "phx_scaler_set_state: scaler is NULL");
-    if (!(scale > 0) || !((float)scale <= FLT_MAX) || !((float)scale > 0))
-        return phx_error(PHX_EINVAL, "phx_scaler_set_state: scale %g, expected a finite f32 value > 0", scale);
-    /* A tracker at or past the interval would never meet it again (the
-     * update compares with ==): the scale would never grow. */
-    if (growth_tracker < 0 || growth_tracker >= s->growth_interval)
-        return phx_error(PHX_EINVAL, "phx_scaler_set_state: growth tracker %lld, expected 0 <= tracker < %lld "
-                         "(the growth interval)", (long long)growth_tracker, (long long)s->growth_interval);
+    char why[160];
+    if (px_scaler_check_state(s, scale, growth_tracker, why, sizeof why))
+        return phx_error(PHX_EINVAL, "phx_scaler_set_state: %s", why);
     if (!s->enabled)
         return PHX_OK;   /* like GradScaler.load_state_dict when disabled */
     s->scale = (float)scale;

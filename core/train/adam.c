@@ -63,17 +63,17 @@ static void adam_free(phx_optimizer *self)
 }
 
 static const phx_optimizer_vtable adam_vt = {
-    /* .type_name = */ "Adam",
-    /* .step = */ adam_step,
-    /* .state = */ px_slots_state,
-    /* .free = */ adam_free,
+    .type_name = "Adam",
+    .step = adam_step,
+    .state = px_slots_state,
+    .free = adam_free,
 };
 
 static const phx_optimizer_vtable adamw_vt = {
-    /* .type_name = */ "AdamW",
-    /* .step = */ adam_step,
-    /* .state = */ px_slots_state,
-    /* .free = */ adam_free,
+    .type_name = "AdamW",
+    .step = adam_step,
+    .state = px_slots_state,
+    .free = adam_free,
 };
 
 phx_optimizer *phx_adam_new(phx_module *model, const phx_adam_opts *o)

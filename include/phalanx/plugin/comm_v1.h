@@ -43,7 +43,21 @@ typedef struct phx_comm_v1 {
     phx_status (*reduce_scatter)(void *state, const void *send, void *recv, int64_t count, phx_dtype dt,
                                  phx_reduce_op op, phx_work *work);
     phx_status (*barrier)(void *state, phx_work *work);
+    /* (optional; read only from a plugin whose descriptor says abi_minor
+     * >= PHX_COMM_V1_WORLD_MINOR) A plugin that makes its own world (MPI)
+     * fills rank, size, local_rank and local_size of *out from its own
+     * launcher, starting its library if needed (master_addr/master_port are
+     * left alone), or returns an error through phx_error. The core calls it
+     * when phx_comm_init takes the world from the environment (no rank,
+     * size or store in the options, not inside phx_spawn's threads); it
+     * then builds no TCP store, and init gets this world and an in-process
+     * store. NULL (the default): the world comes from the environment and
+     * the ranks meet through the TCP store at MASTER_ADDR:MASTER_PORT. */
+    phx_status (*world)(phx_world *out);
 } phx_comm_v1;
+
+/* The descriptor minor from which phx_comm_v1.world is read. */
+#define PHX_COMM_V1_WORLD_MINOR 1
 
 /* Completes a work handle: st PHX_OK or an error; msg (may be NULL) becomes
  * phx_last_error() of the thread that waits. Thread-safe. Exported by

@@ -1,0 +1,580 @@
+/* The mpi communicator: collectives over an MPI library (Open MPI) for
+ * jobs started by mpirun or srun.
+ *
+ * World: the plugin makes its own (comm_v1.world): MPI_Init_thread asks
+ * for MPI_THREAD_MULTIPLE (a progress thread per communicator and a
+ * watchdog call MPI while the application may too) and refuses a library
+ * that cannot give it. No TCP store, no MASTER_ADDR. Each communicator
+ * duplicates MPI_COMM_WORLD; MPI is finalized at exit.
+ *
+ * Progress: every collective is queued and returns at once; one worker
+ * thread per communicator runs the queue in issue order, so DDP's bucket
+ * all-reduces overlap backward. All-reduce of PHX_MPI_SHM_BYTES or more
+ * (default 256 KiB) in a world on one node goes through a shared window
+ * (mpi-shm.c); the rest through MPI's own collectives. f16/bf16 and f32
+ * max/min reduce through user-defined MPI_Ops over the plugin kit's phx_kit_reduce
+ * (f32 arithmetic; max/min propagate NaN); avg is sum then divide.
+ *
+ * Failures: MPI calls block without a timeout, so a watchdog thread turns
+ * a collective running longer than PHX_TIMEOUT into PHX_ETIMEOUT naming
+ * it, prints that line, and ends the job with MPI_Abort (errorcode 124):
+ * a stuck MPI call cannot be cancelled. A rank that dies makes mpirun end
+ * the others. An MPI error (MPI_ERRORS_RETURN) becomes PHX_EPEER and
+ * breaks the communicator: later collectives fail at once. */
+#include "config.h"
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "phalanx/log.h"
+#include "phalanx/plugin/comm_v1.h"
+#include "plugins/comm/mpi/mpi-shm.h"
+#include "phalanx/plugin/kit.h"
+
+#define PX_SHM_DEFAULT (256u << 10)   /* PHX_MPI_SHM_BYTES default */
+#define PX_ABORT_CODE 124             /* MPI_Abort's errorcode on a timeout */
+#define PX_CHUNK (1 << 30)            /* elements per MPI call (counts are int) */
+
+enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
+static const char *const kind_name[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
+
+/* ------------------------------------------------------------ MPI itself */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_started;                 /* MPI usable by this plugin */
+static int g_ours;                    /* initialized here: finalize at exit */
+static MPI_Op g_ops[PHX_NUM_DTYPES][4];   /* user ops (MPI_OP_NULL: use a built-in) */
+
+static const char *level_name(int l)
+{
+    return l == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : l == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
+         : l == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED" : l == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "?";
+}
+
+static void mpi_msg(int rc, char *buf, size_t len)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error code %d", rc);
+    snprintf(buf, len, "%s", s);
+}
+
+/* inout[i] = in[i] op inout[i] through the kit (f32 arithmetic). */
+#define PX_USER_OP(name, dt, op)                                                    \
+    static void name(void *in, void *inout, int *len, MPI_Datatype *type)           \
+    {                                                                               \
+        (void)type;                                                                 \
+        const void *src[2] = {in, inout};                                           \
+        void *dst[1] = {inout};                                                     \
+        phx_kit_reduce(dst, 1, src, 2, 0, (size_t)*len, dt, op, 1);                 \
+    }
+PX_USER_OP(op_f16_sum, PHX_F16, PHX_SUM)
+PX_USER_OP(op_f16_max, PHX_F16, PHX_MAX)
+PX_USER_OP(op_f16_min, PHX_F16, PHX_MIN)
+PX_USER_OP(op_bf16_sum, PHX_BF16, PHX_SUM)
+PX_USER_OP(op_bf16_max, PHX_BF16, PHX_MAX)
+PX_USER_OP(op_bf16_min, PHX_BF16, PHX_MIN)
+PX_USER_OP(op_f32_max, PHX_F32, PHX_MAX)
+PX_USER_OP(op_f32_min, PHX_F32, PHX_MIN)
+#undef PX_USER_OP
+
+static void mpi_at_exit(void)
+{
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+
+/* MPI_Init_thread(MPI_THREAD_MULTIPLE) once per process (or accepts an
+ * MPI the application started, at that level), and the user ops. */
+static phx_status mpi_start(void)
+{
+    phx_status st = PHX_OK;
+    pthread_mutex_lock(&g_mu);
+    if (g_started) goto out;
+    int inited = 0, fin = 0, level = 0, rc;
+    MPI_Finalized(&fin);
+    if (fin) {
+        st = phx_error(PHX_EUNSUPPORTED, "mpi: MPI was finalized in this process already and cannot start again");
+        goto out;
+    }
+    MPI_Initialized(&inited);
+    if (inited) {
+        MPI_Query_thread(&level);
+    } else {
+        /* The loader opens plugins RTLD_LOCAL; MPI libraries load their own
+         * components, which expect libmpi's symbols to be global. */
+        Dl_info di;
+        if (dladdr((void *)MPI_Init_thread, &di) && di.dli_fname)
+            dlopen(di.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+        if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level)) != MPI_SUCCESS) {
+            char m[MPI_MAX_ERROR_STRING + 1];
+            mpi_msg(rc, m, sizeof m);
+            st = phx_error(PHX_EPEER, "mpi: MPI_Init_thread failed: %s", m);
+            goto out;
+        }
+        g_ours = 1;
+        atexit(mpi_at_exit);
+    }
+    if (level < MPI_THREAD_MULTIPLE) {
+        st = phx_error(PHX_EUNSUPPORTED, "mpi: the MPI library gives %s; this plugin needs MPI_THREAD_MULTIPLE "
+                       "(a progress thread per communicator and a watchdog call MPI concurrently)%s",
+                       level_name(level), inited ? " (the application initialized MPI itself: ask for "
+                       "MPI_THREAD_MULTIPLE in MPI_Init_thread)" : "");
+        goto out;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    static MPI_User_function *const fns[PHX_NUM_DTYPES][4] = {
+        [PHX_F16] = {op_f16_sum, NULL, op_f16_max, op_f16_min},
+        [PHX_BF16] = {op_bf16_sum, NULL, op_bf16_max, op_bf16_min},
+        [PHX_F32] = {NULL, NULL, op_f32_max, op_f32_min},
+    };
+    for (int d = 0; d < PHX_NUM_DTYPES; d++)
+        for (int o = 0; o < 4; o++) {
+            g_ops[d][o] = MPI_OP_NULL;
+            if (fns[d][o]) MPI_Op_create(fns[d][o], 1, &g_ops[d][o]);
+        }
+    g_started = 1;
+out:
+    pthread_mutex_unlock(&g_mu);
+    return st;
+}
+
+static MPI_Datatype mpi_type(phx_dtype dt)
+{
+    switch (dt) {
+    case PHX_F32: return MPI_FLOAT;
+    case PHX_F16:
+    case PHX_BF16: return MPI_UINT16_T;
+    case PHX_I32: return MPI_INT32_T;
+    default: return MPI_INT64_T;
+    }
+}
+
+/* avg is reduced as sum, then divided. */
+static MPI_Op mpi_op(phx_dtype dt, phx_reduce_op op)
+{
+    if (op == PHX_AVG) op = PHX_SUM;
+    if (g_ops[dt][op] != MPI_OP_NULL) return g_ops[dt][op];
+    return op == PHX_MAX ? MPI_MAX : op == PHX_MIN ? MPI_MIN : MPI_SUM;
+}
+
+/* The variable that shows an MPI launcher started this process (mpirun,
+ * srun --mpi=pmix or pmi2, hydra), or NULL. */
+static const char *launcher(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return vars[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the queue */
+
+typedef struct op {
+    int kind;
+    const void *send;
+    void *recv;
+    int64_t count;
+    phx_dtype dt;
+    phx_reduce_op rop;
+    int root;
+    phx_work *w;
+} op;
+
+typedef struct mstate {
+    int rank, size;
+    double timeout;
+    MPI_Comm comm;                 /* this communicator's duplicate of the world */
+    px_shm *shm;                   /* NULL: MPI's collectives only */
+    size_t shm_min;                /* all-reduce bytes from which shm is used */
+    char broken[600];              /* set by the first failure (worker only) */
+    uint64_t seq;                  /* collectives started (under mu) */
+    pthread_mutex_t mu;            /* the queue and the running op */
+    pthread_cond_t cv;             /* work queued, or stop */
+    pthread_cond_t wd_cv;          /* the watchdog's sleep */
+    op *q;
+    size_t qcap, qhead, qlen;
+    int stop;
+    int running;                   /* the head op is being run */
+    int timed_out;                 /* the watchdog completed it */
+    uint64_t cur;                  /* its issue number */
+    struct timespec started;       /* when it began (CLOCK_MONOTONIC) */
+    pthread_t worker, watchdog;
+} mstate;
+
+static double since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) + 1e-9 * (double)(now.tv_nsec - t->tv_nsec);
+}
+
+/* Runs o; returns PHX_OK or an error with its message in msg. */
+static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
+{
+    const size_t es = phx_dtype_size(o->dt), bytes = (size_t)o->count * es;
+    MPI_Datatype t = mpi_type(o->dt);
+    const char *call = "";
+    int rc = MPI_SUCCESS;
+    switch (o->kind) {
+    case OP_ALLREDUCE:
+        if (!o->count || s->size == 1) break;
+        if (s->shm && bytes >= s->shm_min) {
+            px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->rop);
+            return PHX_OK;   /* divides for avg itself */
+        }
+        call = "MPI_Allreduce";
+        for (int64_t off = 0; off < o->count && rc == MPI_SUCCESS; off += PX_CHUNK) {
+            int n = (int)(o->count - off < PX_CHUNK ? o->count - off : PX_CHUNK);
+            rc = MPI_Allreduce(MPI_IN_PLACE, (char *)o->recv + (size_t)off * es, n, t, mpi_op(o->dt, o->rop),
+                               s->comm);
+        }
+        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
+        break;
+    case OP_BROADCAST:
+        call = "MPI_Bcast";
+        for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += PX_CHUNK) {
+            int n = (int)(bytes - off < PX_CHUNK ? bytes - off : PX_CHUNK);
+            rc = MPI_Bcast((char *)o->recv + off, n, MPI_BYTE, o->root, s->comm);
+        }
+        break;
+    case OP_ALLGATHER:
+        call = "MPI_Allgather";
+        if (bytes > INT_MAX) {
+            snprintf(msg, len, "mpi: rank %d: allgather of %zu bytes per rank: MPI counts stop at %d", s->rank,
+                     bytes, INT_MAX);
+            return PHX_EUNSUPPORTED;
+        }
+        if (!bytes) break;
+        rc = MPI_Allgather(o->send == (char *)o->recv + (size_t)s->rank * bytes ? MPI_IN_PLACE : o->send,
+                           (int)bytes, MPI_BYTE, o->recv, (int)bytes, MPI_BYTE, s->comm);
+        break;
+    case OP_REDUCE_SCATTER:
+        call = "MPI_Reduce_scatter_block";
+        if (o->count > INT_MAX) {
+            snprintf(msg, len, "mpi: rank %d: reduce_scatter of %" PRId64 " elements per rank: MPI counts stop at %d",
+                     s->rank, o->count, INT_MAX);
+            return PHX_EUNSUPPORTED;
+        }
+        if (!o->count) break;
+        rc = MPI_Reduce_scatter_block(o->send, o->recv, (int)o->count, t, mpi_op(o->dt, o->rop), s->comm);
+        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
+        break;
+    default:
+        call = "MPI_Barrier";
+        rc = MPI_Barrier(s->comm);
+    }
+    if (rc == MPI_SUCCESS) return PHX_OK;
+    char m[MPI_MAX_ERROR_STRING + 1];
+    mpi_msg(rc, m, sizeof m);
+    snprintf(msg, len, "%s failed: %s", call, m);
+    return PHX_EPEER;
+}
+
+static void *worker_main(void *arg)
+{
+    mstate *s = arg;
+    char msg[768], why[512];
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && !s->qlen) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->qlen) break;
+        op o = s->q[s->qhead];
+        s->running = 1;
+        s->timed_out = 0;
+        uint64_t seq = s->cur = s->seq++;
+        clock_gettime(CLOCK_MONOTONIC, &s->started);
+        pthread_mutex_unlock(&s->mu);
+
+        phx_status st = PHX_EPEER;
+        if (s->broken[0]) {
+            snprintf(msg, sizeof msg, "mpi: rank %d: %s #%" PRIu64 " not run: the communicator failed earlier (%s)",
+                     s->rank, kind_name[o.kind], seq, s->broken);
+        } else if ((st = run_op(s, &o, why, sizeof why)) != PHX_OK) {
+            snprintf(msg, sizeof msg, "mpi: rank %d: %s #%" PRIu64 " failed: %s", s->rank, kind_name[o.kind], seq,
+                     why);
+            snprintf(s->broken, sizeof s->broken, "%s #%" PRIu64 ": %s", kind_name[o.kind], seq, why);
+        }
+
+        pthread_mutex_lock(&s->mu);
+        int claimed = s->timed_out;
+        s->running = 0;
+        s->qhead = (s->qhead + 1) % s->qcap;
+        s->qlen--;
+        pthread_mutex_unlock(&s->mu);
+        if (!claimed) phx_work_complete(o.w, st, st ? msg : NULL);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Ends the job when the running collective outlives the timeout. */
+static void *watchdog_main(void *arg)
+{
+    mstate *s = arg;
+    double nap = s->timeout / 20;
+    if (nap > 0.25) nap = 0.25;
+    if (nap < 0.005) nap = 0.005;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        if (s->running && !s->timed_out && since(&s->started) > s->timeout) {
+            const op *o = &s->q[s->qhead];
+            char msg[512];
+            snprintf(msg, sizeof msg, "mpi: rank %d: %s(count=%" PRId64 ", %s) #%" PRIu64 " did not complete within "
+                     "%.3g s (PHX_TIMEOUT): a rank is stuck, dead or issued other collectives; ending the job with "
+                     "MPI_Abort", s->rank, kind_name[o->kind], o->count, phx_dtype_name(o->dt), s->cur,
+                     s->timeout);
+            s->timed_out = 1;
+            phx_work *w = o->w;
+            pthread_mutex_unlock(&s->mu);
+            phx_log(PHX_LOG_ERROR, "%s", msg);
+            phx_work_complete(w, PHX_ETIMEOUT, msg);
+            /* a moment for the waiting thread to report it */
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+            MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+            _exit(PX_ABORT_CODE);   /* MPI_Abort does not return */
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long ns = ts.tv_nsec + (long)(nap * 1e9);
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&s->wd_cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static phx_status enqueue(void *state, const op *o)
+{
+    mstate *s = state;
+    pthread_mutex_lock(&s->mu);
+    if (s->qlen == s->qcap) {   /* grow (rare): unroll into a bigger ring */
+        size_t cap = s->qcap ? 2 * s->qcap : 64;
+        op *q = malloc(cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&s->mu);
+            return phx_error(PHX_ENOMEM, "mpi: cannot queue a collective (out of memory)");
+        }
+        for (size_t i = 0; i < s->qlen; i++) q[i] = s->q[(s->qhead + i) % s->qcap];
+        free(s->q);
+        s->q = q;
+        s->qcap = cap;
+        s->qhead = 0;
+    }
+    s->q[(s->qhead + s->qlen++) % s->qcap] = *o;
+    pthread_mutex_unlock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    return PHX_OK;
+}
+
+/* ------------------------------------------------------------ vtable */
+
+static phx_status m_world(phx_world *w)
+{
+    phx_status st = mpi_start();
+    if (st) return st;
+    MPI_Comm node;
+    MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w->size);
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return phx_error(PHX_EPEER, "mpi: rank %d: MPI_Comm_split_type (ranks on this node) failed", w->rank);
+    MPI_Comm_rank(node, &w->local_rank);
+    MPI_Comm_size(node, &w->local_size);
+    MPI_Comm_free(&node);
+    return PHX_OK;
+}
+
+static size_t shm_threshold(void)
+{
+    const char *v = getenv("PHX_MPI_SHM_BYTES");
+    if (!v || !*v) return PX_SHM_DEFAULT;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || *v == '-') {
+        phx_log(PHX_LOG_WARN, "PHX_MPI_SHM_BYTES='%s' is not a number of bytes; using %u", v, PX_SHM_DEFAULT);
+        return PX_SHM_DEFAULT;
+    }
+    return x ? (size_t)x : SIZE_MAX;   /* 0: never */
+}
+
+static void m_finalize(void *state);
+
+static phx_status m_init(const phx_comm_init_args *a, void **state)
+{
+    if (a->device.kind != PHX_DEVICE_CPU)
+        return phx_error(PHX_EUNSUPPORTED, "mpi: buffers on device kind %d; this plugin moves CPU memory only",
+                         a->device.kind);
+    phx_status st = mpi_start();
+    if (st) return st;
+    int rank, size, rc;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank != a->rank || size != a->size)
+        return phx_error(PHX_EINVAL, "mpi: this communicator is rank %d of %d, but MPI_COMM_WORLD is rank %d of %d: "
+                         "start every rank with mpirun or srun (phxrun and phx_spawn start ranks MPI does not "
+                         "know about)", a->rank, a->size, rank, size);
+    mstate *s = calloc(1, sizeof *s);
+    if (!s) return phx_error(PHX_ENOMEM, "mpi: out of memory");
+    s->rank = rank;
+    s->size = size;
+    s->timeout = a->timeout_s;
+    s->comm = MPI_COMM_NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->wd_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->comm)) != MPI_SUCCESS) {
+        char m[MPI_MAX_ERROR_STRING + 1];
+        mpi_msg(rc, m, sizeof m);
+        st = phx_error(PHX_EPEER, "mpi: rank %d: MPI_Comm_dup failed: %s", rank, m);
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    s->shm_min = shm_threshold();
+    if (size > 1 && s->shm_min != SIZE_MAX) {
+        MPI_Comm node;
+        int nsize = 0;
+        if (MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+            MPI_Comm_size(node, &nsize);
+            MPI_Comm_free(&node);
+        }
+        if (nsize == size) {   /* the same on every rank: all on one node */
+            char why[256];
+            int mine, all = 0;
+            if (!(s->shm = px_shm_new(s->comm, why, sizeof why)))
+                phx_log(PHX_LOG_WARN, "mpi: rank %d: no shared window (%s); all-reduce goes through MPI", rank, why);
+            mine = s->shm != NULL;
+            MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s->comm);
+            if (!all && s->shm) {   /* every rank takes the same path */
+                px_shm_free(s->shm);
+                s->shm = NULL;
+            }
+        }
+    }
+    if (pthread_create(&s->worker, NULL, worker_main, s)) {
+        st = phx_error(PHX_ENOMEM, "mpi: cannot start the progress thread");
+        goto fail;
+    }
+    if (pthread_create(&s->watchdog, NULL, watchdog_main, s)) {
+        m_finalize(s);
+        return phx_error(PHX_ENOMEM, "mpi: cannot start the watchdog thread");
+    }
+    phx_log(PHX_LOG_INFO, "mpi: rank %d of %d; all-reduce from %zu bytes through %s", rank, size,
+            s->shm ? s->shm_min : 0, s->shm ? "a shared window" : "MPI (no shared window)");
+    *state = s;
+    return PHX_OK;
+fail:
+    px_shm_free(s->shm);
+    if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
+    pthread_cond_destroy(&s->wd_cv);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return st;
+}
+
+/* Runs what is queued, then frees the window and the duplicate
+ * (collective: every rank frees its communicators in the same order). */
+static void m_finalize(void *state)
+{
+    mstate *s = state;
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->worker, NULL);
+    if (s->watchdog) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->wd_cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->watchdog, NULL);
+    }
+    px_shm_free(s->shm);
+    MPI_Comm_free(&s->comm);
+    pthread_cond_destroy(&s->wd_cv);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->q);
+    free(s);
+}
+
+static phx_status m_allreduce(void *st, void *buf, int64_t count, phx_dtype dt, phx_reduce_op rop, phx_work *w)
+{
+    op o = {OP_ALLREDUCE, NULL, buf, count, dt, rop, 0, w};
+    return enqueue(st, &o);
+}
+
+static phx_status m_broadcast(void *st, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
+{
+    op o = {OP_BROADCAST, NULL, buf, count, dt, PHX_SUM, root, w};
+    return enqueue(st, &o);
+}
+
+static phx_status m_allgather(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
+{
+    op o = {OP_ALLGATHER, send, recv, count, dt, PHX_SUM, 0, w};
+    return enqueue(st, &o);
+}
+
+static phx_status m_reduce_scatter(void *st, const void *send, void *recv, int64_t count, phx_dtype dt,
+                                   phx_reduce_op rop, phx_work *w)
+{
+    op o = {OP_REDUCE_SCATTER, send, recv, count, dt, rop, 0, w};
+    return enqueue(st, &o);
+}
+
+static phx_status m_barrier(void *st, phx_work *w)
+{
+    op o = {OP_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0, w};
+    return enqueue(st, &o);
+}
+
+/* Usable when an MPI launcher started the process; then preferred over
+ * gloo (70 > 50), below threads for in-process worlds. */
+static int m_probe(const phx_probe_ctx *ctx, char *why, size_t len)
+{
+    (void)ctx;
+    if (launcher()) return 70;
+    snprintf(why, len, "not started by an MPI launcher (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK): run the "
+             "program under mpirun or srun");
+    return -1;
+}
+
+static const phx_comm_v1 vtable = {
+    .init = m_init,
+    .finalize = m_finalize,
+    .allreduce = m_allreduce,
+    .broadcast = m_broadcast,
+    .allgather = m_allgather,
+    .reduce_scatter = m_reduce_scatter,
+    .barrier = m_barrier,
+    .world = m_world,
+};
+
+/* An ABI 1.1 plugin: it has comm_v1.world. */
+PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = {
+    .abi_major = PHX_PLUGIN_ABI_MAJOR,
+    .abi_minor = PHX_COMM_V1_WORLD_MINOR,
+    .struct_size = (uint32_t)sizeof(phx_plugin_desc),
+    .kind = PHX_PLUGIN_COMM,
+    .name = "mpi",
+    .version = "1.0",
+    .description = "CPU collectives over MPI (Open MPI) for jobs started by mpirun or srun; shared-memory "
+                   "all-reduce within a node",
+    .probe = m_probe,
+    .vtable = &vtable,
+};
