@@ -50,3 +50,17 @@ if [ -x tools/phxrun ] && [ -e plugins/comm/gloo/.libs/phx-comm-gloo.so ] &&
         ./tools/phxrun --nproc-per-node 2 ./examples/fashion_mnist --epochs 2 --save fashion_mnist_ddp.safetensors
     rm -f fashion_mnist_ddp.safetensors
 fi
+# A character-level GPT (doc/transformer.md) on Debian's fortunes (the
+# project's docs when the package is missing): 60 steps of a 2-layer model
+# with a validation loss and a short sample, then the same under phxrun.
+gpt_data=/usr/share/games/fortunes
+[ -d "$gpt_data" ] || { cat doc/*.md README.md > gpt-demo.txt; gpt_data=gpt-demo.txt; }
+gpt_small="--layers 2 --context 64 --batch 8 --eval-every 0 --print-every 20 --sample 120 --data $gpt_data"
+echo "== examples/gpt --steps 60 $gpt_small"
+./examples/gpt --steps 60 $gpt_small
+if [ -x tools/phxrun ] && [ -e plugins/comm/gloo/.libs/phx-comm-gloo.so ]; then
+    echo "== phxrun --nproc-per-node 2 examples/gpt --steps 60 $gpt_small"
+    PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
+        ./tools/phxrun --nproc-per-node 2 ./examples/gpt --steps 60 $gpt_small
+fi
+rm -f gpt-demo.txt
