@@ -2,3 +2,9 @@
 # DistributedSampler (doc/formats.md, doc/training.md).
 libphalanx_la_SOURCES += core/data/safetensors.c core/data/safetensors-impl.h core/data/checkpoint.c \
 	core/data/idx.c core/data/loader.c core/data/sampler.c
+
+# Failed loads change nothing; killed saves leave no temporary files for
+# long (doc/failures.md).
+check_PROGRAMS += t/train_ckpt_fail
+TESTS += t/train_ckpt_fail
+t_train_ckpt_fail_LDADD = libphalanx.la

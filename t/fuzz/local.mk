@@ -42,7 +42,7 @@ fuzz: all
 	  rm -rf t/fuzz/bin/$$t.corpus; cp -r $(srcdir)/t/fuzz/corpus/$$t t/fuzz/bin/$$t.corpus; \
 	  chmod -R u+w t/fuzz/bin/$$t.corpus; \
 	  echo "  FUZZ     $$t: $(FUZZ_SECONDS) s"; \
-	  (cd t/fuzz/bin && ./$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
+	  (cd t/fuzz/bin && PHX_PLUGIN_PATH=$(abs_top_builddir)/.libs/phalanx ./$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
 	    -print_final_stats=1 $$t.corpus) || exit 1; \
 	done
 clean-local: fuzz-clean
