@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include "phalanx/phalanx.h"
+#include "bench/bench-tsv.h"
 
 #define MAX_SIZES 32
 #define REPS 3      /* timed loops per point; the fastest counts (shared machines) */
@@ -153,6 +154,7 @@ int main(int argc, char **argv)
     g_tab = mmap(NULL, sizeof *g_tab, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double mc = memcpy_gbs(64u << 20);
     printf("memcpy ceiling: %.2f GB/s (one thread, 64 MiB)\n", mc);
+    bench_tsv("bench/allreduce", "memcpy", "64 MiB", "GB/s", mc);
     for (const char *w = worlds; *w;) {
         char *end;
         int n = (int)strtol(w, &end, 10);
@@ -174,6 +176,12 @@ int main(int argc, char **argv)
             printf("%10zu | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %6.2f\n", b, a,
                    a > 0 ? b / a / 1e3 : 0, busbw(b, a, n), g, g > 0 ? b / g / 1e3 : 0, busbw(b, g, n), t,
                    t > 0 ? b / t / 1e3 : 0, busbw(b, t, n), g > 0 && t > 0 ? t / g : 0);
+            char tab[32], row[32];
+            snprintf(tab, sizeof tab, "busbw world %d", n);
+            snprintf(row, sizeof row, "%zu", b);
+            if (a > 0) bench_tsv("bench/allreduce", tab, row, "threads", busbw(b, a, n));
+            if (g > 0) bench_tsv("bench/allreduce", tab, row, "gloo", busbw(b, g, n));
+            if (t > 0) bench_tsv("bench/allreduce", tab, row, "torch gloo", busbw(b, t, n));
             if (b <= 1024 && g > 0 && t > 0) { lat_g += g; lat_t += t; nlat++; }
             if (b >= (1u << 20) && g > 0 && t > 0) {
                 double r = t / g;

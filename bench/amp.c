@@ -104,6 +104,7 @@ int main(int argc, char **argv)
     printf("%-6s %10s %10s %8s %14s\n", "policy", "phalanx", "torch", "ratio", "vs own fp32");
     for (int i = 0; i < 3; i++) {
         printf("%-6s %10.1f", names[i], sps[i]);
+        bench_tsv_ratio(BENCH_NAME, names[i], sps[i], torch_sps[i]);
         bench_vs(sps[i], torch_sps[i], 10);
         printf(" %13.2fx\n", sps[0] > 0 ? sps[i] / sps[0] : 0);
     }

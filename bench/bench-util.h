@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include <phalanx/phalanx.h>
+#include "bench/bench-tsv.h"
 
 #ifndef BENCH_NAME
 #error "define BENCH_NAME before including bench/bench-util.h"

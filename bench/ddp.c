@@ -205,6 +205,9 @@ int main(int argc, char **argv)
     for (int m = 0; m < 2; m++)
         for (int b = 0; b < 2; b++) {
             printf("%-6s %-8s %12.1f", model_names[m], backends[b], sps[b][m]);
+            char row[64];
+            snprintf(row, sizeof row, "%s %s", model_names[m], backends[b]);
+            bench_tsv_ratio(BENCH_NAME, row, sps[b][m], torch_sps[m]);
             bench_vs(sps[b][m], torch_sps[m], 12);
             putchar('\n');
         }

@@ -199,6 +199,7 @@ int main(int argc, char **argv)
     printf("  DataParallel(2) / unwrapped(1 thread)  %.2fx  (target >= 1.70, scaling efficiency %.0f%%)\n",
            r[1].best / r[0].best, 50.0 * r[1].best / r[0].best);
     printf("  DataParallel(2) / unwrapped(2 threads) %.2fx\n", r[1].best / r[2].best);
+    bench_tsv_ratio(BENCH_NAME, "DataParallel(2) vs 2 threads", r[1].best, torch);
     if (torch > 0)
         printf("  DataParallel(2) / PyTorch(2 threads)   %.2fx  (target >= 1.20)\n"
                "  DataParallel(2) / PyTorch(1 thread)    %.2fx  (PyTorch's best single-process rate here)\n",

@@ -12,6 +12,7 @@
 #include <time.h>
 #include "phalanx/phalanx.h"
 #include "phalanx/plugin/device_v1.h"
+#include "bench/bench-tsv.h"
 
 #define N4M (1 << 22)
 
@@ -153,6 +154,7 @@ int main(int argc, char **argv)
     }
     printf("%-30s %12s %12s %10s\n", "op (1 thread)", "phalanx ms", "torch ms", "torch/phx");
     for (int i = 0; i < NOPS; i++) {
+        bench_tsv_ratio("bench/kernels", ops[i].name, 1.0 / ours[i], theirs[i] > 0 ? 1.0 / theirs[i] : 0);
         if (theirs[i] > 0) printf("%-30s %12.3f %12.3f %10.2f\n", ops[i].name, ours[i], theirs[i], theirs[i] / ours[i]);
         else printf("%-30s %12.3f %12s %10s\n", ops[i].name, ours[i], "-", "-");
     }

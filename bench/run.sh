@@ -1,6 +1,11 @@
 #!/bin/sh
 # make bench: each benchmark beside its PyTorch counterpart (areas append their lines).
 set -e
+# Every benchmark also appends its rows to $PHX_BENCH_TSV (bench/bench-tsv.h,
+# doc/bench.md); `make plots` draws them.
+PHX_BENCH_TSV=${PHX_BENCH_TSV:-$(pwd)/bench/results.tsv}
+export PHX_BENCH_TSV
+: >"$PHX_BENCH_TSV"
 # ddp: DDP at world 2 on gloo and threads beside PyTorch DDP over gloo
 # (bench/torch/ddp.py), and the gain from overlap (doc/ddp.md).
 echo "== bench/ddp"
@@ -31,3 +36,8 @@ echo "== bench/kernels"
 echo "== bench/allreduce"
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/allreduce --torch "$(dirname "$0")/torch/allreduce.py"
+# store: the TCP store server's memory and CPU under attacks from local
+# clients (doc/store.md, "Limits").
+echo "== bench/store_attack"
+"$(dirname "$0")/store_attack.sh" ./bench/store_attack
+echo "== results: $PHX_BENCH_TSV ($(wc -l <"$PHX_BENCH_TSV") rows; make plots draws them)"

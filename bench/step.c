@@ -146,6 +146,9 @@ int main(int argc, char **argv)
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 2; t++) {
             printf("%-30s %3d | %11.1f ", label[k], t + 1, phx[k][t]);
+            char row[64];
+            snprintf(row, sizeof row, "%s, %d thread%s", label[k], t + 1, t ? "s" : "");
+            bench_tsv_ratio(BENCH_NAME, row, phx[k][t], pt[k][t]);
             if (have_torch && pt[k][t] > 0)
                 printf("%11.1f %6.2fx | ", pt[k][t], phx[k][t] / pt[k][t]);
             else

@@ -79,12 +79,12 @@ static void residual_free(phx_module *self)
 static phx_module *residual_clone(const phx_module *self);
 
 static const phx_module_vtable residual_vt = {
-    /* .type_name = */ "Residual",
-    /* .forward = */ residual_forward,
-    /* .backward = */ residual_backward,
-    /* .free = */ residual_free,
-    /* .set_train = */ NULL, /* children are switched by the core */
-    /* .clone = */ residual_clone,
+    .type_name = "Residual",
+    .forward = residual_forward,
+    .backward = residual_backward,
+    .free = residual_free,
+    .set_train = NULL, /* children are switched by the core */
+    .clone = residual_clone,
 };
 
 /* Builds the block around given children (takes ownership of them). */

@@ -17,7 +17,10 @@
 
 static int fail(int rank, const char *what)
 {
-    fprintf(stderr, "ddp: rank %d: %s: %s\n", rank, what, phx_last_error());
+    if (rank < 0) /* before the communicator: the message names its function */
+        fprintf(stderr, "ddp: %s\n", phx_last_error());
+    else
+        fprintf(stderr, "ddp: rank %d: %s: %s\n", rank, what, phx_last_error());
     return 1;
 }
 

@@ -14,15 +14,21 @@
  * (the default when one is usable).
  *
  *   fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S]
- *                 [--save PATH] [--load PATH]
+ *                 [--save PATH] [--load PATH] [--resume PATH]
+ *                 [--metrics FILE] [--log-every N]
  *
  * --load restores model and optimizer (and the epoch count) from a
- * checkpoint before training; --epochs 0 --load PATH only evaluates. */
+ * checkpoint before training; --epochs 0 --load PATH only evaluates.
+ * --resume PATH continues from PATH when it exists and saves it after every
+ * epoch, so a run restarted by phxrun --max-restarts (or by hand) picks up
+ * at its last finished epoch; --epochs is then the total to reach. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <phalanx/phalanx.h>
+#include "examples/progress.h"
 
 static void die(const char *what)
 {
@@ -116,13 +122,25 @@ static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_devi
     return (double)right / (double)total;
 }
 
+/* A checkpoint that knows how many epochs it holds. */
+static void save_epoch(const char *path, phx_module *net, phx_optimizer *opt, phx_scaler *scaler, int epoch)
+{
+    char ep[32];
+    snprintf(ep, sizeof ep, "%d", epoch);
+    phx_meta meta[] = {{"epoch", ep}, {"model", "mlp-784-512-256-10"}};
+    check(phx_checkpoint_save(path, net, opt, scaler, meta, 2), path);
+}
+
 int main(int argc, char **argv)
 {
     int epochs = 5;
     int64_t batch = 128;
     double lr = 1e-3;
     uint64_t seed = 0;
-    const char *save = NULL, *load = NULL;
+    const char *save = NULL, *load = NULL, *resume = NULL, *metrics = NULL;
+    int every = 0;
+    if (progress_args(&argc, argv, &metrics, &every))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -140,8 +158,11 @@ int main(int argc, char **argv)
             save = v;
         else if (!strcmp(a, "--load"))
             load = v;
+        else if (!strcmp(a, "--resume"))
+            resume = v;
         else {
-            fprintf(stderr, "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] [--load PATH]\n");
+            fprintf(stderr, "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] "
+                    "[--load PATH] [--resume PATH] [--metrics FILE] [--log-every N]\n");
             return 2;
         }
         i++;
@@ -185,7 +206,14 @@ int main(int argc, char **argv)
     phx_sampler *sampler = phx_sampler_new(phx_tensor_dim(xtr, 0), size, rank, true, seed, false);
     if (!opt || !ce || !sampler)
         die("setup");
-    int first = 0;
+    int first = 0, total = epochs;
+    if (resume && access(resume, F_OK) == 0) {
+        if (load) {
+            fprintf(stderr, "fashion_mnist: --resume %s exists and --load %s is given: give one\n", resume, load);
+            return 2;
+        }
+        load = resume;
+    }
     if (load) {
         char buf[32];
         check(phx_checkpoint_load(load, net, opt, scaler), "--load");
@@ -194,6 +222,13 @@ int main(int argc, char **argv)
         if (rank == 0)
             printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
     }
+    /* --resume: --epochs is the total; --load: that many more. */
+    if (resume)
+        epochs = total > first ? total - first : 0;
+    progress prog;
+    int64_t per_epoch = (phx_tensor_dim(xtr, 0) / size + batch - 1) / batch;
+    if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples"))
+        die("--metrics");
     if (rank == 0) {
         char dname[32];
         printf("MLP 784-512-256-10, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
@@ -224,22 +259,27 @@ int main(int argc, char **argv)
             sum += loss;
             seen += phx_tensor_dim(xb, 0);
             steps++;
+            progress_step(&prog, e + 1, loss, lr, (double)(seen * size) / (now() - t0));
         }
         phx_loader_free(train);
         double dt = now() - t0;
+        progress_break(&prog);
         if (rank == 0) {
             printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs,
                    sum / (double)steps, (double)(seen * size) / dt, dt);
             fflush(stdout);
         }
+        if (resume && rank == 0)
+            save_epoch(resume, net, opt, scaler, e + 1);
     }
-    if (rank == 0)
-        printf("Test accuracy: %.4f\n", accuracy(model, xte, yte, dev));
+    if (rank == 0) {
+        double acc = accuracy(model, xte, yte, dev);
+        printf("Test accuracy: %.4f\n", acc);
+        progress_record(&prog, first + epochs, "accuracy", acc);
+    }
+    progress_free(&prog);
     if (save && rank == 0) {
-        char ep[32];
-        snprintf(ep, sizeof ep, "%d", first + epochs);
-        phx_meta meta[] = {{"epoch", ep}, {"model", "mlp-784-512-256-10"}};
-        check(phx_checkpoint_save(save, net, opt, scaler, meta, 2), "--save");
+        save_epoch(save, net, opt, scaler, first + epochs);
         printf("saved %s\n", save);
     }
     phx_tensor_free(xdev);

@@ -8,4 +8,5 @@ phalanxinc_HEADERS += \
 	include/phalanx/metrics.h
 phalanxplugin_HEADERS += \
 	include/phalanx/plugin/comm_v1.h include/phalanx/plugin/precision_v1.h \
-	include/phalanx/plugin/device_v1.h
+	include/phalanx/plugin/device_v1.h include/phalanx/plugin/kernels_v1.def \
+	include/phalanx/plugin/kit.h

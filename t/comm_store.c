@@ -200,11 +200,13 @@ static int closed_by_server(int fd)
 
 static void put32(uint8_t *p, uint32_t x) { p[0] = (uint8_t)x; p[1] = (uint8_t)(x >> 8); p[2] = (uint8_t)(x >> 16); p[3] = (uint8_t)(x >> 24); }
 
+/* HELLO (protocol version 2, a zero nonce) on a server without a token. */
 static void hello(int fd)
 {
-    uint8_t h[16], r[12];
-    put32(h, 8); put32(h + 4, 1);               /* HELLO */
-    put32(h + 8, 0x53584850u); put32(h + 12, 1);
+    uint8_t h[48], r[48];
+    memset(h, 0, sizeof h);
+    put32(h, 40); put32(h + 4, 1);
+    put32(h + 8, 0x53584850u); put32(h + 12, 2);
     send(fd, h, sizeof h, 0);
     recv(fd, r, sizeof r, MSG_WAITALL);
 }

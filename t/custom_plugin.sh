@@ -13,7 +13,7 @@ ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok 
 diag() { sed 's/^/# /' "$@"; }
 
 command -v pkg-config >/dev/null 2>&1 || { echo "1..0 # SKIP pkg-config not found"; exit 0; }
-echo "1..13"
+echo "1..14"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/phx-custom-XXXXXX") || { echo "Bail out! mktemp"; exit 1; }
 trap 'rm -rf "$tmp"' EXIT INT TERM
 root=$tmp/root
@@ -40,7 +40,7 @@ ok $? "pkg-config --cflags --libs phalanx point into the installed tree ($cflags
 
 # 2. Build the plugin from a copy of the example (srcdir may be read-only).
 cp -R "$top_srcdir/examples/custom-plugin" "$tmp/solo" && chmod -R u+w "$tmp/solo"
-MAKEFLAGS= MFLAGS= make -C "$tmp/solo" CC="${CC:-cc}" CFLAGS="-O2 -Werror" phx-comm-solo.so check-solo \
+MAKEFLAGS= MFLAGS= make -C "$tmp/solo" CC="${CC:-cc}" CFLAGS="-O2 -Werror $PHX_SAN_FLAGS" phx-comm-solo.so check-solo \
     >"$tmp/build.log" 2>&1
 st=$?
 ok $st "the example's Makefile builds phx-comm-solo.so and check-solo"
@@ -60,13 +60,17 @@ export LD_LIBRARY_PATH
 PHX_PLUGIN_PATH=$tmp/solo "$info" >"$tmp/info.txt" 2>&1
 ok $? "phx-info exits 0"
 diag "$tmp/info.txt"
-grep -q "^comm  *solo  *1\.0  *1\.0  *$tmp/solo/phx-comm-solo\.so  *ok (priority 0)\$" "$tmp/info.txt"
-ok $? "phx-info: comm solo 1.0, ABI 1.0, its path, ok (priority 0)"
+grep -q "^comm  *solo  *1\.0  *1\.1  *$tmp/solo/phx-comm-solo\.so  *ok (priority 0)\$" "$tmp/info.txt"
+ok $? "phx-info: comm solo 1.0, ABI 1.1, its path, ok (priority 0)"
 sed -n '/search path/{n;p;}' "$tmp/info.txt" | grep -q "^  $tmp/solo\$"
 ok $? "phx-info: PHX_PLUGIN_PATH is searched first"
 grep -q "^  $libdir/phalanx\$" "$tmp/info.txt"
 ok $? "phx-info: the phalanx/ folder beside the installed libphalanx.so is searched"
-PHX_PLUGIN_PATH=$tmp/solo "$info" --parsable | grep -q "^plugin	comm	solo	1\.0	1\.0	$tmp/solo/phx-comm-solo\.so	ok	0\$"
+# A relative LD_LIBRARY_PATH entry: dladdr names the library relatively.
+(cd "$libdir/.." && LD_LIBRARY_PATH=$(basename "$libdir") "$info") >"$tmp/rel.txt" 2>&1
+grep -q "^  $libdir/phalanx\$" "$tmp/rel.txt"
+ok $? "... also when LD_LIBRARY_PATH names it relatively"
+PHX_PLUGIN_PATH=$tmp/solo "$info" --parsable | grep -q "^plugin	comm	solo	1\.0	1\.1	$tmp/solo/phx-comm-solo\.so	ok	0\$"
 ok $? "phx-info --parsable: the same line, tab-separated"
 
 # 4. Select it by name: phx_comm_init + every collective.

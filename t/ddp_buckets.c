@@ -190,12 +190,12 @@ static void perm_free(phx_module *self)
 }
 
 static const phx_module_vtable perm_vt = {
-    /* .type_name = */ "Perm",
-    /* .forward   = */ perm_forward,
-    /* .backward  = */ perm_backward,
-    /* .free      = */ perm_free,
-    /* .set_train = */ NULL,
-    /* .clone     = */ NULL,
+    .type_name = "Perm",
+    .forward = perm_forward,
+    .backward = perm_backward,
+    .free = perm_free,
+    .set_train = NULL,
+    .clone = NULL,
 };
 
 static phx_module *perm_new(const int64_t *numels, size_t n, const size_t *order)

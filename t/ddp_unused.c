@@ -72,12 +72,12 @@ static void gate_free(phx_module *self)
 }
 
 static const phx_module_vtable gate_vt = {
-    /* .type_name = */ "Gate",
-    /* .forward   = */ gate_forward,
-    /* .backward  = */ gate_backward,
-    /* .free      = */ gate_free,
-    /* .set_train = */ NULL,
-    /* .clone     = */ NULL,
+    .type_name = "Gate",
+    .forward = gate_forward,
+    .backward = gate_backward,
+    .free = gate_free,
+    .set_train = NULL,
+    .clone = NULL,
 };
 
 /* Sequential(Linear(4, 4), Gate): "0.weight", "0.bias", "1.w" and, with

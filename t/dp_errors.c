@@ -78,7 +78,9 @@ static phx_status id_backward(phx_module *self, const phx_tensor *dy, phx_tensor
     return PHX_OK;
 }
 static void id_free(phx_module *self) { (void)self; }
-static const phx_module_vtable no_clone_vt = {"NoClone", id_forward, id_backward, id_free, NULL, NULL};
+static const phx_module_vtable no_clone_vt = {
+    .type_name = "NoClone", .forward = id_forward, .backward = id_backward, .free = id_free,
+};
 
 static void check_construction(phx_module *m, const snap *s)
 {

@@ -1,7 +1,8 @@
-/* The "minor too old" loader error. Plugins of ABI 1.0 cannot be older
- * than a 1.0 loader, so this test builds its own copy of the loader
- * (core/plugin/plugin.c, core/plugin/plugin-find.c) with PX_PLUGIN_MINOR_REQUIRED=1,
- * as a Phalanx whose vtables grew a slot in ABI 1.1 would be. */
+/* The "minor too old" loader error. This Phalanx loads every minor from
+ * 0 on, so this test builds its own copy of the loader
+ * (core/plugin/plugin.c, core/plugin/plugin-find.c) with
+ * PX_PLUGIN_MINOR_OLDEST=2, as a Phalanx that dropped minors 0 and 1
+ * would be. The test plugins are built with this tree's minor (1). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,16 +26,17 @@ int main(void)
     plan(9);
     setenv("PHX_PLUGIN_PATH", L, 1);
 
-    is_int(phx_plugin_load(PHX_PLUGIN_COMM, "alpha", &ctx, &d), PHX_EABI, "ABI 1.0 plugin, loader needs 1.1: PHX_EABI");
+    is_int(phx_plugin_load(PHX_PLUGIN_COMM, "alpha", &ctx, &d), PHX_EABI, "ABI 1.1 plugin, loader needs 1.2: PHX_EABI");
     ok(d == NULL, "*out unchanged");
     like(phx_last_error(), path, "the message names the file");
-    like(phx_last_error(), "plugin ABI 1.0 is too old: this Phalanx needs ABI 1.1 or newer", "and the versions");
+    like(phx_last_error(), "plugin ABI 1.1 is too old: this Phalanx (plugin ABI 1.1) needs ABI 1.2 or newer",
+         "and the versions");
     ok(getenv("FAKE_PROBED_alpha") == NULL, "no plugin code ran (probe never called)");
 
     is_int(phx_plugin_load(PHX_PLUGIN_COMM, "future", &ctx, &d), PHX_OK, "ABI 1.7 plugin: accepted");
     ok(d && d->abi_minor == 7 && strcmp(d->name, "future") == 0, "it is future, minor 7");
     d = NULL;
     is_int(phx_plugin_load(PHX_PLUGIN_COMM, NULL, &ctx, &d), PHX_OK, "unset: the best acceptable plugin");
-    is_str(d ? d->name : NULL, "future", "only future is new enough (beta, priority 20, is 1.0)");
+    is_str(d ? d->name : NULL, "future", "only future is new enough (beta, priority 20, is 1.1)");
     return done_testing();
 }

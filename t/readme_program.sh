@@ -11,7 +11,8 @@ awk '/^## A complete program/ { on = 1 } on && /^```c$/ { take = 1; next } take 
     "$src/README.md" >"$d/train.c"
 n=$(wc -l <"$d/train.c")
 [ "$n" -gt 40 ] && echo "ok 1 - the program extracted from README.md ($n lines)" || echo "not ok 1 - extracted $n lines"
-if ${CC:-cc} -Wall -Wextra -Werror -I"$src/include" "$d/train.c" -L"$b/.libs" -lphalanx -Wl,-rpath,"$b/.libs" \
+# PHX_SAN_FLAGS: a sanitizer build's flags (make check sets them).
+if ${CC:-cc} $PHX_SAN_FLAGS -Wall -Wextra -Werror -I"$src/include" "$d/train.c" -L"$b/.libs" -lphalanx -Wl,-rpath,"$b/.libs" \
     -o "$d/train" 2>"$d/cc.log"; then
     echo "ok 2 - it compiles warning-free"
 else

@@ -2,9 +2,13 @@
  * was written from torch's DataParallel state_dict ("module." keys) by
  * bench/torch/ckpt_interop.py (by hand, and through the safetensors
  * package as torch_ckpt_pkg.safetensors): both load, and the model then
- * computes torch's output for the stored input. (2) A checkpoint Phalanx writes
- * (with optimizer state) loads into torch with load_state_dict(strict)
- * through the same script -- skipped when $TORCH_PYTHON lacks torch. */
+ * computes torch's output for the stored input; the same state_dict saved
+ * in float16, bfloat16 and float64 converts into the f32 model as torch's
+ * load_state_dict does (output equal to torch's after its own conversion).
+ * (2) A checkpoint Phalanx writes (with optimizer state) loads into torch
+ * with load_state_dict(strict) through the same script once "optim.*" keys
+ * are dropped; a model-only export loads without dropping anything --
+ * skipped when $TORCH_PYTHON lacks torch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +32,7 @@ int main(void)
     char ck[1024], io[1024];
     snprintf(ck, sizeof ck, "%s/t/data/torch_ckpt.safetensors", src);
     snprintf(io, sizeof io, "%s/t/data/torch_ckpt_io.safetensors", src);
-    plan(11);
+    plan(19);
     phx_module *m = model();
     ok(phx_checkpoint_load(ck, m, NULL, NULL) == PHX_OK, "torch-written checkpoint with module. keys loads (%s)",
        phx_last_error());
@@ -63,12 +67,35 @@ int main(void)
     ok(y2 && e < 1e-6, "its output equals torch's (max abs diff %.2e)", e);
     phx_module_free(m2);
 
+    /* F16, BF16 and F64 files convert into f32 parameters. */
+    static const char *const convs[] = {"f16", "bf16", "f64"};
+    for (int c = 0; c < 3; c++) {
+        char cpath[1024], yname[16];
+        snprintf(cpath, sizeof cpath, "%s/t/data/torch_ckpt_%s.safetensors", src, convs[c]);
+        snprintf(yname, sizeof yname, "y_%s", convs[c]);
+        const phx_tensor *want = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(names[i], yname))
+                want = ts[i];
+        phx_module *mc = model();
+        phx_tensor *yc = NULL;
+        ok(phx_checkpoint_load(cpath, mc, NULL, NULL) == PHX_OK, "a %s state_dict loads into the f32 model (%s)",
+           convs[c], phx_last_error());
+        e = want ? 0 : INFINITY;
+        if (want && x && phx_module_forward(mc, x, &yc) == PHX_OK)
+            for (int64_t i = 0; i < phx_tensor_numel(yc); i++)
+                e = fmax(e, fabs(((float *)phx_tensor_data(yc))[i] - ((const float *)phx_tensor_data(want))[i]));
+        ok(yc && e < 1e-6, "its output equals torch's after load_state_dict of the %s file (max abs diff %.2e)",
+           convs[c], e);
+        phx_module_free(mc);
+    }
+
     /* Phalanx -> torch */
     const char *py = getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
     char cmd[3072];
     snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
     if (system(cmd) != 0) {
-        skip(6, "python3-torch is not installed");
+        skip(8, "python3-torch is not installed");
         phx_module_free(m);
         phx_safetensors_free(names, ts, n);
         return done_testing();
@@ -112,6 +139,13 @@ int main(void)
     ok(vals == 15 && worst < 1e-6, "torch's output equals Phalanx's (max abs diff %.2e)", worst);
     ok(steps_ok, "torch sees metadata optim.steps = 3");
     ok(wb, "torch sees the user metadata");
+    /* torch refuses the full checkpoint with strict keys (optim.* extra)
+     * and takes the model-only export as it is. */
+    snprintf(cmd, sizeof cmd, "'%s' '%s/bench/torch/ckpt_interop.py' read-strict '%s' '%s' >/dev/null 2>&1", py, src,
+             path, io);
+    ok(system(cmd) != 0, "the full checkpoint fails torch's strict load without dropping optim.* keys");
+    ok(phx_checkpoint_save_model(path, m) == PHX_OK && system(cmd) == 0,
+       "the model-only export loads in torch with strict=True as written");
     unlink(path);
     phx_loss_free(l);
     phx_optimizer_free(opt);

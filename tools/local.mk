@@ -56,7 +56,7 @@ t_plugins_loader_phx_comm_func_la_SOURCES = t/plugins/fake.c
 t_plugins_loader_phx_comm_func_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=func -DFAKE_FUNCTION_DESC
 t_plugins_loader_phx_comm_func_la_LDFLAGS = $(fake_plugin_ldflags)
 t_plugins_loader_phx_comm_badmajor_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_badmajor_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badmajor -DFAKE_MAJOR=2 -DFAKE_PRIORITY=99
+t_plugins_loader_phx_comm_badmajor_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badmajor -DFAKE_MAJOR=2 -DFAKE_MINOR=0 -DFAKE_PRIORITY=99
 t_plugins_loader_phx_comm_badmajor_la_LDFLAGS = $(fake_plugin_ldflags)
 t_plugins_loader_phx_comm_small_la_SOURCES = t/plugins/fake.c
 t_plugins_loader_phx_comm_small_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=small -DFAKE_SIZE=24 -DFAKE_PRIORITY=99
@@ -84,13 +84,13 @@ t_plugins_loader_phx_comm_borrow_la_LIBADD = t/plugins/loader/libfakedesc.la
 t_plugins_loader_phx_comm_borrow_la_LDFLAGS = $(fake_plugin_ldflags) -Wl,-rpath,'$$ORIGIN'
 
 # ---- the loader's tests (t/plugin_minor builds its own loader, requiring
-# plugin ABI minor 1, for the "minor too old" error).
+# plugin ABI minor 2 or newer, for the "minor too old" error).
 check_PROGRAMS += t/plugin_loader t/plugin_minor
 TESTS += t/plugin_loader t/plugin_minor
 t_plugin_loader_SOURCES = t/plugin_loader.c
 t_plugin_loader_LDADD = libphalanx.la
 t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c
-t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_REQUIRED=1
+t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_OLDEST=2
 t_plugin_minor_LDADD = libphalanx.la
 
 # ---- the out-of-tree plugin: installs into a scratch root, builds
@@ -100,11 +100,52 @@ TESTS += t/custom_plugin.sh
 EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-plugin/check-solo.c \
 	examples/custom-plugin/Makefile examples/custom-plugin/README.md
 
-# ---- phxrun (comm area, issue 4): the launcher, like torchrun.
+# ---- phxrun: the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
-tools_phxrun_SOURCES = tools/phxrun.c core/world/free-port.h
+tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h core/world/free-port.h
 
 # ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
 dist_bin_SCRIPTS += tools/phx-plot
-TESTS += t/tools_plot.sh
-EXTRA_DIST += t/tools_plot.sh
+TESTS += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh
+EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh
+
+# ---- t/plugin_abi: plugins built against the frozen ABI 1.0 headers
+# (t/abi-1.0, searched before include/) load and work under this core;
+# 1.1 plugins with an optional slot NULL, a required slot NULL, major 2.
+abi10_cppflags = -I$(top_srcdir)/t/abi-1.0 $(AM_CPPFLAGS)
+EXTRA_DIST += t/abi-1.0 t/plugins/abi-comm.c t/plugins/abi-device.c
+check_LTLIBRARIES += \
+	t/plugins/abi/phx-comm-abi10.la \
+	t/plugins/abi/phx-comm-nobarrier.la \
+	t/plugins/abi/phx-comm-nobcast.la \
+	t/plugins/abi/phx-comm-major2.la \
+	t/plugins/abidev/phx-device-cuda.la
+t_plugins_abi_phx_comm_abi10_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_abi10_la_CPPFLAGS = $(abi10_cppflags) -DABI_NAME=abi10
+t_plugins_abi_phx_comm_abi10_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abi_phx_comm_nobarrier_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_nobarrier_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=nobarrier -DABI_NO_BARRIER
+t_plugins_abi_phx_comm_nobarrier_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abi_phx_comm_nobcast_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_nobcast_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=nobcast -DABI_NO_BROADCAST
+t_plugins_abi_phx_comm_nobcast_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abi_phx_comm_major2_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_major2_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=major2 -DABI_MAJOR=2
+t_plugins_abi_phx_comm_major2_la_LDFLAGS = $(fake_plugin_ldflags)
+t_plugins_abidev_phx_device_cuda_la_SOURCES = t/plugins/abi-device.c
+t_plugins_abidev_phx_device_cuda_la_CPPFLAGS = $(abi10_cppflags)
+t_plugins_abidev_phx_device_cuda_la_LDFLAGS = $(fake_plugin_ldflags)
+check_PROGRAMS += t/plugin_abi
+TESTS += t/plugin_abi
+t_plugin_abi_SOURCES = t/plugin_abi.c core/plugin/plugin-abi.c core/plugin/plugin-abi.h
+t_plugin_abi_LDADD = libphalanx.la -ldl
+# t/plugin_kit: the kit's reductions and abort key, and its queue through
+# a comm plugin built on it.
+check_LTLIBRARIES += t/plugins/abi/phx-comm-kit.la
+t_plugins_abi_phx_comm_kit_la_SOURCES = t/plugins/abi-comm.c
+t_plugins_abi_phx_comm_kit_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=kit -DABI_KIT
+t_plugins_abi_phx_comm_kit_la_LDFLAGS = $(fake_plugin_ldflags)
+check_PROGRAMS += t/plugin_kit
+TESTS += t/plugin_kit
+t_plugin_kit_SOURCES = t/plugin_kit.c
+t_plugin_kit_LDADD = libphalanx.la -lm

@@ -10,8 +10,14 @@
  * rank. When a rank exits non-zero or dies by a signal, the other ranks
  * get SIGTERM, then SIGKILL after the grace period (5 s); phxrun names the
  * rank and its status and exits with that status (128 + signal for a
- * signal). See doc/comm.md. */
+ * signal). See doc/comm.md.
+ *
+ * The job's store accepts only ranks that know its token: phxrun makes a
+ * random PHX_STORE_TOKEN for its ranks when the environment has none (one
+ * node), and passes the user's on (several nodes: the same on each). See
+ * doc/store.md. */
 #include "config.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -22,27 +28,37 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/world/free-port.h"
+#include "tools/phxrun-logs.h"
 
 typedef struct opts {
-    int nproc, nnodes, node_rank, port, standalone;
+    int nproc, nnodes, node_rank, port, standalone, tee, max_restarts;
     double grace;
-    const char *addr;
+    const char *addr, *log_dir;
     char **argv;        /* prog and its arguments */
 } opts;
 
 static void usage(FILE *f)
 {
-    fputs("usage: phxrun --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P\n"
-          "              | --standalone] [--grace SECONDS] prog [args...]\n"
+    fputs("usage: phxrun --nproc-per-node N|auto|cpu|gpu [--nnodes M --node-rank K\n"
+          "              --master-addr A --master-port P | --rdzv-endpoint A:P | --standalone]\n"
+          "              [--log-dir DIR [--tee]] [--max-restarts R] [--grace SECONDS] prog [args...]\n"
           "Starts N ranks of prog on this node with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
-          "GROUP_RANK, MASTER_ADDR and MASTER_PORT set (RANK = node_rank * N + local rank).\n"
-          "  --standalone   one node, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT\n"
-          "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
+          "GROUP_RANK, MASTER_ADDR, MASTER_PORT and PHX_RESTART_COUNT set (RANK = node_rank * N + local\n"
+          "rank). N: a number, gpu (the GPUs this node shows), cpu (its cores), auto (gpu if any, else cpu).\n"
+          "  --standalone       one node, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT\n"
+          "  --rdzv-endpoint    HOST:PORT, the same as --master-addr HOST --master-port PORT\n"
+          "  --log-dir DIR      each rank's stdout and stderr in DIR/attempt_K/RANK/{stdout,stderr}.log\n"
+          "  --tee              also (or, without --log-dir, only) to the terminal, lines prefixed [rankR]:\n"
+          "  --max-restarts R   when a rank fails, stop the ranks and start them again, up to R times\n"
+          "  --grace S          seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
+          "PHX_STORE_TOKEN: the job's store token; unset, phxrun makes a random one (one node) or\n"
+          "warns (several nodes: export the same token on each).\n"
           "Defaults: --nnodes 1, --node-rank 0, MASTER_ADDR/MASTER_PORT from the environment,\n"
           "else 127.0.0.1:29500.\n", f);
 }
@@ -72,6 +88,87 @@ static int parse_int(const char *name, const char *v, long lo, long hi, int *out
     return 0;
 }
 
+static int cores(void);
+
+/* The GPUs this node shows: CUDA_VISIBLE_DEVICES' entries when set (as
+ * CUDA counts them: up to the first that is not a number), else the
+ * /dev/nvidiaN device files. No CUDA library is loaded. */
+static int gpu_count(void)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0;
+    if (v) {
+        for (const char *p = v; *p;) {
+            char *end;
+            strtol(p, &end, 10);
+            if (end == p) break;
+            n++;
+            p = *end == ',' ? end + 1 : end;
+            if (*end != ',') break;
+        }
+        return n;
+    }
+    DIR *d = opendir("/dev");
+    if (!d) return 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *s = e->d_name;
+        if (strncmp(s, "nvidia", 6) || !s[6]) continue;
+        s += 6;
+        while (*s >= '0' && *s <= '9') s++;
+        n += *s == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* --nproc-per-node: a number, or torchrun's gpu, cpu and auto. */
+static int parse_nproc(const char *v, int *out)
+{
+    if (!strcmp(v, "cpu") || !strcmp(v, "auto")) {
+        int g = strcmp(v, "auto") ? 0 : gpu_count();
+        *out = g > 0 ? g : cores();
+        return 0;
+    }
+    if (!strcmp(v, "gpu")) {
+        if ((*out = gpu_count()) > 0) return 0;
+        fprintf(stderr, "phxrun: --nproc-per-node gpu: this node shows no GPU (no /dev/nvidiaN, or "
+                "CUDA_VISIBLE_DEVICES empty); use a number, cpu or auto\n");
+        return -1;
+    }
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < 1 || x > 4096) {
+        fprintf(stderr, "phxrun: --nproc-per-node '%s': expected 1..4096, gpu, cpu or auto\n", v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* --rdzv-endpoint HOST:PORT (or [v6addr]:PORT); the port is 29400 when
+ * left out, as torchrun's. */
+static int parse_endpoint(const char *v, opts *o)
+{
+    static char host[256];
+    const char *given = v;
+    const char *colon = v[0] == '[' ? strstr(v, "]:") : strrchr(v, ':');
+    size_t hl = colon ? (size_t)(colon - v) : strlen(v);
+    if (v[0] == '[') {
+        v++;
+        hl = colon ? hl - 1 : 0;
+        if (colon) colon++;
+    }
+    if (hl == 0 || hl >= sizeof host) {
+        fprintf(stderr, "phxrun: --rdzv-endpoint '%s': expected HOST:PORT\n", given);
+        return -1;
+    }
+    memcpy(host, v, hl);
+    host[hl] = 0;
+    o->addr = host;
+    o->port = 29400;
+    return colon ? parse_int("--rdzv-endpoint's port", colon + 1, 1, 65535, &o->port) : 0;
+}
+
 /* Options as torchrun spells them (dashes or underscores, "--x v" or "--x=v"). */
 static int parse(int argc, char **argv, opts *o)
 {
@@ -90,16 +187,20 @@ static int parse(int argc, char **argv, opts *o)
         if (eq) { *eq = 0; val = argv[i] + 2 + (eq - name) + 1; }
         if (!strcmp(name, "help")) { usage(stdout); exit(0); }
         if (!strcmp(name, "standalone")) { o->standalone = 1; continue; }
+        if (!strcmp(name, "tee")) { o->tee = 1; continue; }
         if (!val) {
             if (i + 1 >= argc) return die("option --%s needs a value", name);
             val = argv[++i];
         }
         int rc = 0;
-        if (!strcmp(name, "nproc-per-node")) rc = parse_int("--nproc-per-node", val, 1, 4096, &o->nproc);
+        if (!strcmp(name, "nproc-per-node")) rc = parse_nproc(val, &o->nproc);
         else if (!strcmp(name, "nnodes")) rc = parse_int("--nnodes", val, 1, 1 << 20, &o->nnodes);
         else if (!strcmp(name, "node-rank")) rc = parse_int("--node-rank", val, 0, 1 << 20, &o->node_rank);
         else if (!strcmp(name, "master-port")) rc = parse_int("--master-port", val, 1, 65535, &o->port);
         else if (!strcmp(name, "master-addr")) o->addr = val;
+        else if (!strcmp(name, "rdzv-endpoint")) rc = parse_endpoint(val, o);
+        else if (!strcmp(name, "log-dir")) o->log_dir = val;
+        else if (!strcmp(name, "max-restarts")) rc = parse_int("--max-restarts", val, 0, 1000000, &o->max_restarts);
         else if (!strcmp(name, "grace")) {
             char *end;
             o->grace = strtod(val, &end);
@@ -115,7 +216,7 @@ static int parse(int argc, char **argv, opts *o)
     if (o->node_rank >= o->nnodes) return die("--node-rank %d must be below --nnodes %d", o->node_rank, o->nnodes);
     if (o->standalone && (o->nnodes != 1 || o->addr || o->port > 0))
         return die("--standalone is one node on 127.0.0.1 with a free port: it excludes --nnodes > 1, "
-                   "--master-addr and --master-port");
+                   "--master-addr, --master-port and --rdzv-endpoint");
     if ((long)o->nnodes * o->nproc > 1 << 24) return die("world too large");
     o->argv = argv + i;
     return 0;
@@ -144,7 +245,8 @@ static void setenv_int(const char *name, int v)
 }
 
 /* In the child: become rank `local`, then exec. */
-static void start_rank(const opts *o, int local, const char *addr, int port, const sigset_t *orig, pid_t parent)
+static void start_rank(const opts *o, int local, const char *addr, int port, int attempt, const rank_out *out,
+                       const sigset_t *orig, pid_t parent)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -154,6 +256,8 @@ static void start_rank(const opts *o, int local, const char *addr, int port, con
     sigprocmask(SIG_SETMASK, orig, NULL);
     int nul = open("/dev/null", O_RDONLY);
     if (nul >= 0) { dup2(nul, 0); if (nul > 0) close(nul); }
+    rank_out_apply(out);
+    setenv_int("PHX_RESTART_COUNT", attempt);
     setenv_int("RANK", o->node_rank * o->nproc + local);
     setenv_int("WORLD_SIZE", o->nnodes * o->nproc);
     setenv_int("LOCAL_RANK", local);
@@ -180,6 +284,151 @@ static void describe(char *buf, size_t len, int rank, pid_t pid, int status)
                  strsignal(WTERMSIG(status)));
 }
 
+/* A random job token (64 hex digits) in PHX_STORE_TOKEN, unless set. */
+static int job_token(const opts *o)
+{
+    const char *t = getenv("PHX_STORE_TOKEN");
+    if (t && *t) return 0;
+    if (o->nnodes > 1) {
+        fprintf(stderr, "phxrun: warning: --nnodes %d without PHX_STORE_TOKEN: the job's store accepts any "
+                "client that reaches it; export the same PHX_STORE_TOKEN on every node (for example "
+                "PHX_STORE_TOKEN=$(openssl rand -hex 32))\n", o->nnodes);
+        return 0;
+    }
+    unsigned char r[32];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return die("cannot make a job token: getrandom: %s", strerror(errno));
+        got += (size_t)n;
+    }
+    char hex[2 * sizeof r + 1];
+    for (size_t i = 0; i < sizeof r; i++) snprintf(hex + 2 * i, 3, "%02x", r[i]);
+    setenv("PHX_STORE_TOKEN", hex, 1);
+    return 0;
+}
+
+/* Stops every rank still running: the signal now, SIGKILL after the grace. */
+static void stop_all(const opts *o, const pid_t *pids, int sig, double *kill_at)
+{
+    for (int l = 0; l < o->nproc; l++) if (pids[l] > 0) kill(-pids[l], sig);
+    if (*kill_at < 0) *kill_at = now() + o->grace;
+}
+
+/* Waits (up to the grace period) for the tee processes to copy the last
+ * lines; those still running then are killed. */
+static void wait_tees(const opts *o, rank_out *out)
+{
+    double until = now() + o->grace;
+    for (int l = 0; l < o->nproc; l++) {
+        while (out[l].tee > 0) {
+            pid_t w = waitpid(out[l].tee, NULL, WNOHANG);
+            if (w == out[l].tee || (w < 0 && errno == ECHILD)) break;
+            if (now() >= until) { kill(out[l].tee, SIGKILL); waitpid(out[l].tee, NULL, 0); break; }
+            usleep(10000);
+        }
+        out[l].tee = 0;
+    }
+}
+
+/* One attempt: starts the ranks and waits for all of them. Returns the
+ * job's exit status; *by_signal is set when phxrun itself was signalled
+ * (no restart then). */
+static int run_group(const opts *o, const char *addr, int port, int attempt, sigset_t *set, const sigset_t *orig,
+                     int *by_signal)
+{
+    pid_t *pids = calloc((size_t)o->nproc, sizeof *pids), self = getpid();
+    int *done = calloc((size_t)o->nproc, sizeof *done);
+    rank_out *out = calloc((size_t)o->nproc, sizeof *out);
+    if (!pids || !done || !out) {
+        free(pids);
+        free(done);
+        free(out);
+        return die("out of memory");
+    }
+    fflush(NULL);
+    int live = 0, exit_code = 0;
+    char first[256] = "";
+    double kill_at = -1;
+    for (int l = 0; l < o->nproc; l++) {
+        int rank = o->node_rank * o->nproc + l;
+        if (rank_out_open(&out[l], o->log_dir, attempt, rank, o->tee)) {
+            snprintf(first, sizeof first, "cannot start rank %d: its output cannot be set up", rank);
+            exit_code = 1;
+            break;
+        }
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) start_rank(o, l, addr, port, attempt, &out[l], orig, self);
+        rank_out_close(&out[l]);
+        if (pid < 0) {
+            snprintf(first, sizeof first, "cannot start rank %d: %s", rank, strerror(errno));
+            exit_code = 1;
+            break;
+        }
+        setpgid(pid, pid);   /* also done in the child: whichever runs first */
+        pids[l] = pid;
+        live++;
+    }
+    if (exit_code) {
+        fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
+        stop_all(o, pids, SIGTERM, &kill_at);
+    }
+    while (live > 0) {
+        siginfo_t si;
+        struct timespec tick = {0, 200 * 1000 * 1000};
+        int sig = sigtimedwait(set, &si, &tick);
+        if (sig > 0 && sig != SIGCHLD) {
+            /* forward, and stop everything after the grace period */
+            for (int l = 0; l < o->nproc; l++) if (pids[l] > 0 && !done[l]) kill(-pids[l], sig);
+            *by_signal = 1;
+            if (!exit_code) {
+                exit_code = 128 + sig;
+                snprintf(first, sizeof first, "received signal %d (%s)", sig, strsignal(sig));
+            }
+            if (kill_at < 0) kill_at = now() + o->grace;
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            int l = 0;
+            while (l < o->nproc && pids[l] != pid) l++;
+            if (l == o->nproc) {
+                for (int q = 0; q < o->nproc; q++) if (out[q].tee == pid) out[q].tee = 0;
+                continue;
+            }
+            done[l] = 1;
+            live--;
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+            if (exit_code) continue;   /* already stopping: report the first only */
+            describe(first, sizeof first, o->node_rank * o->nproc + l, pid, status);
+            exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
+            stop_all(o, pids, SIGTERM, &kill_at);
+        }
+        if (kill_at >= 0 && now() >= kill_at) {
+            for (int q = 0; q < o->nproc; q++) {
+                if (pids[q] <= 0 || done[q]) continue;
+                fprintf(stderr, "phxrun: rank %d (pid %d) still running after %.3g s; sending SIGKILL\n",
+                        o->node_rank * o->nproc + q, (int)pids[q], o->grace);
+                kill(-pids[q], SIGKILL);
+            }
+            kill_at = -1;
+        }
+    }
+    /* A failed attempt leaves nothing: whatever the ranks started goes too. */
+    if (exit_code)
+        for (int l = 0; l < o->nproc; l++) if (pids[l] > 0) kill(-pids[l], SIGKILL);
+    wait_tees(o, out);
+    if (exit_code && first[0] && strncmp(first, "cannot", 6))
+        fprintf(stderr, "phxrun: failed: %s (exit status %d)\n", first, exit_code);
+    free(pids);
+    free(done);
+    free(out);
+    return exit_code;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -194,6 +443,7 @@ int main(int argc, char **argv)
         if ((port = px_free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
     }
     if (!addr || !*addr) addr = "127.0.0.1";
+    if ((rc = job_token(&o))) return rc;
     if (port < 0) {
         const char *p = getenv("MASTER_PORT");
         if (p && parse_int("MASTER_PORT", p, 1, 65535, &port)) return 2;
@@ -208,75 +458,13 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGCHLD);
     sigprocmask(SIG_BLOCK, &set, &orig);
 
-    pid_t *pids = calloc((size_t)o.nproc, sizeof *pids), self = getpid();
-    int *done = calloc((size_t)o.nproc, sizeof *done);
-    if (!pids || !done) return die("out of memory");
-    fflush(NULL);
-    int live = 0, exit_code = 0;
-    char first[256] = "";
-    double kill_at = -1;
-    for (int l = 0; l < o.nproc; l++) {
-        pid_t pid = fork();
-        if (pid == 0) start_rank(&o, l, addr, port, &orig, self);
-        if (pid < 0) {
-            snprintf(first, sizeof first, "cannot start rank %d: %s", o.node_rank * o.nproc + l, strerror(errno));
-            exit_code = 1;
-            break;
-        }
-        setpgid(pid, pid);   /* also done in the child: whichever runs first */
-        pids[l] = pid;
-        live++;
+    for (int attempt = 0;; attempt++) {
+        int by_signal = 0;
+        rc = run_group(&o, addr, port, attempt, &set, &orig, &by_signal);
+        if (rc == 0 || by_signal || attempt >= o.max_restarts) return rc;
+        fprintf(stderr, "phxrun: restarting the ranks (restart %d of at most %d, PHX_RESTART_COUNT=%d)\n",
+                attempt + 1, o.max_restarts, attempt + 1);
+        /* --standalone: the last attempt's port may still be held. */
+        if (o.standalone && (port = px_free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
     }
-    if (exit_code) {
-        fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
-        for (int l = 0; l < o.nproc; l++) if (pids[l] > 0) kill(-pids[l], SIGTERM);
-        kill_at = now() + o.grace;
-    }
-    while (live > 0) {
-        siginfo_t si;
-        struct timespec tick = {0, 200 * 1000 * 1000};
-        int sig = sigtimedwait(&set, &si, &tick);
-        if (sig > 0 && sig != SIGCHLD) {
-            /* forward, and stop everything after the grace period */
-            for (int l = 0; l < o.nproc; l++) if (pids[l] > 0 && !done[l]) kill(-pids[l], sig);
-            if (!exit_code) {
-                exit_code = 128 + sig;
-                snprintf(first, sizeof first, "received signal %d (%s)", sig, strsignal(sig));
-            }
-            if (kill_at < 0) kill_at = now() + o.grace;
-        }
-        int status;
-        pid_t pid;
-        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-            int l = 0;
-            while (l < o.nproc && pids[l] != pid) l++;
-            if (l == o.nproc) continue;
-            done[l] = 1;
-            live--;
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-            if (exit_code) continue;   /* already stopping: report the first only */
-            describe(first, sizeof first, o.node_rank * o.nproc + l, pid, status);
-            exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-            fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
-            for (int q = 0; q < o.nproc; q++) if (pids[q] > 0) kill(-pids[q], SIGTERM);
-            kill_at = now() + o.grace;
-        }
-        if (kill_at >= 0 && now() >= kill_at) {
-            for (int q = 0; q < o.nproc; q++) {
-                if (pids[q] <= 0 || done[q]) continue;
-                fprintf(stderr, "phxrun: rank %d (pid %d) still running after %.3g s; sending SIGKILL\n",
-                        o.node_rank * o.nproc + q, (int)pids[q], o.grace);
-                kill(-pids[q], SIGKILL);
-            }
-            kill_at = -1;
-        }
-    }
-    /* A failed job leaves nothing: whatever the ranks started goes too. */
-    if (exit_code)
-        for (int l = 0; l < o.nproc; l++) if (pids[l] > 0) kill(-pids[l], SIGKILL);
-    if (exit_code && first[0] && strncmp(first, "cannot", 6))
-        fprintf(stderr, "phxrun: failed: %s (exit status %d)\n", first, exit_code);
-    free(pids);
-    free(done);
-    return exit_code;
 }

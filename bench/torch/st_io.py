@@ -9,7 +9,7 @@ import struct
 import torch
 
 DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-          torch.int32: "I32", torch.int64: "I64"}
+          torch.float64: "F64", torch.int32: "I32", torch.int64: "I64"}
 BACK = {v: k for k, v in DTYPES.items()}
 
 

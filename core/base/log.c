@@ -46,6 +46,26 @@ void phx_log_set_level(phx_log_level level)
     atomic_store(&px_log_level, (int)level);
 }
 
+/* Before a communicator set the rank, a process started by a launcher
+ * already knows it: RANK (phxrun, torchrun), OMPI_COMM_WORLD_RANK
+ * (mpirun), PMI_RANK, SLURM_PROCID (srun). -1 when none is a number. */
+static int env_rank(void)
+{
+    static atomic_int cached = -2;
+    int r = atomic_load(&cached);
+    if (r != -2) return r;
+    static const char *const vars[] = { "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID" };
+    r = -1;
+    for (int i = 0; i < 4 && r < 0; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long x = v && *v >= '0' && *v <= '9' ? strtol(v, &end, 10) : -1;
+        if (x >= 0 && x < (1L << 30) && *end == 0) r = (int)x;
+    }
+    atomic_store(&cached, r);
+    return r;
+}
+
 /* Threads of one process can be different ranks (phx_spawn with threads):
  * a thread that set its rank prints it; other threads print the process's. */
 static _Thread_local int px_log_thread_rank = -2; /* -2: not set on this thread */
@@ -63,6 +83,7 @@ void phx_log(phx_log_level level, const char *fmt, ...)
     if (level > PHX_LOG_DEBUG) level = PHX_LOG_DEBUG;
     char line[2048];
     int rank = px_log_thread_rank != -2 ? px_log_thread_rank : atomic_load(&px_log_rank);
+    if (rank < 0 && px_log_thread_rank == -2) rank = env_rank();
     int n = rank >= 0 ? snprintf(line, sizeof line, "[phx rank %d] %s: ", rank, px_level_names[level])
                       : snprintf(line, sizeof line, "[phx] %s: ", px_level_names[level]);
     va_list ap;

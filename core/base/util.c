@@ -61,7 +61,7 @@ int px_env_int(const char *name, int def)
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (errno || *end || x < 0 || x > 0x7fffffff) {
+    if (errno || *end || *v < '0' || *v > '9' || x < 0 || x > 0x7fffffff) {
         phx_error(PHX_EINVAL, "environment variable %s='%s': expected a non-negative integer", name, v);
         return -1;
     }
@@ -78,5 +78,16 @@ double px_env_timeout(void)
         phx_log(PHX_LOG_WARN, "PHX_TIMEOUT='%s' is not a positive number of seconds; using 600", v);
         return 600.0;
     }
+    if (t > PX_TIMEOUT_MAX) {
+        phx_log(PHX_LOG_WARN, "PHX_TIMEOUT='%s' exceeds the largest timeout, %.0f s (11.6 days); using that", v,
+                PX_TIMEOUT_MAX);
+        return PX_TIMEOUT_MAX;
+    }
     return t;
+}
+
+double px_timeout(double t)
+{
+    if (!(t > 0)) return px_env_timeout();   /* <= 0 and NaN */
+    return t > PX_TIMEOUT_MAX ? PX_TIMEOUT_MAX : t;
 }

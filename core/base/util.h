@@ -17,8 +17,16 @@ char *px_strdup(const char *s);
 
 /* Monotonic clock in seconds. */
 double px_now(void);
-/* PHX_TIMEOUT in seconds (default 600; invalid values warn and use 600). */
+/* The largest timeout in seconds (11.6 days): every timeout, from
+ * PHX_TIMEOUT or an API argument, is clamped to it, so converting it to
+ * milliseconds (int) or nanoseconds (long) never overflows. */
+#define PX_TIMEOUT_MAX 1e6
+/* PHX_TIMEOUT in seconds (default 600; invalid values warn and use 600;
+ * larger than PX_TIMEOUT_MAX warns and uses that). */
 double px_env_timeout(void);
+/* An API timeout: t > 0 clamped to PX_TIMEOUT_MAX; <= 0 (or NaN):
+ * PHX_TIMEOUT. */
+double px_timeout(double t);
 /* Parses a non-negative int from an env var; returns def when unset, -1
  * (with phx_error PHX_EINVAL naming the variable and value) when invalid. */
 int px_env_int(const char *name, int def);

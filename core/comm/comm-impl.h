@@ -7,6 +7,7 @@
 #include "phalanx/comm.h"
 #include "phalanx/plugin.h"
 #include "phalanx/plugin/comm_v1.h"
+#include "phalanx/plugin/kit.h"
 
 #define PX_WORK_MSG_MAX 512
 
@@ -29,7 +30,9 @@ struct phx_work {
 
 struct phx_comm {
     const phx_plugin_desc *desc;
-    const phx_comm_v1 *v;
+    phx_comm_v1 v;               /* the plugin's table as of its minor
+                                    (px_abi_adapt): a slot it lacks is NULL */
+    phx_tensor *barrier_buf;     /* one element on device: the default barrier */
     void *state;                 /* the plugin's */
     int rank, size, local_rank, local_size;
     phx_store *store;
@@ -74,8 +77,8 @@ typedef struct px_spawn_tls {
 /* The calling thread's spawn world (never NULL; .active 0 when none). */
 const px_spawn_tls *px_spawn_current(void);
 
-/* Key set in a spawned world's store when one of its threads failed;
- * backends waiting on peers give up when they see it. */
-#define PX_SPAWN_ABORT_KEY "phx/spawn/abort"
+/* A spawned world's failed thread sets PHX_KIT_ABORT_KEY
+ * (phalanx/plugin/kit.h) in its store; backends waiting on peers give up
+ * when they see it. */
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <time.h>
+#include "phalanx/log.h"
 #include "core/comm/comm-impl.h"
 #include "core/base/util.h"
 
@@ -68,6 +69,9 @@ void phx_work_complete(phx_work *w, phx_status st, const char *msg)
     if (st != PHX_OK)
         snprintf(w->msg, sizeof w->msg, "%s", msg && *msg ? msg : phx_status_name(st));
     w->done = 1;
+    if (phx_log_get_level() >= PHX_LOG_DEBUG)
+        phx_log(PHX_LOG_DEBUG, "comm %s rank %d: #%llu %s %s%s", w->comm->prefix, w->comm->rank,
+                (unsigned long long)w->seq, w->what, st == PHX_OK ? "done" : "failed: ", st == PHX_OK ? "" : w->msg);
     int orphan = w->orphan;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);

@@ -5,10 +5,12 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include "core/comm/comm-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/plugin/plugin-abi.h"
 #include "phalanx/log.h"
 
 static const char *const op_names[] = {"sum", "avg", "max", "min"};
@@ -81,6 +83,95 @@ static phx_status make_store(phx_comm *c, const phx_comm_opts *o, const phx_worl
     return PHX_OK;
 }
 
+/* A rank belongs to one process: the first to claim it (host:pid) owns it
+ * for the store's life, so a second process started with the same RANK
+ * (a repeated --node-rank, nodes with different --nproc-per-node) is named
+ * at once. */
+static phx_status claim_rank(phx_comm *c)
+{
+    char key[64], me[320], host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(me, sizeof me, "%s:%ld", host, (long)getpid());
+    snprintf(key, sizeof key, "phx/comm/rank%d/owner", c->rank);
+    void *now = NULL;
+    size_t nlen = 0;
+    phx_status st = phx_store_compare_set(c->store, key, NULL, 0, me, strlen(me), &now, &nlen);
+    if (st)
+        return st;
+    int same = nlen == strlen(me) && memcmp(now, me, nlen) == 0;
+    char other[320];
+    snprintf(other, sizeof other, "%.*s", (int)(nlen < sizeof other ? nlen : sizeof other - 1),
+             now ? (const char *)now : "");
+    free(now);
+    if (!same)
+        return phx_error(PHX_EINVAL, "phx_comm_init: rank %d is already taken by process %s (this is %s): RANK "
+                         "or --node-rank repeated, or nodes started with different --nproc-per-node", c->rank, other,
+                         me);
+    return PHX_OK;
+}
+
+/* Every rank announces itself under the communicator's prefix and waits
+ * for the others, so a rank that never came is named (not a backend's key),
+ * two processes claiming one rank are caught, and so is a WORLD_SIZE that
+ * differs from rank 0's (nodes started with different --nproc-per-node). */
+static phx_status join_world(phx_comm *c, const phx_world *w)
+{
+    char key[96], mine[24];
+    phx_status st;
+    snprintf(key, sizeof key, "%sjoin/%d", c->prefix, c->rank);
+    if ((st = phx_store_add(c->store, key, 1, NULL)))
+        return st;
+    snprintf(key, sizeof key, "%sworld", c->prefix);
+    snprintf(mine, sizeof mine, "%d", c->size);
+    if (c->rank == 0 && (st = phx_store_set(c->store, key, mine, strlen(mine))))
+        return st;
+    void *v = NULL;
+    size_t len = 0;
+    if ((st = phx_store_get(c->store, key, &v, &len, c->timeout_s)))
+        return phx_error(st, "phx_comm_init: rank %d: rank 0 did not join within %.3g s (is it running, at %s:%d?)",
+                         c->rank, c->timeout_s, w->master_addr, w->master_port);
+    int same = len == strlen(mine) && memcmp(v, mine, len) == 0;
+    char theirs[24];
+    snprintf(theirs, sizeof theirs, "%.*s", (int)(len < 23 ? len : 23), (const char *)v);
+    free(v);
+    if (!same)
+        return phx_error(PHX_EINVAL, "phx_comm_init: rank %d: WORLD_SIZE is %d here but %s at rank 0: every rank "
+                         "must agree (same --nnodes and --nproc-per-node on every node)", c->rank, c->size, theirs);
+    const char **keys = px_calloc((size_t)c->size, sizeof *keys);
+    char *names = px_malloc((size_t)c->size * 96);
+    if (!keys || !names) {
+        px_free(keys);
+        px_free(names);
+        return PHX_ENOMEM;
+    }
+    for (int r = 0; r < c->size; r++) {
+        snprintf(names + (size_t)r * 96, 96, "%sjoin/%d", c->prefix, r);
+        keys[r] = names + (size_t)r * 96;
+    }
+    st = phx_store_wait(c->store, keys, (size_t)c->size, c->timeout_s);
+    if (st == PHX_ETIMEOUT) {
+        char missing[256] = "";
+        int nmiss = 0;
+        for (int r = 0; r < c->size; r++) {
+            int64_t have = 0;
+            if (phx_store_add(c->store, keys[r], 0, &have) != PHX_OK || have > 0)
+                continue;
+            size_t used = strlen(missing);
+            if (nmiss < 16)
+                snprintf(missing + used, sizeof missing - used, "%s%d", nmiss ? ", " : "", r);
+            else if (nmiss == 16)
+                snprintf(missing + used, sizeof missing - used, ", ...");
+            nmiss++;
+        }
+        st = phx_error(PHX_ETIMEOUT, "phx_comm_init: rank %d: %s %s of %d never joined within %.3g s (were they "
+                       "started, with the same MASTER_ADDR:MASTER_PORT and WORLD_SIZE?)", c->rank,
+                       nmiss == 1 ? "rank" : "ranks", missing, c->size, c->timeout_s);
+    }
+    px_free(keys);
+    px_free(names);
+    return st;
+}
+
 phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_comm_init: out is NULL");
@@ -99,30 +190,38 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     c->local_rank = w.local_rank;
     c->local_size = w.local_size;
     c->device = o.device;
-    c->timeout_s = o.timeout_s > 0 ? o.timeout_s : px_env_timeout();
+    c->timeout_s = px_timeout(o.timeout_s);
     const char *dbg = getenv("PHX_DEBUG");
     c->debug_detail = dbg && strstr(dbg, "detail") != NULL;
 
     if ((st = make_store(c, &o, &w))) goto fail;
+    /* Threads of one process share an in-process store: no rank of theirs
+     * can be repeated or missing, and a blocked one is released by the
+     * spawn's abort key, which the join wait would not watch. */
+    int across = c->size > 1 && !phx_store_is_local(c->store);
+    if (across && (st = claim_rank(c))) goto fail;
     /* Every rank's k-th communicator gets the same key prefix. */
     char key[64];
     int64_t k;
     snprintf(key, sizeof key, "phx/comm/rank%d/count", c->rank);
     if ((st = phx_store_add(c->store, key, 1, &k))) goto fail;
     snprintf(c->prefix, sizeof c->prefix, "c%" PRId64 "/", k - 1);
+    if (across && (st = join_world(c, &w)))
+        goto fail;
 
     const char *sel = o.backend ? o.backend : getenv("PHX_COMM");
     phx_probe_ctx ctx = {phx_store_is_local(c->store), c->local_size, c->local_rank};
     if ((st = phx_plugin_load(PHX_PLUGIN_COMM, sel, &ctx, &c->desc))) goto fail;
-    c->v = c->desc->vtable;
-    if (!c->v || !c->v->init || !c->v->finalize || !c->v->allreduce || !c->v->broadcast || !c->v->allgather ||
-        !c->v->reduce_scatter || !c->v->barrier) {
-        st = phx_error(PHX_EABI, "phx_comm_init: comm plugin '%s' has an incomplete vtable", c->desc->name);
+    if ((st = px_abi_adapt(&px_comm_abi, c->desc->vtable, c->desc->abi_minor, &c->v, "phx_comm_init", "comm",
+                           c->desc->name)))
+        goto fail;
+    if (!c->v.barrier && !(c->barrier_buf = phx_tensor_zeros(PHX_F32, 1, (const int64_t[]){1}, c->device))) {
+        st = phx_error(PHX_ENOMEM, "phx_comm_init: the default barrier's buffer: %s", phx_last_error());
         goto fail;
     }
     phx_comm_init_args a = {c->rank, c->size, c->local_rank, c->local_size, c->store, c->prefix, c->timeout_s,
                             c->device};
-    if ((st = c->v->init(&a, &c->state))) {
+    if ((st = c->v.init(&a, &c->state))) {
         char why[512];
         snprintf(why, sizeof why, "%s", phx_last_error());
         st = phx_error(st, "phx_comm_init: rank %d: backend '%s' failed to start: %s", c->rank, c->desc->name, why);
@@ -134,6 +233,7 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     *out = c;
     return PHX_OK;
 fail:
+    phx_tensor_free(c->barrier_buf);
     if (c->owns_store) phx_store_free(c->store);
     pthread_mutex_destroy(&c->pool_mu);
     px_free(c);
@@ -143,8 +243,9 @@ fail:
 void phx_comm_free(phx_comm *c)
 {
     if (!c) return;
-    c->v->finalize(c->state);
+    c->v.finalize(c->state);
     px_work_destroy_all(c);
+    phx_tensor_free(c->barrier_buf);
     if (c->owns_store) phx_store_free(c->store);
     pthread_mutex_destroy(&c->pool_mu);
     px_free(c);
@@ -246,13 +347,20 @@ static phx_status issue(const px_call *k, phx_work **work)
     }
     phx_work *w = px_work_get(c, what);
     if (!w) return PHX_ENOMEM;
+    if (phx_log_get_level() >= PHX_LOG_DEBUG)
+        phx_log(PHX_LOG_DEBUG, "comm %s rank %d: #%" PRIu64 " %s(count=%" PRId64 ", %s) issued to %s", c->prefix,
+                c->rank, c->seq, what, k->count, phx_dtype_name(k->dt), c->desc->name);
     c->seq++;
     switch (k->kind) {
-    case PX_ALLREDUCE: st = c->v->allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;
-    case PX_BROADCAST: st = c->v->broadcast(c->state, k->recv, k->count, k->dt, k->root, w); break;
-    case PX_ALLGATHER: st = c->v->allgather(c->state, k->send, k->recv, k->count, k->dt, w); break;
-    case PX_REDUCE_SCATTER: st = c->v->reduce_scatter(c->state, k->send, k->recv, k->count, k->dt, k->op, w); break;
-    default: st = c->v->barrier(c->state, w);
+    case PX_ALLREDUCE: st = c->v.allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;
+    case PX_BROADCAST: st = c->v.broadcast(c->state, k->recv, k->count, k->dt, k->root, w); break;
+    case PX_ALLGATHER: st = c->v.allgather(c->state, k->send, k->recv, k->count, k->dt, w); break;
+    case PX_REDUCE_SCATTER: st = c->v.reduce_scatter(c->state, k->send, k->recv, k->count, k->dt, k->op, w); break;
+    default:
+        /* The default barrier: a one-element all-reduce (its sum of zeros
+         * stays zero, so barriers in flight may share the buffer). */
+        if (c->v.barrier) st = c->v.barrier(c->state, w);
+        else st = c->v.allreduce(c->state, px_tensor_ptr(c->barrier_buf), 1, PHX_F32, PHX_SUM, w);
     }
     if (st != PHX_OK) {
         px_work_put(w);

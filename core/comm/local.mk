@@ -31,9 +31,9 @@ check_PROGRAMS += t/comm_debug
 t_comm_debug_SOURCES = t/comm_debug.c
 t_comm_debug_LDADD = libphalanx.la
 TESTS += t/comm_async t/comm_debug t/comm_deadpeer t/comm_threads.sh
-EXTRA_DIST += t/comm_threads.sh t/comm_gloo_123.sh t/comm_gloo_4.sh t/comm_gloo_algos.sh t/comm_phxrun_gloo.sh
+EXTRA_DIST += t/comm_threads.sh t/comm_gloo_123.sh t/comm_gloo_4.sh t/comm_gloo_algos.sh t/comm_phxrun_gloo.sh t/comm_log.sh t/comm_join.sh
 if HAVE_GLOO
-TESTS += t/comm_gloo_123.sh t/comm_gloo_4.sh t/comm_gloo_algos.sh t/comm_phxrun_gloo.sh
+TESTS += t/comm_gloo_123.sh t/comm_gloo_4.sh t/comm_gloo_algos.sh t/comm_phxrun_gloo.sh t/comm_log.sh t/comm_join.sh
 endif
 
 # ---- make bench: all-reduce bandwidth beside torch.distributed gloo

@@ -93,7 +93,13 @@ out:
     return st;
 }
 
-/* e may fill slot *slot for `what` named key: dtype f32 and the same shape. */
+phx_status phx_checkpoint_save_model(const char *path, phx_module *model)
+{
+    return phx_checkpoint_save(path, model, NULL, NULL, NULL, 0);
+}
+
+/* e may fill slot *slot for `what` named key: a dtype that converts into
+ * the tensor's and the same shape. */
 static phx_status check_entry(const char *path, const px_st_entry *e, const char *key, const phx_tensor *t,
                               const char *what, const px_st_entry **slot)
 {
@@ -102,8 +108,9 @@ static phx_status check_entry(const char *path, const px_st_entry *e, const char
     if (*slot)
         return phx_error(PHX_EIO, "%s: '%s': tensors '%s' and '%s' both hold %s '%s'", who, path, (*slot)->name,
                          e->name, what, key);
-    if (e->dtype != t->dtype)
-        return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has dtype %s, %s '%s' is %s", who, path, e->name,
+    if (!px_st_convertible(e->dtype, t->dtype))
+        return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has dtype %s, %s '%s' is %s (floating-point dtypes "
+                         "convert into each other, integer ones must match)", who, path, e->name,
                          px_st_dtype_name(e->dtype), what, key, px_st_dtype_name(t->dtype));
     bool same = e->ndim == t->ndim;
     for (int d = 0; same && d < e->ndim; d++)
@@ -226,11 +233,11 @@ phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimize
     /* Everything checked: now change things. */
     for (size_t j = 0; st == PHX_OK && j < np; j++) {
         phx_param *prm = phx_module_param(model, j);
-        st = phx_tensor_from_host(phx_param_value(prm), px_st_data(&f, p.model[j]));
+        st = px_st_load_into(&f, p.model[j], phx_param_value(prm));
         phx_param_touch(prm);
     }
     for (size_t j = 0; st == PHX_OK && j < ns; j++)
-        st = phx_tensor_from_host(stens[j], px_st_data(&f, p.state[j]));
+        st = px_st_load_into(&f, p.state[j], stens[j]);
     if (st == PHX_OK && opt)
         phx_optimizer_set_steps(opt, p.steps);
     if (st == PHX_OK && scaler)

@@ -4,14 +4,19 @@
 #ifndef PHX_CORE_SAFETENSORS_IMPL_H
 #define PHX_CORE_SAFETENSORS_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
 #include "phalanx/checkpoint.h"
 
+/* A dtype safetensors files may hold that no Phalanx tensor has: F64
+ * (what torch.float64 parameters save as). Loading converts it. */
+#define PX_ST_F64 ((phx_dtype)64)
+
 typedef struct px_st_entry {
     const char *name;          /* owned by the JSON root */
-    phx_dtype dtype;
+    phx_dtype dtype;           /* a phx_dtype or PX_ST_F64 */
     int ndim;
     int64_t shape[PHX_MAX_DIMS];
     int64_t numel;
@@ -42,4 +47,12 @@ static inline const void *px_st_data(const px_st_file *f, const px_st_entry *e) 
 
 /* "F32" etc.; NULL for dtypes safetensors cannot name. */
 const char *px_st_dtype_name(phx_dtype dt);
+/* Bytes per element of a file dtype (PX_ST_F64 included). */
+size_t px_st_dtype_size(phx_dtype dt);
+/* Whether entry data of dtype `from` can load into a tensor of dtype `to`:
+ * the same dtype, or both floating point (F64, F32, F16, BF16), converted
+ * as torch's load_state_dict copies them. */
+bool px_st_convertible(phx_dtype from, phx_dtype to);
+/* Copies e's data into t (same shape), converting the dtype if needed. */
+phx_status px_st_load_into(const px_st_file *f, const px_st_entry *e, phx_tensor *t);
 #endif

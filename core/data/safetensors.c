@@ -18,6 +18,7 @@
 #include "core/data/safetensors-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "kernels/math.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host"
@@ -25,9 +26,69 @@
 
 #define PX_ST_MAX_HEADER (100u << 20) /* as the reference implementation */
 
-static const struct { const char *name; phx_dtype dt; } st_dtypes[] = {
-    {"F32", PHX_F32}, {"F16", PHX_F16}, {"BF16", PHX_BF16}, {"I32", PHX_I32}, {"I64", PHX_I64},
+static const struct { const char *name; phx_dtype dt; size_t size; } st_dtypes[] = {
+    {"F32", PHX_F32, 4}, {"F16", PHX_F16, 2}, {"BF16", PHX_BF16, 2}, {"I32", PHX_I32, 4}, {"I64", PHX_I64, 8},
+    {"F64", PX_ST_F64, 8},
 };
+
+size_t px_st_dtype_size(phx_dtype dt)
+{
+    for (size_t i = 0; i < PX_ARRAY_LEN(st_dtypes); i++)
+        if (st_dtypes[i].dt == dt)
+            return st_dtypes[i].size;
+    return 0;
+}
+
+static bool is_float(phx_dtype dt)
+{
+    return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16 || dt == PX_ST_F64;
+}
+
+bool px_st_convertible(phx_dtype from, phx_dtype to)
+{
+    return from == to || (is_float(from) && is_float(to));
+}
+
+static double get_float(phx_dtype dt, const unsigned char *p, int64_t i)
+{
+    uint16_t h;
+    float f;
+    double d;
+    switch ((int)dt) {
+    case PHX_F16: memcpy(&h, p + 2 * i, 2); return phx_f16_to_f32(h);
+    case PHX_BF16: memcpy(&h, p + 2 * i, 2); return phx_bf16_to_f32(h);
+    case PHX_F32: memcpy(&f, p + 4 * i, 4); return f;
+    default: memcpy(&d, p + 8 * i, 8); return d;
+    }
+}
+
+static void put_float(phx_dtype dt, unsigned char *p, int64_t i, double v)
+{
+    /* f64 -> f32 rounds once; f32 -> f16/bf16 rounds to nearest even, as
+     * torch's copy_ does through float. */
+    float f = (float)v;
+    uint16_t h;
+    switch ((int)dt) {
+    case PHX_F16: h = phx_f32_to_f16(f); memcpy(p + 2 * i, &h, 2); break;
+    case PHX_BF16: h = phx_f32_to_bf16(f); memcpy(p + 2 * i, &h, 2); break;
+    default: memcpy(p + 4 * i, &f, 4); break;
+    }
+}
+
+phx_status px_st_load_into(const px_st_file *f, const px_st_entry *e, phx_tensor *t)
+{
+    if (e->dtype == t->dtype)
+        return phx_tensor_from_host(t, px_st_data(f, e));
+    unsigned char *buf = px_malloc(phx_tensor_nbytes(t) ? phx_tensor_nbytes(t) : 1);
+    if (!buf)
+        return PHX_ENOMEM;
+    const unsigned char *src = px_st_data(f, e);
+    for (int64_t i = 0; i < e->numel; i++)
+        put_float(t->dtype, buf, i, get_float(e->dtype, src, i));
+    phx_status st = phx_tensor_from_host(t, buf);
+    px_free(buf);
+    return st;
+}
 
 const char *px_st_dtype_name(phx_dtype dt)
 {
@@ -68,7 +129,7 @@ static phx_status parse_entry(const char *who, px_st_file *f, const char *name, 
         if (strcmp(dts, st_dtypes[i].name) == 0)
             break;
     if (i == PX_ARRAY_LEN(st_dtypes))
-        return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has unknown dtype '%s' (supported: F32, F16, BF16, I32, I64)",
+        return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has unknown dtype '%s' (supported: F32, F16, BF16, F64, I32, I64)",
                          who, f->path, name, dts);
     e->dtype = st_dtypes[i].dt;
     size_t nd = json_array_size(sh);
@@ -110,7 +171,7 @@ static phx_status check_layout(const char *who, px_st_file *f, uint64_t data_len
             return phx_error(PHX_EIO, "%s: '%s': tensor '%s' data_offsets [%llu, %llu] are out of range: the data "
                              "section has %llu bytes (truncated file?)", who, f->path, e->name,
                              (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)data_len);
-        uint64_t need = (uint64_t)e->numel * phx_dtype_size(e->dtype);
+        uint64_t need = (uint64_t)e->numel * px_st_dtype_size(e->dtype);
         if (e->end - e->begin != need)
             return phx_error(PHX_EIO, "%s: '%s': tensor '%s' data_offsets [%llu, %llu] span %llu bytes, its shape and "
                              "dtype %s need %llu", who, f->path, e->name, (unsigned long long)e->begin,
@@ -266,12 +327,15 @@ phx_status phx_safetensors_read(const char *path, char ***names, phx_tensor ***t
     phx_tensor **ts = px_calloc(f.n ? f.n : 1, sizeof *ts);
     for (size_t i = 0; nm && ts && i < f.n; i++) {
         nm[i] = px_strdup(f.e[i].name);
-        ts[i] = phx_tensor_new(f.e[i].dtype, f.e[i].ndim, f.e[i].shape, phx_cpu());
+        /* F64 has no Phalanx dtype: it reads as F32. */
+        phx_dtype dt = f.e[i].dtype == PX_ST_F64 ? PHX_F32 : f.e[i].dtype;
+        ts[i] = phx_tensor_new(dt, f.e[i].ndim, f.e[i].shape, phx_cpu());
         if (!nm[i] || !ts[i]) {
             st = PHX_ENOMEM;
             break;
         }
-        memcpy(px_tensor_ptr(ts[i]), px_st_data(&f, &f.e[i]), f.e[i].end - f.e[i].begin);
+        if ((st = px_st_load_into(&f, &f.e[i], ts[i])) != PHX_OK)
+            break;
     }
     if (!nm || !ts)
         st = PHX_ENOMEM;

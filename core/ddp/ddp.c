@@ -284,12 +284,12 @@ static void ddp_free(phx_module *self)
 }
 
 static const phx_module_vtable ddp_vtable = {
-    /* .type_name = */ "DistributedDataParallel",
-    /* .forward   = */ ddp_forward,
-    /* .backward  = */ ddp_backward,
-    /* .free      = */ ddp_free,
-    /* .set_train = */ ddp_set_train,
-    /* .clone     = */ NULL,
+    .type_name = "DistributedDataParallel",
+    .forward = ddp_forward,
+    .backward = ddp_backward,
+    .free = ddp_free,
+    .set_train = ddp_set_train,
+    .clone = NULL,
 };
 
 typedef struct addr_idx {

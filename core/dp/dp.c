@@ -18,11 +18,7 @@
 #include <string.h>
 #include "core/dp/dp-impl.h"
 #include "core/base/util.h"
-
-/* OpenBLAS's process-wide thread count, if OpenBLAS is what we linked:
- * replicas running side by side each use one BLAS thread. */
-extern int openblas_get_num_threads(void) __attribute__((weak));
-extern void openblas_set_num_threads(int) __attribute__((weak));
+#include "kernels/cpu/cpu.h"
 
 static const phx_module_vtable dp_vtable;
 
@@ -339,13 +335,14 @@ static void backward_task(void *arg, size_t i)
 /* Runs task over the k replicas in use, each CPU replica on one BLAS thread. */
 static phx_status run_replicas(px_dp *d, px_pool_fn task, const char *who)
 {
+    /* OpenBLAS's thread count is process-wide: replicas running side by
+     * side each use one BLAS thread. */
     int blas = -1;
-    if (d->k > 1 && d->devices[0].kind == PHX_DEVICE_CPU && openblas_get_num_threads &&
-        openblas_set_num_threads && (blas = openblas_get_num_threads()) != 1)
-        openblas_set_num_threads(1);
+    if (d->k > 1 && d->devices[0].kind == PHX_DEVICE_CPU && (blas = px_cpu_blas_get_threads()) != 1)
+        px_cpu_blas_threads(1);
     px_pool_run(d->pool, d->k, task, d);
     if (blas > 1)
-        openblas_set_num_threads(blas);
+        px_cpu_blas_threads(blas);
     for (size_t i = 0; i < d->k; i++) {
         px_dp_rep *r = &d->reps[i];
         if (r->st != PHX_OK) {
@@ -464,16 +461,10 @@ static phx_status check_dy(px_dp *d, const phx_tensor *dy, const char *who)
     bool same = dy->ndim == d->y_ndim && phx_dtype_is_float(dy->dtype);
     for (int j = 0; same && j < dy->ndim; j++)
         same = dy->shape[j] == d->y_shape[j];
-    if (!same) {
-        int n = snprintf(b, sizeof b, "(");
-        for (int j = 0; j < d->y_ndim && n < (int)sizeof b; j++)
-            n += snprintf(b + n, sizeof b - (size_t)n, j ? ", %lld" : "%lld", (long long)d->y_shape[j]);
-        if (n < (int)sizeof b)
-            snprintf(b + n, sizeof b - (size_t)n, ")");
+    if (!same)
         return phx_error(PHX_EINVAL, "%s: dy is %s %s, the output of the forward was %s %s", who,
                          phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
-                         phx_dtype_name(d->y_dtype), b);
-    }
+                         phx_dtype_name(d->y_dtype), px_shape_str(d->y_ndim, d->y_shape, b, sizeof b));
     return PHX_OK;
 }
 
@@ -529,12 +520,12 @@ static void px_dp_destroy(px_dp *d);
 static void dp_free(phx_module *self) { px_dp_destroy(phx_module_ctx(self)); }
 
 static const phx_module_vtable dp_vtable = {
-    /* .type_name = */ "DataParallel",
-    /* .forward   = */ dp_forward,
-    /* .backward  = */ dp_backward,
-    /* .free      = */ dp_free,
-    /* .set_train = */ dp_set_train,
-    /* .clone     = */ NULL,
+    .type_name = "DataParallel",
+    .forward = dp_forward,
+    .backward = dp_backward,
+    .free = dp_free,
+    .set_train = dp_set_train,
+    .clone = NULL,
 };
 
 /* Device i of the list: devices[i], or with devices NULL the i-th device

@@ -96,12 +96,12 @@ static void dropout_free(phx_module *self)
 static phx_module *dropout_clone(const phx_module *self);
 
 static const phx_module_vtable dropout_vt = {
-    /* .type_name = */ "Dropout",
-    /* .forward = */ dropout_forward,
-    /* .backward = */ dropout_backward,
-    /* .free = */ dropout_free,
-    /* .set_train = */ NULL,
-    /* .clone = */ dropout_clone,
+    .type_name = "Dropout",
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+    .free = dropout_free,
+    .set_train = NULL,
+    .clone = dropout_clone,
 };
 
 phx_module *phx_dropout_new(float p, uint64_t seed)

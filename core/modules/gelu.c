@@ -4,12 +4,12 @@
 #include "core/modules/activation.h"
 
 static const phx_module_vtable gelu_vt = {
-    /* .type_name = */ "GELU",
-    /* .forward = */ px_act_forward,
-    /* .backward = */ px_act_backward,
-    /* .free = */ px_act_free,
-    /* .set_train = */ NULL,
-    /* .clone = */ px_act_clone,
+    .type_name = "GELU",
+    .forward = px_act_forward,
+    .backward = px_act_backward,
+    .free = px_act_free,
+    .set_train = NULL,
+    .clone = px_act_clone,
 };
 
 phx_module *phx_gelu_new(bool tanh_approx)

@@ -95,12 +95,12 @@ static void ln_free(phx_module *self)
 static phx_module *ln_clone(const phx_module *self);
 
 static const phx_module_vtable layernorm_vt = {
-    /* .type_name = */ "LayerNorm",
-    /* .forward = */ ln_forward,
-    /* .backward = */ ln_backward,
-    /* .free = */ ln_free,
-    /* .set_train = */ NULL,
-    /* .clone = */ ln_clone,
+    .type_name = "LayerNorm",
+    .forward = ln_forward,
+    .backward = ln_backward,
+    .free = ln_free,
+    .set_train = NULL,
+    .clone = ln_clone,
 };
 
 static phx_param *add_filled(phx_module *m, const char *name, int64_t dim, double v)

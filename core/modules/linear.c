@@ -134,12 +134,12 @@ static void linear_free(phx_module *self)
 static phx_module *linear_clone(const phx_module *self);
 
 static const phx_module_vtable linear_vt = {
-    /* .type_name = */ "Linear",
-    /* .forward = */ linear_forward,
-    /* .backward = */ linear_backward,
-    /* .free = */ linear_free,
-    /* .set_train = */ NULL,
-    /* .clone = */ linear_clone,
+    .type_name = "Linear",
+    .forward = linear_forward,
+    .backward = linear_backward,
+    .free = linear_free,
+    .set_train = NULL,
+    .clone = linear_clone,
 };
 
 /* A Linear with uninitialised parameters. */

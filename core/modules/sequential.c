@@ -44,12 +44,12 @@ static void seq_free(phx_module *self) { (void)self; }
 static phx_module *seq_clone(const phx_module *self);
 
 static const phx_module_vtable sequential_vt = {
-    /* .type_name = */ "Sequential",
-    /* .forward = */ seq_forward,
-    /* .backward = */ seq_backward,
-    /* .free = */ seq_free,
-    /* .set_train = */ NULL,
-    /* .clone = */ seq_clone,
+    .type_name = "Sequential",
+    .forward = seq_forward,
+    .backward = seq_backward,
+    .free = seq_free,
+    .set_train = NULL,
+    .clone = seq_clone,
 };
 
 phx_module *phx_sequential_new(void)

@@ -79,17 +79,26 @@ static phx_status px_dir_add(px_plugin_dir **dirs, size_t *n, size_t *cap, const
 }
 
 /* The folder holding the libphalanx.so this code runs from, or "" when it
- * cannot be told (dladdr gave no absolute file name). */
+ * cannot be told. dladdr gives the name the loader used, which is relative
+ * when LD_LIBRARY_PATH had a relative entry: that is taken against the
+ * working directory (right unless the program changed it since). */
 static void px_lib_dir(char *buf, size_t len)
 {
     Dl_info info;
+    char abs[PATH_MAX];
     buf[0] = '\0';
-    if (!dladdr((void *)&phx_plugin_kind_name, &info) || !info.dli_fname || info.dli_fname[0] != '/')
+    if (!dladdr((void *)&phx_plugin_kind_name, &info) || !info.dli_fname || !info.dli_fname[0])
         return;
-    const char *slash = strrchr(info.dli_fname, '/');
-    size_t n = (size_t)(slash - info.dli_fname);
+    const char *name = info.dli_fname;
+    if (name[0] != '/') {
+        if (!realpath(name, abs))
+            return;
+        name = abs;
+    }
+    const char *slash = strrchr(name, '/');
+    size_t n = (size_t)(slash - name);
     if (n + sizeof "/phalanx" > len) return;
-    memcpy(buf, info.dli_fname, n);
+    memcpy(buf, name, n);
     memcpy(buf + n, "/phalanx", sizeof "/phalanx");
 }
 

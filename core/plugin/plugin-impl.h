@@ -8,11 +8,11 @@
 #include <stdint.h>
 #include "phalanx/plugin.h"
 
-/* The loader's required descriptor minor. A build may raise it (the test
- * t/plugin_minor builds the loader with 1 to check the "minor too old"
- * error, which ABI 1.0 plugins cannot otherwise produce). */
-#ifndef PX_PLUGIN_MINOR_REQUIRED
-#define PX_PLUGIN_MINOR_REQUIRED PHX_PLUGIN_ABI_MINOR
+/* The oldest descriptor minor the loader accepts. A build may raise it
+ * (t/plugin_minor builds the loader with 2, as a Phalanx that dropped
+ * minors 0 and 1 would be, for the "minor too old" error). */
+#ifndef PX_PLUGIN_MINOR_OLDEST
+#define PX_PLUGIN_MINOR_OLDEST PHX_PLUGIN_ABI_MINOR_OLDEST
 #endif
 
 #define PX_PLUGIN_NAME_MAX 64   /* phx_plugin_info.name, with the NUL */
@@ -63,10 +63,10 @@ phx_status px_plugin_find(const px_plugin_dir *dirs, size_t ndirs, phx_plugin_ki
                           px_cand **cands, size_t *ncands);
 
 /* Opens c->path once per process (dlopen RTLD_NOW|RTLD_LOCAL, kept open),
- * checks its descriptor against the file name and required_minor without
+ * checks its descriptor against the file name and oldest_minor without
  * running plugin code, then calls probe(ctx). Sets c->state, c->priority,
  * c->desc and c->why. */
-void px_plugin_evaluate(px_cand *c, const phx_probe_ctx *ctx, uint32_t required_minor);
+void px_plugin_evaluate(px_cand *c, const phx_probe_ctx *ctx, uint32_t oldest_minor);
 
 /* 1 for a valid plugin name: 1..63 of [A-Za-z0-9_.+-]. */
 int px_plugin_name_ok(const char *name);

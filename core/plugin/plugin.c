@@ -121,7 +121,7 @@ static const char *px_dlerror_tail(const char *err, const char *path)
 }
 
 /* Every check is made on data only: no plugin code runs here. */
-static int px_desc_check(const px_plugin_so *so, px_cand *c, uint32_t required_minor)
+static int px_desc_check(const px_plugin_so *so, px_cand *c, uint32_t oldest_minor)
 {
     const size_t head = offsetof(phx_plugin_desc, kind); /* abi_major, abi_minor, struct_size */
     if (!so->handle) return px_why(c, "dlopen failed: %s", px_dlerror_tail(so->error, c->path));
@@ -131,17 +131,19 @@ static int px_desc_check(const px_plugin_so *so, px_cand *c, uint32_t required_m
     if (!so->sym_object) return px_why(c, "phx_plugin_v1 is a function, expected a data object (a phx_plugin_desc)");
     if (so->sym_size && so->sym_size < head)
         return px_why(c, "phx_plugin_v1 is %zu bytes, too small for a descriptor (at least %zu)", so->sym_size,
-                      sizeof(phx_plugin_desc));
+                      head);
     const phx_plugin_desc *d = so->sym;
     c->has_abi = 1;
     c->abi_major = d->abi_major;
     c->abi_minor = d->abi_minor;
     if (d->abi_major != PHX_PLUGIN_ABI_MAJOR)
-        return px_why(c, "plugin ABI %u.%u, this Phalanx loads ABI %d.x (the major must be equal)", d->abi_major,
-                      d->abi_minor, PHX_PLUGIN_ABI_MAJOR);
-    if (d->abi_minor < required_minor)
-        return px_why(c, "plugin ABI %u.%u is too old: this Phalanx needs ABI %d.%u or newer", d->abi_major,
-                      d->abi_minor, PHX_PLUGIN_ABI_MAJOR, required_minor);
+        return px_why(c, "plugin ABI %u.%u, but this Phalanx implements plugin ABI %d.%d and loads ABI %d.%u or "
+                      "a newer %d.x (the major must be equal)", d->abi_major, d->abi_minor, PHX_PLUGIN_ABI_MAJOR,
+                      PHX_PLUGIN_ABI_MINOR, PHX_PLUGIN_ABI_MAJOR, oldest_minor, PHX_PLUGIN_ABI_MAJOR);
+    if (d->abi_minor < oldest_minor)
+        return px_why(c, "plugin ABI %u.%u is too old: this Phalanx (plugin ABI %d.%d) needs ABI %d.%u or newer",
+                      d->abi_major, d->abi_minor, PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR, PHX_PLUGIN_ABI_MAJOR,
+                      oldest_minor);
     if (d->struct_size < sizeof *d)
         return px_why(c, "descriptor struct_size is %u bytes, expected at least %zu", d->struct_size, sizeof *d);
     if (so->sym_size && so->sym_size < sizeof *d)
@@ -161,11 +163,11 @@ static int px_desc_check(const px_plugin_so *so, px_cand *c, uint32_t required_m
     return 0;
 }
 
-void px_plugin_evaluate(px_cand *c, const phx_probe_ctx *ctx, uint32_t required_minor)
+void px_plugin_evaluate(px_cand *c, const phx_probe_ctx *ctx, uint32_t oldest_minor)
 {
     if (c->state != PX_CAND_UNSEEN) return;
     const px_plugin_so *so = px_so_get(c->path, c);
-    if (!so || px_desc_check(so, c, required_minor) != 0) {
+    if (!so || px_desc_check(so, c, oldest_minor) != 0) {
         c->state = PX_CAND_BROKEN;
         return;
     }
@@ -356,14 +358,14 @@ phx_status phx_plugin_load(phx_plugin_kind kind, const char *selection, const ph
         for (size_t i = 0; i < s.n && best == (size_t)-1; i++) {
             size_t k = px_find_name(cands, ncands, s.names[i]);
             if (k == ncands) continue;
-            px_plugin_evaluate(&cands[k], ctx, PX_PLUGIN_MINOR_REQUIRED);
+            px_plugin_evaluate(&cands[k], ctx, PX_PLUGIN_MINOR_OLDEST);
             if (cands[k].state == PX_CAND_OK) best = k;
         }
     } else {
         /* Any (but the excluded): the highest priority, ties to the first. */
         for (size_t k = 0; k < ncands; k++) {
             if (cands[k].state == PX_CAND_SHADOWED || px_excluded(&s, cands[k].name)) continue;
-            px_plugin_evaluate(&cands[k], ctx, PX_PLUGIN_MINOR_REQUIRED);
+            px_plugin_evaluate(&cands[k], ctx, PX_PLUGIN_MINOR_OLDEST);
             if (cands[k].state == PX_CAND_OK) {
                 if (best == (size_t)-1 || cands[k].priority > cands[best].priority) best = k;
             } else {
@@ -398,7 +400,7 @@ size_t phx_plugin_scan(phx_plugin_info *infos, size_t max, const phx_probe_ctx *
     for (size_t i = 0; i < ncands && infos && i < max; i++) {
         px_cand *c = &cands[i];
         phx_plugin_info *f = &infos[i];
-        px_plugin_evaluate(c, ctx, PX_PLUGIN_MINOR_REQUIRED);
+        px_plugin_evaluate(c, ctx, PX_PLUGIN_MINOR_OLDEST);
         memset(f, 0, sizeof *f);
         snprintf(f->path, sizeof f->path, "%s", c->path);
         snprintf(f->kind, sizeof f->kind, "%s", c->kind);

@@ -1,6 +1,7 @@
 /* The built-in CPU device: 64-byte aligned host memory through the
- * counting allocator, statistics, memcpy copies; streams and events are
- * no-ops (everything is synchronous). */
+ * counting allocator, statistics, memcpy copies. Everything is
+ * synchronous, so the stream and event slots stay NULL and get the core's
+ * defaults for a synchronous device (core/tensor/device.c). */
 #include "config.h"
 #include <stdatomic.h>
 #include <string.h>
@@ -74,18 +75,6 @@ static phx_status px_cpu_copy_d2d(int dst_dev, void *dst, int src_dev, const voi
     return PHX_OK;
 }
 
-static phx_status px_cpu_synchronize(int dev) { (void)dev; return PHX_OK; }
-static void *px_cpu_current_stream(int dev) { (void)dev; return NULL; }
-
-/* Every CPU event is this one object: recording completes at once. */
-static int px_cpu_event_token;
-static phx_status px_cpu_event_create(int dev, void **event) { (void)dev; *event = &px_cpu_event_token; return PHX_OK; }
-static phx_status px_cpu_event_record(void *event, void *stream) { (void)event, (void)stream; return PHX_OK; }
-static phx_status px_cpu_stream_wait_event(void *stream, void *event) { (void)event, (void)stream; return PHX_OK; }
-static phx_status px_cpu_event_synchronize(void *event) { (void)event; return PHX_OK; }
-static int px_cpu_event_query(void *event) { (void)event; return 1; }
-static void px_cpu_event_destroy(void *event) { (void)event; }
-
 const phx_device_v1 px_cpu_device = {
     .kind = PHX_DEVICE_CPU,
     .count = px_cpu_count,
@@ -95,13 +84,5 @@ const phx_device_v1 px_cpu_device = {
     .copy_h2d = px_cpu_copy_h2d,
     .copy_d2h = px_cpu_copy_h2d,
     .copy_d2d = px_cpu_copy_d2d,
-    .synchronize = px_cpu_synchronize,
-    .current_stream = px_cpu_current_stream,
-    .event_create = px_cpu_event_create,
-    .event_record = px_cpu_event_record,
-    .stream_wait_event = px_cpu_stream_wait_event,
-    .event_synchronize = px_cpu_event_synchronize,
-    .event_query = px_cpu_event_query,
-    .event_destroy = px_cpu_event_destroy,
     .kernels = &px_cpu_kernels,
 };

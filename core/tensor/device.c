@@ -13,6 +13,7 @@
 #include "core/comm/comm-impl.h"
 #include "core/tensor/device-impl.h"
 #include "core/base/util.h"
+#include "core/plugin/plugin-abi.h"
 #include "kernels/cpu/cpu.h"
 #include "phalanx/log.h"
 #include "phalanx/plugin.h"
@@ -58,9 +59,74 @@ static int px_local_size(void)
     return n > 0 ? n : 1;
 }
 
+/* ---- device tables: a plugin's as of its minor, with the defaults ---- */
+
+/* The defaults of the optional slots: those of a synchronous device. */
+static phx_status dflt_memory_stats(int dev, phx_memory_stats *out)
+{
+    (void)dev, (void)out;
+    return phx_error(PHX_EUNSUPPORTED, "phx_device_memory_stats: the device has no statistics");
+}
+static phx_status dflt_synchronize(int dev) { (void)dev; return PHX_OK; }
+static void *dflt_current_stream(int dev) { (void)dev; return NULL; }
+static int dflt_event_token;
+static phx_status dflt_event_create(int dev, void **event) { (void)dev; *event = &dflt_event_token; return PHX_OK; }
+static phx_status dflt_event_record(void *event, void *stream) { (void)event, (void)stream; return PHX_OK; }
+static phx_status dflt_stream_wait_event(void *stream, void *event) { (void)stream, (void)event; return PHX_OK; }
+static phx_status dflt_event_synchronize(void *event) { (void)event; return PHX_OK; }
+static int dflt_event_query(void *event) { (void)event; return 1; }
+static void dflt_event_destroy(void *event) { (void)event; }
+
+/* One device as the core uses it: its table (and kernel table) read
+ * through px_abi_adapt, the optional slots filled. */
+typedef struct px_devtab {
+    phx_device_v1 dev;
+    phx_kernels_v1 kernels;
+    uint32_t minor;        /* the plugin's descriptor minor */
+    const char *name;      /* "cpu", "cuda" */
+} px_devtab;
+
+static phx_status devtab_fill(px_devtab *t, const phx_device_v1 *src, uint32_t minor, const char *name, int kind)
+{
+    static const char who[] = "device";
+    phx_status st;
+    t->minor = minor;
+    t->name = name;
+    if (!src) return phx_error(PHX_EABI, "%s: device plugin '%s' has no vtable", who, name);
+    if ((st = px_abi_adapt(&px_device_abi, src, minor, &t->dev, who, "device", name))) return st;
+    if (t->dev.kind != kind)
+        return phx_error(PHX_EABI, "%s: device plugin '%s' says its kind is %d, expected %d", who, name, t->dev.kind,
+                         kind);
+    if ((st = px_abi_adapt(&px_kernels_abi, t->dev.kernels, minor, &t->kernels, who, "device", name))) return st;
+    t->dev.kernels = &t->kernels;
+    int events = !!t->dev.event_create + !!t->dev.event_record + !!t->dev.stream_wait_event +
+                 !!t->dev.event_synchronize + !!t->dev.event_query + !!t->dev.event_destroy;
+    if (events != 0 && events != 6)
+        return phx_error(PHX_EABI, "%s: device plugin '%s' sets %d of the 6 event slots of phx_device_v1: "
+                         "expected all or none", who, name, events);
+    if (!t->dev.memory_stats) t->dev.memory_stats = dflt_memory_stats;
+    if (!t->dev.synchronize) t->dev.synchronize = dflt_synchronize;
+    if (!t->dev.current_stream) t->dev.current_stream = dflt_current_stream;
+    if (!events) {
+        t->dev.event_create = dflt_event_create;
+        t->dev.event_record = dflt_event_record;
+        t->dev.stream_wait_event = dflt_stream_wait_event;
+        t->dev.event_synchronize = dflt_event_synchronize;
+        t->dev.event_query = dflt_event_query;
+        t->dev.event_destroy = dflt_event_destroy;
+    }
+    return PHX_OK;
+}
+
+/* The built-in CPU device, checked as a plugin of the current minor. */
+static px_devtab px_cpu_tab;
+static phx_status px_cpu_status;
+static pthread_once_t px_cpu_once = PTHREAD_ONCE_INIT;
+
 /* ---- the cuda plugin, loaded at most once per process ---- */
 
 static pthread_once_t px_cuda_once = PTHREAD_ONCE_INIT;
+static px_devtab px_cuda_tab;
 static const phx_device_v1 *px_cuda_table;
 static int px_cuda_count;
 static phx_status px_cuda_status;
@@ -71,15 +137,11 @@ static void px_cuda_load(void)
     phx_probe_ctx ctx = { 0, px_local_size(), px_local_rank() };
     const phx_plugin_desc *desc = NULL;
     phx_status st = phx_plugin_load(PHX_PLUGIN_DEVICE, "cuda", &ctx, &desc);
+    if (st == PHX_OK) st = devtab_fill(&px_cuda_tab, desc->vtable, desc->abi_minor, "cuda", PHX_DEVICE_CUDA);
     if (st == PHX_OK) {
-        const phx_device_v1 *t = desc ? desc->vtable : NULL;
-        if (!t || t->kind != PHX_DEVICE_CUDA || !t->kernels || !t->count || !t->alloc || !t->release) {
-            st = phx_error(PHX_EABI, "device plugin 'cuda': its vtable is missing or incomplete");
-        } else {
-            px_cuda_count = t->count();
-            px_cuda_table = t;
-            return;
-        }
+        px_cuda_count = px_cuda_tab.dev.count();
+        px_cuda_table = &px_cuda_tab.dev;
+        return;
     }
     px_cuda_status = st;
     snprintf(px_cuda_error, sizeof px_cuda_error, "%s", phx_last_error());
@@ -96,7 +158,6 @@ static const phx_device_v1 *px_cuda(void)
 /* ---- threads ---- */
 
 static atomic_int px_threads_set; /* 0: not set by phx_set_num_threads */
-static pthread_once_t px_threads_once = PTHREAD_ONCE_INIT;
 
 static int px_default_threads(void)
 {
@@ -104,8 +165,8 @@ static int px_default_threads(void)
     if (v && *v) {
         char *end;
         long n = strtol(v, &end, 10);
-        if (!*end && n >= 1 && n <= 4096) return (int)n;
-        phx_log(PHX_LOG_WARN, "PHX_NUM_THREADS='%s' is not a positive integer; using cores / local ranks", v);
+        if (*v >= '0' && *v <= '9' && !*end && n >= 1 && n <= 4096) return (int)n;
+        phx_log(PHX_LOG_WARN, "PHX_NUM_THREADS='%s' is not an integer in 1..4096; using cores / local ranks", v);
     }
     int cores = 0;
     cpu_set_t set;
@@ -129,9 +190,11 @@ phx_status phx_set_num_threads(int n)
     return PHX_OK;
 }
 
-static void px_threads_init(void)
+static void px_cpu_init(void)
 {
     if (atomic_load(&px_threads_set) == 0) px_cpu_blas_threads(px_default_threads());
+    px_cpu_status = devtab_fill(&px_cpu_tab, &px_cpu_device, PHX_PLUGIN_ABI_MINOR, "cpu", PHX_DEVICE_CPU);
+    if (px_cpu_status) phx_log(PHX_LOG_ERROR, "%s", phx_last_error()); /* a bug of this build */
 }
 
 /* ---- tables ---- */
@@ -142,8 +205,9 @@ static phx_status px_table(phx_device d, const phx_device_v1 **out)
     if (d.kind == PHX_DEVICE_CPU) {
         if (d.index != 0)
             return phx_error(PHX_ENOTFOUND, "device cpu:%d: no such device, expected cpu (index 0)", d.index);
-        pthread_once(&px_threads_once, px_threads_init);
-        *out = &px_cpu_device;
+        pthread_once(&px_cpu_once, px_cpu_init);
+        if (px_cpu_status) return phx_error(px_cpu_status, "device cpu: its table is incomplete (see the log)");
+        *out = &px_cpu_tab.dev;
         return PHX_OK;
     }
     if (d.kind == PHX_DEVICE_CUDA) {
@@ -170,6 +234,17 @@ const phx_kernels_v1 *px_device_kernels(phx_device d)
 {
     const phx_device_v1 *t = phx_device_table(d);
     return t ? t->kernels : NULL;
+}
+
+phx_status px_kernel_missing(phx_device d, const char *slot)
+{
+    char name[32];
+    const px_devtab *t = d.kind == PHX_DEVICE_CUDA ? &px_cuda_tab : &px_cpu_tab;
+    uint32_t since = px_abi_since(&px_kernels_abi, slot);
+    return phx_error(PHX_EUNSUPPORTED, "device %s has no kernel %s: its plugin has ABI %d.%u, the kernel came "
+                     "with ABI %d.%u (rebuild the plugin against this Phalanx's headers)",
+                     phx_device_name(d, name, sizeof name), slot, PHX_PLUGIN_ABI_MAJOR, t->minor,
+                     PHX_PLUGIN_ABI_MAJOR, since);
 }
 
 /* ---- names ---- */
@@ -228,13 +303,12 @@ static phx_status px_default_cuda(phx_device *out)
     return PHX_OK;
 }
 
-phx_status phx_device_default(phx_device *out)
+static phx_status device_default(const char *sel, phx_device *out)
 {
-    if (!out) return phx_error(PHX_EINVAL, "phx_device_default: out is NULL");
-    const char *sel = getenv("PHX_DEVICE");
     if (!sel || !*sel) {
         /* cuda when the plugin is there and sees a GPU, else cpu */
         if (px_default_cuda(out) == PHX_OK) return PHX_OK;
+        phx_log(PHX_LOG_INFO, "device cuda not used: %s", phx_last_error());
         phx_error_clear();
         *out = phx_cpu();
         return PHX_OK;
@@ -270,6 +344,20 @@ phx_status phx_device_default(phx_device *out)
     return phx_error(PHX_ENOTFOUND, "PHX_DEVICE='%s' asked for a device that is not usable (%s)", sel, why);
 }
 
+phx_status phx_device_default(phx_device *out)
+{
+    if (!out) return phx_error(PHX_EINVAL, "phx_device_default: out is NULL");
+    const char *sel = getenv("PHX_DEVICE");
+    phx_status st = device_default(sel, out);
+    if (st == PHX_OK && phx_log_get_level() >= PHX_LOG_INFO) {
+        char name[32];
+        phx_log(PHX_LOG_INFO, "device %s chosen (%s%s%s)", phx_device_name(*out, name, sizeof name),
+                sel && *sel ? "PHX_DEVICE='" : "PHX_DEVICE unset: cuda when usable, else cpu",
+                sel && *sel ? sel : "", sel && *sel ? "'" : "");
+    }
+    return st;
+}
+
 int phx_device_count(phx_device_kind kind)
 {
     if (kind == PHX_DEVICE_CPU) return 1;
@@ -285,7 +373,7 @@ phx_status phx_device_synchronize(phx_device d)
     const phx_device_v1 *t;
     phx_status st = px_table(d, &t);
     if (st != PHX_OK) return st;
-    return t->synchronize ? t->synchronize(d.index) : PHX_OK;
+    return t->synchronize(d.index);
 }
 
 phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out)
@@ -294,6 +382,5 @@ phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out)
     const phx_device_v1 *t;
     phx_status st = px_table(d, &t);
     if (st != PHX_OK) return st;
-    if (!t->memory_stats) return phx_error(PHX_EUNSUPPORTED, "phx_device_memory_stats: the device has no statistics");
     return t->memory_stats(d.index, out);
 }

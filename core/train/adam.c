@@ -48,17 +48,17 @@ static phx_status adam_step(phx_optimizer *self)
 }
 
 static const phx_optimizer_vtable adam_vt = {
-    /* .type_name = */ "Adam",
-    /* .step = */ adam_step,
-    /* .state = */ px_slots_state,
-    /* .free = */ px_slots_free_ctx,
+    .type_name = "Adam",
+    .step = adam_step,
+    .state = px_slots_state,
+    .free = px_slots_free_ctx,
 };
 
 static const phx_optimizer_vtable adamw_vt = {
-    /* .type_name = */ "AdamW",
-    /* .step = */ adam_step,
-    /* .state = */ px_slots_state,
-    /* .free = */ px_slots_free_ctx,
+    .type_name = "AdamW",
+    .step = adam_step,
+    .state = px_slots_state,
+    .free = px_slots_free_ctx,
 };
 
 phx_optimizer *phx_adam_new(phx_module *model, const phx_adam_opts *o)

@@ -40,10 +40,10 @@ static phx_status sgd_step(phx_optimizer *self)
 }
 
 static const phx_optimizer_vtable sgd_vt = {
-    /* .type_name = */ "SGD",
-    /* .step = */ sgd_step,
-    /* .state = */ px_slots_state,
-    /* .free = */ px_slots_free_ctx,
+    .type_name = "SGD",
+    .step = sgd_step,
+    .state = px_slots_state,
+    .free = px_slots_free_ctx,
 };
 
 phx_optimizer *phx_sgd_new(phx_module *model, const phx_sgd_opts *o)

@@ -16,6 +16,7 @@
 #include "core/comm/comm-impl.h"
 #include "core/base/util.h"
 #include "core/world/free-port.h"
+#include "core/world/store-server.h"
 
 #define PX_SPAWN_GRACE 5.0   /* seconds between SIGTERM and SIGKILL */
 
@@ -58,7 +59,7 @@ static void *thread_main(void *p)
         /* The first failure is recorded; its peers' waits see it and stop. */
         char msg[64];
         int len = snprintf(msg, sizeof msg, "rank %d returned %d", a->rank, a->rc);
-        phx_store_compare_set(a->store, PX_SPAWN_ABORT_KEY, NULL, 0, msg, (size_t)len, NULL, NULL);
+        phx_store_compare_set(a->store, PHX_KIT_ABORT_KEY, NULL, 0, msg, (size_t)len, NULL, NULL);
     }
     spawn_tls.active = 0;
     return NULL;
@@ -77,7 +78,7 @@ static phx_status spawn_threads(int n, int (*fn)(int, void *), void *arg)
         if (pthread_create(&th[started], NULL, thread_main, &a[started]) != 0) {
             st = phx_error(PHX_EIO, "phx_spawn: cannot create the thread of rank %d", started);
             char msg[] = "phx_spawn could not start every rank";
-            phx_store_compare_set(store, PX_SPAWN_ABORT_KEY, NULL, 0, msg, sizeof msg - 1, NULL, NULL);
+            phx_store_compare_set(store, PHX_KIT_ABORT_KEY, NULL, 0, msg, sizeof msg - 1, NULL, NULL);
             break;
         }
     }
@@ -88,7 +89,7 @@ static phx_status spawn_threads(int n, int (*fn)(int, void *), void *arg)
         int nfail = 0;
         for (int r = 0; r < n; r++) nfail += a[r].rc != 0;
         if (nfail) {
-            phx_store_get(store, PX_SPAWN_ABORT_KEY, &first, &len, 1.0);
+            phx_store_get(store, PHX_KIT_ABORT_KEY, &first, &len, 1.0);
             st = phx_error(PHX_EPEER, "phx_spawn: %d of %d thread ranks failed; the first: %.*s", nfail, n,
                            (int)len, first ? (char *)first : "?");
             free(first);
@@ -103,12 +104,13 @@ out:
 
 /* -------------------------------------------------------------- processes */
 
-static void child(int rank, int n, int (*fn)(int, void *), void *arg, const char *port)
+static void child(int rank, int n, int (*fn)(int, void *), void *arg, const char *port, const char *token)
 {
     char buf[16];
     prctl(PR_SET_PDEATHSIG, SIGKILL);   /* the parent dies: so do we */
     if (!getenv("MASTER_ADDR")) setenv("MASTER_ADDR", "127.0.0.1", 1);
     if (!getenv("MASTER_PORT")) setenv("MASTER_PORT", port, 1);
+    if (token[0]) setenv("PHX_STORE_TOKEN", token, 1);
     snprintf(buf, sizeof buf, "%d", rank);
     setenv("RANK", buf, 1);
     setenv("LOCAL_RANK", buf, 1);
@@ -138,12 +140,21 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
         if (p < 0) { px_free(pids); return phx_error(PHX_EIO, "phx_spawn: no free port for MASTER_PORT"); }
         snprintf(port, sizeof port, "%d", p);
     }
+    /* The ranks' store accepts only them (doc/store.md): a job token,
+     * unless the caller set one. */
+    char token[2 * PX_STORE_NONCE + 1] = "";
+    const char *have = getenv("PHX_STORE_TOKEN");
+    if (!have || !*have) {
+        uint8_t r[PX_STORE_NONCE];
+        if (px_store_nonce(r, sizeof r)) { px_free(pids); return PHX_EIO; }
+        for (size_t i = 0; i < sizeof r; i++) snprintf(token + 2 * i, 3, "%02x", r[i]);
+    }
     fflush(NULL);
     char first[160] = "";
     int live = 0, nfail = 0;
     for (int r = 0; r < n; r++) {
         pid_t pid = fork();
-        if (pid == 0) child(r, n, fn, arg, port);
+        if (pid == 0) child(r, n, fn, arg, port, token);
         if (pid < 0) {
             snprintf(first, sizeof first, "cannot fork rank %d: %s", r, strerror(errno));
             nfail++;

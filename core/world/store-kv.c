@@ -1,6 +1,6 @@
-/* The store's key-value table: a chained hash table of byte strings,
- * shared by the TCP server and the in-process store. Not thread-safe:
- * the owner locks. */
+/* The store's key-value table: a chained hash table of byte strings held
+ * in reference-counted blobs, shared by the TCP server and the in-process
+ * store. Not thread-safe: the owner locks. */
 #include "config.h"
 #include <errno.h>
 #include <inttypes.h>
@@ -12,8 +12,8 @@
 typedef struct px_entry {
     struct px_entry *next;
     uint64_t hash;
-    size_t klen, vlen;
-    uint8_t *val;      /* px_malloc'd, vlen bytes (+1 NUL for add) */
+    size_t klen;
+    px_blob *val;      /* the table's reference */
     uint8_t key[];     /* klen bytes */
 } px_entry;
 
@@ -29,6 +29,18 @@ static uint64_t hash_bytes(const void *p, size_t n)
     uint64_t h = 1469598103934665603ull;    /* FNV-1a */
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
+}
+
+void px_blob_unref(px_blob *b)
+{
+    if (b && --b->refs == 0) px_free(b);
+}
+
+/* The table lets go of a value (a pending reply may still hold it). */
+static void drop_value(px_blob *b)
+{
+    b->live = 0;
+    px_blob_unref(b);
 }
 
 px_kv *px_kv_new(void)
@@ -47,7 +59,7 @@ void px_kv_free(px_kv *kv)
     for (size_t i = 0; i < kv->nbuckets; i++) {
         for (px_entry *e = kv->buckets[i], *n; e; e = n) {
             n = e->next;
-            px_free(e->val);
+            drop_value(e->val);
             px_free(e);
         }
     }
@@ -63,12 +75,18 @@ static px_entry **find(const px_kv *kv, const void *key, size_t klen, uint64_t h
     return pp;
 }
 
-const uint8_t *px_kv_get(const px_kv *kv, const void *key, size_t klen, size_t *vlen)
+px_blob *px_kv_get_blob(const px_kv *kv, const void *key, size_t klen)
 {
     px_entry *e = *find(kv, key, klen, hash_bytes(key, klen));
-    if (!e) return NULL;
-    *vlen = e->vlen;
-    return e->val;
+    return e ? e->val : NULL;
+}
+
+const uint8_t *px_kv_get(const px_kv *kv, const void *key, size_t klen, size_t *vlen)
+{
+    px_blob *b = px_kv_get_blob(kv, key, klen);
+    if (!b) return NULL;
+    *vlen = b->len;
+    return b->data;
 }
 
 static void grow(px_kv *kv)
@@ -93,14 +111,16 @@ static phx_status put(px_kv *kv, const void *key, size_t klen, const void *val, 
 {
     uint64_t h = hash_bytes(key, klen);
     px_entry **pp = find(kv, key, klen, h);
-    uint8_t *copy = px_malloc(vlen + 1);
+    px_blob *copy = px_malloc(sizeof *copy + vlen + 1);
     if (!copy) return PHX_ENOMEM;
-    if (vlen) memcpy(copy, val, vlen);
-    copy[vlen] = 0;
+    copy->refs = 1;
+    copy->live = 1;
+    copy->len = vlen;
+    if (vlen) memcpy(copy->data, val, vlen);
+    copy->data[vlen] = 0;
     if (*pp) {
-        px_free((*pp)->val);
+        drop_value((*pp)->val);
         (*pp)->val = copy;
-        (*pp)->vlen = vlen;
         return PHX_OK;
     }
     px_entry *e = px_malloc(sizeof *e + klen);
@@ -110,7 +130,6 @@ static phx_status put(px_kv *kv, const void *key, size_t klen, const void *val, 
     e->klen = klen;
     memcpy(e->key, key, klen);
     e->val = copy;
-    e->vlen = vlen;
     *pp = e;
     if (++kv->count > (int64_t)kv->nbuckets) grow(kv);
     return PHX_OK;
@@ -142,11 +161,12 @@ phx_status px_kv_add(px_kv *kv, const void *key, size_t klen, int64_t delta, int
 }
 
 phx_status px_kv_cas(px_kv *kv, const void *key, size_t klen, const void *exp, size_t elen,
-                     const void *des, size_t dlen)
+                     const void *des, size_t dlen, int *changed)
 {
     size_t vlen;
     const uint8_t *v = px_kv_get(kv, key, klen, &vlen);
-    int match = v ? (vlen == elen && memcmp(v, exp, elen) == 0) : elen == 0;
+    int match = v ? (vlen == elen && (elen == 0 || memcmp(v, exp, elen) == 0)) : elen == 0;
+    if (changed) *changed = match;
     return match ? put(kv, key, klen, des, dlen) : PHX_OK;
 }
 
@@ -156,7 +176,7 @@ int px_kv_delete(px_kv *kv, const void *key, size_t klen)
     px_entry *e = *pp;
     if (!e) return 0;
     *pp = e->next;
-    px_free(e->val);
+    drop_value(e->val);
     px_free(e);
     kv->count--;
     return 1;

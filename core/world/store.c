@@ -1,6 +1,6 @@
 /* phx_store: the TCP client (one connection per handle, one request at a
  * time, thread-safe) and the in-process store (a locked table and a
- * condition variable). Protocol and server: store-proto.h, store-server.c. */
+ * condition variable). Protocol: store-proto.h; server: store-server.h. */
 #include "config.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/world/store-proto.h"
+#include "core/world/store-server.h"
 #include "core/base/util.h"
 
 enum { PX_STORE_LOCAL = 1, PX_STORE_TCP = 2 };
@@ -42,9 +42,17 @@ struct phx_store {
     char host[256];
     int port;
     px_store_server *server;     /* owned when this handle started it */
+    uint8_t token[PX_STORE_MAX_TOKEN]; /* PHX_STORE_TOKEN when made (TCP) */
+    size_t token_len;
 };
 
-static double norm_timeout(double t) { return t > 0 ? t : px_env_timeout(); }
+/* Milliseconds for poll(): never more than an hour (the callers loop). */
+static int poll_ms(double s)
+{
+    if (!(s > 0)) return 0;
+    if (s > 3600.0) s = 3600.0;
+    return (int)(s * 1000.0) + 1;
+}
 
 static phx_status check_key(const char *who, const char *key)
 {
@@ -146,7 +154,7 @@ static phx_status io_all(phx_store *s, int sending, struct iovec *iov, int niov,
                 return phx_error(PHX_ETIMEOUT, "%s: no reply from the store server at %s:%d", who, s->host, s->port);
             }
             struct pollfd p = {.fd = s->fd, .events = sending ? POLLOUT : POLLIN};
-            poll(&p, 1, (int)(left * 1000.0) + 1);
+            poll(&p, 1, poll_ms(left));
             continue;
         }
         s->broken = 1;
@@ -212,13 +220,84 @@ static int try_connect(const struct addrinfo *ai, double deadline)
         struct pollfd p = {.fd = fd, .events = POLLOUT};
         int e = 0;
         socklen_t el = sizeof e;
-        if (left <= 0 || poll(&p, 1, (int)(left * 1000.0) + 1) <= 0) { close(fd); errno = ETIMEDOUT; return -1; }
+        if (left <= 0 || poll(&p, 1, poll_ms(left)) <= 0) { close(fd); errno = ETIMEDOUT; return -1; }
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
         if (e) { close(fd); errno = e; return -1; }
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
+}
+
+/* HELLO, then AUTH when either side has a job token (doc/store.md). */
+static phx_status handshake(phx_store *s, double wait_s)
+{
+    const char *who = "phx_store_new";
+    uint8_t hello[PX_STORE_HELLO_BODY], cnonce[PX_STORE_NONCE], *body = NULL;
+    size_t blen;
+    uint32_t status = 0;
+    phx_status st = px_store_nonce(cnonce, sizeof cnonce);
+    if (st) return st;
+    px_put_u32(hello, PX_STORE_MAGIC);
+    px_put_u32(hello + 4, PX_STORE_VERSION);
+    memcpy(hello + 8, cnonce, sizeof cnonce);
+    struct iovec part = {hello, sizeof hello};
+    st = transact(s, who, PX_OP_HELLO, &part, 1, wait_s, &status, &body, &blen);
+    if (st == PHX_ETIMEOUT) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", phx_last_error());
+        return phx_error(st, "%s: %s:%d accepted the connection but did not answer the handshake (%s); is the "
+                         "server overloaded or out of file descriptors?", who, s->host, s->port, why);
+    }
+    if (st) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", phx_last_error());
+        return phx_error(st, "%s: %s:%d does not speak the Phalanx store protocol (%s)", who, s->host, s->port,
+                         why);
+    }
+    if (status == PX_ST_VERSION && blen == 4) {
+        st = phx_error(PHX_EIO, "%s: the store server at %s:%d speaks store protocol version %u, this library "
+                       "version %u (mixed Phalanx versions in one job?)", who, s->host, s->port,
+                       px_get_u32(body), PX_STORE_VERSION);
+        px_free(body);
+        return st;
+    }
+    if (status != PX_ST_OK || blen != 8 + PX_STORE_NONCE || px_get_u32(body) != PX_STORE_VERSION) {
+        px_free(body);
+        return phx_error(PHX_EIO, "%s: %s:%d did not answer as a Phalanx store (protocol version %u expected)",
+                         who, s->host, s->port, PX_STORE_VERSION);
+    }
+    uint32_t flags = px_get_u32(body + 4);
+    uint8_t snonce[PX_STORE_NONCE], proof[PX_STORE_NONCE];
+    memcpy(snonce, body + 8, sizeof snonce);
+    px_free(body);
+    int needs = (flags & PX_STORE_FLAG_TOKEN) != 0;
+    if (!needs && !s->token_len) return PHX_OK;
+    if (needs && !s->token_len)
+        return phx_error(PHX_EIO, "%s: the store server at %s:%d requires this job's token and PHX_STORE_TOKEN "
+                         "is not set in this process (phxrun sets it for its ranks; other launchers: export the "
+                         "same PHX_STORE_TOKEN on every rank)", who, s->host, s->port);
+    if (!needs)
+        return phx_error(PHX_EIO, "%s: PHX_STORE_TOKEN is set in this process but the store server at %s:%d "
+                         "runs without a job token (was it started with another environment?); every rank "
+                         "must have the same PHX_STORE_TOKEN", who, s->host, s->port);
+    if (px_store_proof(s->token, s->token_len, "client", cnonce, snonce, proof))
+        return phx_error(PHX_EIO, "%s: cannot compute the token proof (OpenSSL HMAC failed)", who);
+    part = (struct iovec){proof, sizeof proof};
+    if ((st = transact(s, who, PX_OP_AUTH, &part, 1, wait_s, &status, &body, &blen))) return st;
+    if (status == PX_ST_DENIED) {
+        px_free(body);
+        return phx_error(PHX_EIO, "%s: the store server at %s:%d refused this process's PHX_STORE_TOKEN (it "
+                         "differs from the job's token the server was started with)", who, s->host, s->port);
+    }
+    int good = status == PX_ST_OK && blen == PX_STORE_NONCE &&
+               px_store_proof(s->token, s->token_len, "server", cnonce, snonce, proof) == 0 &&
+               px_store_proof_eq(proof, body);
+    px_free(body);
+    if (!good)
+        return phx_error(PHX_EIO, "%s: the server at %s:%d could not prove it knows PHX_STORE_TOKEN (another "
+                         "program listens on that port?)", who, s->host, s->port);
+    return PHX_OK;
 }
 
 /* Connects s to s->host:s->port with retry and backoff, then shakes hands. */
@@ -254,32 +333,18 @@ static phx_status tcp_connect(phx_store *s)
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     freeaddrinfo(res);
-    uint8_t hello[8], *body;
-    size_t blen;
-    uint32_t status = 0;
-    px_put_u32(hello, PX_STORE_MAGIC);
-    px_put_u32(hello + 4, PX_STORE_VERSION);
-    struct iovec part = {hello, sizeof hello};
     double left = deadline - px_now();
-    st = transact(s, who, PX_OP_HELLO, &part, 1, (left > 1 ? left : 1) - PX_STORE_REPLY_GRACE, &status, &body,
-                  &blen);
-    if (st == PHX_OK && (status != PX_ST_OK || blen != 4 || px_get_u32(body) != PX_STORE_VERSION))
-        st = phx_error(PHX_EIO, "%s: %s:%d did not answer as a Phalanx store (version %u expected)", who, s->host,
-                       s->port, PX_STORE_VERSION);
-    else if (st != PHX_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", phx_last_error());
-        phx_error(st, "%s: %s:%d does not speak the Phalanx store protocol (%s)", who, s->host, s->port, why);
-    }
-    px_free(body);
+    st = handshake(s, (left > 1 ? left : 1) - PX_STORE_REPLY_GRACE);
     if (st) { close(s->fd); s->fd = -1; }
     return st;
 }
 
-static phx_store *tcp_alloc(const char *host, int port, double timeout_s)
+static phx_store *tcp_alloc(const char *host, int port, double timeout_s, const uint8_t *token, size_t tlen)
 {
     phx_store *s = px_calloc(1, sizeof *s);
     if (!s) return NULL;
+    memcpy(s->token, token, tlen);
+    s->token_len = tlen;
     s->kind = PX_STORE_TCP;
     s->fd = -1;
     s->port = port;
@@ -297,12 +362,15 @@ phx_status phx_store_new(const char *host, int port, bool is_server, double time
     if (port < (is_server ? 0 : 1) || port > 65535)
         return phx_error(PHX_EINVAL, "phx_store_new: port %d: expected %s..65535", port, is_server ? "0" : "1");
     px_store_server *srv = NULL;
-    phx_status st;
+    uint8_t token[PX_STORE_MAX_TOKEN];
+    size_t tlen;
+    phx_status st = px_store_token("phx_store_new", token, &tlen);
+    if (st) return st;
     if (is_server) {
-        if ((st = px_store_server_start(host, port, &srv))) return st;
+        if ((st = px_store_server_start(host, port, token, tlen, &srv))) return st;
         port = px_store_server_port(srv);
     }
-    phx_store *s = tcp_alloc(host, port, norm_timeout(timeout_s));
+    phx_store *s = tcp_alloc(host, port, px_timeout(timeout_s), token, tlen);
     if (!s) { px_store_server_stop(srv, 0); return PHX_ENOMEM; }
     s->server = srv;
     if ((st = tcp_connect(s))) {
@@ -326,7 +394,7 @@ phx_status phx_store_clone(phx_store *s, phx_store **out)
         *out = c;
         return PHX_OK;
     }
-    phx_store *c = tcp_alloc(s->host, s->port, s->timeout_s);
+    phx_store *c = tcp_alloc(s->host, s->port, s->timeout_s, s->token, s->token_len);
     if (!c) return PHX_ENOMEM;
     phx_status st = tcp_connect(c);
     if (st) { pthread_mutex_destroy(&c->mu); px_free(c); return st; }
@@ -353,6 +421,8 @@ void phx_store_free(phx_store *s)
     pthread_mutex_destroy(&s->mu);
     px_free(s);
 }
+
+px_store_server *px_store_server_of(phx_store *s) { return s && s->kind == PX_STORE_TCP ? s->server : NULL; }
 
 int phx_store_port(const phx_store *s) { return s && s->kind == PX_STORE_TCP ? s->port : -1; }
 
@@ -405,7 +475,7 @@ phx_status phx_store_get(phx_store *s, const char *key, void **value, size_t *le
     phx_status st;
     if (!s || !value || !len) return phx_error(PHX_EINVAL, "%s: NULL argument", who);
     if ((st = check_key(who, key))) return st;
-    double t = timeout_s > 0 ? timeout_s : s->timeout_s;
+    double t = timeout_s > 0 ? px_timeout(timeout_s) : s->timeout_s;
     size_t kl = strlen(key);
     if (s->kind == PX_STORE_LOCAL) {
         px_local *l = s->local;
@@ -483,7 +553,7 @@ phx_status phx_store_wait(phx_store *s, const char *const *keys, size_t n, doubl
     if (total > PX_STORE_MAX_WAIT_BODY)
         return phx_error(PHX_EINVAL, "%s: %zu keys take %zu bytes, at most %u allowed in one wait", who, n, total,
                          PX_STORE_MAX_WAIT_BODY);
-    double t = timeout_s > 0 ? timeout_s : s->timeout_s;
+    double t = timeout_s > 0 ? px_timeout(timeout_s) : s->timeout_s;
     if (s->kind == PX_STORE_LOCAL) {
         pthread_mutex_lock(&s->local->mu);
         size_t miss = local_wait(s->local, keys, n, px_now() + t);
@@ -530,7 +600,7 @@ phx_status phx_store_compare_set(phx_store *s, const char *key, const void *expe
     size_t nlen = 0;
     if (s->kind == PX_STORE_LOCAL) {
         pthread_mutex_lock(&s->local->mu);
-        st = px_kv_cas(s->local->kv, key, kl, expected, elen, desired, dlen);
+        st = px_kv_cas(s->local->kv, key, kl, expected, elen, desired, dlen, NULL);
         pthread_cond_broadcast(&s->local->cv);
         const uint8_t *v = px_kv_get(s->local->kv, key, kl, &nlen);
         if (st == PHX_OK && actual && !(now = dup_value(v ? v : (const uint8_t *)"", v ? nlen : 0))) st = PHX_ENOMEM;

@@ -20,9 +20,12 @@ static int env_int(const char *name, long lo, long hi, int *out)
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (!*v || errno || *end || x < lo || x > hi) {
-        phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected an integer in %ld..%ld", name, v,
-                  lo, hi);
+    /* strtol skips leading blanks and takes a '+': "RANK=' 1'" is refused
+     * as a typo rather than read as 1. */
+    int digits = (*v >= '0' && *v <= '9') || (*v == '-' && v[1] >= '0' && v[1] <= '9');
+    if (!digits || errno || *end || x < lo || x > hi) {
+        phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected an integer in %ld..%ld (digits only, no "
+                  "spaces)", name, v, lo, hi);
         return -1;
     }
     *out = (int)x;
@@ -96,6 +99,42 @@ static int read_launcher(const char *rank_v, const char *size_v, const char *lra
     return 1;
 }
 
+/* The first host of a Slurm hostlist ("gpu[07-09,12],cpu1" gives "gpu07",
+ * "r[1-2]-n[01-04]" gives "r1-n01"): where Slurm's block distribution puts
+ * task 0. Returns 0, or -1 for a list it cannot read. */
+static int slurm_first_host(const char *list, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *p = list; *p && *p != ','; p++) {
+        if (*p == '[') {
+            const char *close = strchr(p, ']');
+            size_t d = strspn(p + 1, "0123456789");
+            if (!close || d == 0 || n + d >= len) return -1;
+            memcpy(out + n, p + 1, d);
+            n += d;
+            p = close;
+            continue;
+        }
+        if (*p == ']' || n + 1 >= len) return -1;
+        out[n++] = *p;
+    }
+    out[n] = 0;
+    return n > 0 ? 0 : -1;
+}
+
+/* A Slurm batch script (SLURM_NTASKS > 1 but no SLURM_PROCID: not a task
+ * of a step) would otherwise run as a world of one, or wait PHX_TIMEOUT
+ * for ranks nobody started. */
+static phx_status slurm_batch_check(void)
+{
+    const char *nt = getenv("SLURM_NTASKS"), *job = getenv("SLURM_JOB_ID");
+    if (!nt || getenv("SLURM_PROCID") || !job) return PHX_OK;
+    if (atoi(nt) <= 1) return PHX_OK;
+    return phx_error(PHX_EINVAL, "phx_world_from_env: SLURM_NTASKS=%s in job %s but no SLURM_PROCID: this is the "
+                     "batch script, not one of the job's tasks; start the ranks with srun (srun prog args...), or "
+                     "one phxrun per node", nt, job);
+}
+
 phx_status phx_world_from_env(phx_world *out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_world_from_env: out is NULL");
@@ -111,7 +150,9 @@ phx_status phx_world_from_env(phx_world *out)
     } else if (!read_launcher("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", &w, &st) &&
                !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                               "OMPI_COMM_WORLD_LOCAL_SIZE", &w, &st) &&
-               !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, &w, &st)) {
+               !(st = slurm_batch_check()) &&
+               (!getenv("SLURM_PROCID") || !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, &w,
+                                                          &st))) {
         w.rank = w.local_rank = 0;
         w.size = w.local_size = 1;
     }
@@ -126,6 +167,17 @@ phx_status px_env_master(char *addr, size_t len, int *port)
 {
     const char *a = getenv("MASTER_ADDR");
     int p = PX_DEFAULT_PORT;
+    /* Under srun: the step's first node, where task 0 runs. */
+    static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+    char first[256];
+    for (size_t i = 0; (!a || !*a) && getenv("SLURM_PROCID") && i < 3; i++) {
+        const char *l = getenv(lists[i]);
+        if (!l || !*l) continue;
+        if (slurm_first_host(l, first, sizeof first))
+            return phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected a Slurm host list like "
+                             "'node[01-04],gpu7' (or set MASTER_ADDR)", lists[i], l);
+        a = first;
+    }
     if (!a || !*a) a = "127.0.0.1";
     if (strlen(a) >= len)
         return phx_error(PHX_EINVAL, "phx_world_from_env: MASTER_ADDR is %zu characters long, at most %zu allowed",

@@ -10,9 +10,18 @@
 extern "C" {
 #endif
 
-/* ABI of the plugin descriptor and the frozen vtables. */
+/* ABI of the plugin descriptor and the frozen vtables. A plugin loads
+ * when its major equals PHX_PLUGIN_ABI_MAJOR and its minor is at least
+ * PHX_PLUGIN_ABI_MINOR_OLDEST; a minor only appends slots, and the core
+ * reads an appended slot only from a plugin whose minor has it (see
+ * doc/plugins.md, "Evolution"). A plugin built against these headers
+ * declares PHX_PLUGIN_ABI_MINOR through PHX_PLUGIN_DESC_INIT.
+ *   1.0  the first ABI
+ *   1.1  optional slots may be NULL (the core supplies their defaults);
+ *        the plugin author's kit (phalanx/plugin/kit.h) */
 #define PHX_PLUGIN_ABI_MAJOR 1
-#define PHX_PLUGIN_ABI_MINOR 0
+#define PHX_PLUGIN_ABI_MINOR 1
+#define PHX_PLUGIN_ABI_MINOR_OLDEST 0
 
 typedef enum phx_plugin_kind {
     PHX_PLUGIN_COMM = 1, PHX_PLUGIN_PRECISION = 2, PHX_PLUGIN_DEVICE = 3
@@ -26,9 +35,9 @@ typedef struct phx_probe_ctx {
 } phx_probe_ctx;
 
 /* The one data symbol a plugin exports, named phx_plugin_v1. The loader
- * reads and checks it (abi_major equal, abi_minor >= required, struct_size
- * >= the loader's, kind and name equal to those in the file name) before
- * running any plugin code. */
+ * reads and checks it (abi_major equal, abi_minor >= the oldest supported,
+ * struct_size >= the loader's, kind and name equal to those in the file
+ * name) before running any plugin code. */
 typedef struct phx_plugin_desc {
     uint32_t abi_major;
     uint32_t abi_minor;

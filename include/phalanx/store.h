@@ -23,8 +23,12 @@ typedef struct phx_store phx_store;
 /* Connects to host:port. When is_server is true, first starts the server
  * on that address in a background thread of this process (owned by the
  * returned store). Clients retry with backoff until timeout_s (<= 0:
- * PHX_TIMEOUT, default 600). Errors: PHX_EIO "port in use" / "cannot
- * resolve host", PHX_ETIMEOUT "no server at host:port after N s". */
+ * PHX_TIMEOUT, default 600; at most 1e6 s, longer is clamped). The job
+ * token in PHX_STORE_TOKEN (read here; unset: none) is what the server
+ * requires and what the client proves (doc/store.md). Errors: PHX_EIO
+ * "port in use" / "cannot resolve host" / a refused or missing token,
+ * PHX_ETIMEOUT "no server at host:port after N s", PHX_EINVAL a token
+ * over 1024 bytes. */
 phx_status phx_store_new(const char *host, int port, bool is_server, double timeout_s, phx_store **out);
 /* A store living in this process (for worlds of threads); thread-safe. */
 phx_store *phx_store_new_local(void);

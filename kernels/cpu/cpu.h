@@ -127,47 +127,14 @@ void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k
 
 /* Sets the BLAS thread count (no-op without CBLAS). */
 void px_cpu_blas_threads(int n);
+/* OpenBLAS's process-wide thread count (1 without OpenBLAS). */
+int px_cpu_blas_get_threads(void);
 
-/* kernel slots, by file */
-phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
-                       void *c, int64_t ldc, phx_dtype cdt);
-phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n);
-phx_status px_cpu_fill(int dev, void *dst, phx_dtype dt, int64_t n, double value);
-phx_status px_cpu_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta, void *y,
-                        phx_dtype ydt);
-phx_status px_cpu_mul(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt);
-phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *y, phx_dtype dt, const float *bias);
-phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt, float beta,
-                            float *db);
-phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt);
-phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y,
-                               const void *dy, void *dx, phx_dtype dt);
-phx_status px_cpu_dropout_forward(int dev, int64_t n, float p, uint64_t seed, uint64_t offset, const void *x,
-                                  void *y, uint8_t *mask, phx_dtype dt);
-phx_status px_cpu_dropout_backward(int dev, int64_t n, float p, const uint8_t *mask, const void *dy, void *dx,
-                                   phx_dtype dt);
-phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
-                                    const float *w, const float *b, void *y, float *mean, float *rstd,
-                                    phx_dtype dt);
-phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
-                                     const float *mean, const float *rstd, const void *dy, void *dx,
-                                     float *dw, float *db, phx_dtype dt);
-phx_status px_cpu_mse(int dev, int64_t n, const void *y, phx_dtype dt, const float *target, int mean,
-                      float *loss, float *grad);
-phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
-                                const int64_t *labels, int log_probs, float *loss, float *grad,
-                                int64_t *bad_label_host);
-phx_status px_cpu_sgd_step(int dev, int64_t n, float *p, const float *g, float *momentum_buf,
-                           const phx_sgd_hparams *h, int step_first);
-phx_status px_cpu_adam_step(int dev, int64_t n, float *p, const float *g, float *m, float *v, float *vmax,
-                            const phx_adam_hparams *h, int64_t step);
-phx_status px_cpu_unscale_check(int dev, int64_t n, float *g, float inv_scale, float *found_inf);
-phx_status px_cpu_reduce(int dev, phx_reduce_op op, int64_t n, const void *x, phx_dtype dt, double *out_host);
-phx_status px_cpu_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
-                              float lo, float hi);
-phx_status px_cpu_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
-                             float mean, float std);
+/* The kernel slots, px_cpu_<name> for each line of kernels_v1.def (one
+ * op family per file: gemm.c, cast.c, elementwise.c, ...). */
+#define PHX_KERNEL_SLOT(name, ret, args, since) ret px_cpu_##name args;
+#include "phalanx/plugin/kernels_v1.def"
+#undef PHX_KERNEL_SLOT
 
 /* The table the CPU device points to (kernels/cpu/table.c). */
 extern const phx_kernels_v1 px_cpu_kernels;

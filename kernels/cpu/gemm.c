@@ -18,6 +18,15 @@ void px_cpu_blas_threads(int n)
 #endif
 }
 
+int px_cpu_blas_get_threads(void)
+{
+#ifdef HAVE_CBLAS
+    return openblas_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
 static phx_status px_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {

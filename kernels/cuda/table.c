@@ -1,29 +1,11 @@
-/* The cuda device's kernel table: one entry point per slot of
- * phx_kernels_v1 (kernels/cuda/kernels.h). */
+/* The cuda device's kernel table: px_cuda_<name> in every slot of
+ * kernels_v1.def (kernels/cuda/kernels.h). */
 #include "config.h"
 #include "kernels/cuda/kernels.h"
 #include "plugins/device/cuda/cuda-impl.h"
 
 const phx_kernels_v1 px_cuda_kernels = {
-    .gemm = px_cuda_gemm,
-    .cast = px_cuda_cast,
-    .fill = px_cuda_fill,
-    .axpby = px_cuda_axpby,
-    .mul = px_cuda_mul,
-    .bias_add = px_cuda_bias_add,
-    .bias_grad = px_cuda_bias_grad,
-    .act_forward = px_cuda_act_forward,
-    .act_backward = px_cuda_act_backward,
-    .dropout_forward = px_cuda_dropout_forward,
-    .dropout_backward = px_cuda_dropout_backward,
-    .layernorm_forward = px_cuda_layernorm_forward,
-    .layernorm_backward = px_cuda_layernorm_backward,
-    .mse = px_cuda_mse,
-    .cross_entropy = px_cuda_cross_entropy,
-    .sgd_step = px_cuda_sgd_step,
-    .adam_step = px_cuda_adam_step,
-    .unscale_check = px_cuda_unscale_check,
-    .reduce = px_cuda_reduce,
-    .rng_uniform = px_cuda_rng_uniform,
-    .rng_normal = px_cuda_rng_normal,
+#define PHX_KERNEL_SLOT(name, ret, args, since) .name = px_cuda_##name,
+#include "phalanx/plugin/kernels_v1.def"
+#undef PHX_KERNEL_SLOT
 };

@@ -5,12 +5,12 @@
 #include "plugins/precision/policy.h"
 
 static const phx_precision_v1 fp16_policy = {
-    /* .compute_dtype  = */ PHX_F16,
-    /* .loss_scaling   = */ 1,
-    /* .init_scale     = */ PX_GRADSCALER_INIT_SCALE,
-    /* .growth_factor  = */ PX_GRADSCALER_GROWTH_FACTOR,
-    /* .backoff_factor = */ PX_GRADSCALER_BACKOFF_FACTOR,
-    /* .growth_interval = */ PX_GRADSCALER_GROWTH_INTERVAL,
+    .compute_dtype = PHX_F16,
+    .loss_scaling = 1,
+    .init_scale = PX_GRADSCALER_INIT_SCALE,
+    .growth_factor = PX_GRADSCALER_GROWTH_FACTOR,
+    .backoff_factor = PX_GRADSCALER_BACKOFF_FACTOR,
+    .growth_interval = PX_GRADSCALER_GROWTH_INTERVAL,
 };
 
 PX_PRECISION_PLUGIN("fp16", 10, "f16 compute, f32 accumulation and master weights, dynamic loss scaling",

@@ -10,7 +10,7 @@
 
 #include <gloo/types.h>
 
-#include "plugins/comm/reduce.h"
+#include "phalanx/plugin/kit.h"
 
 namespace pxg {
 
@@ -69,7 +69,7 @@ void wait_send(const Ctx &c, UB *b, int peer)
 
 // out[0..n) = a op b (a from the lower rank), out may be a or b. f16 sums
 // use gloo's own half conversions (f32 add, round to nearest); everything
-// else, bf16 included (gloo has none), reduce.h. The bits are stored
+// else, bf16 included (gloo has none), phx_kit_reduce. The bits are stored
 // directly: gloo::float16's operator= (used by +=) first compares the old
 // value with the new one's bits taken as a number, which costs a conversion
 // per element, reads the uninitialised output and can skip the store.
@@ -83,7 +83,8 @@ void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, ph
         return;
     }
     const void *in[2] = {a, b};
-    px_reduce_n(out, in, 2, 0, n, dt, op, 1);
+    void *outs[1] = {out};
+    phx_kit_reduce(outs, 1, in, 2, 0, n, dt, op, 1); // dt and op checked by the core
 }
 
 // Exchanges with peer: send [soff, soff+sn) of sb, receive rn bytes into

@@ -3,7 +3,8 @@
 // recursive doubling, halving-doubling or ring, binomial broadcast, ring
 // all-gather and reduce-scatter. Owning them (rather than calling gloo's
 // collectives) means every wait knows the peer it waits on, so a failure
-// names that rank, and every reduction uses plugins/comm/reduce.h.
+// names that rank, and every reduction uses phx_kit_reduce
+// (phalanx/plugin/kit.h).
 #ifndef PHX_PLUGINS_GLOO_ALGOS_H
 #define PHX_PLUGINS_GLOO_ALGOS_H
 

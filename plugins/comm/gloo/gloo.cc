@@ -6,13 +6,15 @@
 // reach the store server (127.0.0.1 on one machine), and a full mesh.
 //
 // Every collective runs on one worker thread per communicator, in issue
-// order, so compute overlaps communication. The collectives themselves
+// order (the kit's queue, phalanx/plugin/kit.h), so compute overlaps
+// communication; small all-reduces run on the caller's thread when the
+// queue is idle. The collectives themselves
 // (gloo-algos.cc) use gloo's transport: all-reduce picks its algorithm by
 // message size (doc/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
 // (bandwidth), halving-doubling in between for large worlds. f16 sums use
-// gloo::float16; bf16 (gloo has none) and max/min use
-// plugins/comm/reduce.h (f32 arithmetic, rounded per step); avg = sum
+// gloo::float16; bf16 (gloo has none) and max/min use phx_kit_reduce
+// (phalanx/plugin/kit.h: f32 arithmetic, rounded per step); avg = sum
 // then divide. A gloo exception becomes PHX_EPEER or PHX_ETIMEOUT with its
 // message and the rank of the peer the failed wait was on; the
 // communicator is then broken and later collectives fail at once.
@@ -22,13 +24,10 @@
 #include <signal.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gloo/rendezvous/context.h>
@@ -38,7 +37,7 @@
 #include "phalanx/log.h"
 #include "phalanx/plugin/comm_v1.h"
 #include "plugins/comm/gloo/gloo-algos.h"
-#include "plugins/comm/reduce.h"
+#include "phalanx/plugin/kit.h"
 
 namespace {
 
@@ -106,7 +105,6 @@ struct Op {
     phx_dtype dt;
     phx_reduce_op rop;
     int root;
-    phx_work *work;
 };
 
 struct State {
@@ -117,15 +115,69 @@ struct State {
     uint64_t seq = 0;                 // ops run (tags and slots)
     std::string broken;               // set after the first failure
     int32_t token = 0;                // the barrier's one-element all-reduce
-
-    std::mutex mu;                    // the queue: a ring that only grows
-    std::condition_variable cv;
-    std::vector<Op> ring;
-    size_t head = 0, len = 0;
-    bool stop = false;
-    bool inline_running = false;      // an op runs on the caller's thread
-    std::thread worker;
+    phx_kit_queue *queue = nullptr;   // runs the ops in issue order
+    phx_store *store = nullptr;       // the communicator's, for the desync check
+    std::string prefix;               // its keys' prefix ("c0/gloo/")
 };
+
+// An op's slot: our prefix, 16 bits of its signature (kind, count, dtype,
+// reduction, root) and 24 bits of its sequence number; the low 16 bits
+// number the algorithm's steps. Ranks that issue different collectives at
+// the same point (a different number of steps) then post to different
+// slots and time out, where one slot with two sizes made gloo's I/O thread
+// abort the process (EnforceNotMet: op.preamble.length <= op.nbytes).
+uint64_t op_slot(const State &s, const Op &o)
+{
+    uint64_t h = 1469598103934665603ull;
+    const int64_t f[] = {o.kind, o.count, o.dt, o.kind == ALLREDUCE || o.kind == REDUCE_SCATTER ? o.rop : 0,
+                         o.kind == BROADCAST ? o.root : 0};
+    for (int64_t v : f) h = (h ^ (uint64_t)v) * 1099511628211ull;
+    return (kSlotPrefix << 56) | ((h & 0xffffu) << 40) | ((s.seq & 0xffffffu) << 16);
+}
+
+// "allreduce(count=4096, f32, sum)": what a rank issued, for the messages.
+std::string op_text(const Op &o)
+{
+    static const char *const rops[] = {"sum", "avg", "max", "min"};
+    char b[128];
+    int n = std::snprintf(b, sizeof b, "%s(count=%lld, %s", kKindName[o.kind], (long long)o.count,
+                          phx_dtype_name(o.dt));
+    if ((o.kind == ALLREDUCE || o.kind == REDUCE_SCATTER) && (unsigned)o.rop < 4)
+        n += std::snprintf(b + n, sizeof b - (size_t)n, ", %s", rops[o.rop]);
+    if (o.kind == BROADCAST) std::snprintf(b + n, sizeof b - (size_t)n, ", root %d", o.root);
+    else std::snprintf(b + n, sizeof b - (size_t)n, ")");
+    if (o.kind == BROADCAST) std::strncat(b, ")", sizeof b - std::strlen(b) - 1);
+    return b;
+}
+
+// After a timeout: each rank that timed out publishes what it issued as op
+// seq; a peer that published something else within a second means
+// the ranks went out of step (PHX_EDESYNC), not that one hung. Returns the
+// message, or "" when no peer disagrees.
+std::string desync_check(State &s, const Op &o, uint64_t seq)
+{
+    if (!s.store) return "";
+    std::string mine = op_text(o), key = s.prefix + "issued/" + std::to_string(seq) + "/";
+    phx_store_set(s.store, (key + std::to_string(s.rank)).c_str(), mine.data(), mine.size());
+    double wait = s.timeout_s < 1 ? s.timeout_s : 1;   // out-of-step peers time out together
+    for (int r = 0; r < s.size; r++) {
+        if (r == s.rank) continue;
+        void *v = nullptr;
+        size_t n = 0;
+        if (phx_store_get(s.store, (key + std::to_string(r)).c_str(), &v, &n, wait)) {
+            wait = 0.2;   // one silent peer is enough waiting
+            continue;
+        }
+        std::string theirs(static_cast<char *>(v), n);
+        std::free(v);
+        if (theirs != mine)
+            return "rank " + std::to_string(s.rank) + " issued " + mine + " as collective #" + std::to_string(seq) +
+                   " but rank " + std::to_string(r) + " issued " + theirs +
+                   ": the ranks went out of step (a different number of steps, buckets or collectives; uneven "
+                   "inputs need DDP join). PHX_DEBUG=detail checks every collective before it runs";
+    }
+    return "";
+}
 
 // Collectives up to this size run on the calling thread when nothing is
 // queued: they are latency-bound (no compute to overlap) and skipping the
@@ -143,7 +195,7 @@ void run_allreduce(State &s, const Op &o)
 {
     size_t n = (size_t)o.count, bytes = n * phx_dtype_size(o.dt);
     phx_reduce_op rop = o.rop == PHX_AVG ? PHX_SUM : o.rop;
-    uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
+    uint64_t slot = op_slot(s, o);
     if (s.size > 1) {
         switch (pick(s, bytes)) {
         case RD: pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot); break;
@@ -151,13 +203,13 @@ void run_allreduce(State &s, const Op &o)
         default: pxg::allreduce_ring(s.c, o.recv, n, o.dt, rop, slot); break;
         }
     }
-    if (o.rop == PHX_AVG) px_divide(o.recv, n, o.dt, s.size);
+    if (o.rop == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
 }
 
 void run_op(State &s, const Op &o)
 {
     size_t n = (size_t)o.count, es = phx_dtype_size(o.dt);
-    uint64_t slot = (kSlotPrefix << 56) | ((s.seq & 0xffffffffu) << 16);
+    uint64_t slot = op_slot(s, o);
     switch (o.kind) {
     case ALLREDUCE:
         if (n) run_allreduce(s, o);
@@ -171,7 +223,7 @@ void run_op(State &s, const Op &o)
     case REDUCE_SCATTER:
         if (!n) break;
         pxg::reduce_scatter_ring(s.c, o.send, o.recv, n, o.dt, o.rop == PHX_AVG ? PHX_SUM : o.rop, slot);
-        if (o.rop == PHX_AVG) px_divide(o.recv, n, o.dt, s.size);
+        if (o.rop == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
         break;
     case BARRIER:
         /* everyone has arrived when a one-element all-reduce completes */
@@ -213,75 +265,56 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     }
     s.seq++;
     if (st == PHX_OK) return st;
-    if (says_timeout(msg)) st = PHX_ETIMEOUT;
+    if (says_timeout(msg)) {
+        st = PHX_ETIMEOUT;
+        std::string d = desync_check(s, o, s.seq - 1);
+        if (!d.empty()) {
+            msg = std::string(head) + " failed: " + d;
+            s.broken = msg;
+            return PHX_EDESYNC;
+        }
+    }
     std::string who = peer >= 0 ? " with peer rank " + std::to_string(peer) : "";
     msg = std::string(head) + " failed" + who + ": " + msg;
     s.broken = msg;
     return st;
 }
 
-void worker_main(State *s)
+// The queue's job: one Op, run on the queue's thread (or inline).
+phx_status run_job(void *ctx, const void *job, char *msg, size_t len)
 {
-    std::unique_lock<std::mutex> lk(s->mu);
-    std::string msg;
-    for (;;) {
-        s->cv.wait(lk, [s] { return s->stop || (s->len && !s->inline_running); });
-        if (!s->len) break;
-        Op o = s->ring[s->head];
-        lk.unlock();
-        msg.clear();
-        phx_status st = execute(*s, o, msg);
-        lk.lock();
-        s->head = (s->head + 1) % s->ring.size();
-        s->len--;
-        lk.unlock();
-        phx_work_complete(o.work, st, st ? msg.c_str() : NULL);
-        lk.lock();
-    }
+    std::string m;
+    phx_status st = execute(*static_cast<State *>(ctx), *static_cast<const Op *>(job), m);
+    if (st) std::snprintf(msg, len, "%s", m.c_str());
+    return st;
 }
 
-phx_status enqueue(void *state, const Op &o)
+phx_status enqueue(void *state, const Op &o, phx_work *w)
 {
     State *s = static_cast<State *>(state);
     size_t bytes = (size_t)o.count * phx_dtype_size(o.dt);
-    if (o.kind == ALLREDUCE && bytes <= kInlineMax) {
-        std::unique_lock<std::mutex> lk(s->mu);
-        if (!s->len && !s->inline_running) {   // nothing ahead of it: run it here
-            s->inline_running = true;
-            lk.unlock();
-            std::string msg;
-            phx_status st = execute(*s, o, msg);
-            lk.lock();
-            s->inline_running = false;
-            bool queued = s->len != 0;         // issued by another thread meanwhile
-            lk.unlock();
-            if (queued) s->cv.notify_one();
-            phx_work_complete(o.work, st, st ? msg.c_str() : NULL);
-            return PHX_OK;
-        }
-    }
-    try {
-        std::lock_guard<std::mutex> lk(s->mu);
-        if (s->len == s->ring.size()) {   // grow (rare): unroll into a bigger ring
-            std::vector<Op> bigger(s->ring.empty() ? 64 : 2 * s->ring.size());
-            for (size_t i = 0; i < s->len; i++) bigger[i] = s->ring[(s->head + i) % s->ring.size()];
-            s->ring.swap(bigger);
-            s->head = 0;
-        }
-        s->ring[(s->head + s->len++) % s->ring.size()] = o;
-    } catch (...) {
-        return phx_error(PHX_ENOMEM, "gloo: cannot queue a collective");
-    }
-    s->cv.notify_one();
-    return PHX_OK;
+    if (o.kind == ALLREDUCE && bytes <= kInlineMax) return phx_kit_queue_push_inline(s->queue, &o, w);
+    return phx_kit_queue_push(s->queue, &o, w);
 }
 
 // The address this host uses to reach the store server: peers can reach
-// us there too. PHX_GLOO_IFACE names an interface instead.
+// us there too. PHX_GLOO_IFACE names an interface instead, or torch's
+// GLOO_SOCKET_IFNAME (its first entry: gloo's TCP device takes one).
 gloo::transport::tcp::attr device_attr(phx_store *store)
 {
     gloo::transport::tcp::attr a;
     const char *iface = std::getenv("PHX_GLOO_IFACE");
+    std::string torch_iface;
+    if ((!iface || !*iface) && (iface = std::getenv("GLOO_SOCKET_IFNAME")) && *iface) {
+        torch_iface = iface;
+        size_t comma = torch_iface.find(',');
+        if (comma != std::string::npos) {
+            phx_log(PHX_LOG_WARN, "gloo: GLOO_SOCKET_IFNAME='%s' lists several interfaces; using the first, '%s'",
+                    iface, torch_iface.substr(0, comma).c_str());
+            torch_iface.resize(comma);
+        }
+        iface = torch_iface.c_str();
+    }
     char addr[128];
     if (iface && *iface) a.iface = iface;
     else if (phx_store_local_addr(store, addr, sizeof addr) == PHX_OK) a.hostname = addr;
@@ -327,7 +360,8 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         PhxStore store(a->store, std::string(a->prefix) + "gloo/", a->timeout_s);
         ctx->connectFullMesh(store, dev);
         s->c.ctx = ctx;
-        s->worker = std::thread(worker_main, s);
+        s->store = a->store;
+        s->prefix = std::string(a->prefix) + "gloo/";
     } catch (const std::exception &e) {
         pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
         delete s;
@@ -336,7 +370,12 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         return phx_error(st, "gloo: rank %d of %d: connecting the full mesh on %s failed: %s", a->rank, a->size,
                          where.c_str(), m.c_str());
     }
+    phx_status qst = phx_kit_queue_new(sizeof(Op), run_job, s, "gloo", &s->queue);
     pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+    if (qst) {
+        delete s;
+        return qst;
+    }
     phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s", a->rank, a->size, where.c_str());
     *state = s;
     return PHX_OK;
@@ -346,12 +385,7 @@ void g_finalize(void *state)
 {
     State *s = static_cast<State *>(state);
     if (!s) return;
-    {
-        std::lock_guard<std::mutex> lk(s->mu);
-        s->stop = true;
-    }
-    s->cv.notify_one();
-    if (s->worker.joinable()) s->worker.join();   // runs what is queued first
+    phx_kit_queue_free(s->queue);   // runs what is queued first
     try {
         s->c.scratch_ub.reset();
         s->c.scratch_send.reset();
@@ -363,28 +397,28 @@ void g_finalize(void *state)
 
 phx_status g_allreduce(void *st, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *w)
 {
-    return enqueue(st, Op{ALLREDUCE, nullptr, buf, count, dt, op, 0, w});
+    return enqueue(st, Op{ALLREDUCE, nullptr, buf, count, dt, op, 0}, w);
 }
 
 phx_status g_broadcast(void *st, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
 {
-    return enqueue(st, Op{BROADCAST, nullptr, buf, count, dt, PHX_SUM, root, w});
+    return enqueue(st, Op{BROADCAST, nullptr, buf, count, dt, PHX_SUM, root}, w);
 }
 
 phx_status g_allgather(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
 {
-    return enqueue(st, Op{ALLGATHER, send, recv, count, dt, PHX_SUM, 0, w});
+    return enqueue(st, Op{ALLGATHER, send, recv, count, dt, PHX_SUM, 0}, w);
 }
 
 phx_status g_reduce_scatter(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_reduce_op op,
                             phx_work *w)
 {
-    return enqueue(st, Op{REDUCE_SCATTER, send, recv, count, dt, op, 0, w});
+    return enqueue(st, Op{REDUCE_SCATTER, send, recv, count, dt, op, 0}, w);
 }
 
 phx_status g_barrier(void *st, phx_work *w)
 {
-    return enqueue(st, Op{BARRIER, nullptr, nullptr, 0, PHX_F32, PHX_SUM, 0, w});
+    return enqueue(st, Op{BARRIER, nullptr, nullptr, 0, PHX_F32, PHX_SUM, 0}, w);
 }
 
 int g_probe(const phx_probe_ctx *ctx, char *why, size_t len)
@@ -396,13 +430,13 @@ int g_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 }
 
 const phx_comm_v1 vtable = {
-    /* .init = */ g_init,
-    /* .finalize = */ g_finalize,
-    /* .allreduce = */ g_allreduce,
-    /* .broadcast = */ g_broadcast,
-    /* .allgather = */ g_allgather,
-    /* .reduce_scatter = */ g_reduce_scatter,
-    /* .barrier = */ g_barrier,
+    .init = g_init,
+    .finalize = g_finalize,
+    .allreduce = g_allreduce,
+    .broadcast = g_broadcast,
+    .allgather = g_allgather,
+    .reduce_scatter = g_reduce_scatter,
+    .barrier = g_barrier,
 };
 
 } // namespace

@@ -1,4 +1,4 @@
-/* phx-comm-nccl.so: collectives over NCCL (issue 8; doc/gpu.md).
+/* phx-comm-nccl.so: collectives over NCCL (doc/gpu.md).
  *
  * Rendezvous: rank 0 makes the NCCL unique id and publishes it in the
  * store under <prefix>nccl/uid; every rank reads it and joins with
@@ -514,13 +514,13 @@ static phx_status nccl_barrier(void *state, phx_work *w)
 }
 
 static const phx_comm_v1 nccl_vtable = {
-    /* .init = */ nccl_init,
-    /* .finalize = */ nccl_finalize,
-    /* .allreduce = */ nccl_allreduce,
-    /* .broadcast = */ nccl_broadcast,
-    /* .allgather = */ nccl_allgather,
-    /* .reduce_scatter = */ nccl_reduce_scatter,
-    /* .barrier = */ nccl_barrier,
+    .init = nccl_init,
+    .finalize = nccl_finalize,
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .allgather = nccl_allgather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .barrier = nccl_barrier,
 };
 
 /* Usable when this process sees a GPU for each local rank: then NCCL

@@ -31,11 +31,10 @@
 #include <time.h>
 #include "phalanx/log.h"
 #include "phalanx/plugin/comm_v1.h"
-#include "plugins/comm/reduce.h"
+#include "phalanx/plugin/kit.h"
 
 #define PX_STAGE (64u << 10)       /* small-op threshold and slot size, bytes */
 #define PX_SPINS 4000              /* barrier polls before sleeping */
-#define PX_ABORT_KEY "phx/spawn/abort"
 
 enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
 
@@ -69,7 +68,6 @@ typedef struct op {
     phx_dtype dt;
     phx_reduce_op rop;
     int root;
-    phx_work *w;
 } op;
 
 typedef struct tstate {
@@ -78,12 +76,7 @@ typedef struct tstate {
     phx_store *store;
     shared *sh;
     uint64_t nsmall;               /* small ops run: picks the staging area */
-    pthread_mutex_t qmu;           /* the queue */
-    pthread_cond_t qcv;
-    op *q;
-    size_t qcap, qhead, qlen;
-    int stop;
-    pthread_t worker;
+    phx_kit_queue *queue;          /* runs this rank's ops in issue order */
 } tstate;
 
 static void deadline_ts(struct timespec *ts, double s)
@@ -145,11 +138,9 @@ static void missing_ranks(const tstate *s, uint64_t mine, char *buf, size_t len)
 /* 1 when phx_spawn reports a failed sibling; its message goes into why. */
 static int spawn_aborted(tstate *s, char *why, size_t len)
 {
-    void *v = NULL;
-    size_t n = 0;
-    if (phx_store_get(s->store, PX_ABORT_KEY, &v, &n, 1e-6) != PHX_OK) return 0;
-    snprintf(why, len, "threads: rank %d: another rank of phx_spawn failed (%.*s)", s->rank, (int)n, (char *)v);
-    free(v);
+    char first[384];
+    if (!phx_kit_aborted(s->store, first, sizeof first)) return 0;
+    snprintf(why, len, "threads: rank %d: another rank of phx_spawn failed (%s)", s->rank, first);
     return 1;
 }
 
@@ -230,7 +221,7 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
             memcpy(stage + (size_t)r * PX_STAGE, o->recv, bytes);
             if ((st = barrier(s, msg, len))) break;
             for (int q = 0; q < n; q++) inp[q] = stage + (size_t)q * PX_STAGE;
-            px_reduce_n(o->recv, inp, n, 0, (size_t)o->count, o->dt, o->rop, n);
+            st = phx_kit_reduce(&o->recv, 1, inp, n, 0, (size_t)o->count, o->dt, o->rop, n);
             break;
         case OP_BROADCAST:
             if (r == o->root) memcpy(stage, o->recv, bytes);
@@ -261,9 +252,9 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
             inp[q] = sh->slots[q].recv;
             outp[q] = (uint8_t *)sh->slots[q].recv + (size_t)lo * esz;
         }
-        px_reduce_to(outp, n, inp, n, (size_t)lo, (size_t)(hi - lo), o->dt, o->rop, n);
+        st = phx_kit_reduce(outp, n, inp, n, (size_t)lo, (size_t)(hi - lo), o->dt, o->rop, n);
         if (outp != outs) free(outp);
-        st = barrier(s, msg, len);
+        if (!st) st = barrier(s, msg, len);
         break;
     }
     case OP_BROADCAST:
@@ -279,8 +270,8 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
         break;
     case OP_REDUCE_SCATTER:
         for (int q = 0; q < n; q++) inp[q] = sh->slots[q].send;
-        px_reduce_n(o->recv, inp, n, (size_t)r * (size_t)o->count, (size_t)o->count, o->dt, o->rop, n);
-        st = barrier(s, msg, len);
+        st = phx_kit_reduce(&o->recv, 1, inp, n, (size_t)r * (size_t)o->count, (size_t)o->count, o->dt, o->rop, n);
+        if (!st) st = barrier(s, msg, len);
         break;
     }
 out:
@@ -288,50 +279,12 @@ out:
     return st;
 }
 
-static void *worker_main(void *p)
+/* The queue's job: one op, run on the rank's queue thread. */
+static phx_status run_job(void *ctx, const void *job, char *msg, size_t len)
 {
-    tstate *s = p;
-    char msg[512];
-    pthread_mutex_lock(&s->qmu);
-    for (;;) {
-        while (!s->qlen && !s->stop) pthread_cond_wait(&s->qcv, &s->qmu);
-        if (!s->qlen) break;
-        op o = s->q[s->qhead];
-        pthread_mutex_unlock(&s->qmu);
-        msg[0] = 0;
-        phx_status st = run_op(s, &o, msg, sizeof msg);
-        pthread_mutex_lock(&s->qmu);
-        s->qhead = (s->qhead + 1) % s->qcap;
-        s->qlen--;
-        pthread_mutex_unlock(&s->qmu);
-        phx_work_complete(o.w, st, msg);
-        pthread_mutex_lock(&s->qmu);
-    }
-    pthread_mutex_unlock(&s->qmu);
-    return NULL;
-}
-
-static phx_status enqueue(void *state, const op *o)
-{
-    tstate *s = state;
-    pthread_mutex_lock(&s->qmu);
-    if (s->qlen == s->qcap) {
-        size_t cap = s->qcap ? 2 * s->qcap : 64;
-        op *q = malloc(cap * sizeof *q);
-        if (!q) {
-            pthread_mutex_unlock(&s->qmu);
-            return phx_error(PHX_ENOMEM, "threads: cannot grow the queue of rank %d", s->rank);
-        }
-        for (size_t i = 0; i < s->qlen; i++) q[i] = s->q[(s->qhead + i) % s->qcap];
-        free(s->q);
-        s->q = q;
-        s->qcap = cap;
-        s->qhead = 0;
-    }
-    s->q[(s->qhead + s->qlen++) % s->qcap] = *o;
-    pthread_cond_signal(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
-    return PHX_OK;
+    phx_status st = run_op(ctx, job, msg, len);
+    if (st && !msg[0]) snprintf(msg, len, "%s", phx_last_error());
+    return st;
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -428,8 +381,6 @@ static phx_status t_init(const phx_comm_init_args *a, void **state)
     s->size = a->size;
     s->timeout = a->timeout_s;
     s->store = a->store;
-    pthread_mutex_init(&s->qmu, NULL);
-    pthread_cond_init(&s->qcv, NULL);
 
     char key[128];
     snprintf(key, sizeof key, "%sthreads/shared", a->prefix);
@@ -464,16 +415,13 @@ static phx_status t_init(const phx_comm_init_args *a, void **state)
             goto fail;
         }
     }
-    if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
+    if ((st = phx_kit_queue_new(sizeof(op), run_job, s, "threads", &s->queue))) {
         detach(s->sh);
-        st = phx_error(PHX_EIO, "threads: cannot start the worker thread of rank %d", a->rank);
         goto fail;
     }
     *state = s;
     return PHX_OK;
 fail:
-    pthread_mutex_destroy(&s->qmu);
-    pthread_cond_destroy(&s->qcv);
     free(s);
     return st;
 }
@@ -482,65 +430,58 @@ static void t_finalize(void *state)
 {
     tstate *s = state;
     if (!s) return;
-    pthread_mutex_lock(&s->qmu);
-    s->stop = 1;
-    pthread_cond_signal(&s->qcv);
-    pthread_mutex_unlock(&s->qmu);
-    pthread_join(s->worker, NULL);   /* runs what is queued first */
+    phx_kit_queue_free(s->queue);    /* runs what is queued first */
     detach(s->sh);
-    free(s->q);
-    pthread_mutex_destroy(&s->qmu);
-    pthread_cond_destroy(&s->qcv);
     free(s);
 }
 
 static phx_status t_allreduce(void *st, void *buf, int64_t count, phx_dtype dt, phx_reduce_op rop, phx_work *w)
 {
-    op o = {OP_ALLREDUCE, NULL, buf, count, dt, rop, 0, w};
-    return enqueue(st, &o);
+    op o = {OP_ALLREDUCE, NULL, buf, count, dt, rop, 0};
+    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
 }
 
 static phx_status t_broadcast(void *st, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
 {
-    op o = {OP_BROADCAST, NULL, buf, count, dt, PHX_SUM, root, w};
-    return enqueue(st, &o);
+    op o = {OP_BROADCAST, NULL, buf, count, dt, PHX_SUM, root};
+    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
 }
 
 static phx_status t_allgather(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
 {
-    op o = {OP_ALLGATHER, send, recv, count, dt, PHX_SUM, 0, w};
-    return enqueue(st, &o);
+    op o = {OP_ALLGATHER, send, recv, count, dt, PHX_SUM, 0};
+    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
 }
 
 static phx_status t_reduce_scatter(void *st, const void *send, void *recv, int64_t count, phx_dtype dt,
                                    phx_reduce_op rop, phx_work *w)
 {
-    op o = {OP_REDUCE_SCATTER, send, recv, count, dt, rop, 0, w};
-    return enqueue(st, &o);
+    op o = {OP_REDUCE_SCATTER, send, recv, count, dt, rop, 0};
+    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
 }
 
 static phx_status t_barrier(void *st, phx_work *w)
 {
-    op o = {OP_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0, w};
-    return enqueue(st, &o);
+    op o = {OP_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0};
+    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
 }
 
 static int t_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 {
     if (ctx && ctx->in_process) return 100;
     snprintf(why, len, "the world spans several processes; threads needs every rank in one process "
-             "(phx_spawn with PHX_COMM=threads, or DataParallel)");
+             "(phx_spawn with PHX_COMM=threads)");
     return -1;
 }
 
 static const phx_comm_v1 vtable = {
-    /* .init = */ t_init,
-    /* .finalize = */ t_finalize,
-    /* .allreduce = */ t_allreduce,
-    /* .broadcast = */ t_broadcast,
-    /* .allgather = */ t_allgather,
-    /* .reduce_scatter = */ t_reduce_scatter,
-    /* .barrier = */ t_barrier,
+    .init = t_init,
+    .finalize = t_finalize,
+    .allreduce = t_allreduce,
+    .broadcast = t_broadcast,
+    .allgather = t_allgather,
+    .reduce_scatter = t_reduce_scatter,
+    .barrier = t_barrier,
 };
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(

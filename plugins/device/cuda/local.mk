@@ -1,6 +1,6 @@
 # plugins/device/cuda — phx-device-cuda.so: the CUDA device, its caching
 # allocator and streams, the kernels in kernels/cuda (nvcc) and GEMM
-# through cuBLAS (issue 8; doc/gpu.md). Only the plugin links CUDA.
+# through cuBLAS (doc/gpu.md). Only the plugin links CUDA.
 
 cuda_kernel_sources = kernels/cuda/elementwise.cu kernels/cuda/activation.cu kernels/cuda/random.cu \
 	kernels/cuda/reduce.cu kernels/cuda/layernorm.cu kernels/cuda/loss.cu kernels/cuda/optim.cu
@@ -57,9 +57,9 @@ TEST_PLUGIN_DIRS += $(abs_top_builddir)/plugins/device/cuda/.libs
 # .cu -> .lo: nvcc writes the PIC object where libtool expects it and the
 # rule writes the libtool object file that names it (nvcc cannot take
 # libtool's -fPIC itself). No FMA contraction (-fmad=false): the kernels
-# round like the CPU ones. Host code: the project's warnings, as errors.
-NVCC_FLAGS = -std=c++17 -O3 -fmad=false $(CUDA_GENCODE) \
-	--compiler-options=-fPIC,-Wall,-Wextra,-Werror --Werror=all-warnings
+# round like the CPU ones. Host code: the project's warnings (errors with
+# --enable-werror).
+NVCC_FLAGS = -std=c++17 -O3 -fmad=false $(CUDA_GENCODE) --compiler-options=-fPIC $(NVCC_WARN_FLAGS)
 AM_V_NVCC = $(am__v_NVCC_$(V))
 am__v_NVCC_ = $(am__v_NVCC_$(AM_DEFAULT_VERBOSITY))
 am__v_NVCC_0 = @echo "  NVCC    " $@;
