@@ -103,8 +103,12 @@ phx_status phx_idx_read(const char *path, phx_tensor **out)
     int64_t dims[255], total = 1;
     for (int i = 0; st == PHX_OK && i < nd; i++) {
         dims[i] = be32(db + 4 * i);
-        if (dims[i] > 0 && total > ((int64_t)1 << 40) / dims[i])
-            st = phx_error(PHX_EIO, "phx_idx_read: '%s': dims are implausibly large", path);
+        /* total <= 2^40 and dims[i] < 2^32: check before multiplying. */
+        if (dims[i] > 0 && total > ((int64_t)1 << 40) / dims[i]) {
+            st = phx_error(PHX_EIO, "phx_idx_read: '%s': dims are implausibly large (dim %d is %lld after %lld "
+                           "elements; at most 2^40 elements in all)", path, i, (long long)dims[i], (long long)total);
+            break;
+        }
         total *= dims[i];
     }
     if (st == PHX_OK)
