@@ -6,6 +6,7 @@
  * (up to 4 dims). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
@@ -110,6 +111,16 @@ phx_status phx_idx_read(const char *path, phx_tensor **out)
             break;
         }
         total *= dims[i];
+    }
+    /* Nothing is allocated for data the file cannot hold: a plain file
+     * must have the bytes, a gzip stream at most deflate's ratio (1032:1). */
+    struct stat sb;
+    if (st == PHX_OK && stat(path, &sb) == 0) {
+        int64_t need = total * (magic[2] == 0x08 ? 1 : 4), have = (int64_t)sb.st_size;
+        int64_t most = gzdirect(g) ? have : have * 1032 + 1024;
+        if (need > most)
+            st = phx_error(PHX_EIO, "phx_idx_read: '%s': dims describe %lld bytes of data but the %sfile has %lld "
+                           "bytes", path, (long long)need, gzdirect(g) ? "" : "compressed ", (long long)have);
     }
     if (st == PHX_OK)
         st = read_body(g, path, magic[2], nd, dims, total, out);
