@@ -301,7 +301,8 @@ void watchdog(State *s)
     std::unique_lock<std::mutex> lk(s->dog_mu);
     int probed_peer = -1;
     std::chrono::steady_clock::time_point probed_since;
-    double next_probe = 0.1;   // seconds into the wait; doubles up to 5 s
+    const double kQuiet = 0.25;   // seconds into a wait before the first poll and probe
+    double next_probe = kQuiet;   // doubles up to 5 s
     while (!s->dog_stop) {
         s->dog_cv.wait_for(lk, std::chrono::milliseconds(50));
         if (s->dog_stop) break;
@@ -314,10 +315,13 @@ void watchdog(State *s)
             if (peer != probed_peer || s->c.waiting_since != probed_since) {
                 probed_peer = peer;
                 probed_since = s->c.waiting_since;
-                next_probe = 0.1;
+                next_probe = kQuiet;
             }
             age = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->c.waiting_since).count();
         }
+        // A wait shorter than that is a collective at work: nothing is
+        // polled (steady-state collectives make no allocation).
+        if (age < kQuiet) continue;
         std::string m = published_failure(*s);
         if (m.empty() && peer >= 0 && age >= next_probe) {
             next_probe = next_probe * 2 < 5 ? next_probe * 2 : 5;
