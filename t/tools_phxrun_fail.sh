@@ -10,13 +10,17 @@
 #   4-6. rank 2 stops itself (SIGSTOP); ranks 0 and 1 give up after 1 s:
 #        phxrun sends SIGCONT with SIGTERM, so the job ends without the
 #        grace period's SIGKILL, and it names rank 2 as stopped.
+#   7-9. the same with real gloo ranks (t/comm_stoprank, PHX_TIMEOUT=2,
+#        --grace 5): the job ends within PHX_TIMEOUT + 3 s (the issue's
+#        bound is PHX_TIMEOUT + grace + 2 s), the survivors' errors name
+#        peer rank 2, and phxrun blames rank 2 as stopped.
 b=${top_builddir:-.}
 run="$b/tools/phxrun"
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 note() { sed 's/^/# /' "$1" | tail -8; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
-echo "1..6"
+echo "1..9"
 now() { date +%s.%N; }
 
 cat >"$d/late" <<'P'
@@ -75,3 +79,20 @@ grep -Eq "^phxrun: rank 2 \(pid [0-9]+\) was stopped by signal 19" "$d/s" &&
     echo "ok 5 - phxrun says when rank 2 stops" || { echo "not ok 5"; note "$d/s"; }
 grep -Eq "^phxrun: failed: rank 2 \(pid [0-9]+\) was stopped by signal 19 .* and stopped answering; then rank [01] .* exited with status 1" "$d/s" &&
     echo "ok 6 - ... and blames rank 2 for the failure" || { echo "not ok 6"; note "$d/s"; }
+
+if [ -x "$b/t/comm_stoprank" ]; then
+    t0=$(now)
+    PHX_COMM=gloo PHX_TIMEOUT=2 STOP_RANK=2 "$run" --standalone --nproc-per-node 3 --grace 5 "$b/t/comm_stoprank" >"$d/g" 2>&1
+    rc=$?
+    dt=$(echo "$(now) - $t0" | bc)
+    echo "# gloo, rank 2 stopped: the job ended after $dt s (PHX_TIMEOUT 2 s, grace 5 s)"
+    [ $rc != 0 ] && [ "$(echo "$dt < 5" | bc)" = 1 ] &&
+        echo "ok 7 - gloo with a stopped rank: the job ends in $dt s, within PHX_TIMEOUT + 3 s (grace not waited)" ||
+        { echo "not ok 7 - exit $rc after $dt s"; note "$d/g"; }
+    [ "$(grep -c '^rank [01]: PHX_ETIMEOUT: .*peer rank 2' "$d/g")" = 2 ] &&
+        echo "ok 8 - ... both survivors time out naming peer rank 2" || { echo "not ok 8"; note "$d/g"; }
+    grep -Eq "^phxrun: failed: rank 2 \(pid [0-9]+\) was stopped by signal 19 .* and stopped answering" "$d/g" &&
+        echo "ok 9 - ... and phxrun blames rank 2 as stopped" || { echo "not ok 9"; note "$d/g"; }
+else
+    echo "ok 7 # SKIP t/comm_stoprank not built"; echo "ok 8 # SKIP"; echo "ok 9 # SKIP"
+fi
