@@ -6,6 +6,7 @@
  * (up to 4 dims). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
@@ -108,9 +109,23 @@ phx_status px_idx_open(const char *who, const char *path, gzFile *gp, uint8_t *t
     int64_t total = 1;
     for (int i = 0; st == PHX_OK && i < nd; i++) {
         dims[i] = be32(db + 4 * i);
-        if (dims[i] > 0 && total > ((int64_t)1 << 40) / dims[i])
-            st = phx_error(PHX_EIO, "%s: '%s': dims are implausibly large", who, path);
+        /* total <= 2^40 and dims[i] < 2^32: check before multiplying. */
+        if (dims[i] > 0 && total > ((int64_t)1 << 40) / dims[i]) {
+            st = phx_error(PHX_EIO, "%s: '%s': dims are implausibly large (dim %d is %lld after %lld elements; at "
+                           "most 2^40 elements in all)", who, path, i, (long long)dims[i], (long long)total);
+            break;
+        }
         total *= dims[i];
+    }
+    /* Nothing is allocated for data the file cannot hold: a plain file
+     * must have the bytes, a gzip stream at most deflate's ratio (1032:1). */
+    struct stat sb;
+    if (st == PHX_OK && stat(path, &sb) == 0) {
+        int64_t need = total * (magic[2] == 0x08 ? 1 : 4), have = (int64_t)sb.st_size;
+        int64_t most = gzdirect(g) ? have : have * 1032 + 1024;
+        if (need > most)
+            st = phx_error(PHX_EIO, "%s: '%s': dims describe %lld bytes of data but the %sfile has %lld bytes", who,
+                           path, (long long)need, gzdirect(g) ? "" : "compressed ", (long long)have);
     }
     if (st != PHX_OK) {
         gzclose(g);

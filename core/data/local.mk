@@ -9,3 +9,9 @@ check_PROGRAMS += t/data_loader
 TESTS += t/data_loader t/data_valgrind.sh
 t_data_loader_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
 EXTRA_DIST += bench/torch/loader.py t/data/loader.txt t/data_valgrind.sh
+
+# Failed loads change nothing; killed saves leave no temporary files for
+# long (doc/failures.md).
+check_PROGRAMS += t/train_ckpt_fail
+TESTS += t/train_ckpt_fail
+t_train_ckpt_fail_LDADD = libphalanx.la
