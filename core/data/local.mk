@@ -15,3 +15,8 @@ EXTRA_DIST += bench/torch/loader.py t/data/loader.txt t/data_valgrind.sh
 check_PROGRAMS += t/train_ckpt_fail
 TESTS += t/train_ckpt_fail
 t_train_ckpt_fail_LDADD = libphalanx.la
+
+# Saved files get the umask's mode (a replaced file keeps its own).
+check_PROGRAMS += t/train_ckpt_mode
+TESTS += t/train_ckpt_mode
+t_train_ckpt_mode_LDADD = libphalanx.la

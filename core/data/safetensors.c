@@ -493,6 +493,31 @@ static void remove_stale_temps(const char *path)
     px_free(d2);
 }
 
+/* The process's umask, read without changing it (umask() would race with
+ * other threads creating files): /proc/self/status, else 022. */
+static mode_t px_umask(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    unsigned m = 022;
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &m) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (mode_t)m;
+}
+
+/* The mode a saved file gets: the file it replaces keeps its mode, a new
+ * one gets 0666 less the umask (as open(2) would give it; mkostemp makes
+ * 0600). */
+static void give_mode(int fd, const char *path)
+{
+    struct stat st;
+    mode_t mode = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~px_umask();
+    (void)fchmod(fd, mode);
+}
+
 /* Creates the temporary file and locks it; retries if a concurrent sweep
  * removed it between the two. */
 static int create_locked_temp(char *tmp, size_t len, const char *path)
@@ -536,6 +561,8 @@ phx_status phx_safetensors_write(const char *path, const char *const *names, phx
     size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
     remove_stale_temps(path);
     int fd = create_locked_temp(tmp, plen + 16, path);
+    if (fd >= 0)
+        give_mode(fd, path);
     if (fd < 0) {
         st = phx_error(PHX_EIO, "%s: cannot create a temporary file beside '%s': %s", who, path, strerror(errno));
         goto out;
