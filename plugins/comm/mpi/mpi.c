@@ -27,6 +27,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,11 +85,18 @@ PX_USER_OP(op_f32_max, PHX_F32, PHX_MAX)
 PX_USER_OP(op_f32_min, PHX_F32, PHX_MIN)
 #undef PX_USER_OP
 
+/* Set by a watchdog that is about to end the job: a collective is stuck,
+ * so MPI_Finalize at exit could block for ever (and hold the lock the
+ * watchdog's MPI_Abort needs); the exiting thread aborts instead. */
+static atomic_int g_aborting;
+
 static void mpi_at_exit(void)
 {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
+    if (fin) return;
+    if (atomic_load(&g_aborting)) MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+    MPI_Finalize();
 }
 
 /* MPI_Init_thread(MPI_THREAD_MULTIPLE) once per process (or accepts an
@@ -333,6 +341,7 @@ static void *watchdog_main(void *arg)
                      "MPI_Abort", s->rank, kind_name[o->kind], o->count, phx_dtype_name(o->dt), s->cur,
                      s->timeout);
             s->timed_out = 1;
+            atomic_store(&g_aborting, 1);
             phx_work *w = o->w;
             pthread_mutex_unlock(&s->mu);
             phx_log(PHX_LOG_ERROR, "%s", msg);
