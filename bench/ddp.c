@@ -141,7 +141,7 @@ static int spawn_mpi(const char *self, int world, const bench_arg *a)
         return 1;
     }
     snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BENCH_DDP_MODEL=%d %s "
-             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe --bind-to none -np %d '%s'", a->model,
+             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe -np %d '%s'", a->model,
              a->no_overlap ? "BENCH_DDP_NO_OVERLAP=1" : "", a->seconds, a->out, world, self);
     return system(cmd) != 0;
 }
