@@ -134,7 +134,7 @@ static void run_mpi(const char *self, int world, table *out)
     if (system("command -v mpirun >/dev/null 2>&1") != 0) return;
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    snprintf(cmd, sizeof cmd, "PHX_COMM=mpi mpirun --oversubscribe -np %d '%s' --max %zu", world, self, g_max);
+    snprintf(cmd, sizeof cmd, "PHX_COMM=mpi mpirun --oversubscribe --bind-to none -np %d '%s' --max %zu", world, self, g_max);
     run_lines(cmd, out);
 }
 
