@@ -1,7 +1,9 @@
 /* All-reduce bandwidth, like nccl-tests' all_reduce_perf: f32 sum from
  * 4 B to 256 MiB (x2 steps) on the threads and gloo backends at world 2
- * and 4, beside torch.distributed's gloo (bench/torch/allreduce.py, run
- * from here in the same session) and the machine's memcpy bandwidth.
+ * and 4, on mpi (this program started again under mpirun, when mpirun and
+ * the plugin are there), beside torch.distributed's gloo
+ * (bench/torch/allreduce.py, run from here in the same session) and the
+ * machine's memcpy bandwidth.
  *
  *   algbw = bytes / time;  busbw = algbw * 2 (n - 1) / n
  *
@@ -97,13 +99,11 @@ static void run_backend(const char *be, int world, table *out)
     *out = *g_tab;
 }
 
-/* torch: "bytes us" lines from the script. */
-static void run_torch(const char *script, int world, table *out)
+/* "bytes us" lines from a command (the torch script, or this program
+ * under mpirun). */
+static void run_lines(const char *cmd, table *out)
 {
-    char cmd[1024];
     memset(out, 0, sizeof *out);
-    snprintf(cmd, sizeof cmd, "%s %s --world %d --max %zu", getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3",
-             script, world, g_max);
     FILE *p = popen(cmd, "r");
     if (!p) return;
     char line[256];
@@ -115,6 +115,38 @@ static void run_torch(const char *script, int world, table *out)
             out->us[out->n++] = us;
         }
     pclose(p);
+}
+
+static void run_torch(const char *script, int world, table *out)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s --world %d --max %zu", getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3",
+             script, world, g_max);
+    run_lines(cmd, out);
+}
+
+/* mpi: this program under mpirun (as root in a container mpirun wants
+ * to be told); rank 0 prints the lines (launched()). */
+static void run_mpi(const char *self, int world, table *out)
+{
+    char cmd[2048];
+    memset(out, 0, sizeof *out);
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) return;
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    snprintf(cmd, sizeof cmd, "PHX_COMM=mpi mpirun --oversubscribe -np %d '%s' --max %zu", world, self, g_max);
+    run_lines(cmd, out);
+}
+
+/* Under mpirun: one rank of the mpi world; rank 0 prints "bytes us". */
+static int launched(void)
+{
+    g_tab = mmap(NULL, sizeof *g_tab, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int rank = atoi(getenv("OMPI_COMM_WORLD_RANK"));
+    int rc = rank_main(rank, NULL);
+    if (rank == 0)
+        for (int i = 0; i < g_tab->n; i++) printf("%zu %.3f\n", g_tab->bytes[i], g_tab->us[i]);
+    return rc;
 }
 
 static double memcpy_gbs(size_t bytes)
@@ -151,6 +183,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--worlds")) worlds = argv[i + 1];
     }
     setenv("PHX_LOG", "error", 0);
+    if (getenv("OMPI_COMM_WORLD_RANK")) return launched();
     g_tab = mmap(NULL, sizeof *g_tab, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double mc = memcpy_gbs(64u << 20);
     printf("memcpy ceiling: %.2f GB/s (one thread, 64 MiB)\n", mc);
@@ -160,29 +193,34 @@ int main(int argc, char **argv)
         int n = (int)strtol(w, &end, 10);
         if (end == w) break;
         w = end;
-        table th, gl, tg;
+        table th, gl, tg, mp;
         run_backend("threads", n, &th);
         run_backend("gloo", n, &gl);
+        run_mpi(argv[0], n, &mp);
         if (torch) run_torch(torch, n, &tg);
         else memset(&tg, 0, sizeof tg);
         printf("\nall-reduce f32 sum, world %d   (time in us, bandwidth in GB/s)\n", n);
-        printf("%10s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %6s\n", "bytes", "threads", "algbw", "busbw",
-               "gloo", "algbw", "busbw", "torch", "algbw", "busbw", "g/t");
-        double lat_g = 0, lat_t = 0, ratio_min = 1e30, ratio_log = 0;
-        int nlat = 0, nratio = 0;
+        printf("%10s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %6s %6s\n", "bytes", "threads",
+               "algbw", "busbw", "gloo", "algbw", "busbw", "mpi", "algbw", "busbw", "torch", "algbw", "busbw", "g/t",
+               "m/g");
+        double lat_g = 0, lat_t = 0, lat_m = 0, ratio_min = 1e30, ratio_log = 0;
+        int nlat = 0, nlat_m = 0, nratio = 0;
         for (int i = 0; i < gl.n || i < th.n; i++) {
             size_t b = i < gl.n ? gl.bytes[i] : th.bytes[i];
-            double a = lookup(&th, b), g = lookup(&gl, b), t = lookup(&tg, b);
-            printf("%10zu | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %6.2f\n", b, a,
-                   a > 0 ? b / a / 1e3 : 0, busbw(b, a, n), g, g > 0 ? b / g / 1e3 : 0, busbw(b, g, n), t,
-                   t > 0 ? b / t / 1e3 : 0, busbw(b, t, n), g > 0 && t > 0 ? t / g : 0);
+            double a = lookup(&th, b), g = lookup(&gl, b), t = lookup(&tg, b), m = lookup(&mp, b);
+            printf("%10zu | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %6.2f "
+                   "%6.2f\n", b, a, a > 0 ? b / a / 1e3 : 0, busbw(b, a, n), g, g > 0 ? b / g / 1e3 : 0,
+                   busbw(b, g, n), m, m > 0 ? b / m / 1e3 : 0, busbw(b, m, n), t, t > 0 ? b / t / 1e3 : 0,
+                   busbw(b, t, n), g > 0 && t > 0 ? t / g : 0, g > 0 && m > 0 ? g / m : 0);
             char tab[32], row[32];
             snprintf(tab, sizeof tab, "busbw world %d", n);
             snprintf(row, sizeof row, "%zu", b);
             if (a > 0) bench_tsv("bench/allreduce", tab, row, "threads", busbw(b, a, n));
             if (g > 0) bench_tsv("bench/allreduce", tab, row, "gloo", busbw(b, g, n));
             if (t > 0) bench_tsv("bench/allreduce", tab, row, "torch gloo", busbw(b, t, n));
+            if (m > 0) bench_tsv("bench/allreduce", tab, row, "mpi", busbw(b, m, n));
             if (b <= 1024 && g > 0 && t > 0) { lat_g += g; lat_t += t; nlat++; }
+            if (b <= 1024 && m > 0) { lat_m += m; nlat_m++; }
             if (b >= (1u << 20) && g > 0 && t > 0) {
                 double r = t / g;
                 ratio_min = r < ratio_min ? r : ratio_min;
@@ -190,15 +228,20 @@ int main(int argc, char **argv)
                 nratio++;
             }
         }
-        double th64 = lookup(&th, 64u << 20);
+        double th64 = lookup(&th, 64u << 20), m64 = lookup(&mp, 64u << 20), g64 = lookup(&gl, 64u << 20);
         printf("world %d: threads busbw at 64 MiB = %.2f GB/s = %.0f%% of memcpy (target >= 50%%)\n", n,
                busbw(64u << 20, th64, n), 100.0 * busbw(64u << 20, th64, n) / mc);
+        if (m64 > 0 && g64 > 0)
+            printf("world %d: mpi busbw at 64 MiB = %.2f GB/s = %.2fx gloo, %.0f%% of memcpy (targets >= 3x gloo, "
+                   ">= 50%% of memcpy at world 2)\n", n, busbw(64u << 20, m64, n), g64 / m64,
+                   100.0 * busbw(64u << 20, m64, n) / mc);
         if (nratio)
             printf("world %d: gloo busbw / torch gloo busbw at >= 1 MiB: min %.2f, geomean %.2f (target >= 0.95)\n",
                    n, ratio_min, exp(ratio_log / nratio));
         if (nlat)
             printf("world %d: latency 4 B..1 KiB: gloo %.1f us, torch gloo %.1f us (target gloo <= torch)\n", n,
                    lat_g / nlat, lat_t / nlat);
+        if (nlat_m) printf("world %d: latency 4 B..1 KiB: mpi %.1f us\n", n, lat_m / nlat_m);
         fflush(stdout);
     }
     return 0;

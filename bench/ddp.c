@@ -1,7 +1,8 @@
 /* DDP benchmark: training steps/s at world size 2 of the seed model
  * (Linear(10, 1), batch 64, MSE, SGD) and the MLP 784-1024-1024-10 (ReLU,
- * batch 256 per rank, cross-entropy, SGD) on gloo (processes) and threads,
- * beside PyTorch DDP over gloo with one thread per rank
+ * batch 256 per rank, cross-entropy, SGD) on gloo (processes), threads and
+ * mpi (this program started again under mpirun, when mpirun and the
+ * plugin are there), beside PyTorch DDP over gloo with one thread per rank
  * (bench/torch/ddp.py, run in the same invocation; both sides use one
  * compute thread per rank unless PHX_NUM_THREADS says otherwise), and the
  * gain from overlapping bucket all-reduces with the backward (default
@@ -118,6 +119,35 @@ static int rank_main(int rank, void *varg)
     return rc;
 }
 
+/* Under mpirun (measure() for mpi): one rank of the world; the run is
+ * described by BENCH_DDP_MODEL, BENCH_DDP_NO_OVERLAP, BENCH_DDP_SECONDS and
+ * BENCH_DDP_OUT. */
+static int launched(void)
+{
+    bench_arg a = {.model = atoi(getenv("BENCH_DDP_MODEL") ? getenv("BENCH_DDP_MODEL") : "0"),
+                   .no_overlap = getenv("BENCH_DDP_NO_OVERLAP") != NULL,
+                   .seconds = atof(getenv("BENCH_DDP_SECONDS") ? getenv("BENCH_DDP_SECONDS") : "2")};
+    snprintf(a.out, sizeof a.out, "%s", getenv("BENCH_DDP_OUT") ? getenv("BENCH_DDP_OUT") : "/dev/null");
+    return rank_main(atoi(getenv("OMPI_COMM_WORLD_RANK")), &a);
+}
+
+/* mpi: this program under mpirun (as root in a container mpirun wants to
+ * be told). */
+static int spawn_mpi(const char *self, int world, const bench_arg *a)
+{
+    char cmd[2048];
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "bench/ddp: mpirun not found: no mpi rows\n");
+        return 1;
+    }
+    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BENCH_DDP_MODEL=%d %s "
+             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe -np %d '%s'", a->model,
+             a->no_overlap ? "BENCH_DDP_NO_OVERLAP=1" : "", a->seconds, a->out, world, self);
+    return system(cmd) != 0;
+}
+
+static const char *g_self;   /* argv[0], for mpirun */
+
 /* steps/s of one configuration, or -1. */
 static double measure(const char *backend, int world, int model, bool no_overlap, double seconds)
 {
@@ -126,7 +156,9 @@ static double measure(const char *backend, int world, int model, bool no_overlap
     remove(a.out);
     setenv("PHX_COMM", backend, 1);
     fflush(stdout);
-    if (phx_spawn(world, rank_main, &a) != PHX_OK) {
+    if (!strcmp(backend, "mpi")) {
+        if (spawn_mpi(g_self, world, &a)) return -1;
+    } else if (phx_spawn(world, rank_main, &a) != PHX_OK) {
         fprintf(stderr, "bench/ddp: %s %s: %s\n", backend, model_names[model], phx_last_error());
         return -1;
     }
@@ -168,6 +200,8 @@ int main(int argc, char **argv)
     const char *script = "bench/torch/ddp.py";
     const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--world", 'i', &world}, {"--rounds", 'i', &rounds},
                               {"--torch", 's', &script}, {"--no-torch", 'n', &script}};
+    if (getenv("OMPI_COMM_WORLD_RANK")) return launched();
+    g_self = argv[0];
     if (bench_args(argc, argv, opts, 5, "[--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch]"))
         return 2;
     if (seconds <= 0 || world < 1 || rounds < 1) {
@@ -178,8 +212,9 @@ int main(int argc, char **argv)
     unsetenv("WORLD_SIZE");
     /* One compute thread per rank, as the PyTorch side. */
     setenv("PHX_NUM_THREADS", "1", 0);
-    const char *backends[] = {"gloo", "threads"};
-    double sps[2][2] = {{-1, -1}, {-1, -1}}, no_ov[2] = {-1, -1}, torch_sps[2] = {-1, -1};
+    const char *backends[] = {"gloo", "threads", "mpi"};
+    enum { NB = 3, MPI = 2 };
+    double sps[NB][2] = {{-1, -1}, {-1, -1}, {-1, -1}}, no_ov[NB] = {-1, -1, -1}, torch_sps[2] = {-1, -1};
     if (script && access(script, R_OK) != 0) {
         fprintf(stderr, "bench/ddp: %s not found: no PyTorch column\n", script);
         script = NULL;
@@ -187,7 +222,7 @@ int main(int argc, char **argv)
     /* Rounds alternate both sides and keep each one's best, so a busy
      * machine does not favour whichever side ran in a quiet moment. */
     for (int round = 0; round < rounds; round++) {
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < NB; b++) {
             for (int m = 0; m < 2; m++)
                 sps[b][m] = fmax(sps[b][m], measure(backends[b], world, m, false, seconds));
             no_ov[b] = fmax(no_ov[b], measure(backends[b], world, MLP, true, seconds));
@@ -203,7 +238,8 @@ int main(int argc, char **argv)
            rounds);
     printf("%-6s %-8s %12s %12s %8s\n", "model", "backend", "phalanx", "torch-ddp", "ratio");
     for (int m = 0; m < 2; m++)
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < NB; b++) {
+            if (sps[b][m] < 0) continue;
             printf("%-6s %-8s %12.1f", model_names[m], backends[b], sps[b][m]);
             char row[64];
             snprintf(row, sizeof row, "%s %s", model_names[m], backends[b]);
@@ -212,7 +248,7 @@ int main(int argc, char **argv)
             putchar('\n');
         }
     printf("overlap gain, mlp (buckets all-reduced during backward vs one all-reduce after it):\n");
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < NB; b++)
         if (sps[b][MLP] > 0 && no_ov[b] > 0)
             printf("  %-8s %8.2f vs %8.2f steps/s: %.2fx\n", backends[b], sps[b][MLP], no_ov[b],
                    sps[b][MLP] / no_ov[b]);
@@ -220,5 +256,9 @@ int main(int argc, char **argv)
         printf("targets: seed >= 10x torch: %s (gloo %.1fx); mlp >= 1.2x torch: %s (gloo %.2fx)\n",
                sps[0][SEED] >= 10 * torch_sps[SEED] ? "met" : "NOT met", sps[0][SEED] / torch_sps[SEED],
                sps[0][MLP] >= 1.2 * torch_sps[MLP] ? "met" : "NOT met", sps[0][MLP] / torch_sps[MLP]);
+    if (torch_sps[SEED] > 0 && torch_sps[MLP] > 0 && sps[MPI][SEED] > 0 && sps[MPI][MLP] > 0)
+        printf("targets, mpi: seed >= 20x torch: %s (%.1fx); mlp >= 1.5x torch: %s (%.2fx)\n",
+               sps[MPI][SEED] >= 20 * torch_sps[SEED] ? "met" : "NOT met", sps[MPI][SEED] / torch_sps[SEED],
+               sps[MPI][MLP] >= 1.5 * torch_sps[MLP] ? "met" : "NOT met", sps[MPI][MLP] / torch_sps[MLP]);
     return 0;
 }

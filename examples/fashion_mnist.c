@@ -15,13 +15,15 @@
  *
  *   fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S]
  *                 [--save PATH] [--load PATH] [--resume PATH]
- *                 [--metrics FILE] [--log-every N]
+ *                 [--workers N] [--metrics FILE] [--log-every N]
  *
  * --load restores model and optimizer (and the epoch count) from a
  * checkpoint before training; --epochs 0 --load PATH only evaluates.
  * --resume PATH continues from PATH when it exists and saves it after every
  * epoch, so a run restarted by phxrun --max-restarts (or by hand) picks up
- * at its last finished epoch; --epochs is then the total to reach. */
+ * at its last finished epoch; --epochs is then the total to reach.
+ * --workers N assembles batches on N threads ahead of the step (the same
+ * batches as with 0, the default). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,7 +140,7 @@ int main(int argc, char **argv)
     double lr = 1e-3;
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL, *resume = NULL, *metrics = NULL;
-    int every = 0;
+    int every = 0, workers = 0;
     if (progress_args(&argc, argv, &metrics, &every))
         return 2;
     for (int i = 1; i < argc; i++) {
@@ -160,9 +162,11 @@ int main(int argc, char **argv)
             load = v;
         else if (!strcmp(a, "--resume"))
             resume = v;
+        else if (!strcmp(a, "--workers"))
+            workers = atoi(v);
         else {
             fprintf(stderr, "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] "
-                    "[--load PATH] [--resume PATH] [--metrics FILE] [--log-every N]\n");
+                    "[--load PATH] [--resume PATH] [--workers N] [--metrics FILE] [--log-every N]\n");
             return 2;
         }
         i++;
@@ -202,9 +206,14 @@ int main(int argc, char **argv)
     ao.lr = lr;
     phx_optimizer *opt = phx_adam_new(net, &ao);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    /* Each rank's shard of the training set (DistributedSampler rules). */
-    phx_sampler *sampler = phx_sampler_new(phx_tensor_dim(xtr, 0), size, rank, true, seed, false);
-    if (!opt || !ce || !sampler)
+    /* Each rank's shard of the training set (DistributedSampler rules),
+     * reshuffled every epoch; --workers threads assemble batches ahead. */
+    phx_tensor *pair[2] = {xtr, ytr};
+    phx_dataset *train_set = phx_dataset_tensors(pair, 2);
+    phx_loader_opts lo = {.batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank,
+                          .workers = workers};
+    phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
+    if (!opt || !ce || !train)
         die("setup");
     int first = 0, total = epochs;
     if (resume && access(resume, F_OK) == 0) {
@@ -226,7 +235,7 @@ int main(int argc, char **argv)
     if (resume)
         epochs = total > first ? total - first : 0;
     progress prog;
-    int64_t per_epoch = (phx_tensor_dim(xtr, 0) / size + batch - 1) / batch;
+    int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
     if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples"))
         die("--metrics");
     if (rank == 0) {
@@ -236,16 +245,12 @@ int main(int argc, char **argv)
                phx_precision_name(prec), phx_device_name(dev, dname, sizeof dname), phx_num_threads());
     }
     for (int e = first; e < first + epochs; e++) {
-        size_t n_idx;
-        phx_sampler_set_epoch(sampler, e);
-        const int64_t *idx = phx_sampler_indices(sampler, &n_idx);
-        phx_loader *train = phx_loader_new(xtr, ytr, batch, false, seed, false, idx, n_idx);
-        if (!train)
-            die("loader");
+        phx_loader_set_epoch(train, e);
         double t0 = now(), sum = 0;
         int64_t seen = 0, steps = 0;
         phx_tensor *xb, *yb, *out;
-        while (phx_loader_next(train, &xb, &yb) == 1) {
+        int got;
+        while ((got = phx_loader_next(train, &xb, &yb)) == 1) {
             float loss;
             check(phx_optimizer_zero_grad(opt), "zero_grad");
             phx_tensor *xd = stage(xb, &xdev, dev), *yd = stage(yb, &ydev, dev);
@@ -261,7 +266,8 @@ int main(int argc, char **argv)
             steps++;
             progress_step(&prog, e + 1, loss, lr, (double)(seen * size) / (now() - t0));
         }
-        phx_loader_free(train);
+        if (got < 0)
+            die("training data");
         double dt = now() - t0;
         progress_break(&prog);
         if (rank == 0) {
@@ -284,7 +290,8 @@ int main(int argc, char **argv)
     }
     phx_tensor_free(xdev);
     phx_tensor_free(ydev);
-    phx_sampler_free(sampler);
+    phx_loader_free(train);
+    phx_dataset_free(train_set);
     phx_loss_free(ce);
     phx_optimizer_free(opt);
     if (net != model)

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Writes the seed corpus of t/fuzz/store-frame.c (input format in its
-header comment) into t/fuzz/corpus/store_frame/."""
+header comment) into t/fuzz/corpus/store-frame/."""
 import os
 import struct
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz", "corpus", "store_frame")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz", "corpus", "store-frame")
 MAGIC = 0x53584850
 
 

@@ -13,7 +13,7 @@ trap 'rm -rf "$d"' EXIT
 note() { sed 's/^/# /' "$1" | tail -8; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT CUDA_VISIBLE_DEVICES
 export PHX_TIMEOUT=20 PHX_COMM=gloo
-echo "1..16"
+echo "1..17"
 
 if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
     "$run" --standalone --nproc-per-node 2 "$prog" --epochs 2 --resume "$d/a.st" >"$d/a" 2>&1
@@ -101,3 +101,14 @@ w=$("$run" --rdzv_endpoint=localhost --nproc-per-node 1 sh -c 'echo $MASTER_ADDR
 "$run" --rdzv-endpoint 127.0.0.1:99999 --nproc-per-node 1 true 2>"$d/i"
 [ $? = 2 ] && grep -q "port '99999': expected an integer in 1..65535" "$d/i" &&
     echo "ok 16 - a bad --rdzv-endpoint port is an error" || { echo "not ok 16"; note "$d/i"; }
+
+if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
+    # --workers: batches assembled on threads are the same batches
+    "$prog" --epochs 1 --workers 0 | grep -E "^(Epoch|Test)" | sed 's/, [0-9]* samples.*//' >"$d/w0"
+    "$prog" --epochs 1 --workers 3 | grep -E "^(Epoch|Test)" | sed 's/, [0-9]* samples.*//' >"$d/w3"
+    [ "$(wc -l <"$d/w0")" = 2 ] && cmp -s "$d/w0" "$d/w3" &&
+        echo "ok 17 - --workers 3 trains exactly as --workers 0 ($(tr '\n' ' ' <"$d/w3"))" ||
+        { echo "not ok 17"; note "$d/w0"; note "$d/w3"; }
+else
+    echo "ok 17 # SKIP no Fashion-MNIST at $data"
+fi

@@ -65,6 +65,12 @@ static void test_small(void)
         {"truncated dims", (const uint8_t *)"\0\0\x08\x03\0\0\0\3\0\0", 10, PHX_EIO, "truncated or corrupt while reading the dims"},
         {"truncated data", img, sizeof img - 3, PHX_EIO, "truncated or corrupt while reading the data"},
         {"trailing data", (const uint8_t *)"\0\0\x08\x01\0\0\0\1\5\6", 10, PHX_EIO, "size mismatch"},
+        /* 2^32-1 x 2^32-1: the element count must not overflow (UBSan, libFuzzer). */
+        {"huge dims", (const uint8_t *)"\0\0\x08\x02\xff\xff\xff\xff\xff\xff\xff\xff", 12, PHX_EIO,
+         "implausibly large (dim 1 is 4294967295 after 4294967295 elements"},
+        /* 1000 x 1000 u8 announced, 2 bytes there: refused before allocating. */
+        {"dims past the file", (const uint8_t *)"\0\0\x08\x02\0\0\x03\xe8\0\0\x03\xe8\1\2", 14, PHX_EIO,
+         "dims describe 1000000 bytes of data but the"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         t = NULL;
@@ -190,7 +196,7 @@ int main(void)
 {
     if (!mkdtemp(dir))
         skip_all("no temporary folder");
-    plan(41);
+    plan(45);
     test_small();
     test_fashion();
     test_loader();

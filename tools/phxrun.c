@@ -8,9 +8,11 @@
  * torchrun variables set, and PHX_NUM_THREADS / OMP_NUM_THREADS = cores / N
  * when unset. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every
  * rank. When a rank exits non-zero or dies by a signal, the other ranks
- * get SIGTERM, then SIGKILL after the grace period (5 s); phxrun names the
- * rank and its status and exits with that status (128 + signal for a
- * signal). See doc/comm.md.
+ * get SIGTERM (with SIGCONT, for a stopped rank), then SIGKILL after the
+ * grace period (5 s); phxrun names the root cause (a stopped rank, else the
+ * first killed by a signal phxrun did not send, else the first failure),
+ * then the other failures, and exits with the root cause's status (128 +
+ * signal for a signal). See doc/comm.md.
  *
  * The job's store accepts only ranks that know its token: phxrun makes a
  * random PHX_STORE_TOKEN for its ranks when the environment has none (one
@@ -312,8 +314,42 @@ static int job_token(const opts *o)
 /* Stops every rank still running: the signal now, SIGKILL after the grace. */
 static void stop_all(const opts *o, const pid_t *pids, int sig, double *kill_at)
 {
-    for (int l = 0; l < o->nproc; l++) if (pids[l] > 0) kill(-pids[l], sig);
+    for (int l = 0; l < o->nproc; l++) {
+        if (pids[l] <= 0) continue;
+        kill(-pids[l], sig);
+        kill(-pids[l], SIGCONT);   /* a stopped rank gets to handle it */
+    }
     if (*kill_at < 0) *kill_at = now() + o->grace;
+}
+
+/* How a rank ended (or stopped): the blame goes to the root cause, not to
+ * the first survivor that gave up. */
+enum { END_NONE, END_OK, END_FAILED, END_SIGNAL };
+typedef struct rank_end {
+    int how;           /* END_* */
+    int status;        /* the wait status */
+    int order;         /* reaping order, 1 = first */
+    int stopped;       /* seen stopped (WIFSTOPPED) before phxrun stopped the job */
+    int stop_sig;
+    int sent;          /* a signal phxrun sent it (stop or forward), 0 if none */
+} rank_end;
+
+/* The root cause: a rank that was stopped (the others time out waiting
+ * for it), else the first that died by a signal phxrun did not send, else
+ * the first that failed. -1 if none. */
+static int root_cause(const opts *o, const rank_end *e)
+{
+    int best = -1;
+    for (int l = 0; l < o->nproc; l++)
+        if (e[l].stopped) return l;
+    for (int l = 0; l < o->nproc; l++)
+        if (e[l].how == END_SIGNAL && WTERMSIG(e[l].status) != e[l].sent && (best < 0 || e[l].order < e[best].order))
+            best = l;
+    if (best >= 0) return best;
+    for (int l = 0; l < o->nproc; l++)
+        if ((e[l].how == END_FAILED || e[l].how == END_SIGNAL) && (best < 0 || e[l].order < e[best].order))
+            best = l;
+    return best;
 }
 
 /* Waits (up to the grace period) for the tee processes to copy the last
@@ -341,15 +377,18 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
     pid_t *pids = calloc((size_t)o->nproc, sizeof *pids), self = getpid();
     int *done = calloc((size_t)o->nproc, sizeof *done);
     rank_out *out = calloc((size_t)o->nproc, sizeof *out);
-    if (!pids || !done || !out) {
+    rank_end *end = calloc((size_t)o->nproc, sizeof *end);
+    int reaped = 0;
+    if (!pids || !done || !out || !end) {
         free(pids);
         free(done);
         free(out);
+        free(end);
         return die("out of memory");
     }
     fflush(NULL);
     int live = 0, exit_code = 0;
-    char first[256] = "";
+    char first[1024] = "";
     double kill_at = -1;
     for (int l = 0; l < o->nproc; l++) {
         int rank = o->node_rank * o->nproc + l;
@@ -381,7 +420,12 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
         int sig = sigtimedwait(set, &si, &tick);
         if (sig > 0 && sig != SIGCHLD) {
             /* forward, and stop everything after the grace period */
-            for (int l = 0; l < o->nproc; l++) if (pids[l] > 0 && !done[l]) kill(-pids[l], sig);
+            for (int l = 0; l < o->nproc; l++)
+                if (pids[l] > 0 && !done[l]) {
+                    kill(-pids[l], sig);
+                    kill(-pids[l], SIGCONT);
+                    end[l].sent = sig;
+                }
             *by_signal = 1;
             if (!exit_code) {
                 exit_code = 128 + sig;
@@ -391,21 +435,38 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
         }
         int status;
         pid_t pid;
-        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        while ((pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
             int l = 0;
             while (l < o->nproc && pids[l] != pid) l++;
             if (l == o->nproc) {
-                for (int q = 0; q < o->nproc; q++) if (out[q].tee == pid) out[q].tee = 0;
+                if (!WIFSTOPPED(status) && !WIFCONTINUED(status))
+                    for (int q = 0; q < o->nproc; q++) if (out[q].tee == pid) out[q].tee = 0;
+                continue;
+            }
+            if (WIFCONTINUED(status)) continue;
+            if (WIFSTOPPED(status)) {
+                /* A rank that stops (SIGSTOP, a debugger's SIGTSTP) before the
+                 * job fails is what the others will time out on. */
+                if (!exit_code && !end[l].stopped) {
+                    end[l].stopped = 1;
+                    end[l].stop_sig = WSTOPSIG(status);
+                    fprintf(stderr, "phxrun: rank %d (pid %d) was stopped by signal %d (%s)\n",
+                            o->node_rank * o->nproc + l, (int)pid, WSTOPSIG(status), strsignal(WSTOPSIG(status)));
+                }
                 continue;
             }
             done[l] = 1;
             live--;
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-            if (exit_code) continue;   /* already stopping: report the first only */
+            end[l].status = status;
+            end[l].order = ++reaped;
+            end[l].how = WIFEXITED(status) ? (WEXITSTATUS(status) ? END_FAILED : END_OK) : END_SIGNAL;
+            if (end[l].how == END_OK) continue;
+            if (exit_code) continue;   /* already stopping: the final line names the root cause */
             describe(first, sizeof first, o->node_rank * o->nproc + l, pid, status);
             exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
             stop_all(o, pids, SIGTERM, &kill_at);
+            for (int q = 0; q < o->nproc; q++) if (!done[q] && !end[q].sent) end[q].sent = SIGTERM;
         }
         if (kill_at >= 0 && now() >= kill_at) {
             for (int q = 0; q < o->nproc; q++) {
@@ -413,9 +474,32 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
                 fprintf(stderr, "phxrun: rank %d (pid %d) still running after %.3g s; sending SIGKILL\n",
                         o->node_rank * o->nproc + q, (int)pids[q], o->grace);
                 kill(-pids[q], SIGKILL);
+                end[q].sent = SIGKILL;
             }
             kill_at = -1;
         }
+    }
+    /* Blame the root cause, then list the others that failed. */
+    int root = *by_signal ? -1 : root_cause(o, end);
+    if (exit_code && root >= 0) {
+        int rank = o->node_rank * o->nproc + root;
+        if (end[root].stopped) {
+            snprintf(first, sizeof first, "rank %d (pid %d) was stopped by signal %d (%s) and stopped answering",
+                     rank, (int)pids[root], end[root].stop_sig, strsignal(end[root].stop_sig));
+        } else {
+            describe(first, sizeof first, rank, pids[root], end[root].status);
+            exit_code = WIFEXITED(end[root].status) ? WEXITSTATUS(end[root].status) : 128 + WTERMSIG(end[root].status);
+        }
+        size_t used = strlen(first);
+        const char *sep = "; then ";
+        for (int k = 1; k <= reaped; k++)
+            for (int l = 0; l < o->nproc; l++) {
+                if (end[l].order != k || l == root || end[l].how == END_OK || used + 64 >= sizeof first) continue;
+                char one[128];
+                describe(one, sizeof one, o->node_rank * o->nproc + l, pids[l], end[l].status);
+                used += (size_t)snprintf(first + used, sizeof first - used, "%s%s", sep, one);
+                sep = ", ";
+            }
     }
     /* A failed attempt leaves nothing: whatever the ranks started goes too. */
     if (exit_code)
@@ -426,6 +510,7 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
     free(pids);
     free(done);
     free(out);
+    free(end);
     return exit_code;
 }
 

@@ -6,12 +6,19 @@
  * (up to 4 dims). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/data/idx-impl.h"
 #include "phalanx/data.h"
 
 static phx_status rd(gzFile g, void *buf, size_t len, const char *path, const char *what)
+{
+    return px_idx_rd("phx_idx_read", g, buf, len, path, what);
+}
+
+phx_status px_idx_rd(const char *who, gzFile g, void *buf, size_t len, const char *path, const char *what)
 {
     size_t got = 0;
     while (got < len) {
@@ -20,8 +27,8 @@ static phx_status rd(gzFile g, void *buf, size_t len, const char *path, const ch
         if (r <= 0) {
             int zerr = 0;
             const char *msg = r < 0 ? gzerror(g, &zerr) : "unexpected end of file";
-            return phx_error(PHX_EIO, "phx_idx_read: '%s' is truncated or corrupt while reading %s: %s (%zu of %zu bytes)",
-                             path, what, msg, got, len);
+            return phx_error(PHX_EIO, "%s: '%s' is truncated or corrupt while reading %s: %s (%zu of %zu bytes)",
+                             who, path, what, msg, got, len);
         }
         got += (size_t)r;
     }
@@ -84,31 +91,65 @@ static phx_status read_body(gzFile g, const char *path, uint8_t type, int nd, co
     return PHX_OK;
 }
 
+phx_status px_idx_open(const char *who, const char *path, gzFile *gp, uint8_t *type, int *ndp, int64_t *dims,
+                       int64_t *totalp)
+{
+    gzFile g = gzopen(path, "rb");
+    if (!g)
+        return phx_error(PHX_ENOTFOUND, "%s: cannot open '%s'", who, path);
+    uint8_t magic[4], db[4 * 255];
+    phx_status st = px_idx_rd(who, g, magic, 4, path, "the magic number");
+    if (st == PHX_OK && (magic[0] || magic[1] || (magic[2] != 0x08 && magic[2] != 0x0C && magic[2] != 0x0D) ||
+                         magic[3] == 0))
+        st = phx_error(PHX_EIO, "%s: '%s' has bad magic %02x %02x %02x %02x (expected 00 00, type 08 "
+                       "(u8), 0C (i32) or 0D (f32), dims >= 1)", who, path, magic[0], magic[1], magic[2], magic[3]);
+    int nd = magic[3];
+    if (st == PHX_OK)
+        st = px_idx_rd(who, g, db, 4 * (size_t)nd, path, "the dims");
+    int64_t total = 1;
+    for (int i = 0; st == PHX_OK && i < nd; i++) {
+        dims[i] = be32(db + 4 * i);
+        /* total <= 2^40 and dims[i] < 2^32: check before multiplying. */
+        if (dims[i] > 0 && total > ((int64_t)1 << 40) / dims[i]) {
+            st = phx_error(PHX_EIO, "%s: '%s': dims are implausibly large (dim %d is %lld after %lld elements; at "
+                           "most 2^40 elements in all)", who, path, i, (long long)dims[i], (long long)total);
+            break;
+        }
+        total *= dims[i];
+    }
+    /* Nothing is allocated for data the file cannot hold: a plain file
+     * must have the bytes, a gzip stream at most deflate's ratio (1032:1). */
+    struct stat sb;
+    if (st == PHX_OK && stat(path, &sb) == 0) {
+        int64_t need = total * (magic[2] == 0x08 ? 1 : 4), have = (int64_t)sb.st_size;
+        int64_t most = gzdirect(g) ? have : have * 1032 + 1024;
+        if (need > most)
+            st = phx_error(PHX_EIO, "%s: '%s': dims describe %lld bytes of data but the %sfile has %lld bytes", who,
+                           path, (long long)need, gzdirect(g) ? "" : "compressed ", (long long)have);
+    }
+    if (st != PHX_OK) {
+        gzclose(g);
+        return st;
+    }
+    *gp = g;
+    *type = magic[2];
+    *ndp = nd;
+    *totalp = total;
+    return PHX_OK;
+}
+
 phx_status phx_idx_read(const char *path, phx_tensor **out)
 {
     if (!path || !out)
         return phx_error(PHX_EINVAL, "phx_idx_read: NULL %s", path ? "output" : "path");
-    gzFile g = gzopen(path, "rb");
-    if (!g)
-        return phx_error(PHX_ENOTFOUND, "phx_idx_read: cannot open '%s'", path);
-    uint8_t magic[4], db[4 * 255];
-    phx_status st = rd(g, magic, 4, path, "the magic number");
-    if (st == PHX_OK && (magic[0] || magic[1] || (magic[2] != 0x08 && magic[2] != 0x0C && magic[2] != 0x0D) ||
-                         magic[3] == 0))
-        st = phx_error(PHX_EIO, "phx_idx_read: '%s' has bad magic %02x %02x %02x %02x (expected 00 00, type 08 "
-                       "(u8), 0C (i32) or 0D (f32), dims >= 1)", path, magic[0], magic[1], magic[2], magic[3]);
-    int nd = magic[3];
-    if (st == PHX_OK)
-        st = rd(g, db, 4 * (size_t)nd, path, "the dims");
-    int64_t dims[255], total = 1;
-    for (int i = 0; st == PHX_OK && i < nd; i++) {
-        dims[i] = be32(db + 4 * i);
-        if (dims[i] > 0 && total > ((int64_t)1 << 40) / dims[i])
-            st = phx_error(PHX_EIO, "phx_idx_read: '%s': dims are implausibly large", path);
-        total *= dims[i];
-    }
-    if (st == PHX_OK)
-        st = read_body(g, path, magic[2], nd, dims, total, out);
+    gzFile g;
+    uint8_t type;
+    int nd;
+    int64_t dims[255], total;
+    phx_status st = px_idx_open("phx_idx_read", path, &g, &type, &nd, dims, &total);
+    if (st != PHX_OK)
+        return st;
+    st = read_body(g, path, type, nd, dims, total, out);
     gzclose(g);
     return st;
 }

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -441,6 +443,99 @@ static phx_status write_tensor(int fd, const phx_tensor *t, const char *who, con
     return st;
 }
 
+/* A save writes "<path>.tmp.XXXXXX" and holds an flock on it until the
+ * rename; a save killed before the rename leaves that file unlocked. Each
+ * save first removes such leftovers of the same path: a name that is
+ * exactly <base>.tmp. + 6 characters of mkstemp's alphabet, that nobody
+ * holds locked and that is still the file it opened. Nothing else (the
+ * good file included) is ever touched. */
+static bool is_temp_of(const char *name, const char *base)
+{
+    size_t bl = strlen(base);
+    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, ".tmp.", 5) != 0)
+        return false;
+    const char *x = name + bl + 5;
+    if (strlen(x) != 6)
+        return false;
+    for (int i = 0; i < 6; i++)
+        if (!((x[i] >= 'a' && x[i] <= 'z') || (x[i] >= 'A' && x[i] <= 'Z') || (x[i] >= '0' && x[i] <= '9')))
+            return false;
+    return true;
+}
+
+static void remove_stale_temps(const char *path)
+{
+    char *d1 = px_strdup(path), *d2 = px_strdup(path);
+    if (!d1 || !d2) {
+        px_free(d1);
+        px_free(d2);
+        return;
+    }
+    const char *dir = dirname(d1), *base = basename(d2);
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        if (!is_temp_of(e->d_name, base))
+            continue;
+        int fd = openat(dirfd(dp), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            continue;
+        struct stat a, b;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &a) == 0 && S_ISREG(a.st_mode) &&
+            fstatat(dirfd(dp), e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+            a.st_dev == b.st_dev)
+            unlinkat(dirfd(dp), e->d_name, 0);
+        close(fd);   /* releases the lock */
+    }
+    if (dp)
+        closedir(dp);
+    px_free(d1);
+    px_free(d2);
+}
+
+/* The process's umask, read without changing it (umask() would race with
+ * other threads creating files): /proc/self/status, else 022. */
+static mode_t px_umask(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    unsigned m = 022;
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &m) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (mode_t)m;
+}
+
+/* The mode a saved file gets: the file it replaces keeps its mode, a new
+ * one gets 0666 less the umask (as open(2) would give it; mkostemp makes
+ * 0600). */
+static void give_mode(int fd, const char *path)
+{
+    struct stat st;
+    mode_t mode = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~px_umask();
+    (void)fchmod(fd, mode);
+}
+
+/* Creates the temporary file and locks it; retries if a concurrent sweep
+ * removed it between the two. */
+static int create_locked_temp(char *tmp, size_t len, const char *path)
+{
+    for (int tries = 0; tries < 8; tries++) {
+        snprintf(tmp, len, "%s.tmp.XXXXXX", path);
+        int fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        struct stat a, b;
+        if (flock(fd, LOCK_EX) == 0 && fstat(fd, &a) == 0 && stat(tmp, &b) == 0 && a.st_ino == b.st_ino)
+            return fd;
+        close(fd);
+    }
+    errno = EAGAIN;
+    return -1;
+}
+
 phx_status phx_safetensors_write(const char *path, const char *const *names, phx_tensor *const *tensors, size_t n,
                                  const phx_meta *meta, size_t n_meta)
 {
@@ -464,8 +559,10 @@ phx_status phx_safetensors_write(const char *path, const char *const *names, phx
     }
     /* Pad the header with spaces so the data starts 8-byte aligned. */
     size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
+    remove_stale_temps(path);
+    int fd = create_locked_temp(tmp, plen + 16, path);
+    if (fd >= 0)
+        give_mode(fd, path);
     if (fd < 0) {
         st = phx_error(PHX_EIO, "%s: cannot create a temporary file beside '%s': %s", who, path, strerror(errno));
         goto out;

@@ -14,6 +14,7 @@
 static phx_module *model;
 static phx_optimizer *opt;
 static phx_scaler *scaler;
+static phx_precision *fp16;   /* held for the process, like the model */
 static char path[256];
 static uint8_t *before, *after;
 static size_t snap_len;
@@ -72,8 +73,10 @@ static void set_known_state(void)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc; (void)argv;
-    phx_precision *fp16 = NULL;
-    if (phx_precision_new("fp16", &fp16) != PHX_OK) abort();
+    if (phx_precision_new("fp16", &fp16) != PHX_OK) {
+        fprintf(stderr, "fp16 policy: %s\n", phx_last_error());
+        abort();
+    }
     model = phx_linear_new(4, 3, true, NULL);
     phx_adam_opts ao = phx_adam_defaults();
     ao.amsgrad = true;

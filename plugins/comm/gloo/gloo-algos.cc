@@ -49,23 +49,34 @@ void post_recv(UB *b, int peer, uint64_t slot, size_t off, size_t n)
     }
 }
 
-void wait_recv(const Ctx &c, UB *b, int peer)
+// Waits for b's send or receive, where the watchdog can abort it (then
+// the failure another rank published is the message).
+void wait_op(Ctx &c, UB *b, int peer, bool send)
 {
+    {
+        std::lock_guard<std::mutex> g(c.mu);
+        if (c.dead) throw PeerError(peer, c.why);
+        c.waiting = b;
+        c.waiting_send = send;
+        c.waiting_peer = peer;
+        c.waiting_since = std::chrono::steady_clock::now();
+    }
+    bool done = false;
     try {
-        b->waitRecv(c.timeout);
+        done = send ? b->waitSend(c.timeout) : b->waitRecv(c.timeout);
     } catch (const std::exception &e) {
+        std::lock_guard<std::mutex> g(c.mu);
+        c.waiting = nullptr;
         throw PeerError(peer, e.what());
     }
+    std::lock_guard<std::mutex> g(c.mu);
+    c.waiting = nullptr;
+    if (!done) throw PeerError(peer, c.why);
 }
 
-void wait_send(const Ctx &c, UB *b, int peer)
-{
-    try {
-        b->waitSend(c.timeout);
-    } catch (const std::exception &e) {
-        throw PeerError(peer, e.what());
-    }
-}
+void wait_recv(Ctx &c, UB *b, int peer) { wait_op(c, b, peer, false); }
+
+void wait_send(Ctx &c, UB *b, int peer) { wait_op(c, b, peer, true); }
 
 // out[0..n) = a op b (a from the lower rank), out may be a or b. f16 sums
 // use gloo's own half conversions (f32 add, round to nearest); everything
@@ -89,7 +100,7 @@ void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, ph
 
 // Exchanges with peer: send [soff, soff+sn) of sb, receive rn bytes into
 // rb at roff. Zero-length halves are skipped on both sides alike.
-void exchange(const Ctx &c, int peer, uint64_t slot, UB *sb, size_t soff, size_t sn, UB *rb, size_t roff,
+void exchange(Ctx &c, int peer, uint64_t slot, UB *sb, size_t soff, size_t sn, UB *rb, size_t roff,
               size_t rn, int from = -1)
 {
     if (from < 0) from = peer;

@@ -8,9 +8,11 @@
 #ifndef PHX_PLUGINS_GLOO_ALGOS_H
 #define PHX_PLUGINS_GLOO_ALGOS_H
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -44,6 +46,19 @@ struct Ctx {
 
     // At least bytes of scratch, registered with the transport.
     uint8_t *ensure(size_t bytes);
+
+    // The wait in progress, for the watchdog (gloo.cc): when another rank
+    // has published that a peer failed, it aborts this wait, so a rank
+    // whose own pair has not noticed the death (a send gloo still holds
+    // for the dead peer's receive) fails at once instead of after the
+    // timeout. All under mu; dead/why stay set once set.
+    std::mutex mu;
+    gloo::transport::UnboundBuffer *waiting = nullptr;
+    bool waiting_send = false;
+    int waiting_peer = -1;
+    std::chrono::steady_clock::time_point waiting_since;
+    bool dead = false;
+    std::string why;
 };
 
 // In-place all-reduce of count elements, the sum (or max/min) over ranks;

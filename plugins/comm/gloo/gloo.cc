@@ -27,7 +27,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gloo/rendezvous/context.h>
@@ -118,6 +121,15 @@ struct State {
     phx_kit_queue *queue = nullptr;   // runs the ops in issue order
     phx_store *store = nullptr;       // the communicator's, for the desync check
     std::string prefix;               // its keys' prefix ("c0/gloo/")
+    // The watchdog: while a wait lasts, polls the store every 50 ms for a
+    // failure another rank published (prefix + "failed", or phx_spawn's
+    // abort key) and aborts the wait (pxg::Ctx::waiting).
+    std::thread dog;
+    std::unique_ptr<gloo::transport::UnboundBuffer> probe;   // the pair probe's 1-byte receive
+    uint8_t probe_byte = 0;
+    std::mutex dog_mu;
+    std::condition_variable dog_cv;
+    bool dog_stop = false;
 };
 
 // An op's slot: our prefix, 16 bits of its signature (kind, count, dtype,
@@ -238,6 +250,96 @@ bool says_timeout(const std::string &m)
     return m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
 }
 
+// Tells the other ranks (their watchdogs) that a peer failed.
+void publish_failure(State &s, const std::string &msg)
+{
+    if (!s.store) return;
+    phx_store_compare_set(s.store, (s.prefix + "failed").c_str(), nullptr, 0, msg.data(), msg.size(), nullptr,
+                          nullptr);
+}
+
+// A published failure, or "" (a store that cannot be reached counts: its
+// host is part of the job).
+std::string published_failure(State &s)
+{
+    char why[512];
+    if (phx_kit_aborted(s.store, why, sizeof why)) return why;
+    void *v = nullptr;
+    size_t n = 0;
+    phx_status st = phx_store_get(s.store, (s.prefix + "failed").c_str(), &v, &n, 1e-6);
+    if (st == PHX_OK) {
+        std::string m(static_cast<char *>(v), n);
+        std::free(v);
+        return m;
+    }
+    if (st != PHX_ETIMEOUT && st != PHX_ENOTFOUND)
+        return std::string("the job's store cannot be reached (") + phx_last_error() + ")";
+    return "";
+}
+
+// The slot of the pair probe: never sent to (our slots are 0x70...).
+constexpr uint64_t kProbeSlot = 0x71ull << 56;
+
+// Whether the pair to peer is broken. gloo does not fail a send that is
+// waiting for a dead peer's receive notice, even after the pair saw the
+// connection close; posting anything on a broken pair throws at once.
+// The probe posts a 1-byte receive on kProbeSlot (which no rank sends on:
+// it stays pending, a few bytes on both sides).
+std::string probe_pair(State &s, int peer)
+{
+    try {
+        if (!s.probe) s.probe = s.c.ctx->createUnboundBuffer(&s.probe_byte, 1);
+        s.probe->recv(peer, kProbeSlot, 0, 1);
+    } catch (const std::exception &e) {
+        return "the connection to rank " + std::to_string(peer) + " is broken: " + e.what();
+    }
+    return "";
+}
+
+void watchdog(State *s)
+{
+    std::unique_lock<std::mutex> lk(s->dog_mu);
+    int probed_peer = -1;
+    std::chrono::steady_clock::time_point probed_since;
+    const double kQuiet = 0.25;   // seconds into a wait before the first poll and probe
+    double next_probe = kQuiet;   // doubles up to 5 s
+    while (!s->dog_stop) {
+        s->dog_cv.wait_for(lk, std::chrono::milliseconds(50));
+        if (s->dog_stop) break;
+        int peer;
+        double age;
+        {
+            std::lock_guard<std::mutex> g(s->c.mu);
+            if (!s->c.waiting || s->c.dead) continue;
+            peer = s->c.waiting_peer;
+            if (peer != probed_peer || s->c.waiting_since != probed_since) {
+                probed_peer = peer;
+                probed_since = s->c.waiting_since;
+                next_probe = kQuiet;
+            }
+            age = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->c.waiting_since).count();
+        }
+        // A wait shorter than that is a collective at work: nothing is
+        // polled (steady-state collectives make no allocation).
+        if (age < kQuiet) continue;
+        std::string m = published_failure(*s);
+        if (m.empty() && peer >= 0 && age >= next_probe) {
+            next_probe = next_probe * 2 < 5 ? next_probe * 2 : 5;
+            m = probe_pair(*s, peer);
+            if (!m.empty()) publish_failure(*s, "gloo: rank " + std::to_string(s->rank) + ": " + m);
+        }
+        if (m.empty()) continue;
+        std::lock_guard<std::mutex> g(s->c.mu);
+        s->c.dead = true;
+        s->c.why = "another rank reported a failure: " + m;
+        if (s->c.waiting) {
+            if (s->c.waiting_send) s->c.waiting->abortWaitSend();
+            else s->c.waiting->abortWaitRecv();
+        }
+    }
+}
+
+
 // Runs one op, turning any exception into a status and a message.
 phx_status execute(State &s, const Op &o, std::string &msg)
 {
@@ -275,8 +377,10 @@ phx_status execute(State &s, const Op &o, std::string &msg)
         }
     }
     std::string who = peer >= 0 ? " with peer rank " + std::to_string(peer) : "";
+    bool reported = msg.rfind("another rank reported a failure: ", 0) == 0;
     msg = std::string(head) + " failed" + who + ": " + msg;
     s.broken = msg;
+    if (st == PHX_EPEER && !reported) publish_failure(s, msg);
     return st;
 }
 
@@ -371,6 +475,14 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
                          where.c_str(), m.c_str());
     }
     phx_status qst = phx_kit_queue_new(sizeof(Op), run_job, s, "gloo", &s->queue);
+    if (!qst) {
+        try {
+            s->dog = std::thread(watchdog, s);
+        } catch (const std::exception &e) {
+            qst = phx_error(PHX_ENOMEM, "gloo: cannot start the watchdog thread: %s", e.what());
+            phx_kit_queue_free(s->queue);
+        }
+    }
     pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
     if (qst) {
         delete s;
@@ -386,10 +498,17 @@ void g_finalize(void *state)
     State *s = static_cast<State *>(state);
     if (!s) return;
     phx_kit_queue_free(s->queue);   // runs what is queued first
+    {
+        std::lock_guard<std::mutex> g(s->dog_mu);
+        s->dog_stop = true;
+    }
+    s->dog_cv.notify_all();
+    if (s->dog.joinable()) s->dog.join();
     try {
         s->c.scratch_ub.reset();
         s->c.scratch_send.reset();
         s->c.ctx.reset();
+        s->probe.reset();
     } catch (...) {
     }
     delete s;
