@@ -18,7 +18,8 @@ extern "C" {
  * declares PHX_PLUGIN_ABI_MINOR through PHX_PLUGIN_DESC_INIT.
  *   1.0  the first ABI
  *   1.1  optional slots may be NULL (the core supplies their defaults);
- *        the plugin author's kit (phalanx/plugin/kit.h) */
+ *        the plugin author's kit (phalanx/plugin/kit.h); the kernel
+ *        slots gemm_batched .. sum_squares (transformers, kernels_v1.def) */
 #define PHX_PLUGIN_ABI_MAJOR 1
 #define PHX_PLUGIN_ABI_MINOR 1
 #define PHX_PLUGIN_ABI_MINOR_OLDEST 0
