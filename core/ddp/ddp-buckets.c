@@ -154,7 +154,6 @@ phx_status px_ddp_rebuild(px_ddp *d)
 {
     size_t n = d->n_params;
     d->rebuild_due = false;
-    d->rebuilt = true;
     /* Rank 0's order for everyone: the same buckets on every rank. */
     int64_t len = (int64_t)(n ? n : 1);
     phx_tensor *host = phx_tensor_new(PHX_I64, 1, &len, phx_cpu());

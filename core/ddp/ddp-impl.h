@@ -32,7 +32,6 @@ typedef struct px_assignment {
 } px_assignment;
 
 typedef struct px_ddp {
-    phx_module *self;        /* the wrapper */
     phx_module *model;
     phx_comm *comm;
     int rank, world;
@@ -63,7 +62,12 @@ typedef struct px_ddp {
     size_t n_arrival;
     bool recording;          /* the first backward is being recorded */
     bool rebuild_due;        /* next forward/backward rebuilds */
-    bool rebuilt;
+
+    /* uneven inputs (phx_ddp_join_begin .. phx_ddp_join_end) */
+    bool join;               /* each forward first counts the ranks still training */
+    bool join_initial;       /* divide by the initial world size, not by those ranks */
+    int join_syncing;        /* ranks whose backward of this step all-reduces */
+    phx_tensor *join_flag;   /* (2) f32: [still training, syncing this step] */
 
     /* introspection */
     phx_ddp_stats stats;
@@ -90,6 +94,8 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a);
 void px_ddp_buckets_free(px_ddp *d);
 /* Broadcasts rank 0's arrival order and rebuilds the buckets in it. */
 phx_status px_ddp_rebuild(px_ddp *d);
+/* The join's count at the start of an active rank's step (ddp-join.c). */
+phx_status px_ddp_join_step(px_ddp *d);
 
 /* Checks that every rank has the same parameter names, shapes and dtypes
  * (PHX_EDESYNC naming the first difference on every rank). */

@@ -63,8 +63,11 @@ static void launch(px_ddp *d, size_t b)
 {
     px_bucket *k = &d->buckets[b];
     phx_status st = PHX_OK;
-    if (d->world > 1)
-        st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)d->world, k->flat);
+    /* The average over the ranks; under a join without
+     * divide_by_initial_world_size, over the ranks still training. */
+    int div = d->join && !d->join_initial && d->join_syncing > 0 ? d->join_syncing : d->world;
+    if (div > 1)
+        st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)div, k->flat);
     if (st == PHX_OK)
         st = phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
     if (st != PHX_OK) {
@@ -197,8 +200,8 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
         phx_status ws = phx_work_wait(k->work, -1);
         if (ws != PHX_OK && st == PHX_OK) {
             st = ws;
-            snprintf(err, sizeof err, "DistributedDataParallel: all-reduce of bucket %zu failed: %s", b,
-                     phx_last_error());
+            snprintf(err, sizeof err, "DistributedDataParallel: backward #%llu (counting from 0): all-reduce of "
+                     "bucket %zu failed: %s", (unsigned long long)d->stats.backwards - 1, b, phx_last_error());
         }
         phx_work_free(k->work);
         k->work = NULL;
@@ -231,6 +234,8 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
 {
     px_ddp *d = phx_module_ctx(self);
     phx_status st = rebuild_if_due(d);
+    if (st == PHX_OK && d->join)
+        st = px_ddp_join_step(d);
     if (st != PHX_OK)
         return st;
     return phx_module_forward(d->model, x, y);
@@ -272,6 +277,7 @@ static void ddp_free(phx_module *self)
     if (d->model)
         phx_module_set_grad_hook(d->model, NULL, NULL);
     px_ddp_buckets_free(d);
+    phx_tensor_free(d->join_flag);
     px_free(d->params);
     px_free(d->by_addr);
     px_free(d->by_addr_idx);
@@ -370,7 +376,6 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
         px_free(d);
         return NULL;
     }
-    d->self = self;
     phx_status st = ddp_init(d);
     if (st == PHX_OK)
         st = px_module_adopt_params(self, model);

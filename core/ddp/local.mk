@@ -1,9 +1,10 @@
 # core/ddp — DistributedDataParallel (doc/ddp.md). The DistributedSampler
 # (core/data) is tested here too.
-libphalanx_la_SOURCES += core/ddp/ddp.c core/ddp/ddp-buckets.c core/ddp/ddp-check.c core/ddp/ddp-impl.h
+libphalanx_la_SOURCES += core/ddp/ddp.c core/ddp/ddp-buckets.c core/ddp/ddp-check.c core/ddp/ddp-join.c \
+	core/ddp/ddp-impl.h
 
 ddp_tests = t/ddp_sampler t/ddp_buckets t/ddp_equiv t/ddp_overlap t/ddp_nosync t/ddp_unused \
-	t/ddp_mismatch
+	t/ddp_mismatch t/ddp_join
 check_PROGRAMS += $(ddp_tests)
 TESTS += $(ddp_tests)
 ddp_test_cppflags = $(AM_CPPFLAGS)
@@ -23,6 +24,9 @@ t_ddp_unused_LDADD = libphalanx.la -lm
 t_ddp_unused_CPPFLAGS = $(ddp_test_cppflags)
 t_ddp_mismatch_LDADD = libphalanx.la -lm
 t_ddp_mismatch_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_join_LDADD = libphalanx.la -lm
+t_ddp_join_CPPFLAGS = $(ddp_test_cppflags)
+EXTRA_DIST += bench/torch/ddp_join.py t/data/ddp_join.safetensors
 
 EXTRA_DIST += t/ddp-util.h bench/torch/sampler.py t/data/sampler.txt bench/torch/buckets.py \
 	t/data/buckets.txt
