@@ -15,7 +15,7 @@
  *
  *   fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S]
  *                 [--save PATH] [--load PATH] [--resume PATH]
- *                 [--workers N] [--metrics FILE] [--log-every N]
+ *                 [--workers N] [--uneven] [--metrics FILE] [--log-every N]
  *
  * --load restores model and optimizer (and the epoch count) from a
  * checkpoint before training; --epochs 0 --load PATH only evaluates.
@@ -23,7 +23,10 @@
  * epoch, so a run restarted by phxrun --max-restarts (or by hand) picks up
  * at its last finished epoch; --epochs is then the total to reach.
  * --workers N assembles batches on N threads ahead of the step (the same
- * batches as with 0, the default). */
+ * batches as with 0, the default). --uneven (under phxrun) gives rank r a
+ * share of the training set proportional to r + 1, so ranks run out of
+ * batches at different steps, and trains inside a DDP join
+ * (phx_ddp_join_begin/end) so none waits for the others. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,11 +143,15 @@ int main(int argc, char **argv)
     double lr = 1e-3;
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL, *resume = NULL, *metrics = NULL;
-    int every = 0, workers = 0;
+    int every = 0, workers = 0, uneven = 0;
     if (progress_args(&argc, argv, &metrics, &every))
         return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--uneven")) {
+            uneven = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "fashion_mnist: %s needs a value\n", a);
             return 2;
@@ -166,7 +173,7 @@ int main(int argc, char **argv)
             workers = atoi(v);
         else {
             fprintf(stderr, "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] "
-                    "[--load PATH] [--resume PATH] [--workers N] [--metrics FILE] [--log-every N]\n");
+                    "[--load PATH] [--resume PATH] [--workers N] [--uneven] [--metrics FILE] [--log-every N]\n");
             return 2;
         }
         i++;
@@ -212,6 +219,21 @@ int main(int argc, char **argv)
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
     phx_loader_opts lo = {.batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank,
                           .workers = workers};
+    /* --uneven: rank r takes rows [N s(r), N s(r+1)) with s(r) = r(r+1) / (n(n+1)). */
+    int64_t *mine = NULL;
+    if (uneven && comm) {
+        int64_t n = phx_tensor_dim(xtr, 0), tri = (int64_t)size * (size + 1) / 2;
+        int64_t lo_row = n * ((int64_t)rank * (rank + 1) / 2) / tri;
+        int64_t hi_row = n * ((int64_t)(rank + 1) * (rank + 2) / 2) / tri;
+        if (!(mine = malloc((size_t)(hi_row - lo_row) * sizeof *mine)))
+            die("--uneven");
+        for (int64_t r = lo_row; r < hi_row; r++)
+            mine[r - lo_row] = r;
+        lo.indices = mine;
+        lo.n_indices = (size_t)(hi_row - lo_row);
+        lo.num_replicas = 1;
+        lo.rank = 0;
+    }
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
     if (!opt || !ce || !train)
         die("setup");
@@ -246,6 +268,8 @@ int main(int argc, char **argv)
     }
     for (int e = first; e < first + epochs; e++) {
         phx_loader_set_epoch(train, e);
+        if (mine)
+            check(phx_ddp_join_begin(net, false), "join");
         double t0 = now(), sum = 0;
         int64_t seen = 0, steps = 0;
         phx_tensor *xb, *yb, *out;
@@ -268,6 +292,8 @@ int main(int argc, char **argv)
         }
         if (got < 0)
             die("training data");
+        if (mine)
+            check(phx_ddp_join_end(net), "join");
         double dt = now() - t0;
         progress_break(&prog);
         if (rank == 0) {
@@ -292,6 +318,7 @@ int main(int argc, char **argv)
     phx_tensor_free(ydev);
     phx_loader_free(train);
     phx_dataset_free(train_set);
+    free(mine);
     phx_loss_free(ce);
     phx_optimizer_free(opt);
     if (net != model)

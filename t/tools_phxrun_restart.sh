@@ -13,7 +13,7 @@ trap 'rm -rf "$d"' EXIT
 note() { sed 's/^/# /' "$1" | tail -8; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT CUDA_VISIBLE_DEVICES
 export PHX_TIMEOUT=20 PHX_COMM=gloo
-echo "1..17"
+echo "1..18"
 
 if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
     "$run" --standalone --nproc-per-node 2 "$prog" --epochs 2 --resume "$d/a.st" >"$d/a" 2>&1
@@ -109,6 +109,13 @@ if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
     [ "$(wc -l <"$d/w0")" = 2 ] && cmp -s "$d/w0" "$d/w3" &&
         echo "ok 17 - --workers 3 trains exactly as --workers 0 ($(tr '\n' ' ' <"$d/w3"))" ||
         { echo "not ok 17"; note "$d/w0"; note "$d/w3"; }
+    # --uneven: 3 ranks with 1/6, 2/6 and 3/6 of the data train inside a DDP join
+    "$run" --standalone --nproc-per-node 3 --grace 1 "$prog" --epochs 1 --uneven >"$d/u" 2>&1
+    rc=$?
+    [ $rc = 0 ] && grep -q "^Test accuracy: 0\.[5-9]" "$d/u" &&
+        echo "ok 18 - --uneven: ranks with 10000, 20000 and 30000 samples finish under a DDP join ($(grep '^Test' "$d/u"))" ||
+        { echo "not ok 18 - exit $rc"; note "$d/u"; }
 else
     echo "ok 17 # SKIP no Fashion-MNIST at $data"
+    echo "ok 18 # SKIP no Fashion-MNIST at $data"
 fi
