@@ -130,6 +130,10 @@ struct State {
     std::mutex dog_mu;
     std::condition_variable dog_cv;
     bool dog_stop = false;
+    // The op being run (under c.mu) and the last one the watchdog published
+    // for the desync check (watchdog thread only).
+    Op cur{};
+    uint64_t cur_seq = 0, published_seq = UINT64_MAX;
 };
 
 // An op's slot: our prefix, 16 bits of its signature (kind, count, dtype,
@@ -162,6 +166,14 @@ std::string op_text(const Op &o)
     return b;
 }
 
+// What this rank issued as op seq, where its peers' desync checks read it.
+void publish_issued(State &s, const Op &o, uint64_t seq)
+{
+    std::string mine = op_text(o);
+    std::string key = s.prefix + "issued/" + std::to_string(seq) + "/" + std::to_string(s.rank);
+    phx_store_set(s.store, key.c_str(), mine.data(), mine.size());
+}
+
 // After a timeout: each rank that timed out publishes what it issued as op
 // seq; a peer that published something else within a second means
 // the ranks went out of step (PHX_EDESYNC), not that one hung. Returns the
@@ -170,7 +182,7 @@ std::string desync_check(State &s, const Op &o, uint64_t seq)
 {
     if (!s.store) return "";
     std::string mine = op_text(o), key = s.prefix + "issued/" + std::to_string(seq) + "/";
-    phx_store_set(s.store, (key + std::to_string(s.rank)).c_str(), mine.data(), mine.size());
+    publish_issued(s, o, seq);
     double wait = s.timeout_s < 1 ? s.timeout_s : 1;   // out-of-step peers time out together
     for (int r = 0; r < s.size; r++) {
         if (r == s.rank) continue;
@@ -322,6 +334,19 @@ void watchdog(State *s)
         // A wait shorter than that is a collective at work: nothing is
         // polled (steady-state collectives make no allocation).
         if (age < kQuiet) continue;
+        // A long wait: say what this rank issued, so that after a timeout
+        // the ranks' desync checks find each other's answer at once.
+        Op cur;
+        uint64_t cseq;
+        {
+            std::lock_guard<std::mutex> g(s->c.mu);
+            cur = s->cur;
+            cseq = s->cur_seq;
+        }
+        if (cseq != s->published_seq && s->store) {
+            publish_issued(*s, cur, cseq);
+            s->published_seq = cseq;
+        }
         std::string m = published_failure(*s);
         if (m.empty() && peer >= 0 && age >= next_probe) {
             next_probe = next_probe * 2 < 5 ? next_probe * 2 : 5;
@@ -353,6 +378,11 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     phx_status st = PHX_OK;
     int peer = -1;
     try {
+        {
+            std::lock_guard<std::mutex> g(s.c.mu);
+            s.cur = o;
+            s.cur_seq = s.seq;
+        }
         run_op(s, o);
     } catch (const pxg::PeerError &e) {
         msg = e.what();
