@@ -96,7 +96,8 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
     if (!nb)
         return PHX_ENOMEM;
     phx_status st = PHX_OK;
-    /* Allocate every bucket first: a failure leaves the old ones in place. */
+    /* Allocate every bucket first: a failure here leaves the old ones in
+     * place and the wrapper usable. */
     for (size_t b = 0; b < a->n_buckets && st == PHX_OK; b++) {
         px_bucket *k = &nb[b];
         k->members = d->bucket_members + a->start[b];
@@ -112,6 +113,7 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
     }
     /* Point each gradient into its bucket (phx_param_set_grad copies the
      * gradient accumulated so far). */
+    bool moved = false;
     for (size_t b = 0; b < a->n_buckets && st == PHX_OK; b++) {
         px_bucket *k = &nb[b];
         int64_t off = 0;
@@ -122,20 +124,22 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
             phx_tensor *v = phx_tensor_view(k->flat, off, phx_tensor_ndim(g), phx_tensor_shape(g));
             if (!v)
                 st = PHX_ENOMEM;
-            else
-                st = phx_param_set_grad(d->params[i], v);
+            else if ((st = phx_param_set_grad(d->params[i], v)) == PHX_OK)
+                moved = true;
             phx_tensor_free(v); /* the parameter holds its own reference */
             off += numel;
         }
     }
     if (st != PHX_OK) {
-        /* Gradients already moved stay valid views of the new storage
-         * (their reference keeps it alive), but they no longer match the
-         * old buckets: the wrapper refuses further work. */
+        /* A failed allocation leaves the old buckets in use. Gradients
+         * already moved stay valid views of the new storage (their
+         * reference keeps it alive), but they no longer match the old
+         * buckets: then the wrapper refuses further work. */
         for (size_t b = 0; b < a->n_buckets; b++)
             phx_tensor_free(nb[b].flat);
         px_free(nb);
-        d->broken = st;
+        if (moved)
+            d->broken = st;
         return st;
     }
     px_ddp_buckets_free(d);
