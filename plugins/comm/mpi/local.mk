@@ -4,7 +4,7 @@ EXTRA_DIST += t/comm_mpi.sh t/mpi-util.sh t/comm_mpi_fail.sh t/comm_mpi_async.sh
 if HAVE_MPI
 pkglib_LTLIBRARIES += plugins/comm/mpi/phx-comm-mpi.la
 plugins_comm_mpi_phx_comm_mpi_la_SOURCES = plugins/comm/mpi/mpi.c plugins/comm/mpi/mpi-shm.c \
-	plugins/comm/mpi/mpi-shm.h plugins/comm/reduce.h
+	plugins/comm/mpi/mpi-shm.h
 plugins_comm_mpi_phx_comm_mpi_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
 plugins_comm_mpi_phx_comm_mpi_la_CFLAGS = $(AM_CFLAGS) -O3
 plugins_comm_mpi_phx_comm_mpi_la_LIBADD = $(MPI_LIBS)
