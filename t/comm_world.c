@@ -7,31 +7,7 @@
 #include <string.h>
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
-
-static const char *const vars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE", "SLURM_NODEID", NULL};
-
-static void clear(void)
-{
-    for (int i = 0; vars[i]; i++) unsetenv(vars[i]);
-}
-
-/* Sets "NAME=value" pairs (NULL-terminated), after clearing all. */
-static void env(const char *first, ...)
-{
-    clear();
-    va_list ap;
-    va_start(ap, first);
-    for (const char *kv = first; kv; kv = va_arg(ap, const char *)) {
-        char name[64];
-        const char *eq = strchr(kv, '=');
-        snprintf(name, sizeof name, "%.*s", (int)(eq - kv), kv);
-        setenv(name, eq + 1, 1);
-    }
-    va_end(ap);
-}
+#include "t/env-util.h"
 
 static phx_world sentinel(void)
 {
@@ -68,61 +44,61 @@ int main(void)
     phx_world w;
     plan(68);
 
-    env(NULL);
+    tu_env(NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "nothing set: ok");
     ok(w.rank == 0 && w.size == 1 && w.local_rank == 0 && w.local_size == 1, "nothing set: a world of one");
     is_str(w.master_addr, "127.0.0.1", "default MASTER_ADDR");
     is_int(w.master_port, 29500, "default MASTER_PORT");
 
-    env("RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=node7", "MASTER_PORT=1234", NULL);
+    tu_env("RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=node7", "MASTER_PORT=1234", NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "torchrun variables");
     ok(w.rank == 3 && w.size == 8 && w.local_rank == 1 && w.local_size == 2, "torchrun: 3/8, local 1/2");
     ok(!strcmp(w.master_addr, "node7") && w.master_port == 1234, "torchrun: master node7:1234");
 
-    env("RANK=2", "WORLD_SIZE=4", NULL);
+    tu_env("RANK=2", "WORLD_SIZE=4", NULL);
     phx_world_from_env(&w);
     ok(w.local_rank == 2 && w.local_size == 4, "no LOCAL_*: the node is the world");
 
-    env("OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=6", "OMPI_COMM_WORLD_LOCAL_RANK=2",
+    tu_env("OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=6", "OMPI_COMM_WORLD_LOCAL_RANK=2",
         "OMPI_COMM_WORLD_LOCAL_SIZE=3", NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "Open MPI variables");
     ok(w.rank == 5 && w.size == 6 && w.local_rank == 2 && w.local_size == 3, "Open MPI: 5/6, local 2/3");
 
-    env("RANK=1", "WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=6", NULL);
+    tu_env("RANK=1", "WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=6", NULL);
     phx_world_from_env(&w);
     ok(w.rank == 1 && w.size == 2, "torchrun's variables win over Open MPI's");
 
-    env("SLURM_PROCID=4", "SLURM_NTASKS=7", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=1",
+    tu_env("SLURM_PROCID=4", "SLURM_NTASKS=7", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=1",
         NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "Slurm variables");
     ok(w.rank == 4 && w.size == 7 && w.local_rank == 1 && w.local_size == 3, "Slurm: 4/7, local 1/3 (node 1 of 3(x2),1)");
-    env("SLURM_PROCID=6", "SLURM_NTASKS=7", "SLURM_LOCALID=0", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=2",
+    tu_env("SLURM_PROCID=6", "SLURM_NTASKS=7", "SLURM_LOCALID=0", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=2",
         NULL);
     phx_world_from_env(&w);
     is_int(w.local_size, 1, "Slurm: the third node has 1 task");
 
-    env("RANK=abc", "WORLD_SIZE=2", NULL);
+    tu_env("RANK=abc", "WORLD_SIZE=2", NULL);
     bad("RANK='abc'", "non-numeric RANK");
-    env("RANK=2", "WORLD_SIZE=2", NULL);
+    tu_env("RANK=2", "WORLD_SIZE=2", NULL);
     bad("RANK=2 is not less than WORLD_SIZE=2", "RANK >= WORLD_SIZE");
-    env("RANK=0", "WORLD_SIZE=0", NULL);
+    tu_env("RANK=0", "WORLD_SIZE=0", NULL);
     bad("WORLD_SIZE='0'", "WORLD_SIZE 0");
-    env("RANK=1", NULL);
+    tu_env("RANK=1", NULL);
     bad("RANK is set ('1') but WORLD_SIZE is not", "RANK without WORLD_SIZE");
-    env("RANK=0", "WORLD_SIZE=2", "MASTER_PORT=70000", NULL);
+    tu_env("RANK=0", "WORLD_SIZE=2", "MASTER_PORT=70000", NULL);
     bad("MASTER_PORT='70000'", "MASTER_PORT out of range");
-    env("RANK=0", "WORLD_SIZE=2", "MASTER_PORT=", NULL);
+    tu_env("RANK=0", "WORLD_SIZE=2", "MASTER_PORT=", NULL);
     bad("MASTER_PORT=''", "empty MASTER_PORT");
-    env("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2", NULL);
+    tu_env("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2", NULL);
     bad("LOCAL_RANK=2 is not less than the local world size 2", "LOCAL_RANK >= LOCAL_WORLD_SIZE");
-    env("OMPI_COMM_WORLD_RANK=-1", "OMPI_COMM_WORLD_SIZE=2", NULL);
+    tu_env("OMPI_COMM_WORLD_RANK=-1", "OMPI_COMM_WORLD_SIZE=2", NULL);
     bad("OMPI_COMM_WORLD_RANK='-1'", "negative Open MPI rank");
-    env("SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=2(y3)", NULL);
+    tu_env("SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=2(y3)", NULL);
     bad("SLURM_TASKS_PER_NODE='2(y3)'", "malformed SLURM_TASKS_PER_NODE");
     is_int(phx_world_from_env(NULL), PHX_EINVAL, "NULL out is PHX_EINVAL");
 
     /* inside phx_spawn threads the thread's rank wins over RANK */
-    env("RANK=7", "WORLD_SIZE=9", NULL);
+    tu_env("RANK=7", "WORLD_SIZE=9", NULL);
     setenv("PHX_COMM", "threads", 1);
     int seen[3] = {-1, -1, -1};
     phx_status st = phx_spawn(3, thread_rank, seen);
@@ -130,7 +106,7 @@ int main(void)
     if (st) diag("%s", phx_last_error());
     ok(seen[0] == 30 && seen[1] == 131 && seen[2] == 232, "phx_spawn threads: each thread sees its own rank "
        "(%d %d %d)", seen[0], seen[1], seen[2]);
-    clear();
+    tu_env_clear();
 
     /* communicator options and collective arguments (a world of one) */
     phx_comm_opts o = phx_comm_opts_default();

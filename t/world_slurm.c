@@ -7,27 +7,7 @@
 #include <string.h>
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
-
-static const char *const vars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID",
-    "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL};
-
-/* Sets "NAME=value" pairs (NULL-terminated), after clearing all. */
-static void env(const char *first, ...)
-{
-    for (int i = 0; vars[i]; i++) unsetenv(vars[i]);
-    va_list ap;
-    va_start(ap, first);
-    for (const char *kv = first; kv; kv = va_arg(ap, const char *)) {
-        char name[64];
-        const char *eq = strchr(kv, '=');
-        snprintf(name, sizeof name, "%.*s", (int)(eq - kv), kv);
-        setenv(name, eq + 1, 1);
-    }
-    va_end(ap);
-}
+#include "t/env-util.h"
 
 /* A task of a 4-task step on two nodes, whose node list is `list`. */
 static const char *first_host(const char *var, const char *list)
@@ -35,7 +15,7 @@ static const char *first_host(const char *var, const char *list)
     static phx_world w;
     char kv[256];
     snprintf(kv, sizeof kv, "%s=%s", var, list);
-    env("SLURM_JOB_ID=77", "SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=2(x2)",
+    tu_env("SLURM_JOB_ID=77", "SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=2(x2)",
         "SLURM_NODEID=1", kv, NULL);
     if (phx_world_from_env(&w) != PHX_OK) return phx_last_error();
     return w.master_addr;
@@ -56,7 +36,7 @@ int main(void)
     like(first_host("SLURM_NODELIST", "node[x1-2]"), "SLURM_NODELIST='node[x1-2]': expected a Slurm host list",
          "an unreadable list names the variable");
 
-    env("SLURM_JOB_ID=77", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=1(x2)", "SLURM_NODEID=0",
+    tu_env("SLURM_JOB_ID=77", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=1(x2)", "SLURM_NODEID=0",
         "SLURM_STEP_NODELIST=gpu[07-08]", "SLURM_NODELIST=cpu[1-9]", "MASTER_ADDR=10.1.2.3", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "10.1.2.3"), "MASTER_ADDR wins over the node list");
     setenv("SLURM_STEP_NODELIST", "gpu[07-08]", 1);
@@ -64,17 +44,17 @@ int main(void)
     ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "gpu07"),
        "the step's list wins over the job's (%s)", w.master_addr);
 
-    env("SLURM_JOB_ID=77", "SLURM_NTASKS=2", "SLURM_NODELIST=gpu[07-08]", NULL);
+    tu_env("SLURM_JOB_ID=77", "SLURM_NTASKS=2", "SLURM_NODELIST=gpu[07-08]", NULL);
     is_int(phx_world_from_env(&w), PHX_EINVAL, "a batch script with SLURM_NTASKS=2 and no SLURM_PROCID: an error");
     like(phx_last_error(), "SLURM_NTASKS=2 in job 77 but no SLURM_PROCID: this is the batch script, not one of the job's tasks; "
          "start the ranks with srun",
          "... telling to start the ranks with srun");
-    env("SLURM_JOB_ID=77", "SLURM_NTASKS=1", "SLURM_NODELIST=gpu07", NULL);
+    tu_env("SLURM_JOB_ID=77", "SLURM_NTASKS=1", "SLURM_NODELIST=gpu07", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && w.size == 1 && !strcmp(w.master_addr, "127.0.0.1"),
        "a one-task batch script is a world of one on 127.0.0.1");
-    env("SLURM_JOB_ID=77", "SLURM_NTASKS=2", "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=h", NULL);
+    tu_env("SLURM_JOB_ID=77", "SLURM_NTASKS=2", "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=h", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && w.rank == 1 && w.size == 2, "phxrun inside a batch script: RANK wins");
-    env("SLURM_PROCID=1", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=4", "SLURM_NODEID=0", NULL);
+    tu_env("SLURM_PROCID=1", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=4", "SLURM_NODEID=0", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "127.0.0.1") && w.rank == 1,
        "a task without a node list: 127.0.0.1");
     return done_testing();

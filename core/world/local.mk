@@ -33,5 +33,5 @@ EXTRA_DIST += bench/store_attack.sh
 # Slurm: MASTER_ADDR from the node list, a batch script told to use srun.
 check_PROGRAMS += t/world_slurm
 TESTS += t/world_slurm
-t_world_slurm_SOURCES = t/world_slurm.c
+t_world_slurm_SOURCES = t/world_slurm.c t/env-util.h
 t_world_slurm_LDADD = libphalanx.la
