@@ -36,7 +36,8 @@ EXTRA_DIST += bench/bench-util.h bench/bench-tsv.h
 EXTRA_DIST += bench/torch/st_io.py bench/torch/parity.py bench/torch/ckpt_interop.py bench/torch/step.py \
 	t/data/parity_sgd.safetensors t/data/parity_adamw.safetensors t/data/parity_adam_ams.safetensors \
 	t/data/parity_gelu_ln.safetensors t/data/torch_ckpt.safetensors t/data/torch_ckpt_io.safetensors \
-	t/data/torch_ckpt_pkg.safetensors
+	t/data/torch_ckpt_pkg.safetensors t/data/torch_ckpt_f16.safetensors t/data/torch_ckpt_bf16.safetensors \
+	t/data/torch_ckpt_f64.safetensors
 
 # Metrics as JSON Lines (include/phalanx/metrics.h); the test reads them
 # back with jansson.
