@@ -27,7 +27,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.2f", a - b }'; }
 lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 
-echo "1..22"
+echo "1..23"
 
 # --- the environment of each rank
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_NUM_THREADS OMP_NUM_THREADS
@@ -112,5 +112,18 @@ check '[ $? = 2 ] && grep -q "node-rank 2 must be below --nnodes 2" "$T/err"' "n
 "$PHXRUN" --nproc-per-node 1 --standalone /no/such/program 2> "$T/err"
 rc=$?
 check '[ $rc = 127 ] && grep -q "cannot run ./no/such/program." "$T/err"' "a program that cannot run: exit 127, named"
+
+# --- a port another job's store holds: exit 2 before starting any rank
+mkdir "$T/busy"
+"$PHXRUN" --nproc-per-node 1 --standalone "$top_builddir/t/store_client" job "$T/busy" 2> /dev/null &
+other=$!
+i=0; while [ ! -s "$T/busy/port" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+port=$(cat "$T/busy/port")
+"$PHXRUN" --nproc-per-node 1 --master-port "$port" sh -c 'touch "$0/started"' "$T" 2> "$T/err"
+rc=$?
+check '[ $rc = 2 ] && grep -q "port $port is in use on this node" "$T/err" && [ ! -e "$T/started" ]' \
+  "a port another job's store listens on: exit 2 naming it, no rank started"
+touch "$T/busy/done"
+wait $other
 
 exit $fails

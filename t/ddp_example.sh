@@ -27,7 +27,7 @@ if [ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ]; then
     if [ "$gloo" = "$threads" ]; then echo "ok $n - gloo and threads print the same losses"
     else echo "not ok $n - gloo and threads print the same losses"; fi
     if [ -x "$b/tools/phxrun" ]; then
-        run=$(unset PHX_COMM; "$b/tools/phxrun" --nproc-per-node 2 "$prog" 2>&1); rc=$?
+        run=$(unset PHX_COMM; "$b/tools/phxrun" --standalone --nproc-per-node 2 "$prog" 2>&1); rc=$?
         check "phxrun --nproc-per-node 2" $rc "$run"
         n=$((n + 1))
         if [ "$run" = "$gloo" ]; then echo "ok $n - phxrun prints the same losses as phx_spawn"

@@ -38,7 +38,7 @@ if echo "$out2" | grep -q 'after 40 steps'; then pass "--load restores the optim
 else fail "--load restores the optimizer's step count" "$out2"; fi
 
 if [ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ] && [ -x "$b/tools/phxrun" ]; then
-    out=$("$b/tools/phxrun" --nproc-per-node 2 "$prog" $small --steps 30 --sample 0 2>&1); rc=$?
+    out=$("$b/tools/phxrun" --standalone --nproc-per-node 2 "$prog" $small --steps 30 --sample 0 2>&1); rc=$?
     l0=$(first "$out"); l1=$(last "$out")
     if [ $rc -eq 0 ] && falls "$l0" "$l1" && echo "$out" | grep -q 'x 2 rank(s)'; then
         pass "phxrun --nproc-per-node 2: DDP loss falls from $l0 to $l1"

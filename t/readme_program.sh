@@ -30,7 +30,7 @@ out=$(PHX_PRECISION=nonsense "$d/train" 2>&1); rc=$?
 [ $rc != 0 ] && printf '%s' "$out" | grep -q "nonsense" && echo "ok 5 - PHX_PRECISION=nonsense is an error" ||
     { echo "not ok 5 - PHX_PRECISION=nonsense (rc $rc)"; printf '%s\n' "$out" | sed 's/^/# /'; }
 if [ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ]; then
-    out=$(PHX_COMM=gloo "$b/tools/phxrun" --nproc-per-node 2 "$d/train" 2>&1); rc=$?
+    out=$(PHX_COMM=gloo "$b/tools/phxrun" --standalone --nproc-per-node 2 "$d/train" 2>&1); rc=$?
     n=$(printf '%s\n' "$out" | grep -c '^step [0-9]* loss')
     [ $rc = 0 ] && [ "$n" = 5 ] && echo "ok 6 - DDP over 2 processes under phxrun (rank 0 prints 5 lines)" ||
         { echo "not ok 6 - phxrun (rc $rc, $n lines)"; printf '%s\n' "$out" | sed 's/^/# /'; }

@@ -534,6 +534,11 @@ int main(int argc, char **argv)
         if (p && parse_int("MASTER_PORT", p, 1, 65535, &port)) return 2;
         if (!p) port = 29500;
     }
+    /* Rank 0 of node 0 hosts the store: say now, not after the ranks
+     * started, that another job holds the port. */
+    if (o.node_rank == 0 && px_port_busy(port))
+        return die("port %d is in use on this node (another job's store?): use --standalone for a free "
+                   "port, or --master-port / MASTER_PORT", port);
 
     /* Signals are taken synchronously (sigtimedwait), never by handlers. */
     sigset_t set, orig;
