@@ -25,12 +25,12 @@
 #include "bench/bench-tsv.h"
 
 #define MAX_SIZES 32
-#define REPS 3      /* timed loops per point; the fastest counts (shared machines) */
+#define REPS 3 /* timed loops per point; the fastest counts (shared machines) */
 
 typedef struct table {
     int n;
     size_t bytes[MAX_SIZES];
-    double us[MAX_SIZES];      /* per all-reduce; < 0: not measured */
+    double us[MAX_SIZES]; /* per all-reduce; < 0: not measured */
 } table;
 
 static double now(void)
@@ -47,7 +47,7 @@ static int iters_for(size_t bytes)
 }
 
 static size_t g_max = 256u << 20;
-static table *g_tab;               /* shared with the ranks (mmap) */
+static table *g_tab; /* shared with the ranks (mmap) */
 
 static int rank_main(int rank, void *arg)
 {
@@ -120,8 +120,8 @@ static void run_lines(const char *cmd, table *out)
 static void run_torch(const char *script, int world, table *out)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s --world %d --max %zu", getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3",
-             script, world, g_max);
+    snprintf(cmd, sizeof cmd, "%s %s --world %d --max %zu",
+             getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3", script, world, g_max);
     run_lines(cmd, out);
 }
 
@@ -134,7 +134,8 @@ static void run_mpi(const char *self, int world, table *out)
     if (system("command -v mpirun >/dev/null 2>&1") != 0) return;
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    snprintf(cmd, sizeof cmd, "PHX_COMM=mpi mpirun --oversubscribe --bind-to none -np %d '%s' --max %zu", world, self, g_max);
+    snprintf(cmd, sizeof cmd, "PHX_COMM=mpi mpirun --oversubscribe --bind-to none -np %d '%s' --max %zu", world, self,
+             g_max);
     run_lines(cmd, out);
 }
 
@@ -166,11 +167,15 @@ static double memcpy_gbs(size_t bytes)
     return (double)bytes / best / 1e9;
 }
 
-static double busbw(size_t bytes, double us, int n) { return us > 0 ? (double)bytes / us / 1e3 * 2.0 * (n - 1) / n : 0; }
+static double busbw(size_t bytes, double us, int n)
+{
+    return us > 0 ? (double)bytes / us / 1e3 * 2.0 * (n - 1) / n : 0;
+}
 
 static double lookup(const table *t, size_t bytes)
 {
-    for (int i = 0; i < t->n; i++) if (t->bytes[i] == bytes) return t->us[i];
+    for (int i = 0; i < t->n; i++)
+        if (t->bytes[i] == bytes) return t->us[i];
     return -1;
 }
 
@@ -178,9 +183,12 @@ int main(int argc, char **argv)
 {
     const char *torch = NULL, *worlds = "2 4";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--torch")) torch = argv[i + 1];
-        else if (!strcmp(argv[i], "--max")) g_max = (size_t)strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--worlds")) worlds = argv[i + 1];
+        if (!strcmp(argv[i], "--torch"))
+            torch = argv[i + 1];
+        else if (!strcmp(argv[i], "--max"))
+            g_max = (size_t)strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--worlds"))
+            worlds = argv[i + 1];
     }
     setenv("PHX_LOG", "error", 0);
     if (getenv("OMPI_COMM_WORLD_RANK")) return launched();
@@ -197,21 +205,23 @@ int main(int argc, char **argv)
         run_backend("threads", n, &th);
         run_backend("gloo", n, &gl);
         run_mpi(argv[0], n, &mp);
-        if (torch) run_torch(torch, n, &tg);
-        else memset(&tg, 0, sizeof tg);
+        if (torch)
+            run_torch(torch, n, &tg);
+        else
+            memset(&tg, 0, sizeof tg);
         printf("\nall-reduce f32 sum, world %d   (time in us, bandwidth in GB/s)\n", n);
-        printf("%10s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %6s %6s\n", "bytes", "threads",
-               "algbw", "busbw", "gloo", "algbw", "busbw", "mpi", "algbw", "busbw", "torch", "algbw", "busbw", "g/t",
-               "m/g");
+        printf("%10s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %6s %6s\n", "bytes", "threads", "algbw",
+               "busbw", "gloo", "algbw", "busbw", "mpi", "algbw", "busbw", "torch", "algbw", "busbw", "g/t", "m/g");
         double lat_g = 0, lat_t = 0, lat_m = 0, ratio_min = 1e30, ratio_log = 0;
         int nlat = 0, nlat_m = 0, nratio = 0;
         for (int i = 0; i < gl.n || i < th.n; i++) {
             size_t b = i < gl.n ? gl.bytes[i] : th.bytes[i];
             double a = lookup(&th, b), g = lookup(&gl, b), t = lookup(&tg, b), m = lookup(&mp, b);
             printf("%10zu | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %6.2f "
-                   "%6.2f\n", b, a, a > 0 ? b / a / 1e3 : 0, busbw(b, a, n), g, g > 0 ? b / g / 1e3 : 0,
-                   busbw(b, g, n), m, m > 0 ? b / m / 1e3 : 0, busbw(b, m, n), t, t > 0 ? b / t / 1e3 : 0,
-                   busbw(b, t, n), g > 0 && t > 0 ? t / g : 0, g > 0 && m > 0 ? g / m : 0);
+                   "%6.2f\n",
+                   b, a, a > 0 ? b / a / 1e3 : 0, busbw(b, a, n), g, g > 0 ? b / g / 1e3 : 0, busbw(b, g, n), m,
+                   m > 0 ? b / m / 1e3 : 0, busbw(b, m, n), t, t > 0 ? b / t / 1e3 : 0, busbw(b, t, n),
+                   g > 0 && t > 0 ? t / g : 0, g > 0 && m > 0 ? g / m : 0);
             char tab[32], row[32];
             snprintf(tab, sizeof tab, "busbw world %d", n);
             snprintf(row, sizeof row, "%zu", b);
@@ -219,8 +229,15 @@ int main(int argc, char **argv)
             if (g > 0) bench_tsv("bench/allreduce", tab, row, "gloo", busbw(b, g, n));
             if (t > 0) bench_tsv("bench/allreduce", tab, row, "torch gloo", busbw(b, t, n));
             if (m > 0) bench_tsv("bench/allreduce", tab, row, "mpi", busbw(b, m, n));
-            if (b <= 1024 && g > 0 && t > 0) { lat_g += g; lat_t += t; nlat++; }
-            if (b <= 1024 && m > 0) { lat_m += m; nlat_m++; }
+            if (b <= 1024 && g > 0 && t > 0) {
+                lat_g += g;
+                lat_t += t;
+                nlat++;
+            }
+            if (b <= 1024 && m > 0) {
+                lat_m += m;
+                nlat_m++;
+            }
             if (b >= (1u << 20) && g > 0 && t > 0) {
                 double r = t / g;
                 ratio_min = r < ratio_min ? r : ratio_min;
@@ -233,11 +250,11 @@ int main(int argc, char **argv)
                busbw(64u << 20, th64, n), 100.0 * busbw(64u << 20, th64, n) / mc);
         if (m64 > 0 && g64 > 0)
             printf("world %d: mpi busbw at 64 MiB = %.2f GB/s = %.2fx gloo, %.0f%% of memcpy (targets >= 3x gloo, "
-                   ">= 50%% of memcpy at world 2)\n", n, busbw(64u << 20, m64, n), g64 / m64,
-                   100.0 * busbw(64u << 20, m64, n) / mc);
+                   ">= 50%% of memcpy at world 2)\n",
+                   n, busbw(64u << 20, m64, n), g64 / m64, 100.0 * busbw(64u << 20, m64, n) / mc);
         if (nratio)
-            printf("world %d: gloo busbw / torch gloo busbw at >= 1 MiB: min %.2f, geomean %.2f (target >= 0.95)\n",
-                   n, ratio_min, exp(ratio_log / nratio));
+            printf("world %d: gloo busbw / torch gloo busbw at >= 1 MiB: min %.2f, geomean %.2f (target >= 0.95)\n", n,
+                   ratio_min, exp(ratio_log / nratio));
         if (nlat)
             printf("world %d: latency 4 B..1 KiB: gloo %.1f us, torch gloo %.1f us (target gloo <= torch)\n", n,
                    lat_g / nlat, lat_t / nlat);

@@ -29,12 +29,11 @@ static double measure(const char *name, double seconds)
     phx_optimizer *opt = phx_sgd_new(m, &so);
     phx_scaler *s = phx_scaler_new(p, NULL);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    int64_t xs[2] = { BATCH, 784 }, ys[1] = { BATCH };
+    int64_t xs[2] = {BATCH, 784}, ys[1] = {BATCH};
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *y = phx_tensor_new(PHX_I64, 1, ys, phx_cpu());
     phx_rng_uniform(rng, x, 0, 1);
     int64_t *lab = phx_tensor_data(y);
-    for (int i = 0; i < BATCH; i++)
-        lab[i] = i % 10;
+    for (int i = 0; i < BATCH; i++) lab[i] = i % 10;
     double sps = -1;
     long n = 0;
     double t0 = 0;
@@ -42,8 +41,7 @@ static double measure(const char *name, double seconds)
         phx_tensor *out;
         float loss;
         bool stepped;
-        if (i == 3)
-            t0 = bench_now();
+        if (i == 3) t0 = bench_now();
         if (phx_optimizer_zero_grad(opt) || phx_module_forward(m, x, &out) || phx_loss_forward(ce, out, y, &loss) ||
             phx_scaler_scale_grad(s, phx_loss_grad(ce)) || phx_module_backward(m, phx_loss_grad(ce), NULL) ||
             phx_scaler_step(s, opt, &stepped)) {
@@ -75,16 +73,14 @@ int main(int argc, char **argv)
     double seconds = 2;
     const char *script = "bench/torch/amp.py";
     const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--torch", 's', &script}, {"--no-torch", 'n', &script}};
-    if (bench_args(argc, argv, opts, 3, "[--seconds S] [--torch SCRIPT | --no-torch]"))
-        return 2;
+    if (bench_args(argc, argv, opts, 3, "[--seconds S] [--torch SCRIPT | --no-torch]")) return 2;
     if (!(seconds > 0)) {
         fprintf(stderr, "bench/amp: --seconds must be > 0\n");
         return 2;
     }
-    const char *names[3] = { "fp32", "fp16", "bf16" };
-    double sps[3], torch_sps[3] = { -1, -1, -1 };
-    for (int i = 0; i < 3; i++)
-        sps[i] = measure(names[i], seconds);
+    const char *names[3] = {"fp32", "fp16", "bf16"};
+    double sps[3], torch_sps[3] = {-1, -1, -1};
+    for (int i = 0; i < 3; i++) sps[i] = measure(names[i], seconds);
     if (script) {
         char cmd[4400], line[256], mode[16];
         double v;
@@ -94,10 +90,8 @@ int main(int argc, char **argv)
         while (f && fgets(line, sizeof line, f))
             if (sscanf(line, "torch-amp %15s %lf", mode, &v) == 2)
                 for (int i = 0; i < 3; i++)
-                    if (!strcmp(mode, names[i]))
-                        torch_sps[i] = v;
-        if (f)
-            pclose(f);
+                    if (!strcmp(mode, names[i])) torch_sps[i] = v;
+        if (f) pclose(f);
     }
     printf("Mixed precision on the CPU, MLP 784-512-256-10, batch %d, %d thread(s) (steps/s)\n", BATCH,
            phx_num_threads());

@@ -14,11 +14,9 @@
 static inline void bench_tsv(const char *bench, const char *table, const char *row, const char *column, double value)
 {
     const char *path = getenv("PHX_BENCH_TSV");
-    if (!path || !*path || !isfinite(value))
-        return;
+    if (!path || !*path || !isfinite(value)) return;
     FILE *f = fopen(path, "a");
-    if (!f)
-        return;
+    if (!f) return;
     fprintf(f, "%s\t%s\t%s\t%s\t%.6g\n", bench, table, row, column, value);
     fclose(f);
 }
@@ -27,7 +25,6 @@ static inline void bench_tsv(const char *bench, const char *table, const char *r
  * bench/ratios.png; skipped when either rate is missing (<= 0). */
 static inline void bench_tsv_ratio(const char *bench, const char *row, double ours_rate, double theirs_rate)
 {
-    if (ours_rate > 0 && theirs_rate > 0)
-        bench_tsv(bench, "phalanx/torch", row, "ratio", ours_rate / theirs_rate);
+    if (ours_rate > 0 && theirs_rate > 0) bench_tsv(bench, "phalanx/torch", row, "ratio", ours_rate / theirs_rate);
 }
 #endif

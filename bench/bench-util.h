@@ -34,8 +34,7 @@ static inline void bench_die(const char *what)
 
 static inline void bench_check(phx_status st, const char *what)
 {
-    if (st != PHX_OK)
-        bench_die(what);
+    if (st != PHX_OK) bench_die(what);
 }
 
 /* The MLP 784-hidden1-hidden2-10 with ReLU between the Linear layers, its
@@ -54,8 +53,7 @@ static inline phx_module *bench_mlp(phx_rng *rng, int64_t hidden1, int64_t hidde
 /* Class labels for n rows: (7 i + shift) mod 10. */
 static inline void bench_labels(int64_t *lab, int64_t n, int64_t shift)
 {
-    for (int64_t i = 0; i < n; i++)
-        lab[i] = (i * 7 + shift) % 10;
+    for (int64_t i = 0; i < n; i++) lab[i] = (i * 7 + shift) % 10;
 }
 
 /* One training step: zero_grad, forward, loss, backward, optimizer step;
@@ -67,20 +65,14 @@ static inline phx_status bench_step(phx_module *m, phx_optimizer *opt, phx_loss 
 {
     phx_tensor *out = NULL;
     float own;
-    if (!l)
-        l = &own;
+    if (!l) l = &own;
     const char *stage = "zero_grad";
     phx_status st = phx_optimizer_zero_grad(opt);
-    if (st == PHX_OK && (st = phx_module_forward(m, x, &out)) != PHX_OK)
-        stage = "forward";
-    if (st == PHX_OK && (st = phx_loss_forward(loss, out, y, l)) != PHX_OK)
-        stage = "loss";
-    if (st == PHX_OK && (st = phx_module_backward(m, phx_loss_grad(loss), NULL)) != PHX_OK)
-        stage = "backward";
-    if (st == PHX_OK && (st = phx_optimizer_step(opt)) != PHX_OK)
-        stage = "step";
-    if (failed)
-        *failed = st == PHX_OK ? NULL : stage;
+    if (st == PHX_OK && (st = phx_module_forward(m, x, &out)) != PHX_OK) stage = "forward";
+    if (st == PHX_OK && (st = phx_loss_forward(loss, out, y, l)) != PHX_OK) stage = "loss";
+    if (st == PHX_OK && (st = phx_module_backward(m, phx_loss_grad(loss), NULL)) != PHX_OK) stage = "backward";
+    if (st == PHX_OK && (st = phx_optimizer_step(opt)) != PHX_OK) stage = "step";
+    if (failed) *failed = st == PHX_OK ? NULL : stage;
     return st;
 }
 
@@ -119,8 +111,7 @@ static inline int bench_args(int argc, char **argv, const bench_opt *opts, size_
     for (int i = 1; i < argc; i++) {
         const bench_opt *o = NULL;
         for (size_t k = 0; k < n && !o; k++)
-            if (!strcmp(argv[i], opts[k].name) && (opts[k].kind == 'n' || i + 1 < argc))
-                o = &opts[k];
+            if (!strcmp(argv[i], opts[k].name) && (opts[k].kind == 'n' || i + 1 < argc)) o = &opts[k];
         if (!o) {
             fprintf(stderr, "usage: %s %s\n", argv[0], usage);
             return 2;

@@ -71,21 +71,18 @@ static int rank_main(int rank, void *varg)
         loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     }
     int rc = ddp && opt && x && y && loss ? 0 : 1;
-#define STEP()                                                                                     \
-    do {                                                                                           \
-        if (bench_step(ddp, opt, loss, x, y, NULL, NULL) != PHX_OK)                                \
-            rc = 1;                                                                                \
+#define STEP() \
+    do { \
+        if (bench_step(ddp, opt, loss, x, y, NULL, NULL) != PHX_OK) rc = 1; \
     } while (0)
-    for (int i = 0; i < 3 && !rc; i++)
-        STEP();
+    for (int i = 0; i < 3 && !rc; i++) STEP();
     /* Rank 0 sizes the run from a short timed one; all ranks run that many. */
     int64_t one = 1;
     phx_tensor *n_t = phx_tensor_zeros(PHX_F32, 1, &one, phx_cpu());
     phx_comm_barrier(c, NULL);
     double t = bench_now();
     int k = a->model == SEED ? 200 : 5; /* the same count on every rank */
-    for (int i = 0; i < k && !rc; i++)
-        STEP();
+    for (int i = 0; i < k && !rc; i++) STEP();
     float n = (float)(a->seconds / ((bench_now() - t) / k));
     n = n < 3 ? 3 : n;
     phx_tensor_fill(n_t, n);
@@ -94,12 +91,10 @@ static int rank_main(int rank, void *varg)
     phx_tensor_get(n_t, 0, &nv);
     phx_comm_barrier(c, NULL);
     t = bench_now();
-    for (int i = 0; i < (int)nv && !rc; i++)
-        STEP();
+    for (int i = 0; i < (int)nv && !rc; i++) STEP();
     phx_comm_barrier(c, NULL);
     double sps = (int)nv / (bench_now() - t);
-    if (rc)
-        fprintf(stderr, "bench/ddp: rank %d: %s\n", rank, phx_last_error());
+    if (rc) fprintf(stderr, "bench/ddp: rank %d: %s\n", rank, phx_last_error());
     if (rank == 0 && !rc) {
         FILE *f = fopen(a->out, "w");
         if (f) {
@@ -140,13 +135,14 @@ static int spawn_mpi(const char *self, int world, const bench_arg *a)
         fprintf(stderr, "bench/ddp: mpirun not found: no mpi rows\n");
         return 1;
     }
-    snprintf(cmd, sizeof cmd, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BENCH_DDP_MODEL=%d %s "
-             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe -np %d '%s'", a->model,
-             a->no_overlap ? "BENCH_DDP_NO_OVERLAP=1" : "", a->seconds, a->out, world, self);
+    snprintf(cmd, sizeof cmd,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BENCH_DDP_MODEL=%d %s "
+             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe -np %d '%s'",
+             a->model, a->no_overlap ? "BENCH_DDP_NO_OVERLAP=1" : "", a->seconds, a->out, world, self);
     return system(cmd) != 0;
 }
 
-static const char *g_self;   /* argv[0], for mpirun */
+static const char *g_self; /* argv[0], for mpirun */
 
 /* steps/s of one configuration, or -1. */
 static double measure(const char *backend, int world, int model, bool no_overlap, double seconds)
@@ -165,8 +161,7 @@ static double measure(const char *backend, int world, int model, bool no_overlap
     double v = -1;
     FILE *f = fopen(a.out, "r");
     if (f) {
-        if (fscanf(f, "%lf", &v) != 1)
-            v = -1;
+        if (fscanf(f, "%lf", &v) != 1) v = -1;
         fclose(f);
     }
     remove(a.out);
@@ -179,16 +174,14 @@ static void run_torch(const char *script, int world, double seconds, double *tor
     char cmd[1024], line[256];
     snprintf(cmd, sizeof cmd, "%s %s --world %d --seconds %g", bench_python(), script, world, seconds);
     FILE *p = popen(cmd, "r");
-    if (!p)
-        return;
+    if (!p) return;
     while (fgets(line, sizeof line, p)) {
         char name[32];
         int w;
         double v;
         if (sscanf(line, "torch-ddp %31s %d %lf", name, &w, &v) == 3)
             for (int m = 0; m < 2; m++)
-                if (!strcmp(name, model_names[m]))
-                    torch_sps[m] = v;
+                if (!strcmp(name, model_names[m])) torch_sps[m] = v;
     }
     pclose(p);
 }
@@ -198,8 +191,11 @@ int main(int argc, char **argv)
     double seconds = 2;
     int world = 2, rounds = 2;
     const char *script = "bench/torch/ddp.py";
-    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--world", 'i', &world}, {"--rounds", 'i', &rounds},
-                              {"--torch", 's', &script}, {"--no-torch", 'n', &script}};
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds},
+                              {"--world", 'i', &world},
+                              {"--rounds", 'i', &rounds},
+                              {"--torch", 's', &script},
+                              {"--no-torch", 'n', &script}};
     if (getenv("OMPI_COMM_WORLD_RANK")) return launched();
     g_self = argv[0];
     if (bench_args(argc, argv, opts, 5, "[--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch]"))
@@ -223,19 +219,15 @@ int main(int argc, char **argv)
      * machine does not favour whichever side ran in a quiet moment. */
     for (int round = 0; round < rounds; round++) {
         for (int b = 0; b < NB; b++) {
-            for (int m = 0; m < 2; m++)
-                sps[b][m] = fmax(sps[b][m], measure(backends[b], world, m, false, seconds));
+            for (int m = 0; m < 2; m++) sps[b][m] = fmax(sps[b][m], measure(backends[b], world, m, false, seconds));
             no_ov[b] = fmax(no_ov[b], measure(backends[b], world, MLP, true, seconds));
         }
         double t[2] = {-1, -1};
-        if (script)
-            run_torch(script, world, seconds, t);
-        for (int m = 0; m < 2; m++)
-            torch_sps[m] = fmax(torch_sps[m], t[m]);
+        if (script) run_torch(script, world, seconds, t);
+        for (int m = 0; m < 2; m++) torch_sps[m] = fmax(torch_sps[m], t[m]);
     }
 
-    printf("DDP, world %d (steps/s, best of %d rounds; PyTorch DDP over gloo, one thread per rank)\n", world,
-           rounds);
+    printf("DDP, world %d (steps/s, best of %d rounds; PyTorch DDP over gloo, one thread per rank)\n", world, rounds);
     printf("%-6s %-8s %12s %12s %8s\n", "model", "backend", "phalanx", "torch-ddp", "ratio");
     for (int m = 0; m < 2; m++)
         for (int b = 0; b < NB; b++) {

@@ -28,8 +28,7 @@ static void *gemm_run(void *arg)
 {
     gemm_job *j = arg;
     for (int r = 0; r < GREPS; r++)
-        if (phx_gemm(false, true, 1.0f, j->a, j->b, 0.0f, j->c) != PHX_OK)
-            bench_die("phx_gemm");
+        if (phx_gemm(false, true, 1.0f, j->a, j->b, 0.0f, j->c) != PHX_OK) bench_die("phx_gemm");
     return NULL;
 }
 
@@ -54,10 +53,8 @@ static void blas_concurrency(void)
         gemm_run(&j[1]);
         double t1 = bench_now();
         pthread_t th[2];
-        for (int i = 0; i < 2; i++)
-            pthread_create(&th[i], NULL, gemm_run, &j[i]);
-        for (int i = 0; i < 2; i++)
-            pthread_join(th[i], NULL);
+        for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, gemm_run, &j[i]);
+        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
         double t2 = bench_now();
         serial = t1 - t0 < serial ? t1 - t0 : serial;
         par = t2 - t1 < par ? t2 - t1 : par;
@@ -79,10 +76,10 @@ static void blas_concurrency(void)
 
 typedef struct runner {
     const char *name;
-    int blas_threads;          /* for the unwrapped runs */
-    phx_module *model, *net;   /* net: the model or its wrapper */
+    int blas_threads; /* for the unwrapped runs */
+    phx_module *model, *net; /* net: the model or its wrapper */
     phx_optimizer *opt;
-    double best;               /* steps/s */
+    double best; /* steps/s */
 } runner;
 
 static phx_tensor *g_x, *g_t;
@@ -98,8 +95,7 @@ static phx_module *mlp(void)
 
 static void step(runner *r)
 {
-    if (bench_step(r->net, r->opt, g_loss, g_x, g_t, NULL, NULL) != PHX_OK)
-        bench_die(r->name);
+    if (bench_step(r->net, r->opt, g_loss, g_x, g_t, NULL, NULL) != PHX_OK) bench_die(r->name);
 }
 
 static void setup(runner *r, const char *name, size_t replicas, int blas_threads)
@@ -110,13 +106,11 @@ static void setup(runner *r, const char *name, size_t replicas, int blas_threads
     r->net = r->model;
     if (replicas > 1) {
         phx_device devs[2] = {phx_cpu(), phx_cpu()};
-        if (!(r->net = phx_dp_new(r->model, devs, replicas, NULL)))
-            bench_die("phx_dp_new");
+        if (!(r->net = phx_dp_new(r->model, devs, replicas, NULL))) bench_die("phx_dp_new");
     }
     phx_sgd_opts o = phx_sgd_defaults();
     o.lr = 0.01;
-    if (!(r->opt = phx_sgd_new(r->net, &o)))
-        bench_die("phx_sgd_new");
+    if (!(r->opt = phx_sgd_new(r->net, &o))) bench_die("phx_sgd_new");
     r->best = 0;
 }
 
@@ -126,25 +120,21 @@ static void round_of(runner *r, int steps)
     phx_set_num_threads(r->blas_threads);
     step(r); /* warm: buffers, BLAS threads */
     double t0 = bench_now();
-    for (int s = 0; s < steps; s++)
-        step(r);
+    for (int s = 0; s < steps; s++) step(r);
     double sps = steps / (bench_now() - t0);
-    if (sps > r->best)
-        r->best = sps;
+    if (sps > r->best) r->best = sps;
 }
 
 static double run_torch(const char *script, int threads, double seconds, int64_t batch)
 {
     char cmd[2048], line[256];
-    snprintf(cmd, sizeof cmd, "%s %s --threads %d --seconds %g --batch %lld", bench_python(), script, threads,
-             seconds, (long long)batch);
+    snprintf(cmd, sizeof cmd, "%s %s --threads %d --seconds %g --batch %lld", bench_python(), script, threads, seconds,
+             (long long)batch);
     FILE *p = popen(cmd, "r");
     double v = -1;
     while (p && fgets(line, sizeof line, p))
-        if (sscanf(line, "torch_mlp_steps_per_s %lf", &v) == 1)
-            break;
-    if (p)
-        pclose(p);
+        if (sscanf(line, "torch_mlp_steps_per_s %lf", &v) == 1) break;
+    if (p) pclose(p);
     return v;
 }
 
@@ -153,10 +143,11 @@ int main(int argc, char **argv)
     double seconds = 4;
     int64_t batch = 512;
     const char *script = "bench/torch/dp.py";
-    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--batch", 'l', &batch}, {"--torch", 's', &script},
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds},
+                              {"--batch", 'l', &batch},
+                              {"--torch", 's', &script},
                               {"--no-torch", 'n', &script}};
-    if (bench_args(argc, argv, opts, 4, "[--seconds S] [--batch B] [--torch SCRIPT | --no-torch]"))
-        return 2;
+    if (bench_args(argc, argv, opts, 4, "[--seconds S] [--batch B] [--torch SCRIPT | --no-torch]")) return 2;
     blas_concurrency();
 
     int64_t xs[2] = {batch, 784};
@@ -164,8 +155,7 @@ int main(int argc, char **argv)
     g_t = phx_tensor_zeros(PHX_I64, 1, &batch, phx_cpu());
     g_loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     phx_rng *rng = phx_rng_new(3);
-    if (!g_x || !g_t || !g_loss || !rng || phx_rng_uniform(rng, g_x, 0, 1))
-        bench_die("data");
+    if (!g_x || !g_t || !g_loss || !rng || phx_rng_uniform(rng, g_x, 0, 1)) bench_die("data");
     int64_t *labels = malloc(sizeof *labels * (size_t)batch);
     bench_labels(labels, batch, 0);
     phx_tensor_from_host(g_t, labels);
@@ -180,17 +170,14 @@ int main(int argc, char **argv)
      * multi-threaded call and would slow whatever runs next. */
     double deadline = bench_now() + seconds;
     while (bench_now() < deadline)
-        for (int i = 0; i < 2; i++)
-            round_of(&r[i], 3);
-    for (deadline = bench_now() + seconds / 2; bench_now() < deadline;)
-        round_of(&r[2], 3);
+        for (int i = 0; i < 2; i++) round_of(&r[i], 3);
+    for (deadline = bench_now() + seconds / 2; bench_now() < deadline;) round_of(&r[2], 3);
     double torch = script ? run_torch(script, 2, seconds / 2, batch) : -1;
     double torch1 = script ? run_torch(script, 1, seconds / 2, batch) : -1;
 
-    printf("MLP 784-1024-1024-10, batch %lld, cross-entropy, SGD (best of short rounds, %.0f s)\n",
-           (long long)batch, seconds);
-    for (int i = 0; i < 3; i++)
-        printf("  %-32s %8.2f steps/s\n", r[i].name, r[i].best);
+    printf("MLP 784-1024-1024-10, batch %lld, cross-entropy, SGD (best of short rounds, %.0f s)\n", (long long)batch,
+           seconds);
+    for (int i = 0; i < 3; i++) printf("  %-32s %8.2f steps/s\n", r[i].name, r[i].best);
     if (torch > 0)
         printf("  %-32s %8.2f steps/s\n  %-32s %8.2f steps/s\n", "PyTorch, 1 process, 2 threads", torch,
                "PyTorch, 1 process, 1 thread", torch1);
@@ -207,8 +194,7 @@ int main(int argc, char **argv)
 
     for (int i = 0; i < 3; i++) {
         phx_optimizer_free(r[i].opt);
-        if (r[i].net != r[i].model)
-            phx_module_free(r[i].net);
+        if (r[i].net != r[i].model) phx_module_free(r[i].net);
         phx_module_free(r[i].model);
     }
     phx_rng_free(rng);

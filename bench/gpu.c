@@ -19,7 +19,7 @@
 
 static const phx_device_v1 *G;
 static const phx_kernels_v1 *K;
-static const phx_device CU = { PHX_DEVICE_CUDA, 0 };
+static const phx_device CU = {PHX_DEVICE_CUDA, 0};
 
 static void *dalloc(size_t bytes, float lo, float hi, phx_dtype dt)
 {
@@ -31,10 +31,23 @@ static void *dalloc(size_t bytes, float lo, float hi, phx_dtype dt)
 
 /* ---- 1. bandwidth */
 
-typedef enum { OP_COPY, OP_FILL, OP_AXPBY, OP_MUL, OP_RELU, OP_GELU, OP_CAST, OP_AXPBY_BF16, OP_SGD, OP_ADAM,
-               OP_UNSCALE, OP_N } op_id;
-static const char *op_name[OP_N] = { "d2d copy", "fill f32", "axpby f32", "mul f32", "relu f32", "gelu f32",
-                                     "cast f32->bf16", "axpby bf16", "sgd momentum", "adam", "unscale_check" };
+typedef enum {
+    OP_COPY,
+    OP_FILL,
+    OP_AXPBY,
+    OP_MUL,
+    OP_RELU,
+    OP_GELU,
+    OP_CAST,
+    OP_AXPBY_BF16,
+    OP_SGD,
+    OP_ADAM,
+    OP_UNSCALE,
+    OP_N
+} op_id;
+static const char *op_name[OP_N] = {"d2d copy",     "fill f32", "axpby f32",      "mul f32",
+                                    "relu f32",     "gelu f32", "cast f32->bf16", "axpby bf16",
+                                    "sgd momentum", "adam",     "unscale_check"};
 
 static void *X, *Y, *Z, *M, *V, *H, *FLAG;
 static int64_t N;
@@ -45,8 +58,11 @@ static double op_bytes(op_id op)
     switch (op) {
     case OP_COPY: return 2 * f;
     case OP_FILL: return f;
-    case OP_AXPBY: case OP_MUL: return 3 * f;
-    case OP_RELU: case OP_GELU: case OP_UNSCALE: return 2 * f;
+    case OP_AXPBY:
+    case OP_MUL: return 3 * f;
+    case OP_RELU:
+    case OP_GELU:
+    case OP_UNSCALE: return 2 * f;
     case OP_CAST: return f + h;
     case OP_AXPBY_BF16: return 3 * h;
     case OP_SGD: return 5 * f;
@@ -57,8 +73,8 @@ static double op_bytes(op_id op)
 
 static void run_op(op_id op)
 {
-    phx_sgd_hparams sh = { 1e-6f, 0.9f, 0.f, 0.f, 0 };
-    phx_adam_hparams ah = { 1e-6f, 0.9f, 0.999f, 1e-8f, 0.f, 0, 1 };
+    phx_sgd_hparams sh = {1e-6f, 0.9f, 0.f, 0.f, 0};
+    phx_adam_hparams ah = {1e-6f, 0.9f, 0.999f, 1e-8f, 0.f, 0, 1};
     switch (op) {
     case OP_COPY: bench_check(G->copy_d2d(0, Y, 0, X, (size_t)N * 4), "copy"); break;
     case OP_FILL: bench_check(K->fill(0, Z, PHX_F32, N, 0.5), "fill"); break;
@@ -97,10 +113,11 @@ static double gemm_tflops(phx_dtype dt, int tf32, int64_t n, int iters, int repe
     size_t es = phx_dtype_size(dt);
     void *a = dalloc((size_t)(n * n) * es, -1, 1, dt), *b = dalloc((size_t)(n * n) * es, -1, 1, dt),
          *c = dalloc((size_t)(n * n) * es, -1, 1, dt);
-    if (tf32) setenv("PHX_TF32", "1", 1);
-    else unsetenv("PHX_TF32");
-    for (int i = 0; i < 2; i++)
-        bench_check(K->gemm(0, 0, 0, n, n, n, 1.f, a, n, b, n, dt, 0.f, c, n, dt), "gemm");
+    if (tf32)
+        setenv("PHX_TF32", "1", 1);
+    else
+        unsetenv("PHX_TF32");
+    for (int i = 0; i < 2; i++) bench_check(K->gemm(0, 0, 0, n, n, n, 1.f, a, n, b, n, dt, 0.f, c, n, dt), "gemm");
     bench_check(G->synchronize(0), "sync");
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
@@ -123,7 +140,7 @@ static double mlp_steps(double seconds, int repeats)
     phx_rng *rng = phx_rng_new(0);
     phx_module *m = bench_mlp(rng, 1024, 1024);
     bench_check(phx_module_to(m, CU), "model to cuda:0");
-    int64_t xs[2] = { 256, 784 }, nl = 256;
+    int64_t xs[2] = {256, 784}, nl = 256;
     phx_tensor *xh = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *yh = phx_tensor_new(PHX_I64, 1, &nl, phx_cpu());
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, CU), *y = phx_tensor_new(PHX_I64, 1, &nl, CU);
     bench_check(phx_rng_uniform(rng, xh, 0, 1), "data");
@@ -162,7 +179,10 @@ static double mlp_steps(double seconds, int repeats)
 
 /* ---- torch's numbers: "RESULT <name> <value>" lines from bench/torch/gpu.py */
 
-typedef struct { char name[32]; double v; } result;
+typedef struct {
+    char name[32];
+    double v;
+} result;
 static result tres[32];
 static int ntres;
 
@@ -180,8 +200,10 @@ static void run_torch(const char *py, const char *script, int quick)
     FILE *p = popen(cmd, "r");
     while (p && fgets(line, sizeof line, p)) {
         result r;
-        if (sscanf(line, "RESULT %31s %lf", r.name, &r.v) == 2 && ntres < 32) tres[ntres++] = r;
-        else fputs(line, stdout);
+        if (sscanf(line, "RESULT %31s %lf", r.name, &r.v) == 2 && ntres < 32)
+            tres[ntres++] = r;
+        else
+            fputs(line, stdout);
     }
     if (p) pclose(p);
 }
@@ -191,10 +213,14 @@ int main(int argc, char **argv)
     const char *torch = NULL, *py = getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "python3";
     int repeats = 3, quick = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--torch") && i + 1 < argc) torch = argv[++i];
-        else if (!strcmp(argv[i], "--python") && i + 1 < argc) py = argv[++i];
-        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (!strcmp(argv[i], "--torch") && i + 1 < argc)
+            torch = argv[++i];
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc)
+            py = argv[++i];
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc)
+            repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
         else {
             fprintf(stderr, "usage: bench/gpu [--torch PATH/gpu.py] [--python PY] [--repeats R] [--quick]\n");
             return 2;
@@ -218,7 +244,8 @@ int main(int argc, char **argv)
     H = dalloc((size_t)N * 2, -1, 1, PHX_BF16);
     FLAG = dalloc(4, 0, 0, PHX_F32);
     double gbs[OP_N];
-    for (int op = 0; op < OP_N; op++) gbs[op] = op_bytes((op_id)op) / time_op((op_id)op, quick ? 10 : 50, repeats) / 1e9;
+    for (int op = 0; op < OP_N; op++)
+        gbs[op] = op_bytes((op_id)op) / time_op((op_id)op, quick ? 10 : 50, repeats) / 1e9;
     G->release(0, X), G->release(0, Y), G->release(0, Z), G->release(0, M), G->release(0, V), G->release(0, H);
 
     /* 2. GEMM */
@@ -243,8 +270,8 @@ int main(int argc, char **argv)
         printf("%-34s %12.0f %12s %7.0f%%%s\n", lab, gbs[op], "", 100.0 * gbs[op] / copy,
                gbs[op] >= 0.8 * copy ? "" : "  < 80%");
     }
-    const char *gl[3] = { "gemm f32 TFLOP/s", "gemm tf32 TFLOP/s", "gemm bf16 TFLOP/s" };
-    const char *gk[3] = { "gemm_f32", "gemm_tf32", "gemm_bf16" };
+    const char *gl[3] = {"gemm f32 TFLOP/s", "gemm tf32 TFLOP/s", "gemm bf16 TFLOP/s"};
+    const char *gk[3] = {"gemm_f32", "gemm_tf32", "gemm_bf16"};
     for (int i = 0; i < 3; i++) {
         char lab[64];
         snprintf(lab, sizeof lab, "%s (%lld^3)", gl[i], (long long)gn);

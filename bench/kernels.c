@@ -32,24 +32,51 @@ static phx_tensor *A, *B, *C, *Ab, *Bb, *Cb;
 static float *fbuf(size_t n)
 {
     float *q = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-    if (!q) { fprintf(stderr, "out of memory\n"); exit(1); }
+    if (!q) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
     for (size_t i = 0; i < n; i++) q[i] = (float)((double)rand() / RAND_MAX * 2 - 1);
     return q;
 }
 
-static void op_gemm(void) { phx_gemm(false, false, 1.0f, A, B, 0.0f, C); }
-static void op_gemm_bf16(void) { phx_gemm(false, false, 1.0f, Ab, Bb, 0.0f, Cb); }
-static void op_relu(void) { K->act_forward(0, PHX_ACT_RELU, N4M, x, y, PHX_F32); }
-static void op_gelu(void) { K->act_forward(0, PHX_ACT_GELU, N4M, x, y, PHX_F32); }
+static void op_gemm(void)
+{
+    phx_gemm(false, false, 1.0f, A, B, 0.0f, C);
+}
+static void op_gemm_bf16(void)
+{
+    phx_gemm(false, false, 1.0f, Ab, Bb, 0.0f, Cb);
+}
+static void op_relu(void)
+{
+    K->act_forward(0, PHX_ACT_RELU, N4M, x, y, PHX_F32);
+}
+static void op_gelu(void)
+{
+    K->act_forward(0, PHX_ACT_GELU, N4M, x, y, PHX_F32);
+}
 static void op_gelu_fb(void)
 {
     K->act_forward(0, PHX_ACT_GELU, N4M, x, y, PHX_F32);
     K->act_backward(0, PHX_ACT_GELU, N4M, x, y, dy, y, PHX_F32);
 }
-static void op_sigmoid(void) { K->act_forward(0, PHX_ACT_SIGMOID, N4M, x, y, PHX_F32); }
-static void op_axpby(void) { K->axpby(0, N4M, 2.0f, x, PHX_F32, 0.5f, y, PHX_F32); }
-static void op_bias_add(void) { K->bias_add(0, 4096, 1024, h, PHX_F32, bias); }
-static void op_bias_grad(void) { K->bias_grad(0, 4096, 1024, hd, PHX_F32, 0.0f, db); }
+static void op_sigmoid(void)
+{
+    K->act_forward(0, PHX_ACT_SIGMOID, N4M, x, y, PHX_F32);
+}
+static void op_axpby(void)
+{
+    K->axpby(0, N4M, 2.0f, x, PHX_F32, 0.5f, y, PHX_F32);
+}
+static void op_bias_add(void)
+{
+    K->bias_add(0, 4096, 1024, h, PHX_F32, bias);
+}
+static void op_bias_grad(void)
+{
+    K->bias_grad(0, 4096, 1024, hd, PHX_F32, 0.0f, db);
+}
 static void op_ln(void)
 {
     K->layernorm_forward(0, 4096, 1024, 1e-5f, h, w, bln, y, mean, rstd, PHX_F32);
@@ -57,34 +84,49 @@ static void op_ln(void)
     memset(db, 0, 1024 * sizeof *db);
     K->layernorm_backward(0, 4096, 1024, h, w, mean, rstd, hd, gr, dw, db, PHX_F32);
 }
-static void op_xent(void) { K->cross_entropy(0, 4096, 1000, lg, PHX_F32, labels, 0, loss, gr, NULL); }
+static void op_xent(void)
+{
+    K->cross_entropy(0, 4096, 1000, lg, PHX_F32, labels, 0, loss, gr, NULL);
+}
 static int64_t adam_t;
 static void op_adam(void)
 {
-    phx_adam_hparams hp = { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 0 };
+    phx_adam_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 0};
     K->adam_step(0, N4M, p, g, m, v, NULL, &hp, ++adam_t);
 }
-static void op_cast_bf16(void) { K->cast(0, hb, PHX_BF16, x, PHX_F32, N4M); }
-static void op_cast_f16(void) { K->cast(0, hb, PHX_F16, x, PHX_F32, N4M); }
+static void op_cast_bf16(void)
+{
+    K->cast(0, hb, PHX_BF16, x, PHX_F32, N4M);
+}
+static void op_cast_f16(void)
+{
+    K->cast(0, hb, PHX_F16, x, PHX_F32, N4M);
+}
 static uint64_t rng_off;
-static void op_uniform(void) { K->rng_uniform(0, y, PHX_F32, N4M, 7, rng_off += N4M, -1.0f, 1.0f); }
+static void op_uniform(void)
+{
+    K->rng_uniform(0, y, PHX_F32, N4M, 7, rng_off += N4M, -1.0f, 1.0f);
+}
 
-static const struct { const char *name; void (*fn)(void); } ops[] = {
-    { "gemm_f32_1024", op_gemm },
-    { "gemm_bf16_1024", op_gemm_bf16 },
-    { "relu_4M", op_relu },
-    { "gelu_4M", op_gelu },
-    { "gelu_fwd_bwd_4M", op_gelu_fb },
-    { "sigmoid_4M", op_sigmoid },
-    { "axpby_4M", op_axpby },
-    { "bias_add_4096x1024", op_bias_add },
-    { "bias_grad_4096x1024", op_bias_grad },
-    { "layernorm_fwd_bwd_4096x1024", op_ln },
-    { "xent_fwd_bwd_4096x1000", op_xent },
-    { "adam_4M", op_adam },
-    { "cast_f32_bf16_4M", op_cast_bf16 },
-    { "cast_f32_f16_4M", op_cast_f16 },
-    { "uniform_4M", op_uniform },
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} ops[] = {
+    {"gemm_f32_1024", op_gemm},
+    {"gemm_bf16_1024", op_gemm_bf16},
+    {"relu_4M", op_relu},
+    {"gelu_4M", op_gelu},
+    {"gelu_fwd_bwd_4M", op_gelu_fb},
+    {"sigmoid_4M", op_sigmoid},
+    {"axpby_4M", op_axpby},
+    {"bias_add_4096x1024", op_bias_add},
+    {"bias_grad_4096x1024", op_bias_grad},
+    {"layernorm_fwd_bwd_4096x1024", op_ln},
+    {"xent_fwd_bwd_4096x1000", op_xent},
+    {"adam_4M", op_adam},
+    {"cast_f32_bf16_4M", op_cast_bf16},
+    {"cast_f32_f16_4M", op_cast_f16},
+    {"uniform_4M", op_uniform},
 };
 #define NOPS (int)(sizeof ops / sizeof ops[0])
 
@@ -107,14 +149,19 @@ static double time_op(void (*fn)(void), double seconds, int repeats)
 
 int main(int argc, char **argv)
 {
-    const char *torch = NULL, *py = getenv("TORCH_PYTHON") && *getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
+    const char *torch = NULL,
+               *py = getenv("TORCH_PYTHON") && *getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
     double seconds = 0.25;
     int repeats = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--torch")) torch = argv[i + 1];
-        else if (!strcmp(argv[i], "--python")) py = argv[i + 1];
-        else if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--torch"))
+            torch = argv[i + 1];
+        else if (!strcmp(argv[i], "--python"))
+            py = argv[i + 1];
+        else if (!strcmp(argv[i], "--seconds"))
+            seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--repeats"))
+            repeats = atoi(argv[i + 1]);
     }
     phx_set_num_threads(1);
     K = phx_device_table(phx_cpu())->kernels;
@@ -122,14 +169,17 @@ int main(int argc, char **argv)
     x = fbuf(N4M), dy = fbuf(N4M), y = fbuf(N4M), p = fbuf(N4M), g = fbuf(N4M), m = fbuf(N4M), v = fbuf(N4M);
     for (int i = 0; i < N4M; i++) m[i] = 0, v[i] = 0;
     h = fbuf(4096 * 1024), hd = fbuf(4096 * 1024), gr = fbuf(4096 * 1024), lg = fbuf(4096 * 1000);
-    bias = fbuf(1024), w = fbuf(1024), bln = fbuf(1024), dw = fbuf(1024), db = fbuf(1024), mean = fbuf(4096), rstd = fbuf(4096);
+    bias = fbuf(1024), w = fbuf(1024), bln = fbuf(1024), dw = fbuf(1024), db = fbuf(1024), mean = fbuf(4096),
+    rstd = fbuf(4096);
     loss = fbuf(1);
     hb = (uint16_t *)fbuf(N4M / 2);
     labels = malloc(4096 * sizeof *labels);
     for (int i = 0; i < 4096; i++) labels[i] = rand() % 1000;
-    int64_t s[2] = { 1024, 1024 };
-    A = phx_tensor_new(PHX_F32, 2, s, phx_cpu()), B = phx_tensor_new(PHX_F32, 2, s, phx_cpu()), C = phx_tensor_new(PHX_F32, 2, s, phx_cpu());
-    Ab = phx_tensor_new(PHX_BF16, 2, s, phx_cpu()), Bb = phx_tensor_new(PHX_BF16, 2, s, phx_cpu()), Cb = phx_tensor_new(PHX_BF16, 2, s, phx_cpu());
+    int64_t s[2] = {1024, 1024};
+    A = phx_tensor_new(PHX_F32, 2, s, phx_cpu()), B = phx_tensor_new(PHX_F32, 2, s, phx_cpu()),
+    C = phx_tensor_new(PHX_F32, 2, s, phx_cpu());
+    Ab = phx_tensor_new(PHX_BF16, 2, s, phx_cpu()), Bb = phx_tensor_new(PHX_BF16, 2, s, phx_cpu()),
+    Cb = phx_tensor_new(PHX_BF16, 2, s, phx_cpu());
     phx_tensor_axpby(0.0f, NULL, 0.0f, A), phx_tensor_fill(B, 0.5), phx_tensor_fill(Ab, 0.25), phx_tensor_fill(Bb, 0.5);
     memcpy(phx_tensor_data(A), h, 1024 * 1024 * sizeof(float));
 
@@ -137,7 +187,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < NOPS; i++) ours[i] = time_op(ops[i].fn, seconds, repeats), theirs[i] = -1;
     if (torch) {
         char cmd[4096];
-        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 %s %s --seconds %g --repeats %d 2>&1", py, torch, seconds, repeats);
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 %s %s --seconds %g --repeats %d 2>&1", py,
+                 torch, seconds, repeats);
         FILE *f = popen(cmd, "r");
         char line[512];
         while (f && fgets(line, sizeof line, f)) {
@@ -155,8 +206,10 @@ int main(int argc, char **argv)
     printf("%-30s %12s %12s %10s\n", "op (1 thread)", "phalanx ms", "torch ms", "torch/phx");
     for (int i = 0; i < NOPS; i++) {
         bench_tsv_ratio("bench/kernels", ops[i].name, 1.0 / ours[i], theirs[i] > 0 ? 1.0 / theirs[i] : 0);
-        if (theirs[i] > 0) printf("%-30s %12.3f %12.3f %10.2f\n", ops[i].name, ours[i], theirs[i], theirs[i] / ours[i]);
-        else printf("%-30s %12.3f %12s %10s\n", ops[i].name, ours[i], "-", "-");
+        if (theirs[i] > 0)
+            printf("%-30s %12.3f %12.3f %10.2f\n", ops[i].name, ours[i], theirs[i], theirs[i] / ours[i]);
+        else
+            printf("%-30s %12.3f %12s %10s\n", ops[i].name, ours[i], "-", "-");
     }
     return 0;
 }

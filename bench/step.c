@@ -44,8 +44,7 @@ static setup make(const char *name)
     phx_sgd_opts o = phx_sgd_defaults();
     o.lr = 0.01;
     s.opt = phx_sgd_new(s.m, &o);
-    if (!s.m || !s.x || !s.y || !s.loss || !s.opt)
-        bench_check(PHX_ENOMEM, "setup");
+    if (!s.m || !s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");
     phx_rng_free(rng);
     return s;
 }
@@ -68,8 +67,7 @@ static double cpu_now(void)
 static double rate(const char *name, double seconds, int repeats, double *cpu_rate)
 {
     setup s = make(name);
-    for (int i = 0; i < (strcmp(name, "linear") ? 3 : 20); i++)
-        step(&s);
+    for (int i = 0; i < (strcmp(name, "linear") ? 3 : 20); i++) step(&s);
     double best = 0;
     *cpu_rate = 0;
     for (int r = 0; r < repeats; r++) {
@@ -81,10 +79,8 @@ static double rate(const char *name, double seconds, int repeats, double *cpu_ra
             dt = bench_now() - t0;
         } while (dt < seconds);
         double dc = cpu_now() - c0;
-        if (n / dt > best)
-            best = n / dt;
-        if (dc > 0 && n / dc > *cpu_rate)
-            *cpu_rate = n / dc;
+        if (n / dt > best) best = n / dt;
+        if (dc > 0 && n / dc > *cpu_rate) *cpu_rate = n / dc;
     }
     phx_optimizer_free(s.opt);
     phx_loss_free(s.loss);
@@ -117,14 +113,14 @@ int main(int argc, char **argv)
         for (int t = 0; t < 2; t++) {
             bench_check(phx_set_num_threads(t + 1), "threads");
             phx[k][t] = rate(names[k], seconds, repeats, &phx_c[k][t]);
-            if (!torch)
-                continue;
+            if (!torch) continue;
             /* torch.set_num_threads does not reach OpenBLAS's own pool:
              * pin both so "t threads" means t threads on either side. */
             char cmd[2048], line[256];
             snprintf(cmd, sizeof cmd,
                      "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d '%s' '%s' --only %s --threads %d --seconds %g "
-                     "--repeats %d 2>&1", t + 1, t + 1, py, torch, names[k], t + 1, seconds, repeats);
+                     "--repeats %d 2>&1",
+                     t + 1, t + 1, py, torch, names[k], t + 1, seconds, repeats);
             FILE *p = popen(cmd, "r");
             while (p && fgets(line, sizeof line, p)) {
                 char nm[32];
@@ -138,11 +134,10 @@ int main(int argc, char **argv)
                     fprintf(stderr, "torch: %s", line);
                 }
             }
-            if (p)
-                pclose(p);
+            if (p) pclose(p);
         }
-    printf("%-30s %3s | %11s %11s %7s | %11s %11s %7s\n", "training step", "thr", "Phalanx/s", "PyTorch/s",
-           "ratio", "Phx/cpu-s", "Torch/cpu-s", "ratio");
+    printf("%-30s %3s | %11s %11s %7s | %11s %11s %7s\n", "training step", "thr", "Phalanx/s", "PyTorch/s", "ratio",
+           "Phx/cpu-s", "Torch/cpu-s", "ratio");
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 2; t++) {
             printf("%-30s %3d | %11.1f ", label[k], t + 1, phx[k][t]);

@@ -55,9 +55,22 @@ static double rss_mib(void)
     return (double)kb / 1024.0;
 }
 
-static void put32(uint8_t *p, uint32_t x) { p[0] = (uint8_t)x; p[1] = (uint8_t)(x >> 8); p[2] = (uint8_t)(x >> 16); p[3] = (uint8_t)(x >> 24); }
-static void put64(uint8_t *p, int64_t x) { put32(p, (uint32_t)(uint64_t)x); put32(p + 4, (uint32_t)((uint64_t)x >> 32)); }
-static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static void put32(uint8_t *p, uint32_t x)
+{
+    p[0] = (uint8_t)x;
+    p[1] = (uint8_t)(x >> 8);
+    p[2] = (uint8_t)(x >> 16);
+    p[3] = (uint8_t)(x >> 24);
+}
+static void put64(uint8_t *p, int64_t x)
+{
+    put32(p, (uint32_t)(uint64_t)x);
+    put32(p + 4, (uint32_t)((uint64_t)x >> 32));
+}
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 static int port_;
 
@@ -66,7 +79,10 @@ static int raw(void)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port_)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { if (fd >= 0) close(fd); return -1; }
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
@@ -90,11 +106,15 @@ static int client(void)
     int fd = raw();
     uint8_t h[48], r[48];
     memset(h, 0, sizeof h);
-    put32(h, 40); put32(h + 4, 1); put32(h + 8, 0x53584850u); put32(h + 12, 2);
+    put32(h, 40);
+    put32(h + 4, 1);
+    put32(h + 8, 0x53584850u);
+    put32(h + 12, 2);
     if (send_all(fd, h, sizeof h) == 0 && recv(fd, r, sizeof r, MSG_WAITALL) == 48 && get32(r + 4) == 0) return fd;
     close(fd);
     fd = raw();
-    put32(h, 8); put32(h + 12, 1);
+    put32(h, 8);
+    put32(h + 12, 1);
     if (send_all(fd, h, 16) == 0 && recv(fd, r, 12, MSG_WAITALL) == 12 && get32(r + 4) == 0) return fd;
     close(fd);
     return -1;
@@ -104,8 +124,11 @@ static void send_get(int fd, const char *key)
 {
     uint8_t f[128];
     size_t kl = strlen(key);
-    put32(f, (uint32_t)(12 + kl)); put32(f + 4, 3);
-    put32(f + 8, (uint32_t)kl); memcpy(f + 12, key, kl); put64(f + 12 + kl, 5000);
+    put32(f, (uint32_t)(12 + kl));
+    put32(f + 4, 3);
+    put32(f + 8, (uint32_t)kl);
+    memcpy(f + 12, key, kl);
+    put64(f + 12 + kl, 5000);
     send_all(fd, f, 20 + kl);
 }
 
@@ -123,7 +146,10 @@ static void attack_a(phx_store *s)
     set_big(s);
     double before = rss_mib();
     int fds[8];
-    for (int i = 0; i < 8; i++) { fds[i] = client(); send_get(fds[i], "big"); }
+    for (int i = 0; i < 8; i++) {
+        fds[i] = client();
+        send_get(fds[i], "big");
+    }
     nap(1.0);
     printf("a\tRSS MiB before / after 8 clients not reading a 64 MiB GET\t%.0f / %.0f\n", before, rss_mib());
 }
@@ -146,8 +172,7 @@ static void attack_b(phx_store *s)
     }
     free(buf);
     nap(0.5);
-    printf("b\tRSS MiB before / after 4 clients read a 64 MiB value once and stay\t%.0f / %.0f\n", before,
-           rss_mib());
+    printf("b\tRSS MiB before / after 4 clients read a 64 MiB value once and stay\t%.0f / %.0f\n", before, rss_mib());
 }
 
 static void attack_c(phx_store *s)
@@ -156,7 +181,8 @@ static void attack_c(phx_store *s)
     double before = rss_mib();
     int fd = raw();
     uint8_t h[8];
-    put32(h, 128u << 20); put32(h + 4, 6);          /* CAS: the largest body */
+    put32(h, 128u << 20);
+    put32(h + 4, 6); /* CAS: the largest body */
     send_all(fd, h, 8);
     char *chunk = calloc(1, MiB);
     size_t sent = 0;
@@ -195,12 +221,16 @@ static double parked_set(phx_store *s, int nk, const char *prefix)
     size_t body = 12;
     for (int k = 0; k < NK; k++) body += 4 + (size_t)snprintf(NULL, 0, "%s/%d", prefix, k);
     uint8_t *f = malloc(8 + body);
-    put32(f, (uint32_t)body); put32(f + 4, 5); put64(f + 8, 60000); put32(f + 16, NK);
+    put32(f, (uint32_t)body);
+    put32(f + 4, 5);
+    put64(f + 8, 60000);
+    put32(f + 16, NK);
     size_t off = 20;
     for (int k = 0; k < NK; k++) {
         char key[16];
         int kl = snprintf(key, sizeof key, "%s/%d", prefix, k);
-        put32(f + off, (uint32_t)kl); memcpy(f + off + 4, key, (size_t)kl);
+        put32(f + off, (uint32_t)kl);
+        memcpy(f + off + 4, key, (size_t)kl);
         off += 4 + (size_t)kl;
     }
     for (int i = 0; i < NW; i++) send_all(client(), f, 8 + body);
@@ -217,7 +247,7 @@ static void attack_e(phx_store *s)
     for (int i = 0; i < 200; i++) phx_store_set(s, "warm", "x", 1);
     double idle = (now() - t0) / 200;
     double p1 = parked_set(s, 1000, "w");
-    double p2 = parked_set(s, 90000, "x");   /* a WAIT body near its 1 MiB limit */
+    double p2 = parked_set(s, 90000, "x"); /* a WAIT body near its 1 MiB limit */
     printf("e\tSET latency ms with 0 / 50 parked WAITs of 1000 keys / 50 more of 90000 keys\t%.3f / %.3f / %.3f\n",
            idle * 1e3, p1 * 1e3, p2 * 1e3);
 }

@@ -26,18 +26,17 @@ static int fail(const char *what)
 /* x (N, IN), y (N, 1) of a noisy linear relation. */
 static phx_status make_data(phx_rng *rng, phx_tensor *x, phx_tensor *y)
 {
-    int64_t ws[1] = { IN };
+    int64_t ws[1] = {IN};
     phx_tensor *w = phx_tensor_new(PHX_F32, 1, ws, phx_cpu());
     phx_status st = w ? PHX_OK : PHX_ENOMEM;
     if (!st) st = phx_rng_normal(rng, x, 0, 1);
     if (!st) st = phx_rng_normal(rng, w, 0, 1);
-    if (!st) st = phx_rng_normal(rng, y, 0.5f, 0.1f);   /* bias + noise */
+    if (!st) st = phx_rng_normal(rng, y, 0.5f, 0.1f); /* bias + noise */
     if (!st) {
         const float *xd = phx_tensor_data(x), *wd = phx_tensor_data(w);
         float *yd = phx_tensor_data(y);
         for (int i = 0; i < N; i++)
-            for (int j = 0; j < IN; j++)
-                yd[i] += xd[i * IN + j] * wd[j];
+            for (int j = 0; j < IN; j++) yd[i] += xd[i * IN + j] * wd[j];
     }
     phx_tensor_free(w);
     return st;
@@ -53,26 +52,22 @@ int main(int argc, char **argv)
     }
     const char *name = getenv("PHX_PRECISION");
     phx_precision *prec = NULL;
-    if (phx_precision_new(name && *name ? name : "fp16", &prec) != PHX_OK)
-        return fail("precision");
+    if (phx_precision_new(name && *name ? name : "fp16", &prec) != PHX_OK) return fail("precision");
 
     phx_rng *rng = phx_rng_new(0);
-    int64_t xs[2] = { N, IN }, ys[2] = { N, 1 };
+    int64_t xs[2] = {N, IN}, ys[2] = {N, 1};
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *y = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
-    if (!rng || !x || !y || make_data(rng, x, y) != PHX_OK)
-        return fail("data");
+    if (!rng || !x || !y || make_data(rng, x, y) != PHX_OK) return fail("data");
 
     phx_module *model = phx_linear_new(IN, 1, true, rng);
-    if (!model || phx_module_set_precision(model, prec) != PHX_OK)
-        return fail("model");
+    if (!model || phx_module_set_precision(model, prec) != PHX_OK) return fail("model");
     phx_sgd_opts so = phx_sgd_defaults();
     so.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(model, &so);
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_loader *loader = phx_loader_new(x, y, BATCH, true, 0, false, NULL, 0);
-    if (!opt || !scaler || !mse || !loader)
-        return fail("setup");
+    if (!opt || !scaler || !mse || !loader) return fail("setup");
 
     progress prog;
     if (progress_init(&prog, EPOCHS * (int64_t)phx_loader_num_batches(loader), every, metrics, 0, "samples"))
@@ -97,8 +92,7 @@ int main(int argc, char **argv)
             batches++;
             progress_step(&prog, epoch + 1, loss, so.lr, 0);
         }
-        if (r < 0)
-            return fail("loader");
+        if (r < 0) return fail("loader");
         progress_break(&prog);
         progress_record(&prog, epoch + 1, "loss_scale", phx_scaler_get_scale(scaler));
         printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, sum / batches);

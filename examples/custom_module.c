@@ -20,17 +20,16 @@
 typedef struct residual {
     int64_t dim;
     phx_module *fc1, *act, *fc2; /* children: owned by the module */
-    phx_tensor *y, *dx;          /* output and input-gradient buffers, reused */
+    phx_tensor *y, *dx; /* output and input-gradient buffers, reused */
 } residual;
 
 /* A buffer of t's shape and dtype, allocated only when that changes. */
 static phx_status ensure(phx_tensor **buf, const phx_tensor *like)
 {
-    if (*buf && phx_tensor_same_shape(*buf, like) && phx_tensor_dtype(*buf) == phx_tensor_dtype(like))
-        return PHX_OK;
+    if (*buf && phx_tensor_same_shape(*buf, like) && phx_tensor_dtype(*buf) == phx_tensor_dtype(like)) return PHX_OK;
     phx_tensor_free(*buf);
-    *buf = phx_tensor_new(phx_tensor_dtype(like), phx_tensor_ndim(like), phx_tensor_shape(like),
-                          phx_tensor_device(like));
+    *buf =
+        phx_tensor_new(phx_tensor_dtype(like), phx_tensor_ndim(like), phx_tensor_shape(like), phx_tensor_device(like));
     return *buf ? PHX_OK : PHX_ENOMEM;
 }
 
@@ -43,8 +42,7 @@ static phx_status residual_forward(phx_module *self, const phx_tensor *x, phx_te
         (st = phx_module_forward(r->fc2, h2, &h3)) || (st = ensure(&r->y, h3)))
         return st;
     /* y = h3 + x (x may be f32 while h3 is in a lower compute dtype) */
-    if ((st = phx_tensor_copy(r->y, h3)) || (st = phx_tensor_axpby(1.0f, x, 1.0f, r->y)))
-        return st;
+    if ((st = phx_tensor_copy(r->y, h3)) || (st = phx_tensor_axpby(1.0f, x, 1.0f, r->y))) return st;
     *y = r->y;
     return PHX_OK;
 }
@@ -58,8 +56,7 @@ static phx_status residual_backward(phx_module *self, const phx_tensor *dy, phx_
     if ((st = phx_module_backward(r->fc2, dy, &g2)) || (st = phx_module_backward(r->act, g2, &g1)) ||
         (st = phx_module_backward(r->fc1, g1, dx ? &g0 : NULL)))
         return st;
-    if (!dx)
-        return PHX_OK;
+    if (!dx) return PHX_OK;
     /* dx = dy (skip path) + d fc1 */
     if ((st = ensure(&r->dx, g0)) || (st = phx_tensor_cast(r->dx, dy)) ||
         (st = phx_tensor_axpby(1.0f, g0, 1.0f, r->dx)))
@@ -139,8 +136,7 @@ static double objective(phx_module *m, phx_tensor *x, const float *w)
     check(phx_module_forward(m, x, &y), "forward");
     const float *v = phx_tensor_data(y);
     double s = 0;
-    for (int64_t i = 0; i < phx_tensor_numel(y); i++)
-        s += (double)w[i] * v[i];
+    for (int64_t i = 0; i < phx_tensor_numel(y); i++) s += (double)w[i] * v[i];
     return s;
 }
 
@@ -183,8 +179,7 @@ int main(int argc, char **argv)
     check(phx_sequential_add(model, residual_new(32, rng)), "model");
     check(phx_sequential_add(model, phx_linear_new(32, 1, true, rng)), "model");
     printf("parameters:");
-    for (size_t i = 0; i < phx_module_num_params(model); i++)
-        printf(" %s", phx_module_param_name(model, i));
+    for (size_t i = 0; i < phx_module_num_params(model); i++) printf(" %s", phx_module_param_name(model, i));
     printf("\n");
     int64_t xs[2] = {256, 8}, ys[2] = {256, 1};
     phx_tensor *data = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *target = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
@@ -193,8 +188,7 @@ int main(int argc, char **argv)
     float *tv = phx_tensor_data(target);
     for (int r = 0; r < 256; r++) {
         double sum = 0;
-        for (int c = 0; c < 8; c++)
-            sum += dv[r * 8 + c];
+        for (int c = 0; c < 8; c++) sum += dv[r * 8 + c];
         tv[r] = (float)sin(sum);
     }
     phx_adam_opts ao = phx_adam_defaults();
@@ -212,8 +206,7 @@ int main(int argc, char **argv)
         check(phx_loss_forward(mse, out, target, &loss), "loss");
         check(phx_module_backward(model, phx_loss_grad(mse), NULL), "backward");
         check(phx_optimizer_step(opt), "step");
-        if (step == 0)
-            first = loss;
+        if (step == 0) first = loss;
         progress_step(&prog, 1, loss, ao.lr, 0);
         if (step % 100 == 0) {
             progress_break(&prog);

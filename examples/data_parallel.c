@@ -30,17 +30,14 @@ int main(int argc, char **argv)
         return 2;
     }
     progress prog;
-    if (progress_init(&prog, EPOCHS, every, metrics, 0, "samples"))
-        return fail("--metrics");
+    if (progress_init(&prog, EPOCHS, every, metrics, 0, "samples")) return fail("--metrics");
     phx_device dev;
-    if (phx_device_default(&dev) != PHX_OK)
-        return fail("device");
+    if (phx_device_default(&dev) != PHX_OK) return fail("device");
     int available = dev.kind == PHX_DEVICE_CPU ? phx_num_threads() : phx_device_count(dev.kind);
 
     phx_rng *init = phx_rng_new(0);
     phx_module *model = phx_linear_new(10, 1, true, init);
-    if (!model || phx_module_to(model, dev) != PHX_OK)
-        return fail("model");
+    if (!model || phx_module_to(model, dev) != PHX_OK) return fail("model");
     phx_module *net = model, *dp = NULL;
     char name[32];
     if (available > 1) {

@@ -32,8 +32,7 @@ static int train(int rank, void *arg)
 {
     (void)arg;
     phx_comm *comm = NULL;
-    if (phx_comm_init(NULL, &comm) != PHX_OK)
-        return fail(rank, "phx_comm_init");
+    if (phx_comm_init(NULL, &comm) != PHX_OK) return fail(rank, "phx_comm_init");
     rank = phx_comm_rank(comm);
 
     phx_rng *init = phx_rng_new(0);
@@ -49,8 +48,7 @@ static int train(int rank, void *arg)
     phx_rng *data = phx_rng_new(1000 + (uint64_t)rank); /* each rank its own data */
     int rc = !opt || !mse || !x || !y || !data ? fail(rank, "setup") : 0;
     progress prog = {0};
-    if (rc == 0 && progress_init(&prog, EPOCHS, log_every, metrics_path, rank, "samples"))
-        rc = fail(rank, "--metrics");
+    if (rc == 0 && progress_init(&prog, EPOCHS, log_every, metrics_path, rank, "samples")) rc = fail(rank, "--metrics");
 
     for (int epoch = 0; epoch < EPOCHS && rc == 0; epoch++) {
         phx_tensor *out;
@@ -58,8 +56,7 @@ static int train(int rank, void *arg)
         if (phx_rng_normal(data, x, 0, 1) != PHX_OK || phx_rng_normal(data, y, 0, 1) != PHX_OK ||
             phx_optimizer_zero_grad(opt) != PHX_OK || phx_module_forward(ddp, x, &out) != PHX_OK ||
             phx_loss_forward(mse, out, y, &loss) != PHX_OK ||
-            phx_module_backward(ddp, phx_loss_grad(mse), NULL) != PHX_OK ||
-            phx_optimizer_step(opt) != PHX_OK) {
+            phx_module_backward(ddp, phx_loss_grad(mse), NULL) != PHX_OK || phx_optimizer_step(opt) != PHX_OK) {
             rc = fail(rank, "training step");
             break;
         }
@@ -86,8 +83,7 @@ static int train(int rank, void *arg)
 int main(int argc, char **argv)
 {
     int world = 2;
-    if (progress_args(&argc, argv, &metrics_path, &log_every))
-        return 2;
+    if (progress_args(&argc, argv, &metrics_path, &log_every)) return 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--world") && i + 1 < argc) {
             char *end;
@@ -103,8 +99,7 @@ int main(int argc, char **argv)
         }
     }
     /* Started by phxrun (or mpirun, srun): this process is one rank. */
-    if (getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_PROCID"))
-        return train(-1, NULL);
+    if (getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_PROCID")) return train(-1, NULL);
     if (phx_spawn(world, train, NULL) != PHX_OK) {
         fprintf(stderr, "ddp: %s\n", phx_last_error());
         return 1;

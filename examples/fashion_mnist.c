@@ -43,8 +43,7 @@ static void die(const char *what)
 
 static void check(phx_status st, const char *what)
 {
-    if (st != PHX_OK)
-        die(what);
+    if (st != PHX_OK) die(what);
 }
 
 static double now(void)
@@ -71,17 +70,14 @@ static phx_tensor *read_idx(const char *name)
  * device buffer *buf (allocated once, for the largest batch) holding a copy. */
 static phx_tensor *stage(phx_tensor *src, phx_tensor **buf, phx_device dev)
 {
-    if (dev.kind == PHX_DEVICE_CPU)
-        return phx_tensor_retain(src);
+    if (dev.kind == PHX_DEVICE_CPU) return phx_tensor_retain(src);
     if (!*buf || phx_tensor_dim(*buf, 0) < phx_tensor_dim(src, 0)) {
         phx_tensor_free(*buf);
         *buf = phx_tensor_new(phx_tensor_dtype(src), phx_tensor_ndim(src), phx_tensor_shape(src), dev);
-        if (!*buf)
-            die("device buffer");
+        if (!*buf) die("device buffer");
     }
     phx_tensor *v = phx_tensor_view(*buf, 0, phx_tensor_ndim(src), phx_tensor_shape(src));
-    if (!v)
-        die("device view");
+    if (!v) die("device view");
     check(phx_tensor_copy(v, src), "copy to device");
     return v;
 }
@@ -89,23 +85,20 @@ static phx_tensor *stage(phx_tensor *src, phx_tensor **buf, phx_device dev)
 static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_device dev)
 {
     phx_loader *l = phx_loader_new(x, y, 1000, false, 0, false, NULL, 0);
-    if (!l)
-        die("test loader");
+    if (!l) die("test loader");
     phx_tensor *xb, *yb, *out;
     int64_t right = 0, total = 0;
     int64_t shape[2] = {1000, 10};
     phx_tensor *o32 = phx_tensor_new(PHX_F32, 2, shape, dev), *xdev = NULL;
     float *o = malloc(sizeof(float) * 1000 * 10);
-    if (!o32 || !o)
-        die("accuracy buffer");
+    if (!o32 || !o) die("accuracy buffer");
     check(phx_module_train(model, false), "eval mode");
     while (phx_loader_next(l, &xb, &yb) == 1) {
         phx_tensor *xd = stage(xb, &xdev, dev);
         check(phx_module_forward(model, xd, &out), "forward");
         phx_tensor_free(xd);
         phx_tensor *ov = phx_tensor_view(o32, 0, 2, phx_tensor_shape(out));
-        if (!ov)
-            die("accuracy view");
+        if (!ov) die("accuracy view");
         check(phx_tensor_cast(ov, out), "output to f32");
         check(phx_tensor_to_host(ov, o), "output to host");
         phx_tensor_free(ov);
@@ -113,8 +106,7 @@ static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_devi
         for (int64_t r = 0; r < phx_tensor_dim(out, 0); r++) {
             int best = 0;
             for (int c = 1; c < 10; c++)
-                if (o[r * 10 + c] > o[r * 10 + best])
-                    best = c;
+                if (o[r * 10 + c] > o[r * 10 + best]) best = c;
             right += best == lab[r];
             total++;
         }
@@ -144,8 +136,7 @@ int main(int argc, char **argv)
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL, *resume = NULL, *metrics = NULL;
     int every = 0, workers = 0, uneven = 0;
-    if (progress_args(&argc, argv, &metrics, &every))
-        return 2;
+    if (progress_args(&argc, argv, &metrics, &every)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--uneven")) {
@@ -172,7 +163,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--workers"))
             workers = atoi(v);
         else {
-            fprintf(stderr, "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] "
+            fprintf(stderr,
+                    "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] "
                     "[--load PATH] [--resume PATH] [--workers N] [--uneven] [--metrics FILE] [--log-every N]\n");
             return 2;
         }
@@ -181,8 +173,7 @@ int main(int argc, char **argv)
     phx_world world;
     check(phx_world_from_env(&world), "world");
     phx_comm *comm = NULL;
-    if (world.size > 1)
-        check(phx_comm_init(NULL, &comm), "phx_comm_init");
+    if (world.size > 1) check(phx_comm_init(NULL, &comm), "phx_comm_init");
     int rank = comm ? phx_comm_rank(comm) : 0, size = comm ? phx_comm_size(comm) : 1;
     phx_tensor *xtr = read_idx("train-images-idx3-ubyte.gz"), *ytr = read_idx("train-labels-idx1-ubyte.gz");
     phx_tensor *xte = read_idx("t10k-images-idx3-ubyte.gz"), *yte = read_idx("t10k-labels-idx1-ubyte.gz");
@@ -194,8 +185,7 @@ int main(int argc, char **argv)
     phx_sequential_add(model, phx_linear_new(512, 256, true, rng));
     phx_sequential_add(model, phx_relu_new());
     phx_sequential_add(model, phx_linear_new(256, 10, true, rng));
-    if (phx_module_num_params(model) != 6)
-        die("model");
+    if (phx_module_num_params(model) != 6) die("model");
     phx_precision *prec = NULL;
     check(phx_precision_new(NULL, &prec), "PHX_PRECISION");
     check(phx_module_set_precision(model, prec), "precision");
@@ -207,8 +197,7 @@ int main(int argc, char **argv)
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
     /* DDP: the wrapper all-reduces gradient buckets during backward. */
     phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
-    if (!scaler || !net)
-        die("setup");
+    if (!scaler || !net) die("setup");
     phx_adam_opts ao = phx_adamw_defaults();
     ao.lr = lr;
     phx_optimizer *opt = phx_adam_new(net, &ao);
@@ -217,26 +206,23 @@ int main(int argc, char **argv)
      * reshuffled every epoch; --workers threads assemble batches ahead. */
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
-    phx_loader_opts lo = {.batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank,
-                          .workers = workers};
+    phx_loader_opts lo = {
+        .batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank, .workers = workers};
     /* --uneven: rank r takes rows [N s(r), N s(r+1)) with s(r) = r(r+1) / (n(n+1)). */
     int64_t *mine = NULL;
     if (uneven && comm) {
         int64_t n = phx_tensor_dim(xtr, 0), tri = (int64_t)size * (size + 1) / 2;
         int64_t lo_row = n * ((int64_t)rank * (rank + 1) / 2) / tri;
         int64_t hi_row = n * ((int64_t)(rank + 1) * (rank + 2) / 2) / tri;
-        if (!(mine = malloc((size_t)(hi_row - lo_row) * sizeof *mine)))
-            die("--uneven");
-        for (int64_t r = lo_row; r < hi_row; r++)
-            mine[r - lo_row] = r;
+        if (!(mine = malloc((size_t)(hi_row - lo_row) * sizeof *mine))) die("--uneven");
+        for (int64_t r = lo_row; r < hi_row; r++) mine[r - lo_row] = r;
         lo.indices = mine;
         lo.n_indices = (size_t)(hi_row - lo_row);
         lo.num_replicas = 1;
         lo.rank = 0;
     }
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
-    if (!opt || !ce || !train)
-        die("setup");
+    if (!opt || !ce || !train) die("setup");
     int first = 0, total = epochs;
     if (resume && access(resume, F_OK) == 0) {
         if (load) {
@@ -248,18 +234,15 @@ int main(int argc, char **argv)
     if (load) {
         char buf[32];
         check(phx_checkpoint_load(load, net, opt, scaler), "--load");
-        if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK)
-            first = atoi(buf);
+        if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
         if (rank == 0)
             printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
     }
     /* --resume: --epochs is the total; --load: that many more. */
-    if (resume)
-        epochs = total > first ? total - first : 0;
+    if (resume) epochs = total > first ? total - first : 0;
     progress prog;
     int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
-    if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples"))
-        die("--metrics");
+    if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples")) die("--metrics");
     if (rank == 0) {
         char dname[32];
         printf("MLP 784-512-256-10, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
@@ -268,8 +251,7 @@ int main(int argc, char **argv)
     }
     for (int e = first; e < first + epochs; e++) {
         phx_loader_set_epoch(train, e);
-        if (mine)
-            check(phx_ddp_join_begin(net, false), "join");
+        if (mine) check(phx_ddp_join_begin(net, false), "join");
         double t0 = now(), sum = 0;
         int64_t seen = 0, steps = 0;
         phx_tensor *xb, *yb, *out;
@@ -290,19 +272,16 @@ int main(int argc, char **argv)
             steps++;
             progress_step(&prog, e + 1, loss, lr, (double)(seen * size) / (now() - t0));
         }
-        if (got < 0)
-            die("training data");
-        if (mine)
-            check(phx_ddp_join_end(net), "join");
+        if (got < 0) die("training data");
+        if (mine) check(phx_ddp_join_end(net), "join");
         double dt = now() - t0;
         progress_break(&prog);
         if (rank == 0) {
-            printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs,
-                   sum / (double)steps, (double)(seen * size) / dt, dt);
+            printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs, sum / (double)steps,
+                   (double)(seen * size) / dt, dt);
             fflush(stdout);
         }
-        if (resume && rank == 0)
-            save_epoch(resume, net, opt, scaler, e + 1);
+        if (resume && rank == 0) save_epoch(resume, net, opt, scaler, e + 1);
     }
     if (rank == 0) {
         double acc = accuracy(model, xte, yte, dev);
@@ -321,8 +300,7 @@ int main(int argc, char **argv)
     free(mine);
     phx_loss_free(ce);
     phx_optimizer_free(opt);
-    if (net != model)
-        phx_module_free(net);
+    if (net != model) phx_module_free(net);
     phx_module_free(model);
     phx_scaler_free(scaler);
     phx_precision_free(prec);

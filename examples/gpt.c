@@ -54,8 +54,7 @@ typedef struct text {
 static int append_file(text *t, const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
+    if (!f) return -1;
     unsigned char buf[65536];
     size_t r;
     while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
@@ -72,29 +71,29 @@ static int append_file(text *t, const char *path)
     return 0;
 }
 
-static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* A file, or every plain fortune file of a folder (no '.': skips the
  * .dat indexes and .u8 links), in name order. */
 static int load_text(const char *path, text *t)
 {
     DIR *d = opendir(path);
-    if (!d)
-        return append_file(t, path);
+    if (!d) return append_file(t, path);
     char *names[1024];
     size_t n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n < 1024)
-        if (e->d_name[0] != '.' && !strchr(e->d_name, '.'))
-            names[n++] = strdup(e->d_name);
+        if (e->d_name[0] != '.' && !strchr(e->d_name, '.')) names[n++] = strdup(e->d_name);
     closedir(d);
     qsort(names, n, sizeof *names, by_name);
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", path, names[i]);
-        if (rc == 0 && append_file(t, p) != 0)
-            rc = -1;
+        if (rc == 0 && append_file(t, p) != 0) rc = -1;
         free(names[i]);
     }
     return rc;
@@ -143,19 +142,15 @@ static int evaluate(phx_module *m, phx_loss *loss, const int64_t *tok, int64_t l
 static int sample(phx_module *m, const unsigned char *vocab, int V, const opts *o)
 {
     int64_t map[256];
-    for (int i = 0; i < 256; i++)
-        map[i] = -1;
-    for (int i = 0; i < V; i++)
-        map[vocab[i]] = i;
+    for (int i = 0; i < 256; i++) map[i] = -1;
+    for (int i = 0; i < V; i++) map[vocab[i]] = i;
     size_t cap = strlen(o->prompt) + (size_t)o->sample + 1, n = 0;
     int64_t *ctx = malloc(cap * sizeof *ctx);
     float *row = malloc((size_t)V * sizeof *row);
     int64_t *idx = malloc((size_t)o->context * sizeof *idx);
     for (const char *p = o->prompt; *p; p++)
-        if (map[(unsigned char)*p] >= 0)
-            ctx[n++] = map[(unsigned char)*p];
-    if (n == 0)
-        ctx[n++] = map['\n'] >= 0 ? map['\n'] : 0;
+        if (map[(unsigned char)*p] >= 0) ctx[n++] = map[(unsigned char)*p];
+    if (n == 0) ctx[n++] = map['\n'] >= 0 ? map['\n'] : 0;
     uint64_t s = o->seed * 7919 + 17;
     phx_module_train(m, false);
     printf("--- sample (temperature %.2f, top-k %d) ---\n%s", o->temperature, o->top_k, o->prompt);
@@ -171,14 +166,12 @@ static int sample(phx_module *m, const unsigned char *vocab, int V, const opts *
             rc = fail("sampling");
         } else {
             phx_tensor *f = phx_tensor_new(PHX_F32, 1, &vs, phx_cpu());
-            if (!f || phx_tensor_cast(f, last) != PHX_OK || phx_tensor_to_host(f, row) != PHX_OK)
-                rc = fail("sampling");
+            if (!f || phx_tensor_cast(f, last) != PHX_OK || phx_tensor_to_host(f, row) != PHX_OK) rc = fail("sampling");
             phx_tensor_free(f);
         }
         phx_tensor_free(last);
         phx_tensor_free(x);
-        if (rc)
-            break;
+        if (rc) break;
         /* top-k: keep the k largest logits; softmax at the temperature */
         float kth = -INFINITY;
         if (o->top_k > 0 && o->top_k < V) {
@@ -196,19 +189,15 @@ static int sample(phx_module *m, const unsigned char *vocab, int V, const opts *
         }
         double mx = -INFINITY, z = 0;
         for (int v = 0; v < V; v++)
-            if (row[v] >= kth && row[v] > mx)
-                mx = row[v];
-        for (int v = 0; v < V; v++)
-            z += row[v] >= kth ? exp((row[v] - mx) / o->temperature) : 0.0;
+            if (row[v] >= kth && row[v] > mx) mx = row[v];
+        for (int v = 0; v < V; v++) z += row[v] >= kth ? exp((row[v] - mx) / o->temperature) : 0.0;
         double u = (double)(splitmix64(&s) >> 11) * 0x1.0p-53 * z, acc = 0;
         int pick = 0;
         for (int v = 0; v < V; v++) {
-            if (row[v] < kth)
-                continue;
+            if (row[v] < kth) continue;
             acc += exp((row[v] - mx) / o->temperature);
             pick = v;
-            if (acc >= u)
-                break;
+            if (acc >= u) break;
         }
         ctx[n++] = pick;
         putchar(vocab[pick]);
@@ -225,8 +214,7 @@ static int sample(phx_module *m, const unsigned char *vocab, int V, const opts *
 
 static void hex(const unsigned char *b, int n, char *out)
 {
-    for (int i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", b[i]);
+    for (int i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
     out[2 * n] = 0;
 }
 
@@ -247,7 +235,8 @@ static int read_meta(const char *path, opts *o, unsigned char *vocab, int *V)
     }
     *V = n;
     if (sscanf(shape, "%d %d %d %d", &o->context, &o->layers, &o->heads, &o->dim) != 4) {
-        fprintf(stderr, "gpt: --load %s: metadata gpt.shape is '%s', expected 'context layers heads dim'\n", path, shape);
+        fprintf(stderr, "gpt: --load %s: metadata gpt.shape is '%s', expected 'context layers heads dim'\n", path,
+                shape);
         return 1;
     }
     return 0;
@@ -260,44 +249,38 @@ static int run(opts *o)
     phx_comm *comm = NULL;
     int world = 1;
     if (getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_PROCID")) {
-        if (phx_comm_init(NULL, &comm) != PHX_OK)
-            return fail("phx_comm_init");
+        if (phx_comm_init(NULL, &comm) != PHX_OK) return fail("phx_comm_init");
         rank_ = phx_comm_rank(comm);
         world = phx_comm_size(comm);
     }
     text t = {0};
     if (load_text(o->data, &t) != 0 || t.n < 1000) {
         fprintf(stderr, "gpt: --data %s: %s\n", o->data,
-                t.n ? "fewer than 1000 bytes" : errno ? strerror(errno) : "no text found");
+                t.n         ? "fewer than 1000 bytes"
+                    : errno ? strerror(errno)
+                            : "no text found");
         return 1;
     }
     unsigned char vocab[256];
     int V = 0;
-    if (o->load && read_meta(o->load, o, vocab, &V))
-        return 1;
+    if (o->load && read_meta(o->load, o, vocab, &V)) return 1;
     if (!o->load) {
         int seen[256] = {0};
-        for (size_t i = 0; i < t.n; i++)
-            seen[t.bytes[i]] = 1;
+        for (size_t i = 0; i < t.n; i++) seen[t.bytes[i]] = 1;
         for (int c = 0; c < 256; c++)
-            if (seen[c])
-                vocab[V++] = (unsigned char)c;
+            if (seen[c]) vocab[V++] = (unsigned char)c;
     }
     int64_t map[256];
-    for (int c = 0; c < 256; c++)
-        map[c] = -1;
-    for (int i = 0; i < V; i++)
-        map[vocab[i]] = i;
+    for (int c = 0; c < 256; c++) map[c] = -1;
+    for (int i = 0; i < V; i++) map[vocab[i]] = i;
     int64_t *tok = malloc(t.n * sizeof *tok), n_tok = 0;
     for (size_t i = 0; i < t.n; i++)
-        if (map[t.bytes[i]] >= 0)
-            tok[n_tok++] = map[t.bytes[i]];
+        if (map[t.bytes[i]] >= 0) tok[n_tok++] = map[t.bytes[i]];
     free(t.bytes);
     int64_t split = n_tok * 9 / 10;
 
     phx_precision *prec = NULL;
-    if (phx_precision_new(NULL, &prec) != PHX_OK)
-        return fail("PHX_PRECISION");
+    if (phx_precision_new(NULL, &prec) != PHX_OK) return fail("PHX_PRECISION");
     phx_gpt_config cfg = phx_gpt_defaults();
     cfg.vocab_size = V;
     cfg.block_size = o->context;
@@ -309,23 +292,22 @@ static int run(opts *o)
     phx_rng *init = phx_rng_new(o->seed);
     phx_module *model = phx_gpt_new(&cfg, init);
     phx_rng_free(init);
-    if (!model || phx_module_set_precision(model, prec) != PHX_OK)
-        return fail("building the GPT");
+    if (!model || phx_module_set_precision(model, prec) != PHX_OK) return fail("building the GPT");
     phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
     phx_adam_opts ao = phx_adamw_defaults();
     ao.lr = o->lr;
     ao.beta2 = 0.99;
     ao.weight_decay = 0.1;
     phx_optimizer *opt = net ? phx_adam_new(net, &ao) : NULL;
-    phx_schedule_opts so = {.kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = o->steps / 10 + 1,
-                            .total_steps = o->steps + 2, .min_lr = o->lr / 10};
+    phx_schedule_opts so = {.kind = PHX_SCHED_WARMUP_COSINE,
+                            .warmup_steps = o->steps / 10 + 1,
+                            .total_steps = o->steps + 2,
+                            .min_lr = o->lr / 10};
     phx_schedule *sched = opt ? phx_schedule_new(opt, &so) : NULL;
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
     phx_loss *loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    if (!sched || !scaler || !loss || phx_adam_decay_matrices_only(opt, NULL) != PHX_OK)
-        return fail("setup");
-    if (o->load && phx_checkpoint_load(o->load, model, opt, scaler) != PHX_OK)
-        return fail("--load");
+    if (!sched || !scaler || !loss || phx_adam_decay_matrices_only(opt, NULL) != PHX_OK) return fail("setup");
+    if (o->load && phx_checkpoint_load(o->load, model, opt, scaler) != PHX_OK) return fail("--load");
     size_t n_params = 0;
     for (size_t i = 0; i < phx_module_num_params(model); i++)
         n_params += (size_t)phx_tensor_numel(phx_param_value(phx_module_param(model, i)));
@@ -342,8 +324,7 @@ static int run(opts *o)
     phx_tensor *lt = phx_tensor_new(PHX_F32, 1, &one, phx_cpu());
     uint64_t stream = o->seed * 1000003u + (uint64_t)rank_ * 0x9E3779B97F4A7C15ull;
     progress prog = {0};
-    if (progress_init(&prog, o->steps, log_every_, metrics_path_, rank_, "tokens"))
-        return fail("--metrics");
+    if (progress_init(&prog, o->steps, log_every_, metrics_path_, rank_, "tokens")) return fail("--metrics");
     int rc = 0;
     double t0 = progress_now(), tl = t0, val = 0;
     int64_t start = phx_optimizer_steps(opt);
@@ -367,8 +348,9 @@ static int run(opts *o)
         tl = now;
         if (s % o->print_every == 0 || s == 1 || s == o->steps) {
             float ll = l;
-            if (comm && (phx_tensor_from_host(lt, &ll) != PHX_OK || phx_comm_allreduce(comm, lt, PHX_AVG, NULL) != PHX_OK ||
-                         phx_tensor_to_host(lt, &ll) != PHX_OK)) {
+            if (comm &&
+                (phx_tensor_from_host(lt, &ll) != PHX_OK || phx_comm_allreduce(comm, lt, PHX_AVG, NULL) != PHX_OK ||
+                 phx_tensor_to_host(lt, &ll) != PHX_OK)) {
                 rc = fail("averaging the loss");
                 break;
             }
@@ -380,8 +362,7 @@ static int run(opts *o)
             }
         }
         if (o->eval_every > 0 && s % o->eval_every == 0 && s < o->steps) {
-            if ((rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) != 0)
-                break;
+            if ((rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) != 0) break;
             if (rank_ == 0) {
                 progress_break(&prog);
                 printf("step %lld val loss %.4f\n", (long long)(start + s), val);
@@ -406,8 +387,7 @@ static int run(opts *o)
         else
             printf("saved %s\n", o->save);
     }
-    if (rc == 0 && o->sample > 0 && rank_ == 0)
-        rc = sample(model, vocab, V, o);
+    if (rc == 0 && o->sample > 0 && rank_ == 0) rc = sample(model, vocab, V, o);
     phx_tensor_free(x);
     phx_tensor_free(y);
     phx_tensor_free(lt);
@@ -416,8 +396,7 @@ static int run(opts *o)
     phx_scaler_free(scaler);
     phx_schedule_free(sched);
     phx_optimizer_free(opt);
-    if (net != model)
-        phx_module_free(net);
+    if (net != model) phx_module_free(net);
     phx_module_free(model);
     phx_precision_free(prec);
     phx_comm_free(comm);
@@ -430,32 +409,56 @@ static int usage(const char *argv0)
             "usage: %s [--steps N] [--batch B] [--context T] [--layers L] [--heads H] [--dim C] [--lr X]\n"
             "          [--dropout P] [--seed S] [--data FILE|DIR] [--print-every N] [--eval-every N]\n"
             "          [--eval-batches N] [--save F] [--load F] [--sample N] [--prompt STR]\n"
-            "          [--temperature X] [--top-k K] [--metrics FILE] [--log-every N]\n", argv0);
+            "          [--temperature X] [--top-k K] [--metrics FILE] [--log-every N]\n",
+            argv0);
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    opts o = {.steps = 300, .batch = 16, .context = 128, .layers = 4, .heads = 4, .dim = 128, .print_every = 10,
-              .eval_every = 100, .eval_batches = 8, .sample = 300, .top_k = 20, .lr = 3e-3, .dropout = 0.0,
-              .temperature = 0.8, .seed = 1, .data = DEFAULT_DATA, .prompt = "Q: "};
-    if (progress_args(&argc, argv, &metrics_path_, &log_every_))
-        return 2;
+    opts o = {.steps = 300,
+              .batch = 16,
+              .context = 128,
+              .layers = 4,
+              .heads = 4,
+              .dim = 128,
+              .print_every = 10,
+              .eval_every = 100,
+              .eval_batches = 8,
+              .sample = 300,
+              .top_k = 20,
+              .lr = 3e-3,
+              .dropout = 0.0,
+              .temperature = 0.8,
+              .seed = 1,
+              .data = DEFAULT_DATA,
+              .prompt = "Q: "};
+    if (progress_args(&argc, argv, &metrics_path_, &log_every_)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        int *iv = !strcmp(a, "--steps") ? &o.steps : !strcmp(a, "--batch") ? &o.batch
-                  : !strcmp(a, "--context") ? &o.context : !strcmp(a, "--layers") ? &o.layers
-                  : !strcmp(a, "--heads") ? &o.heads : !strcmp(a, "--dim") ? &o.dim
-                  : !strcmp(a, "--print-every") ? &o.print_every : !strcmp(a, "--eval-every") ? &o.eval_every
-                  : !strcmp(a, "--eval-batches") ? &o.eval_batches : !strcmp(a, "--sample") ? &o.sample
-                  : !strcmp(a, "--top-k") ? &o.top_k : NULL;
-        double *dv = !strcmp(a, "--lr") ? &o.lr : !strcmp(a, "--dropout") ? &o.dropout
-                     : !strcmp(a, "--temperature") ? &o.temperature : NULL;
-        const char **sv = !strcmp(a, "--data") ? &o.data : !strcmp(a, "--save") ? &o.save
-                          : !strcmp(a, "--load") ? &o.load : !strcmp(a, "--prompt") ? &o.prompt : NULL;
-        if (!v || (!iv && !dv && !sv && strcmp(a, "--seed")))
-            return usage(argv[0]);
+        int *iv = !strcmp(a, "--steps")    ? &o.steps
+            : !strcmp(a, "--batch")        ? &o.batch
+            : !strcmp(a, "--context")      ? &o.context
+            : !strcmp(a, "--layers")       ? &o.layers
+            : !strcmp(a, "--heads")        ? &o.heads
+            : !strcmp(a, "--dim")          ? &o.dim
+            : !strcmp(a, "--print-every")  ? &o.print_every
+            : !strcmp(a, "--eval-every")   ? &o.eval_every
+            : !strcmp(a, "--eval-batches") ? &o.eval_batches
+            : !strcmp(a, "--sample")       ? &o.sample
+            : !strcmp(a, "--top-k")        ? &o.top_k
+                                           : NULL;
+        double *dv = !strcmp(a, "--lr")   ? &o.lr
+            : !strcmp(a, "--dropout")     ? &o.dropout
+            : !strcmp(a, "--temperature") ? &o.temperature
+                                          : NULL;
+        const char **sv = !strcmp(a, "--data") ? &o.data
+            : !strcmp(a, "--save")             ? &o.save
+            : !strcmp(a, "--load")             ? &o.load
+            : !strcmp(a, "--prompt")           ? &o.prompt
+                                               : NULL;
+        if (!v || (!iv && !dv && !sv && strcmp(a, "--seed"))) return usage(argv[0]);
         if (iv) {
             long n = strtol(v, &end, 10);
             if (*end || n < 0 || n > 1000000000) {

@@ -15,14 +15,14 @@
 #include <phalanx/phalanx.h>
 
 typedef struct progress {
-    double t0;            /* when progress_init ran */
-    int64_t total_steps;  /* steps the run will make (0: unknown, no ETA) */
-    int64_t done;         /* steps made so far */
-    int every;            /* a step line every `every` steps (0: none) */
-    int tty;              /* stdout is a terminal */
-    int pending;          /* a step line is on screen without its newline */
+    double t0; /* when progress_init ran */
+    int64_t total_steps; /* steps the run will make (0: unknown, no ETA) */
+    int64_t done; /* steps made so far */
+    int every; /* a step line every `every` steps (0: none) */
+    int tty; /* stdout is a terminal */
+    int pending; /* a step line is on screen without its newline */
     int rank;
-    const char *unit;     /* "samples" or "tokens" */
+    const char *unit; /* "samples" or "tokens" */
     phx_metrics *metrics; /* NULL when no --metrics was given */
 } progress;
 
@@ -58,8 +58,7 @@ static inline int progress_init(progress *p, int64_t total_steps, int every, con
     p->rank = rank;
     p->unit = unit;
     p->metrics = NULL;
-    if (metrics_path && !(p->metrics = phx_metrics_open(metrics_path, rank)))
-        return -1;
+    if (metrics_path && !(p->metrics = phx_metrics_open(metrics_path, rank))) return -1;
     return 0;
 }
 
@@ -82,22 +81,17 @@ static inline void progress_step(progress *p, int epoch, double loss, double lr,
         phx_metrics_add_i64(p->metrics, "step", p->done);
         phx_metrics_add_i64(p->metrics, "epoch", epoch);
         phx_metrics_add_f64(p->metrics, "loss", loss);
-        if (lr >= 0)
-            phx_metrics_add_f64(p->metrics, "lr", lr);
-        if (per_s > 0)
-            phx_metrics_add_f64(p->metrics, p->unit[0] == 't' ? "tokens_per_s" : "samples_per_s", per_s);
+        if (lr >= 0) phx_metrics_add_f64(p->metrics, "lr", lr);
+        if (per_s > 0) phx_metrics_add_f64(p->metrics, p->unit[0] == 't' ? "tokens_per_s" : "samples_per_s", per_s);
         phx_metrics_end(p->metrics);
     }
-    if (p->rank != 0 || p->every <= 0 || p->done % p->every != 0)
-        return;
+    if (p->rank != 0 || p->every <= 0 || p->done % p->every != 0) return;
     double el = progress_now() - p->t0;
     char e[32], r[32];
     printf("%sstep %lld", p->tty ? "\r\033[K" : "", (long long)p->done);
-    if (p->total_steps > 0)
-        printf("/%lld", (long long)p->total_steps);
+    if (p->total_steps > 0) printf("/%lld", (long long)p->total_steps);
     printf(" loss %.4f", loss);
-    if (per_s > 0)
-        printf(" %.0f %s/s", per_s, p->unit);
+    if (per_s > 0) printf(" %.0f %s/s", per_s, p->unit);
     printf(" elapsed %s", progress_hms(el, e, sizeof e));
     if (p->total_steps > 0 && p->done < p->total_steps)
         printf(" ETA %s", progress_hms(el / (double)p->done * (double)(p->total_steps - p->done), r, sizeof r));
@@ -113,8 +107,7 @@ static inline void progress_step(progress *p, int epoch, double loss, double lr,
  * metrics file at the current step. */
 static inline void progress_record(progress *p, int epoch, const char *key, double value)
 {
-    if (!p->metrics)
-        return;
+    if (!p->metrics) return;
     phx_metrics_begin(p->metrics);
     phx_metrics_add_i64(p->metrics, "step", p->done);
     phx_metrics_add_i64(p->metrics, "epoch", epoch);

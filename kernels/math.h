@@ -227,16 +227,25 @@ PHX_HD PHX_FI static inline float phx_erf1p(float u)
  * Activations (PyTorch 1.13 formulas). *_grad gets x and y = act(x) and
  * returns d act / dx; the kernels multiply by dy. */
 
-#define PHX_SQRT1_2 0.70710678118654752440f      /* 1/sqrt(2) */
+#define PHX_SQRT1_2 0.70710678118654752440f /* 1/sqrt(2) */
 #define PHX_INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2 pi) */
-#define PHX_GELU_BETA 0.79788456080286535588f    /* sqrt(2/pi) */
+#define PHX_GELU_BETA 0.79788456080286535588f /* sqrt(2/pi) */
 #define PHX_GELU_KAPPA 0.044715f
 
-PHX_HD PHX_FI static inline float phx_relu(float x) { return x > 0.0f ? x : 0.0f; }
+PHX_HD PHX_FI static inline float phx_relu(float x)
+{
+    return x > 0.0f ? x : 0.0f;
+}
 /* PyTorch's threshold_backward: zero where x <= 0. */
-PHX_HD PHX_FI static inline float phx_relu_grad(float x) { return phx_self_f32(x > 0.0f, 1.0f, 0.0f); }
+PHX_HD PHX_FI static inline float phx_relu_grad(float x)
+{
+    return phx_self_f32(x > 0.0f, 1.0f, 0.0f);
+}
 
-PHX_HD PHX_FI static inline float phx_gelu(float x) { return 0.5f * x * phx_erf1p(x * PHX_SQRT1_2); }
+PHX_HD PHX_FI static inline float phx_gelu(float x)
+{
+    return 0.5f * x * phx_erf1p(x * PHX_SQRT1_2);
+}
 PHX_HD PHX_FI static inline float phx_gelu_grad(float x)
 {
     float cdf = 0.5f * phx_erf1p(x * PHX_SQRT1_2);
@@ -259,11 +268,23 @@ PHX_HD PHX_FI static inline float phx_gelu_tanh_grad(float x)
     return left_d + right_d;
 }
 
-PHX_HD PHX_FI static inline float phx_tanh(float x) { return phx_tanhf(x); }
-PHX_HD PHX_FI static inline float phx_tanh_grad(float y) { return 1.0f - y * y; }
+PHX_HD PHX_FI static inline float phx_tanh(float x)
+{
+    return phx_tanhf(x);
+}
+PHX_HD PHX_FI static inline float phx_tanh_grad(float y)
+{
+    return 1.0f - y * y;
+}
 
-PHX_HD PHX_FI static inline float phx_sigmoid(float x) { return 1.0f / (1.0f + phx_expf(-x)); }
-PHX_HD PHX_FI static inline float phx_sigmoid_grad(float y) { return y * (1.0f - y); }
+PHX_HD PHX_FI static inline float phx_sigmoid(float x)
+{
+    return 1.0f / (1.0f + phx_expf(-x));
+}
+PHX_HD PHX_FI static inline float phx_sigmoid_grad(float y)
+{
+    return y * (1.0f - y);
+}
 
 /* act is a phx_activation (0 relu, 1 gelu, 2 gelu_tanh, 3 tanh, 4 sigmoid). */
 PHX_HD PHX_FI static inline float phx_act(int act, float x)
@@ -307,7 +328,10 @@ PHX_HD PHX_FI static inline void phx_philox4x32_10(uint32_t c[4], uint32_t k0, u
         uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
         uint32_t n0 = hi1 ^ c[1] ^ k0;
         uint32_t n2 = hi0 ^ c[3] ^ k1;
-        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        c[0] = n0;
+        c[1] = lo1;
+        c[2] = n2;
+        c[3] = lo0;
         k0 += PHX_PHILOX_W0;
         k1 += PHX_PHILOX_W1;
     }
@@ -331,7 +355,10 @@ PHX_HD PHX_FI static inline uint32_t phx_philox_at(uint64_t seed, uint64_t i)
 }
 
 /* U[0,1) from the 24 high bits: exact multiples of 2^-24. */
-PHX_HD PHX_FI static inline float phx_u32_to_uniform(uint32_t u) { return (float)(u >> 8) * 5.9604644775390625e-8f; }
+PHX_HD PHX_FI static inline float phx_u32_to_uniform(uint32_t u)
+{
+    return (float)(u >> 8) * 5.9604644775390625e-8f;
+}
 
 /* Box-Muller from two uniforms; 1-u1 lies in (0,1] so the log is finite. */
 PHX_HD PHX_FI static inline float phx_box_muller(float u1, float u2)
@@ -345,8 +372,14 @@ PHX_HD PHX_FI static inline float phx_box_muller(float u1, float u2)
  * and then scaled by 1/(1-p); p = 1 drops everything (scale 0), as in
  * PyTorch. */
 
-PHX_HD PHX_FI static inline int phx_dropout_keep(float u, float p) { return u >= p; }
-PHX_HD PHX_FI static inline float phx_dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+PHX_HD PHX_FI static inline int phx_dropout_keep(float u, float p)
+{
+    return u >= p;
+}
+PHX_HD PHX_FI static inline float phx_dropout_scale(float p)
+{
+    return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
 
 /* ---------------------------------------------------------------------
  * SGD, torch/optim/sgd.py _single_tensor_sgd (1.13), one element:
@@ -355,7 +388,7 @@ PHX_HD PHX_FI static inline float phx_dropout_scale(float p) { return p < 1.0f ?
  *   p = p - lr d */
 
 PHX_HD PHX_FI static inline void phx_sgd_update(float *p, float g, float *buf, float lr, float momentum,
-                                         float dampening, float weight_decay, int nesterov, int first)
+                                                float dampening, float weight_decay, int nesterov, int first)
 {
     float d = g;
     if (weight_decay != 0.0f) d = d + weight_decay * *p;
@@ -373,20 +406,19 @@ PHX_HD PHX_FI static inline void phx_sgd_update(float *p, float g, float *buf, f
  * PyTorch does in Python, then rounded to float like a Scalar argument. */
 
 typedef struct phx_adam_coef {
-    float beta1, one_minus_beta1;   /* m = beta1 m + (1 - beta1) g */
-    float beta2, one_minus_beta2;   /* v = beta2 v + (1 - beta2) g^2 */
+    float beta1, one_minus_beta1; /* m = beta1 m + (1 - beta1) g */
+    float beta2, one_minus_beta2; /* v = beta2 v + (1 - beta2) g^2 */
     float eps;
-    float weight_decay;             /* Adam: g += wd p */
-    float decay;                    /* AdamW: p *= 1 - lr wd (1 for Adam) */
-    float neg_step_size;            /* -lr / (1 - beta1^step) */
-    float bc2_sqrt;                 /* sqrt(1 - beta2^step) */
+    float weight_decay; /* Adam: g += wd p */
+    float decay; /* AdamW: p *= 1 - lr wd (1 for Adam) */
+    float neg_step_size; /* -lr / (1 - beta1^step) */
+    float bc2_sqrt; /* sqrt(1 - beta2^step) */
     int amsgrad, decoupled;
 } phx_adam_coef;
 
 /* Host only (uses pow in double). step counts from 1. */
-static inline phx_adam_coef phx_adam_coef_make(float lr, float beta1, float beta2, float eps,
-                                               float weight_decay, int amsgrad, int decoupled,
-                                               int64_t step)
+static inline phx_adam_coef phx_adam_coef_make(float lr, float beta1, float beta2, float eps, float weight_decay,
+                                               int amsgrad, int decoupled, int64_t step)
 {
     phx_adam_coef c;
     double bc1 = 1.0 - pow((double)beta1, (double)step);
@@ -407,11 +439,13 @@ static inline phx_adam_coef phx_adam_coef_make(float lr, float beta1, float beta
 
 /* One element. vmax is read/written only with amsgrad. */
 PHX_HD PHX_FI static inline void phx_adam_update(const phx_adam_coef *c, float *p, float g, float *m, float *v,
-                                          float *vmax)
+                                                 float *vmax)
 {
     float pv = *p;
-    if (c->decoupled) pv = pv * c->decay;
-    else if (c->weight_decay != 0.0f) g = g + c->weight_decay * pv;
+    if (c->decoupled)
+        pv = pv * c->decay;
+    else if (c->weight_decay != 0.0f)
+        g = g + c->weight_decay * pv;
     float mv = *m * c->beta1 + c->one_minus_beta1 * g;
     float vv = *v * c->beta2 + c->one_minus_beta2 * (g * g);
     *m = mv;
@@ -428,7 +462,10 @@ PHX_HD PHX_FI static inline void phx_adam_update(const phx_adam_coef *c, float *
 /* ---------------------------------------------------------------------
  * GradScaler: g * inv_scale and whether the result is finite. */
 
-PHX_HD PHX_FI static inline int phx_isfinite(float x) { return (phx_f32_bits(x) & 0x7f800000u) != 0x7f800000u; }
+PHX_HD PHX_FI static inline int phx_isfinite(float x)
+{
+    return (phx_f32_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
 
 /* ---------------------------------------------------------------------
  * Losses, per element (the row reductions live in the kernels).
@@ -437,13 +474,23 @@ PHX_HD PHX_FI static inline int phx_isfinite(float x) { return (phx_f32_bits(x) 
  *   loss = lse - x[label], d/dx_j = (exp(x_j - lse) - [j == label]) * scale
  * nll (log_probs given): loss = -x[label], d/dx_j = -[j == label] * scale. */
 
-PHX_HD PHX_FI static inline float phx_mse_term(float y, float t) { float d = y - t; return d * d; }
-PHX_HD PHX_FI static inline float phx_mse_grad(float y, float t, float scale) { return 2.0f * (y - t) * scale; }
+PHX_HD PHX_FI static inline float phx_mse_term(float y, float t)
+{
+    float d = y - t;
+    return d * d;
+}
+PHX_HD PHX_FI static inline float phx_mse_grad(float y, float t, float scale)
+{
+    return 2.0f * (y - t) * scale;
+}
 PHX_HD PHX_FI static inline float phx_xent_grad(float x, float lse, int is_label, float scale)
 {
     return (expf(x - lse) - (is_label ? 1.0f : 0.0f)) * scale;
 }
-PHX_HD PHX_FI static inline float phx_nll_grad(int is_label, float scale) { return is_label ? -scale : 0.0f; }
+PHX_HD PHX_FI static inline float phx_nll_grad(int is_label, float scale)
+{
+    return is_label ? -scale : 0.0f;
+}
 /* The same gradient from e = exp(x - m) kept from the sum pass. */
 PHX_HD PHX_FI static inline float phx_softmax_grad(float e, float inv_sum, int is_label, float scale)
 {
@@ -456,7 +503,10 @@ PHX_HD PHX_FI static inline float phx_softmax_grad(float e, float inv_sum, int i
  * backward with g = dy w, over a row of n:
  *   dx = rstd (g - mean(g) - xhat mean(g xhat)) */
 
-PHX_HD PHX_FI static inline float phx_ln_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+PHX_HD PHX_FI static inline float phx_ln_rstd(float var, float eps)
+{
+    return 1.0f / sqrtf(var + eps);
+}
 PHX_HD PHX_FI static inline float phx_ln_dx(float g, float xhat, float rstd, float mean_g, float mean_gx)
 {
     return rstd * (g - mean_g - xhat * mean_gx);

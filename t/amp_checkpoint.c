@@ -26,15 +26,14 @@ int main(void)
         return 1;
     }
     phx_module *m = phx_linear_new(3, 2, true, NULL);
-    phx_scaler_opts o = { 0, 3.0, 0.3, 0 };
+    phx_scaler_opts o = {0, 3.0, 0.3, 0};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     /* 65536 * 0.3 in f32: not a power of two, must come back bit-exact. */
     const double odd = (double)(float)(65536.0 * 0.3);
     ok(phx_scaler_set_state(s, odd, 1234) == PHX_OK, "scaler state set to (%.10g, 1234)", odd);
     phx_status st = phx_checkpoint_save(path, m, NULL, s, NULL, 0);
     is_int(st, PHX_OK, "checkpoint saved with the scaler");
-    if (st)
-        diag("%s", phx_last_error());
+    if (st) diag("%s", phx_last_error());
 
     char buf[64];
     ok(phx_checkpoint_meta(path, "scaler.scale", buf, sizeof buf) == PHX_OK && strtod(buf, NULL) == odd,
@@ -55,15 +54,15 @@ int main(void)
     ok(phx_checkpoint_load(path, m, NULL, NULL) == PHX_OK, "the checkpoint loads without a scaler too");
 
     /* A scale of -5 in the metadata: refused, nothing changed. */
-    const char *names[2] = { "weight", "bias" };
-    phx_tensor *ts[2] = { phx_param_value(phx_module_find_param(m, "weight")),
-                          phx_param_value(phx_module_find_param(m, "bias")) };
-    float w_before[6], w_after[6], zeros[6] = { 0 };
+    const char *names[2] = {"weight", "bias"};
+    phx_tensor *ts[2] = {phx_param_value(phx_module_find_param(m, "weight")),
+                         phx_param_value(phx_module_find_param(m, "bias"))};
+    float w_before[6], w_after[6], zeros[6] = {0};
     phx_tensor_to_host(ts[0], w_before);
-    int64_t shape[2] = { 2, 3 };
+    int64_t shape[2] = {2, 3};
     phx_tensor *zw = phx_tensor_from_data(PHX_F32, 2, shape, zeros);
-    phx_tensor *zts[2] = { zw, ts[1] };
-    phx_meta meta[2] = { { "scaler.scale", "-5" }, { "scaler.growth_tracker", "3" } };
+    phx_tensor *zts[2] = {zw, ts[1]};
+    phx_meta meta[2] = {{"scaler.scale", "-5"}, {"scaler.growth_tracker", "3"}};
     st = phx_safetensors_write(bad, names, zts, 2, meta, 2);
     ok(st == PHX_OK, "wrote a checkpoint whose scaler.scale is -5");
     st = phx_checkpoint_load(bad, m, NULL, s2);

@@ -15,14 +15,17 @@
 enum { WORLD = 2, BATCH = 32, IN = 10, HID = 16, STEPS = 20, GROWTH_INTERVAL = 4 };
 
 /* Rank 1 sees a poisoned batch at these steps; rank 0 never does. */
-static int poisoned(int rank, int step) { return rank == 1 && (step == 5 || step == 6 || step == 12); }
+static int poisoned(int rank, int step)
+{
+    return rank == 1 && (step == 5 || step == 6 || step == 12);
+}
 
 /* Per-rank record, in memory shared by threads and forked processes. */
 typedef struct record {
     int done, errors;
     int stepped[STEPS];
     double scale[STEPS];
-    uint64_t hash[STEPS];     /* FNV-1a of every parameter's bytes after the step */
+    uint64_t hash[STEPS]; /* FNV-1a of every parameter's bytes after the step */
     int finite;
     char error[256];
 } record;
@@ -35,10 +38,8 @@ static uint64_t params_hash(phx_module *m, int *finite)
         phx_tensor *v = phx_param_value(phx_module_param(m, i));
         const float *f = phx_tensor_data(v);
         const unsigned char *b = (const unsigned char *)f;
-        for (size_t j = 0; j < phx_tensor_nbytes(v); j++)
-            h = (h ^ b[j]) * 1099511628211ull;
-        for (int64_t j = 0; j < phx_tensor_numel(v); j++)
-            *finite &= isfinite(f[j]) != 0;
+        for (size_t j = 0; j < phx_tensor_nbytes(v); j++) h = (h ^ b[j]) * 1099511628211ull;
+        for (int64_t j = 0; j < phx_tensor_numel(v); j++) *finite &= isfinite(f[j]) != 0;
     }
     return h;
 }
@@ -68,12 +69,12 @@ static int rank_main(int rank, void *arg)
     so.lr = 0.01;
     so.momentum = 0.9;
     phx_optimizer *opt = ddp ? phx_sgd_new(ddp, &so) : NULL;
-    phx_scaler_opts o = { 0, 0, 0, GROWTH_INTERVAL };
+    phx_scaler_opts o = {0, 0, 0, GROWTH_INTERVAL};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    int64_t xs[2] = { BATCH, IN }, ys[2] = { BATCH, 1 };
+    int64_t xs[2] = {BATCH, IN}, ys[2] = {BATCH, 1};
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *t = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
-    phx_rng *data = phx_rng_new(100 + (uint64_t)rank);   /* each rank its own shard */
+    phx_rng *data = phx_rng_new(100 + (uint64_t)rank); /* each rank its own shard */
     if (!ddp || !opt || !s || !mse || !x || !t || !data) {
         snprintf(rec->error, sizeof rec->error, "setup: %s", phx_last_error());
         rec->errors++;
@@ -89,7 +90,7 @@ static int rank_main(int rank, void *arg)
         if (!st) st = phx_module_forward(ddp, x, &y);
         if (!st) st = phx_loss_forward(mse, y, t, &loss);
         if (!st) st = phx_scaler_scale_grad(s, phx_loss_grad(mse));
-        if (!st) st = phx_module_backward(ddp, phx_loss_grad(mse), NULL);   /* all-reduce, waited */
+        if (!st) st = phx_module_backward(ddp, phx_loss_grad(mse), NULL); /* all-reduce, waited */
         if (!st) st = phx_scaler_step(s, opt, &stepped);
         if (st) {
             snprintf(rec->error, sizeof rec->error, "step %d: %s", step, phx_last_error());
@@ -119,7 +120,7 @@ static int rank_main(int rank, void *arg)
 
 static void run(const char *backend)
 {
-    phx_probe_ctx ctx = { !strcmp(backend, "threads"), WORLD, 0 };
+    phx_probe_ctx ctx = {!strcmp(backend, "threads"), WORLD, 0};
     const phx_plugin_desc *d;
     if (phx_plugin_load(PHX_PLUGIN_COMM, backend, &ctx, &d) != PHX_OK) {
         diag("%s: %s", backend, phx_last_error());
@@ -136,11 +137,9 @@ static void run(const char *backend)
     phx_status st = phx_spawn(WORLD, rank_main, rec);
     unsetenv("PHX_COMM");
     for (int r = 0; r < WORLD; r++)
-        if (rec[r].errors)
-            diag("%s rank %d: %s", backend, r, rec[r].error);
+        if (rec[r].errors) diag("%s rank %d: %s", backend, r, rec[r].error);
     ok(st == PHX_OK && rec[0].done && rec[1].done, "%s: %d ranks trained %d steps", backend, WORLD, STEPS);
-    if (st)
-        diag("phx_spawn: %s", phx_last_error());
+    if (st) diag("phx_spawn: %s", phx_last_error());
 
     int expected_skips = 1, same_steps = 1, same_scale = 1, same_params = 1;
     for (int i = 0; i < STEPS; i++) {
@@ -162,8 +161,8 @@ static void run(const char *backend)
     ok(same_params, "%s: parameters bitwise identical across ranks after every step", backend);
     ok(rec[0].finite && rec[1].finite, "%s: no NaN/inf in any rank's parameters", backend);
     ok(rec[0].scale[6] == rec[0].scale[4] / 4 && rec[0].scale[STEPS - 1] > rec[0].scale[12],
-       "%s: scale backed off on the two overflows (%g -> %g) and grew again (%g at the end)", backend,
-       rec[0].scale[4], rec[0].scale[6], rec[0].scale[STEPS - 1]);
+       "%s: scale backed off on the two overflows (%g -> %g) and grew again (%g at the end)", backend, rec[0].scale[4],
+       rec[0].scale[6], rec[0].scale[STEPS - 1]);
     munmap(rec, sizeof(record) * WORLD);
 }
 

@@ -15,26 +15,24 @@
 
 typedef struct fmt {
     phx_dtype dt;
-    int mant;      /* significand bits, hidden bit included */
-    int emin;      /* exponent of the smallest normal */
-    double max;    /* largest finite value */
+    int mant; /* significand bits, hidden bit included */
+    int emin; /* exponent of the smallest normal */
+    double max; /* largest finite value */
 } fmt;
 
-static const fmt F16 = { PHX_F16, 11, -14, 65504.0 };
-static const fmt BF16 = { PHX_BF16, 8, -126, 3.38953138925153547590470800371487866880e38 };
+static const fmt F16 = {PHX_F16, 11, -14, 65504.0};
+static const fmt BF16 = {PHX_BF16, 8, -126, 3.38953138925153547590470800371487866880e38};
 
 /* x (an f32 value) rounded to fmt, nearest even, overflow to inf. */
 static double round_to(double x, const fmt *f)
 {
-    if (isnan(x) || isinf(x) || x == 0)
-        return x;
+    if (isnan(x) || isinf(x) || x == 0) return x;
     int e;
     frexp(fabs(x), &e);
     int exp = e - 1 < f->emin ? f->emin : e - 1;
     double ulp = ldexp(1.0, exp - (f->mant - 1));
     double r = rint(x / ulp) * ulp;
-    if (fabs(r) > f->max)
-        return copysign(INFINITY, x);
+    if (fabs(r) > f->max) return copysign(INFINITY, x);
     return r;
 }
 
@@ -59,10 +57,10 @@ static void check_cast(const fmt *f)
     enum { N = 4096 };
     static float v[N];
     int n = 0;
-    const float edge[] = { 65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e5f, 5.9604645e-8f, 2.9802322e-8f,
-                           2.9802326e-8f, 8.940697e-8f, 6.1035156e-5f, 6.1035153e-5f, 1.0009765625f,
-                           1.00048828125f, 1.00146484375f, 1.00390625f, 1.01171875f, 3.3895314e38f, FLT_MAX,
-                           1e-40f, -0.0f, 0.0f, INFINITY, -INFINITY, NAN };
+    const float edge[] = {65504.0f,       65519.996f,     65520.0f,     65536.0f,      1e5f,          5.9604645e-8f,
+                          2.9802322e-8f,  2.9802326e-8f,  8.940697e-8f, 6.1035156e-5f, 6.1035153e-5f, 1.0009765625f,
+                          1.00048828125f, 1.00146484375f, 1.00390625f,  1.01171875f,   3.3895314e38f, FLT_MAX,
+                          1e-40f,         -0.0f,          0.0f,         INFINITY,      -INFINITY,     NAN};
     for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
         v[n++] = edge[i];
         v[n++] = -edge[i];
@@ -71,7 +69,7 @@ static void check_cast(const fmt *f)
         int sc = (int)(uniform() * (f->dt == PHX_F16 ? 44 : 250)) - (f->dt == PHX_F16 ? 28 : 125);
         v[n++] = (float)ldexp(normal(), sc);
     }
-    int64_t shape[1] = { N };
+    int64_t shape[1] = {N};
     phx_tensor *src = phx_tensor_from_data(PHX_F32, 1, shape, v);
     phx_tensor *dst = phx_tensor_new(f->dt, 1, shape, phx_cpu());
     phx_status st = phx_tensor_cast(dst, src);
@@ -92,33 +90,26 @@ static void check_cast(const fmt *f)
 /* op(A) (m,k) op(B) (k,n) with operands in f->dt, C in cdt. */
 static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int n, int k, float alpha, float beta)
 {
-    int64_t sa[2] = { ta ? k : m, ta ? m : k }, sb[2] = { tb ? n : k, tb ? k : n }, sc[2] = { m, n };
+    int64_t sa[2] = {ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n}, sc[2] = {m, n};
     float *a32 = malloc(sizeof(float) * m * k), *b32 = malloc(sizeof(float) * k * n);
     float *c0 = malloc(sizeof(float) * m * n);
     double *ar = malloc(sizeof(double) * m * k), *br = malloc(sizeof(double) * k * n);
     /* Rows of A and columns of B at different magnitudes: a bound that
      * holds per element, not only on average. */
-    for (int i = 0; i < m * k; i++)
-        a32[i] = (float)(normal() * ldexp(1.0, (i / k) % 5 - 2));
-    for (int i = 0; i < k * n; i++)
-        b32[i] = (float)(normal() * ldexp(1.0, (i % n) % 4 - 1));
-    for (int i = 0; i < m * n; i++)
-        c0[i] = (float)normal();
-    for (int i = 0; i < m * k; i++)
-        ar[i] = round_to(a32[i], f);
-    for (int i = 0; i < k * n; i++)
-        br[i] = round_to(b32[i], f);
+    for (int i = 0; i < m * k; i++) a32[i] = (float)(normal() * ldexp(1.0, (i / k) % 5 - 2));
+    for (int i = 0; i < k * n; i++) b32[i] = (float)(normal() * ldexp(1.0, (i % n) % 4 - 1));
+    for (int i = 0; i < m * n; i++) c0[i] = (float)normal();
+    for (int i = 0; i < m * k; i++) ar[i] = round_to(a32[i], f);
+    for (int i = 0; i < k * n; i++) br[i] = round_to(b32[i], f);
 
     /* Operands stored as the kernel expects: A is (k,m) when transposed. */
     phx_tensor *a = phx_tensor_new(f->dt, 2, sa, phx_cpu()), *b = phx_tensor_new(f->dt, 2, sb, phx_cpu());
     phx_tensor *c = phx_tensor_new(cdt, 2, sc, phx_cpu());
     float *at = malloc(sizeof(float) * m * k), *bt = malloc(sizeof(float) * k * n);
     for (int i = 0; i < m; i++)
-        for (int p = 0; p < k; p++)
-            at[ta ? p * m + i : i * k + p] = a32[i * k + p];
+        for (int p = 0; p < k; p++) at[ta ? p * m + i : i * k + p] = a32[i * k + p];
     for (int p = 0; p < k; p++)
-        for (int j = 0; j < n; j++)
-            bt[tb ? j * k + p : p * n + j] = b32[p * n + j];
+        for (int j = 0; j < n; j++) bt[tb ? j * k + p : p * n + j] = b32[p * n + j];
     phx_tensor *a_f = phx_tensor_from_data(PHX_F32, 2, sa, at), *b_f = phx_tensor_from_data(PHX_F32, 2, sb, bt);
     phx_tensor *c_f = phx_tensor_from_data(PHX_F32, 2, sc, c0);
     phx_tensor_cast(a, a_f);
@@ -127,7 +118,7 @@ static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int
     phx_status st = phx_gemm(ta, tb, alpha, a, b, beta, c);
 
     const double u = ldexp(1.0, -24);
-    const int terms = k + 2;               /* k products, alpha, beta c */
+    const int terms = k + 2; /* k products, alpha, beta c */
     const double gamma = terms * u / (1 - terms * u);
     const fmt *cf = cdt == PHX_F16 ? &F16 : cdt == PHX_BF16 ? &BF16 : NULL;
     const double uc = cf ? ldexp(1.0, -cf->mant) : 0;
@@ -151,22 +142,17 @@ static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int
              * 2^-24 * 2^emin covers a subnormal result */
             double bound = gamma * s + uc * (fabs(ref) + gamma * s) + (cf ? ldexp(1.0, cf->emin - cf->mant) : 0);
             double r = fabs(got - ref) / bound;
-            if (!(r <= worst))
-                worst = r;
-            if (fabs(ref) > 1e-3 * s)
-                max_rel = fmax(max_rel, fabs(got - ref) / fabs(ref));
-            if (fabs(exact) > 1e-3 * se)
-                max_rel_f32 = fmax(max_rel_f32, fabs(got - exact) / fabs(exact));
+            if (!(r <= worst)) worst = r;
+            if (fabs(ref) > 1e-3 * s) max_rel = fmax(max_rel, fabs(got - ref) / fabs(ref));
+            if (fabs(exact) > 1e-3 * se) max_rel_f32 = fmax(max_rel_f32, fabs(got - exact) / fabs(exact));
             (void)se;
         }
     ok(st == PHX_OK && worst <= 1.0,
        "%s x %s -> %s gemm%s%s (%d,%d,%d) alpha %g beta %g: within the f32 accumulation bound (worst %.3f of it)",
-       phx_dtype_name(f->dt), phx_dtype_name(f->dt), phx_dtype_name(cdt), ta ? " A^T" : "", tb ? " B^T" : "", m, n,
-       k, alpha, beta, worst);
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
-    diag("  max relative error vs the rounded operands %.3g; vs the unrounded f32 operands %.3g", max_rel,
-         max_rel_f32);
+       phx_dtype_name(f->dt), phx_dtype_name(f->dt), phx_dtype_name(cdt), ta ? " A^T" : "", tb ? " B^T" : "", m, n, k,
+       alpha, beta, worst);
+    if (st != PHX_OK) diag("%s", phx_last_error());
+    diag("  max relative error vs the rounded operands %.3g; vs the unrounded f32 operands %.3g", max_rel, max_rel_f32);
     phx_tensor_free(a);
     phx_tensor_free(b);
     phx_tensor_free(c);
@@ -181,7 +167,7 @@ int main(void)
     plan(2 + 2 * 7 + 2);
     check_cast(&F16);
     check_cast(&BF16);
-    const fmt *fs[2] = { &F16, &BF16 };
+    const fmt *fs[2] = {&F16, &BF16};
     for (int i = 0; i < 2; i++) {
         const fmt *f = fs[i];
         check_gemm(f, PHX_F32, false, false, 37, 19, 257, 1.0f, 0.0f);
@@ -193,7 +179,7 @@ int main(void)
         check_gemm(f, f->dt, false, true, 64, 33, 512, 1.0f, 1.0f);
     }
     /* Mixed operand dtypes are an error, not a silent conversion. */
-    int64_t s2[2] = { 2, 2 };
+    int64_t s2[2] = {2, 2};
     phx_tensor *h = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu()), *bf = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu());
     phx_tensor *c = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
     is_int(phx_gemm(false, false, 1, h, bf, 0, c), PHX_EINVAL, "f16 x bf16 operands: PHX_EINVAL");

@@ -20,8 +20,7 @@ static phx_tensor *load(const char *dir, const char *file)
     char path[4096];
     phx_tensor *t = NULL;
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    if (phx_idx_read(path, &t) != PHX_OK)
-        skip_all(phx_last_error());
+    if (phx_idx_read(path, &t) != PHX_OK) skip_all(phx_last_error());
     return t;
 }
 
@@ -32,7 +31,7 @@ static double accuracy(phx_module *m, phx_tensor *x, phx_tensor *labels)
     int64_t n = phx_tensor_dim(x, 0), f = phx_tensor_dim(x, 1), right = 0;
     const int64_t *lab = phx_tensor_data(labels);
     for (int64_t b = 0; b + EVAL_BATCH <= n; b += EVAL_BATCH) {
-        int64_t shape[2] = { EVAL_BATCH, f };
+        int64_t shape[2] = {EVAL_BATCH, f};
         phx_tensor *xb = phx_tensor_view(x, b * f, 2, shape), *y = NULL;
         if (phx_module_forward(m, xb, &y) != PHX_OK) {
             diag("eval: %s", phx_last_error());
@@ -44,8 +43,7 @@ static double accuracy(phx_module *m, phx_tensor *x, phx_tensor *labels)
             int64_t best = 0;
             double bv = -INFINITY, v;
             for (int64_t j = 0; j < c; j++)
-                if (phx_tensor_get(y, i * c + j, &v) == PHX_OK && v > bv)
-                    bv = v, best = j;
+                if (phx_tensor_get(y, i * c + j, &v) == PHX_OK && v > bv) bv = v, best = j;
             right += best == lab[b + i];
         }
         phx_tensor_free(xb);
@@ -59,8 +57,7 @@ typedef struct result {
     int skipped, errors;
 } result;
 
-static void train(const char *policy, phx_tensor *xtr, phx_tensor *ytr, phx_tensor *xte, phx_tensor *yte,
-                  result *r)
+static void train(const char *policy, phx_tensor *xtr, phx_tensor *ytr, phx_tensor *xte, phx_tensor *yte, result *r)
 {
     memset(r, 0, sizeof *r);
     phx_precision *p = NULL;
@@ -125,9 +122,8 @@ int main(void)
     phx_tensor *xte = load(dir, "t10k-images-idx3-ubyte.gz"), *yte = load(dir, "t10k-labels-idx1-ubyte.gz");
     const char *env = getenv("AMP_MNIST_TRAIN");
     int64_t n = env ? atoll(env) : 0;
-    if (n <= 0 || n > phx_tensor_dim(xtr_all, 0))
-        n = phx_tensor_dim(xtr_all, 0);
-    int64_t xs[2] = { n, 784 }, ys[1] = { n };
+    if (n <= 0 || n > phx_tensor_dim(xtr_all, 0)) n = phx_tensor_dim(xtr_all, 0);
+    int64_t xs[2] = {n, 784}, ys[1] = {n};
     phx_tensor *xtr = phx_tensor_view(xtr_all, 0, 2, xs), *ytr = phx_tensor_view(ytr_all, 0, 1, ys);
 
     plan(8);
@@ -138,10 +134,10 @@ int main(void)
     train("bf16", xtr, ytr, xte, yte, &rb);
     is_int(r32.errors + r16.errors + rb.errors, 0, "three runs without errors");
     ok(r32.acc > 0.75, "fp32 learns (test accuracy %.4f > 0.75)", r32.acc);
-    ok(fabs(r16.acc - r32.acc) <= 0.01, "fp16 accuracy %.4f within 0.01 of fp32's %.4f (diff %+.4f)", r16.acc,
-       r32.acc, r16.acc - r32.acc);
-    ok(fabs(rb.acc - r32.acc) <= 0.01, "bf16 accuracy %.4f within 0.01 of fp32's %.4f (diff %+.4f)", rb.acc,
-       r32.acc, rb.acc - r32.acc);
+    ok(fabs(r16.acc - r32.acc) <= 0.01, "fp16 accuracy %.4f within 0.01 of fp32's %.4f (diff %+.4f)", r16.acc, r32.acc,
+       r16.acc - r32.acc);
+    ok(fabs(rb.acc - r32.acc) <= 0.01, "bf16 accuracy %.4f within 0.01 of fp32's %.4f (diff %+.4f)", rb.acc, r32.acc,
+       rb.acc - r32.acc);
     ok(r16.acc != r32.acc || r16.last_loss != r32.last_loss, "fp16 really ran in lower precision (results differ)");
     ok(rb.last_loss != r16.last_loss, "bf16 and fp16 differ from each other");
     is_int(r32.skipped + rb.skipped, 0, "fp32 and bf16 never skip a step");

@@ -13,7 +13,10 @@
 enum { BATCH = 64, IN = 10, HID = 16, STEPS = 40 };
 
 /* Steps whose batch is scaled by 1e5. */
-static int poisoned(int step) { return step >= 10 && step < 13; }
+static int poisoned(int step)
+{
+    return step >= 10 && step < 13;
+}
 
 static phx_module *make_model(const phx_precision *p)
 {
@@ -36,8 +39,7 @@ static int all_finite(phx_module *m)
         phx_tensor *v = phx_param_value(phx_module_param(m, i));
         const float *d = phx_tensor_data(v);
         for (int64_t j = 0; j < phx_tensor_numel(v); j++)
-            if (!isfinite(d[j]))
-                return 0;
+            if (!isfinite(d[j])) return 0;
     }
     return 1;
 }
@@ -57,10 +59,10 @@ static void run(const phx_precision *p, int with_poison, int growth_interval, ru
     phx_sgd_opts so = phx_sgd_defaults();
     so.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(m, &so);
-    phx_scaler_opts o = { 0, 0, 0, growth_interval };
+    phx_scaler_opts o = {0, 0, 0, growth_interval};
     phx_scaler *s = phx_scaler_new(p, &o);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    int64_t xs[2] = { BATCH, IN }, ys[2] = { BATCH, 1 };
+    int64_t xs[2] = {BATCH, IN}, ys[2] = {BATCH, 1};
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *big = phx_tensor_new(PHX_F32, 2, xs, phx_cpu());
     phx_tensor *t = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
     phx_rng *data = phx_rng_new(3);
@@ -69,10 +71,8 @@ static void run(const phx_precision *p, int with_poison, int growth_interval, ru
     phx_tensor_copy(big, x);
     phx_tensor_axpby(0, NULL, 1e5f, big);
     for (int step = 0; step < STEPS; step++) {
-        if (poisoned(step) && !with_poison)
-            continue;
-        if (step == 10)
-            r->scale_before = phx_scaler_get_scale(s);
+        if (poisoned(step) && !with_poison) continue;
+        if (step == 10) r->scale_before = phx_scaler_get_scale(s);
         phx_tensor *y;
         float loss;
         bool stepped = false;
@@ -82,16 +82,11 @@ static void run(const phx_precision *p, int with_poison, int growth_interval, ru
         if (!st) st = phx_scaler_scale_grad(s, phx_loss_grad(mse));
         if (!st) st = phx_module_backward(m, phx_loss_grad(mse), NULL);
         if (!st) st = phx_scaler_step(s, opt, &stepped);
-        if (st && r->errors++ == 0)
-            diag("step %d: %s", step, phx_last_error());
-        if (step == 0)
-            r->first_loss = loss;
-        if (!poisoned(step))
-            r->last_loss = loss;
-        if (!stepped)
-            poisoned(step) ? r->skipped_poisoned++ : r->skipped_clean++;
-        if (step == 12)
-            r->scale_after_poison = phx_scaler_get_scale(s);
+        if (st && r->errors++ == 0) diag("step %d: %s", step, phx_last_error());
+        if (step == 0) r->first_loss = loss;
+        if (!poisoned(step)) r->last_loss = loss;
+        if (!stepped) poisoned(step) ? r->skipped_poisoned++ : r->skipped_clean++;
+        if (step == 12) r->scale_after_poison = phx_scaler_get_scale(s);
         r->nan_weights += !all_finite(m);
     }
     r->final_scale = phx_scaler_get_scale(s);
@@ -110,14 +105,13 @@ static void run(const phx_precision *p, int with_poison, int growth_interval, ru
 static int forward_finite(const phx_precision *p)
 {
     phx_module *m = make_model(p);
-    int64_t xs[2] = { BATCH, IN };
+    int64_t xs[2] = {BATCH, IN};
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *y = NULL;
     phx_rng *data = phx_rng_new(3);
     phx_rng_normal(data, x, 0, 1);
     phx_tensor_axpby(0, NULL, 1e5f, x);
     double sum = NAN;
-    if (phx_module_forward(m, x, &y) == PHX_OK)
-        phx_tensor_reduce(y, PHX_SUM, &sum);
+    if (phx_module_forward(m, x, &y) == PHX_OK) phx_tensor_reduce(y, PHX_SUM, &sum);
     phx_rng_free(data);
     phx_tensor_free(x);
     phx_module_free(m);
@@ -141,8 +135,10 @@ int main(void)
     is_int(a.nan_weights, 0, "no NaN or inf ever reaches the weights");
     ok(a.scale_after_poison == a.scale_before / 8, "the scale backed off three times (%g -> %g)", a.scale_before,
        a.scale_after_poison);
-    ok(a.final_scale >= a.scale_before, "the scale recovered over the clean steps (%g, was %g before; %d clean "
-       "steps skipped on the way)", a.final_scale, a.scale_before, a.skipped_clean);
+    ok(a.final_scale >= a.scale_before,
+       "the scale recovered over the clean steps (%g, was %g before; %d clean "
+       "steps skipped on the way)",
+       a.final_scale, a.scale_before, a.skipped_clean);
     ok(isfinite(a.last_loss) && a.last_loss < a.first_loss, "the loss went down (%.4f -> %.4f)", a.first_loss,
        a.last_loss);
 
@@ -151,11 +147,11 @@ int main(void)
      * saw them ends. */
     run(fp16, 1, 1000, &b);
     run(fp16, 0, 1000, &c);
-    is_int(b.errors + c.errors + b.skipped_clean + c.skipped_clean, 0, "runs without growth: no error, no clean step skipped");
+    is_int(b.errors + c.errors + b.skipped_clean + c.skipped_clean, 0,
+           "runs without growth: no error, no clean step skipped");
     is_int(b.skipped_poisoned, 3, "and the three poisoned steps skipped");
     double worst = 0;
-    for (int i = 0; i < HID * IN; i++)
-        worst = fmax(worst, fabs(b.w[i] - c.w[i]) / fmax(1e-3, fabs(c.w[i])));
+    for (int i = 0; i < HID * IN; i++) worst = fmax(worst, fabs(b.w[i] - c.w[i]) / fmax(1e-3, fabs(c.w[i])));
     ok(worst <= 1e-5, "weights equal those of a run that never saw the poisoned batches (max rel diff %.2g)", worst);
 
     /* The overflow is in the f16 forward: the same batch is finite in f32. */

@@ -43,10 +43,10 @@ static const char *from_env(const char *env, phx_status *st)
 static void scan(void)
 {
     phx_plugin_info infos[64];
-    phx_probe_ctx ctx = { 0, 1, 0 };
+    phx_probe_ctx ctx = {0, 1, 0};
     size_t n = phx_plugin_scan(infos, 64, &ctx);
-    int found[3] = { 0, 0, 0 }, prio[3] = { -1, -1, -1 };
-    const char *names[3] = { "fp32", "fp16", "bf16" };
+    int found[3] = {0, 0, 0}, prio[3] = {-1, -1, -1};
+    const char *names[3] = {"fp32", "fp16", "bf16"};
     for (size_t i = 0; i < n && i < 64; i++)
         for (int k = 0; k < 3; k++)
             if (!strcmp(infos[i].kind, "precision") && !strcmp(infos[i].name, names[k]) && infos[i].ok) {
@@ -75,8 +75,7 @@ static void phx_info(void)
     while (f && fgets(line, sizeof line, f))
         if (strstr(line, "precision"))
             seen |= (strstr(line, "fp32") ? 1 : 0) | (strstr(line, "fp16") ? 2 : 0) | (strstr(line, "bf16") ? 4 : 0);
-    if (f)
-        pclose(f);
+    if (f) pclose(f);
     is_int(seen, 7, "phx-info lists precision fp32, fp16 and bf16");
 }
 
@@ -108,8 +107,7 @@ int main(void)
     like(msg, "nonsense", "the error names the request");
     like(msg, "PHX_PRECISION", "the error names the variable");
     ok(strstr(msg, "fp32") && strstr(msg, "fp16") && strstr(msg, "bf16"), "the error lists fp32, fp16, bf16");
-    if (!(strstr(msg, "fp32") && strstr(msg, "fp16") && strstr(msg, "bf16")))
-        diag("got: %s", msg);
+    if (!(strstr(msg, "fp32") && strstr(msg, "fp16") && strstr(msg, "bf16"))) diag("got: %s", msg);
     p = (phx_precision *)&st;
     ok(phx_precision_new("fp64", &p) == PHX_ENOTFOUND && p == NULL, "an unknown name in code: PHX_ENOTFOUND, out NULL");
     is_int(phx_precision_new("fp16", NULL), PHX_EINVAL, "out NULL is PHX_EINVAL");
@@ -124,7 +122,8 @@ int main(void)
     phx_module *m = phx_sequential_new();
     phx_sequential_add(m, phx_linear_new(3, 2, true, NULL));
     ok(phx_module_set_precision(m, bf) == PHX_OK && phx_module_compute_dtype(m) == PHX_BF16 &&
-       phx_module_compute_dtype(phx_module_child(m, 0)) == PHX_BF16, "set_precision(bf16): modules compute in bf16");
+           phx_module_compute_dtype(phx_module_child(m, 0)) == PHX_BF16,
+       "set_precision(bf16): modules compute in bf16");
     ok(phx_module_set_precision(m, NULL) == PHX_OK && phx_module_compute_dtype(phx_module_child(m, 0)) == PHX_F32,
        "set_precision(NULL): back to f32");
     phx_module_free(m);

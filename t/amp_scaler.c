@@ -26,9 +26,8 @@ static phx_precision *policy(const char *name)
 static phx_module *make_model(void)
 {
     phx_module *m = phx_linear_new(4, 2, true, NULL);
-    float w[8], b[2] = { 0, 0 };
-    for (int i = 0; i < 8; i++)
-        w[i] = (float)i / 8;
+    float w[8], b[2] = {0, 0};
+    for (int i = 0; i < 8; i++) w[i] = (float)i / 8;
     phx_param *pw = phx_module_find_param(m, "weight"), *pb = phx_module_find_param(m, "bias");
     if (!m || !pw || !pb || phx_tensor_from_host(phx_param_value(pw), w) != PHX_OK ||
         phx_tensor_from_host(phx_param_value(pb), b) != PHX_OK) {
@@ -84,16 +83,14 @@ static int run_config(FILE *f, ref_step *ref, phx_precision *fp16)
     int interval, n;
     long pos;
     do {
-        if (!fgets(line, sizeof line, f))
-            return 0;
+        if (!fgets(line, sizeof line, f)) return 0;
     } while (line[0] == '#');
     if (sscanf(line, "config %lf %lf %lf %d %d", &init, &growth, &backoff, &interval, &n) != 5 || n > MAX_STEPS) {
         printf("Bail out! bad config line: %s", line);
         exit(1);
     }
     memset(ref, 0, sizeof(ref_step) * MAX_STEPS);
-    for (int i = 0; i < n; i++)
-        ref[i].ev = 'c';
+    for (int i = 0; i < n; i++) ref[i].ev = 'c';
     while ((pos = ftell(f)) >= 0 && fgets(line, sizeof line, f)) {
         int i, st;
         char ev;
@@ -107,12 +104,12 @@ static int run_config(FILE *f, ref_step *ref, phx_precision *fp16)
             printf("Bail out! bad step line: %s", line);
             exit(1);
         }
-        ref[i] = (ref_step){ 1, st, ev, sc, w0, tr };
+        ref[i] = (ref_step){1, st, ev, sc, w0, tr};
     }
 
     /* 0 keeps a default: pass PyTorch's defaults as 0 to exercise them. */
-    phx_scaler_opts o = { init, growth == 2.0 ? 0 : growth, backoff == 0.5 ? 0 : backoff,
-                          interval == 2000 ? 0 : interval };
+    phx_scaler_opts o = {init, growth == 2.0 ? 0 : growth, backoff == 0.5 ? 0 : backoff,
+                         interval == 2000 ? 0 : interval};
     phx_module *m = make_model();
     phx_sgd_opts so = phx_sgd_defaults();
     so.lr = 0.1;
@@ -126,11 +123,10 @@ static int run_config(FILE *f, ref_step *ref, phx_precision *fp16)
         phx_status st = phx_scaler_step(s, opt, &stepped);
         double w0 = 0;
         phx_tensor_get(phx_param_value(phx_module_find_param(m, "weight")), 0, &w0);
-        if (!ref[i].listed)
-            continue;
+        if (!ref[i].listed) continue;
         compared++;
         int same = st == PHX_OK && (int)stepped == ref[i].stepped && phx_scaler_get_scale(s) == ref[i].scale &&
-                   phx_scaler_growth_tracker(s) == ref[i].tracker && fabs(w0 - ref[i].w0) <= 1e-6 * fmax(1, fabs(w0));
+            phx_scaler_growth_tracker(s) == ref[i].tracker && fabs(w0 - ref[i].w0) <= 1e-6 * fmax(1, fabs(w0));
         if (!same && bad++ == 0)
             diag("step %d (%c): expected stepped %d scale %.17g tracker %ld w0 %.9g; got %d %.17g %lld %.9g (%s)", i,
                  ref[i].ev, ref[i].stepped, ref[i].scale, ref[i].tracker, ref[i].w0, (int)stepped,
@@ -155,13 +151,11 @@ typedef struct snapshot {
 static size_t collect(phx_module *m, phx_optimizer *opt, phx_tensor **ts)
 {
     size_t n = 0;
-    for (size_t i = 0; i < phx_module_num_params(m); i++)
-        ts[n++] = phx_param_value(phx_module_param(m, i));
+    for (size_t i = 0; i < phx_module_num_params(m); i++) ts[n++] = phx_param_value(phx_module_param(m, i));
     const char **names;
     phx_tensor **st;
     size_t ns = phx_optimizer_state(opt, &names, &st);
-    for (size_t i = 0; i < ns && n < 16; i++)
-        ts[n++] = st[i];
+    for (size_t i = 0; i < ns && n < 16; i++) ts[n++] = st[i];
     return n;
 }
 
@@ -182,7 +176,8 @@ static int same_as(phx_module *m, phx_optimizer *opt, snapshot *s)
     size_t n = collect(m, opt, ts);
     int same = n == s->n;
     for (size_t i = 0; i < s->n; i++) {
-        if (same && (phx_tensor_nbytes(ts[i]) != s->bytes[i] || memcmp(phx_tensor_data(ts[i]), s->data[i], s->bytes[i])))
+        if (same &&
+            (phx_tensor_nbytes(ts[i]) != s->bytes[i] || memcmp(phx_tensor_data(ts[i]), s->data[i], s->bytes[i])))
             same = 0;
         free(s->data[i]);
     }
@@ -203,7 +198,7 @@ static void skipped_step_unchanged(phx_precision *fp16, int adam)
         so.momentum = 0.9;
         opt = phx_sgd_new(m, &so);
     }
-    phx_scaler_opts o = { 1024, 0, 0, 3 };
+    phx_scaler_opts o = {1024, 0, 0, 3};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     bool stepped = false;
     /* Two clean steps create the optimizer state and set the tracker to 2. */
@@ -224,8 +219,7 @@ static void skipped_step_unchanged(phx_precision *fp16, int adam)
         ok(same_as(m, opt, &sn), "%s: parameters and optimizer state bitwise unchanged after the %s", what,
            k ? "NaN" : "inf");
         is_int(phx_optimizer_steps(opt), steps, "%s: optimizer step count unchanged", what);
-        ok(phx_scaler_get_scale(s) == before / 2, "%s: scale halved (%g -> %g)", what, before,
-           phx_scaler_get_scale(s));
+        ok(phx_scaler_get_scale(s) == before / 2, "%s: scale halved (%g -> %g)", what, before, phx_scaler_get_scale(s));
         is_int(phx_scaler_growth_tracker(s), 0, "%s: growth tracker reset", what);
     }
     /* The next clean step takes place with the halved scale. */
@@ -246,8 +240,8 @@ static void no_scaling(const char *name)
     phx_optimizer *opt = sgd(m);
     ok(s && !phx_precision_scaling(p), "%s: scaler made, policy does not scale", name);
     ok(phx_scaler_get_scale(s) == 1.0 && phx_scaler_growth_tracker(s) == 0, "%s: scale 1, tracker 0", name);
-    float v[3] = { 0.1f, -2.5f, 3e-8f }, got[3];
-    int64_t shape[1] = { 3 };
+    float v[3] = {0.1f, -2.5f, 3e-8f}, got[3];
+    int64_t shape[1] = {3};
     phx_tensor *g = phx_tensor_from_data(PHX_F32, 1, shape, v);
     phx_scaler_scale_grad(s, g);
     phx_tensor_to_host(g, got);
@@ -273,11 +267,12 @@ static void no_scaling(const char *name)
 static void bad_input(phx_precision *fp16)
 {
     static const phx_scaler_opts bad[] = {
-        { -1, 0, 0, 0 }, { NAN, 0, 0, 0 }, { 1e39, 0, 0, 0 }, { 0, 1.0, 0, 0 }, { 0, 0.5, 0, 0 },
-        { 0, INFINITY, 0, 0 }, { 0, 0, 1.0, 0 }, { 0, 0, -0.5, 0 }, { 0, 0, 0, -3 },
+        {-1, 0, 0, 0},       {NAN, 0, 0, 0}, {1e39, 0, 0, 0}, {0, 1.0, 0, 0}, {0, 0.5, 0, 0},
+        {0, INFINITY, 0, 0}, {0, 0, 1.0, 0}, {0, 0, -0.5, 0}, {0, 0, 0, -3},
     };
-    static const char *field[] = { "init_scale", "init_scale", "init_scale", "growth_factor", "growth_factor",
-                                   "growth_factor", "backoff_factor", "backoff_factor", "growth_interval" };
+    static const char *field[] = {"init_scale",     "init_scale",     "init_scale",
+                                  "growth_factor",  "growth_factor",  "growth_factor",
+                                  "backoff_factor", "backoff_factor", "growth_interval"};
     int nulls = 0, named = 0;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         phx_error_clear();
@@ -289,22 +284,23 @@ static void bad_input(phx_precision *fp16)
     is_int(nulls, 9, "9 bad option sets rejected");
     is_int(named, 9, "each error names the bad option");
 
-    phx_scaler_opts o = { 0, 0, 0, 10 };
+    phx_scaler_opts o = {0, 0, 0, 10};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     ok(phx_scaler_set_state(s, 1024, 5) == PHX_OK && phx_scaler_get_scale(s) == 1024 &&
-       phx_scaler_growth_tracker(s) == 5, "set_state(1024, 5) round-trips");
-    const double scales[] = { 0, -1, NAN, INFINITY, 1e39 };
+           phx_scaler_growth_tracker(s) == 5,
+       "set_state(1024, 5) round-trips");
+    const double scales[] = {0, -1, NAN, INFINITY, 1e39};
     int rejected = 0;
-    for (size_t i = 0; i < 5; i++)
-        rejected += phx_scaler_set_state(s, scales[i], 0) == PHX_EINVAL;
+    for (size_t i = 0; i < 5; i++) rejected += phx_scaler_set_state(s, scales[i], 0) == PHX_EINVAL;
     rejected += phx_scaler_set_state(s, 8, -1) == PHX_EINVAL;
     rejected += phx_scaler_set_state(s, 8, 10) == PHX_EINVAL;
     is_int(rejected, 7, "set_state rejects scale 0, -1, NaN, inf, 1e39 and trackers -1, 10 (interval 10)");
     like(phx_last_error(), "growth tracker 10", "the error names the tracker");
     ok(phx_scaler_get_scale(s) == 1024 && phx_scaler_growth_tracker(s) == 5, "rejected states change nothing");
     ok(phx_scaler_step(s, NULL, NULL) == PHX_EINVAL && phx_scaler_step(NULL, NULL, NULL) == PHX_EINVAL &&
-       phx_scaler_scale_grad(s, NULL) == PHX_EINVAL, "NULL arguments are PHX_EINVAL");
-    int64_t shape[1] = { 2 };
+           phx_scaler_scale_grad(s, NULL) == PHX_EINVAL,
+       "NULL arguments are PHX_EINVAL");
+    int64_t shape[1] = {2};
     phx_tensor *li = phx_tensor_zeros(PHX_I64, 1, shape, phx_cpu());
     ok(phx_scaler_scale_grad(s, li) == PHX_EINVAL, "an i64 loss gradient is PHX_EINVAL");
     like(phx_last_error(), "i64", "the error names the dtype");
@@ -321,7 +317,7 @@ static void steady_state(phx_precision *fp16)
     phx_scaler *s = phx_scaler_new(fp16, NULL);
     bool stepped;
     fake_backward(m, s, 'c');
-    phx_scaler_step(s, opt, &stepped);    /* first step: flags, optimizer state */
+    phx_scaler_step(s, opt, &stepped); /* first step: flags, optimizer state */
     uint64_t before = phx_alloc_count();
     for (int i = 0; i < 4; i++) {
         fake_backward(m, s, i == 2 ? 'i' : 'c');
@@ -351,14 +347,13 @@ int main(void)
     }
     ref_step *ref = malloc(sizeof(ref_step) * MAX_STEPS);
     int configs = 0;
-    while (run_config(f, ref, fp16))
-        configs++;
+    while (run_config(f, ref, fp16)) configs++;
     is_int(configs, 4, "four reference configs replayed");
     free(ref);
     fclose(f);
 
     /* Exactly growth_interval clean steps double the scale. */
-    phx_scaler_opts o = { 0, 0, 0, 5 };
+    phx_scaler_opts o = {0, 0, 0, 5};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     phx_module *m = make_model();
     phx_optimizer *opt = sgd(m);
@@ -367,8 +362,7 @@ int main(void)
     for (int i = 1; i <= 5; i++) {
         fake_backward(m, s, 'c');
         phx_scaler_step(s, opt, &stepped);
-        if (doubled_at < 0 && phx_scaler_get_scale(s) != 65536.0)
-            doubled_at = i;
+        if (doubled_at < 0 && phx_scaler_get_scale(s) != 65536.0) doubled_at = i;
     }
     is_int(doubled_at, 5, "interval 5: the scale changes first after the 5th clean step");
     ok(phx_scaler_get_scale(s) == 131072.0 && phx_scaler_growth_tracker(s) == 0, "and it doubled; tracker reset");

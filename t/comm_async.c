@@ -39,7 +39,7 @@ static int rank_main(int rank, void *arg)
         return 1;
     }
     const int n = phx_comm_size(c);
-    const double S = n * (n + 1) / 2.0;   /* sum over ranks of rank + 1 */
+    const double S = n * (n + 1) / 2.0; /* sum over ranks of rank + 1 */
 
     /* 1. back to back: a big one first, then small ones of every kind */
     phx_tensor *t[NOPS], *o[NOPS];
@@ -50,7 +50,7 @@ static int rank_main(int rank, void *arg)
         t[k] = filled(k % 2 ? PHX_F32 : PHX_I64, cnt, rank + 1);
         o[k] = NULL;
         phx_status st;
-        if (k % 4 == 3) {                 /* allgather of rank+1 */
+        if (k % 4 == 3) { /* allgather of rank+1 */
             o[k] = filled(phx_tensor_dtype(t[k]), cnt * n, 0);
             st = phx_comm_allgather(c, t[k], o[k], &w[k]);
         } else if (k % 8 == 5) {
@@ -58,7 +58,11 @@ static int rank_main(int rank, void *arg)
         } else {
             st = phx_comm_allreduce(c, t[k], PHX_SUM, &w[k]);
         }
-        if (st) { issued = 0; snprintf(why, sizeof why, "op %d: %s", k, phx_last_error()); break; }
+        if (st) {
+            issued = 0;
+            snprintf(why, sizeof why, "op %d: %s", k, phx_last_error());
+            break;
+        }
     }
     h_check(H, rank, issued, why, "%d collectives issued without waiting", NOPS);
     if (!issued) return 1;
@@ -68,14 +72,17 @@ static int rank_main(int rank, void *arg)
         for (int k = NOPS - 1; k >= 0; k--) {
             if (!phx_work_test(w[k])) continue;
             for (int j = 0; j < k; j++)
-                if (!phx_work_test(w[j])) { inorder = 0; snprintf(why, sizeof why, "op %d complete before op %d", k, j); }
+                if (!phx_work_test(w[j])) {
+                    inorder = 0;
+                    snprintf(why, sizeof why, "op %d complete before op %d", k, j);
+                }
             seen = k + 1;
             break;
         }
     }
     h_check(H, rank, inorder, why, "they complete in issue order");
     int good = 1;
-    for (int k = NOPS - 1; k >= 0; k--) {   /* wait in reverse order */
+    for (int k = NOPS - 1; k >= 0; k--) { /* wait in reverse order */
         phx_status st = phx_work_wait(w[k], -1);
         int right;
         if (k % 4 == 3) {
@@ -91,7 +98,10 @@ static int rank_main(int rank, void *arg)
         } else {
             right = all_eq(t[k], S);
         }
-        if (st || !right) { good = 0; snprintf(why, sizeof why, "op %d: status %s, values %s", k, phx_status_name(st), right ? "right" : "wrong"); }
+        if (st || !right) {
+            good = 0;
+            snprintf(why, sizeof why, "op %d: status %s, values %s", k, phx_status_name(st), right ? "right" : "wrong");
+        }
         phx_work_free(w[k]);
         phx_tensor_free(t[k]);
         phx_tensor_free(o[k]);
@@ -103,17 +113,20 @@ static int rank_main(int rank, void *arg)
     phx_tensor *a = filled(PHX_F32, big, rank + 1), *g = filled(PHX_F32, n, 0);
     phx_tensor *a0 = phx_tensor_view(a, 0, 1, &one);
     phx_work *w1, *w2, *w3, *w4;
-    phx_comm_allreduce(c, a, PHX_SUM, &w1);            /* a = S everywhere */
-    phx_comm_allgather(c, a0, g, &w2);                 /* g = [S, ..., S] if after w1 */
-    phx_comm_allreduce(c, g, PHX_MAX, &w3);            /* unchanged */
-    phx_comm_broadcast(c, a, n - 1, &w4);              /* a stays S */
+    phx_comm_allreduce(c, a, PHX_SUM, &w1); /* a = S everywhere */
+    phx_comm_allgather(c, a0, g, &w2); /* g = [S, ..., S] if after w1 */
+    phx_comm_allreduce(c, g, PHX_MAX, &w3); /* unchanged */
+    phx_comm_broadcast(c, a, n - 1, &w4); /* a stays S */
     phx_status st = phx_work_wait(w4, -1);
     st = st ? st : phx_work_wait(w3, -1);
     st = st ? st : phx_work_wait(w2, -1);
     st = st ? st : phx_work_wait(w1, -1);
     h_check(H, rank, !st && all_eq(g, S) && all_eq(a, S), st ? phx_last_error() : "wrong values",
             "a dependent chain (allreduce -> allgather of its result -> ...) is right");
-    phx_work_free(w1); phx_work_free(w2); phx_work_free(w3); phx_work_free(w4);
+    phx_work_free(w1);
+    phx_work_free(w2);
+    phx_work_free(w3);
+    phx_work_free(w4);
 
     /* 3. a steady loop of async collectives allocates nothing */
     uint64_t before = 0;
@@ -131,7 +144,7 @@ static int rank_main(int rank, void *arg)
     uint64_t delta = phx_alloc_count() - before;
     snprintf(why, sizeof why, "%llu allocations in 20 steps", (unsigned long long)delta);
     h_check(H, rank, delta == 0, why, "steady-state async collectives make no host allocation");
-    phx_tensor_free(a0);   /* after its last use in part 3 (was freed before it) */
+    phx_tensor_free(a0); /* after its last use in part 3 (was freed before it) */
     phx_tensor_free(a);
     phx_tensor_free(g);
     phx_comm_free(c);
@@ -142,13 +155,16 @@ static int rank_main(int rank, void *arg)
  * each rank's exit status says whether all of its own passed. */
 static int launched(int rank)
 {
-    if (rank >= H_MAX_RANKS) return 0;   /* the harness records 8 ranks */
+    if (rank >= H_MAX_RANKS) return 0; /* the harness records 8 ranks */
     H = h_new(1);
     rank_main(rank, NULL);
     const h_rank *me = &H->r[rank];
     int bad = me->n != 5;
     for (int k = 0; k < me->n; k++)
-        if (!me->ok[k]) { bad = 1; fprintf(stderr, "rank %d: not ok: %s: %s\n", rank, me->name[k], me->why[k]); }
+        if (!me->ok[k]) {
+            bad = 1;
+            fprintf(stderr, "rank %d: not ok: %s: %s\n", rank, me->name[k], me->why[k]);
+        }
     if (rank == 0) {
         plan(5);
         int printed = h_print(H, 0, "launched: ");
@@ -172,7 +188,10 @@ int main(void)
     H = h_new(n);
     for (int b = 0; b < nb; b++) {
         const char *be = bes[b];
-        if (!h_have(be)) { skip(5, "backend not in this build"); continue; }
+        if (!h_have(be)) {
+            skip(5, "backend not in this build");
+            continue;
+        }
         h_reset(H, n);
         setenv("PHX_COMM", be, 1);
         phx_status st = phx_spawn(n, rank_main, NULL);

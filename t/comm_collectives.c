@@ -33,9 +33,9 @@ static const int64_t counts[] = {0, 1, 7, 1000003};
 static const char *const opn[] = {"sum", "avg", "max", "min"};
 
 typedef struct results {
-    int n;                        /* checks run */
+    int n; /* checks run */
     char name[MAX_CHECKS][128];
-    int64_t bad[MAX_CHECKS];      /* elements wrong on this rank (-1: error) */
+    int64_t bad[MAX_CHECKS]; /* elements wrong on this rank (-1: error) */
     int64_t hash[MAX_CHECKS];
     char why[MAX_CHECKS][160];
 } results;
@@ -47,8 +47,10 @@ typedef struct report {
 
 static uint64_t mix(uint64_t x)
 {
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
     return x ^ (x >> 33);
 }
 
@@ -87,7 +89,10 @@ static double getf(const void *buf, phx_dtype dt, int64_t i, int64_t *iv)
     }
 }
 
-static double eps(phx_dtype dt) { return dt == PHX_F32 ? 0x1p-24 : dt == PHX_F16 ? 0x1p-11 : 0x1p-8; }
+static double eps(phx_dtype dt)
+{
+    return dt == PHX_F32 ? 0x1p-24 : dt == PHX_F16 ? 0x1p-11 : 0x1p-8;
+}
 
 static int64_t hash_bytes(const void *p, size_t n)
 {
@@ -105,8 +110,8 @@ static int64_t hash_bytes(const void *p, size_t n)
 }
 
 /* Checks out[i] == reduction over ranks of gen(q, off + i). */
-static int64_t check_reduce(const void *out, phx_dtype dt, phx_reduce_op op, int salt, int n, int64_t off,
-                            int64_t cnt, char *why, size_t wl)
+static int64_t check_reduce(const void *out, phx_dtype dt, phx_reduce_op op, int salt, int n, int64_t off, int64_t cnt,
+                            char *why, size_t wl)
 {
     int64_t bad = 0;
     for (int64_t i = 0; i < cnt; i++) {
@@ -117,15 +122,23 @@ static int64_t check_reduce(const void *out, phx_dtype dt, phx_reduce_op op, int
             for (int q = 0; q < n; q++) {
                 double x = gen(dt, salt, q, off + i, &iv);
                 mag += fabs(x);
-                if (q == 0) ref = x;
-                else if (op == PHX_MAX) ref = x > ref ? x : ref;
-                else if (op == PHX_MIN) ref = x < ref ? x : ref;
-                else ref += x;
+                if (q == 0)
+                    ref = x;
+                else if (op == PHX_MAX)
+                    ref = x > ref ? x : ref;
+                else if (op == PHX_MIN)
+                    ref = x < ref ? x : ref;
+                else
+                    ref += x;
             }
-            if (op == PHX_AVG) { ref /= n; mag /= n; }
+            if (op == PHX_AVG) {
+                ref /= n;
+                mag /= n;
+            }
             double tol = (op == PHX_MAX || op == PHX_MIN) ? 0 : eps(dt) * (n + 1) * (mag + fabs(ref));
             if (!(fabs(got - ref) <= tol)) {
-                if (!bad++) snprintf(why, wl, "element %" PRId64 ": got %.9g, expected %.9g (tol %.3g)", i, got, ref, tol);
+                if (!bad++)
+                    snprintf(why, wl, "element %" PRId64 ": got %.9g, expected %.9g (tol %.3g)", i, got, ref, tol);
             }
         } else {
             uint64_t acc = 0;
@@ -133,10 +146,17 @@ static int64_t check_reduce(const void *out, phx_dtype dt, phx_reduce_op op, int
             for (int q = 0; q < n; q++) {
                 gen(dt, salt, q, off + i, &iv);
                 if (dt == PHX_I32) iv = (int32_t)iv;
-                if (q == 0) { ref = iv; acc = (uint64_t)iv; continue; }
-                if (op == PHX_MAX) ref = iv > ref ? iv : ref;
-                else if (op == PHX_MIN) ref = iv < ref ? iv : ref;
-                else acc += (uint64_t)iv;
+                if (q == 0) {
+                    ref = iv;
+                    acc = (uint64_t)iv;
+                    continue;
+                }
+                if (op == PHX_MAX)
+                    ref = iv > ref ? iv : ref;
+                else if (op == PHX_MIN)
+                    ref = iv < ref ? iv : ref;
+                else
+                    acc += (uint64_t)iv;
             }
             if (op == PHX_SUM || op == PHX_AVG) {
                 ref = dt == PHX_I32 ? (int64_t)(int32_t)(uint32_t)acc : (int64_t)acc;
@@ -150,8 +170,8 @@ static int64_t check_reduce(const void *out, phx_dtype dt, phx_reduce_op op, int
 }
 
 /* Checks out[i] == gen(src(i), off(i)) bit for bit (copies). */
-static int64_t check_copy(const void *out, phx_dtype dt, int salt, int64_t cnt, int src_fixed, int64_t block,
-                          char *why, size_t wl)
+static int64_t check_copy(const void *out, phx_dtype dt, int salt, int64_t cnt, int src_fixed, int64_t block, char *why,
+                          size_t wl)
 {
     size_t es = phx_dtype_size(dt);
     int64_t bad = 0;
@@ -179,7 +199,10 @@ static void fill(void *buf, phx_dtype dt, int salt, int q, int64_t cnt)
 static phx_tensor *vec(phx_dtype dt, int64_t n)
 {
     phx_tensor *t = phx_tensor_new(dt, 1, &n, phx_cpu());
-    if (!t) { fprintf(stderr, "tensor_new: %s\n", phx_last_error()); exit(99); }
+    if (!t) {
+        fprintf(stderr, "tensor_new: %s\n", phx_last_error());
+        exit(99);
+    }
     return t;
 }
 
@@ -190,8 +213,10 @@ static void record(results *r, const char *name, phx_status st, int64_t bad, con
     snprintf(r->name[k], sizeof r->name[k], "%s", name);
     r->bad[k] = st != PHX_OK ? -1 : bad;
     r->hash[k] = t ? hash_bytes(phx_tensor_data(t), phx_tensor_nbytes(t)) : 0;
-    if (st != PHX_OK) snprintf(r->why[k], sizeof r->why[k], "%s: %s", phx_status_name(st), phx_last_error());
-    else snprintf(r->why[k], sizeof r->why[k], "%s", bad ? why : "");
+    if (st != PHX_OK)
+        snprintf(r->why[k], sizeof r->why[k], "%s: %s", phx_status_name(st), phx_last_error());
+    else
+        snprintf(r->why[k], sizeof r->why[k], "%s", bad ? why : "");
 }
 
 static void suite(phx_comm *c, results *r, int only_allreduce, int big)
@@ -210,8 +235,8 @@ static void suite(phx_comm *c, results *r, int only_allreduce, int big)
                 phx_status st = phx_comm_allreduce(c, t, op, NULL);
                 why[0] = 0;
                 int64_t bad = st ? 0 : check_reduce(phx_tensor_data(t), dt, op, salt, n, 0, cnt, why, sizeof why);
-                snprintf(name, sizeof name, "%s world %d: allreduce %s %s count %" PRId64, be, n,
-                         phx_dtype_name(dt), opn[op], cnt);
+                snprintf(name, sizeof name, "%s world %d: allreduce %s %s count %" PRId64, be, n, phx_dtype_name(dt),
+                         opn[op], cnt);
                 record(r, name, st, bad, why, t);
                 phx_tensor_free(t);
                 if (only_allreduce) continue;
@@ -224,7 +249,7 @@ static void suite(phx_comm *c, results *r, int only_allreduce, int big)
                 bad = st ? 0 : check_reduce(phx_tensor_data(out), dt, op, salt, n, me * cnt, cnt, why, sizeof why);
                 snprintf(name, sizeof name, "%s world %d: reduce_scatter %s %s count %" PRId64, be, n,
                          phx_dtype_name(dt), opn[op], cnt);
-                record(r, name, st, bad, why, NULL);   /* ranks hold different blocks */
+                record(r, name, st, bad, why, NULL); /* ranks hold different blocks */
                 phx_tensor_free(in);
                 phx_tensor_free(out);
             }
@@ -249,8 +274,8 @@ static void suite(phx_comm *c, results *r, int only_allreduce, int big)
             st = phx_comm_allgather(c, in, out, NULL);
             why[0] = 0;
             bad = st ? 0 : check_copy(phx_tensor_data(out), dt, salt, cnt * n, -1, cnt ? cnt : 1, why, sizeof why);
-            snprintf(name, sizeof name, "%s world %d: allgather %s count %" PRId64 "%s", be, n, phx_dtype_name(dt),
-                     cnt, inplace ? " (in place)" : "");
+            snprintf(name, sizeof name, "%s world %d: allgather %s count %" PRId64 "%s", be, n, phx_dtype_name(dt), cnt,
+                     inplace ? " (in place)" : "");
             record(r, name, st, bad, why, out);
             phx_tensor_free(in);
             phx_tensor_free(out);
@@ -268,7 +293,8 @@ static void suite(phx_comm *c, results *r, int only_allreduce, int big)
         fill(phx_tensor_data(t), PHX_F32, 9999, me, BIG_COUNT);
         phx_status st = phx_comm_allreduce(c, t, PHX_SUM, NULL);
         why[0] = 0;
-        int64_t bad = st ? 0 : check_reduce(phx_tensor_data(t), PHX_F32, PHX_SUM, 9999, n, 0, BIG_COUNT, why, sizeof why);
+        int64_t bad =
+            st ? 0 : check_reduce(phx_tensor_data(t), PHX_F32, PHX_SUM, 9999, n, 0, BIG_COUNT, why, sizeof why);
         snprintf(name, sizeof name, "%s world %d: allreduce f32 sum count %d", be, n, BIG_COUNT);
         record(r, name, st, bad, why, t);
         phx_tensor_free(t);
@@ -281,7 +307,8 @@ static int publish(phx_comm *c, results *r)
 {
     const int n = phx_comm_size(c), me = phx_comm_rank(c);
     int64_t k = r->n, nk = k * n;
-    phx_tensor *bad = phx_tensor_from_data(PHX_I64, 1, &k, r->bad), *hash = phx_tensor_from_data(PHX_I64, 1, &k, r->hash);
+    phx_tensor *bad = phx_tensor_from_data(PHX_I64, 1, &k, r->bad),
+               *hash = phx_tensor_from_data(PHX_I64, 1, &k, r->hash);
     phx_tensor *allbad = vec(PHX_I64, nk), *allhash = vec(PHX_I64, nk);
     phx_status st = phx_comm_allgather(c, bad, allbad, NULL);
     if (!st) st = phx_comm_allgather(c, hash, allhash, NULL);
@@ -296,12 +323,16 @@ static int publish(phx_comm *c, results *r)
         for (int i = 0; i < r->n; i++) {
             int okall = 1, same = 1, who = -1;
             for (int q = 0; q < n; q++) {
-                if (ab[q * k + i] != 0 && who < 0) { okall = 0; who = q; }
+                if (ab[q * k + i] != 0 && who < 0) {
+                    okall = 0;
+                    who = q;
+                }
                 if (ah[q * k + i] != ah[i]) same = 0;
             }
             if (!ok(okall && same, "%s", r->name[i])) {
-                if (!okall) diag("  rank %d: %" PRId64 " wrong%s%s", who, ab[who * k + i], who == 0 ? ": " : " (see stderr)",
-                                 who == 0 ? r->why[i] : "");
+                if (!okall)
+                    diag("  rank %d: %" PRId64 " wrong%s%s", who, ab[who * k + i], who == 0 ? ": " : " (see stderr)",
+                         who == 0 ? r->why[i] : "");
                 if (!same) diag("  results differ between ranks (hash mismatch)");
             }
         }
@@ -313,7 +344,10 @@ static int publish(phx_comm *c, results *r)
     return 0;
 }
 
-static int env_int(const char *v, int d) { return v ? atoi(v) : d; }
+static int env_int(const char *v, int d)
+{
+    return v ? atoi(v) : d;
+}
 
 static int run_rank(int base, report *rep)
 {
@@ -327,10 +361,13 @@ static int run_rank(int base, report *rep)
     suite(c, r, s && !strcmp(s, "allreduce"), env_int(getenv("COMM_BIG"), 1));
     if (phx_comm_rank(c) == 0) tap_run_ = base;
     int rc = publish(c, r);
-    if (phx_comm_rank(c) == 0 && rep) { rep->printed = tap_run_ - base; rep->failed = tap_failed_; }
+    if (phx_comm_rank(c) == 0 && rep) {
+        rep->printed = tap_run_ - base;
+        rep->failed = tap_failed_;
+    }
     phx_comm_free(c);
     free(r);
-    return rc;   /* failed checks are "not ok" lines, not a failed rank */
+    return rc; /* failed checks are "not ok" lines, not a failed rank */
 }
 
 typedef struct spawn_arg {
@@ -359,7 +396,7 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *launched = getenv("RANK") ? getenv("RANK") : getenv("OMPI_COMM_WORLD_RANK");
-    if (launched) {   /* under phxrun or mpirun: one world from the environment */
+    if (launched) { /* under phxrun or mpirun: one world from the environment */
         int rc = run_rank(0, NULL);
         if (!strcmp(launched, "0")) return done_testing() || rc;
         return rc;

@@ -17,7 +17,7 @@
 #include "t/comm_harness.h"
 
 #define N 3
-#define BIG (4 << 20)   /* elements: 16 MiB of f32, several ms per all-reduce */
+#define BIG (4 << 20) /* elements: 16 MiB of f32, several ms per all-reduce */
 
 static h_shared *H;
 
@@ -40,7 +40,8 @@ static void survive(phx_comm *c, int rank, phx_tensor *t, const char *be, const 
     }
     char why[200];
     snprintf(why, sizeof why, "%s after %.2f s: %s", phx_status_name(st), dt, phx_last_error());
-    h_check(H, rank, st == PHX_EPEER || st == PHX_ETIMEOUT, why, "%s: survivors' all-reduce fails (PHX_EPEER or PHX_ETIMEOUT)", be);
+    h_check(H, rank, st == PHX_EPEER || st == PHX_ETIMEOUT, why,
+            "%s: survivors' all-reduce fails (PHX_EPEER or PHX_ETIMEOUT)", be);
     h_check(H, rank, st != PHX_OK && dt < 10.0, why, "%s: ... in under 10 s", be);
     h_check(H, rank, strstr(phx_last_error(), needle) != NULL, why, "%s: ... with a message naming '%s'", be, needle);
     H->value[rank] = dt;
@@ -48,7 +49,8 @@ static void survive(phx_comm *c, int rank, phx_tensor *t, const char *be, const 
     /* later collectives fail at once instead of hanging */
     t0 = now();
     st = phx_comm_barrier(c, NULL);
-    h_check(H, rank, st != PHX_OK && now() - t0 < 10.0, phx_last_error(), "%s: a later collective fails too, without hanging", be);
+    h_check(H, rank, st != PHX_OK && now() - t0 < 10.0, phx_last_error(),
+            "%s: a later collective fails too, without hanging", be);
 }
 
 static int gloo_rank(int rank)
@@ -56,14 +58,17 @@ static int gloo_rank(int rank)
     phx_comm_opts o = phx_comm_opts_default();
     o.backend = "gloo";
     phx_comm *c;
-    if (phx_comm_init(&o, &c)) { fprintf(stderr, "rank %d: %s\n", rank, phx_last_error()); return 1; }
+    if (phx_comm_init(&o, &c)) {
+        fprintf(stderr, "rank %d: %s\n", rank, phx_last_error());
+        return 1;
+    }
     int64_t n = BIG;
     phx_tensor *t = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
-    phx_comm_allreduce(c, t, PHX_SUM, NULL);   /* warm: every pair connected and used */
+    phx_comm_allreduce(c, t, PHX_SUM, NULL); /* warm: every pair connected and used */
     if (rank == 2) {
         phx_work *w;
         phx_comm_allreduce(c, t, PHX_SUM, &w);
-        usleep(2000);                          /* well inside the all-reduce */
+        usleep(2000); /* well inside the all-reduce */
         raise(SIGKILL);
     }
     survive(c, rank, t, "gloo", "peer rank ");
@@ -107,11 +112,18 @@ static void run_gloo(void)
     int left = N, status[N] = {0};
     while (left && now() < end) {
         for (int r = 0; r < N; r++) {
-            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) { pids[r] = -1; left--; }
+            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+                pids[r] = -1;
+                left--;
+            }
         }
         usleep(20000);
     }
-    for (int r = 0; r < N; r++) if (pids[r] > 0) { kill(pids[r], SIGKILL); waitpid(pids[r], &status[r], 0); }
+    for (int r = 0; r < N; r++)
+        if (pids[r] > 0) {
+            kill(pids[r], SIGKILL);
+            waitpid(pids[r], &status[r], 0);
+        }
     ok(left == 0, "gloo: every process ended by itself (%d still running after 30 s)", left);
     ok(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL, "gloo: rank 2 died by SIGKILL mid-all-reduce");
     ok(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0 && WIFEXITED(status[1]) && WEXITSTATUS(status[1]) == 0,
@@ -125,7 +137,7 @@ static int thread_rank(int rank, void *arg)
     if (phx_comm_init(NULL, &c)) return 1;
     int64_t n = 1000;
     phx_tensor *t = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
-    if (rank == 2) {                            /* leaves quietly (not a failure) */
+    if (rank == 2) { /* leaves quietly (not a failure) */
         phx_tensor_free(t);
         phx_comm_free(c);
         return 0;
@@ -145,7 +157,7 @@ int main(void)
     H = h_new(N);
     if (gloo) {
         run_gloo();
-        H->nranks = 2;   /* rank 2 is dead: the survivors' checks */
+        H->nranks = 2; /* rank 2 is dead: the survivors' checks */
         h_print(H, 0, "");
         diag("gloo survivors failed after %.2f s and %.2f s; rank 0: %s", H->value[0], H->value[1],
              H->r[0].why[H_MAX_CHECKS - 1]);

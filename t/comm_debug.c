@@ -22,13 +22,16 @@ static int rank_main(int rank, void *arg)
     double x = 0;
     phx_status st = phx_comm_allreduce(c, a, PHX_SUM, NULL);
     phx_tensor_get(a, 19, &x);
-    h_check(H, rank, st == PHX_OK && x == 3.0, phx_last_error(), "%s: matching all-reduce works under PHX_DEBUG=detail", be);
+    h_check(H, rank, st == PHX_OK && x == 3.0, phx_last_error(), "%s: matching all-reduce works under PHX_DEBUG=detail",
+            be);
 
     /* rank 2 all-reduces 10 elements, the others 20 */
     st = phx_comm_allreduce(c, rank == 2 ? b : a, PHX_SUM, NULL);
     h_check(H, rank, st == PHX_EDESYNC, phx_last_error(), "%s: a count mismatch is PHX_EDESYNC on every rank", be);
-    h_check(H, rank, strstr(phx_last_error(), "rank 0 issued allreduce(count=20, f32, sum), rank 2 issued "
-                                             "allreduce(count=10, f32, sum)") != NULL,
+    h_check(H, rank,
+            strstr(phx_last_error(),
+                   "rank 0 issued allreduce(count=20, f32, sum), rank 2 issued "
+                   "allreduce(count=10, f32, sum)") != NULL,
             phx_last_error(), "%s: ... naming rank 2 and both calls", be);
 
     /* rank 1 uses i32, then rank 1 broadcasts instead */
@@ -43,7 +46,8 @@ static int rank_main(int rank, void *arg)
     phx_tensor_fill(a, rank + 1.0);
     st = phx_comm_allreduce(c, a, PHX_SUM, NULL);
     phx_tensor_get(a, 0, &x);
-    h_check(H, rank, st == PHX_OK && x == 6.0, phx_last_error(), "%s: after the mismatches, collectives still work", be);
+    h_check(H, rank, st == PHX_OK && x == 6.0, phx_last_error(), "%s: after the mismatches, collectives still work",
+            be);
     phx_tensor_free(a);
     phx_tensor_free(b);
     phx_tensor_free(i20);
@@ -60,7 +64,10 @@ int main(void)
     setenv("PHX_LOG", "error", 1);
     H = h_new(3);
     for (int i = 0; i < nb; i++) {
-        if (!h_have(bes[i])) { skip(6, "no gloo plugin in this build"); continue; }
+        if (!h_have(bes[i])) {
+            skip(6, "no gloo plugin in this build");
+            continue;
+        }
         h_reset(H, 3);
         setenv("PHX_COMM", bes[i], 1);
         phx_status st = phx_spawn(3, rank_main, (void *)bes[i]);

@@ -26,7 +26,8 @@ static const char *const want[][2] = {
     {"issued allreduce(count=100000, f32, sum) as collective #2 but rank 1 issued allreduce(count=50000, f32, sum)",
      "issued allreduce(count=50000, f32, sum) as collective #2 but rank 0 issued allreduce(count=100000, f32, sum)"},
     {"issued allreduce(count=100000, f32, sum) as collective #2 but rank 1 issued broadcast(count=100000, f32, root 1)",
-     "issued broadcast(count=100000, f32, root 1) as collective #2 but rank 0 issued allreduce(count=100000, f32, sum)"},
+     "issued broadcast(count=100000, f32, root 1) as collective #2 but rank 0 issued allreduce(count=100000, f32, "
+     "sum)"},
 };
 
 /* Two agreeing all-reduces, then the case's third collective. */
@@ -46,7 +47,7 @@ static int body(int rank, void *arg)
     else if (mode == KINDS)
         st = phx_comm_broadcast(c, a, 1, NULL);
     else
-        sleep(5);   /* HANG: issues nothing while rank 0 waits */
+        sleep(5); /* HANG: issues nothing while rank 0 waits */
     H->value[rank] = now() - t0;
     char why[700];
     snprintf(why, sizeof why, "%s: %s", phx_status_name(st), phx_last_error());

@@ -15,8 +15,8 @@
 #define H_MAX_CHECKS 64
 
 typedef struct h_rank {
-    int n;                                  /* checks recorded */
-    int ok[H_MAX_CHECKS];                   /* 1 pass, 0 fail */
+    int n; /* checks recorded */
+    int ok[H_MAX_CHECKS]; /* 1 pass, 0 fail */
     char name[H_MAX_CHECKS][100];
     char why[H_MAX_CHECKS][200];
 } h_rank;
@@ -24,14 +24,17 @@ typedef struct h_rank {
 typedef struct h_shared {
     int nranks;
     h_rank r[H_MAX_RANKS];
-    double value[H_MAX_RANKS];              /* free use (timings) */
+    double value[H_MAX_RANKS]; /* free use (timings) */
 } h_shared;
 
 /* Shared across fork() and threads; zeroed. */
 static inline h_shared *h_new(int nranks)
 {
     h_shared *h = mmap(NULL, sizeof *h, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (h == MAP_FAILED) { perror("mmap"); exit(99); }
+    if (h == MAP_FAILED) {
+        perror("mmap");
+        exit(99);
+    }
     memset(h, 0, sizeof *h);
     h->nranks = nranks;
     return h;
@@ -67,7 +70,7 @@ static inline int h_have(const char *name)
     const phx_plugin_desc *d;
     phx_probe_ctx threads = {1, 1, 0}, procs = {0, 1, 0};
     return phx_plugin_load(PHX_PLUGIN_COMM, name, &threads, &d) == PHX_OK ||
-           phx_plugin_load(PHX_PLUGIN_COMM, name, &procs, &d) == PHX_OK;
+        phx_plugin_load(PHX_PLUGIN_COMM, name, &procs, &d) == PHX_OK;
 }
 
 /* One TAP line per check of rank `lead` (all ranks run the same list);
@@ -78,7 +81,10 @@ static inline int h_print(const h_shared *h, int lead, const char *prefix)
     for (int k = 0; k < L->n; k++) {
         int all = 1, who = -1;
         for (int q = 0; q < h->nranks; q++) {
-            if (k >= h->r[q].n || !h->r[q].ok[k]) { all = 0; if (who < 0) who = q; }
+            if (k >= h->r[q].n || !h->r[q].ok[k]) {
+                all = 0;
+                if (who < 0) who = q;
+            }
         }
         if (!ok(all, "%s%s", prefix, L->name[k]) && who >= 0)
             diag("  rank %d: %s", who, k < h->r[who].n ? h->r[who].why[k] : "check not reached");

@@ -45,10 +45,13 @@ static int rank_main(int rank, int trial)
     phx_comm_opts o = phx_comm_opts_default();
     o.backend = "gloo";
     phx_comm *c;
-    if (phx_comm_init(&o, &c)) { fprintf(stderr, "rank %d: %s\n", rank, phx_last_error()); return 1; }
+    if (phx_comm_init(&o, &c)) {
+        fprintf(stderr, "rank %d: %s\n", rank, phx_last_error());
+        return 1;
+    }
     int64_t n = BIG;
     phx_tensor *t = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
-    phx_comm_allreduce(c, t, PHX_SUM, NULL);   /* warm: every pair connected and used */
+    phx_comm_allreduce(c, t, PHX_SUM, NULL); /* warm: every pair connected and used */
     if (rank == 2) {
         phx_work *w;
         phx_comm_allreduce(c, t, PHX_SUM, &w);
@@ -107,10 +110,17 @@ static int trial(int k)
     int left = N, status[N] = {0};
     while (left && now() < end) {
         for (int r = 0; r < N; r++)
-            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) { pids[r] = -1; left--; }
+            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+                pids[r] = -1;
+                left--;
+            }
         usleep(5000);
     }
-    for (int r = 0; r < N; r++) if (pids[r] > 0) { kill(pids[r], SIGKILL); waitpid(pids[r], &status[r], 0); }
+    for (int r = 0; r < N; r++)
+        if (pids[r] > 0) {
+            kill(pids[r], SIGKILL);
+            waitpid(pids[r], &status[r], 0);
+        }
     return left == 0 && WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL ? 0 : -1;
 }
 
@@ -123,13 +133,19 @@ int main(void)
         return done_testing();
     }
     T = mmap(NULL, sizeof *T, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (T == MAP_FAILED) { perror("mmap"); return 99; }
+    if (T == MAP_FAILED) {
+        perror("mmap");
+        return 99;
+    }
     int trials = 0, broken = 0, wrong = 0;
     double worst = 0, t0 = now();
     char bad[400] = "";
     while (trials < 40 && now() - t0 < 25) {
         int k = trials++;
-        if (trial(k)) { broken++; continue; }
+        if (trial(k)) {
+            broken++;
+            continue;
+        }
         for (int r = 0; r < 2; r++) {
             if (T->dt[r] > worst) worst = T->dt[r];
             if (!T->done[r] || T->st[r] != PHX_EPEER || T->dt[r] >= 2.0) {
@@ -139,8 +155,8 @@ int main(void)
             }
         }
     }
-    diag("%d kill trials in %.1f s: worst time to error %.3f s, %d survivors late or not PHX_EPEER", trials,
-         now() - t0, worst, wrong);
+    diag("%d kill trials in %.1f s: worst time to error %.3f s, %d survivors late or not PHX_EPEER", trials, now() - t0,
+         worst, wrong);
     if (bad[0]) diag("last bad: %s", bad);
     ok(trials >= 15, "at least 15 trials ran (%d)", trials);
     ok(broken == 0, "every trial: rank 2 died by SIGKILL and the survivors ended by themselves (%d did not)", broken);

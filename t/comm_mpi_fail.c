@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include "phalanx/phalanx.h"
 
-#define BIG (4 << 20)   /* f32 elements: 16 MiB */
+#define BIG (4 << 20) /* f32 elements: 16 MiB */
 
 int main(int argc, char **argv)
 {
@@ -43,7 +43,8 @@ int main(int argc, char **argv)
         phx_status st = phx_comm_allreduce(c, t, PHX_AVG, &w);
         clock_gettime(CLOCK_MONOTONIC, &b);
         if (late && rank == 0)
-            printf("rank 0: issue took %.6f s, then %s\n", (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec),
+            printf("rank 0: issue took %.6f s, then %s\n",
+                   (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec),
                    st == PHX_OK && !phx_work_test(w) ? "pending" : "complete");
         if (rank == 1 && i == 5 && !strcmp(mode, "kill")) {
             printf("rank 1: killing itself\n");

@@ -38,8 +38,11 @@ static int env_rank(int rank, void *arg)
 static int fail_rank2(int rank, void *arg)
 {
     (void)arg;
-    if (rank == 2) { usleep(200000); return 3; }
-    sleep(60);          /* stopped by phx_spawn long before */
+    if (rank == 2) {
+        usleep(200000);
+        return 3;
+    }
+    sleep(60); /* stopped by phx_spawn long before */
     return 0;
 }
 
@@ -62,8 +65,7 @@ static int blocked(int rank, void *arg)
     phx_tensor *t = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
     double t0 = now();
     phx_status st = phx_comm_init(NULL, &c);
-    if (st == PHX_OK)
-        st = phx_comm_allreduce(c, t, PHX_SUM, NULL);
+    if (st == PHX_OK) st = phx_comm_allreduce(c, t, PHX_SUM, NULL);
     H->value[0] = now() - t0;
     char why[600];
     snprintf(why, sizeof why, "%s: %s", phx_status_name(st), phx_last_error());

@@ -70,7 +70,8 @@ static void api(phx_store *s, const char *kind)
 
     void *act = NULL;
     size_t al = 0;
-    is_int(phx_store_compare_set(s, "cas", NULL, 0, "one", 3, &act, &al), PHX_OK, "%s: compare_set on a missing key", kind);
+    is_int(phx_store_compare_set(s, "cas", NULL, 0, "one", 3, &act, &al), PHX_OK, "%s: compare_set on a missing key",
+           kind);
     ok(al == 3 && memcmp(act, "one", 3) == 0, "%s: missing + empty expected -> set", kind);
     free(act);
     phx_store_compare_set(s, "cas", "two", 3, "three", 5, &act, &al);
@@ -136,7 +137,8 @@ static void waits(phx_store *s, const char *kind)
     phx_status st = phx_store_get(s, "late", &v, &n, 10.0);
     double dt = now() - t0;
     pthread_join(th, NULL);
-    ok(st == PHX_OK && n == 4 && dt > 0.1 && dt < 5.0, "%s: get waits for a key another client sets (%.2f s)", kind, dt);
+    ok(st == PHX_OK && n == 4 && dt > 0.1 && dt < 5.0, "%s: get waits for a key another client sets (%.2f s)", kind,
+       dt);
     free(v);
     phx_store_free(other);
 }
@@ -174,8 +176,8 @@ static void contention(phx_store *s, const char *kind)
     }
     int64_t x = -1;
     phx_store_add(s, "contended", 0, &x);
-    ok(fails == 0 && x == NT * ITERS, "%s: %d clients x %d adds -> %lld (expected %d)", kind, NT, ITERS,
-       (long long)x, NT * ITERS);
+    ok(fails == 0 && x == NT * ITERS, "%s: %d clients x %d adds -> %lld (expected %d)", kind, NT, ITERS, (long long)x,
+       NT * ITERS);
 }
 
 /* ---- misbehaving raw clients */
@@ -184,7 +186,10 @@ static int raw_connect(int port)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { close(fd); return -1; }
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return -1;
+    }
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
@@ -198,15 +203,23 @@ static int closed_by_server(int fd)
     return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
-static void put32(uint8_t *p, uint32_t x) { p[0] = (uint8_t)x; p[1] = (uint8_t)(x >> 8); p[2] = (uint8_t)(x >> 16); p[3] = (uint8_t)(x >> 24); }
+static void put32(uint8_t *p, uint32_t x)
+{
+    p[0] = (uint8_t)x;
+    p[1] = (uint8_t)(x >> 8);
+    p[2] = (uint8_t)(x >> 16);
+    p[3] = (uint8_t)(x >> 24);
+}
 
 /* HELLO (protocol version 2, a zero nonce) on a server without a token. */
 static void hello(int fd)
 {
     uint8_t h[48], r[48];
     memset(h, 0, sizeof h);
-    put32(h, 40); put32(h + 4, 1);
-    put32(h + 8, 0x53584850u); put32(h + 12, 2);
+    put32(h, 40);
+    put32(h + 4, 1);
+    put32(h + 8, 0x53584850u);
+    put32(h + 12, 2);
     send(fd, h, sizeof h, 0);
     recv(fd, r, sizeof r, MSG_WAITALL);
 }
@@ -230,7 +243,8 @@ static void bad_clients(phx_store *s)
     fd = raw_connect(port);
     hello(fd);
     uint8_t h[8];
-    put32(h, 0xffffffffu); put32(h + 4, 2);     /* SET with a 4 GiB body */
+    put32(h, 0xffffffffu);
+    put32(h + 4, 2); /* SET with a 4 GiB body */
     send(fd, h, sizeof h, 0);
     ok(closed_by_server(fd), "huge frame length: disconnected before any body");
     close(fd);
@@ -238,7 +252,8 @@ static void bad_clients(phx_store *s)
 
     fd = raw_connect(port);
     hello(fd);
-    put32(h, 4); put32(h + 4, 99);              /* unknown op */
+    put32(h, 4);
+    put32(h + 4, 99); /* unknown op */
     send(fd, h, sizeof h, 0);
     send(fd, "abcd", 4, 0);
     ok(closed_by_server(fd), "unknown request type: disconnected");
@@ -247,23 +262,28 @@ static void bad_clients(phx_store *s)
     fd = raw_connect(port);
     hello(fd);
     uint8_t f[8 + 12];
-    put32(f, 12); put32(f + 4, 2);              /* SET: key length 100 > body */
-    put32(f + 8, 100); memcpy(f + 12, "xxxx", 4); put32(f + 16, 0);
+    put32(f, 12);
+    put32(f + 4, 2); /* SET: key length 100 > body */
+    put32(f + 8, 100);
+    memcpy(f + 12, "xxxx", 4);
+    put32(f + 16, 0);
     send(fd, f, sizeof f, 0);
     ok(closed_by_server(fd), "field length beyond its frame: disconnected");
     close(fd);
 
     fd = raw_connect(port);
     hello(fd);
-    put32(h, 100); put32(h + 4, 2);             /* 100-byte SET, then only 10 bytes */
+    put32(h, 100);
+    put32(h + 4, 2); /* 100-byte SET, then only 10 bytes */
     send(fd, h, sizeof h, 0);
     send(fd, "0123456789", 10, 0);
-    close(fd);                                  /* gone mid-frame */
+    close(fd); /* gone mid-frame */
     nap_ms(50);
     still_serves(s, "a client that disconnected mid-frame");
 
     fd = raw_connect(port);
-    put32(h, 0); put32(h + 4, 8);               /* NUMKEYS before the handshake */
+    put32(h, 0);
+    put32(h + 4, 8); /* NUMKEYS before the handshake */
     send(fd, h, sizeof h, 0);
     ok(closed_by_server(fd), "request before the handshake: disconnected");
     close(fd);
@@ -338,7 +358,10 @@ int main(void)
     plan(91);
     phx_store *srv = NULL;
     phx_status st = phx_store_new("127.0.0.1", 0, true, 10.0, &srv);
-    if (st) { diag("server: %s", phx_last_error()); return 1; }
+    if (st) {
+        diag("server: %s", phx_last_error());
+        return 1;
+    }
     ok(phx_store_port(srv) > 0, "the server picked a port (%d)", phx_store_port(srv));
     ok(!phx_store_is_local(srv), "a TCP store is not local");
     api(srv, "tcp");

@@ -50,7 +50,8 @@ int main(void)
     is_str(w.master_addr, "127.0.0.1", "default MASTER_ADDR");
     is_int(w.master_port, 29500, "default MASTER_PORT");
 
-    tu_env("RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=node7", "MASTER_PORT=1234", NULL);
+    tu_env("RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=node7", "MASTER_PORT=1234",
+           NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "torchrun variables");
     ok(w.rank == 3 && w.size == 8 && w.local_rank == 1 && w.local_size == 2, "torchrun: 3/8, local 1/2");
     ok(!strcmp(w.master_addr, "node7") && w.master_port == 1234, "torchrun: master node7:1234");
@@ -60,7 +61,7 @@ int main(void)
     ok(w.local_rank == 2 && w.local_size == 4, "no LOCAL_*: the node is the world");
 
     tu_env("OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=6", "OMPI_COMM_WORLD_LOCAL_RANK=2",
-        "OMPI_COMM_WORLD_LOCAL_SIZE=3", NULL);
+           "OMPI_COMM_WORLD_LOCAL_SIZE=3", NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "Open MPI variables");
     ok(w.rank == 5 && w.size == 6 && w.local_rank == 2 && w.local_size == 3, "Open MPI: 5/6, local 2/3");
 
@@ -69,11 +70,12 @@ int main(void)
     ok(w.rank == 1 && w.size == 2, "torchrun's variables win over Open MPI's");
 
     tu_env("SLURM_PROCID=4", "SLURM_NTASKS=7", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=1",
-        NULL);
+           NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "Slurm variables");
-    ok(w.rank == 4 && w.size == 7 && w.local_rank == 1 && w.local_size == 3, "Slurm: 4/7, local 1/3 (node 1 of 3(x2),1)");
+    ok(w.rank == 4 && w.size == 7 && w.local_rank == 1 && w.local_size == 3,
+       "Slurm: 4/7, local 1/3 (node 1 of 3(x2),1)");
     tu_env("SLURM_PROCID=6", "SLURM_NTASKS=7", "SLURM_LOCALID=0", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=2",
-        NULL);
+           NULL);
     phx_world_from_env(&w);
     is_int(w.local_size, 1, "Slurm: the third node has 1 task");
 
@@ -104,13 +106,16 @@ int main(void)
     phx_status st = phx_spawn(3, thread_rank, seen);
     is_int(st, PHX_OK, "phx_spawn threads: every rank joined a threads communicator");
     if (st) diag("%s", phx_last_error());
-    ok(seen[0] == 30 && seen[1] == 131 && seen[2] == 232, "phx_spawn threads: each thread sees its own rank "
-       "(%d %d %d)", seen[0], seen[1], seen[2]);
+    ok(seen[0] == 30 && seen[1] == 131 && seen[2] == 232,
+       "phx_spawn threads: each thread sees its own rank "
+       "(%d %d %d)",
+       seen[0], seen[1], seen[2]);
     tu_env_clear();
 
     /* communicator options and collective arguments (a world of one) */
     phx_comm_opts o = phx_comm_opts_default();
-    o.rank = 2; o.size = 2;
+    o.rank = 2;
+    o.size = 2;
     phx_comm *c = NULL;
     is_int(phx_comm_init(&o, &c), PHX_EINVAL, "opts rank 2 of 2 is PHX_EINVAL");
     like(phx_last_error(), "rank 2, size 2", "... naming both");
@@ -125,7 +130,8 @@ int main(void)
     is_str(phx_comm_backend(c), "threads", "... backend threads");
 
     int64_t four = 4, eight = 8;
-    phx_tensor *f4 = phx_tensor_zeros(PHX_F32, 1, &four, phx_cpu()), *i4 = phx_tensor_zeros(PHX_I32, 1, &four, phx_cpu());
+    phx_tensor *f4 = phx_tensor_zeros(PHX_F32, 1, &four, phx_cpu()),
+               *i4 = phx_tensor_zeros(PHX_I32, 1, &four, phx_cpu());
     phx_tensor *f8 = phx_tensor_zeros(PHX_F32, 1, &eight, phx_cpu());
     is_int(phx_comm_allreduce(c, NULL, PHX_SUM, NULL), PHX_EINVAL, "allreduce of NULL is PHX_EINVAL");
     is_int(phx_comm_allreduce(c, f4, (phx_reduce_op)9, NULL), PHX_EINVAL, "reduce op 9 is PHX_EINVAL");

@@ -18,9 +18,15 @@ static inline double cu_urand(void)
     cu_state ^= cu_state << 17;
     return (double)(cu_state >> 11) / 9007199254740992.0;
 }
-static inline float cu_frand(float lo, float hi) { return lo + (hi - lo) * (float)cu_urand(); }
+static inline float cu_frand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)cu_urand();
+}
 
-static inline const phx_kernels_v1 *cu_kernels(void) { return phx_device_table(phx_cpu())->kernels; }
+static inline const phx_kernels_v1 *cu_kernels(void)
+{
+    return phx_device_table(phx_cpu())->kernels;
+}
 
 /* Decoded element i of a float buffer of dtype dt. */
 static inline double cu_get(const void *p, phx_dtype dt, int64_t i)
@@ -31,13 +37,19 @@ static inline double cu_get(const void *p, phx_dtype dt, int64_t i)
 }
 static inline void cu_set(void *p, phx_dtype dt, int64_t i, float v)
 {
-    if (dt == PHX_F16) ((uint16_t *)p)[i] = phx_f32_to_f16(v);
-    else if (dt == PHX_BF16) ((uint16_t *)p)[i] = phx_f32_to_bf16(v);
-    else ((float *)p)[i] = v;
+    if (dt == PHX_F16)
+        ((uint16_t *)p)[i] = phx_f32_to_f16(v);
+    else if (dt == PHX_BF16)
+        ((uint16_t *)p)[i] = phx_f32_to_bf16(v);
+    else
+        ((float *)p)[i] = v;
 }
 
 /* Relative precision of a dtype (one ulp at 1). */
-static inline double cu_eps(phx_dtype dt) { return dt == PHX_F16 ? ldexp(1, -10) : dt == PHX_BF16 ? ldexp(1, -7) : ldexp(1, -23); }
+static inline double cu_eps(phx_dtype dt)
+{
+    return dt == PHX_F16 ? ldexp(1, -10) : dt == PHX_BF16 ? ldexp(1, -7) : ldexp(1, -23);
+}
 
 /* Worst |got - ref| / (atol + rtol |ref|) over n elements (> 1 fails);
  * NaN anywhere counts as infinitely wrong. *at gets its index. */

@@ -8,7 +8,7 @@
 
 #define N 4099
 
-static const char *names[5] = { "relu", "gelu", "gelu_tanh", "tanh", "sigmoid" };
+static const char *names[5] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
 
 static double ref_f(int act, double x)
 {
@@ -32,7 +32,10 @@ static double ref_df(int act, double x)
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
     }
     case PHX_ACT_TANH: return 1 - tanh(x) * tanh(x);
-    default: { double s = 1 / (1 + exp(-x)); return s * (1 - s); }
+    default: {
+        double s = 1 / (1 + exp(-x));
+        return s * (1 - s);
+    }
     }
 }
 
@@ -48,7 +51,8 @@ static double sweep_ulp(float (*f)(float), double (*ref)(double), float lo, floa
         memcpy(&v, &u, 4);
         if (!(v >= lo && v <= hi)) continue;
         double r = ref(v), e;
-        if (isinf((float)r)) e = isinf(f(v)) && (f(v) > 0) == (r > 0) ? 0 : INFINITY;
+        if (isinf((float)r))
+            e = isinf(f(v)) && (f(v) > 0) == (r > 0) ? 0 : INFINITY;
         else {
             int ex;
             frexp(fabs(r), &ex);
@@ -59,10 +63,22 @@ static double sweep_ulp(float (*f)(float), double (*ref)(double), float lo, floa
     }
     return w;
 }
-static float f_exp(float v) { return phx_expf(v); }
-static float f_tanh(float v) { return phx_tanhf(v); }
-static float f_erf1p(float v) { return phx_erf1p(v); }
-static double d_erf1p(double v) { return erfc(-v); }
+static float f_exp(float v)
+{
+    return phx_expf(v);
+}
+static float f_tanh(float v)
+{
+    return phx_tanhf(v);
+}
+static float f_erf1p(float v)
+{
+    return phx_erf1p(v);
+}
+static double d_erf1p(double v)
+{
+    return erfc(-v);
+}
 
 static float x[N], y[N], dy[N], dx[N];
 static double ref[N];
@@ -73,7 +89,7 @@ int main(void)
     const phx_kernels_v1 *K = cu_kernels();
     /* inputs: a grid over [-8, 8], then extremes and values near 0 */
     for (int i = 0; i < N; i++) x[i] = -8.0f + 16.0f * (float)i / (N - 1), dy[i] = cu_frand(-2, 2);
-    float extremes[] = { 0.0f, -0.0f, 1e-4f, -1e-4f, 30.0f, -30.0f, 100.0f, -100.0f, 1e-30f, -88.0f, 88.0f };
+    float extremes[] = {0.0f, -0.0f, 1e-4f, -1e-4f, 30.0f, -30.0f, 100.0f, -100.0f, 1e-30f, -88.0f, 88.0f};
     memcpy(x, extremes, sizeof extremes);
 
     for (int a = 0; a < 5; a++) {
@@ -82,12 +98,14 @@ int main(void)
         for (int i = 0; i < N; i++) ref[i] = ref_f(a, x[i]);
         int64_t at;
         double w = cu_worst(y, PHX_F32, ref, N, 4e-6, 1e-7, &at);
-        ok(st == PHX_OK && w <= 1, "%s forward f32 vs float64 (worst %.3g of tol at x=%g)", names[a], w, at >= 0 ? x[at] : 0.0);
+        ok(st == PHX_OK && w <= 1, "%s forward f32 vs float64 (worst %.3g of tol at x=%g)", names[a], w,
+           at >= 0 ? x[at] : 0.0);
         /* backward f32 vs the analytic float64 derivative */
         st = K->act_backward(0, (phx_activation)a, N, x, y, dy, dx, PHX_F32);
         for (int i = 0; i < N; i++) ref[i] = (double)dy[i] * ref_df(a, x[i]);
         w = cu_worst(dx, PHX_F32, ref, N, 4e-6, 1e-6, &at);
-        ok(st == PHX_OK && w <= 1, "%s backward f32 vs float64 derivative (worst %.3g at x=%g)", names[a], w, at >= 0 ? x[at] : 0.0);
+        ok(st == PHX_OK && w <= 1, "%s backward f32 vs float64 derivative (worst %.3g at x=%g)", names[a], w,
+           at >= 0 ? x[at] : 0.0);
         /* backward vs central differences of the float64 forward */
         double wf = 0;
         for (int i = 0; i < N; i++) {
@@ -99,7 +117,7 @@ int main(void)
         }
         ok(wf <= 1, "%s backward vs finite differences (worst %.3g of tol 1e-5)", names[a], wf);
         /* f16 and bf16: within an ulp of the rounded reference */
-        phx_dtype dts[2] = { PHX_F16, PHX_BF16 };
+        phx_dtype dts[2] = {PHX_F16, PHX_BF16};
         double wh = 0;
         for (int d = 0; d < 2; d++) {
             static uint16_t xh[N], yh[N], dyh[N], dxh[N];
@@ -112,7 +130,9 @@ int main(void)
              * torch does: 1 - y^2 near saturation is then exact in y_h */
             for (int i = 0; i < N; i++) {
                 double yv = cu_get(yh, dts[d], i);
-                double g = a == PHX_ACT_TANH ? 1 - yv * yv : a == PHX_ACT_SIGMOID ? yv * (1 - yv) : ref_df(a, cu_get(xh, dts[d], i));
+                double g = a == PHX_ACT_TANH ? 1 - yv * yv
+                    : a == PHX_ACT_SIGMOID   ? yv * (1 - yv)
+                                             : ref_df(a, cu_get(xh, dts[d], i));
                 ref[i] = cu_get(dyh, dts[d], i) * g;
             }
             double w2 = cu_worst(dxh, dts[d], ref, N, 3 * cu_eps(dts[d]), 1e-6, NULL);
@@ -133,7 +153,8 @@ int main(void)
         K->act_forward(0, (phx_activation)a, N, x, y, PHX_F32);
         K->act_backward(0, (phx_activation)a, N, x, y, dy, dx, PHX_F32);
         int same = 1;
-        for (int i = 0; i < N; i++) same &= y[i] == phx_act(a, x[i]) || (y[i] != y[i] && phx_act(a, x[i]) != phx_act(a, x[i]));
+        for (int i = 0; i < N; i++)
+            same &= y[i] == phx_act(a, x[i]) || (y[i] != y[i] && phx_act(a, x[i]) != phx_act(a, x[i]));
         ok(same, "%s kernel = phx_act from kernels/math.h", names[a]);
         same = 1;
         for (int i = 0; i < N; i++) same &= dx[i] == dy[i] * phx_act_grad(a, x[i], y[i]);
@@ -147,8 +168,9 @@ int main(void)
     ok(w <= 1.5, "phx_tanhf within 1.5 ulp over all floats (worst %.3f at %a)", w, at);
     w = sweep_ulp(f_erf1p, d_erf1p, -13.0f, 13.0f, &at);
     ok(w <= 16.0, "phx_erf1p = 1 + erf within 16 ulp over [-13, 13], tails included (worst %.3f at %a)", w, at);
-    ok(isnan(phx_expf(NAN)) && phx_expf(-INFINITY) == 0.0f && isinf(phx_expf(INFINITY)) && phx_tanhf(-INFINITY) == -1.0f &&
-           isnan(phx_tanhf(NAN)) && phx_erf1p(-INFINITY) == 0.0f && phx_erf1p(INFINITY) == 2.0f && isnan(phx_erf1p(NAN)),
+    ok(isnan(phx_expf(NAN)) && phx_expf(-INFINITY) == 0.0f && isinf(phx_expf(INFINITY)) &&
+           phx_tanhf(-INFINITY) == -1.0f && isnan(phx_tanhf(NAN)) && phx_erf1p(-INFINITY) == 0.0f &&
+           phx_erf1p(INFINITY) == 2.0f && isnan(phx_erf1p(NAN)),
        "NaN and infinities: exp(-inf) 0, tanh(-inf) -1, 1 + erf(+-inf) 2 and 0, NaN stays NaN");
     /* saturation: no NaN far out */
     K->act_forward(0, PHX_ACT_SIGMOID, 11, extremes, y, PHX_F32);

@@ -14,7 +14,7 @@ int main(void)
     plan(14);
     phx_device gpu;
     is_int(phx_device_parse("cuda:0", &gpu), PHX_OK, "parse cuda:0");
-    int64_t n[1] = { N };
+    int64_t n[1] = {N};
     static float h[N], back[N];
     for (int i = 0; i < N; i++) h[i] = cu_frand(-4, 4);
     phx_memory_stats s0, s1;
@@ -26,11 +26,13 @@ int main(void)
     phx_tensor_to_host(g, back);
     ok(memcmp(h, back, sizeof h) == 0, "host -> device -> host round trip");
     /* device -> device through a view, device -> cpu via copy */
-    int64_t half[1] = { N / 2 };
+    int64_t half[1] = {N / 2};
     phx_tensor *v = phx_tensor_view(g, N - N / 2, 1, half), *c = phx_tensor_new(PHX_F32, 1, half, phx_cpu());
     phx_tensor *g2 = phx_tensor_new(PHX_F32, 1, half, gpu);
-    ok(phx_tensor_copy(g2, v) == PHX_OK && phx_tensor_copy(c, g2) == PHX_OK, "copy view -> device tensor -> cpu tensor");
-    ok(memcmp(phx_tensor_data(c), h + (N - N / 2), sizeof(float) * (N / 2)) == 0, "the copies carry the view's elements");
+    ok(phx_tensor_copy(g2, v) == PHX_OK && phx_tensor_copy(c, g2) == PHX_OK,
+       "copy view -> device tensor -> cpu tensor");
+    ok(memcmp(phx_tensor_data(c), h + (N - N / 2), sizeof(float) * (N / 2)) == 0,
+       "the copies carry the view's elements");
     phx_tensor_free(g); /* the view keeps the device storage */
     phx_tensor_fill(v, 2.0);
     double sum;
@@ -42,7 +44,8 @@ int main(void)
     phx_tensor_cast(hb, g2);
     phx_tensor_copy(cb, hb);
     int same = 1;
-    for (int i = 0; i < N / 2; i++) same &= ((uint16_t *)phx_tensor_data(cb))[i] == phx_f32_to_bf16(((float *)phx_tensor_data(c))[i]);
+    for (int i = 0; i < N / 2; i++)
+        same &= ((uint16_t *)phx_tensor_data(cb))[i] == phx_f32_to_bf16(((float *)phx_tensor_data(c))[i]);
     ok(same, "cast f32 -> bf16 on the GPU = kernels/math.h rounding");
     phx_tensor_axpby(2.0f, g2, 0.0f, v);
     phx_tensor_copy(c, v);
@@ -66,7 +69,7 @@ int main(void)
     for (int i = 0; i < N; i++) w = fmax(w, fabs(back[i] - ((float *)phx_tensor_data(cu))[i]));
     ok(w < 1e-5, "normal: the GPU's numbers = the CPU's up to libm differences (max %.3g)", w);
     /* gemm on the device vs the CPU */
-    int64_t s2[2] = { 64, 48 }, s3[2] = { 48, 32 }, s4[2] = { 64, 32 };
+    int64_t s2[2] = {64, 48}, s3[2] = {48, 32}, s4[2] = {64, 32};
     phx_tensor *A = phx_tensor_new(PHX_F32, 2, s2, phx_cpu()), *B = phx_tensor_new(PHX_F32, 2, s3, phx_cpu());
     phx_tensor *C = phx_tensor_new(PHX_F32, 2, s4, phx_cpu()), *Cg = phx_tensor_new(PHX_F32, 2, s4, gpu);
     phx_tensor *Ag = phx_tensor_new(PHX_F32, 2, s2, gpu), *Bg = phx_tensor_new(PHX_F32, 2, s3, gpu);
@@ -82,7 +85,7 @@ int main(void)
     /* mixing devices is an error */
     is_int(phx_gemm(false, false, 1.0f, A, Bg, 0.0f, C), PHX_EINVAL, "operands on two devices: EINVAL");
     like(phx_last_error(), "A is on cpu, B on cuda:0", "message names both devices");
-    phx_tensor *all[] = { v, c, g2, hb, cb, ru, cu, A, B, C, Cg, Ag, Bg };
+    phx_tensor *all[] = {v, c, g2, hb, cb, ru, cu, A, B, C, Cg, Ag, Bg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) phx_tensor_free(all[i]);
     phx_rng_free(r);
     phx_device_synchronize(gpu);

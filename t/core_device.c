@@ -39,7 +39,7 @@ int main(void)
 
     /* names */
     char buf[32];
-    phx_device d = phx_cpu(), c3 = { PHX_DEVICE_CUDA, 3 };
+    phx_device d = phx_cpu(), c3 = {PHX_DEVICE_CUDA, 3};
     is_str(phx_device_name(d, buf, sizeof buf), "cpu", "name of the CPU");
     is_str(phx_device_name(c3, buf, sizeof buf), "cuda:3", "name of cuda:3");
     ok(phx_device_equal(d, phx_cpu()) && !phx_device_equal(d, c3), "device equality");
@@ -68,10 +68,12 @@ int main(void)
         ok(dd.kind == PHX_DEVICE_CPU, "and is the CPU");
         setenv("PHX_DEVICE", "cuda", 1);
         is_int(phx_device_default(&dd), PHX_ENOTFOUND, "PHX_DEVICE=cuda without a GPU: ENOTFOUND, no fallback");
-        like(phx_last_error(), "PHX_DEVICE='cuda' asked for a device that is not usable (cuda: ", "message names the setting and why");
+        like(phx_last_error(),
+             "PHX_DEVICE='cuda' asked for a device that is not usable (cuda: ", "message names the setting and why");
         setenv("PHX_DEVICE", "cuda,cpu", 1);
         dd = c3;
-        ok(phx_device_default(&dd) == PHX_OK && dd.kind == PHX_DEVICE_CPU, "PHX_DEVICE=cuda,cpu: the first usable, cpu");
+        ok(phx_device_default(&dd) == PHX_OK && dd.kind == PHX_DEVICE_CPU,
+           "PHX_DEVICE=cuda,cpu: the first usable, cpu");
         setenv("PHX_DEVICE", "^cuda", 1);
         dd = c3;
         ok(phx_device_default(&dd) == PHX_OK && dd.kind == PHX_DEVICE_CPU, "PHX_DEVICE=^cuda: cpu");
@@ -91,7 +93,7 @@ int main(void)
     /* statistics */
     phx_memory_stats a, b;
     phx_device_memory_stats(phx_cpu(), &a);
-    int64_t s[1] = { 1000 };
+    int64_t s[1] = {1000};
     phx_tensor *t = phx_tensor_new(PHX_F32, 1, s, phx_cpu());
     phx_device_memory_stats(phx_cpu(), &b);
     ok(b.in_use_bytes - a.in_use_bytes == 4000 && b.alloc_calls == a.alloc_calls + 1 && b.peak_bytes >= b.in_use_bytes,

@@ -25,7 +25,8 @@ static void *set_error(void *arg)
 static void *log_lines(void *arg)
 {
     long id = (long)arg;
-    for (int i = 0; i < 300; i++) phx_log(PHX_LOG_WARN, "thread %ld line %d %s", id, i, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+    for (int i = 0; i < 300; i++)
+        phx_log(PHX_LOG_WARN, "thread %ld line %d %s", id, i, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
     return NULL;
 }
 
@@ -99,7 +100,8 @@ int main(int argc, char **argv)
     memset(longmsg, 'a', sizeof longmsg - 1);
     longmsg[sizeof longmsg - 1] = 0;
     phx_error(PHX_EINVAL, "%s", longmsg);
-    ok(strlen(phx_last_error()) > 4000 && strlen(phx_last_error()) < 4096, "long messages are truncated, not overflowed");
+    ok(strlen(phx_last_error()) > 4000 && strlen(phx_last_error()) < 4096,
+       "long messages are truncated, not overflowed");
 
     /* 12-13: thread-local */
     phx_error(PHX_EINVAL, "main thread's error");
@@ -125,8 +127,12 @@ int main(int argc, char **argv)
     int lines = 0, whole = 1;
     for (const char *p = out; *p;) {
         const char *nl = strchr(p, '\n');
-        if (!nl) { whole = 0; break; }
-        long id; int i;
+        if (!nl) {
+            whole = 0;
+            break;
+        }
+        long id;
+        int i;
         char tail[64];
         if (sscanf(p, "[phx rank 3] WARN: thread %ld line %d %63s", &id, &i, tail) != 3 || strlen(tail) != 48 ||
             (size_t)(nl - p) != strlen("[phx rank 3] WARN: thread 0 line ") + (size_t)snprintf(NULL, 0, "%d", i) + 49)

@@ -13,27 +13,41 @@
 void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
-static double urand(void) { return cu_urand(); }
-static float frand(void) { return cu_frand(-1.0f, 1.0f); }
+static double urand(void)
+{
+    return cu_urand();
+}
+static float frand(void)
+{
+    return cu_frand(-1.0f, 1.0f);
+}
 
-typedef struct { int64_t m, n, k; } shape3;
+typedef struct {
+    int64_t m, n, k;
+} shape3;
 
 static const shape3 fixed[] = {
-    { 1, 1, 1 }, { 1, 1, 7 }, { 64, 1, 3 }, { 1, 64, 5 }, { 200, 3, 17 }, { 3, 200, 9 },
-    { 33, 47, 129 }, { 128, 128, 128 }, { 5, 7, 1000 }, { 1, 300, 1 }, { 300, 1, 1 },
+    {1, 1, 1},     {1, 1, 7},       {64, 1, 3},   {1, 64, 5},  {200, 3, 17}, {3, 200, 9},
+    {33, 47, 129}, {128, 128, 128}, {5, 7, 1000}, {1, 300, 1}, {300, 1, 1},
 };
 #define NSHAPES 24
 
 static shape3 shape_at(int i)
 {
     if (i < (int)(sizeof fixed / sizeof fixed[0])) return fixed[i];
-    shape3 s = { 1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70) };
+    shape3 s = {1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70), 1 + (int64_t)(urand() * 70)};
     return s;
 }
 
 /* half an ulp (relative) of the result dtype, and its smallest subnormal */
-static double out_rel(phx_dtype dt) { return dt == PHX_F16 ? ldexp(1, -11) : dt == PHX_BF16 ? ldexp(1, -8) : 0.0; }
-static double out_abs(phx_dtype dt) { return dt == PHX_F16 ? ldexp(1, -24) : dt == PHX_BF16 ? ldexp(1, -133) : 0.0; }
+static double out_rel(phx_dtype dt)
+{
+    return dt == PHX_F16 ? ldexp(1, -11) : dt == PHX_BF16 ? ldexp(1, -8) : 0.0;
+}
+static double out_abs(phx_dtype dt)
+{
+    return dt == PHX_F16 ? ldexp(1, -24) : dt == PHX_BF16 ? ldexp(1, -133) : 0.0;
+}
 
 /* Checks got (m x n, ldc) against the float64 reference. Returns the
  * worst err/bound ratio (> 1 fails). */
@@ -66,7 +80,7 @@ static double check_result(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
 /* Random A, B, C of the given dtypes, run phx_gemm, compare. */
 static double run_case(int ta, int tb, shape3 s, float alpha, float beta, phx_dtype adt, phx_dtype cdt)
 {
-    int64_t as[2] = { ta ? s.k : s.m, ta ? s.m : s.k }, bs[2] = { tb ? s.n : s.k, tb ? s.k : s.n }, cs[2] = { s.m, s.n };
+    int64_t as[2] = {ta ? s.k : s.m, ta ? s.m : s.k}, bs[2] = {tb ? s.n : s.k, tb ? s.k : s.n}, cs[2] = {s.m, s.n};
     phx_tensor *A = phx_tensor_new(adt, 2, as, phx_cpu()), *B = phx_tensor_new(adt, 2, bs, phx_cpu());
     phx_tensor *C = phx_tensor_new(cdt, 2, cs, phx_cpu());
     void *a = phx_tensor_data(A), *b = phx_tensor_data(B), *c = phx_tensor_data(C);
@@ -87,28 +101,32 @@ static double run_case(int ta, int tb, shape3 s, float alpha, float beta, phx_dt
     return w;
 }
 
-static const float alphas[] = { 1.0f, 0.5f, -1.5f, 2.0f };
-static const float betas[] = { 0.0f, -2.0f, 1.0f, 0.25f };
+static const float alphas[] = {1.0f, 0.5f, -1.5f, 2.0f};
+static const float betas[] = {0.0f, -2.0f, 1.0f, 0.25f};
 
 int main(void)
 {
     plan(24 + 4 + 3 + 2 + 10);
-    struct { phx_dtype a, c; } combos[] = {
-        { PHX_F32, PHX_F32 }, { PHX_F16, PHX_F32 }, { PHX_BF16, PHX_F32 },
-        { PHX_F16, PHX_F16 }, { PHX_BF16, PHX_BF16 }, { PHX_F32, PHX_BF16 },
+    struct {
+        phx_dtype a, c;
+    } combos[] = {
+        {PHX_F32, PHX_F32}, {PHX_F16, PHX_F32},   {PHX_BF16, PHX_F32},
+        {PHX_F16, PHX_F16}, {PHX_BF16, PHX_BF16}, {PHX_F32, PHX_BF16},
     };
     /* 1-24: every dtype combination x transpose over all shapes and alpha/beta pairs */
     for (int ci = 0; ci < 6; ci++)
         for (int t = 0; t < 4; t++) {
             int ta = t & 1, tb = t >> 1;
             double worst = 0.0;
-            shape3 wshape = { 0, 0, 0 };
+            shape3 wshape = {0, 0, 0};
             for (int i = 0; i < NSHAPES; i++) {
                 shape3 s = shape_at(i);
                 double w = run_case(ta, tb, s, alphas[i % 4], betas[(i / 4) % 4], combos[ci].a, combos[ci].c);
                 if (w > worst) worst = w, wshape = s;
             }
-            ok(worst <= 1.0, "gemm %s x %s -> %s, A%s B%s: %d shapes within the accumulation bound (worst err/bound %.3g at %lldx%lldx%lld)",
+            ok(worst <= 1.0,
+               "gemm %s x %s -> %s, A%s B%s: %d shapes within the accumulation bound (worst err/bound %.3g at "
+               "%lldx%lldx%lld)",
                phx_dtype_name(combos[ci].a), phx_dtype_name(combos[ci].a), phx_dtype_name(combos[ci].c), ta ? "^T" : "",
                tb ? "^T" : "", NSHAPES, worst, (long long)wshape.m, (long long)wshape.n, (long long)wshape.k);
         }
@@ -127,10 +145,12 @@ int main(void)
             float beta = betas[i % 4];
             for (int64_t x = 0; x < s.m * ldc; x++) c[x] = c0[x] = beta == 0.0f ? NAN : frand();
             px_cpu_sgemm_loop(ta, tb, s.m, s.n, s.k, alphas[i % 4], a, lda, b, ldb, beta, c, ldc);
-            double w = check_result(ta, tb, s.m, s.n, s.k, alphas[i % 4], a, lda, b, ldb, PHX_F32, beta, c0, c, ldc, PHX_F32);
+            double w =
+                check_result(ta, tb, s.m, s.n, s.k, alphas[i % 4], a, lda, b, ldb, PHX_F32, beta, c0, c, ldc, PHX_F32);
             if (w > worst) worst = w;
         }
-        ok(worst <= 1.0, "fallback C loop A%s B%s with padded leading dims: within the bound (worst %.3g)", ta ? "^T" : "", tb ? "^T" : "", worst);
+        ok(worst <= 1.0, "fallback C loop A%s B%s with padded leading dims: within the bound (worst %.3g)",
+           ta ? "^T" : "", tb ? "^T" : "", worst);
     }
 
     /* 29-31: kernel table directly with leading dims (a sub-block), f32 and f16 */
@@ -147,22 +167,24 @@ int main(void)
         int untouched = 1;
         for (int i = 0; i < 20; i++)
             for (int j = 25; j < 35; j++) untouched &= memcmp(&c[i * 35 + j], &c0[i * 35 + j], 4) == 0;
-        ok(st == PHX_OK && w <= 1.0 && untouched, "kernel gemm f32 with lda/ldb/ldc > cols: correct (worst %.3g), padding untouched", w);
+        ok(st == PHX_OK && w <= 1.0 && untouched,
+           "kernel gemm f32 with lda/ldb/ldc > cols: correct (worst %.3g), padding untouched", w);
         st = K->gemm(0, 1, 0, 20, 25, 30, 0.75f, ah, 40, bh, 30, PHX_F16, 0.5f, chh, 35, PHX_F16);
         w = check_result(1, 0, 20, 25, 30, 0.75f, ah, 40, bh, 30, PHX_F16, 0.5f, ch0, chh, 35, PHX_F16);
         untouched = 1;
         for (int i = 0; i < 20; i++)
             for (int j = 25; j < 35; j++) untouched &= chh[i * 35 + j] == ch0[i * 35 + j];
-        ok(st == PHX_OK && w <= 1.0 && untouched, "kernel gemm f16 with leading dims: correct (worst %.3g), padding untouched", w);
+        ok(st == PHX_OK && w <= 1.0 && untouched,
+           "kernel gemm f16 with leading dims: correct (worst %.3g), padding untouched", w);
         /* k = 0: C <- beta C */
-        float cz[4] = { 1, 2, 3, 4 };
+        float cz[4] = {1, 2, 3, 4};
         st = K->gemm(0, 0, 0, 2, 2, 0, 1.0f, a, 1, b, 2, PHX_F32, 3.0f, cz, 2, PHX_F32);
         ok(st == PHX_OK && cz[0] == 3 && cz[3] == 12, "k = 0 scales C by beta (got %g %g)", cz[0], cz[3]);
     }
 
     /* 32-33: no allocation once warm (f32: none at all; f16: scratch reused) */
     {
-        int64_t s2[2] = { 64, 64 };
+        int64_t s2[2] = {64, 64};
         phx_tensor *A = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
         phx_tensor *H = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu()), *HC = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu());
         uint64_t before = phx_alloc_count();
@@ -177,7 +199,7 @@ int main(void)
 
     /* 34-43: errors name the shapes; C is left unchanged */
     {
-        int64_t s23[2] = { 2, 3 }, s43[2] = { 4, 3 }, s24[2] = { 2, 4 }, s22[2] = { 2, 2 }, s3[3] = { 2, 3, 1 };
+        int64_t s23[2] = {2, 3}, s43[2] = {4, 3}, s24[2] = {2, 4}, s22[2] = {2, 2}, s3[3] = {2, 3, 1};
         phx_tensor *A = phx_tensor_zeros(PHX_F32, 2, s23, phx_cpu()), *B = phx_tensor_zeros(PHX_F32, 2, s43, phx_cpu());
         phx_tensor *C = phx_tensor_new(PHX_F32, 2, s24, phx_cpu()), *C2 = phx_tensor_zeros(PHX_F32, 2, s22, phx_cpu());
         phx_tensor *I = phx_tensor_zeros(PHX_I32, 2, s23, phx_cpu()), *H = phx_tensor_zeros(PHX_F16, 2, s43, phx_cpu());
@@ -195,7 +217,7 @@ int main(void)
         like(phx_last_error(), "A is i32, B f32", "message names the dtypes");
         is_int(phx_gemm(false, true, 1, A, H, 0, C), PHX_EINVAL, "f32 A with f16 B: EINVAL");
         is_int(phx_gemm(false, false, 1, T3, B, 0, C), PHX_EINVAL, "3-D operand: EINVAL");
-        phx_tensor *all[] = { A, B, C, C2, I, H, T3 };
+        phx_tensor *all[] = {A, B, C, C2, I, H, T3};
         for (int i = 0; i < 7; i++) phx_tensor_free(all[i]);
     }
     return done_testing();

@@ -12,8 +12,18 @@
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
 
-static float f_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static uint32_t u_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float f_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t u_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 /* Round |x| (a double holding an f32) to a format with `mbits` mantissa
  * bits, minimum normal exponent emin, overflow threshold 2^(emax+1), and
@@ -41,8 +51,14 @@ static uint16_t ref_encode(float f, int mbits, int emin, int emax, int ebias)
     return sign | (uint16_t)((uint32_t)(E + ebias) << mbits) | (uint16_t)mant;
 }
 
-static uint16_t ref_f16(float f) { return ref_encode(f, 10, -14, 15, 15); }
-static uint16_t ref_bf16(float f) { return ref_encode(f, 7, -126, 127, 127); }
+static uint16_t ref_f16(float f)
+{
+    return ref_encode(f, 10, -14, 15, 15);
+}
+static uint16_t ref_bf16(float f)
+{
+    return ref_encode(f, 7, -126, 127, 127);
+}
 
 /* Reference decoders from the definition. */
 static double ref_f16_value(uint16_t h)
@@ -59,18 +75,25 @@ static double ref_bf16_value(uint16_t b)
     return s ? -v : v;
 }
 
-static int is_nan16(uint16_t h, int mbits) { uint16_t ex = (uint16_t)(((1u << (15 - mbits)) - 1u) << mbits); return (h & ex) == ex && (h & ((1u << mbits) - 1u)); }
+static int is_nan16(uint16_t h, int mbits)
+{
+    uint16_t ex = (uint16_t)(((1u << (15 - mbits)) - 1u) << mbits);
+    return (h & ex) == ex && (h & ((1u << mbits) - 1u));
+}
 
 /* Compares conv(f) with ref(f) over a set; NaN inputs need a NaN of the
  * same sign. Returns mismatches, reporting the first. */
-static long check_set(const char *what, const float *fs, long n, uint16_t (*conv)(float), uint16_t (*ref)(float), int mbits)
+static long check_set(const char *what, const float *fs, long n, uint16_t (*conv)(float), uint16_t (*ref)(float),
+                      int mbits)
 {
     long bad = 0;
     for (long i = 0; i < n; i++) {
         uint16_t got = conv(fs[i]);
         int ok_;
-        if (isnan(fs[i])) ok_ = is_nan16(got, mbits) && ((got >> 15) == (u_of(fs[i]) >> 31));
-        else ok_ = got == ref(fs[i]);
+        if (isnan(fs[i]))
+            ok_ = is_nan16(got, mbits) && ((got >> 15) == (u_of(fs[i]) >> 31));
+        else
+            ok_ = got == ref(fs[i]);
         if (!ok_ && bad++ == 0)
             diag("%s: f32 0x%08x (%.9g): expected 0x%04x, got 0x%04x", what, u_of(fs[i]), (double)fs[i],
                  isnan(fs[i]) ? 0x7fff : ref(fs[i]), got);
@@ -78,8 +101,14 @@ static long check_set(const char *what, const float *fs, long n, uint16_t (*conv
     return bad;
 }
 
-static uint16_t conv_f16(float f) { return phx_f32_to_f16(f); }
-static uint16_t conv_bf16(float f) { return phx_f32_to_bf16(f); }
+static uint16_t conv_f16(float f)
+{
+    return phx_f32_to_f16(f);
+}
+static uint16_t conv_bf16(float f)
+{
+    return phx_f32_to_bf16(f);
+}
 
 /* Every tie between consecutive finite values of a 16-bit format (and
  * the f32 just below and above it), both signs; plus the tie at the top
@@ -92,7 +121,7 @@ static long make_ties(float *out, float (*dec)(uint16_t), uint16_t inf)
         double hi = h + 1 < inf ? (double)dec((uint16_t)(h + 1)) : 2.0 * lo - (double)dec((uint16_t)(h - 1));
         float mid = (float)((lo + hi) / 2); /* exact: one more bit than the format */
         float below = nextafterf(mid, 0.0f), above = nextafterf(mid, INFINITY);
-        float cand[3] = { mid, below, above };
+        float cand[3] = {mid, below, above};
         for (int j = 0; j < 3; j++) {
             out[n++] = cand[j];
             out[n++] = -cand[j];
@@ -102,15 +131,40 @@ static long make_ties(float *out, float (*dec)(uint16_t), uint16_t inf)
 }
 
 static float specials[] = {
-    0.0f, 1.0f, 65504.0f, 65519.0f, 65519.996f, 65520.0f, 65535.0f, 65536.0f, 1e5f, FLT_MAX,
-    5.9604645e-8f /* 2^-24 */, 2.9802322e-8f /* 2^-25: tie to 0 */, 2.9802326e-8f /* just above */,
-    8.940697e-8f /* 1.5 * 2^-24: tie to 2 */, 6.097555e-5f /* max f16 subnormal */, 6.1035156e-5f /* 2^-14 */,
-    1.4e-45f /* smallest f32 subnormal */, 1.1754942e-38f /* largest f32 subnormal */, 1.17549435e-38f,
-    3.3895314e38f /* max bf16 */, 3.3961776e38f /* bf16 overflow tie */, 0.1f, 1.0f / 3.0f, 3.14159265f,
+    0.0f,
+    1.0f,
+    65504.0f,
+    65519.0f,
+    65519.996f,
+    65520.0f,
+    65535.0f,
+    65536.0f,
+    1e5f,
+    FLT_MAX,
+    5.9604645e-8f /* 2^-24 */,
+    2.9802322e-8f /* 2^-25: tie to 0 */,
+    2.9802326e-8f /* just above */,
+    8.940697e-8f /* 1.5 * 2^-24: tie to 2 */,
+    6.097555e-5f /* max f16 subnormal */,
+    6.1035156e-5f /* 2^-14 */,
+    1.4e-45f /* smallest f32 subnormal */,
+    1.1754942e-38f /* largest f32 subnormal */,
+    1.17549435e-38f,
+    3.3895314e38f /* max bf16 */,
+    3.3961776e38f /* bf16 overflow tie */,
+    0.1f,
+    1.0f / 3.0f,
+    3.14159265f,
 };
 
 static uint32_t xs = 2463534242u;
-static uint32_t xorshift(void) { xs ^= xs << 13; xs ^= xs >> 17; xs ^= xs << 5; return xs; }
+static uint32_t xorshift(void)
+{
+    xs ^= xs << 13;
+    xs ^= xs >> 17;
+    xs ^= xs << 5;
+    return xs;
+}
 
 int main(void)
 {
@@ -120,12 +174,15 @@ int main(void)
     long rt16 = 0, val16 = 0, rtb = 0, valb = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = phx_f16_to_f32((uint16_t)h);
-        if (phx_f32_to_f16(f) != h && rt16++ == 0) diag("f16 0x%04x -> %.9g -> 0x%04x", h, (double)f, phx_f32_to_f16(f));
+        if (phx_f32_to_f16(f) != h && rt16++ == 0)
+            diag("f16 0x%04x -> %.9g -> 0x%04x", h, (double)f, phx_f32_to_f16(f));
         double r = ref_f16_value((uint16_t)h);
-        int same = isnan(r) ? isnan(f) && (signbit(f) != 0) == (h >> 15) : (double)f == r && (signbit(f) != 0) == (h >> 15);
+        int same =
+            isnan(r) ? isnan(f) && (signbit(f) != 0) == (h >> 15) : (double)f == r && (signbit(f) != 0) == (h >> 15);
         if (!same && val16++ == 0) diag("f16 0x%04x decodes to %.9g, expected %.9g", h, (double)f, r);
         float g = phx_bf16_to_f32((uint16_t)h);
-        if (phx_f32_to_bf16(g) != h && rtb++ == 0) diag("bf16 0x%04x -> %.9g -> 0x%04x", h, (double)g, phx_f32_to_bf16(g));
+        if (phx_f32_to_bf16(g) != h && rtb++ == 0)
+            diag("bf16 0x%04x -> %.9g -> 0x%04x", h, (double)g, phx_f32_to_bf16(g));
         r = ref_bf16_value((uint16_t)h);
         same = isnan(r) ? isnan(g) && (signbit(g) != 0) == (h >> 15) : (double)g == r && (signbit(g) != 0) == (h >> 15);
         if (!same && valb++ == 0) diag("bf16 0x%04x decodes to %.9g, expected %.9g", h, (double)g, r);
@@ -148,20 +205,24 @@ int main(void)
 
     /* 9-10: specials and subnormals */
     long ns = (long)(sizeof specials / sizeof specials[0]);
-    is_int(check_set("f16 specials", specials, ns, conv_f16, ref_f16, 10), 0, "f32 -> f16 on specials (overflow, subnormals, 2^-25 tie)");
-    is_int(check_set("bf16 specials", specials, ns, conv_bf16, ref_bf16, 7), 0, "f32 -> bf16 on specials (overflow, subnormals)");
+    is_int(check_set("f16 specials", specials, ns, conv_f16, ref_f16, 10), 0,
+           "f32 -> f16 on specials (overflow, subnormals, 2^-25 tie)");
+    is_int(check_set("bf16 specials", specials, ns, conv_bf16, ref_bf16, 7), 0,
+           "f32 -> bf16 on specials (overflow, subnormals)");
 
     /* 11-12: every f32 in the f16 subnormal range [0, 2^-14) with stride 7 */
     long bad = 0, cnt = 0;
     for (uint32_t u = 0; u < 0x38800000u; u += 7, cnt++) {
         float f = f_of(u);
-        if (phx_f32_to_f16(f) != ref_f16(f) && bad++ == 0) diag("f32 0x%08x -> 0x%04x, expected 0x%04x", u, phx_f32_to_f16(f), ref_f16(f));
+        if (phx_f32_to_f16(f) != ref_f16(f) && bad++ == 0)
+            diag("f32 0x%08x -> 0x%04x, expected 0x%04x", u, phx_f32_to_f16(f), ref_f16(f));
     }
     is_int(bad, 0, "f32 -> f16 on %ld values below 2^-14 (subnormal results)", cnt);
     bad = 0;
     for (uint32_t u = 0; u < 0x00800000u; u += 3) {
         float f = f_of(u | 0x80000000u);
-        if (phx_f32_to_bf16(f) != ref_bf16(f) && bad++ == 0) diag("f32 0x%08x -> 0x%04x, expected 0x%04x", u, phx_f32_to_bf16(f), ref_bf16(f));
+        if (phx_f32_to_bf16(f) != ref_bf16(f) && bad++ == 0)
+            diag("f32 0x%08x -> 0x%04x, expected 0x%04x", u, phx_f32_to_bf16(f), ref_bf16(f));
     }
     is_int(bad, 0, "f32 -> bf16 on negative f32 subnormals (bf16 subnormals)");
 
@@ -184,13 +245,15 @@ int main(void)
         _Float16 h = (_Float16)rnd[i];
         uint16_t hb;
         memcpy(&hb, &h, 2);
-        if (hb != phx_f32_to_f16(rnd[i]) && bad++ == 0) diag("0x%08x: _Float16 0x%04x, ours 0x%04x", u_of(rnd[i]), hb, phx_f32_to_f16(rnd[i]));
+        if (hb != phx_f32_to_f16(rnd[i]) && bad++ == 0)
+            diag("0x%08x: _Float16 0x%04x, ours 0x%04x", u_of(rnd[i]), hb, phx_f32_to_f16(rnd[i]));
     }
     for (long i = 0; i < n16; i++) {
         _Float16 h = (_Float16)ties16[i];
         uint16_t hb;
         memcpy(&hb, &h, 2);
-        if (hb != phx_f32_to_f16(ties16[i]) && bad++ == 0) diag("tie 0x%08x: _Float16 0x%04x, ours 0x%04x", u_of(ties16[i]), hb, phx_f32_to_f16(ties16[i]));
+        if (hb != phx_f32_to_f16(ties16[i]) && bad++ == 0)
+            diag("tie 0x%08x: _Float16 0x%04x, ours 0x%04x", u_of(ties16[i]), hb, phx_f32_to_f16(ties16[i]));
     }
     is_int(bad, 0, "f32 -> f16 agrees with the compiler's _Float16 on random values and all ties");
 #else
@@ -198,7 +261,7 @@ int main(void)
 #endif
 
     /* 18-22: the cast kernel (phx_tensor_cast) gives the same bits */
-    int64_t shape[1] = { 65536 };
+    int64_t shape[1] = {65536};
     static uint16_t pat[65536], back[65536];
     for (uint32_t h = 0; h < 65536; h++) pat[h] = (uint16_t)h;
     phx_tensor *t16 = phx_tensor_from_data(PHX_F16, 1, shape, pat);
@@ -225,7 +288,7 @@ int main(void)
         if (!good && bad++ == 0) diag("bf16 0x%04x -> f16 0x%04x, expected 0x%04x", h, back[h], ref_f16(f));
     }
     ok(st == PHX_OK && bad == 0, "cast kernel: bf16 -> f16 rounds each value once, as the reference");
-    int64_t tshape[1] = { n16 };
+    int64_t tshape[1] = {n16};
     phx_tensor *tt = phx_tensor_from_data(PHX_F32, 1, tshape, ties16);
     phx_tensor *th = phx_tensor_new(PHX_F16, 1, tshape, phx_cpu());
     static uint16_t hres[31744 * 6];
@@ -236,8 +299,8 @@ int main(void)
         if (hres[i] != ref_f16(ties16[i]) && bad++ == 0) diag("tie %ld: 0x%04x", i, hres[i]);
     ok(st == PHX_OK && bad == 0, "cast kernel: f32 -> f16 on all ties matches the reference");
     /* i32 -> f16/bf16 and back */
-    int32_t ints[5] = { 0, -3, 2049, 70000, -65504 };
-    int64_t s5[1] = { 5 };
+    int32_t ints[5] = {0, -3, 2049, 70000, -65504};
+    int64_t s5[1] = {5};
     phx_tensor *ti = phx_tensor_from_data(PHX_I32, 1, s5, ints);
     phx_tensor *th5 = phx_tensor_new(PHX_F16, 1, s5, phx_cpu());
     phx_tensor *ti2 = phx_tensor_new(PHX_I32, 1, s5, phx_cpu());
@@ -245,8 +308,9 @@ int main(void)
     st = phx_tensor_cast(th5, ti) | phx_tensor_cast(ti2, th5);
     phx_tensor_to_host(ti2, ib);
     ok(st == PHX_OK && ib[0] == 0 && ib[1] == -3 && ib[2] == 2048 && ib[3] == INT32_MAX && ib[4] == -65504,
-       "cast i32 -> f16 -> i32: 2049 rounds to 2048, 70000 -> inf saturates (got %d %d %d %d %d)", ib[0], ib[1], ib[2], ib[3], ib[4]);
-    phx_tensor *all[] = { t16, tb, t32, o16, ob, tt, th, ti, th5, ti2 };
+       "cast i32 -> f16 -> i32: 2049 rounds to 2048, 70000 -> inf saturates (got %d %d %d %d %d)", ib[0], ib[1], ib[2],
+       ib[3], ib[4]);
+    phx_tensor *all[] = {t16, tb, t32, o16, ob, tt, th, ti, th5, ti2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) phx_tensor_free(all[i]);
     return done_testing();
 }

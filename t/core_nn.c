@@ -35,17 +35,23 @@ static int ln_case(const phx_kernels_v1 *K, int rows, int cols, int affine, floa
     static float xf[MAXR * MAXC], wf[MAXC], bf[MAXC], dyf[MAXR * MAXC], dxf[MAXR * MAXC], yf[MAXR * MAXC];
     static float mean[MAXR], rstd[MAXR], dw[MAXC], db[MAXC];
     static uint16_t xh[MAXR * MAXC], yh[MAXR * MAXC], dyh[MAXR * MAXC], dxh[MAXR * MAXC];
-    static double xd[MAXC], wd[MAXC], bd[MAXC], rd[MAXC], yref[MAXR * MAXC], dxref[MAXR * MAXC], dwref[MAXC], dbref[MAXC];
+    static double xd[MAXC], wd[MAXC], bd[MAXC], rd[MAXC], yref[MAXR * MAXC], dxref[MAXR * MAXC], dwref[MAXC],
+        dbref[MAXC];
     float eps = 1e-5f;
     for (int i = 0; i < rows * cols; i++) xf[i] = offset + cu_frand(-2, 2), dyf[i] = cu_frand(-1, 1);
-    for (int j = 0; j < cols; j++) wf[j] = cu_frand(0.5f, 1.5f), bf[j] = cu_frand(-0.5f, 0.5f), dw[j] = 0.25f, db[j] = -0.5f;
+    for (int j = 0; j < cols; j++)
+        wf[j] = cu_frand(0.5f, 1.5f), bf[j] = cu_frand(-0.5f, 0.5f), dw[j] = 0.25f, db[j] = -0.5f;
     int half = dt != PHX_F32;
     if (half)
-        for (int i = 0; i < rows * cols; i++) cu_set(xh, dt, i, xf[i]), cu_set(dyh, dt, i, dyf[i]), xf[i] = (float)cu_get(xh, dt, i), dyf[i] = (float)cu_get(dyh, dt, i);
+        for (int i = 0; i < rows * cols; i++)
+            cu_set(xh, dt, i, xf[i]), cu_set(dyh, dt, i, dyf[i]), xf[i] = (float)cu_get(xh, dt, i),
+                                                                  dyf[i] = (float)cu_get(dyh, dt, i);
     const float *w = affine ? wf : NULL, *b = affine ? bf : NULL;
-    phx_status st = K->layernorm_forward(0, rows, cols, eps, half ? (void *)xh : (void *)xf, w, b, half ? (void *)yh : (void *)yf, mean, rstd, dt);
-    st |= K->layernorm_backward(0, rows, cols, half ? (void *)xh : (void *)xf, w, mean, rstd, half ? (void *)dyh : (void *)dyf,
-                                half ? (void *)dxh : (void *)dxf, affine ? dw : NULL, affine ? db : NULL, dt);
+    phx_status st = K->layernorm_forward(0, rows, cols, eps, half ? (void *)xh : (void *)xf, w, b,
+                                         half ? (void *)yh : (void *)yf, mean, rstd, dt);
+    st |= K->layernorm_backward(0, rows, cols, half ? (void *)xh : (void *)xf, w, mean, rstd,
+                                half ? (void *)dyh : (void *)dyf, half ? (void *)dxh : (void *)dxf, affine ? dw : NULL,
+                                affine ? db : NULL, dt);
     for (int j = 0; j < cols; j++) wd[j] = wf[j], bd[j] = bf[j], dwref[j] = 0.25, dbref[j] = -0.5;
     double wstat = 0, wfd = 0;
     for (int r = 0; r < rows; r++) {
@@ -81,7 +87,8 @@ static int ln_case(const phx_kernels_v1 *K, int rows, int cols, int affine, floa
     double wdw = affine ? cu_worst(dw, PHX_F32, dwref, cols, 1e-5, (1e-5 + cond) * rows, NULL) : 0;
     double wdb = affine ? cu_worst(db, PHX_F32, dbref, cols, 1e-5, 1e-5 * rows, NULL) : 0;
     return ok(st == PHX_OK && wy <= 1 && wfd <= 1 && wdw <= 1 && wdb <= 1 && wstat <= 1,
-              "layernorm %dx%d%s offset %g %s: y, mean/rstd vs float64, dx vs finite differences, dw/db accumulate (worst %.2g %.2g %.2g %.2g %.2g)",
+              "layernorm %dx%d%s offset %g %s: y, mean/rstd vs float64, dx vs finite differences, dw/db accumulate "
+              "(worst %.2g %.2g %.2g %.2g %.2g)",
               rows, cols, affine ? " affine" : "", (double)offset, phx_dtype_name(dt), wy, wstat, wfd, wdw, wdb);
 }
 
@@ -90,7 +97,10 @@ static double xent_loss(int rows, int classes, const double *x, const int64_t *l
     double s = 0;
     for (int r = 0; r < rows; r++) {
         const double *xr = x + r * classes;
-        if (log_probs) { s -= xr[lab[r]]; continue; }
+        if (log_probs) {
+            s -= xr[lab[r]];
+            continue;
+        }
         double m = xr[0], z = 0;
         for (int j = 1; j < classes; j++) m = fmax(m, xr[j]);
         for (int j = 0; j < classes; j++) z += exp(xr[j] - m);
@@ -115,7 +125,8 @@ int main(void)
     enum { NM = 37 };
     float y[NM], t[NM], g[NM], loss;
     double yd[NM], ls = 0, gref[NM];
-    for (int i = 0; i < NM; i++) y[i] = cu_frand(-2, 2), t[i] = cu_frand(-2, 2), ls += ((double)y[i] - t[i]) * ((double)y[i] - t[i]);
+    for (int i = 0; i < NM; i++)
+        y[i] = cu_frand(-2, 2), t[i] = cu_frand(-2, 2), ls += ((double)y[i] - t[i]) * ((double)y[i] - t[i]);
     for (int mean = 0; mean < 2; mean++) {
         K->mse(0, NM, y, PHX_F32, t, mean, &loss, g);
         double lref = mean ? ls / NM : ls;
@@ -130,7 +141,8 @@ int main(void)
             gref[i] = (lp - lm) / (2 * h) / (mean ? NM : 1);
         }
         wfd = cu_worst(g, PHX_F32, gref, NM, 1e-6, 1e-7, NULL);
-        ok(fabs(loss - lref) <= 1e-6 * lref, "mse %s: loss %.7g vs float64 %.7g", mean ? "mean" : "sum", (double)loss, lref);
+        ok(fabs(loss - lref) <= 1e-6 * lref, "mse %s: loss %.7g vs float64 %.7g", mean ? "mean" : "sum", (double)loss,
+           lref);
         ok(wfd <= 1, "mse %s: gradient vs finite differences (worst %.3g)", mean ? "mean" : "sum", wfd);
     }
 
@@ -165,7 +177,8 @@ int main(void)
         }
         double w = cu_worst(gx, PHX_F32, gr, R * C, 1e-5, 1e-6, NULL);
         ok(st == PHX_OK && badrow == -1 && isfinite(loss) && fabs(loss - lref) <= 2e-6 * fabs(lref),
-           "%s: loss %.7g vs float64 %.7g (row of logits ~1000 included), no bad label", lp ? "nll" : "cross_entropy", (double)loss, lref);
+           "%s: loss %.7g vs float64 %.7g (row of logits ~1000 included), no bad label", lp ? "nll" : "cross_entropy",
+           (double)loss, lref);
         ok(w <= 1, "%s: gradient vs finite differences (worst %.3g)", lp ? "nll" : "cross_entropy", w);
     }
     /* f16 logits */
@@ -173,7 +186,8 @@ int main(void)
     for (int i = 0; i < R * C; i++) xh[i] = phx_f32_to_f16(cu_frand(-3, 3)), xd[i] = phx_f16_to_f32(xh[i]);
     K->cross_entropy(0, R, C, xh, PHX_F16, lab, 0, &loss, gx, NULL);
     double lref = xent_loss(R, C, xd, lab, 0);
-    ok(fabs(loss - lref) <= 2e-6 * fabs(lref), "cross_entropy on f16 logits: statistics in f32 (%.7g vs %.7g)", (double)loss, lref);
+    ok(fabs(loss - lref) <= 2e-6 * fabs(lref), "cross_entropy on f16 logits: statistics in f32 (%.7g vs %.7g)",
+       (double)loss, lref);
     K->cross_entropy(0, R, C, x, PHX_F32, lab, 0, &loss, NULL, NULL);
     ok(isfinite(loss), "cross_entropy without a gradient buffer computes the loss only");
 
@@ -182,11 +196,13 @@ int main(void)
     float keep_loss = 123.0f, gkeep[R * C];
     memcpy(gkeep, gx, sizeof gx);
     int64_t badrow = -1;
-    is_int(K->cross_entropy(0, R, C, x, PHX_F32, lab, 0, &keep_loss, gx, &badrow), PHX_EINVAL, "label 11 with 11 classes: EINVAL");
+    is_int(K->cross_entropy(0, R, C, x, PHX_F32, lab, 0, &keep_loss, gx, &badrow), PHX_EINVAL,
+           "label 11 with 11 classes: EINVAL");
     is_int(badrow, 6, "bad_label_host names row 6");
     like(phx_last_error(), "label 11 at row 6, expected 0 <= label < 11", "message names label, row and range");
     ok(keep_loss == 123.0f && memcmp(gkeep, gx, sizeof gx) == 0, "loss and gradient untouched");
     lab[6] = -1;
-    is_int(K->cross_entropy(0, R, C, x, PHX_F32, lab, 1, &keep_loss, gx, NULL), PHX_EINVAL, "negative label in nll: EINVAL");
+    is_int(K->cross_entropy(0, R, C, x, PHX_F32, lab, 1, &keep_loss, gx, NULL), PHX_EINVAL,
+           "negative label in nll: EINVAL");
     return done_testing();
 }

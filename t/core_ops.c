@@ -30,7 +30,7 @@ int main(void)
     ok(l[0] == -50000000000LL && l[N - 1] == -50000000000LL, "fill i64 with -5e10");
 
     /* 4-9: axpby over every float dtype pair; one rounding of the exact value */
-    phx_dtype dts[3] = { PHX_F32, PHX_F16, PHX_BF16 };
+    phx_dtype dts[3] = {PHX_F32, PHX_F16, PHX_BF16};
     for (int xi = 0; xi < 3; xi++)
         for (int yi = 0; yi < 3; yi++) {
             static uint32_t xs[N], ys[N];
@@ -46,11 +46,11 @@ int main(void)
             for (int i = 0; i < N; i++) {
                 double half_ulp = dts[yi] == PHX_F32 ? 0.0 : cu_eps(dts[yi]) / 2;
                 double tol = 2 * ldexp(1, -24) * mag[i] * (1 + half_ulp) + half_ulp * fabs(ref[i]) +
-                             (dts[yi] == PHX_F16 ? ldexp(1, -25) : 1e-30); /* f16 subnormals */
+                    (dts[yi] == PHX_F16 ? ldexp(1, -25) : 1e-30); /* f16 subnormals */
                 w = fmax(w, fabs(cu_get(ys, dts[yi], i) - ref[i]) / tol);
             }
-            ok(w <= 1, "axpby x %s, y %s: y = 1.5 x - 0.75 y within the rounding bound (worst %.3g)", phx_dtype_name(dts[xi]),
-               phx_dtype_name(dts[yi]), w);
+            ok(w <= 1, "axpby x %s, y %s: y = 1.5 x - 0.75 y within the rounding bound (worst %.3g)",
+               phx_dtype_name(dts[xi]), phx_dtype_name(dts[yi]), w);
         }
     /* 10-11: beta = 0 does not read y; x NULL scales */
     for (int i = 0; i < N; i++) o[i] = NAN;
@@ -72,7 +72,8 @@ int main(void)
     for (int i = 0; i < N; i++) ah[i] = phx_f32_to_f16(a[i]), bh[i] = phx_f32_to_f16(b[i]);
     K->mul(0, N, ah, bh, oh, PHX_F16);
     good = 1;
-    for (int i = 0; i < N; i++) good &= oh[i] == phx_f32_to_f16((float)((double)phx_f16_to_f32(ah[i]) * phx_f16_to_f32(bh[i])));
+    for (int i = 0; i < N; i++)
+        good &= oh[i] == phx_f32_to_f16((float)((double)phx_f16_to_f32(ah[i]) * phx_f16_to_f32(bh[i])));
     ok(good, "mul f16 = the product rounded to f16");
 
     /* 14-18: bias_add and bias_grad */
@@ -120,28 +121,28 @@ int main(void)
     K->reduce(0, PHX_MAX, N, a, PHX_F32, &omx);
     K->reduce(0, PHX_MIN, N, a, PHX_F32, &omn);
     ok(omx == mx && omn == mn, "reduce max and min exact");
-    int32_t iv[5] = { 3, -7, 2147483647, 5, -2147483647 };
+    int32_t iv[5] = {3, -7, 2147483647, 5, -2147483647};
     K->reduce(0, PHX_SUM, 5, iv, PHX_I32, &out);
     ok(out == 3.0 - 7 + 2147483647.0 + 5 - 2147483647.0, "reduce i32 sum without overflow (%.0f)", out);
-    float nanv[4] = { 1, NAN, 3, 2 };
+    float nanv[4] = {1, NAN, 3, 2};
     K->reduce(0, PHX_MAX, 4, nanv, PHX_F32, &out);
     ok(out != out, "max with a NaN is NaN (as torch.max)");
     K->reduce(0, PHX_SUM, 0, a, PHX_F32, &out);
     ok(out == 0.0, "sum of nothing is 0");
 
     /* 25-28: unscale_check */
-    float g[6] = { 2, -4, 8, 1e-3f, 0, 65504 }, found = 0;
+    float g[6] = {2, -4, 8, 1e-3f, 0, 65504}, found = 0;
     K->unscale_check(0, 6, g, 0.5f, &found);
     ok(found == 0 && g[0] == 1 && g[1] == -2 && g[5] == 32752, "finite gradients unscaled exactly, found_inf stays 0");
-    float gi[3] = { 1, INFINITY, 2 };
+    float gi[3] = {1, INFINITY, 2};
     K->unscale_check(0, 3, gi, 0.25f, &found);
     ok(found == 1.0f && gi[2] == 0.5f, "inf sets found_inf = 1 (the rest still unscaled)");
-    float gn[2] = { NAN, 1 }, f2 = 0;
+    float gn[2] = {NAN, 1}, f2 = 0;
     K->unscale_check(0, 2, gn, 1.0f, &f2);
-    float go[1] = { 3e38f }, f3 = 0;
+    float go[1] = {3e38f}, f3 = 0;
     K->unscale_check(0, 1, go, 2.0f, &f3);
     ok(f2 == 1.0f && f3 == 1.0f, "NaN sets found_inf; so does a result that overflows");
-    float gz[2] = { 1, 2 };
+    float gz[2] = {1, 2};
     K->unscale_check(0, 2, gz, 1.0f, &found);
     ok(found == 1.0f, "found_inf is never cleared by a clean tensor (accumulates across tensors)");
 

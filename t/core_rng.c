@@ -38,7 +38,7 @@ static void *draw_half(void *arg)
 static int draw_two_threads(phx_tensor *t, int normal)
 {
     int64_t h = N / 2;
-    half_job jobs[2] = { { t, 0, h, normal, PHX_OK }, { t, h, N - h, normal, PHX_OK } };
+    half_job jobs[2] = {{t, 0, h, normal, PHX_OK}, {t, h, N - h, normal, PHX_OK}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, draw_half, &jobs[i]);
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
@@ -50,17 +50,17 @@ int main(void)
     plan(30);
     /* 1-3: known answers */
     uint32_t kat_in[3][6] = {
-        { 0, 0, 0, 0, 0, 0 },
-        { 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu },
-        { 0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u },
+        {0, 0, 0, 0, 0, 0},
+        {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+        {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u},
     };
     uint32_t kat_out[3][4] = {
-        { 0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u },
-        { 0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu },
-        { 0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u },
+        {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
+        {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
+        {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u},
     };
     for (int i = 0; i < 3; i++) {
-        uint32_t c[4] = { kat_in[i][0], kat_in[i][1], kat_in[i][2], kat_in[i][3] };
+        uint32_t c[4] = {kat_in[i][0], kat_in[i][1], kat_in[i][2], kat_in[i][3]};
         phx_philox4x32_10(c, kat_in[i][4], kat_in[i][5]);
         ok(memcmp(c, kat_out[i], sizeof c) == 0, "Philox-4x32-10 known-answer vector %d (got %08x %08x %08x %08x)", i,
            c[0], c[1], c[2], c[3]);
@@ -68,15 +68,16 @@ int main(void)
     /* 4-5: the stream layout */
     uint32_t blk[4];
     phx_philox_block(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, blk);
-    uint32_t c4[4] = { 0x243f6a88u, 0x85a308d3u, 0, 0 };
+    uint32_t c4[4] = {0x243f6a88u, 0x85a308d3u, 0, 0};
     phx_philox4x32_10(c4, 0xa4093822u, 0x299f31d0u);
     ok(memcmp(blk, c4, sizeof blk) == 0, "block b of seed s = philox(counter (lo b, hi b, 0, 0), key (lo s, hi s))");
-    ok(phx_philox_u32(99, 4 * 1000 + 3) == phx_philox_at(99, 4003) && phx_philox_at(99, 4003) != phx_philox_at(99, 4002) &&
+    ok(phx_philox_u32(99, 4 * 1000 + 3) == phx_philox_at(99, 4003) &&
+           phx_philox_at(99, 4003) != phx_philox_at(99, 4002) &&
            phx_philox_uniform(99, 7) == (float)(phx_philox_u32(99, 7) >> 8) / 16777216.0f,
        "number i is word i %% 4 of block i / 4; uniform = top 24 bits / 2^24");
 
     /* 6-11: one draw vs two threads over halves vs two calls */
-    int64_t n[1] = { N };
+    int64_t n[1] = {N};
     static float a[N], b[N], c[N];
     phx_tensor *t = phx_tensor_new(PHX_F32, 1, n, phx_cpu());
     phx_rng *r = phx_rng_new(1234);
@@ -89,9 +90,10 @@ int main(void)
     phx_set_num_threads(2);
     ok(draw_two_threads(t, 0), "two threads draw one half each");
     phx_tensor_to_host(t, b);
-    ok(memcmp(a, b, sizeof a) == 0, "same seed and offset: identical numbers with 1 thread and with 2 threads over halves");
+    ok(memcmp(a, b, sizeof a) == 0,
+       "same seed and offset: identical numbers with 1 thread and with 2 threads over halves");
     phx_rng_set_offset(r, 77);
-    int64_t first[1] = { 1001 }, rest[1] = { N - 1001 };
+    int64_t first[1] = {1001}, rest[1] = {N - 1001};
     phx_tensor *p1 = phx_tensor_view(t, 0, 1, first), *p2 = phx_tensor_view(t, 1001, 1, rest);
     phx_rng_uniform(r, p1, -1.0f, 3.0f);
     phx_rng_uniform(r, p2, -1.0f, 3.0f);
@@ -115,12 +117,12 @@ int main(void)
 
     /* 14: chi-square over 64 bins of 2^20 draws (dof 63; 99.99%% quantile ~ 117) */
     {
-        int64_t m[1] = { 1 << 20 };
+        int64_t m[1] = {1 << 20};
         phx_tensor *u = phx_tensor_new(PHX_F32, 1, m, phx_cpu());
         phx_rng *r2 = phx_rng_new(42);
         phx_rng_uniform(r2, u, 0.0f, 1.0f);
         const float *d = phx_tensor_data(u);
-        long bins[64] = { 0 };
+        long bins[64] = {0};
         for (int i = 0; i < (1 << 20); i++) bins[(int)(d[i] * 64)]++;
         double chi = 0, e = (double)(1 << 20) / 64;
         for (int i = 0; i < 64; i++) chi += (bins[i] - e) * (bins[i] - e) / e;
@@ -192,9 +194,10 @@ int main(void)
     uint64_t off = phx_rng_offset(r);
     is_int(phx_rng_uniform(r, t, 2.0f, 1.0f), PHX_EINVAL, "lo > hi: EINVAL");
     is_int(phx_rng_normal(r, t, 0.0f, -1.0f), PHX_EINVAL, "std < 0: EINVAL");
-    ok(phx_rng_offset(r) == off && phx_rng_uniform(NULL, t, 0, 1) == PHX_EINVAL, "failed draws leave the offset; NULL rng: EINVAL");
+    ok(phx_rng_offset(r) == off && phx_rng_uniform(NULL, t, 0, 1) == PHX_EINVAL,
+       "failed draws leave the offset; NULL rng: EINVAL");
 
-    phx_tensor *all[] = { t, p1, p2, h, it };
+    phx_tensor *all[] = {t, p1, p2, h, it};
     for (int i = 0; i < 5; i++) phx_tensor_free(all[i]);
     phx_rng_free(r);
     phx_rng_free(r3);

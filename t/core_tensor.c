@@ -21,7 +21,7 @@ static void *churn(void *arg)
     phx_tensor *t = arg;
     for (int i = 0; i < 100000; i++) phx_tensor_free(phx_tensor_retain(t));
     for (int i = 0; i < 1000; i++) {
-        int64_t s[1] = { 4 };
+        int64_t s[1] = {4};
         phx_tensor_free(phx_tensor_view(t, i % 60, 1, s));
     }
     return NULL;
@@ -34,7 +34,7 @@ int main(void)
     uint64_t base_use = in_use();
 
     /* 1-9: metadata */
-    int64_t s34[2] = { 3, 4 };
+    int64_t s34[2] = {3, 4};
     phx_tensor *t = phx_tensor_new(PHX_F32, 2, s34, phx_cpu());
     ok(t != NULL, "new f32 (3, 4)");
     is_int(phx_tensor_ndim(t), 2, "ndim");
@@ -48,7 +48,7 @@ int main(void)
 
     /* 10-12: scalar and empty */
     phx_tensor *sc = phx_tensor_zeros(PHX_I64, 0, NULL, phx_cpu());
-    int64_t s0[2] = { 5, 0 };
+    int64_t s0[2] = {5, 0};
     phx_tensor *em = phx_tensor_zeros(PHX_BF16, 2, s0, phx_cpu());
     is_int(phx_tensor_numel(sc), 1, "a 0-dim tensor holds one element");
     is_str(phx_tensor_shape_str(sc, buf, sizeof buf), "()", "scalar shape string");
@@ -58,7 +58,7 @@ int main(void)
     float init[12];
     for (int i = 0; i < 12; i++) init[i] = (float)i;
     phx_tensor_from_host(t, init);
-    int64_t s2[1] = { 2 }, s22[2] = { 2, 2 };
+    int64_t s2[1] = {2}, s22[2] = {2, 2};
     phx_tensor *v = phx_tensor_view(t, 5, 2, s22);
     ok(v && phx_tensor_same_storage(v, t), "view shares the base's storage");
     is_int(phx_tensor_offset(v), 5, "view offset");
@@ -88,18 +88,18 @@ int main(void)
     phx_tensor_free(v);
     is_int(use_before - in_use(), 48, "the last view frees the storage");
     /* many views, freed in a shuffled order */
-    int64_t s100[1] = { 100 }, s10[1] = { 10 };
+    int64_t s100[1] = {100}, s10[1] = {10};
     phx_tensor *big = phx_tensor_zeros(PHX_F16, 1, s100, phx_cpu());
     phx_tensor *views[10];
     for (int i = 0; i < 10; i++) views[i] = phx_tensor_view(big, 10 * i, 1, s10);
     phx_tensor_free(big);
-    int order[10] = { 7, 2, 9, 0, 4, 1, 8, 3, 6, 5 };
+    int order[10] = {7, 2, 9, 0, 4, 1, 8, 3, 6, 5};
     for (int i = 0; i < 10; i++) phx_tensor_free(views[order[i]]);
     phx_tensor_free(NULL);
     ok(in_use() == use_before - 48, "ten views freed in shuffled order after their base: storage released once");
 
     /* 26-27: reference counts from two threads */
-    int64_t s64[1] = { 64 };
+    int64_t s64[1] = {64};
     phx_tensor *shared = phx_tensor_zeros(PHX_F32, 1, s64, phx_cpu());
     uint64_t u0 = in_use();
     pthread_t th[2];
@@ -110,7 +110,7 @@ int main(void)
     ok(in_use() == u0 - 256, "then freed by the last reference");
 
     /* 28-37: bad arguments */
-    int64_t bad[2] = { 3, -1 }, five[5] = { 1, 1, 1, 1, 1 };
+    int64_t bad[2] = {3, -1}, five[5] = {1, 1, 1, 1, 1};
     ok(phx_tensor_new(PHX_F32, 2, bad, phx_cpu()) == NULL, "negative dim: NULL");
     like(phx_last_error(), "dim 1 is -1, expected >= 0", "message names the dim and value");
     ok(phx_tensor_new(PHX_F32, 5, five, phx_cpu()) == NULL, "5 dims: NULL");
@@ -118,12 +118,14 @@ int main(void)
     ok(phx_tensor_new((phx_dtype)9, 1, s2, phx_cpu()) == NULL, "bad dtype: NULL");
     like(phx_last_error(), "dtype 9", "message names the dtype");
     phx_tensor *b12 = phx_tensor_zeros(PHX_F32, 2, s34, phx_cpu());
-    int64_t s8[1] = { 8 };
+    int64_t s8[1] = {8};
     ok(phx_tensor_view(b12, 5, 1, s8) == NULL, "a view past the end: NULL");
-    like(phx_last_error(), "8 elements at offset 5 do not fit in base (3, 4) of 12 elements", "message names offset, size and base");
+    like(phx_last_error(), "8 elements at offset 5 do not fit in base (3, 4) of 12 elements",
+         "message names offset, size and base");
     ok(phx_tensor_view(b12, -1, 1, s2) == NULL, "negative view offset: NULL");
-    phx_device nodev = { 7, 0 };
-    ok(phx_tensor_new(PHX_F32, 1, s2, nodev) == NULL && strstr(phx_last_error(), "device kind 7"), "unknown device kind: NULL, named");
+    phx_device nodev = {7, 0};
+    ok(phx_tensor_new(PHX_F32, 1, s2, nodev) == NULL && strstr(phx_last_error(), "device kind 7"),
+       "unknown device kind: NULL, named");
 
     /* 38-45: copy, cast, host transfers */
     float src12[12], out12[12];
@@ -132,11 +134,11 @@ int main(void)
     is_int(phx_tensor_copy(b12, a), PHX_OK, "copy f32 -> f32");
     phx_tensor_to_host(b12, out12);
     ok(memcmp(out12, src12, sizeof out12) == 0, "copy reproduces the data");
-    int64_t s12[1] = { 12 };
+    int64_t s12[1] = {12};
     phx_tensor *flat = phx_tensor_new(PHX_F32, 1, s12, phx_cpu());
     is_int(phx_tensor_copy(flat, a), PHX_OK, "copy between shapes of equal numel");
     /* overlapping views of one storage */
-    int64_t s6[1] = { 6 };
+    int64_t s6[1] = {6};
     phx_tensor *lo = phx_tensor_view(b12, 0, 1, s6), *hi = phx_tensor_view(b12, 3, 1, s6);
     phx_tensor_copy(hi, lo);
     phx_tensor_to_host(b12, out12);
@@ -174,7 +176,8 @@ int main(void)
     phx_tensor_reduce(x, PHX_MAX, &mx);
     phx_tensor_reduce(x, PHX_MIN, &mn);
     phx_tensor_reduce(x, PHX_AVG, &avg);
-    ok(sum == 9.0 && mx == 3.5 && mn == -2.0 && avg == 0.75, "reduce sum/max/min/avg = %g %g %g %g (9, 3.5, -2, 0.75)", sum, mx, mn, avg);
+    ok(sum == 9.0 && mx == 3.5 && mn == -2.0 && avg == 0.75, "reduce sum/max/min/avg = %g %g %g %g (9, 3.5, -2, 0.75)",
+       sum, mx, mn, avg);
     phx_tensor_reduce(y, PHX_SUM, &sum);
     ok(sum == 0.0, "axpby with x NULL scales y (sum %g)", sum);
     phx_tensor_fill(i64, 3e9);
@@ -191,7 +194,7 @@ int main(void)
     is_int(phx_dtype_size(PHX_BF16), 2, "bf16 is 2 bytes");
     is_str(phx_dtype_name(PHX_I64), "i64", "dtype name");
     ok(phx_dtype_is_float(PHX_F16) && !phx_dtype_is_float(PHX_I32), "is_float");
-    phx_tensor *all[] = { sc, em, b12, a, flat, lo, hi, h, c5, i64, x, y };
+    phx_tensor *all[] = {sc, em, b12, a, flat, lo, hi, h, c5, i64, x, y};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) phx_tensor_free(all[i]);
     is_int(in_use(), base_use, "every storage released at the end");
     return done_testing();

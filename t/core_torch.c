@@ -8,8 +8,16 @@
 #include "t/core-util.h"
 
 #define MAXSEC 64
-#define BAIL_OUT_(why, name) do { printf("Bail out! %s: %s\n", why, name); exit(1); } while (0)
-static struct { char name[48]; int n; float *v; } sec[MAXSEC];
+#define BAIL_OUT_(why, name) \
+    do { \
+        printf("Bail out! %s: %s\n", why, name); \
+        exit(1); \
+    } while (0)
+static struct {
+    char name[48];
+    int n;
+    float *v;
+} sec[MAXSEC];
 static int nsec;
 
 static int load(const char *path)
@@ -24,7 +32,10 @@ static int load(const char *path)
         sec[nsec].v = malloc((size_t)n * sizeof(float));
         for (int i = 0; i < n; i++) {
             double d;
-            if (fscanf(f, "%lf", &d) != 1) { fclose(f); return 0; }
+            if (fscanf(f, "%lf", &d) != 1) {
+                fclose(f);
+                return 0;
+            }
             sec[nsec].v[i] = (float)d;
         }
         nsec++;
@@ -65,7 +76,7 @@ int main(void)
     const phx_kernels_v1 *K = cu_kernels();
 
     /* activations */
-    const char *an[5] = { "relu", "gelu", "gelu_tanh", "tanh", "sigmoid" };
+    const char *an[5] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
     const float *x = get("act.x", 49), *dy = get("act.dy", 49);
     float y[64], dx[64], buf[64];
     for (int a = 0; a < 5; a++) {
@@ -84,7 +95,7 @@ int main(void)
 
     /* layernorm (4, 10), one row offset by 50 */
     const float *lx = get("ln.x", 40), *lw = get("ln.w", 10), *lb = get("ln.b", 10), *ldy = get("ln.dy", 40);
-    float ly[40], ldx[40], mean[4], rstd[4], dw[10] = { 0 }, db[10] = { 0 };
+    float ly[40], ldx[40], mean[4], rstd[4], dw[10] = {0}, db[10] = {0};
     K->layernorm_forward(0, 4, 10, 1e-5f, lx, lw, lb, ly, mean, rstd, PHX_F32);
     K->layernorm_backward(0, 4, 10, lx, lw, mean, rstd, ldy, ldx, dw, db, PHX_F32);
     double w = cmp(ly, get("ln.y", 40), 40, 1e-5, 1e-5);
@@ -102,7 +113,8 @@ int main(void)
     for (int i = 0; i < 5; i++) lab[i] = (int64_t)labf[i];
     float loss, g[35];
     K->cross_entropy(0, 5, 7, lg, PHX_F32, lab, 0, &loss, g, NULL);
-    ok(cmp(&loss, get("ce.loss", 1), 1, 1e-6, 1e-7) <= 1, "cross_entropy loss = torch (%.9g vs %.9g)", (double)loss, (double)get("ce.loss", 1)[0]);
+    ok(cmp(&loss, get("ce.loss", 1), 1, 1e-6, 1e-7) <= 1, "cross_entropy loss = torch (%.9g vs %.9g)", (double)loss,
+       (double)get("ce.loss", 1)[0]);
     w = cmp(g, get("ce.grad", 35), 35, 1e-5, 1e-7);
     ok(w <= 1, "cross_entropy gradient = torch, logits ~1000 row included (worst %.3g)", w);
     K->cross_entropy(0, 5, 7, get("nll.logp", 35), PHX_F32, lab, 1, &loss, g, NULL);
@@ -122,18 +134,25 @@ int main(void)
 
     /* optimizers: 5 steps from p0 with the given gradients */
     const float *p0 = get("opt.p0", 16), *gr = get("opt.grads", 80);
-    struct { const char *name; int adam; phx_sgd_hparams s; phx_adam_hparams a; } cfg[4] = {
-        { "opt.sgd_nesterov", 0, { 0.05f, 0.9f, 0.0f, 0.01f, 1 }, { 0, 0, 0, 0, 0, 0, 0 } },
-        { "opt.sgd_dampening", 0, { 0.1f, 0.8f, 0.25f, 0.0f, 0 }, { 0, 0, 0, 0, 0, 0, 0 } },
-        { "opt.adam_l2", 1, { 0, 0, 0, 0, 0 }, { 0.01f, 0.8f, 0.99f, 1e-6f, 0.01f, 0, 0 } },
-        { "opt.adamw_amsgrad", 1, { 0, 0, 0, 0, 0 }, { 0.01f, 0.9f, 0.999f, 1e-8f, 0.05f, 1, 1 } },
+    struct {
+        const char *name;
+        int adam;
+        phx_sgd_hparams s;
+        phx_adam_hparams a;
+    } cfg[4] = {
+        {"opt.sgd_nesterov", 0, {0.05f, 0.9f, 0.0f, 0.01f, 1}, {0, 0, 0, 0, 0, 0, 0}},
+        {"opt.sgd_dampening", 0, {0.1f, 0.8f, 0.25f, 0.0f, 0}, {0, 0, 0, 0, 0, 0, 0}},
+        {"opt.adam_l2", 1, {0, 0, 0, 0, 0}, {0.01f, 0.8f, 0.99f, 1e-6f, 0.01f, 0, 0}},
+        {"opt.adamw_amsgrad", 1, {0, 0, 0, 0, 0}, {0.01f, 0.9f, 0.999f, 1e-8f, 0.05f, 1, 1}},
     };
     for (int c = 0; c < 4; c++) {
-        float p[16], m[16] = { 0 }, v[16] = { 0 }, vmax[16] = { 0 };
+        float p[16], m[16] = {0}, v[16] = {0}, vmax[16] = {0};
         memcpy(p, p0, sizeof p);
         for (int s = 0; s < 5; s++) {
-            if (cfg[c].adam) K->adam_step(0, 16, p, gr + 16 * s, m, v, vmax, &cfg[c].a, s + 1);
-            else K->sgd_step(0, 16, p, gr + 16 * s, buf, &cfg[c].s, s == 0);
+            if (cfg[c].adam)
+                K->adam_step(0, 16, p, gr + 16 * s, m, v, vmax, &cfg[c].a, s + 1);
+            else
+                K->sgd_step(0, 16, p, gr + 16 * s, buf, &cfg[c].s, s == 0);
         }
         w = cmp(p, get(cfg[c].name, 16), 16, 1e-6, 1e-6);
         ok(w <= 1, "%s: 5 steps = torch.optim (worst %.3g of 1e-6)", cfg[c].name + 4, w);

@@ -13,7 +13,7 @@
 
 typedef struct mock {
     pthread_mutex_t mu;
-    size_t budget;        /* bytes the "device" holds */
+    size_t budget; /* bytes the "device" holds */
     size_t used;
     long allocs, frees, live;
 } mock;
@@ -28,7 +28,10 @@ static phx_status mock_alloc(void *ud, size_t bytes, void **ptr)
     }
     /* store the size in front of the block so free can account for it */
     size_t *p = malloc(bytes + 16);
-    if (!p) { pthread_mutex_unlock(&m->mu); return phx_error(PHX_ENOMEM, "mock: malloc"); }
+    if (!p) {
+        pthread_mutex_unlock(&m->mu);
+        return phx_error(PHX_ENOMEM, "mock: malloc");
+    }
     p[0] = bytes;
     m->used += bytes;
     m->allocs++;
@@ -55,7 +58,7 @@ static px_cache *new_cache(mock *m, size_t budget)
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
     m->budget = budget;
-    px_cache_ops ops = { mock_alloc, mock_free, m };
+    px_cache_ops ops = {mock_alloc, mock_free, m};
     return px_cache_new(&ops, "mock:0");
 }
 
@@ -75,12 +78,13 @@ static void test_classes(void)
     int good = 1;
     uint64_t x = 88172645463325252ull;
     for (int i = 0; i < 100000; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
         size_t b = (size_t)(x % ((uint64_t)1 << (1 + i % 36))) + 1;
         size_t c = px_cache_class(b);
         double waste = (double)(c - b);
-        if (c < b || (c - b >= 512 && waste > 0.125 * (double)b) || (b > (1 << 20) && px_cache_class(c) != c))
-            good = 0;
+        if (c < b || (c - b >= 512 && waste > 0.125 * (double)b) || (b > (1 << 20) && px_cache_class(c) != c)) good = 0;
     }
     ok(good, "100000 random sizes: class >= size, waste < 512 B or <= 12.5%%, classes are fixed points");
 }
@@ -151,7 +155,7 @@ static void test_reuse(void)
 static void test_oom(void)
 {
     mock m;
-    px_cache *c = new_cache(&m, (size_t)4 << 20);   /* a 4 MiB device */
+    px_cache *c = new_cache(&m, (size_t)4 << 20); /* a 4 MiB device */
     void *s = (void *)0x1, *a, *b, *d;
     ok(px_cache_alloc(c, 3 << 20, s, &a) == PHX_OK, "3 MiB on a 4 MiB device");
     px_cache_release(c, a);
@@ -189,14 +193,17 @@ static void test_many(void)
     is_int(st.in_use_bytes, 0, "all released");
     is_int(m.live, N, "all cached");
     long before = m.allocs;
-    for (int i = 0; i < N; i++)
-        px_cache_alloc(c, (size_t)(i % 37 + 1) * 100, (void *)(uintptr_t)(i % 3 + 1), &p[i]);
+    for (int i = 0; i < N; i++) px_cache_alloc(c, (size_t)(i % 37 + 1) * 100, (void *)(uintptr_t)(i % 3 + 1), &p[i]);
     is_int(m.allocs - before, 0, "the same 5000 requests again: all from the cache");
     px_cache_free(c);
     is_int(m.live, 0, "free releases in-use blocks too");
 }
 
-typedef struct targ { px_cache *c; int id; int bad; } targ;
+typedef struct targ {
+    px_cache *c;
+    int id;
+    int bad;
+} targ;
 
 static void *worker(void *arg)
 {
@@ -205,12 +212,14 @@ static void *worker(void *arg)
     void *p[8];
     for (int it = 0; it < 2000; it++) {
         for (int i = 0; i < 8; i++) {
-            if (px_cache_alloc(t->c, (size_t)(i + 1) * 1000 + (size_t)t->id, stream, &p[i]) != PHX_OK) t->bad = 1;
-            else memset(p[i], t->id, 16);
+            if (px_cache_alloc(t->c, (size_t)(i + 1) * 1000 + (size_t)t->id, stream, &p[i]) != PHX_OK)
+                t->bad = 1;
+            else
+                memset(p[i], t->id, 16);
         }
         for (int i = 0; i < 8; i++) {
             unsigned char *q = p[i];
-            if (q[0] != t->id || q[15] != t->id) t->bad = 1;   /* nobody else wrote here */
+            if (q[0] != t->id || q[15] != t->id) t->bad = 1; /* nobody else wrote here */
             if (px_cache_release(t->c, p[i]) != PHX_OK) t->bad = 1;
         }
     }
@@ -224,11 +233,14 @@ static void test_threads(void)
     pthread_t th[4];
     targ a[4];
     for (int i = 0; i < 4; i++) {
-        a[i] = (targ){ c, i, 0 };
+        a[i] = (targ){c, i, 0};
         pthread_create(&th[i], NULL, worker, &a[i]);
     }
     int bad = 0;
-    for (int i = 0; i < 4; i++) { pthread_join(th[i], NULL); bad |= a[i].bad; }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        bad |= a[i].bad;
+    }
     ok(!bad, "4 threads x 2000 rounds: every block private to its holder");
     phx_memory_stats st;
     px_cache_stats(c, &st);

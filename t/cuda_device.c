@@ -53,7 +53,7 @@ static void test_alloc(void)
 
 static void test_copies(void)
 {
-    size_t sizes[] = { 1, 4099, ((size_t)4 << 20) - 1, ((size_t)4 << 20) + 3, (size_t)20 << 20 };
+    size_t sizes[] = {1, 4099, ((size_t)4 << 20) - 1, ((size_t)4 << 20) + 3, (size_t)20 << 20};
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         size_t n = sizes[si];
         unsigned char *h = malloc(n), *back = malloc(n), *back2 = malloc(n);
@@ -81,7 +81,7 @@ static void test_copies(void)
         G->alloc(0, n, &d0);
         G->alloc(1, n, &d1);
         int good = G->copy_h2d(0, d0, h, n) == PHX_OK && G->copy_d2d(1, d1, 0, d0, n) == PHX_OK &&
-                   G->copy_d2h(1, back, d1, n) == PHX_OK;
+            G->copy_d2h(1, back, d1, n) == PHX_OK;
         ok(good && memcmp(back, h, n) == 0, "peer copy cuda:0 -> cuda:1 intact");
         G->release(0, d0);
         G->release(1, d1);
@@ -116,7 +116,11 @@ static void test_events(void)
     ok(G->synchronize(0) == PHX_OK, "synchronize");
 }
 
-typedef struct targ { void *stream; int good; pthread_barrier_t *bar; } targ;
+typedef struct targ {
+    void *stream;
+    int good;
+    pthread_barrier_t *bar;
+} targ;
 
 static void *thread_main(void *arg)
 {
@@ -126,8 +130,8 @@ static void *thread_main(void *arg)
     unsigned char *h = malloc(n), *back = malloc(n);
     fill_pattern(h, n, (unsigned)(uintptr_t)t);
     void *d = NULL;
-    t->good = G->alloc(0, n, &d) == PHX_OK && G->copy_h2d(0, d, h, n) == PHX_OK && G->copy_d2h(0, back, d, n) == PHX_OK &&
-              memcmp(h, back, n) == 0 && t->stream == G->current_stream(0);
+    t->good = G->alloc(0, n, &d) == PHX_OK && G->copy_h2d(0, d, h, n) == PHX_OK &&
+        G->copy_d2h(0, back, d, n) == PHX_OK && memcmp(h, back, n) == 0 && t->stream == G->current_stream(0);
     G->release(0, d);
     free(h), free(back);
     if (t->bar) pthread_barrier_wait(t->bar); /* all four alive at once */
@@ -156,7 +160,7 @@ static void test_threads(void)
     ok(distinct && a[0].stream != G->current_stream(0), "each live thread has its own stream");
     /* a new thread after those exited reuses a pooled context */
     pthread_barrier_destroy(&bar);
-    targ b = { 0, 0, NULL };
+    targ b = {0, 0, NULL};
     pthread_create(&th[0], NULL, thread_main, &b);
     pthread_join(th[0], NULL);
     int reused = 0;
@@ -166,8 +170,8 @@ static void test_threads(void)
 
 static void test_tensors(void)
 {
-    phx_device cu = { PHX_DEVICE_CUDA, 0 };
-    int64_t shape[2] = { 64, 33 };
+    phx_device cu = {PHX_DEVICE_CUDA, 0};
+    int64_t shape[2] = {64, 33};
     phx_tensor *t = phx_tensor_new(PHX_F32, 2, shape, cu), *h = phx_tensor_new(PHX_F32, 2, shape, phx_cpu());
     float v[64 * 33];
     for (int i = 0; i < 64 * 33; i++) v[i] = (float)i - 1000.f;
@@ -191,7 +195,7 @@ static void test_tensors(void)
 int main(void)
 {
     if (phx_device_count(PHX_DEVICE_CUDA) < 1) skip_all("no CUDA device");
-    G = phx_device_table((phx_device){ PHX_DEVICE_CUDA, 0 });
+    G = phx_device_table((phx_device){PHX_DEVICE_CUDA, 0});
     if (!G) skip_all("no CUDA device table");
     test_alloc();
     test_copies();

@@ -41,7 +41,10 @@ static uint64_t rnd64(void)
     rng_state ^= rng_state << 17;
     return rng_state;
 }
-static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)((rnd64() >> 40) * (1.0 / 16777216.0)); }
+static float rndf(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rnd64() >> 40) * (1.0 / 16777216.0));
+}
 
 /* ---- buffers: a host copy (CPU side) and a device twin, both poisoned */
 
@@ -52,7 +55,7 @@ typedef struct buf {
 
 static buf bnew(size_t bytes)
 {
-    buf b = { malloc(bytes ? bytes : 1), NULL, bytes };
+    buf b = {malloc(bytes ? bytes : 1), NULL, bytes};
     memset(b.h, 0xff, bytes);
     if (G->alloc(0, bytes ? bytes : 1, &b.d) != PHX_OK || (bytes && G->copy_h2d(0, b.d, b.h, bytes) != PHX_OK)) {
         diag("device buffer of %zu bytes: %s", bytes, phx_last_error());
@@ -117,8 +120,8 @@ static int same(const buf *b, const char *what)
     size_t i = 0;
     while (i < b->bytes && g[i] == ((unsigned char *)b->h)[i]) i++;
     int good = ok(i == b->bytes, "%s: bit for bit", what);
-    if (!good) diag("  first difference at byte %zu of %zu: gpu %02x cpu %02x", i, b->bytes, g[i],
-                    ((unsigned char *)b->h)[i]);
+    if (!good)
+        diag("  first difference at byte %zu of %zu: gpu %02x cpu %02x", i, b->bytes, g[i], ((unsigned char *)b->h)[i]);
     free(g);
     return good;
 }
@@ -165,8 +168,9 @@ static int close_norm(const buf *b, phx_dtype dt, int64_t n, double tol, const c
     }
     double e = den > 0 ? sqrt(num / den) : sqrt(num);
     int good = ok(nan_at < 0 && e <= tol, "%s: relative error %.2e <= %.1e", what, e, tol);
-    if (nan_at >= 0) diag("  NaN at %lld: gpu %g cpu %g (an unwritten output?)", (long long)nan_at,
-                          at(g, dt, nan_at), at(b->h, dt, nan_at));
+    if (nan_at >= 0)
+        diag("  NaN at %lld: gpu %g cpu %g (an unwritten output?)", (long long)nan_at, at(g, dt, nan_at),
+             at(b->h, dt, nan_at));
     free(g);
     return good;
 }
@@ -178,16 +182,19 @@ static int check_ok(phx_status sg, phx_status sc, const char *what)
     return 0;
 }
 
-static const phx_dtype fdt[3] = { PHX_F32, PHX_F16, PHX_BF16 };
-static double round_tol(phx_dtype dt) { return dt == PHX_F32 ? 1e-6 : dt == PHX_F16 ? 1e-3 : 8e-3; }
+static const phx_dtype fdt[3] = {PHX_F32, PHX_F16, PHX_BF16};
+static double round_tol(phx_dtype dt)
+{
+    return dt == PHX_F32 ? 1e-6 : dt == PHX_F16 ? 1e-3 : 8e-3;
+}
 #define N_ODD 100003 /* not a multiple of 8: vector body and scalar tail */
 
 /* ---- the ops */
 
 static void test_cast_fill(void)
 {
-    const phx_dtype all[5] = { PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64 };
-    float special[] = { NAN, INFINITY, -INFINITY, -0.0f, 1e10f, -1e10f, 65519.f, 65520.f, 3e38f, 1e-8f, 2.5f, -2.5f };
+    const phx_dtype all[5] = {PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64};
+    float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 1e10f, -1e10f, 65519.f, 65520.f, 3e38f, 1e-8f, 2.5f, -2.5f};
     for (int s = 0; s < 5; s++)
         for (int d = 0; d < 5; d++) {
             phx_dtype st = all[s], dt = all[d];
@@ -201,7 +208,7 @@ static void test_cast_fill(void)
                     G->copy_h2d(0, in.d, tmp, 12 * phx_dtype_size(st));
                     free(tmp);
                 } else if (st == PHX_I64) {
-                    int64_t big[3] = { INT64_MAX, INT64_MIN, (int64_t)1 << 40 };
+                    int64_t big[3] = {INT64_MAX, INT64_MIN, (int64_t)1 << 40};
                     memcpy(in.h, big, sizeof big);
                     G->copy_h2d(0, in.d, big, sizeof big);
                 }
@@ -217,7 +224,7 @@ static void test_cast_fill(void)
                 bfree(&out);
             }
         }
-    double values[] = { 3.7, -1e10, 0.0 };
+    double values[] = {3.7, -1e10, 0.0};
     for (int d = 0; d < 5; d++)
         for (int v = 0; v < 3; v++) {
             buf out = bnew((size_t)N_ODD * phx_dtype_size(all[d]));
@@ -233,19 +240,28 @@ static void test_cast_fill(void)
 static void test_elementwise(void)
 {
     /* axpby: every dtype pair, every mode */
-    struct { int has_x; float alpha, beta; const char *name; } modes[] = {
-        { 0, 0.f, 0.f, "zero" }, { 0, 0.f, 0.75f, "scale" }, { 1, -1.5f, 0.f, "beta 0" },
-        { 1, 0.5f, 1.f, "beta 1" }, { 1, 1.25f, -0.5f, "general" } };
+    struct {
+        int has_x;
+        float alpha, beta;
+        const char *name;
+    } modes[] = {{0, 0.f, 0.f, "zero"},
+                 {0, 0.f, 0.75f, "scale"},
+                 {1, -1.5f, 0.f, "beta 0"},
+                 {1, 0.5f, 1.f, "beta 1"},
+                 {1, 1.25f, -0.5f, "general"}};
     for (int xi = 0; xi < 3; xi++)
         for (int yi = 0; yi < 3; yi++)
             for (int m = 0; m < 5; m++) {
                 if (!modes[m].has_x && xi != yi) continue;
                 buf x = brand(fdt[xi], N_ODD, -4, 4), y = brand(fdt[yi], N_ODD, -4, 4);
-                if (modes[m].beta == 0.f) { memset(y.h, 0xff, y.bytes); G->copy_h2d(0, y.d, y.h, y.bytes); } /* not read */
-                phx_status sg = KG->axpby(0, N_ODD, modes[m].alpha, modes[m].has_x ? x.d : NULL, fdt[xi],
-                                          modes[m].beta, y.d, fdt[yi]);
-                phx_status sc = KC->axpby(0, N_ODD, modes[m].alpha, modes[m].has_x ? x.h : NULL, fdt[xi],
-                                          modes[m].beta, y.h, fdt[yi]);
+                if (modes[m].beta == 0.f) {
+                    memset(y.h, 0xff, y.bytes);
+                    G->copy_h2d(0, y.d, y.h, y.bytes);
+                } /* not read */
+                phx_status sg = KG->axpby(0, N_ODD, modes[m].alpha, modes[m].has_x ? x.d : NULL, fdt[xi], modes[m].beta,
+                                          y.d, fdt[yi]);
+                phx_status sc = KC->axpby(0, N_ODD, modes[m].alpha, modes[m].has_x ? x.h : NULL, fdt[xi], modes[m].beta,
+                                          y.h, fdt[yi]);
                 char what[64];
                 snprintf(what, sizeof what, "axpby %s x %s y, %s", phx_dtype_name(fdt[xi]), phx_dtype_name(fdt[yi]),
                          modes[m].name);
@@ -260,7 +276,7 @@ static void test_elementwise(void)
         if (check_ok(KG->mul(0, N_ODD, a.d, b.d, o.d, fdt[d]), KC->mul(0, N_ODD, a.h, b.h, o.h, fdt[d]), what))
             same(&o, what);
         bfree(&a), bfree(&b), bfree(&o);
-        int64_t colss[2] = { 64, 37 };
+        int64_t colss[2] = {64, 37};
         for (int c = 0; c < 2; c++) {
             int64_t rows = 999, cols = colss[c];
             buf y = brand(fdt[d], rows * cols, -2, 2), bias = brand(PHX_F32, cols, -1, 1);
@@ -270,7 +286,10 @@ static void test_elementwise(void)
                 same(&y, what);
             for (int beta = 0; beta < 2; beta++) {
                 buf db = brand(PHX_F32, cols, -1, 1);
-                if (!beta) { memset(db.h, 0xff, db.bytes); G->copy_h2d(0, db.d, db.h, db.bytes); }
+                if (!beta) {
+                    memset(db.h, 0xff, db.bytes);
+                    G->copy_h2d(0, db.d, db.h, db.bytes);
+                }
                 snprintf(what, sizeof what, "bias_grad %s, %lld columns, beta %d", phx_dtype_name(fdt[d]),
                          (long long)cols, beta);
                 if (check_ok(KG->bias_grad(0, rows, cols, y.d, fdt[d], beta ? 0.5f : 0.f, db.d),
@@ -285,7 +304,7 @@ static void test_elementwise(void)
 
 static void test_activations(void)
 {
-    const char *names[5] = { "relu", "gelu", "gelu_tanh", "tanh", "sigmoid" };
+    const char *names[5] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
     for (int act = 0; act < 5; act++)
         for (int d = 0; d < 3; d++) {
             phx_dtype dt = fdt[d];
@@ -294,16 +313,20 @@ static void test_activations(void)
             snprintf(what, sizeof what, "%s forward %s", names[act], phx_dtype_name(dt));
             if (check_ok(KG->act_forward(0, act, N_ODD, x.d, y.d, dt), KC->act_forward(0, act, N_ODD, x.h, y.h, dt),
                          what)) {
-                if (act == PHX_ACT_RELU) same(&y, what);
-                else close_elem(&y, dt, N_ODD, round_tol(dt), 1e-6, what);
+                if (act == PHX_ACT_RELU)
+                    same(&y, what);
+                else
+                    close_elem(&y, dt, N_ODD, round_tol(dt), 1e-6, what);
             }
             /* backward from the same y on both sides (the CPU's) */
             G->copy_h2d(0, y.d, y.h, y.bytes);
             snprintf(what, sizeof what, "%s backward %s", names[act], phx_dtype_name(dt));
             if (check_ok(KG->act_backward(0, act, N_ODD, x.d, y.d, dy.d, dx.d, dt),
                          KC->act_backward(0, act, N_ODD, x.h, y.h, dy.h, dx.h, dt), what)) {
-                if (act == PHX_ACT_RELU || act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID) same(&dx, what);
-                else close_elem(&dx, dt, N_ODD, round_tol(dt), 1e-6, what);
+                if (act == PHX_ACT_RELU || act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID)
+                    same(&dx, what);
+                else
+                    close_elem(&dx, dt, N_ODD, round_tol(dt), 1e-6, what);
             }
             bfree(&x), bfree(&y), bfree(&dy), bfree(&dx);
         }
@@ -311,7 +334,7 @@ static void test_activations(void)
 
 static void test_random(void)
 {
-    float ps[3] = { 0.3f, 0.f, 1.f };
+    float ps[3] = {0.3f, 0.f, 1.f};
     for (int d = 0; d < 3; d++)
         for (int pi = 0; pi < 3; pi++) {
             phx_dtype dt = fdt[d];
@@ -355,12 +378,15 @@ static void test_random(void)
  * gradient by ~1.5e-4 and its loss by ~1.2e-5 (reordered shifted sums:
  * ~3e-7, 1e-7, 7e-8). f16/bf16 (bounds of one rounding of theirs): 64,
  * where a range of 4 still holds 8 (bf16) to 64 (f16) values. */
-static float big_offset(phx_dtype dt) { return dt == PHX_F32 ? 1e5f : 64.f; }
+static float big_offset(phx_dtype dt)
+{
+    return dt == PHX_F32 ? 1e5f : 64.f;
+}
 
 static void test_layernorm(void)
 {
     /* rows, cols, whether x has a large common offset */
-    int64_t shapes[3][3] = { { 300, 1000, 0 }, { 257, 37, 0 }, { 300, 1000, 1 } };
+    int64_t shapes[3][3] = {{300, 1000, 0}, {257, 37, 0}, {300, 1000, 1}};
     for (int d = 0; d < 3; d++)
         for (int s = 0; s < 3; s++)
             for (int affine = 0; affine < 2; affine++) {
@@ -374,10 +400,11 @@ static void test_layernorm(void)
                 snprintf(what, sizeof what, "layernorm %s (%lld, %lld)%s, x in [%g, %g)", phx_dtype_name(dt),
                          (long long)rows, (long long)cols, affine ? " affine" : "", (double)(off + 2),
                          (double)(off + 6));
-                if (!check_ok(KG->layernorm_forward(0, rows, cols, 1e-5f, x.d, affine ? w.d : NULL,
-                                                    affine ? b.d : NULL, y.d, mean.d, rstd.d, dt),
-                              KC->layernorm_forward(0, rows, cols, 1e-5f, x.h, affine ? w.h : NULL,
-                                                    affine ? b.h : NULL, y.h, mean.h, rstd.h, dt), what))
+                if (!check_ok(KG->layernorm_forward(0, rows, cols, 1e-5f, x.d, affine ? w.d : NULL, affine ? b.d : NULL,
+                                                    y.d, mean.d, rstd.d, dt),
+                              KC->layernorm_forward(0, rows, cols, 1e-5f, x.h, affine ? w.h : NULL, affine ? b.h : NULL,
+                                                    y.h, mean.h, rstd.h, dt),
+                              what))
                     continue;
                 close_norm(&y, dt, n, dt == PHX_F32 ? 1e-5 : round_tol(dt), what);
                 close_norm(&mean, PHX_F32, rows, 1e-6, "  ... mean");
@@ -387,12 +414,13 @@ static void test_layernorm(void)
                 G->copy_h2d(0, rstd.d, rstd.h, rstd.bytes);
                 buf dy = brand(dt, n, -1, 1), dx = bnew(x.bytes), dw = brand(PHX_F32, cols, -1, 1),
                     db = brand(PHX_F32, cols, -1, 1);
-                snprintf(what, sizeof what, "layernorm backward %s (%lld, %lld)%s", phx_dtype_name(dt),
-                         (long long)rows, (long long)cols, affine ? " affine" : "");
-                if (check_ok(KG->layernorm_backward(0, rows, cols, x.d, affine ? w.d : NULL, mean.d, rstd.d, dy.d,
-                                                    dx.d, dw.d, db.d, dt),
-                             KC->layernorm_backward(0, rows, cols, x.h, affine ? w.h : NULL, mean.h, rstd.h, dy.h,
-                                                    dx.h, dw.h, db.h, dt), what)) {
+                snprintf(what, sizeof what, "layernorm backward %s (%lld, %lld)%s", phx_dtype_name(dt), (long long)rows,
+                         (long long)cols, affine ? " affine" : "");
+                if (check_ok(KG->layernorm_backward(0, rows, cols, x.d, affine ? w.d : NULL, mean.d, rstd.d, dy.d, dx.d,
+                                                    dw.d, db.d, dt),
+                             KC->layernorm_backward(0, rows, cols, x.h, affine ? w.h : NULL, mean.h, rstd.h, dy.h, dx.h,
+                                                    dw.h, db.h, dt),
+                             what)) {
                     close_norm(&dx, dt, n, dt == PHX_F32 ? 1e-5 : round_tol(dt), what);
                     close_norm(&dw, PHX_F32, cols, 2e-5, "  ... dw (accumulated)");
                     close_norm(&db, PHX_F32, cols, 2e-5, "  ... db (accumulated)");
@@ -407,19 +435,18 @@ static void test_losses(void)
     for (int d = 0; d < 3; d++)
         for (int mean = 0; mean < 2; mean++) {
             phx_dtype dt = fdt[d];
-            buf y = brand(dt, N_ODD, -2, 2), t = brand(PHX_F32, N_ODD, -2, 2), g = bnew((size_t)N_ODD * 4),
-                l = bnew(4);
+            buf y = brand(dt, N_ODD, -2, 2), t = brand(PHX_F32, N_ODD, -2, 2), g = bnew((size_t)N_ODD * 4), l = bnew(4);
             char what[64];
             snprintf(what, sizeof what, "mse %s %s: loss", phx_dtype_name(dt), mean ? "mean" : "sum");
-            if (check_ok(KG->mse(0, N_ODD, y.d, dt, t.d, mean, l.d, g.d), KC->mse(0, N_ODD, y.h, dt, t.h, mean, l.h, g.h),
-                         what)) {
+            if (check_ok(KG->mse(0, N_ODD, y.d, dt, t.d, mean, l.d, g.d),
+                         KC->mse(0, N_ODD, y.h, dt, t.h, mean, l.h, g.h), what)) {
                 close_norm(&l, PHX_F32, 1, 1e-6, what);
                 snprintf(what, sizeof what, "mse %s %s: gradient", phx_dtype_name(dt), mean ? "mean" : "sum");
                 same(&g, what);
             }
             bfree(&y), bfree(&t), bfree(&g), bfree(&l);
         }
-    int64_t classes_list[2] = { 10, 2000 };
+    int64_t classes_list[2] = {10, 2000};
     for (int d = 0; d < 3; d++)
         for (int ci = 0; ci < 2; ci++)
             for (int mode = 0; mode < 3; mode++) { /* cross entropy, the same on offset logits, nll */
@@ -441,8 +468,10 @@ static void test_losses(void)
                     close_norm(&l, PHX_F32, 1, 1e-6, what);
                     snprintf(what, sizeof what, "%s %s, %lld classes%s: gradient", logp ? "nll" : "cross_entropy",
                              phx_dtype_name(dt), (long long)classes, off != 0.f ? ", logits offset" : "");
-                    if (logp) same(&g, what);
-                    else close_norm(&g, PHX_F32, rows * classes, 1e-5, what);
+                    if (logp)
+                        same(&g, what);
+                    else
+                        close_norm(&g, PHX_F32, rows * classes, 1e-5, what);
                     ok(bg == -1 && bc == -1, "  ... no bad label reported");
                 }
                 /* a bad label: an error naming the row, nothing written */
@@ -465,8 +494,10 @@ static void test_losses(void)
 
 static void test_optim(void)
 {
-    phx_sgd_hparams sgd[4] = { { 0.1f, 0.f, 0.f, 0.f, 0 }, { 0.05f, 0.9f, 0.f, 1e-4f, 0 },
-                               { 0.05f, 0.9f, 0.1f, 0.f, 1 }, { 0.01f, 0.5f, 0.f, 0.01f, 1 } };
+    phx_sgd_hparams sgd[4] = {{0.1f, 0.f, 0.f, 0.f, 0},
+                              {0.05f, 0.9f, 0.f, 1e-4f, 0},
+                              {0.05f, 0.9f, 0.1f, 0.f, 1},
+                              {0.01f, 0.5f, 0.f, 0.01f, 1}};
     for (int h = 0; h < 4; h++)
         for (int first = 0; first < 2; first++) {
             buf p = brand(PHX_F32, N_ODD, -1, 1), g = brand(PHX_F32, N_ODD, -1, 1), mb = brand(PHX_F32, N_ODD, -1, 1);
@@ -480,13 +511,15 @@ static void test_optim(void)
             }
             bfree(&p), bfree(&g), bfree(&mb);
         }
-    phx_adam_hparams adam[3] = { { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f, 0, 0 }, { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0, 1 },
-                                 { 2e-3f, 0.8f, 0.99f, 1e-6f, 0.1f, 1, 0 } };
-    int64_t steps[2] = { 1, 10 };
+    phx_adam_hparams adam[3] = {{1e-3f, 0.9f, 0.999f, 1e-8f, 0.f, 0, 0},
+                                {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0, 1},
+                                {2e-3f, 0.8f, 0.99f, 1e-6f, 0.1f, 1, 0}};
+    int64_t steps[2] = {1, 10};
     for (int h = 0; h < 3; h++)
         for (int s = 0; s < 2; s++) {
-            buf p = brand(PHX_F32, N_ODD, -1, 1), g = brand(PHX_F32, N_ODD, -1, 1), m = brand(PHX_F32, N_ODD, -0.1f, 0.1f),
-                v = brand(PHX_F32, N_ODD, 0, 0.01f), vm = brand(PHX_F32, N_ODD, 0, 0.01f);
+            buf p = brand(PHX_F32, N_ODD, -1, 1), g = brand(PHX_F32, N_ODD, -1, 1),
+                m = brand(PHX_F32, N_ODD, -0.1f, 0.1f), v = brand(PHX_F32, N_ODD, 0, 0.01f),
+                vm = brand(PHX_F32, N_ODD, 0, 0.01f);
             char what[64];
             snprintf(what, sizeof what, "adam config %d step %lld", h, (long long)steps[s]);
             if (check_ok(KG->adam_step(0, N_ODD, p.d, g.d, m.d, v.d, adam[h].amsgrad ? vm.d : NULL, &adam[h], steps[s]),
@@ -522,8 +555,8 @@ static void test_optim(void)
 
 static void test_reduce(void)
 {
-    const phx_dtype all[5] = { PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64 };
-    const char *ops[4] = { "sum", "avg", "max", "min" };
+    const phx_dtype all[5] = {PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64};
+    const char *ops[4] = {"sum", "avg", "max", "min"};
     for (int d = 0; d < 5; d++)
         for (int op = 0; op < 4; op++) {
             buf x = brand(all[d], 1000003, -1000, 1000);
@@ -532,8 +565,10 @@ static void test_reduce(void)
             snprintf(what, sizeof what, "reduce %s %s", ops[op], phx_dtype_name(all[d]));
             if (check_ok(KG->reduce(0, op, 1000003, x.d, all[d], &rg), KC->reduce(0, op, 1000003, x.h, all[d], &rc),
                          what)) {
-                if (op >= PHX_MAX) ok(rg == rc, "%s: exact (%.17g)", what, rc);
-                else is_close(rg, rc, 1e-12, "%s", what);
+                if (op >= PHX_MAX)
+                    ok(rg == rc, "%s: exact (%.17g)", what, rc);
+                else
+                    is_close(rg, rc, 1e-12, "%s", what);
             }
             bfree(&x);
         }
@@ -547,7 +582,9 @@ static void test_reduce(void)
 
 static void test_gemm(void)
 {
-    struct { int64_t m, n, k; } shapes[3] = { { 256, 1024, 784 }, { 33, 17, 129 }, { 1, 300, 64 } };
+    struct {
+        int64_t m, n, k;
+    } shapes[3] = {{256, 1024, 784}, {33, 17, 129}, {1, 300, 64}};
     for (int a = 0; a < 3; a++)
         for (int c = 0; c < 3; c++)
             for (int s = 0; s < 3; s++)
@@ -575,7 +612,7 @@ static void test_gemm(void)
 
 int main(void)
 {
-    phx_device gpu = { PHX_DEVICE_CUDA, 0 };
+    phx_device gpu = {PHX_DEVICE_CUDA, 0};
     if (phx_device_count(PHX_DEVICE_CUDA) < 1) skip_all("no CUDA device");
     G = phx_device_table(gpu);
     C = phx_device_table(phx_cpu());

@@ -32,24 +32,30 @@ static void test_world_of_one(phx_device dev)
     phx_status st;
     phx_comm *c = world(0, 1, dev, 60, &st);
     ok(c != NULL, "world of one on nccl, %s buffers", dn);
-    if (!c) { diag("%s", phx_last_error()); skip(11, "no communicator"); return; }
+    if (!c) {
+        diag("%s", phx_last_error());
+        skip(11, "no communicator");
+        return;
+    }
     is_str(phx_comm_backend(c), "nccl", "backend is nccl");
-    const phx_dtype dts[5] = { PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64 };
+    const phx_dtype dts[5] = {PHX_F32, PHX_F16, PHX_BF16, PHX_I32, PHX_I64};
     for (int d = 0; d < 5; d++) {
         int64_t n = 4097;
         phx_tensor *t = phx_tensor_new(dts[d], 1, &n, dev);
-        double vals[4] = { 0 };
+        double vals[4] = {0};
         int good = t != NULL;
         for (int op = 0; op < 4 && good; op++) {
-            good = phx_tensor_fill(t, 3.0 + op) == PHX_OK && phx_comm_allreduce(c, t, (phx_reduce_op)op, NULL) == PHX_OK &&
-                   phx_tensor_reduce(t, PHX_SUM, &vals[op]) == PHX_OK && vals[op] == (3.0 + op) * (double)n;
+            good = phx_tensor_fill(t, 3.0 + op) == PHX_OK &&
+                phx_comm_allreduce(c, t, (phx_reduce_op)op, NULL) == PHX_OK &&
+                phx_tensor_reduce(t, PHX_SUM, &vals[op]) == PHX_OK && vals[op] == (3.0 + op) * (double)n;
         }
         good = good && phx_comm_broadcast(c, t, 0, NULL) == PHX_OK;
         phx_tensor *out = phx_tensor_new(dts[d], 1, &n, dev);
         good = good && out && phx_tensor_fill(t, 2.0) == PHX_OK && phx_comm_allgather(c, t, out, NULL) == PHX_OK &&
-               phx_tensor_reduce(out, PHX_SUM, &vals[0]) == PHX_OK && vals[0] == 2.0 * (double)n;
-        good = good && phx_tensor_fill(out, 0.0) == PHX_OK && phx_comm_reduce_scatter(c, t, out, PHX_SUM, NULL) == PHX_OK &&
-               phx_tensor_reduce(out, PHX_SUM, &vals[0]) == PHX_OK && vals[0] == 2.0 * (double)n;
+            phx_tensor_reduce(out, PHX_SUM, &vals[0]) == PHX_OK && vals[0] == 2.0 * (double)n;
+        good = good && phx_tensor_fill(out, 0.0) == PHX_OK &&
+            phx_comm_reduce_scatter(c, t, out, PHX_SUM, NULL) == PHX_OK &&
+            phx_tensor_reduce(out, PHX_SUM, &vals[0]) == PHX_OK && vals[0] == 2.0 * (double)n;
         if (!good) diag("%s", phx_last_error());
         ok(good, "%s %s: allreduce (sum, avg, max, min), broadcast, allgather, reduce_scatter", dn,
            phx_dtype_name(dts[d]));
@@ -90,7 +96,7 @@ static phx_module *mlp(void)
 
 static void test_ddp_world_of_one(void)
 {
-    phx_device cu = { PHX_DEVICE_CUDA, 0 };
+    phx_device cu = {PHX_DEVICE_CUDA, 0};
     phx_status st;
     phx_comm *c = world(0, 1, cu, 60, &st);
     phx_module *ref = mlp(), *model = mlp();
@@ -102,7 +108,7 @@ static void test_ddp_world_of_one(void)
     phx_optimizer *o_ref = phx_sgd_new(ref, &so), *o_ddp = ddp ? phx_sgd_new(ddp, &so) : NULL;
     phx_loss *l_ref = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     phx_loss *l_ddp = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    int64_t xs[2] = { 32, 64 }, n = 32;
+    int64_t xs[2] = {32, 64}, n = 32;
     phx_tensor *xh = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *yh = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
     phx_tensor *xd = phx_tensor_new(PHX_F32, 2, xs, cu), *yd = phx_tensor_new(PHX_I64, 1, &n, cu);
     phx_rng *data = phx_rng_new(7);
@@ -115,11 +121,11 @@ static void test_ddp_world_of_one(void)
         for (int i = 0; i < 32; i++) lab[i] = (i * 3 + step) % 10;
         good = good && phx_tensor_copy(xd, xh) == PHX_OK && phx_tensor_copy(yd, yh) == PHX_OK;
         good = good && phx_optimizer_zero_grad(o_ref) == PHX_OK && phx_module_forward(ref, xh, &out) == PHX_OK &&
-               phx_loss_forward(l_ref, out, yh, &lr_) == PHX_OK &&
-               phx_module_backward(ref, phx_loss_grad(l_ref), NULL) == PHX_OK && phx_optimizer_step(o_ref) == PHX_OK;
+            phx_loss_forward(l_ref, out, yh, &lr_) == PHX_OK &&
+            phx_module_backward(ref, phx_loss_grad(l_ref), NULL) == PHX_OK && phx_optimizer_step(o_ref) == PHX_OK;
         good = good && phx_optimizer_zero_grad(o_ddp) == PHX_OK && phx_module_forward(ddp, xd, &out) == PHX_OK &&
-               phx_loss_forward(l_ddp, out, yd, &ld) == PHX_OK &&
-               phx_module_backward(ddp, phx_loss_grad(l_ddp), NULL) == PHX_OK && phx_optimizer_step(o_ddp) == PHX_OK;
+            phx_loss_forward(l_ddp, out, yd, &ld) == PHX_OK &&
+            phx_module_backward(ddp, phx_loss_grad(l_ddp), NULL) == PHX_OK && phx_optimizer_step(o_ddp) == PHX_OK;
         if (good && fabsf(lr_ - ld) > 1e-4f * fabsf(lr_)) {
             diag("step %d: loss cpu %.7f, ddp on cuda %.7f", step, lr_, ld);
             good = 0;
@@ -138,8 +144,8 @@ static void test_ddp_world_of_one(void)
         }
         free(ha), free(hb);
     }
-    ok(good && worst <= 1e-4, "DDP over nccl (world of one, cuda tensors): 5 SGD steps match the CPU model (worst %.2e)",
-       worst);
+    ok(good && worst <= 1e-4,
+       "DDP over nccl (world of one, cuda tensors): 5 SGD steps match the CPU model (worst %.2e)", worst);
     phx_tensor_free(xh), phx_tensor_free(yh), phx_tensor_free(xd), phx_tensor_free(yd);
     phx_rng_free(data);
     phx_loss_free(l_ref), phx_loss_free(l_ddp);
@@ -155,7 +161,7 @@ static void test_init_timeout(void)
     phx_comm_opts o = phx_comm_opts_default();
     o.backend = "nccl";
     o.rank = 0, o.size = 2, o.local_rank = 0, o.local_size = 1;
-    o.device = (phx_device){ PHX_DEVICE_CUDA, 0 };
+    o.device = (phx_device){PHX_DEVICE_CUDA, 0};
     o.timeout_s = 3;
     o.store = phx_store_new_local();
     phx_comm *c = NULL;
@@ -171,10 +177,10 @@ static int two_ranks(int rank, void *arg)
 {
     (void)arg;
     phx_status st;
-    phx_comm *c = world(rank, 2, (phx_device){ PHX_DEVICE_CUDA, rank }, 4, &st);
+    phx_comm *c = world(rank, 2, (phx_device){PHX_DEVICE_CUDA, rank}, 4, &st);
     if (!c) return 10;
     int64_t n = 1000;
-    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &n, (phx_device){ PHX_DEVICE_CUDA, rank });
+    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &n, (phx_device){PHX_DEVICE_CUDA, rank});
     double s = 0;
     phx_tensor_fill(t, rank + 1.0);
     if (phx_comm_allreduce(c, t, PHX_SUM, NULL) != PHX_OK || phx_tensor_reduce(t, PHX_SUM, &s) != PHX_OK ||
@@ -217,7 +223,7 @@ int main(void)
     } else {
         skip(1, "one CUDA device: no two-rank NCCL run");
     }
-    test_world_of_one((phx_device){ PHX_DEVICE_CUDA, 0 });
+    test_world_of_one((phx_device){PHX_DEVICE_CUDA, 0});
     test_world_of_one(phx_cpu());
     test_ddp_world_of_one();
     test_init_timeout();

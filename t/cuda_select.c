@@ -33,10 +33,13 @@ static void cuda_entry_points(const phx_plugin_info *cu)
 {
     const phx_plugin_desc *d = open_desc(cu->path);
     ok(d != NULL, "cuda plugin opens directly");
-    if (!d) { skip(14, "no descriptor"); return; }
+    if (!d) {
+        skip(14, "no descriptor");
+        return;
+    }
     const phx_device_v1 *t = d->vtable;
     char why[256] = "";
-    phx_probe_ctx ctx = { 0, 1, 0 };
+    phx_probe_ctx ctx = {0, 1, 0};
     ok(d->probe(&ctx, why, sizeof why) < 0, "probe declines");
     like(why, "no CUDA device", "probe says why");
     is_int(t->count(), 0, "count() = 0");
@@ -48,11 +51,12 @@ static void cuda_entry_points(const phx_plugin_info *cu)
     is_int(t->memory_stats(0, &ms), PHX_ENOTFOUND, "memory_stats: PHX_ENOTFOUND");
     ok(t->current_stream(0) == NULL, "current_stream: NULL");
     is_int(t->synchronize(0), PHX_ENOTFOUND, "synchronize: PHX_ENOTFOUND");
-    char host[16] = { 0 };
+    char host[16] = {0};
     is_int(t->copy_h2d(0, (void *)64, host, sizeof host), PHX_ENOTFOUND, "copy_h2d: PHX_ENOTFOUND");
     is_int(t->kernels->fill(0, (void *)64, PHX_F32, 4, 1.0), PHX_ENOTFOUND, "kernel fill: PHX_ENOTFOUND");
-    is_int(t->kernels->gemm(0, 0, 0, 2, 2, 2, 1.0f, (void *)64, 2, (void *)64, 2, PHX_F32, 0.0f, (void *)64, 2,
-                            PHX_F32), PHX_ENOTFOUND, "gemm: PHX_ENOTFOUND");
+    is_int(
+        t->kernels->gemm(0, 0, 0, 2, 2, 2, 1.0f, (void *)64, 2, (void *)64, 2, PHX_F32, 0.0f, (void *)64, 2, PHX_F32),
+        PHX_ENOTFOUND, "gemm: PHX_ENOTFOUND");
     /* argument checks come first, as on the CPU */
     is_int(t->kernels->axpby(0, 4, 1.0f, (void *)64, PHX_I32, 0.0f, (void *)64, PHX_F32), PHX_EINVAL,
            "axpby on i32: PHX_EINVAL before touching the device");
@@ -62,13 +66,16 @@ static void nccl_entry_points(const phx_plugin_info *nc)
 {
     const phx_plugin_desc *d = open_desc(nc->path);
     ok(d != NULL, "nccl plugin opens directly");
-    if (!d) { skip(3, "no descriptor"); return; }
+    if (!d) {
+        skip(3, "no descriptor");
+        return;
+    }
     char why[256] = "";
-    phx_probe_ctx ctx = { 0, 1, 0 };
+    phx_probe_ctx ctx = {0, 1, 0};
     ok(d->probe(&ctx, why, sizeof why) < 0, "nccl probe declines");
     const phx_comm_v1 *v = d->vtable;
     phx_store *st = phx_store_new_local();
-    phx_comm_init_args a = { 0, 1, 0, 1, st, "t/", 5.0, { PHX_DEVICE_CUDA, 0 } };
+    phx_comm_init_args a = {0, 1, 0, 1, st, "t/", 5.0, {PHX_DEVICE_CUDA, 0}};
     void *state = NULL;
     is_int(v->init(&a, &state), PHX_ENOTFOUND, "nccl init: PHX_ENOTFOUND");
     like(phx_last_error(), "no CUDA device", "nccl init says no CUDA device");
@@ -86,7 +93,7 @@ static void without_gpu(const phx_plugin_info *cu, const phx_plugin_info *nc)
         skip(2, "nccl plugin not built");
     }
 
-    phx_device d = { 7, 7 };
+    phx_device d = {7, 7};
     is_int(phx_device_parse("cuda:0", &d), PHX_ENOTFOUND, "phx_device_parse(cuda:0): PHX_ENOTFOUND");
     like(phx_last_error(), "no CUDA device", "... because there is no CUDA device");
     is_int(phx_device_count(PHX_DEVICE_CUDA), 0, "no CUDA devices counted");
@@ -136,13 +143,16 @@ static void with_gpu(const phx_plugin_info *cu, const phx_plugin_info *nc)
     snprintf(name, sizeof name, "cuda:%d", n);
     is_int(phx_device_parse(name, &d), PHX_ENOTFOUND, "%s: PHX_ENOTFOUND", name);
     like(phx_last_error(), "no such device", "a bad index says so");
-    if (!nc) { skip(5, "nccl plugin not built"); return; }
+    if (!nc) {
+        skip(5, "nccl plugin not built");
+        return;
+    }
     ok(nc->ok, "nccl plugin usable");
     setenv("PHX_COMM", "nccl", 1);
     for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
         phx_comm_opts o = phx_comm_opts_default();
         o.rank = 0, o.size = 1, o.local_rank = 0, o.local_size = 1;
-        o.device = on_gpu ? (phx_device){ PHX_DEVICE_CUDA, 0 } : phx_cpu();
+        o.device = on_gpu ? (phx_device){PHX_DEVICE_CUDA, 0} : phx_cpu();
         phx_comm *c = NULL;
         phx_status st = phx_comm_init(&o, &c);
         if (st != PHX_OK) diag("%s", phx_last_error());
@@ -150,8 +160,8 @@ static void with_gpu(const phx_plugin_info *cu, const phx_plugin_info *nc)
         float host[1000];
         for (int i = 0; i < 1000; i++) host[i] = (float)i * 0.5f;
         phx_tensor *t = c ? phx_tensor_new(PHX_F32, 1, &shape, o.device) : NULL;
-        int good = t && phx_tensor_from_host(t, host) == PHX_OK &&
-                   phx_comm_allreduce(c, t, PHX_AVG, NULL) == PHX_OK && phx_tensor_to_host(t, host) == PHX_OK;
+        int good = t && phx_tensor_from_host(t, host) == PHX_OK && phx_comm_allreduce(c, t, PHX_AVG, NULL) == PHX_OK &&
+            phx_tensor_to_host(t, host) == PHX_OK;
         for (int i = 0; good && i < 1000; i++) good = host[i] == (float)i * 0.5f;
         ok(st == PHX_OK && good, "world of one on nccl, %s tensor: allreduce(avg) keeps the values",
            on_gpu ? "cuda" : "cpu");
@@ -167,7 +177,9 @@ int main(void)
     const phx_plugin_info *cu = find("device", "cuda", n), *nc = find("comm", "nccl", n);
     if (!cu) skip_all("cuda plugin not built (configure --without-cuda or no CUDA toolkit)");
     ok(cu->abi_major == 1, "cuda plugin found: %s", cu->path);
-    if (cu->ok) with_gpu(cu, nc);
-    else without_gpu(cu, nc);
+    if (cu->ok)
+        with_gpu(cu, nc);
+    else
+        without_gpu(cu, nc);
     return done_testing();
 }

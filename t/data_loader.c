@@ -15,19 +15,17 @@
 /* ---- a dataset of its own indices (and a value derived from them) ---- */
 
 typedef struct index_ctx {
-    int64_t fail_at;        /* get fails for this index (-1: never) */
+    int64_t fail_at; /* get fails for this index (-1: never) */
     atomic_int calls;
-    useconds_t delay_us;    /* per sample, to let workers interleave */
+    useconds_t delay_us; /* per sample, to let workers interleave */
 } index_ctx;
 
 static phx_status index_get(void *ctx, int64_t i, void *const *out)
 {
     index_ctx *c = ctx;
     atomic_fetch_add(&c->calls, 1);
-    if (c->delay_us)
-        usleep(c->delay_us);
-    if (i == c->fail_at)
-        return phx_error(PHX_EIO, "index dataset: sample %lld is unreadable", (long long)i);
+    if (c->delay_us) usleep(c->delay_us);
+    if (i == c->fail_at) return phx_error(PHX_EIO, "index dataset: sample %lld is unreadable", (long long)i);
     *(int64_t *)out[0] = i;
     float *v = out[1];
     v[0] = (float)i * 0.5f;
@@ -55,17 +53,14 @@ static int epoch_text(phx_loader *l, char *buf, size_t cap)
         const int64_t *ix = phx_tensor_data(b[0]);
         const float *v = phx_tensor_data(b[1]);
         int64_t n = phx_tensor_dim(b[0], 0);
-        if (phx_tensor_dim(b[1], 0) != n)
-            return -1;
+        if (phx_tensor_dim(b[1], 0) != n) return -1;
         len += (size_t)snprintf(buf + len, cap - len, "%s", first ? "" : " | ");
         for (int64_t k = 0; k < n; k++) {
-            if (v[2 * k] != (float)ix[k] * 0.5f || v[2 * k + 1] != -(float)ix[k])
-                return -1;
+            if (v[2 * k] != (float)ix[k] * 0.5f || v[2 * k + 1] != -(float)ix[k]) return -1;
             len += (size_t)snprintf(buf + len, cap - len, "%s%lld", k ? " " : "", (long long)ix[k]);
         }
         first = 0;
-        if (len >= cap - 1)
-            return -1;
+        if (len >= cap - 1) return -1;
     }
     return r;
 }
@@ -103,9 +98,15 @@ static void torch_lists(void)
         ds = index_dataset(n, &ic);
         static const int workers[] = {0, 1, 4};
         for (int w = 0; w < 3; w++) {
-            phx_loader_opts o = {.batch = batch, .shuffle = sh, .seed = (uint64_t)seed, .drop_last = dl,
-                                 .num_replicas = (int)R, .rank = (int)r, .sampler_drop_last = sdl,
-                                 .workers = workers[w], .prefetch = w == 2 ? 3 : 0};
+            phx_loader_opts o = {.batch = batch,
+                                 .shuffle = sh,
+                                 .seed = (uint64_t)seed,
+                                 .drop_last = dl,
+                                 .num_replicas = (int)R,
+                                 .rank = (int)r,
+                                 .sampler_drop_last = sdl,
+                                 .workers = workers[w],
+                                 .prefetch = w == 2 ? 3 : 0};
             phx_loader *l = phx_loader_new_opts(ds, &o);
             int rc = -1;
             if (l) {
@@ -114,8 +115,8 @@ static void torch_lists(void)
             }
             ok(l && rc == 0 && !strcmp(got, want),
                "n %lld, rank %lld of %lld, shuffle %lld seed %lld%s, batch %lld%s, epoch %lld, %d workers: "
-               "torch's batches", n, r, R, sh, seed, sdl ? " sampler drop_last" : "", batch, dl ? " drop_last" : "",
-               epoch, workers[w]);
+               "torch's batches",
+               n, r, R, sh, seed, sdl ? " sampler drop_last" : "", batch, dl ? " drop_last" : "", epoch, workers[w]);
             if (!l || rc != 0 || strcmp(got, want))
                 diag("expected %.200s\n#      got %.200s (%s)", want, got, l ? "" : phx_last_error());
             phx_loader_free(l);
@@ -124,8 +125,7 @@ static void torch_lists(void)
     }
     fclose(f);
     phx_dataset_free(ds);
-    if (configs != 7)
-        diag("loader.txt had %d configurations, expected 7", configs);
+    if (configs != 7) diag("loader.txt had %d configurations, expected 7", configs);
 }
 
 /* ---- same bytes with and without workers ------------------------------ */
@@ -137,10 +137,8 @@ static uint64_t epoch_hash(phx_loader *l, size_t *batches)
     *batches = 0;
     while (phx_loader_next(l, &xb, &yb) == 1) {
         const unsigned char *p = phx_tensor_data(xb), *q = phx_tensor_data(yb);
-        for (size_t i = 0; i < phx_tensor_nbytes(xb); i++)
-            h = (h ^ p[i]) * 1099511628211ull;
-        for (size_t i = 0; i < phx_tensor_nbytes(yb); i++)
-            h = (h ^ q[i]) * 1099511628211ull;
+        for (size_t i = 0; i < phx_tensor_nbytes(xb); i++) h = (h ^ p[i]) * 1099511628211ull;
+        for (size_t i = 0; i < phx_tensor_nbytes(yb); i++) h = (h ^ q[i]) * 1099511628211ull;
         (*batches)++;
     }
     return h;
@@ -152,14 +150,11 @@ static void determinism(void)
     phx_tensor *x = phx_tensor_new(PHX_F32, 3, xs, phx_cpu()), *y = phx_tensor_new(PHX_I64, 1, ys, phx_cpu());
     float *px = phx_tensor_data(x);
     int64_t *py = phx_tensor_data(y);
-    for (int64_t i = 0; i < 103 * 15; i++)
-        px[i] = (float)i * 0.25f;
-    for (int64_t i = 0; i < 103; i++)
-        py[i] = i * 7;
+    for (int64_t i = 0; i < 103 * 15; i++) px[i] = (float)i * 0.25f;
+    for (int64_t i = 0; i < 103; i++) py[i] = i * 7;
     phx_tensor *t[2] = {x, y};
     phx_dataset *ds = phx_dataset_tensors(t, 2);
-    ok(ds && phx_dataset_len(ds) == 103 && phx_dataset_field(ds, 0)->ndim == 2 &&
-           phx_dataset_field(ds, 1)->ndim == 0,
+    ok(ds && phx_dataset_len(ds) == 103 && phx_dataset_field(ds, 0)->ndim == 2 && phx_dataset_field(ds, 1)->ndim == 0,
        "tensors dataset: 103 samples of (3, 5) f32 and a scalar i64");
     uint64_t h[3][3];
     size_t nb[3][3];
@@ -167,8 +162,7 @@ static void determinism(void)
     for (int w = 0; w < 3; w++) {
         phx_loader_opts o = {.batch = 10, .shuffle = true, .seed = 99, .workers = workers[w]};
         phx_loader *l = phx_loader_new_opts(ds, &o);
-        for (int e = 0; e < 3; e++)
-            h[w][e] = l ? epoch_hash(l, &nb[w][e]) : (uint64_t)w;
+        for (int e = 0; e < 3; e++) h[w][e] = l ? epoch_hash(l, &nb[w][e]) : (uint64_t)w;
         phx_loader_free(l);
     }
     ok(nb[0][0] == 11 && nb[0][2] == 11, "103 samples, batch 10: 11 batches per epoch");
@@ -183,7 +177,8 @@ static void determinism(void)
     while (phx_loader_next(l, &xb, &yb) == 1 && ++k < 11)
         ;
     ok(k == 11 && phx_tensor_dim(xb, 0) == 3 && phx_tensor_dim(xb, 1) == 3 && phx_tensor_dim(xb, 2) == 5 &&
-           ((int64_t *)phx_tensor_data(yb))[2] == 102 * 7 && ((float *)phx_tensor_data(xb))[2 * 15 + 14] == (102 * 15 + 14) * 0.25f,
+           ((int64_t *)phx_tensor_data(yb))[2] == 102 * 7 &&
+           ((float *)phx_tensor_data(xb))[2 * 15 + 14] == (102 * 15 + 14) * 0.25f,
        "unshuffled: the last batch is rows 100..102, shaped (3, 3, 5)");
     phx_loader_free(l);
     phx_dataset_free(ds);
@@ -212,8 +207,7 @@ static void builtins(void)
     snprintf(lab2, sizeof lab2, "%s/lab2", dir);
     snprintf(txt, sizeof txt, "%s/t.txt", dir);
     unsigned char ib[16 + 5 * 6] = {0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3};
-    for (int i = 0; i < 30; i++)
-        ib[16 + i] = (unsigned char)(i * 8);
+    for (int i = 0; i < 30; i++) ib[16 + i] = (unsigned char)(i * 8);
     unsigned char lb[8 + 5] = {0, 0, 8, 1, 0, 0, 0, 5, 4, 3, 2, 1, 0};
     unsigned char lb2[8 + 4] = {0, 0, 8, 1, 0, 0, 0, 4, 4, 3, 2, 1};
     write_gz(img, ib, sizeof ib);
@@ -233,7 +227,7 @@ static void builtins(void)
     void *out[2] = {px, &y};
     for (int64_t i = 0; same && i < 5; i++)
         same = phx_dataset_get(ds, i, out) == PHX_OK && !memcmp(px, (float *)phx_tensor_data(ref) + i * 6, sizeof px) &&
-               y == 4 - i;
+            y == 4 - i;
     ok(same, "IDX dataset: each sample equals phx_idx_read's row, labels decoded");
     ok(ds && phx_dataset_get(ds, 5, out) == PHX_EINVAL && strstr(phx_last_error(), "outside [0, 5)"),
        "index 5 of 5 refused: %s", phx_last_error());
@@ -241,8 +235,8 @@ static void builtins(void)
     phx_dataset_free(ds);
     ok(!phx_dataset_idx(img, lab2) && strstr(phx_last_error(), "5 images") && strstr(phx_last_error(), "4 labels"),
        "images and labels of different counts: %s", phx_last_error());
-    ok(!phx_dataset_idx(lab, NULL) && strstr(phx_last_error(), "expected u8 images"),
-       "labels given as images: %s", phx_last_error());
+    ok(!phx_dataset_idx(lab, NULL) && strstr(phx_last_error(), "expected u8 images"), "labels given as images: %s",
+       phx_last_error());
     ok(!phx_dataset_idx("/nonexistent/i.gz", NULL) && strstr(phx_last_error(), "/nonexistent/i.gz"),
        "missing file named: %s", phx_last_error());
 
@@ -256,8 +250,8 @@ static void builtins(void)
            y4[0] == 'o' && y4[3] == 'd',
        "text dataset: 11 bytes, context 4, stride 3: 3 windows, window 2 is 'worl' -> 'orld'");
     phx_dataset_free(ds);
-    ok(!phx_dataset_text(txt, 11, 1) && strstr(phx_last_error(), "needs at least 12"),
-       "text shorter than a window: %s", phx_last_error());
+    ok(!phx_dataset_text(txt, 11, 1) && strstr(phx_last_error(), "needs at least 12"), "text shorter than a window: %s",
+       phx_last_error());
     ok(!phx_dataset_new(&(phx_dataset_vtable){.type_name = "broken"}, NULL, 3, 1,
                         &(phx_field){.dtype = PHX_F32, .ndim = 0}) &&
            strstr(phx_last_error(), "get is required"),
@@ -278,8 +272,7 @@ static phx_status half_collate(void *user, int64_t n, const void *const *samples
     const int64_t *ix = samples[0];
     const float *v = samples[1];
     float *o = out[0];
-    for (int64_t k = 0; k < n; k++)
-        o[k] = (float)ix[k] + v[2 * k] + v[2 * k + 1];
+    for (int64_t k = 0; k < n; k++) o[k] = (float)ix[k] + v[2 * k] + v[2 * k + 1];
     return PHX_OK;
 }
 
@@ -288,16 +281,15 @@ static void collate(void)
     index_ctx ic = {.fail_at = -1};
     phx_dataset *ds = index_dataset(9, &ic);
     phx_field of = {.dtype = PHX_F32, .ndim = 1, .shape = {1}};
-    phx_loader_opts o = {.batch = 4, .workers = 2, .collate = half_collate, .collate_fields = &of,
-                         .n_collate_fields = 1};
+    phx_loader_opts o = {
+        .batch = 4, .workers = 2, .collate = half_collate, .collate_fields = &of, .n_collate_fields = 1};
     phx_loader *l = phx_loader_new_opts(ds, &o);
     phx_tensor *b;
     float sum = 0;
     int n = 0, shapes = 1;
     while (l && phx_loader_next_batch(l, &b, 1) == 1) {
         shapes &= phx_tensor_ndim(b) == 2 && phx_tensor_dim(b, 1) == 1;
-        for (int64_t k = 0; k < phx_tensor_dim(b, 0); k++)
-            sum += ((float *)phx_tensor_data(b))[k];
+        for (int64_t k = 0; k < phx_tensor_dim(b, 0); k++) sum += ((float *)phx_tensor_data(b))[k];
         n++;
     }
     ok(l && n == 3 && shapes && sum == 18.0f, "collate on the workers: 3 batches of (n, 1), sum of 0.5 i = 18 (got %g)",
@@ -317,8 +309,7 @@ static void errors(void)
         phx_loader *l = phx_loader_new_opts(ds, &o);
         phx_tensor *b[2];
         int r[5];
-        for (int k = 0; k < 5; k++)
-            r[k] = phx_loader_next_batch(l, b, 2);
+        for (int k = 0; k < 5; k++) r[k] = phx_loader_next_batch(l, b, 2);
         /* batch 2 holds samples 10..14 */
         ok(r[0] == 1 && r[1] == 1 && r[3] == 1 && r[4] == 1 && ((int64_t *)phx_tensor_data(b[0]))[0] == 20,
            "%d workers: batches before and after the failing one are delivered", w);
@@ -339,12 +330,10 @@ static void errors(void)
     phx_loader_opts o = {.batch = 4, .shuffle = true, .seed = 3, .workers = 3, .prefetch = 4};
     phx_loader *l = phx_loader_new_opts(ds, &o);
     phx_tensor *b[2];
-    for (int k = 0; k < 12; k++)
-        phx_loader_next_batch(l, b, 2);
+    for (int k = 0; k < 12; k++) phx_loader_next_batch(l, b, 2);
     uint64_t a0 = phx_alloc_count();
     int fails = 0;
-    for (int k = 0; k < 200; k++)
-        fails += phx_loader_next_batch(l, b, 2) < 0;
+    for (int k = 0; k < 200; k++) fails += phx_loader_next_batch(l, b, 2) < 0;
     uint64_t a1 = phx_alloc_count();
     ok(fails == 0 && a1 == a0, "200 next calls over 20 epochs with 3 workers: %llu allocations",
        (unsigned long long)(a1 - a0));
@@ -357,8 +346,7 @@ static void errors(void)
     l = phx_loader_new_opts(ds, &so);
     usleep(200000);
     int ahead = atomic_load(&ic.calls);
-    ok(ahead == 8, "before the first next, 2 workers fetched the 4 prefetched batches (%d samples, expected 8)",
-       ahead);
+    ok(ahead == 8, "before the first next, 2 workers fetched the 4 prefetched batches (%d samples, expected 8)", ahead);
     phx_loader_free(l);
 
     o = (phx_loader_opts){.batch = 0};
@@ -382,8 +370,7 @@ static void errors(void)
     int64_t perm[6];
     phx_randperm(6, 5, perm);
     int good = l && phx_loader_next_batch(l, b, 1) == 1;
-    for (int k = 0; good && k < 6; k++)
-        good = ((int64_t *)phx_tensor_data(b[0]))[k] == sub[perm[k]];
+    for (int k = 0; good && k < 6; k++) good = ((int64_t *)phx_tensor_data(b[0]))[k] == sub[perm[k]];
     ok(good, "a subset is shuffled by torch.randperm over its positions");
     phx_tensor *xb, *yb;
     ok(phx_loader_next(l, &xb, &yb) == 0 && phx_loader_next(l, &xb, &yb) == 1 && phx_loader_epoch(l) == 1,

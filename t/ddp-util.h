@@ -20,11 +20,9 @@ static inline phx_module *tu_mlp(const int64_t *sizes, int n, uint64_t seed)
 {
     phx_rng *rng = phx_rng_new(seed);
     phx_module *m = phx_sequential_new();
-    if (!rng || !m)
-        return NULL;
+    if (!rng || !m) return NULL;
     for (int i = 0; i + 1 < n; i++) {
-        if (i > 0)
-            phx_sequential_add(m, phx_tanh_new());
+        if (i > 0) phx_sequential_add(m, phx_tanh_new());
         if (phx_sequential_add(m, phx_linear_new(sizes[i], sizes[i + 1], true, rng)) != PHX_OK) {
             phx_module_free(m);
             m = NULL;
@@ -39,10 +37,8 @@ static inline phx_module *tu_mlp(const int64_t *sizes, int n, uint64_t seed)
  * deterministic values in [-1, 1] that need no generator. */
 static inline void tu_row(int s, int64_t i, int64_t in, int64_t out, float *x, float *y)
 {
-    for (int64_t j = 0; j < in; j++)
-        x[j] = (float)sin(0.37 * (double)(s * 7919 + i * 131 + j * 17) + 0.5);
-    for (int64_t j = 0; j < out; j++)
-        y[j] = (float)cos(0.23 * (double)(s * 104729 + i * 37 + j * 11));
+    for (int64_t j = 0; j < in; j++) x[j] = (float)sin(0.37 * (double)(s * 7919 + i * 131 + j * 17) + 0.5);
+    for (int64_t j = 0; j < out; j++) y[j] = (float)cos(0.23 * (double)(s * 104729 + i * 37 + j * 11));
 }
 
 /* Fills x (rows, in) and y (rows, out) with rows first..first+rows-1 of
@@ -51,8 +47,7 @@ static inline void tu_batch(int s, int64_t first, int64_t rows, phx_tensor *x, p
 {
     int64_t in = phx_tensor_dim(x, 1), out = phx_tensor_dim(y, 1);
     float *hx = malloc((size_t)(rows * in) * sizeof *hx), *hy = malloc((size_t)(rows * out) * sizeof *hy);
-    for (int64_t r = 0; r < rows; r++)
-        tu_row(s, first + r, in, out, hx + r * in, hy + r * out);
+    for (int64_t r = 0; r < rows; r++) tu_row(s, first + r, in, out, hx + r * in, hy + r * out);
     phx_tensor_from_host(x, hx);
     phx_tensor_from_host(y, hy);
     free(hx);
@@ -69,8 +64,7 @@ static inline phx_tensor *tu_new2(int64_t a, int64_t b)
 static inline float *tu_flatten(phx_module *m, size_t *n)
 {
     size_t total = 0, np = phx_module_num_params(m);
-    for (size_t i = 0; i < np; i++)
-        total += (size_t)phx_tensor_numel(phx_param_value(phx_module_param(m, i)));
+    for (size_t i = 0; i < np; i++) total += (size_t)phx_tensor_numel(phx_param_value(phx_module_param(m, i)));
     float *h = malloc((total ? total : 1) * sizeof *h);
     size_t off = 0;
     for (size_t i = 0; i < np; i++) {
@@ -88,14 +82,12 @@ static inline double tu_max_rel(phx_module *a, phx_module *b)
 {
     double worst = 0;
     size_t np = phx_module_num_params(b);
-    if (phx_module_num_params(a) != np)
-        return INFINITY;
+    if (phx_module_num_params(a) != np) return INFINITY;
     for (size_t i = 0; i < np; i++) {
         const phx_tensor *va = phx_param_value(phx_module_param(a, i));
         const phx_tensor *vb = phx_param_value(phx_module_param(b, i));
         int64_t n = phx_tensor_numel(vb);
-        if (phx_tensor_numel(va) != n)
-            return INFINITY;
+        if (phx_tensor_numel(va) != n) return INFINITY;
         float *ha = malloc((size_t)n * sizeof *ha), *hb = malloc((size_t)n * sizeof *hb);
         phx_tensor_to_host(va, ha);
         phx_tensor_to_host(vb, hb);
@@ -126,10 +118,8 @@ static inline int tu_same_bits_across(phx_comm *c, phx_module *m)
     phx_tensor *all = phx_tensor_zeros(PHX_F32, 1, &all_len, phx_cpu());
     int same = in && all && phx_comm_allgather(c, in, all, NULL) == PHX_OK;
     float *h = malloc((size_t)all_len * sizeof *h);
-    if (same)
-        phx_tensor_to_host(all, h);
-    for (int r = 0; same && r < world; r++)
-        same = memcmp(h + (size_t)r * n, mine, n * sizeof *mine) == 0;
+    if (same) phx_tensor_to_host(all, h);
+    for (int r = 0; same && r < world; r++) same = memcmp(h + (size_t)r * n, mine, n * sizeof *mine) == 0;
     free(h);
     free(mine);
     phx_tensor_free(in);
@@ -145,14 +135,10 @@ static inline phx_status tu_step(phx_module *m, phx_optimizer *opt, phx_loss *lo
     phx_tensor *out;
     float l;
     phx_status st = phx_module_forward(m, x, &out);
-    if (st == PHX_OK)
-        st = phx_loss_forward(loss, out, y, &l);
-    if (st == PHX_OK)
-        st = phx_module_backward(m, phx_loss_grad(loss), NULL);
-    if (st == PHX_OK && opt)
-        st = phx_optimizer_step(opt);
-    if (st == PHX_OK && opt)
-        st = phx_optimizer_zero_grad(opt);
+    if (st == PHX_OK) st = phx_loss_forward(loss, out, y, &l);
+    if (st == PHX_OK) st = phx_module_backward(m, phx_loss_grad(loss), NULL);
+    if (st == PHX_OK && opt) st = phx_optimizer_step(opt);
+    if (st == PHX_OK && opt) st = phx_optimizer_zero_grad(opt);
     return st;
 }
 
@@ -216,13 +202,11 @@ static inline void tu_spawn_both(int n, int (*fn)(int, void *), void *arg, const
     va_end(ap);
     phx_status st = tu_spawn("threads", n, fn, arg);
     ok(st == PHX_OK, "threads, %d ranks: %s", n, what);
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
+    if (st != PHX_OK) diag("%s", phx_last_error());
 #ifdef HAVE_GLOO
     st = tu_spawn("gloo", n, fn, arg);
     ok(st == PHX_OK, "gloo, %d processes: the same", n);
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
+    if (st != PHX_OK) diag("%s", phx_last_error());
 #else
     skip(1, "built without Gloo");
 #endif

@@ -21,18 +21,15 @@ static size_t parse_csv(const char *s, const char *key, int64_t *out)
 {
     const char *p = strstr(s, key);
     size_t n = 0;
-    if (!p)
-        return 0;
+    if (!p) return 0;
     p += strlen(key);
     while (n < MAXP) {
         char *end;
         long long v = strtoll(p, &end, 10);
-        if (end == p)
-            break;
+        if (end == p) break;
         out[n++] = v;
         p = end;
-        if (*p != ',')
-            break;
+        if (*p != ',') break;
         p++;
     }
     return n;
@@ -42,18 +39,15 @@ static int parse_case(const char *line, expected *e)
 {
     memset(e, 0, sizeof *e);
     unsigned long long first, cap;
-    if (sscanf(line, "%63s %llu %llu", e->name, &first, &cap) != 3)
-        return 0;
+    if (sscanf(line, "%63s %llu %llu", e->name, &first, &cap) != 3) return 0;
     e->first = first;
     e->cap = cap;
     int64_t tmp[MAXP];
     e->n_order = parse_csv(line, "order=", tmp);
-    for (size_t i = 0; i < e->n_order; i++)
-        e->order[i] = (size_t)tmp[i];
+    for (size_t i = 0; i < e->n_order; i++) e->order[i] = (size_t)tmp[i];
     e->n_numels = parse_csv(line, "numels=", e->numels);
     const char *p = strstr(line, " : ");
-    if (!p)
-        return 0;
+    if (!p) return 0;
     p += 3;
     while (*p && *p != '\n') {
         char *end;
@@ -63,8 +57,7 @@ static int parse_case(const char *line, expected *e)
             p = end;
             continue;
         }
-        if (*p == '|')
-            e->n_buckets++;
+        if (*p == '|') e->n_buckets++;
         p++;
     }
     e->n_buckets++;
@@ -78,11 +71,9 @@ static int read_cases(expected *cases, int max)
     snprintf(path, sizeof path, "%s/t/data/buckets.txt", top ? top : ".");
     FILE *f = fopen(path, "r");
     int n = 0;
-    if (!f)
-        return -1;
+    if (!f) return -1;
     while (n < max && fgets(line, sizeof line, f))
-        if (line[0] != '#' && parse_case(line, &cases[n]))
-            n++;
+        if (line[0] != '#' && parse_case(line, &cases[n])) n++;
     fclose(f);
     return n;
 }
@@ -90,8 +81,7 @@ static int read_cases(expected *cases, int max)
 static const expected *find_case(const expected *cases, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
-        if (!strcmp(cases[i].name, name))
-            return &cases[i];
+        if (!strcmp(cases[i].name, name)) return &cases[i];
     return NULL;
 }
 
@@ -110,8 +100,7 @@ static int same_buckets(phx_module *ddp, const expected *e)
         for (size_t b = 0; b < nb; b++) {
             size_t idx[MAXP], n = phx_ddp_bucket_params(ddp, b, idx, MAXP);
             p += snprintf(p, (size_t)(got + sizeof got - p), "%s", b ? " |" : "");
-            for (size_t j = 0; j < n && j < MAXP; j++)
-                p += snprintf(p, (size_t)(got + sizeof got - p), " %zu", idx[j]);
+            for (size_t j = 0; j < n && j < MAXP; j++) p += snprintf(p, (size_t)(got + sizeof got - p), " %zu", idx[j]);
         }
         diag("  %s: got buckets%s", e->name, got);
     }
@@ -128,13 +117,11 @@ static int views_ok(phx_module *ddp)
     for (size_t b = 0; b < nb; b++) {
         size_t idx[MAXP], n = phx_ddp_bucket_params(ddp, b, idx, MAXP);
         const phx_tensor *g0 = phx_param_grad(phx_module_param(m, idx[0]));
-        if (phx_tensor_offset(g0) != 0 || (prev_first && phx_tensor_same_storage(g0, prev_first)))
-            return 0;
+        if (phx_tensor_offset(g0) != 0 || (prev_first && phx_tensor_same_storage(g0, prev_first))) return 0;
         int64_t off = 0;
         for (size_t j = 0; j < n; j++) {
             const phx_tensor *g = phx_param_grad(phx_module_param(m, idx[j]));
-            if (!phx_tensor_same_storage(g, g0) || phx_tensor_offset(g) != off)
-                return 0;
+            if (!phx_tensor_same_storage(g, g0) || phx_tensor_offset(g) != off) return 0;
             off += phx_tensor_numel(g);
         }
         prev_first = g0;
@@ -153,8 +140,7 @@ typedef struct perm_ctx {
 static phx_status perm_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
 {
     perm_ctx *c = phx_module_ctx(self);
-    if (!c->y)
-        c->y = phx_tensor_new(PHX_F32, phx_tensor_ndim(x), phx_tensor_shape(x), phx_cpu());
+    if (!c->y) c->y = phx_tensor_new(PHX_F32, phx_tensor_ndim(x), phx_tensor_shape(x), phx_cpu());
     phx_status st = phx_tensor_copy(c->y, x);
     *y = c->y;
     return st;
@@ -173,8 +159,7 @@ static phx_status perm_backward(phx_module *self, const phx_tensor *dy, phx_tens
         int64_t n = phx_tensor_numel(g);
         float *h = malloc((size_t)n * sizeof *h);
         phx_tensor_to_host(g, h);
-        for (int64_t j = 0; j < n; j++)
-            h[j] += (float)(i + 1);
+        for (int64_t j = 0; j < n; j++) h[j] += (float)(i + 1);
         phx_tensor_from_host(g, h);
         free(h);
         phx_param_grad_ready(p);
@@ -220,22 +205,17 @@ static int n_cases;
 static phx_module *model_for(const expected *e)
 {
     static const int64_t mlp[] = {784, 1024, 1024, 10}, small[] = {10, 20, 30, 5, 1}, seed[] = {10, 1};
-    if (!strncmp(e->name, "mlp", 3))
-        return tu_mlp(mlp, 4, 1);
-    if (!strncmp(e->name, "small", 5))
-        return tu_mlp(small, 5, 1);
-    if (!strcmp(e->name, "seed"))
-        return tu_mlp(seed, 2, 1);
+    if (!strncmp(e->name, "mlp", 3)) return tu_mlp(mlp, 4, 1);
+    if (!strncmp(e->name, "small", 5)) return tu_mlp(small, 5, 1);
+    if (!strcmp(e->name, "seed")) return tu_mlp(seed, 2, 1);
     return NULL;
 }
 
 static int numels_match(phx_module *m, const expected *e)
 {
-    if (phx_module_num_params(m) != e->n_numels)
-        return 0;
+    if (phx_module_num_params(m) != e->n_numels) return 0;
     for (size_t i = 0; i < e->n_numels; i++)
-        if (phx_tensor_numel(phx_param_value(phx_module_param(m, i))) != e->numels[i])
-            return 0;
+        if (phx_tensor_numel(phx_param_value(phx_module_param(m, i))) != e->numels[i]) return 0;
     return 1;
 }
 
@@ -244,16 +224,13 @@ static void test_pytorch_rule(phx_comm *c)
     for (int k = 0; k < n_cases; k++) {
         const expected *e = &cases[k];
         int reverse = 1;
-        for (size_t i = 0; i < e->n_order; i++)
-            reverse &= e->order[i] == e->n_order - 1 - i;
-        if (!reverse)
-            continue; /* a custom arrival order: test_rebuild */
+        for (size_t i = 0; i < e->n_order; i++) reverse &= e->order[i] == e->n_order - 1 - i;
+        if (!reverse) continue; /* a custom arrival order: test_rebuild */
         phx_module *m = model_for(e);
         phx_ddp_opts o = {.first_bucket_bytes = e->first, .bucket_bytes = e->cap};
         phx_module *ddp = phx_ddp_new(m, c, &o);
         ok(ddp && numels_match(m, e) && same_buckets(ddp, e),
-           "%s (first cap %zu, cap %zu): %zu bucket(s) as PyTorch's rule", e->name, e->first, e->cap,
-           e->n_buckets);
+           "%s (first cap %zu, cap %zu): %zu bucket(s) as PyTorch's rule", e->name, e->first, e->cap, e->n_buckets);
         ok(ddp && views_ok(ddp), "%s: gradients are consecutive views of their bucket", e->name);
         phx_module_free(ddp);
         phx_module_free(m);
@@ -276,8 +253,7 @@ static void test_rebuild(phx_comm *c, bool no_rebuild)
     int64_t shape[2] = {2, 3};
     phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, shape, phx_cpu()), *y;
     phx_status st = phx_module_forward(ddp, x, &y);
-    if (st == PHX_OK)
-        st = phx_module_backward(ddp, y, NULL);
+    if (st == PHX_OK) st = phx_module_backward(ddp, y, NULL);
     is_int(st, PHX_OK, "forward and backward through the wrapper");
     ok(same_buckets(ddp, rev), "after the first backward, before the next forward: unchanged");
     st = phx_module_forward(ddp, x, &y);
@@ -312,7 +288,7 @@ static void test_api(phx_comm *c)
     int names = phx_module_num_params(ddp) == phx_module_num_params(m);
     for (size_t i = 0; names && i < phx_module_num_params(m); i++)
         names = !strcmp(phx_module_param_name(ddp, i), phx_module_param_name(m, i)) &&
-                phx_module_param(ddp, i) == phx_module_param(m, i);
+            phx_module_param(ddp, i) == phx_module_param(m, i);
     ok(names, "the wrapper's parameters are the model's, under the model's names (%s, ...)",
        phx_module_param_name(ddp, 0));
     is_int(phx_ddp_num_buckets(ddp), 1, "a small model fits one bucket with the default caps");
@@ -362,8 +338,7 @@ static int rank_main(int rank, void *arg)
 int main(void)
 {
     n_cases = read_cases(cases, 32);
-    if (n_cases < 0)
-        skip_all("t/data/buckets.txt not found (set top_srcdir)");
+    if (n_cases < 0) skip_all("t/data/buckets.txt not found (set top_srcdir)");
     ok(n_cases >= 8, "read %d cases from t/data/buckets.txt", n_cases);
     phx_status st = tu_spawn("threads", 1, rank_main, NULL);
     is_int(st, PHX_OK, "rank ran: %s", st == PHX_OK ? "" : phx_last_error());

@@ -84,11 +84,12 @@ static int run_config(phx_comm *c, const config *cf)
     double e = tu_max_rel(ddp, ref);
     if (!(e <= 1e-6)) {
         printf("# rank %d of %d: %s: after %d steps max relative difference to one process on the "
-               "whole batch is %.3g (> 1e-6)\n", rank, world, cf->name, STEPS, e);
+               "whole batch is %.3g (> 1e-6)\n",
+               rank, world, cf->name, STEPS, e);
         fails++;
     } else if (rank == 0) {
-        printf("# world %d, %s: %zu bucket(s), max relative difference %.3g (worst step %.3g)\n", world,
-               cf->name, phx_ddp_num_buckets(ddp), e, worst);
+        printf("# world %d, %s: %zu bucket(s), max relative difference %.3g (worst step %.3g)\n", world, cf->name,
+               phx_ddp_num_buckets(ddp), e, worst);
     }
     fflush(stdout);
     tu_side_free(&d); /* the DDP wrapper before the model it wraps */
@@ -101,11 +102,9 @@ static int rank_main(int rank, void *arg)
 {
     (void)arg;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int fails = 0;
-    for (size_t k = 0; k < N_CONFIGS; k++)
-        fails += run_config(c, &configs[k]);
+    for (size_t k = 0; k < N_CONFIGS; k++) fails += run_config(c, &configs[k]);
     phx_comm_free(c);
     return fails ? 1 : 0;
 }
@@ -126,10 +125,11 @@ int main(void)
 #endif
         for (int n = 1; n <= 4; n++) {
             phx_status st = tu_spawn(backends[b], n, rank_main, NULL);
-            ok(st == PHX_OK, "%s, %d rank(s): SGD and AdamW, 1 and many buckets: equal to one process on "
-               "the %d-row batch, bitwise equal across ranks", backends[b], n, n * BATCH);
-            if (st != PHX_OK)
-                diag("%s", phx_last_error());
+            ok(st == PHX_OK,
+               "%s, %d rank(s): SGD and AdamW, 1 and many buckets: equal to one process on "
+               "the %d-row batch, bitwise equal across ranks",
+               backends[b], n, n * BATCH);
+            if (st != PHX_OK) diag("%s", phx_last_error());
         }
     }
     return done_testing();

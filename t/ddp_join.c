@@ -22,8 +22,7 @@ static phx_tensor *find(const char *fmt, ...)
     vsnprintf(key, sizeof key, fmt, ap);
     va_end(ap);
     for (size_t i = 0; i < nt; i++)
-        if (!strcmp(tn[i], key))
-            return tt[i];
+        if (!strcmp(tn[i], key)) return tt[i];
     printf("# no tensor '%s' in the reference file\n", key);
     return NULL;
 }
@@ -51,14 +50,12 @@ static int rank_main(int rank, void *arg)
 {
     int div = *(int *)arg, fails = 0;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     static const int64_t sizes[] = {5, 8, 3};
     phx_module *model = tu_mlp(sizes, 3, 7 + (uint64_t)rank);
     for (size_t i = 0; i < 4; i++) {
         phx_tensor *init = find("init.%s", names[i]);
-        if (!init || phx_tensor_copy(phx_param_value(phx_module_param(model, i)), init) != PHX_OK)
-            return 1;
+        if (!init || phx_tensor_copy(phx_param_value(phx_module_param(model, i)), init) != PHX_OK) return 1;
     }
     phx_module *ddp = phx_ddp_new(model, c, NULL);
     phx_sgd_opts so = phx_sgd_defaults();
@@ -70,8 +67,7 @@ static int rank_main(int rank, void *arg)
         phx_tensor *x = find("x.%d.%d", rank, i), *y = find("y.%d.%d", rank, i);
         st = x && y ? tu_step(ddp, opt, loss, x, y) : PHX_ENOTFOUND;
     }
-    if (st == PHX_OK)
-        st = phx_ddp_join_end(ddp);
+    if (st == PHX_OK) st = phx_ddp_join_end(ddp);
     if (st != PHX_OK) {
         printf("# rank %d: %s\n", rank, phx_last_error());
         fails++;
@@ -111,6 +107,7 @@ int main(void)
     for (int div = 1; div >= 0; div--)
         tu_spawn_both(3, rank_main, &div,
                       "ranks with 10, 7 and 4 batches under join (divide_by_initial_world_size=%s): every rank "
-                      "ends with torch's parameters", div ? "true" : "false");
+                      "ends with torch's parameters",
+                      div ? "true" : "false");
     return done_testing();
 }

@@ -26,12 +26,10 @@ static int expect_desync(phx_comm *c, phx_module *m, const char *const *needles,
         printf("# rank %d: unexpected error: %s\n", rank, msg);
         bad++;
     }
-    if (rank == 0 && !bad)
-        printf("# %s\n", msg);
+    if (rank == 0 && !bad) printf("# %s\n", msg);
     /* The same message on every rank: compare a hash of it. */
     double h = 0;
-    for (const char *p = msg; *p; p++)
-        h = fmod(h * 131 + (unsigned char)*p, 1e9);
+    for (const char *p = msg; *p; p++) h = fmod(h * 131 + (unsigned char)*p, 1e9);
     int64_t one = 1, all_n = phx_comm_size(c);
     phx_tensor *t = phx_tensor_from_data(PHX_F32, 1, &one, &(float){(float)h});
     phx_tensor *all = phx_tensor_zeros(PHX_F32, 1, &all_n, phx_cpu());
@@ -57,8 +55,7 @@ static int rank_main(int rank, void *arg)
 {
     (void)arg;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int bad = 0;
 
     /* Rank 1's first layer is wider. */
@@ -96,7 +93,8 @@ static int rank_main(int rank, void *arg)
 int main(void)
 {
     plan(2);
-    tu_spawn_both(3, rank_main, NULL, "mismatched shapes and counts fail on every rank with the same message; "
+    tu_spawn_both(3, rank_main, NULL,
+                  "mismatched shapes and counts fail on every rank with the same message; "
                   "the comm stays usable");
     return done_testing();
 }

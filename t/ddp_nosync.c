@@ -7,7 +7,7 @@
 #include "t/tap.h"
 #include "t/ddp-util.h"
 
-#define K 3     /* no_sync micro-batches before the synced one */
+#define K 3 /* no_sync micro-batches before the synced one */
 #define BATCH 5 /* rows per rank and micro-batch */
 #define LR 0.1
 
@@ -17,8 +17,7 @@ static int rank_main(int rank, void *arg)
 {
     (void)arg;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int world = phx_comm_size(c), bad = 0;
     phx_module *model = tu_mlp(sizes, 3, 5), *ref = tu_mlp(sizes, 3, 5);
     phx_module *ddp = phx_ddp_new(model, c, NULL);
@@ -33,7 +32,8 @@ static int rank_main(int rank, void *arg)
     phx_tensor *gx = tu_new2(all_rows, sizes[0]), *gy = tu_new2(all_rows, sizes[2]);
 
     /* The reference batch: micro-batch j's global rows, j = 0..K. */
-    float *hx = malloc((size_t)all_rows * sizes[0] * sizeof *hx), *hy = malloc((size_t)all_rows * sizes[2] * sizeof *hy);
+    float *hx = malloc((size_t)all_rows * sizes[0] * sizeof *hx),
+          *hy = malloc((size_t)all_rows * sizes[2] * sizeof *hy);
     for (int j = 0; j <= K; j++)
         for (int64_t i = 0; i < (int64_t)world * BATCH; i++) {
             int64_t row = (int64_t)j * world * BATCH + i;
@@ -65,16 +65,16 @@ static int rank_main(int rank, void *arg)
     bad += tu_step(ref, NULL, rloss, gx, gy) != PHX_OK;
     bad += phx_optimizer_step(ropt) != PHX_OK;
     phx_optimizer_zero_grad(ropt);
-    if (bad)
-        printf("# rank %d: %s\n", rank, phx_last_error());
+    if (bad) printf("# rank %d: %s\n", rank, phx_last_error());
     double e = tu_max_rel(ddp, ref);
     if (!(e <= 1e-6)) {
         printf("# rank %d: %d no_sync + 1 synced step vs one step on the whole batch: relative "
-               "difference %.3g\n", rank, K, e);
+               "difference %.3g\n",
+               rank, K, e);
         bad++;
     } else if (rank == 0) {
-        printf("# %d ranks: %d no_sync + 1 synced backward = one step on %lld rows (relative difference %.3g)\n",
-               world, K, (long long)all_rows, e);
+        printf("# %d ranks: %d no_sync + 1 synced backward = one step on %lld rows (relative difference %.3g)\n", world,
+               K, (long long)all_rows, e);
     }
     if (!tu_same_bits_across(c, ddp)) {
         printf("# rank %d: parameters differ across ranks\n", rank);
@@ -87,8 +87,7 @@ static int rank_main(int rank, void *arg)
     ropt = phx_sgd_new(ref, &so);
     phx_tensor *wx = tu_new2((int64_t)world * BATCH, sizes[0]), *wy = tu_new2((int64_t)world * BATCH, sizes[2]);
     tu_side d = {ddp, opt, loss, x, y}, w = {ref, ropt, rloss, wx, wy};
-    for (int s = 10; s < 13 && !bad; s++)
-        bad += tu_step_both(s, rank, &d, &w) != PHX_OK;
+    for (int s = 10; s < 13 && !bad; s++) bad += tu_step_both(s, rank, &d, &w) != PHX_OK;
     e = tu_max_rel(ddp, ref);
     if (!(e <= 1e-6)) {
         printf("# rank %d: synced steps after no_sync: relative difference %.3g\n", rank, e);
@@ -106,7 +105,9 @@ static int rank_main(int rank, void *arg)
 int main(void)
 {
     plan(2);
-    tu_spawn_both(2, rank_main, NULL, "%d no_sync steps + 1 synced == one step on %d times the batch; "
-                  "no all-reduce under no_sync", K, K + 1);
+    tu_spawn_both(2, rank_main, NULL,
+                  "%d no_sync steps + 1 synced == one step on %d times the batch; "
+                  "no all-reduce under no_sync",
+                  K, K + 1);
     return done_testing();
 }

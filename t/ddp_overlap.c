@@ -39,26 +39,18 @@ static void analyse(phx_module *ddp, result *r)
     for (size_t k = 0; k < n && k < 256; k++) {
         switch (ev[k].kind) {
         case PHX_DDP_EV_READY:
-            if (ev[k].index < np && ev[k].index < 64)
-                ready[ev[k].index] = 1;
-            if (ev[k].index == 0)
-                r->first_layer_ready = k;
+            if (ev[k].index < np && ev[k].index < 64) ready[ev[k].index] = 1;
+            if (ev[k].index == 0) r->first_layer_ready = k;
             break;
         case PHX_DDP_EV_LAUNCH: {
-            if (r->first_launch == (size_t)-1)
-                r->first_launch = k;
+            if (r->first_launch == (size_t)-1) r->first_launch = k;
             r->launches_in_order &= ev[k].index == next_bucket++;
             size_t idx[64], nm = phx_ddp_bucket_params(ddp, ev[k].index, idx, 64);
-            for (size_t j = 0; j < nm; j++)
-                r->launch_after_members &= ready[idx[j]];
+            for (size_t j = 0; j < nm; j++) r->launch_after_members &= ready[idx[j]];
             break;
         }
-        case PHX_DDP_EV_MODEL_DONE:
-            r->model_done = k;
-            break;
-        case PHX_DDP_EV_DONE:
-            r->dones_after_model &= r->model_done != (size_t)-1;
-            break;
+        case PHX_DDP_EV_MODEL_DONE: r->model_done = k; break;
+        case PHX_DDP_EV_DONE: r->dones_after_model &= r->model_done != (size_t)-1; break;
         }
     }
     r->launches_in_order &= next_bucket == r->n_buckets;
@@ -68,8 +60,7 @@ static int rank_main(int rank, void *arg)
 {
     int variant = *(int *)arg;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     phx_module *model = tu_mlp(sizes, 5, 3);
     /* 64 floats first, then 4 KiB: several buckets for this model. */
     phx_ddp_opts o = {.first_bucket_bytes = 256, .bucket_bytes = 4096, .no_overlap = variant == 1};
@@ -92,8 +83,7 @@ static int rank_main(int rank, void *arg)
             a0 = phx_alloc_count();
         }
         good = tu_step(ddp, opt, loss, x, y) == PHX_OK;
-        if (!good)
-            printf("# rank %d step %d: %s\n", rank, s, phx_last_error());
+        if (!good) printf("# rank %d step %d: %s\n", rank, s, phx_last_error());
     }
     uint64_t a1 = phx_alloc_count();
     phx_comm_barrier(c, NULL);
@@ -122,15 +112,15 @@ int main(void)
     is_int(st, PHX_OK, "two thread ranks train %d steps with 256 B / 4 KiB buckets", STEPS);
     result *r = &res[0];
     diag("%zu buckets, %zu events in the last backward: first launch #%zu, first layer's weight ready "
-         "#%zu, model backward done #%zu; %llu of %llu launches early", r->n_buckets, r->n_events,
-         r->first_launch, r->first_layer_ready, r->model_done, (unsigned long long)r->stats.early_launches,
-         (unsigned long long)r->stats.launches);
+         "#%zu, model backward done #%zu; %llu of %llu launches early",
+         r->n_buckets, r->n_events, r->first_launch, r->first_layer_ready, r->model_done,
+         (unsigned long long)r->stats.early_launches, (unsigned long long)r->stats.launches);
     ok(r->ok && r->n_buckets >= 3, "several buckets (%zu)", r->n_buckets);
     ok(r->ok && r->first_launch < r->first_layer_ready,
        "a bucket's all-reduce was issued before the first layer's gradient was ready");
     ok(r->ok && r->first_launch < r->model_done, "... and before the model's backward returned");
-    ok(r->ok && r->stats.early_launches >= (uint64_t)STEPS,
-       "every step launched early (%llu early launches)", (unsigned long long)r->stats.early_launches);
+    ok(r->ok && r->stats.early_launches >= (uint64_t)STEPS, "every step launched early (%llu early launches)",
+       (unsigned long long)r->stats.early_launches);
     ok(r->ok && r->launches_in_order, "buckets were launched strictly in bucket order, each once");
     ok(r->ok && r->launch_after_members, "each bucket was launched only after all its gradients were ready");
     ok(r->ok && r->dones_after_model, "finish_backward waited for the all-reduces after the model's backward");

@@ -21,14 +21,12 @@ static size_t parse_list(const char *line, int64_t *v, size_t max)
 {
     const char *p = strstr(line, " : ");
     size_t k = 0;
-    if (!p)
-        return 0;
+    if (!p) return 0;
     p += 3;
     while (*p && *p != '\n' && k < max) {
         char *end;
         long long x = strtoll(p, &end, 10);
-        if (end == p)
-            break;
+        if (end == p) break;
         v[k++] = x;
         p = end;
     }
@@ -39,8 +37,7 @@ static int same(const int64_t *a, const int64_t *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (a[i] != b[i]) {
-            diag("  first difference at %zu: expected %lld, got %lld", i, (long long)a[i],
-                 (long long)b[i]);
+            diag("  first difference at %zu: expected %lld, got %lld", i, (long long)a[i], (long long)b[i]);
             return 0;
         }
     return 1;
@@ -49,8 +46,8 @@ static int same(const int64_t *a, const int64_t *b, size_t n)
 static void check_sampler_line(const char *line, const int64_t *want, size_t n_want)
 {
     long long n, r, shuffle, drop, seed, epoch, rank;
-    if (sscanf(line, "sampler %lld %lld %lld %lld %lld %lld %lld", &n, &r, &shuffle, &drop, &seed,
-               &epoch, &rank) != 7) {
+    if (sscanf(line, "sampler %lld %lld %lld %lld %lld %lld %lld", &n, &r, &shuffle, &drop, &seed, &epoch, &rank) !=
+        7) {
         ok(0, "parse: %s", line);
         return;
     }
@@ -94,11 +91,9 @@ static void check_cover(int64_t n, int r, bool drop)
         phx_sampler *s = phx_sampler_new(n, r, k, true, 3, drop);
         size_t c;
         const int64_t *ix = phx_sampler_indices(s, &c);
-        if (k == 0)
-            per = c;
+        if (k == 0) per = c;
         good &= c == per;
-        for (size_t i = 0; i < c; i++)
-            seen[ix[i]]++;
+        for (size_t i = 0; i < c; i++) seen[ix[i]]++;
         phx_sampler_free(s);
     }
     int64_t total = 0, distinct = 0;
@@ -108,8 +103,7 @@ static void check_cover(int64_t n, int r, bool drop)
     }
     if (drop) {
         ok(good && (int64_t)per == n / r && distinct == (n / r) * r && total == distinct,
-           "drop_last N=%lld R=%d: %zu each, %lld distinct", (long long)n, r, per,
-           (long long)distinct);
+           "drop_last N=%lld R=%d: %zu each, %lld distinct", (long long)n, r, per, (long long)distinct);
     } else {
         ok(good && (int64_t)per == (n + r - 1) / r && distinct == n && total == (int64_t)per * r,
            "padded N=%lld R=%d: %zu each, all %lld covered", (long long)n, r, per, (long long)n);
@@ -119,15 +113,13 @@ static void check_cover(int64_t n, int r, bool drop)
 int main(void)
 {
     FILE *f = open_data();
-    if (!f)
-        skip_all("t/data/sampler.txt not found (set top_srcdir)");
+    if (!f) skip_all("t/data/sampler.txt not found (set top_srcdir)");
 
     static char line[65536];
     static int64_t want[MAXN];
     int lines = 0;
     while (fgets(line, sizeof line, f)) {
-        if (line[0] == '#')
-            continue;
+        if (line[0] == '#') continue;
         size_t n_want = parse_list(line, want, MAXN);
         if (!strncmp(line, "sampler ", 8))
             check_sampler_line(line, want, n_want);

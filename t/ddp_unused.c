@@ -11,7 +11,7 @@
  * never receives a gradient. */
 typedef struct gate {
     bool use_w;
-    const phx_tensor *x;   /* input of the last forward */
+    const phx_tensor *x; /* input of the last forward */
     phx_tensor *y, *dx;
 } gate;
 
@@ -33,8 +33,7 @@ static phx_status gate_forward(phx_module *self, const phx_tensor *x, phx_tensor
     float w = g->use_w ? scalar(phx_param_value(phx_module_param(self, 0))) : 1.0f;
     const float *px = phx_tensor_data(x);
     float *py = phx_tensor_data(g->y);
-    for (int64_t i = 0; i < n; i++)
-        py[i] = px[i] * w;
+    for (int64_t i = 0; i < n; i++) py[i] = px[i] * w;
     g->x = x;
     *y = g->y;
     return PHX_OK;
@@ -50,16 +49,13 @@ static phx_status gate_backward(phx_module *self, const phx_tensor *dy, phx_tens
     float wv = g->use_w ? scalar(phx_param_value(w)) : 1.0f;
     if (g->use_w) {
         double dw = 0;
-        for (int64_t i = 0; i < n; i++)
-            dw += (double)pdy[i] * px[i];
+        for (int64_t i = 0; i < n; i++) dw += (double)pdy[i] * px[i];
         float *gw = phx_tensor_data(phx_param_grad(w));
         gw[0] += (float)dw;
         phx_param_grad_ready(w);
     }
-    for (int64_t i = 0; i < n; i++)
-        pdx[i] = pdy[i] * wv;
-    if (dx)
-        *dx = g->dx;
+    for (int64_t i = 0; i < n; i++) pdx[i] = pdy[i] * wv;
+    if (dx) *dx = g->dx;
     return PHX_OK;
 }
 
@@ -92,8 +88,7 @@ static phx_module *net(bool use_w, bool with_unused)
     int64_t one = 1, three = 3;
     phx_tensor *w = phx_tensor_from_data(PHX_F32, 1, &one, &(float){1.5f});
     phx_module_add_param(gm, "w", w);
-    if (with_unused)
-        phx_module_add_param(gm, "unused", phx_tensor_zeros(PHX_F32, 1, &three, phx_cpu()));
+    if (with_unused) phx_module_add_param(gm, "unused", phx_tensor_zeros(PHX_F32, 1, &three, phx_cpu()));
     phx_sequential_add(m, gm);
     return m;
 }
@@ -105,8 +100,7 @@ static int expect_error(int rank, phx_status st, const char *name)
                phx_last_error());
         return 1;
     }
-    if (rank == 0)
-        printf("# %s\n", phx_last_error());
+    if (rank == 0) printf("# %s\n", phx_last_error());
     return 0;
 }
 
@@ -114,8 +108,7 @@ static int rank_main(int rank, void *arg)
 {
     (void)arg;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int world = phx_comm_size(c), bad = 0;
     phx_sgd_opts so = phx_sgd_defaults();
     so.lr = 0.05;

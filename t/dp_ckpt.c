@@ -29,15 +29,13 @@ static phx_module *model(uint64_t seed)
 static double max_diff(const phx_tensor *a, const float *b)
 {
     double e = 0;
-    for (int64_t i = 0; i < phx_tensor_numel(a); i++)
-        e = fmax(e, fabs(((const float *)phx_tensor_data(a))[i] - b[i]));
+    for (int64_t i = 0; i < phx_tensor_numel(a); i++) e = fmax(e, fabs(((const float *)phx_tensor_data(a))[i] - b[i]));
     return e;
 }
 
 static int same_params(phx_module *a, phx_module *b)
 {
-    if (phx_module_num_params(a) != phx_module_num_params(b))
-        return 0;
+    if (phx_module_num_params(a) != phx_module_num_params(b)) return 0;
     for (size_t i = 0; i < phx_module_num_params(a); i++) {
         phx_tensor *x = phx_param_value(phx_module_param(a, i)), *y = phx_param_value(phx_module_param(b, i));
         if (!phx_tensor_same_shape(x, y) || memcmp(phx_tensor_data(x), phx_tensor_data(y), phx_tensor_nbytes(x)))
@@ -60,22 +58,21 @@ int main(void)
     int names_ok = dp && phx_module_num_params(dp) == phx_module_num_params(m);
     for (size_t i = 0; names_ok && i < phx_module_num_params(m); i++)
         names_ok = phx_module_param(dp, i) == phx_module_param(m, i) &&
-                   strcmp(phx_module_param_name(dp, i), phx_module_param_name(m, i)) == 0;
+            strcmp(phx_module_param_name(dp, i), phx_module_param_name(m, i)) == 0;
     ok(names_ok, "the wrapper lists the model's parameters under the model's names");
     is_str(dp ? phx_module_param_name(dp, 0) : NULL, "0.weight", "first name is 0.weight, no module. prefix");
 
     /* PyTorch -> wrapper */
-    ok(phx_checkpoint_load(ck, dp, NULL, NULL) == PHX_OK, "torch DataParallel checkpoint (module. keys) loads into the wrapper");
+    ok(phx_checkpoint_load(ck, dp, NULL, NULL) == PHX_OK,
+       "torch DataParallel checkpoint (module. keys) loads into the wrapper");
     char **names;
     phx_tensor **ts;
     size_t n = 0;
     phx_tensor *x = NULL, *yt = NULL, *y = NULL;
     if (phx_safetensors_read(io, &names, &ts, &n) == PHX_OK)
         for (size_t i = 0; i < n; i++) {
-            if (!strcmp(names[i], "x"))
-                x = ts[i];
-            if (!strcmp(names[i], "y"))
-                yt = ts[i];
+            if (!strcmp(names[i], "x")) x = ts[i];
+            if (!strcmp(names[i], "y")) yt = ts[i];
         }
     ok(x && yt && phx_module_forward(dp, x, &y) == PHX_OK, "forward of torch's input (5 rows over 3 replicas)");
     double e = y && yt ? max_diff(y, phx_tensor_data(yt)) : INFINITY;
@@ -91,8 +88,8 @@ int main(void)
     for (int s = 0; s < 3 && trained; s++) {
         float l;
         trained = !phx_optimizer_zero_grad(opt) && !phx_module_forward(dp, x, &y) &&
-                  !phx_loss_forward(loss, y, target, &l) && !phx_module_backward(dp, phx_loss_grad(loss), NULL) &&
-                  !phx_optimizer_step(opt);
+            !phx_loss_forward(loss, y, target, &l) && !phx_module_backward(dp, phx_loss_grad(loss), NULL) &&
+            !phx_optimizer_step(opt);
     }
     ok(trained && mkdtemp(dir) != NULL, "3 SGD steps through the wrapper");
     snprintf(mine, sizeof mine, "%s/dp.safetensors", dir);
@@ -101,11 +98,9 @@ int main(void)
     phx_tensor **kt;
     size_t kc = 0;
     int keys_ok = phx_safetensors_read(mine, &kn, &kt, &kc) == PHX_OK && kc == phx_module_num_params(m);
-    for (size_t i = 0; keys_ok && i < kc; i++)
-        keys_ok = phx_module_find_param(m, kn[i]) != NULL;
+    for (size_t i = 0; keys_ok && i < kc; i++) keys_ok = phx_module_find_param(m, kn[i]) != NULL;
     ok(keys_ok, "the file's keys are exactly the model's names (%zu keys)", kc);
-    if (kc)
-        phx_safetensors_free(kn, kt, kc);
+    if (kc) phx_safetensors_free(kn, kt, kc);
 
     phx_module *plain = model(2);
     ok(phx_checkpoint_load(mine, plain, NULL, NULL) == PHX_OK && same_params(plain, m),
@@ -126,8 +121,7 @@ int main(void)
         float got[15];
         int k = 0;
         while (p && fgets(line, sizeof line, p))
-            if (strncmp(line, "reader:", 7) && strncmp(line, "meta:", 5) && k < 15)
-                got[k++] = strtof(line, NULL);
+            if (strncmp(line, "reader:", 7) && strncmp(line, "meta:", 5) && k < 15) got[k++] = strtof(line, NULL);
         int rc = p ? pclose(p) : -1;
         ok(rc == 0, "PyTorch loads the wrapper's checkpoint with load_state_dict(strict=True)");
         is_int(k, 15, "PyTorch prints 5 x 3 outputs");
@@ -136,8 +130,7 @@ int main(void)
     }
     unlink(mine);
     rmdir(dir);
-    if (n)
-        phx_safetensors_free(names, ts, n);
+    if (n) phx_safetensors_free(names, ts, n);
     phx_tensor_free(target);
     phx_loss_free(loss);
     phx_optimizer_free(opt);

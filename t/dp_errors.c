@@ -73,13 +73,18 @@ static phx_status id_forward(phx_module *self, const phx_tensor *x, phx_tensor *
 static phx_status id_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     (void)self;
-    if (dx)
-        *dx = (phx_tensor *)dy;
+    if (dx) *dx = (phx_tensor *)dy;
     return PHX_OK;
 }
-static void id_free(phx_module *self) { (void)self; }
+static void id_free(phx_module *self)
+{
+    (void)self;
+}
 static const phx_module_vtable no_clone_vt = {
-    .type_name = "NoClone", .forward = id_forward, .backward = id_backward, .free = id_free,
+    .type_name = "NoClone",
+    .forward = id_forward,
+    .backward = id_backward,
+    .free = id_free,
 };
 
 static void check_construction(phx_module *m, const snap *s)
@@ -124,13 +129,13 @@ static void check_runtime(phx_module *m)
     phx_optimizer *opt = phx_sgd_new(dp, &o);
     phx_tensor *y, *dx;
     float l;
-    if (!ok(dp && loss && opt, "wrapper over 3 cpu replicas"))
-        diag("  %s", phx_last_error());
+    if (!ok(dp && loss && opt, "wrapper over 3 cpu replicas")) diag("  %s", phx_last_error());
 
     /* One good step first so the gradients are non-zero. */
     phx_tensor *x = rows(10, IN, 0.5f), *t = rows(10, OUT, 1.0f);
     ok(!phx_module_forward(dp, x, &y) && !phx_loss_forward(loss, y, t, &l) &&
-       !phx_module_backward(dp, phx_loss_grad(loss), NULL), "a good step");
+           !phx_module_backward(dp, phx_loss_grad(loss), NULL),
+       "a good step");
     snap s = take(m);
 
     phx_tensor *x0 = rows(0, IN, 0.5f);
@@ -158,7 +163,7 @@ static void check_runtime(phx_module *m)
     ok(unchanged(m, &s), "target/dy mismatch: parameters and gradients bitwise unchanged");
 
     ok(!phx_optimizer_zero_grad(opt) && !phx_module_forward(dp, x, &y) && !phx_loss_forward(loss, y, t, &l) &&
-       !phx_module_backward(dp, phx_loss_grad(loss), NULL) && !phx_optimizer_step(opt),
+           !phx_module_backward(dp, phx_loss_grad(loss), NULL) && !phx_optimizer_step(opt),
        "the wrapper still trains after the errors");
     ok(phx_dp_model(m) == NULL, "phx_dp_model of a plain module: NULL");
     like(phx_last_error(), "is not a DataParallel wrapper", "phx_dp_model: message");

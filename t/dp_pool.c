@@ -34,11 +34,9 @@ static int run_rounds(px_pool *p, long rounds, int pause_us, job *j)
         j->round = r;
         atomic_store(&j->calls, 0);
         px_pool_run(p, k, task, j);
-        if (atomic_load(&j->calls) != (int)k || !pthread_equal(j->who[0], pthread_self()))
-            return 0;
+        if (atomic_load(&j->calls) != (int)k || !pthread_equal(j->who[0], pthread_self())) return 0;
         for (size_t i = 0; i < k; i++)
-            if (j->slot[i] != r * 10 + (long)i)
-                return 0;
+            if (j->slot[i] != r * 10 + (long)i) return 0;
         if (pause_us) {
             struct timespec ts = {0, pause_us * 1000L};
             nanosleep(&ts, NULL);
@@ -57,14 +55,12 @@ int main(void)
     ok(p && run_rounds(p, 200, 2000, &j), "200 runs 2 ms apart (workers asleep between runs)");
     int distinct = 1;
     for (int a = 0; a < N; a++)
-        for (int b = a + 1; b < N; b++)
-            distinct = distinct && !pthread_equal(j.who[a], j.who[b]);
+        for (int b = a + 1; b < N; b++) distinct = distinct && !pthread_equal(j.who[a], j.who[b]);
     ok(distinct, "the %d tasks of a run ran on %d different threads", N, N);
     px_pool_free(p);
     px_pool *one = px_pool_new(1);
     atomic_store(&j.calls, 0);
-    if (one)
-        px_pool_run(one, 3, task, &j); /* k is clamped to the pool's size */
+    if (one) px_pool_run(one, 3, task, &j); /* k is clamped to the pool's size */
     ok(one && px_pool_size(one) == 1 && atomic_load(&j.calls) == 1 && pthread_equal(j.who[0], pthread_self()),
        "a pool of 1 has no worker: its one task runs on the caller");
     px_pool_free(one);

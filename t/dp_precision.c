@@ -48,8 +48,7 @@ static double max_abs(const phx_tensor *a)
 int main(void)
 {
     phx_precision *p = NULL;
-    if (phx_precision_new("bf16", &p) != PHX_OK)
-        skip_all("the bf16 precision plugin is not available");
+    if (phx_precision_new("bf16", &p) != PHX_OK) skip_all("the bf16 precision plugin is not available");
     plan(8);
     phx_module *ref = mlp(), *m = mlp();
     phx_device devs[3] = {phx_cpu(), phx_cpu(), phx_cpu()};
@@ -76,19 +75,21 @@ int main(void)
     phx_rng_uniform(rng, x2, -1, 1);
     phx_sgd_opts so = phx_sgd_defaults();
     so.lr = 1.0;
-    phx_optimizer *or = phx_sgd_new(ref, &so), *od = phx_sgd_new(dp, &so);
+    phx_optimizer * or = phx_sgd_new(ref, &so), *od = phx_sgd_new(dp, &so);
     phx_loss *lr = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN), *ld = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     float l;
     double before = max_abs(yr);
     phx_tensor *y0 = phx_tensor_new(PHX_BF16, 2, ts, phx_cpu());
     phx_tensor_copy(y0, yr);
-    ok(!phx_loss_forward(lr, yr, t, &l) && !phx_module_backward(ref, phx_loss_grad(lr), NULL) && !phx_optimizer_step(or) &&
-       !phx_loss_forward(ld, yd, t, &l) && !phx_module_backward(dp, phx_loss_grad(ld), NULL) && !phx_optimizer_step(od) &&
-       !phx_module_forward(dp, x2, &yd) && !phx_module_forward(ref, x, &yr) && !phx_module_forward(dp, x, &yd),
+    ok(!phx_loss_forward(lr, yr, t, &l) && !phx_module_backward(ref, phx_loss_grad(lr), NULL) &&
+           !phx_optimizer_step(or) && !phx_loss_forward(ld, yd, t, &l) &&
+           !phx_module_backward(dp, phx_loss_grad(ld), NULL) && !phx_optimizer_step(od) &&
+           !phx_module_forward(dp, x2, &yd) && !phx_module_forward(ref, x, &yr) && !phx_module_forward(dp, x, &yd),
        "a step with lr 1, a forward of 2 rows, a forward of all %d rows", B);
     double moved = max_abs_diff(yr, y0), e1 = max_abs_diff(yd, yr);
     ok(moved > 0.1 * fmax(1.0, before), "the step moved the output (by %.3g)", moved);
-    ok(e1 <= 1e-2 * fmax(1.0, max_abs(yr)), "every replica refreshed its bf16 weights, the one idle for the 2 rows too: output == unwrapped (max diff %.2e)",
+    ok(e1 <= 1e-2 * fmax(1.0, max_abs(yr)),
+       "every replica refreshed its bf16 weights, the one idle for the 2 rows too: output == unwrapped (max diff %.2e)",
        e1);
 
     phx_tensor_free(y0);

@@ -117,8 +117,7 @@ static int bitwise_equal(phx_module *a, phx_module *b)
         int same = memcmp(va, vb, nb) == 0;
         free(va);
         free(vb);
-        if (!same)
-            return 0;
+        if (!same) return 0;
     }
     return 1;
 }
@@ -127,8 +126,7 @@ static phx_module *wrap(phx_module *m, size_t n)
 {
     phx_device devs[4] = {phx_cpu(), phx_cpu(), phx_cpu(), phx_cpu()};
     phx_module *dp = phx_dp_new(m, devs, n, NULL);
-    if (!dp)
-        diag("phx_dp_new(%zu): %s", n, phx_last_error());
+    if (!dp) diag("phx_dp_new(%zu): %s", n, phx_last_error());
     return dp;
 }
 
@@ -141,8 +139,8 @@ static void check_equivalence(int adamw)
         phx_module *m = mlp(), *dp = wrap(m, n);
         int trained = dp && train(dp, adamw) == 0;
         double err = trained ? param_error(m, ref) : INFINITY;
-        if (!ok(trained && err <= 1e-6, "%s: DataParallel(%zu) after %d steps == unwrapped (error %.2e <= 1e-6)",
-                name, n, STEPS, err))
+        if (!ok(trained && err <= 1e-6, "%s: DataParallel(%zu) after %d steps == unwrapped (error %.2e <= 1e-6)", name,
+                n, STEPS, err))
             diag("  %s", phx_last_error());
         if (n == 3) {
             /* Same again: the sum runs in replica order, so the result is bitwise repeatable. */
@@ -184,8 +182,7 @@ static void on_ready(phx_param *p, void *user)
 static int index_of(phx_module *m, phx_param *p)
 {
     for (size_t i = 0; i < phx_module_num_params(m); i++)
-        if (phx_module_param(m, i) == p)
-            return (int)i;
+        if (phx_module_param(m, i) == p) return (int)i;
     return -1;
 }
 
@@ -201,11 +198,10 @@ static void check_backward_details(void)
     float lr, ld;
     batch(0, &x, &t);
     int okr = !phx_module_forward(ref, x, &yr) && !phx_loss_forward(loss, yr, t, &lr) &&
-              !phx_module_backward(ref, phx_loss_grad(loss), &dxr);
+        !phx_module_backward(ref, phx_loss_grad(loss), &dxr);
     int okd = !phx_module_forward(dp, x, &yd) && !phx_loss_forward(loss, yd, t, &ld) &&
-              !phx_module_backward(dp, phx_loss_grad(loss), &dxd);
-    if (!ok(okr && okd, "forward, loss and backward with an input gradient"))
-        diag("  %s", phx_last_error());
+        !phx_module_backward(dp, phx_loss_grad(loss), &dxd);
+    if (!ok(okr && okd, "forward, loss and backward with an input gradient")) diag("  %s", phx_last_error());
     is_close(ld, lr, 1e-6, "loss of the gathered output == unwrapped loss");
     int dx_ok = dxr && dxd && phx_tensor_same_shape(dxr, dxd);
     double worst = 0;
@@ -218,8 +214,7 @@ static void check_backward_details(void)
     ok(dx_ok && worst <= 1e-6, "input gradient (10, %d) == unwrapped (max diff %.2e)", IN, worst);
     is_int(hd.n, (int)phx_module_num_params(m), "each model parameter's hook fired once");
     int same_order = hd.n == hr.n;
-    for (int i = 0; same_order && i < hd.n; i++)
-        same_order = index_of(m, hd.order[i]) == index_of(ref, hr.order[i]);
+    for (int i = 0; same_order && i < hd.n; i++) same_order = index_of(m, hd.order[i]) == index_of(ref, hr.order[i]);
     ok(same_order, "hooks fire in the unwrapped model's order");
     int final = 1;
     for (int i = 0; i < hd.n; i++)

@@ -8,11 +8,26 @@
 #include <string.h>
 
 /* Every variable phx_world_from_env reads (torchrun, Open MPI, Slurm). */
-static const char *const tu_env_vars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID",
-    "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL};
+static const char *const tu_env_vars[] = {"RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_RANK",
+                                          "LOCAL_WORLD_SIZE",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "OMPI_COMM_WORLD_RANK",
+                                          "OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                          "SLURM_PROCID",
+                                          "SLURM_NTASKS",
+                                          "SLURM_LOCALID",
+                                          "SLURM_TASKS_PER_NODE",
+                                          "SLURM_NODEID",
+                                          "SLURM_JOB_ID",
+                                          "SLURM_STEP_NODELIST",
+                                          "SLURM_JOB_NODELIST",
+                                          "SLURM_NODELIST",
+                                          NULL};
 
 static inline void tu_env_clear(void)
 {

@@ -46,8 +46,7 @@ static inline phx_tensor *gu_get(const gu_file *f, const char *fmt, ...)
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     for (size_t i = 0; i < f->n; i++)
-        if (strcmp(f->names[i], name) == 0)
-            return f->ts[i];
+        if (strcmp(f->names[i], name) == 0) return f->ts[i];
     return NULL;
 }
 
@@ -72,8 +71,7 @@ static inline int gu_load(const gu_file *f, phx_module *m, const char *prefix)
  * (any float dtype, any device); INFINITY when they do not fit. */
 static inline double gu_max_rel(const phx_tensor *a, const phx_tensor *b)
 {
-    if (!a || !b || phx_tensor_numel(a) != phx_tensor_numel(b))
-        return INFINITY;
+    if (!a || !b || phx_tensor_numel(a) != phx_tensor_numel(b)) return INFINITY;
     int64_t n = phx_tensor_numel(a);
     int64_t s = n > 0 ? n : 1;
     phx_tensor *fa = phx_tensor_new(PHX_F32, 1, &s, phx_cpu()), *fb = phx_tensor_new(PHX_F32, 1, &s, phx_cpu());
@@ -92,8 +90,7 @@ static inline double gu_max_rel(const phx_tensor *a, const phx_tensor *b)
         e = 0;
         for (int64_t i = 0; i < n; i++) {
             double d = fabs((double)ha[i] - hb[i]) / fmax(1.0, fabs((double)hb[i]));
-            if (!(d <= e))
-                e = isnan(d) ? INFINITY : d;
+            if (!(d <= e)) e = isnan(d) ? INFINITY : d;
         }
     }
     phx_tensor_free(ca);

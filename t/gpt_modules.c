@@ -26,15 +26,13 @@ static phx_module *make(const char *c)
 static double objective(phx_module *m, const phx_tensor *x, const phx_tensor *w)
 {
     phx_tensor *y;
-    if (phx_module_forward(m, x, &y) != PHX_OK)
-        return NAN;
+    if (phx_module_forward(m, x, &y) != PHX_OK) return NAN;
     int64_t n = phx_tensor_numel(y);
     float *hy = malloc((size_t)n * sizeof *hy), *hw = malloc((size_t)n * sizeof *hw);
     phx_tensor_to_host(y, hy);
     phx_tensor_to_host(w, hw);
     double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)hy[i] * hw[i];
+    for (int64_t i = 0; i < n; i++) s += (double)hy[i] * hw[i];
     free(hy);
     free(hw);
     return s;
@@ -42,8 +40,8 @@ static double objective(phx_module *m, const phx_tensor *x, const phx_tensor *w)
 
 /* Central difference of objective along element i of t (an input or a
  * parameter value) against the analytic gradient ga at i. */
-static double fd_err(phx_module *m, const phx_tensor *x, const phx_tensor *dy, phx_tensor *t, phx_param *p,
-                     int64_t i, double ga)
+static double fd_err(phx_module *m, const phx_tensor *x, const phx_tensor *dy, phx_tensor *t, phx_param *p, int64_t i,
+                     double ga)
 {
     const float eps = 1e-2f;
     float *h = malloc((size_t)phx_tensor_numel(t) * sizeof *h);
@@ -94,14 +92,13 @@ static void run_case(const gu_file *f, const char *c)
     double edx = want_dx ? gu_max_rel(dx, want_dx) : (dx == NULL ? 0.0 : INFINITY);
     ok(st == PHX_OK && edx <= 1e-5, "%s: input gradient within 1e-5 (max rel %.2g)%s", c, edx,
        want_dx ? "" : " (none: indices)");
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
+    if (st != PHX_OK) diag("%s", phx_last_error());
     double eg = 0;
     for (size_t i = 0; i < phx_module_num_params(m); i++) {
-        double e = gu_max_rel(phx_param_grad(phx_module_param(m, i)), gu_get(f, "%s.g.%s", c, phx_module_param_name(m, i)));
+        double e =
+            gu_max_rel(phx_param_grad(phx_module_param(m, i)), gu_get(f, "%s.g.%s", c, phx_module_param_name(m, i)));
         if (!(e <= eg)) {
-            if (e > 1e-5)
-                diag("%s: gradient of %s: max rel %.3g", c, phx_module_param_name(m, i), e);
+            if (e > 1e-5) diag("%s: gradient of %s: max rel %.3g", c, phx_module_param_name(m, i), e);
             eg = e;
         }
     }
@@ -129,10 +126,8 @@ static void fd_case(const gu_file *f, const char *c)
     double *gx = NULL;
     if (dx && phx_tensor_dtype(x) == PHX_F32) {
         gx = malloc((size_t)n * sizeof *gx);
-        for (int64_t i = 0; i < n; i++)
-            gx[i] = host_at(dx, i);
-        for (int64_t i = 0; i < n; i += n / 7 + 1, checked++)
-            worst = fmax(worst, fd_err(m, x, dy, x, NULL, i, gx[i]));
+        for (int64_t i = 0; i < n; i++) gx[i] = host_at(dx, i);
+        for (int64_t i = 0; i < n; i += n / 7 + 1, checked++) worst = fmax(worst, fd_err(m, x, dy, x, NULL, i, gx[i]));
     }
     for (size_t k = 0; k < phx_module_num_params(m); k++) {
         phx_param *p = phx_module_param(m, k);
@@ -154,7 +149,8 @@ static void errors(void)
     phx_tensor *x = phx_tensor_from_data(PHX_I64, 1, &s, idx), *y;
     phx_status st = phx_module_forward(e, x, &y);
     ok(st == PHX_EINVAL, "Embedding: an index outside the table is PHX_EINVAL");
-    like(phx_last_error(), "index 11 at position 1 is outside the table of 11 rows", "... naming index, position and size");
+    like(phx_last_error(), "index 11 at position 1 is outside the table of 11 rows",
+         "... naming index, position and size");
     phx_tensor *xf = phx_tensor_zeros(PHX_F32, 1, &s, phx_cpu());
     ok(phx_module_forward(e, xf, &y) == PHX_EINVAL, "Embedding: f32 indices are PHX_EINVAL");
     like(phx_last_error(), "expected i64", "... saying i64 is expected");
@@ -186,8 +182,8 @@ static void errors(void)
 
 int main(void)
 {
-    static const char *const cases[] = {"emb", "softmax", "logsoftmax", "linear3d", "layernorm3d",
-                                        "residual", "attn", "block"};
+    static const char *const cases[] = {"emb",         "softmax",  "logsoftmax", "linear3d",
+                                        "layernorm3d", "residual", "attn",       "block"};
     static const char *const fd[] = {"softmax", "logsoftmax", "residual", "attn", "block"};
     size_t nc = sizeof cases / sizeof cases[0], nf = sizeof fd / sizeof fd[0];
     plan((int)(nc * 4 + nf + 10));
@@ -195,10 +191,8 @@ int main(void)
     if (!gu_read(&f, "gpt_modules.safetensors")) {
         skip((int)(nc * 4 + nf), "no reference data");
     } else {
-        for (size_t i = 0; i < nc; i++)
-            run_case(&f, cases[i]);
-        for (size_t i = 0; i < nf; i++)
-            fd_case(&f, fd[i]);
+        for (size_t i = 0; i < nc; i++) run_case(&f, cases[i]);
+        for (size_t i = 0; i < nf; i++) fd_case(&f, fd[i]);
         gu_free(&f);
     }
     errors();

@@ -13,8 +13,7 @@
 static double lambda(int64_t s, void *user)
 {
     (void)user;
-    if (s < 3)
-        return (double)(s + 1) / 3.0;
+    if (s < 3) return (double)(s + 1) / 3.0;
     double p = fmin(1.0, (double)(s - 3) / 9.0);
     return 0.1 + 0.9 * 0.5 * (1.0 + cos(M_PI * p));
 }
@@ -58,8 +57,10 @@ static void schedules(const gu_file *f)
     e = rates(&cosw, gu_get(f, "lambda"), 14);
     ok(e <= 1e-6, "warmup 3 + cosine to 0.1 over 12 steps = LambdaLR (max rel %.2g)", e);
     e = rates(&cos0, gu_get(f, "cosine"), 11);
-    ok(e <= 1e-6, "cosine without warmup (T 10, min 0.01) = CosineAnnealingLR over steps 0-10 (max rel %.2g; "
-       "from T on it is held at min where PyTorch's climbs again)", e);
+    ok(e <= 1e-6,
+       "cosine without warmup (T 10, min 0.01) = CosineAnnealingLR over steps 0-10 (max rel %.2g; "
+       "from T on it is held at min where PyTorch's climbs again)",
+       e);
     e = rates(&stp, gu_get(f, "step"), 14);
     ok(e <= 1e-6, "step decay (3, 0.5) = StepLR (max rel %.2g)", e);
     e = rates(&cb, gu_get(f, "lambda"), 14);
@@ -77,8 +78,7 @@ static void clipping(const gu_file *f)
         phx_tensor *g = gu_get(f, "grad.%d", i), *pg = phx_param_grad(phx_module_param(m, (size_t)i));
         int64_t n = phx_tensor_numel(g);
         phx_tensor *v = phx_tensor_view(g, 0, phx_tensor_ndim(pg), phx_tensor_shape(pg));
-        if (!v || n != phx_tensor_numel(pg) || phx_tensor_copy(pg, v) != PHX_OK)
-            diag("grad.%d does not fit", i);
+        if (!v || n != phx_tensor_numel(pg) || phx_tensor_copy(pg, v) != PHX_OK) diag("grad.%d does not fit", i);
         phx_tensor_free(v);
     }
     double norm = 0;
@@ -120,8 +120,7 @@ static void resume(void)
     phx_adam_opts o2 = o;
     phx_optimizer *opt2 = phx_adam_new(m2, &o2);
     phx_schedule *s2 = phx_schedule_new(opt2, &so);
-    if (st == PHX_OK)
-        st = phx_checkpoint_load(path, m2, opt2, NULL);
+    if (st == PHX_OK) st = phx_checkpoint_load(path, m2, opt2, NULL);
     unlink(path);
     double a = 0, b = 0;
     phx_schedule_apply(s, &a);
@@ -155,10 +154,8 @@ static void scaled(void)
     bool inf = true, stepped = false;
     double norm = 0, v = 0;
     phx_status st = phx_scaler_unscale(sc, opt, &inf);
-    if (st == PHX_OK)
-        st = phx_clip_grad_norm(m, 1.0, &norm);
-    if (st == PHX_OK)
-        st = phx_scaler_step(sc, opt, &stepped);
+    if (st == PHX_OK) st = phx_clip_grad_norm(m, 1.0, &norm);
+    if (st == PHX_OK) st = phx_scaler_step(sc, opt, &stepped);
     phx_tensor_get(w, 0, &v);
     ok(st == PHX_OK && !inf && fabs(norm - 3.0) < 1e-6 && stepped && fabs(v + 1.0) < 1e-5,
        "fp16: unscale, clip (norm %.4f of the unscaled gradient), step: weight %.6f = -lr * 1", norm, v);

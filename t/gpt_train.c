@@ -30,7 +30,7 @@ static phx_gpt_config config(void)
 }
 
 typedef struct trainer {
-    phx_module *m;           /* the model (or its DDP wrapper) */
+    phx_module *m; /* the model (or its DDP wrapper) */
     phx_optimizer *opt;
     phx_schedule *sched;
     phx_loss *loss;
@@ -91,27 +91,26 @@ static void parity(void)
     uint64_t a0 = 0, a1 = 0;
     phx_status st = PHX_OK;
     for (int s = 0; s < STEPS && st == PHX_OK; s++) {
-        if (s == 3)
-            a0 = phx_alloc_count();
+        if (s == 3) a0 = phx_alloc_count();
         float l;
         double n, lr;
         st = step(&t, gu_get(&f, "x.%d", s), gu_get(&f, "y.%d", s), &l, &n, &lr);
-        if (s == 10)
-            a1 = phx_alloc_count();
+        if (s == 10) a1 = phx_alloc_count();
         el = fmax(el, fabs(l - losses[s]) / fabs(losses[s]));
         en = fmax(en, fabs(n - norms[s]) / fabs(norms[s]));
         elr = fmax(elr, fabs(lr - lrs[s]) / fabs(lrs[s]));
         if (s == 0 || s == STEPS - 1)
             diag("step %d: loss %.6f (PyTorch %.6f), norm %.6f (%.6f), lr %.6g", s, l, losses[s], n, norms[s], lr);
     }
-    if (st != PHX_OK)
-        diag("%s", phx_last_error());
+    if (st != PHX_OK) diag("%s", phx_last_error());
     ok(st == PHX_OK && el <= 1e-4, "20 steps: every loss within 1e-4 of PyTorch's (max rel %.2g)", el);
     ok(st == PHX_OK && en <= 1e-4 && elr <= 1e-6,
        "every clip_grad_norm total within 1e-4 (max rel %.2g), every learning rate within 1e-6 (%.2g)", en, elr);
     double ep = 0;
     for (size_t i = 0; i < phx_module_num_params(m); i++)
-        ep = fmax(ep, gu_max_rel(phx_param_value(phx_module_param(m, i)), gu_get(&f, "final.%s", phx_module_param_name(m, i))));
+        ep = fmax(
+            ep,
+            gu_max_rel(phx_param_value(phx_module_param(m, i)), gu_get(&f, "final.%s", phx_module_param_name(m, i))));
     ok(ep <= 1e-4, "final parameters within 1e-4 of PyTorch's (max rel %.2g)", ep);
     is_int(a1 - a0, 0, "no allocation in steps 3-10 (forward, loss, backward, clip, schedule, AdamW)");
     trainer_free(&t);
@@ -133,16 +132,14 @@ static void batch(int s, int64_t first, int64_t rows, phx_tensor *x, phx_tensor 
             uint64_t h = (uint64_t)(s * 7919 + (first + r) * 131 + j * 17) * 2654435761u;
             hx[r * BS + j] = (int64_t)((h >> 16) % V);
         }
-    for (int64_t i = 0; i < rows * BS; i++)
-        hy[i] = (hx[i] * 3 + (i % BS ? hx[i - 1] : 0)) % V;
+    for (int64_t i = 0; i < rows * BS; i++) hy[i] = (hx[i] * 3 + (i % BS ? hx[i - 1] : 0)) % V;
 }
 
 static int rank_main(int rank, void *arg)
 {
     (void)arg;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     rank = phx_comm_rank(c);
     int world = phx_comm_size(c), fails = 0;
     /* The key bias's gradient is 0 in exact arithmetic (softmax ignores a
@@ -180,12 +177,13 @@ static int rank_main(int rank, void *arg)
             fails++;
         }
         for (size_t i = 0; i < phx_module_num_params(ref); i++)
-            worst = fmax(worst, gu_max_rel(phx_param_value(phx_module_param(ddp, i)),
-                                           phx_param_value(phx_module_param(ref, i))));
+            worst =
+                fmax(worst,
+                     gu_max_rel(phx_param_value(phx_module_param(ddp, i)), phx_param_value(phx_module_param(ref, i))));
     }
     if (!(worst <= 1e-5)) {
-        printf("# rank %d of %d: max relative difference to one process on %d rows: %.3g (> 1e-5)\n", rank, world,
-               ROWS, worst);
+        printf("# rank %d of %d: max relative difference to one process on %d rows: %.3g (> 1e-5)\n", rank, world, ROWS,
+               worst);
         fails++;
     } else if (rank == 0) {
         printf("# world %d: max relative difference to one process %.3g over %d steps\n", world, worst, DSTEPS);
@@ -209,7 +207,9 @@ int main(void)
     plan(10);
     parity();
     for (int n = 2; n <= 3; n++)
-        tu_spawn_both(n, rank_main, NULL, "GPT + AdamW + clipping + cosine under DDP equals one process on the "
-                      "%d-row batch (1e-5), ranks bitwise identical", ROWS);
+        tu_spawn_both(n, rank_main, NULL,
+                      "GPT + AdamW + clipping + cosine under DDP equals one process on the "
+                      "%d-row batch (1e-5), ranks bitwise identical",
+                      ROWS);
     return done_testing();
 }

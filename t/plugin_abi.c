@@ -42,7 +42,7 @@ static int collectives(int rank, void *arg)
     }
     int size = phx_comm_size(c), bad = 0;
     float v[N * 2], got[N * 2];
-    const int64_t n1[] = { N }, n2[] = { 2 * N };
+    const int64_t n1[] = {N}, n2[] = {2 * N};
     phx_tensor *t = phx_tensor_new(PHX_F32, 1, n1, phx_cpu());
     phx_tensor *big = phx_tensor_new(PHX_F32, 1, n2, phx_cpu());
     /* allreduce: rank r holds (r+1) * (i+1); the sum is (i+1) * size(size+1)/2 */
@@ -93,7 +93,7 @@ fail:
 
 static void check_tables(void)
 {
-    const px_table_abi *tabs[] = { &px_comm_abi, &px_device_abi, &px_kernels_abi };
+    const px_table_abi *tabs[] = {&px_comm_abi, &px_device_abi, &px_kernels_abi};
     for (int i = 0; i < 3; i++) {
         char why[256] = "";
         ok(px_abi_selfcheck(tabs[i], why, sizeof why) == 0, "%s: the slot table covers the struct in order%s%s",
@@ -112,8 +112,10 @@ static void check_tables(void)
     src.broadcast = NULL, src.barrier = NULL;
     is_int(px_abi_adapt(&px_comm_abi, &src, 0, &dst, "here", "comm", "holey"), PHX_EABI,
            "adapt: a NULL required slot is PHX_EABI");
-    like(phx_last_error(), "here: comm plugin 'holey' (ABI 1.0): required slot phx_comm_v1.broadcast (since ABI 1.0) "
-         "is NULL", "... naming the plugin, its ABI and the slot");
+    like(phx_last_error(),
+         "here: comm plugin 'holey' (ABI 1.0): required slot phx_comm_v1.broadcast (since ABI 1.0) "
+         "is NULL",
+         "... naming the plugin, its ABI and the slot");
     memset(&src.broadcast, 0x5a, sizeof src.broadcast);
     is_int(px_abi_adapt(&px_comm_abi, &src, 0, &dst, "here", "comm", "holey"), PHX_OK,
            "adapt: optional barrier NULL is fine");
@@ -156,15 +158,19 @@ int main(void)
     o.rank = 0, o.size = 1, o.backend = "nobcast";
     phx_comm *c = NULL;
     is_int(phx_comm_init(&o, &c), PHX_EABI, "required broadcast NULL: PHX_EABI");
-    like(phx_last_error(), "phx_comm_init: comm plugin 'nobcast' (ABI 1.1): required slot phx_comm_v1.broadcast "
-         "(since ABI 1.0) is NULL", "... naming the plugin and the slot");
+    like(phx_last_error(),
+         "phx_comm_init: comm plugin 'nobcast' (ABI 1.1): required slot phx_comm_v1.broadcast "
+         "(since ABI 1.0) is NULL",
+         "... naming the plugin and the slot");
     ok(c == NULL, "... and no communicator");
 
     /* A major-2 plugin. */
     o.backend = "major2";
     is_int(phx_comm_init(&o, &c), PHX_EABI, "major 2: PHX_EABI");
-    like(phx_last_error(), "phx-comm-major2.so): plugin ABI 2.0, but this Phalanx implements plugin ABI 1.1 and "
-         "loads ABI 1.0 or a newer 1.x (the major must be equal)", "... naming both versions");
+    like(phx_last_error(),
+         "phx-comm-major2.so): plugin ABI 2.0, but this Phalanx implements plugin ABI 1.1 and "
+         "loads ABI 1.0 or a newer 1.x (the major must be equal)",
+         "... naming both versions");
     phx_plugin_info infos[16];
     size_t n = phx_plugin_scan(infos, 16, NULL);
     int listed = 0;
@@ -194,13 +200,15 @@ int main(void)
         const px_slot *sl = &px_kernels_abi.slots[i];
         void *p;
         memcpy(&p, (const char *)t->kernels + sl->offset, sizeof p);
-        if (sl->since == 0) present += p != NULL, wrong += p == NULL;
-        else absent += p == NULL, wrong += p != NULL;
+        if (sl->since == 0)
+            present += p != NULL, wrong += p == NULL;
+        else
+            absent += p == NULL, wrong += p != NULL;
     }
     ok(t && !wrong, "kernels: the %d slots of 1.0 set, the %d appended since read as NULL", present, absent);
 
     /* It works: a gemm on it equals the CPU's, through its memory. */
-    const int64_t sa[] = { 3, 4 }, sb[] = { 4, 5 }, sc[] = { 3, 5 };
+    const int64_t sa[] = {3, 4}, sb[] = {4, 5}, sc[] = {3, 5};
     float A[12], B[20], C0[15], C1[15];
     for (int i = 0; i < 12; i++) A[i] = 0.25f * (float)(i - 5);
     for (int i = 0; i < 20; i++) B[i] = 0.125f * (float)(7 - i);

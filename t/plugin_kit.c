@@ -76,54 +76,54 @@ int main(void)
     plan(19);
 
     /* f32, three inputs, two outputs, an offset */
-    float a[5] = { 1, 2, 3, 4, 5 }, bb[5] = { 10, 20, 30, 40, 50 }, cc[5] = { 100, 200, 300, 400, 500 };
+    float a[5] = {1, 2, 3, 4, 5}, bb[5] = {10, 20, 30, 40, 50}, cc[5] = {100, 200, 300, 400, 500};
     float o1[2], o2[2];
-    const void *in3[3] = { a, bb, cc };
-    void *outs[2] = { o1, o2 };
+    const void *in3[3] = {a, bb, cc};
+    void *outs[2] = {o1, o2};
     is_int(phx_kit_reduce(outs, 2, in3, 3, 3, 2, PHX_F32, PHX_SUM, 1), PHX_OK, "f32 sum of 3 inputs into 2 outputs");
     ok(o1[0] == 444 && o1[1] == 555 && o2[0] == 444 && o2[1] == 555, "from offset 3: 444 555 in both outputs");
 
     /* f16: 2048 + 1 + 1. Rounded per step it stays 2048 (2049 is a tie,
      * to even); accumulated in f32 and rounded once it is 2050 (0x6801). */
     uint16_t h2048 = 0x6800, h1 = 0x3C00, hout;
-    const void *hin[3] = { &h2048, &h1, &h1 };
+    const void *hin[3] = {&h2048, &h1, &h1};
     void *hp = &hout;
     phx_kit_reduce(&hp, 1, hin, 3, 0, 1, PHX_F16, PHX_SUM, 1);
     is_int(hout, 0x6801, "f16 2048 + 1 + 1 = 2050: accumulated in f32, rounded once");
     /* bf16: 256 + 1 + 1 = 258 (0x4381); per step it would stay 256 */
     uint16_t b256 = 0x4380, b1 = 0x3F80;
-    const void *bin[3] = { &b256, &b1, &b1 };
+    const void *bin[3] = {&b256, &b1, &b1};
     phx_kit_reduce(&hp, 1, bin, 3, 0, 1, PHX_BF16, PHX_SUM, 1);
     is_int(hout, 0x4381, "bf16 256 + 1 + 1 = 258");
     /* avg divides the f32 sum once: (1 + 2) / 2 = 1.5 (f16 0x3E00) */
     uint16_t h2 = 0x4000;
-    const void *avg_in[2] = { &h1, &h2 };
+    const void *avg_in[2] = {&h1, &h2};
     phx_kit_reduce(&hp, 1, avg_in, 2, 0, 1, PHX_F16, PHX_AVG, 2);
     is_int(hout, 0x3E00, "f16 avg of 1 and 2 = 1.5");
     /* integers wrap; averages truncate toward zero */
     int32_t imax = INT32_MAX, ione = 1, iout;
-    const void *iin[2] = { &imax, &ione };
+    const void *iin[2] = {&imax, &ione};
     void *ip = &iout;
     phx_kit_reduce(&ip, 1, iin, 2, 0, 1, PHX_I32, PHX_SUM, 1);
     ok(iout == INT32_MIN, "i32 INT32_MAX + 1 wraps to INT32_MIN");
     int64_t l7 = -7, l8 = -8, lout;
-    const void *lin[2] = { &l7, &l8 };
+    const void *lin[2] = {&l7, &l8};
     void *lp = &lout;
     phx_kit_reduce(&lp, 1, lin, 2, 0, 1, PHX_I64, PHX_AVG, 2);
     ok(lout == -7, "i64 avg of -7 and -8 = -7 (truncated toward zero)");
     /* max propagates NaN; min picks the least */
-    float fx[2] = { 1, NAN }, fy[2] = { NAN, -3 }, fo[2];
-    const void *fin[2] = { fx, fy };
+    float fx[2] = {1, NAN}, fy[2] = {NAN, -3}, fo[2];
+    const void *fin[2] = {fx, fy};
     void *fp = fo;
     phx_kit_reduce(&fp, 1, fin, 2, 0, 2, PHX_F32, PHX_MAX, 1);
     ok(isnan(fo[0]) && isnan(fo[1]), "max with a NaN is NaN, whichever input holds it");
-    float gx[1] = { 2 }, gy[1] = { -3 };
-    const void *gin[2] = { gx, gy };
+    float gx[1] = {2}, gy[1] = {-3};
+    const void *gin[2] = {gx, gy};
     phx_kit_reduce(&fp, 1, gin, 2, 0, 1, PHX_F32, PHX_MIN, 1);
     ok(fo[0] == -3, "min");
     /* in place: an output that is an input */
-    float y[3] = { 1, 2, 3 }, z[3] = { 4, 5, 6 };
-    const void *yz[2] = { y, z };
+    float y[3] = {1, 2, 3}, z[3] = {4, 5, 6};
+    const void *yz[2] = {y, z};
     void *yp = y;
     phx_kit_reduce(&yp, 1, yz, 2, 0, 3, PHX_F32, PHX_SUM, 1);
     ok(y[0] == 5 && y[1] == 7 && y[2] == 9, "in place into the first input");

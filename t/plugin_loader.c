@@ -15,7 +15,7 @@
 #include "t/tap.h"
 
 static char L[PATH_MAX], L2[PATH_MAX], tmp[PATH_MAX];
-static const phx_probe_ctx ctx1 = { 0, 1, 0 };
+static const phx_probe_ctx ctx1 = {0, 1, 0};
 
 /* Loads sel with PHX_PLUGIN_PATH=path; *out untouched on failure. */
 static phx_status load(const char *path, const char *sel, const phx_probe_ctx *ctx, const phx_plugin_desc **out)
@@ -137,7 +137,7 @@ static void test_cwd(void)
 
 static void test_selection(void)
 {
-    const phx_probe_ctx inproc = { 1, 2, 0 };
+    const phx_probe_ctx inproc = {1, 2, 0};
     char both[2 * PATH_MAX + 2];
     is_str(pick(L, NULL, &ctx1), "beta", "unset: the highest priority wins (beta 20)");
     is_str(pick(L, "", &ctx1), "beta", "empty: the highest priority wins");
@@ -201,14 +201,16 @@ static void test_errors(void)
     broken("nodesc", PHX_EABI, "no phx_plugin_v1 symbol: undefined symbol: phx_plugin_v1", "nodesc");
     broken("func", PHX_EABI, "phx_plugin_v1 is a function, expected a data object", "func");
     broken("tiny", PHX_EABI, "phx_plugin_v1 is 8 bytes, too small for a descriptor", "tiny");
-    broken("badmajor", PHX_EABI, "plugin ABI 2.0, but this Phalanx implements plugin ABI 1.1 and loads ABI 1.0 or a newer 1.x", "badmajor");
+    broken("badmajor", PHX_EABI,
+           "plugin ABI 2.0, but this Phalanx implements plugin ABI 1.1 and loads ABI 1.0 or a newer 1.x", "badmajor");
     snprintf(buf, sizeof buf, "descriptor struct_size is 24 bytes, expected at least %zu", sizeof(phx_plugin_desc));
     broken("small", PHX_EABI, buf, "small");
     broken("wrongkind", PHX_EABI, "descriptor kind is 2 (precision) but the file name says comm", "wrongkind");
     broken("wrongname", PHX_EABI, "descriptor name is 'other' but the file name says 'wrongname'", "other");
     broken("novtable", PHX_EABI, "descriptor has no vtable", "novtable");
     broken("borrow", PHX_EABI, "phx_plugin_v1 comes from ", "borrow");
-    like(phx_last_error(), "libfakedesc.so, a library the plugin links, not from the plugin", "borrow: names the library");
+    like(phx_last_error(), "libfakedesc.so, a library the plugin links, not from the plugin",
+         "borrow: names the library");
     broken("decline", PHX_ENOTFOUND, "probe declined: no_frobnicator_on_this_machine", NULL);
     ok(probed("decline"), "decline: its probe did run");
 
@@ -218,7 +220,8 @@ static void test_errors(void)
     like(phx_last_error(), "comm plugin 'nosuch' is not usable; nosuch: not found", "not found: says so");
     snprintf(buf, sizeof buf, "searched: %s, /nonexistent/phx-folder (missing)", L);
     like(phx_last_error(), buf, "not found: lists the folders searched");
-    like(phx_last_error(), "found: alpha, badmajor, beta, borrow, decline, func, future, gamma", "not found: lists the plugins");
+    like(phx_last_error(), "found: alpha, badmajor, beta, borrow, decline, func, future, gamma",
+         "not found: lists the plugins");
 
     /* A list: every entry says why. */
     is_int(load(L, "badmajor,nosuch", &ctx1, &d), PHX_EABI, "list of broken and missing: PHX_EABI");
@@ -266,8 +269,7 @@ static void test_scan(void)
             shadow = 1;
         if (strcmp(p->name, "badmajor") == 0 && !p->ok && p->abi_major == 2 && strstr(p->reason, "plugin ABI 2.0"))
             badmajor = 1;
-        if (strcmp(p->name, "decline") == 0 && !p->ok && strstr(p->reason, "probe declined"))
-            decline = 1;
+        if (strcmp(p->name, "decline") == 0 && !p->ok && strstr(p->reason, "probe declined")) decline = 1;
     }
     ok(alpha, "scan: alpha ok, priority 10, version 1.0, ABI 1");
     ok(shadow, "scan: loader2's alpha is shadowed by loader's");
@@ -275,7 +277,7 @@ static void test_scan(void)
     ok(decline, "scan: decline rejected by its probe");
 
     /* File names that are not plugin names: listed, rejected, never opened. */
-    const char *files[] = { "phx-widget-x.so", "phx-comm-bad name.so", "phx-comm-.so" };
+    const char *files[] = {"phx-widget-x.so", "phx-comm-bad name.so", "phx-comm-.so"};
     char p[PATH_MAX + 64];
     for (int i = 0; i < 3; i++) {
         snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
@@ -287,7 +289,8 @@ static void test_scan(void)
     int kind = 0, space = 0, empty = 0;
     for (size_t i = 0; i < n && i < 32; i++) {
         const phx_plugin_info *q = &infos[i];
-        kind |= !q->ok && strcmp(q->kind, "widget") == 0 && strstr(q->reason, "kind 'widget' is not comm, precision or device");
+        kind |= !q->ok && strcmp(q->kind, "widget") == 0 &&
+            strstr(q->reason, "kind 'widget' is not comm, precision or device");
         space |= !q->ok && strstr(q->reason, "plugin name 'bad name' is not 1..63 of") != NULL;
         empty |= !q->ok && strstr(q->reason, "plugin name '' is not") != NULL;
     }
@@ -318,7 +321,7 @@ static void *hammer(void *arg)
 static void test_threads(void)
 {
     pthread_t th[8];
-    const char *names[] = { "alpha", "beta", "gamma", "future", NULL, "^beta", "alpha,beta", "gamma" };
+    const char *names[] = {"alpha", "beta", "gamma", "future", NULL, "^beta", "alpha,beta", "gamma"};
     int bad = 0;
     setenv("PHX_PLUGIN_PATH", L, 1);
     for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, hammer, (void *)names[i]);
@@ -351,7 +354,7 @@ int main(void)
     }
     test_kind_names();
     test_search_path();
-    test_errors();     /* before anything probes the broken plugins */
+    test_errors(); /* before anything probes the broken plugins */
     test_selection();
     test_registry();
     test_cwd();

@@ -14,7 +14,7 @@
 int main(void)
 {
     char L[PATH_MAX], path[PATH_MAX + 32];
-    const phx_probe_ctx ctx = { 0, 1, 0 };
+    const phx_probe_ctx ctx = {0, 1, 0};
     const phx_plugin_desc *d = NULL;
     const char *b = getenv("top_builddir");
     snprintf(L, sizeof L, "%s/t/plugins/loader/.libs", b ? b : ".");

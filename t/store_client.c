@@ -25,7 +25,10 @@ static int job(const char *dir)
     char key[64], val[64], path[4096];
     snprintf(key, sizeof key, "rank/%d", w.rank);
     snprintf(val, sizeof val, "hello from %d", w.rank);
-    if (phx_store_set(s, key, val, strlen(val))) { fprintf(stderr, "set: %s\n", phx_last_error()); return 1; }
+    if (phx_store_set(s, key, val, strlen(val))) {
+        fprintf(stderr, "set: %s\n", phx_last_error());
+        return 1;
+    }
     for (int r = 0; r < w.size; r++) {
         void *v = NULL;
         size_t n = 0;

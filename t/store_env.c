@@ -40,16 +40,25 @@ static double comm_timeout(double opt)
 {
     phx_comm_opts o = phx_comm_opts_default();
     o.backend = "threads";
-    o.rank = 0; o.size = 1; o.local_rank = 0; o.local_size = 1;
+    o.rank = 0;
+    o.size = 1;
+    o.local_rank = 0;
+    o.local_size = 1;
     o.timeout_s = opt;
     phx_comm *c = NULL;
-    if (phx_comm_init(&o, &c)) { diag("comm: %s", phx_last_error()); return -1; }
+    if (phx_comm_init(&o, &c)) {
+        diag("comm: %s", phx_last_error());
+        return -1;
+    }
     double t = phx_comm_timeout(c);
     phx_comm_free(c);
     return t;
 }
 
-static void comm_inf(void *arg) { *(double *)arg = comm_timeout(0); }
+static void comm_inf(void *arg)
+{
+    *(double *)arg = comm_timeout(0);
+}
 
 typedef struct late {
     phx_store *s;
@@ -64,7 +73,10 @@ static void *set_later(void *p)
     return NULL;
 }
 
-static void threads_warn(void *arg) { *(int *)arg = phx_num_threads(); }
+static void threads_warn(void *arg)
+{
+    *(int *)arg = phx_num_threads();
+}
 
 int main(void)
 {

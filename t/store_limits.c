@@ -51,7 +51,10 @@ static double cpu_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void put32(uint8_t *p, uint32_t x) { px_put_u32(p, x); }
+static void put32(uint8_t *p, uint32_t x)
+{
+    px_put_u32(p, x);
+}
 
 static int raw_connect(int port)
 {
@@ -59,7 +62,10 @@ static int raw_connect(int port)
     if (fd < 0) return -1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { close(fd); return -1; }
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return -1;
+    }
     struct timeval tv = {10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
@@ -82,8 +88,10 @@ static int hello(int fd)
 {
     uint8_t h[48], r[48];
     memset(h, 0, sizeof h);
-    put32(h, 40); put32(h + 4, PX_OP_HELLO);
-    put32(h + 8, PX_STORE_MAGIC); put32(h + 12, PX_STORE_VERSION);
+    put32(h, 40);
+    put32(h + 4, PX_OP_HELLO);
+    put32(h + 8, PX_STORE_MAGIC);
+    put32(h + 12, PX_STORE_VERSION);
     if (send_all(fd, h, sizeof h)) return 0;
     return recv(fd, r, sizeof r, MSG_WAITALL) == (ssize_t)sizeof r && px_get_u32(r + 4) == PX_ST_OK;
 }
@@ -93,8 +101,10 @@ static void send_get(int fd, const char *key)
 {
     uint8_t f[8 + 4 + 64 + 8];
     size_t kl = strlen(key);
-    put32(f, (uint32_t)(4 + kl + 8)); put32(f + 4, PX_OP_GET);
-    put32(f + 8, (uint32_t)kl); memcpy(f + 12, key, kl);
+    put32(f, (uint32_t)(4 + kl + 8));
+    put32(f + 4, PX_OP_GET);
+    put32(f + 8, (uint32_t)kl);
+    memcpy(f + 12, key, kl);
     px_put_i64(f + 12 + kl, 1000);
     send_all(fd, f, 12 + kl + 8);
 }
@@ -149,8 +159,7 @@ static void never_read(phx_store *s, int port)
     nap_ms(500);
     size_t after = rss();
     px_store_stats st = stats(s);
-    diag("RSS %.1f MiB -> %.1f MiB with 8 clients not reading a 64 MiB reply", before / 1048576.0,
-         after / 1048576.0);
+    diag("RSS %.1f MiB -> %.1f MiB with 8 clients not reading a 64 MiB reply", before / 1048576.0, after / 1048576.0);
     ok(after < before + 64 * MiB, "8 clients GET a 64 MiB value and never read: RSS grows %.1f MiB (< 64)",
        ((double)after - (double)before) / 1048576.0);
     ok(st.out_bytes < MiB, "... reply buffers hold %zu bytes (the value is sent by reference)", st.out_bytes);
@@ -174,8 +183,7 @@ static void read_once(phx_store *s, int port)
         free(got);
     }
     px_store_stats st = stats(s);
-    ok(st.out_bytes < MiB, "4 clients read a 64 MiB value once and stay: reply buffers hold %zu bytes",
-       st.out_bytes);
+    ok(st.out_bytes < MiB, "4 clients read a 64 MiB value once and stay: reply buffers hold %zu bytes", st.out_bytes);
     for (int i = 0; i < 4; i++) phx_store_free(r[i]);
 }
 
@@ -185,7 +193,8 @@ static void huge_bodies(phx_store *s, int port)
 {
     int fd = raw_connect(port);
     uint8_t h[8 + 16];
-    put32(h, 128u << 20); put32(h + 4, PX_OP_SET);
+    put32(h, 128u << 20);
+    put32(h + 4, PX_OP_SET);
     memset(h + 8, 'x', 16);
     send_all(fd, h, sizeof h);
     ok(closed_by_server(fd), "a 128 MiB SET before HELLO: disconnected after the header");
@@ -195,16 +204,19 @@ static void huge_bodies(phx_store *s, int port)
 
     fd = raw_connect(port);
     hello(fd);
-    put32(h, 64u << 20); put32(h + 4, PX_OP_SET);
+    put32(h, 64u << 20);
+    put32(h + 4, PX_OP_SET);
     send_all(fd, h, sizeof h);
     st = stats(s);
-    ok(st.body_bytes <= PX_STORE_BODY_CHUNK, "a 64 MiB SET that sent 16 bytes holds %zu bytes (<= %zu)",
-       st.body_bytes, PX_STORE_BODY_CHUNK);
+    ok(st.body_bytes <= PX_STORE_BODY_CHUNK, "a 64 MiB SET that sent 16 bytes holds %zu bytes (<= %zu)", st.body_bytes,
+       PX_STORE_BODY_CHUNK);
     close(fd);
 
     fd = raw_connect(port);
-    put32(h, 40); put32(h + 4, PX_OP_HELLO);
-    put32(h + 8, PX_STORE_MAGIC); put32(h + 12, 99);
+    put32(h, 40);
+    put32(h + 4, PX_OP_HELLO);
+    put32(h + 8, PX_STORE_MAGIC);
+    put32(h + 12, 99);
     send_all(fd, h, 16);
     send_all(fd, h + 8, 16);
     send_all(fd, h + 8, 16);
@@ -222,7 +234,7 @@ static void stale_budget(phx_store *s, int port)
 {
     px_store_server_set_max_stale(px_store_server_of(s), 100 * MiB);
     int fds[5];
-    char *v = big_value(64 * MiB, 2);  /* one buffer: RSS counts the server */
+    char *v = big_value(64 * MiB, 2); /* one buffer: RSS counts the server */
     size_t before = rss();
     for (int i = 0; i < 5; i++) {
         fds[i] = raw_connect(port);
@@ -237,7 +249,8 @@ static void stale_budget(phx_store *s, int port)
     size_t after = rss();
     ok(st.stale_bytes <= 100 * MiB, "5 overwritten 64 MiB values pinned by unread replies: %zu MiB kept (<= 100)",
        st.stale_bytes / MiB);
-    ok(st.stalled_drops >= 3, "... %llu clients that did not read were disconnected", (unsigned long long)st.stalled_drops);
+    ok(st.stalled_drops >= 3, "... %llu clients that did not read were disconnected",
+       (unsigned long long)st.stalled_drops);
     ok(after < before + 250 * MiB, "... RSS grows %.0f MiB (< 250; 320 without the budget)",
        ((double)after - (double)before) / 1048576.0);
     ok(closed_by_server(fds[0]), "... the first of them sees its connection closed");
@@ -260,8 +273,8 @@ static void out_of_fds(phx_store *s, int port)
     setrlimit(RLIMIT_NOFILE, &lim);
     int spare[256], nspare = 0, fd;
     while (nspare < 256 && (fd = open("/dev/null", O_RDONLY)) >= 0) spare[nspare++] = fd;
-    close(spare[--nspare]);                     /* one left: the client's */
-    int c = raw_connect(port);                  /* the server cannot accept it */
+    close(spare[--nspare]); /* one left: the client's */
+    int c = raw_connect(port); /* the server cannot accept it */
     px_store_stats st0 = stats(s);
     double c0 = cpu_seconds();
     nap_ms(1000);
@@ -269,8 +282,8 @@ static void out_of_fds(phx_store *s, int port)
     px_store_stats st1 = stats(s);
     ok(c >= 0, "a client connects while the server has no descriptor left");
     ok(used < 0.25, "... the server uses %.2f s of CPU in 1 s (no spinning on accept)", used);
-    ok(st1.accept_backoffs > st0.accept_backoffs && st1.accept_backoffs < 20,
-       "... it paused accepting %llu times", (unsigned long long)(st1.accept_backoffs - st0.accept_backoffs));
+    ok(st1.accept_backoffs > st0.accept_backoffs && st1.accept_backoffs < 20, "... it paused accepting %llu times",
+       (unsigned long long)(st1.accept_backoffs - st0.accept_backoffs));
     while (nspare) close(spare[--nspare]);
     setrlimit(RLIMIT_NOFILE, &old);
     ok(hello(c), "descriptors back: the waiting client's handshake is answered");
@@ -285,8 +298,10 @@ static void parked_waits(phx_store *s, int port)
     size_t body = 12;
     for (int k = 0; k < NK; k++) body += 4 + (size_t)snprintf(NULL, 0, "w/%d", k);
     uint8_t *f = malloc(8 + body);
-    put32(f, (uint32_t)body); put32(f + 4, PX_OP_WAIT);
-    px_put_i64(f + 8, 60000); put32(f + 16, NK);
+    put32(f, (uint32_t)body);
+    put32(f + 4, PX_OP_WAIT);
+    px_put_i64(f + 8, 60000);
+    put32(f + 16, NK);
     size_t off = 20;
     for (int k = 0; k < NK; k++) {
         char key[16];
@@ -319,13 +334,11 @@ static void parked_waits(phx_store *s, int port)
     }
     px_store_stats st2 = stats(s);
     unsigned long long looked = (unsigned long long)(st2.wake_checks - st1.wake_checks);
-    ok(looked <= 2ull * NW * NK, "setting their %d keys in order: %llu lookups (<= 2 per waiter per SET)", NK,
-       looked);
+    ok(looked <= 2ull * NW * NK, "setting their %d keys in order: %llu lookups (<= 2 per waiter per SET)", NK, looked);
     int answered = 0;
     for (int i = 0; i < NW; i++) {
         uint8_t r[8];
-        if (recv(fds[i], r, 8, MSG_WAITALL) == 8 && px_get_u32(r + 4) == PX_ST_OK && px_get_u32(r) == 0)
-            answered++;
+        if (recv(fds[i], r, 8, MSG_WAITALL) == 8 && px_get_u32(r + 4) == PX_ST_OK && px_get_u32(r) == 0) answered++;
         close(fds[i]);
     }
     is_int(answered, NW, "... and every WAIT is answered OK");
@@ -334,10 +347,14 @@ static void parked_waits(phx_store *s, int port)
     int fd = raw_connect(port);
     hello(fd);
     uint8_t w[8 + 12 + 2 * 5];
-    put32(w, 12 + 2 * 5); put32(w + 4, PX_OP_WAIT);
-    px_put_i64(w + 8, 60000); put32(w + 16, 2);
-    put32(w + 20, 1); w[24] = 'a';
-    put32(w + 25, 1); w[29] = 'b';
+    put32(w, 12 + 2 * 5);
+    put32(w + 4, PX_OP_WAIT);
+    px_put_i64(w + 8, 60000);
+    put32(w + 16, 2);
+    put32(w + 20, 1);
+    w[24] = 'a';
+    put32(w + 25, 1);
+    w[29] = 'b';
     send_all(fd, w, sizeof w);
     phx_store_set(s, "a", "1", 1);
     phx_store_delete(s, "a", NULL);

@@ -15,15 +15,27 @@
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
 
-static void put32(uint8_t *p, uint32_t x) { p[0] = (uint8_t)x; p[1] = (uint8_t)(x >> 8); p[2] = (uint8_t)(x >> 16); p[3] = (uint8_t)(x >> 24); }
-static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static void put32(uint8_t *p, uint32_t x)
+{
+    p[0] = (uint8_t)x;
+    p[1] = (uint8_t)(x >> 8);
+    p[2] = (uint8_t)(x >> 16);
+    p[3] = (uint8_t)(x >> 24);
+}
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 static int raw_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { close(fd); return -1; }
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return -1;
+    }
     struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
@@ -40,8 +52,10 @@ static int closed_by_server(int fd)
 /* Runs a client connection attempt with stderr captured in *log. */
 static phx_status connect_as(const char *token, int port, phx_store **out, char *log, size_t loglen)
 {
-    if (token) setenv("PHX_STORE_TOKEN", token, 1);
-    else unsetenv("PHX_STORE_TOKEN");
+    if (token)
+        setenv("PHX_STORE_TOKEN", token, 1);
+    else
+        unsetenv("PHX_STORE_TOKEN");
     char path[] = "/tmp/phx-token-log.XXXXXX";
     int lfd = mkstemp(path);
     int saved = dup(2);
@@ -100,7 +114,10 @@ int main(void)
     const char *job = "9f1c0c3e5b7a2d4e6f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6";
     setenv("PHX_STORE_TOKEN", job, 1);
     phx_store *srv = NULL;
-    if (phx_store_new("127.0.0.1", 0, true, 10.0, &srv)) { diag("server: %s", phx_last_error()); return 1; }
+    if (phx_store_new("127.0.0.1", 0, true, 10.0, &srv)) {
+        diag("server: %s", phx_last_error());
+        return 1;
+    }
     int port = phx_store_port(srv);
     phx_store_set(srv, "secret", "42", 2);
 
@@ -133,13 +150,20 @@ int main(void)
     int fd = raw_connect(port);
     uint8_t h[48], r[48];
     memset(h, 0, sizeof h);
-    put32(h, 40); put32(h + 4, 1); put32(h + 8, 0x53584850u); put32(h + 12, 2);
+    put32(h, 40);
+    put32(h + 4, 1);
+    put32(h + 8, 0x53584850u);
+    put32(h + 12, 2);
     send(fd, h, sizeof h, 0);
     ssize_t got = recv(fd, r, sizeof r, MSG_WAITALL);
     ok(got == 48 && get32(r + 4) == 0 && (get32(r + 12) & 1), "HELLO to a server with a token: flags say so");
     uint8_t set[8 + 4 + 6 + 4 + 4];
-    put32(set, 18); put32(set + 4, 2);
-    put32(set + 8, 6); memcpy(set + 12, "secret", 6); put32(set + 18, 4); memcpy(set + 22, "evil", 4);
+    put32(set, 18);
+    put32(set + 4, 2);
+    put32(set + 8, 6);
+    memcpy(set + 12, "secret", 6);
+    put32(set + 18, 4);
+    memcpy(set + 22, "evil", 4);
     send(fd, set, sizeof set, 0);
     ok(closed_by_server(fd), "a SET instead of AUTH: disconnected");
     close(fd);
@@ -149,7 +173,8 @@ int main(void)
     send(fd, h, sizeof h, 0);
     recv(fd, r, sizeof r, MSG_WAITALL);
     uint8_t a[8 + 32];
-    put32(a, 32); put32(a + 4, 9);
+    put32(a, 32);
+    put32(a + 4, 9);
     memset(a + 8, 0xab, 32);
     send(fd, a, sizeof a, 0);
     got = recv(fd, r, 8, MSG_WAITALL);
@@ -167,7 +192,10 @@ int main(void)
     for (int i = 0; i < 2; i++) {
         fd = raw_connect(port);
         uint8_t h1[16];
-        put32(h1, 8); put32(h1 + 4, 1); put32(h1 + 8, 0x53584850u); put32(h1 + 12, (uint32_t)versions[i]);
+        put32(h1, 8);
+        put32(h1 + 4, 1);
+        put32(h1 + 8, 0x53584850u);
+        put32(h1 + 12, (uint32_t)versions[i]);
         send(fd, h1, sizeof h1, 0);
         got = recv(fd, r, 12, MSG_WAITALL);
         ok(got == 12 && get32(r + 4) == 3 && get32(r + 8) == 2,
@@ -179,7 +207,10 @@ int main(void)
 
     /* A token on the client only. */
     unsetenv("PHX_STORE_TOKEN");
-    if (phx_store_new("127.0.0.1", 0, true, 10.0, &srv)) { diag("server: %s", phx_last_error()); return 1; }
+    if (phx_store_new("127.0.0.1", 0, true, 10.0, &srv)) {
+        diag("server: %s", phx_last_error());
+        return 1;
+    }
     port = phx_store_port(srv);
     is_int(connect_as(job, port, &c, log, sizeof log), PHX_EIO, "a token here, none on the server: PHX_EIO");
     like(phx_last_error(), "runs without a job token", "... saying so");

@@ -27,16 +27,14 @@ static void run(const char *what, bool adam, const phx_precision *prec)
     phx_sequential_add(m, phx_linear_new(8, 8, true, rng));
     phx_sequential_add(m, phx_sigmoid_new());
     phx_sequential_add(m, phx_linear_new(8, 4, true, rng));
-    if (prec)
-        phx_module_set_precision(m, prec);
+    if (prec) phx_module_set_precision(m, prec);
     int calls = 0;
     phx_module_set_grad_hook(m, hook, &calls);
     int64_t xs[2] = {64, 12}, n = 64;
     phx_tensor *x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu()), *y = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
     phx_rng_normal(rng, x, 0, 1);
     int64_t *lab = phx_tensor_data(y);
-    for (int i = 0; i < 64; i++)
-        lab[i] = i % 4;
+    for (int i = 0; i < 64; i++) lab[i] = i % 4;
     phx_loader *ld = phx_loader_new(x, y, 4, true, 11, false, NULL, 0);
     phx_optimizer *opt;
     if (adam) {
@@ -52,8 +50,7 @@ static void run(const char *what, bool adam, const phx_precision *prec)
     uint64_t before = 0;
     int failed = 0;
     for (int s = 1; s <= 10; s++) {
-        if (s == 3)
-            before = phx_alloc_count();
+        if (s == 3) before = phx_alloc_count();
         phx_tensor *xb, *yb, *out;
         float l;
         failed |= phx_loader_next(ld, &xb, &yb) != 1;

@@ -25,8 +25,7 @@ static void record(phx_param *p, void *user)
     r->calls++;
     for (size_t i = 0; i < phx_module_num_params(r->m); i++)
         if (phx_module_param(r->m, i) == p) {
-            if (r->buf[0])
-                strcat(r->buf, " ");
+            if (r->buf[0]) strcat(r->buf, " ");
             strcat(r->buf, phx_module_param_name(r->m, i));
         }
 }
@@ -48,8 +47,7 @@ static void test_names_hooks(void)
     const char *want[] = {"0.weight", "0.bias", "2.weight", "2.bias", "3.weight", "3.bias"};
     is_int(phx_module_num_params(m), 6, "named_parameters: 6 parameters");
     bool same = true;
-    for (size_t i = 0; i < 6; i++)
-        same = same && strcmp(phx_module_param_name(m, i), want[i]) == 0;
+    for (size_t i = 0; i < 6; i++) same = same && strcmp(phx_module_param_name(m, i), want[i]) == 0;
     ok(same, "dotted names in PyTorch's order (0.weight ... 3.bias)");
     ok(phx_module_find_param(m, "2.bias") == phx_module_param(m, 3), "find_param by dotted name");
     ok(phx_module_find_param(m, "2.nope") == NULL, "find_param of an unknown name is NULL");
@@ -79,8 +77,7 @@ static void test_names_hooks(void)
     phx_module_backward(m, dy, NULL);
     phx_tensor_to_host(phx_param_grad(phx_module_param(m, 0)), g2);
     bool twice = true;
-    for (int i = 0; i < 20; i++)
-        twice = twice && fabsf(g2[i] - 2 * g1[i]) <= 1e-6f * (1 + fabsf(g1[i]));
+    for (int i = 0; i < 20; i++) twice = twice && fabsf(g2[i] - 2 * g1[i]) <= 1e-6f * (1 + fabsf(g1[i]));
     ok(twice, "a second backward adds the same gradient again");
     phx_module_zero_grad(m);
     double s = 1;
@@ -130,7 +127,8 @@ static void test_linear_init(void)
     phx_module *big = phx_linear_new(100, 200, true, NULL);
     phx_tensor_reduce(phx_param_value(phx_module_param(big, 0)), PHX_MAX, &mx);
     phx_tensor_reduce(phx_param_value(phx_module_param(big, 0)), PHX_MIN, &mn);
-    ok(mx < 0.1 && mn >= -0.1 && mx > 0.099 && mn < -0.099, "Linear(100, 200) weights fill (-0.1, 0.1): [%g, %g]", mn, mx);
+    ok(mx < 0.1 && mn >= -0.1 && mx > 0.099 && mn < -0.099, "Linear(100, 200) weights fill (-0.1, 0.1): [%g, %g]", mn,
+       mx);
     phx_module_free(big);
     phx_module_free(l);
     phx_tensor_free(w);
@@ -150,8 +148,7 @@ static void test_dropout(void)
     phx_tensor_reduce(y, PHX_SUM, &sum);
     int zeros = 0;
     const float *yv = phx_tensor_data(y);
-    for (int64_t i = 0; i < n; i++)
-        zeros += yv[i] == 0.0f;
+    for (int64_t i = 0; i < n; i++) zeros += yv[i] == 0.0f;
     ok(zeros > 850 && zeros < 1150, "train: about p of the elements dropped (%d of 4000)", zeros);
     ok(fabs(sum - (double)(n - zeros) / 0.75) < 1e-2, "train: kept elements scaled by 1/(1-p)");
     float first[4000];
@@ -175,15 +172,13 @@ static void test_losses(void)
         phx_loss *l = phx_loss_new(PHX_LOSS_MSE, red);
         float v;
         double want = 0;
-        for (int i = 0; i < 6; i++)
-            want += ((double)yv[i] - tv[i]) * ((double)yv[i] - tv[i]);
+        for (int i = 0; i < 6; i++) want += ((double)yv[i] - tv[i]) * ((double)yv[i] - tv[i]);
         double scale = red == PHX_REDUCE_MEAN ? 1.0 / 6 : 1.0;
         ok(phx_loss_forward(l, y, t, &v) == PHX_OK, "mse %s", red ? "sum" : "mean");
         is_close(v, want * scale, 1e-6, "mse %s value", red ? "sum" : "mean");
         const float *g = phx_tensor_data(phx_loss_grad(l));
         double e = 0;
-        for (int i = 0; i < 6; i++)
-            e = fmax(e, fabs(g[i] - 2 * ((double)yv[i] - tv[i]) * scale));
+        for (int i = 0; i < 6; i++) e = fmax(e, fabs(g[i] - 2 * ((double)yv[i] - tv[i]) * scale));
         ok(e < 1e-6, "mse %s gradient 2(y-t)%s", red ? "sum" : "mean", red ? "" : "/n");
         phx_loss_free(l);
     }
@@ -195,27 +190,24 @@ static void test_losses(void)
     double want = 0, gw[6];
     for (int r = 0; r < 2; r++) {
         double m = -INFINITY, s = 0;
-        for (int c = 0; c < 3; c++)
-            m = fmax(m, yv[r * 3 + c]);
-        for (int c = 0; c < 3; c++)
-            s += exp(yv[r * 3 + c] - m);
+        for (int c = 0; c < 3; c++) m = fmax(m, yv[r * 3 + c]);
+        for (int c = 0; c < 3; c++) s += exp(yv[r * 3 + c] - m);
         want += -(yv[r * 3 + lab[r]] - m - log(s)) / 2;
-        for (int c = 0; c < 3; c++)
-            gw[r * 3 + c] = (exp(yv[r * 3 + c] - m) / s - (c == lab[r])) / 2;
+        for (int c = 0; c < 3; c++) gw[r * 3 + c] = (exp(yv[r * 3 + c] - m) / s - (c == lab[r])) / 2;
     }
     ok(phx_loss_forward(ce, y, labels, &v) == PHX_OK, "cross_entropy");
     is_close(v, want, 1e-6, "cross_entropy value (stable log-softmax, mean)");
     const float *g = phx_tensor_data(phx_loss_grad(ce));
     double e = 0;
-    for (int i = 0; i < 6; i++)
-        e = fmax(e, fabs(g[i] - gw[i]));
+    for (int i = 0; i < 6; i++) e = fmax(e, fabs(g[i] - gw[i]));
     ok(e < 1e-6, "cross_entropy gradient (softmax - onehot)/N");
     ok(phx_loss_forward(nll, y, labels, &v) == PHX_OK, "nll");
     is_close(v, -(yv[2] + yv[3]) / 2.0, 1e-6, "nll value -mean(y[label])");
     /* Large logits stay finite. */
     float big[6] = {1000, -1000, 0, 500, 500, 500};
     phx_tensor *yb = tensor2(2, 3, big);
-    ok(phx_loss_forward(ce, yb, labels, &v) == PHX_OK && isfinite(v), "cross_entropy of logits +-1000 is finite (%g)", v);
+    ok(phx_loss_forward(ce, yb, labels, &v) == PHX_OK && isfinite(v), "cross_entropy of logits +-1000 is finite (%g)",
+       v);
     int64_t badl[2] = {1, 3};
     phx_tensor *bad = phx_tensor_from_data(PHX_I64, 1, &n2, badl);
     ok(phx_loss_forward(ce, y, bad, &v) == PHX_EINVAL, "label out of range is EINVAL");
@@ -278,7 +270,7 @@ static void test_errors(void)
     ok(phx_param_set_grad(phx_module_param(l, 1), wg) == PHX_EINVAL, "set_grad with another shape refused");
     phx_tensor_free(wg);
     phx_optimizer_free(o);
-    static const phx_module_vtable half = { .type_name = "Half" };
+    static const phx_module_vtable half = {.type_name = "Half"};
     ok(phx_module_new(&half, NULL) == NULL, "a vtable without forward is refused");
     phx_module_free(l);
     phx_tensor_free(x);
@@ -294,8 +286,7 @@ static void test_precision(void)
     phx_module *l = phx_linear_new(8, 4, true, NULL);
     ok(phx_module_set_precision(l, p) == PHX_OK && phx_module_compute_dtype(l) == PHX_BF16, "bf16 policy set");
     float xv[16];
-    for (int i = 0; i < 16; i++)
-        xv[i] = (float)(i % 5) * 0.25f - 0.5f;
+    for (int i = 0; i < 16; i++) xv[i] = (float)(i % 5) * 0.25f - 0.5f;
     phx_tensor *x = tensor2(2, 8, xv), *y = NULL;
     phx_module_forward(l, x, &y);
     ok(phx_tensor_dtype(y) == PHX_BF16, "activation stored in bf16");
@@ -305,8 +296,7 @@ static void test_precision(void)
      * when the parameter's version moves. */
     phx_param *w = phx_module_param(l, 0);
     float *wv = phx_tensor_data(phx_param_value(w));
-    for (int i = 0; i < 32; i++)
-        wv[i] += 1.0f;
+    for (int i = 0; i < 32; i++) wv[i] += 1.0f;
     phx_module_forward(l, x, &y);
     phx_tensor_reduce(y, PHX_SUM, &after);
     ok(after == before, "without a version change the bf16 weight copy is reused");

@@ -68,10 +68,8 @@ static int count_tmp(void)
     int n = 0;
     DIR *d = opendir(dir);
     struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += strstr(e->d_name, ".tmp.") != NULL;
-    if (d)
-        closedir(d);
+    while (d && (e = readdir(d))) n += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
     return n;
 }
 
@@ -220,8 +218,7 @@ static void write_raw(const char *p, const void *head8, const char *json, const 
     uint64_t n = strlen(json);
     fwrite(head8 ? head8 : &n, 1, 8, f);
     fwrite(json, 1, strlen(json), f);
-    if (dlen)
-        fwrite(data, 1, dlen, f);
+    if (dlen) fwrite(data, 1, dlen, f);
     fclose(f);
 }
 
@@ -234,8 +231,7 @@ static void test_bad_files(void)
 {
     phx_module *m = model(9);
     float ref[43], now[43], data[64];
-    for (int i = 0; i < 64; i++)
-        data[i] = 0.125f * (float)i;
+    for (int i = 0; i < 64; i++) data[i] = 0.125f * (float)i;
     snapshot(m, ref);
     const char *p = path_of("bad.safetensors");
     write_raw(p, NULL, "{" W "," B "," W2 "," B2 "}", data, 172);
@@ -245,39 +241,55 @@ static void test_bad_files(void)
        phx_last_error());
     phx_module_free(probe);
 
-    struct { const char *what; const char *json; size_t dlen; const char *msg; int trunc; } cases[] = {
+    struct {
+        const char *what;
+        const char *json;
+        size_t dlen;
+        const char *msg;
+        int trunc;
+    } cases[] = {
         {"truncated file (5 bytes)", NULL, 0, "is truncated: 5 bytes", 5},
         {"header length beyond the file", NULL, 0, "header length 100000 goes beyond the end of the file", -1},
         {"invalid JSON", "{\"0.weight\": {\"dtype\": \"F32\",", 0, "header is not valid JSON", 0},
         {"JSON that is not an object", "[1, 2, 3]", 0, "not an object", 0},
         {"duplicate keys", "{" W "," W "," B "," W2 "," B2 "}", 172, "header is not valid JSON", 0},
-        {"unknown dtype", "{\"0.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[5,4],\"data_offsets\":[0,160]}," B "," W2 "," B2 "}",
-         172, "tensor '0.weight' has unknown dtype 'F8_E4M3' (supported: F32, F16, BF16, F64, I32, I64)", 0},
+        {"unknown dtype",
+         "{\"0.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[5,4],\"data_offsets\":[0,160]}," B "," W2 "," B2 "}", 172,
+         "tensor '0.weight' has unknown dtype 'F8_E4M3' (supported: F32, F16, BF16, F64, I32, I64)", 0},
         {"offsets out of range (data truncated)", "{" W "," B "," W2 "," B2 "}", 150,
          "tensor '2.weight' data_offsets [100, 160] are out of range: the data section has 150 bytes", 0},
-        {"offsets overlapping", "{" W ",\"0.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[60,80]}," W2 "," B2 "}",
-         172, "tensors '0.weight' and '0.bias' overlap (byte 60)", 0},
+        {"offsets overlapping",
+         "{" W ",\"0.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[60,80]}," W2 "," B2 "}", 172,
+         "tensors '0.weight' and '0.bias' overlap (byte 60)", 0},
         {"offsets overlapping (consistent sizes)",
-         "{" W ",\"0.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[70,90]}," W2 "," B2 "}", 172, "overlap", 0},
-        {"a hole in the data", "{" W ",\"0.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[84,104]},"
+         "{" W ",\"0.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[70,90]}," W2 "," B2 "}", 172, "overlap",
+         0},
+        {"a hole in the data",
+         "{" W ",\"0.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[84,104]},"
          "\"2.weight\":{\"dtype\":\"F32\",\"shape\":[3,5],\"data_offsets\":[104,164]},"
-         "\"2.bias\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[164,176]}}", 176, "belong to no tensor", 0},
-        {"offsets not matching the shape", "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[5,4],\"data_offsets\":[0,84]},"
+         "\"2.bias\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[164,176]}}",
+         176, "belong to no tensor", 0},
+        {"offsets not matching the shape",
+         "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[5,4],\"data_offsets\":[0,84]},"
          "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[84,104]},"
          "\"2.weight\":{\"dtype\":\"F32\",\"shape\":[3,5],\"data_offsets\":[104,164]},"
-         "\"2.bias\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[164,176]}}", 176,
-         "tensor '0.weight' data_offsets [0, 84] span 84 bytes, its shape and dtype F32 need 80", 0},
-        {"an entry without shape", "{\"0.weight\":{\"dtype\":\"F32\",\"data_offsets\":[0,80]}," B "," W2 "," B2 "}", 172,
-         "entry '0.weight' needs", 0},
+         "\"2.bias\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[164,176]}}",
+         176, "tensor '0.weight' data_offsets [0, 84] span 84 bytes, its shape and dtype F32 need 80", 0},
+        {"an entry without shape", "{\"0.weight\":{\"dtype\":\"F32\",\"data_offsets\":[0,80]}," B "," W2 "," B2 "}",
+         172, "entry '0.weight' needs", 0},
         {"missing key", "{" W "," B "," W2 "}", 160, "has no tensor for parameter '2.bias' (missing key)", 0},
-        {"extra key", "{" W "," B "," W2 "," B2 ",\"3.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[172,176]}}",
-         176, "tensor '3.weight' matches no parameter of the model (extra key)", 0},
-        {"shape mismatch", "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,5],\"data_offsets\":[0,80]}," B "," W2 "," B2 "}",
-         172, "tensor '0.weight' has shape (4, 5), parameter '0.weight' has shape (5, 4)", 0},
-        {"dtype mismatch", "{\"0.weight\":{\"dtype\":\"I32\",\"shape\":[5,4],\"data_offsets\":[0,80]}," B "," W2 "," B2 "}",
-         172, "tensor '0.weight' has dtype I32, parameter '0.weight' is F32", 0},
+        {"extra key",
+         "{" W "," B "," W2 "," B2 ",\"3.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[172,176]}}", 176,
+         "tensor '3.weight' matches no parameter of the model (extra key)", 0},
+        {"shape mismatch",
+         "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,5],\"data_offsets\":[0,80]}," B "," W2 "," B2 "}", 172,
+         "tensor '0.weight' has shape (4, 5), parameter '0.weight' has shape (5, 4)", 0},
+        {"dtype mismatch",
+         "{\"0.weight\":{\"dtype\":\"I32\",\"shape\":[5,4],\"data_offsets\":[0,80]}," B "," W2 "," B2 "}", 172,
+         "tensor '0.weight' has dtype I32, parameter '0.weight' is F32", 0},
         {"the same parameter twice (module. prefix)",
-         "{" W ",\"module.0.weight\":{\"dtype\":\"F32\",\"shape\":[5,4],\"data_offsets\":[172,252]}," B "," W2 "," B2 "}",
+         "{" W ",\"module.0.weight\":{\"dtype\":\"F32\",\"shape\":[5,4],\"data_offsets\":[172,252]}," B "," W2 "," B2
+         "}",
          252, "both hold parameter '0.weight'", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -308,8 +320,7 @@ static void test_bad_files(void)
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-ckpt-XXXXXX");
-    if (!mkdtemp(dir))
-        skip_all("cannot create a temporary folder");
+    if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
     plan(79);
     test_roundtrip();
     test_resume_adam();
@@ -317,8 +328,6 @@ int main(void)
     test_bad_files();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    if (system(cmd) != 0) diag("could not remove %s", dir);
     return done_testing();
 }
-

@@ -53,8 +53,7 @@ static void fill(phx_tensor *t, float base)
 {
     int64_t n = phx_tensor_numel(t);
     float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = base + 0.01f * (float)(i % 1000);
+    for (int64_t i = 0; i < n; i++) v[i] = base + 0.01f * (float)(i % 1000);
     phx_tensor_from_host(t, v);
     free(v);
 }
@@ -67,8 +66,7 @@ static int count_temps(const char *dir, const char *base)
     int n = 0;
     char pre[256];
     snprintf(pre, sizeof pre, "%s.tmp.", base);
-    while (d && (e = readdir(d)))
-        n += strncmp(e->d_name, pre, strlen(pre)) == 0;
+    while (d && (e = readdir(d))) n += strncmp(e->d_name, pre, strlen(pre)) == 0;
     if (d) closedir(d);
     return n;
 }
@@ -82,11 +80,9 @@ static void new_temp(const char *dir, const char *base, char seen[][256], int n_
     snprintf(pre, sizeof pre, "%s.tmp.", base);
     out[0] = 0;
     while (d && (e = readdir(d))) {
-        if (strncmp(e->d_name, pre, strlen(pre)) != 0)
-            continue;
+        if (strncmp(e->d_name, pre, strlen(pre)) != 0) continue;
         bool old = false;
-        for (int i = 0; i < n_seen; i++)
-            old = old || strcmp(seen[i], e->d_name) == 0;
+        for (int i = 0; i < n_seen; i++) old = old || strcmp(seen[i], e->d_name) == 0;
         if (!old) {
             snprintf(out, len, "%s", e->d_name);
             break;
@@ -125,16 +121,14 @@ int main(void)
     phx_adam_opts ao = phx_adam_defaults();
     ao.amsgrad = true;
     opt = phx_adam_new(model, &ao);
-    scaler = phx_scaler_new(fp16, NULL);   /* growth interval 2000 */
+    scaler = phx_scaler_new(fp16, NULL); /* growth interval 2000 */
     size_t np = phx_module_num_params(model);
     const char **sn;
     phx_tensor **st;
     size_t ns = phx_optimizer_state(opt, &sn, &st);
     /* The file's tensors differ from the live ones, so a partial load shows. */
-    for (size_t i = 0; i < np; i++)
-        fill(phx_param_value(phx_module_param(model, i)), 9.0f);
-    for (size_t i = 0; i < ns; i++)
-        fill(st[i], 7.0f);
+    for (size_t i = 0; i < np; i++) fill(phx_param_value(phx_module_param(model, i)), 9.0f);
+    for (size_t i = 0; i < ns; i++) fill(st[i], 7.0f);
     const char *names[16];
     phx_tensor *ts[16];
     char own[16][96];
@@ -147,13 +141,11 @@ int main(void)
         names[np + i] = own[i];
         ts[np + i] = st[i];
     }
-    const char *cases[][2] = {{"1e300", "5"}, {"3.5e38", "5"}, {"1e-50", "5"},
+    const char *cases[][2] = {{"1e300", "5"},   {"3.5e38", "5"},  {"1e-50", "5"},
                               {"1024", "2000"}, {"1024", "5000"}, {"1024", "2147483648"}};
     /* The live state: different values, 11 steps, scale 512, tracker 3. */
-    for (size_t i = 0; i < np; i++)
-        fill(phx_param_value(phx_module_param(model, i)), 0.5f);
-    for (size_t i = 0; i < ns; i++)
-        fill(st[i], 0.25f);
+    for (size_t i = 0; i < np; i++) fill(phx_param_value(phx_module_param(model, i)), 0.5f);
+    for (size_t i = 0; i < ns; i++) fill(st[i], 0.25f);
     phx_optimizer_set_steps(opt, 11);
     phx_scaler_set_state(scaler, 512.0, 3);
     size_t len = snapshot(NULL);
@@ -166,11 +158,12 @@ int main(void)
             fts[i] = phx_tensor_new(PHX_F32, phx_tensor_ndim(ts[i]), phx_tensor_shape(ts[i]), phx_cpu());
             fill(fts[i], 9.0f);
         }
-        phx_meta meta[4] = {{"optim.steps", "99"}, {"optim.type", phx_optimizer_type(opt)},
-                            {"scaler.scale", cases[c][0]}, {"scaler.growth_tracker", cases[c][1]}};
+        phx_meta meta[4] = {{"optim.steps", "99"},
+                            {"optim.type", phx_optimizer_type(opt)},
+                            {"scaler.scale", cases[c][0]},
+                            {"scaler.growth_tracker", cases[c][1]}};
         phx_safetensors_write(bad, names, fts, np + ns, meta, 4);
-        for (size_t i = 0; i < np + ns; i++)
-            phx_tensor_free(fts[i]);
+        for (size_t i = 0; i < np + ns; i++) phx_tensor_free(fts[i]);
         phx_status s = phx_checkpoint_load(bad, model, opt, scaler);
         char pre[300];
         snprintf(pre, sizeof pre, "phx_checkpoint_load: '%s'", bad);
@@ -197,15 +190,13 @@ int main(void)
     for (int k = 0; k < 12; k++) {
         pid_t pid = fork();
         if (pid == 0) {
-            for (;;)
-                phx_checkpoint_save(path, big, NULL, NULL, NULL, 0);
+            for (;;) phx_checkpoint_save(path, big, NULL, NULL, NULL, 0);
         }
         char fresh[256] = "";
         struct timespec ts0 = {0, 200000};
         for (int w = 0; w < 20000 && !fresh[0]; w++) {
             new_temp(dir, "model.st", seen, n_seen, fresh, sizeof fresh);
-            if (!fresh[0])
-                nanosleep(&ts0, NULL);
+            if (!fresh[0]) nanosleep(&ts0, NULL);
         }
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -217,12 +208,11 @@ int main(void)
             hits += access(fp, F_OK) == 0;
         }
         int left = count_temps(dir, "model.st");
-        if (left > most)
-            most = left;
+        if (left > most) most = left;
     }
     diag("%d SIGKILLs, %d of them mid-save; at most %d temporary files at once", kills, hits, most);
-    ok(hits >= 2 && most <= 1, "killed saves do not pile up temporary files (%d mid-save kills, at most %d left)",
-       hits, most);
+    ok(hits >= 2 && most <= 1, "killed saves do not pile up temporary files (%d mid-save kills, at most %d left)", hits,
+       most);
     /* A temp that a live save holds (locked), and names that are not temps
      * of this path: all must survive. */
     char held[300], other[300], near[300];

@@ -54,8 +54,7 @@ static void test_dp(int model_first)
     so.lr = 0.1;
     phx_optimizer *opt = phx_sgd_new(dp, &so);
     float l1 = step(dp, opt);
-    if (model_first)
-        phx_module_free(model); /* the program's reference only */
+    if (model_first) phx_module_free(model); /* the program's reference only */
     float l2 = step(dp, opt), l3 = step(dp, opt);
     ok(isfinite(l1) && isfinite(l3) && l3 < l1, "%s: training goes on (%.4f %.4f %.4f)",
        model_first ? "model freed first" : "wrapper freed first", l1, l2, l3);
@@ -73,8 +72,7 @@ static int ddp_rank(int rank, void *arg)
 {
     int model_first = *(int *)arg;
     phx_comm *c = tu_comm(rank);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     phx_module *model = mlp();
     phx_module *ddp = phx_ddp_new(model, c, NULL);
     phx_sgd_opts so = phx_sgd_defaults();
@@ -82,8 +80,7 @@ static int ddp_rank(int rank, void *arg)
     phx_optimizer *opt = ddp ? phx_sgd_new(ddp, &so) : NULL;
     int bad = !opt;
     float l1 = opt ? step(ddp, opt) : NAN;
-    if (model_first)
-        phx_module_free(model);
+    if (model_first) phx_module_free(model);
     float l3 = NAN;
     if (opt) {
         step(ddp, opt);
@@ -92,8 +89,7 @@ static int ddp_rank(int rank, void *arg)
     bad |= !(isfinite(l1) && isfinite(l3) && l3 < l1);
     phx_optimizer_free(opt);
     phx_module_free(ddp);
-    if (!model_first)
-        phx_module_free(model);
+    if (!model_first) phx_module_free(model);
     phx_comm_free(c);
     return bad;
 }

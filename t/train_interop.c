@@ -42,10 +42,8 @@ int main(void)
     phx_safetensors_read(io, &names, &ts, &n);
     phx_tensor *x = NULL, *yt = NULL, *y = NULL;
     for (size_t i = 0; i < n; i++) {
-        if (!strcmp(names[i], "x"))
-            x = ts[i];
-        if (!strcmp(names[i], "y"))
-            yt = ts[i];
+        if (!strcmp(names[i], "x")) x = ts[i];
+        if (!strcmp(names[i], "y")) yt = ts[i];
     }
     ok(x && yt && phx_module_forward(m, x, &y) == PHX_OK, "forward on torch's input");
     double e = 0;
@@ -58,8 +56,8 @@ int main(void)
     snprintf(pkg, sizeof pkg, "%s/t/data/torch_ckpt_pkg.safetensors", src);
     phx_module *m2 = model();
     phx_tensor *y2 = NULL;
-    ok(phx_checkpoint_load(pkg, m2, NULL, NULL) == PHX_OK, "checkpoint written by safetensors.torch.save_file loads (%s)",
-       phx_last_error());
+    ok(phx_checkpoint_load(pkg, m2, NULL, NULL) == PHX_OK,
+       "checkpoint written by safetensors.torch.save_file loads (%s)", phx_last_error());
     e = 0;
     if (x && phx_module_forward(m2, x, &y2) == PHX_OK)
         for (int64_t i = 0; i < phx_tensor_numel(y2); i++)
@@ -75,8 +73,7 @@ int main(void)
         snprintf(yname, sizeof yname, "y_%s", convs[c]);
         const phx_tensor *want = NULL;
         for (size_t i = 0; i < n; i++)
-            if (!strcmp(names[i], yname))
-                want = ts[i];
+            if (!strcmp(names[i], yname)) want = ts[i];
         phx_module *mc = model();
         phx_tensor *yc = NULL;
         ok(phx_checkpoint_load(cpath, mc, NULL, NULL) == PHX_OK, "a %s state_dict loads into the f32 model (%s)",
@@ -129,8 +126,7 @@ int main(void)
             wb |= strstr(line, "meta: written_by phalanx") != NULL;
             continue;
         }
-        if (vals < 15)
-            worst = fmax(worst, fabs(strtod(line, NULL) - yv[vals]));
+        if (vals < 15) worst = fmax(worst, fabs(strtod(line, NULL) - yv[vals]));
         vals++;
     }
     int rc = p ? pclose(p) : -1;

@@ -21,8 +21,7 @@ static char path[256];
 static int read_lines(json_t **out, int max)
 {
     FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
+    if (!f) return 0;
     char line[8192];
     int n = 0;
     while (fgets(line, sizeof line, f)) {
@@ -66,8 +65,7 @@ static void test_records(void)
     json_t *l[8] = {0};
     int n = read_lines(l, 8);
     is_int(n, 4, "four lines, each a JSON object");
-    if (n != 4)
-        return;
+    if (n != 4) return;
     is_int(json_integer_value(json_object_get(l[1], "step")), 200, "step of record 2");
     is_close(json_real_value(json_object_get(l[2], "loss")), 1.0 / 3, 1e-9, "loss of record 3");
     is_close(json_number_value(json_object_get(l[0], "lr")), 3e-4, 1e-12, "lr");
@@ -77,8 +75,7 @@ static void test_records(void)
     ok(json_is_null(json_object_get(l[3], "loss")) && json_is_null(json_object_get(l[3], "scale")),
        "non-finite doubles are null");
     is_int(json_integer_value(json_object_get(l[3], "big")), INT64_MIN, "int64 min round-trips");
-    for (int i = 0; i < 4; i++)
-        json_decref(l[i]);
+    for (int i = 0; i < 4; i++) json_decref(l[i]);
 }
 
 static void test_other_ranks(void)
@@ -149,8 +146,7 @@ static void test_concurrent(void)
             _exit(0);
         }
     }
-    for (int k = 0; k < KIDS; k++)
-        wait(NULL);
+    for (int k = 0; k < KIDS; k++) wait(NULL);
     json_t *l[1];
     is_int(read_lines(l, 0), KIDS * RECS, "%d appenders x %d records: every line whole", KIDS, RECS);
 }

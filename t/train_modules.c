@@ -28,7 +28,7 @@ typedef struct layer {
     enum kind k;
     int in, out;
     double *w, *b; /* parameters (NULL when absent), as the f32 module holds them */
-    float p;       /* dropout */
+    float p; /* dropout */
     uint64_t seed, offset;
 } layer;
 
@@ -50,18 +50,15 @@ static void ref_layer(const layer *L, const double *x, double *y)
         for (int r = 0; r < ROWS; r++)
             for (int o = 0; o < L->out; o++) {
                 double s = L->b ? L->b[o] : 0;
-                for (int i = 0; i < L->in; i++)
-                    s += x[r * L->in + i] * L->w[o * L->in + i];
+                for (int i = 0; i < L->in; i++) s += x[r * L->in + i] * L->w[o * L->in + i];
                 y[r * L->out + o] = s;
             }
     } else if (L->k == LAYERNORM) {
         for (int r = 0; r < ROWS; r++) {
             const double *xr = x + r * L->in;
             double m = 0, v = 0;
-            for (int i = 0; i < L->in; i++)
-                m += xr[i] / L->in;
-            for (int i = 0; i < L->in; i++)
-                v += (xr[i] - m) * (xr[i] - m) / L->in;
+            for (int i = 0; i < L->in; i++) m += xr[i] / L->in;
+            for (int i = 0; i < L->in; i++) v += (xr[i] - m) * (xr[i] - m) / L->in;
             for (int i = 0; i < L->in; i++)
                 y[r * L->in + i] = (xr[i] - m) / sqrt(v + 1e-5) * (L->w ? L->w[i] : 1) + (L->b ? L->b[i] : 0);
         }
@@ -69,8 +66,7 @@ static void ref_layer(const layer *L, const double *x, double *y)
         for (int i = 0; i < ROWS * L->in; i++)
             y[i] = phx_philox_uniform(L->seed, L->offset + (uint64_t)i) >= L->p ? x[i] / (1.0 - L->p) : 0.0;
     } else {
-        for (int i = 0; i < ROWS * L->in; i++)
-            y[i] = act(L->k, x[i]);
+        for (int i = 0; i < ROWS * L->in; i++) y[i] = act(L->k, x[i]);
     }
 }
 
@@ -85,8 +81,7 @@ static double ref_objective(layer *ls, int n, const double *x, const double *dy)
     }
     int out = ls[n - 1].k == LINEAR ? ls[n - 1].out : ls[n - 1].in;
     double s = 0;
-    for (int i = 0; i < ROWS * out; i++)
-        s += dy[i] * a[i];
+    for (int i = 0; i < ROWS * out; i++) s += dy[i] * a[i];
     return s;
 }
 
@@ -127,8 +122,7 @@ static void check(const char *what, phx_module *m, layer *ls, int n)
             v += 0.1;
         x[i] = xf[i] = (float)v;
     }
-    for (int i = 0; i < ROWS * out; i++)
-        dy[i] = dyf[i] = (float)urand();
+    for (int i = 0; i < ROWS * out; i++) dy[i] = dyf[i] = (float)urand();
     /* parameters: the module's values, in registration order of ls */
     size_t np = phx_module_num_params(m), k = 0;
     double *pv[16];
@@ -136,14 +130,12 @@ static void check(const char *what, phx_module *m, layer *ls, int n)
     for (int i = 0; i < n; i++) {
         double **slots[2] = {&ls[i].w, &ls[i].b};
         for (int s = 0; s < 2; s++) {
-            if (!*slots[s])
-                continue;
+            if (!*slots[s]) continue;
             phx_tensor *t = phx_param_value(phx_module_param(m, k));
             int64_t cnt = phx_tensor_numel(t);
             float buf[64 * 64];
             phx_tensor_to_host(t, buf);
-            for (int64_t j = 0; j < cnt; j++)
-                (*slots[s])[j] = buf[j];
+            for (int64_t j = 0; j < cnt; j++) (*slots[s])[j] = buf[j];
             pv[k] = *slots[s];
             pn[k++] = cnt;
         }
@@ -172,8 +164,7 @@ static void check(const char *what, phx_module *m, layer *ls, int n)
     st = phx_module_backward(m, dyt, &dx);
     ok(st == PHX_OK && dx, "%s: backward (%s)", what, phx_last_error());
     double g[ROWS * 64];
-    for (int i = 0; i < ROWS * in; i++)
-        g[i] = fd(ls, n, &tmp[i], tmp, dy);
+    for (int i = 0; i < ROWS * in; i++) g[i] = fd(ls, n, &tmp[i], tmp, dy);
     float dxf[ROWS * 64];
     phx_tensor_to_host(dx, dxf);
     e = rel_err(dxf, g, ROWS * in);
@@ -181,8 +172,7 @@ static void check(const char *what, phx_module *m, layer *ls, int n)
     for (size_t p = 0; p < np; p++) {
         double gp[64 * 64];
         float gf[64 * 64];
-        for (int64_t j = 0; j < pn[p]; j++)
-            gp[j] = fd(ls, n, &pv[p][j], tmp, dy);
+        for (int64_t j = 0; j < pn[p]; j++) gp[j] = fd(ls, n, &pv[p][j], tmp, dy);
         phx_tensor_to_host(phx_param_grad(phx_module_param(m, p)), gf);
         e = rel_err(gf, gp, pn[p]);
         ok(e < 1e-6, "%s: d%s vs float64 finite differences (rel err %.2e)", what, phx_module_param_name(m, p), e);
@@ -196,10 +186,8 @@ static double wbuf[8][64 * 64];
 static layer mk(enum kind k, int in, int out, int nparams, int slot)
 {
     layer L = {k, in, out, NULL, NULL, 0.0f, 0, 0};
-    if (nparams >= 1)
-        L.w = wbuf[slot];
-    if (nparams >= 2)
-        L.b = wbuf[slot + 1];
+    if (nparams >= 1) L.w = wbuf[slot];
+    if (nparams >= 2) L.b = wbuf[slot + 1];
     return L;
 }
 
@@ -218,8 +206,11 @@ int main(void)
     check("Linear(6, 4, bias=False)", m, l2, 1);
     phx_module_free(m);
 
-    struct { const char *name; phx_module *(*make)(void); enum kind k; } acts[] = {
-        {"ReLU", phx_relu_new, RELU}, {"Tanh", phx_tanh_new, TANH}, {"Sigmoid", phx_sigmoid_new, SIGMOID}};
+    struct {
+        const char *name;
+        phx_module *(*make)(void);
+        enum kind k;
+    } acts[] = {{"ReLU", phx_relu_new, RELU}, {"Tanh", phx_tanh_new, TANH}, {"Sigmoid", phx_sigmoid_new, SIGMOID}};
     for (size_t i = 0; i < 3; i++) {
         m = acts[i].make();
         layer la[] = {mk(acts[i].k, 9, 9, 0, 0)};

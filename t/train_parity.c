@@ -25,8 +25,7 @@ typedef struct file {
 static phx_tensor *get(file *f, const char *name)
 {
     for (size_t i = 0; i < f->n; i++)
-        if (strcmp(f->names[i], name) == 0)
-            return f->ts[i];
+        if (strcmp(f->names[i], name) == 0) return f->ts[i];
     return NULL;
 }
 
@@ -64,8 +63,7 @@ static void record(phx_param *p, void *user)
     order *o = user;
     for (size_t i = 0; i < phx_module_num_params(o->m); i++)
         if (phx_module_param(o->m, i) == p) {
-            if (o->buf[0])
-                strcat(o->buf, ",");
+            if (o->buf[0]) strcat(o->buf, ",");
             strcat(o->buf, phx_module_param_name(o->m, i));
         }
 }
@@ -73,8 +71,7 @@ static void record(phx_param *p, void *user)
 static double max_rel(const float *a, const float *b, int64_t n)
 {
     double e = 0;
-    for (int64_t i = 0; i < n; i++)
-        e = fmax(e, fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)b[i])));
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)b[i])));
     return e;
 }
 
@@ -152,24 +149,18 @@ static void run(const char *name)
         float l = NAN;
         phx_optimizer_zero_grad(opt);
         st = phx_module_forward(m, xb, &out);
-        if (st == PHX_OK)
-            st = phx_loss_forward(loss, out, yb, &l);
-        if (st == PHX_OK)
-            st = phx_module_backward(m, phx_loss_grad(loss), NULL);
-        if (st == PHX_OK)
-            st = phx_optimizer_step(opt);
+        if (st == PHX_OK) st = phx_loss_forward(loss, out, yb, &l);
+        if (st == PHX_OK) st = phx_module_backward(m, phx_loss_grad(loss), NULL);
+        if (st == PHX_OK) st = phx_optimizer_step(opt);
         double e = fabs((double)l - want[s]) / fabs((double)want[s]);
-        if (!(e <= worst_loss))
-            worst_loss = e;
-        if (st != PHX_OK || !(e <= 1e-5))
-            bad_step = bad_step < 0 ? s : bad_step;
+        if (!(e <= worst_loss)) worst_loss = e;
+        if (st != PHX_OK || !(e <= 1e-5)) bad_step = bad_step < 0 ? s : bad_step;
         phx_tensor_free(xb);
         phx_tensor_free(yb);
     }
     ok(bad_step < 0, "%s: %d per-step losses within 1e-5 relative (max %.2e%s)", name, STEPS, worst_loss,
        bad_step < 0 ? "" : ", first bad step follows");
-    if (bad_step >= 0)
-        diag("first step off: %d (%s)", bad_step, phx_last_error());
+    if (bad_step >= 0) diag("first step off: %d (%s)", bad_step, phx_last_error());
     double worst = 0;
     for (size_t i = 0; i < np; i++) {
         char key[128];

@@ -16,7 +16,7 @@ static const char *first_host(const char *var, const char *list)
     char kv[256];
     snprintf(kv, sizeof kv, "%s=%s", var, list);
     tu_env("SLURM_JOB_ID=77", "SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=2(x2)",
-        "SLURM_NODEID=1", kv, NULL);
+           "SLURM_NODEID=1", kv, NULL);
     if (phx_world_from_env(&w) != PHX_OK) return phx_last_error();
     return w.master_addr;
 }
@@ -27,8 +27,8 @@ int main(void)
     phx_world w;
     is_str(first_host("SLURM_STEP_NODELIST", "gpu[07-08]"), "gpu07", "the step's first node, zero padding kept");
     phx_status st = phx_world_from_env(&w);
-    ok(st == PHX_OK && w.rank == 3 && w.size == 4 && w.local_rank == 1 && w.local_size == 2 &&
-           w.master_port == 29500, "... with the task's rank 3 of 4, local 1 of 2, port 29500 (%d)", w.master_port);
+    ok(st == PHX_OK && w.rank == 3 && w.size == 4 && w.local_rank == 1 && w.local_size == 2 && w.master_port == 29500,
+       "... with the task's rank 3 of 4, local 1 of 2, port 29500 (%d)", w.master_port);
     is_str(first_host("SLURM_NODELIST", "node1,node2"), "node1", "a plain list");
     is_str(first_host("SLURM_JOB_NODELIST", "a[3,5-6],b1"), "a3", "a range list with single numbers");
     is_str(first_host("SLURM_NODELIST", "r[1-2]-n[01-04]"), "r1-n01", "two ranges in one name");
@@ -37,16 +37,17 @@ int main(void)
          "an unreadable list names the variable");
 
     tu_env("SLURM_JOB_ID=77", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=1(x2)", "SLURM_NODEID=0",
-        "SLURM_STEP_NODELIST=gpu[07-08]", "SLURM_NODELIST=cpu[1-9]", "MASTER_ADDR=10.1.2.3", NULL);
+           "SLURM_STEP_NODELIST=gpu[07-08]", "SLURM_NODELIST=cpu[1-9]", "MASTER_ADDR=10.1.2.3", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "10.1.2.3"), "MASTER_ADDR wins over the node list");
     setenv("SLURM_STEP_NODELIST", "gpu[07-08]", 1);
     unsetenv("MASTER_ADDR");
-    ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "gpu07"),
-       "the step's list wins over the job's (%s)", w.master_addr);
+    ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "gpu07"), "the step's list wins over the job's (%s)",
+       w.master_addr);
 
     tu_env("SLURM_JOB_ID=77", "SLURM_NTASKS=2", "SLURM_NODELIST=gpu[07-08]", NULL);
     is_int(phx_world_from_env(&w), PHX_EINVAL, "a batch script with SLURM_NTASKS=2 and no SLURM_PROCID: an error");
-    like(phx_last_error(), "SLURM_NTASKS=2 in job 77 but no SLURM_PROCID: this is the batch script, not one of the job's tasks; "
+    like(phx_last_error(),
+         "SLURM_NTASKS=2 in job 77 but no SLURM_PROCID: this is the batch script, not one of the job's tasks; "
          "start the ranks with srun",
          "... telling to start the ranks with srun");
     tu_env("SLURM_JOB_ID=77", "SLURM_NTASKS=1", "SLURM_NODELIST=gpu07", NULL);

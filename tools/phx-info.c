@@ -30,10 +30,12 @@ static int env_int(const char *name, int def)
 int main(int argc, char **argv)
 {
     int parsable = 0;
-    phx_probe_ctx ctx = { 0, 1, 0 };
+    phx_probe_ctx ctx = {0, 1, 0};
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--parsable") == 0) parsable = 1;
-        else if (strcmp(argv[i], "--in-process") == 0) ctx.in_process = 1;
+        if (strcmp(argv[i], "--parsable") == 0)
+            parsable = 1;
+        else if (strcmp(argv[i], "--in-process") == 0)
+            ctx.in_process = 1;
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
@@ -74,15 +76,15 @@ int main(int argc, char **argv)
                 printf("plugin\t%s\t%s\t%s\t%u.%u\t%s\tok\t%d\n", p->kind, p->name, p->version, p->abi_major,
                        p->abi_minor, p->path, p->priority);
             else
-                printf("plugin\t%s\t%s\t%s\t%u.%u\t%s\trejected\t%s\n", p->kind, p->name, p->version,
-                       p->abi_major, p->abi_minor, p->path, p->reason);
+                printf("plugin\t%s\t%s\t%s\t%u.%u\t%s\trejected\t%s\n", p->kind, p->name, p->version, p->abi_major,
+                       p->abi_minor, p->path, p->reason);
         }
         free(infos);
         return 0;
     }
 
-    printf("Phalanx %s (library ABI %d.%d, plugin ABI %d.%d)\n", version, abi_major, abi_minor,
-           PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR);
+    printf("Phalanx %s (library ABI %d.%d, plugin ABI %d.%d)\n", version, abi_major, abi_minor, PHX_PLUGIN_ABI_MAJOR,
+           PHX_PLUGIN_ABI_MINOR);
     printf("plugin search path (in order):\n");
     for (char *dir = path; *dir;) {
         char *colon = strchr(dir, ':');
@@ -102,8 +104,10 @@ int main(int argc, char **argv)
         char abi[32] = "-";
         if (p->abi_major || p->abi_minor) snprintf(abi, sizeof abi, "%u.%u", p->abi_major, p->abi_minor);
         printf("%-9s %-12s %-8s %-5s %s  ", p->kind, p->name, p->version, abi, p->path);
-        if (p->ok) printf("ok (priority %d)\n", p->priority);
-        else printf("rejected: %s\n", p->reason);
+        if (p->ok)
+            printf("ok (priority %d)\n", p->priority);
+        else
+            printf("rejected: %s\n", p->reason);
     }
     free(infos);
     return 0;

@@ -24,11 +24,9 @@ static int make_dirs(const char *path)
         return -1;
     }
     for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
+        if (*s != '/') continue;
         *s = 0;
-        if (mkdir(p, 0777) && errno != EEXIST)
-            return -1;
+        if (mkdir(p, 0777) && errno != EEXIST) return -1;
         *s = '/';
     }
     return mkdir(p, 0777) && errno != EEXIST ? -1 : 0;
@@ -38,10 +36,8 @@ static int write_all(int fd, const char *b, size_t n)
 {
     while (n > 0) {
         ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
         b += w;
         n -= (size_t)w;
     }
@@ -58,14 +54,12 @@ typedef struct stream {
 
 static void emit(stream *s, const char *prefix, size_t plen)
 {
-    if (s->len == 0)
-        return;
+    if (s->len == 0) return;
     char out[LINE_MAX_BYTES + 64];
     memcpy(out, prefix, plen);
     memcpy(out + plen, s->line, s->len);
     size_t n = plen + s->len;
-    if (out[n - 1] != '\n')
-        out[n++] = '\n';
+    if (out[n - 1] != '\n') out[n++] = '\n';
     write_all(s->term, out, n);
     s->len = 0;
 }
@@ -75,18 +69,15 @@ static int pump(stream *s, const char *prefix, size_t plen)
 {
     char buf[8192];
     ssize_t n = read(s->in, buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
-        return 1;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
     if (n <= 0) {
         emit(s, prefix, plen);
         return 0;
     }
-    if (s->file >= 0 && write_all(s->file, buf, (size_t)n))
-        s->file = -1;   /* a full disk loses the file, not the run */
+    if (s->file >= 0 && write_all(s->file, buf, (size_t)n)) s->file = -1; /* a full disk loses the file, not the run */
     for (ssize_t i = 0; i < n; i++) {
         s->line[s->len++] = buf[i];
-        if (buf[i] == '\n' || s->len == sizeof s->line)
-            emit(s, prefix, plen);
+        if (buf[i] == '\n' || s->len == sizeof s->line) emit(s, prefix, plen);
     }
     return 1;
 }
@@ -95,14 +86,12 @@ static void tee_main(int rank, int in_out, int in_err, int file_out, int file_er
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-        signal(sigs[i], SIG_IGN);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], SIG_IGN);
     /* Only this rank's pipes: another rank's end held here would keep
      * its tee from ever seeing the end. */
     long maxfd = sysconf(_SC_OPEN_MAX);
     for (int fd = 3; fd < (maxfd > 0 && maxfd < 65536 ? maxfd : 65536); fd++)
-        if (fd != in_out && fd != in_err && fd != file_out && fd != file_err)
-            close(fd);
+        if (fd != in_out && fd != in_err && fd != file_out && fd != file_err) close(fd);
     static stream s[2];
     s[0] = (stream){.in = in_out, .file = file_out, .term = STDOUT_FILENO};
     s[1] = (stream){.in = in_err, .file = file_err, .term = STDERR_FILENO};
@@ -112,13 +101,11 @@ static void tee_main(int rank, int in_out, int in_err, int file_out, int file_er
     struct pollfd p[2] = {{.fd = in_out, .events = POLLIN}, {.fd = in_err, .events = POLLIN}};
     while (open_n > 0) {
         if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             break;
         }
         for (int i = 0; i < 2; i++) {
-            if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
+            if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             if (!pump(&s[i], prefix, plen)) {
                 p[i].fd = -1;
                 open_n--;
@@ -133,8 +120,7 @@ static int open_log(const char *dir, const char *name)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0)
-        fprintf(stderr, "phxrun: --log-dir: cannot write '%s': %s\n", path, strerror(errno));
+    if (fd < 0) fprintf(stderr, "phxrun: --log-dir: cannot write '%s': %s\n", path, strerror(errno));
     return fd;
 }
 
@@ -151,8 +137,7 @@ int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int t
             return -1;
         }
         if ((file[0] = open_log(dir, "stdout.log")) < 0 || (file[1] = open_log(dir, "stderr.log")) < 0) {
-            if (file[0] >= 0)
-                close(file[0]);
+            if (file[0] >= 0) close(file[0]);
             return -1;
         }
     }
@@ -165,17 +150,14 @@ int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int t
     if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
         fprintf(stderr, "phxrun: --tee: pipe: %s\n", strerror(errno));
         for (int i = 0; i < 2; i++) {
-            if (po[i] >= 0)
-                close(po[i]);
-            if (pe[i] >= 0)
-                close(pe[i]);
+            if (po[i] >= 0) close(po[i]);
+            if (pe[i] >= 0) close(pe[i]);
         }
         goto fail;
     }
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0)
-        tee_main(rank, po[0], pe[0], file[0], file[1]);
+    if (pid == 0) tee_main(rank, po[0], pe[0], file[0], file[1]);
     close(po[0]);
     close(pe[0]);
     if (pid < 0) {
@@ -185,31 +167,27 @@ int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int t
         goto fail;
     }
     for (int i = 0; i < 2; i++)
-        if (file[i] >= 0)
-            close(file[i]);
+        if (file[i] >= 0) close(file[i]);
     r->fd[0] = po[1];
     r->fd[1] = pe[1];
     r->tee = pid;
     return 0;
 fail:
     for (int i = 0; i < 2; i++)
-        if (file[i] >= 0)
-            close(file[i]);
+        if (file[i] >= 0) close(file[i]);
     return -1;
 }
 
 void rank_out_apply(const rank_out *r)
 {
     for (int i = 0; i < 2; i++)
-        if (r->fd[i] >= 0)
-            dup2(r->fd[i], STDOUT_FILENO + i);
+        if (r->fd[i] >= 0) dup2(r->fd[i], STDOUT_FILENO + i);
 }
 
 void rank_out_close(rank_out *r)
 {
     for (int i = 0; i < 2; i++) {
-        if (r->fd[i] >= 0)
-            close(r->fd[i]);
+        if (r->fd[i] >= 0) close(r->fd[i]);
         r->fd[i] = -1;
     }
 }

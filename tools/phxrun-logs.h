@@ -13,8 +13,8 @@
 #include <sys/types.h>
 
 typedef struct rank_out {
-    int fd[2];          /* what the rank gets as stdout and stderr; -1: inherit */
-    pid_t tee;          /* the tee process, 0 if none */
+    int fd[2]; /* what the rank gets as stdout and stderr; -1: inherit */
+    pid_t tee; /* the tee process, 0 if none */
 } rank_out;
 
 /* Makes DIR/attempt_K/RANK (log_dir may be NULL) and, with tee, the pipes

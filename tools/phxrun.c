@@ -42,7 +42,7 @@ typedef struct opts {
     int nproc, nnodes, node_rank, port, standalone, tee, max_restarts;
     double grace;
     const char *addr, *log_dir;
-    char **argv;        /* prog and its arguments */
+    char **argv; /* prog and its arguments */
 } opts;
 
 static void usage(FILE *f)
@@ -62,7 +62,8 @@ static void usage(FILE *f)
           "PHX_STORE_TOKEN: the job's store token; unset, phxrun makes a random one (one node) or\n"
           "warns (several nodes: export the same token on each).\n"
           "Defaults: --nnodes 1, --node-rank 0, MASTER_ADDR/MASTER_PORT from the environment,\n"
-          "else 127.0.0.1:29500.\n", f);
+          "else 127.0.0.1:29500.\n",
+          f);
 }
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -133,7 +134,8 @@ static int parse_nproc(const char *v, int *out)
     }
     if (!strcmp(v, "gpu")) {
         if ((*out = gpu_count()) > 0) return 0;
-        fprintf(stderr, "phxrun: --nproc-per-node gpu: this node shows no GPU (no /dev/nvidiaN, or "
+        fprintf(stderr,
+                "phxrun: --nproc-per-node gpu: this node shows no GPU (no /dev/nvidiaN, or "
                 "CUDA_VISIBLE_DEVICES empty); use a number, cpu or auto\n");
         return -1;
     }
@@ -182,27 +184,51 @@ static int parse(int argc, char **argv, opts *o)
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
         char name[64], *val = NULL;
-        if (!strcmp(argv[i], "--")) { i++; break; }
+        if (!strcmp(argv[i], "--")) {
+            i++;
+            break;
+        }
         snprintf(name, sizeof name, "%s", argv[i] + 2);
-        for (char *p = name; *p; p++) if (*p == '_') *p = '-';
+        for (char *p = name; *p; p++)
+            if (*p == '_') *p = '-';
         char *eq = strchr(name, '=');
-        if (eq) { *eq = 0; val = argv[i] + 2 + (eq - name) + 1; }
-        if (!strcmp(name, "help")) { usage(stdout); exit(0); }
-        if (!strcmp(name, "standalone")) { o->standalone = 1; continue; }
-        if (!strcmp(name, "tee")) { o->tee = 1; continue; }
+        if (eq) {
+            *eq = 0;
+            val = argv[i] + 2 + (eq - name) + 1;
+        }
+        if (!strcmp(name, "help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(name, "standalone")) {
+            o->standalone = 1;
+            continue;
+        }
+        if (!strcmp(name, "tee")) {
+            o->tee = 1;
+            continue;
+        }
         if (!val) {
             if (i + 1 >= argc) return die("option --%s needs a value", name);
             val = argv[++i];
         }
         int rc = 0;
-        if (!strcmp(name, "nproc-per-node")) rc = parse_nproc(val, &o->nproc);
-        else if (!strcmp(name, "nnodes")) rc = parse_int("--nnodes", val, 1, 1 << 20, &o->nnodes);
-        else if (!strcmp(name, "node-rank")) rc = parse_int("--node-rank", val, 0, 1 << 20, &o->node_rank);
-        else if (!strcmp(name, "master-port")) rc = parse_int("--master-port", val, 1, 65535, &o->port);
-        else if (!strcmp(name, "master-addr")) o->addr = val;
-        else if (!strcmp(name, "rdzv-endpoint")) rc = parse_endpoint(val, o);
-        else if (!strcmp(name, "log-dir")) o->log_dir = val;
-        else if (!strcmp(name, "max-restarts")) rc = parse_int("--max-restarts", val, 0, 1000000, &o->max_restarts);
+        if (!strcmp(name, "nproc-per-node"))
+            rc = parse_nproc(val, &o->nproc);
+        else if (!strcmp(name, "nnodes"))
+            rc = parse_int("--nnodes", val, 1, 1 << 20, &o->nnodes);
+        else if (!strcmp(name, "node-rank"))
+            rc = parse_int("--node-rank", val, 0, 1 << 20, &o->node_rank);
+        else if (!strcmp(name, "master-port"))
+            rc = parse_int("--master-port", val, 1, 65535, &o->port);
+        else if (!strcmp(name, "master-addr"))
+            o->addr = val;
+        else if (!strcmp(name, "rdzv-endpoint"))
+            rc = parse_endpoint(val, o);
+        else if (!strcmp(name, "log-dir"))
+            o->log_dir = val;
+        else if (!strcmp(name, "max-restarts"))
+            rc = parse_int("--max-restarts", val, 0, 1000000, &o->max_restarts);
         else if (!strcmp(name, "grace")) {
             char *end;
             o->grace = strtod(val, &end);
@@ -213,8 +239,14 @@ static int parse(int argc, char **argv, opts *o)
         }
         if (rc) return 2;
     }
-    if (o->nproc < 1) { usage(stderr); return die("--nproc-per-node is required"); }
-    if (i >= argc) { usage(stderr); return die("no program to run"); }
+    if (o->nproc < 1) {
+        usage(stderr);
+        return die("--nproc-per-node is required");
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return die("no program to run");
+    }
     if (o->node_rank >= o->nnodes) return die("--node-rank %d must be below --nnodes %d", o->node_rank, o->nnodes);
     if (o->standalone && (o->nnodes != 1 || o->addr || o->port > 0))
         return die("--standalone is one node on 127.0.0.1 with a free port: it excludes --nnodes > 1, "
@@ -252,12 +284,15 @@ static void start_rank(const opts *o, int local, const char *addr, int port, int
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(128 + SIGKILL);   /* phxrun died before prctl */
+    if (getppid() != parent) _exit(128 + SIGKILL); /* phxrun died before prctl */
     int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE};
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], SIG_DFL);
     sigprocmask(SIG_SETMASK, orig, NULL);
     int nul = open("/dev/null", O_RDONLY);
-    if (nul >= 0) { dup2(nul, 0); if (nul > 0) close(nul); }
+    if (nul >= 0) {
+        dup2(nul, 0);
+        if (nul > 0) close(nul);
+    }
     rank_out_apply(out);
     setenv_int("PHX_RESTART_COUNT", attempt);
     setenv_int("RANK", o->node_rank * o->nproc + local);
@@ -292,9 +327,11 @@ static int job_token(const opts *o)
     const char *t = getenv("PHX_STORE_TOKEN");
     if (t && *t) return 0;
     if (o->nnodes > 1) {
-        fprintf(stderr, "phxrun: warning: --nnodes %d without PHX_STORE_TOKEN: the job's store accepts any "
+        fprintf(stderr,
+                "phxrun: warning: --nnodes %d without PHX_STORE_TOKEN: the job's store accepts any "
                 "client that reaches it; export the same PHX_STORE_TOKEN on every node (for example "
-                "PHX_STORE_TOKEN=$(openssl rand -hex 32))\n", o->nnodes);
+                "PHX_STORE_TOKEN=$(openssl rand -hex 32))\n",
+                o->nnodes);
         return 0;
     }
     unsigned char r[32];
@@ -317,7 +354,7 @@ static void stop_all(const opts *o, const pid_t *pids, int sig, double *kill_at)
     for (int l = 0; l < o->nproc; l++) {
         if (pids[l] <= 0) continue;
         kill(-pids[l], sig);
-        kill(-pids[l], SIGCONT);   /* a stopped rank gets to handle it */
+        kill(-pids[l], SIGCONT); /* a stopped rank gets to handle it */
     }
     if (*kill_at < 0) *kill_at = now() + o->grace;
 }
@@ -326,12 +363,12 @@ static void stop_all(const opts *o, const pid_t *pids, int sig, double *kill_at)
  * the first survivor that gave up. */
 enum { END_NONE, END_OK, END_FAILED, END_SIGNAL };
 typedef struct rank_end {
-    int how;           /* END_* */
-    int status;        /* the wait status */
-    int order;         /* reaping order, 1 = first */
-    int stopped;       /* seen stopped (WIFSTOPPED) before phxrun stopped the job */
+    int how; /* END_* */
+    int status; /* the wait status */
+    int order; /* reaping order, 1 = first */
+    int stopped; /* seen stopped (WIFSTOPPED) before phxrun stopped the job */
     int stop_sig;
-    int sent;          /* a signal phxrun sent it (stop or forward), 0 if none */
+    int sent; /* a signal phxrun sent it (stop or forward), 0 if none */
 } rank_end;
 
 /* The root cause: a rank that was stopped (the others time out waiting
@@ -347,8 +384,7 @@ static int root_cause(const opts *o, const rank_end *e)
             best = l;
     if (best >= 0) return best;
     for (int l = 0; l < o->nproc; l++)
-        if ((e[l].how == END_FAILED || e[l].how == END_SIGNAL) && (best < 0 || e[l].order < e[best].order))
-            best = l;
+        if ((e[l].how == END_FAILED || e[l].how == END_SIGNAL) && (best < 0 || e[l].order < e[best].order)) best = l;
     return best;
 }
 
@@ -361,7 +397,11 @@ static void wait_tees(const opts *o, rank_out *out)
         while (out[l].tee > 0) {
             pid_t w = waitpid(out[l].tee, NULL, WNOHANG);
             if (w == out[l].tee || (w < 0 && errno == ECHILD)) break;
-            if (now() >= until) { kill(out[l].tee, SIGKILL); waitpid(out[l].tee, NULL, 0); break; }
+            if (now() >= until) {
+                kill(out[l].tee, SIGKILL);
+                waitpid(out[l].tee, NULL, 0);
+                break;
+            }
             usleep(10000);
         }
         out[l].tee = 0;
@@ -406,7 +446,7 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
             exit_code = 1;
             break;
         }
-        setpgid(pid, pid);   /* also done in the child: whichever runs first */
+        setpgid(pid, pid); /* also done in the child: whichever runs first */
         pids[l] = pid;
         live++;
     }
@@ -440,7 +480,8 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
             while (l < o->nproc && pids[l] != pid) l++;
             if (l == o->nproc) {
                 if (!WIFSTOPPED(status) && !WIFCONTINUED(status))
-                    for (int q = 0; q < o->nproc; q++) if (out[q].tee == pid) out[q].tee = 0;
+                    for (int q = 0; q < o->nproc; q++)
+                        if (out[q].tee == pid) out[q].tee = 0;
                 continue;
             }
             if (WIFCONTINUED(status)) continue;
@@ -461,12 +502,13 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
             end[l].order = ++reaped;
             end[l].how = WIFEXITED(status) ? (WEXITSTATUS(status) ? END_FAILED : END_OK) : END_SIGNAL;
             if (end[l].how == END_OK) continue;
-            if (exit_code) continue;   /* already stopping: the final line names the root cause */
+            if (exit_code) continue; /* already stopping: the final line names the root cause */
             describe(first, sizeof first, o->node_rank * o->nproc + l, pid, status);
             exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             fprintf(stderr, "phxrun: %s; stopping the other ranks\n", first);
             stop_all(o, pids, SIGTERM, &kill_at);
-            for (int q = 0; q < o->nproc; q++) if (!done[q] && !end[q].sent) end[q].sent = SIGTERM;
+            for (int q = 0; q < o->nproc; q++)
+                if (!done[q] && !end[q].sent) end[q].sent = SIGTERM;
         }
         if (kill_at >= 0 && now() >= kill_at) {
             for (int q = 0; q < o->nproc; q++) {
@@ -484,8 +526,8 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
     if (exit_code && root >= 0) {
         int rank = o->node_rank * o->nproc + root;
         if (end[root].stopped) {
-            snprintf(first, sizeof first, "rank %d (pid %d) was stopped by signal %d (%s) and stopped answering",
-                     rank, (int)pids[root], end[root].stop_sig, strsignal(end[root].stop_sig));
+            snprintf(first, sizeof first, "rank %d (pid %d) was stopped by signal %d (%s) and stopped answering", rank,
+                     (int)pids[root], end[root].stop_sig, strsignal(end[root].stop_sig));
         } else {
             describe(first, sizeof first, rank, pids[root], end[root].status);
             exit_code = WIFEXITED(end[root].status) ? WEXITSTATUS(end[root].status) : 128 + WTERMSIG(end[root].status);
@@ -503,7 +545,8 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
     }
     /* A failed attempt leaves nothing: whatever the ranks started goes too. */
     if (exit_code)
-        for (int l = 0; l < o->nproc; l++) if (pids[l] > 0) kill(-pids[l], SIGKILL);
+        for (int l = 0; l < o->nproc; l++)
+            if (pids[l] > 0) kill(-pids[l], SIGKILL);
     wait_tees(o, out);
     if (exit_code && first[0] && strncmp(first, "cannot", 6))
         fprintf(stderr, "phxrun: failed: %s (exit status %d)\n", first, exit_code);
@@ -538,7 +581,8 @@ int main(int argc, char **argv)
      * started, that another job holds the port. */
     if (o.node_rank == 0 && px_port_busy(port))
         return die("port %d is in use on this node (another job's store?): use --standalone for a free "
-                   "port, or --master-port / MASTER_PORT", port);
+                   "port, or --master-port / MASTER_PORT",
+                   port);
 
     /* Signals are taken synchronously (sigtimedwait), never by handlers. */
     sigset_t set, orig;
@@ -552,8 +596,8 @@ int main(int argc, char **argv)
         int by_signal = 0;
         rc = run_group(&o, addr, port, attempt, &set, &orig, &by_signal);
         if (rc == 0 || by_signal || attempt >= o.max_restarts) return rc;
-        fprintf(stderr, "phxrun: restarting the ranks (restart %d of at most %d, PHX_RESTART_COUNT=%d)\n",
-                attempt + 1, o.max_restarts, attempt + 1);
+        fprintf(stderr, "phxrun: restarting the ranks (restart %d of at most %d, PHX_RESTART_COUNT=%d)\n", attempt + 1,
+                o.max_restarts, attempt + 1);
         /* --standalone: the last attempt's port may still be held. */
         if (o.standalone && (port = px_free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
     }

@@ -11,9 +11,15 @@
 /* One buffer per thread: two threads failing at once never mix messages. */
 static _Thread_local char px_last_error[PX_ERROR_LEN];
 
-const char *phx_last_error(void) { return px_last_error; }
+const char *phx_last_error(void)
+{
+    return px_last_error;
+}
 
-void phx_error_clear(void) { px_last_error[0] = '\0'; }
+void phx_error_clear(void)
+{
+    px_last_error[0] = '\0';
+}
 
 const char *phx_status_name(phx_status st)
 {
@@ -56,7 +62,9 @@ phx_status px_error_null(const char *fn, const char *what)
      * failed (phx_sequential_add(m, phx_linear_new(-3, ...))): keep its
      * message, which names the real cause, after ours. */
     if (px_last_error[0])
-        return phx_error(PHX_EINVAL, "%s: %s is NULL; the last error before this call, likely from the "
-                                     "constructor that returned it: %s", fn, what, px_last_error);
+        return phx_error(PHX_EINVAL,
+                         "%s: %s is NULL; the last error before this call, likely from the "
+                         "constructor that returned it: %s",
+                         fn, what, px_last_error);
     return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, what);
 }

@@ -12,13 +12,13 @@
 
 static atomic_int px_log_level = -1; /* -1: not read from PHX_LOG yet */
 static atomic_int px_log_rank = -1;
-static const char *const px_level_names[] = { "ERROR", "WARN", "INFO", "DEBUG" };
+static const char *const px_level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
-static int px_level_from_env(void)
+static int level_from_env(void)
 {
     const char *v = getenv("PHX_LOG");
     if (!v || !*v) return PHX_LOG_WARN;
-    static const char *const names[] = { "error", "warn", "info", "debug" };
+    static const char *const names[] = {"error", "warn", "info", "debug"};
     for (int i = 0; i < 4; i++)
         if (strcasecmp(v, names[i]) == 0) return i;
     if (strcasecmp(v, "warning") == 0) return PHX_LOG_WARN;
@@ -30,7 +30,7 @@ phx_log_level phx_log_get_level(void)
 {
     int l = atomic_load_explicit(&px_log_level, memory_order_relaxed);
     if (l < 0) {
-        int want = px_level_from_env();
+        int want = level_from_env();
         int expected = -1;
         /* First reader wins; a concurrent phx_log_set_level is kept. */
         if (!atomic_compare_exchange_strong(&px_log_level, &expected, want)) want = expected;
@@ -54,7 +54,7 @@ static int env_rank(void)
     static atomic_int cached = -2;
     int r = atomic_load(&cached);
     if (r != -2) return r;
-    static const char *const vars[] = { "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID" };
+    static const char *const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
     r = -1;
     for (int i = 0; i < 4 && r < 0; i++) {
         const char *v = getenv(vars[i]);

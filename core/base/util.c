@@ -11,12 +11,18 @@
 
 static atomic_uint_fast64_t px_allocs;
 
-uint64_t phx_alloc_count(void) { return atomic_load(&px_allocs); }
+uint64_t phx_alloc_count(void)
+{
+    return atomic_load(&px_allocs);
+}
 
 void *px_malloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) { phx_error(PHX_ENOMEM, "out of memory allocating %zu bytes", n); return NULL; }
+    if (!p) {
+        phx_error(PHX_ENOMEM, "out of memory allocating %zu bytes", n);
+        return NULL;
+    }
     atomic_fetch_add(&px_allocs, 1);
     return p;
 }
@@ -24,7 +30,10 @@ void *px_malloc(size_t n)
 void *px_calloc(size_t count, size_t size)
 {
     void *p = calloc(count ? count : 1, size ? size : 1);
-    if (!p) { phx_error(PHX_ENOMEM, "out of memory allocating %zu x %zu bytes", count, size); return NULL; }
+    if (!p) {
+        phx_error(PHX_ENOMEM, "out of memory allocating %zu x %zu bytes", count, size);
+        return NULL;
+    }
     atomic_fetch_add(&px_allocs, 1);
     return p;
 }
@@ -32,12 +41,18 @@ void *px_calloc(size_t count, size_t size)
 void *px_realloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
-    if (!q) { phx_error(PHX_ENOMEM, "out of memory reallocating %zu bytes", n); return NULL; }
+    if (!q) {
+        phx_error(PHX_ENOMEM, "out of memory reallocating %zu bytes", n);
+        return NULL;
+    }
     atomic_fetch_add(&px_allocs, 1);
     return q;
 }
 
-void px_free(void *p) { free(p); }
+void px_free(void *p)
+{
+    free(p);
+}
 
 char *px_strdup(const char *s)
 {
@@ -88,6 +103,6 @@ double px_env_timeout(void)
 
 double px_timeout(double t)
 {
-    if (!(t > 0)) return px_env_timeout();   /* <= 0 and NaN */
+    if (!(t > 0)) return px_env_timeout(); /* <= 0 and NaN */
     return t > PX_TIMEOUT_MAX ? PX_TIMEOUT_MAX : t;
 }

@@ -16,35 +16,35 @@
 struct phx_work {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int done;                    /* set once by phx_work_complete */
-    int orphan;                  /* abandoned by a timed-out blocking call:
+    int done; /* set once by phx_work_complete */
+    int orphan; /* abandoned by a timed-out blocking call:
                                     phx_work_complete recycles it */
     phx_status status;
-    uint64_t seq;                /* issue number on its comm */
-    const char *what;            /* "allreduce", ... (static string) */
-    phx_comm *comm;              /* the pool it returns to */
+    uint64_t seq; /* issue number on its comm */
+    const char *what; /* "allreduce", ... (static string) */
+    phx_comm *comm; /* the pool it returns to */
     struct phx_work *next_free;
-    struct phx_work *next_all;   /* every handle of the comm, for phx_comm_free */
-    char msg[PX_WORK_MSG_MAX];   /* error message, "" on success */
+    struct phx_work *next_all; /* every handle of the comm, for phx_comm_free */
+    char msg[PX_WORK_MSG_MAX]; /* error message, "" on success */
 };
 
 struct phx_comm {
     const phx_plugin_desc *desc;
-    phx_comm_v1 v;               /* the plugin's table as of its minor
+    phx_comm_v1 v; /* the plugin's table as of its minor
                                     (px_abi_adapt): a slot it lacks is NULL */
-    phx_tensor *barrier_buf;     /* one element on device: the default barrier */
-    void *state;                 /* the plugin's */
+    phx_tensor *barrier_buf; /* one element on device: the default barrier */
+    void *state; /* the plugin's */
     int rank, size, local_rank, local_size;
     phx_store *store;
-    int owns_store;              /* created by phx_comm_init: freed with the comm */
-    char prefix[48];             /* "c<k>/": this comm's keys in the store */
+    int owns_store; /* created by phx_comm_init: freed with the comm */
+    char prefix[48]; /* "c<k>/": this comm's keys in the store */
     double timeout_s;
     phx_device device;
-    uint64_t seq;                /* collectives issued */
-    int debug_detail;            /* PHX_DEBUG=detail */
+    uint64_t seq; /* collectives issued */
+    int debug_detail; /* PHX_DEBUG=detail */
     pthread_mutex_t pool_mu;
-    phx_work *free_works;        /* recycled handles */
-    phx_work *all_works;         /* every handle made, for phx_comm_free */
+    phx_work *free_works; /* recycled handles */
+    phx_work *all_works; /* every handle made, for phx_comm_free */
 };
 
 /* Seconds a wait on a work adds to the comm's timeout: the backend

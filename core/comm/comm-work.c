@@ -66,8 +66,7 @@ void phx_work_complete(phx_work *w, phx_status st, const char *msg)
         return;
     }
     w->status = st;
-    if (st != PHX_OK)
-        snprintf(w->msg, sizeof w->msg, "%s", msg && *msg ? msg : phx_status_name(st));
+    if (st != PHX_OK) snprintf(w->msg, sizeof w->msg, "%s", msg && *msg ? msg : phx_status_name(st));
     w->done = 1;
     if (phx_log_get_level() >= PHX_LOG_DEBUG)
         phx_log(PHX_LOG_DEBUG, "comm %s rank %d: #%llu %s %s%s", w->comm->prefix, w->comm->rank,
@@ -109,9 +108,8 @@ phx_status phx_work_wait(phx_work *w, double timeout_s)
     phx_status st = w->status;
     pthread_mutex_unlock(&w->mu);
     if (!done)
-        return phx_error(PHX_ETIMEOUT, "phx_work_wait: %s #%llu (rank %d of %d, %s) not complete after %.3g s",
-                         w->what, (unsigned long long)w->seq, w->comm->rank, w->comm->size,
-                         w->comm->desc->name, t);
+        return phx_error(PHX_ETIMEOUT, "phx_work_wait: %s #%llu (rank %d of %d, %s) not complete after %.3g s", w->what,
+                         (unsigned long long)w->seq, w->comm->rank, w->comm->size, w->comm->desc->name, t);
     if (st != PHX_OK) return phx_error(st, "%s", w->msg);
     return PHX_OK;
 }
@@ -139,7 +137,7 @@ phx_status px_work_finish(phx_work *w)
     phx_status st = phx_work_wait(w, -1.0);
     pthread_mutex_lock(&w->mu);
     int done = w->done;
-    if (!done) w->orphan = 1;   /* the backend still holds it */
+    if (!done) w->orphan = 1; /* the backend still holds it */
     pthread_mutex_unlock(&w->mu);
     if (done) px_work_put(w);
     return st;

@@ -45,8 +45,8 @@ static phx_status resolve_world(const phx_comm_opts *o, phx_world *w)
         w->local_rank = o->local_rank >= 0 ? o->local_rank : o->rank;
         w->local_size = o->local_size >= 1 ? o->local_size : o->size;
         if (w->local_rank >= w->local_size)
-            return phx_error(PHX_EINVAL, "phx_comm_init: opts local_rank %d is not below local_size %d",
-                             w->local_rank, w->local_size);
+            return phx_error(PHX_EINVAL, "phx_comm_init: opts local_rank %d is not below local_size %d", w->local_rank,
+                             w->local_size);
         if (!o->store && !px_spawn_current()->active && w->size > 1 &&
             (st = px_env_master(w->master_addr, sizeof w->master_addr, &w->master_port)))
             return st;
@@ -68,8 +68,14 @@ static phx_status resolve_world(const phx_comm_opts *o, phx_world *w)
 static phx_status make_store(phx_comm *c, const phx_comm_opts *o, const phx_world *w)
 {
     const px_spawn_tls *tls = px_spawn_current();
-    if (o->store) { c->store = o->store; return PHX_OK; }
-    if (tls->active) { c->store = tls->store; return PHX_OK; }
+    if (o->store) {
+        c->store = o->store;
+        return PHX_OK;
+    }
+    if (tls->active) {
+        c->store = tls->store;
+        return PHX_OK;
+    }
     c->owns_store = 1;
     if (w->size == 1) {
         c->store = phx_store_new_local();
@@ -98,17 +104,17 @@ static phx_status claim_rank(phx_comm *c)
     void *now = NULL;
     size_t nlen = 0;
     phx_status st = phx_store_compare_set(c->store, key, NULL, 0, me, strlen(me), &now, &nlen);
-    if (st)
-        return st;
+    if (st) return st;
     int same = nlen == strlen(me) && memcmp(now, me, nlen) == 0;
     char other[320];
     snprintf(other, sizeof other, "%.*s", (int)(nlen < sizeof other ? nlen : sizeof other - 1),
              now ? (const char *)now : "");
     free(now);
     if (!same)
-        return phx_error(PHX_EINVAL, "phx_comm_init: rank %d is already taken by process %s (this is %s): RANK "
-                         "or --node-rank repeated, or nodes started with different --nproc-per-node", c->rank, other,
-                         me);
+        return phx_error(PHX_EINVAL,
+                         "phx_comm_init: rank %d is already taken by process %s (this is %s): RANK "
+                         "or --node-rank repeated, or nodes started with different --nproc-per-node",
+                         c->rank, other, me);
     return PHX_OK;
 }
 
@@ -121,12 +127,10 @@ static phx_status join_world(phx_comm *c, const phx_world *w)
     char key[96], mine[24];
     phx_status st;
     snprintf(key, sizeof key, "%sjoin/%d", c->prefix, c->rank);
-    if ((st = phx_store_add(c->store, key, 1, NULL)))
-        return st;
+    if ((st = phx_store_add(c->store, key, 1, NULL))) return st;
     snprintf(key, sizeof key, "%sworld", c->prefix);
     snprintf(mine, sizeof mine, "%d", c->size);
-    if (c->rank == 0 && (st = phx_store_set(c->store, key, mine, strlen(mine))))
-        return st;
+    if (c->rank == 0 && (st = phx_store_set(c->store, key, mine, strlen(mine)))) return st;
     void *v = NULL;
     size_t len = 0;
     if ((st = phx_store_get(c->store, key, &v, &len, c->timeout_s)))
@@ -137,8 +141,10 @@ static phx_status join_world(phx_comm *c, const phx_world *w)
     snprintf(theirs, sizeof theirs, "%.*s", (int)(len < 23 ? len : 23), (const char *)v);
     free(v);
     if (!same)
-        return phx_error(PHX_EINVAL, "phx_comm_init: rank %d: WORLD_SIZE is %d here but %s at rank 0: every rank "
-                         "must agree (same --nnodes and --nproc-per-node on every node)", c->rank, c->size, theirs);
+        return phx_error(PHX_EINVAL,
+                         "phx_comm_init: rank %d: WORLD_SIZE is %d here but %s at rank 0: every rank "
+                         "must agree (same --nnodes and --nproc-per-node on every node)",
+                         c->rank, c->size, theirs);
     const char **keys = px_calloc((size_t)c->size, sizeof *keys);
     char *names = px_malloc((size_t)c->size * 96);
     if (!keys || !names) {
@@ -156,8 +162,7 @@ static phx_status join_world(phx_comm *c, const phx_world *w)
         int nmiss = 0;
         for (int r = 0; r < c->size; r++) {
             int64_t have = 0;
-            if (phx_store_add(c->store, keys[r], 0, &have) != PHX_OK || have > 0)
-                continue;
+            if (phx_store_add(c->store, keys[r], 0, &have) != PHX_OK || have > 0) continue;
             size_t used = strlen(missing);
             if (nmiss < 16)
                 snprintf(missing + used, sizeof missing - used, "%s%d", nmiss ? ", " : "", r);
@@ -165,9 +170,10 @@ static phx_status join_world(phx_comm *c, const phx_world *w)
                 snprintf(missing + used, sizeof missing - used, ", ...");
             nmiss++;
         }
-        st = phx_error(PHX_ETIMEOUT, "phx_comm_init: rank %d: %s %s of %d never joined within %.3g s (were they "
-                       "started, with the same MASTER_ADDR:MASTER_PORT and WORLD_SIZE?)", c->rank,
-                       nmiss == 1 ? "rank" : "ranks", missing, c->size, c->timeout_s);
+        st = phx_error(PHX_ETIMEOUT,
+                       "phx_comm_init: rank %d: %s %s of %d never joined within %.3g s (were they "
+                       "started, with the same MASTER_ADDR:MASTER_PORT and WORLD_SIZE?)",
+                       c->rank, nmiss == 1 ? "rank" : "ranks", missing, c->size, c->timeout_s);
     }
     px_free(keys);
     px_free(names);
@@ -186,8 +192,8 @@ static int in_process_world(const phx_comm_opts *o, const phx_world *w)
  * leave the world to the environment. */
 static int own_world(const phx_comm *c, const phx_comm_opts *o)
 {
-    return c->desc->abi_minor >= PHX_COMM_V1_WORLD_MINOR && c->v.world && o->rank < 0 && o->size < 0 &&
-           !o->store && !px_spawn_current()->active;
+    return c->desc->abi_minor >= PHX_COMM_V1_WORLD_MINOR && c->v.world && o->rank < 0 && o->size < 0 && !o->store &&
+        !px_spawn_current()->active;
 }
 
 /* The plugin's own world replaces the environment's; an in-process store
@@ -203,11 +209,12 @@ static phx_status take_own_world(phx_comm *c)
         snprintf(why, sizeof why, "%s", phx_last_error());
         return phx_error(st, "phx_comm_init: backend '%s' could not make its world: %s", c->desc->name, why);
     }
-    if (w.size < 1 || w.rank < 0 || w.rank >= w.size || w.local_size < 1 || w.local_size > w.size ||
-        w.local_rank < 0 || w.local_rank >= w.local_size)
-        return phx_error(PHX_EABI, "phx_comm_init: backend '%s' reported rank %d of %d (local %d of %d): expected "
-                         "0 <= rank < size and 0 <= local_rank < local_size <= size", c->desc->name, w.rank, w.size,
-                         w.local_rank, w.local_size);
+    if (w.size < 1 || w.rank < 0 || w.rank >= w.size || w.local_size < 1 || w.local_size > w.size || w.local_rank < 0 ||
+        w.local_rank >= w.local_size)
+        return phx_error(PHX_EABI,
+                         "phx_comm_init: backend '%s' reported rank %d of %d (local %d of %d): expected "
+                         "0 <= rank < size and 0 <= local_rank < local_size <= size",
+                         c->desc->name, w.rank, w.size, w.local_rank, w.local_size);
     if (c->rank != w.rank || c->size != w.size)
         phx_log(PHX_LOG_INFO, "backend %s makes its own world: rank %d of %d (the environment said %d of %d)",
                 c->desc->name, w.rank, w.size, c->rank, c->size);
@@ -218,8 +225,10 @@ static phx_status take_own_world(phx_comm *c)
     c->owns_store = 1;
     if (!(c->store = phx_store_new_local())) return PHX_ENOMEM;
     if (c->debug_detail) {
-        phx_log(PHX_LOG_WARN, "PHX_DEBUG=detail: backend %s makes its own world without the rendezvous store; "
-                "collectives are not cross-checked", c->desc->name);
+        phx_log(PHX_LOG_WARN,
+                "PHX_DEBUG=detail: backend %s makes its own world without the rendezvous store; "
+                "collectives are not cross-checked",
+                c->desc->name);
         c->debug_detail = 0;
     }
     return PHX_OK;
@@ -277,8 +286,8 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     snprintf(c->prefix, sizeof c->prefix, "c%" PRId64 "/", k - 1);
     if (across && (st = join_world(c, &w))) goto fail;
 
-    phx_comm_init_args a = {c->rank, c->size, c->local_rank, c->local_size, c->store, c->prefix, c->timeout_s,
-                            c->device};
+    phx_comm_init_args a = {c->rank,  c->size,   c->local_rank, c->local_size,
+                            c->store, c->prefix, c->timeout_s,  c->device};
     if ((st = c->v.init(&a, &c->state))) {
         char why[512];
         snprintf(why, sizeof why, "%s", phx_last_error());
@@ -286,8 +295,7 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
         goto fail;
     }
     phx_log_set_rank(c->rank);
-    phx_log(PHX_LOG_INFO, "communicator %s: rank %d of %d, backend %s", c->prefix, c->rank, c->size,
-            c->desc->name);
+    phx_log(PHX_LOG_INFO, "communicator %s: rank %d of %d, backend %s", c->prefix, c->rank, c->size, c->desc->name);
     *out = c;
     return PHX_OK;
 fail:
@@ -309,11 +317,26 @@ void phx_comm_free(phx_comm *c)
     px_free(c);
 }
 
-int phx_comm_rank(const phx_comm *c) { return c ? c->rank : -1; }
-int phx_comm_size(const phx_comm *c) { return c ? c->size : -1; }
-const char *phx_comm_backend(const phx_comm *c) { return c ? c->desc->name : "?"; }
-phx_device phx_comm_device(const phx_comm *c) { return c ? c->device : phx_cpu(); }
-double phx_comm_timeout(const phx_comm *c) { return c ? c->timeout_s : 0.0; }
+int phx_comm_rank(const phx_comm *c)
+{
+    return c ? c->rank : -1;
+}
+int phx_comm_size(const phx_comm *c)
+{
+    return c ? c->size : -1;
+}
+const char *phx_comm_backend(const phx_comm *c)
+{
+    return c ? c->desc->name : "?";
+}
+phx_device phx_comm_device(const phx_comm *c)
+{
+    return c ? c->device : phx_cpu();
+}
+double phx_comm_timeout(const phx_comm *c)
+{
+    return c ? c->timeout_s : 0.0;
+}
 
 /* ------------------------------------------------------------ checks */
 
@@ -347,10 +370,12 @@ static phx_status debug_check(phx_comm *c, const char *who, const char *desc)
         size_t n;
         snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq, r);
         if ((st = phx_store_get(c->store, key, &v, &n, c->timeout_s))) {
-            return phx_error(st, "%s: PHX_DEBUG=detail: rank %d did not issue collective #%" PRIu64
-                             " within %.3g s (this rank issued %s)", who, r, c->seq, c->timeout_s, mine);
+            return phx_error(st,
+                             "%s: PHX_DEBUG=detail: rank %d did not issue collective #%" PRIu64
+                             " within %.3g s (this rank issued %s)",
+                             who, r, c->seq, c->timeout_s, mine);
         }
-        char *dst = r == 0 ? first : bad < 0 ? other : NULL;   /* keep the first that differs */
+        char *dst = r == 0 ? first : bad < 0 ? other : NULL; /* keep the first that differs */
         if (dst) snprintf(dst, sizeof first, "%.*s", (int)n, (char *)v);
         free(v);
         if (r > 0 && bad < 0 && strcmp(first, other) != 0) bad = r;
@@ -362,8 +387,10 @@ static phx_status debug_check(phx_comm *c, const char *who, const char *desc)
         phx_store_delete(c->store, key, NULL);
     }
     if (bad >= 0)
-        return phx_error(PHX_EDESYNC, "%s: PHX_DEBUG=detail: collective #%" PRIu64 " differs across ranks: "
-                         "rank 0 issued %s, rank %d issued %s", who, c->seq, first, bad, other);
+        return phx_error(PHX_EDESYNC,
+                         "%s: PHX_DEBUG=detail: collective #%" PRIu64 " differs across ranks: "
+                         "rank 0 issued %s, rank %d issued %s",
+                         who, c->seq, first, bad, other);
     return PHX_OK;
 }
 
@@ -401,7 +428,10 @@ static phx_status issue(const px_call *k, phx_work **work)
             snprintf(d, sizeof d, "%s(count=%" PRId64 ", %s, %s)", what, k->count, phx_dtype_name(k->dt),
                      op_names[k->op]);
         }
-        if ((st = debug_check(c, k->who, d))) { c->seq++; return st; }
+        if ((st = debug_check(c, k->who, d))) {
+            c->seq++;
+            return st;
+        }
     }
     phx_work *w = px_work_get(c, what);
     if (!w) return PHX_ENOMEM;
@@ -417,8 +447,10 @@ static phx_status issue(const px_call *k, phx_work **work)
     default:
         /* The default barrier: a one-element all-reduce (its sum of zeros
          * stays zero, so barriers in flight may share the buffer). */
-        if (c->v.barrier) st = c->v.barrier(c->state, w);
-        else st = c->v.allreduce(c->state, px_tensor_ptr(c->barrier_buf), 1, PHX_F32, PHX_SUM, w);
+        if (c->v.barrier)
+            st = c->v.barrier(c->state, w);
+        else
+            st = c->v.allreduce(c->state, px_tensor_ptr(c->barrier_buf), 1, PHX_F32, PHX_SUM, w);
     }
     if (st != PHX_OK) {
         px_work_put(w);
@@ -440,7 +472,8 @@ static phx_status check_common(phx_comm *c, const char *who, phx_work **work)
 
 static phx_status check_op(const char *who, phx_reduce_op op)
 {
-    if ((unsigned)op > PHX_MIN) return phx_error(PHX_EINVAL, "%s: reduce op %d: expected sum, avg, max or min", who, (int)op);
+    if ((unsigned)op > PHX_MIN)
+        return phx_error(PHX_EINVAL, "%s: reduce op %d: expected sum, avg, max or min", who, (int)op);
     return PHX_OK;
 }
 
@@ -475,9 +508,10 @@ static phx_status check_pair(phx_comm *c, const char *who, const phx_tensor *sma
         return phx_error(PHX_EINVAL, "%s: %s tensor is %s, %s tensor is %s: expected the same dtype", who, sname,
                          phx_dtype_name(small->dtype), bname, phx_dtype_name(big->dtype));
     if (big->numel != small->numel * c->size)
-        return phx_error(PHX_EINVAL, "%s: %s tensor has %" PRId64 " elements, expected %d x %" PRId64 " = %" PRId64
-                         " (world size x %s elements)", who, bname, big->numel, c->size, small->numel,
-                         small->numel * c->size, sname);
+        return phx_error(PHX_EINVAL,
+                         "%s: %s tensor has %" PRId64 " elements, expected %d x %" PRId64 " = %" PRId64
+                         " (world size x %s elements)",
+                         who, bname, big->numel, c->size, small->numel, small->numel * c->size, sname);
     return PHX_OK;
 }
 
@@ -505,8 +539,7 @@ phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor
         return st;
     char *ip = px_tensor_ptr(in), *outp = px_tensor_ptr(out);
     size_t ib = phx_tensor_nbytes(in), ob = phx_tensor_nbytes(out);
-    if (ob && ip < outp + ob && outp < ip + ib)
-        return phx_error(PHX_EINVAL, "%s: input and output overlap", who);
+    if (ob && ip < outp + ob && outp < ip + ib) return phx_error(PHX_EINVAL, "%s: input and output overlap", who);
     px_call k = {c, who, PX_REDUCE_SCATTER, px_tensor_ptr(in), px_tensor_ptr(out), out->numel, out->dtype, op, 0};
     return issue(&k, work);
 }

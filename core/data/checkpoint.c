@@ -22,8 +22,7 @@ static char *joined(const char *a, const char *b)
 {
     size_t len = strlen(a) + strlen(b) + 1;
     char *s = px_malloc(len);
-    if (s)
-        snprintf(s, len, "%s%s", a, b);
+    if (s) snprintf(s, len, "%s%s", a, b);
     return s;
 }
 
@@ -63,8 +62,8 @@ phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimize
     }
     size_t k = 0;
     for (size_t i = 0; i < n_meta; i++) {
-        if (meta[i].key && (strncmp(meta[i].key, OPT_PREFIX, strlen(OPT_PREFIX)) == 0 ||
-                            strncmp(meta[i].key, "scaler.", 7) == 0)) {
+        if (meta[i].key &&
+            (strncmp(meta[i].key, OPT_PREFIX, strlen(OPT_PREFIX)) == 0 || strncmp(meta[i].key, "scaler.", 7) == 0)) {
             st = phx_error(PHX_EINVAL, "phx_checkpoint_save: metadata key '%s' is reserved (optim.*, scaler.*)",
                            meta[i].key);
             goto out;
@@ -84,8 +83,7 @@ phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimize
     }
     st = phx_safetensors_write(path, names, ts, n, all, k);
 out:
-    for (size_t i = 0; owned && i < ns; i++)
-        px_free(owned[i]);
+    for (size_t i = 0; owned && i < ns; i++) px_free(owned[i]);
     px_free(owned);
     px_free(names);
     px_free(ts);
@@ -109,12 +107,12 @@ static phx_status check_entry(const char *path, const px_st_entry *e, const char
         return phx_error(PHX_EIO, "%s: '%s': tensors '%s' and '%s' both hold %s '%s'", who, path, (*slot)->name,
                          e->name, what, key);
     if (!px_st_convertible(e->dtype, t->dtype))
-        return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has dtype %s, %s '%s' is %s (floating-point dtypes "
-                         "convert into each other, integer ones must match)", who, path, e->name,
-                         px_st_dtype_name(e->dtype), what, key, px_st_dtype_name(t->dtype));
+        return phx_error(PHX_EIO,
+                         "%s: '%s': tensor '%s' has dtype %s, %s '%s' is %s (floating-point dtypes "
+                         "convert into each other, integer ones must match)",
+                         who, path, e->name, px_st_dtype_name(e->dtype), what, key, px_st_dtype_name(t->dtype));
     bool same = e->ndim == t->ndim;
-    for (int d = 0; same && d < e->ndim; d++)
-        same = e->shape[d] == t->shape[d];
+    for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
     if (!same)
         return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has shape %s, %s '%s' has shape %s", who, path, e->name,
                          px_shape_str(e->ndim, e->shape, a, sizeof a), what, key, phx_tensor_shape_str(t, b, sizeof b));
@@ -124,20 +122,18 @@ static phx_status check_entry(const char *path, const px_st_entry *e, const char
 
 static bool parse_i64(const char *s, int64_t *out)
 {
-    if (!s || !*s)
-        return false;
+    if (!s || !*s) return false;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < 0)
-        return false;
+    if (errno || *end || v < 0) return false;
     *out = v;
     return true;
 }
 
 typedef struct plan {
-    const px_st_entry **model;   /* per parameter */
-    const px_st_entry **state;   /* per optimizer state tensor */
+    const px_st_entry **model; /* per parameter */
+    const px_st_entry **state; /* per optimizer state tensor */
     int64_t steps;
     double scale;
     int64_t tracker;
@@ -145,8 +141,8 @@ typedef struct plan {
 
 /* Matches every entry of f to the model / optimizer and checks every
  * condition; fills p. Changes nothing. */
-static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt, phx_scaler *scaler,
-                            size_t np, const char **snames, phx_tensor **stens, size_t ns, plan *p)
+static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt, phx_scaler *scaler, size_t np,
+                            const char **snames, phx_tensor **stens, size_t ns, plan *p)
 {
     const char *who = "phx_checkpoint_load", *path = f->path;
     for (size_t i = 0; i < f->n; i++) {
@@ -154,29 +150,24 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
         const char *key = e->name;
         phx_status st;
         if (strncmp(key, OPT_PREFIX, strlen(OPT_PREFIX)) == 0) {
-            if (!opt)
-                continue; /* a full checkpoint loads into a bare model too */
+            if (!opt) continue; /* a full checkpoint loads into a bare model too */
             const char *sk = key + strlen(OPT_PREFIX);
             size_t j = 0;
-            while (j < ns && strcmp(snames[j], sk) != 0)
-                j++;
+            while (j < ns && strcmp(snames[j], sk) != 0) j++;
             if (j == ns)
-                return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no state of the %s optimizer", who, path,
-                                 key, phx_optimizer_type(opt));
-            if ((st = check_entry(path, e, sk, stens[j], "optimizer state", &p->state[j])) != PHX_OK)
-                return st;
+                return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no state of the %s optimizer", who, path, key,
+                                 phx_optimizer_type(opt));
+            if ((st = check_entry(path, e, sk, stens[j], "optimizer state", &p->state[j])) != PHX_OK) return st;
             continue;
         }
-        if (strncmp(key, DDP_PREFIX, strlen(DDP_PREFIX)) == 0)
-            key += strlen(DDP_PREFIX);
+        if (strncmp(key, DDP_PREFIX, strlen(DDP_PREFIX)) == 0) key += strlen(DDP_PREFIX);
         size_t j = 0;
-        while (j < np && strcmp(phx_module_param_name(model, j), key) != 0)
-            j++;
+        while (j < np && strcmp(phx_module_param_name(model, j), key) != 0) j++;
         if (j == np)
-            return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no parameter of the model (extra key)", who,
-                             path, e->name);
-        if ((st = check_entry(path, e, key, phx_param_value(phx_module_param(model, j)), "parameter",
-                              &p->model[j])) != PHX_OK)
+            return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no parameter of the model (extra key)", who, path,
+                             e->name);
+        if ((st = check_entry(path, e, key, phx_param_value(phx_module_param(model, j)), "parameter", &p->model[j])) !=
+            PHX_OK)
             return st;
     }
     for (size_t j = 0; j < np; j++)
@@ -190,17 +181,18 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
                                  path, snames[j]);
         const char *s = px_st_meta(f, "optim.steps");
         if (!parse_i64(s, &p->steps))
-            return phx_error(PHX_EIO, "%s: '%s': metadata optim.steps is %s%s%s, expected an integer >= 0", who,
-                             path, s ? "'" : "", s ? s : "missing", s ? "'" : "");
+            return phx_error(PHX_EIO, "%s: '%s': metadata optim.steps is %s%s%s, expected an integer >= 0", who, path,
+                             s ? "'" : "", s ? s : "missing", s ? "'" : "");
     }
     if (scaler) {
         const char *s = px_st_meta(f, "scaler.scale"), *g = px_st_meta(f, "scaler.growth_tracker");
         char *end = NULL;
         p->scale = s ? strtod(s, &end) : 0.0;
         if (!s || *end || !(p->scale > 0.0) || isinf(p->scale) || !parse_i64(g, &p->tracker))
-            return phx_error(PHX_EIO, "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s' missing or "
-                             "invalid (need a finite scale > 0 and an integer >= 0)", who, path, s ? s : "(none)",
-                             g ? g : "(none)");
+            return phx_error(PHX_EIO,
+                             "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s' missing or "
+                             "invalid (need a finite scale > 0 and an integer >= 0)",
+                             who, path, s ? s : "(none)", g ? g : "(none)");
         char why[160];
         if (px_scaler_check_state(scaler, p->scale, p->tracker, why, sizeof why))
             return phx_error(PHX_EIO, "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s': %s", who,
@@ -211,14 +203,12 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
 
 phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler)
 {
-    if (!path || !model)
-        return phx_error(PHX_EINVAL, "phx_checkpoint_load: NULL %s", path ? "model" : "path");
+    if (!path || !model) return phx_error(PHX_EINVAL, "phx_checkpoint_load: NULL %s", path ? "model" : "path");
     if (opt && phx_optimizer_model(opt) != model)
         return phx_error(PHX_EINVAL, "phx_checkpoint_load: the optimizer belongs to another model");
     px_st_file f;
     phx_status st = px_st_open("phx_checkpoint_load", path, &f);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     size_t np = phx_module_num_params(model);
     const char **snames = NULL;
     phx_tensor **stens = NULL;
@@ -236,12 +226,9 @@ phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimize
         st = px_st_load_into(&f, p.model[j], phx_param_value(prm));
         phx_param_touch(prm);
     }
-    for (size_t j = 0; st == PHX_OK && j < ns; j++)
-        st = px_st_load_into(&f, p.state[j], stens[j]);
-    if (st == PHX_OK && opt)
-        phx_optimizer_set_steps(opt, p.steps);
-    if (st == PHX_OK && scaler)
-        st = phx_scaler_set_state(scaler, p.scale, p.tracker);
+    for (size_t j = 0; st == PHX_OK && j < ns; j++) st = px_st_load_into(&f, p.state[j], stens[j]);
+    if (st == PHX_OK && opt) phx_optimizer_set_steps(opt, p.steps);
+    if (st == PHX_OK && scaler) st = phx_scaler_set_state(scaler, p.scale, p.tracker);
     px_free(p.model);
     px_free(p.state);
     px_st_close(&f);
@@ -250,12 +237,10 @@ phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimize
 
 phx_status phx_checkpoint_meta(const char *path, const char *key, char *buf, size_t len)
 {
-    if (!key || !buf || len == 0)
-        return phx_error(PHX_EINVAL, "phx_checkpoint_meta: NULL key or empty buffer");
+    if (!key || !buf || len == 0) return phx_error(PHX_EINVAL, "phx_checkpoint_meta: NULL key or empty buffer");
     px_st_file f;
     phx_status st = px_st_open_header("phx_checkpoint_meta", path, &f);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     const char *v = px_st_meta(&f, key);
     if (!v)
         st = phx_error(PHX_ENOTFOUND, "phx_checkpoint_meta: '%s' has no metadata key '%s'", path, key);

@@ -20,11 +20,9 @@ struct phx_dataset {
 
 size_t phx_field_bytes(const phx_field *f)
 {
-    if (!f)
-        return 0;
+    if (!f) return 0;
     size_t n = phx_dtype_size(f->dtype);
-    for (int d = 0; d < f->ndim; d++)
-        n *= (size_t)f->shape[d];
+    for (int d = 0; d < f->ndim; d++) n *= (size_t)f->shape[d];
     return n;
 }
 
@@ -65,8 +63,7 @@ phx_dataset *phx_dataset_new(const phx_dataset_vtable *vt, void *ctx, int64_t le
             }
     }
     phx_dataset *ds = px_calloc(1, sizeof *ds);
-    if (!ds)
-        return NULL;
+    if (!ds) return NULL;
     atomic_init(&ds->refs, 1);
     ds->vt = vt;
     ds->ctx = ctx;
@@ -78,22 +75,25 @@ phx_dataset *phx_dataset_new(const phx_dataset_vtable *vt, void *ctx, int64_t le
 
 phx_dataset *phx_dataset_retain(phx_dataset *ds)
 {
-    if (ds)
-        atomic_fetch_add(&ds->refs, 1);
+    if (ds) atomic_fetch_add(&ds->refs, 1);
     return ds;
 }
 
 void phx_dataset_free(phx_dataset *ds)
 {
-    if (!ds || atomic_fetch_sub(&ds->refs, 1) != 1)
-        return;
-    if (ds->vt->free)
-        ds->vt->free(ds->ctx);
+    if (!ds || atomic_fetch_sub(&ds->refs, 1) != 1) return;
+    if (ds->vt->free) ds->vt->free(ds->ctx);
     px_free(ds);
 }
 
-int64_t phx_dataset_len(const phx_dataset *ds) { return ds ? ds->len : 0; }
-int phx_dataset_num_fields(const phx_dataset *ds) { return ds ? ds->n_fields : 0; }
+int64_t phx_dataset_len(const phx_dataset *ds)
+{
+    return ds ? ds->len : 0;
+}
+int phx_dataset_num_fields(const phx_dataset *ds)
+{
+    return ds ? ds->n_fields : 0;
+}
 
 const phx_field *phx_dataset_field(const phx_dataset *ds, int f)
 {
@@ -107,8 +107,7 @@ const char *phx_dataset_type(const phx_dataset *ds)
 
 phx_status phx_dataset_get(phx_dataset *ds, int64_t i, void *const *out)
 {
-    if (!ds || !out)
-        return phx_error(PHX_EINVAL, "phx_dataset_get: %s is NULL", ds ? "out" : "the dataset");
+    if (!ds || !out) return phx_error(PHX_EINVAL, "phx_dataset_get: %s is NULL", ds ? "out" : "the dataset");
     if (i < 0 || i >= ds->len)
         return phx_error(PHX_EINVAL, "phx_dataset_get: index %lld is outside [0, %lld) of %s", (long long)i,
                          (long long)ds->len, phx_dataset_type(ds));
@@ -123,18 +122,14 @@ phx_status phx_dataset_get_batch(phx_dataset *ds, const int64_t *idx, int64_t n,
         if (idx[k] < 0 || idx[k] >= ds->len)
             return phx_error(PHX_EINVAL, "phx_dataset_get_batch: idx[%lld] = %lld is outside [0, %lld) of %s",
                              (long long)k, (long long)idx[k], (long long)ds->len, phx_dataset_type(ds));
-    if (ds->vt->get_batch)
-        return ds->vt->get_batch(ds->ctx, idx, n, out);
+    if (ds->vt->get_batch) return ds->vt->get_batch(ds->ctx, idx, n, out);
     void *row[PHX_DATASET_MAX_FIELDS];
     size_t bytes[PHX_DATASET_MAX_FIELDS];
-    for (int f = 0; f < ds->n_fields; f++)
-        bytes[f] = phx_field_bytes(&ds->fields[f]);
+    for (int f = 0; f < ds->n_fields; f++) bytes[f] = phx_field_bytes(&ds->fields[f]);
     for (int64_t k = 0; k < n; k++) {
-        for (int f = 0; f < ds->n_fields; f++)
-            row[f] = (char *)out[f] + (size_t)k * bytes[f];
+        for (int f = 0; f < ds->n_fields; f++) row[f] = (char *)out[f] + (size_t)k * bytes[f];
         phx_status st = ds->vt->get(ds->ctx, idx[k], row);
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
     }
     return PHX_OK;
 }
@@ -170,8 +165,7 @@ static phx_status tensors_get_batch(void *ctx, const int64_t *idx, int64_t n, vo
 static void tensors_free(void *ctx)
 {
     tensors_ctx *c = ctx;
-    for (int f = 0; f < c->n; f++)
-        phx_tensor_free(c->t[f]);
+    for (int f = 0; f < c->n; f++) phx_tensor_free(c->t[f]);
     px_free(c);
 }
 
@@ -210,30 +204,26 @@ phx_dataset *phx_dataset_tensors(phx_tensor *const *t, int n)
         fields[f].dtype = t[f]->dtype;
         fields[f].ndim = t[f]->ndim - 1;
         memset(fields[f].shape, 0, sizeof fields[f].shape);
-        for (int d = 1; d < t[f]->ndim; d++)
-            fields[f].shape[d - 1] = t[f]->shape[d];
+        for (int d = 1; d < t[f]->ndim; d++) fields[f].shape[d - 1] = t[f]->shape[d];
     }
     tensors_ctx *c = px_calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
+    if (!c) return NULL;
     c->n = n;
-    for (int f = 0; f < n; f++)
-        c->row[f] = phx_field_bytes(&fields[f]);
+    for (int f = 0; f < n; f++) c->row[f] = phx_field_bytes(&fields[f]);
     phx_dataset *ds = phx_dataset_new(&tensors_vtable, c, t[0]->shape[0], n, fields);
     if (!ds) {
         px_free(c);
         return NULL;
     }
-    for (int f = 0; f < n; f++)
-        c->t[f] = phx_tensor_retain(t[f]);
+    for (int f = 0; f < n; f++) c->t[f] = phx_tensor_retain(t[f]);
     return ds;
 }
 
 /* ---- IDX files, decoded per sample ------------------------------------ */
 
 typedef struct idx_ctx {
-    uint8_t *img;      /* (n, pixels) */
-    uint8_t *lab;      /* (n) or NULL */
+    uint8_t *img; /* (n, pixels) */
+    uint8_t *lab; /* (n) or NULL */
     int64_t pixels;
 } idx_ctx;
 
@@ -242,10 +232,8 @@ static phx_status idx_get(void *ctx, int64_t i, void *const *out)
     idx_ctx *c = ctx;
     const uint8_t *p = c->img + (size_t)i * (size_t)c->pixels;
     float *x = out[0];
-    for (int64_t k = 0; k < c->pixels; k++)
-        x[k] = (float)p[k] / 255.0f;
-    if (c->lab)
-        *(int64_t *)out[1] = c->lab[i];
+    for (int64_t k = 0; k < c->pixels; k++) x[k] = (float)p[k] / 255.0f;
+    if (c->lab) *(int64_t *)out[1] = c->lab[i];
     return PHX_OK;
 }
 
@@ -272,21 +260,20 @@ static phx_status idx_bytes(const char *path, int want_nd, uint8_t **out, int64_
     int nd;
     int64_t dims[255], total;
     phx_status st = px_idx_open(who, path, &g, &type, &nd, dims, &total);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     if (type != 0x08 || (want_nd ? nd != want_nd : nd < 2))
         st = phx_error(PHX_EIO, "%s: '%s' holds %s with %d dims, expected u8 %s", who, path,
-                       type == 0x08 ? "u8" : type == 0x0C ? "i32" : "f32", nd,
-                       want_nd == 1 ? "labels (1 dim)" : "images (2 or more dims)");
+                       type == 0x08       ? "u8"
+                           : type == 0x0C ? "i32"
+                                          : "f32",
+                       nd, want_nd == 1 ? "labels (1 dim)" : "images (2 or more dims)");
     uint8_t *b = NULL;
-    if (st == PHX_OK && !(b = px_malloc(total ? (size_t)total : 1)))
-        st = PHX_ENOMEM;
-    if (st == PHX_OK)
-        st = px_idx_rd(who, g, b, (size_t)total, path, "the data");
+    if (st == PHX_OK && !(b = px_malloc(total ? (size_t)total : 1))) st = PHX_ENOMEM;
+    if (st == PHX_OK) st = px_idx_rd(who, g, b, (size_t)total, path, "the data");
     uint8_t extra;
     if (st == PHX_OK && gzread(g, &extra, 1) > 0)
-        st = phx_error(PHX_EIO, "%s: '%s': size mismatch, data continues past the %lld elements its dims describe",
-                       who, path, (long long)total);
+        st = phx_error(PHX_EIO, "%s: '%s': size mismatch, data continues past the %lld elements its dims describe", who,
+                       path, (long long)total);
     gzclose(g);
     if (st != PHX_OK) {
         px_free(b);
@@ -305,24 +292,20 @@ phx_dataset *phx_dataset_idx(const char *images, const char *labels)
         return NULL;
     }
     idx_ctx *c = px_calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
+    if (!c) return NULL;
     int64_t n, nl = 0, one;
     phx_status st = idx_bytes(images, 0, &c->img, &n, &c->pixels);
-    if (st == PHX_OK && labels)
-        st = idx_bytes(labels, 1, &c->lab, &nl, &one);
+    if (st == PHX_OK && labels) st = idx_bytes(labels, 1, &c->lab, &nl, &one);
     if (st == PHX_OK && labels && nl != n)
-        st = phx_error(PHX_EIO, "phx_dataset_idx: '%s' has %lld images but '%s' has %lld labels", images,
-                       (long long)n, labels, (long long)nl);
-    if (st == PHX_OK && c->pixels < 1)
-        st = phx_error(PHX_EIO, "phx_dataset_idx: '%s' has empty images", images);
+        st = phx_error(PHX_EIO, "phx_dataset_idx: '%s' has %lld images but '%s' has %lld labels", images, (long long)n,
+                       labels, (long long)nl);
+    if (st == PHX_OK && c->pixels < 1) st = phx_error(PHX_EIO, "phx_dataset_idx: '%s' has empty images", images);
     phx_dataset *ds = NULL;
     if (st == PHX_OK) {
         phx_field f[2] = {{.dtype = PHX_F32, .ndim = 1, .shape = {c->pixels}}, {.dtype = PHX_I64, .ndim = 0}};
         ds = phx_dataset_new(&idx_vtable, c, n, labels ? 2 : 1, f);
     }
-    if (!ds)
-        idx_free(c);
+    if (!ds) idx_free(c);
     return ds;
 }
 
@@ -387,8 +370,7 @@ phx_dataset *phx_dataset_text(const char *path, int64_t context, int64_t stride)
         }
         size_t got = fread(b + n, 1, cap - n, fp);
         n += got;
-        if (got == 0)
-            break;
+        if (got == 0) break;
     }
     int err = ferror(fp);
     fclose(fp);
@@ -405,8 +387,7 @@ phx_dataset *phx_dataset_text(const char *path, int64_t context, int64_t stride)
         phx_field f[2] = {{.dtype = PHX_I64, .ndim = 1, .shape = {context}},
                           {.dtype = PHX_I64, .ndim = 1, .shape = {context}}};
         ds = phx_dataset_new(&text_vtable, c, ((int64_t)n - context - 1) / stride + 1, 2, f);
-        if (!ds)
-            c->bytes = NULL;
+        if (!ds) c->bytes = NULL;
     }
     if (!ds) {
         px_free(b);

@@ -27,15 +27,18 @@ phx_status px_idx_rd(const char *who, gzFile g, void *buf, size_t len, const cha
         if (r <= 0) {
             int zerr = 0;
             const char *msg = r < 0 ? gzerror(g, &zerr) : "unexpected end of file";
-            return phx_error(PHX_EIO, "%s: '%s' is truncated or corrupt while reading %s: %s (%zu of %zu bytes)",
-                             who, path, what, msg, got, len);
+            return phx_error(PHX_EIO, "%s: '%s' is truncated or corrupt while reading %s: %s (%zu of %zu bytes)", who,
+                             path, what, msg, got, len);
         }
         got += (size_t)r;
     }
     return PHX_OK;
 }
 
-static uint32_t be32(const uint8_t *b) { return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]; }
+static uint32_t be32(const uint8_t *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
 
 static phx_status read_body(gzFile g, const char *path, uint8_t type, int nd, const int64_t *dims, int64_t total,
                             phx_tensor **out)
@@ -44,8 +47,7 @@ static phx_status read_body(gzFile g, const char *path, uint8_t type, int nd, co
     phx_status st;
     if (type == 0x08) {
         uint8_t *raw = px_malloc(total ? (size_t)total : 1);
-        if (!raw)
-            return PHX_ENOMEM;
+        if (!raw) return PHX_ENOMEM;
         if ((st = rd(g, raw, (size_t)total, path, "the data")) != PHX_OK) {
             px_free(raw);
             return st;
@@ -53,14 +55,12 @@ static phx_status read_body(gzFile g, const char *path, uint8_t type, int nd, co
         if (nd == 1) {
             t = phx_tensor_new(PHX_I64, 1, dims, phx_cpu());
             int64_t *p = t ? px_tensor_ptr(t) : NULL;
-            for (int64_t i = 0; p && i < total; i++)
-                p[i] = raw[i];
+            for (int64_t i = 0; p && i < total; i++) p[i] = raw[i];
         } else {
             int64_t shape[2] = {dims[0], dims[0] ? total / dims[0] : 0};
             t = phx_tensor_new(PHX_F32, 2, shape, phx_cpu());
             float *p = t ? px_tensor_ptr(t) : NULL;
-            for (int64_t i = 0; p && i < total; i++)
-                p[i] = (float)raw[i] / 255.0f;
+            for (int64_t i = 0; p && i < total; i++) p[i] = (float)raw[i] / 255.0f;
         }
         px_free(raw);
     } else {
@@ -78,14 +78,15 @@ static phx_status read_body(gzFile g, const char *path, uint8_t type, int nd, co
             memcpy(p + 4 * i, &v, 4);
         }
     }
-    if (!t)
-        return PHX_ENOMEM;
+    if (!t) return PHX_ENOMEM;
     /* Trailing bytes mean the dims do not describe the file. */
     uint8_t extra;
     if (gzread(g, &extra, 1) > 0) {
         phx_tensor_free(t);
-        return phx_error(PHX_EIO, "phx_idx_read: '%s': size mismatch, data continues past the %lld elements its "
-                         "dims describe", path, (long long)total);
+        return phx_error(PHX_EIO,
+                         "phx_idx_read: '%s': size mismatch, data continues past the %lld elements its "
+                         "dims describe",
+                         path, (long long)total);
     }
     *out = t;
     return PHX_OK;
@@ -95,24 +96,26 @@ phx_status px_idx_open(const char *who, const char *path, gzFile *gp, uint8_t *t
                        int64_t *totalp)
 {
     gzFile g = gzopen(path, "rb");
-    if (!g)
-        return phx_error(PHX_ENOTFOUND, "%s: cannot open '%s'", who, path);
+    if (!g) return phx_error(PHX_ENOTFOUND, "%s: cannot open '%s'", who, path);
     uint8_t magic[4], db[4 * 255];
     phx_status st = px_idx_rd(who, g, magic, 4, path, "the magic number");
-    if (st == PHX_OK && (magic[0] || magic[1] || (magic[2] != 0x08 && magic[2] != 0x0C && magic[2] != 0x0D) ||
-                         magic[3] == 0))
-        st = phx_error(PHX_EIO, "%s: '%s' has bad magic %02x %02x %02x %02x (expected 00 00, type 08 "
-                       "(u8), 0C (i32) or 0D (f32), dims >= 1)", who, path, magic[0], magic[1], magic[2], magic[3]);
+    if (st == PHX_OK &&
+        (magic[0] || magic[1] || (magic[2] != 0x08 && magic[2] != 0x0C && magic[2] != 0x0D) || magic[3] == 0))
+        st = phx_error(PHX_EIO,
+                       "%s: '%s' has bad magic %02x %02x %02x %02x (expected 00 00, type 08 "
+                       "(u8), 0C (i32) or 0D (f32), dims >= 1)",
+                       who, path, magic[0], magic[1], magic[2], magic[3]);
     int nd = magic[3];
-    if (st == PHX_OK)
-        st = px_idx_rd(who, g, db, 4 * (size_t)nd, path, "the dims");
+    if (st == PHX_OK) st = px_idx_rd(who, g, db, 4 * (size_t)nd, path, "the dims");
     int64_t total = 1;
     for (int i = 0; st == PHX_OK && i < nd; i++) {
         dims[i] = be32(db + 4 * i);
         /* total <= 2^40 and dims[i] < 2^32: check before multiplying. */
         if (dims[i] > 0 && total > ((int64_t)1 << 40) / dims[i]) {
-            st = phx_error(PHX_EIO, "%s: '%s': dims are implausibly large (dim %d is %lld after %lld elements; at "
-                           "most 2^40 elements in all)", who, path, i, (long long)dims[i], (long long)total);
+            st = phx_error(PHX_EIO,
+                           "%s: '%s': dims are implausibly large (dim %d is %lld after %lld elements; at "
+                           "most 2^40 elements in all)",
+                           who, path, i, (long long)dims[i], (long long)total);
             break;
         }
         total *= dims[i];
@@ -140,15 +143,13 @@ phx_status px_idx_open(const char *who, const char *path, gzFile *gp, uint8_t *t
 
 phx_status phx_idx_read(const char *path, phx_tensor **out)
 {
-    if (!path || !out)
-        return phx_error(PHX_EINVAL, "phx_idx_read: NULL %s", path ? "output" : "path");
+    if (!path || !out) return phx_error(PHX_EINVAL, "phx_idx_read: NULL %s", path ? "output" : "path");
     gzFile g;
     uint8_t type;
     int nd;
     int64_t dims[255], total;
     phx_status st = px_idx_open("phx_idx_read", path, &g, &type, &nd, dims, &total);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     st = read_body(g, path, type, nd, dims, total, out);
     gzclose(g);
     return st;

@@ -24,7 +24,7 @@ enum { SLOT_FREE, SLOT_BUSY, SLOT_READY };
 typedef struct px_slot {
     phx_tensor *full[PHX_DATASET_MAX_FIELDS]; /* (batch, field...) */
     phx_tensor *part[PHX_DATASET_MAX_FIELDS]; /* (last, field...) views of full, or NULL */
-    void *stage[PHX_DATASET_MAX_FIELDS];      /* (batch samples) of the dataset's fields, with a collate */
+    void *stage[PHX_DATASET_MAX_FIELDS]; /* (batch samples) of the dataset's fields, with a collate */
     int state;
     int64_t batch_no;
     phx_status st;
@@ -34,30 +34,30 @@ typedef struct px_slot {
 struct phx_loader {
     phx_dataset *ds;
     phx_loader_opts o;
-    bool legacy;                 /* phx_loader_new: Fisher-Yates on Philox */
+    bool legacy; /* phx_loader_new: Fisher-Yates on Philox */
     int nf_in, nf_out;
     phx_field out_fields[PHX_DATASET_MAX_FIELDS];
     size_t in_bytes[PHX_DATASET_MAX_FIELDS];
-    int64_t *base;               /* (n_base) the samples drawn from */
+    int64_t *base; /* (n_base) the samples drawn from */
     size_t n_base;
-    phx_sampler *sampler;        /* over positions in base, or NULL (legacy) */
-    int64_t *order;              /* (count) this epoch's samples */
+    phx_sampler *sampler; /* over positions in base, or NULL (legacy) */
+    int64_t *order; /* (count) this epoch's samples */
     size_t count;
     size_t n_batches;
-    int64_t last;                /* samples in the last batch when partial, else 0 */
+    int64_t last; /* samples in the last batch when partial, else 0 */
     int64_t epoch;
     bool started;
 
-    px_slot *slots;              /* (n_slots) */
+    px_slot *slots; /* (n_slots) */
     int n_slots;
-    pthread_t *threads;          /* (workers) */
-    int n_threads;               /* started */
+    pthread_t *threads; /* (workers) */
+    int n_threads; /* started */
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     bool stop, pausing;
-    int busy;                    /* slots being filled */
+    int busy; /* slots being filled */
     size_t next_assign, next_deliver;
-    int held;                    /* slot the caller holds, or -1 */
+    int held; /* slot the caller holds, or -1 */
 };
 
 /* ---- the epoch's order ----------------------------------------------- */
@@ -78,15 +78,13 @@ static void make_order(phx_loader *l)
 {
     if (l->legacy) {
         memcpy(l->order, l->base, l->n_base * sizeof *l->order);
-        if (l->o.shuffle)
-            philox_shuffle(l->order, l->n_base, l->o.seed + (uint64_t)l->epoch);
+        if (l->o.shuffle) philox_shuffle(l->order, l->n_base, l->o.seed + (uint64_t)l->epoch);
         return;
     }
     phx_sampler_set_epoch(l->sampler, l->epoch);
     size_t n;
     const int64_t *pos = phx_sampler_indices(l->sampler, &n);
-    for (size_t k = 0; k < n; k++)
-        l->order[k] = l->base[pos[k]];
+    for (size_t k = 0; k < n; k++) l->order[k] = l->base[pos[k]];
 }
 
 /* ---- assembling a batch ---------------------------------------------- */
@@ -97,24 +95,19 @@ static phx_status fill(phx_loader *l, px_slot *s, size_t k)
     int64_t n = (int64_t)(l->count - first < (size_t)l->o.batch ? l->count - first : (size_t)l->o.batch);
     const int64_t *idx = l->order + first;
     void *out[PHX_DATASET_MAX_FIELDS];
-    for (int f = 0; f < l->nf_out; f++)
-        out[f] = px_tensor_ptr(s->full[f]);
-    if (!l->o.collate)
-        return phx_dataset_get_batch(l->ds, idx, n, out);
+    for (int f = 0; f < l->nf_out; f++) out[f] = px_tensor_ptr(s->full[f]);
+    if (!l->o.collate) return phx_dataset_get_batch(l->ds, idx, n, out);
     phx_status st = phx_dataset_get_batch(l->ds, idx, n, s->stage);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     st = l->o.collate(l->o.collate_user, n, (const void *const *)s->stage, out);
-    if (st != PHX_OK && !*phx_last_error())
-        phx_error(st, "the collate callback returned %s", phx_status_name(st));
+    if (st != PHX_OK && !*phx_last_error()) phx_error(st, "the collate callback returned %s", phx_status_name(st));
     return st;
 }
 
 static void fill_slot(phx_loader *l, px_slot *s, size_t k)
 {
     s->st = fill(l, s, k);
-    if (s->st != PHX_OK)
-        snprintf(s->err, sizeof s->err, "%s", phx_last_error());
+    if (s->st != PHX_OK) snprintf(s->err, sizeof s->err, "%s", phx_last_error());
 }
 
 static void *worker(void *arg)
@@ -122,12 +115,12 @@ static void *worker(void *arg)
     phx_loader *l = arg;
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (!l->stop && (l->pausing || l->next_assign >= l->n_batches ||
-                            l->next_assign >= l->next_deliver + (size_t)l->o.prefetch ||
-                            l->slots[l->next_assign % (size_t)l->n_slots].state != SLOT_FREE))
+        while (!l->stop &&
+               (l->pausing || l->next_assign >= l->n_batches ||
+                l->next_assign >= l->next_deliver + (size_t)l->o.prefetch ||
+                l->slots[l->next_assign % (size_t)l->n_slots].state != SLOT_FREE))
             pthread_cond_wait(&l->work_cv, &l->mu);
-        if (l->stop)
-            break;
+        if (l->stop) break;
         size_t k = l->next_assign++;
         px_slot *s = &l->slots[k % (size_t)l->n_slots];
         s->state = SLOT_BUSY;
@@ -148,21 +141,18 @@ static void *worker(void *arg)
 
 static void stop_workers(phx_loader *l)
 {
-    if (l->n_threads == 0)
-        return;
+    if (l->n_threads == 0) return;
     pthread_mutex_lock(&l->mu);
     l->stop = true;
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->mu);
-    for (int t = 0; t < l->n_threads; t++)
-        pthread_join(l->threads[t], NULL);
+    for (int t = 0; t < l->n_threads; t++) pthread_join(l->threads[t], NULL);
     l->n_threads = 0;
 }
 
 void phx_loader_free(phx_loader *l)
 {
-    if (!l)
-        return;
+    if (!l) return;
     stop_workers(l);
     for (int i = 0; l->slots && i < l->n_slots; i++)
         for (int f = 0; f < PHX_DATASET_MAX_FIELDS; f++) {
@@ -187,33 +177,27 @@ void phx_loader_free(phx_loader *l)
 static phx_tensor *batch_tensor(const phx_field *f, int64_t rows)
 {
     int64_t shape[PHX_MAX_DIMS] = {rows};
-    for (int d = 0; d < f->ndim; d++)
-        shape[d + 1] = f->shape[d];
+    for (int d = 0; d < f->ndim; d++) shape[d + 1] = f->shape[d];
     return phx_tensor_new(f->dtype, f->ndim + 1, shape, phx_cpu());
 }
 
 static phx_status alloc_slots(phx_loader *l)
 {
     l->slots = px_calloc((size_t)l->n_slots, sizeof *l->slots);
-    if (!l->slots)
-        return PHX_ENOMEM;
+    if (!l->slots) return PHX_ENOMEM;
     for (int i = 0; i < l->n_slots; i++) {
         px_slot *s = &l->slots[i];
         for (int f = 0; f < l->nf_out; f++) {
             const phx_field *fl = &l->out_fields[f];
-            if (!(s->full[f] = batch_tensor(fl, l->o.batch)))
-                return PHX_ENOMEM;
+            if (!(s->full[f] = batch_tensor(fl, l->o.batch))) return PHX_ENOMEM;
             if (l->last) {
                 int64_t shape[PHX_MAX_DIMS] = {l->last};
-                for (int d = 0; d < fl->ndim; d++)
-                    shape[d + 1] = fl->shape[d];
-                if (!(s->part[f] = phx_tensor_view(s->full[f], 0, fl->ndim + 1, shape)))
-                    return PHX_ENOMEM;
+                for (int d = 0; d < fl->ndim; d++) shape[d + 1] = fl->shape[d];
+                if (!(s->part[f] = phx_tensor_view(s->full[f], 0, fl->ndim + 1, shape))) return PHX_ENOMEM;
             }
         }
         for (int f = 0; l->o.collate && f < l->nf_in; f++)
-            if (!(s->stage[f] = px_malloc(l->in_bytes[f] * (size_t)l->o.batch + 1)))
-                return PHX_ENOMEM;
+            if (!(s->stage[f] = px_malloc(l->in_bytes[f] * (size_t)l->o.batch + 1))) return PHX_ENOMEM;
     }
     return PHX_OK;
 }
@@ -221,8 +205,7 @@ static phx_status alloc_slots(phx_loader *l)
 static phx_status check_opts(const phx_dataset *ds, const phx_loader_opts *o)
 {
     static const char who[] = "phx_loader_new_opts";
-    if (o->batch < 1)
-        return phx_error(PHX_EINVAL, "%s: batch %lld, expected >= 1", who, (long long)o->batch);
+    if (o->batch < 1) return phx_error(PHX_EINVAL, "%s: batch %lld, expected >= 1", who, (long long)o->batch);
     if (o->workers < 0 || o->workers > 256)
         return phx_error(PHX_EINVAL, "%s: workers %d, expected 0 to 256", who, o->workers);
     if (o->prefetch < 0 || o->prefetch > 1024)
@@ -246,12 +229,12 @@ static phx_status check_opts(const phx_dataset *ds, const phx_loader_opts *o)
     for (int f = 0; o->collate_fields && f < o->n_collate_fields; f++) {
         const phx_field *fl = &o->collate_fields[f];
         if (fl->ndim < 0 || fl->ndim > PHX_MAX_DIMS - 1 || phx_dtype_size(fl->dtype) == 0)
-            return phx_error(PHX_EINVAL, "%s: collate field %d has %d dims or a bad dtype (expected 0 to %d dims)",
-                             who, f, fl->ndim, PHX_MAX_DIMS - 1);
+            return phx_error(PHX_EINVAL, "%s: collate field %d has %d dims or a bad dtype (expected 0 to %d dims)", who,
+                             f, fl->ndim, PHX_MAX_DIMS - 1);
         for (int d = 0; d < fl->ndim; d++)
             if (fl->shape[d] < 1)
-                return phx_error(PHX_EINVAL, "%s: collate field %d has extent %lld in dim %d, expected >= 1", who,
-                                 f, (long long)fl->shape[d], d);
+                return phx_error(PHX_EINVAL, "%s: collate field %d has extent %lld in dim %d, expected >= 1", who, f,
+                                 (long long)fl->shape[d], d);
     }
     return PHX_OK;
 }
@@ -259,8 +242,7 @@ static phx_status check_opts(const phx_dataset *ds, const phx_loader_opts *o)
 static phx_loader *loader_create(phx_dataset *ds, const phx_loader_opts *opts, bool legacy)
 {
     phx_loader *l = px_calloc(1, sizeof *l);
-    if (!l)
-        return NULL;
+    if (!l) return NULL;
     l->ds = phx_dataset_retain(ds);
     l->o = *opts;
     l->o.indices = NULL;
@@ -268,44 +250,36 @@ static phx_loader *loader_create(phx_dataset *ds, const phx_loader_opts *opts, b
     l->legacy = legacy;
     l->held = -1;
     l->nf_in = phx_dataset_num_fields(ds);
-    for (int f = 0; f < l->nf_in; f++)
-        l->in_bytes[f] = phx_field_bytes(phx_dataset_field(ds, f));
+    for (int f = 0; f < l->nf_in; f++) l->in_bytes[f] = phx_field_bytes(phx_dataset_field(ds, f));
     l->nf_out = opts->collate_fields ? opts->n_collate_fields : l->nf_in;
     for (int f = 0; f < l->nf_out; f++)
         l->out_fields[f] = opts->collate_fields ? opts->collate_fields[f] : *phx_dataset_field(ds, f);
     l->n_base = opts->indices ? opts->n_indices : (size_t)phx_dataset_len(ds);
     l->base = px_malloc((l->n_base ? l->n_base : 1) * sizeof *l->base);
-    if (!l->base)
-        goto fail;
-    for (size_t i = 0; i < l->n_base; i++)
-        l->base[i] = opts->indices ? opts->indices[i] : (int64_t)i;
+    if (!l->base) goto fail;
+    for (size_t i = 0; i < l->n_base; i++) l->base[i] = opts->indices ? opts->indices[i] : (int64_t)i;
     if (legacy)
         l->count = l->n_base;
     else {
         int replicas = opts->num_replicas > 1 ? opts->num_replicas : 1;
         l->sampler = phx_sampler_new((int64_t)l->n_base, replicas, opts->rank, opts->shuffle, opts->seed,
                                      opts->sampler_drop_last);
-        if (!l->sampler)
-            goto fail;
+        if (!l->sampler) goto fail;
         phx_sampler_indices(l->sampler, &l->count);
     }
     l->order = px_malloc((l->count ? l->count : 1) * sizeof *l->order);
-    if (!l->order)
-        goto fail;
+    if (!l->order) goto fail;
     size_t b = (size_t)opts->batch;
     l->n_batches = opts->drop_last ? l->count / b : (l->count + b - 1) / b;
     l->last = opts->drop_last ? 0 : (int64_t)(l->count % b);
-    if (opts->workers > 0 && l->o.prefetch == 0)
-        l->o.prefetch = 2 * opts->workers;
+    if (opts->workers > 0 && l->o.prefetch == 0) l->o.prefetch = 2 * opts->workers;
     l->n_slots = opts->workers > 0 ? 1 + l->o.prefetch : 1;
-    if (alloc_slots(l) != PHX_OK)
-        goto fail;
+    if (alloc_slots(l) != PHX_OK) goto fail;
     l->started = true;
     make_order(l);
     if (opts->workers > 0) {
         l->threads = px_calloc((size_t)opts->workers, sizeof *l->threads);
-        if (!l->threads)
-            goto fail;
+        if (!l->threads) goto fail;
         pthread_mutex_init(&l->mu, NULL);
         pthread_cond_init(&l->work_cv, NULL);
         pthread_cond_init(&l->done_cv, NULL);
@@ -331,8 +305,7 @@ phx_loader *phx_loader_new_opts(phx_dataset *ds, const phx_loader_opts *opts)
         px_error_null("phx_loader_new_opts", ds ? "opts" : "the dataset");
         return NULL;
     }
-    if (check_opts(ds, opts) != PHX_OK)
-        return NULL;
+    if (check_opts(ds, opts) != PHX_OK) return NULL;
     return loader_create(ds, opts, false);
 }
 
@@ -347,10 +320,13 @@ phx_loader *phx_loader_new(phx_tensor *x, phx_tensor *y, int64_t batch, bool shu
     }
     phx_tensor *xy[2] = {x, y};
     phx_dataset *ds = phx_dataset_tensors(xy, 2);
-    if (!ds)
-        return NULL;
-    phx_loader_opts o = {.batch = batch, .shuffle = shuffle, .seed = seed, .drop_last = drop_last,
-                         .indices = indices, .n_indices = indices ? n_indices : 0};
+    if (!ds) return NULL;
+    phx_loader_opts o = {.batch = batch,
+                         .shuffle = shuffle,
+                         .seed = seed,
+                         .drop_last = drop_last,
+                         .indices = indices,
+                         .n_indices = indices ? n_indices : 0};
     phx_status st = check_opts(ds, &o);
     if (st != PHX_OK) {
         char msg[512];
@@ -365,17 +341,13 @@ phx_loader *phx_loader_new(phx_tensor *x, phx_tensor *y, int64_t batch, bool shu
 
 void phx_loader_set_epoch(phx_loader *l, int64_t epoch)
 {
-    if (!l)
-        return;
-    if (l->n_threads)
-        pthread_mutex_lock(&l->mu);
+    if (!l) return;
+    if (l->n_threads) pthread_mutex_lock(&l->mu);
     l->pausing = true;
-    while (l->busy > 0)
-        pthread_cond_wait(&l->done_cv, &l->mu);
+    while (l->busy > 0) pthread_cond_wait(&l->done_cv, &l->mu);
     l->epoch = epoch;
     make_order(l);
-    for (int i = 0; i < l->n_slots; i++)
-        l->slots[i].state = SLOT_FREE;
+    for (int i = 0; i < l->n_slots; i++) l->slots[i].state = SLOT_FREE;
     l->next_assign = l->next_deliver = 0;
     l->held = -1;
     l->started = true;
@@ -386,9 +358,18 @@ void phx_loader_set_epoch(phx_loader *l, int64_t epoch)
     }
 }
 
-size_t phx_loader_num_batches(const phx_loader *l) { return l ? l->n_batches : 0; }
-size_t phx_loader_num_samples(const phx_loader *l) { return l ? l->count : 0; }
-int64_t phx_loader_epoch(const phx_loader *l) { return l ? l->epoch : 0; }
+size_t phx_loader_num_batches(const phx_loader *l)
+{
+    return l ? l->n_batches : 0;
+}
+size_t phx_loader_num_samples(const phx_loader *l)
+{
+    return l ? l->count : 0;
+}
+int64_t phx_loader_epoch(const phx_loader *l)
+{
+    return l ? l->epoch : 0;
+}
 
 /* Takes batch next_deliver (l->mu held with workers): waits for it, or
  * assembles it here without workers. Returns its slot. */
@@ -402,8 +383,7 @@ static px_slot *take(phx_loader *l)
         fill_slot(l, s, k);
         s->state = SLOT_READY;
     }
-    while (!(s->state == SLOT_READY && s->batch_no == (int64_t)k))
-        pthread_cond_wait(&l->done_cv, &l->mu);
+    while (!(s->state == SLOT_READY && s->batch_no == (int64_t)k)) pthread_cond_wait(&l->done_cv, &l->mu);
     l->next_deliver++;
     l->held = i;
     if (l->n_threads) /* one more batch may be assembled ahead */
@@ -413,19 +393,16 @@ static px_slot *take(phx_loader *l)
 
 int phx_loader_next_batch(phx_loader *l, phx_tensor **out, int n)
 {
-    if (!l || (!out && n > 0))
-        return phx_error(PHX_EINVAL, "phx_loader_next: %s is NULL", l ? "out" : "the loader");
+    if (!l || (!out && n > 0)) return phx_error(PHX_EINVAL, "phx_loader_next: %s is NULL", l ? "out" : "the loader");
     if (n < 0 || n > l->nf_out)
         return phx_error(PHX_EINVAL, "phx_loader_next: %d fields asked for, the batches have %d", n, l->nf_out);
     if (!l->started) /* the previous epoch ended: begin the next one */
         phx_loader_set_epoch(l, l->epoch + 1);
-    if (l->n_threads)
-        pthread_mutex_lock(&l->mu);
+    if (l->n_threads) pthread_mutex_lock(&l->mu);
     if (l->held >= 0) {
         l->slots[l->held].state = SLOT_FREE;
         l->held = -1;
-        if (l->n_threads)
-            pthread_cond_broadcast(&l->work_cv);
+        if (l->n_threads) pthread_cond_broadcast(&l->work_cv);
     }
     int ret = 1;
     px_slot *s = NULL;
@@ -434,32 +411,29 @@ int phx_loader_next_batch(phx_loader *l, phx_tensor **out, int n)
         ret = 0;
     } else
         s = take(l);
-    if (l->n_threads)
-        pthread_mutex_unlock(&l->mu);
-    if (!s)
-        return ret;
+    if (l->n_threads) pthread_mutex_unlock(&l->mu);
+    if (!s) return ret;
     if (s->st != PHX_OK)
         return phx_error(s->st, "phx_loader_next: batch %lld of epoch %lld (%s dataset): %s", (long long)s->batch_no,
                          (long long)l->epoch, phx_dataset_type(l->ds), s->err);
     bool partial = l->last && (size_t)s->batch_no == l->n_batches - 1;
-    for (int f = 0; f < n; f++)
-        out[f] = partial ? s->part[f] : s->full[f];
+    for (int f = 0; f < n; f++) out[f] = partial ? s->part[f] : s->full[f];
     return 1;
 }
 
 int phx_loader_next(phx_loader *l, phx_tensor **xb, phx_tensor **yb)
 {
-    if (!l || !xb)
-        return phx_error(PHX_EINVAL, "phx_loader_next: NULL argument");
+    if (!l || !xb) return phx_error(PHX_EINVAL, "phx_loader_next: NULL argument");
     if (yb && l->nf_out < 2)
-        return phx_error(PHX_EINVAL, "phx_loader_next: the batches have %d field, pass yb = NULL or use "
-                         "phx_loader_next_batch", l->nf_out);
+        return phx_error(PHX_EINVAL,
+                         "phx_loader_next: the batches have %d field, pass yb = NULL or use "
+                         "phx_loader_next_batch",
+                         l->nf_out);
     phx_tensor *out[2];
     int r = phx_loader_next_batch(l, out, yb ? 2 : 1);
     if (r == 1) {
         *xb = out[0];
-        if (yb)
-            *yb = out[1];
+        if (yb) *yb = out[1];
     }
     return r;
 }

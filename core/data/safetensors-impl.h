@@ -15,23 +15,23 @@
 #define PX_ST_F64 ((phx_dtype)64)
 
 typedef struct px_st_entry {
-    const char *name;          /* owned by the JSON root */
-    phx_dtype dtype;           /* a phx_dtype or PX_ST_F64 */
+    const char *name; /* owned by the JSON root */
+    phx_dtype dtype; /* a phx_dtype or PX_ST_F64 */
     int ndim;
     int64_t shape[PHX_MAX_DIMS];
     int64_t numel;
-    uint64_t begin, end;       /* byte offsets in the data section */
+    uint64_t begin, end; /* byte offsets in the data section */
 } px_st_entry;
 
 typedef struct px_st_file {
     const char *path;
-    void *map;                 /* the whole file, mapped read-only */
+    void *map; /* the whole file, mapped read-only */
     size_t size;
     json_t *root;
-    json_t *meta;              /* "__metadata__" object or NULL */
-    px_st_entry *e;            /* in header order */
+    json_t *meta; /* "__metadata__" object or NULL */
+    px_st_entry *e; /* in header order */
     size_t n;
-    const uint8_t *data;       /* start of the data section */
+    const uint8_t *data; /* start of the data section */
 } px_st_file;
 
 /* Opens, maps and validates path: length prefix, JSON header (jansson),
@@ -43,7 +43,10 @@ phx_status px_st_open_header(const char *who, const char *path, px_st_file *f);
 void px_st_close(px_st_file *f);
 /* A metadata string, or NULL. */
 const char *px_st_meta(const px_st_file *f, const char *key);
-static inline const void *px_st_data(const px_st_file *f, const px_st_entry *e) { return f->data + e->begin; }
+static inline const void *px_st_data(const px_st_file *f, const px_st_entry *e)
+{
+    return f->data + e->begin;
+}
 
 /* "F32" etc.; NULL for dtypes safetensors cannot name. */
 const char *px_st_dtype_name(phx_dtype dt);

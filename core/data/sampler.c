@@ -37,8 +37,7 @@ static void mt_twist(px_mt19937 *g)
 
 static uint32_t mt_next(px_mt19937 *g)
 {
-    if (g->next >= MT_N)
-        mt_twist(g);
+    if (g->next >= MT_N) mt_twist(g);
     uint32_t y = g->state[g->next++];
     y ^= y >> 11;
     y ^= (y << 7) & 0x9d2c5680u;
@@ -49,14 +48,11 @@ static uint32_t mt_next(px_mt19937 *g)
 
 phx_status phx_randperm(int64_t n, uint64_t seed, int64_t *out)
 {
-    if (n < 0)
-        return phx_error(PHX_EINVAL, "phx_randperm: n is %lld, expected >= 0", (long long)n);
-    if (n > 0 && !out)
-        return phx_error(PHX_EINVAL, "phx_randperm: out is NULL");
+    if (n < 0) return phx_error(PHX_EINVAL, "phx_randperm: n is %lld, expected >= 0", (long long)n);
+    if (n > 0 && !out) return phx_error(PHX_EINVAL, "phx_randperm: out is NULL");
     px_mt19937 g; /* 2.5 KiB on the stack: no allocation */
     mt_seed(&g, seed);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = i;
+    for (int64_t i = 0; i < n; i++) out[i] = i;
     for (int64_t i = 0; i + 1 < n; i++) {
         int64_t z = (int64_t)(mt_next(&g) % (uint64_t)(n - i));
         int64_t t = out[i];
@@ -69,20 +65,19 @@ phx_status phx_randperm(int64_t n, uint64_t seed, int64_t *out)
 /* --- DistributedSampler --- */
 
 struct phx_sampler {
-    int64_t n;            /* dataset length */
+    int64_t n; /* dataset length */
     int replicas, rank;
     bool shuffle, drop_last;
     uint64_t seed;
     int64_t epoch;
-    int64_t num_samples;  /* per rank */
-    int64_t total;        /* num_samples * replicas */
-    int64_t *perm;        /* (n) scratch for the epoch's order */
-    int64_t *mine;        /* (num_samples) this rank's indices */
-    bool fresh;           /* mine matches epoch */
+    int64_t num_samples; /* per rank */
+    int64_t total; /* num_samples * replicas */
+    int64_t *perm; /* (n) scratch for the epoch's order */
+    int64_t *mine; /* (num_samples) this rank's indices */
+    bool fresh; /* mine matches epoch */
 };
 
-phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle, uint64_t seed,
-                             bool drop_last)
+phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle, uint64_t seed, bool drop_last)
 {
     if (n < 0) {
         phx_error(PHX_EINVAL, "phx_sampler_new: dataset length is %lld, expected >= 0", (long long)n);
@@ -93,13 +88,11 @@ phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle
         return NULL;
     }
     if (rank < 0 || rank >= num_replicas) {
-        phx_error(PHX_EINVAL, "phx_sampler_new: rank is %d, expected in [0, %d]", rank,
-                  num_replicas - 1);
+        phx_error(PHX_EINVAL, "phx_sampler_new: rank is %d, expected in [0, %d]", rank, num_replicas - 1);
         return NULL;
     }
     phx_sampler *s = px_calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
+    if (!s) return NULL;
     s->n = n;
     s->replicas = num_replicas;
     s->rank = rank;
@@ -124,8 +117,7 @@ phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle
 
 void phx_sampler_free(phx_sampler *s)
 {
-    if (!s)
-        return;
+    if (!s) return;
     px_free(s->perm);
     px_free(s->mine);
     px_free(s);
@@ -133,8 +125,7 @@ void phx_sampler_free(phx_sampler *s)
 
 void phx_sampler_set_epoch(phx_sampler *s, int64_t epoch)
 {
-    if (!s)
-        return;
+    if (!s) return;
     s->epoch = epoch;
     s->fresh = false;
 }
@@ -147,11 +138,10 @@ static void sampler_fill(phx_sampler *s)
     if (s->shuffle)
         phx_randperm(s->n, s->seed + (uint64_t)s->epoch, s->perm);
     else
-        for (int64_t i = 0; i < s->n; i++)
-            s->perm[i] = i;
+        for (int64_t i = 0; i < s->n; i++) s->perm[i] = i;
     for (int64_t k = 0; k < s->num_samples; k++) {
         int64_t pos = s->rank + k * s->replicas; /* < total */
-        s->mine[k] = s->perm[pos % s->n];        /* pos >= n only when padding */
+        s->mine[k] = s->perm[pos % s->n]; /* pos >= n only when padding */
     }
     s->fresh = true;
 }
@@ -160,13 +150,10 @@ const int64_t *phx_sampler_indices(phx_sampler *s, size_t *count)
 {
     if (!s) {
         phx_error(PHX_EINVAL, "phx_sampler_indices: sampler is NULL");
-        if (count)
-            *count = 0;
+        if (count) *count = 0;
         return NULL;
     }
-    if (!s->fresh)
-        sampler_fill(s);
-    if (count)
-        *count = (size_t)s->num_samples;
+    if (!s->fresh) sampler_fill(s);
+    if (count) *count = (size_t)s->num_samples;
     return s->mine;
 }

@@ -16,14 +16,13 @@ void px_assignment_free(px_assignment *a)
 /* An open bucket of one device while assigning. */
 typedef struct open_bucket {
     phx_device dev;
-    size_t *members;   /* (n_params) this device's open bucket */
+    size_t *members; /* (n_params) this device's open bucket */
     size_t n;
     size_t bytes;
-    size_t closed;     /* buckets of this device closed so far: picks the cap */
+    size_t closed; /* buckets of this device closed so far: picks the cap */
 } open_bucket;
 
-phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_t cap,
-                         px_assignment *out)
+phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_t cap, px_assignment *out)
 {
     size_t n = d->n_params;
     memset(out, 0, sizeof *out);
@@ -38,8 +37,7 @@ phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_
         phx_device dev = phx_tensor_device(g);
         open_bucket *b = NULL;
         for (size_t j = 0; j < n_open; j++)
-            if (phx_device_equal(open[j].dev, dev))
-                b = &open[j];
+            if (phx_device_equal(open[j].dev, dev)) b = &open[j];
         if (!b) {
             b = &open[n_open++];
             b->dev = dev;
@@ -62,14 +60,12 @@ phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_
         }
     }
     for (size_t j = 0; j < n_open && st == PHX_OK; j++) {
-        if (open[j].n == 0)
-            continue;
+        if (open[j].n == 0) continue;
         out->start[out->n_buckets++] = used;
         memcpy(out->order + used, open[j].members, open[j].n * sizeof *open[j].members);
         used += open[j].n;
     }
-    for (size_t j = 0; j < n_open; j++)
-        px_free(open[j].members);
+    for (size_t j = 0; j < n_open; j++) px_free(open[j].members);
     px_free(open);
     if (st != PHX_OK) {
         px_assignment_free(out);
@@ -93,8 +89,7 @@ void px_ddp_buckets_free(px_ddp *d)
 phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
 {
     px_bucket *nb = px_calloc(a->n_buckets ? a->n_buckets : 1, sizeof *nb);
-    if (!nb)
-        return PHX_ENOMEM;
+    if (!nb) return PHX_ENOMEM;
     phx_status st = PHX_OK;
     /* Allocate every bucket first: a failure here leaves the old ones in
      * place and the wrapper usable. */
@@ -108,8 +103,8 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
         phx_device dev = phx_tensor_device(phx_param_grad(d->params[a->order[a->start[b]]]));
         k->flat = phx_tensor_zeros(PHX_F32, 1, &len, dev);
         if (!k->flat)
-            st = phx_error(PHX_ENOMEM, "DistributedDataParallel: cannot allocate bucket %zu (%lld floats): %s",
-                           b, (long long)len, phx_last_error());
+            st = phx_error(PHX_ENOMEM, "DistributedDataParallel: cannot allocate bucket %zu (%lld floats): %s", b,
+                           (long long)len, phx_last_error());
     }
     /* Point each gradient into its bucket (phx_param_set_grad copies the
      * gradient accumulated so far). */
@@ -135,11 +130,9 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
          * already moved stay valid views of the new storage (their
          * reference keeps it alive), but they no longer match the old
          * buckets: then the wrapper refuses further work. */
-        for (size_t b = 0; b < a->n_buckets; b++)
-            phx_tensor_free(nb[b].flat);
+        for (size_t b = 0; b < a->n_buckets; b++) phx_tensor_free(nb[b].flat);
         px_free(nb);
-        if (moved)
-            d->broken = st;
+        if (moved) d->broken = st;
         return st;
     }
     px_ddp_buckets_free(d);
@@ -147,8 +140,7 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
     d->buckets = nb;
     d->n_buckets = a->n_buckets;
     for (size_t b = 0; b < a->n_buckets; b++) {
-        for (size_t j = 0; j < nb[b].n_members; j++)
-            d->bucket_of[nb[b].members[j]] = b;
+        for (size_t j = 0; j < nb[b].n_members; j++) d->bucket_of[nb[b].members[j]] = b;
         nb[b].pending = nb[b].n_members;
     }
     return PHX_OK;
@@ -168,18 +160,14 @@ phx_status px_ddp_rebuild(px_ddp *d)
         return PHX_ENOMEM;
     }
     int64_t *h = px_tensor_ptr(host);
-    for (size_t k = 0; k < n; k++)
-        h[k] = (int64_t)d->arrival[k];
+    for (size_t k = 0; k < n; k++) h[k] = (int64_t)d->arrival[k];
     phx_status st = phx_tensor_copy(dev, host);
-    if (st == PHX_OK)
-        st = phx_comm_broadcast(d->comm, dev, 0, NULL);
-    if (st == PHX_OK)
-        st = phx_tensor_copy(host, dev);
+    if (st == PHX_OK) st = phx_comm_broadcast(d->comm, dev, 0, NULL);
+    if (st == PHX_OK) st = phx_tensor_copy(host, dev);
     phx_tensor_free(dev);
     if (st != PHX_OK) {
         phx_tensor_free(host);
-        return phx_error(st, "DistributedDataParallel: broadcasting the gradient arrival order: %s",
-                         phx_last_error());
+        return phx_error(st, "DistributedDataParallel: broadcasting the gradient arrival order: %s", phx_last_error());
     }
     /* Must be a permutation (it is, unless a rank is corrupt). */
     size_t *order = px_malloc((n ? n : 1) * sizeof *order);
@@ -192,8 +180,10 @@ phx_status px_ddp_rebuild(px_ddp *d)
     }
     for (size_t k = 0; k < n && st == PHX_OK; k++) {
         if (h[k] < 0 || (size_t)h[k] >= n || seen[h[k]])
-            st = phx_error(PHX_EDESYNC, "DistributedDataParallel: rank 0's gradient order has entry %lld at %zu, "
-                           "not a permutation of %zu parameters", (long long)h[k], k, n);
+            st = phx_error(PHX_EDESYNC,
+                           "DistributedDataParallel: rank 0's gradient order has entry %lld at %zu, "
+                           "not a permutation of %zu parameters",
+                           (long long)h[k], k, n);
         else {
             seen[h[k]] = true;
             order[k] = (size_t)h[k];
@@ -202,20 +192,14 @@ phx_status px_ddp_rebuild(px_ddp *d)
     phx_tensor_free(host);
     px_free(seen);
     px_assignment a;
-    if (st == PHX_OK)
-        st = px_ddp_assign(d, order, d->opts.first_bucket_bytes, d->opts.bucket_bytes, &a);
+    if (st == PHX_OK) st = px_ddp_assign(d, order, d->opts.first_bucket_bytes, d->opts.bucket_bytes, &a);
     px_free(order);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     /* Unchanged assignment: keep the storage. */
-    bool same = a.n_buckets == d->n_buckets &&
-                memcmp(a.order, d->bucket_members, n * sizeof *a.order) == 0;
-    for (size_t b = 0; same && b < a.n_buckets; b++)
-        same = a.start[b + 1] - a.start[b] == d->buckets[b].n_members;
-    if (!same)
-        st = px_ddp_install(d, &a);
+    bool same = a.n_buckets == d->n_buckets && memcmp(a.order, d->bucket_members, n * sizeof *a.order) == 0;
+    for (size_t b = 0; same && b < a.n_buckets; b++) same = a.start[b + 1] - a.start[b] == d->buckets[b].n_members;
+    if (!same) st = px_ddp_install(d, &a);
     px_assignment_free(&a);
-    if (st == PHX_OK)
-        d->stats.rebuilds++;
+    if (st == PHX_OK) d->stats.rebuilds++;
     return st;
 }

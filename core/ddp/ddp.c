@@ -66,18 +66,15 @@ static void launch(px_ddp *d, size_t b)
     /* The average over the ranks; under a join without
      * divide_by_initial_world_size, over the ranks still training. */
     int div = d->join && !d->join_initial && d->join_syncing > 0 ? d->join_syncing : d->world;
-    if (div > 1)
-        st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)div, k->flat);
-    if (st == PHX_OK)
-        st = phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
+    if (div > 1) st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)div, k->flat);
+    if (st == PHX_OK) st = phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
     if (st != PHX_OK) {
         k->work = NULL;
         hook_fail(d, st);
     }
     d->stats.launches++;
     d->stats.bytes += (uint64_t)k->numel * sizeof(float);
-    if (d->n_ready < d->n_params)
-        d->stats.early_launches++;
+    if (d->n_ready < d->n_params) d->stats.early_launches++;
     trace(d, PHX_DDP_EV_LAUNCH, b);
 }
 
@@ -85,8 +82,7 @@ static void launch(px_ddp *d, size_t b)
  * first incomplete one (strict bucket order). */
 static void launch_ready(px_ddp *d)
 {
-    while (d->next_launch < d->n_buckets && d->buckets[d->next_launch].pending == 0)
-        launch(d, d->next_launch++);
+    while (d->next_launch < d->n_buckets && d->buckets[d->next_launch].pending == 0) launch(d, d->next_launch++);
 }
 
 static size_t param_index(px_ddp *d, const phx_param *p)
@@ -107,11 +103,9 @@ static void mark_ready(px_ddp *d, size_t i)
 {
     d->ready[i] = true;
     d->n_ready++;
-    if (d->recording)
-        d->arrival[d->n_arrival++] = i;
+    if (d->recording) d->arrival[d->n_arrival++] = i;
     trace(d, PHX_DDP_EV_READY, i);
-    if (d->no_sync || d->opts.no_overlap)
-        return;
+    if (d->no_sync || d->opts.no_overlap) return;
     d->buckets[d->bucket_of[i]].pending--;
     launch_ready(d);
 }
@@ -121,10 +115,10 @@ static void on_grad_ready(phx_param *p, void *user)
 {
     px_ddp *d = user;
     size_t i = param_index(d, p);
-    if (i == (size_t)-1)
-        return;
+    if (i == (size_t)-1) return;
     if (d->ready[i]) {
-        phx_error(PHX_ESTATE, "DistributedDataParallel: parameter '%s' was marked ready twice in one "
+        phx_error(PHX_ESTATE,
+                  "DistributedDataParallel: parameter '%s' was marked ready twice in one "
                   "backward (a parameter used twice must report its gradient once)",
                   phx_module_param_name(d->model, i));
         hook_fail(d, PHX_ESTATE);
@@ -140,8 +134,7 @@ static void reset_backward(px_ddp *d)
     memset(d->ready, 0, d->n_params * sizeof *d->ready);
     d->n_ready = 0;
     d->next_launch = 0;
-    for (size_t b = 0; b < d->n_buckets; b++)
-        d->buckets[b].pending = d->buckets[b].n_members;
+    for (size_t b = 0; b < d->n_buckets; b++) d->buckets[b].pending = d->buckets[b].n_members;
     d->hook_status = PHX_OK;
     d->hook_err[0] = '\0';
     d->trace_restart = true;
@@ -156,8 +149,7 @@ static size_t settle_unused(px_ddp *d, size_t *count)
     size_t first = d->n_params;
     *count = 0;
     for (size_t k = d->n_params; k-- > 0;) {
-        if (d->ready[k])
-            continue;
+        if (d->ready[k]) continue;
         first = k;
         (*count)++;
         mark_ready(d, k);
@@ -168,10 +160,10 @@ static size_t settle_unused(px_ddp *d, size_t *count)
 phx_status phx_ddp_finish_backward(phx_module *ddp)
 {
     px_ddp *d = ddp_of(ddp, "phx_ddp_finish_backward");
-    if (!d)
-        return PHX_EINVAL;
+    if (!d) return PHX_EINVAL;
     if (d->broken != PHX_OK)
-        return phx_error(d->broken, "phx_ddp_finish_backward: the wrapper is unusable after a failed bucket "
+        return phx_error(d->broken,
+                         "phx_ddp_finish_backward: the wrapper is unusable after a failed bucket "
                          "rebuild");
     size_t n_unused = 0, unused = settle_unused(d, &n_unused);
     phx_status st = d->hook_status;
@@ -184,24 +176,23 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     d->stats.backwards++;
     if (d->no_sync) {
         reset_backward(d);
-        if (st != PHX_OK)
-            return phx_error(st, "%s", err);
+        if (st != PHX_OK) return phx_error(st, "%s", err);
         return PHX_OK;
     }
     if (d->opts.no_overlap)
-        for (size_t b = 0; b < d->n_buckets; b++)
-            d->buckets[b].pending = 0;
+        for (size_t b = 0; b < d->n_buckets; b++) d->buckets[b].pending = 0;
     launch_ready(d);
     double t = px_now();
     for (size_t b = 0; b < d->n_buckets; b++) {
         px_bucket *k = &d->buckets[b];
-        if (!k->work)
-            continue;
+        if (!k->work) continue;
         phx_status ws = phx_work_wait(k->work, -1);
         if (ws != PHX_OK && st == PHX_OK) {
             st = ws;
-            snprintf(err, sizeof err, "DistributedDataParallel: backward #%llu (counting from 0): all-reduce of "
-                     "bucket %zu failed: %s", (unsigned long long)d->stats.backwards - 1, b, phx_last_error());
+            snprintf(err, sizeof err,
+                     "DistributedDataParallel: backward #%llu (counting from 0): all-reduce of "
+                     "bucket %zu failed: %s",
+                     (unsigned long long)d->stats.backwards - 1, b, phx_last_error());
         }
         phx_work_free(k->work);
         k->work = NULL;
@@ -210,14 +201,12 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     d->stats.wait_s += px_now() - t;
     d->stats.synced++;
     reset_backward(d);
-    if (st != PHX_OK)
-        return phx_error(st, "%s", err);
+    if (st != PHX_OK) return phx_error(st, "%s", err);
     if (n_unused > 0 && !d->opts.find_unused)
         return phx_error(PHX_ESTATE,
                          "DistributedDataParallel: parameter '%s'%s received no gradient in this "
                          "backward; set phx_ddp_opts.find_unused when parts of the model may be unused",
-                         phx_module_param_name(d->model, unused),
-                         n_unused > 1 ? " (and others)" : "");
+                         phx_module_param_name(d->model, unused), n_unused > 1 ? " (and others)" : "");
     return PHX_OK;
 }
 
@@ -225,8 +214,7 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
 
 static phx_status rebuild_if_due(px_ddp *d)
 {
-    if (!d->rebuild_due)
-        return PHX_OK;
+    if (!d->rebuild_due) return PHX_OK;
     return px_ddp_rebuild(d);
 }
 
@@ -234,10 +222,8 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
 {
     px_ddp *d = phx_module_ctx(self);
     phx_status st = rebuild_if_due(d);
-    if (st == PHX_OK && d->join)
-        st = px_ddp_join_step(d);
-    if (st != PHX_OK)
-        return st;
+    if (st == PHX_OK && d->join) st = px_ddp_join_step(d);
+    if (st != PHX_OK) return st;
     return phx_module_forward(d->model, x, y);
 }
 
@@ -245,8 +231,7 @@ static phx_status ddp_backward(phx_module *self, const phx_tensor *dy, phx_tenso
 {
     px_ddp *d = phx_module_ctx(self);
     phx_status st = rebuild_if_due(d);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     st = phx_module_backward(d->model, dy, dx);
     trace(d, PHX_DDP_EV_MODEL_DONE, 0);
     if (st != PHX_OK) {
@@ -272,10 +257,8 @@ static phx_status ddp_set_train(phx_module *self, bool training)
 static void ddp_free(phx_module *self)
 {
     px_ddp *d = phx_module_ctx(self);
-    if (!d)
-        return;
-    if (d->model)
-        phx_module_set_grad_hook(d->model, NULL, NULL);
+    if (!d) return;
+    if (d->model) phx_module_set_grad_hook(d->model, NULL, NULL);
     px_ddp_buckets_free(d);
     phx_tensor_free(d->join_flag);
     px_free(d->params);
@@ -321,13 +304,12 @@ static phx_status ddp_init(px_ddp *d)
     d->arrival = px_calloc(m, sizeof *d->arrival);
     d->trace_cap = 3 * n + 8; /* n ready + per bucket launch and done + model done */
     d->trace = px_calloc(d->trace_cap, sizeof *d->trace);
-    if (!d->params || !d->by_addr || !d->by_addr_idx || !d->bucket_members || !d->bucket_of ||
-        !d->ready || !d->arrival || !d->trace)
+    if (!d->params || !d->by_addr || !d->by_addr_idx || !d->bucket_members || !d->bucket_of || !d->ready ||
+        !d->arrival || !d->trace)
         return PHX_ENOMEM;
     /* Sorted (address, index) pairs: the hook's binary search yields the index. */
     addr_idx *pairs = px_malloc(m * sizeof *pairs);
-    if (!pairs)
-        return PHX_ENOMEM;
+    if (!pairs) return PHX_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         d->params[i] = pairs[i].p = phx_module_param(d->model, i);
         pairs[i].i = i;
@@ -357,18 +339,14 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
         return NULL;
     }
     px_ddp *d = px_calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
+    if (!d) return NULL;
     d->model = model;
     d->comm = comm;
     d->rank = phx_comm_rank(comm);
     d->world = phx_comm_size(comm);
-    if (opts)
-        d->opts = *opts;
-    if (!d->opts.first_bucket_bytes)
-        d->opts.first_bucket_bytes = PX_DDP_FIRST_BUCKET_BYTES;
-    if (!d->opts.bucket_bytes)
-        d->opts.bucket_bytes = PX_DDP_BUCKET_BYTES;
+    if (opts) d->opts = *opts;
+    if (!d->opts.first_bucket_bytes) d->opts.first_bucket_bytes = PX_DDP_FIRST_BUCKET_BYTES;
+    if (!d->opts.bucket_bytes) d->opts.bucket_bytes = PX_DDP_BUCKET_BYTES;
     d->n_params = phx_module_num_params(model);
     d->recording = true;
     phx_module *self = phx_module_new(&ddp_vtable, d);
@@ -377,28 +355,22 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
         return NULL;
     }
     phx_status st = ddp_init(d);
-    if (st == PHX_OK)
-        st = px_module_adopt_params(self, model);
+    if (st == PHX_OK) st = px_module_adopt_params(self, model);
     /* Collectives: every rank reaches these with the same model count. */
-    if (st == PHX_OK)
-        st = px_ddp_check_models(d);
-    if (st == PHX_OK)
-        st = px_ddp_broadcast_params(d);
+    if (st == PHX_OK) st = px_ddp_check_models(d);
+    if (st == PHX_OK) st = px_ddp_broadcast_params(d);
     if (st == PHX_OK) {
         size_t *rev = px_malloc((d->n_params ? d->n_params : 1) * sizeof *rev);
         px_assignment a = {0};
-        if (!rev)
-            st = PHX_ENOMEM;
-        for (size_t k = 0; rev && k < d->n_params; k++)
-            rev[k] = d->n_params - 1 - k;
+        if (!rev) st = PHX_ENOMEM;
+        for (size_t k = 0; rev && k < d->n_params; k++) rev[k] = d->n_params - 1 - k;
         /* no_overlap: one bucket, reduced after the backward. */
         size_t big = (size_t)-1;
         if (st == PHX_OK)
             st = px_ddp_assign(d, rev, d->opts.no_overlap ? big : d->opts.first_bucket_bytes,
                                d->opts.no_overlap ? big : d->opts.bucket_bytes, &a);
         px_free(rev);
-        if (st == PHX_OK)
-            st = px_ddp_install(d, &a);
+        if (st == PHX_OK) st = px_ddp_install(d, &a);
         px_assignment_free(&a);
     }
     if (st == PHX_OK) {
@@ -422,11 +394,12 @@ phx_module *phx_ddp_model(phx_module *ddp)
 phx_status phx_ddp_set_no_sync(phx_module *ddp, bool no_sync)
 {
     px_ddp *d = ddp_of(ddp, "phx_ddp_set_no_sync");
-    if (!d)
-        return PHX_EINVAL;
+    if (!d) return PHX_EINVAL;
     if (d->n_ready > 0)
-        return phx_error(PHX_ESTATE, "phx_ddp_set_no_sync: a backward is in progress (%zu of %zu gradients "
-                         "ready); switch between backward passes", d->n_ready, d->n_params);
+        return phx_error(PHX_ESTATE,
+                         "phx_ddp_set_no_sync: a backward is in progress (%zu of %zu gradients "
+                         "ready); switch between backward passes",
+                         d->n_ready, d->n_params);
     d->no_sync = no_sync;
     return PHX_OK;
 }
@@ -440,25 +413,21 @@ size_t phx_ddp_num_buckets(phx_module *ddp)
 size_t phx_ddp_bucket_params(phx_module *ddp, size_t b, size_t *idx, size_t max)
 {
     px_ddp *d = ddp_of(ddp, "phx_ddp_bucket_params");
-    if (!d)
-        return 0;
+    if (!d) return 0;
     if (b >= d->n_buckets) {
         phx_error(PHX_EINVAL, "phx_ddp_bucket_params: bucket %zu, there are %zu", b, d->n_buckets);
         return 0;
     }
     const px_bucket *k = &d->buckets[b];
-    for (size_t j = 0; idx && j < k->n_members && j < max; j++)
-        idx[j] = k->members[j];
+    for (size_t j = 0; idx && j < k->n_members && j < max; j++) idx[j] = k->members[j];
     return k->n_members;
 }
 
 phx_status phx_ddp_get_stats(phx_module *ddp, phx_ddp_stats *out)
 {
     px_ddp *d = ddp_of(ddp, "phx_ddp_get_stats");
-    if (!d)
-        return PHX_EINVAL;
-    if (!out)
-        return phx_error(PHX_EINVAL, "phx_ddp_get_stats: out is NULL");
+    if (!d) return PHX_EINVAL;
+    if (!out) return phx_error(PHX_EINVAL, "phx_ddp_get_stats: out is NULL");
     *out = d->stats;
     return PHX_OK;
 }
@@ -466,9 +435,7 @@ phx_status phx_ddp_get_stats(phx_module *ddp, phx_ddp_stats *out)
 size_t phx_ddp_trace(phx_module *ddp, phx_ddp_event *ev, size_t max)
 {
     px_ddp *d = ddp_of(ddp, "phx_ddp_trace");
-    if (!d)
-        return 0;
-    for (size_t i = 0; ev && i < d->trace_len && i < max; i++)
-        ev[i] = d->trace[i];
+    if (!d) return 0;
+    for (size_t i = 0; ev && i < d->trace_len && i < max; i++) ev[i] = d->trace[i];
     return d->trace_len;
 }

@@ -13,7 +13,7 @@
  * between a step's forward and backward without a futex round trip. */
 #define PX_POOL_SPIN 4000
 
-static inline void px_cpu_relax(void)
+static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -24,29 +24,29 @@ static inline void px_cpu_relax(void)
 
 typedef struct px_worker {
     px_pool *pool;
-    size_t index;               /* task index it runs (1..n-1) */
+    size_t index; /* task index it runs (1..n-1) */
     pthread_t thread;
     bool started;
-    atomic_uint go;             /* run generation posted to this worker */
-    atomic_int sleeping;        /* 1 while (about to be) waiting on cv */
+    atomic_uint go; /* run generation posted to this worker */
+    atomic_int sleeping; /* 1 while (about to be) waiting on cv */
     pthread_cond_t cv;
 } px_worker;
 
 struct px_pool {
-    size_t n;                   /* tasks at once: n - 1 workers + caller */
-    px_worker *workers;         /* workers[i] runs task i (workers[0] unused) */
+    size_t n; /* tasks at once: n - 1 workers + caller */
+    px_worker *workers; /* workers[i] runs task i (workers[0] unused) */
     pthread_mutex_t mu;
     pthread_cond_t done_cv;
     atomic_int caller_sleeping;
-    atomic_size_t pending;      /* workers of the current run not finished */
-    unsigned gen;               /* last posted generation (caller only) */
+    atomic_size_t pending; /* workers of the current run not finished */
+    unsigned gen; /* last posted generation (caller only) */
     atomic_bool stop;
     /* The current run; written before the go stores that publish it. */
     px_pool_fn fn;
     void *arg;
 };
 
-static void px_worker_finish(px_pool *p)
+static void worker_finish(px_pool *p)
 {
     if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping)) {
         pthread_mutex_lock(&p->mu);
@@ -55,7 +55,7 @@ static void px_worker_finish(px_pool *p)
     }
 }
 
-static void *px_worker_main(void *arg)
+static void *worker_main(void *arg)
 {
     px_worker *w = arg;
     px_pool *p = w->pool;
@@ -63,21 +63,20 @@ static void *px_worker_main(void *arg)
     for (;;) {
         unsigned g = atomic_load(&w->go);
         for (int s = 0; g == seen && s < PX_POOL_SPIN && !atomic_load(&p->stop); s++) {
-            px_cpu_relax();
+            cpu_relax();
             g = atomic_load(&w->go);
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
             atomic_store(&w->sleeping, 1);
-            while ((g = atomic_load(&w->go)) == seen && !atomic_load(&p->stop))
-                pthread_cond_wait(&w->cv, &p->mu);
+            while ((g = atomic_load(&w->go)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&w->cv, &p->mu);
             atomic_store(&w->sleeping, 0);
             pthread_mutex_unlock(&p->mu);
         }
         if (g == seen) break; /* stop */
         seen = g;
         p->fn(p->arg, w->index);
-        px_worker_finish(p);
+        worker_finish(p);
     }
     return NULL;
 }
@@ -89,7 +88,10 @@ px_pool *px_pool_new(size_t n)
     if (!p) return NULL;
     p->n = n;
     p->workers = px_calloc(n, sizeof *p->workers);
-    if (!p->workers) { px_free(p); return NULL; }
+    if (!p->workers) {
+        px_free(p);
+        return NULL;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->done_cv, NULL);
     for (size_t i = 1; i < n; i++) {
@@ -97,10 +99,9 @@ px_pool *px_pool_new(size_t n)
         w->pool = p;
         w->index = i;
         pthread_cond_init(&w->cv, NULL);
-        int rc = pthread_create(&w->thread, NULL, px_worker_main, w);
+        int rc = pthread_create(&w->thread, NULL, worker_main, w);
         if (rc) {
-            phx_error(PHX_ENOMEM, "DataParallel: cannot start worker thread %zu of %zu: %s", i, n - 1,
-                      strerror(rc));
+            phx_error(PHX_ENOMEM, "DataParallel: cannot start worker thread %zu of %zu: %s", i, n - 1, strerror(rc));
             px_pool_free(p);
             return NULL;
         }
@@ -127,13 +128,19 @@ void px_pool_free(px_pool *p)
     px_free(p);
 }
 
-size_t px_pool_size(const px_pool *p) { return p->n; }
+size_t px_pool_size(const px_pool *p)
+{
+    return p->n;
+}
 
 void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg)
 {
     if (k > p->n) k = p->n;
     if (k == 0) return;
-    if (k == 1) { fn(arg, 0); return; }
+    if (k == 1) {
+        fn(arg, 0);
+        return;
+    }
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->pending, k - 1);
@@ -148,7 +155,7 @@ void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg)
         }
     }
     fn(arg, 0);
-    for (int s = 0; atomic_load(&p->pending) && s < PX_POOL_SPIN; s++) px_cpu_relax();
+    for (int s = 0; atomic_load(&p->pending) && s < PX_POOL_SPIN; s++) cpu_relax();
     if (atomic_load(&p->pending)) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_sleeping, 1);

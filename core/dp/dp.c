@@ -48,7 +48,7 @@ static const char *dev_name(phx_device d, char *buf, size_t len)
     return buf;
 }
 
-static px_dp *px_dp_of(phx_module *m, const char *who)
+static px_dp *dp_of(phx_module *m, const char *who)
 {
     if (!m || phx_module_vtable_of(m) != &dp_vtable) {
         phx_error(PHX_EINVAL, "%s: module %s is not a DataParallel wrapper", who, m ? phx_module_type(m) : "(null)");
@@ -59,13 +59,13 @@ static px_dp *px_dp_of(phx_module *m, const char *who)
 
 phx_module *phx_dp_model(phx_module *dp)
 {
-    px_dp *d = px_dp_of(dp, "phx_dp_model");
+    px_dp *d = dp_of(dp, "phx_dp_model");
     return d ? d->model : NULL;
 }
 
 size_t phx_dp_num_replicas(phx_module *dp)
 {
-    px_dp *d = px_dp_of(dp, "phx_dp_num_replicas");
+    px_dp *d = dp_of(dp, "phx_dp_num_replicas");
     return d ? d->n : 0;
 }
 
@@ -74,14 +74,13 @@ size_t phx_dp_num_replicas(phx_module *dp)
 static bool key_same(const px_dp_key *k, const phx_tensor *t)
 {
     return k->storage == t->storage && k->offset == t->offset && k->dtype == t->dtype && k->ndim == t->ndim &&
-           memcmp(k->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) == 0;
+        memcmp(k->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) == 0;
 }
 
 static void key_set(px_dp_key *k, const phx_tensor *t)
 {
     memset(k, 0, sizeof *k);
-    if (!t)
-        return;
+    if (!t) return;
     k->storage = t->storage;
     k->offset = t->offset;
     k->dtype = t->dtype;
@@ -111,8 +110,7 @@ static void drop_rows(px_dp *d, bool out, int pass)
 static phx_status make_rows(px_dp *d, const phx_tensor *base, bool out, int pass)
 {
     px_dp_key *key = out ? &d->out_key[pass] : &d->in_key[pass];
-    if (key_same(key, base))
-        return PHX_OK;
+    if (key_same(key, base)) return PHX_OK;
     drop_rows(d, out, pass);
     int64_t row = base->numel / base->shape[0];
     for (size_t i = 0; i < d->k; i++) {
@@ -120,8 +118,7 @@ static phx_status make_rows(px_dp *d, const phx_tensor *base, bool out, int pass
         int64_t shape[PHX_MAX_DIMS];
         memcpy(shape, base->shape, sizeof shape);
         shape[0] = r->rows;
-        if (!(*rows_slot(r, out, pass) = phx_tensor_view(base, r->row0 * row, base->ndim, shape)))
-            return PHX_ENOMEM;
+        if (!(*rows_slot(r, out, pass) = phx_tensor_view(base, r->row0 * row, base->ndim, shape))) return PHX_ENOMEM;
     }
     key_set(key, base);
     return PHX_OK;
@@ -152,10 +149,8 @@ static void record_ready(phx_param *p, void *user)
     px_dp *d = user;
     px_dp_rep *r = &d->reps[0];
     size_t n = d->n_params, j = d->ready_hint < n ? d->ready_hint : 0;
-    for (size_t s = 0; s < n && r->params[j] != p; s++)
-        j = j + 1 < n ? j + 1 : 0;
-    if (r->params[j] != p || d->n_ready >= n)
-        return;
+    for (size_t s = 0; s < n && r->params[j] != p; s++) j = j + 1 < n ? j + 1 : 0;
+    if (r->params[j] != p || d->n_ready >= n) return;
     d->ready[d->n_ready++] = j;
     d->ready_hint = j ? j - 1 : 0;
 }
@@ -190,24 +185,20 @@ static phx_status plan_sync(px_dp *d)
         /* phx_module_set_precision(wrapper): the wrapper has no children,
          * so pass the policy on to the model. */
         phx_status st = phx_module_set_precision(d->model, self->precision);
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
         d->precision = self->precision;
         d->compute_dtype = self->compute_dtype;
     }
     for (size_t i = 0; i < d->n; i++) {
         phx_module *m = d->reps[i].m;
-        if (m == d->model)
-            continue;
+        if (m == d->model) continue;
         if (m->precision != d->model->precision || m->compute_dtype != d->model->compute_dtype) {
             phx_status st = phx_module_set_precision(m, d->model->precision);
-            if (st != PHX_OK)
-                return st;
+            if (st != PHX_OK) return st;
         }
         if (m->training != d->model->training) {
             phx_status st = phx_module_train(m, d->model->training);
-            if (st != PHX_OK)
-                return st;
+            if (st != PHX_OK) return st;
         }
     }
     for (size_t j = 0; j < d->n_params; j++) {
@@ -220,11 +211,9 @@ static phx_status plan_sync(px_dp *d)
 /* Worker side: replica r takes the model's current values. */
 static phx_status sync_replica(px_dp *d, px_dp_rep *r)
 {
-    if (r->m == d->model)
-        return PHX_OK;
+    if (r->m == d->model) return PHX_OK;
     for (size_t j = 0; j < d->n_params; j++) {
-        if (!d->dirty[j])
-            continue;
+        if (!d->dirty[j]) continue;
         phx_param *mp = d->params[j], *rp = r->params[j];
         phx_status st;
         if (r->shares) {
@@ -238,8 +227,7 @@ static phx_status sync_replica(px_dp *d, px_dp_rep *r)
             st = phx_tensor_copy(rp->value, mp->value);
             phx_param_touch(rp);
         }
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
     }
     return PHX_OK;
 }
@@ -259,8 +247,7 @@ static void sync_done(px_dp *d)
 static void share_model_grads(px_dp *d)
 {
     px_dp_rep *r = &d->reps[0];
-    if (r->m == d->model || r->grad)
-        return;
+    if (r->m == d->model || r->grad) return;
     for (size_t j = 0; j < d->n_params; j++) {
         phx_param *rp = r->params[j];
         phx_tensor *mg = d->params[j]->grad;
@@ -276,11 +263,9 @@ static void share_model_grads(px_dp *d)
 
 static void task_result(px_dp_rep *r, phx_status st)
 {
-    if (st == PHX_OK && r->dev.kind != PHX_DEVICE_CPU)
-        st = phx_device_synchronize(r->dev);
+    if (st == PHX_OK && r->dev.kind != PHX_DEVICE_CPU) st = phx_device_synchronize(r->dev);
     r->st = st;
-    if (st != PHX_OK)
-        snprintf(r->err, sizeof r->err, "%s", phx_last_error());
+    if (st != PHX_OK) snprintf(r->err, sizeof r->err, "%s", phx_last_error());
 }
 
 /* Worker side of scatter and gather: the replica's rows copied to its
@@ -296,8 +281,7 @@ static phx_status put_rows(px_dp_rep *r, int pass)
 {
     const phx_tensor *src = r->out[pass], *dst = r->out_rows[pass];
     r->out_done[pass] = false;
-    if (!src || !dst || src->dtype != dst->dtype || !phx_tensor_same_shape(src, dst))
-        return PHX_OK;
+    if (!src || !dst || src->dtype != dst->dtype || !phx_tensor_same_shape(src, dst)) return PHX_OK;
     phx_status st = phx_tensor_copy(r->out_rows[pass], src);
     r->out_done[pass] = st == PHX_OK;
     return st;
@@ -308,12 +292,9 @@ static void forward_task(void *arg, size_t i)
     px_dp *d = arg;
     px_dp_rep *r = &d->reps[i];
     phx_status st = sync_replica(d, r);
-    if (st == PHX_OK)
-        st = stage_in(r, PX_DP_FWD);
-    if (st == PHX_OK)
-        st = phx_module_forward(r->m, r->in[PX_DP_FWD], &r->out[PX_DP_FWD]);
-    if (st == PHX_OK)
-        st = put_rows(r, PX_DP_FWD);
+    if (st == PHX_OK) st = stage_in(r, PX_DP_FWD);
+    if (st == PHX_OK) st = phx_module_forward(r->m, r->in[PX_DP_FWD], &r->out[PX_DP_FWD]);
+    if (st == PHX_OK) st = put_rows(r, PX_DP_FWD);
     task_result(r, st);
 }
 
@@ -323,12 +304,10 @@ static void backward_task(void *arg, size_t i)
     px_dp_rep *r = &d->reps[i];
     r->out[PX_DP_BWD] = NULL;
     phx_status st = stage_in(r, PX_DP_BWD);
-    if (st == PHX_OK)
-        st = phx_module_backward(r->m, r->in[PX_DP_BWD], d->want_dx ? &r->out[PX_DP_BWD] : NULL);
+    if (st == PHX_OK) st = phx_module_backward(r->m, r->in[PX_DP_BWD], d->want_dx ? &r->out[PX_DP_BWD] : NULL);
     if (st == PHX_OK && d->want_dx && !r->out[PX_DP_BWD])
         st = phx_error(PHX_EINTERNAL, "module %s returned no input gradient", phx_module_type(r->m));
-    if (st == PHX_OK)
-        st = put_rows(r, PX_DP_BWD);
+    if (st == PHX_OK) st = put_rows(r, PX_DP_BWD);
     task_result(r, st);
 }
 
@@ -341,8 +320,7 @@ static phx_status run_replicas(px_dp *d, px_pool_fn task, const char *who)
     if (d->k > 1 && d->devices[0].kind == PHX_DEVICE_CPU && (blas = px_cpu_blas_get_threads()) != 1)
         px_cpu_blas_threads(1);
     px_pool_run(d->pool, d->k, task, d);
-    if (blas > 1)
-        px_cpu_blas_threads(blas);
+    if (blas > 1) px_cpu_blas_threads(blas);
     for (size_t i = 0; i < d->k; i++) {
         px_dp_rep *r = &d->reps[i];
         if (r->st != PHX_OK) {
@@ -366,8 +344,7 @@ static phx_status gather(px_dp *d, int pass, phx_device dev, phx_tensor **out)
     for (size_t i = 0; i < d->k; i++) {
         const phx_tensor *y = d->reps[i].out[pass];
         bool fits = y->ndim >= 1 && y->shape[0] == d->reps[i].rows && y->ndim == y0->ndim && y->dtype == y0->dtype;
-        for (int j = 1; fits && j < y->ndim; j++)
-            fits = y->shape[j] == y0->shape[j];
+        for (int j = 1; fits && j < y->ndim; j++) fits = y->shape[j] == y0->shape[j];
         if (!fits)
             return phx_error(PHX_EINVAL,
                              "DataParallel: replica %zu's %s is %s %s for %lld rows (replica 0: %s %s); "
@@ -385,13 +362,10 @@ static phx_status gather(px_dp *d, int pass, phx_device dev, phx_tensor **out)
     shape[0] = d->batch;
     phx_tensor *all;
     phx_status st = px_buf_get(&d->out_buf[pass], y0->dtype, y0->ndim, shape, dev, &all);
-    if (st == PHX_OK)
-        st = make_rows(d, all, true, pass);
+    if (st == PHX_OK) st = make_rows(d, all, true, pass);
     for (size_t i = 0; i < d->k && st == PHX_OK; i++)
-        if (!d->reps[i].out_done[pass])
-            st = phx_tensor_copy(d->reps[i].out_rows[pass], d->reps[i].out[pass]);
-    if (st == PHX_OK && dev.kind != PHX_DEVICE_CPU)
-        st = phx_device_synchronize(dev);
+        if (!d->reps[i].out_done[pass]) st = phx_tensor_copy(d->reps[i].out_rows[pass], d->reps[i].out[pass]);
+    if (st == PHX_OK && dev.kind != PHX_DEVICE_CPU) st = phx_device_synchronize(dev);
     *out = all;
     return st;
 }
@@ -400,8 +374,7 @@ static phx_status gather(px_dp *d, int pass, phx_device dev, phx_tensor **out)
  * row views into the gathered tensors belong to the old split: dropped. */
 static void plan_batch(px_dp *d, int64_t b)
 {
-    if (b == d->batch && d->k)
-        return;
+    if (b == d->batch && d->k) return;
     drop_rows(d, true, PX_DP_FWD);
     drop_rows(d, true, PX_DP_BWD);
     d->k = phx_chunk_sizes(b, d->n, d->sizes);
@@ -424,21 +397,16 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
         return phx_error(PHX_EINVAL, "%s: input %s has no batch rows (dim 0); expected at least 1", who,
                          phx_tensor_shape_str(x, s, sizeof s));
     phx_status st = check_model(d, who);
-    if (st == PHX_OK)
-        st = plan_sync(d);
-    if (st != PHX_OK)
-        return st;
+    if (st == PHX_OK) st = plan_sync(d);
+    if (st != PHX_OK) return st;
     plan_batch(d, x->shape[0]);
-    if ((st = scatter(d, x, PX_DP_FWD)) == PHX_OK)
-        st = run_replicas(d, forward_task, who);
+    if ((st = scatter(d, x, PX_DP_FWD)) == PHX_OK) st = run_replicas(d, forward_task, who);
     for (size_t i = d->k; i < d->n && st == PHX_OK; i++)
         st = sync_replica(d, &d->reps[i]); /* idle this batch, but current for the next */
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     sync_done(d);
     phx_tensor *out;
-    if ((st = gather(d, PX_DP_FWD, d->out_dev, &out)) != PHX_OK)
-        return st;
+    if ((st = gather(d, PX_DP_FWD, d->out_dev, &out)) != PHX_OK) return st;
     d->y_ndim = out->ndim;
     memcpy(d->y_shape, out->shape, sizeof d->y_shape);
     d->y_dtype = out->dtype;
@@ -451,20 +419,18 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
 static phx_status check_dy(px_dp *d, const phx_tensor *dy, const char *who)
 {
     char a[64], b[64];
-    if (!d->forward_ok)
-        return phx_error(PHX_ESTATE, "%s: no successful forward to differentiate", who);
+    if (!d->forward_ok) return phx_error(PHX_ESTATE, "%s: no successful forward to differentiate", who);
     if (dy->ndim >= 1 && dy->shape[0] != d->batch)
         return phx_error(PHX_EINVAL,
                          "%s: dy has %lld rows (dim 0) but the forward's batch had %lld; the loss target "
                          "must have the input's batch size",
                          who, (long long)dy->shape[0], (long long)d->batch);
     bool same = dy->ndim == d->y_ndim && phx_dtype_is_float(dy->dtype);
-    for (int j = 0; same && j < dy->ndim; j++)
-        same = dy->shape[j] == d->y_shape[j];
+    for (int j = 0; same && j < dy->ndim; j++) same = dy->shape[j] == d->y_shape[j];
     if (!same)
         return phx_error(PHX_EINVAL, "%s: dy is %s %s, the output of the forward was %s %s", who,
-                         phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
-                         phx_dtype_name(d->y_dtype), px_shape_str(d->y_ndim, d->y_shape, b, sizeof b));
+                         phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a), phx_dtype_name(d->y_dtype),
+                         px_shape_str(d->y_ndim, d->y_shape, b, sizeof b));
     return PHX_OK;
 }
 
@@ -473,19 +439,15 @@ static phx_status dp_backward(phx_module *self, const phx_tensor *dy, phx_tensor
     static const char who[] = "phx_dp_backward";
     px_dp *d = phx_module_ctx(self);
     phx_status st = check_dy(d, dy, who);
-    if (st == PHX_OK)
-        st = check_model(d, who);
-    if (st == PHX_OK)
-        st = scatter(d, dy, PX_DP_BWD);
-    if (st != PHX_OK)
-        return st;
+    if (st == PHX_OK) st = check_model(d, who);
+    if (st == PHX_OK) st = scatter(d, dy, PX_DP_BWD);
+    if (st != PHX_OK) return st;
     d->want_dx = dx != NULL;
     d->n_ready = 0;
     share_model_grads(d);
     bool clones = d->reps[0].m != d->model;
     st = run_replicas(d, backward_task, who);
-    if (st == PHX_OK && dx)
-        st = gather(d, PX_DP_BWD, d->x_dev, dx);
+    if (st == PHX_OK && dx) st = gather(d, PX_DP_BWD, d->x_dev, dx);
     if (st != PHX_OK) {
         /* Replica 0 may have added into the model's gradients already; the
          * others' are dropped. Only an internal failure gets here: bad
@@ -493,12 +455,9 @@ static phx_status dp_backward(phx_module *self, const phx_tensor *dy, phx_tensor
         px_dp_zero_replica_grads(d);
         return st;
     }
-    if (!clones)
-        return PHX_OK; /* one device: the model ran itself and fired its own hooks */
-    if ((st = px_dp_reduce(d)) != PHX_OK)
-        return st;
-    for (size_t i = 0; i < d->n_ready; i++)
-        phx_param_grad_ready(d->params[d->ready[i]]);
+    if (!clones) return PHX_OK; /* one device: the model ran itself and fired its own hooks */
+    if ((st = px_dp_reduce(d)) != PHX_OK) return st;
+    for (size_t i = 0; i < d->n_ready; i++) phx_param_grad_ready(d->params[d->ready[i]]);
     return PHX_OK;
 }
 
@@ -507,17 +466,18 @@ static phx_status dp_set_train(phx_module *self, bool training)
     px_dp *d = phx_module_ctx(self);
     phx_status st = phx_module_train(d->model, training);
     for (size_t i = 0; i < d->n && st == PHX_OK; i++)
-        if (d->reps[i].m != d->model)
-            st = phx_module_train(d->reps[i].m, training);
+        if (d->reps[i].m != d->model) st = phx_module_train(d->reps[i].m, training);
     return st;
 }
 
-
 /* ---- construction ---------------------------------------------------- */
 
-static void px_dp_destroy(px_dp *d);
+static void dp_destroy(px_dp *d);
 
-static void dp_free(phx_module *self) { px_dp_destroy(phx_module_ctx(self)); }
+static void dp_free(phx_module *self)
+{
+    dp_destroy(phx_module_ctx(self));
+}
 
 static const phx_module_vtable dp_vtable = {
     .type_name = "DataParallel",
@@ -532,11 +492,9 @@ static const phx_module_vtable dp_vtable = {
  * of the model's kind (every CPU replica is "cpu"). */
 static phx_device device_at(const phx_device *devices, phx_device model_dev, size_t i)
 {
-    if (devices)
-        return devices[i];
+    if (devices) return devices[i];
     phx_device d = model_dev;
-    if (d.kind != PHX_DEVICE_CPU)
-        d.index = (int)i;
+    if (d.kind != PHX_DEVICE_CPU) d.index = (int)i;
     return d;
 }
 
@@ -577,18 +535,15 @@ static phx_status pick_devices(const phx_device *devices, size_t n_devices, cons
     *out_dev = first;
     if (output_device) {
         size_t i = 0;
-        while (i < n && !phx_device_equal(device_at(devices, model_dev, i), *output_device))
-            i++;
+        while (i < n && !phx_device_equal(device_at(devices, model_dev, i), *output_device)) i++;
         if (i == n)
             return phx_error(PHX_EINVAL, "%s: output device %s is not one of the %zu devices (devices[0] = %s)", who,
                              dev_name(*output_device, a, sizeof a), n, dev_name(first, b, sizeof b));
         *out_dev = *output_device;
     }
     phx_device *list = px_calloc(n, sizeof *list);
-    if (!list)
-        return PHX_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        list[i] = device_at(devices, model_dev, i);
+    if (!list) return PHX_ENOMEM;
+    for (size_t i = 0; i < n; i++) list[i] = device_at(devices, model_dev, i);
     *out = list;
     *n_out = n;
     return PHX_OK;
@@ -616,31 +571,25 @@ static phx_status make_replica(px_dp *d, size_t i)
                              phx_device_name(r->dev, a, sizeof a), i, phx_last_error());
     }
     r->shares = phx_device_equal(r->dev, d->devices[0]);
-    if (!(r->params = px_calloc(d->n_params ? d->n_params : 1, sizeof *r->params)))
-        return PHX_ENOMEM;
-    for (size_t j = 0; j < d->n_params; j++)
-        r->params[j] = phx_module_param(r->m, j);
-    if (r->m == d->model)
-        return PHX_OK;
+    if (!(r->params = px_calloc(d->n_params ? d->n_params : 1, sizeof *r->params))) return PHX_ENOMEM;
+    for (size_t j = 0; j < d->n_params; j++) r->params[j] = phx_module_param(r->m, j);
+    if (r->m == d->model) return PHX_OK;
     for (size_t j = 0; j < d->n_params && r->shares; j++) {
         phx_status st = phx_param_set_value(r->params[j], d->params[j]->value);
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
     }
     int64_t total = d->off[d->n_params];
     if (i == 0 && r->shares) {
         share_model_grads(d);
         return PHX_OK;
     }
-    if (total > 0 && !(r->grad = phx_tensor_zeros(PHX_F32, 1, &total, r->dev)))
-        return PHX_ENOMEM;
+    if (total > 0 && !(r->grad = phx_tensor_zeros(PHX_F32, 1, &total, r->dev))) return PHX_ENOMEM;
     for (size_t j = 0; j < d->n_params; j++) {
         phx_param *rp = r->params[j];
         phx_tensor *g = phx_tensor_view(r->grad, d->off[j], rp->value->ndim, rp->value->shape);
         phx_status st = g ? phx_param_set_grad(rp, g) : PHX_ENOMEM;
         phx_tensor_free(g);
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
     }
     return r->grad ? phx_tensor_fill(r->grad, 0.0) : PHX_OK;
 }
@@ -666,19 +615,15 @@ static phx_status dp_init(px_dp *d)
     }
     for (size_t i = 0; i < n; i++) {
         phx_status st = make_replica(d, i);
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
     }
-    if (d->reps[0].m != d->model)
-        phx_module_set_grad_hook(d->reps[0].m, record_ready, d);
+    if (d->reps[0].m != d->model) phx_module_set_grad_hook(d->reps[0].m, record_ready, d);
     sync_done(d);
-    if (!(d->pool = px_pool_new(n)))
-        return PHX_ENOMEM;
+    if (!(d->pool = px_pool_new(n))) return PHX_ENOMEM;
     return PHX_OK;
 }
 
-phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_devices,
-                       const phx_device *output_device)
+phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_devices, const phx_device *output_device)
 {
     if (!model) {
         px_error_null("phx_dp_new", "model");
@@ -691,14 +636,13 @@ phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_de
         if (!phx_device_equal(dv, model_dev)) {
             char a[32], b[32];
             phx_error(PHX_EINVAL, "phx_dp_new: parameter '%s' is on %s, '%s' on %s: the model must be on one device",
-                      phx_module_param_name(model, j), dev_name(dv, a, sizeof a),
-                      phx_module_param_name(model, 0), phx_device_name(model_dev, b, sizeof b));
+                      phx_module_param_name(model, j), dev_name(dv, a, sizeof a), phx_module_param_name(model, 0),
+                      phx_device_name(model_dev, b, sizeof b));
             return NULL;
         }
     }
     px_dp *d = px_calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
+    if (!d) return NULL;
     d->model = model;
     d->n_params = np;
     phx_status st = pick_devices(devices, n_devices, output_device, model_dev, &d->devices, &d->n, &d->out_dev);
@@ -708,7 +652,7 @@ phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_de
     }
     phx_module *self = phx_module_new(&dp_vtable, d);
     if (!self) {
-        px_dp_destroy(d);
+        dp_destroy(d);
         return NULL;
     }
     d->self = self;
@@ -722,10 +666,9 @@ phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_de
     return self;
 }
 
-static void px_dp_destroy(px_dp *d)
+static void dp_destroy(px_dp *d)
 {
-    if (!d)
-        return;
+    if (!d) return;
     px_pool_free(d->pool);
     for (size_t i = 0; d->reps && i < d->n; i++) {
         px_dp_rep *r = &d->reps[i];
@@ -734,8 +677,7 @@ static void px_dp_destroy(px_dp *d)
             phx_tensor_free(r->out_rows[pass]);
             px_buf_free(&r->in_buf[pass]);
         }
-        if (r->m != d->model)
-            phx_module_free(r->m);
+        if (r->m != d->model) phx_module_free(r->m);
         phx_tensor_free(r->grad);
         px_free(r->params);
     }

@@ -18,27 +18,26 @@
 
 typedef struct attention {
     int64_t C, H, hs;
-    float p;                 /* dropout on the attention weights */
-    uint64_t seed, offset;   /* Philox stream of the attention dropout */
-    phx_module *c_attn, *c_proj, *drop;   /* drop: NULL when p == 0 */
-    const phx_tensor *qkv;   /* c_attn's output of the last forward (owned by c_attn) */
-    bool dropped;            /* the last forward masked P */
+    float p; /* dropout on the attention weights */
+    uint64_t seed, offset; /* Philox stream of the attention dropout */
+    phx_module *c_attn, *c_proj, *drop; /* drop: NULL when p == 0 */
+    const phx_tensor *qkv; /* c_attn's output of the last forward (owned by c_attn) */
+    bool dropped; /* the last forward masked P */
     int64_t B, T;
-    px_buf att;              /* (B, H, T, T) softmax output */
-    px_buf attd;             /* (B, H, T, T) after dropout */
-    px_buf mask;             /* dropout mask bytes */
-    px_buf y;                /* (B, T, C) heads side by side */
-    px_buf datt;             /* (B, H, T, T) */
-    px_buf dqkv;             /* (B, T, 3C) */
-    phx_tensor *out;         /* output of the last forward */
+    px_buf att; /* (B, H, T, T) softmax output */
+    px_buf attd; /* (B, H, T, T) after dropout */
+    px_buf mask; /* dropout mask bytes */
+    px_buf y; /* (B, T, C) heads side by side */
+    px_buf datt; /* (B, H, T, T) */
+    px_buf dqkv; /* (B, T, 3C) */
+    phx_tensor *out; /* output of the last forward */
 } attention;
 
 static phx_status att_forward(phx_module *self, const phx_tensor *x, phx_tensor **yout)
 {
     attention *A = phx_module_ctx(self);
     phx_status st = px_check_float_input("phx_attention_forward", x);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     if (x->ndim != 3 || x->shape[2] != A->C) {
         char a[64];
         return phx_error(PHX_EINVAL, "phx_attention_forward: input is %s, expected (B, T, %lld)",
@@ -46,13 +45,11 @@ static phx_status att_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     }
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     PX_NEED_SLOT("phx_attention_forward", k, gemm_batched);
     PX_NEED_SLOT("phx_attention_forward", k, softmax_forward);
     phx_tensor *qkv;
-    if ((st = phx_module_forward(A->c_attn, x, &qkv)) != PHX_OK)
-        return st;
+    if ((st = phx_module_forward(A->c_attn, x, &qkv)) != PHX_OK) return st;
     int64_t B = x->shape[0], T = x->shape[1], C = A->C, H = A->H, hs = A->hs, C3 = 3 * C;
     phx_dtype dt = qkv->dtype;
     size_t es = phx_dtype_size(dt);
@@ -67,10 +64,8 @@ static phx_status att_forward(phx_module *self, const phx_tensor *x, phx_tensor 
         st = k->gemm_batched(dev.index, 0, 1, T, T, hs, 1.0f, qb, C3, hs, qb + (size_t)C * es, C3, hs, dt, 0.0f,
                              P + (size_t)(b * H * T * T) * es, T, T * T, dt, H);
     }
-    if (st == PHX_OK)
-        st = k->softmax_forward(dev.index, B * H * T, T, (float)(1.0 / sqrt((double)hs)), 1, 0, P, P, dt);
-    if (st != PHX_OK)
-        return st;
+    if (st == PHX_OK) st = k->softmax_forward(dev.index, B * H * T, T, (float)(1.0 / sqrt((double)hs)), 1, 0, P, P, dt);
+    if (st != PHX_OK) return st;
     A->dropped = phx_module_is_training(self) && A->p > 0.0f;
     char *Pd = P;
     if (A->dropped) {
@@ -78,21 +73,19 @@ static phx_status att_forward(phx_module *self, const phx_tensor *x, phx_tensor 
         phx_tensor *ad, *mask;
         if ((st = px_buf_get(&A->attd, dt, 4, as, dev, &ad)) != PHX_OK ||
             (st = px_buf_get(&A->mask, PHX_I32, 1, &words, dev, &mask)) != PHX_OK ||
-            (st = k->dropout_forward(dev.index, n, A->p, A->seed, A->offset, P, px_tensor_ptr(ad),
-                                     px_tensor_ptr(mask), dt)) != PHX_OK)
+            (st = k->dropout_forward(dev.index, n, A->p, A->seed, A->offset, P, px_tensor_ptr(ad), px_tensor_ptr(mask),
+                                     dt)) != PHX_OK)
             return st;
         A->offset += (uint64_t)n;
         Pd = px_tensor_ptr(ad);
     }
     for (int64_t b = 0; b < B && st == PHX_OK; b++)
         st = k->gemm_batched(dev.index, 0, 0, T, hs, T, 1.0f, Pd + (size_t)(b * H * T * T) * es, T, T * T,
-                             q + (size_t)(b * T * C3 + 2 * C) * es, C3, hs, dt, 0.0f, yp + (size_t)(b * T * C) * es,
-                             C, hs, dt, H);
+                             q + (size_t)(b * T * C3 + 2 * C) * es, C3, hs, dt, 0.0f, yp + (size_t)(b * T * C) * es, C,
+                             hs, dt, H);
     phx_tensor *out;
-    if (st != PHX_OK || (st = phx_module_forward(A->c_proj, y, &out)) != PHX_OK)
-        return st;
-    if (A->drop && (st = phx_module_forward(A->drop, out, &out)) != PHX_OK)
-        return st;
+    if (st != PHX_OK || (st = phx_module_forward(A->c_proj, y, &out)) != PHX_OK) return st;
+    if (A->drop && (st = phx_module_forward(A->drop, out, &out)) != PHX_OK) return st;
     A->qkv = qkv;
     A->B = B;
     A->T = T;
@@ -104,26 +97,21 @@ static phx_status att_forward(phx_module *self, const phx_tensor *x, phx_tensor 
 static phx_status att_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     attention *A = phx_module_ctx(self);
-    if (!A->out)
-        return phx_error(PHX_ESTATE, "phx_attention_backward: no forward to differentiate");
-    if (!px_dy_fits(dy, A->out))
-        return px_dy_mismatch("phx_attention_backward", dy, A->out);
+    if (!A->out) return phx_error(PHX_ESTATE, "phx_attention_backward: no forward to differentiate");
+    if (!px_dy_fits(dy, A->out)) return px_dy_mismatch("phx_attention_backward", dy, A->out);
     phx_device dev = dy->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     PX_NEED_SLOT("phx_attention_backward", k, softmax_backward);
     phx_status st;
     const phx_tensor *g = dy;
     phx_tensor *d;
     if (A->drop) {
-        if ((st = phx_module_backward(A->drop, g, &d)) != PHX_OK)
-            return st;
+        if ((st = phx_module_backward(A->drop, g, &d)) != PHX_OK) return st;
         g = d;
     }
     phx_tensor *dY;
-    if ((st = phx_module_backward(A->c_proj, g, &dY)) != PHX_OK)
-        return st;
+    if ((st = phx_module_backward(A->c_proj, g, &dY)) != PHX_OK) return st;
     int64_t B = A->B, T = A->T, C = A->C, H = A->H, hs = A->hs, C3 = 3 * C;
     phx_dtype dt = A->qkv->dtype;
     size_t es = phx_dtype_size(dt);
@@ -157,19 +145,17 @@ static phx_status att_backward(phx_module *self, const phx_tensor *dy, phx_tenso
         st = k->gemm_batched(dev.index, 0, 0, T, hs, T, 1.0f, dP + oa * es, T, T * T, q + (ob + C) * es, C3, hs, dt,
                              0.0f, dq + ob * es, C3, hs, dt, H);
         if (st == PHX_OK)
-            st = k->gemm_batched(dev.index, 1, 0, T, hs, T, 1.0f, dP + oa * es, T, T * T, q + ob * es, C3, hs, dt,
-                                 0.0f, dq + (ob + C) * es, C3, hs, dt, H);
+            st = k->gemm_batched(dev.index, 1, 0, T, hs, T, 1.0f, dP + oa * es, T, T * T, q + ob * es, C3, hs, dt, 0.0f,
+                                 dq + (ob + C) * es, C3, hs, dt, H);
     }
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     return phx_module_backward(A->c_attn, dqkv, dx);
 }
 
 static void att_free(phx_module *self)
 {
     attention *A = phx_module_ctx(self);
-    if (!A)
-        return;
+    if (!A) return;
     px_buf_free(&A->att);
     px_buf_free(&A->attd);
     px_buf_free(&A->mask);
@@ -191,8 +177,7 @@ static const phx_module_vtable attention_vt = {
 
 static phx_status add_child(phx_module *m, const char *name, phx_module *c, phx_module **slot)
 {
-    if (!c)
-        return PHX_ENOMEM;
+    if (!c) return PHX_ENOMEM;
     phx_status st = phx_module_add_child(m, name, c);
     if (st != PHX_OK) {
         phx_module_free(c);
@@ -202,17 +187,17 @@ static phx_status add_child(phx_module *m, const char *name, phx_module *c, phx_
     return PHX_OK;
 }
 
-phx_module *phx_attention_new(int64_t d_model, int64_t n_head, float dropout, bool bias, uint64_t seed,
-                              phx_rng *rng)
+phx_module *phx_attention_new(int64_t d_model, int64_t n_head, float dropout, bool bias, uint64_t seed, phx_rng *rng)
 {
     if (d_model < 1 || n_head < 1 || d_model % n_head != 0 || !(dropout >= 0.0f && dropout < 1.0f)) {
-        phx_error(PHX_EINVAL, "phx_attention_new: d_model %lld must be a positive multiple of n_head %lld and "
-                  "dropout %g in [0, 1)", (long long)d_model, (long long)n_head, (double)dropout);
+        phx_error(PHX_EINVAL,
+                  "phx_attention_new: d_model %lld must be a positive multiple of n_head %lld and "
+                  "dropout %g in [0, 1)",
+                  (long long)d_model, (long long)n_head, (double)dropout);
         return NULL;
     }
     phx_rng *own = NULL;
-    if (!rng && !(rng = own = phx_rng_new(0)))
-        return NULL;
+    if (!rng && !(rng = own = phx_rng_new(0))) return NULL;
     attention *A;
     phx_module *m = px_module_alloc(&attention_vt, sizeof *A, (void **)&A);
     if (m) {
@@ -223,8 +208,7 @@ phx_module *phx_attention_new(int64_t d_model, int64_t n_head, float dropout, bo
         A->seed = seed;
         if (add_child(m, "c_attn", phx_linear_new(d_model, 3 * d_model, bias, rng), &A->c_attn) != PHX_OK ||
             add_child(m, "c_proj", phx_linear_new(d_model, d_model, bias, rng), &A->c_proj) != PHX_OK ||
-            (dropout > 0.0f &&
-             add_child(m, "resid_dropout", phx_dropout_new(dropout, seed + 1), &A->drop) != PHX_OK)) {
+            (dropout > 0.0f && add_child(m, "resid_dropout", phx_dropout_new(dropout, seed + 1), &A->drop) != PHX_OK)) {
             phx_module_free(m);
             m = NULL;
         }

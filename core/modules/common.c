@@ -9,8 +9,7 @@
 phx_module *px_module_alloc(const phx_module_vtable *vt, size_t ctx_size, void **ctx)
 {
     void *c = px_calloc(1, ctx_size);
-    if (!c)
-        return NULL;
+    if (!c) return NULL;
     phx_module *m = phx_module_new(vt, c);
     if (!m) {
         px_free(c);
@@ -24,10 +23,8 @@ phx_status px_io_forward(px_io *io, const phx_tensor *x, phx_dtype dt, int64_t l
                          phx_tensor **out)
 {
     phx_status st = px_as_dtype(&io->xc, x, dt, xin);
-    if (st != PHX_OK)
-        return st;
-    if (last < 0)
-        return px_buf_get(&io->y, dt, x->ndim, x->shape, x->storage->device, out);
+    if (st != PHX_OK) return st;
+    if (last < 0) return px_buf_get(&io->y, dt, x->ndim, x->shape, x->storage->device, out);
     return px_buf_like(&io->y, dt, x, last, out);
 }
 
@@ -42,8 +39,7 @@ phx_status px_io_backward(px_io *io, const phx_tensor *dy, const phx_tensor **g,
 {
     const phx_tensor *x = io->x;
     phx_status st = px_as_dtype(&io->dyc, dy, x->dtype, g);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     return px_buf_get(&io->dx, x->dtype, x->ndim, x->shape, x->storage->device, d);
 }
 
@@ -65,15 +61,13 @@ bool px_dy_fits(const phx_tensor *dy, const phx_tensor *out)
 phx_status px_dy_mismatch(const char *who, const phx_tensor *dy, const phx_tensor *out)
 {
     char a[64], b[64];
-    return phx_error(PHX_EINVAL, "%s: dy is %s %s, output of the last forward was %s", who,
-                     phx_dtype_name(dy->dtype), phx_tensor_shape_str(dy, a, sizeof a),
-                     phx_tensor_shape_str(out, b, sizeof b));
+    return phx_error(PHX_EINVAL, "%s: dy is %s %s, output of the last forward was %s", who, phx_dtype_name(dy->dtype),
+                     phx_tensor_shape_str(dy, a, sizeof a), phx_tensor_shape_str(out, b, sizeof b));
 }
 
 phx_module *px_module_clone_values(phx_module *clone, const phx_module *self)
 {
-    if (!clone || self->n_params == 0)
-        return clone;
+    if (!clone || self->n_params == 0) return clone;
     if (phx_module_to(clone, self->params[0]->value->storage->device) != PHX_OK ||
         px_module_copy_params(clone, self) != PHX_OK) {
         phx_module_free(clone);

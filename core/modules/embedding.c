@@ -8,9 +8,9 @@
 
 typedef struct embedding {
     int64_t num, dim;
-    phx_param *w;            /* (num, dim) */
-    phx_tensor *idx;         /* indices of the last forward (retained) */
-    px_buf y;                /* idx shape + (dim) */
+    phx_param *w; /* (num, dim) */
+    phx_tensor *idx; /* indices of the last forward (retained) */
+    px_buf y; /* idx shape + (dim) */
 } embedding;
 
 static phx_status emb_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
@@ -26,28 +26,26 @@ static phx_status emb_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     if (!phx_device_equal(dev, E->w->value->storage->device))
         return phx_error(PHX_EINVAL, "phx_embedding_forward: indices and weight are on different devices");
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     PX_NEED_SLOT("phx_embedding_forward", k, embedding_forward);
     int64_t shape[PHX_MAX_DIMS];
-    for (int i = 0; i < x->ndim; i++)
-        shape[i] = x->shape[i];
+    for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     shape[x->ndim] = E->dim;
     phx_dtype dt = phx_module_compute_dtype(self);
     phx_tensor *out;
     phx_status st = px_buf_get(&E->y, dt, x->ndim + 1, shape, dev, &out);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     int64_t bad = -1;
     st = k->embedding_forward(dev.index, x->numel, E->num, E->dim, px_tensor_ptr(x), px_tensor_ptr(E->w->value),
                               px_tensor_ptr(out), dt, &bad);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     if (bad >= 0) {
         double v = 0;
         (void)phx_tensor_get(x, bad, &v);
-        return phx_error(PHX_EINVAL, "phx_embedding_forward: index %lld at position %lld is outside the table of "
-                         "%lld rows", (long long)v, (long long)bad, (long long)E->num);
+        return phx_error(PHX_EINVAL,
+                         "phx_embedding_forward: index %lld at position %lld is outside the table of "
+                         "%lld rows",
+                         (long long)v, (long long)bad, (long long)E->num);
     }
     phx_tensor_retain((phx_tensor *)x);
     phx_tensor_free(E->idx);
@@ -59,30 +57,24 @@ static phx_status emb_forward(phx_module *self, const phx_tensor *x, phx_tensor 
 static phx_status emb_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     embedding *E = phx_module_ctx(self);
-    if (!E->idx)
-        return phx_error(PHX_ESTATE, "phx_embedding_backward: no forward to differentiate");
-    if (!px_dy_fits(dy, E->y.view))
-        return px_dy_mismatch("phx_embedding_backward", dy, E->y.view);
+    if (!E->idx) return phx_error(PHX_ESTATE, "phx_embedding_backward: no forward to differentiate");
+    if (!px_dy_fits(dy, E->y.view)) return px_dy_mismatch("phx_embedding_backward", dy, E->y.view);
     phx_device dev = dy->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     PX_NEED_SLOT("phx_embedding_backward", k, embedding_backward);
     phx_status st = k->embedding_backward(dev.index, E->idx->numel, E->num, E->dim, px_tensor_ptr(E->idx),
                                           px_tensor_ptr(dy), dy->dtype, px_tensor_ptr(E->w->grad));
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     phx_param_grad_ready(E->w);
-    if (dx)
-        *dx = NULL;
+    if (dx) *dx = NULL;
     return PHX_OK;
 }
 
 static void emb_free(phx_module *self)
 {
     embedding *E = phx_module_ctx(self);
-    if (!E)
-        return;
+    if (!E) return;
     phx_tensor_free(E->idx);
     px_buf_free(&E->y);
     px_free(E);
@@ -101,14 +93,12 @@ static const phx_module_vtable embedding_vt = {
 static phx_module *emb_alloc(int64_t num, int64_t dim)
 {
     if (num < 1 || dim < 1) {
-        phx_error(PHX_EINVAL, "phx_embedding_new: num %lld and dim %lld must be >= 1", (long long)num,
-                  (long long)dim);
+        phx_error(PHX_EINVAL, "phx_embedding_new: num %lld and dim %lld must be >= 1", (long long)num, (long long)dim);
         return NULL;
     }
     embedding *E;
     phx_module *m = px_module_alloc(&embedding_vt, sizeof *E, (void **)&E);
-    if (!m)
-        return NULL;
+    if (!m) return NULL;
     E->num = num;
     E->dim = dim;
     int64_t ws[2] = {num, dim};
@@ -124,8 +114,7 @@ static phx_module *emb_alloc(int64_t num, int64_t dim)
 phx_module *phx_embedding_new(int64_t num, int64_t dim, phx_rng *rng)
 {
     phx_rng *own = NULL;
-    if (!rng && !(rng = own = phx_rng_new(0)))
-        return NULL;
+    if (!rng && !(rng = own = phx_rng_new(0))) return NULL;
     phx_module *m = emb_alloc(num, dim);
     if (m && phx_rng_normal(rng, ((embedding *)phx_module_ctx(m))->w->value, 0.0f, 1.0f) != PHX_OK) {
         phx_module_free(m);

@@ -9,17 +9,16 @@
 typedef struct layernorm {
     int64_t dim;
     float eps;
-    phx_param *w, *b;        /* (dim) each, or NULL without affine */
-    px_io io;                /* x, y, dx (rows, dim) */
-    px_buf mean, rstd;       /* (rows) f32 */
+    phx_param *w, *b; /* (dim) each, or NULL without affine */
+    px_io io; /* x, y, dx (rows, dim) */
+    px_buf mean, rstd; /* (rows) f32 */
 } layernorm;
 
 static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
 {
     layernorm *L = phx_module_ctx(self);
     phx_status st = px_check_float_input("phx_layernorm_forward", x);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != L->dim)
         return phx_error(PHX_EINVAL, "phx_layernorm_forward: input's last dim is %lld, layer normalizes %lld",
                          (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)L->dim);
@@ -27,8 +26,7 @@ static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     if (L->w && !phx_device_equal(dev, L->w->value->storage->device))
         return phx_error(PHX_EINVAL, "phx_layernorm_forward: input and weights are on different devices");
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     phx_dtype dt = phx_module_compute_dtype(self);
     int64_t rows = x->numel / L->dim;
     const phx_tensor *xin;
@@ -40,8 +38,7 @@ static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     st = k->layernorm_forward(dev.index, rows, L->dim, L->eps, px_tensor_ptr(xin),
                               L->w ? px_tensor_ptr(L->w->value) : NULL, L->b ? px_tensor_ptr(L->b->value) : NULL,
                               px_tensor_ptr(out), px_tensor_ptr(mean), px_tensor_ptr(rstd), dt);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     px_io_keep(&L->io, xin);
     *y = out;
     return PHX_OK;
@@ -51,41 +48,31 @@ static phx_status ln_forward(phx_module *self, const phx_tensor *x, phx_tensor *
 static phx_status ln_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     layernorm *L = phx_module_ctx(self);
-    if (!L->io.x)
-        return phx_error(PHX_ESTATE, "phx_layernorm_backward: no forward to differentiate");
+    if (!L->io.x) return phx_error(PHX_ESTATE, "phx_layernorm_backward: no forward to differentiate");
     const phx_tensor *x = L->io.x;
-    if (!px_dy_fits(dy, x))
-        return px_dy_mismatch("phx_layernorm_backward", dy, x);
+    if (!px_dy_fits(dy, x)) return px_dy_mismatch("phx_layernorm_backward", dy, x);
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     const phx_tensor *g;
     phx_tensor *d;
     phx_status st;
-    if ((st = px_io_backward(&L->io, dy, &g, &d)) != PHX_OK)
-        return st;
-    st = k->layernorm_backward(dev.index, x->numel / L->dim, L->dim, px_tensor_ptr(x),
-                               L->w ? px_tensor_ptr(L->w->value) : NULL, px_tensor_ptr(L->mean.view),
-                               px_tensor_ptr(L->rstd.view), px_tensor_ptr(g), px_tensor_ptr(d),
-                               L->w ? px_tensor_ptr(L->w->grad) : NULL, L->b ? px_tensor_ptr(L->b->grad) : NULL,
-                               x->dtype);
-    if (st != PHX_OK)
-        return st;
-    if (L->w)
-        phx_param_grad_ready(L->w);
-    if (L->b)
-        phx_param_grad_ready(L->b);
-    if (dx)
-        *dx = d;
+    if ((st = px_io_backward(&L->io, dy, &g, &d)) != PHX_OK) return st;
+    st = k->layernorm_backward(
+        dev.index, x->numel / L->dim, L->dim, px_tensor_ptr(x), L->w ? px_tensor_ptr(L->w->value) : NULL,
+        px_tensor_ptr(L->mean.view), px_tensor_ptr(L->rstd.view), px_tensor_ptr(g), px_tensor_ptr(d),
+        L->w ? px_tensor_ptr(L->w->grad) : NULL, L->b ? px_tensor_ptr(L->b->grad) : NULL, x->dtype);
+    if (st != PHX_OK) return st;
+    if (L->w) phx_param_grad_ready(L->w);
+    if (L->b) phx_param_grad_ready(L->b);
+    if (dx) *dx = d;
     return PHX_OK;
 }
 
 static void ln_free(phx_module *self)
 {
     layernorm *L = phx_module_ctx(self);
-    if (!L)
-        return;
+    if (!L) return;
     px_io_free(&L->io);
     px_buf_free(&L->mean);
     px_buf_free(&L->rstd);
@@ -107,10 +94,8 @@ static phx_param *add_filled(phx_module *m, const char *name, int64_t dim, doubl
 {
     phx_tensor *t = phx_tensor_new(PHX_F32, 1, &dim, phx_cpu());
     phx_param *p = NULL;
-    if (t && phx_tensor_fill(t, v) == PHX_OK)
-        p = phx_module_add_param(m, name, t);
-    if (!p)
-        phx_tensor_free(t);
+    if (t && phx_tensor_fill(t, v) == PHX_OK) p = phx_module_add_param(m, name, t);
+    if (!p) phx_tensor_free(t);
     return p;
 }
 
@@ -122,8 +107,7 @@ phx_module *phx_layernorm_new(int64_t dim, float eps, bool affine)
     }
     layernorm *L;
     phx_module *m = px_module_alloc(&layernorm_vt, sizeof *L, (void **)&L);
-    if (!m)
-        return NULL;
+    if (!m) return NULL;
     L->dim = dim;
     L->eps = eps;
     if (affine && (!(L->w = add_filled(m, "weight", dim, 1.0)) || !(L->b = add_filled(m, "bias", dim, 0.0)))) {

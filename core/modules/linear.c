@@ -12,27 +12,24 @@
 
 typedef struct linear {
     int64_t in, out;
-    phx_param *w;            /* (out, in) */
-    phx_param *b;            /* (out) or NULL */
-    px_io io;                /* x, dx (rows, in); y (rows, out) */
-    px_buf wc;               /* (out, in) W in the compute dtype */
-    uint64_t wc_version;     /* version of W that wc holds; UINT64_MAX: none */
+    phx_param *w; /* (out, in) */
+    phx_param *b; /* (out) or NULL */
+    px_io io; /* x, dx (rows, in); y (rows, out) */
+    px_buf wc; /* (out, in) W in the compute dtype */
+    uint64_t wc_version; /* version of W that wc holds; UINT64_MAX: none */
 } linear;
 
 static const phx_tensor *weight_operand(linear *L, phx_dtype dt, phx_status *st)
 {
     phx_tensor *w = L->w->value;
     *st = PHX_OK;
-    if (dt == PHX_F32)
-        return w;
+    if (dt == PHX_F32) return w;
     phx_tensor *c;
-    bool fresh = L->wc.view && L->wc.view->dtype == dt &&
-                 phx_device_equal(L->wc.view->storage->device, w->storage->device);
-    if ((*st = px_buf_get(&L->wc, dt, 2, w->shape, w->storage->device, &c)) != PHX_OK)
-        return NULL;
+    bool fresh =
+        L->wc.view && L->wc.view->dtype == dt && phx_device_equal(L->wc.view->storage->device, w->storage->device);
+    if ((*st = px_buf_get(&L->wc, dt, 2, w->shape, w->storage->device, &c)) != PHX_OK) return NULL;
     if (!fresh || L->wc_version != phx_param_version(L->w)) {
-        if ((*st = phx_tensor_cast(c, w)) != PHX_OK)
-            return NULL;
+        if ((*st = phx_tensor_cast(c, w)) != PHX_OK) return NULL;
         L->wc_version = phx_param_version(L->w);
     }
     return c;
@@ -42,8 +39,7 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
 {
     linear *L = phx_module_ctx(self);
     phx_status st = px_check_float_input("phx_linear_forward", x);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != L->in)
         return phx_error(PHX_EINVAL, "phx_linear_forward: input has %lld features, layer expects %lld",
                          (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)L->in);
@@ -51,24 +47,21 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
     if (!phx_device_equal(dev, L->w->value->storage->device)) {
         char a[32], b[32];
         return phx_error(PHX_EINVAL, "phx_linear_forward: input on %s, weights on %s",
-                         phx_device_name(dev, a, sizeof a),
-                         phx_device_name(L->w->value->storage->device, b, sizeof b));
+                         phx_device_name(dev, a, sizeof a), phx_device_name(L->w->value->storage->device, b, sizeof b));
     }
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     phx_dtype dt = phx_module_compute_dtype(self);
     const phx_tensor *xin, *w;
     phx_tensor *out;
     if ((st = px_io_forward(&L->io, x, dt, L->out, &xin, &out)) != PHX_OK || !(w = weight_operand(L, dt, &st)))
         return st;
     int64_t rows = L->in ? x->numel / L->in : 0;
-    st = k->gemm(dev.index, 0, 1, rows, L->out, L->in, 1.0f, px_tensor_ptr(xin), L->in, px_tensor_ptr(w),
-                 L->in, dt, 0.0f, px_tensor_ptr(out), L->out, dt);
+    st = k->gemm(dev.index, 0, 1, rows, L->out, L->in, 1.0f, px_tensor_ptr(xin), L->in, px_tensor_ptr(w), L->in, dt,
+                 0.0f, px_tensor_ptr(out), L->out, dt);
     if (st == PHX_OK && L->b)
         st = k->bias_add(dev.index, rows, L->out, px_tensor_ptr(out), dt, px_tensor_ptr(L->b->value));
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     px_io_keep(&L->io, xin);
     *y = out;
     return PHX_OK;
@@ -79,53 +72,44 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
 static phx_status linear_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     linear *L = phx_module_ctx(self);
-    if (!L->io.x)
-        return phx_error(PHX_ESTATE, "phx_linear_backward: no forward to differentiate");
+    if (!L->io.x) return phx_error(PHX_ESTATE, "phx_linear_backward: no forward to differentiate");
     const phx_tensor *x = L->io.x;
     if (!phx_dtype_is_float(dy->dtype) || dy->ndim != x->ndim || dy->numel != x->numel / (L->in ? L->in : 1) * L->out ||
         dy->shape[dy->ndim - 1] != L->out)
         return px_dy_mismatch("phx_linear_backward", dy, L->io.y.view);
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     phx_dtype dt = x->dtype;
     int64_t rows = x->numel / (L->in ? L->in : 1);
     const phx_tensor *g;
     phx_status st = px_as_dtype(&L->io.dyc, dy, dt, &g);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     if (L->b) {
         st = k->bias_grad(dev.index, rows, L->out, px_tensor_ptr(g), dt, 1.0f, px_tensor_ptr(L->b->grad));
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
         phx_param_grad_ready(L->b);
     }
     /* dW (out, in) += dy^T (out, rows) x (rows, in) */
     st = k->gemm(dev.index, 1, 0, L->out, L->in, rows, 1.0f, px_tensor_ptr(g), L->out, px_tensor_ptr(x), L->in, dt,
                  1.0f, px_tensor_ptr(L->w->grad), L->in, PHX_F32);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     phx_param_grad_ready(L->w);
-    if (!dx)
-        return PHX_OK;
+    if (!dx) return PHX_OK;
     const phx_tensor *w = weight_operand(L, dt, &st);
     phx_tensor *d;
-    if (!w || (st = px_buf_like(&L->io.dx, dt, x, L->in, &d)) != PHX_OK)
-        return st;
+    if (!w || (st = px_buf_like(&L->io.dx, dt, x, L->in, &d)) != PHX_OK) return st;
     /* dx (rows, in) = dy (rows, out) W (out, in) */
     st = k->gemm(dev.index, 0, 0, rows, L->in, L->out, 1.0f, px_tensor_ptr(g), L->out, px_tensor_ptr(w), L->in, dt,
                  0.0f, px_tensor_ptr(d), L->in, dt);
-    if (st == PHX_OK)
-        *dx = d;
+    if (st == PHX_OK) *dx = d;
     return st;
 }
 
 static void linear_free(phx_module *self)
 {
     linear *L = phx_module_ctx(self);
-    if (!L)
-        return;
+    if (!L) return;
     px_io_free(&L->io);
     px_buf_free(&L->wc);
     px_free(L);
@@ -147,8 +131,7 @@ static phx_module *linear_alloc(int64_t in, int64_t out, bool bias)
 {
     linear *L;
     phx_module *m = px_module_alloc(&linear_vt, sizeof *L, (void **)&L);
-    if (!m)
-        return NULL;
+    if (!m) return NULL;
     L->in = in;
     L->out = out;
     L->wc_version = UINT64_MAX;
@@ -178,8 +161,7 @@ phx_module *phx_linear_new(int64_t in_features, int64_t out_features, bool bias,
         return NULL;
     }
     phx_rng *own = NULL;
-    if (!rng && !(rng = own = phx_rng_new(0)))
-        return NULL;
+    if (!rng && !(rng = own = phx_rng_new(0))) return NULL;
     phx_module *m = linear_alloc(in_features, out_features, bias);
     if (m) {
         /* kaiming_uniform_(a=sqrt(5)): gain sqrt(2/(1+5)), bound gain*sqrt(3/in) = 1/sqrt(in). */

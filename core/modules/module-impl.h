@@ -9,10 +9,10 @@
 #include "core/tensor/device-impl.h"
 
 struct phx_param {
-    char *name;                /* leaf name, "weight" */
-    phx_tensor *value;         /* f32 master weights */
-    phx_tensor *grad;          /* f32, same shape and device as value */
-    uint64_t version;          /* bumped on every change of value */
+    char *name; /* leaf name, "weight" */
+    phx_tensor *value; /* f32 master weights */
+    phx_tensor *grad; /* f32, same shape and device as value */
+    uint64_t version; /* bumped on every change of value */
     phx_grad_hook hook;
     void *hook_user;
     phx_module *owner;
@@ -27,14 +27,14 @@ struct phx_module {
     const phx_module_vtable *vt;
     void *ctx;
     phx_module *parent;
-    int refs;                  /* 1 from its creator, +1 from the wrapper holding it */
-    phx_module *wrapped;       /* a wrapper's model (a reference, released at free) */
-    phx_param **params;        /* own parameters, registration order */
+    int refs; /* 1 from its creator, +1 from the wrapper holding it */
+    phx_module *wrapped; /* a wrapper's model (a reference, released at free) */
+    phx_param **params; /* own parameters, registration order */
     size_t n_params, cap_params;
-    px_child *children;        /* registration order */
+    px_child *children; /* registration order */
     size_t n_children, cap_children;
     bool training;
-    phx_dtype compute_dtype;   /* phx_precision_dtype of precision, F32 without */
+    phx_dtype compute_dtype; /* phx_precision_dtype of precision, F32 without */
     const phx_precision *precision;
     /* Whole-tree parameter list with dotted names, rebuilt lazily after the
      * tree changes (named_parameters() order). */
@@ -48,12 +48,11 @@ struct phx_module {
  * when the shape shrinks, reallocated only when it must grow or the dtype
  * or device changes. The returned tensor stays owned by the buffer. */
 typedef struct px_buf {
-    phx_tensor *store;         /* 1-D capacity */
-    phx_tensor *view;          /* the shape last asked for */
+    phx_tensor *store; /* 1-D capacity */
+    phx_tensor *view; /* the shape last asked for */
 } px_buf;
 
-phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev,
-                      phx_tensor **out);
+phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out);
 /* As px_buf_get with the shape of t and its last dim replaced by last. */
 phx_status px_buf_like(px_buf *b, phx_dtype dt, const phx_tensor *t, int64_t last, phx_tensor **out);
 void px_buf_free(px_buf *b);
@@ -78,7 +77,10 @@ void px_module_copy_settings(phx_module *dst, const phx_module *src);
 phx_status px_module_adopt_params(phx_module *wrapper, const phx_module *model);
 
 /* A module's own parameter i. */
-static inline phx_param *px_own_param(const phx_module *m, size_t i) { return m->params[i]; }
+static inline phx_param *px_own_param(const phx_module *m, size_t i)
+{
+    return m->params[i];
+}
 
 /* Checks shared by the elementwise modules: x float, on a device. */
 phx_status px_check_float_input(const char *who, const phx_tensor *x);
@@ -92,11 +94,11 @@ phx_module *px_module_alloc(const phx_module_vtable *vt, size_t ctx_size, void *
 
 /* What a module keeps from its forward for its backward. */
 typedef struct px_io {
-    phx_tensor *x;             /* input of the last forward, compute dtype (retained) */
-    px_buf xc;                 /* the input cast to the compute dtype */
-    px_buf y;                  /* output */
-    px_buf dyc;                /* dy cast to x's dtype */
-    px_buf dx;                 /* input gradient, x's shape and dtype */
+    phx_tensor *x; /* input of the last forward, compute dtype (retained) */
+    px_buf xc; /* the input cast to the compute dtype */
+    px_buf y; /* output */
+    px_buf dyc; /* dy cast to x's dtype */
+    px_buf dx; /* input gradient, x's shape and dtype */
 } px_io;
 
 /* Forward's operands: *xin is x in dtype dt (x itself or its cast in

@@ -7,9 +7,9 @@
 
 typedef struct residual {
     phx_module *fn;
-    px_buf xc;               /* x in the compute dtype */
+    px_buf xc; /* x in the compute dtype */
     px_buf y;
-    px_buf dyc;              /* dy in y's dtype */
+    px_buf dyc; /* dy in y's dtype */
     px_buf dx;
     bool have;
 } residual;
@@ -18,11 +18,9 @@ static phx_status res_forward(phx_module *self, const phx_tensor *x, phx_tensor 
 {
     residual *R = phx_module_ctx(self);
     phx_status st = px_check_float_input("phx_residual_forward", x);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     phx_tensor *f;
-    if ((st = phx_module_forward(R->fn, x, &f)) != PHX_OK)
-        return st;
+    if ((st = phx_module_forward(R->fn, x, &f)) != PHX_OK) return st;
     if (!phx_tensor_same_shape(f, x)) {
         char a[64], b[64];
         return phx_error(PHX_EINVAL, "phx_residual_forward: fn (%s) maps %s to %s, expected the input's shape",
@@ -31,8 +29,7 @@ static phx_status res_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     }
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     PX_NEED_SLOT("phx_residual_forward", k, add);
     phx_dtype dt = f->dtype;
     const phx_tensor *xin;
@@ -50,19 +47,15 @@ static phx_status res_forward(phx_module *self, const phx_tensor *x, phx_tensor 
 static phx_status res_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     residual *R = phx_module_ctx(self);
-    if (!R->have)
-        return phx_error(PHX_ESTATE, "phx_residual_backward: no forward to differentiate");
+    if (!R->have) return phx_error(PHX_ESTATE, "phx_residual_backward: no forward to differentiate");
     const phx_tensor *y = R->y.view;
-    if (!px_dy_fits(dy, y))
-        return px_dy_mismatch("phx_residual_backward", dy, y);
+    if (!px_dy_fits(dy, y)) return px_dy_mismatch("phx_residual_backward", dy, y);
     phx_tensor *df = NULL;
     phx_status st = phx_module_backward(R->fn, dy, dx ? &df : NULL);
-    if (st != PHX_OK || !dx)
-        return st;
+    if (st != PHX_OK || !dx) return st;
     phx_device dev = y->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     const phx_tensor *g, *dfc;
     phx_tensor *d;
     if ((st = px_as_dtype(&R->dyc, dy, y->dtype, &g)) != PHX_OK ||
@@ -73,21 +66,18 @@ static phx_status res_backward(phx_module *self, const phx_tensor *dy, phx_tenso
                          phx_module_type(R->fn));
     dfc = df;
     if (df->dtype != y->dtype) { /* cast fn's gradient into dx, then add dy in place */
-        if ((st = phx_tensor_cast(d, df)) != PHX_OK)
-            return st;
+        if ((st = phx_tensor_cast(d, df)) != PHX_OK) return st;
         dfc = d;
     }
     st = k->add(dev.index, y->numel, px_tensor_ptr(g), px_tensor_ptr(dfc), px_tensor_ptr(d), y->dtype);
-    if (st == PHX_OK)
-        *dx = d;
+    if (st == PHX_OK) *dx = d;
     return st;
 }
 
 static void res_free(phx_module *self)
 {
     residual *R = phx_module_ctx(self);
-    if (!R)
-        return;
+    if (!R) return;
     px_buf_free(&R->xc);
     px_buf_free(&R->y);
     px_buf_free(&R->dyc);
@@ -118,8 +108,7 @@ phx_module *phx_residual_new(phx_module *fn)
         return NULL;
     }
     if (phx_module_add_child(m, "fn", fn) != PHX_OK) {
-        if (!fn->parent)
-            phx_module_free(fn);
+        if (!fn->parent) phx_module_free(fn);
         phx_module_free(m);
         return NULL;
     }

@@ -6,11 +6,13 @@
 
 /* PHX_EUNSUPPORTED naming the slot when the device's kernel table lacks
  * it (a device plugin built before the transformer kernels). */
-#define PX_NEED_SLOT(who, k, slot)                                                                  \
-    do {                                                                                            \
-        if (!(k)->slot)                                                                             \
-            return phx_error(PHX_EUNSUPPORTED, "%s: the device's kernel table has no '%s' slot "    \
-                             "(a plugin built for ABI 1.0)", who, #slot);                           \
+#define PX_NEED_SLOT(who, k, slot) \
+    do { \
+        if (!(k)->slot) \
+            return phx_error(PHX_EUNSUPPORTED, \
+                             "%s: the device's kernel table has no '%s' slot " \
+                             "(a plugin built for ABI 1.0)", \
+                             who, #slot); \
     } while (0)
 
 /* The end of a clone slot for a module whose children hold the

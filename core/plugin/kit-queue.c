@@ -16,23 +16,29 @@ typedef struct entry {
 } entry;
 
 struct phx_kit_queue {
-    size_t job_size, stride;   /* stride: one entry with its job */
+    size_t job_size, stride; /* stride: one entry with its job */
     phx_kit_run_fn run;
     void *ctx;
     char name[32];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    unsigned char *ring;       /* cap entries */
-    unsigned char *running;    /* the thread's copy of the entry it runs */
-    size_t cap, head, len;     /* len counts the job running on the thread */
-    int inline_running;        /* a job runs on a pushing thread */
+    unsigned char *ring; /* cap entries */
+    unsigned char *running; /* the thread's copy of the entry it runs */
+    size_t cap, head, len; /* len counts the job running on the thread */
+    int inline_running; /* a job runs on a pushing thread */
     int stop;
     pthread_t thread;
 };
 
-static entry *at(phx_kit_queue *q, size_t i) { return (entry *)(q->ring + ((q->head + i) % q->cap) * q->stride); }
+static entry *at(phx_kit_queue *q, size_t i)
+{
+    return (entry *)(q->ring + ((q->head + i) % q->cap) * q->stride);
+}
 
-static const void *job_of(const entry *e) { return (const unsigned char *)e + sizeof(max_align_t); }
+static const void *job_of(const entry *e)
+{
+    return (const unsigned char *)e + sizeof(max_align_t);
+}
 
 static void run_one(phx_kit_queue *q, const void *job, phx_work *work)
 {

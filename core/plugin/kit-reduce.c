@@ -20,27 +20,27 @@ static inline float red_f(float acc, float x, phx_reduce_op op)
     }
 }
 
-#define RED_INT(T, U)                                                                                         \
-    static void red_##T(T *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,         \
-                        phx_reduce_op op, int div)                                                            \
-    {                                                                                                         \
-        T acc[BLOCK];                                                                                         \
-        for (size_t b = 0; b < cnt; b += BLOCK) {                                                             \
-            size_t m = cnt - b < BLOCK ? cnt - b : BLOCK;                                                     \
-            memcpy(acc, (const T *)in[0] + off + b, m * sizeof(T));                                           \
-            for (int q = 1; q < n; q++) {                                                                     \
-                const T *x = (const T *)in[q] + off + b;                                                      \
-                if (op == PHX_MAX)                                                                            \
-                    for (size_t i = 0; i < m; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i];                    \
-                else if (op == PHX_MIN)                                                                       \
-                    for (size_t i = 0; i < m; i++) acc[i] = x[i] < acc[i] ? x[i] : acc[i];                    \
-                else                                                                                          \
-                    for (size_t i = 0; i < m; i++) acc[i] = (T)((U)acc[i] + (U)x[i]);                         \
-            }                                                                                                 \
-            if (div > 1)                                                                                      \
-                for (size_t i = 0; i < m; i++) acc[i] = (T)(acc[i] / div);                                    \
-            for (int o = 0; o < nout; o++) memcpy(out[o] + b, acc, m * sizeof(T));                            \
-        }                                                                                                     \
+#define RED_INT(T, U) \
+    static void red_##T(T *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt, \
+                        phx_reduce_op op, int div) \
+    { \
+        T acc[BLOCK]; \
+        for (size_t b = 0; b < cnt; b += BLOCK) { \
+            size_t m = cnt - b < BLOCK ? cnt - b : BLOCK; \
+            memcpy(acc, (const T *)in[0] + off + b, m * sizeof(T)); \
+            for (int q = 1; q < n; q++) { \
+                const T *x = (const T *)in[q] + off + b; \
+                if (op == PHX_MAX) \
+                    for (size_t i = 0; i < m; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i]; \
+                else if (op == PHX_MIN) \
+                    for (size_t i = 0; i < m; i++) acc[i] = x[i] < acc[i] ? x[i] : acc[i]; \
+                else \
+                    for (size_t i = 0; i < m; i++) acc[i] = (T)((U)acc[i] + (U)x[i]); \
+            } \
+            if (div > 1) \
+                for (size_t i = 0; i < m; i++) acc[i] = (T)(acc[i] / div); \
+            for (int o = 0; o < nout; o++) memcpy(out[o] + b, acc, m * sizeof(T)); \
+        } \
     }
 RED_INT(int32_t, uint32_t)
 RED_INT(int64_t, uint64_t)
@@ -104,14 +104,13 @@ phx_status phx_kit_reduce(void *const *out, int nout, const void *const *in, int
     case PHX_BF16: red_half((uint16_t *const *)out, nout, in, n, off, cnt, op, div, 1); break;
     case PHX_I32: red_int32_t((int32_t *const *)out, nout, in, n, off, cnt, op, div); break;
     case PHX_I64: red_int64_t((int64_t *const *)out, nout, in, n, off, cnt, op, div); break;
-    default:
-        return phx_error(PHX_EINVAL, "phx_kit_reduce: dtype %d, expected f32, f16, bf16, i32 or i64", (int)dt);
+    default: return phx_error(PHX_EINVAL, "phx_kit_reduce: dtype %d, expected f32, f16, bf16, i32 or i64", (int)dt);
     }
     return PHX_OK;
 }
 
 phx_status phx_kit_divide(void *buf, size_t cnt, phx_dtype dt, int div)
 {
-    const void *in[1] = { buf };
+    const void *in[1] = {buf};
     return phx_kit_reduce(&buf, 1, in, 1, 0, cnt, dt, PHX_AVG, div);
 }

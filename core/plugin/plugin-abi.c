@@ -10,14 +10,11 @@
 #include "phalanx/plugin/device_v1.h"
 
 static const px_slot comm_slots[] = {
-    PX_SLOT(phx_comm_v1, init, 0, PX_REQUIRED),
-    PX_SLOT(phx_comm_v1, finalize, 0, PX_REQUIRED),
-    PX_SLOT(phx_comm_v1, allreduce, 0, PX_REQUIRED),
-    PX_SLOT(phx_comm_v1, broadcast, 0, PX_REQUIRED),
-    PX_SLOT(phx_comm_v1, allgather, 0, PX_REQUIRED),
-    PX_SLOT(phx_comm_v1, reduce_scatter, 0, PX_REQUIRED),
+    PX_SLOT(phx_comm_v1, init, 0, PX_REQUIRED),      PX_SLOT(phx_comm_v1, finalize, 0, PX_REQUIRED),
+    PX_SLOT(phx_comm_v1, allreduce, 0, PX_REQUIRED), PX_SLOT(phx_comm_v1, broadcast, 0, PX_REQUIRED),
+    PX_SLOT(phx_comm_v1, allgather, 0, PX_REQUIRED), PX_SLOT(phx_comm_v1, reduce_scatter, 0, PX_REQUIRED),
     PX_SLOT(phx_comm_v1, barrier, 0, PX_OPTIONAL), /* one-element all-reduce */
-    PX_SLOT(phx_comm_v1, world, 1, PX_OPTIONAL),   /* the environment's world, a TCP store */
+    PX_SLOT(phx_comm_v1, world, 1, PX_OPTIONAL), /* the environment's world, a TCP store */
 };
 
 const px_table_abi px_comm_abi = {
@@ -128,8 +125,8 @@ int px_abi_selfcheck(const px_table_abi *abi, char *why, size_t len)
         at = sl->offset + sl->size;
     }
     if (at != abi->size) {
-        snprintf(why, len, "%s: the slots end at byte %zu, the struct at %zu (a field without a slot line?)",
-                 abi->name, at, abi->size);
+        snprintf(why, len, "%s: the slots end at byte %zu, the struct at %zu (a field without a slot line?)", abi->name,
+                 at, abi->size);
         return -1;
     }
     return 0;

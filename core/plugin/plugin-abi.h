@@ -15,26 +15,28 @@ enum { PX_OPTIONAL = 0, PX_REQUIRED = 1 };
 
 typedef struct px_slot {
     const char *name;
-    size_t offset;         /* offsetof in the current struct */
-    size_t size;           /* a function or data pointer */
-    uint32_t since;        /* the minor that appended it */
-    int required;          /* PX_REQUIRED from `since` on, or PX_OPTIONAL */
+    size_t offset; /* offsetof in the current struct */
+    size_t size; /* a function or data pointer */
+    uint32_t since; /* the minor that appended it */
+    int required; /* PX_REQUIRED from `since` on, or PX_OPTIONAL */
 } px_slot;
 
 #define PX_SLOT(type, field, since, required) \
-    { #field, offsetof(type, field), sizeof(((type *)0)->field), (since), (required) }
+    { \
+#field, offsetof(type, field), sizeof(((type *)0)->field), (since), (required) \
+    }
 
 typedef struct px_table_abi {
-    const char *name;      /* "phx_comm_v1" */
-    size_t size;           /* sizeof the current struct */
-    size_t head;           /* bytes before the first slot (copied as they are) */
-    const px_slot *slots;  /* in offset order: appended slots come last */
+    const char *name; /* "phx_comm_v1" */
+    size_t size; /* sizeof the current struct */
+    size_t head; /* bytes before the first slot (copied as they are) */
+    const px_slot *slots; /* in offset order: appended slots come last */
     size_t nslots;
 } px_table_abi;
 
-extern const px_table_abi px_comm_abi;     /* phx_comm_v1 */
-extern const px_table_abi px_device_abi;   /* phx_device_v1 (head: kind) */
-extern const px_table_abi px_kernels_abi;  /* phx_kernels_v1, from kernels_v1.def */
+extern const px_table_abi px_comm_abi; /* phx_comm_v1 */
+extern const px_table_abi px_device_abi; /* phx_device_v1 (head: kind) */
+extern const px_table_abi px_kernels_abi; /* phx_kernels_v1, from kernels_v1.def */
 
 /* Copies src, a table of a plugin of ABI minor `minor`, into dst (abi->size
  * bytes): the head, then each slot with since <= minor; the others are

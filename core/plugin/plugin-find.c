@@ -15,7 +15,7 @@
 #error "PHX_PKGLIBDIR must be defined by the build"
 #endif
 
-static const char *const px_kind_names[] = { "?", "comm", "precision", "device" };
+static const char *const px_kind_names[] = {"?", "comm", "precision", "device"};
 
 const char *phx_plugin_kind_name(phx_plugin_kind kind)
 {
@@ -36,15 +36,15 @@ int px_plugin_name_ok(const char *name)
     if (n == 0 || n >= PX_PLUGIN_NAME_MAX) return 0;
     for (size_t i = 0; i < n; i++) {
         char ch = name[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '-' || ch == '.' || ch == '+'))
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+              ch == '-' || ch == '.' || ch == '+'))
             return 0;
     }
     return 1;
 }
 
 /* Grows a px_malloc'd array to hold at least n elements. */
-static int px_grow(void **arr, size_t *cap, size_t n, size_t elem)
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
     if (n <= *cap) return 0;
     size_t c = *cap ? *cap * 2 : 8;
@@ -58,20 +58,20 @@ static int px_grow(void **arr, size_t *cap, size_t n, size_t elem)
 
 /* Appends folder path (absolute) unless a folder already listed is the same
  * one (same path, or the same inode). */
-static phx_status px_dir_add(px_plugin_dir **dirs, size_t *n, size_t *cap, const char *path)
+static phx_status dir_add(px_plugin_dir **dirs, size_t *n, size_t *cap, const char *path)
 {
     struct stat st, o;
     int exists = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     for (size_t i = 0; i < *n; i++) {
         if (strcmp((*dirs)[i].path, path) == 0) return PHX_OK;
-        if (exists && (*dirs)[i].exists && stat((*dirs)[i].path, &o) == 0 &&
-            o.st_dev == st.st_dev && o.st_ino == st.st_ino)
+        if (exists && (*dirs)[i].exists && stat((*dirs)[i].path, &o) == 0 && o.st_dev == st.st_dev &&
+            o.st_ino == st.st_ino)
             return PHX_OK;
     }
     if (strlen(path) >= PATH_MAX)
-        return phx_error(PHX_EINVAL, "plugin search path: folder name of %zu bytes exceeds PATH_MAX (%d)",
-                         strlen(path), PATH_MAX);
-    if (px_grow((void **)dirs, cap, *n + 1, sizeof **dirs)) return PHX_ENOMEM;
+        return phx_error(PHX_EINVAL, "plugin search path: folder name of %zu bytes exceeds PATH_MAX (%d)", strlen(path),
+                         PATH_MAX);
+    if (grow((void **)dirs, cap, *n + 1, sizeof **dirs)) return PHX_ENOMEM;
     px_plugin_dir *d = &(*dirs)[(*n)++];
     snprintf(d->path, sizeof d->path, "%s", path);
     d->exists = exists && access(path, R_OK | X_OK) == 0;
@@ -82,17 +82,15 @@ static phx_status px_dir_add(px_plugin_dir **dirs, size_t *n, size_t *cap, const
  * cannot be told. dladdr gives the name the loader used, which is relative
  * when LD_LIBRARY_PATH had a relative entry: that is taken against the
  * working directory (right unless the program changed it since). */
-static void px_lib_dir(char *buf, size_t len)
+static void lib_dir(char *buf, size_t len)
 {
     Dl_info info;
     char abs[PATH_MAX];
     buf[0] = '\0';
-    if (!dladdr((void *)&phx_plugin_kind_name, &info) || !info.dli_fname || !info.dli_fname[0])
-        return;
+    if (!dladdr((void *)&phx_plugin_kind_name, &info) || !info.dli_fname || !info.dli_fname[0]) return;
     const char *name = info.dli_fname;
     if (name[0] != '/') {
-        if (!realpath(name, abs))
-            return;
+        if (!realpath(name, abs)) return;
         name = abs;
     }
     const char *slash = strrchr(name, '/');
@@ -128,10 +126,12 @@ phx_status px_plugin_dirs(px_plugin_dir **out, size_t *nout)
                 w = -1;
             }
             if (w < 0 || (size_t)w >= sizeof buf)
-                st = phx_error(PHX_EINVAL, "PHX_PLUGIN_PATH: entry '%.*s' cannot be made an absolute path "
-                               "shorter than PATH_MAX (%d)", (int)(len > 200 ? 200 : len), env, PATH_MAX);
+                st = phx_error(PHX_EINVAL,
+                               "PHX_PLUGIN_PATH: entry '%.*s' cannot be made an absolute path "
+                               "shorter than PATH_MAX (%d)",
+                               (int)(len > 200 ? 200 : len), env, PATH_MAX);
             else
-                st = px_dir_add(&dirs, &n, &cap, buf);
+                st = dir_add(&dirs, &n, &cap, buf);
         }
         env = end ? end + 1 : NULL;
     }
@@ -139,10 +139,10 @@ phx_status px_plugin_dirs(px_plugin_dir **out, size_t *nout)
     const char *only = getenv("PHX_PLUGIN_PATH_ONLY");
     int defaults = !(only && strcmp(only, "1") == 0);
     if (st == PHX_OK && defaults) {
-        px_lib_dir(buf, sizeof buf);
-        if (buf[0]) st = px_dir_add(&dirs, &n, &cap, buf);
+        lib_dir(buf, sizeof buf);
+        if (buf[0]) st = dir_add(&dirs, &n, &cap, buf);
     }
-    if (st == PHX_OK && defaults && PHX_PKGLIBDIR[0] == '/') st = px_dir_add(&dirs, &n, &cap, PHX_PKGLIBDIR);
+    if (st == PHX_OK && defaults && PHX_PKGLIBDIR[0] == '/') st = dir_add(&dirs, &n, &cap, PHX_PKGLIBDIR);
     if (st != PHX_OK) {
         px_free(dirs);
         return st;
@@ -168,13 +168,13 @@ const char *phx_plugin_search_path(char *buf, size_t len)
     return buf;
 }
 
-static int px_cmp_str(const void *a, const void *b)
+static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* The file names phx-*.so in one folder, sorted; *names px_malloc'd. */
-static phx_status px_dir_list(const char *dir, char ***names, size_t *n)
+static phx_status dir_list(const char *dir, char ***names, size_t *n)
 {
     size_t cap = 0;
     *names = NULL;
@@ -188,7 +188,7 @@ static phx_status px_dir_list(const char *dir, char ***names, size_t *n)
             strcmp(e->d_name + len - 3, ".so") != 0)
             continue;
         char *s = px_strdup(e->d_name);
-        if (!s || px_grow((void **)names, &cap, *n + 1, sizeof **names)) {
+        if (!s || grow((void **)names, &cap, *n + 1, sizeof **names)) {
             px_free(s);
             for (size_t i = 0; i < *n; i++) px_free((*names)[i]);
             px_free(*names);
@@ -198,12 +198,12 @@ static phx_status px_dir_list(const char *dir, char ***names, size_t *n)
         (*names)[(*n)++] = s;
     }
     closedir(d);
-    if (*n > 1) qsort(*names, *n, sizeof **names, px_cmp_str);
+    if (*n > 1) qsort(*names, *n, sizeof **names, cmp_str);
     return PHX_OK;
 }
 
 /* Fills c from folder dir and file name fname ("phx-comm-gloo.so"). */
-static void px_cand_init(px_cand *c, const char *dir, const char *fname)
+static void cand_init(px_cand *c, const char *dir, const char *fname)
 {
     memset(c, 0, sizeof *c);
     snprintf(c->path, sizeof c->path, "%s/%s", dir, fname);
@@ -224,8 +224,7 @@ static void px_cand_init(px_cand *c, const char *dir, const char *fname)
     }
 }
 
-phx_status px_plugin_find(const px_plugin_dir *dirs, size_t ndirs, phx_plugin_kind kind,
-                          px_cand **out, size_t *nout)
+phx_status px_plugin_find(const px_plugin_dir *dirs, size_t ndirs, phx_plugin_kind kind, px_cand **out, size_t *nout)
 {
     px_cand *cands = NULL;
     size_t n = 0, cap = 0;
@@ -233,11 +232,11 @@ phx_status px_plugin_find(const px_plugin_dir *dirs, size_t ndirs, phx_plugin_ki
         char **names;
         size_t nn;
         if (!dirs[i].exists) continue;
-        if (px_dir_list(dirs[i].path, &names, &nn) != PHX_OK) goto nomem;
+        if (dir_list(dirs[i].path, &names, &nn) != PHX_OK) goto nomem;
         for (size_t j = 0; j < nn; j++) {
             px_cand c;
             struct stat st;
-            px_cand_init(&c, dirs[i].path, names[j]);
+            cand_init(&c, dirs[i].path, names[j]);
             px_free(names[j]);
             names[j] = NULL;
             if (kind && c.kind_id != kind) continue;
@@ -249,7 +248,7 @@ phx_status px_plugin_find(const px_plugin_dir *dirs, size_t ndirs, phx_plugin_ki
                 c.state = PX_CAND_SHADOWED;
                 snprintf(c.why, sizeof c.why, "shadowed by %.400s (earlier in the search path)", cands[k].path);
             }
-            if (px_grow((void **)&cands, &cap, n + 1, sizeof *cands)) {
+            if (grow((void **)&cands, &cap, n + 1, sizeof *cands)) {
                 for (size_t k = j + 1; k < nn; k++) px_free(names[k]);
                 px_free(names);
                 goto nomem;

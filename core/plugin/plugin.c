@@ -18,20 +18,20 @@
  * open is remembered too, so each file is opened at most once. */
 typedef struct px_plugin_so {
     struct px_plugin_so *next;
-    struct stat st;        /* identity: dev, inode, size, ctime (inodes are reused) */
-    void *handle;          /* NULL: dlopen failed */
-    const void *sym;       /* phx_plugin_v1; NULL when absent */
-    size_t sym_size;       /* ELF st_size of the symbol; 0 when unknown */
-    int sym_object;        /* 0 when the symbol is a function, not data */
-    char *error;           /* dlerror() of a failed dlopen / dlsym */
-    char *sym_owner;       /* set when dlsym found the symbol in another object */
+    struct stat st; /* identity: dev, inode, size, ctime (inodes are reused) */
+    void *handle; /* NULL: dlopen failed */
+    const void *sym; /* phx_plugin_v1; NULL when absent */
+    size_t sym_size; /* ELF st_size of the symbol; 0 when unknown */
+    int sym_object; /* 0 when the symbol is a function, not data */
+    char *error; /* dlerror() of a failed dlopen / dlsym */
+    char *sym_owner; /* set when dlsym found the symbol in another object */
 } px_plugin_so;
 
 static pthread_mutex_t px_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static px_plugin_so *px_registry;
 
-static int px_why(px_cand *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int px_why(px_cand *c, const char *fmt, ...)
+static int say_why(px_cand *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int say_why(px_cand *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -42,7 +42,7 @@ static int px_why(px_cand *c, const char *fmt, ...)
 
 /* dlopen and dlsym only: no descriptor field is read here. Called with the
  * registry lock held. */
-static void px_so_fill(px_plugin_so *so, const char *path)
+static void so_fill(px_plugin_so *so, const char *path)
 {
     const char *err;
     dlerror();
@@ -69,50 +69,50 @@ static void px_so_fill(px_plugin_so *so, const char *path)
         so->sym_object = type == STT_OBJECT || type == STT_COMMON;
     }
     /* dlsym on a handle also searches the plugin's dependencies. */
-    if (dladdr(so->sym, &info) && info.dli_fname && dlinfo(so->handle, RTLD_DI_LINKMAP, &lm) == 0 && lm &&
-        lm->l_name && strcmp(lm->l_name, info.dli_fname) != 0)
+    if (dladdr(so->sym, &info) && info.dli_fname && dlinfo(so->handle, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name &&
+        strcmp(lm->l_name, info.dli_fname) != 0)
         so->sym_owner = px_strdup(info.dli_fname);
 }
 
-static int px_same_file(const struct stat *a, const struct stat *b)
+static int same_file(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+        a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
 /* The registry entry of path, opening it on first use. NULL (with c->why)
  * when the file cannot be stat'ed or memory runs out. */
-static const px_plugin_so *px_so_get(const char *path, px_cand *c)
+static const px_plugin_so *so_get(const char *path, px_cand *c)
 {
     struct stat st;
     px_plugin_so *so;
     if (stat(path, &st) != 0) {
-        px_why(c, "cannot stat the file (it vanished?)");
+        say_why(c, "cannot stat the file (it vanished?)");
         return NULL;
     }
     pthread_mutex_lock(&px_registry_lock);
     for (so = px_registry; so; so = so->next)
-        if (px_same_file(&so->st, &st)) break;
+        if (same_file(&so->st, &st)) break;
     if (!so && (so = px_calloc(1, sizeof *so)) != NULL) {
         so->st = st;
-        px_so_fill(so, path);
+        so_fill(so, path);
         so->next = px_registry;
         px_registry = so;
     }
     pthread_mutex_unlock(&px_registry_lock);
-    if (!so) px_why(c, "out of memory opening the plugin");
+    if (!so) say_why(c, "out of memory opening the plugin");
     return so;
 }
 
 /* 1 when p is a NUL-terminated string of < max bytes inside a loaded object. */
-static int px_str_ok(const char *p, size_t max)
+static int str_ok(const char *p, size_t max)
 {
     Dl_info info;
     return p && dladdr(p, &info) && strnlen(p, max) < max;
 }
 
 /* dlerror() without its leading "path: ": the path is printed beside it. */
-static const char *px_dlerror_tail(const char *err, const char *path)
+static const char *dlerror_tail(const char *err, const char *path)
 {
     size_t n = strlen(path);
     if (!err) return "out of memory";
@@ -121,44 +121,46 @@ static const char *px_dlerror_tail(const char *err, const char *path)
 }
 
 /* Every check is made on data only: no plugin code runs here. */
-static int px_desc_check(const px_plugin_so *so, px_cand *c, uint32_t oldest_minor)
+static int desc_check(const px_plugin_so *so, px_cand *c, uint32_t oldest_minor)
 {
     const size_t head = offsetof(phx_plugin_desc, kind); /* abi_major, abi_minor, struct_size */
-    if (!so->handle) return px_why(c, "dlopen failed: %s", px_dlerror_tail(so->error, c->path));
-    if (!so->sym) return px_why(c, "no phx_plugin_v1 symbol: %s", px_dlerror_tail(so->error, c->path));
+    if (!so->handle) return say_why(c, "dlopen failed: %s", dlerror_tail(so->error, c->path));
+    if (!so->sym) return say_why(c, "no phx_plugin_v1 symbol: %s", dlerror_tail(so->error, c->path));
     if (so->sym_owner)
-        return px_why(c, "phx_plugin_v1 comes from %s, a library the plugin links, not from the plugin", so->sym_owner);
-    if (!so->sym_object) return px_why(c, "phx_plugin_v1 is a function, expected a data object (a phx_plugin_desc)");
+        return say_why(c, "phx_plugin_v1 comes from %s, a library the plugin links, not from the plugin",
+                       so->sym_owner);
+    if (!so->sym_object) return say_why(c, "phx_plugin_v1 is a function, expected a data object (a phx_plugin_desc)");
     if (so->sym_size && so->sym_size < head)
-        return px_why(c, "phx_plugin_v1 is %zu bytes, too small for a descriptor (at least %zu)", so->sym_size,
-                      head);
+        return say_why(c, "phx_plugin_v1 is %zu bytes, too small for a descriptor (at least %zu)", so->sym_size, head);
     const phx_plugin_desc *d = so->sym;
     c->has_abi = 1;
     c->abi_major = d->abi_major;
     c->abi_minor = d->abi_minor;
     if (d->abi_major != PHX_PLUGIN_ABI_MAJOR)
-        return px_why(c, "plugin ABI %u.%u, but this Phalanx implements plugin ABI %d.%d and loads ABI %d.%u or "
-                      "a newer %d.x (the major must be equal)", d->abi_major, d->abi_minor, PHX_PLUGIN_ABI_MAJOR,
-                      PHX_PLUGIN_ABI_MINOR, PHX_PLUGIN_ABI_MAJOR, oldest_minor, PHX_PLUGIN_ABI_MAJOR);
+        return say_why(c,
+                       "plugin ABI %u.%u, but this Phalanx implements plugin ABI %d.%d and loads ABI %d.%u or "
+                       "a newer %d.x (the major must be equal)",
+                       d->abi_major, d->abi_minor, PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR, PHX_PLUGIN_ABI_MAJOR,
+                       oldest_minor, PHX_PLUGIN_ABI_MAJOR);
     if (d->abi_minor < oldest_minor)
-        return px_why(c, "plugin ABI %u.%u is too old: this Phalanx (plugin ABI %d.%d) needs ABI %d.%u or newer",
-                      d->abi_major, d->abi_minor, PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR, PHX_PLUGIN_ABI_MAJOR,
-                      oldest_minor);
+        return say_why(c, "plugin ABI %u.%u is too old: this Phalanx (plugin ABI %d.%d) needs ABI %d.%u or newer",
+                       d->abi_major, d->abi_minor, PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR, PHX_PLUGIN_ABI_MAJOR,
+                       oldest_minor);
     if (d->struct_size < sizeof *d)
-        return px_why(c, "descriptor struct_size is %u bytes, expected at least %zu", d->struct_size, sizeof *d);
+        return say_why(c, "descriptor struct_size is %u bytes, expected at least %zu", d->struct_size, sizeof *d);
     if (so->sym_size && so->sym_size < sizeof *d)
-        return px_why(c, "phx_plugin_v1 is %zu bytes though its struct_size says %u; expected at least %zu",
-                      so->sym_size, d->struct_size, sizeof *d);
+        return say_why(c, "phx_plugin_v1 is %zu bytes though its struct_size says %u; expected at least %zu",
+                       so->sym_size, d->struct_size, sizeof *d);
     if (d->kind != (uint32_t)c->kind_id)
-        return px_why(c, "descriptor kind is %u (%s) but the file name says %s", d->kind,
-                      phx_plugin_kind_name((phx_plugin_kind)d->kind), c->kind);
-    if (!px_str_ok(d->name, PX_PLUGIN_NAME_MAX))
-        return px_why(c, "descriptor name is NULL, not in a loaded object, or longer than %d bytes",
-                      PX_PLUGIN_NAME_MAX - 1);
+        return say_why(c, "descriptor kind is %u (%s) but the file name says %s", d->kind,
+                       phx_plugin_kind_name((phx_plugin_kind)d->kind), c->kind);
+    if (!str_ok(d->name, PX_PLUGIN_NAME_MAX))
+        return say_why(c, "descriptor name is NULL, not in a loaded object, or longer than %d bytes",
+                       PX_PLUGIN_NAME_MAX - 1);
     if (strcmp(d->name, c->name) != 0)
-        return px_why(c, "descriptor name is '%s' but the file name says '%s'", d->name, c->name);
-    snprintf(c->version, sizeof c->version, "%s", px_str_ok(d->version, 256) ? d->version : "?");
-    if (!d->vtable) return px_why(c, "descriptor has no vtable");
+        return say_why(c, "descriptor name is '%s' but the file name says '%s'", d->name, c->name);
+    snprintf(c->version, sizeof c->version, "%s", str_ok(d->version, 256) ? d->version : "?");
+    if (!d->vtable) return say_why(c, "descriptor has no vtable");
     c->desc = d;
     return 0;
 }
@@ -166,8 +168,8 @@ static int px_desc_check(const px_plugin_so *so, px_cand *c, uint32_t oldest_min
 void px_plugin_evaluate(px_cand *c, const phx_probe_ctx *ctx, uint32_t oldest_minor)
 {
     if (c->state != PX_CAND_UNSEEN) return;
-    const px_plugin_so *so = px_so_get(c->path, c);
-    if (!so || px_desc_check(so, c, oldest_minor) != 0) {
+    const px_plugin_so *so = so_get(c->path, c);
+    if (!so || desc_check(so, c, oldest_minor) != 0) {
         c->state = PX_CAND_BROKEN;
         return;
     }
@@ -181,7 +183,7 @@ void px_plugin_evaluate(px_cand *c, const phx_probe_ctx *ctx, uint32_t oldest_mi
     why[sizeof why - 1] = '\0';
     if (p < 0) {
         c->state = PX_CAND_DECLINED;
-        px_why(c, "probe declined: %s", why[0] ? why : "(no reason given)");
+        say_why(c, "probe declined: %s", why[0] ? why : "(no reason given)");
     } else {
         c->state = PX_CAND_OK;
         c->priority = p;
@@ -195,11 +197,11 @@ void px_plugin_evaluate(px_cand *c, const phx_probe_ctx *ctx, uint32_t oldest_mi
 typedef struct px_selection {
     char buf[1024];
     const char *names[PX_SEL_MAX];
-    size_t n;              /* 0: every plugin of the kind */
-    int exclude;           /* names are exclusions */
+    size_t n; /* 0: every plugin of the kind */
+    int exclude; /* names are exclusions */
 } px_selection;
 
-static char *px_trim(char *s)
+static char *trim(char *s)
 {
     while (*s == ' ' || *s == '\t') s++;
     char *e = s + strlen(s);
@@ -208,15 +210,15 @@ static char *px_trim(char *s)
 }
 
 /* "a,b" ordered names; "^a,b" or "^a,^b" exclusions; NULL/"" any. */
-static phx_status px_parse_selection(const char *sel, px_selection *s)
+static phx_status parse_selection(const char *sel, px_selection *s)
 {
     memset(s, 0, sizeof *s);
     if (!sel) return PHX_OK;
     if (strlen(sel) >= sizeof s->buf)
-        return phx_error(PHX_EINVAL, "phx_plugin_load: selection of %zu bytes, expected fewer than %zu",
-                         strlen(sel), sizeof s->buf);
+        return phx_error(PHX_EINVAL, "phx_plugin_load: selection of %zu bytes, expected fewer than %zu", strlen(sel),
+                         sizeof s->buf);
     memcpy(s->buf, sel, strlen(sel) + 1);
-    char *p = px_trim(s->buf);
+    char *p = trim(s->buf);
     if (!*p) return PHX_OK;
     if (*p == '^') {
         s->exclude = 1;
@@ -225,17 +227,21 @@ static phx_status px_parse_selection(const char *sel, px_selection *s)
     for (;;) {
         char *comma = strchr(p, ',');
         if (comma) *comma = '\0';
-        char *tok = px_trim(p);
+        char *tok = trim(p);
         if (*tok == '^') {
             if (!s->exclude)
-                return phx_error(PHX_EINVAL, "phx_plugin_load: selection '%s' mixes names and ^exclusions; "
-                                 "expected either 'a,b' or '^a,b'", sel);
-            tok = px_trim(tok + 1);
+                return phx_error(PHX_EINVAL,
+                                 "phx_plugin_load: selection '%s' mixes names and ^exclusions; "
+                                 "expected either 'a,b' or '^a,b'",
+                                 sel);
+            tok = trim(tok + 1);
         }
         if (!*tok) return phx_error(PHX_EINVAL, "phx_plugin_load: selection '%s' has an empty entry", sel);
         if (!px_plugin_name_ok(tok))
-            return phx_error(PHX_EINVAL, "phx_plugin_load: selection '%s': '%s' is not a plugin name "
-                             "(1..%d of [A-Za-z0-9_.+-])", sel, tok, PX_PLUGIN_NAME_MAX - 1);
+            return phx_error(PHX_EINVAL,
+                             "phx_plugin_load: selection '%s': '%s' is not a plugin name "
+                             "(1..%d of [A-Za-z0-9_.+-])",
+                             sel, tok, PX_PLUGIN_NAME_MAX - 1);
         if (s->n == PX_SEL_MAX)
             return phx_error(PHX_EINVAL, "phx_plugin_load: selection '%s' has more than %d entries", sel, PX_SEL_MAX);
         s->names[s->n++] = tok;
@@ -245,7 +251,7 @@ static phx_status px_parse_selection(const char *sel, px_selection *s)
     return PHX_OK;
 }
 
-static int px_excluded(const px_selection *s, const char *name)
+static int is_excluded(const px_selection *s, const char *name)
 {
     for (size_t i = 0; i < s->n; i++)
         if (strcmp(s->names[i], name) == 0) return 1;
@@ -259,8 +265,8 @@ typedef struct px_msg {
     size_t len;
 } px_msg;
 
-static void px_msg_add(px_msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void px_msg_add(px_msg *m, const char *fmt, ...)
+static void msg_add(px_msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void msg_add(px_msg *m, const char *fmt, ...)
 {
     if (m->len >= sizeof m->buf - 1) return;
     va_list ap;
@@ -276,59 +282,61 @@ static void px_msg_add(px_msg *m, const char *fmt, ...)
 }
 
 /* "; searched: A, B (missing); found comm plugins: x, y" */
-static void px_msg_tail(px_msg *m, const char *kind, const px_plugin_dir *dirs, size_t ndirs,
-                        const px_cand *cands, size_t ncands)
+static void msg_tail(px_msg *m, const char *kind, const px_plugin_dir *dirs, size_t ndirs, const px_cand *cands,
+                     size_t ncands)
 {
-    px_msg_add(m, "; searched: ");
-    if (ndirs == 0) px_msg_add(m, "(no folders)");
+    msg_add(m, "; searched: ");
+    if (ndirs == 0) msg_add(m, "(no folders)");
     for (size_t i = 0; i < ndirs; i++)
-        px_msg_add(m, "%s%s%s", i ? ", " : "", dirs[i].path, dirs[i].exists ? "" : " (missing)");
+        msg_add(m, "%s%s%s", i ? ", " : "", dirs[i].path, dirs[i].exists ? "" : " (missing)");
     size_t shown = 0;
     for (size_t i = 0; i < ncands; i++) {
         if (cands[i].state == PX_CAND_SHADOWED) continue;
-        px_msg_add(m, "%s%s", shown++ ? ", " : "; found: ", cands[i].name);
+        msg_add(m, "%s%s", shown++ ? ", " : "; found: ", cands[i].name);
     }
-    if (!shown) px_msg_add(m, "; found no phx-%s-<name>.so files", kind);
+    if (!shown) msg_add(m, "; found no phx-%s-<name>.so files", kind);
 }
 
 /* ---- loading ---- */
 
-static const phx_probe_ctx px_default_ctx = { 0, 1, 0 };
+static const phx_probe_ctx px_default_ctx = {0, 1, 0};
 
 /* Index of the plugin called name (the first in search order), or ncands. */
-static size_t px_find_name(const px_cand *cands, size_t ncands, const char *name)
+static size_t find_name(const px_cand *cands, size_t ncands, const char *name)
 {
     for (size_t i = 0; i < ncands; i++)
         if (cands[i].state != PX_CAND_SHADOWED && strcmp(cands[i].name, name) == 0) return i;
     return ncands;
 }
 
-static phx_status px_fail(const char *kindname, const char *sel, const px_selection *s,
-                          const px_plugin_dir *dirs, size_t ndirs, const px_cand *cands, size_t ncands)
+static phx_status fail(const char *kindname, const char *sel, const px_selection *s, const px_plugin_dir *dirs,
+                       size_t ndirs, const px_cand *cands, size_t ncands)
 {
-    px_msg m = { .len = 0 };
+    px_msg m = {.len = 0};
     phx_status st = PHX_ENOTFOUND;
     if (s->n && !s->exclude) {
-        if (s->n == 1) px_msg_add(&m, "phx_plugin_load: %s plugin '%s' is not usable", kindname, s->names[0]);
-        else px_msg_add(&m, "phx_plugin_load: none of the %s plugins '%s' is usable", kindname, sel);
+        if (s->n == 1)
+            msg_add(&m, "phx_plugin_load: %s plugin '%s' is not usable", kindname, s->names[0]);
+        else
+            msg_add(&m, "phx_plugin_load: none of the %s plugins '%s' is usable", kindname, sel);
         for (size_t i = 0; i < s->n; i++) {
-            size_t k = px_find_name(cands, ncands, s->names[i]);
+            size_t k = find_name(cands, ncands, s->names[i]);
             if (k == ncands) {
-                px_msg_add(&m, "; %s: not found", s->names[i]);
+                msg_add(&m, "; %s: not found", s->names[i]);
                 continue;
             }
-            px_msg_add(&m, "; %s (%s): %s", s->names[i], cands[k].path, cands[k].why);
+            msg_add(&m, "; %s (%s): %s", s->names[i], cands[k].path, cands[k].why);
             if (cands[k].state == PX_CAND_BROKEN) st = PHX_EABI;
         }
     } else {
-        px_msg_add(&m, "phx_plugin_load: no usable %s plugin", kindname);
-        if (s->n) px_msg_add(&m, " (selection '%s')", sel);
+        msg_add(&m, "phx_plugin_load: no usable %s plugin", kindname);
+        if (s->n) msg_add(&m, " (selection '%s')", sel);
         for (size_t i = 0; i < ncands; i++)
             if (cands[i].state == PX_CAND_BROKEN || cands[i].state == PX_CAND_DECLINED ||
                 cands[i].state == PX_CAND_BADNAME)
-                px_msg_add(&m, "; %s (%s): %s", cands[i].name, cands[i].path, cands[i].why);
+                msg_add(&m, "; %s (%s): %s", cands[i].name, cands[i].path, cands[i].why);
     }
-    px_msg_tail(&m, kindname, dirs, ndirs, cands, ncands);
+    msg_tail(&m, kindname, dirs, ndirs, cands, ncands);
     return phx_error(st, "%s", m.buf);
 }
 
@@ -342,7 +350,7 @@ phx_status phx_plugin_load(phx_plugin_kind kind, const char *selection, const ph
     if (!ctx) ctx = &px_default_ctx;
     const char *kindname = phx_plugin_kind_name(kind);
     px_selection s;
-    phx_status st = px_parse_selection(selection, &s);
+    phx_status st = parse_selection(selection, &s);
     if (st != PHX_OK) return st;
 
     px_plugin_dir *dirs = NULL;
@@ -356,7 +364,7 @@ phx_status phx_plugin_load(phx_plugin_kind kind, const char *selection, const ph
     if (s.n && !s.exclude) {
         /* An ordered list: the first usable wins; only these are opened. */
         for (size_t i = 0; i < s.n && best == (size_t)-1; i++) {
-            size_t k = px_find_name(cands, ncands, s.names[i]);
+            size_t k = find_name(cands, ncands, s.names[i]);
             if (k == ncands) continue;
             px_plugin_evaluate(&cands[k], ctx, PX_PLUGIN_MINOR_OLDEST);
             if (cands[k].state == PX_CAND_OK) best = k;
@@ -364,7 +372,7 @@ phx_status phx_plugin_load(phx_plugin_kind kind, const char *selection, const ph
     } else {
         /* Any (but the excluded): the highest priority, ties to the first. */
         for (size_t k = 0; k < ncands; k++) {
-            if (cands[k].state == PX_CAND_SHADOWED || px_excluded(&s, cands[k].name)) continue;
+            if (cands[k].state == PX_CAND_SHADOWED || is_excluded(&s, cands[k].name)) continue;
             px_plugin_evaluate(&cands[k], ctx, PX_PLUGIN_MINOR_OLDEST);
             if (cands[k].state == PX_CAND_OK) {
                 if (best == (size_t)-1 || cands[k].priority > cands[best].priority) best = k;
@@ -375,10 +383,10 @@ phx_status phx_plugin_load(phx_plugin_kind kind, const char *selection, const ph
         }
     }
     if (best == (size_t)-1) {
-        st = px_fail(kindname, selection, &s, dirs, ndirs, cands, ncands);
+        st = fail(kindname, selection, &s, dirs, ndirs, cands, ncands);
     } else {
-        phx_log(PHX_LOG_INFO, "%s plugin %s %s from %s (priority %d)", kindname, cands[best].name,
-                cands[best].version, cands[best].path, cands[best].priority);
+        phx_log(PHX_LOG_INFO, "%s plugin %s %s from %s (priority %d)", kindname, cands[best].name, cands[best].version,
+                cands[best].path, cands[best].priority);
         *out = cands[best].desc;
     }
     px_free(cands);

@@ -12,7 +12,6 @@ void px_precision_scaler_defaults(const phx_precision *p, phx_scaler_opts *o);
  * loader's plan both use it, the loader before it changes anything): NULL
  * when scale and growth_tracker are acceptable for s, else why not, written
  * into buf. */
-const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf,
-                                  size_t len);
+const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf, size_t len);
 
 #endif

@@ -12,7 +12,7 @@
 #include "core/precision/precision-impl.h"
 
 struct phx_precision {
-    const phx_plugin_desc *desc;   /* lives as long as the process */
+    const phx_plugin_desc *desc; /* lives as long as the process */
     const phx_precision_v1 *vt;
 };
 
@@ -24,36 +24,30 @@ static void list_policies(char *buf, size_t len)
     phx_plugin_info *infos = px_calloc(MAX_FOUND, sizeof *infos);
     size_t used = 0;
     buf[0] = '\0';
-    if (!infos)
-        return;
-    phx_probe_ctx ctx = { 0, 1, 0 };
+    if (!infos) return;
+    phx_probe_ctx ctx = {0, 1, 0};
     size_t n = phx_plugin_scan(infos, MAX_FOUND, &ctx);
-    if (n > MAX_FOUND)
-        n = MAX_FOUND;
+    if (n > MAX_FOUND) n = MAX_FOUND;
     for (size_t i = 0; i < n && used + 1 < len; i++) {
-        if (strcmp(infos[i].kind, "precision") != 0 || !infos[i].ok)
-            continue;
+        if (strcmp(infos[i].kind, "precision") != 0 || !infos[i].ok) continue;
         int w = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", infos[i].name);
-        if (w < 0)
-            break;
+        if (w < 0) break;
         used += (size_t)w < len - used ? (size_t)w : len - used - 1;
     }
     px_free(infos);
-    if (!used)
-        snprintf(buf, len, "none");
+    if (!used) snprintf(buf, len, "none");
 }
 
 /* A third-party policy could carry nonsense; reject it before use. */
 static phx_status check_vtable(const phx_plugin_desc *d, const phx_precision_v1 *vt)
 {
-    if (!vt)
-        return phx_error(PHX_EABI, "phx_precision_new: plugin '%s' has no vtable", d->name);
+    if (!vt) return phx_error(PHX_EABI, "phx_precision_new: plugin '%s' has no vtable", d->name);
     if (vt->compute_dtype != PHX_F32 && vt->compute_dtype != PHX_F16 && vt->compute_dtype != PHX_BF16)
         return phx_error(PHX_EABI, "phx_precision_new: plugin '%s' has compute dtype %d, expected f32, f16 or bf16",
                          d->name, (int)vt->compute_dtype);
     if (vt->loss_scaling != 0 && vt->loss_scaling != 1)
-        return phx_error(PHX_EABI, "phx_precision_new: plugin '%s' has loss_scaling %d, expected 0 or 1",
-                         d->name, vt->loss_scaling);
+        return phx_error(PHX_EABI, "phx_precision_new: plugin '%s' has loss_scaling %d, expected 0 or 1", d->name,
+                         vt->loss_scaling);
     if (vt->loss_scaling &&
         (!(vt->init_scale > 0) || !isfinite(vt->init_scale) || !(vt->growth_factor > 1.0) ||
          !isfinite(vt->growth_factor) || !(vt->backoff_factor > 0) || !(vt->backoff_factor < 1.0) ||
@@ -67,8 +61,7 @@ static phx_status check_vtable(const phx_plugin_desc *d, const phx_precision_v1 
 
 phx_status phx_precision_new(const char *name, phx_precision **out)
 {
-    if (!out)
-        return phx_error(PHX_EINVAL, "phx_precision_new: out is NULL");
+    if (!out) return phx_error(PHX_EINVAL, "phx_precision_new: out is NULL");
     *out = NULL;
     const char *from = "name";
     const char *sel = name;
@@ -81,7 +74,7 @@ phx_status phx_precision_new(const char *name, phx_precision **out)
         from = "default";
     }
 
-    phx_probe_ctx ctx = { 0, 1, 0 };
+    phx_probe_ctx ctx = {0, 1, 0};
     const phx_plugin_desc *d = NULL;
     phx_status st = phx_plugin_load(PHX_PLUGIN_PRECISION, sel, &ctx, &d);
     if (st != PHX_OK) {
@@ -91,15 +84,13 @@ phx_status phx_precision_new(const char *name, phx_precision **out)
         snprintf(why, sizeof why, "%s", phx_last_error());
         list_policies(avail, sizeof avail);
         return phx_error(st == PHX_EABI ? PHX_EABI : PHX_ENOTFOUND,
-                         "phx_precision_new: no usable precision policy '%s' (%s); available policies: %s (%s)",
-                         sel, from, avail, why);
+                         "phx_precision_new: no usable precision policy '%s' (%s); available policies: %s (%s)", sel,
+                         from, avail, why);
     }
     st = check_vtable(d, d->vtable);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     phx_precision *p = px_calloc(1, sizeof *p);
-    if (!p)
-        return PHX_ENOMEM;
+    if (!p) return PHX_ENOMEM;
     p->desc = d;
     p->vt = d->vtable;
     *out = p;

@@ -30,25 +30,23 @@
 
 struct phx_scaler {
     bool enabled;
-    float scale;              /* f32, like GradScaler._scale */
-    int64_t growth_tracker;   /* consecutive clean steps since the last change */
+    float scale; /* f32, like GradScaler._scale */
+    int64_t growth_tracker; /* consecutive clean steps since the last change */
     double growth_factor, backoff_factor;
     int64_t growth_interval;
     int n_flags;
     phx_device flag_dev[PX_SCALER_MAX_DEVICES];
     phx_tensor *flag[PX_SCALER_MAX_DEVICES]; /* f32 scalar on flag_dev[i] */
-    bool unscaled;            /* phx_scaler_unscale ran since the last step */
-    int found;                /* its verdict */
+    bool unscaled; /* phx_scaler_unscale ran since the last step */
+    int found; /* its verdict */
 };
 
 static phx_status check_opts(const phx_scaler_opts *o)
 {
     if (!(o->init_scale > 0) || !((float)o->init_scale <= FLT_MAX))
-        return phx_error(PHX_EINVAL, "phx_scaler_new: init_scale %g, expected a finite f32 value > 0",
-                         o->init_scale);
+        return phx_error(PHX_EINVAL, "phx_scaler_new: init_scale %g, expected a finite f32 value > 0", o->init_scale);
     if (!(o->growth_factor > 1.0) || !isfinite(o->growth_factor))
-        return phx_error(PHX_EINVAL, "phx_scaler_new: growth_factor %g, expected a finite value > 1",
-                         o->growth_factor);
+        return phx_error(PHX_EINVAL, "phx_scaler_new: growth_factor %g, expected a finite value > 1", o->growth_factor);
     if (!(o->backoff_factor > 0) || !(o->backoff_factor < 1.0))
         return phx_error(PHX_EINVAL, "phx_scaler_new: backoff_factor %g, expected 0 < backoff_factor < 1",
                          o->backoff_factor);
@@ -68,11 +66,9 @@ phx_scaler *phx_scaler_new(const phx_precision *p, const phx_scaler_opts *opts)
         if (opts->backoff_factor != 0) o.backoff_factor = opts->backoff_factor;
         if (opts->growth_interval != 0) o.growth_interval = opts->growth_interval;
     }
-    if (check_opts(&o) != PHX_OK)
-        return NULL;
+    if (check_opts(&o) != PHX_OK) return NULL;
     phx_scaler *s = px_calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
+    if (!s) return NULL;
     s->enabled = phx_precision_scaling(p);
     s->scale = (float)o.init_scale;
     s->growth_tracker = 0;
@@ -84,22 +80,18 @@ phx_scaler *phx_scaler_new(const phx_precision *p, const phx_scaler_opts *opts)
 
 void phx_scaler_free(phx_scaler *s)
 {
-    if (!s)
-        return;
-    for (int i = 0; i < s->n_flags; i++)
-        phx_tensor_free(s->flag[i]);
+    if (!s) return;
+    for (int i = 0; i < s->n_flags; i++) phx_tensor_free(s->flag[i]);
     px_free(s);
 }
 
 phx_status phx_scaler_scale_grad(phx_scaler *s, phx_tensor *loss_grad)
 {
-    if (!s || !loss_grad)
-        return phx_error(PHX_EINVAL, "phx_scaler_scale_grad: %s is NULL", s ? "loss_grad" : "scaler");
+    if (!s || !loss_grad) return phx_error(PHX_EINVAL, "phx_scaler_scale_grad: %s is NULL", s ? "loss_grad" : "scaler");
     if (!phx_dtype_is_float(phx_tensor_dtype(loss_grad)))
         return phx_error(PHX_EINVAL, "phx_scaler_scale_grad: loss_grad has dtype %s, expected a float dtype",
                          phx_dtype_name(phx_tensor_dtype(loss_grad)));
-    if (!s->enabled)
-        return PHX_OK;
+    if (!s->enabled) return PHX_OK;
     return phx_tensor_axpby(0.0f, NULL, s->scale, loss_grad);
 }
 
@@ -107,16 +99,13 @@ phx_status phx_scaler_scale_grad(phx_scaler *s, phx_tensor *loss_grad)
 static phx_tensor *flag_for(phx_scaler *s, phx_device dev)
 {
     for (int i = 0; i < s->n_flags; i++)
-        if (phx_device_equal(s->flag_dev[i], dev))
-            return s->flag[i];
+        if (phx_device_equal(s->flag_dev[i], dev)) return s->flag[i];
     if (s->n_flags == PX_SCALER_MAX_DEVICES) {
-        phx_error(PHX_EUNSUPPORTED, "phx_scaler_step: gradients on more than %d devices",
-                  PX_SCALER_MAX_DEVICES);
+        phx_error(PHX_EUNSUPPORTED, "phx_scaler_step: gradients on more than %d devices", PX_SCALER_MAX_DEVICES);
         return NULL;
     }
     phx_tensor *f = phx_tensor_zeros(PHX_F32, 0, NULL, dev);
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     s->flag_dev[s->n_flags] = dev;
     s->flag[s->n_flags++] = f;
     return f;
@@ -128,19 +117,16 @@ static phx_status check_grads(phx_scaler *s, phx_module *model)
     size_t n = phx_module_num_params(model);
     for (size_t i = 0; i < n; i++) {
         phx_tensor *g = phx_param_grad(phx_module_param(model, i));
-        if (!g)
-            continue;
+        if (!g) continue;
         if (phx_tensor_dtype(g) != PHX_F32)
             return phx_error(PHX_EINVAL, "phx_scaler_step: gradient of '%s' has dtype %s, expected f32",
                              phx_module_param_name(model, i), phx_dtype_name(phx_tensor_dtype(g)));
         const phx_device_v1 *tbl = phx_device_table(phx_tensor_device(g));
-        if (!tbl)
-            return PHX_ENOTFOUND; /* phx_device_table set the message */
+        if (!tbl) return PHX_ENOTFOUND; /* phx_device_table set the message */
         if (!tbl->kernels || !tbl->kernels->unscale_check)
             return phx_error(PHX_EUNSUPPORTED, "phx_scaler_step: device of '%s' has no unscale_check kernel",
                              phx_module_param_name(model, i));
-        if (!flag_for(s, phx_tensor_device(g)))
-            return PHX_ENOMEM;
+        if (!flag_for(s, phx_tensor_device(g))) return PHX_ENOMEM;
     }
     return PHX_OK;
 }
@@ -150,28 +136,23 @@ static phx_status unscale_all(phx_scaler *s, phx_module *model, float inv_scale,
 {
     phx_status st;
     for (int i = 0; i < s->n_flags; i++)
-        if ((st = phx_tensor_fill(s->flag[i], 0.0)) != PHX_OK)
-            return st;
+        if ((st = phx_tensor_fill(s->flag[i], 0.0)) != PHX_OK) return st;
     size_t n = phx_module_num_params(model);
     for (size_t i = 0; i < n; i++) {
         phx_tensor *g = phx_param_grad(phx_module_param(model, i));
-        if (!g || phx_tensor_numel(g) == 0)
-            continue;
+        if (!g || phx_tensor_numel(g) == 0) continue;
         phx_device dev = phx_tensor_device(g);
         phx_tensor *flag = flag_for(s, dev);
         const phx_device_v1 *tbl = phx_device_table(dev);
         st = tbl->kernels->unscale_check(dev.index, phx_tensor_numel(g), px_tensor_ptr(g), inv_scale,
                                          px_tensor_ptr(flag));
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
     }
     *found = 0;
     for (int i = 0; i < s->n_flags; i++) {
         double v = 0;
-        if ((st = phx_tensor_get(s->flag[i], 0, &v)) != PHX_OK)
-            return st;
-        if (v != 0)
-            *found = 1;
+        if ((st = phx_tensor_get(s->flag[i], 0, &v)) != PHX_OK) return st;
+        if (v != 0) *found = 1;
     }
     return PHX_OK;
 }
@@ -188,8 +169,7 @@ static void update_scale(phx_scaler *s, int found)
     int64_t successful = s->growth_tracker + 1;
     if (successful == s->growth_interval) {
         float grown = (float)((double)s->scale * s->growth_factor);
-        if (isfinite(grown))
-            s->scale = grown;
+        if (isfinite(grown)) s->scale = grown;
         s->growth_tracker = 0;
     } else {
         s->growth_tracker = successful;
@@ -198,38 +178,29 @@ static void update_scale(phx_scaler *s, int found)
 
 phx_status phx_scaler_step(phx_scaler *s, phx_optimizer *opt, bool *stepped)
 {
-    if (stepped)
-        *stepped = false;
-    if (!s || !opt)
-        return phx_error(PHX_EINVAL, "phx_scaler_step: %s is NULL", s ? "optimizer" : "scaler");
+    if (stepped) *stepped = false;
+    if (!s || !opt) return phx_error(PHX_EINVAL, "phx_scaler_step: %s is NULL", s ? "optimizer" : "scaler");
     phx_status st;
     if (!s->enabled) {
-        if ((st = phx_optimizer_step(opt)) != PHX_OK)
-            return st;
-        if (stepped)
-            *stepped = true;
+        if ((st = phx_optimizer_step(opt)) != PHX_OK) return st;
+        if (stepped) *stepped = true;
         return PHX_OK;
     }
     phx_module *model = phx_optimizer_model(opt);
-    if (!model)
-        return phx_error(PHX_EINVAL, "phx_scaler_step: optimizer has no model");
+    if (!model) return phx_error(PHX_EINVAL, "phx_scaler_step: optimizer has no model");
     int found = 0;
     if (s->unscaled) {
         found = s->found;
         s->unscaled = false;
     } else {
-        if ((st = check_grads(s, model)) != PHX_OK)
-            return st;
+        if ((st = check_grads(s, model)) != PHX_OK) return st;
         /* GradScaler.unscale_: inv_scale = _scale.double().reciprocal().float() */
         float inv_scale = (float)(1.0 / (double)s->scale);
-        if ((st = unscale_all(s, model, inv_scale, &found)) != PHX_OK)
-            return st;
+        if ((st = unscale_all(s, model, inv_scale, &found)) != PHX_OK) return st;
     }
     if (!found) {
-        if ((st = phx_optimizer_step(opt)) != PHX_OK)
-            return st;
-        if (stepped)
-            *stepped = true;
+        if ((st = phx_optimizer_step(opt)) != PHX_OK) return st;
+        if (stepped) *stepped = true;
     }
     update_scale(s, found);
     return PHX_OK;
@@ -237,17 +208,12 @@ phx_status phx_scaler_step(phx_scaler *s, phx_optimizer *opt, bool *stepped)
 
 phx_status phx_scaler_unscale(phx_scaler *s, phx_optimizer *opt, bool *found_inf)
 {
-    if (found_inf)
-        *found_inf = false;
-    if (!s || !opt)
-        return phx_error(PHX_EINVAL, "phx_scaler_unscale: %s is NULL", s ? "optimizer" : "scaler");
-    if (!s->enabled)
-        return PHX_OK;
-    if (s->unscaled)
-        return phx_error(PHX_ESTATE, "phx_scaler_unscale: already called since the last phx_scaler_step");
+    if (found_inf) *found_inf = false;
+    if (!s || !opt) return phx_error(PHX_EINVAL, "phx_scaler_unscale: %s is NULL", s ? "optimizer" : "scaler");
+    if (!s->enabled) return PHX_OK;
+    if (s->unscaled) return phx_error(PHX_ESTATE, "phx_scaler_unscale: already called since the last phx_scaler_step");
     phx_module *model = phx_optimizer_model(opt);
-    if (!model)
-        return phx_error(PHX_EINVAL, "phx_scaler_unscale: optimizer has no model");
+    if (!model) return phx_error(PHX_EINVAL, "phx_scaler_unscale: optimizer has no model");
     phx_status st;
     int found = 0;
     if ((st = check_grads(s, model)) != PHX_OK ||
@@ -255,15 +221,13 @@ phx_status phx_scaler_unscale(phx_scaler *s, phx_optimizer *opt, bool *found_inf
         return st;
     s->unscaled = true;
     s->found = found;
-    if (found_inf)
-        *found_inf = found != 0;
+    if (found_inf) *found_inf = found != 0;
     return PHX_OK;
 }
 
 double phx_scaler_get_scale(const phx_scaler *s)
 {
-    if (!s || !s->enabled)
-        return 1.0;
+    if (!s || !s->enabled) return 1.0;
     return s->scale;
 }
 
@@ -272,8 +236,7 @@ int64_t phx_scaler_growth_tracker(const phx_scaler *s)
     return s && s->enabled ? s->growth_tracker : 0;
 }
 
-const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf,
-                                  size_t len)
+const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf, size_t len)
 {
     /* Compared as doubles: converting an out-of-range double to float is
      * undefined behaviour (1e300), and a value below FLT_TRUE_MIN becomes 0. */
@@ -293,13 +256,11 @@ const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t gro
 
 phx_status phx_scaler_set_state(phx_scaler *s, double scale, int64_t growth_tracker)
 {
-    if (!s)
-        return phx_error(PHX_EINVAL, "phx_scaler_set_state: scaler is NULL");
+    if (!s) return phx_error(PHX_EINVAL, "phx_scaler_set_state: scaler is NULL");
     char why[160];
     if (px_scaler_check_state(s, scale, growth_tracker, why, sizeof why))
         return phx_error(PHX_EINVAL, "phx_scaler_set_state: %s", why);
-    if (!s->enabled)
-        return PHX_OK;   /* like GradScaler.load_state_dict when disabled */
+    if (!s->enabled) return PHX_OK; /* like GradScaler.load_state_dict when disabled */
     s->scale = (float)scale;
     s->growth_tracker = growth_tracker;
     return PHX_OK;

@@ -19,14 +19,16 @@ typedef struct px_cpu_block {
 
 static atomic_uint_fast64_t px_cpu_in_use, px_cpu_peak, px_cpu_calls;
 
-static int px_cpu_count(void) { return 1; }
+static int cpu_count(void)
+{
+    return 1;
+}
 
-static phx_status px_cpu_alloc(int dev, size_t bytes, void **ptr)
+static phx_status cpu_alloc(int dev, size_t bytes, void **ptr)
 {
     (void)dev;
     size_t head = sizeof(px_cpu_block);
-    if (bytes > SIZE_MAX - head - PX_CPU_ALIGN)
-        return phx_error(PHX_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
+    if (bytes > SIZE_MAX - head - PX_CPU_ALIGN) return phx_error(PHX_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
     char *raw = px_malloc(bytes + head + PX_CPU_ALIGN);
     if (!raw) return phx_error(PHX_ENOMEM, "cpu: out of memory allocating %zu bytes", bytes);
     uintptr_t p = ((uintptr_t)raw + head + PX_CPU_ALIGN - 1) & ~(uintptr_t)(PX_CPU_ALIGN - 1);
@@ -41,7 +43,7 @@ static phx_status px_cpu_alloc(int dev, size_t bytes, void **ptr)
     return PHX_OK;
 }
 
-static void px_cpu_release(int dev, void *ptr)
+static void cpu_release(int dev, void *ptr)
 {
     (void)dev;
     if (!ptr) return;
@@ -50,7 +52,7 @@ static void px_cpu_release(int dev, void *ptr)
     px_free(blk->raw);
 }
 
-static phx_status px_cpu_memory_stats(int dev, phx_memory_stats *out)
+static phx_status cpu_memory_stats(int dev, phx_memory_stats *out)
 {
     (void)dev;
     out->in_use_bytes = atomic_load(&px_cpu_in_use);
@@ -61,14 +63,14 @@ static phx_status px_cpu_memory_stats(int dev, phx_memory_stats *out)
 }
 
 /* memmove: views of one storage may overlap */
-static phx_status px_cpu_copy_h2d(int dev, void *dst, const void *src, size_t bytes)
+static phx_status cpu_copy_h2d(int dev, void *dst, const void *src, size_t bytes)
 {
     (void)dev;
     if (bytes) memmove(dst, src, bytes);
     return PHX_OK;
 }
 
-static phx_status px_cpu_copy_d2d(int dst_dev, void *dst, int src_dev, const void *src, size_t bytes)
+static phx_status cpu_copy_d2d(int dst_dev, void *dst, int src_dev, const void *src, size_t bytes)
 {
     (void)dst_dev, (void)src_dev;
     if (bytes) memmove(dst, src, bytes);
@@ -77,12 +79,12 @@ static phx_status px_cpu_copy_d2d(int dst_dev, void *dst, int src_dev, const voi
 
 const phx_device_v1 px_cpu_device = {
     .kind = PHX_DEVICE_CPU,
-    .count = px_cpu_count,
-    .alloc = px_cpu_alloc,
-    .release = px_cpu_release,
-    .memory_stats = px_cpu_memory_stats,
-    .copy_h2d = px_cpu_copy_h2d,
-    .copy_d2h = px_cpu_copy_h2d,
-    .copy_d2d = px_cpu_copy_d2d,
+    .count = cpu_count,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .memory_stats = cpu_memory_stats,
+    .copy_h2d = cpu_copy_h2d,
+    .copy_d2h = cpu_copy_h2d,
+    .copy_d2d = cpu_copy_d2d,
     .kernels = &px_cpu_kernels,
 };

@@ -20,14 +20,17 @@
 
 phx_device phx_cpu(void)
 {
-    phx_device d = { PHX_DEVICE_CPU, 0 };
+    phx_device d = {PHX_DEVICE_CPU, 0};
     return d;
 }
 
-int phx_device_equal(phx_device a, phx_device b) { return a.kind == b.kind && a.index == b.index; }
+int phx_device_equal(phx_device a, phx_device b)
+{
+    return a.kind == b.kind && a.index == b.index;
+}
 
 /* First of the variables that is set to a valid non-negative integer. */
-static int px_env_first_int(const char *const *names, int def)
+static int env_first_int(const char *const *names, int def)
 {
     for (; *names; names++) {
         const char *v = getenv(*names);
@@ -42,20 +45,20 @@ static int px_env_first_int(const char *const *names, int def)
 
 /* Local rank and size: phx_spawn's thread world when the caller is one of
  * its threads (every rank of it shares this machine), else the launcher's. */
-static int px_local_rank(void)
+static int local_rank(void)
 {
     const px_spawn_tls *tls = px_spawn_current();
     if (tls->active) return tls->rank;
-    static const char *const names[] = { "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL };
-    return px_env_first_int(names, 0);
+    static const char *const names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
+    return env_first_int(names, 0);
 }
 
-static int px_local_size(void)
+static int local_size(void)
 {
     const px_spawn_tls *tls = px_spawn_current();
     if (tls->active) return tls->size > 0 ? tls->size : 1;
-    static const char *const names[] = { "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL };
-    int n = px_env_first_int(names, 1);
+    static const char *const names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL};
+    int n = env_first_int(names, 1);
     return n > 0 ? n : 1;
 }
 
@@ -67,23 +70,55 @@ static phx_status dflt_memory_stats(int dev, phx_memory_stats *out)
     (void)dev, (void)out;
     return phx_error(PHX_EUNSUPPORTED, "phx_device_memory_stats: the device has no statistics");
 }
-static phx_status dflt_synchronize(int dev) { (void)dev; return PHX_OK; }
-static void *dflt_current_stream(int dev) { (void)dev; return NULL; }
+static phx_status dflt_synchronize(int dev)
+{
+    (void)dev;
+    return PHX_OK;
+}
+static void *dflt_current_stream(int dev)
+{
+    (void)dev;
+    return NULL;
+}
 static int dflt_event_token;
-static phx_status dflt_event_create(int dev, void **event) { (void)dev; *event = &dflt_event_token; return PHX_OK; }
-static phx_status dflt_event_record(void *event, void *stream) { (void)event, (void)stream; return PHX_OK; }
-static phx_status dflt_stream_wait_event(void *stream, void *event) { (void)stream, (void)event; return PHX_OK; }
-static phx_status dflt_event_synchronize(void *event) { (void)event; return PHX_OK; }
-static int dflt_event_query(void *event) { (void)event; return 1; }
-static void dflt_event_destroy(void *event) { (void)event; }
+static phx_status dflt_event_create(int dev, void **event)
+{
+    (void)dev;
+    *event = &dflt_event_token;
+    return PHX_OK;
+}
+static phx_status dflt_event_record(void *event, void *stream)
+{
+    (void)event, (void)stream;
+    return PHX_OK;
+}
+static phx_status dflt_stream_wait_event(void *stream, void *event)
+{
+    (void)stream, (void)event;
+    return PHX_OK;
+}
+static phx_status dflt_event_synchronize(void *event)
+{
+    (void)event;
+    return PHX_OK;
+}
+static int dflt_event_query(void *event)
+{
+    (void)event;
+    return 1;
+}
+static void dflt_event_destroy(void *event)
+{
+    (void)event;
+}
 
 /* One device as the core uses it: its table (and kernel table) read
  * through px_abi_adapt, the optional slots filled. */
 typedef struct px_devtab {
     phx_device_v1 dev;
     phx_kernels_v1 kernels;
-    uint32_t minor;        /* the plugin's descriptor minor */
-    const char *name;      /* "cpu", "cuda" */
+    uint32_t minor; /* the plugin's descriptor minor */
+    const char *name; /* "cpu", "cuda" */
 } px_devtab;
 
 static phx_status devtab_fill(px_devtab *t, const phx_device_v1 *src, uint32_t minor, const char *name, int kind)
@@ -100,10 +135,12 @@ static phx_status devtab_fill(px_devtab *t, const phx_device_v1 *src, uint32_t m
     if ((st = px_abi_adapt(&px_kernels_abi, t->dev.kernels, minor, &t->kernels, who, "device", name))) return st;
     t->dev.kernels = &t->kernels;
     int events = !!t->dev.event_create + !!t->dev.event_record + !!t->dev.stream_wait_event +
-                 !!t->dev.event_synchronize + !!t->dev.event_query + !!t->dev.event_destroy;
+        !!t->dev.event_synchronize + !!t->dev.event_query + !!t->dev.event_destroy;
     if (events != 0 && events != 6)
-        return phx_error(PHX_EABI, "%s: device plugin '%s' sets %d of the 6 event slots of phx_device_v1: "
-                         "expected all or none", who, name, events);
+        return phx_error(PHX_EABI,
+                         "%s: device plugin '%s' sets %d of the 6 event slots of phx_device_v1: "
+                         "expected all or none",
+                         who, name, events);
     if (!t->dev.memory_stats) t->dev.memory_stats = dflt_memory_stats;
     if (!t->dev.synchronize) t->dev.synchronize = dflt_synchronize;
     if (!t->dev.current_stream) t->dev.current_stream = dflt_current_stream;
@@ -132,9 +169,9 @@ static int px_cuda_count;
 static phx_status px_cuda_status;
 static char px_cuda_error[1024];
 
-static void px_cuda_load(void)
+static void cuda_load(void)
 {
-    phx_probe_ctx ctx = { 0, px_local_size(), px_local_rank() };
+    phx_probe_ctx ctx = {0, local_size(), local_rank()};
     const phx_plugin_desc *desc = NULL;
     phx_status st = phx_plugin_load(PHX_PLUGIN_DEVICE, "cuda", &ctx, &desc);
     if (st == PHX_OK) st = devtab_fill(&px_cuda_tab, desc->vtable, desc->abi_minor, "cuda", PHX_DEVICE_CUDA);
@@ -148,9 +185,9 @@ static void px_cuda_load(void)
 }
 
 /* The cuda table without checking an index; NULL with the load error. */
-static const phx_device_v1 *px_cuda(void)
+static const phx_device_v1 *cuda_dev(void)
 {
-    pthread_once(&px_cuda_once, px_cuda_load);
+    pthread_once(&px_cuda_once, cuda_load);
     if (!px_cuda_table) phx_error(px_cuda_status, "%s", px_cuda_error);
     return px_cuda_table;
 }
@@ -159,7 +196,7 @@ static const phx_device_v1 *px_cuda(void)
 
 static atomic_int px_threads_set; /* 0: not set by phx_set_num_threads */
 
-static int px_default_threads(void)
+static int default_threads(void)
 {
     const char *v = getenv("PHX_NUM_THREADS");
     if (v && *v) {
@@ -172,14 +209,14 @@ static int px_default_threads(void)
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
     if (cores < 1) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int n = cores / px_local_size();
+    int n = cores / local_size();
     return n >= 1 ? n : 1;
 }
 
 int phx_num_threads(void)
 {
     int n = atomic_load(&px_threads_set);
-    return n > 0 ? n : px_default_threads();
+    return n > 0 ? n : default_threads();
 }
 
 phx_status phx_set_num_threads(int n)
@@ -190,32 +227,32 @@ phx_status phx_set_num_threads(int n)
     return PHX_OK;
 }
 
-static void px_cpu_init(void)
+static void cpu_init(void)
 {
-    if (atomic_load(&px_threads_set) == 0) px_cpu_blas_threads(px_default_threads());
+    if (atomic_load(&px_threads_set) == 0) px_cpu_blas_threads(default_threads());
     px_cpu_status = devtab_fill(&px_cpu_tab, &px_cpu_device, PHX_PLUGIN_ABI_MINOR, "cpu", PHX_DEVICE_CPU);
     if (px_cpu_status) phx_log(PHX_LOG_ERROR, "%s", phx_last_error()); /* a bug of this build */
 }
 
 /* ---- tables ---- */
 
-static phx_status px_table(phx_device d, const phx_device_v1 **out)
+static phx_status table_of(phx_device d, const phx_device_v1 **out)
 {
     *out = NULL;
     if (d.kind == PHX_DEVICE_CPU) {
         if (d.index != 0)
             return phx_error(PHX_ENOTFOUND, "device cpu:%d: no such device, expected cpu (index 0)", d.index);
-        pthread_once(&px_cpu_once, px_cpu_init);
+        pthread_once(&px_cpu_once, cpu_init);
         if (px_cpu_status) return phx_error(px_cpu_status, "device cpu: its table is incomplete (see the log)");
         *out = &px_cpu_tab.dev;
         return PHX_OK;
     }
     if (d.kind == PHX_DEVICE_CUDA) {
-        const phx_device_v1 *t = px_cuda();
+        const phx_device_v1 *t = cuda_dev();
         if (!t) return px_cuda_status;
         if (d.index < 0 || d.index >= px_cuda_count)
-            return phx_error(PHX_ENOTFOUND, "device cuda:%d: no such device (%d CUDA device%s)", d.index,
-                             px_cuda_count, px_cuda_count == 1 ? "" : "s");
+            return phx_error(PHX_ENOTFOUND, "device cuda:%d: no such device (%d CUDA device%s)", d.index, px_cuda_count,
+                             px_cuda_count == 1 ? "" : "s");
         *out = t;
         return PHX_OK;
     }
@@ -226,7 +263,7 @@ static phx_status px_table(phx_device d, const phx_device_v1 **out)
 const phx_device_v1 *phx_device_table(phx_device d)
 {
     const phx_device_v1 *t;
-    px_table(d, &t);
+    table_of(d, &t);
     return t;
 }
 
@@ -241,10 +278,11 @@ phx_status px_kernel_missing(phx_device d, const char *slot)
     char name[32];
     const px_devtab *t = d.kind == PHX_DEVICE_CUDA ? &px_cuda_tab : &px_cpu_tab;
     uint32_t since = px_abi_since(&px_kernels_abi, slot);
-    return phx_error(PHX_EUNSUPPORTED, "device %s has no kernel %s: its plugin has ABI %d.%u, the kernel came "
+    return phx_error(PHX_EUNSUPPORTED,
+                     "device %s has no kernel %s: its plugin has ABI %d.%u, the kernel came "
                      "with ABI %d.%u (rebuild the plugin against this Phalanx's headers)",
-                     phx_device_name(d, name, sizeof name), slot, PHX_PLUGIN_ABI_MAJOR, t->minor,
-                     PHX_PLUGIN_ABI_MAJOR, since);
+                     phx_device_name(d, name, sizeof name), slot, PHX_PLUGIN_ABI_MAJOR, t->minor, PHX_PLUGIN_ABI_MAJOR,
+                     since);
 }
 
 /* ---- names ---- */
@@ -252,7 +290,7 @@ phx_status px_kernel_missing(phx_device d, const char *slot)
 phx_status phx_device_parse(const char *name, phx_device *out)
 {
     if (!name || !out) return phx_error(PHX_EINVAL, "phx_device_parse: NULL argument");
-    phx_device d = { PHX_DEVICE_CPU, 0 };
+    phx_device d = {PHX_DEVICE_CPU, 0};
     const char *rest;
     if (strncmp(name, "cpu", 3) == 0) {
         rest = name + 3;
@@ -264,17 +302,19 @@ phx_status phx_device_parse(const char *name, phx_device *out)
     }
     if (*rest == ':') {
         rest++;
-        if (!isdigit((unsigned char)*rest)) return phx_error(PHX_EINVAL, "device '%s': expected a number after ':'", name);
+        if (!isdigit((unsigned char)*rest))
+            return phx_error(PHX_EINVAL, "device '%s': expected a number after ':'", name);
         char *end;
         errno = 0;
         long idx = strtol(rest, &end, 10);
-        if (errno || *end || idx > 0x7fffffff) return phx_error(PHX_EINVAL, "device '%s': expected cpu, cuda or cuda:N", name);
+        if (errno || *end || idx > 0x7fffffff)
+            return phx_error(PHX_EINVAL, "device '%s': expected cpu, cuda or cuda:N", name);
         d.index = (int)idx;
     } else if (*rest) {
         return phx_error(PHX_EINVAL, "device '%s': expected cpu, cuda or cuda:N", name);
     }
     const phx_device_v1 *t;
-    phx_status st = px_table(d, &t);
+    phx_status st = table_of(d, &t);
     if (st != PHX_OK) return st;
     *out = d;
     return PHX_OK;
@@ -283,19 +323,22 @@ phx_status phx_device_parse(const char *name, phx_device *out)
 const char *phx_device_name(phx_device d, char *buf, size_t len)
 {
     if (!buf || !len) return buf;
-    if (d.kind == PHX_DEVICE_CPU) snprintf(buf, len, "cpu");
-    else if (d.kind == PHX_DEVICE_CUDA) snprintf(buf, len, "cuda:%d", d.index);
-    else snprintf(buf, len, "device%d:%d", d.kind, d.index);
+    if (d.kind == PHX_DEVICE_CPU)
+        snprintf(buf, len, "cpu");
+    else if (d.kind == PHX_DEVICE_CUDA)
+        snprintf(buf, len, "cuda:%d", d.index);
+    else
+        snprintf(buf, len, "device%d:%d", d.kind, d.index);
     return buf;
 }
 
 /* cuda:LOCAL_RANK (shared round-robin when ranks outnumber GPUs), or
  * ENOTFOUND with why. */
-static phx_status px_default_cuda(phx_device *out)
+static phx_status default_cuda(phx_device *out)
 {
-    if (!px_cuda()) return PHX_ENOTFOUND;
+    if (!cuda_dev()) return PHX_ENOTFOUND;
     if (px_cuda_count < 1) return phx_error(PHX_ENOTFOUND, "device cuda: no CUDA device");
-    int lr = px_local_rank();
+    int lr = local_rank();
     if (lr >= px_cuda_count)
         phx_log(PHX_LOG_INFO, "local rank %d shares cuda:%d (%d CUDA devices)", lr, lr % px_cuda_count, px_cuda_count);
     out->kind = PHX_DEVICE_CUDA;
@@ -307,7 +350,7 @@ static phx_status device_default(const char *sel, phx_device *out)
 {
     if (!sel || !*sel) {
         /* cuda when the plugin is there and sees a GPU, else cpu */
-        if (px_default_cuda(out) == PHX_OK) return PHX_OK;
+        if (default_cuda(out) == PHX_OK) return PHX_OK;
         phx_log(PHX_LOG_INFO, "device cuda not used: %s", phx_last_error());
         phx_error_clear();
         *out = phx_cpu();
@@ -321,22 +364,34 @@ static phx_status device_default(const char *sel, phx_device *out)
         int no_cpu = 0, no_cuda = 0;
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             const char *n = tok[0] == '^' ? tok + 1 : tok;
-            if (strcmp(n, "cpu") == 0) no_cpu = 1;
-            else if (strcmp(n, "cuda") == 0) no_cuda = 1;
-            else return phx_error(PHX_EINVAL, "PHX_DEVICE='%s': unknown device '%s', expected cpu or cuda", sel, n);
+            if (strcmp(n, "cpu") == 0)
+                no_cpu = 1;
+            else if (strcmp(n, "cuda") == 0)
+                no_cuda = 1;
+            else
+                return phx_error(PHX_EINVAL, "PHX_DEVICE='%s': unknown device '%s', expected cpu or cuda", sel, n);
         }
         if (!no_cuda) {
-            if (px_default_cuda(out) == PHX_OK) return PHX_OK;
+            if (default_cuda(out) == PHX_OK) return PHX_OK;
             snprintf(why, sizeof why, "cuda: %s", phx_last_error());
         }
-        if (!no_cpu) { phx_error_clear(); *out = phx_cpu(); return PHX_OK; }
+        if (!no_cpu) {
+            phx_error_clear();
+            *out = phx_cpu();
+            return PHX_OK;
+        }
         return phx_error(PHX_ENOTFOUND, "PHX_DEVICE='%s': no device left to use%s%s", sel, why[0] ? "; " : "", why);
     }
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         phx_status st;
-        if (strcmp(tok, "cuda") == 0) st = px_default_cuda(out);
-        else st = phx_device_parse(tok, out);
-        if (st == PHX_OK) { phx_error_clear(); return PHX_OK; }
+        if (strcmp(tok, "cuda") == 0)
+            st = default_cuda(out);
+        else
+            st = phx_device_parse(tok, out);
+        if (st == PHX_OK) {
+            phx_error_clear();
+            return PHX_OK;
+        }
         if (st == PHX_EINVAL) return phx_error(PHX_EINVAL, "PHX_DEVICE='%s': %s", sel, phx_last_error());
         size_t used = strlen(why);
         snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "", tok, phx_last_error());
@@ -352,8 +407,8 @@ phx_status phx_device_default(phx_device *out)
     if (st == PHX_OK && phx_log_get_level() >= PHX_LOG_INFO) {
         char name[32];
         phx_log(PHX_LOG_INFO, "device %s chosen (%s%s%s)", phx_device_name(*out, name, sizeof name),
-                sel && *sel ? "PHX_DEVICE='" : "PHX_DEVICE unset: cuda when usable, else cpu",
-                sel && *sel ? sel : "", sel && *sel ? "'" : "");
+                sel && *sel ? "PHX_DEVICE='" : "PHX_DEVICE unset: cuda when usable, else cpu", sel && *sel ? sel : "",
+                sel && *sel ? "'" : "");
     }
     return st;
 }
@@ -362,7 +417,7 @@ int phx_device_count(phx_device_kind kind)
 {
     if (kind == PHX_DEVICE_CPU) return 1;
     if (kind == PHX_DEVICE_CUDA) {
-        if (px_cuda()) return px_cuda_count;
+        if (cuda_dev()) return px_cuda_count;
         phx_error_clear();
     }
     return 0;
@@ -371,7 +426,7 @@ int phx_device_count(phx_device_kind kind)
 phx_status phx_device_synchronize(phx_device d)
 {
     const phx_device_v1 *t;
-    phx_status st = px_table(d, &t);
+    phx_status st = table_of(d, &t);
     if (st != PHX_OK) return st;
     return t->synchronize(d.index);
 }
@@ -380,7 +435,7 @@ phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_device_memory_stats: out is NULL");
     const phx_device_v1 *t;
-    phx_status st = px_table(d, &t);
+    phx_status st = table_of(d, &t);
     if (st != PHX_OK) return st;
     return t->memory_stats(d.index, out);
 }

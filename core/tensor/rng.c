@@ -21,12 +21,24 @@ phx_rng *phx_rng_new(uint64_t seed)
     return r;
 }
 
-void phx_rng_free(phx_rng *r) { px_free(r); }
-uint64_t phx_rng_seed(const phx_rng *r) { return r ? r->seed : 0; }
-uint64_t phx_rng_offset(const phx_rng *r) { return r ? r->offset : 0; }
-void phx_rng_set_offset(phx_rng *r, uint64_t offset) { if (r) r->offset = offset; }
+void phx_rng_free(phx_rng *r)
+{
+    px_free(r);
+}
+uint64_t phx_rng_seed(const phx_rng *r)
+{
+    return r ? r->seed : 0;
+}
+uint64_t phx_rng_offset(const phx_rng *r)
+{
+    return r ? r->offset : 0;
+}
+void phx_rng_set_offset(phx_rng *r, uint64_t offset)
+{
+    if (r) r->offset = offset;
+}
 
-static phx_status px_rng_args(const char *fn, phx_rng *r, phx_tensor *t)
+static phx_status rng_args(const char *fn, phx_rng *r, phx_tensor *t)
 {
     if (!r || !t) return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, r ? "tensor" : "rng");
     if (!phx_dtype_is_float(t->dtype))
@@ -36,7 +48,7 @@ static phx_status px_rng_args(const char *fn, phx_rng *r, phx_tensor *t)
 
 phx_status phx_rng_uniform(phx_rng *r, phx_tensor *t, float lo, float hi)
 {
-    phx_status st = px_rng_args("phx_rng_uniform", r, t);
+    phx_status st = rng_args("phx_rng_uniform", r, t);
     if (st) return st;
     const phx_kernels_v1 *k = px_device_kernels(t->storage->device);
     if (!k) return PHX_ENOTFOUND;
@@ -47,7 +59,7 @@ phx_status phx_rng_uniform(phx_rng *r, phx_tensor *t, float lo, float hi)
 
 phx_status phx_rng_normal(phx_rng *r, phx_tensor *t, float mean, float std)
 {
-    phx_status st = px_rng_args("phx_rng_normal", r, t);
+    phx_status st = rng_args("phx_rng_normal", r, t);
     if (st) return st;
     const phx_kernels_v1 *k = px_device_kernels(t->storage->device);
     if (!k) return PHX_ENOTFOUND;
@@ -56,5 +68,11 @@ phx_status phx_rng_normal(phx_rng *r, phx_tensor *t, float mean, float std)
     return st;
 }
 
-uint32_t phx_philox_u32(uint64_t seed, uint64_t i) { return phx_philox_at(seed, i); }
-float phx_philox_uniform(uint64_t seed, uint64_t i) { return phx_u32_to_uniform(phx_philox_at(seed, i)); }
+uint32_t phx_philox_u32(uint64_t seed, uint64_t i)
+{
+    return phx_philox_at(seed, i);
+}
+float phx_philox_uniform(uint64_t seed, uint64_t i)
+{
+    return phx_u32_to_uniform(phx_philox_at(seed, i));
+}

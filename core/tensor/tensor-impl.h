@@ -8,16 +8,16 @@
 /* Reference-counted allocation on one device. */
 typedef struct px_storage {
     atomic_long refs;
-    void *data;          /* device memory */
+    void *data; /* device memory */
     size_t bytes;
     phx_device device;
 } px_storage;
 
 /* A handle: a contiguous row-major view of a storage. */
 struct phx_tensor {
-    atomic_long refs;            /* handle references (phx_tensor_retain) */
+    atomic_long refs; /* handle references (phx_tensor_retain) */
     px_storage *storage;
-    int64_t offset;              /* in elements of dtype */
+    int64_t offset; /* in elements of dtype */
     int ndim;
     int64_t shape[PHX_MAX_DIMS];
     int64_t numel;

@@ -33,11 +33,14 @@ const char *phx_dtype_name(phx_dtype dt)
     return "?";
 }
 
-int phx_dtype_is_float(phx_dtype dt) { return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16; }
+int phx_dtype_is_float(phx_dtype dt)
+{
+    return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16;
+}
 
 /* Checks ndim/shape and computes numel; bytes of numel elements of size
  * esize must fit in a size_t and an int64. */
-static phx_status px_shape_check(const char *fn, int ndim, const int64_t *shape, size_t esize, int64_t *numel)
+static phx_status shape_check(const char *fn, int ndim, const int64_t *shape, size_t esize, int64_t *numel)
 {
     if (ndim < 0 || ndim > PHX_MAX_DIMS)
         return phx_error(PHX_EINVAL, "%s: ndim %d, expected 0..%d", fn, ndim, PHX_MAX_DIMS);
@@ -45,8 +48,7 @@ static phx_status px_shape_check(const char *fn, int ndim, const int64_t *shape,
     int64_t n = 1;
     int64_t limit = INT64_MAX / (int64_t)(esize ? esize : 1);
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0)
-            return phx_error(PHX_EINVAL, "%s: dim %d is %" PRId64 ", expected >= 0", fn, i, shape[i]);
+        if (shape[i] < 0) return phx_error(PHX_EINVAL, "%s: dim %d is %" PRId64 ", expected >= 0", fn, i, shape[i]);
         if (shape[i] > 0 && n > limit / shape[i])
             return phx_error(PHX_EINVAL, "%s: shape too large (dim %d = %" PRId64 ")", fn, i, shape[i]);
         n *= shape[i];
@@ -56,7 +58,7 @@ static phx_status px_shape_check(const char *fn, int ndim, const int64_t *shape,
     return PHX_OK;
 }
 
-static void px_storage_drop(px_storage *s)
+static void storage_drop(px_storage *s)
 {
     if (atomic_fetch_sub(&s->refs, 1) != 1) return;
     const phx_device_v1 *t = phx_device_table(s->device); /* cached: cannot fail for a live storage */
@@ -64,8 +66,7 @@ static void px_storage_drop(px_storage *s)
     px_free(s);
 }
 
-static phx_tensor *px_handle(px_storage *s, phx_dtype dt, int64_t offset, int ndim, const int64_t *shape,
-                             int64_t numel)
+static phx_tensor *handle(px_storage *s, phx_dtype dt, int64_t offset, int ndim, const int64_t *shape, int64_t numel)
 {
     phx_tensor *t = px_calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -79,7 +80,7 @@ static phx_tensor *px_handle(px_storage *s, phx_dtype dt, int64_t offset, int nd
     return t;
 }
 
-static phx_tensor *px_tensor_alloc(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
+static phx_tensor *tensor_alloc(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
 {
     size_t es = phx_dtype_size(dt);
     if (!es) {
@@ -87,7 +88,7 @@ static phx_tensor *px_tensor_alloc(const char *fn, phx_dtype dt, int ndim, const
         return NULL;
     }
     int64_t numel;
-    if (px_shape_check(fn, ndim, shape, es, &numel) != PHX_OK) return NULL;
+    if (shape_check(fn, ndim, shape, es, &numel) != PHX_OK) return NULL;
     const phx_device_v1 *table = phx_device_table(dev);
     if (!table) return NULL;
     px_storage *s = px_calloc(1, sizeof *s);
@@ -99,19 +100,19 @@ static phx_tensor *px_tensor_alloc(const char *fn, phx_dtype dt, int ndim, const
         px_free(s);
         return NULL;
     }
-    phx_tensor *t = px_handle(s, dt, 0, ndim, shape, numel);
-    if (!t) px_storage_drop(s);
+    phx_tensor *t = handle(s, dt, 0, ndim, shape, numel);
+    if (!t) storage_drop(s);
     return t;
 }
 
 phx_tensor *phx_tensor_new(phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
 {
-    return px_tensor_alloc("phx_tensor_new", dt, ndim, shape, dev);
+    return tensor_alloc("phx_tensor_new", dt, ndim, shape, dev);
 }
 
 phx_tensor *phx_tensor_zeros(phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
 {
-    phx_tensor *t = px_tensor_alloc("phx_tensor_zeros", dt, ndim, shape, dev);
+    phx_tensor *t = tensor_alloc("phx_tensor_zeros", dt, ndim, shape, dev);
     if (t && phx_tensor_fill(t, 0.0) != PHX_OK) {
         phx_tensor_free(t);
         return NULL;
@@ -121,7 +122,7 @@ phx_tensor *phx_tensor_zeros(phx_dtype dt, int ndim, const int64_t *shape, phx_d
 
 phx_tensor *phx_tensor_from_data(phx_dtype dt, int ndim, const int64_t *shape, const void *data)
 {
-    phx_tensor *t = px_tensor_alloc("phx_tensor_from_data", dt, ndim, shape, phx_cpu());
+    phx_tensor *t = tensor_alloc("phx_tensor_from_data", dt, ndim, shape, phx_cpu());
     if (!t) return NULL;
     size_t bytes = phx_tensor_nbytes(t);
     if (bytes && !data) {
@@ -140,15 +141,16 @@ phx_tensor *phx_tensor_view(const phx_tensor *base, int64_t offset, int ndim, co
         return NULL;
     }
     int64_t numel;
-    if (px_shape_check("phx_tensor_view", ndim, shape, phx_dtype_size(base->dtype), &numel) != PHX_OK) return NULL;
+    if (shape_check("phx_tensor_view", ndim, shape, phx_dtype_size(base->dtype), &numel) != PHX_OK) return NULL;
     if (offset < 0 || offset > base->numel || numel > base->numel - offset) {
         char b[64];
-        phx_error(PHX_EINVAL, "phx_tensor_view: %" PRId64 " elements at offset %" PRId64
-                  " do not fit in base %s of %" PRId64 " elements", numel, offset,
-                  phx_tensor_shape_str(base, b, sizeof b), base->numel);
+        phx_error(PHX_EINVAL,
+                  "phx_tensor_view: %" PRId64 " elements at offset %" PRId64 " do not fit in base %s of %" PRId64
+                  " elements",
+                  numel, offset, phx_tensor_shape_str(base, b, sizeof b), base->numel);
         return NULL;
     }
-    phx_tensor *t = px_handle(base->storage, base->dtype, base->offset + offset, ndim, shape, numel);
+    phx_tensor *t = handle(base->storage, base->dtype, base->offset + offset, ndim, shape, numel);
     if (t) atomic_fetch_add(&base->storage->refs, 1);
     return t;
 }
@@ -162,11 +164,14 @@ phx_tensor *phx_tensor_retain(phx_tensor *t)
 void phx_tensor_free(phx_tensor *t)
 {
     if (!t || atomic_fetch_sub(&t->refs, 1) != 1) return;
-    px_storage_drop(t->storage);
+    storage_drop(t->storage);
     px_free(t);
 }
 
-int phx_tensor_ndim(const phx_tensor *t) { return t ? t->ndim : 0; }
+int phx_tensor_ndim(const phx_tensor *t)
+{
+    return t ? t->ndim : 0;
+}
 
 int64_t phx_tensor_dim(const phx_tensor *t, int i)
 {
@@ -175,13 +180,34 @@ int64_t phx_tensor_dim(const phx_tensor *t, int i)
     return i >= 0 && i < t->ndim ? t->shape[i] : 0;
 }
 
-const int64_t *phx_tensor_shape(const phx_tensor *t) { return t ? t->shape : NULL; }
-int64_t phx_tensor_numel(const phx_tensor *t) { return t ? t->numel : 0; }
-size_t phx_tensor_nbytes(const phx_tensor *t) { return t ? (size_t)t->numel * phx_dtype_size(t->dtype) : 0; }
-phx_dtype phx_tensor_dtype(const phx_tensor *t) { return t ? t->dtype : PHX_F32; }
-phx_device phx_tensor_device(const phx_tensor *t) { return t ? t->storage->device : phx_cpu(); }
-int64_t phx_tensor_offset(const phx_tensor *t) { return t ? t->offset : 0; }
-void *phx_tensor_data(const phx_tensor *t) { return t ? px_tensor_ptr(t) : NULL; }
+const int64_t *phx_tensor_shape(const phx_tensor *t)
+{
+    return t ? t->shape : NULL;
+}
+int64_t phx_tensor_numel(const phx_tensor *t)
+{
+    return t ? t->numel : 0;
+}
+size_t phx_tensor_nbytes(const phx_tensor *t)
+{
+    return t ? (size_t)t->numel * phx_dtype_size(t->dtype) : 0;
+}
+phx_dtype phx_tensor_dtype(const phx_tensor *t)
+{
+    return t ? t->dtype : PHX_F32;
+}
+phx_device phx_tensor_device(const phx_tensor *t)
+{
+    return t ? t->storage->device : phx_cpu();
+}
+int64_t phx_tensor_offset(const phx_tensor *t)
+{
+    return t ? t->offset : 0;
+}
+void *phx_tensor_data(const phx_tensor *t)
+{
+    return t ? px_tensor_ptr(t) : NULL;
+}
 
 int phx_tensor_same_storage(const phx_tensor *a, const phx_tensor *b)
 {

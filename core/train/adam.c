@@ -11,9 +11,9 @@
 #include "core/base/util.h"
 
 typedef struct adam {
-    px_slots s;              /* first: the shared px_slots_* slots reach it */
+    px_slots s; /* first: the shared px_slots_* slots reach it */
     phx_adam_opts o;
-    float *wd;               /* per-parameter weight decay (groups); NULL: o.weight_decay for all */
+    float *wd; /* per-parameter weight decay (groups); NULL: o.weight_decay for all */
 } adam;
 _Static_assert(offsetof(adam, s) == 0, "px_slots_optimizer_new needs the slots first");
 
@@ -51,7 +51,8 @@ static phx_status adam_step(phx_optimizer *self)
     adam *A = phx_optimizer_ctx(self);
     adam_args a = {{(float)phx_optimizer_lr(self), (float)A->o.beta1, (float)A->o.beta2, (float)A->o.eps,
                     (float)A->o.weight_decay, A->o.amsgrad, A->o.decoupled},
-                   phx_optimizer_steps(self) + 1, A};
+                   phx_optimizer_steps(self) + 1,
+                   A};
     return px_slots_step(&A->s, "phx_adam_step", phx_optimizer_model(self), adam_update, &a);
 }
 
@@ -79,26 +80,22 @@ static const phx_optimizer_vtable adamw_vt = {
 phx_optimizer *phx_adam_new(phx_module *model, const phx_adam_opts *o)
 {
     phx_adam_opts d = phx_adam_defaults();
-    if (!o)
-        o = &d;
+    if (!o) o = &d;
     if (!model) {
         px_error_null("phx_adam_new", "model");
         return NULL;
     }
     const px_hparam h[] = {{"lr", o->lr}, {"eps", o->eps}, {"weight_decay", o->weight_decay}};
-    if (px_hparams_check("phx_adam_new", h, PX_ARRAY_LEN(h)) != PHX_OK)
-        return NULL;
+    if (px_hparams_check("phx_adam_new", h, PX_ARRAY_LEN(h)) != PHX_OK) return NULL;
     if (!(o->beta1 >= 0.0 && o->beta1 < 1.0) || !(o->beta2 >= 0.0 && o->beta2 < 1.0)) {
         phx_error(PHX_EINVAL, "phx_adam_new: betas (%g, %g) must lie in [0, 1)", o->beta1, o->beta2);
         return NULL;
     }
     adam *A = px_calloc(1, sizeof *A);
-    if (!A)
-        return NULL;
+    if (!A) return NULL;
     A->o = *o;
     static const char *const kinds[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-    return px_slots_optimizer_new(o->decoupled ? &adamw_vt : &adam_vt, &A->s, model, kinds, o->amsgrad ? 3 : 2,
-                                  o->lr);
+    return px_slots_optimizer_new(o->decoupled ? &adamw_vt : &adam_vt, &A->s, model, kinds, o->amsgrad ? 3 : 2, o->lr);
 }
 
 /* ---- parameter groups (weight decay per parameter) -------------------- */
@@ -111,10 +108,8 @@ static phx_status adam_of(phx_optimizer *opt, const char *who, adam **out)
     adam *A = phx_optimizer_ctx(opt);
     if (!A->wd) {
         A->wd = px_calloc(A->s.n_params ? A->s.n_params : 1, sizeof *A->wd);
-        if (!A->wd)
-            return PHX_ENOMEM;
-        for (size_t i = 0; i < A->s.n_params; i++)
-            A->wd[i] = (float)A->o.weight_decay;
+        if (!A->wd) return PHX_ENOMEM;
+        for (size_t i = 0; i < A->s.n_params; i++) A->wd[i] = (float)A->o.weight_decay;
     }
     *out = A;
     return PHX_OK;
@@ -124,8 +119,7 @@ phx_status phx_adam_set_weight_decay(phx_optimizer *opt, size_t i, double wd)
 {
     adam *A;
     phx_status st = adam_of(opt, "phx_adam_set_weight_decay", &A);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     if (i >= A->s.n_params)
         return phx_error(PHX_EINVAL, "phx_adam_set_weight_decay: parameter %zu, the model has %zu", i, A->s.n_params);
     if (!px_hparam_ok(wd))
@@ -138,8 +132,7 @@ phx_status phx_adam_decay_matrices_only(phx_optimizer *opt, size_t *n_decayed)
 {
     adam *A;
     phx_status st = adam_of(opt, "phx_adam_decay_matrices_only", &A);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     size_t kept = 0;
     for (size_t i = 0; i < A->s.n_params; i++) {
         const phx_param *p = A->s.params[i];
@@ -147,7 +140,6 @@ phx_status phx_adam_decay_matrices_only(phx_optimizer *opt, size_t *n_decayed)
         A->wd[i] = decay ? (float)A->o.weight_decay : 0.0f;
         kept += decay;
     }
-    if (n_decayed)
-        *n_decayed = kept;
+    if (n_decayed) *n_decayed = kept;
     return PHX_OK;
 }

@@ -9,8 +9,8 @@
 struct phx_loss {
     phx_loss_kind kind;
     phx_reduction red;
-    px_buf grad;          /* f32, shape of y */
-    px_buf value;         /* (1) f32 on y's device */
+    px_buf grad; /* f32, shape of y */
+    px_buf value; /* (1) f32 on y's device */
     bool have;
 };
 
@@ -43,8 +43,7 @@ phx_loss *phx_loss_new(phx_loss_kind kind, phx_reduction red)
 
 void phx_loss_free(phx_loss *l)
 {
-    if (!l)
-        return;
+    if (!l) return;
     px_buf_free(&l->grad);
     px_buf_free(&l->value);
     px_free(l);
@@ -59,8 +58,7 @@ static phx_status check_args(const phx_loss *l, const phx_tensor *y, const phx_t
 {
     const char *who = loss_name(l->kind);
     char a[64], b[64];
-    if (!y || !t)
-        return phx_error(PHX_EINVAL, "phx_loss_forward(%s): %s is NULL", who, y ? "target" : "prediction");
+    if (!y || !t) return phx_error(PHX_EINVAL, "phx_loss_forward(%s): %s is NULL", who, y ? "target" : "prediction");
     if (!phx_dtype_is_float(y->dtype))
         return phx_error(PHX_EINVAL, "phx_loss_forward(%s): prediction has dtype %s, expected a float type", who,
                          phx_dtype_name(y->dtype));
@@ -68,22 +66,21 @@ static phx_status check_args(const phx_loss *l, const phx_tensor *y, const phx_t
         return phx_error(PHX_EINVAL, "phx_loss_forward(%s): prediction and target are on different devices", who);
     if (l->kind == PHX_LOSS_MSE) {
         if (t->dtype != PHX_F32 || !phx_tensor_same_shape(y, t))
-            return phx_error(PHX_EINVAL, "phx_loss_forward(mse): prediction is %s, target is %s %s; expected f32 of the same shape",
-                             phx_tensor_shape_str(y, a, sizeof a), phx_dtype_name(t->dtype),
-                             phx_tensor_shape_str(t, b, sizeof b));
+            return phx_error(
+                PHX_EINVAL, "phx_loss_forward(mse): prediction is %s, target is %s %s; expected f32 of the same shape",
+                phx_tensor_shape_str(y, a, sizeof a), phx_dtype_name(t->dtype), phx_tensor_shape_str(t, b, sizeof b));
         return PHX_OK;
     }
     if (y->ndim < 2 || y->shape[y->ndim - 1] < 1)
-        return phx_error(PHX_EINVAL, "phx_loss_forward(%s): prediction is %s, expected (N, C) or (N, ..., C) with C >= 1",
-                         who, phx_tensor_shape_str(y, a, sizeof a));
+        return phx_error(PHX_EINVAL,
+                         "phx_loss_forward(%s): prediction is %s, expected (N, C) or (N, ..., C) with C >= 1", who,
+                         phx_tensor_shape_str(y, a, sizeof a));
     /* (N, ..., C) logits take (N, ...) labels: rows are every position */
     bool fits = t->dtype == PHX_I64 && t->ndim == y->ndim - 1;
-    for (int i = 0; fits && i < t->ndim; i++)
-        fits = t->shape[i] == y->shape[i];
+    for (int i = 0; fits && i < t->ndim; i++) fits = t->shape[i] == y->shape[i];
     if (!fits) {
         int64_t want[PHX_MAX_DIMS];
-        for (int i = 0; i < y->ndim - 1; i++)
-            want[i] = y->shape[i];
+        for (int i = 0; i < y->ndim - 1; i++) want[i] = y->shape[i];
         char c[64];
         return phx_error(PHX_EINVAL, "phx_loss_forward(%s): target is %s %s, expected i64 %s labels", who,
                          phx_dtype_name(t->dtype), phx_tensor_shape_str(t, b, sizeof b),
@@ -94,31 +91,26 @@ static phx_status check_args(const phx_loss *l, const phx_tensor *y, const phx_t
 
 phx_status phx_loss_forward(phx_loss *l, const phx_tensor *y, const phx_tensor *target, float *loss)
 {
-    if (!l || !loss)
-        return phx_error(PHX_EINVAL, "phx_loss_forward: %s is NULL", l ? "loss pointer" : "loss object");
+    if (!l || !loss) return phx_error(PHX_EINVAL, "phx_loss_forward: %s is NULL", l ? "loss pointer" : "loss object");
     phx_status st = check_args(l, y, target);
-    if (st != PHX_OK)
-        return st;
-    if (y->numel == 0)
-        return phx_error(PHX_EINVAL, "phx_loss_forward(%s): empty prediction", loss_name(l->kind));
+    if (st != PHX_OK) return st;
+    if (y->numel == 0) return phx_error(PHX_EINVAL, "phx_loss_forward(%s): empty prediction", loss_name(l->kind));
     phx_device dev = y->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
-    if (!k)
-        return PHX_ENOTFOUND;
+    if (!k) return PHX_ENOTFOUND;
     phx_tensor *g, *v;
     int64_t one = 1;
     if ((st = px_buf_get(&l->grad, PHX_F32, y->ndim, y->shape, dev, &g)) != PHX_OK ||
         (st = px_buf_get(&l->value, PHX_F32, 1, &one, dev, &v)) != PHX_OK)
         return st;
     if (l->kind == PHX_LOSS_MSE) {
-        st = k->mse(dev.index, y->numel, px_tensor_ptr(y), y->dtype, px_tensor_ptr(target),
-                    l->red == PHX_REDUCE_MEAN, px_tensor_ptr(v), px_tensor_ptr(g));
+        st = k->mse(dev.index, y->numel, px_tensor_ptr(y), y->dtype, px_tensor_ptr(target), l->red == PHX_REDUCE_MEAN,
+                    px_tensor_ptr(v), px_tensor_ptr(g));
     } else {
         int64_t bad = -1;
         int64_t classes = y->shape[y->ndim - 1];
-        st = k->cross_entropy(dev.index, y->numel / classes, classes, px_tensor_ptr(y), y->dtype,
-                              px_tensor_ptr(target), l->kind == PHX_LOSS_NLL, px_tensor_ptr(v), px_tensor_ptr(g),
-                              &bad);
+        st = k->cross_entropy(dev.index, y->numel / classes, classes, px_tensor_ptr(y), y->dtype, px_tensor_ptr(target),
+                              l->kind == PHX_LOSS_NLL, px_tensor_ptr(v), px_tensor_ptr(g), &bad);
         if (bad >= 0) { /* the kernel refused: say it in the loss's words */
             double lab = 0;
             (void)phx_tensor_get(target, bad, &lab);
@@ -127,8 +119,7 @@ phx_status phx_loss_forward(phx_loss *l, const phx_tensor *y, const phx_tensor *
                              loss_name(l->kind), (long long)lab, (long long)bad, (long long)classes);
         }
     }
-    if (st == PHX_OK)
-        st = phx_tensor_to_host(v, loss);
+    if (st == PHX_OK) st = phx_tensor_to_host(v, loss);
     l->have = st == PHX_OK;
     return st;
 }

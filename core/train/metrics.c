@@ -20,11 +20,11 @@
 #define KEYS_MAX 64
 
 struct phx_metrics {
-    int fd;             /* -1: a handle that writes nothing */
+    int fd; /* -1: a handle that writes nothing */
     char *path;
-    double t0;          /* px_now() at open */
-    int open_record;    /* begin called, end not yet */
-    size_t len;         /* bytes of buf in use */
+    double t0; /* px_now() at open */
+    int open_record; /* begin called, end not yet */
+    size_t len; /* bytes of buf in use */
     int nkeys;
     size_t key_at[KEYS_MAX]; /* offsets of the keys in buf, for the duplicate check */
     char buf[RECORD_MAX + 2];
@@ -33,12 +33,10 @@ struct phx_metrics {
 phx_metrics *phx_metrics_open(const char *path, int rank)
 {
     phx_metrics *m = px_calloc(1, sizeof *m);
-    if (!m)
-        return NULL;
+    if (!m) return NULL;
     m->fd = -1;
     m->t0 = px_now();
-    if (!path || rank != 0)
-        return m;
+    if (!path || rank != 0) return m;
     m->path = px_strdup(path);
     if (!m->path) {
         px_free(m);
@@ -56,18 +54,15 @@ phx_metrics *phx_metrics_open(const char *path, int rank)
 
 void phx_metrics_close(phx_metrics *m)
 {
-    if (!m)
-        return;
-    if (m->fd >= 0)
-        close(m->fd);
+    if (!m) return;
+    if (m->fd >= 0) close(m->fd);
     px_free(m->path);
     px_free(m);
 }
 
 phx_status phx_metrics_begin(phx_metrics *m)
 {
-    if (!m)
-        return phx_error(PHX_EINVAL, "phx_metrics_begin: metrics is NULL");
+    if (!m) return phx_error(PHX_EINVAL, "phx_metrics_begin: metrics is NULL");
     m->open_record = 1;
     m->nkeys = 0;
     m->len = (size_t)snprintf(m->buf, sizeof m->buf, "{\"time\":%.3f", px_now() - m->t0);
@@ -77,12 +72,11 @@ phx_status phx_metrics_begin(phx_metrics *m)
 static int key_ok(const char *k)
 {
     size_t n = strlen(k);
-    if (n == 0 || n > KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
-        return 0;
+    if (n == 0 || n > KEY_MAX || (k[0] >= '0' && k[0] <= '9')) return 0;
     for (size_t i = 0; i < n; i++) {
         char c = k[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-              c == '.' || c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+              c == '-'))
             return 0;
     }
     return 1;
@@ -98,24 +92,18 @@ static phx_status drop(phx_metrics *m, const char *fn, const char *why, const ch
 /* Appends ,"key": after checking the key; the caller appends the value. */
 static phx_status add_key(phx_metrics *m, const char *fn, const char *key)
 {
-    if (!m)
-        return phx_error(PHX_EINVAL, "%s: metrics is NULL", fn);
-    if (!m->open_record)
-        return phx_error(PHX_EINVAL, "%s: no record begun (call phx_metrics_begin first)", fn);
+    if (!m) return phx_error(PHX_EINVAL, "%s: metrics is NULL", fn);
+    if (!m->open_record) return phx_error(PHX_EINVAL, "%s: no record begun (call phx_metrics_begin first)", fn);
     if (!key || !key_ok(key))
         return drop(m, fn, "key must be 1-64 letters, digits, '_', '.' or '-', not starting with a digit:", key);
-    if (strcmp(key, "time") == 0)
-        return drop(m, fn, "key is the library's own:", key);
+    if (strcmp(key, "time") == 0) return drop(m, fn, "key is the library's own:", key);
     size_t kn = strlen(key);
     for (int i = 0; i < m->nkeys; i++) {
         const char *k = m->buf + m->key_at[i];
-        if (strncmp(k, key, kn) == 0 && k[kn] == '"')
-            return drop(m, fn, "key repeated in one record:", key);
+        if (strncmp(k, key, kn) == 0 && k[kn] == '"') return drop(m, fn, "key repeated in one record:", key);
     }
-    if (m->nkeys == KEYS_MAX)
-        return drop(m, fn, "more than 64 keys in one record at", key);
-    if (m->len + kn + 4 > RECORD_MAX)
-        return drop(m, fn, "record longer than 4096 bytes at", key);
+    if (m->nkeys == KEYS_MAX) return drop(m, fn, "more than 64 keys in one record at", key);
+    if (m->len + kn + 4 > RECORD_MAX) return drop(m, fn, "record longer than 4096 bytes at", key);
     m->buf[m->len++] = ',';
     m->buf[m->len++] = '"';
     m->key_at[m->nkeys++] = m->len;
@@ -135,8 +123,7 @@ static phx_status put(phx_metrics *m, const char *fn, const char *key, const cha
     va_start(ap, fmt);
     int n = vsnprintf(m->buf + m->len, RECORD_MAX - m->len, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= RECORD_MAX - m->len)
-        return drop(m, fn, "record longer than 4096 bytes at", key);
+    if (n < 0 || (size_t)n >= RECORD_MAX - m->len) return drop(m, fn, "record longer than 4096 bytes at", key);
     m->len += (size_t)n;
     return PHX_OK;
 }
@@ -144,18 +131,15 @@ static phx_status put(phx_metrics *m, const char *fn, const char *key, const cha
 phx_status phx_metrics_add_i64(phx_metrics *m, const char *key, int64_t value)
 {
     phx_status st = add_key(m, "phx_metrics_add_i64", key);
-    if (st != PHX_OK)
-        return st;
+    if (st != PHX_OK) return st;
     return put(m, "phx_metrics_add_i64", key, "%" PRId64, value);
 }
 
 phx_status phx_metrics_add_f64(phx_metrics *m, const char *key, double value)
 {
     phx_status st = add_key(m, "phx_metrics_add_f64", key);
-    if (st != PHX_OK)
-        return st;
-    if (!isfinite(value))
-        return put(m, "phx_metrics_add_f64", key, "null");
+    if (st != PHX_OK) return st;
+    if (!isfinite(value)) return put(m, "phx_metrics_add_f64", key, "null");
     return put(m, "phx_metrics_add_f64", key, "%.9g", value);
 }
 
@@ -163,10 +147,8 @@ phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *valu
 {
     static const char *fn = "phx_metrics_add_str";
     phx_status st = add_key(m, fn, key);
-    if (st != PHX_OK)
-        return st;
-    if (!value)
-        return put(m, fn, key, "null");
+    if (st != PHX_OK) return st;
+    if (!value) return put(m, fn, key, "null");
     st = put(m, fn, key, "\"");
     for (const unsigned char *p = (const unsigned char *)value; st == PHX_OK && *p; p++) {
         if (*p == '"' || *p == '\\')
@@ -181,15 +163,13 @@ phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *valu
 
 phx_status phx_metrics_end(phx_metrics *m)
 {
-    if (!m)
-        return phx_error(PHX_EINVAL, "phx_metrics_end: metrics is NULL");
+    if (!m) return phx_error(PHX_EINVAL, "phx_metrics_end: metrics is NULL");
     if (!m->open_record)
         return phx_error(PHX_EINVAL, "phx_metrics_end: no record begun (call phx_metrics_begin first)");
     m->open_record = 0;
     m->buf[m->len++] = '}';
     m->buf[m->len++] = '\n';
-    if (m->fd < 0)
-        return PHX_OK;
+    if (m->fd < 0) return PHX_OK;
     ssize_t n = write(m->fd, m->buf, m->len);
     if (n != (ssize_t)m->len)
         return phx_error(PHX_EIO, "phx_metrics_end: writing '%s': %s", m->path,

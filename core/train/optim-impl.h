@@ -15,7 +15,7 @@ typedef struct px_slots {
     size_t n_params;
     phx_param **params;
     size_t n_kinds;
-    size_t n;              /* n_params * n_kinds */
+    size_t n; /* n_params * n_kinds */
     char **names;
     phx_tensor **tensors;
 } px_slots;
@@ -27,7 +27,10 @@ phx_status px_check_update(const char *who, const phx_module *model, size_t i, c
                            const phx_tensor *state);
 
 /* A hyperparameter that must be finite and >= 0 (NaN is not). */
-static inline bool px_hparam_ok(double v) { return v >= 0.0 && !isinf(v); }
+static inline bool px_hparam_ok(double v)
+{
+    return v >= 0.0 && !isinf(v);
+}
 
 /* A named hyper-parameter, for px_hparams_check. */
 typedef struct px_hparam {

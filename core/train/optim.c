@@ -19,34 +19,46 @@ struct phx_optimizer {
 phx_optimizer *phx_optimizer_new(const phx_optimizer_vtable *vt, void *ctx, phx_module *model)
 {
     if (!vt || !vt->step || !vt->free || !model) {
-        phx_error(PHX_EINVAL, "phx_optimizer_new: %s", !model ? "model is NULL"
-                                                       : "vtable lacks a required slot (step, free)");
+        phx_error(PHX_EINVAL, "phx_optimizer_new: %s",
+                  !model ? "model is NULL" : "vtable lacks a required slot (step, free)");
         return NULL;
     }
     phx_optimizer *o = px_calloc(1, sizeof *o);
-    if (!o)
-        return NULL;
+    if (!o) return NULL;
     o->vt = vt;
     o->ctx = ctx;
     o->model = model;
     return o;
 }
 
-void *phx_optimizer_ctx(const phx_optimizer *o) { return o ? o->ctx : NULL; }
-phx_module *phx_optimizer_model(const phx_optimizer *o) { return o ? o->model : NULL; }
-int64_t phx_optimizer_steps(const phx_optimizer *o) { return o ? o->steps : 0; }
+void *phx_optimizer_ctx(const phx_optimizer *o)
+{
+    return o ? o->ctx : NULL;
+}
+phx_module *phx_optimizer_model(const phx_optimizer *o)
+{
+    return o ? o->model : NULL;
+}
+int64_t phx_optimizer_steps(const phx_optimizer *o)
+{
+    return o ? o->steps : 0;
+}
 void phx_optimizer_set_steps(phx_optimizer *o, int64_t steps)
 {
-    if (o && steps >= 0)
-        o->steps = steps;
+    if (o && steps >= 0) o->steps = steps;
 }
-double phx_optimizer_lr(const phx_optimizer *o) { return o ? o->lr : 0.0; }
-const char *phx_optimizer_type(const phx_optimizer *o) { return o && o->vt->type_name ? o->vt->type_name : "?"; }
+double phx_optimizer_lr(const phx_optimizer *o)
+{
+    return o ? o->lr : 0.0;
+}
+const char *phx_optimizer_type(const phx_optimizer *o)
+{
+    return o && o->vt->type_name ? o->vt->type_name : "?";
+}
 
 phx_status phx_optimizer_set_lr(phx_optimizer *o, double lr)
 {
-    if (!o)
-        return phx_error(PHX_EINVAL, "phx_optimizer_set_lr: optimizer is NULL");
+    if (!o) return phx_error(PHX_EINVAL, "phx_optimizer_set_lr: optimizer is NULL");
     if (!px_hparam_ok(lr))
         return phx_error(PHX_EINVAL, "phx_optimizer_set_lr: lr = %g, expected a finite value >= 0", lr);
     o->lr = lr;
@@ -55,32 +67,27 @@ phx_status phx_optimizer_set_lr(phx_optimizer *o, double lr)
 
 phx_status phx_optimizer_step(phx_optimizer *o)
 {
-    if (!o)
-        return phx_error(PHX_EINVAL, "phx_optimizer_step: optimizer is NULL");
+    if (!o) return phx_error(PHX_EINVAL, "phx_optimizer_step: optimizer is NULL");
     phx_status st = o->vt->step(o);
-    if (st == PHX_OK)
-        o->steps++;
+    if (st == PHX_OK) o->steps++;
     return st;
 }
 
 phx_status phx_optimizer_zero_grad(phx_optimizer *o)
 {
-    if (!o)
-        return phx_error(PHX_EINVAL, "phx_optimizer_zero_grad: optimizer is NULL");
+    if (!o) return phx_error(PHX_EINVAL, "phx_optimizer_zero_grad: optimizer is NULL");
     return phx_module_zero_grad(o->model);
 }
 
 size_t phx_optimizer_state(phx_optimizer *o, const char ***names, phx_tensor ***tensors)
 {
-    if (!o || !o->vt->state || !names || !tensors)
-        return 0;
+    if (!o || !o->vt->state || !names || !tensors) return 0;
     return o->vt->state(o, names, tensors);
 }
 
 void phx_optimizer_free(phx_optimizer *o)
 {
-    if (!o)
-        return;
+    if (!o) return;
     o->vt->free(o);
     px_free(o);
 }
@@ -90,10 +97,8 @@ void phx_optimizer_free(phx_optimizer *o)
 void px_slots_free(px_slots *s)
 {
     for (size_t i = 0; i < s->n; i++) {
-        if (s->names)
-            px_free(s->names[i]);
-        if (s->tensors)
-            phx_tensor_free(s->tensors[i]);
+        if (s->names) px_free(s->names[i]);
+        if (s->tensors) phx_tensor_free(s->tensors[i]);
     }
     px_free(s->names);
     px_free(s->tensors);
@@ -157,16 +162,13 @@ phx_status px_slots_step(const px_slots *s, const char *who, const phx_module *m
         phx_param *p = s->params[i];
         phx_tensor *const *state = nk ? s->tensors + i * nk : NULL;
         phx_status st = px_check_update(who, model, i, p, state ? state[0] : NULL);
-        if (st != PHX_OK)
-            return st;
+        if (st != PHX_OK) return st;
         phx_tensor *v = phx_param_value(p);
         const phx_kernels_v1 *k = px_device_kernels(v->storage->device);
-        if (!k)
-            return PHX_ENOTFOUND;
-        st = update(k, v->storage->device.index, v->numel, px_tensor_ptr(v), px_tensor_ptr(phx_param_grad(p)),
-                    state, nk, arg);
-        if (st != PHX_OK)
-            return st;
+        if (!k) return PHX_ENOTFOUND;
+        st = update(k, v->storage->device.index, v->numel, px_tensor_ptr(v), px_tensor_ptr(phx_param_grad(p)), state,
+                    nk, arg);
+        if (st != PHX_OK) return st;
         phx_param_touch(p);
     }
     return PHX_OK;

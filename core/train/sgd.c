@@ -7,7 +7,7 @@
 #include "core/base/util.h"
 
 typedef struct sgd {
-    px_slots s;              /* first: the shared px_slots_* slots reach it */
+    px_slots s; /* first: the shared px_slots_* slots reach it */
     phx_sgd_opts o;
 } sgd;
 _Static_assert(offsetof(sgd, s) == 0, "px_slots_optimizer_new needs the slots first");
@@ -33,8 +33,8 @@ static phx_status sgd_update(const phx_kernels_v1 *k, int dev, int64_t n, float 
 static phx_status sgd_step(phx_optimizer *self)
 {
     sgd *S = phx_optimizer_ctx(self);
-    sgd_args a = {{(float)phx_optimizer_lr(self), (float)S->o.momentum, (float)S->o.dampening,
-                   (float)S->o.weight_decay, S->o.nesterov},
+    sgd_args a = {{(float)phx_optimizer_lr(self), (float)S->o.momentum, (float)S->o.dampening, (float)S->o.weight_decay,
+                   S->o.nesterov},
                   phx_optimizer_steps(self) == 0};
     return px_slots_step(&S->s, "phx_sgd_step", phx_optimizer_model(self), sgd_update, &a);
 }
@@ -49,24 +49,22 @@ static const phx_optimizer_vtable sgd_vt = {
 phx_optimizer *phx_sgd_new(phx_module *model, const phx_sgd_opts *o)
 {
     phx_sgd_opts d = phx_sgd_defaults();
-    if (!o)
-        o = &d;
+    if (!o) o = &d;
     if (!model) {
         px_error_null("phx_sgd_new", "model");
         return NULL;
     }
     const px_hparam h[] = {
         {"lr", o->lr}, {"momentum", o->momentum}, {"dampening", o->dampening}, {"weight_decay", o->weight_decay}};
-    if (px_hparams_check("phx_sgd_new", h, PX_ARRAY_LEN(h)) != PHX_OK)
-        return NULL;
+    if (px_hparams_check("phx_sgd_new", h, PX_ARRAY_LEN(h)) != PHX_OK) return NULL;
     if (o->nesterov && (o->momentum <= 0.0 || o->dampening != 0.0)) {
-        phx_error(PHX_EINVAL, "phx_sgd_new: nesterov needs momentum > 0 and dampening 0 (got momentum %g, dampening %g)",
+        phx_error(PHX_EINVAL,
+                  "phx_sgd_new: nesterov needs momentum > 0 and dampening 0 (got momentum %g, dampening %g)",
                   o->momentum, o->dampening);
         return NULL;
     }
     sgd *S = px_calloc(1, sizeof *S);
-    if (!S)
-        return NULL;
+    if (!S) return NULL;
     S->o = *o;
     static const char *const kinds[] = {"momentum_buffer"};
     return px_slots_optimizer_new(&sgd_vt, &S->s, model, kinds, o->momentum != 0.0 ? 1 : 0, o->lr);

@@ -18,11 +18,14 @@
 #include "core/world/free-port.h"
 #include "core/world/store-server.h"
 
-#define PX_SPAWN_GRACE 5.0   /* seconds between SIGTERM and SIGKILL */
+#define PX_SPAWN_GRACE 5.0 /* seconds between SIGTERM and SIGKILL */
 
 static __thread px_spawn_tls spawn_tls;
 
-const px_spawn_tls *px_spawn_current(void) { return &spawn_tls; }
+const px_spawn_tls *px_spawn_current(void)
+{
+    return &spawn_tls;
+}
 
 /* 1 when PHX_COMM's first choice is "threads". */
 static int want_threads(void)
@@ -72,7 +75,10 @@ static phx_status spawn_threads(int n, int (*fn)(int, void *), void *arg)
     pthread_t *th = px_calloc((size_t)n, sizeof *th);
     phx_status st = PHX_OK;
     int started = 0;
-    if (!store || !a || !th) { st = PHX_ENOMEM; goto out; }
+    if (!store || !a || !th) {
+        st = PHX_ENOMEM;
+        goto out;
+    }
     for (; started < n; started++) {
         a[started] = (thread_arg){started, n, store, fn, arg, 0};
         if (pthread_create(&th[started], NULL, thread_main, &a[started]) != 0) {
@@ -90,8 +96,8 @@ static phx_status spawn_threads(int n, int (*fn)(int, void *), void *arg)
         for (int r = 0; r < n; r++) nfail += a[r].rc != 0;
         if (nfail) {
             phx_store_get(store, PHX_KIT_ABORT_KEY, &first, &len, 1.0);
-            st = phx_error(PHX_EPEER, "phx_spawn: %d of %d thread ranks failed; the first: %.*s", nfail, n,
-                           (int)len, first ? (char *)first : "?");
+            st = phx_error(PHX_EPEER, "phx_spawn: %d of %d thread ranks failed; the first: %.*s", nfail, n, (int)len,
+                           first ? (char *)first : "?");
             free(first);
         }
     }
@@ -107,7 +113,7 @@ out:
 static void child(int rank, int n, int (*fn)(int, void *), void *arg, const char *port, const char *token)
 {
     char buf[16];
-    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* the parent dies: so do we */
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* the parent dies: so do we */
     if (!getenv("MASTER_ADDR")) setenv("MASTER_ADDR", "127.0.0.1", 1);
     if (!getenv("MASTER_PORT")) setenv("MASTER_PORT", port, 1);
     if (token[0]) setenv("PHX_STORE_TOKEN", token, 1);
@@ -124,10 +130,12 @@ static void child(int rank, int n, int (*fn)(int, void *), void *arg, const char
 
 static void describe(char *buf, size_t len, int rank, int status)
 {
-    if (WIFEXITED(status)) snprintf(buf, len, "rank %d exited with status %d", rank, WEXITSTATUS(status));
+    if (WIFEXITED(status))
+        snprintf(buf, len, "rank %d exited with status %d", rank, WEXITSTATUS(status));
     else if (WIFSIGNALED(status))
         snprintf(buf, len, "rank %d was killed by signal %d (%s)", rank, WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else snprintf(buf, len, "rank %d ended with wait status %d", rank, status);
+    else
+        snprintf(buf, len, "rank %d ended with wait status %d", rank, status);
 }
 
 static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
@@ -137,7 +145,10 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
     char port[16] = "";
     if (!getenv("MASTER_PORT")) {
         int p = px_free_port();
-        if (p < 0) { px_free(pids); return phx_error(PHX_EIO, "phx_spawn: no free port for MASTER_PORT"); }
+        if (p < 0) {
+            px_free(pids);
+            return phx_error(PHX_EIO, "phx_spawn: no free port for MASTER_PORT");
+        }
         snprintf(port, sizeof port, "%d", p);
     }
     /* The ranks' store accepts only them (doc/store.md): a job token,
@@ -146,7 +157,10 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
     const char *have = getenv("PHX_STORE_TOKEN");
     if (!have || !*have) {
         uint8_t r[PX_STORE_NONCE];
-        if (px_store_nonce(r, sizeof r)) { px_free(pids); return PHX_EIO; }
+        if (px_store_nonce(r, sizeof r)) {
+            px_free(pids);
+            return PHX_EIO;
+        }
         for (size_t i = 0; i < sizeof r; i++) snprintf(token + 2 * i, 3, "%02x", r[i]);
     }
     fflush(NULL);
@@ -165,7 +179,8 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
     }
     double kill_at = nfail ? px_now() + PX_SPAWN_GRACE : -1;
     if (nfail)
-        for (int r = 0; r < n; r++) if (pids[r] > 0) kill(pids[r], SIGTERM);
+        for (int r = 0; r < n; r++)
+            if (pids[r] > 0) kill(pids[r], SIGTERM);
     while (live > 0) {
         int reaped = 0;
         for (int r = 0; r < n; r++) {
@@ -178,18 +193,21 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
             if (nfail++ == 0) {
                 describe(first, sizeof first, r, status);
                 kill_at = px_now() + PX_SPAWN_GRACE;
-                for (int q = 0; q < n; q++) if (pids[q] > 0) kill(pids[q], SIGTERM);
+                for (int q = 0; q < n; q++)
+                    if (pids[q] > 0) kill(pids[q], SIGTERM);
             }
         }
         if (kill_at >= 0 && px_now() >= kill_at) {
-            for (int q = 0; q < n; q++) if (pids[q] > 0) kill(pids[q], SIGKILL);
+            for (int q = 0; q < n; q++)
+                if (pids[q] > 0) kill(pids[q], SIGKILL);
             kill_at = -1;
         }
         if (!reaped) nap(0.005);
     }
     px_free(pids);
-    if (nfail) return phx_error(PHX_EPEER, "phx_spawn: %s (the first of %d failures; the other ranks were stopped)",
-                                first, nfail);
+    if (nfail)
+        return phx_error(PHX_EPEER, "phx_spawn: %s (the first of %d failures; the other ranks were stopped)", first,
+                         nfail);
     return PHX_OK;
 }
 

@@ -33,8 +33,8 @@ phx_status px_store_nonce(uint8_t *out, size_t n)
     return PHX_OK;
 }
 
-int px_store_proof(const uint8_t *token, size_t tlen, const char *label, const uint8_t *cnonce,
-                    const uint8_t *snonce, uint8_t out[PX_STORE_NONCE])
+int px_store_proof(const uint8_t *token, size_t tlen, const char *label, const uint8_t *cnonce, const uint8_t *snonce,
+                   uint8_t out[PX_STORE_NONCE])
 {
     uint8_t msg[16 + 2 * PX_STORE_NONCE];
     size_t ll = strlen(label);
@@ -45,8 +45,7 @@ int px_store_proof(const uint8_t *token, size_t tlen, const char *label, const u
     memcpy(msg + 16 + PX_STORE_NONCE, snonce, PX_STORE_NONCE);
     unsigned int olen = PX_STORE_NONCE;
     static const uint8_t none = 0;
-    if (!HMAC(EVP_sha256(), tlen ? token : &none, (int)tlen, msg, sizeof msg, out, &olen) ||
-        olen != PX_STORE_NONCE)
+    if (!HMAC(EVP_sha256(), tlen ? token : &none, (int)tlen, msg, sizeof msg, out, &olen) || olen != PX_STORE_NONCE)
         return -1;
     return 0;
 }

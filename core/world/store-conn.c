@@ -99,13 +99,15 @@ static void fail(px_conn *c, const char *fmt, ...)
 /* ------------------------------------------------------------- replies */
 
 /* Appends a reply frame whose body is a then b (copied). */
-static void reply(px_store_core *k, px_conn *c, uint32_t status, const void *a, size_t alen, const void *b,
-                  size_t blen)
+static void reply(px_store_core *k, px_conn *c, uint32_t status, const void *a, size_t alen, const void *b, size_t blen)
 {
     size_t need = c->out_len + PX_STORE_HDR + alen + blen;
     if (need > c->out_cap) {
         uint8_t *o = px_realloc(c->out, need);
-        if (!o) { fail(c, "out of memory for a %zu-byte reply", need); return; }
+        if (!o) {
+            fail(c, "out of memory for a %zu-byte reply", need);
+            return;
+        }
         k->stats.out_bytes += need - c->out_cap;
         c->out = o;
         c->out_cap = need;
@@ -128,7 +130,10 @@ static void reply_u32(px_store_core *k, px_conn *c, uint32_t status, uint32_t x)
 /* A value as the reply body, sent from the table's blob (no copy). */
 static void reply_blob(px_store_core *k, px_conn *c, px_blob *v)
 {
-    if (!v || v->len == 0) { reply(k, c, PX_ST_OK, NULL, 0, NULL, 0); return; }
+    if (!v || v->len == 0) {
+        reply(k, c, PX_ST_OK, NULL, 0, NULL, 0);
+        return;
+    }
     reply(k, c, PX_ST_OK, NULL, 0, NULL, 0);
     px_put_u32(c->out + c->out_len - PX_STORE_HDR, (uint32_t)v->len);
     c->blob = px_blob_ref(v);
@@ -148,7 +153,10 @@ void px_conn_sent(px_store_core *k, px_conn *c, size_t n, double now)
 {
     if (n) c->progress = now;
     size_t a = c->out_len - c->out_off;
-    if (n < a) { c->out_off += n; return; }
+    if (n < a) {
+        c->out_off += n;
+        return;
+    }
     n -= a;
     c->out_off = c->out_len;
     if (c->blob) {
@@ -301,11 +309,14 @@ static void hello(px_store_core *k, px_conn *c)
     if (version != PX_STORE_VERSION) {
         reply_u32(k, c, PX_ST_VERSION, PX_STORE_VERSION);
         c->state = PX_CONN_CLOSING;
-        snprintf(c->closing, sizeof c->closing, "client speaks store protocol version %u, this server %u",
-                 version, PX_STORE_VERSION);
+        snprintf(c->closing, sizeof c->closing, "client speaks store protocol version %u, this server %u", version,
+                 PX_STORE_VERSION);
         return;
     }
-    if (r.left != PX_STORE_NONCE) { fail(c, "malformed handshake (%zu-byte nonce)", r.left); return; }
+    if (r.left != PX_STORE_NONCE) {
+        fail(c, "malformed handshake (%zu-byte nonce)", r.left);
+        return;
+    }
     memcpy(c->cnonce, r.p, PX_STORE_NONCE);
     if (k->fixed_nonces) {
         memset(c->snonce, 0, sizeof c->snonce);
@@ -324,7 +335,10 @@ static void hello(px_store_core *k, px_conn *c)
 static void auth(px_store_core *k, px_conn *c)
 {
     uint8_t want[PX_STORE_NONCE];
-    if (c->body_len != PX_STORE_NONCE) { fail(c, "malformed token proof"); return; }
+    if (c->body_len != PX_STORE_NONCE) {
+        fail(c, "malformed token proof");
+        return;
+    }
     if (px_store_proof(k->token, k->token_len, "client", c->cnonce, c->snonce, want) ||
         !px_store_proof_eq(want, c->body)) {
         k->stats.refused++;
@@ -350,14 +364,23 @@ static void handle(px_store_core *k, px_conn *c, double now)
     size_t kl, vl, el;
     int64_t x, res;
     int was, changed;
-    if (c->state == PX_CONN_HELLO) { hello(k, c); return; }
-    if (c->state == PX_CONN_AUTH) { auth(k, c); return; }
+    if (c->state == PX_CONN_HELLO) {
+        hello(k, c);
+        return;
+    }
+    if (c->state == PX_CONN_AUTH) {
+        auth(k, c);
+        return;
+    }
     switch (c->op) {
     case PX_OP_SET:
         if (px_rd_bytes(&r, PHX_STORE_MAX_KEY, &key, &kl) || px_rd_bytes(&r, PHX_STORE_MAX_VALUE, &v, &vl) || r.left)
             break;
         was = pinned(k, key, kl);
-        if (px_kv_set(k->kv, key, kl, v, vl)) { fail(c, "out of memory storing a %zu-byte value", vl); return; }
+        if (px_kv_set(k->kv, key, kl, v, vl)) {
+            fail(c, "out of memory storing a %zu-byte value", vl);
+            return;
+        }
         reply(k, c, PX_ST_OK, NULL, 0, NULL, 0);
         wake_key(k, key, kl);
         budget_after(k, was);
@@ -384,7 +407,10 @@ static void handle(px_store_core *k, px_conn *c, double now)
             px_rd_bytes(&r, PHX_STORE_MAX_VALUE, &v, &vl) || r.left)
             break;
         was = pinned(k, key, kl);
-        if (px_kv_cas(k->kv, key, kl, e, el, v, vl, &changed)) { fail(c, "out of memory in compare_set"); return; }
+        if (px_kv_cas(k->kv, key, kl, e, el, v, vl, &changed)) {
+            fail(c, "out of memory in compare_set");
+            return;
+        }
         reply_blob(k, c, px_kv_get_blob(k->kv, key, kl));
         if (changed) wake_key(k, key, kl);
         budget_after(k, was && changed);
@@ -403,8 +429,7 @@ static void handle(px_store_core *k, px_conn *c, double now)
         px_put_i64(nb, px_kv_count(k->kv));
         reply(k, c, PX_ST_OK, nb, 8, NULL, 0);
         return;
-    default:
-        break;
+    default: break;
     }
     fail(c, "malformed request (type %u, %zu bytes)", c->op, c->body_len);
 }
@@ -418,7 +443,10 @@ static void header(px_store_core *k, px_conn *c, double now)
 {
     c->body_len = px_get_u32(c->hdr);
     c->op = px_get_u32(c->hdr + 4);
-    if (c->op == 0 || c->op > PX_OP_MAX) { fail(c, "unknown request type %u", c->op); return; }
+    if (c->op == 0 || c->op > PX_OP_MAX) {
+        fail(c, "unknown request type %u", c->op);
+        return;
+    }
     uint32_t expect = c->state == PX_CONN_HELLO ? PX_OP_HELLO : c->state == PX_CONN_AUTH ? PX_OP_AUTH : 0;
     if (expect && c->op != expect) {
         fail(c, "%s before the %s", op_names[c->op],
@@ -435,7 +463,11 @@ static void header(px_store_core *k, px_conn *c, double now)
         return;
     }
     c->body_got = 0;
-    if (c->body_len == 0) { handle(k, c, now); if (!c->parked) request_done(k, c); return; }
+    if (c->body_len == 0) {
+        handle(k, c, now);
+        if (!c->parked) request_done(k, c);
+        return;
+    }
     c->body_cap = c->body_len < PX_STORE_BODY_CHUNK ? c->body_len : PX_STORE_BODY_CHUNK;
     if (!(c->body = px_malloc(c->body_cap))) {
         c->body_cap = 0;
@@ -460,7 +492,10 @@ void px_conn_want(px_store_core *k, px_conn *c, uint8_t **dst, size_t *n)
          * and sending 10 bytes holds 64 KiB, not 64 MiB. */
         size_t cap = c->body_cap * 2 < c->body_len ? c->body_cap * 2 : c->body_len;
         uint8_t *b = px_realloc(c->body, cap);
-        if (!b) { fail(c, "out of memory for a %zu-byte request", c->body_len); return; }
+        if (!b) {
+            fail(c, "out of memory for a %zu-byte request", c->body_len);
+            return;
+        }
         k->stats.body_bytes += cap - c->body_cap;
         c->body = b;
         c->body_cap = cap;
@@ -501,8 +536,10 @@ void px_core_budget(px_store_core *k)
         if (!worst) break;
         stale -= worst->blob->len;
         k->stats.stalled_drops++;
-        fail(worst, "does not read its reply (%zu bytes of an overwritten value pending; the server keeps at most "
-                    "%zu such bytes for all clients)", worst->blob->len - worst->blob_off, k->max_stale);
+        fail(worst,
+             "does not read its reply (%zu bytes of an overwritten value pending; the server keeps at most "
+             "%zu such bytes for all clients)",
+             worst->blob->len - worst->blob_off, k->max_stale);
     }
     k->stats.stale_bytes = stale;
 }

@@ -13,20 +13,20 @@ typedef struct px_entry {
     struct px_entry *next;
     uint64_t hash;
     size_t klen;
-    px_blob *val;      /* the table's reference */
-    uint8_t key[];     /* klen bytes */
+    px_blob *val; /* the table's reference */
+    uint8_t key[]; /* klen bytes */
 } px_entry;
 
 struct px_kv {
     px_entry **buckets;
-    size_t nbuckets;   /* power of two */
+    size_t nbuckets; /* power of two */
     int64_t count;
 };
 
 static uint64_t hash_bytes(const void *p, size_t n)
 {
     const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;    /* FNV-1a */
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
@@ -49,7 +49,10 @@ px_kv *px_kv_new(void)
     if (!kv) return NULL;
     kv->nbuckets = 64;
     kv->buckets = px_calloc(kv->nbuckets, sizeof *kv->buckets);
-    if (!kv->buckets) { px_free(kv); return NULL; }
+    if (!kv->buckets) {
+        px_free(kv);
+        return NULL;
+    }
     return kv;
 }
 
@@ -124,7 +127,10 @@ static phx_status put(px_kv *kv, const void *key, size_t klen, const void *val, 
         return PHX_OK;
     }
     px_entry *e = px_malloc(sizeof *e + klen);
-    if (!e) { px_free(copy); return PHX_ENOMEM; }
+    if (!e) {
+        px_free(copy);
+        return PHX_ENOMEM;
+    }
     e->next = NULL;
     e->hash = h;
     e->klen = klen;
@@ -148,7 +154,7 @@ phx_status px_kv_add(px_kv *kv, const void *key, size_t klen, int64_t delta, int
     if (v) {
         char *end;
         errno = 0;
-        x = strtoll((const char *)v, &end, 10);   /* values are NUL-terminated */
+        x = strtoll((const char *)v, &end, 10); /* values are NUL-terminated */
         if (vlen == 0 || errno || end != (const char *)v + vlen)
             return phx_error(PHX_EINVAL, "phx_store_add: the value at the key is not a decimal integer");
     }
@@ -160,8 +166,8 @@ phx_status px_kv_add(px_kv *kv, const void *key, size_t klen, int64_t delta, int
     return st;
 }
 
-phx_status px_kv_cas(px_kv *kv, const void *key, size_t klen, const void *exp, size_t elen,
-                     const void *des, size_t dlen, int *changed)
+phx_status px_kv_cas(px_kv *kv, const void *key, size_t klen, const void *exp, size_t elen, const void *des,
+                     size_t dlen, int *changed)
 {
     size_t vlen;
     const uint8_t *v = px_kv_get(kv, key, klen, &vlen);
@@ -182,4 +188,7 @@ int px_kv_delete(px_kv *kv, const void *key, size_t klen)
     return 1;
 }
 
-int64_t px_kv_count(const px_kv *kv) { return kv->count; }
+int64_t px_kv_count(const px_kv *kv)
+{
+    return kv->count;
+}

@@ -23,8 +23,7 @@ phx_status px_store_resolve(const char *who, const char *host, int port, int pas
     hints.ai_flags = passive ? AI_PASSIVE : 0;
     snprintf(ports, sizeof ports, "%d", port);
     int rc = getaddrinfo(host, ports, &hints, res);
-    if (rc != 0)
-        return phx_error(PHX_EIO, "%s: cannot resolve host '%s': %s", who, host, gai_strerror(rc));
+    if (rc != 0) return phx_error(PHX_EIO, "%s: cannot resolve host '%s': %s", who, host, gai_strerror(rc));
     return PHX_OK;
 }
 
@@ -43,10 +42,16 @@ int px_store_listen(const char *host, int port, int *bound, int *everywhere)
     *everywhere = 0;
     if (fam == AF_INET) {
         struct sockaddr_in *a = (struct sockaddr_in *)&sa;
-        if ((ntohl(a->sin_addr.s_addr) >> 24) != 127) { a->sin_addr.s_addr = htonl(INADDR_ANY); *everywhere = 1; }
+        if ((ntohl(a->sin_addr.s_addr) >> 24) != 127) {
+            a->sin_addr.s_addr = htonl(INADDR_ANY);
+            *everywhere = 1;
+        }
     } else if (fam == AF_INET6) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
-        if (!IN6_IS_ADDR_LOOPBACK(&a->sin6_addr)) { a->sin6_addr = in6addr_any; *everywhere = 1; }
+        if (!IN6_IS_ADDR_LOOPBACK(&a->sin6_addr)) {
+            a->sin6_addr = in6addr_any;
+            *everywhere = 1;
+        }
     }
     int fd = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return phx_error(PHX_EIO, "phx_store_new: socket: %s", strerror(errno)), -1;
@@ -56,8 +61,10 @@ int px_store_listen(const char *host, int port, int *bound, int *everywhere)
         int e = errno;
         close(fd);
         if (e == EADDRINUSE)
-            phx_error(PHX_EIO, "phx_store_new: port %d on %s is in use (another job or store listens "
-                      "there; choose another MASTER_PORT)", port, host);
+            phx_error(PHX_EIO,
+                      "phx_store_new: port %d on %s is in use (another job or store listens "
+                      "there; choose another MASTER_PORT)",
+                      port, host);
         else
             phx_error(PHX_EIO, "phx_store_new: cannot bind %s:%d: %s", host, port, strerror(e));
         return -1;
@@ -100,7 +107,10 @@ int px_store_accept(px_store_core *k, int lfd)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         char peer[64];
         peer_name(&sa, sl, peer, sizeof peer);
-        if (!px_core_add(k, fd, peer)) { close(fd); return n; }
+        if (!px_core_add(k, fd, peer)) {
+            close(fd);
+            return n;
+        }
         n++;
     }
 }

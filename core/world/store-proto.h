@@ -14,37 +14,37 @@
  * little endian. A request whose len exceeds its op's limit, whose fields
  * do not exactly fill len, or whose key/value exceed PHX_STORE_MAX_KEY /
  * PHX_STORE_MAX_VALUE gets the connection closed. */
-#define PX_STORE_MAGIC   0x53584850u /* "PHXS" */
+#define PX_STORE_MAGIC 0x53584850u /* "PHXS" */
 #define PX_STORE_VERSION 2u
-#define PX_STORE_HDR     8u
-#define PX_STORE_MAX_WAIT_BODY (1u << 20)  /* WAIT: all its keys together */
-#define PX_STORE_NONCE   32u               /* handshake nonces and proofs */
+#define PX_STORE_HDR 8u
+#define PX_STORE_MAX_WAIT_BODY (1u << 20) /* WAIT: all its keys together */
+#define PX_STORE_NONCE 32u /* handshake nonces and proofs */
 #define PX_STORE_HELLO_BODY (8u + PX_STORE_NONCE)
-#define PX_STORE_FLAG_TOKEN 1u             /* HELLO reply: the server needs a token */
+#define PX_STORE_FLAG_TOKEN 1u /* HELLO reply: the server needs a token */
 
 /* The handshake: HELLO (magic, version, client nonce) -> OK (version,
  * flags, server nonce); when either side has a job token, AUTH (the
  * client's proof) -> OK (the server's proof) or DENIED. Nothing else is
  * accepted before it completes. */
 enum px_store_op {
-    PX_OP_HELLO = 1,   /* u32 magic, u32 version, nonce -> OK u32 version, u32 flags, nonce | VERSION u32 version */
-    PX_OP_SET = 2,     /* key, value -> OK */
-    PX_OP_GET = 3,     /* key, i64 timeout_ms -> OK value | TIMEOUT */
-    PX_OP_ADD = 4,     /* key, i64 delta -> OK i64 | NOTINT */
-    PX_OP_WAIT = 5,    /* i64 timeout_ms, u32 n, n keys -> OK | TIMEOUT u32 first missing */
-    PX_OP_CAS = 6,     /* key, expected, desired -> OK value now */
-    PX_OP_DELETE = 7,  /* key -> OK u32 deleted */
+    PX_OP_HELLO = 1, /* u32 magic, u32 version, nonce -> OK u32 version, u32 flags, nonce | VERSION u32 version */
+    PX_OP_SET = 2, /* key, value -> OK */
+    PX_OP_GET = 3, /* key, i64 timeout_ms -> OK value | TIMEOUT */
+    PX_OP_ADD = 4, /* key, i64 delta -> OK i64 | NOTINT */
+    PX_OP_WAIT = 5, /* i64 timeout_ms, u32 n, n keys -> OK | TIMEOUT u32 first missing */
+    PX_OP_CAS = 6, /* key, expected, desired -> OK value now */
+    PX_OP_DELETE = 7, /* key -> OK u32 deleted */
     PX_OP_NUMKEYS = 8, /* -> OK i64 */
-    PX_OP_AUTH = 9,    /* proof -> OK proof | DENIED */
+    PX_OP_AUTH = 9, /* proof -> OK proof | DENIED */
     PX_OP_MAX = 9
 };
 
 enum px_store_reply {
     PX_ST_OK = 0,
     PX_ST_TIMEOUT = 1,
-    PX_ST_NOTINT = 2,  /* ADD on a value that is not a decimal integer */
+    PX_ST_NOTINT = 2, /* ADD on a value that is not a decimal integer */
     PX_ST_VERSION = 3, /* HELLO of another protocol version: u32 the server's */
-    PX_ST_DENIED = 4   /* AUTH: the proof does not match the server's token */
+    PX_ST_DENIED = 4 /* AUTH: the proof does not match the server's token */
 };
 
 /* Largest body a request of that op may have; 0 for an unknown op. */
@@ -54,7 +54,8 @@ static inline size_t px_store_max_body(uint32_t op)
     switch (op) {
     case PX_OP_HELLO: return PX_STORE_HELLO_BODY;
     case PX_OP_SET: return k + v;
-    case PX_OP_GET: case PX_OP_ADD: return k + 8;
+    case PX_OP_GET:
+    case PX_OP_ADD: return k + 8;
     case PX_OP_WAIT: return PX_STORE_MAX_WAIT_BODY;
     case PX_OP_CAS: return k + 2 * v;
     case PX_OP_DELETE: return k;
@@ -66,7 +67,10 @@ static inline size_t px_store_max_body(uint32_t op)
 
 static inline void px_put_u32(uint8_t *p, uint32_t x)
 {
-    p[0] = (uint8_t)x; p[1] = (uint8_t)(x >> 8); p[2] = (uint8_t)(x >> 16); p[3] = (uint8_t)(x >> 24);
+    p[0] = (uint8_t)x;
+    p[1] = (uint8_t)(x >> 8);
+    p[2] = (uint8_t)(x >> 16);
+    p[3] = (uint8_t)(x >> 24);
 }
 static inline uint32_t px_get_u32(const uint8_t *p)
 {
@@ -92,14 +96,16 @@ static inline int px_rd_u32(px_rd *r, uint32_t *x)
 {
     if (r->left < 4) return -1;
     *x = px_get_u32(r->p);
-    r->p += 4; r->left -= 4;
+    r->p += 4;
+    r->left -= 4;
     return 0;
 }
 static inline int px_rd_i64(px_rd *r, int64_t *x)
 {
     if (r->left < 8) return -1;
     *x = px_get_i64(r->p);
-    r->p += 8; r->left -= 8;
+    r->p += 8;
+    r->left -= 8;
     return 0;
 }
 /* A length-prefixed string of at most max bytes (points into the body). */
@@ -107,8 +113,10 @@ static inline int px_rd_bytes(px_rd *r, size_t max, const uint8_t **b, size_t *n
 {
     uint32_t len;
     if (px_rd_u32(r, &len) || len > max || len > r->left) return -1;
-    *b = r->p; *n = len;
-    r->p += len; r->left -= len;
+    *b = r->p;
+    *n = len;
+    r->p += len;
+    r->left -= len;
     return 0;
 }
 
@@ -117,13 +125,17 @@ static inline int px_rd_bytes(px_rd *r, size_t max, const uint8_t **b, size_t *n
  * are reference-counted blobs, so the server sends a value to any number
  * of readers without copying it. Not thread-safe: the owner locks. */
 typedef struct px_blob {
-    int refs;          /* the table's (while live) and each pending reply's */
-    int live;          /* 1 while the table holds it */
+    int refs; /* the table's (while live) and each pending reply's */
+    int live; /* 1 while the table holds it */
     size_t len;
-    uint8_t data[];    /* len bytes, then a NUL */
+    uint8_t data[]; /* len bytes, then a NUL */
 } px_blob;
 
-static inline px_blob *px_blob_ref(px_blob *b) { b->refs++; return b; }
+static inline px_blob *px_blob_ref(px_blob *b)
+{
+    b->refs++;
+    return b;
+}
 void px_blob_unref(px_blob *b);
 
 typedef struct px_kv px_kv;
@@ -139,8 +151,8 @@ phx_status px_kv_set(px_kv *kv, const void *key, size_t klen, const void *val, s
 phx_status px_kv_add(px_kv *kv, const void *key, size_t klen, int64_t delta, int64_t *result);
 /* Sets desired when the key holds expected (or is missing and elen == 0);
  * *changed (may be NULL) says whether it did. */
-phx_status px_kv_cas(px_kv *kv, const void *key, size_t klen, const void *exp, size_t elen,
-                     const void *des, size_t dlen, int *changed);
+phx_status px_kv_cas(px_kv *kv, const void *key, size_t klen, const void *exp, size_t elen, const void *des,
+                     size_t dlen, int *changed);
 int px_kv_delete(px_kv *kv, const void *key, size_t klen);
 int64_t px_kv_count(const px_kv *kv);
 

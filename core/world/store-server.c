@@ -24,14 +24,14 @@
 
 struct px_store_server {
     int lfd, port;
-    int wake[2];                 /* pipe: a byte wakes the thread to stop */
+    int wake[2]; /* pipe: a byte wakes the thread to stop */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    size_t nclients;             /* under mu: for the linger in stop */
-    px_store_stats stats;        /* under mu: a copy after each round */
-    size_t max_stale;            /* under mu: the budget the core takes */
-    px_store_core core;          /* the server thread's alone */
+    size_t nclients; /* under mu: for the linger in stop */
+    px_store_stats stats; /* under mu: a copy after each round */
+    size_t max_stale; /* under mu: the budget the core takes */
+    px_store_core core; /* the server thread's alone */
 };
 
 /* Receives what is there, feeding the engine; stops when the connection
@@ -47,8 +47,10 @@ static void do_recv(px_store_core *k, px_conn *c)
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (n <= 0) {
-            if (c->hdr_got || c->body_got) snprintf(c->why, sizeof c->why, "connection closed in the middle of a frame");
-            else c->gone = 1;
+            if (c->hdr_got || c->body_got)
+                snprintf(c->why, sizeof c->why, "connection closed in the middle of a frame");
+            else
+                c->gone = 1;
             return;
         }
         px_conn_got(k, c, (size_t)n, px_now());
@@ -65,7 +67,10 @@ static void do_send(px_store_core *k, px_conn *c)
         ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        if (w <= 0) { c->gone = 1; return; }
+        if (w <= 0) {
+            c->gone = 1;
+            return;
+        }
         px_conn_sent(k, c, (size_t)w, px_now());
     }
 }
@@ -85,7 +90,7 @@ static void sweep(px_store_core *k)
 static int poll_ms(double dt)
 {
     if (dt <= 0) return 0;
-    if (dt > 3600.0) dt = 3600.0;        /* keeps the conversion in range */
+    if (dt > 3600.0) dt = 3600.0; /* keeps the conversion in range */
     return (int)(dt * 1000.0) + 1;
 }
 
@@ -100,7 +105,10 @@ static void *server_main(void *arg)
         if (cap < k->nconns + 2) {
             size_t nc = 2 * (k->nconns + 2);
             struct pollfd *p = px_realloc(pf, nc * sizeof *p);
-            if (!p) { sleep(1); continue; }
+            if (!p) {
+                sleep(1);
+                continue;
+            }
             pf = p;
             cap = nc;
         }
@@ -119,15 +127,21 @@ static void *server_main(void *arg)
         }
         size_t n = k->nconns;
         if (poll(pf, n + 2, next < 0 ? -1 : poll_ms(next - now)) < 0 && errno != EINTR) break;
-        if (pf[0].revents) break;                 /* stop */
+        if (pf[0].revents) break; /* stop */
         for (size_t i = 0; i < n; i++) {
             px_conn *c = k->conns[i];
             short re = pf[i + 2].revents;
             if (!re) continue;
-            if (re & POLLNVAL) { c->gone = 1; continue; }
-            if (re & POLLOUT) do_send(k, c);
-            else if (re & POLLIN) do_recv(k, c);
-            else if (re & (POLLERR | POLLHUP | POLLRDHUP)) c->gone = 1;
+            if (re & POLLNVAL) {
+                c->gone = 1;
+                continue;
+            }
+            if (re & POLLOUT)
+                do_send(k, c);
+            else if (re & POLLIN)
+                do_recv(k, c);
+            else if (re & (POLLERR | POLLHUP | POLLRDHUP))
+                c->gone = 1;
         }
         /* Replies made this round (answers, woken waits): send at once. */
         for (size_t i = 0; i < k->nconns; i++) {
@@ -139,8 +153,10 @@ static void *server_main(void *arg)
         if (listening && (pf[1].revents & POLLIN)) {
             if (px_store_accept(k, s->lfd) < 0) {
                 if (pause_until < 0 || pause == PX_ACCEPT_PAUSE_MIN)
-                    phx_log(PHX_LOG_WARN, "store server: out of file descriptors (%s); new clients wait in the "
-                            "backlog until some close (raise ulimit -n)", strerror(errno));
+                    phx_log(PHX_LOG_WARN,
+                            "store server: out of file descriptors (%s); new clients wait in the "
+                            "backlog until some close (raise ulimit -n)",
+                            strerror(errno));
                 k->stats.accept_backoffs++;
                 pause_until = px_now() + pause;
                 pause = pause * 2 > PX_ACCEPT_PAUSE_MAX ? PX_ACCEPT_PAUSE_MAX : pause * 2;
@@ -163,18 +179,22 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-phx_status px_store_server_start(const char *host, int port, const void *token, size_t token_len,
-                                 px_store_server **out)
+phx_status px_store_server_start(const char *host, int port, const void *token, size_t token_len, px_store_server **out)
 {
     int bound = 0, everywhere = 0;
     int fd = px_store_listen(host, port, &bound, &everywhere);
     if (fd < 0) return PHX_EIO;
     if (everywhere && !token_len)
-        phx_log(PHX_LOG_WARN, "store server on %s:%d listens on every interface without a job token: any host "
+        phx_log(PHX_LOG_WARN,
+                "store server on %s:%d listens on every interface without a job token: any host "
                 "that reaches it can read and change the job's keys (set the same PHX_STORE_TOKEN on every rank; "
-                "phxrun makes one for a single node)", host, bound);
+                "phxrun makes one for a single node)",
+                host, bound);
     px_store_server *s = px_calloc(1, sizeof *s);
-    if (!s) { close(fd); return PHX_ENOMEM; }
+    if (!s) {
+        close(fd);
+        return PHX_ENOMEM;
+    }
     s->lfd = fd;
     s->port = bound;
     phx_status st = px_core_init(&s->core, token, token_len);
@@ -190,7 +210,9 @@ phx_status px_store_server_start(const char *host, int port, const void *token, 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->thread, NULL, server_main, s) != 0) {
-        close(s->wake[0]); close(s->wake[1]); close(fd);
+        close(s->wake[0]);
+        close(s->wake[1]);
+        close(fd);
         px_core_destroy(&s->core);
         px_free(s);
         return phx_error(PHX_EIO, "phx_store_new: cannot start the server thread");
@@ -199,7 +221,10 @@ phx_status px_store_server_start(const char *host, int port, const void *token, 
     return PHX_OK;
 }
 
-int px_store_server_port(const px_store_server *s) { return s ? s->port : -1; }
+int px_store_server_port(const px_store_server *s)
+{
+    return s ? s->port : -1;
+}
 
 void px_store_server_stats(px_store_server *s, px_store_stats *out)
 {
@@ -226,7 +251,10 @@ void px_store_server_stop(px_store_server *s, double linger_s)
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);

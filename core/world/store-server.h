@@ -28,42 +28,42 @@
 enum px_conn_state { PX_CONN_HELLO, PX_CONN_AUTH, PX_CONN_READY, PX_CONN_CLOSING };
 
 typedef struct px_conn {
-    int fd;                      /* -1 when driven without a socket */
-    int state;                   /* enum px_conn_state */
-    char why[160];               /* set: drop it now (logged as a warning) */
-    char closing[160];           /* CLOSING: why, once the reply is sent */
-    int gone;                    /* set: close it quietly (peer hung up) */
-    char peer[64];               /* "addr:port" for log lines */
+    int fd; /* -1 when driven without a socket */
+    int state; /* enum px_conn_state */
+    char why[160]; /* set: drop it now (logged as a warning) */
+    char closing[160]; /* CLOSING: why, once the reply is sent */
+    int gone; /* set: close it quietly (peer hung up) */
+    char peer[64]; /* "addr:port" for log lines */
     uint8_t cnonce[PX_STORE_NONCE], snonce[PX_STORE_NONCE];
     /* the request being received */
     uint8_t hdr[PX_STORE_HDR];
     size_t hdr_got;
     uint32_t op;
-    uint8_t *body;               /* body_cap bytes, body_got received */
+    uint8_t *body; /* body_cap bytes, body_got received */
     size_t body_len, body_got, body_cap;
     /* a GET/WAIT parked until its keys exist or its deadline */
     int parked;
-    double deadline;             /* < 0: forever */
-    uint32_t wait_n, wait_idx;   /* keys; index of the first missing one */
-    size_t wait_off;             /* body offset of that key's length */
+    double deadline; /* < 0: forever */
+    uint32_t wait_n, wait_idx; /* keys; index of the first missing one */
+    size_t wait_off; /* body offset of that key's length */
     /* the reply being sent: out[out_off..out_len), then blob[blob_off..) */
     uint8_t *out;
     size_t out_len, out_off, out_cap;
-    px_blob *blob;               /* a value sent without copying (a reference) */
+    px_blob *blob; /* a value sent without copying (a reference) */
     size_t blob_off;
-    double progress;             /* when the peer last took reply bytes */
+    double progress; /* when the peer last took reply bytes */
 } px_conn;
 
 /* Counters a test or a benchmark reads (px_store_server_stats). */
 typedef struct px_store_stats {
-    uint64_t wake_checks;        /* parked keys looked up after a change */
-    uint64_t stalled_drops;      /* clients dropped for not reading */
-    uint64_t refused;            /* clients refused at the handshake */
-    uint64_t accept_backoffs;    /* accept() out of descriptors: paused */
-    size_t body_bytes;           /* request bytes allocated now */
-    size_t out_bytes;            /* reply buffers allocated now */
-    size_t stale_bytes;          /* old values pending replies keep alive */
-    size_t clients;              /* connections open now */
+    uint64_t wake_checks; /* parked keys looked up after a change */
+    uint64_t stalled_drops; /* clients dropped for not reading */
+    uint64_t refused; /* clients refused at the handshake */
+    uint64_t accept_backoffs; /* accept() out of descriptors: paused */
+    size_t body_bytes; /* request bytes allocated now */
+    size_t out_bytes; /* reply buffers allocated now */
+    size_t stale_bytes; /* old values pending replies keep alive */
+    size_t clients; /* connections open now */
 } px_store_stats;
 
 typedef struct px_store_core {
@@ -71,10 +71,10 @@ typedef struct px_store_core {
     px_conn **conns;
     size_t nconns, capconns;
     uint8_t token[PX_STORE_MAX_TOKEN];
-    size_t token_len;            /* 0: no token, the handshake ends at HELLO */
-    size_t max_stale;            /* PX_STORE_MAX_STALE (tests lower it) */
-    uint64_t nonce_seq;          /* fixed_nonces: deterministic nonces */
-    int fixed_nonces;            /* the fuzz target: no randomness */
+    size_t token_len; /* 0: no token, the handshake ends at HELLO */
+    size_t max_stale; /* PX_STORE_MAX_STALE (tests lower it) */
+    uint64_t nonce_seq; /* fixed_nonces: deterministic nonces */
+    int fixed_nonces; /* the fuzz target: no randomness */
     px_store_stats stats;
 } px_store_core;
 
@@ -113,8 +113,8 @@ phx_status px_store_token(const char *who, uint8_t *buf, size_t *len);
 phx_status px_store_nonce(uint8_t *out, size_t n);
 /* The proof one side gives: HMAC-SHA256(token, label, client nonce,
  * server nonce); label "client" or "server". -1 when libcrypto fails. */
-int px_store_proof(const uint8_t *token, size_t tlen, const char *label, const uint8_t *cnonce,
-                    const uint8_t *snonce, uint8_t out[PX_STORE_NONCE]);
+int px_store_proof(const uint8_t *token, size_t tlen, const char *label, const uint8_t *cnonce, const uint8_t *snonce,
+                   uint8_t out[PX_STORE_NONCE]);
 /* Constant-time comparison of two proofs: 1 when equal. */
 int px_store_proof_eq(const uint8_t *a, const uint8_t *b);
 

@@ -28,20 +28,20 @@ enum { PX_STORE_LOCAL = 1, PX_STORE_TCP = 2 };
 typedef struct px_local {
     atomic_int refs;
     pthread_mutex_t mu;
-    pthread_cond_t cv;   /* CLOCK_MONOTONIC; broadcast on every change */
+    pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast on every change */
     px_kv *kv;
 } px_local;
 
 struct phx_store {
     int kind;
     double timeout_s;
-    px_local *local;             /* LOCAL */
-    int fd;                      /* TCP */
-    int broken;                  /* the stream lost sync: every call fails */
+    px_local *local; /* LOCAL */
+    int fd; /* TCP */
+    int broken; /* the stream lost sync: every call fails */
     pthread_mutex_t mu;
     char host[256];
     int port;
-    px_store_server *server;     /* owned when this handle started it */
+    px_store_server *server; /* owned when this handle started it */
     uint8_t token[PX_STORE_MAX_TOKEN]; /* PHX_STORE_TOKEN when made (TCP) */
     size_t token_len;
 };
@@ -67,8 +67,7 @@ static phx_status check_value(const char *who, const void *v, size_t len)
 {
     if (!v && len) return phx_error(PHX_EINVAL, "%s: value is NULL with length %zu", who, len);
     if (len > PHX_STORE_MAX_VALUE)
-        return phx_error(PHX_EINVAL, "%s: value is %zu bytes long, at most %u allowed", who, len,
-                         PHX_STORE_MAX_VALUE);
+        return phx_error(PHX_EINVAL, "%s: value is %zu bytes long, at most %u allowed", who, len, PHX_STORE_MAX_VALUE);
     return PHX_OK;
 }
 
@@ -88,7 +87,11 @@ phx_store *phx_store_new_local(void)
 {
     phx_store *s = px_calloc(1, sizeof *s);
     px_local *l = px_calloc(1, sizeof *l);
-    if (!s || !l || !(l->kv = px_kv_new())) { px_free(s); px_free(l); return NULL; }
+    if (!s || !l || !(l->kv = px_kv_new())) {
+        px_free(s);
+        px_free(l);
+        return NULL;
+    }
     atomic_init(&l->refs, 1);
     pthread_mutex_init(&l->mu, NULL);
     pthread_condattr_t ca;
@@ -132,7 +135,11 @@ static size_t local_wait(px_local *l, const char *const *keys, size_t n, double 
 static phx_status io_all(phx_store *s, int sending, struct iovec *iov, int niov, double deadline, const char *who)
 {
     while (niov > 0) {
-        if (iov->iov_len == 0) { iov++; niov--; continue; }
+        if (iov->iov_len == 0) {
+            iov++;
+            niov--;
+            continue;
+        }
         ssize_t n;
         if (sending) {
             struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
@@ -142,8 +149,15 @@ static phx_status io_all(phx_store *s, int sending, struct iovec *iov, int niov,
         }
         if (n > 0) {
             size_t k = (size_t)n;
-            while (niov > 0 && k >= iov->iov_len) { k -= iov->iov_len; iov++; niov--; }
-            if (niov > 0) { iov->iov_base = (char *)iov->iov_base + k; iov->iov_len -= k; }
+            while (niov > 0 && k >= iov->iov_len) {
+                k -= iov->iov_len;
+                iov++;
+                niov--;
+            }
+            if (niov > 0) {
+                iov->iov_base = (char *)iov->iov_base + k;
+                iov->iov_len -= k;
+            }
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -158,15 +172,15 @@ static phx_status io_all(phx_store *s, int sending, struct iovec *iov, int niov,
             continue;
         }
         s->broken = 1;
-        return phx_error(PHX_EPEER, "%s: the store server at %s:%d closed the connection%s%s", who, s->host,
-                         s->port, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+        return phx_error(PHX_EPEER, "%s: the store server at %s:%d closed the connection%s%s", who, s->host, s->port,
+                         n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
     }
     return PHX_OK;
 }
 
 /* One request/reply. The reply body (if any) is px_malloc'd into *body. */
-static phx_status transact(phx_store *s, const char *who, uint32_t op, struct iovec *parts, int nparts,
-                           double wait_s, uint32_t *status, uint8_t **body, size_t *blen)
+static phx_status transact(phx_store *s, const char *who, uint32_t op, struct iovec *parts, int nparts, double wait_s,
+                           uint32_t *status, uint8_t **body, size_t *blen)
 {
     uint8_t hdr[PX_STORE_HDR], rhdr[PX_STORE_HDR];
     size_t len = 0;
@@ -193,14 +207,22 @@ static phx_status transact(phx_store *s, const char *who, uint32_t op, struct io
     *status = px_get_u32(rhdr + 4);
     if (rlen > (size_t)PHX_STORE_MAX_VALUE + 8) {
         s->broken = 1;
-        st = phx_error(PHX_EIO, "%s: the store server at %s:%d sent a %zu-byte reply (protocol error)", who,
-                       s->host, s->port, rlen);
+        st = phx_error(PHX_EIO, "%s: the store server at %s:%d sent a %zu-byte reply (protocol error)", who, s->host,
+                       s->port, rlen);
         goto out;
     }
     if (rlen) {
-        if (!(*body = px_malloc(rlen + 1))) { s->broken = 1; st = PHX_ENOMEM; goto out; }
+        if (!(*body = px_malloc(rlen + 1))) {
+            s->broken = 1;
+            st = PHX_ENOMEM;
+            goto out;
+        }
         iov[0] = (struct iovec){*body, rlen};
-        if ((st = io_all(s, 0, iov, 1, deadline, who))) { px_free(*body); *body = NULL; goto out; }
+        if ((st = io_all(s, 0, iov, 1, deadline, who))) {
+            px_free(*body);
+            *body = NULL;
+            goto out;
+        }
         (*body)[rlen] = 0;
         *blen = rlen;
     }
@@ -215,14 +237,27 @@ static int try_connect(const struct addrinfo *ai, double deadline)
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-        if (errno != EINPROGRESS) { int e = errno; close(fd); errno = e; return -1; }
+        if (errno != EINPROGRESS) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
         double left = deadline - px_now();
         struct pollfd p = {.fd = fd, .events = POLLOUT};
         int e = 0;
         socklen_t el = sizeof e;
-        if (left <= 0 || poll(&p, 1, poll_ms(left)) <= 0) { close(fd); errno = ETIMEDOUT; return -1; }
+        if (left <= 0 || poll(&p, 1, poll_ms(left)) <= 0) {
+            close(fd);
+            errno = ETIMEDOUT;
+            return -1;
+        }
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
-        if (e) { close(fd); errno = e; return -1; }
+        if (e) {
+            close(fd);
+            errno = e;
+            return -1;
+        }
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -246,26 +281,28 @@ static phx_status handshake(phx_store *s, double wait_s)
     if (st == PHX_ETIMEOUT) {
         char why[256];
         snprintf(why, sizeof why, "%s", phx_last_error());
-        return phx_error(st, "%s: %s:%d accepted the connection but did not answer the handshake (%s); is the "
-                         "server overloaded or out of file descriptors?", who, s->host, s->port, why);
+        return phx_error(st,
+                         "%s: %s:%d accepted the connection but did not answer the handshake (%s); is the "
+                         "server overloaded or out of file descriptors?",
+                         who, s->host, s->port, why);
     }
     if (st) {
         char why[256];
         snprintf(why, sizeof why, "%s", phx_last_error());
-        return phx_error(st, "%s: %s:%d does not speak the Phalanx store protocol (%s)", who, s->host, s->port,
-                         why);
+        return phx_error(st, "%s: %s:%d does not speak the Phalanx store protocol (%s)", who, s->host, s->port, why);
     }
     if (status == PX_ST_VERSION && blen == 4) {
-        st = phx_error(PHX_EIO, "%s: the store server at %s:%d speaks store protocol version %u, this library "
-                       "version %u (mixed Phalanx versions in one job?)", who, s->host, s->port,
-                       px_get_u32(body), PX_STORE_VERSION);
+        st = phx_error(PHX_EIO,
+                       "%s: the store server at %s:%d speaks store protocol version %u, this library "
+                       "version %u (mixed Phalanx versions in one job?)",
+                       who, s->host, s->port, px_get_u32(body), PX_STORE_VERSION);
         px_free(body);
         return st;
     }
     if (status != PX_ST_OK || blen != 8 + PX_STORE_NONCE || px_get_u32(body) != PX_STORE_VERSION) {
         px_free(body);
-        return phx_error(PHX_EIO, "%s: %s:%d did not answer as a Phalanx store (protocol version %u expected)",
-                         who, s->host, s->port, PX_STORE_VERSION);
+        return phx_error(PHX_EIO, "%s: %s:%d did not answer as a Phalanx store (protocol version %u expected)", who,
+                         s->host, s->port, PX_STORE_VERSION);
     }
     uint32_t flags = px_get_u32(body + 4);
     uint8_t snonce[PX_STORE_NONCE], proof[PX_STORE_NONCE];
@@ -274,29 +311,36 @@ static phx_status handshake(phx_store *s, double wait_s)
     int needs = (flags & PX_STORE_FLAG_TOKEN) != 0;
     if (!needs && !s->token_len) return PHX_OK;
     if (needs && !s->token_len)
-        return phx_error(PHX_EIO, "%s: the store server at %s:%d requires this job's token and PHX_STORE_TOKEN "
+        return phx_error(PHX_EIO,
+                         "%s: the store server at %s:%d requires this job's token and PHX_STORE_TOKEN "
                          "is not set in this process (phxrun sets it for its ranks; other launchers: export the "
-                         "same PHX_STORE_TOKEN on every rank)", who, s->host, s->port);
+                         "same PHX_STORE_TOKEN on every rank)",
+                         who, s->host, s->port);
     if (!needs)
-        return phx_error(PHX_EIO, "%s: PHX_STORE_TOKEN is set in this process but the store server at %s:%d "
+        return phx_error(PHX_EIO,
+                         "%s: PHX_STORE_TOKEN is set in this process but the store server at %s:%d "
                          "runs without a job token (was it started with another environment?); every rank "
-                         "must have the same PHX_STORE_TOKEN", who, s->host, s->port);
+                         "must have the same PHX_STORE_TOKEN",
+                         who, s->host, s->port);
     if (px_store_proof(s->token, s->token_len, "client", cnonce, snonce, proof))
         return phx_error(PHX_EIO, "%s: cannot compute the token proof (OpenSSL HMAC failed)", who);
     part = (struct iovec){proof, sizeof proof};
     if ((st = transact(s, who, PX_OP_AUTH, &part, 1, wait_s, &status, &body, &blen))) return st;
     if (status == PX_ST_DENIED) {
         px_free(body);
-        return phx_error(PHX_EIO, "%s: the store server at %s:%d refused this process's PHX_STORE_TOKEN (it "
-                         "differs from the job's token the server was started with)", who, s->host, s->port);
+        return phx_error(PHX_EIO,
+                         "%s: the store server at %s:%d refused this process's PHX_STORE_TOKEN (it "
+                         "differs from the job's token the server was started with)",
+                         who, s->host, s->port);
     }
     int good = status == PX_ST_OK && blen == PX_STORE_NONCE &&
-               px_store_proof(s->token, s->token_len, "server", cnonce, snonce, proof) == 0 &&
-               px_store_proof_eq(proof, body);
+        px_store_proof(s->token, s->token_len, "server", cnonce, snonce, proof) == 0 && px_store_proof_eq(proof, body);
     px_free(body);
     if (!good)
-        return phx_error(PHX_EIO, "%s: the server at %s:%d could not prove it knows PHX_STORE_TOKEN (another "
-                         "program listens on that port?)", who, s->host, s->port);
+        return phx_error(PHX_EIO,
+                         "%s: the server at %s:%d could not prove it knows PHX_STORE_TOKEN (another "
+                         "program listens on that port?)",
+                         who, s->host, s->port);
     return PHX_OK;
 }
 
@@ -324,8 +368,8 @@ static phx_status tcp_connect(phx_store *s)
         double now = px_now();
         if (now >= deadline) {
             freeaddrinfo(res);
-            return phx_error(PHX_ETIMEOUT, "%s: no store server at %s:%d after %.0f s (last error: %s)", who,
-                             s->host, s->port, s->timeout_s, strerror(last));
+            return phx_error(PHX_ETIMEOUT, "%s: no store server at %s:%d after %.0f s (last error: %s)", who, s->host,
+                             s->port, s->timeout_s, strerror(last));
         }
         double nap = backoff < deadline - now ? backoff : deadline - now;
         struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
@@ -335,7 +379,10 @@ static phx_status tcp_connect(phx_store *s)
     freeaddrinfo(res);
     double left = deadline - px_now();
     st = handshake(s, (left > 1 ? left : 1) - PX_STORE_REPLY_GRACE);
-    if (st) { close(s->fd); s->fd = -1; }
+    if (st) {
+        close(s->fd);
+        s->fd = -1;
+    }
     return st;
 }
 
@@ -371,7 +418,10 @@ phx_status phx_store_new(const char *host, int port, bool is_server, double time
         port = px_store_server_port(srv);
     }
     phx_store *s = tcp_alloc(host, port, px_timeout(timeout_s), token, tlen);
-    if (!s) { px_store_server_stop(srv, 0); return PHX_ENOMEM; }
+    if (!s) {
+        px_store_server_stop(srv, 0);
+        return PHX_ENOMEM;
+    }
     s->server = srv;
     if ((st = tcp_connect(s))) {
         px_store_server_stop(srv, 0);
@@ -397,7 +447,11 @@ phx_status phx_store_clone(phx_store *s, phx_store **out)
     phx_store *c = tcp_alloc(s->host, s->port, s->timeout_s, s->token, s->token_len);
     if (!c) return PHX_ENOMEM;
     phx_status st = tcp_connect(c);
-    if (st) { pthread_mutex_destroy(&c->mu); px_free(c); return st; }
+    if (st) {
+        pthread_mutex_destroy(&c->mu);
+        px_free(c);
+        return st;
+    }
     *out = c;
     return PHX_OK;
 }
@@ -422,11 +476,20 @@ void phx_store_free(phx_store *s)
     px_free(s);
 }
 
-px_store_server *px_store_server_of(phx_store *s) { return s && s->kind == PX_STORE_TCP ? s->server : NULL; }
+px_store_server *px_store_server_of(phx_store *s)
+{
+    return s && s->kind == PX_STORE_TCP ? s->server : NULL;
+}
 
-int phx_store_port(const phx_store *s) { return s && s->kind == PX_STORE_TCP ? s->port : -1; }
+int phx_store_port(const phx_store *s)
+{
+    return s && s->kind == PX_STORE_TCP ? s->port : -1;
+}
 
-int phx_store_is_local(const phx_store *s) { return s && s->kind == PX_STORE_LOCAL; }
+int phx_store_is_local(const phx_store *s)
+{
+    return s && s->kind == PX_STORE_LOCAL;
+}
 
 phx_status phx_store_local_addr(const phx_store *s, char *buf, size_t len)
 {
@@ -586,14 +649,13 @@ phx_status phx_store_wait(phx_store *s, const char *const *keys, size_t n, doubl
     return st;
 }
 
-phx_status phx_store_compare_set(phx_store *s, const char *key, const void *expected, size_t elen,
-                                 const void *desired, size_t dlen, void **actual, size_t *alen)
+phx_status phx_store_compare_set(phx_store *s, const char *key, const void *expected, size_t elen, const void *desired,
+                                 size_t dlen, void **actual, size_t *alen)
 {
     static const char who[] = "phx_store_compare_set";
     phx_status st;
     if (!s) return phx_error(PHX_EINVAL, "%s: store is NULL", who);
-    if ((st = check_key(who, key)) || (st = check_value(who, expected, elen)) ||
-        (st = check_value(who, desired, dlen)))
+    if ((st = check_key(who, key)) || (st = check_value(who, expected, elen)) || (st = check_value(who, desired, dlen)))
         return st;
     size_t kl = strlen(key);
     uint8_t *now = NULL;
@@ -612,7 +674,7 @@ phx_status phx_store_compare_set(phx_store *s, const char *key, const void *expe
         px_put_u32(kh, (uint32_t)kl);
         px_put_u32(eh, (uint32_t)elen);
         px_put_u32(dh, (uint32_t)dlen);
-        struct iovec p[6] = {{kh, 4}, {(void *)key, kl}, {eh, 4}, {(void *)expected, elen},
+        struct iovec p[6] = {{kh, 4}, {(void *)key, kl},      {eh, 4}, {(void *)expected, elen},
                              {dh, 4}, {(void *)desired, dlen}};
         st = transact(s, who, PX_OP_CAS, p, 6, 0, &status, &now, &nlen);
         if (st == PHX_OK && !now && actual && !(now = dup_value("", 0))) st = PHX_ENOMEM;
@@ -647,8 +709,10 @@ phx_status phx_store_delete(phx_store *s, const char *key, int *deleted)
     px_put_u32(kh, (uint32_t)kl);
     struct iovec p[2] = {{kh, 4}, {(void *)key, kl}};
     if ((st = transact(s, who, PX_OP_DELETE, p, 2, 0, &status, &body, &blen))) return st;
-    if (blen != 4) st = phx_error(PHX_EIO, "%s: malformed reply from the store server", who);
-    else if (deleted) *deleted = (int)px_get_u32(body);
+    if (blen != 4)
+        st = phx_error(PHX_EIO, "%s: malformed reply from the store server", who);
+    else if (deleted)
+        *deleted = (int)px_get_u32(body);
     px_free(body);
     return st;
 }
@@ -668,8 +732,10 @@ phx_status phx_store_num_keys(phx_store *s, int64_t *count)
     uint32_t status;
     phx_status st = transact(s, who, PX_OP_NUMKEYS, NULL, 0, 0, &status, &body, &blen);
     if (st) return st;
-    if (blen != 8) st = phx_error(PHX_EIO, "%s: malformed reply from the store server", who);
-    else *count = px_get_i64(body);
+    if (blen != 8)
+        st = phx_error(PHX_EIO, "%s: malformed reply from the store server", who);
+    else
+        *count = px_get_i64(body);
     px_free(body);
     return st;
 }

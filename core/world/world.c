@@ -24,8 +24,10 @@ static int env_int(const char *name, long lo, long hi, int *out)
      * as a typo rather than read as 1. */
     int digits = (*v >= '0' && *v <= '9') || (*v == '-' && v[1] >= '0' && v[1] <= '9');
     if (!digits || errno || *end || x < lo || x > hi) {
-        phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected an integer in %ld..%ld (digits only, no "
-                  "spaces)", name, v, lo, hi);
+        phx_error(PHX_EINVAL,
+                  "phx_world_from_env: %s='%s': expected an integer in %ld..%ld (digits only, no "
+                  "spaces)",
+                  name, v, lo, hi);
         return -1;
     }
     *out = (int)x;
@@ -51,10 +53,15 @@ static int slurm_local_size(int *out)
             if (end == p + 2 || *end != ')' || rep < 1) goto bad;
             p = end + 1;
         }
-        if (node < rep) { *out = (int)n; return 1; }
+        if (node < rep) {
+            *out = (int)n;
+            return 1;
+        }
         node -= (int)rep;
-        if (*p == ',') p++;
-        else if (*p) goto bad;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            goto bad;
     }
     return 0; /* node beyond the list: leave the default */
 bad:
@@ -63,13 +70,16 @@ bad:
 }
 
 /* Reads one launcher's names; returns 1 when its rank variable is set. */
-static int read_launcher(const char *rank_v, const char *size_v, const char *lrank_v, const char *lsize_v,
-                         phx_world *w, phx_status *st)
+static int read_launcher(const char *rank_v, const char *size_v, const char *lrank_v, const char *lsize_v, phx_world *w,
+                         phx_status *st)
 {
     int r = env_int(rank_v, 0, 1 << 30, &w->rank);
     int s = env_int(size_v, 1, 1 << 30, &w->size);
     *st = PHX_OK;
-    if (r < 0 || s < 0) { *st = PHX_EINVAL; return 1; }
+    if (r < 0 || s < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
     if (r == 0 && s == 0) return 0;
     if (r == 0 || s == 0) {
         *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s is set ('%s') but %s is not", r ? rank_v : size_v,
@@ -78,12 +88,21 @@ static int read_launcher(const char *rank_v, const char *size_v, const char *lra
     }
     w->local_rank = w->rank;
     w->local_size = w->size;
-    if (lrank_v && env_int(lrank_v, 0, 1 << 30, &w->local_rank) < 0) { *st = PHX_EINVAL; return 1; }
-    if (lsize_v && env_int(lsize_v, 1, 1 << 30, &w->local_size) < 0) { *st = PHX_EINVAL; return 1; }
-    if (!lsize_v && slurm_local_size(&w->local_size) < 0) { *st = PHX_EINVAL; return 1; }
+    if (lrank_v && env_int(lrank_v, 0, 1 << 30, &w->local_rank) < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
+    if (lsize_v && env_int(lsize_v, 1, 1 << 30, &w->local_size) < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
+    if (!lsize_v && slurm_local_size(&w->local_size) < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
     if (w->rank >= w->size) {
-        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d is not less than %s=%d", rank_v, w->rank,
-                        size_v, w->size);
+        *st =
+            phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d is not less than %s=%d", rank_v, w->rank, size_v, w->size);
         return 1;
     }
     if (w->local_size > w->size) {
@@ -130,9 +149,11 @@ static phx_status slurm_batch_check(void)
     const char *nt = getenv("SLURM_NTASKS"), *job = getenv("SLURM_JOB_ID");
     if (!nt || getenv("SLURM_PROCID") || !job) return PHX_OK;
     if (atoi(nt) <= 1) return PHX_OK;
-    return phx_error(PHX_EINVAL, "phx_world_from_env: SLURM_NTASKS=%s in job %s but no SLURM_PROCID: this is the "
+    return phx_error(PHX_EINVAL,
+                     "phx_world_from_env: SLURM_NTASKS=%s in job %s but no SLURM_PROCID: this is the "
                      "batch script, not one of the job's tasks; start the ranks with srun (srun prog args...), or "
-                     "one phxrun per node", nt, job);
+                     "one phxrun per node",
+                     nt, job);
 }
 
 phx_status phx_world_from_env(phx_world *out)
@@ -151,8 +172,8 @@ phx_status phx_world_from_env(phx_world *out)
                !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                               "OMPI_COMM_WORLD_LOCAL_SIZE", &w, &st) &&
                !(st = slurm_batch_check()) &&
-               (!getenv("SLURM_PROCID") || !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, &w,
-                                                          &st))) {
+               (!getenv("SLURM_PROCID") ||
+                !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, &w, &st))) {
         w.rank = w.local_rank = 0;
         w.size = w.local_size = 1;
     }
@@ -174,8 +195,10 @@ phx_status px_env_master(char *addr, size_t len, int *port)
         const char *l = getenv(lists[i]);
         if (!l || !*l) continue;
         if (slurm_first_host(l, first, sizeof first))
-            return phx_error(PHX_EINVAL, "phx_world_from_env: %s='%s': expected a Slurm host list like "
-                             "'node[01-04],gpu7' (or set MASTER_ADDR)", lists[i], l);
+            return phx_error(PHX_EINVAL,
+                             "phx_world_from_env: %s='%s': expected a Slurm host list like "
+                             "'node[01-04],gpu7' (or set MASTER_ADDR)",
+                             lists[i], l);
         a = first;
     }
     if (!a || !*a) a = "127.0.0.1";

@@ -23,7 +23,7 @@ static int same(const phx_tensor *t, const float *want, int n)
 
 int main(void)
 {
-    const float x[4] = { 1.5f, -2.0f, 3.25f, 1e30f };
+    const float x[4] = {1.5f, -2.0f, 3.25f, 1e30f};
     const int64_t n4 = 4;
     phx_comm *c;
     phx_work *w;

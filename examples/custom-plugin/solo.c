@@ -25,8 +25,8 @@
 #include <phalanx/plugin/kit.h>
 
 typedef struct solo {
-    int size;              /* always 1 */
-    phx_kit_queue *queue;  /* runs the collectives in issue order */
+    int size; /* always 1 */
+    phx_kit_queue *queue; /* runs the collectives in issue order */
 } solo;
 
 /* One collective, as queued. */
@@ -55,8 +55,8 @@ static phx_status solo_run(void *ctx, const void *job, char *msg, size_t msg_len
 {
     const solo *s = ctx;
     const solo_op *o = job;
-    const void *in[1] = { o->send };
-    void *out[1] = { o->recv };
+    const void *in[1] = {o->send};
+    void *out[1] = {o->recv};
     phx_status st = phx_kit_reduce(out, 1, in, s->size, 0, (size_t)o->count, o->dt, o->op, s->size);
     if (st) snprintf(msg, msg_len, "solo %s: %s", o->what, phx_last_error());
     return st;
@@ -93,38 +93,37 @@ static void solo_finalize(void *state)
 static phx_status solo_issue(solo *s, const solo_op *o, phx_work *work)
 {
     if (o->count < 0) return phx_error(PHX_EINVAL, "solo %s: count %lld, expected >= 0", o->what, (long long)o->count);
-    if (phx_dtype_size(o->dt) == 0) return phx_error(PHX_EINVAL, "solo %s: dtype %d is not a dtype", o->what, (int)o->dt);
+    if (phx_dtype_size(o->dt) == 0)
+        return phx_error(PHX_EINVAL, "solo %s: dtype %d is not a dtype", o->what, (int)o->dt);
     if (o->op != PHX_SUM && o->op != PHX_AVG && o->op != PHX_MAX && o->op != PHX_MIN)
         return phx_error(PHX_EINVAL, "solo %s: reduce op %d, expected sum, avg, max or min", o->what, (int)o->op);
     return phx_kit_queue_push(s->queue, o, work);
 }
 
-static phx_status solo_allreduce(void *state, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op,
-                                 phx_work *work)
+static phx_status solo_allreduce(void *state, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *work)
 {
-    solo_op o = { .what = "allreduce", .send = buf, .recv = buf, .count = count, .dt = dt, .op = op };
+    solo_op o = {.what = "allreduce", .send = buf, .recv = buf, .count = count, .dt = dt, .op = op};
     return solo_issue(state, &o, work);
 }
 
 static phx_status solo_broadcast(void *state, void *buf, int64_t count, phx_dtype dt, int root, phx_work *work)
 {
     if (root != 0) return phx_error(PHX_EINVAL, "solo broadcast: root %d, the only rank is 0", root);
-    solo_op o = { .what = "broadcast", .send = buf, .recv = buf, .count = count, .dt = dt, .op = PHX_SUM };
+    solo_op o = {.what = "broadcast", .send = buf, .recv = buf, .count = count, .dt = dt, .op = PHX_SUM};
     return solo_issue(state, &o, work);
 }
 
 /* recv = size * count = count elements: rank 0's block is send. */
-static phx_status solo_allgather(void *state, const void *send, void *recv, int64_t count, phx_dtype dt,
-                                 phx_work *work)
+static phx_status solo_allgather(void *state, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *work)
 {
-    solo_op o = { .what = "allgather", .send = send, .recv = recv, .count = count, .dt = dt, .op = PHX_SUM };
+    solo_op o = {.what = "allgather", .send = send, .recv = recv, .count = count, .dt = dt, .op = PHX_SUM};
     return solo_issue(state, &o, work);
 }
 
 static phx_status solo_reduce_scatter(void *state, const void *send, void *recv, int64_t count, phx_dtype dt,
                                       phx_reduce_op op, phx_work *work)
 {
-    solo_op o = { .what = "reduce_scatter", .send = send, .recv = recv, .count = count, .dt = dt, .op = op };
+    solo_op o = {.what = "reduce_scatter", .send = send, .recv = recv, .count = count, .dt = dt, .op = op};
     return solo_issue(state, &o, work);
 }
 
@@ -140,6 +139,5 @@ static const phx_comm_v1 solo_vtable = {
 
 /* The one exported symbol: data the loader checks before running any of
  * the code above. */
-PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 =
-    PHX_PLUGIN_DESC_INIT(PHX_PLUGIN_COMM, "solo", "1.0", "a world of one rank; collectives are identities",
-                         solo_probe, &solo_vtable);
+PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
+    PHX_PLUGIN_COMM, "solo", "1.0", "a world of one rank; collectives are identities", solo_probe, &solo_vtable);

@@ -23,8 +23,8 @@ typedef struct phx_meta {
  * the scaler (metadata "scaler.scale", "scaler.growth_tracker"), and n_meta
  * user pairs. Atomic: a temporary file in the same folder, fsync, rename;
  * on error the previous file is intact. opt, scaler, meta may be NULL. */
-phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimizer *opt,
-                               phx_scaler *scaler, const phx_meta *meta, size_t n_meta);
+phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler,
+                               const phx_meta *meta, size_t n_meta);
 
 /* A model-only export: the parameters under their dotted names and nothing
  * else, the keys torch's model.load_state_dict(..., strict=True) expects of
@@ -40,8 +40,7 @@ phx_status phx_checkpoint_save_model(const char *path, phx_module *model);
  * truncated, header length beyond the file, invalid JSON, unknown dtype,
  * offsets out of range or overlapping, missing or extra keys, shape
  * mismatch naming the key and both shapes) changes nothing. */
-phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimizer *opt,
-                               phx_scaler *scaler);
+phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler);
 
 /* Reads one metadata value of a checkpoint into buf (NUL-terminated).
  * PHX_ENOTFOUND when the key is absent. */
@@ -49,8 +48,8 @@ phx_status phx_checkpoint_meta(const char *path, const char *key, char *buf, siz
 
 /* Generic safetensors I/O of named tensors (any device: data is copied
  * through the host; tensors read back are CPU tensors). */
-phx_status phx_safetensors_write(const char *path, const char *const *names, phx_tensor *const *tensors,
-                                 size_t n, const phx_meta *meta, size_t n_meta);
+phx_status phx_safetensors_write(const char *path, const char *const *names, phx_tensor *const *tensors, size_t n,
+                                 const phx_meta *meta, size_t n_meta);
 /* Reads every tensor: *names and *tensors are malloc'd arrays of *n
  * entries (free with phx_safetensors_free). F64 entries read as F32
  * tensors (Phalanx has no f64 dtype). */

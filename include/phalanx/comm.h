@@ -15,10 +15,10 @@ typedef struct phx_work phx_work;
 
 /* The world as torchrun (or Open MPI, or Slurm) describes it. */
 typedef struct phx_world {
-    int rank, size;             /* RANK, WORLD_SIZE */
+    int rank, size; /* RANK, WORLD_SIZE */
     int local_rank, local_size; /* LOCAL_RANK, LOCAL_WORLD_SIZE */
-    char master_addr[256];      /* MASTER_ADDR (default 127.0.0.1) */
-    int master_port;            /* MASTER_PORT (default 29500) */
+    char master_addr[256]; /* MASTER_ADDR (default 127.0.0.1) */
+    int master_port; /* MASTER_PORT (default 29500) */
 } phx_world;
 
 /* Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
@@ -30,14 +30,14 @@ typedef struct phx_world {
 phx_status phx_world_from_env(phx_world *out);
 
 typedef struct phx_comm_opts {
-    const char *backend;  /* NULL: PHX_COMM, else highest probe priority */
-    int rank, size;       /* both < 0: from phx_world_from_env */
+    const char *backend; /* NULL: PHX_COMM, else highest probe priority */
+    int rank, size; /* both < 0: from phx_world_from_env */
     int local_rank, local_size;
     const char *master_addr; /* NULL: from the world */
-    int master_port;         /* <= 0: from the world */
-    double timeout_s;     /* <= 0: PHX_TIMEOUT, default 600 */
-    phx_store *store;     /* optional: rendezvous here instead of TCP */
-    phx_device device;    /* where collective buffers live (cpu default) */
+    int master_port; /* <= 0: from the world */
+    double timeout_s; /* <= 0: PHX_TIMEOUT, default 600 */
+    phx_store *store; /* optional: rendezvous here instead of TCP */
+    phx_device device; /* where collective buffers live (cpu default) */
 } phx_comm_opts;
 
 /* Defaults: everything from the environment, CPU buffers. */
@@ -65,8 +65,8 @@ phx_status phx_comm_broadcast(phx_comm *c, phx_tensor *t, int root, phx_work **w
 /* out has size * numel(in) elements: rank r's input lands at offset r*numel(in). */
 phx_status phx_comm_allgather(phx_comm *c, const phx_tensor *in, phx_tensor *out, phx_work **work);
 /* in has size * numel(out) elements; rank r gets the reduction of block r. */
-phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor *out,
-                                   phx_reduce_op op, phx_work **work);
+phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor *out, phx_reduce_op op,
+                                   phx_work **work);
 phx_status phx_comm_barrier(phx_comm *c, phx_work **work);
 
 /* Waits for completion up to timeout_s (< 0: the comm's timeout plus 2 s,

@@ -29,8 +29,8 @@ typedef struct phx_loader phx_loader;
  * (Fisher-Yates on Philox seeded with seed + epoch). The loader keeps
  * references to x and y. No workers: batches are copied inside
  * phx_loader_next. */
-phx_loader *phx_loader_new(phx_tensor *x, phx_tensor *y, int64_t batch, bool shuffle, uint64_t seed,
-                           bool drop_last, const int64_t *indices, size_t n_indices);
+phx_loader *phx_loader_new(phx_tensor *x, phx_tensor *y, int64_t batch, bool shuffle, uint64_t seed, bool drop_last,
+                           const int64_t *indices, size_t n_indices);
 void phx_loader_free(phx_loader *l);
 /* Starts an epoch (a new order); batches of the previous epoch not yet
  * taken are dropped (workers finish the one they are assembling). */
@@ -50,20 +50,20 @@ size_t phx_loader_num_batches(const phx_loader *l);
  * drop_last=sampler_drop_last), drop_last, num_workers, prefetch_factor,
  * collate_fn). Zero-initialise and set what differs. */
 typedef struct phx_loader_opts {
-    int64_t batch;               /* samples per batch (>= 1) */
-    bool shuffle;                /* order torch.randperm(n, seed + epoch) each epoch */
+    int64_t batch; /* samples per batch (>= 1) */
+    bool shuffle; /* order torch.randperm(n, seed + epoch) each epoch */
     uint64_t seed;
-    bool drop_last;              /* drop the last partial batch */
+    bool drop_last; /* drop the last partial batch */
     /* This rank's DistributedSampler share; num_replicas 0 or 1: all samples. */
     int num_replicas, rank;
-    bool sampler_drop_last;      /* drop the tail instead of padding by repetition */
+    bool sampler_drop_last; /* drop the tail instead of padding by repetition */
     /* (optional) the samples to draw from, in order, instead of 0..len-1
      * (a subset, e.g. an uneven shard); the sampler then works on positions
      * in this list. Copied. */
     const int64_t *indices;
     size_t n_indices;
-    int workers;                 /* threads assembling batches ahead; 0: inside phx_loader_next */
-    int prefetch;                /* batches assembled ahead with workers; 0: 2 per worker */
+    int workers; /* threads assembling batches ahead; 0: inside phx_loader_next */
+    int prefetch; /* batches assembled ahead with workers; 0: 2 per worker */
     /* (optional) collate: n samples of the dataset's fields (samples[f]:
      * n consecutive samples of field f) into out[f] (n rows of output field
      * f). Runs on the worker threads. Defaults to copying the samples as

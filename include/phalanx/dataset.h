@@ -21,7 +21,7 @@ extern "C" {
  * samples of this field is a tensor (n, shape...). */
 typedef struct phx_field {
     phx_dtype dtype;
-    int ndim;                        /* 0 .. PHX_MAX_DIMS - 1 */
+    int ndim; /* 0 .. PHX_MAX_DIMS - 1 */
     int64_t shape[PHX_MAX_DIMS - 1];
 } phx_field;
 
@@ -29,7 +29,7 @@ typedef struct phx_field {
 size_t phx_field_bytes(const phx_field *f);
 
 typedef struct phx_dataset_vtable {
-    const char *type_name;           /* (required) for messages */
+    const char *type_name; /* (required) for messages */
     /* (required) Writes sample i (0 <= i < len) into out[f], a host buffer
      * of phx_field_bytes(field f) bytes, for every field f. May run on
      * several loader workers at once (with different out buffers): it must

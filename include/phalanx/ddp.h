@@ -14,10 +14,10 @@ extern "C" {
 
 typedef struct phx_ddp_opts {
     size_t first_bucket_bytes; /* 0: 1 MiB */
-    size_t bucket_bytes;       /* 0: 25 MiB */
-    bool find_unused;          /* a parameter without gradient counts as zero */
-    bool no_overlap;           /* one all-reduce of all buckets after backward (benchmarks) */
-    bool no_rebuild;           /* keep the initial bucket order */
+    size_t bucket_bytes; /* 0: 25 MiB */
+    bool find_unused; /* a parameter without gradient counts as zero */
+    bool no_overlap; /* one all-reduce of all buckets after backward (benchmarks) */
+    bool no_rebuild; /* keep the initial bucket order */
 } phx_ddp_opts;
 
 /* Wraps model (ownership stays with the caller; it must outlive the
@@ -55,33 +55,32 @@ size_t phx_ddp_num_buckets(phx_module *ddp);
  * bucket order; returns their count, fills up to max. */
 size_t phx_ddp_bucket_params(phx_module *ddp, size_t b, size_t *idx, size_t max);
 
-
 /* --- Counters and an event trace (tests and benchmarks). Appended by the
  * DDP area: they prove that buckets are all-reduced while the backward
  * still runs. --- */
 
 typedef enum phx_ddp_event_kind {
-    PHX_DDP_EV_READY = 0,      /* a parameter's gradient became final (index: parameter) */
-    PHX_DDP_EV_LAUNCH = 1,     /* a bucket's all-reduce was issued (index: bucket) */
+    PHX_DDP_EV_READY = 0, /* a parameter's gradient became final (index: parameter) */
+    PHX_DDP_EV_LAUNCH = 1, /* a bucket's all-reduce was issued (index: bucket) */
     PHX_DDP_EV_MODEL_DONE = 2, /* the model's backward returned (index: 0) */
-    PHX_DDP_EV_DONE = 3        /* a bucket's all-reduce was waited for (index: bucket) */
+    PHX_DDP_EV_DONE = 3 /* a bucket's all-reduce was waited for (index: bucket) */
 } phx_ddp_event_kind;
 
 typedef struct phx_ddp_event {
-    int kind;                  /* phx_ddp_event_kind */
+    int kind; /* phx_ddp_event_kind */
     size_t index;
-    double t;                  /* seconds since the first event of that backward */
+    double t; /* seconds since the first event of that backward */
 } phx_ddp_event;
 
 typedef struct phx_ddp_stats {
-    uint64_t backwards;        /* backward passes finished (synced or no_sync) */
-    uint64_t synced;           /* of which all-reduced their gradients */
-    uint64_t launches;         /* bucket all-reduces issued */
-    uint64_t early_launches;   /* issued while another gradient of the same
+    uint64_t backwards; /* backward passes finished (synced or no_sync) */
+    uint64_t synced; /* of which all-reduced their gradients */
+    uint64_t launches; /* bucket all-reduces issued */
+    uint64_t early_launches; /* issued while another gradient of the same
                                   backward was still pending: overlap */
-    uint64_t rebuilds;         /* bucket rebuilds in arrival order (0 or 1) */
-    uint64_t bytes;            /* bytes all-reduced */
-    double wait_s;             /* time finish_backward spent waiting */
+    uint64_t rebuilds; /* bucket rebuilds in arrival order (0 or 1) */
+    uint64_t bytes; /* bytes all-reduced */
+    double wait_s; /* time finish_backward spent waiting */
 } phx_ddp_stats;
 
 /* Copies the counters since construction into *out. PHX_EINVAL when ddp is

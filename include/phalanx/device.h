@@ -14,7 +14,7 @@ typedef enum phx_device_kind { PHX_DEVICE_CPU = 0, PHX_DEVICE_CUDA = 1 } phx_dev
 
 /* A device is a value: kind + index ("cuda:1" = {PHX_DEVICE_CUDA, 1}). */
 typedef struct phx_device {
-    int kind;  /* phx_device_kind */
+    int kind; /* phx_device_kind */
     int index; /* 0 for the CPU */
 } phx_device;
 
@@ -44,10 +44,10 @@ int phx_device_count(phx_device_kind kind);
 phx_status phx_device_synchronize(phx_device d);
 
 typedef struct phx_memory_stats {
-    uint64_t in_use_bytes;  /* handed out to tensors now */
-    uint64_t cached_bytes;  /* held by the caching allocator, free for reuse */
-    uint64_t peak_bytes;    /* high-water mark of in_use_bytes */
-    uint64_t alloc_calls;   /* requests served (from cache or fresh) */
+    uint64_t in_use_bytes; /* handed out to tensors now */
+    uint64_t cached_bytes; /* held by the caching allocator, free for reuse */
+    uint64_t peak_bytes; /* high-water mark of in_use_bytes */
+    uint64_t alloc_calls; /* requests served (from cache or fresh) */
 } phx_memory_stats;
 
 /* Allocator statistics of the device (CPU: counts tensor storage). */

@@ -15,8 +15,7 @@ extern "C" {
  * gradients into model's parameters. devices NULL: every device of the
  * model's kind (CPU: phx_num_threads() replicas). Parameter names are the
  * model's. NULL on error (unknown device, output device not in the list). */
-phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_devices,
-                       const phx_device *output_device);
+phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_devices, const phx_device *output_device);
 /* The wrapped model (owned by the caller), or NULL with PHX_EINVAL when dp
  * is not a DataParallel wrapper. See doc/dp.md. */
 phx_module *phx_dp_model(phx_module *dp);

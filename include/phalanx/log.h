@@ -6,9 +6,7 @@
 extern "C" {
 #endif
 
-typedef enum phx_log_level {
-    PHX_LOG_ERROR = 0, PHX_LOG_WARN = 1, PHX_LOG_INFO = 2, PHX_LOG_DEBUG = 3
-} phx_log_level;
+typedef enum phx_log_level { PHX_LOG_ERROR = 0, PHX_LOG_WARN = 1, PHX_LOG_INFO = 2, PHX_LOG_DEBUG = 3 } phx_log_level;
 
 /* Current level: from PHX_LOG (error|warn|info|debug, default warn) on
  * first use, or the last phx_log_set_level(). */
@@ -22,8 +20,7 @@ void phx_log_set_level(phx_log_level level);
 void phx_log_set_rank(int rank);
 
 /* Writes one line if level <= phx_log_get_level(). Thread-safe. */
-void phx_log(phx_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void phx_log(phx_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }

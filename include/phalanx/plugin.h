@@ -24,14 +24,12 @@ extern "C" {
 #define PHX_PLUGIN_ABI_MINOR 1
 #define PHX_PLUGIN_ABI_MINOR_OLDEST 0
 
-typedef enum phx_plugin_kind {
-    PHX_PLUGIN_COMM = 1, PHX_PLUGIN_PRECISION = 2, PHX_PLUGIN_DEVICE = 3
-} phx_plugin_kind;
+typedef enum phx_plugin_kind { PHX_PLUGIN_COMM = 1, PHX_PLUGIN_PRECISION = 2, PHX_PLUGIN_DEVICE = 3 } phx_plugin_kind;
 
 /* What a probe gets to decide on. */
 typedef struct phx_probe_ctx {
-    int in_process;       /* 1: the world is threads of one process */
-    int local_size;       /* ranks on this node */
+    int in_process; /* 1: the world is threads of one process */
+    int local_size; /* ranks on this node */
     int local_rank;
 } phx_probe_ctx;
 
@@ -42,10 +40,10 @@ typedef struct phx_probe_ctx {
 typedef struct phx_plugin_desc {
     uint32_t abi_major;
     uint32_t abi_minor;
-    uint32_t struct_size;  /* sizeof(phx_plugin_desc) the plugin was built with */
-    uint32_t kind;         /* phx_plugin_kind */
-    const char *name;      /* "gloo": the file is phx-comm-gloo.so */
-    const char *version;   /* plugin's own version string */
+    uint32_t struct_size; /* sizeof(phx_plugin_desc) the plugin was built with */
+    uint32_t kind; /* phx_plugin_kind */
+    const char *name; /* "gloo": the file is phx-comm-gloo.so */
+    const char *version; /* plugin's own version string */
     const char *description;
     /* Usable here? Returns a priority >= 0 if so (higher wins when the user
      * names none), or < 0 and writes why into why[0..why_len). */
@@ -55,8 +53,10 @@ typedef struct phx_plugin_desc {
 } phx_plugin_desc;
 
 #define PHX_PLUGIN_DESC_INIT(kind_, name_, version_, desc_, probe_, vtable_) \
-    { PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR, (uint32_t)sizeof(phx_plugin_desc), \
-      (uint32_t)(kind_), (name_), (version_), (desc_), (probe_), (vtable_) }
+    { \
+        PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR, (uint32_t)sizeof(phx_plugin_desc), (uint32_t)(kind_), (name_), \
+            (version_), (desc_), (probe_), (vtable_) \
+    }
 
 #if defined(__GNUC__)
 #define PHX_PLUGIN_EXPORT __attribute__((visibility("default")))
@@ -84,9 +84,9 @@ typedef struct phx_plugin_info {
     char name[64];
     char version[64];
     uint32_t abi_major, abi_minor;
-    int ok;               /* 1: loadable and probe accepted */
-    int priority;         /* probe result when ok */
-    char reason[512];     /* why not ok */
+    int ok; /* 1: loadable and probe accepted */
+    int priority; /* probe result when ok */
+    char reason[512]; /* why not ok */
 } phx_plugin_info;
 
 /* Scans the search path (PHX_PLUGIN_PATH, the phalanx/ folder beside

@@ -30,10 +30,10 @@ phx_dtype phx_precision_dtype(const phx_precision *p);
 bool phx_precision_scaling(const phx_precision *p);
 
 typedef struct phx_scaler_opts {
-    double init_scale;     /* 0: policy default (65536) */
-    double growth_factor;  /* 0: 2.0 */
+    double init_scale; /* 0: policy default (65536) */
+    double growth_factor; /* 0: 2.0 */
     double backoff_factor; /* 0: 0.5 */
-    int growth_interval;   /* 0: 2000 */
+    int growth_interval; /* 0: 2000 */
 } phx_scaler_opts;
 
 /* A scaler for policy p (NULL opts = the policy's defaults; a zero field

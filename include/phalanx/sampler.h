@@ -18,8 +18,7 @@ typedef struct phx_sampler phx_sampler;
  * torch.randperm(n, generator seeded seed + epoch). drop_last drops the tail
  * so every rank gets floor(n / replicas); else pads by repeating from the
  * start. NULL with PHX_EINVAL for rank >= num_replicas etc. */
-phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle, uint64_t seed,
-                             bool drop_last);
+phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle, uint64_t seed, bool drop_last);
 void phx_sampler_free(phx_sampler *s);
 void phx_sampler_set_epoch(phx_sampler *s, int64_t epoch);
 /* This rank's indices for the current epoch (owned by s, valid until the

@@ -15,10 +15,10 @@ extern "C" {
 #endif
 
 typedef enum phx_schedule_kind {
-    PHX_SCHED_CONSTANT = 0,       /* base_lr */
-    PHX_SCHED_WARMUP_COSINE = 1,  /* linear warmup, then cosine decay to min_lr */
-    PHX_SCHED_STEP = 2,           /* StepLR: base_lr * gamma^(step / step_size) */
-    PHX_SCHED_CALLBACK = 3        /* LambdaLR: base_lr * fn(step, user) */
+    PHX_SCHED_CONSTANT = 0, /* base_lr */
+    PHX_SCHED_WARMUP_COSINE = 1, /* linear warmup, then cosine decay to min_lr */
+    PHX_SCHED_STEP = 2, /* StepLR: base_lr * gamma^(step / step_size) */
+    PHX_SCHED_CALLBACK = 3 /* LambdaLR: base_lr * fn(step, user) */
 } phx_schedule_kind;
 
 /* Multiplier of the base learning rate for a 0-based step (LambdaLR's
@@ -26,16 +26,16 @@ typedef enum phx_schedule_kind {
 typedef double (*phx_lr_fn)(int64_t step, void *user);
 
 typedef struct phx_schedule_opts {
-    int kind;                 /* phx_schedule_kind */
+    int kind; /* phx_schedule_kind */
     /* warmup + cosine: step s < warmup_steps: base_lr (s + 1) / warmup_steps;
      * then min_lr + (base_lr - min_lr) (1 + cos(pi p)) / 2 with
      * p = (s - warmup_steps) / (total_steps - warmup_steps), clamped to 1
      * (so min_lr from total_steps on). */
     int64_t warmup_steps, total_steps;
     double min_lr;
-    int64_t step_size;        /* step decay: >= 1 */
-    double gamma;             /* step decay: > 0 */
-    phx_lr_fn fn;             /* callback */
+    int64_t step_size; /* step decay: >= 1 */
+    double gamma; /* step decay: > 0 */
+    phx_lr_fn fn; /* callback */
     void *user;
 } phx_schedule_opts;
 

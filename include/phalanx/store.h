@@ -17,7 +17,7 @@ extern "C" {
 typedef struct phx_store phx_store;
 
 /* Limits enforced on every frame (larger is a protocol error). */
-#define PHX_STORE_MAX_KEY   4096u
+#define PHX_STORE_MAX_KEY 4096u
 #define PHX_STORE_MAX_VALUE (64u << 20)
 
 /* Connects to host:port. When is_server is true, first starts the server
@@ -51,8 +51,8 @@ phx_status phx_store_add(phx_store *s, const char *key, int64_t delta, int64_t *
 phx_status phx_store_wait(phx_store *s, const char *const *keys, size_t n, double timeout_s);
 /* If key holds expected (or is missing and elen == 0), sets it to desired.
  * *actual (malloc'd, may be NULL) receives the value now stored. */
-phx_status phx_store_compare_set(phx_store *s, const char *key, const void *expected, size_t elen,
-                                 const void *desired, size_t dlen, void **actual, size_t *alen);
+phx_status phx_store_compare_set(phx_store *s, const char *key, const void *expected, size_t elen, const void *desired,
+                                 size_t dlen, void **actual, size_t *alen);
 /* Deletes key; *deleted (may be NULL) is 1 when it existed. */
 phx_status phx_store_delete(phx_store *s, const char *key, int *deleted);
 phx_status phx_store_num_keys(phx_store *s, int64_t *count);

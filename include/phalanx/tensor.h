@@ -14,9 +14,7 @@ extern "C" {
 
 #define PHX_MAX_DIMS 4
 
-typedef enum phx_dtype {
-    PHX_F32 = 0, PHX_F16 = 1, PHX_BF16 = 2, PHX_I32 = 3, PHX_I64 = 4
-} phx_dtype;
+typedef enum phx_dtype { PHX_F32 = 0, PHX_F16 = 1, PHX_BF16 = 2, PHX_I32 = 3, PHX_I64 = 4 } phx_dtype;
 #define PHX_NUM_DTYPES 5
 
 typedef enum phx_reduce_op { PHX_SUM = 0, PHX_AVG = 1, PHX_MAX = 2, PHX_MIN = 3 } phx_reduce_op;
@@ -92,8 +90,8 @@ phx_status phx_tensor_reduce(const phx_tensor *t, phx_reduce_op op, double *out)
  * op(X) is X or X^T. A, B in f32/f16/bf16 (same dtype), C in f32, f16 or
  * bf16; products accumulate in f32 and the result is rounded to C's dtype.
  * Shapes: op(A) (m,k), op(B) (k,n), C (m,n). */
-phx_status phx_gemm(bool trans_a, bool trans_b, float alpha, const phx_tensor *a,
-                    const phx_tensor *b, float beta, phx_tensor *c);
+phx_status phx_gemm(bool trans_a, bool trans_b, float alpha, const phx_tensor *a, const phx_tensor *b, float beta,
+                    phx_tensor *c);
 
 /* Reads one element as double (synchronous; for tests and small checks). */
 phx_status phx_tensor_get(const phx_tensor *t, int64_t index, double *out);

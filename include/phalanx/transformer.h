@@ -44,8 +44,7 @@ phx_module *phx_residual_new(phx_module *fn);
  * Linear weights are drawn from rng in the order c_attn, c_proj. NULL
  * when d_model is not a positive multiple of n_head or p is outside
  * [0, 1). */
-phx_module *phx_attention_new(int64_t d_model, int64_t n_head, float dropout, bool bias, uint64_t seed,
-                              phx_rng *rng);
+phx_module *phx_attention_new(int64_t d_model, int64_t n_head, float dropout, bool bias, uint64_t seed, phx_rng *rng);
 
 /* A pre-LN transformer block written from modules:
  *   Sequential(Residual(Sequential(LayerNorm, Attention)),
@@ -59,12 +58,12 @@ phx_module *phx_transformer_block_new(int64_t d_model, int64_t n_head, float dro
                                       phx_rng *rng);
 
 typedef struct phx_gpt_config {
-    int64_t vocab_size;  /* tokens (i64 indices in [0, vocab_size)) */
-    int64_t block_size;  /* longest context T */
+    int64_t vocab_size; /* tokens (i64 indices in [0, vocab_size)) */
+    int64_t block_size; /* longest context T */
     int64_t n_layer, n_head, d_model;
-    float dropout;       /* embeddings, attention weights, residual branches */
-    bool bias;           /* biases in Linear layers */
-    uint64_t seed;       /* Philox seed of the dropout masks (each Dropout its own stream) */
+    float dropout; /* embeddings, attention weights, residual branches */
+    bool bias; /* biases in Linear layers */
+    uint64_t seed; /* Philox seed of the dropout masks (each Dropout its own stream) */
     /* 0: PyTorch's default initialisation (Embedding N(0,1), Linear
      * kaiming-uniform). > 0: GPT-2's: Linear and Embedding weights
      * N(0, init_std), biases 0, the residual projections N(0,

@@ -8,26 +8,45 @@ PX_INLINE void px_act_fwd_loop(int act, int64_t n, const void *x, void *y, int d
     for (int64_t i = 0; i < n; i++) px_st(y, dt, i, phx_act(act, px_ld(x, dt, i)));
 }
 
-PX_INLINE void px_act_bwd_loop(int act, int64_t n, const void *x, const void *y, const void *dy, void *dx,
-                               int dt)
+PX_INLINE void px_act_bwd_loop(int act, int64_t n, const void *x, const void *y, const void *dy, void *dx, int dt)
 {
     /* relu and the gelus read x; tanh and sigmoid read y */
     if (act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID)
-        for (int64_t i = 0; i < n; i++)
-            px_st(dx, dt, i, px_ld(dy, dt, i) * phx_act_grad(act, 0.0f, px_ld(y, dt, i)));
+        for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, px_ld(dy, dt, i) * phx_act_grad(act, 0.0f, px_ld(y, dt, i)));
     else
-        for (int64_t i = 0; i < n; i++)
-            px_st(dx, dt, i, px_ld(dy, dt, i) * phx_act_grad(act, px_ld(x, dt, i), 0.0f));
+        for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, px_ld(dy, dt, i) * phx_act_grad(act, px_ld(x, dt, i), 0.0f));
 }
 
-#define PX_ACT_DISPATCH(act, CALL)                                                              \
-    switch (act) {                                                                              \
-    case PHX_ACT_RELU: { enum { ACT = PHX_ACT_RELU }; CALL; break; }                            \
-    case PHX_ACT_GELU: { enum { ACT = PHX_ACT_GELU }; CALL; break; }                            \
-    case PHX_ACT_GELU_TANH: { enum { ACT = PHX_ACT_GELU_TANH }; CALL; break; }                  \
-    case PHX_ACT_TANH: { enum { ACT = PHX_ACT_TANH }; CALL; break; }                            \
-    case PHX_ACT_SIGMOID: { enum { ACT = PHX_ACT_SIGMOID }; CALL; break; }                      \
-    default: return phx_error(PHX_EINVAL, "activation: kind %d, expected 0..4 (relu, gelu, gelu_tanh, tanh, sigmoid)", (int)act); \
+#define PX_ACT_DISPATCH(act, CALL) \
+    switch (act) { \
+    case PHX_ACT_RELU: { \
+        enum { ACT = PHX_ACT_RELU }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_GELU: { \
+        enum { ACT = PHX_ACT_GELU }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_GELU_TANH: { \
+        enum { ACT = PHX_ACT_GELU_TANH }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_TANH: { \
+        enum { ACT = PHX_ACT_TANH }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_SIGMOID: { \
+        enum { ACT = PHX_ACT_SIGMOID }; \
+        CALL; \
+        break; \
+    } \
+    default: \
+        return phx_error(PHX_EINVAL, "activation: kind %d, expected 0..4 (relu, gelu, gelu_tanh, tanh, sigmoid)", \
+                         (int)act); \
     }
 
 PX_CLONES phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
@@ -39,7 +58,7 @@ PX_CLONES phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, 
 }
 
 PX_CLONES phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y,
-                               const void *dy, void *dx, phx_dtype dt)
+                                         const void *dy, void *dx, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("act_backward", n);

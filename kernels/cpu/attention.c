@@ -17,21 +17,20 @@ phx_status px_cpu_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, int
                                int64_t stride_b, phx_dtype adt, float beta, void *c, int64_t ldc, int64_t stride_c,
                                phx_dtype cdt, int64_t batch)
 {
-    if (batch < 0)
-        return phx_error(PHX_EINVAL, "gemm_batched: batch %lld, expected >= 0", (long long)batch);
+    if (batch < 0) return phx_error(PHX_EINVAL, "gemm_batched: batch %lld, expected >= 0", (long long)batch);
     size_t ea = phx_dtype_size(adt), ec = phx_dtype_size(cdt);
     for (int64_t i = 0; i < batch; i++) {
-        phx_status st = px_cpu_gemm(dev, trans_a, trans_b, m, n, k, alpha, (const char *)a + (size_t)(i * stride_a) * ea,
-                                    lda, (const char *)b + (size_t)(i * stride_b) * ea, ldb, adt, beta,
-                                    (char *)c + (size_t)(i * stride_c) * ec, ldc, cdt);
-        if (st != PHX_OK)
-            return st;
+        phx_status st =
+            px_cpu_gemm(dev, trans_a, trans_b, m, n, k, alpha, (const char *)a + (size_t)(i * stride_a) * ea, lda,
+                        (const char *)b + (size_t)(i * stride_b) * ea, ldb, adt, beta,
+                        (char *)c + (size_t)(i * stride_c) * ec, ldc, cdt);
+        if (st != PHX_OK) return st;
     }
     return PHX_OK;
 }
 
-PX_INLINE void px_softmax_fwd_loop(int64_t rows, int64_t cols, float scale, int causal, int lg, const void *x,
-                                   void *y, float *e, int dt)
+PX_INLINE void px_softmax_fwd_loop(int64_t rows, int64_t cols, float scale, int causal, int lg, const void *x, void *y,
+                                   float *e, int dt)
 {
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r * cols, lim = causal ? r % cols + 1 : cols;
@@ -62,8 +61,7 @@ PX_INLINE void px_softmax_bwd_loop(int64_t rows, int64_t cols, float scale, int 
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r * cols, lim = causal ? r % cols + 1 : cols;
         float acc = 0.0f;
-        for (int64_t c = 0; c < lim; c++)
-            acc += lg ? px_ld(dy, dt, o + c) : px_ld(y, dt, o + c) * px_ld(dy, dt, o + c);
+        for (int64_t c = 0; c < lim; c++) acc += lg ? px_ld(dy, dt, o + c) : px_ld(y, dt, o + c) * px_ld(dy, dt, o + c);
         for (int64_t c = 0; c < lim; c++) {
             float yy = px_ld(y, dt, o + c), d = px_ld(dy, dt, o + c);
             px_st(dx, dt, o + c, lg ? scale * (d - expf(yy) * acc) : scale * yy * (d - acc));
@@ -72,11 +70,10 @@ PX_INLINE void px_softmax_bwd_loop(int64_t rows, int64_t cols, float scale, int 
     }
 }
 
-static phx_status px_softmax_check(const char *who, int64_t rows, int64_t cols)
+static phx_status softmax_check(const char *who, int64_t rows, int64_t cols)
 {
     PX_CHECK_N(who, rows);
-    if (cols < 1)
-        return phx_error(PHX_EINVAL, "%s: %lld columns, expected >= 1", who, (long long)cols);
+    if (cols < 1) return phx_error(PHX_EINVAL, "%s: %lld columns, expected >= 1", who, (long long)cols);
     return PHX_OK;
 }
 
@@ -84,12 +81,10 @@ PX_CLONES phx_status px_cpu_softmax_forward(int dev, int64_t rows, int64_t cols,
                                             const void *x, void *y, phx_dtype dt)
 {
     (void)dev;
-    phx_status st = px_softmax_check("softmax_forward", rows, cols);
-    if (st != PHX_OK)
-        return st;
+    phx_status st = softmax_check("softmax_forward", rows, cols);
+    if (st != PHX_OK) return st;
     float *e = px_cpu_scratch(3, (size_t)cols * sizeof(float));
-    if (!e)
-        return PHX_ENOMEM;
+    if (!e) return PHX_ENOMEM;
     PX_FLOAT_DISPATCH("softmax_forward", dt, px_softmax_fwd_loop(rows, cols, scale, causal, log, x, y, e, DT));
     return PHX_OK;
 }
@@ -98,9 +93,8 @@ PX_CLONES phx_status px_cpu_softmax_backward(int dev, int64_t rows, int64_t cols
                                              const void *y, const void *dy, void *dx, phx_dtype dt)
 {
     (void)dev;
-    phx_status st = px_softmax_check("softmax_backward", rows, cols);
-    if (st != PHX_OK)
-        return st;
+    phx_status st = softmax_check("softmax_backward", rows, cols);
+    if (st != PHX_OK) return st;
     PX_FLOAT_DISPATCH("softmax_backward", dt, px_softmax_bwd_loop(rows, cols, scale, causal, log, y, dy, dx, DT));
     return PHX_OK;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 #include "kernels/cpu/cpu.h"
 
-static int64_t px_f2i64(double v)
+static int64_t f2i64(double v)
 {
     if (v != v) return 0;
     if (v >= 9223372036854775807.0) return INT64_MAX;
@@ -14,7 +14,7 @@ static int64_t px_f2i64(double v)
     return (int64_t)v;
 }
 
-static int32_t px_f2i32(double v)
+static int32_t f2i32(double v)
 {
     if (v != v) return 0;
     if (v >= 2147483647.0) return INT32_MAX;
@@ -36,15 +36,17 @@ PX_INLINE double px_ld_any(const void *p, int dt, int64_t i)
     }
 }
 
-static int px_valid(phx_dtype dt) { return dt >= PHX_F32 && dt <= PHX_I64; }
+static int valid(phx_dtype dt)
+{
+    return dt >= PHX_F32 && dt <= PHX_I64;
+}
 
 PX_CLONES phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
 {
     (void)dev;
     PX_CHECK_N("cast", n);
-    if (!px_valid(dt) || !px_valid(st))
-        return phx_error(PHX_EINVAL, "cast: dtypes %d -> %d, expected f32, f16, bf16, i32 or i64", (int)st,
-                         (int)dt);
+    if (!valid(dt) || !valid(st))
+        return phx_error(PHX_EINVAL, "cast: dtypes %d -> %d, expected f32, f16, bf16, i32 or i64", (int)st, (int)dt);
     if (dt == st) {
         if (dst != src) memmove(dst, src, (size_t)n * phx_dtype_size(dt));
         return PHX_OK;
@@ -64,8 +66,8 @@ PX_CLONES phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *s
     /* one side integer, the other float */
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
-        case PHX_I32: ((int32_t *)dst)[i] = px_f2i32(px_ld_any(src, st, i)); break;
-        case PHX_I64: ((int64_t *)dst)[i] = px_f2i64(px_ld_any(src, st, i)); break;
+        case PHX_I32: ((int32_t *)dst)[i] = f2i32(px_ld_any(src, st, i)); break;
+        case PHX_I64: ((int64_t *)dst)[i] = f2i64(px_ld_any(src, st, i)); break;
         default:
             /* i64 -> f32 rounds once (int -> float), then to f16/bf16 */
             px_st(dst, dt, i, st == PHX_I64 ? (float)((const int64_t *)src)[i] : (float)((const int32_t *)src)[i]);
@@ -93,12 +95,12 @@ phx_status px_cpu_fill(int dev, void *dst, phx_dtype dt, int64_t n, double value
     case PHX_F16: px_fill_u16(dst, n, phx_f32_to_f16((float)value)); return PHX_OK;
     case PHX_BF16: px_fill_u16(dst, n, phx_f32_to_bf16((float)value)); return PHX_OK;
     case PHX_I32: {
-        int32_t v = px_f2i32(value), *d = dst;
+        int32_t v = f2i32(value), *d = dst;
         for (int64_t i = 0; i < n; i++) d[i] = v;
         return PHX_OK;
     }
     case PHX_I64: {
-        int64_t v = px_f2i64(value), *d = dst;
+        int64_t v = f2i64(value), *d = dst;
         for (int64_t i = 0; i < n; i++) d[i] = v;
         return PHX_OK;
     }

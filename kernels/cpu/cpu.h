@@ -16,7 +16,6 @@
 #pragma GCC optimize("tree-loop-vectorize", "vect-cost-model=dynamic", "unswitch-loops", "no-math-errno")
 #endif
 
-
 #include <stdint.h>
 #include "kernels/math.h"
 #include "phalanx/error.h"
@@ -54,16 +53,28 @@ PX_INLINE void px_st(void *p, int dt, int64_t i, float v)
 
 /* Runs CALL (an expression using the constant SYM) for a float dtype dt;
  * otherwise returns PHX_EINVAL naming the kernel. */
-#define PX_FLOAT_DISPATCH_AS(name, dt, SYM, CALL)                                           \
-    do {                                                                                    \
-        switch (dt) {                                                                       \
-        case PHX_F32: { enum { SYM = PHX_F32 }; CALL; break; }                              \
-        case PHX_F16: { enum { SYM = PHX_F16 }; CALL; break; }                              \
-        case PHX_BF16: { enum { SYM = PHX_BF16 }; CALL; break; }                            \
-        default:                                                                            \
-            return phx_error(PHX_EINVAL, "%s: dtype %s, expected f32, f16 or bf16", name,   \
-                             phx_dtype_name((phx_dtype)(dt)));                              \
-        }                                                                                   \
+#define PX_FLOAT_DISPATCH_AS(name, dt, SYM, CALL) \
+    do { \
+        switch (dt) { \
+        case PHX_F32: { \
+            enum { SYM = PHX_F32 }; \
+            CALL; \
+            break; \
+        } \
+        case PHX_F16: { \
+            enum { SYM = PHX_F16 }; \
+            CALL; \
+            break; \
+        } \
+        case PHX_BF16: { \
+            enum { SYM = PHX_BF16 }; \
+            CALL; \
+            break; \
+        } \
+        default: \
+            return phx_error(PHX_EINVAL, "%s: dtype %s, expected f32, f16 or bf16", name, \
+                             phx_dtype_name((phx_dtype)(dt))); \
+        } \
     } while (0)
 #define PX_FLOAT_DISPATCH(name, dt, CALL) PX_FLOAT_DISPATCH_AS(name, dt, DT, CALL)
 
@@ -97,7 +108,7 @@ PX_INLINE const uint32_t *px_philox_chunk(uint64_t seed, uint64_t first, int64_t
  * (vectorisable, and an error bound 8x smaller than one running sum). */
 PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, float shift)
 {
-    float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) acc[j] += px_ld(x, dt, o + i + j) - shift;
@@ -107,10 +118,9 @@ PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, floa
 }
 
 /* Returns PHX_EINVAL when n < 0. */
-#define PX_CHECK_N(name, n)                                                                 \
-    do {                                                                                    \
-        if ((n) < 0) return phx_error(PHX_EINVAL, "%s: %lld elements, expected >= 0", name, \
-                                      (long long)(n));                                      \
+#define PX_CHECK_N(name, n) \
+    do { \
+        if ((n) < 0) return phx_error(PHX_EINVAL, "%s: %lld elements, expected >= 0", name, (long long)(n)); \
     } while (0)
 
 /* Thread-local scratch of at least bytes (64-byte aligned), grown on
@@ -121,9 +131,8 @@ void *px_cpu_scratch(int slot, size_t bytes);
 /* Plain C SGEMM (row-major, BLAS semantics: beta 0 ignores C's old
  * contents), used when the build has no CBLAS; kept always compiled so
  * the tests check it too. */
-void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                       int64_t ldc);
+void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* Sets the BLAS thread count (no-op without CBLAS). */
 void px_cpu_blas_threads(int n);

@@ -20,19 +20,18 @@ PX_INLINE void px_dropout_fwd_loop(int64_t n, float p, uint64_t seed, uint64_t o
     }
 }
 
-static phx_status px_check_p(const char *name, float p)
+static phx_status check_p(const char *name, float p)
 {
-    if (!(p >= 0.0f && p <= 1.0f))
-        return phx_error(PHX_EINVAL, "%s: p=%g, expected 0 <= p <= 1", name, (double)p);
+    if (!(p >= 0.0f && p <= 1.0f)) return phx_error(PHX_EINVAL, "%s: p=%g, expected 0 <= p <= 1", name, (double)p);
     return PHX_OK;
 }
 
 PX_CLONES phx_status px_cpu_dropout_forward(int dev, int64_t n, float p, uint64_t seed, uint64_t offset, const void *x,
-                                  void *y, uint8_t *mask, phx_dtype dt)
+                                            void *y, uint8_t *mask, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("dropout_forward", n);
-    if (px_check_p("dropout_forward", p)) return PHX_EINVAL;
+    if (check_p("dropout_forward", p)) return PHX_EINVAL;
     PX_FLOAT_DISPATCH("dropout_forward", dt, px_dropout_fwd_loop(n, p, seed, offset, x, y, mask, DT));
     return PHX_OK;
 }
@@ -44,11 +43,11 @@ PX_INLINE void px_dropout_bwd_loop(int64_t n, float p, const uint8_t *mask, cons
 }
 
 PX_CLONES phx_status px_cpu_dropout_backward(int dev, int64_t n, float p, const uint8_t *mask, const void *dy, void *dx,
-                                   phx_dtype dt)
+                                             phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("dropout_backward", n);
-    if (px_check_p("dropout_backward", p)) return PHX_EINVAL;
+    if (check_p("dropout_backward", p)) return PHX_EINVAL;
     if (!mask && n > 0) return phx_error(PHX_EINVAL, "dropout_backward: mask is NULL, expected forward's mask");
     PX_FLOAT_DISPATCH("dropout_backward", dt, px_dropout_bwd_loop(n, p, mask, dy, dx, DT));
     return PHX_OK;

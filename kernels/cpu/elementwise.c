@@ -20,7 +20,7 @@ PX_INLINE void px_axpby_loop(int64_t n, float alpha, const void *x, int xdt, flo
 }
 
 PX_CLONES phx_status px_cpu_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta, void *y,
-                        phx_dtype ydt)
+                                  phx_dtype ydt)
 {
     (void)dev;
     PX_CHECK_N("axpby", n);
@@ -83,7 +83,7 @@ PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int
 }
 
 PX_CLONES phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt, float beta,
-                            float *db)
+                                      float *db)
 {
     (void)dev;
     PX_CHECK_N("bias_grad", rows);

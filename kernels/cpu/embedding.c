@@ -21,7 +21,7 @@ PX_INLINE void px_emb_bwd_loop(int64_t n, int64_t dim, const int64_t *idx, const
     }
 }
 
-static phx_status px_emb_check(const char *who, int64_t n, int64_t num, int64_t dim)
+static phx_status emb_check(const char *who, int64_t n, int64_t num, int64_t dim)
 {
     PX_CHECK_N(who, n);
     if (num < 1 || dim < 1)
@@ -34,9 +34,8 @@ PX_CLONES phx_status px_cpu_embedding_forward(int dev, int64_t n, int64_t num, i
                                               const float *w, void *y, phx_dtype dt, int64_t *bad_host)
 {
     (void)dev;
-    phx_status st = px_emb_check("embedding_forward", n, num, dim);
-    if (st != PHX_OK)
-        return st;
+    phx_status st = emb_check("embedding_forward", n, num, dim);
+    if (st != PHX_OK) return st;
     *bad_host = -1;
     for (int64_t i = 0; i < n; i++)
         if (idx[i] < 0 || idx[i] >= num) {
@@ -51,9 +50,8 @@ PX_CLONES phx_status px_cpu_embedding_backward(int dev, int64_t n, int64_t num, 
                                                const void *dy, phx_dtype dt, float *dw)
 {
     (void)dev;
-    phx_status st = px_emb_check("embedding_backward", n, num, dim);
-    if (st != PHX_OK)
-        return st;
+    phx_status st = emb_check("embedding_backward", n, num, dim);
+    if (st != PHX_OK) return st;
     PX_FLOAT_DISPATCH("embedding_backward", dt, px_emb_bwd_loop(n, dim, idx, dy, dw, DT));
     return PHX_OK;
 }

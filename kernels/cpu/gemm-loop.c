@@ -6,17 +6,16 @@
 #include <stdint.h>
 #include <string.h>
 
-void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                       int64_t ldc);
+void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
-void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                       int64_t ldc)
+void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     for (int64_t i = 0; i < m; i++) {
         float *ci = c + i * ldc;
-        if (beta == 0.0f) memset(ci, 0, (size_t)n * sizeof *ci);
+        if (beta == 0.0f)
+            memset(ci, 0, (size_t)n * sizeof *ci);
         else if (beta != 1.0f)
             for (int64_t j = 0; j < n; j++) ci[j] *= beta;
         if (alpha == 0.0f || k == 0) continue;
@@ -43,4 +42,3 @@ void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k
         }
     }
 }
-

@@ -27,16 +27,16 @@ int px_cpu_blas_get_threads(void)
 #endif
 }
 
-static phx_status px_sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
 #ifdef HAVE_CBLAS
     if (k > 0) {
         if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
-            return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld exceed the BLAS int range",
-                             (long long)m, (long long)n, (long long)k);
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,
-                    (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+            return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld exceed the BLAS int range", (long long)m,
+                             (long long)n, (long long)k);
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                    (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
         return PHX_OK;
     }
 #endif
@@ -57,25 +57,28 @@ PX_INLINE void px_narrow(void *dst, int dt, int64_t ld, const float *src, int64_
         for (int64_t j = 0; j < cols; j++) px_st(dst, dt, r * ld + j, src[r * cols + j]);
 }
 
-static int px_is_float(phx_dtype dt) { return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16; }
+static int is_float(phx_dtype dt)
+{
+    return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16;
+}
 
 PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
-                       void *c, int64_t ldc, phx_dtype cdt)
+                                 const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
+                                 void *c, int64_t ldc, phx_dtype cdt)
 {
     (void)dev;
     if (m < 0 || n < 0 || k < 0)
-        return phx_error(PHX_EINVAL, "gemm: m=%lld n=%lld k=%lld, expected sizes >= 0", (long long)m,
-                         (long long)n, (long long)k);
-    if (!px_is_float(adt) || !px_is_float(cdt))
-        return phx_error(PHX_EINVAL, "gemm: operands %s, result %s, expected f32, f16 or bf16",
-                         phx_dtype_name(adt), phx_dtype_name(cdt));
+        return phx_error(PHX_EINVAL, "gemm: m=%lld n=%lld k=%lld, expected sizes >= 0", (long long)m, (long long)n,
+                         (long long)k);
+    if (!is_float(adt) || !is_float(cdt))
+        return phx_error(PHX_EINVAL, "gemm: operands %s, result %s, expected f32, f16 or bf16", phx_dtype_name(adt),
+                         phx_dtype_name(cdt));
     int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
     int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
     if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
         return phx_error(PHX_EINVAL, "gemm: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, %lld",
-                         (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols,
-                         (long long)b_cols, (long long)n);
+                         (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols, (long long)b_cols,
+                         (long long)n);
     if (m == 0 || n == 0) return PHX_OK;
 
     const float *af = a, *bf = b;
@@ -83,17 +86,17 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
         float *sa = px_cpu_scratch(0, (size_t)(a_rows * a_cols) * sizeof(float));
         float *sb = px_cpu_scratch(1, (size_t)(b_rows * b_cols) * sizeof(float));
         if (!sa || !sb) return PHX_ENOMEM;
-        PX_FLOAT_DISPATCH("gemm", adt, (px_widen(sa, a, DT, a_rows, a_cols, lda),
-                                        px_widen(sb, b, DT, b_rows, b_cols, ldb)));
+        PX_FLOAT_DISPATCH("gemm", adt,
+                          (px_widen(sa, a, DT, a_rows, a_cols, lda), px_widen(sb, b, DT, b_rows, b_cols, ldb)));
         af = sa, lda = a_cols;
         bf = sb, ldb = b_cols;
     }
-    if (cdt == PHX_F32) return px_sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, c, ldc);
+    if (cdt == PHX_F32) return sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, c, ldc);
 
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
     if (beta != 0.0f) PX_FLOAT_DISPATCH("gemm", cdt, px_widen(sc, c, DT, m, n, ldc));
-    phx_status st = px_sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n);
+    phx_status st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n);
     if (st != PHX_OK) return st;
     PX_FLOAT_DISPATCH("gemm", cdt, px_narrow(c, DT, ldc, sc, m, n));
     return PHX_OK;

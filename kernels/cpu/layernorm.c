@@ -7,8 +7,8 @@
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 
-PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void *x, const float *w,
-                              const float *b, void *y, float *mean_out, float *rstd_out, int dt)
+PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void *x, const float *w, const float *b,
+                              void *y, float *mean_out, float *rstd_out, int dt)
 {
     float inv_n = 1.0f / (float)cols;
     for (int64_t r = 0; r < rows; r++) {
@@ -17,7 +17,7 @@ PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void 
          * offset costs no precision in d = mean - x0 or in the variance */
         float x0 = px_ld(x, dt, o);
         float d = px_sum_shifted(x, dt, o, cols, x0) * inv_n;
-        float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int64_t i = 0;
         for (; i + 8 <= cols; i += 8)
             for (int j = 0; j < 8; j++) {
@@ -42,8 +42,8 @@ PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void 
 }
 
 PX_CLONES phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
-                                    const float *w, const float *b, void *y, float *mean, float *rstd,
-                                    phx_dtype dt)
+                                              const float *w, const float *b, void *y, float *mean, float *rstd,
+                                              phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("layernorm_forward", rows);
@@ -81,15 +81,14 @@ PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const f
 }
 
 PX_CLONES phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
-                                     const float *mean, const float *rstd, const void *dy, void *dx,
-                                     float *dw, float *db, phx_dtype dt)
+                                               const float *mean, const float *rstd, const void *dy, void *dx,
+                                               float *dw, float *db, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("layernorm_backward", rows);
     if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_backward: %lld columns, expected >= 1", (long long)cols);
     if (rows > 0 && (!mean || !rstd))
         return phx_error(PHX_EINVAL, "layernorm_backward: mean/rstd are NULL, expected forward's statistics");
-    PX_FLOAT_DISPATCH("layernorm_backward", dt,
-                      px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
+    PX_FLOAT_DISPATCH("layernorm_backward", dt, px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
     return PHX_OK;
 }

@@ -16,7 +16,7 @@ PX_INLINE double px_mse_loop(int64_t n, const void *y, int dt, const float *t, f
 }
 
 PX_CLONES phx_status px_cpu_mse(int dev, int64_t n, const void *y, phx_dtype dt, const float *target, int mean,
-                      float *loss, float *grad)
+                                float *loss, float *grad)
 {
     (void)dev;
     PX_CHECK_N("mse", n);
@@ -38,7 +38,7 @@ PX_INLINE double px_xent_row(int64_t classes, const void *x, int dt, int64_t o, 
     }
     /* row max in 8 lanes (a select, not fmaxf, so it vectorises; a NaN
      * logit is skipped here and reaches the loss through exp below) */
-    float m8[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     int64_t i = 0;
     for (; i + 8 <= classes; i += 8)
         for (int j = 0; j < 8; j++) {
@@ -61,7 +61,7 @@ PX_INLINE double px_xent_row(int64_t classes, const void *x, int dt, int64_t o, 
         float inv = 1.0f / s;
         for (int64_t j = 0; j < classes; j++) g[j] = phx_softmax_grad(g[j], inv, j == label, scale);
     } else {
-        float acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (i = 0; i + 8 <= classes; i += 8)
             for (int j = 0; j < 8; j++) acc[j] += phx_expf(px_ld(x, dt, o + i + j) - mx);
         s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
@@ -75,14 +75,14 @@ PX_INLINE double px_xent_loop(int64_t rows, int64_t classes, const void *x, int 
 {
     double total = 0.0;
     for (int64_t r = 0; r < rows; r++)
-        total += px_xent_row(classes, x, dt, r * classes, labels[r], log_probs, scale,
-                             grad ? grad + r * classes : NULL);
+        total +=
+            px_xent_row(classes, x, dt, r * classes, labels[r], log_probs, scale, grad ? grad + r * classes : NULL);
     return total;
 }
 
 PX_CLONES phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
-                                const int64_t *labels, int log_probs, float *loss, float *grad,
-                                int64_t *bad_label_host)
+                                          const int64_t *labels, int log_probs, float *loss, float *grad,
+                                          int64_t *bad_label_host)
 {
     (void)dev;
     const char *name = log_probs ? "nll" : "cross_entropy";

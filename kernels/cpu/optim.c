@@ -5,7 +5,7 @@
 #include "kernels/cpu/cpu.h"
 
 PX_CLONES phx_status px_cpu_sgd_step(int dev, int64_t n, float *p, const float *g, float *momentum_buf,
-                           const phx_sgd_hparams *h, int step_first)
+                                     const phx_sgd_hparams *h, int step_first)
 {
     (void)dev;
     PX_CHECK_N("sgd_step", n);
@@ -25,15 +25,15 @@ PX_CLONES phx_status px_cpu_sgd_step(int dev, int64_t n, float *p, const float *
 }
 
 PX_CLONES phx_status px_cpu_adam_step(int dev, int64_t n, float *p, const float *g, float *m, float *v, float *vmax,
-                            const phx_adam_hparams *h, int64_t step)
+                                      const phx_adam_hparams *h, int64_t step)
 {
     (void)dev;
     PX_CHECK_N("adam_step", n);
     if (!h) return phx_error(PHX_EINVAL, "adam_step: hparams is NULL");
     if (step < 1) return phx_error(PHX_EINVAL, "adam_step: step %lld, expected >= 1", (long long)step);
     if (h->amsgrad && !vmax && n > 0) return phx_error(PHX_EINVAL, "adam_step: amsgrad needs vmax, got NULL");
-    phx_adam_coef c = phx_adam_coef_make(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->amsgrad,
-                                         h->decoupled, step);
+    phx_adam_coef c =
+        phx_adam_coef_make(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->amsgrad, h->decoupled, step);
     if (c.amsgrad)
         for (int64_t i = 0; i < n; i++) phx_adam_update(&c, &p[i], g[i], &m[i], &v[i], &vmax[i]);
     else

@@ -16,7 +16,7 @@ PX_INLINE double px_ld_d(const void *p, int dt, int64_t i)
 PX_INLINE double px_reduce_loop(int op, int64_t n, const void *x, int dt)
 {
     if (op == PHX_SUM || op == PHX_AVG) {
-        double acc[4] = { 0, 0, 0, 0 };
+        double acc[4] = {0, 0, 0, 0};
         int64_t i = 0;
         for (; i + 4 <= n; i += 4)
             for (int j = 0; j < 4; j++) acc[j] += px_ld_d(x, dt, i + j);
@@ -33,13 +33,33 @@ PX_INLINE double px_reduce_loop(int op, int64_t n, const void *x, int dt)
     return r;
 }
 
-#define PX_ANY_DISPATCH(dt, CALL)                                         \
-    switch (dt) {                                                         \
-    case PHX_F32: { enum { DT = PHX_F32 }; CALL; break; }                 \
-    case PHX_F16: { enum { DT = PHX_F16 }; CALL; break; }                 \
-    case PHX_BF16: { enum { DT = PHX_BF16 }; CALL; break; }               \
-    case PHX_I32: { enum { DT = PHX_I32 }; CALL; break; }                 \
-    case PHX_I64: { enum { DT = PHX_I64 }; CALL; break; }                 \
+#define PX_ANY_DISPATCH(dt, CALL) \
+    switch (dt) { \
+    case PHX_F32: { \
+        enum { DT = PHX_F32 }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_F16: { \
+        enum { DT = PHX_F16 }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_BF16: { \
+        enum { DT = PHX_BF16 }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_I32: { \
+        enum { DT = PHX_I32 }; \
+        CALL; \
+        break; \
+    } \
+    case PHX_I64: { \
+        enum { DT = PHX_I64 }; \
+        CALL; \
+        break; \
+    } \
     default: return phx_error(PHX_EINVAL, "reduce: dtype %d, expected f32, f16, bf16, i32 or i64", (int)dt); \
     }
 

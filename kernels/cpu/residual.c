@@ -18,7 +18,7 @@ PX_CLONES phx_status px_cpu_add(int dev, int64_t n, const void *a, const void *b
 
 PX_INLINE double px_sumsq_loop(int64_t n, const void *x, int dt)
 {
-    double acc[4] = { 0, 0, 0, 0 };
+    double acc[4] = {0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
         for (int j = 0; j < 4; j++) {

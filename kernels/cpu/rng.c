@@ -22,22 +22,24 @@ PX_INLINE void px_normal_loop(void *dst, int dt, int64_t n, uint64_t seed, uint6
         int64_t m = n - i0 < PX_PHILOX_CHUNK / 2 ? n - i0 : PX_PHILOX_CHUNK / 2;
         const uint32_t *u = px_philox_chunk(seed, offset + 2 * (uint64_t)i0, 2 * m, buf);
         for (int64_t i = 0; i < m; i++)
-            px_st(dst, dt, i0 + i, mean + std * phx_box_muller(phx_u32_to_uniform(u[2 * i]), phx_u32_to_uniform(u[2 * i + 1])));
+            px_st(dst, dt, i0 + i,
+                  mean + std * phx_box_muller(phx_u32_to_uniform(u[2 * i]), phx_u32_to_uniform(u[2 * i + 1])));
     }
 }
 
 PX_CLONES phx_status px_cpu_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
-                              float lo, float hi)
+                                        float lo, float hi)
 {
     (void)dev;
     PX_CHECK_N("rng_uniform", n);
-    if (!(lo <= hi)) return phx_error(PHX_EINVAL, "rng_uniform: range [%g, %g), expected lo <= hi", (double)lo, (double)hi);
+    if (!(lo <= hi))
+        return phx_error(PHX_EINVAL, "rng_uniform: range [%g, %g), expected lo <= hi", (double)lo, (double)hi);
     PX_FLOAT_DISPATCH("rng_uniform", dt, px_uniform_loop(dst, DT, n, seed, offset, lo, hi));
     return PHX_OK;
 }
 
 PX_CLONES phx_status px_cpu_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
-                             float mean, float std)
+                                       float mean, float std)
 {
     (void)dev;
     PX_CHECK_N("rng_normal", n);

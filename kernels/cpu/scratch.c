@@ -17,14 +17,17 @@ typedef struct px_scratch {
 static pthread_key_t px_scratch_key;
 static pthread_once_t px_scratch_once = PTHREAD_ONCE_INIT;
 
-static void px_scratch_destroy(void *p)
+static void scratch_destroy(void *p)
 {
     px_scratch *s = p;
     for (int i = 0; i < PX_SCRATCH_SLOTS; i++) px_free(s->raw[i]);
     px_free(s);
 }
 
-static void px_scratch_make_key(void) { pthread_key_create(&px_scratch_key, px_scratch_destroy); }
+static void scratch_make_key(void)
+{
+    pthread_key_create(&px_scratch_key, scratch_destroy);
+}
 
 void *px_cpu_scratch(int slot, size_t bytes)
 {
@@ -32,7 +35,7 @@ void *px_cpu_scratch(int slot, size_t bytes)
         phx_error(PHX_EINTERNAL, "px_cpu_scratch: slot %d, expected 0..%d", slot, PX_SCRATCH_SLOTS - 1);
         return NULL;
     }
-    pthread_once(&px_scratch_once, px_scratch_make_key);
+    pthread_once(&px_scratch_once, scratch_make_key);
     px_scratch *s = pthread_getspecific(px_scratch_key);
     if (!s) {
         s = px_calloc(1, sizeof *s);

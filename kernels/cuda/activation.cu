@@ -4,8 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
-template <int ACT, int DT>
-__global__ void k_act_fwd(int64_t n, int64_t ng, const void *x, void *y)
+template <int ACT, int DT> __global__ void k_act_fwd(int64_t n, int64_t ng, const void *x, void *y)
 {
     for (int64_t g = px_tid(); g < ng; g += px_nthreads()) {
         float v[PX_G];
@@ -39,17 +38,39 @@ __global__ void k_act_bwd(int64_t n, int64_t ng, const void *x, const void *y, c
     }
 }
 
-#define PX_ACT_DISPATCH(act, CALL)                                                              \
-    switch (act) {                                                                              \
-    case PHX_ACT_RELU: { const int ACT = PHX_ACT_RELU; CALL; break; }                           \
-    case PHX_ACT_GELU: { const int ACT = PHX_ACT_GELU; CALL; break; }                           \
-    case PHX_ACT_GELU_TANH: { const int ACT = PHX_ACT_GELU_TANH; CALL; break; }                 \
-    case PHX_ACT_TANH: { const int ACT = PHX_ACT_TANH; CALL; break; }                           \
-    case PHX_ACT_SIGMOID: { const int ACT = PHX_ACT_SIGMOID; CALL; break; }                     \
-    default: return phx_error(PHX_EINVAL, "activation: kind %d, expected 0..4 (relu, gelu, gelu_tanh, tanh, sigmoid)", (int)act); \
+#define PX_ACT_DISPATCH(act, CALL) \
+    switch (act) { \
+    case PHX_ACT_RELU: { \
+        const int ACT = PHX_ACT_RELU; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_GELU: { \
+        const int ACT = PHX_ACT_GELU; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_GELU_TANH: { \
+        const int ACT = PHX_ACT_GELU_TANH; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_TANH: { \
+        const int ACT = PHX_ACT_TANH; \
+        CALL; \
+        break; \
+    } \
+    case PHX_ACT_SIGMOID: { \
+        const int ACT = PHX_ACT_SIGMOID; \
+        CALL; \
+        break; \
+    } \
+    default: \
+        return phx_error(PHX_EINVAL, "activation: kind %d, expected 0..4 (relu, gelu, gelu_tanh, tanh, sigmoid)", \
+                         (int)act); \
     }
 
-static phx_status px_check_act(phx_activation act)
+static phx_status check_act(phx_activation act)
 {
     if ((int)act < PHX_ACT_RELU || (int)act > PHX_ACT_SIGMOID)
         return phx_error(PHX_EINVAL, "activation: kind %d, expected 0..4 (relu, gelu, gelu_tanh, tanh, sigmoid)",
@@ -57,18 +78,18 @@ static phx_status px_check_act(phx_activation act)
     return PHX_OK;
 }
 
-extern "C" phx_status px_cuda_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y,
-                                          phx_dtype dt)
+extern "C" phx_status px_cuda_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
 {
     PX_CHECK_N("act_forward", n);
     PX_CHECK_FLOAT("act_forward", dt);
-    if (px_check_act(act) != PHX_OK) return PHX_EINVAL;
+    if (check_act(act) != PHX_OK) return PHX_EINVAL;
     if (n == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     int64_t ng = px_nvec(n, PX_G, x, y);
     unsigned grid = px_cuda_grid(ctx, ng ? ng : n, PX_THREADS, PX_WAVES);
-    PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_forward", dt,
-                                           (k_act_fwd<ACT, DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, ng, x, y))));
+    PX_ACT_DISPATCH(
+        act,
+        PX_FLOAT_DISPATCH("act_forward", dt, (k_act_fwd<ACT, DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, ng, x, y))));
     return px_cuda_launched(dev, "act_forward");
 }
 
@@ -77,7 +98,7 @@ extern "C" phx_status px_cuda_act_backward(int dev, phx_activation act, int64_t 
 {
     PX_CHECK_N("act_backward", n);
     PX_CHECK_FLOAT("act_backward", dt);
-    if (px_check_act(act) != PHX_OK) return PHX_EINVAL;
+    if (check_act(act) != PHX_OK) return PHX_EINVAL;
     if (n == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     int use_y = act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID;
@@ -86,7 +107,8 @@ extern "C" phx_status px_cuda_act_backward(int dev, phx_activation act, int64_t 
         return phx_error(PHX_EINVAL, "act_backward: %s is NULL", !in ? (use_y ? "y" : "x") : !dy ? "dy" : "dx");
     int64_t ng = px_nvec(n, PX_G, in, dy, dx);
     unsigned grid = px_cuda_grid(ctx, ng ? ng : n, PX_THREADS, PX_WAVES);
-    PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_backward", dt,
-                                           (k_act_bwd<ACT, DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, ng, x, y, dy, dx))));
+    PX_ACT_DISPATCH(act,
+                    PX_FLOAT_DISPATCH("act_backward", dt,
+                                      (k_act_bwd<ACT, DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, ng, x, y, dy, dx))));
     return px_cuda_launched(dev, "act_backward");
 }

@@ -44,8 +44,10 @@ __global__ void k_softmax_fwd(int64_t rows, int64_t cols, float scale, int causa
         float ls = logf(s), inv = 1.0f / s;
         for (int64_t c = lane; c < cols; c += 32) {
             float v;
-            if (c >= lim) v = lg ? -INFINITY : 0.0f;
-            else v = lg ? scale * px_ld<DT>(x, o + c) - mx - ls : expf(scale * px_ld<DT>(x, o + c) - mx) * inv;
+            if (c >= lim)
+                v = lg ? -INFINITY : 0.0f;
+            else
+                v = lg ? scale * px_ld<DT>(x, o + c) - mx - ls : expf(scale * px_ld<DT>(x, o + c) - mx) * inv;
             px_st<DT>(y, o + c, v);
         }
     }
@@ -74,7 +76,7 @@ __global__ void k_softmax_bwd(int64_t rows, int64_t cols, float scale, int causa
     }
 }
 
-static phx_status px_rows_check(const char *name, int64_t rows, int64_t cols, phx_dtype dt)
+static phx_status rows_check(const char *name, int64_t rows, int64_t cols, phx_dtype dt)
 {
     PX_CHECK_N(name, rows);
     if (cols < 1) return phx_error(PHX_EINVAL, "%s: %lld columns, expected >= 1", name, (long long)cols);
@@ -85,7 +87,7 @@ static phx_status px_rows_check(const char *name, int64_t rows, int64_t cols, ph
 extern "C" phx_status px_cuda_softmax_forward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
                                               const void *x, void *y, phx_dtype dt)
 {
-    phx_status st = px_rows_check("softmax_forward", rows, cols, dt);
+    phx_status st = rows_check("softmax_forward", rows, cols, dt);
     if (st != PHX_OK || rows == 0) return st;
     PX_CTX(dev, ctx);
     unsigned grid = px_cuda_grid(ctx, (rows + PX_ROWS_PER_BLOCK - 1) / PX_ROWS_PER_BLOCK, 1, 16);
@@ -97,13 +99,13 @@ extern "C" phx_status px_cuda_softmax_forward(int dev, int64_t rows, int64_t col
 extern "C" phx_status px_cuda_softmax_backward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
                                                const void *y, const void *dy, void *dx, phx_dtype dt)
 {
-    phx_status st = px_rows_check("softmax_backward", rows, cols, dt);
+    phx_status st = rows_check("softmax_backward", rows, cols, dt);
     if (st != PHX_OK || rows == 0) return st;
     PX_CTX(dev, ctx);
     unsigned grid = px_cuda_grid(ctx, (rows + PX_ROWS_PER_BLOCK - 1) / PX_ROWS_PER_BLOCK, 1, 16);
-    PX_FLOAT_DISPATCH("softmax_backward", dt,
-                      (k_softmax_bwd<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(rows, cols, scale, causal, log, y, dy,
-                                                                               dx)));
+    PX_FLOAT_DISPATCH(
+        "softmax_backward", dt,
+        (k_softmax_bwd<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(rows, cols, scale, causal, log, y, dy, dx)));
     return px_cuda_launched(dev, "softmax_backward");
 }
 
@@ -117,8 +119,7 @@ __global__ void k_emb_check(int64_t n, int64_t num, const int64_t *idx, unsigned
         if (idx[i] < 0 || idx[i] >= num) atomicMin(bad, (unsigned long long)i);
 }
 
-template <int DT>
-__global__ void k_emb_fwd(int64_t n, int64_t dim, const int64_t *idx, const float *w, void *y)
+template <int DT> __global__ void k_emb_fwd(int64_t n, int64_t dim, const int64_t *idx, const float *w, void *y)
 {
     for (int64_t e = px_tid(); e < n * dim; e += px_nthreads()) {
         int64_t i = e / dim, j = e - i * dim;
@@ -126,8 +127,7 @@ __global__ void k_emb_fwd(int64_t n, int64_t dim, const int64_t *idx, const floa
     }
 }
 
-template <int DT>
-__global__ void k_emb_bwd(int64_t n, int64_t dim, const int64_t *idx, const void *dy, float *dw)
+template <int DT> __global__ void k_emb_bwd(int64_t n, int64_t dim, const int64_t *idx, const void *dy, float *dw)
 {
     for (int64_t e = px_tid(); e < n * dim; e += px_nthreads()) {
         int64_t i = e / dim, j = e - i * dim;
@@ -135,7 +135,7 @@ __global__ void k_emb_bwd(int64_t n, int64_t dim, const int64_t *idx, const void
     }
 }
 
-static phx_status px_emb_check(const char *name, int64_t n, int64_t num, int64_t dim, phx_dtype dt)
+static phx_status emb_check(const char *name, int64_t n, int64_t num, int64_t dim, phx_dtype dt)
 {
     PX_CHECK_N(name, n);
     if (num < 1 || dim < 1)
@@ -148,13 +148,14 @@ static phx_status px_emb_check(const char *name, int64_t n, int64_t num, int64_t
 extern "C" phx_status px_cuda_embedding_forward(int dev, int64_t n, int64_t num, int64_t dim, const int64_t *idx,
                                                 const float *w, void *y, phx_dtype dt, int64_t *bad_host)
 {
-    phx_status st = px_emb_check("embedding_forward", n, num, dim, dt);
+    phx_status st = emb_check("embedding_forward", n, num, dim, dt);
     if (st != PHX_OK) return st;
     *bad_host = -1;
     if (n == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     unsigned long long *bad, *host;
-    if ((st = px_cuda_scratch(ctx, 8, (void **)&bad)) != PHX_OK || (st = px_cuda_host_small(ctx, (void **)&host)) != PHX_OK)
+    if ((st = px_cuda_scratch(ctx, 8, (void **)&bad)) != PHX_OK ||
+        (st = px_cuda_host_small(ctx, (void **)&host)) != PHX_OK)
         return st;
     cudaError_t e = cudaMemsetAsync(bad, 0x7f, 8, ctx->stream);
     if (e != cudaSuccess) return px_cuda_error(e, dev, "embedding_forward: cudaMemsetAsync");
@@ -176,7 +177,7 @@ extern "C" phx_status px_cuda_embedding_forward(int dev, int64_t n, int64_t num,
 extern "C" phx_status px_cuda_embedding_backward(int dev, int64_t n, int64_t num, int64_t dim, const int64_t *idx,
                                                  const void *dy, phx_dtype dt, float *dw)
 {
-    phx_status st = px_emb_check("embedding_backward", n, num, dim, dt);
+    phx_status st = emb_check("embedding_backward", n, num, dim, dt);
     if (st != PHX_OK || n == 0) return st;
     PX_CTX(dev, ctx);
     unsigned grid = px_cuda_grid(ctx, n * dim, PX_THREADS, 4);

@@ -9,8 +9,7 @@
 
 /* ---- cast */
 
-template <int S, int D>
-__global__ void k_cast_ff(int64_t n, int64_t ng, const void *src, void *dst)
+template <int S, int D> __global__ void k_cast_ff(int64_t n, int64_t ng, const void *src, void *dst)
 {
     for (int64_t g = px_tid(); g < ng; g += px_nthreads()) {
         float v[PX_G];
@@ -46,38 +45,43 @@ __global__ void k_cast_int(int64_t n, const void *src, int st, void *dst, int dt
             ((int64_t *)dst)[i] = px_f2i64(px_ld_any(src, st, i));
         } else {
             float v = st == PHX_I64 ? (float)((const int64_t *)src)[i] : (float)((const int32_t *)src)[i];
-            if (dt == PHX_F16) px_st<PHX_F16>(dst, i, v);
-            else if (dt == PHX_BF16) px_st<PHX_BF16>(dst, i, v);
-            else px_st<PHX_F32>(dst, i, v);
+            if (dt == PHX_F16)
+                px_st<PHX_F16>(dst, i, v);
+            else if (dt == PHX_BF16)
+                px_st<PHX_BF16>(dst, i, v);
+            else
+                px_st<PHX_F32>(dst, i, v);
         }
     }
 }
 
-static int px_valid(phx_dtype dt) { return dt >= PHX_F32 && dt <= PHX_I64; }
+static int valid(phx_dtype dt)
+{
+    return dt >= PHX_F32 && dt <= PHX_I64;
+}
 
 extern "C" phx_status px_cuda_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
 {
     PX_CHECK_N("cast", n);
-    if (!px_valid(dt) || !px_valid(st))
-        return phx_error(PHX_EINVAL, "cast: dtypes %d -> %d, expected f32, f16, bf16, i32 or i64", (int)st,
-                         (int)dt);
+    if (!valid(dt) || !valid(st))
+        return phx_error(PHX_EINVAL, "cast: dtypes %d -> %d, expected f32, f16, bf16, i32 or i64", (int)st, (int)dt);
     if (n == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     if (dt == st) {
         if (dst == src) return PHX_OK;
-        cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n * phx_dtype_size(dt), cudaMemcpyDeviceToDevice,
-                                        ctx->stream);
+        cudaError_t e =
+            cudaMemcpyAsync(dst, src, (size_t)n * phx_dtype_size(dt), cudaMemcpyDeviceToDevice, ctx->stream);
         return px_cuda_error(e, dev, "cast: cudaMemcpyAsync");
     }
     if (phx_dtype_is_float(dt) && phx_dtype_is_float(st)) {
         int64_t ng = px_nvec(n, PX_G, src, dst);
         unsigned grid = px_cuda_grid(ctx, ng ? ng : n, PX_THREADS, PX_WAVES);
-        PX_FLOAT_DISPATCH_AS("cast", st, S,
+        PX_FLOAT_DISPATCH_AS(
+            "cast", st, S,
             PX_FLOAT_DISPATCH_AS("cast", dt, D,
-                (k_cast_ff<S, D><<<grid, PX_THREADS, 0, ctx->stream>>>(n, ng, src, dst))));
+                                 (k_cast_ff<S, D><<<grid, PX_THREADS, 0, ctx->stream>>>(n, ng, src, dst))));
     } else {
-        k_cast_int<<<px_cuda_grid(ctx, n, PX_THREADS, PX_WAVES), PX_THREADS, 0, ctx->stream>>>(n, src, st, dst,
-                                                                                              dt);
+        k_cast_int<<<px_cuda_grid(ctx, n, PX_THREADS, PX_WAVES), PX_THREADS, 0, ctx->stream>>>(n, src, st, dst, dt);
     }
     return px_cuda_launched(dev, "cast");
 }
@@ -96,13 +100,30 @@ __global__ void k_fill(int64_t nbytes, int64_t nvec, uint4 pattern, void *dst, i
 extern "C" phx_status px_cuda_fill(int dev, void *dst, phx_dtype dt, int64_t n, double value)
 {
     PX_CHECK_N("fill", n);
-    union { uint4 v; unsigned char b[16]; float f[4]; uint16_t h[8]; int32_t i[4]; int64_t l[2]; } pat;
+    union {
+        uint4 v;
+        unsigned char b[16];
+        float f[4];
+        uint16_t h[8];
+        int32_t i[4];
+        int64_t l[2];
+    } pat;
     switch (dt) {
-    case PHX_F32: for (int j = 0; j < 4; j++) pat.f[j] = (float)value; break;
-    case PHX_F16: for (int j = 0; j < 8; j++) pat.h[j] = phx_f32_to_f16((float)value); break;
-    case PHX_BF16: for (int j = 0; j < 8; j++) pat.h[j] = phx_f32_to_bf16((float)value); break;
-    case PHX_I32: for (int j = 0; j < 4; j++) pat.i[j] = px_f2i32(value); break;
-    case PHX_I64: for (int j = 0; j < 2; j++) pat.l[j] = px_f2i64(value); break;
+    case PHX_F32:
+        for (int j = 0; j < 4; j++) pat.f[j] = (float)value;
+        break;
+    case PHX_F16:
+        for (int j = 0; j < 8; j++) pat.h[j] = phx_f32_to_f16((float)value);
+        break;
+    case PHX_BF16:
+        for (int j = 0; j < 8; j++) pat.h[j] = phx_f32_to_bf16((float)value);
+        break;
+    case PHX_I32:
+        for (int j = 0; j < 4; j++) pat.i[j] = px_f2i32(value);
+        break;
+    case PHX_I64:
+        for (int j = 0; j < 2; j++) pat.l[j] = px_f2i64(value);
+        break;
     default: return phx_error(PHX_EINVAL, "fill: dtype %d, expected f32, f16, bf16, i32 or i64", (int)dt);
     }
     if (n == 0) return PHX_OK;
@@ -116,8 +137,8 @@ extern "C" phx_status px_cuda_fill(int dev, void *dst, phx_dtype dt, int64_t n, 
         return px_cuda_error(e, dev, "fill: cudaMemsetAsync");
     }
     int64_t nvec = px_aligned16(dst) ? nbytes / 16 : 0;
-    k_fill<<<px_cuda_grid(ctx, nvec ? nvec : n, PX_THREADS, PX_WAVES), PX_THREADS, 0, ctx->stream>>>(
-        nbytes, nvec, pat.v, dst, elt);
+    k_fill<<<px_cuda_grid(ctx, nvec ? nvec : n, PX_THREADS, PX_WAVES), PX_THREADS, 0, ctx->stream>>>(nbytes, nvec,
+                                                                                                     pat.v, dst, elt);
     return px_cuda_launched(dev, "fill");
 }
 
@@ -125,8 +146,7 @@ extern "C" phx_status px_cuda_fill(int dev, void *dst, phx_dtype dt, int64_t n, 
  * mode 0: x NULL, beta 0 (zeros); 1: x NULL (beta y); 2: beta 0 (alpha x);
  * 3: beta 1 (alpha x + y); 4: general. */
 
-template <int MODE>
-__device__ __forceinline__ float px_axpby1(float alpha, float x, float beta, float y)
+template <int MODE> __device__ __forceinline__ float px_axpby1(float alpha, float x, float beta, float y)
 {
     if (MODE == 0) return 0.0f;
     if (MODE == 1) return beta * y;
@@ -154,20 +174,25 @@ __global__ void k_axpby(int64_t n, int64_t ng, float alpha, const void *x, float
 }
 
 template <int XD, int YD>
-static void px_axpby_launch(px_cuda_ctx *ctx, int64_t n, float alpha, const void *x, float beta, void *y)
+static void axpby_launch(px_cuda_ctx *ctx, int64_t n, float alpha, const void *x, float beta, void *y)
 {
     int64_t ng = px_nvec(n, PX_G, x, y);
     unsigned grid = px_cuda_grid(ctx, ng ? ng : n, PX_THREADS, PX_WAVES);
     cudaStream_t s = ctx->stream;
-    if (!x && beta == 0.0f) k_axpby<XD, YD, 0><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
-    else if (!x) k_axpby<XD, YD, 1><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
-    else if (beta == 0.0f) k_axpby<XD, YD, 2><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
-    else if (beta == 1.0f) k_axpby<XD, YD, 3><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
-    else k_axpby<XD, YD, 4><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
+    if (!x && beta == 0.0f)
+        k_axpby<XD, YD, 0><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
+    else if (!x)
+        k_axpby<XD, YD, 1><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
+    else if (beta == 0.0f)
+        k_axpby<XD, YD, 2><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
+    else if (beta == 1.0f)
+        k_axpby<XD, YD, 3><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
+    else
+        k_axpby<XD, YD, 4><<<grid, PX_THREADS, 0, s>>>(n, ng, alpha, x, beta, y);
 }
 
-extern "C" phx_status px_cuda_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta,
-                                    void *y, phx_dtype ydt)
+extern "C" phx_status px_cuda_axpby(int dev, int64_t n, float alpha, const void *x, phx_dtype xdt, float beta, void *y,
+                                    phx_dtype ydt)
 {
     PX_CHECK_N("axpby", n);
     if (!x) xdt = ydt;
@@ -176,14 +201,13 @@ extern "C" phx_status px_cuda_axpby(int dev, int64_t n, float alpha, const void 
     if (n == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     PX_FLOAT_DISPATCH_AS("axpby", xdt, X,
-        PX_FLOAT_DISPATCH_AS("axpby", ydt, Y, (px_axpby_launch<X, Y>(ctx, n, alpha, x, beta, y))));
+                         PX_FLOAT_DISPATCH_AS("axpby", ydt, Y, (axpby_launch<X, Y>(ctx, n, alpha, x, beta, y))));
     return px_cuda_launched(dev, "axpby");
 }
 
 /* ---- mul */
 
-template <int DT>
-__global__ void k_mul(int64_t n, int64_t ng, const void *a, const void *b, void *out)
+template <int DT> __global__ void k_mul(int64_t n, int64_t ng, const void *a, const void *b, void *out)
 {
     for (int64_t g = px_tid(); g < ng; g += px_nthreads()) {
         float u[PX_G], v[PX_G];
@@ -212,8 +236,7 @@ extern "C" phx_status px_cuda_mul(int dev, int64_t n, const void *a, const void 
 /* ---- bias_add: y[r, c] += bias[c]; groups of 8 never straddle a row
  * when cols is a multiple of 8. */
 
-template <int DT>
-__global__ void k_bias_add(int64_t n, int64_t ng, int64_t cols, void *y, const float *bias)
+template <int DT> __global__ void k_bias_add(int64_t n, int64_t ng, int64_t cols, void *y, const float *bias)
 {
     for (int64_t g = px_tid(); g < ng; g += px_nthreads()) {
         float v[PX_G];

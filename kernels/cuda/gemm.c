@@ -36,7 +36,8 @@ static const char *blas_name(cublasStatus_t s)
 static phx_status blas_error(cublasStatus_t s, int dev, const char *what)
 {
     phx_status st = s == CUBLAS_STATUS_ALLOC_FAILED ? PHX_ENOMEM
-                    : s == CUBLAS_STATUS_NOT_SUPPORTED ? PHX_EUNSUPPORTED : PHX_EDEVICE;
+        : s == CUBLAS_STATUS_NOT_SUPPORTED          ? PHX_EUNSUPPORTED
+                                                    : PHX_EDEVICE;
     return phx_error(st, "cuda:%d: %s: %s (%s)", dev, what, cublasGetStatusString(s), blas_name(s));
 }
 
@@ -44,8 +45,14 @@ static phx_status blas_error(cublasStatus_t s, int dev, const char *what)
 static phx_status tf32_enabled(int *on)
 {
     const char *v = getenv("PHX_TF32");
-    if (!v || !*v || strcmp(v, "0") == 0) { *on = 0; return PHX_OK; }
-    if (strcmp(v, "1") == 0) { *on = 1; return PHX_OK; }
+    if (!v || !*v || strcmp(v, "0") == 0) {
+        *on = 0;
+        return PHX_OK;
+    }
+    if (strcmp(v, "1") == 0) {
+        *on = 1;
+        return PHX_OK;
+    }
     return phx_error(PHX_EINVAL, "gemm: PHX_TF32=%s, expected 0 or 1", v);
 }
 
@@ -101,8 +108,8 @@ static phx_status scale_c(int dev, int64_t m, int64_t n, float beta, void *c, in
 }
 
 /* Row-by-row cast between C (ldc) and a contiguous m x n buffer. */
-static phx_status cast_rows(int dev, void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st_,
-                            int64_t lds, int64_t m, int64_t n)
+static phx_status cast_rows(int dev, void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st_, int64_t lds,
+                            int64_t m, int64_t n)
 {
     if (ldd == n && lds == n) return px_cuda_cast(dev, dst, dt, src, st_, m * n);
     size_t ed = phx_dtype_size(dt), es = phx_dtype_size(st_);
@@ -114,9 +121,9 @@ static phx_status cast_rows(int dev, void *dst, phx_dtype dt, int64_t ldd, const
     return PHX_OK;
 }
 
-phx_status px_cuda_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                        const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
-                        void *c, int64_t ldc, phx_dtype cdt)
+phx_status px_cuda_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                        int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                        phx_dtype cdt)
 {
     if (m < 0 || n < 0 || k < 0)
         return phx_error(PHX_EINVAL, "gemm: m=%lld n=%lld k=%lld, expected sizes >= 0", (long long)m, (long long)n,
@@ -152,10 +159,10 @@ phx_status px_cuda_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n,
         if (beta != 0.0f && (st = cast_rows(dev, cc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
     }
     cublasComputeType_t ct = adt == PHX_F32 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasStatus_t s = cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    (int)n, (int)m, (int)k, &alpha, b, cuda_type(adt), (int)ldb, a, cuda_type(adt),
-                                    (int)lda, &beta, cc, direct ? cuda_type(cdt) : CUDA_R_32F, (int)ldcc, ct,
-                                    CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t s =
+        cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
+                     (int)k, &alpha, b, cuda_type(adt), (int)ldb, a, cuda_type(adt), (int)lda, &beta, cc,
+                     direct ? cuda_type(cdt) : CUDA_R_32F, (int)ldcc, ct, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) return blas_error(s, dev, "cublasGemmEx");
     if (!direct) return cast_rows(dev, c, cdt, ldc, cc, PHX_F32, n, m, n);
     return PHX_OK;
@@ -168,18 +175,17 @@ phx_status px_cuda_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, in
                                 int64_t stride_b, phx_dtype adt, float beta, void *c, int64_t ldc, int64_t stride_c,
                                 phx_dtype cdt, int64_t batch)
 {
-    if (batch < 0)
-        return phx_error(PHX_EINVAL, "gemm_batched: batch %lld, expected >= 0", (long long)batch);
+    if (batch < 0) return phx_error(PHX_EINVAL, "gemm_batched: batch %lld, expected >= 0", (long long)batch);
     int direct = (cdt == adt || cdt == PHX_F32) && phx_dtype_is_float(adt) && k > 0 && m > 0 && n > 0 &&
-                 batch <= INT_MAX && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX &&
-                 ldb <= INT_MAX && ldc <= INT_MAX;
+        batch <= INT_MAX && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+        ldc <= INT_MAX;
     if (!direct || batch < 2) {
         size_t ea = phx_dtype_size(adt), ec = phx_dtype_size(cdt);
         for (int64_t i = 0; i < batch; i++) {
-            phx_status st = px_cuda_gemm(dev, trans_a, trans_b, m, n, k, alpha,
-                                         (const char *)a + (size_t)(i * stride_a) * ea, lda,
-                                         (const char *)b + (size_t)(i * stride_b) * ea, ldb, adt, beta,
-                                         (char *)c + (size_t)(i * stride_c) * ec, ldc, cdt);
+            phx_status st =
+                px_cuda_gemm(dev, trans_a, trans_b, m, n, k, alpha, (const char *)a + (size_t)(i * stride_a) * ea, lda,
+                             (const char *)b + (size_t)(i * stride_b) * ea, ldb, adt, beta,
+                             (char *)c + (size_t)(i * stride_c) * ec, ldc, cdt);
             if (st != PHX_OK) return st;
         }
         return PHX_OK;
@@ -187,19 +193,20 @@ phx_status px_cuda_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, in
     /* the same argument checks as one gemm */
     int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
     if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
-        return phx_error(PHX_EINVAL, "gemm_batched: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, "
-                         "%lld", (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols,
-                         (long long)b_cols, (long long)n);
+        return phx_error(PHX_EINVAL,
+                         "gemm_batched: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, "
+                         "%lld",
+                         (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols, (long long)b_cols,
+                         (long long)n);
     int tf32 = 0;
     phx_status st = tf32_enabled(&tf32);
     px_cuda_ctx *ctx;
     cublasHandle_t h = NULL;
-    if (st != PHX_OK || (st = px_cuda_ctx_get(dev, &ctx)) != PHX_OK || (st = blas_handle(ctx, &h)) != PHX_OK)
-        return st;
+    if (st != PHX_OK || (st = px_cuda_ctx_get(dev, &ctx)) != PHX_OK || (st = blas_handle(ctx, &h)) != PHX_OK) return st;
     cublasComputeType_t ct = adt == PHX_F32 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasStatus_t s = cublasGemmStridedBatchedEx(
-        h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
-        b, cuda_type(adt), (int)ldb, (long long)stride_b, a, cuda_type(adt), (int)lda, (long long)stride_a, &beta, c,
+        h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, b,
+        cuda_type(adt), (int)ldb, (long long)stride_b, a, cuda_type(adt), (int)lda, (long long)stride_a, &beta, c,
         cuda_type(cdt), (int)ldc, (long long)stride_c, (int)batch, ct, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) return blas_error(s, dev, "cublasGemmStridedBatchedEx");
     return PHX_OK;

@@ -10,8 +10,8 @@
 #define PX_LN_THREADS 256
 
 template <int DT>
-__global__ void k_ln_fwd(int64_t rows, int64_t cols, float eps, const void *x, const float *w, const float *b,
-                         void *y, float *mean_out, float *rstd_out)
+__global__ void k_ln_fwd(int64_t rows, int64_t cols, float eps, const void *x, const float *w, const float *b, void *y,
+                         float *mean_out, float *rstd_out)
 {
     __shared__ float sh[32];
     float inv_n = 1.0f / (float)cols;

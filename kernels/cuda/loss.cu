@@ -47,9 +47,9 @@ extern "C" phx_status px_cuda_mse(int dev, int64_t n, const void *y, phx_dtype d
     double *part;
     phx_status st = px_cuda_scratch(ctx, grid * sizeof(double), (void **)&part);
     if (st != PHX_OK) return st;
-    PX_FLOAT_DISPATCH("mse", dt, (k_mse_part<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, y, target, scale, grad, part)));
-    if (loss)
-        k_sum_parts<<<1, PX_THREADS, 0, ctx->stream>>>((int)grid, part, mean ? (double)n : 1.0, loss);
+    PX_FLOAT_DISPATCH("mse", dt,
+                      (k_mse_part<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, y, target, scale, grad, part)));
+    if (loss) k_sum_parts<<<1, PX_THREADS, 0, ctx->stream>>>((int)grid, part, mean ? (double)n : 1.0, loss);
     return px_cuda_launched(dev, "mse");
 }
 
@@ -142,14 +142,16 @@ __global__ void k_xent_total(int64_t rows, const double *row_loss, const unsigne
 }
 
 template <int DT, int G>
-static void px_xent_launch(px_cuda_ctx *ctx, unsigned grid, int64_t rows, int64_t classes, const void *x,
-                           const int64_t *labels, int logp, float scale, float *grad,
-                           const unsigned long long *bad, double *row_loss)
+static void xent_launch(px_cuda_ctx *ctx, unsigned grid, int64_t rows, int64_t classes, const void *x,
+                        const int64_t *labels, int logp, float scale, float *grad, const unsigned long long *bad,
+                        double *row_loss)
 {
     if (logp)
-        k_xent_rows<DT, G, 1><<<grid, PX_THREADS, 0, ctx->stream>>>(rows, classes, x, labels, scale, grad, bad, row_loss);
+        k_xent_rows<DT, G, 1>
+            <<<grid, PX_THREADS, 0, ctx->stream>>>(rows, classes, x, labels, scale, grad, bad, row_loss);
     else
-        k_xent_rows<DT, G, 0><<<grid, PX_THREADS, 0, ctx->stream>>>(rows, classes, x, labels, scale, grad, bad, row_loss);
+        k_xent_rows<DT, G, 0>
+            <<<grid, PX_THREADS, 0, ctx->stream>>>(rows, classes, x, labels, scale, grad, bad, row_loss);
 }
 
 extern "C" phx_status px_cuda_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
@@ -172,18 +174,20 @@ extern "C" phx_status px_cuda_cross_entropy(int dev, int64_t rows, int64_t class
     if (e != cudaSuccess) return px_cuda_error(e, dev, "cross_entropy: cudaMemsetAsync");
     if (rows > 0)
         k_check_labels<<<px_cuda_grid(ctx, rows, PX_THREADS, 2), PX_THREADS, 0, ctx->stream>>>(rows, classes, labels,
-                                                                                                bad);
+                                                                                               bad);
     float scale = 1.0f / (float)rows;
     int small = classes <= 1024;
     int64_t per_block = small ? PX_THREADS / 32 : 1;
     unsigned grid = px_cuda_grid(ctx, (rows + per_block - 1) / per_block, 1, 16);
     if (rows > 0) {
         if (small)
-            PX_FLOAT_DISPATCH(name, dt, (px_xent_launch<DT, 32>(ctx, grid, rows, classes, logits, labels, log_probs,
-                                                                scale, grad, bad, row_loss)));
+            PX_FLOAT_DISPATCH(
+                name, dt,
+                (xent_launch<DT, 32>(ctx, grid, rows, classes, logits, labels, log_probs, scale, grad, bad, row_loss)));
         else
-            PX_FLOAT_DISPATCH(name, dt, (px_xent_launch<DT, PX_THREADS>(ctx, grid, rows, classes, logits, labels,
-                                                                        log_probs, scale, grad, bad, row_loss)));
+            PX_FLOAT_DISPATCH(name, dt,
+                              (xent_launch<DT, PX_THREADS>(ctx, grid, rows, classes, logits, labels, log_probs, scale,
+                                                           grad, bad, row_loss)));
     }
     if (loss) k_xent_total<<<1, PX_THREADS, 0, ctx->stream>>>(rows, row_loss, bad, loss);
     if ((st = px_cuda_launched(dev, name)) != PHX_OK) return st;

@@ -23,8 +23,8 @@ __global__ void k_sgd(int64_t n, int64_t nv, float *p, const float *g, float *bu
         if (MOM) ((float4 *)buf)[v] = bv;
     }
     for (int64_t i = nv * 4 + px_tid(); i < n; i += px_nthreads())
-        phx_sgd_update(&p[i], g[i], MOM ? &buf[i] : &dummy, h.lr, MOM ? h.momentum : 0.0f, h.dampening,
-                       h.weight_decay, h.nesterov, first);
+        phx_sgd_update(&p[i], g[i], MOM ? &buf[i] : &dummy, h.lr, MOM ? h.momentum : 0.0f, h.dampening, h.weight_decay,
+                       h.nesterov, first);
 }
 
 extern "C" phx_status px_cuda_sgd_step(int dev, int64_t n, float *p, const float *g, float *momentum_buf,
@@ -39,8 +39,10 @@ extern "C" phx_status px_cuda_sgd_step(int dev, int64_t n, float *p, const float
     int mom = h->momentum != 0.0f;
     int64_t nv = px_nvec(n, 4, p, g, mom ? momentum_buf : NULL);
     unsigned grid = px_cuda_grid(ctx, nv ? nv : n, PX_THREADS, PX_WAVES);
-    if (mom) k_sgd<1><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, momentum_buf, *h, step_first);
-    else k_sgd<0><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, NULL, *h, step_first);
+    if (mom)
+        k_sgd<1><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, momentum_buf, *h, step_first);
+    else
+        k_sgd<0><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, NULL, *h, step_first);
     return px_cuda_launched(dev, "sgd_step");
 }
 
@@ -49,8 +51,8 @@ __global__ void k_adam(int64_t n, int64_t nv, float *p, const float *g, float *m
                        phx_adam_coef c)
 {
     for (int64_t k = px_tid(); k < nv; k += px_nthreads()) {
-        float4 pv = ((float4 *)p)[k], gv = __ldg((const float4 *)g + k), mv = ((float4 *)m)[k],
-               vv = ((float4 *)v)[k], xv = make_float4(0, 0, 0, 0);
+        float4 pv = ((float4 *)p)[k], gv = __ldg((const float4 *)g + k), mv = ((float4 *)m)[k], vv = ((float4 *)v)[k],
+               xv = make_float4(0, 0, 0, 0);
         if (AMS) xv = ((float4 *)vmax)[k];
         float *pe = &pv.x, *me = &mv.x, *ve = &vv.x, *xe = &xv.x;
         const float *ge = &gv.x;
@@ -65,8 +67,8 @@ __global__ void k_adam(int64_t n, int64_t nv, float *p, const float *g, float *m
         phx_adam_update(&c, &p[i], g[i], &m[i], &v[i], AMS ? &vmax[i] : NULL);
 }
 
-extern "C" phx_status px_cuda_adam_step(int dev, int64_t n, float *p, const float *g, float *m, float *v,
-                                        float *vmax, const phx_adam_hparams *h, int64_t step)
+extern "C" phx_status px_cuda_adam_step(int dev, int64_t n, float *p, const float *g, float *m, float *v, float *vmax,
+                                        const phx_adam_hparams *h, int64_t step)
 {
     PX_CHECK_N("adam_step", n);
     if (!h) return phx_error(PHX_EINVAL, "adam_step: hparams is NULL");
@@ -74,13 +76,15 @@ extern "C" phx_status px_cuda_adam_step(int dev, int64_t n, float *p, const floa
     if (h->amsgrad && !vmax && n > 0) return phx_error(PHX_EINVAL, "adam_step: amsgrad needs vmax, got NULL");
     if (n == 0) return PHX_OK;
     PX_CTX(dev, ctx);
-    phx_adam_coef c = phx_adam_coef_make(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->amsgrad,
-                                         h->decoupled, step);
+    phx_adam_coef c =
+        phx_adam_coef_make(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->amsgrad, h->decoupled, step);
     int64_t nv = px_nvec(n, 4, p, g, m, v);
     if (c.amsgrad && !px_aligned16(vmax)) nv = 0;
     unsigned grid = px_cuda_grid(ctx, nv ? nv : n, PX_THREADS, PX_WAVES);
-    if (c.amsgrad) k_adam<1><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, m, v, vmax, c);
-    else k_adam<0><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, m, v, NULL, c);
+    if (c.amsgrad)
+        k_adam<1><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, m, v, vmax, c);
+    else
+        k_adam<0><<<grid, PX_THREADS, 0, ctx->stream>>>(n, nv, p, g, m, v, NULL, c);
     return px_cuda_launched(dev, "adam_step");
 }
 

@@ -28,7 +28,7 @@ __global__ void k_dropout_fwd(int64_t n, float p, uint64_t seed, uint64_t offset
     }
 }
 
-static phx_status px_check_p(const char *name, float p)
+static phx_status check_p(const char *name, float p)
 {
     if (!(p >= 0.0f && p <= 1.0f)) return phx_error(PHX_EINVAL, "%s: p=%g, expected 0 <= p <= 1", name, (double)p);
     return PHX_OK;
@@ -38,14 +38,15 @@ extern "C" phx_status px_cuda_dropout_forward(int dev, int64_t n, float p, uint6
                                               const void *x, void *y, uint8_t *mask, phx_dtype dt)
 {
     PX_CHECK_N("dropout_forward", n);
-    if (px_check_p("dropout_forward", p) != PHX_OK) return PHX_EINVAL;
+    if (check_p("dropout_forward", p) != PHX_OK) return PHX_EINVAL;
     PX_CHECK_FLOAT("dropout_forward", dt);
     if (n == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     uint64_t b0 = offset >> 2, b1 = (offset + (uint64_t)n - 1) >> 2, nb = b1 - b0 + 1;
     unsigned grid = px_cuda_grid(ctx, (int64_t)nb, PX_THREADS, PX_WAVES);
-    PX_FLOAT_DISPATCH("dropout_forward", dt,
-                      (k_dropout_fwd<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, p, seed, offset, b0, nb, x, y, mask)));
+    PX_FLOAT_DISPATCH(
+        "dropout_forward", dt,
+        (k_dropout_fwd<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(n, p, seed, offset, b0, nb, x, y, mask)));
     return px_cuda_launched(dev, "dropout_forward");
 }
 
@@ -69,7 +70,7 @@ extern "C" phx_status px_cuda_dropout_backward(int dev, int64_t n, float p, cons
                                                void *dx, phx_dtype dt)
 {
     PX_CHECK_N("dropout_backward", n);
-    if (px_check_p("dropout_backward", p) != PHX_OK) return PHX_EINVAL;
+    if (check_p("dropout_backward", p) != PHX_OK) return PHX_EINVAL;
     if (!mask && n > 0) return phx_error(PHX_EINVAL, "dropout_backward: mask is NULL, expected forward's mask");
     PX_CHECK_FLOAT("dropout_backward", dt);
     if (n == 0) return PHX_OK;
@@ -85,8 +86,8 @@ extern "C" phx_status px_cuda_dropout_backward(int dev, int64_t n, float p, cons
 /* ---- uniform: element i = lo + (hi - lo) u(offset + i) */
 
 template <int DT>
-__global__ void k_uniform(void *dst, int64_t n, uint64_t seed, uint64_t offset, uint64_t b0, uint64_t nblocks,
-                          float lo, float span)
+__global__ void k_uniform(void *dst, int64_t n, uint64_t seed, uint64_t offset, uint64_t b0, uint64_t nblocks, float lo,
+                          float span)
 {
     for (uint64_t t = (uint64_t)px_tid(); t < nblocks; t += (uint64_t)px_nthreads()) {
         uint64_t b = b0 + t;
@@ -101,8 +102,8 @@ __global__ void k_uniform(void *dst, int64_t n, uint64_t seed, uint64_t offset, 
     }
 }
 
-extern "C" phx_status px_cuda_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed,
-                                          uint64_t offset, float lo, float hi)
+extern "C" phx_status px_cuda_rng_uniform(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
+                                          float lo, float hi)
 {
     PX_CHECK_N("rng_uniform", n);
     if (!(lo <= hi))
@@ -121,8 +122,7 @@ extern "C" phx_status px_cuda_rng_uniform(int dev, void *dst, phx_dtype dt, int6
 /* ---- normal: element i from numbers k = offset + 2i and k + 1 (the
  * same block unless k mod 4 == 3) */
 
-template <int DT>
-__global__ void k_normal(void *dst, int64_t n, uint64_t seed, uint64_t offset, float mean, float std)
+template <int DT> __global__ void k_normal(void *dst, int64_t n, uint64_t seed, uint64_t offset, float mean, float std)
 {
     for (int64_t i = px_tid(); i < n; i += px_nthreads()) {
         uint64_t k = offset + 2 * (uint64_t)i;
@@ -140,8 +140,8 @@ __global__ void k_normal(void *dst, int64_t n, uint64_t seed, uint64_t offset, f
     }
 }
 
-extern "C" phx_status px_cuda_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed,
-                                         uint64_t offset, float mean, float std)
+extern "C" phx_status px_cuda_rng_normal(int dev, void *dst, phx_dtype dt, int64_t n, uint64_t seed, uint64_t offset,
+                                         float mean, float std)
 {
     PX_CHECK_N("rng_normal", n);
     if (!(std >= 0.0f)) return phx_error(PHX_EINVAL, "rng_normal: std=%g, expected >= 0", (double)std);

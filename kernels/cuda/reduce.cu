@@ -12,7 +12,7 @@ template <int DT> __device__ __forceinline__ double px_ld_d(const void *p, int64
 {
     if (DT == PHX_I32) return (double)((const int32_t *)p)[i];
     if (DT == PHX_I64) return (double)((const int64_t *)p)[i];
-    return (double)px_ld<DT == PHX_I32 || DT == PHX_I64 ? PHX_F32 : DT>(p, i);
+    return (double)px_ld < DT == PHX_I32 || DT == PHX_I64 ? PHX_F32 : DT > (p, i);
 }
 
 /* max/min that return a NaN operand */
@@ -38,8 +38,7 @@ __device__ double px_block_pick(int op, double v, double *sh)
 }
 
 /* pass 1: block b reduces its grid-stride share into part[b] */
-template <int DT>
-__global__ void k_reduce_part(int op, int64_t n, const void *x, double *part)
+template <int DT> __global__ void k_reduce_part(int op, int64_t n, const void *x, double *part)
 {
     __shared__ double sh[32];
     double acc;
@@ -148,8 +147,8 @@ __global__ void k_colsum_final(int64_t cols, int splits, const double *part, flo
     }
 }
 
-extern "C" phx_status px_cuda_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt,
-                                        float beta, float *db)
+extern "C" phx_status px_cuda_bias_grad(int dev, int64_t rows, int64_t cols, const void *dy, phx_dtype dt, float beta,
+                                        float *db)
 {
     PX_CHECK_N("bias_grad", rows);
     PX_CHECK_N("bias_grad", cols);
@@ -172,6 +171,6 @@ extern "C" phx_status px_cuda_bias_grad(int dev, int64_t rows, int64_t cols, con
     dim3 grid((unsigned)colblocks, (unsigned)splits), block(PX_COLS_PER_BLOCK, PX_ROW_LANES);
     PX_FLOAT_DISPATCH("bias_grad", dt, (k_colsum_part<DT><<<grid, block, 0, ctx->stream>>>(rows, cols, rps, dy, part)));
     k_colsum_final<<<px_cuda_grid(ctx, cols, PX_THREADS, 2), PX_THREADS, 0, ctx->stream>>>(cols, (int)splits, part,
-                                                                                            beta, db);
+                                                                                           beta, db);
     return px_cuda_launched(dev, "bias_grad");
 }

@@ -12,5 +12,4 @@ static const phx_precision_v1 bf16_policy = {
     .growth_interval = PX_GRADSCALER_GROWTH_INTERVAL,
 };
 
-PX_PRECISION_PLUGIN("bf16", 20, "bf16 compute, f32 accumulation and master weights, no loss scaling",
-                    bf16_policy)
+PX_PRECISION_PLUGIN("bf16", 20, "bf16 compute, f32 accumulation and master weights, no loss scaling", bf16_policy)

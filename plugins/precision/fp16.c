@@ -13,5 +13,4 @@ static const phx_precision_v1 fp16_policy = {
     .growth_interval = PX_GRADSCALER_GROWTH_INTERVAL,
 };
 
-PX_PRECISION_PLUGIN("fp16", 10, "f16 compute, f32 accumulation and master weights, dynamic loss scaling",
-                    fp16_policy)
+PX_PRECISION_PLUGIN("fp16", 10, "f16 compute, f32 accumulation and master weights, dynamic loss scaling", fp16_policy)

@@ -14,7 +14,7 @@
 static phx_module *model;
 static phx_optimizer *opt;
 static phx_scaler *scaler;
-static phx_precision *fp16;   /* held for the process, like the model */
+static phx_precision *fp16; /* held for the process, like the model */
 static char path[256];
 static uint8_t *before, *after;
 static size_t snap_len;
@@ -51,8 +51,7 @@ static void fill(phx_tensor *t, float base)
     int64_t n = phx_tensor_numel(t);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) abort();
-    for (int64_t i = 0; i < n; i++)
-        v[i] = base + 0.1234567f * (float)i;
+    for (int64_t i = 0; i < n; i++) v[i] = base + 0.1234567f * (float)i;
     phx_tensor_from_host(t, v);
     free(v);
 }
@@ -64,15 +63,15 @@ static void set_known_state(void)
     const char **names;
     phx_tensor **ts;
     size_t ns = phx_optimizer_state(opt, &names, &ts);
-    for (size_t i = 0; i < ns; i++)
-        fill(ts[i], 3.25f + (float)i);
+    for (size_t i = 0; i < ns; i++) fill(ts[i], 3.25f + (float)i);
     phx_optimizer_set_steps(opt, 77);
     if (phx_scaler_set_state(scaler, 12345.5, 321) != PHX_OK) abort();
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    (void)argc; (void)argv;
+    (void)argc;
+    (void)argv;
     if (phx_precision_new("fp16", &fp16) != PHX_OK) {
         fprintf(stderr, "fp16 policy: %s\n", phx_last_error());
         abort();

@@ -34,7 +34,10 @@ static uint8_t *slurp(const char *path, size_t *n)
         len += got;
         if (len == cap) {
             uint8_t *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
             buf = nb;
         }
     }

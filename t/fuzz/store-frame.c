@@ -25,7 +25,7 @@
 
 typedef struct client {
     px_conn *c;
-    uint8_t hdr[PX_STORE_HDR];  /* the reply frame being read back */
+    uint8_t hdr[PX_STORE_HDR]; /* the reply frame being read back */
     size_t hdr_got, body_left;
 } client;
 
@@ -128,7 +128,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     client cl[NCLIENTS];
     memset(cl, 0, sizeof cl);
     for (int i = 0; i < NCLIENTS; i++)
-        if (!(cl[i].c = px_core_add(&k, -1, "fuzz"))) { px_core_destroy(&k); return 0; }
+        if (!(cl[i].c = px_core_add(&k, -1, "fuzz"))) {
+            px_core_destroy(&k);
+            return 0;
+        }
     double now = 1000.0;
     size_t off = 1;
     while (off + 3 <= size) {

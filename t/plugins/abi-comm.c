@@ -88,8 +88,7 @@ static phx_status abi_reduce(abi_state *s, void **parts, void *out, int64_t off,
                              phx_reduce_op op)
 {
 #ifdef ABI_KIT
-    return phx_kit_reduce(&out, 1, (const void *const *)parts, s->size, (size_t)off, (size_t)count, dt, op,
-                          s->size);
+    return phx_kit_reduce(&out, 1, (const void *const *)parts, s->size, (size_t)off, (size_t)count, dt, op, s->size);
 #else
     if (dt != PHX_F32 || op != PHX_SUM) return phx_error(PHX_EUNSUPPORTED, "abi: f32 sums only");
     float *o = out;
@@ -200,35 +199,35 @@ static void abi_finalize(void *state)
 
 static phx_status abi_allreduce(void *state, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *w)
 {
-    abi_op o = { ALLREDUCE, NULL, buf, count, dt, op, 0 };
+    abi_op o = {ALLREDUCE, NULL, buf, count, dt, op, 0};
     return abi_issue(state, &o, w);
 }
 
 #ifndef ABI_NO_BROADCAST
 static phx_status abi_broadcast(void *state, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
 {
-    abi_op o = { BROADCAST, NULL, buf, count, dt, PHX_SUM, root };
+    abi_op o = {BROADCAST, NULL, buf, count, dt, PHX_SUM, root};
     return abi_issue(state, &o, w);
 }
 #endif
 
 static phx_status abi_allgather(void *state, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
 {
-    abi_op o = { ALLGATHER, send, recv, count, dt, PHX_SUM, 0 };
+    abi_op o = {ALLGATHER, send, recv, count, dt, PHX_SUM, 0};
     return abi_issue(state, &o, w);
 }
 
 static phx_status abi_reduce_scatter(void *state, const void *send, void *recv, int64_t count, phx_dtype dt,
                                      phx_reduce_op op, phx_work *w)
 {
-    abi_op o = { REDUCE_SCATTER, send, recv, count, dt, op, 0 };
+    abi_op o = {REDUCE_SCATTER, send, recv, count, dt, op, 0};
     return abi_issue(state, &o, w);
 }
 
 #ifndef ABI_NO_BARRIER
 static phx_status abi_barrier(void *state, phx_work *w)
 {
-    abi_op o = { BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0 };
+    abi_op o = {BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0};
     return abi_issue(state, &o, w);
 }
 #endif
@@ -255,11 +254,11 @@ static int abi_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 
 #ifdef ABI_MAJOR
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = {
-    ABI_MAJOR, 0, (uint32_t)sizeof(phx_plugin_desc), PHX_PLUGIN_COMM, ABI_STR(ABI_NAME), "1.0",
-    "a plugin of another major ABI", abi_probe, &abi_vtable,
+    ABI_MAJOR,         0,     (uint32_t)sizeof(phx_plugin_desc), PHX_PLUGIN_COMM,
+    ABI_STR(ABI_NAME), "1.0", "a plugin of another major ABI",   abi_probe,
+    &abi_vtable,
 };
 #else
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
-    PHX_PLUGIN_COMM, ABI_STR(ABI_NAME), "1.0", "collectives through the store (t/plugin_abi)", abi_probe,
-    &abi_vtable);
+    PHX_PLUGIN_COMM, ABI_STR(ABI_NAME), "1.0", "collectives through the store (t/plugin_abi)", abi_probe, &abi_vtable);
 #endif

@@ -12,7 +12,10 @@
 /* Allocations made; the test reads it through dlsym. */
 PHX_PLUGIN_EXPORT int abi_dev_allocs;
 
-static int dev_count(void) { return 1; }
+static int dev_count(void)
+{
+    return 1;
+}
 
 static phx_status dev_alloc(int dev, size_t bytes, void **ptr)
 {
@@ -66,6 +69,6 @@ static int dev_probe(const phx_probe_ctx *ctx, char *why, size_t len)
     return 0;
 }
 
-PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
-    PHX_PLUGIN_DEVICE, "cuda", "1.0", "host memory named cuda, with the CPU's kernels (t/plugin_abi)", dev_probe,
-    &dev_vtable);
+PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 =
+    PHX_PLUGIN_DESC_INIT(PHX_PLUGIN_DEVICE, "cuda", "1.0",
+                         "host memory named cuda, with the CPU's kernels (t/plugin_abi)", dev_probe, &dev_vtable);

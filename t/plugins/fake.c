@@ -68,7 +68,7 @@ static int fake_probe(const phx_probe_ctx *ctx, char *why, size_t why_len)
 }
 
 /* Never called: the selection tests only load descriptors. */
-static const phx_comm_v1 fake_vtable __attribute__((unused)) = { 0 };
+static const phx_comm_v1 fake_vtable __attribute__((unused)) = {0};
 
 #if defined(FAKE_BORROW)
 /* No descriptor of its own: it links libfakedesc.so, which has one, and
@@ -80,18 +80,26 @@ PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v2 =
     PHX_PLUGIN_DESC_INIT(FAKE_KIND, FAKE_STR(FAKE_NAME), "1.0", "wrong symbol name", fake_probe, &fake_vtable);
 #elif defined(FAKE_TINY_DESC)
 /* 8 bytes: not even the descriptor's header. */
-PHX_PLUGIN_EXPORT const uint32_t phx_plugin_v1[2] = { PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR };
+PHX_PLUGIN_EXPORT const uint32_t phx_plugin_v1[2] = {PHX_PLUGIN_ABI_MAJOR, PHX_PLUGIN_ABI_MINOR};
 #elif defined(FAKE_FUNCTION_DESC)
 PHX_PLUGIN_EXPORT void phx_plugin_v1(void);
-void phx_plugin_v1(void) { setenv("FAKE_PROBED_" FAKE_STR(FAKE_NAME), "1", 1); }
+void phx_plugin_v1(void)
+{
+    setenv("FAKE_PROBED_" FAKE_STR(FAKE_NAME), "1", 1);
+}
 #else
-PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = {
-    FAKE_MAJOR, FAKE_MINOR, (uint32_t)(FAKE_SIZE), (uint32_t)(FAKE_KIND), FAKE_STR(FAKE_NAME),
-    FAKE_STR(FAKE_VERSION), "a plugin for t/plugin_loader", fake_probe,
+PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = {FAKE_MAJOR,
+                                                         FAKE_MINOR,
+                                                         (uint32_t)(FAKE_SIZE),
+                                                         (uint32_t)(FAKE_KIND),
+                                                         FAKE_STR(FAKE_NAME),
+                                                         FAKE_STR(FAKE_VERSION),
+                                                         "a plugin for t/plugin_loader",
+                                                         fake_probe,
 #ifdef FAKE_NO_VTABLE
-    NULL
+                                                         NULL
 #else
-    &fake_vtable
+                                                         &fake_vtable
 #endif
 };
 #endif

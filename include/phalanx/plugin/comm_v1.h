@@ -16,12 +16,12 @@ extern "C" {
 
 typedef struct phx_comm_init_args {
     int rank, size, local_rank, local_size;
-    phx_store *store;    /* rendezvous store, shared by all ranks; the plugin
+    phx_store *store; /* rendezvous store, shared by all ranks; the plugin
                             may use it during init (and keep it: it outlives
                             the communicator) */
-    const char *prefix;  /* unique key prefix for this communicator ("c0/") */
-    double timeout_s;    /* PHX_TIMEOUT: collectives and init give up after this */
-    phx_device device;   /* where buffers live */
+    const char *prefix; /* unique key prefix for this communicator ("c0/") */
+    double timeout_s; /* PHX_TIMEOUT: collectives and init give up after this */
+    phx_device device; /* where buffers live */
 } phx_comm_init_args;
 
 /* Every collective takes a work handle created by the core. The plugin
@@ -35,11 +35,9 @@ typedef struct phx_comm_init_args {
 typedef struct phx_comm_v1 {
     phx_status (*init)(const phx_comm_init_args *args, void **state);
     void (*finalize)(void *state);
-    phx_status (*allreduce)(void *state, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op,
-                            phx_work *work);
+    phx_status (*allreduce)(void *state, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *work);
     phx_status (*broadcast)(void *state, void *buf, int64_t count, phx_dtype dt, int root, phx_work *work);
-    phx_status (*allgather)(void *state, const void *send, void *recv, int64_t count, phx_dtype dt,
-                            phx_work *work);
+    phx_status (*allgather)(void *state, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *work);
     phx_status (*reduce_scatter)(void *state, const void *send, void *recv, int64_t count, phx_dtype dt,
                                  phx_reduce_op op, phx_work *work);
     phx_status (*barrier)(void *state, phx_work *work);

@@ -18,7 +18,11 @@ extern "C" {
 #endif
 
 typedef enum phx_activation {
-    PHX_ACT_RELU = 0, PHX_ACT_GELU = 1, PHX_ACT_GELU_TANH = 2, PHX_ACT_TANH = 3, PHX_ACT_SIGMOID = 4
+    PHX_ACT_RELU = 0,
+    PHX_ACT_GELU = 1,
+    PHX_ACT_GELU_TANH = 2,
+    PHX_ACT_TANH = 3,
+    PHX_ACT_SIGMOID = 4
 } phx_activation;
 
 /* SGD, PyTorch's formula. first: the momentum buffer is uninitialised. */
@@ -45,14 +49,14 @@ typedef struct phx_kernels_v1 {
  * core supplies the default named beside it. Slots appended in a later
  * minor are read only from plugins of that minor or newer. */
 typedef struct phx_device_v1 {
-    int kind;                                   /* phx_device_kind */
-    int (*count)(void);                         /* required */
-    phx_status (*alloc)(int dev, size_t bytes, void **ptr);               /* required */
-    void (*release)(int dev, void *ptr);                                  /* required */
+    int kind; /* phx_device_kind */
+    int (*count)(void); /* required */
+    phx_status (*alloc)(int dev, size_t bytes, void **ptr); /* required */
+    void (*release)(int dev, void *ptr); /* required */
     /* (optional) defaults to PHX_EUNSUPPORTED "the device has no statistics" */
     phx_status (*memory_stats)(int dev, phx_memory_stats *out);
-    phx_status (*copy_h2d)(int dev, void *dst, const void *src_host, size_t bytes);   /* required */
-    phx_status (*copy_d2h)(int dev, void *dst_host, const void *src, size_t bytes);   /* required */
+    phx_status (*copy_h2d)(int dev, void *dst, const void *src_host, size_t bytes); /* required */
+    phx_status (*copy_d2h)(int dev, void *dst_host, const void *src, size_t bytes); /* required */
     phx_status (*copy_d2d)(int dst_dev, void *dst, int src_dev, const void *src, size_t bytes); /* required */
     /* (optional) defaults to PHX_OK at once: a synchronous device */
     phx_status (*synchronize)(int dev);
@@ -70,7 +74,7 @@ typedef struct phx_device_v1 {
     /* 1 done, 0 pending, < 0 error */
     int (*event_query)(void *event);
     void (*event_destroy)(void *event);
-    const phx_kernels_v1 *kernels;              /* required: every slot of its minor set */
+    const phx_kernels_v1 *kernels; /* required: every slot of its minor set */
 } phx_device_v1;
 
 /* The device table for d (built-in CPU or the loaded cuda plugin), or NULL

@@ -34,8 +34,7 @@ typedef phx_status (*phx_kit_run_fn)(void *ctx, const void *job, char *msg, size
  * run(ctx, job, ...) on one thread that the queue starts now; that thread
  * inherits the caller's signal mask. name ("gloo") prefixes its errors.
  * PHX_ENOMEM or PHX_EIO (no thread) with the reason. */
-phx_status phx_kit_queue_new(size_t job_size, phx_kit_run_fn run, void *ctx, const char *name,
-                             phx_kit_queue **out);
+phx_status phx_kit_queue_new(size_t job_size, phx_kit_run_fn run, void *ctx, const char *name, phx_kit_queue **out);
 
 /* Queues job; the queue's thread runs it after every job pushed before
  * and then calls phx_work_complete(work, status, msg). Thread-safe.

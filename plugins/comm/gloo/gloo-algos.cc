@@ -12,7 +12,8 @@
 
 #include "phalanx/plugin/kit.h"
 
-namespace pxg {
+namespace pxg
+{
 
 using UB = gloo::transport::UnboundBuffer;
 
@@ -28,7 +29,8 @@ uint8_t *Ctx::ensure(size_t bytes)
     return scratch.data();
 }
 
-namespace {
+namespace
+{
 
 // Posting fails at once when the pair to that peer is already broken.
 void post_send(UB *b, int peer, uint64_t slot, size_t off, size_t n)
@@ -74,9 +76,15 @@ void wait_op(Ctx &c, UB *b, int peer, bool send)
     if (!done) throw PeerError(peer, c.why);
 }
 
-void wait_recv(Ctx &c, UB *b, int peer) { wait_op(c, b, peer, false); }
+void wait_recv(Ctx &c, UB *b, int peer)
+{
+    wait_op(c, b, peer, false);
+}
 
-void wait_send(Ctx &c, UB *b, int peer) { wait_op(c, b, peer, true); }
+void wait_send(Ctx &c, UB *b, int peer)
+{
+    wait_op(c, b, peer, true);
+}
 
 // out[0..n) = a op b (a from the lower rank), out may be a or b. f16 sums
 // use gloo's own half conversions (f32 add, round to nearest); everything
@@ -100,8 +108,8 @@ void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, ph
 
 // Exchanges with peer: send [soff, soff+sn) of sb, receive rn bytes into
 // rb at roff. Zero-length halves are skipped on both sides alike.
-void exchange(Ctx &c, int peer, uint64_t slot, UB *sb, size_t soff, size_t sn, UB *rb, size_t roff,
-              size_t rn, int from = -1)
+void exchange(Ctx &c, int peer, uint64_t slot, UB *sb, size_t soff, size_t sn, UB *rb, size_t roff, size_t rn,
+              int from = -1)
 {
     if (from < 0) from = peer;
     if (rn) post_recv(rb, from, slot, roff, rn);
@@ -120,7 +128,10 @@ struct Fold {
         rem = n - p2;
         nr = r < 2 * rem ? (r % 2 ? r / 2 : -1) : r - rem;
     }
-    int actual(int v) const { return v < rem ? 2 * v + 1 : v + rem; }
+    int actual(int v) const
+    {
+        return v < rem ? 2 * v + 1 : v + rem;
+    }
 };
 
 // Folds the extra ranks in (before) or sends them the result (after).
@@ -167,8 +178,10 @@ void allreduce_rd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op o
         for (int d = 1; d < f.p2; d <<= 1, step++) {
             int pn = f.nr ^ d, peer = f.actual(pn);
             exchange(c, peer, slot + step, ub.get(), 0, bytes, c.scratch_ub.get(), 0, bytes);
-            if (f.nr < pn) reduce2(b, b, tmp, count, dt, op);
-            else reduce2(b, tmp, b, count, dt, op);
+            if (f.nr < pn)
+                reduce2(b, b, tmp, count, dt, op);
+            else
+                reduce2(b, tmp, b, count, dt, op);
         }
     }
     fold_out(c, f, ub.get(), bytes, slot + 63);
@@ -179,7 +192,7 @@ void allreduce_hd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op o
     const size_t es = phx_dtype_size(dt), bytes = count * es;
     Fold f(c.ctx->size, c.ctx->rank);
     auto ub = c.ctx->createUnboundBuffer(buf, bytes);
-    auto rub = c.ctx->createUnboundBuffer(buf, bytes);   // receives: one UB per direction
+    auto rub = c.ctx->createUnboundBuffer(buf, bytes); // receives: one UB per direction
     uint8_t *b = static_cast<uint8_t *>(buf);
     fold_in(c, f, ub.get(), b, count, es, dt, op, slot);
     if (f.nr >= 0) {
@@ -198,8 +211,10 @@ void allreduce_hd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op o
             stack_hi[depth++] = hi;
             exchange(c, peer, slot + step, ub.get(), slo * es, (shi - slo) * es, c.scratch_ub.get(), 0,
                      (khi - klo) * es);
-            if (lower) reduce2(b + klo * es, b + klo * es, tmp, khi - klo, dt, op);
-            else reduce2(b + klo * es, tmp, b + klo * es, khi - klo, dt, op);
+            if (lower)
+                reduce2(b + klo * es, b + klo * es, tmp, khi - klo, dt, op);
+            else
+                reduce2(b + klo * es, tmp, b + klo * es, khi - klo, dt, op);
             lo = klo;
             hi = khi;
         }
@@ -228,7 +243,7 @@ void allreduce_ring(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op
 {
     const int n = c.ctx->size, r = c.ctx->rank, to = (r + 1) % n, from = (r + n - 1) % n;
     const size_t es = phx_dtype_size(dt);
-    size_t seg = kRingSegment / es;                // elements per segment
+    size_t seg = kRingSegment / es; // elements per segment
     uint8_t *b = static_cast<uint8_t *>(buf);
     auto ub = c.ctx->createUnboundBuffer(buf, count * es);
     auto rub = c.ctx->createUnboundBuffer(buf, count * es);
@@ -323,8 +338,10 @@ void reduce_scatter_ring(Ctx &c, const void *send, void *recv, size_t count, phx
     for (int s = 0; s < n - 1; s++) {
         size_t sb = (size_t)((r - 1 - s + 2 * n) % n), rb = (size_t)((r - 2 - s + 2 * n) % n);
         post_recv(c.scratch_ub.get(), from, slot + (uint64_t)s, 0, bytes);
-        if (s == 0) post_send(inub.get(), to, slot + (uint64_t)s, sb * bytes, bytes);
-        else post_send(c.scratch_send.get(), to, slot + (uint64_t)s, bytes, bytes);
+        if (s == 0)
+            post_send(inub.get(), to, slot + (uint64_t)s, sb * bytes, bytes);
+        else
+            post_send(c.scratch_send.get(), to, slot + (uint64_t)s, bytes, bytes);
         wait_recv(c, c.scratch_ub.get(), from);
         wait_send(c, s == 0 ? inub.get() : c.scratch_send.get(), to);
         void *dst = s == n - 2 ? recv : static_cast<void *>(acc);

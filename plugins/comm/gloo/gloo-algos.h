@@ -22,9 +22,10 @@
 
 #include "phalanx/tensor.h"
 
-namespace pxg {
+namespace pxg
+{
 
-constexpr size_t kRingSegment = 1u << 20;  // bytes received per piece in the ring (as gloo's own ring)
+constexpr size_t kRingSegment = 1u << 20; // bytes received per piece in the ring (as gloo's own ring)
 
 // A transport failure while talking to one known peer.
 struct PeerError : std::runtime_error {

@@ -42,7 +42,8 @@
 #include "plugins/comm/gloo/gloo-algos.h"
 #include "phalanx/plugin/kit.h"
 
-namespace {
+namespace
+{
 
 // All-reduce algorithm choice (bytes; doc/comm.md has the measurements):
 // recursive doubling up to 64 KiB (log2 n latency-bound exchanges);
@@ -52,7 +53,7 @@ namespace {
 constexpr size_t kRdMax = 64u << 10;
 constexpr size_t kHdMax = 1u << 20;
 constexpr int kHdMinWorld = 8;
-constexpr uint64_t kSlotPrefix = 0x70;  // our own algorithms' slots (gloo's use 0x01..0x08)
+constexpr uint64_t kSlotPrefix = 0x70; // our own algorithms' slots (gloo's use 0x01..0x08)
 
 enum Kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER, BARRIER };
 const char *const kKindName[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
@@ -60,7 +61,8 @@ const char *const kKindName[] = {"allreduce", "broadcast", "allgather", "reduce_
 enum Algo { AUTO, RING, HD, RD };
 
 // gloo's Store interface over a phx_store; every key lives under prefix.
-class PhxStore : public gloo::rendezvous::Store {
+class PhxStore : public gloo::rendezvous::Store
+{
   public:
     PhxStore(phx_store *s, std::string prefix, double timeout_s) : s_(s), prefix_(std::move(prefix)), t_(timeout_s) {}
 
@@ -81,7 +83,10 @@ class PhxStore : public gloo::rendezvous::Store {
         return out;
     }
 
-    void wait(const std::vector<std::string> &keys) override { wait(keys, std::chrono::milliseconds(0)); }
+    void wait(const std::vector<std::string> &keys) override
+    {
+        wait(keys, std::chrono::milliseconds(0));
+    }
 
     void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &timeout) override
     {
@@ -115,17 +120,17 @@ struct State {
     double timeout_s = 600;
     Algo algo = AUTO;
     pxg::Ctx c;
-    uint64_t seq = 0;                 // ops run (tags and slots)
-    std::string broken;               // set after the first failure
-    int32_t token = 0;                // the barrier's one-element all-reduce
-    phx_kit_queue *queue = nullptr;   // runs the ops in issue order
-    phx_store *store = nullptr;       // the communicator's, for the desync check
-    std::string prefix;               // its keys' prefix ("c0/gloo/")
+    uint64_t seq = 0; // ops run (tags and slots)
+    std::string broken; // set after the first failure
+    int32_t token = 0; // the barrier's one-element all-reduce
+    phx_kit_queue *queue = nullptr; // runs the ops in issue order
+    phx_store *store = nullptr; // the communicator's, for the desync check
+    std::string prefix; // its keys' prefix ("c0/gloo/")
     // The watchdog: while a wait lasts, polls the store every 50 ms for a
     // failure another rank published (prefix + "failed", or phx_spawn's
     // abort key) and aborts the wait (pxg::Ctx::waiting).
     std::thread dog;
-    std::unique_ptr<gloo::transport::UnboundBuffer> probe;   // the pair probe's 1-byte receive
+    std::unique_ptr<gloo::transport::UnboundBuffer> probe; // the pair probe's 1-byte receive
     uint8_t probe_byte = 0;
     std::mutex dog_mu;
     std::condition_variable dog_cv;
@@ -156,12 +161,14 @@ std::string op_text(const Op &o)
 {
     static const char *const rops[] = {"sum", "avg", "max", "min"};
     char b[128];
-    int n = std::snprintf(b, sizeof b, "%s(count=%lld, %s", kKindName[o.kind], (long long)o.count,
-                          phx_dtype_name(o.dt));
+    int n =
+        std::snprintf(b, sizeof b, "%s(count=%lld, %s", kKindName[o.kind], (long long)o.count, phx_dtype_name(o.dt));
     if ((o.kind == ALLREDUCE || o.kind == REDUCE_SCATTER) && (unsigned)o.rop < 4)
         n += std::snprintf(b + n, sizeof b - (size_t)n, ", %s", rops[o.rop]);
-    if (o.kind == BROADCAST) std::snprintf(b + n, sizeof b - (size_t)n, ", root %d", o.root);
-    else std::snprintf(b + n, sizeof b - (size_t)n, ")");
+    if (o.kind == BROADCAST)
+        std::snprintf(b + n, sizeof b - (size_t)n, ", root %d", o.root);
+    else
+        std::snprintf(b + n, sizeof b - (size_t)n, ")");
     if (o.kind == BROADCAST) std::strncat(b, ")", sizeof b - std::strlen(b) - 1);
     return b;
 }
@@ -174,31 +181,34 @@ void publish_issued(State &s, const Op &o, uint64_t seq)
     phx_store_set(s.store, key.c_str(), mine.data(), mine.size());
 }
 
-// After a timeout: each rank that timed out publishes what it issued as op
-// seq; a peer that published something else within a second means
-// the ranks went out of step (PHX_EDESYNC), not that one hung. Returns the
-// message, or "" when no peer disagrees.
-std::string desync_check(State &s, const Op &o, uint64_t seq)
+// After a failed op: this rank publishes what it issued as op seq; a peer
+// that published something else within `wait` seconds means the ranks went
+// out of step (PHX_EDESYNC), not that one hung or died. After a timeout
+// the wait is up to a second (out-of-step peers time out together); after
+// a closed connection it is a millisecond (a store get of timeout 0 would
+// wait the store's own), since a peer that found the desync first published
+// before it closed. Returns the message, or "" when no peer
+// disagrees.
+std::string desync_check(State &s, const Op &o, uint64_t seq, double wait)
 {
     if (!s.store) return "";
     std::string mine = op_text(o), key = s.prefix + "issued/" + std::to_string(seq) + "/";
     publish_issued(s, o, seq);
-    double wait = s.timeout_s < 1 ? s.timeout_s : 1;   // out-of-step peers time out together
     for (int r = 0; r < s.size; r++) {
         if (r == s.rank) continue;
         void *v = nullptr;
         size_t n = 0;
         if (phx_store_get(s.store, (key + std::to_string(r)).c_str(), &v, &n, wait)) {
-            wait = 0.2;   // one silent peer is enough waiting
+            if (wait > 0.2) wait = 0.2; // one silent peer is enough waiting
             continue;
         }
         std::string theirs(static_cast<char *>(v), n);
         std::free(v);
         if (theirs != mine)
             return "rank " + std::to_string(s.rank) + " issued " + mine + " as collective #" + std::to_string(seq) +
-                   " but rank " + std::to_string(r) + " issued " + theirs +
-                   ": the ranks went out of step (a different number of steps, buckets or collectives; uneven "
-                   "inputs need DDP join). PHX_DEBUG=detail checks every collective before it runs";
+                " but rank " + std::to_string(r) + " issued " + theirs +
+                ": the ranks went out of step (a different number of steps, buckets or collectives; uneven "
+                "inputs need DDP join). PHX_DEBUG=detail checks every collective before it runs";
     }
     return "";
 }
@@ -266,8 +276,7 @@ bool says_timeout(const std::string &m)
 void publish_failure(State &s, const std::string &msg)
 {
     if (!s.store) return;
-    phx_store_compare_set(s.store, (s.prefix + "failed").c_str(), nullptr, 0, msg.data(), msg.size(), nullptr,
-                          nullptr);
+    phx_store_compare_set(s.store, (s.prefix + "failed").c_str(), nullptr, 0, msg.data(), msg.size(), nullptr, nullptr);
 }
 
 // A published failure, or "" (a store that cannot be reached counts: its
@@ -313,8 +322,8 @@ void watchdog(State *s)
     std::unique_lock<std::mutex> lk(s->dog_mu);
     int probed_peer = -1;
     std::chrono::steady_clock::time_point probed_since;
-    const double kQuiet = 0.25;   // seconds into a wait before the first poll and probe
-    double next_probe = kQuiet;   // doubles up to 5 s
+    const double kQuiet = 0.25; // seconds into a wait before the first poll and probe
+    double next_probe = kQuiet; // doubles up to 5 s
     while (!s->dog_stop) {
         s->dog_cv.wait_for(lk, std::chrono::milliseconds(50));
         if (s->dog_stop) break;
@@ -358,19 +367,19 @@ void watchdog(State *s)
         s->c.dead = true;
         s->c.why = "another rank reported a failure: " + m;
         if (s->c.waiting) {
-            if (s->c.waiting_send) s->c.waiting->abortWaitSend();
-            else s->c.waiting->abortWaitRecv();
+            if (s->c.waiting_send)
+                s->c.waiting->abortWaitSend();
+            else
+                s->c.waiting->abortWaitRecv();
         }
     }
 }
-
 
 // Runs one op, turning any exception into a status and a message.
 phx_status execute(State &s, const Op &o, std::string &msg)
 {
     char head[128];
-    std::snprintf(head, sizeof head, "gloo: rank %d: %s #%llu", s.rank, kKindName[o.kind],
-                  (unsigned long long)s.seq);
+    std::snprintf(head, sizeof head, "gloo: rank %d: %s #%llu", s.rank, kKindName[o.kind], (unsigned long long)s.seq);
     if (!s.broken.empty()) {
         msg = std::string(head) + " not run: the communicator failed earlier (" + s.broken + ")";
         return PHX_EPEER;
@@ -397,9 +406,10 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     }
     s.seq++;
     if (st == PHX_OK) return st;
-    if (says_timeout(msg)) {
-        st = PHX_ETIMEOUT;
-        std::string d = desync_check(s, o, s.seq - 1);
+    bool timed_out = says_timeout(msg);
+    if (timed_out) st = PHX_ETIMEOUT;
+    if (st == PHX_ETIMEOUT || st == PHX_EPEER) {
+        std::string d = desync_check(s, o, s.seq - 1, timed_out ? (s.timeout_s < 1 ? s.timeout_s : 1) : 1e-3);
         if (!d.empty()) {
             msg = std::string(head) + " failed: " + d;
             s.broken = msg;
@@ -450,9 +460,12 @@ gloo::transport::tcp::attr device_attr(phx_store *store)
         iface = torch_iface.c_str();
     }
     char addr[128];
-    if (iface && *iface) a.iface = iface;
-    else if (phx_store_local_addr(store, addr, sizeof addr) == PHX_OK) a.hostname = addr;
-    else a.hostname = "127.0.0.1";
+    if (iface && *iface)
+        a.iface = iface;
+    else if (phx_store_local_addr(store, addr, sizeof addr) == PHX_OK)
+        a.hostname = addr;
+    else
+        a.hostname = "127.0.0.1";
     return a;
 }
 
@@ -464,10 +477,14 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     const char *algo = std::getenv("PHX_GLOO_ALGO");
     Algo al = AUTO;
     if (algo && *algo && std::strcmp(algo, "auto")) {
-        if (!std::strcmp(algo, "ring")) al = RING;
-        else if (!std::strcmp(algo, "hd")) al = HD;
-        else if (!std::strcmp(algo, "rd")) al = RD;
-        else return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_ALGO='%s': expected auto, ring, hd or rd", algo);
+        if (!std::strcmp(algo, "ring"))
+            al = RING;
+        else if (!std::strcmp(algo, "hd"))
+            al = HD;
+        else if (!std::strcmp(algo, "rd"))
+            al = RD;
+        else
+            return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_ALGO='%s': expected auto, ring, hd or rd", algo);
     }
     State *s = new (std::nothrow) State;
     if (!s) return phx_error(PHX_ENOMEM, "gloo: out of memory");
@@ -527,7 +544,7 @@ void g_finalize(void *state)
 {
     State *s = static_cast<State *>(state);
     if (!s) return;
-    phx_kit_queue_free(s->queue);   // runs what is queued first
+    phx_kit_queue_free(s->queue); // runs what is queued first
     {
         std::lock_guard<std::mutex> g(s->dog_mu);
         s->dog_stop = true;

@@ -25,19 +25,19 @@
 #include "plugins/comm/mpi/mpi-shm.h"
 #include "phalanx/plugin/kit.h"
 
-#define PX_SHM_LINE 64             /* bytes per rank flag */
-#define PX_SHM_SPINS 2000          /* polls before yielding */
-#define PX_SHM_YIELDS 2000         /* yields before sleeping */
+#define PX_SHM_LINE 64 /* bytes per rank flag */
+#define PX_SHM_SPINS 2000 /* polls before yielding */
+#define PX_SHM_YIELDS 2000 /* yields before sleeping */
 
 struct px_shm {
     MPI_Win win;
     int rank, size;
-    uint64_t *flags;               /* rank q's at flags[q * PX_SHM_LINE / 8] */
-    uint8_t *data;                 /* 2 areas x size slots x slot bytes */
-    size_t slot;                   /* bytes per slot (a chunk of a buffer) */
-    uint64_t step;                 /* flags published */
-    uint64_t chunks;               /* chunks run: picks the area */
-    const void **in;               /* size input pointers, reused */
+    uint64_t *flags; /* rank q's at flags[q * PX_SHM_LINE / 8] */
+    uint8_t *data; /* 2 areas x size slots x slot bytes */
+    size_t slot; /* bytes per slot (a chunk of a buffer) */
+    uint64_t step; /* flags published */
+    uint64_t chunks; /* chunks run: picks the area */
+    const void **in; /* size input pointers, reused */
 };
 
 /* 4 MiB of slots per area, 64 KiB to 1 MiB each. */
@@ -60,7 +60,10 @@ static void mpi_why(int rc, const char *what, char *why, size_t len)
 px_shm *px_shm_new(MPI_Comm comm, char *why, size_t len)
 {
     px_shm *s = calloc(1, sizeof *s);
-    if (!s) { snprintf(why, len, "out of memory"); return NULL; }
+    if (!s) {
+        snprintf(why, len, "out of memory");
+        return NULL;
+    }
     MPI_Comm_rank(comm, &s->rank);
     MPI_Comm_size(comm, &s->size);
     s->slot = slot_bytes(s->size);
@@ -81,10 +84,11 @@ px_shm *px_shm_new(MPI_Comm comm, char *why, size_t len)
     }
     MPI_Aint got = 0;
     int unit = 0;
-    if ((rc = MPI_Win_shared_query(s->win, 0, &got, &unit, &base)) != MPI_SUCCESS || (size_t)got < total ||
-        !s->in) {
-        if (rc != MPI_SUCCESS) mpi_why(rc, "MPI_Win_shared_query", why, len);
-        else snprintf(why, len, "shared window of %zu bytes, %zu needed (or out of memory)", (size_t)got, total);
+    if ((rc = MPI_Win_shared_query(s->win, 0, &got, &unit, &base)) != MPI_SUCCESS || (size_t)got < total || !s->in) {
+        if (rc != MPI_SUCCESS)
+            mpi_why(rc, "MPI_Win_shared_query", why, len);
+        else
+            snprintf(why, len, "shared window of %zu bytes, %zu needed (or out of memory)", (size_t)got, total);
         MPI_Win_free(&s->win);
         free(s->in);
         free(s);

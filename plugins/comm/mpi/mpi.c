@@ -38,9 +38,9 @@
 #include "plugins/comm/mpi/mpi-shm.h"
 #include "phalanx/plugin/kit.h"
 
-#define PX_SHM_DEFAULT (256u << 10)   /* PHX_MPI_SHM_BYTES default */
-#define PX_ABORT_CODE 124             /* MPI_Abort's errorcode on a timeout */
-#define PX_CHUNK (1 << 30)            /* elements per MPI call (counts are int) */
+#define PX_SHM_DEFAULT (256u << 10) /* PHX_MPI_SHM_BYTES default */
+#define PX_ABORT_CODE 124 /* MPI_Abort's errorcode on a timeout */
+#define PX_CHUNK (1 << 30) /* elements per MPI call (counts are int) */
 
 enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
 static const char *const kind_name[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
@@ -48,14 +48,17 @@ static const char *const kind_name[] = {"allreduce", "broadcast", "allgather", "
 /* ------------------------------------------------------------ MPI itself */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_started;                 /* MPI usable by this plugin */
-static int g_ours;                    /* initialized here: finalize at exit */
-static MPI_Op g_ops[PHX_NUM_DTYPES][4];   /* user ops (MPI_OP_NULL: use a built-in) */
+static int g_started; /* MPI usable by this plugin */
+static int g_ours; /* initialized here: finalize at exit */
+static MPI_Op g_ops[PHX_NUM_DTYPES][4]; /* user ops (MPI_OP_NULL: use a built-in) */
 
 static const char *level_name(int l)
 {
-    return l == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : l == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
-         : l == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED" : l == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "?";
+    return l == MPI_THREAD_SINGLE    ? "MPI_THREAD_SINGLE"
+        : l == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+        : l == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+        : l == MPI_THREAD_MULTIPLE   ? "MPI_THREAD_MULTIPLE"
+                                     : "?";
 }
 
 static void mpi_msg(int rc, char *buf, size_t len)
@@ -67,13 +70,13 @@ static void mpi_msg(int rc, char *buf, size_t len)
 }
 
 /* inout[i] = in[i] op inout[i] through the kit (f32 arithmetic). */
-#define PX_USER_OP(name, dt, op)                                                    \
-    static void name(void *in, void *inout, int *len, MPI_Datatype *type)           \
-    {                                                                               \
-        (void)type;                                                                 \
-        const void *src[2] = {in, inout};                                           \
-        void *dst[1] = {inout};                                                     \
-        phx_kit_reduce(dst, 1, src, 2, 0, (size_t)*len, dt, op, 1);                 \
+#define PX_USER_OP(name, dt, op) \
+    static void name(void *in, void *inout, int *len, MPI_Datatype *type) \
+    { \
+        (void)type; \
+        const void *src[2] = {in, inout}; \
+        void *dst[1] = {inout}; \
+        phx_kit_reduce(dst, 1, src, 2, 0, (size_t)*len, dt, op, 1); \
     }
 PX_USER_OP(op_f16_sum, PHX_F16, PHX_SUM)
 PX_USER_OP(op_f16_max, PHX_F16, PHX_MAX)
@@ -131,10 +134,13 @@ static phx_status mpi_start(void)
         atexit(mpi_at_exit);
     }
     if (level < MPI_THREAD_MULTIPLE) {
-        st = phx_error(PHX_EUNSUPPORTED, "mpi: the MPI library gives %s; this plugin needs MPI_THREAD_MULTIPLE "
+        st = phx_error(PHX_EUNSUPPORTED,
+                       "mpi: the MPI library gives %s; this plugin needs MPI_THREAD_MULTIPLE "
                        "(a progress thread per communicator and a watchdog call MPI concurrently)%s",
-                       level_name(level), inited ? " (the application initialized MPI itself: ask for "
-                       "MPI_THREAD_MULTIPLE in MPI_Init_thread)" : "");
+                       level_name(level),
+                       inited ? " (the application initialized MPI itself: ask for "
+                                "MPI_THREAD_MULTIPLE in MPI_Init_thread)"
+                              : "");
         goto out;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -199,21 +205,21 @@ typedef struct op {
 typedef struct mstate {
     int rank, size;
     double timeout;
-    MPI_Comm comm;                 /* this communicator's duplicate of the world */
-    px_shm *shm;                   /* NULL: MPI's collectives only */
-    size_t shm_min;                /* all-reduce bytes from which shm is used */
-    char broken[600];              /* set by the first failure (worker only) */
-    uint64_t seq;                  /* collectives started (under mu) */
-    pthread_mutex_t mu;            /* the queue and the running op */
-    pthread_cond_t cv;             /* work queued, or stop */
-    pthread_cond_t wd_cv;          /* the watchdog's sleep */
+    MPI_Comm comm; /* this communicator's duplicate of the world */
+    px_shm *shm; /* NULL: MPI's collectives only */
+    size_t shm_min; /* all-reduce bytes from which shm is used */
+    char broken[600]; /* set by the first failure (worker only) */
+    uint64_t seq; /* collectives started (under mu) */
+    pthread_mutex_t mu; /* the queue and the running op */
+    pthread_cond_t cv; /* work queued, or stop */
+    pthread_cond_t wd_cv; /* the watchdog's sleep */
     op *q;
     size_t qcap, qhead, qlen;
     int stop;
-    int running;                   /* the head op is being run */
-    int timed_out;                 /* the watchdog completed it */
-    uint64_t cur;                  /* its issue number */
-    struct timespec started;       /* when it began (CLOCK_MONOTONIC) */
+    int running; /* the head op is being run */
+    int timed_out; /* the watchdog completed it */
+    uint64_t cur; /* its issue number */
+    struct timespec started; /* when it began (CLOCK_MONOTONIC) */
     pthread_t worker, watchdog;
 } mstate;
 
@@ -236,13 +242,12 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
         if (!o->count || s->size == 1) break;
         if (s->shm && bytes >= s->shm_min) {
             px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->rop);
-            return PHX_OK;   /* divides for avg itself */
+            return PHX_OK; /* divides for avg itself */
         }
         call = "MPI_Allreduce";
         for (int64_t off = 0; off < o->count && rc == MPI_SUCCESS; off += PX_CHUNK) {
             int n = (int)(o->count - off < PX_CHUNK ? o->count - off : PX_CHUNK);
-            rc = MPI_Allreduce(MPI_IN_PLACE, (char *)o->recv + (size_t)off * es, n, t, mpi_op(o->dt, o->rop),
-                               s->comm);
+            rc = MPI_Allreduce(MPI_IN_PLACE, (char *)o->recv + (size_t)off * es, n, t, mpi_op(o->dt, o->rop), s->comm);
         }
         if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
         break;
@@ -256,13 +261,13 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
     case OP_ALLGATHER:
         call = "MPI_Allgather";
         if (bytes > INT_MAX) {
-            snprintf(msg, len, "mpi: rank %d: allgather of %zu bytes per rank: MPI counts stop at %d", s->rank,
-                     bytes, INT_MAX);
+            snprintf(msg, len, "mpi: rank %d: allgather of %zu bytes per rank: MPI counts stop at %d", s->rank, bytes,
+                     INT_MAX);
             return PHX_EUNSUPPORTED;
         }
         if (!bytes) break;
-        rc = MPI_Allgather(o->send == (char *)o->recv + (size_t)s->rank * bytes ? MPI_IN_PLACE : o->send,
-                           (int)bytes, MPI_BYTE, o->recv, (int)bytes, MPI_BYTE, s->comm);
+        rc = MPI_Allgather(o->send == (char *)o->recv + (size_t)s->rank * bytes ? MPI_IN_PLACE : o->send, (int)bytes,
+                           MPI_BYTE, o->recv, (int)bytes, MPI_BYTE, s->comm);
         break;
     case OP_REDUCE_SCATTER:
         call = "MPI_Reduce_scatter_block";
@@ -275,9 +280,7 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
         rc = MPI_Reduce_scatter_block(o->send, o->recv, (int)o->count, t, mpi_op(o->dt, o->rop), s->comm);
         if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
         break;
-    default:
-        call = "MPI_Barrier";
-        rc = MPI_Barrier(s->comm);
+    default: call = "MPI_Barrier"; rc = MPI_Barrier(s->comm);
     }
     if (rc == MPI_SUCCESS) return PHX_OK;
     char m[MPI_MAX_ERROR_STRING + 1];
@@ -306,8 +309,7 @@ static void *worker_main(void *arg)
             snprintf(msg, sizeof msg, "mpi: rank %d: %s #%" PRIu64 " not run: the communicator failed earlier (%s)",
                      s->rank, kind_name[o.kind], seq, s->broken);
         } else if ((st = run_op(s, &o, why, sizeof why)) != PHX_OK) {
-            snprintf(msg, sizeof msg, "mpi: rank %d: %s #%" PRIu64 " failed: %s", s->rank, kind_name[o.kind], seq,
-                     why);
+            snprintf(msg, sizeof msg, "mpi: rank %d: %s #%" PRIu64 " failed: %s", s->rank, kind_name[o.kind], seq, why);
             snprintf(s->broken, sizeof s->broken, "%s #%" PRIu64 ": %s", kind_name[o.kind], seq, why);
         }
 
@@ -336,10 +338,11 @@ static void *watchdog_main(void *arg)
         if (s->running && !s->timed_out && since(&s->started) > s->timeout) {
             const op *o = &s->q[s->qhead];
             char msg[512];
-            snprintf(msg, sizeof msg, "mpi: rank %d: %s(count=%" PRId64 ", %s) #%" PRIu64 " did not complete within "
+            snprintf(msg, sizeof msg,
+                     "mpi: rank %d: %s(count=%" PRId64 ", %s) #%" PRIu64 " did not complete within "
                      "%.3g s (PHX_TIMEOUT): a rank is stuck, dead or issued other collectives; ending the job with "
-                     "MPI_Abort", s->rank, kind_name[o->kind], o->count, phx_dtype_name(o->dt), s->cur,
-                     s->timeout);
+                     "MPI_Abort",
+                     s->rank, kind_name[o->kind], o->count, phx_dtype_name(o->dt), s->cur, s->timeout);
             s->timed_out = 1;
             atomic_store(&g_aborting, 1);
             phx_work *w = o->w;
@@ -350,7 +353,7 @@ static void *watchdog_main(void *arg)
             struct timespec ts = {1, 0};
             nanosleep(&ts, NULL);
             MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
-            _exit(PX_ABORT_CODE);   /* MPI_Abort does not return */
+            _exit(PX_ABORT_CODE); /* MPI_Abort does not return */
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -367,7 +370,7 @@ static phx_status enqueue(void *state, const op *o)
 {
     mstate *s = state;
     pthread_mutex_lock(&s->mu);
-    if (s->qlen == s->qcap) {   /* grow (rare): unroll into a bigger ring */
+    if (s->qlen == s->qcap) { /* grow (rare): unroll into a bigger ring */
         size_t cap = s->qcap ? 2 * s->qcap : 64;
         op *q = malloc(cap * sizeof *q);
         if (!q) {
@@ -413,7 +416,7 @@ static size_t shm_threshold(void)
         phx_log(PHX_LOG_WARN, "PHX_MPI_SHM_BYTES='%s' is not a number of bytes; using %u", v, PX_SHM_DEFAULT);
         return PX_SHM_DEFAULT;
     }
-    return x ? (size_t)x : SIZE_MAX;   /* 0: never */
+    return x ? (size_t)x : SIZE_MAX; /* 0: never */
 }
 
 static void m_finalize(void *state);
@@ -429,9 +432,11 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (rank != a->rank || size != a->size)
-        return phx_error(PHX_EINVAL, "mpi: this communicator is rank %d of %d, but MPI_COMM_WORLD is rank %d of %d: "
+        return phx_error(PHX_EINVAL,
+                         "mpi: this communicator is rank %d of %d, but MPI_COMM_WORLD is rank %d of %d: "
                          "start every rank with mpirun or srun (phxrun and phx_spawn start ranks MPI does not "
-                         "know about)", a->rank, a->size, rank, size);
+                         "know about)",
+                         a->rank, a->size, rank, size);
     mstate *s = calloc(1, sizeof *s);
     if (!s) return phx_error(PHX_ENOMEM, "mpi: out of memory");
     s->rank = rank;
@@ -460,14 +465,14 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
             MPI_Comm_size(node, &nsize);
             MPI_Comm_free(&node);
         }
-        if (nsize == size) {   /* the same on every rank: all on one node */
+        if (nsize == size) { /* the same on every rank: all on one node */
             char why[256];
             int mine, all = 0;
             if (!(s->shm = px_shm_new(s->comm, why, sizeof why)))
                 phx_log(PHX_LOG_WARN, "mpi: rank %d: no shared window (%s); all-reduce goes through MPI", rank, why);
             mine = s->shm != NULL;
             MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s->comm);
-            if (!all && s->shm) {   /* every rank takes the same path */
+            if (!all && s->shm) { /* every rank takes the same path */
                 px_shm_free(s->shm);
                 s->shm = NULL;
             }
@@ -558,7 +563,8 @@ static int m_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 {
     (void)ctx;
     if (launcher()) return 70;
-    snprintf(why, len, "not started by an MPI launcher (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK): run the "
+    snprintf(why, len,
+             "not started by an MPI launcher (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK): run the "
              "program under mpirun or srun");
     return -1;
 }

@@ -36,28 +36,28 @@
 #include "phalanx/plugin/device_v1.h"
 #include "plugins/device/cuda/visible.h"
 
-#define PX_RING 256          /* collectives in flight per communicator */
+#define PX_RING 256 /* collectives in flight per communicator */
 
 typedef struct px_op {
-    cudaEvent_t done;        /* recorded on the NCCL stream after the collective */
+    cudaEvent_t done; /* recorded on the NCCL stream after the collective */
     phx_work *work;
-    double issued;           /* monotonic seconds */
+    double issued; /* monotonic seconds */
     const char *what;
     long long seq;
-    void *host_out;          /* staged: copy pinned -> here on completion */
+    void *host_out; /* staged: copy pinned -> here on completion */
     size_t out_bytes;
-    size_t out_off;          /* offset of the result in the pinned buffer */
+    size_t out_off; /* offset of the result in the pinned buffer */
 } px_op;
 
 typedef struct px_nccl {
     int rank, size, dev;
-    int host_buffers;        /* args->device was the CPU */
+    int host_buffers; /* args->device was the CPU */
     double timeout_s;
     ncclComm_t comm;
-    cudaStream_t stream;     /* the NCCL stream */
-    cudaEvent_t ready;       /* compute stream -> NCCL stream */
+    cudaStream_t stream; /* the NCCL stream */
+    cudaEvent_t ready; /* compute stream -> NCCL stream */
     const phx_device_v1 *devt; /* the cuda device table (compute streams) */
-    void *barrier_buf;       /* one int on the device */
+    void *barrier_buf; /* one int on the device */
     /* staging for CPU buffers */
     void *stage_dev, *stage_host;
     size_t stage_bytes;
@@ -65,10 +65,10 @@ typedef struct px_nccl {
     /* the ring, under mu */
     pthread_mutex_t issue_mu; /* one issuer at a time: NCCL calls in order */
     pthread_mutex_t mu;
-    pthread_cond_t wake;     /* watchdog: new work or stop */
-    pthread_cond_t space;    /* issuers: a slot or the stage freed */
+    pthread_cond_t wake; /* watchdog: new work or stop */
+    pthread_cond_t space; /* issuers: a slot or the stage freed */
     px_op ring[PX_RING];
-    unsigned head, tail;     /* head: oldest pending; tail: next free */
+    unsigned head, tail; /* head: oldest pending; tail: next free */
     long long seq;
     int stop, broken;
     phx_status broken_st;
@@ -76,16 +76,16 @@ typedef struct px_nccl {
     pthread_t watchdog;
 } px_nccl;
 
-static double px_now_s(void)
+static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void px_sleep_us(long us)
+static void sleep_us(long us)
 {
-    struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     nanosleep(&ts, NULL);
 }
 
@@ -93,15 +93,16 @@ static phx_status cuda_err(cudaError_t e, int dev, const char *what)
 {
     if (e == cudaSuccess) return PHX_OK;
     (void)cudaGetLastError();
-    return phx_error(e == cudaErrorMemoryAllocation ? PHX_ENOMEM : PHX_EDEVICE, "nccl: cuda:%d: %s: %s (%s)", dev,
-                     what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return phx_error(e == cudaErrorMemoryAllocation ? PHX_ENOMEM : PHX_EDEVICE, "nccl: cuda:%d: %s: %s (%s)", dev, what,
+                     cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 static phx_status nccl_err(px_nccl *s, ncclResult_t r, const char *what)
 {
     const char *last = s && s->comm ? ncclGetLastError(s->comm) : ncclGetLastError(NULL);
-    phx_status st = r == ncclRemoteError ? PHX_EPEER : r == ncclInvalidArgument || r == ncclInvalidUsage ? PHX_EINVAL
-                                                                                                        : PHX_EDEVICE;
+    phx_status st = r == ncclRemoteError                    ? PHX_EPEER
+        : r == ncclInvalidArgument || r == ncclInvalidUsage ? PHX_EINVAL
+                                                            : PHX_EDEVICE;
     return phx_error(st, "nccl: rank %d: %s: %s%s%s", s ? s->rank : -1, what, ncclGetErrorString(r),
                      last && *last ? ": " : "", last ? last : "");
 }
@@ -111,8 +112,8 @@ static phx_status nccl_err(px_nccl *s, ncclResult_t r, const char *what)
 static ncclResult_t settle(ncclComm_t comm, ncclResult_t r, double deadline)
 {
     while (r == ncclInProgress) {
-        if (px_now_s() > deadline) return ncclInProgress;
-        px_sleep_us(50);
+        if (now_s() > deadline) return ncclInProgress;
+        sleep_us(50);
         if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return ncclSystemError;
     }
     return r;
@@ -157,7 +158,7 @@ static void *watchdog_main(void *arg)
         cudaError_t q = cudaEventQuery(op->done);
         ncclResult_t async = ncclSuccess;
         if (q == cudaErrorNotReady) ncclCommGetAsyncError(s->comm, &async);
-        double waited = px_now_s() - op->issued;
+        double waited = now_s() - op->issued;
 
         pthread_mutex_lock(&s->mu);
         char msg[512];
@@ -179,19 +180,20 @@ static void *watchdog_main(void *arg)
         } else if (async != ncclSuccess && async != ncclInProgress) {
             const char *last = ncclGetLastError(s->comm);
             snprintf(msg, sizeof msg, "nccl: rank %d: %s #%lld: %s%s%s; communicator aborted", s->rank, op->what,
-                     op->seq, async == ncclRemoteError ? "a peer failed or left (ncclRemoteError)"
-                                                        : ncclGetErrorString(async),
+                     op->seq,
+                     async == ncclRemoteError ? "a peer failed or left (ncclRemoteError)" : ncclGetErrorString(async),
                      last && *last ? ": " : "", last ? last : "");
             break_locked(s, async == ncclRemoteError ? PHX_EPEER : PHX_EDEVICE, msg);
         } else if (waited > s->timeout_s) {
             snprintf(msg, sizeof msg,
                      "nccl: rank %d: %s #%lld did not complete within %g s (PHX_TIMEOUT); a peer is stuck or gone; "
-                     "communicator aborted", s->rank, op->what, op->seq, s->timeout_s);
+                     "communicator aborted",
+                     s->rank, op->what, op->seq, s->timeout_s);
             break_locked(s, PHX_ETIMEOUT, msg);
         } else {
             /* poll fast while the collective is young, then back off */
             pthread_mutex_unlock(&s->mu);
-            px_sleep_us(waited < 0.002 ? 10 : waited < 0.1 ? 100 : 1000);
+            sleep_us(waited < 0.002 ? 10 : waited < 0.1 ? 100 : 1000);
             pthread_mutex_lock(&s->mu);
         }
     }
@@ -201,7 +203,7 @@ static void *watchdog_main(void *arg)
 
 /* ---- init / finalize */
 
-static void px_nccl_destroy(px_nccl *s)
+static void nccl_destroy(px_nccl *s)
 {
     cudaSetDevice(s->dev);
     for (int i = 0; i < PX_RING; i++)
@@ -233,8 +235,10 @@ static phx_status get_unique_id(const phx_comm_init_args *a, ncclUniqueId *id)
     if (st != PHX_OK) return st;
     if (len != sizeof *id) {
         free(v);
-        return phx_error(PHX_EDESYNC, "nccl: rank %d: the unique id under '%s' has %zu bytes, expected %zu (another "
-                         "NCCL version on rank 0?)", a->rank, key, len, sizeof *id);
+        return phx_error(PHX_EDESYNC,
+                         "nccl: rank %d: the unique id under '%s' has %zu bytes, expected %zu (another "
+                         "NCCL version on rank 0?)",
+                         a->rank, key, len, sizeof *id);
     }
     memcpy(id, v, sizeof *id);
     free(v);
@@ -255,9 +259,8 @@ static phx_status nccl_init(const phx_comm_init_args *a, void **state)
     int host = a->device.kind == PHX_DEVICE_CPU;
     int dev = host ? a->local_rank : a->device.index;
     if (dev < 0 || dev >= ndev)
-        return phx_error(PHX_EINVAL, "nccl: rank %d: device cuda:%d, but this process sees %d CUDA device%s%s",
-                         a->rank, dev, ndev, ndev == 1 ? "" : "s",
-                         host ? " (CPU buffers use cuda:LOCAL_RANK)" : "");
+        return phx_error(PHX_EINVAL, "nccl: rank %d: device cuda:%d, but this process sees %d CUDA device%s%s", a->rank,
+                         dev, ndev, ndev == 1 ? "" : "s", host ? " (CPU buffers use cuda:LOCAL_RANK)" : "");
     const phx_device_v1 *devt = NULL;
     if (!host) {
         devt = phx_device_table(a->device);
@@ -277,8 +280,10 @@ static phx_status nccl_init(const phx_comm_init_args *a, void **state)
     pthread_cond_init(&s->space, NULL);
 
     phx_status st = cuda_err(cudaSetDevice(dev), dev, "cudaSetDevice");
-    if (st == PHX_OK) st = cuda_err(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), dev, "cudaStreamCreate");
-    if (st == PHX_OK) st = cuda_err(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming), dev, "cudaEventCreate");
+    if (st == PHX_OK)
+        st = cuda_err(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), dev, "cudaStreamCreate");
+    if (st == PHX_OK)
+        st = cuda_err(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming), dev, "cudaEventCreate");
     for (int i = 0; i < PX_RING && st == PHX_OK; i++)
         st = cuda_err(cudaEventCreateWithFlags(&s->ring[i].done, cudaEventDisableTiming), dev, "cudaEventCreate");
     if (st == PHX_OK) st = cuda_err(cudaMalloc(&s->barrier_buf, sizeof(int)), dev, "cudaMalloc (barrier)");
@@ -286,28 +291,30 @@ static phx_status nccl_init(const phx_comm_init_args *a, void **state)
     ncclUniqueId id;
     if (st == PHX_OK) st = get_unique_id(a, &id);
     if (st != PHX_OK) {
-        px_nccl_destroy(s);
+        nccl_destroy(s);
         return st;
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
-    double deadline = px_now_s() + s->timeout_s;
+    double deadline = now_s() + s->timeout_s;
     ncclResult_t r = ncclCommInitRankConfig(&s->comm, a->size, id, a->rank, &cfg);
     if (s->comm) r = settle(s->comm, r, deadline);
     if (r != ncclSuccess) {
         if (r == ncclInProgress)
-            st = phx_error(PHX_ETIMEOUT, "nccl: rank %d: ncclCommInitRank (world %d, cuda:%d) did not complete within "
-                           "%g s (PHX_TIMEOUT); a peer did not join", a->rank, a->size, dev, s->timeout_s);
+            st = phx_error(PHX_ETIMEOUT,
+                           "nccl: rank %d: ncclCommInitRank (world %d, cuda:%d) did not complete within "
+                           "%g s (PHX_TIMEOUT); a peer did not join",
+                           a->rank, a->size, dev, s->timeout_s);
         else
             st = nccl_err(s, r, "ncclCommInitRank");
         if (s->comm) ncclCommAbort(s->comm);
         s->comm = NULL;
-        px_nccl_destroy(s);
+        nccl_destroy(s);
         return st;
     }
     if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
         ncclCommAbort(s->comm);
-        px_nccl_destroy(s);
+        nccl_destroy(s);
         return phx_error(PHX_ENOMEM, "nccl: init: cannot start the watchdog thread");
     }
     *state = s;
@@ -325,12 +332,14 @@ static void nccl_finalize(void *state)
     pthread_join(s->watchdog, NULL); /* returns once every pending work completed */
     cudaSetDevice(s->dev);
     if (!s->broken) {
-        double deadline = px_now_s() + s->timeout_s;
+        double deadline = now_s() + s->timeout_s;
         ncclResult_t r = settle(s->comm, ncclCommFinalize(s->comm), deadline);
-        if (r == ncclSuccess) ncclCommDestroy(s->comm);
-        else ncclCommAbort(s->comm);
+        if (r == ncclSuccess)
+            ncclCommDestroy(s->comm);
+        else
+            ncclCommAbort(s->comm);
     }
-    px_nccl_destroy(s);
+    nccl_destroy(s);
 }
 
 /* ---- issuing */
@@ -357,13 +366,13 @@ static ncclRedOp_t nccl_op(phx_reduce_op op)
 }
 
 typedef enum { PX_ALLREDUCE, PX_BROADCAST, PX_ALLGATHER, PX_REDUCE_SCATTER, PX_BARRIER } px_kind;
-static const char *const px_kind_name[] = { "allreduce", "broadcast", "allgather", "reduce_scatter", "barrier" };
+static const char *const px_kind_name[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
 
 typedef struct px_call {
     px_kind kind;
     const void *send;
-    void *recv;              /* == send for in-place collectives */
-    int64_t count;           /* elements per rank (recv count for reduce_scatter) */
+    void *recv; /* == send for in-place collectives */
+    int64_t count; /* elements per rank (recv count for reduce_scatter) */
     phx_dtype dt;
     phx_reduce_op op;
     int root;
@@ -391,8 +400,9 @@ static phx_status stage_reserve(px_nccl *s, size_t bytes)
     s->stage_dev = s->stage_host = NULL;
     s->stage_bytes = 0;
     phx_status st = cuda_err(cudaMalloc(&s->stage_dev, bytes), s->dev, "cudaMalloc (CPU staging)");
-    if (st == PHX_OK) st = cuda_err(cudaHostAlloc(&s->stage_host, bytes, cudaHostAllocDefault), s->dev,
-                                    "cudaHostAlloc (CPU staging)");
+    if (st == PHX_OK)
+        st =
+            cuda_err(cudaHostAlloc(&s->stage_host, bytes, cudaHostAllocDefault), s->dev, "cudaHostAlloc (CPU staging)");
     if (st == PHX_OK) s->stage_bytes = bytes;
     return st;
 }
@@ -408,7 +418,8 @@ static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
     if (c->kind == PX_BROADCAST && (c->root < 0 || c->root >= s->size))
         return phx_error(PHX_EINVAL, "nccl: broadcast: root %d, expected 0..%d", c->root, s->size - 1);
     size_t es = c->kind == PX_BARRIER ? 0 : phx_dtype_size(c->dt);
-    size_t n = (size_t)c->count * es, total = c->kind == PX_ALLGATHER || c->kind == PX_REDUCE_SCATTER ? n * (size_t)s->size : n;
+    size_t n = (size_t)c->count * es,
+           total = c->kind == PX_ALLGATHER || c->kind == PX_REDUCE_SCATTER ? n * (size_t)s->size : n;
     int staged = s->host_buffers && c->kind != PX_BARRIER && n > 0;
 
     pthread_mutex_lock(&s->issue_mu);
@@ -438,8 +449,9 @@ static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
             out_off = c->kind == PX_REDUCE_SCATTER ? (size_t)s->rank * n : 0;
             out_bytes = c->kind == PX_ALLGATHER ? n * (size_t)s->size : n;
             memcpy((char *)s->stage_host + in_off, c->send, in_bytes);
-            st = cuda_err(cudaMemcpyAsync(d + in_off, (char *)s->stage_host + in_off, in_bytes,
-                                          cudaMemcpyHostToDevice, s->stream), s->dev, "staging to the device");
+            st = cuda_err(cudaMemcpyAsync(d + in_off, (char *)s->stage_host + in_off, in_bytes, cudaMemcpyHostToDevice,
+                                          s->stream),
+                          s->dev, "staging to the device");
             send = d + in_off;
             recv = c->kind == PX_REDUCE_SCATTER ? d + out_off : d;
         }
@@ -450,20 +462,21 @@ static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
         if (st == PHX_OK) st = cuda_err(cudaStreamWaitEvent(s->stream, s->ready, 0), s->dev, "cudaStreamWaitEvent");
     }
     if (st == PHX_OK && (n > 0 || c->kind == PX_BARRIER)) {
-        double deadline = px_now_s() + s->timeout_s;
+        double deadline = now_s() + s->timeout_s;
         ncclResult_t r = settle(s->comm, enqueue(s, c, send, recv), deadline);
         if (r != ncclSuccess) st = nccl_err(s, r, px_kind_name[c->kind]);
     }
     if (st == PHX_OK && staged)
         st = cuda_err(cudaMemcpyAsync((char *)s->stage_host + out_off, (char *)s->stage_dev + out_off, out_bytes,
-                                      cudaMemcpyDeviceToHost, s->stream), s->dev, "staging to the host");
+                                      cudaMemcpyDeviceToHost, s->stream),
+                      s->dev, "staging to the host");
     pthread_mutex_lock(&s->mu);
     px_op *op = &s->ring[s->tail % PX_RING];
     if (st == PHX_OK && s->broken) st = phx_error(s->broken_st, "%s", s->broken_msg);
     if (st == PHX_OK) st = cuda_err(cudaEventRecord(op->done, s->stream), s->dev, "cudaEventRecord");
     if (st == PHX_OK) {
         op->work = work;
-        op->issued = px_now_s();
+        op->issued = now_s();
         op->what = px_kind_name[c->kind];
         op->seq = ++s->seq;
         op->host_out = staged ? c->recv : NULL;
@@ -482,19 +495,19 @@ static phx_status nccl_allreduce(void *state, void *buf, int64_t count, phx_dtyp
 {
     if (op < PHX_SUM || op > PHX_MIN)
         return phx_error(PHX_EINVAL, "nccl: allreduce: op %d, expected sum, avg, max or min", (int)op);
-    px_call c = { PX_ALLREDUCE, buf, buf, count, dt, op, 0 };
+    px_call c = {PX_ALLREDUCE, buf, buf, count, dt, op, 0};
     return issue(state, &c, w);
 }
 
 static phx_status nccl_broadcast(void *state, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
 {
-    px_call c = { PX_BROADCAST, buf, buf, count, dt, PHX_SUM, root };
+    px_call c = {PX_BROADCAST, buf, buf, count, dt, PHX_SUM, root};
     return issue(state, &c, w);
 }
 
 static phx_status nccl_allgather(void *state, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
 {
-    px_call c = { PX_ALLGATHER, send, recv, count, dt, PHX_SUM, 0 };
+    px_call c = {PX_ALLGATHER, send, recv, count, dt, PHX_SUM, 0};
     return issue(state, &c, w);
 }
 
@@ -503,13 +516,13 @@ static phx_status nccl_reduce_scatter(void *state, const void *send, void *recv,
 {
     if (op < PHX_SUM || op > PHX_MIN)
         return phx_error(PHX_EINVAL, "nccl: reduce_scatter: op %d, expected sum, avg, max or min", (int)op);
-    px_call c = { PX_REDUCE_SCATTER, send, recv, count, dt, op, 0 };
+    px_call c = {PX_REDUCE_SCATTER, send, recv, count, dt, op, 0};
     return issue(state, &c, w);
 }
 
 static phx_status nccl_barrier(void *state, phx_work *w)
 {
-    px_call c = { PX_BARRIER, NULL, NULL, 1, PHX_I32, PHX_SUM, 0 };
+    px_call c = {PX_BARRIER, NULL, NULL, 1, PHX_I32, PHX_SUM, 0};
     return issue(state, &c, w);
 }
 
@@ -531,13 +544,13 @@ static int nccl_probe(const phx_probe_ctx *ctx, char *why, size_t why_len)
     int n = px_cuda_visible_count(why, why_len); /* fork-safe: no CUDA initialisation */
     if (n == 0) return -1;
     if (ctx && ctx->local_size > n) {
-        snprintf(why, why_len, "%d ranks on this node but only %d CUDA device%s", ctx->local_size, n, n == 1 ? "" : "s");
+        snprintf(why, why_len, "%d ranks on this node but only %d CUDA device%s", ctx->local_size, n,
+                 n == 1 ? "" : "s");
         return -1;
     }
     return ctx && ctx->in_process ? 5 : 200;
 }
 
-PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 =
-    PHX_PLUGIN_DESC_INIT(PHX_PLUGIN_COMM, "nccl", PACKAGE_VERSION,
-                         "NVIDIA NCCL: GPU collectives on a dedicated stream, with a timeout watchdog",
-                         nccl_probe, &nccl_vtable);
+PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
+    PHX_PLUGIN_COMM, "nccl", PACKAGE_VERSION,
+    "NVIDIA NCCL: GPU collectives on a dedicated stream, with a timeout watchdog", nccl_probe, &nccl_vtable);

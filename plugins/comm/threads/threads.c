@@ -33,8 +33,8 @@
 #include "phalanx/plugin/comm_v1.h"
 #include "phalanx/plugin/kit.h"
 
-#define PX_STAGE (64u << 10)       /* small-op threshold and slot size, bytes */
-#define PX_SPINS 4000              /* barrier polls before sleeping */
+#define PX_STAGE (64u << 10) /* small-op threshold and slot size, bytes */
+#define PX_SPINS 4000 /* barrier polls before sleeping */
 
 enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
 
@@ -45,19 +45,19 @@ typedef struct slot {
 
 typedef struct shared {
     int size;
-    int attached;                  /* ranks holding it, under g_live_mu: the last frees */
-    uint64_t id;                   /* unique per shared state (what the store key names) */
-    struct shared *next_live;      /* g_live, under g_live_mu */
-    atomic_uint count;             /* arrivals at the current barrier */
-    atomic_uint_fast64_t gen;      /* barrier generation */
+    int attached; /* ranks holding it, under g_live_mu: the last frees */
+    uint64_t id; /* unique per shared state (what the store key names) */
+    struct shared *next_live; /* g_live, under g_live_mu */
+    atomic_uint count; /* arrivals at the current barrier */
+    atomic_uint_fast64_t gen; /* barrier generation */
     atomic_int broken;
-    phx_status broken_st;          /* PHX_ETIMEOUT or PHX_EPEER, under mu */
-    pthread_mutex_t mu;            /* sleepers, broken, why */
+    phx_status broken_st; /* PHX_ETIMEOUT or PHX_EPEER, under mu */
+    pthread_mutex_t mu; /* sleepers, broken, why */
     pthread_cond_t cv;
     char why[512];
-    atomic_uint_fast64_t *arrivals;/* per rank: barriers entered */
-    slot *slots;                   /* per rank: this op's buffers */
-    uint8_t *stage[2];             /* size * PX_STAGE bytes each */
+    atomic_uint_fast64_t *arrivals; /* per rank: barriers entered */
+    slot *slots; /* per rank: this op's buffers */
+    uint8_t *stage[2]; /* size * PX_STAGE bytes each */
 } shared;
 
 typedef struct op {
@@ -75,8 +75,8 @@ typedef struct tstate {
     double timeout;
     phx_store *store;
     shared *sh;
-    uint64_t nsmall;               /* small ops run: picks the staging area */
-    phx_kit_queue *queue;          /* runs this rank's ops in issue order */
+    uint64_t nsmall; /* small ops run: picks the staging area */
+    phx_kit_queue *queue; /* runs this rank's ops in issue order */
 } tstate;
 
 static void deadline_ts(struct timespec *ts, double s)
@@ -169,8 +169,10 @@ static phx_status barrier(tstate *s, char *msg, size_t len)
         if (waited >= s->timeout) {
             char who[256], why[512];
             missing_ranks(s, mine, who, sizeof who);
-            snprintf(why, sizeof why, "threads: rank %d waited %.3g s (PHX_TIMEOUT) at a collective; ranks not "
-                     "there: %s", s->rank, s->timeout, who[0] ? who : "?");
+            snprintf(why, sizeof why,
+                     "threads: rank %d waited %.3g s (PHX_TIMEOUT) at a collective; ranks not "
+                     "there: %s",
+                     s->rank, s->timeout, who[0] ? who : "?");
             pthread_mutex_unlock(&sh->mu);
             poison(sh, PHX_ETIMEOUT, why);
             pthread_mutex_lock(&sh->mu);
@@ -209,8 +211,14 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
     const void *in[64];
     const void **inp = n <= 64 ? in : malloc((size_t)n * sizeof *inp);
     phx_status st = PHX_OK;
-    if (!inp) { snprintf(msg, len, "threads: out of memory"); return PHX_ENOMEM; }
-    if (o->kind == OP_BARRIER) { st = barrier(s, msg, len); goto out; }
+    if (!inp) {
+        snprintf(msg, len, "threads: out of memory");
+        return PHX_ENOMEM;
+    }
+    if (o->kind == OP_BARRIER) {
+        st = barrier(s, msg, len);
+        goto out;
+    }
     if (o->count == 0) goto out;
     /* allgather stages its input, the others their buffer */
     int small = o->kind != OP_REDUCE_SCATTER && bytes <= PX_STAGE;
@@ -231,7 +239,8 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
         case OP_ALLGATHER:
             memcpy(stage + (size_t)r * PX_STAGE, o->send, bytes);
             if ((st = barrier(s, msg, len))) break;
-            for (int q = 0; q < n; q++) memcpy((uint8_t *)o->recv + (size_t)q * bytes, stage + (size_t)q * PX_STAGE, bytes);
+            for (int q = 0; q < n; q++)
+                memcpy((uint8_t *)o->recv + (size_t)q * bytes, stage + (size_t)q * PX_STAGE, bytes);
             break;
         }
         goto out;
@@ -246,7 +255,11 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
          * buffer: each byte is read once and written once */
         void *outs[64];
         void **outp = n <= 64 ? outs : malloc((size_t)n * sizeof *outp);
-        if (!outp) { snprintf(msg, len, "threads: out of memory"); st = PHX_ENOMEM; break; }
+        if (!outp) {
+            snprintf(msg, len, "threads: out of memory");
+            st = PHX_ENOMEM;
+            break;
+        }
         slice(o->count, n, r, &lo, &hi);
         for (int q = 0; q < n; q++) {
             inp[q] = sh->slots[q].recv;
@@ -312,7 +325,10 @@ static shared *shared_new(int size)
     sh->slots = calloc((size_t)size, sizeof *sh->slots);
     sh->stage[0] = malloc((size_t)size * PX_STAGE);
     sh->stage[1] = malloc((size_t)size * PX_STAGE);
-    if (!sh->arrivals || !sh->slots || !sh->stage[0] || !sh->stage[1]) { shared_free(sh); return NULL; }
+    if (!sh->arrivals || !sh->slots || !sh->stage[0] || !sh->stage[1]) {
+        shared_free(sh);
+        return NULL;
+    }
     return sh;
 }
 
@@ -362,7 +378,10 @@ static void detach(shared *sh)
     int last = --sh->attached == 0;
     if (last)
         for (shared **pp = &g_live; *pp; pp = &(*pp)->next_live)
-            if (*pp == sh) { *pp = sh->next_live; break; }
+            if (*pp == sh) {
+                *pp = sh->next_live;
+                break;
+            }
     pthread_mutex_unlock(&g_live_mu);
     if (last) shared_free(sh);
 }
@@ -370,11 +389,14 @@ static void detach(shared *sh)
 static phx_status t_init(const phx_comm_init_args *a, void **state)
 {
     if (!phx_store_is_local(a->store))
-        return phx_error(PHX_EUNSUPPORTED, "threads: the rendezvous store is a TCP store, so the ranks are separate "
+        return phx_error(PHX_EUNSUPPORTED,
+                         "threads: the rendezvous store is a TCP store, so the ranks are separate "
                          "processes; the threads backend needs every rank in this process (use gloo)");
     if (a->device.kind != PHX_DEVICE_CPU)
-        return phx_error(PHX_EUNSUPPORTED, "threads: buffers on device kind %d; the threads backend moves CPU "
-                         "memory only", a->device.kind);
+        return phx_error(PHX_EUNSUPPORTED,
+                         "threads: buffers on device kind %d; the threads backend moves CPU "
+                         "memory only",
+                         a->device.kind);
     tstate *s = calloc(1, sizeof *s);
     if (!s) return phx_error(PHX_ENOMEM, "threads: out of memory");
     s->rank = a->rank;
@@ -387,23 +409,32 @@ static phx_status t_init(const phx_comm_init_args *a, void **state)
     phx_status st = PHX_OK;
     if (a->rank == 0) {
         shared *sh = shared_new(a->size);
-        if (!sh) { st = phx_error(PHX_ENOMEM, "threads: out of memory for the shared state"); goto fail; }
+        if (!sh) {
+            st = phx_error(PHX_ENOMEM, "threads: out of memory for the shared state");
+            goto fail;
+        }
         shared_ref ref;
         publish(sh, &ref);
-        if ((st = phx_store_set(a->store, key, &ref, sizeof ref))) { detach(sh); goto fail; }
+        if ((st = phx_store_set(a->store, key, &ref, sizeof ref))) {
+            detach(sh);
+            goto fail;
+        }
         s->sh = sh;
     } else {
         void *v;
         size_t n;
         shared_ref ref = {0};
         if ((st = phx_store_get(a->store, key, &v, &n, a->timeout_s))) {
-            st = phx_error(st, "threads: rank %d: rank 0 did not publish the shared state within %.3g s",
-                           a->rank, a->timeout_s);
+            st = phx_error(st, "threads: rank %d: rank 0 did not publish the shared state within %.3g s", a->rank,
+                           a->timeout_s);
             goto fail;
         }
         if (n == sizeof ref) memcpy(&ref, v, n);
         free(v);
-        if (n != sizeof ref || !ref.sh) { st = phx_error(PHX_EINTERNAL, "threads: bad shared-state key"); goto fail; }
+        if (n != sizeof ref || !ref.sh) {
+            st = phx_error(PHX_EINTERNAL, "threads: bad shared-state key");
+            goto fail;
+        }
         if (!(s->sh = attach(&ref))) {
             st = phx_error(PHX_EPEER, "threads: rank %d: the other ranks already left the group", a->rank);
             goto fail;
@@ -439,7 +470,7 @@ static void t_finalize(void *state)
 {
     tstate *s = state;
     if (!s) return;
-    phx_kit_queue_free(s->queue);    /* runs what is queued first */
+    phx_kit_queue_free(s->queue); /* runs what is queued first */
     detach(s->sh);
     free(s);
 }
@@ -478,7 +509,8 @@ static phx_status t_barrier(void *st, phx_work *w)
 static int t_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 {
     if (ctx && ctx->in_process) return 100;
-    snprintf(why, len, "the world spans several processes; threads needs every rank in one process "
+    snprintf(why, len,
+             "the world spans several processes; threads needs every rank in one process "
              "(phx_spawn with PHX_COMM=threads)");
     return -1;
 }
@@ -494,5 +526,4 @@ static const phx_comm_v1 vtable = {
 };
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
-    PHX_PLUGIN_COMM, "threads", "1.0", "in-process ranks (threads) with shared-memory collectives", t_probe,
-    &vtable);
+    PHX_PLUGIN_COMM, "threads", "1.0", "in-process ranks (threads) with shared-memory collectives", t_probe, &vtable);

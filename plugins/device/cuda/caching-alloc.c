@@ -12,18 +12,18 @@
 
 typedef struct px_block {
     void *ptr;
-    size_t size;              /* its size class */
-    void *stream;             /* the stream it was allocated for */
+    size_t size; /* its size class */
+    void *stream; /* the stream it was allocated for */
     int in_use;
-    struct px_block *hnext;   /* chain in the by-pointer table */
-    struct px_block *fnext;   /* chain in a bin, or in the spare records */
+    struct px_block *hnext; /* chain in the by-pointer table */
+    struct px_block *fnext; /* chain in a bin, or in the spare records */
 } px_block;
 
 typedef struct px_bin {
     size_t size;
     void *stream;
-    px_block *head;           /* free blocks of this class for this stream */
-    struct px_bin *next;      /* chain in the bin table */
+    px_block *head; /* free blocks of this class for this stream */
+    struct px_bin *next; /* chain in the bin table */
 } px_bin;
 
 #define PX_BIN_BUCKETS 1024u
@@ -32,11 +32,11 @@ struct px_cache {
     pthread_mutex_t mu;
     px_cache_ops ops;
     char name[32];
-    px_block **byptr;         /* nbyptr buckets, a power of two */
+    px_block **byptr; /* nbyptr buckets, a power of two */
     size_t nbyptr;
-    size_t nblocks;           /* blocks in byptr (in use and cached) */
+    size_t nblocks; /* blocks in byptr (in use and cached) */
     px_bin *bins[PX_BIN_BUCKETS];
-    px_block *spare;          /* unused block records */
+    px_block *spare; /* unused block records */
     phx_memory_stats st;
 };
 
@@ -176,8 +176,7 @@ phx_status px_cache_alloc(px_cache *c, size_t bytes, void *stream, void **ptr)
     *ptr = NULL;
     if (bytes == 0) return PHX_OK;
     size_t size = px_cache_class(bytes);
-    if (size == 0)
-        return phx_error(PHX_ENOMEM, "%s: a request of %zu bytes is larger than any device", c->name, bytes);
+    if (size == 0) return phx_error(PHX_ENOMEM, "%s: a request of %zu bytes is larger than any device", c->name, bytes);
 
     pthread_mutex_lock(&c->mu);
     px_bin *bin = find_bin(c, size, stream, 0);
@@ -196,10 +195,15 @@ phx_status px_cache_alloc(px_cache *c, size_t bytes, void *stream, void **ptr)
     /* A fresh block: get its record and table slot first, so nothing can
      * fail once the device memory is taken. */
     px_block *b = c->spare;
-    if (b) c->spare = b->fnext;
-    else b = calloc(1, sizeof *b);
+    if (b)
+        c->spare = b->fnext;
+    else
+        b = calloc(1, sizeof *b);
     if (!b || reserve_slot(c) != 0) {
-        if (b) { b->fnext = c->spare; c->spare = b; }
+        if (b) {
+            b->fnext = c->spare;
+            c->spare = b;
+        }
         pthread_mutex_unlock(&c->mu);
         return phx_error(PHX_ENOMEM, "%s: out of host memory for the allocator's records", c->name);
     }

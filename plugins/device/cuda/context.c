@@ -10,14 +10,14 @@
 typedef struct px_cuda_dev {
     px_cache *cache;
     pthread_mutex_t mu;
-    px_cuda_ctx *pool;            /* contexts of exited threads */
+    px_cuda_ctx *pool; /* contexts of exited threads */
     int sm_count;
 } px_cuda_dev;
 
 static pthread_once_t px_once = PTHREAD_ONCE_INIT;
-static int px_ndev;               /* devices seen at first use */
-static cudaError_t px_init_err;   /* why there are none */
-static px_cuda_dev *px_devs;      /* px_ndev entries, for the life of the process */
+static int px_ndev; /* devices seen at first use */
+static cudaError_t px_init_err; /* why there are none */
+static px_cuda_dev *px_devs; /* px_ndev entries, for the life of the process */
 static pthread_key_t px_tls_key;
 
 /* The calling thread's contexts, one slot per device. */
@@ -91,7 +91,7 @@ static void init_once(void)
     for (int d = 0; d < n; d++) {
         char name[32];
         snprintf(name, sizeof name, "cuda:%d", d);
-        px_cache_ops ops = { raw_alloc, raw_free, (void *)(intptr_t)d };
+        px_cache_ops ops = {raw_alloc, raw_free, (void *)(intptr_t)d};
         px_devs[d].cache = px_cache_new(&ops, name);
         pthread_mutex_init(&px_devs[d].mu, NULL);
         if (cudaDeviceGetAttribute(&px_devs[d].sm_count, cudaDevAttrMultiProcessorCount, d) != cudaSuccess)
@@ -114,8 +114,8 @@ static phx_status check_dev(int dev)
         return phx_error(PHX_ENOTFOUND, "cuda:%d: no CUDA device", dev);
     }
     if (dev < 0 || dev >= px_ndev)
-        return phx_error(PHX_EINVAL, "cuda:%d: no such device, this process sees %d (cuda:0..cuda:%d)", dev,
-                         px_ndev, px_ndev - 1);
+        return phx_error(PHX_EINVAL, "cuda:%d: no such device, this process sees %d (cuda:0..cuda:%d)", dev, px_ndev,
+                         px_ndev - 1);
     return PHX_OK;
 }
 
@@ -182,8 +182,7 @@ phx_status px_cuda_alloc(px_cuda_ctx *ctx, size_t bytes, void **ptr)
 
 void px_cuda_release(px_cuda_ctx *ctx, void *ptr)
 {
-    if (px_cache_release(px_devs[ctx->dev].cache, ptr) != PHX_OK)
-        fprintf(stderr, "phalanx: %s\n", phx_last_error());
+    if (px_cache_release(px_devs[ctx->dev].cache, ptr) != PHX_OK) fprintf(stderr, "phalanx: %s\n", phx_last_error());
 }
 
 phx_status px_cuda_memory_stats(int dev, phx_memory_stats *out)

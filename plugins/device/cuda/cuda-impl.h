@@ -29,19 +29,19 @@ extern "C" {
 
 typedef struct px_cuda_ctx {
     int dev;
-    cudaStream_t stream;          /* the thread's compute stream on dev */
-    cudaEvent_t order;            /* for ordering against other streams */
-    int sm_count;                 /* multiprocessors, for grid sizes */
-    void *stage[2];               /* pinned, PX_CUDA_STAGE_BYTES each (lazy) */
-    cudaEvent_t stage_done[2];    /* last copy that used stage[i] */
+    cudaStream_t stream; /* the thread's compute stream on dev */
+    cudaEvent_t order; /* for ordering against other streams */
+    int sm_count; /* multiprocessors, for grid sizes */
+    void *stage[2]; /* pinned, PX_CUDA_STAGE_BYTES each (lazy) */
+    cudaEvent_t stage_done[2]; /* last copy that used stage[i] */
     int stage_next;
-    void *host_small;             /* pinned, PX_CUDA_HOST_SMALL (lazy) */
-    void *scratch;                /* device, grown on demand */
+    void *host_small; /* pinned, PX_CUDA_HOST_SMALL (lazy) */
+    void *scratch; /* device, grown on demand */
     size_t scratch_bytes;
-    void *blas;                   /* cublasHandle_t (lazy, kernels/cuda/gemm.c) */
-    void *blas_ws;                /* its workspace (device) */
+    void *blas; /* cublasHandle_t (lazy, kernels/cuda/gemm.c) */
+    void *blas_ws; /* its workspace (device) */
     size_t blas_ws_bytes;
-    struct px_cuda_ctx *next;     /* in the device's pool once the thread exits */
+    struct px_cuda_ctx *next; /* in the device's pool once the thread exits */
 } px_cuda_ctx;
 
 /* Makes dev current for the calling thread and returns its context there

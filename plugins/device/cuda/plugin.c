@@ -14,7 +14,10 @@
  * call this in processes that may fork ranks afterwards. */
 static pthread_once_t count_once = PTHREAD_ONCE_INIT;
 static int visible_count;
-static void count_init(void) { visible_count = px_cuda_visible_count(NULL, 0); }
+static void count_init(void)
+{
+    visible_count = px_cuda_visible_count(NULL, 0);
+}
 
 static int cuda_count(void)
 {
@@ -280,7 +283,6 @@ static int cuda_probe(const phx_probe_ctx *ctx, char *why, size_t why_len)
     return px_cuda_visible_count(why, why_len) > 0 ? 100 : -1;
 }
 
-PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 =
-    PHX_PLUGIN_DESC_INIT(PHX_PLUGIN_DEVICE, "cuda", PACKAGE_VERSION,
-                         "NVIDIA GPUs: caching allocator, per-thread streams, kernels/cuda, cuBLAS",
-                         cuda_probe, &cuda_device);
+PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
+    PHX_PLUGIN_DEVICE, "cuda", PACKAGE_VERSION,
+    "NVIDIA GPUs: caching allocator, per-thread streams, kernels/cuda, cuBLAS", cuda_probe, &cuda_device);

@@ -12,7 +12,7 @@ int px_cuda_visible_filter(const char *v, int n)
 {
     if (!v) return n;
     int count = 0;
-    char seen[256] = { 0 };
+    char seen[256] = {0};
     const char *p = v;
     while (*p) {
         while (*p == ' ') p++;
