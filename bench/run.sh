@@ -30,6 +30,11 @@ echo "== bench/step"
 # (bench/torch/kernels.py; doc/tensors.md).
 echo "== bench/kernels"
 ./bench/kernels --torch "$(dirname "$0")/torch/kernels.py"
+# data: the loader's samples/s with 0-2 workers from a dataset whose get
+# costs 50 us, and the MLP step fed by it, beside PyTorch's DataLoader
+# (bench/torch/loader_speed.py; doc/data.md).
+echo "== bench/loader"
+./bench/loader --torch "$(dirname "$0")/torch/loader_speed.py"
 # comm: all-reduce bandwidth like nccl-tests (f32 sum, 4 B..256 MiB) on the
 # threads and gloo backends at world 2 and 4, beside torch.distributed gloo
 # (bench/torch/allreduce.py) and the memcpy ceiling (doc/comm.md).

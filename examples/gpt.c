@@ -417,7 +417,7 @@ static int usage(const char *argv0)
 int main(int argc, char **argv)
 {
     opts o = {.steps = 300,
-              .batch = 16,
+              .batch = 32,
               .context = 128,
               .layers = 4,
               .heads = 4,

@@ -5,6 +5,7 @@
  * ordering, one stream per thread, tensors on cuda through the public API,
  * and no host allocation by libphalanx in a loop of device ops. Skips
  * without a CUDA device. */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -192,6 +193,46 @@ static void test_tensors(void)
     phx_tensor_free(h);
 }
 
+/* The loader on the GPU: pinned batches, the next one's copy on the
+ * loader's stream while a kernel reads the current one. Each batch's
+ * device sum equals the CPU loader's batch, over two epochs. */
+static void test_loader(void)
+{
+    int64_t n = 1000, d = 4096;
+    phx_tensor *x = phx_tensor_new(PHX_F32, 2, (int64_t[]){n, d}, phx_cpu());
+    float *xv = x ? phx_tensor_data(x) : NULL;
+    for (int64_t i = 0; xv && i < n * d; i++) xv[i] = (float)(i % 977) - 400.f;
+    phx_dataset *ds = x ? phx_dataset_tensors(&x, 1) : NULL;
+    phx_loader_opts o = {.batch = 64, .shuffle = true, .seed = 5, .workers = 2};
+    phx_loader *cpu = ds ? phx_loader_new_opts(ds, &o) : NULL;
+    o.device = (phx_device){PHX_DEVICE_CUDA, 0};
+    phx_loader *gpu = ds ? phx_loader_new_opts(ds, &o) : NULL;
+    ok(cpu && gpu, "a loader on cuda:0 (%s)", gpu ? "ok" : phx_last_error());
+    int batches = 0, same = 1;
+    for (int e = 0; cpu && gpu && e < 2; e++) {
+        phx_tensor *a, *b;
+        int ra, rb;
+        while ((ra = phx_loader_next_batch(cpu, &a, 1)) == 1 && (rb = phx_loader_next_batch(gpu, &b, 1)) == 1) {
+            double sa = 0, sb = 0;
+            phx_tensor_reduce(a, PHX_SUM, &sa);
+            /* The GPU sums in another order: a bound, far below what a
+             * batch of other rows would change. */
+            if (phx_tensor_device(b).kind != PHX_DEVICE_CUDA || phx_tensor_reduce(b, PHX_SUM, &sb) != PHX_OK ||
+                fabs(sa - sb) > 1e-5 * (fabs(sa) + 1)) {
+                if (same) diag("epoch %d batch %d: cpu sum %g, cuda sum %g (%s)", e, batches, sa, sb, phx_last_error());
+                same = 0;
+            }
+            batches++;
+        }
+        if (phx_loader_next_batch(gpu, &b, 1) != 0) same = 0; /* the end of its epoch too */
+    }
+    ok(same && batches == 2 * 16, "two epochs of cuda batches sum as the cpu loader's (%d batches)", batches);
+    phx_loader_free(gpu);
+    phx_loader_free(cpu);
+    phx_dataset_free(ds);
+    phx_tensor_free(x);
+}
+
 int main(void)
 {
     if (phx_device_count(PHX_DEVICE_CUDA) < 1) skip_all("no CUDA device");
@@ -202,5 +243,6 @@ int main(void)
     test_events();
     test_threads();
     test_tensors();
+    test_loader();
     return done_testing();
 }

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include "core/data/loader-device.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
 #include "phalanx/data.h"
@@ -58,6 +59,13 @@ struct phx_loader {
     int busy; /* slots being filled */
     size_t next_assign, next_deliver;
     int held; /* slot the caller holds, or -1 */
+
+    /* With opts.device an accelerator: */
+    bool accel;
+    px_ldev ldev;
+    int held_buf; /* the device buffer of the held slot's batch */
+    int pf, pf_buf; /* the slot of the next batch (its copy queued) and its buffer, or -1 */
+    int next_buf; /* the device buffer the next copy fills */
 };
 
 /* ---- the epoch's order ----------------------------------------------- */
@@ -154,6 +162,7 @@ void phx_loader_free(phx_loader *l)
 {
     if (!l) return;
     stop_workers(l);
+    px_ldev_free(&l->ldev); /* waits for copies still reading the slots */
     for (int i = 0; l->slots && i < l->n_slots; i++)
         for (int f = 0; f < PHX_DATASET_MAX_FIELDS; f++) {
             phx_tensor_free(l->slots[i].part[f]);
@@ -174,10 +183,11 @@ void phx_loader_free(phx_loader *l)
     px_free(l);
 }
 
-static phx_tensor *batch_tensor(const phx_field *f, int64_t rows)
+static phx_tensor *batch_tensor(const phx_loader *l, const phx_field *f, int64_t rows)
 {
     int64_t shape[PHX_MAX_DIMS] = {rows};
     for (int d = 0; d < f->ndim; d++) shape[d + 1] = f->shape[d];
+    if (l->accel) return px_tensor_pinned(f->dtype, f->ndim + 1, shape, l->o.device);
     return phx_tensor_new(f->dtype, f->ndim + 1, shape, phx_cpu());
 }
 
@@ -189,7 +199,7 @@ static phx_status alloc_slots(phx_loader *l)
         px_slot *s = &l->slots[i];
         for (int f = 0; f < l->nf_out; f++) {
             const phx_field *fl = &l->out_fields[f];
-            if (!(s->full[f] = batch_tensor(fl, l->o.batch))) return PHX_ENOMEM;
+            if (!(s->full[f] = batch_tensor(l, fl, l->o.batch))) return PHX_ENOMEM;
             if (l->last) {
                 int64_t shape[PHX_MAX_DIMS] = {l->last};
                 for (int d = 0; d < fl->ndim; d++) shape[d + 1] = fl->shape[d];
@@ -248,7 +258,8 @@ static phx_loader *loader_create(phx_dataset *ds, const phx_loader_opts *opts, b
     l->o.indices = NULL;
     l->o.collate_fields = NULL;
     l->legacy = legacy;
-    l->held = -1;
+    l->held = l->pf = -1;
+    l->accel = opts->device.kind != PHX_DEVICE_CPU;
     l->nf_in = phx_dataset_num_fields(ds);
     for (int f = 0; f < l->nf_in; f++) l->in_bytes[f] = phx_field_bytes(phx_dataset_field(ds, f));
     l->nf_out = opts->collate_fields ? opts->n_collate_fields : l->nf_in;
@@ -273,8 +284,12 @@ static phx_loader *loader_create(phx_dataset *ds, const phx_loader_opts *opts, b
     l->n_batches = opts->drop_last ? l->count / b : (l->count + b - 1) / b;
     l->last = opts->drop_last ? 0 : (int64_t)(l->count % b);
     if (opts->workers > 0 && l->o.prefetch == 0) l->o.prefetch = 2 * opts->workers;
-    l->n_slots = opts->workers > 0 ? 1 + l->o.prefetch : 1;
+    /* On an accelerator the next batch's slot is held too, while its copy
+     * runs. */
+    l->n_slots = (opts->workers > 0 ? 1 + l->o.prefetch : 1) + (l->accel ? 1 : 0);
     if (alloc_slots(l) != PHX_OK) goto fail;
+    if (l->accel && px_ldev_init(&l->ldev, opts->device, l->out_fields, l->nf_out, opts->batch, l->last) != PHX_OK)
+        goto fail;
     l->started = true;
     make_order(l);
     if (opts->workers > 0) {
@@ -345,6 +360,8 @@ void phx_loader_set_epoch(phx_loader *l, int64_t epoch)
     if (l->n_threads) pthread_mutex_lock(&l->mu);
     l->pausing = true;
     while (l->busy > 0) pthread_cond_wait(&l->done_cv, &l->mu);
+    if (l->pf >= 0) px_ldev_settle(&l->ldev, l->pf_buf); /* the slot is about to be refilled */
+    l->pf = -1;
     l->epoch = epoch;
     make_order(l);
     for (int i = 0; i < l->n_slots; i++) l->slots[i].state = SLOT_FREE;
@@ -385,9 +402,49 @@ static px_slot *take(phx_loader *l)
     }
     while (!(s->state == SLOT_READY && s->batch_no == (int64_t)k)) pthread_cond_wait(&l->done_cv, &l->mu);
     l->next_deliver++;
-    l->held = i;
     if (l->n_threads) /* one more batch may be assembled ahead */
         pthread_cond_broadcast(&l->work_cv);
+    return s;
+}
+
+/* Queues the copy of slot s's batch into device buffer b (nothing for a
+ * batch that failed: its error is reported when it is handed out). */
+static phx_status copy_slot(phx_loader *l, px_slot *s, int b)
+{
+    if (s->st != PHX_OK) return PHX_OK;
+    bool partial = l->last && (size_t)s->batch_no == l->n_batches - 1;
+    return px_ldev_copy(&l->ldev, b, s->full, partial ? l->last : l->o.batch);
+}
+
+/* On an accelerator (l->mu held with workers): hands out the batch whose
+ * copy was queued by the previous call (or takes and copies it now, at
+ * the start of an epoch), makes the caller's stream wait for it, and
+ * queues the copy of the batch after it. NULL at the end of the epoch. */
+static px_slot *take_on_device(phx_loader *l, phx_status *st)
+{
+    px_slot *s;
+    int b;
+    if (l->pf >= 0) {
+        s = &l->slots[l->pf];
+        b = l->pf_buf;
+        l->pf = -1;
+    } else {
+        if (l->next_deliver >= l->n_batches) return NULL;
+        s = take(l);
+        b = l->next_buf;
+        l->next_buf ^= 1;
+        *st = copy_slot(l, s, b);
+    }
+    l->held = (int)(s - l->slots);
+    l->held_buf = b;
+    if (*st == PHX_OK && s->st == PHX_OK) *st = px_ldev_use(&l->ldev, b);
+    if (*st == PHX_OK && l->next_deliver < l->n_batches) {
+        px_slot *n = take(l);
+        l->pf = (int)(n - l->slots);
+        l->pf_buf = l->next_buf;
+        l->next_buf ^= 1;
+        *st = copy_slot(l, n, l->pf_buf);
+    }
     return s;
 }
 
@@ -399,25 +456,34 @@ int phx_loader_next_batch(phx_loader *l, phx_tensor **out, int n)
     if (!l->started) /* the previous epoch ended: begin the next one */
         phx_loader_set_epoch(l, l->epoch + 1);
     if (l->n_threads) pthread_mutex_lock(&l->mu);
+    phx_status st = PHX_OK;
     if (l->held >= 0) {
+        /* On an accelerator its copy must be done before it is refilled. */
+        if (l->accel) st = px_ldev_settle(&l->ldev, l->held_buf);
         l->slots[l->held].state = SLOT_FREE;
         l->held = -1;
         if (l->n_threads) pthread_cond_broadcast(&l->work_cv);
     }
-    int ret = 1;
     px_slot *s = NULL;
-    if (l->next_deliver >= l->n_batches) {
-        l->started = false;
-        ret = 0;
-    } else
+    if (st == PHX_OK && l->accel)
+        s = take_on_device(l, &st);
+    else if (st == PHX_OK && l->next_deliver < l->n_batches) {
         s = take(l);
+        l->held = (int)(s - l->slots);
+    }
+    if (!s && st == PHX_OK) l->started = false;
     if (l->n_threads) pthread_mutex_unlock(&l->mu);
-    if (!s) return ret;
+    if (st != PHX_OK) return phx_error(st, "phx_loader_next: copying a batch to the device: %s", phx_last_error());
+    if (!s) return 0;
     if (s->st != PHX_OK)
         return phx_error(s->st, "phx_loader_next: batch %lld of epoch %lld (%s dataset): %s", (long long)s->batch_no,
                          (long long)l->epoch, phx_dataset_type(l->ds), s->err);
     bool partial = l->last && (size_t)s->batch_no == l->n_batches - 1;
-    for (int f = 0; f < n; f++) out[f] = partial ? s->part[f] : s->full[f];
+    for (int f = 0; f < n; f++)
+        if (l->accel)
+            out[f] = partial ? l->ldev.part[l->held_buf][f] : l->ldev.full[l->held_buf][f];
+        else
+            out[f] = partial ? s->part[f] : s->full[f];
     return 1;
 }
 

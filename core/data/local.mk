@@ -1,7 +1,8 @@
 # core/data — safetensors checkpoints, the IDX reader, the loader and the
 # DistributedSampler (doc/formats.md, doc/training.md).
 libphalanx_la_SOURCES += core/data/safetensors.c core/data/safetensors-impl.h core/data/checkpoint.c \
-	core/data/idx.c core/data/idx-impl.h core/data/loader.c core/data/sampler.c \
+	core/data/idx.c core/data/idx-impl.h core/data/loader.c core/data/loader-device.c core/data/loader-device.h \
+	core/data/sampler.c \
 	core/data/dataset.c
 
 # Datasets and the loader with workers (doc/data.md).
@@ -9,6 +10,22 @@ check_PROGRAMS += t/data_loader
 TESTS += t/data_loader t/data_valgrind.sh
 t_data_loader_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
 EXTRA_DIST += bench/torch/loader.py t/data/loader.txt t/data_valgrind.sh
+
+# The loader on an accelerator: pinned batches, copies queued on the
+# loader's stream, against a device whose copies run late.
+check_LTLIBRARIES += t/plugins/asyncdev/phx-device-cuda.la
+t_plugins_asyncdev_phx_device_cuda_la_SOURCES = t/plugins/async-device.c
+t_plugins_asyncdev_phx_device_cuda_la_LDFLAGS = $(fake_plugin_ldflags)
+check_PROGRAMS += t/data_loader_device
+TESTS += t/data_loader_device
+t_data_loader_device_LDADD = libphalanx.la -ldl
+
+# make bench: loading alone and the MLP step from a slow dataset, 0-2
+# workers, beside PyTorch's DataLoader (bench/run.sh, doc/data.md).
+noinst_PROGRAMS += bench/loader
+bench_programs += bench/loader
+bench_loader_LDADD = libphalanx.la
+EXTRA_DIST += bench/torch/loader_speed.py
 
 # Failed loads change nothing; killed saves leave no temporary files for
 # long (doc/failures.md).

@@ -42,6 +42,11 @@ static const px_slot device_slots[] = {
     PX_SLOT(phx_device_v1, event_query, 0, PX_OPTIONAL),
     PX_SLOT(phx_device_v1, event_destroy, 0, PX_OPTIONAL),
     PX_SLOT(phx_device_v1, kernels, 0, PX_REQUIRED),
+    PX_SLOT(phx_device_v1, host_alloc, 1, PX_OPTIONAL), /* malloc */
+    PX_SLOT(phx_device_v1, host_release, 1, PX_OPTIONAL), /* free */
+    PX_SLOT(phx_device_v1, stream_create, 1, PX_OPTIONAL), /* a NULL stream */
+    PX_SLOT(phx_device_v1, stream_destroy, 1, PX_OPTIONAL),
+    PX_SLOT(phx_device_v1, copy_h2d_async, 1, PX_OPTIONAL), /* copy_h2d */
 };
 
 const px_table_abi px_device_abi = {

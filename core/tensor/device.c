@@ -121,6 +121,41 @@ typedef struct px_devtab {
     const char *name; /* "cpu", "cuda" */
 } px_devtab;
 
+static px_devtab px_cpu_tab, px_cuda_tab;
+
+static phx_status dflt_host_alloc(int dev, size_t bytes, void **ptr)
+{
+    (void)dev;
+    *ptr = px_malloc(bytes ? bytes : 1);
+    return *ptr ? PHX_OK : phx_error(PHX_ENOMEM, "host_alloc: %zu bytes: out of memory", bytes);
+}
+static void dflt_host_release(int dev, void *ptr)
+{
+    (void)dev;
+    px_free(ptr);
+}
+static phx_status dflt_stream_create(int dev, void **stream)
+{
+    (void)dev;
+    *stream = NULL;
+    return PHX_OK;
+}
+static void dflt_stream_destroy(int dev, void *stream)
+{
+    (void)dev, (void)stream;
+}
+/* copy_h2d_async's default is the same table's copy_h2d: one per table. */
+static phx_status dflt_h2d_async_cpu(int dev, void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)stream;
+    return px_cpu_tab.dev.copy_h2d(dev, dst, src, bytes);
+}
+static phx_status dflt_h2d_async_cuda(int dev, void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)stream;
+    return px_cuda_tab.dev.copy_h2d(dev, dst, src, bytes);
+}
+
 static phx_status devtab_fill(px_devtab *t, const phx_device_v1 *src, uint32_t minor, const char *name, int kind)
 {
     static const char who[] = "device";
@@ -141,6 +176,22 @@ static phx_status devtab_fill(px_devtab *t, const phx_device_v1 *src, uint32_t m
                          "%s: device plugin '%s' sets %d of the 6 event slots of phx_device_v1: "
                          "expected all or none",
                          who, name, events);
+    int host = !!t->dev.host_alloc + !!t->dev.host_release;
+    int async = !!t->dev.stream_create + !!t->dev.stream_destroy + !!t->dev.copy_h2d_async;
+    if (host == 1 || async == 1 || async == 2)
+        return phx_error(PHX_EABI, "%s: device plugin '%s' sets %s of phx_device_v1: expected %s or none", who, name,
+                         host == 1 ? "one of host_alloc and host_release"
+                                   : "some of stream_create, stream_destroy and copy_h2d_async",
+                         host == 1 ? "both" : "all three");
+    if (!host) {
+        t->dev.host_alloc = dflt_host_alloc;
+        t->dev.host_release = dflt_host_release;
+    }
+    if (!async) {
+        t->dev.stream_create = dflt_stream_create;
+        t->dev.stream_destroy = dflt_stream_destroy;
+        t->dev.copy_h2d_async = kind == PHX_DEVICE_CUDA ? dflt_h2d_async_cuda : dflt_h2d_async_cpu;
+    }
     if (!t->dev.memory_stats) t->dev.memory_stats = dflt_memory_stats;
     if (!t->dev.synchronize) t->dev.synchronize = dflt_synchronize;
     if (!t->dev.current_stream) t->dev.current_stream = dflt_current_stream;
@@ -156,14 +207,12 @@ static phx_status devtab_fill(px_devtab *t, const phx_device_v1 *src, uint32_t m
 }
 
 /* The built-in CPU device, checked as a plugin of the current minor. */
-static px_devtab px_cpu_tab;
 static phx_status px_cpu_status;
 static pthread_once_t px_cpu_once = PTHREAD_ONCE_INIT;
 
 /* ---- the cuda plugin, loaded at most once per process ---- */
 
 static pthread_once_t px_cuda_once = PTHREAD_ONCE_INIT;
-static px_devtab px_cuda_tab;
 static const phx_device_v1 *px_cuda_table;
 static int px_cuda_count;
 static phx_status px_cuda_status;

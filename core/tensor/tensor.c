@@ -61,8 +61,12 @@ static phx_status shape_check(const char *fn, int ndim, const int64_t *shape, si
 static void storage_drop(px_storage *s)
 {
     if (atomic_fetch_sub(&s->refs, 1) != 1) return;
-    const phx_device_v1 *t = phx_device_table(s->device); /* cached: cannot fail for a live storage */
-    if (t) t->release(s->device.index, s->data);
+    /* cached: cannot fail for a live storage */
+    const phx_device_v1 *t = phx_device_table(s->pinned ? s->pinned_by : s->device);
+    if (t && s->pinned)
+        t->host_release(s->pinned_by.index, s->data);
+    else if (t)
+        t->release(s->device.index, s->data);
     px_free(s);
 }
 
@@ -80,7 +84,9 @@ static phx_tensor *handle(px_storage *s, phx_dtype dt, int64_t offset, int ndim,
     return t;
 }
 
-static phx_tensor *tensor_alloc(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
+/* A tensor on dev; with pin, a CPU tensor in pin's host_alloc memory. */
+static phx_tensor *tensor_alloc(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev,
+                                const phx_device *pin)
 {
     size_t es = phx_dtype_size(dt);
     if (!es) {
@@ -89,14 +95,17 @@ static phx_tensor *tensor_alloc(const char *fn, phx_dtype dt, int ndim, const in
     }
     int64_t numel;
     if (shape_check(fn, ndim, shape, es, &numel) != PHX_OK) return NULL;
-    const phx_device_v1 *table = phx_device_table(dev);
+    const phx_device_v1 *table = phx_device_table(pin ? *pin : dev);
     if (!table) return NULL;
     px_storage *s = px_calloc(1, sizeof *s);
     if (!s) return NULL;
     atomic_init(&s->refs, 1);
     s->bytes = (size_t)numel * es;
-    s->device = dev;
-    if (table->alloc(dev.index, s->bytes, &s->data) != PHX_OK) {
+    s->device = pin ? phx_cpu() : dev;
+    s->pinned = pin != NULL;
+    if (pin) s->pinned_by = *pin;
+    if ((pin ? table->host_alloc(pin->index, s->bytes, &s->data) : table->alloc(dev.index, s->bytes, &s->data)) !=
+        PHX_OK) {
         px_free(s);
         return NULL;
     }
@@ -107,12 +116,17 @@ static phx_tensor *tensor_alloc(const char *fn, phx_dtype dt, int ndim, const in
 
 phx_tensor *phx_tensor_new(phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
 {
-    return tensor_alloc("phx_tensor_new", dt, ndim, shape, dev);
+    return tensor_alloc("phx_tensor_new", dt, ndim, shape, dev, NULL);
+}
+
+phx_tensor *px_tensor_pinned(phx_dtype dt, int ndim, const int64_t *shape, phx_device accel)
+{
+    return tensor_alloc("phx_loader (pinned batch)", dt, ndim, shape, phx_cpu(), &accel);
 }
 
 phx_tensor *phx_tensor_zeros(phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
 {
-    phx_tensor *t = tensor_alloc("phx_tensor_zeros", dt, ndim, shape, dev);
+    phx_tensor *t = tensor_alloc("phx_tensor_zeros", dt, ndim, shape, dev, NULL);
     if (t && phx_tensor_fill(t, 0.0) != PHX_OK) {
         phx_tensor_free(t);
         return NULL;
@@ -122,7 +136,7 @@ phx_tensor *phx_tensor_zeros(phx_dtype dt, int ndim, const int64_t *shape, phx_d
 
 phx_tensor *phx_tensor_from_data(phx_dtype dt, int ndim, const int64_t *shape, const void *data)
 {
-    phx_tensor *t = tensor_alloc("phx_tensor_from_data", dt, ndim, shape, phx_cpu());
+    phx_tensor *t = tensor_alloc("phx_tensor_from_data", dt, ndim, shape, phx_cpu(), NULL);
     if (!t) return NULL;
     size_t bytes = phx_tensor_nbytes(t);
     if (bytes && !data) {

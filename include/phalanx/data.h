@@ -73,6 +73,13 @@ typedef struct phx_loader_opts {
     /* The collate's output fields (NULL: the dataset's fields). Copied. */
     const phx_field *collate_fields;
     int n_collate_fields;
+    /* Where the batches are delivered (zero: the CPU). On an accelerator
+     * the workers assemble batches in page-locked host memory, and the
+     * copy of batch k+1 to the device is queued on a stream of the
+     * loader's own when batch k is handed out, so it moves while the
+     * caller computes (PyTorch's pin_memory=True with non_blocking
+     * copies). A batch stays valid until the next call, as on the CPU. */
+    phx_device device;
 } phx_loader_opts;
 
 /* A loader over ds (the loader keeps a reference). Buffers for 1 +

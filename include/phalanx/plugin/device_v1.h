@@ -75,6 +75,19 @@ typedef struct phx_device_v1 {
     int (*event_query)(void *event);
     void (*event_destroy)(void *event);
     const phx_kernels_v1 *kernels; /* required: every slot of its minor set */
+    /* Page-locked host memory that copy_h2d_async reads while the host
+     * goes on (the loader's batches). (optional, minor 1) both NULL or both
+     * set; the default is malloc and free. */
+    phx_status (*host_alloc)(int dev, size_t bytes, void **ptr);
+    void (*host_release)(int dev, void *ptr);
+    /* A stream of the caller's own (the loader's copy stream), and a
+     * host-to-device copy on it that returns at once; the copy may read
+     * src_host until an event recorded after it on that stream completes.
+     * (optional, minor 1) all three NULL or all set; the default is a
+     * NULL stream and copy_h2d: a copy done when the call returns. */
+    phx_status (*stream_create)(int dev, void **stream);
+    void (*stream_destroy)(int dev, void *stream);
+    phx_status (*copy_h2d_async)(int dev, void *dst, const void *src_host, size_t bytes, void *stream);
 } phx_device_v1;
 
 /* The device table for d (built-in CPU or the loaded cuda plugin), or NULL

@@ -75,6 +75,14 @@ phx_status px_cuda_host_small(px_cuda_ctx *ctx, void **ptr);
  * cover the rest); at least 1. */
 unsigned px_cuda_grid(const px_cuda_ctx *ctx, int64_t n, int per_block, int waves);
 
+/* phx_device_v1's host_alloc, host_release, stream_create, stream_destroy
+ * and copy_h2d_async (host.c). */
+phx_status px_cuda_host_alloc(int dev, size_t bytes, void **ptr);
+void px_cuda_host_release(int dev, void *ptr);
+phx_status px_cuda_stream_create(int dev, void **stream);
+void px_cuda_stream_destroy(int dev, void *stream);
+phx_status px_cuda_copy_h2d_async(int dev, void *dst, const void *src_host, size_t bytes, void *stream);
+
 /* The kernel table (kernels/cuda) and the device table (plugin.c). */
 extern const phx_kernels_v1 px_cuda_kernels;
 

@@ -30,7 +30,7 @@ t_cuda_select_LDADD = libphalanx.la
 check_PROGRAMS += t/cuda_kernels t/cuda_device
 TESTS += t/cuda_kernels t/cuda_device
 t_cuda_kernels_LDADD = libphalanx.la -lm
-t_cuda_device_LDADD = libphalanx.la
+t_cuda_device_LDADD = libphalanx.la -lm
 # The nccl communicator on GPUs (skips without one).
 check_PROGRAMS += t/cuda_nccl
 TESTS += t/cuda_nccl
@@ -44,7 +44,7 @@ EXTRA_DIST += bench/torch/gpu.py t/gpu/prepare t/gpu/run
 
 if HAVE_CUDA
 pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la
-plugins_device_cuda_phx_device_cuda_la_SOURCES = plugins/device/cuda/plugin.c plugins/device/cuda/context.c \
+plugins_device_cuda_phx_device_cuda_la_SOURCES = plugins/device/cuda/plugin.c plugins/device/cuda/host.c plugins/device/cuda/context.c \
 	plugins/device/cuda/cuda-impl.h plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h \
 	plugins/device/cuda/visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h \
 	kernels/cuda/gemm.c kernels/cuda/table.c kernels/cuda/kernels.h

@@ -273,6 +273,11 @@ static const phx_device_v1 cuda_device = {
     .event_query = cuda_event_query,
     .event_destroy = cuda_event_destroy,
     .kernels = &px_cuda_kernels,
+    .host_alloc = px_cuda_host_alloc,
+    .host_release = px_cuda_host_release,
+    .stream_create = px_cuda_stream_create,
+    .stream_destroy = px_cuda_stream_destroy,
+    .copy_h2d_async = px_cuda_copy_h2d_async,
 };
 
 /* Usable when the runtime sees a device; the reason otherwise starts
