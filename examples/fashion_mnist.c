@@ -66,11 +66,13 @@ static phx_tensor *read_idx(const char *name)
     return t;
 }
 
-/* A batch on the model's device: src itself on the CPU, else a view of the
- * device buffer *buf (allocated once, for the largest batch) holding a copy. */
+/* A batch on the model's device: src itself when it is there already (the
+ * training loader delivers there), else a view of the device buffer *buf
+ * (allocated once, for the largest batch) holding a copy. */
 static phx_tensor *stage(phx_tensor *src, phx_tensor **buf, phx_device dev)
 {
-    if (dev.kind == PHX_DEVICE_CPU) return phx_tensor_retain(src);
+    phx_device at = phx_tensor_device(src);
+    if (at.kind == dev.kind && at.index == dev.index) return phx_tensor_retain(src);
     if (!*buf || phx_tensor_dim(*buf, 0) < phx_tensor_dim(src, 0)) {
         phx_tensor_free(*buf);
         *buf = phx_tensor_new(phx_tensor_dtype(src), phx_tensor_ndim(src), phx_tensor_shape(src), dev);
@@ -203,11 +205,17 @@ int main(int argc, char **argv)
     phx_optimizer *opt = phx_adam_new(net, &ao);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     /* Each rank's shard of the training set (DistributedSampler rules),
-     * reshuffled every epoch; --workers threads assemble batches ahead. */
+     * reshuffled every epoch; --workers threads assemble batches ahead, and
+     * on a GPU the next batch's copy overlaps the step. */
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
-    phx_loader_opts lo = {
-        .batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank, .workers = workers};
+    phx_loader_opts lo = {.batch = batch,
+                          .shuffle = true,
+                          .seed = seed,
+                          .num_replicas = size,
+                          .rank = rank,
+                          .workers = workers,
+                          .device = dev};
     /* --uneven: rank r takes rows [N s(r), N s(r+1)) with s(r) = r(r+1) / (n(n+1)). */
     int64_t *mine = NULL;
     if (uneven && comm) {
