@@ -610,6 +610,103 @@ static void test_gemm(void)
                 }
 }
 
+/* The transformer slots (minor 1): strided-batched GEMM, softmax with
+ * and without the causal mask (and log), the embedding gather and its
+ * scatter-add, the residual add and the sum of squares. */
+static void test_transformer(void)
+{
+    char what[112];
+    /* gemm_batched: attention's shapes (B*H, T, T, hd), a transposed b */
+    for (int a = 0; a < 3; a++) {
+        phx_dtype dt = fdt[a];
+        int64_t batch = 12, m = 64, n = 64, k = 32;
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t sa = m * k, sb = k * n, sc = m * n;
+            buf A = brand(dt, batch * sa, -1, 1), B = brand(dt, batch * sb, -1, 1), Cm = brand(dt, batch * sc, -1, 1);
+            snprintf(what, sizeof what, "gemm_batched %s x%lld (%lld, %lld, %lld) N%c beta 0.5", phx_dtype_name(dt),
+                     (long long)batch, (long long)m, (long long)n, (long long)k, tb ? 'T' : 'N');
+            if (check_ok(KG->gemm_batched(0, 0, tb, m, n, k, 0.75f, A.d, k, sa, B.d, tb ? k : n, sb, dt, 0.5f, Cm.d, n,
+                                          sc, dt, batch),
+                         KC->gemm_batched(0, 0, tb, m, n, k, 0.75f, A.h, k, sa, B.h, tb ? k : n, sb, dt, 0.5f, Cm.h, n,
+                                          sc, dt, batch),
+                         what))
+                close_norm(&Cm, dt, batch * sc, dt == PHX_F32 ? 1e-5 : dt == PHX_F16 ? 2e-3 : 1.6e-2, what);
+            bfree(&A), bfree(&B), bfree(&Cm);
+        }
+    }
+    /* softmax: scores (rows of T = 128 with the causal mask, or 1000) */
+    for (int a = 0; a < 3; a++)
+        for (int v = 0; v < 4; v++) {
+            phx_dtype dt = fdt[a];
+            int causal = v & 1, lg = v >> 1;
+            int64_t rows = causal ? 4 * 128 : 300, cols = causal ? 128 : 1000, n = rows * cols;
+            buf x = brand(dt, n, -8, 8), y = bnew(x.bytes);
+            snprintf(what, sizeof what, "softmax %s (%lld, %lld)%s%s", phx_dtype_name(dt), (long long)rows,
+                     (long long)cols, causal ? " causal" : "", lg ? " log" : "");
+            if (!check_ok(KG->softmax_forward(0, rows, cols, 0.125f, causal, lg, x.d, y.d, dt),
+                          KC->softmax_forward(0, rows, cols, 0.125f, causal, lg, x.h, y.h, dt), what)) {
+                bfree(&x), bfree(&y);
+                continue;
+            }
+            close_elem(&y, dt, n, dt == PHX_F32 ? 1e-5 : round_tol(dt), 1e-6, what);
+            /* backward from the CPU's output on both sides */
+            G->copy_h2d(0, y.d, y.h, y.bytes);
+            buf dy = brand(dt, n, -1, 1), dx = bnew(x.bytes);
+            snprintf(what, sizeof what, "softmax backward %s (%lld, %lld)%s%s", phx_dtype_name(dt), (long long)rows,
+                     (long long)cols, causal ? " causal" : "", lg ? " log" : "");
+            if (check_ok(KG->softmax_backward(0, rows, cols, 0.125f, causal, lg, y.d, dy.d, dx.d, dt),
+                         KC->softmax_backward(0, rows, cols, 0.125f, causal, lg, y.h, dy.h, dx.h, dt), what))
+                close_norm(&dx, dt, n, dt == PHX_F32 ? 1e-5 : round_tol(dt), what);
+            bfree(&x), bfree(&y), bfree(&dy), bfree(&dx);
+        }
+    /* embedding: 2048 indices into a (100, 96) table, repeats included */
+    for (int a = 0; a < 3; a++) {
+        phx_dtype dt = fdt[a];
+        int64_t n = 2048, num = 100, dim = 96;
+        buf idx = bnew((size_t)n * 8), w = brand(PHX_F32, num * dim, -1, 1),
+            y = bnew((size_t)(n * dim) * phx_dtype_size(dt));
+        int64_t *iv = malloc((size_t)n * 8);
+        for (int64_t i = 0; i < n; i++) iv[i] = (int64_t)(rnd64() % (uint64_t)num);
+        bset(&idx, iv);
+        int64_t bad_g = 7, bad_c = 7;
+        snprintf(what, sizeof what, "embedding %s (%lld of %lld, dim %lld)", phx_dtype_name(dt), (long long)n,
+                 (long long)num, (long long)dim);
+        if (check_ok(KG->embedding_forward(0, n, num, dim, idx.d, w.d, y.d, dt, &bad_g),
+                     KC->embedding_forward(0, n, num, dim, idx.h, w.h, y.h, dt, &bad_c), what)) {
+            ok(bad_g == -1 && bad_c == -1, "  ... no index out of range (gpu %lld, cpu %lld)", (long long)bad_g,
+               (long long)bad_c);
+            same(&y, what);
+        }
+        buf dy = brand(dt, n * dim, -1, 1), dw = brand(PHX_F32, num * dim, -1, 1);
+        snprintf(what, sizeof what, "embedding backward %s (scatter-add of %lld rows)", phx_dtype_name(dt),
+                 (long long)n);
+        if (check_ok(KG->embedding_backward(0, n, num, dim, idx.d, dy.d, dt, dw.d),
+                     KC->embedding_backward(0, n, num, dim, idx.h, dy.h, dt, dw.h), what))
+            close_norm(&dw, PHX_F32, num * dim, 1e-5, what);
+        iv[n / 2] = num; /* out of range: reported, not written */
+        bset(&idx, iv);
+        bad_g = bad_c = 7;
+        KG->embedding_forward(0, n, num, dim, idx.d, w.d, y.d, dt, &bad_g);
+        KC->embedding_forward(0, n, num, dim, idx.h, w.h, y.h, dt, &bad_c);
+        ok(bad_g == n / 2 && bad_c == n / 2, "embedding %s: index %lld out of range found at row %lld (gpu %lld)",
+           phx_dtype_name(dt), (long long)num, (long long)(n / 2), (long long)bad_g);
+        free(iv);
+        bfree(&idx), bfree(&w), bfree(&y), bfree(&dy), bfree(&dw);
+    }
+    /* add (in place on a) and sum_squares */
+    for (int a = 0; a < 3; a++) {
+        phx_dtype dt = fdt[a];
+        buf x = brand(dt, N_ODD, -2, 2), y = brand(dt, N_ODD, -2, 2);
+        snprintf(what, sizeof what, "add %s (%d, in place)", phx_dtype_name(dt), N_ODD);
+        if (check_ok(KG->add(0, N_ODD, x.d, y.d, x.d, dt), KC->add(0, N_ODD, x.h, y.h, x.h, dt), what)) same(&x, what);
+        double sg = -1, sc = -2;
+        snprintf(what, sizeof what, "sum_squares %s (%d)", phx_dtype_name(dt), N_ODD);
+        if (check_ok(KG->sum_squares(0, N_ODD, y.d, dt, &sg), KC->sum_squares(0, N_ODD, y.h, dt, &sc), what))
+            ok(fabs(sg - sc) <= 1e-12 * fabs(sc), "%s: %.17g vs %.17g", what, sg, sc);
+        bfree(&x), bfree(&y);
+    }
+}
+
 int main(void)
 {
     phx_device gpu = {PHX_DEVICE_CUDA, 0};
@@ -634,5 +731,6 @@ int main(void)
     test_optim();
     test_reduce();
     test_gemm();
+    test_transformer();
     return done_testing();
 }
