@@ -108,6 +108,34 @@ static void op_uniform(void)
     K->rng_uniform(0, y, PHX_F32, N4M, 7, rng_off += N4M, -1.0f, 1.0f);
 }
 
+/* The GPT's shapes (batch 16, 4 heads, T 128, head dim 32): attention
+ * scores q k^T as one strided-batched GEMM, the causal softmax of the
+ * scores forward and backward, and the token embedding forward and
+ * backward (scatter-add) of 8192 tokens into a (4096, 256) table. */
+#define ATT_B 64
+#define ATT_T 128
+#define ATT_D 32
+static float *q, *kk, *sc, *emb, *demb;
+static int64_t *tok;
+static void op_gemm_batched(void)
+{
+    K->gemm_batched(0, 0, 1, ATT_T, ATT_T, ATT_D, 0.17677669f, q, ATT_D, ATT_T * ATT_D, kk, ATT_D, ATT_T * ATT_D,
+                    PHX_F32, 0.0f, sc, ATT_T, ATT_T * ATT_T, PHX_F32, ATT_B);
+}
+static void op_softmax(void)
+{
+    int64_t rows = ATT_B * ATT_T;
+    K->softmax_forward(0, rows, ATT_T, 0.17677669f, 1, 0, x, y, PHX_F32);
+    K->softmax_backward(0, rows, ATT_T, 0.17677669f, 1, 0, y, dy, gr, PHX_F32);
+}
+static void op_embedding(void)
+{
+    int64_t bad;
+    K->embedding_forward(0, 8192, 4096, 256, tok, emb, y, PHX_F32, &bad);
+    memset(demb, 0, 4096 * 256 * sizeof *demb);
+    K->embedding_backward(0, 8192, 4096, 256, tok, dy, PHX_F32, demb);
+}
+
 static const struct {
     const char *name;
     void (*fn)(void);
@@ -127,6 +155,9 @@ static const struct {
     {"cast_f32_bf16_4M", op_cast_bf16},
     {"cast_f32_f16_4M", op_cast_f16},
     {"uniform_4M", op_uniform},
+    {"gemm_batched_64x128x128x32", op_gemm_batched},
+    {"softmax_causal_fwd_bwd_8192x128", op_softmax},
+    {"embedding_fwd_bwd_8192x256", op_embedding},
 };
 #define NOPS (int)(sizeof ops / sizeof ops[0])
 
@@ -173,6 +204,10 @@ int main(int argc, char **argv)
     rstd = fbuf(4096);
     loss = fbuf(1);
     hb = (uint16_t *)fbuf(N4M / 2);
+    q = fbuf(ATT_B * ATT_T * ATT_D), kk = fbuf(ATT_B * ATT_T * ATT_D), sc = fbuf(ATT_B * ATT_T * ATT_T);
+    emb = fbuf(4096 * 256), demb = fbuf(4096 * 256);
+    tok = malloc(8192 * sizeof *tok);
+    for (int i = 0; tok && i < 8192; i++) tok[i] = rand() % 4096;
     labels = malloc(4096 * sizeof *labels);
     for (int i = 0; i < 4096; i++) labels[i] = rand() % 1000;
     int64_t s[2] = {1024, 1024};

@@ -31,6 +31,26 @@ def ops():
     p.grad = torch.randn(n)
     adam = torch.optim.Adam([p], lr=1e-3, foreach=False)
     xr = x.clone().requires_grad_(True)
+    # The GPT's shapes (bench/kernels.c): batch 16 x 4 heads, T 128, head dim 32.
+    q = torch.randn(64, 128, 32)
+    k = torch.randn(64, 128, 32)
+    scale = 32 ** -0.5
+    att = torch.randn(64, 128, 128)
+    datt = torch.randn(64, 128, 128)
+    scores = torch.empty(64, 128, 128)
+    causal = torch.ones(128, 128).triu(1).bool()
+    table = torch.randn(4096, 256)
+    tok = torch.randint(0, 4096, (8192,))
+    demb = torch.randn(8192, 256)
+
+    def softmax_fb():
+        # nanoGPT's eager attention: scale, mask, softmax; then its backward.
+        yy = F.softmax((att * scale).masked_fill(causal, float("-inf")), dim=-1)
+        torch._softmax_backward_data(datt, yy, -1, yy.dtype)
+
+    def embedding_fb():
+        F.embedding(tok, table)
+        torch.ops.aten.embedding_dense_backward(demb, tok, 4096, -1, False)
 
     def gelu_bwd():
         yy = F.gelu(xr)
@@ -63,6 +83,9 @@ def ops():
         ("cast_f32_bf16_4M", lambda: x.bfloat16()),
         ("cast_f32_f16_4M", lambda: x.half()),
         ("uniform_4M", lambda: y.uniform_(-1, 1)),
+        ("gemm_batched_64x128x128x32", lambda: torch.baddbmm(att, q, k.transpose(1, 2), beta=0, alpha=scale, out=scores)),
+        ("softmax_causal_fwd_bwd_8192x128", softmax_fb),
+        ("embedding_fwd_bwd_8192x256", embedding_fb),
     ]
 
 

@@ -29,29 +29,46 @@ phx_status px_cpu_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, int
     return PHX_OK;
 }
 
+/* The sum of p[0..n) in 8 lanes, so the compiler's vector clones keep
+ * whole vectors in flight (a single accumulator is a serial chain). */
+PX_INLINE float lanes_sum(const float acc[8])
+{
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 PX_INLINE void px_softmax_fwd_loop(int64_t rows, int64_t cols, float scale, int causal, int lg, const void *x, void *y,
                                    float *e, int dt)
 {
     for (int64_t r = 0; r < rows; r++) {
-        int64_t o = r * cols, lim = causal ? r % cols + 1 : cols;
+        int64_t o = r * cols, lim = causal ? r % cols + 1 : cols, c;
         float mx = -INFINITY;
-        for (int64_t c = 0; c < lim; c++) {
+        for (c = 0; c < lim; c++) {
             e[c] = scale * px_ld(x, dt, o + c);
             mx = e[c] > mx ? e[c] : mx;
         }
-        float sum = 0.0f;
-        for (int64_t c = 0; c < lim; c++) {
-            e[c] -= mx;
-            sum += expf(e[c]);
+        /* e <- exp(e - mx) once (phx_expf vectorises; libm's expf does
+         * not), summed in 8 lanes */
+        float acc[8] = {0};
+        for (c = 0; c + 8 <= lim; c += 8)
+            for (int k = 0; k < 8; k++) {
+                float v = phx_expf(e[c + k] - mx);
+                acc[k] += v;
+                if (!lg) e[c + k] = v;
+            }
+        for (; c < lim; c++) {
+            float v = phx_expf(e[c] - mx);
+            acc[0] += v;
+            if (!lg) e[c] = v;
         }
+        float sum = lanes_sum(acc);
         if (lg) {
-            float ls = logf(sum);
-            for (int64_t c = 0; c < lim; c++) px_st(y, dt, o + c, e[c] - ls);
+            float ls = mx + logf(sum);
+            for (c = 0; c < lim; c++) px_st(y, dt, o + c, e[c] - ls);
         } else {
             float inv = 1.0f / sum;
-            for (int64_t c = 0; c < lim; c++) px_st(y, dt, o + c, expf(e[c]) * inv);
+            for (c = 0; c < lim; c++) px_st(y, dt, o + c, e[c] * inv);
         }
-        for (int64_t c = lim; c < cols; c++) px_st(y, dt, o + c, lg ? -INFINITY : 0.0f);
+        for (c = lim; c < cols; c++) px_st(y, dt, o + c, lg ? -INFINITY : 0.0f);
     }
 }
 
@@ -59,14 +76,18 @@ PX_INLINE void px_softmax_bwd_loop(int64_t rows, int64_t cols, float scale, int 
                                    const void *dy, void *dx, int dt)
 {
     for (int64_t r = 0; r < rows; r++) {
-        int64_t o = r * cols, lim = causal ? r % cols + 1 : cols;
-        float acc = 0.0f;
-        for (int64_t c = 0; c < lim; c++) acc += lg ? px_ld(dy, dt, o + c) : px_ld(y, dt, o + c) * px_ld(dy, dt, o + c);
-        for (int64_t c = 0; c < lim; c++) {
+        int64_t o = r * cols, lim = causal ? r % cols + 1 : cols, c;
+        float acc8[8] = {0};
+        for (c = 0; c + 8 <= lim; c += 8)
+            for (int k = 0; k < 8; k++)
+                acc8[k] += lg ? px_ld(dy, dt, o + c + k) : px_ld(y, dt, o + c + k) * px_ld(dy, dt, o + c + k);
+        for (; c < lim; c++) acc8[0] += lg ? px_ld(dy, dt, o + c) : px_ld(y, dt, o + c) * px_ld(dy, dt, o + c);
+        float acc = lanes_sum(acc8);
+        for (c = 0; c < lim; c++) {
             float yy = px_ld(y, dt, o + c), d = px_ld(dy, dt, o + c);
-            px_st(dx, dt, o + c, lg ? scale * (d - expf(yy) * acc) : scale * yy * (d - acc));
+            px_st(dx, dt, o + c, lg ? scale * (d - phx_expf(yy) * acc) : scale * yy * (d - acc));
         }
-        for (int64_t c = lim; c < cols; c++) px_st(dx, dt, o + c, 0.0f);
+        for (c = lim; c < cols; c++) px_st(dx, dt, o + c, 0.0f);
     }
 }
 
