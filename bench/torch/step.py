@@ -2,6 +2,8 @@
 """PyTorch's side of bench/step: training steps per second for
   linear: Linear(10, 1), batch 64, MSE, SGD lr 0.01 (the seed program)
   mlp:    784-1024-1024-10 ReLU MLP, batch 256, cross entropy, SGD lr 0.01
+  gpt:    the GPT of bench/torch/gpt.py (vocab 65, 4 layers, 4 heads, d_model
+          128) on 16 x 128 tokens, cross entropy, AdamW lr 3e-4
 at the thread counts given. A step is zero_grad, forward, loss, backward,
 optimizer step (no .item(), which would only add to torch's time).
 Prints "RESULT <name> <threads> <steps/s> <steps per CPU-second>" (each
@@ -10,8 +12,15 @@ threads, which a shared machine does not inflate)."""
 import argparse
 import time
 
+import os
+import sys
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt import GPT, gpt2_init  # noqa: E402
 
 
 def make(name):
@@ -20,6 +29,17 @@ def make(name):
         m = nn.Linear(10, 1)
         x, y = torch.randn(64, 10), torch.randn(64, 1)
         crit = nn.MSELoss()
+    elif name == "gpt":
+        # phx_gpt_defaults(): the model of bench/torch/gpt.py (GPT-2 init)
+        m = GPT(65, 128, 4, 4, 128)
+        gpt2_init(m, 0.02, 4)
+        i = torch.arange(16 * 128)
+        x, y = ((i * 37 + 5) % 65).view(16, 128), ((i * 53 + 11) % 65).view(16, 128)
+
+        def crit(logits, target):
+            return F.cross_entropy(logits.view(-1, 65), target.view(-1))
+
+        return m, x, y, crit, torch.optim.AdamW(m.parameters(), lr=3e-4)
     else:
         m = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
         x, y = torch.rand(256, 784), torch.randint(0, 10, (256,))
@@ -56,7 +76,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="linear,mlp")
+    ap.add_argument("--only", default="linear,mlp,gpt")
     a = ap.parse_args()
     for name in a.only.split(","):
         for t in [int(v) for v in a.threads.split(",")]:
