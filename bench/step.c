@@ -20,11 +20,12 @@ typedef struct setup {
     phx_tensor *x, *y;
     phx_loss *loss;
     phx_optimizer *opt;
+    phx_precision *prec; /* the bf16 policy, or NULL (outlives m) */
 } setup;
 
 static setup make(const char *name)
 {
-    setup s;
+    setup s = {0};
     phx_rng *rng = phx_rng_new(0);
     if (!strcmp(name, "linear")) {
         s.m = phx_linear_new(10, 1, true, rng);
@@ -34,9 +35,14 @@ static setup make(const char *name)
         phx_rng_normal(rng, s.x, 0, 1);
         phx_rng_normal(rng, s.y, 0, 1);
         s.loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    } else if (!strcmp(name, "gpt")) {
+    } else if (!strncmp(name, "gpt", 3)) {
         phx_gpt_config cfg = phx_gpt_defaults(); /* vocab 65, T 128, 4 layers, 4 heads, d_model 128 */
         s.m = phx_gpt_new(&cfg, rng);
+        /* gpt_bf16: the bf16 policy (f32 master weights, bf16 compute) */
+        if (s.m && !strcmp(name, "gpt_bf16"))
+            bench_check(phx_precision_new("bf16", &s.prec) == PHX_OK ? phx_module_set_precision(s.m, s.prec)
+                                                                     : PHX_EINVAL,
+                        "the bf16 policy");
         int64_t ts[2] = {16, 128};
         s.x = phx_tensor_new(PHX_I64, 2, ts, phx_cpu());
         s.y = phx_tensor_new(PHX_I64, 2, ts, phx_cpu());
@@ -104,6 +110,7 @@ static double rate(const char *name, double seconds, int repeats, double *cpu_ra
     phx_optimizer_free(s.opt);
     phx_loss_free(s.loss);
     phx_module_free(s.m);
+    phx_precision_free(s.prec);
     phx_tensor_free(s.x);
     phx_tensor_free(s.y);
     return best;
@@ -124,11 +131,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--repeats"))
             repeats = atoi(argv[i + 1]);
     }
-    enum { NM = 3 };
-    const char *names[NM] = {"linear", "mlp", "gpt"};
-    const char *label[NM] = {"Linear(10,1) b64 SGD", "MLP 784-1024-1024-10 b256 SGD", "GPT 16x128 AdamW, tokens"};
+    enum { NM = 4 };
+    const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16"};
+    const char *label[NM] = {"Linear(10,1) b64 SGD", "MLP 784-1024-1024-10 b256 SGD", "GPT 16x128 AdamW, tokens",
+                             "GPT bf16 (torch autocast)"};
     /* a GPT step is 16 x 128 tokens: its rows count tokens */
-    const double per_step[NM] = {1, 1, 16 * 128};
+    const double per_step[NM] = {1, 1, 16 * 128, 16 * 128};
     double phx[NM][2], pt[NM][2] = {{0}}, phx_c[NM][2], pt_c[NM][2] = {{0}};
     int have_torch = 0;
     for (int k = 0; k < NM; k++)

@@ -36,7 +36,11 @@ libs=$(pkg-config --libs phalanx)
 libdir=$(echo "$libs" | sed -n 's/.*-L\([^ ]*\).*/\1/p')
 incdir=$(echo "$cflags" | sed -n 's/.*-I\([^ ]*\).*/\1/p')
 [ -f "$incdir/phalanx/plugin/comm_v1.h" ] && [ -f "$libdir/libphalanx.so" ]
-ok $? "pkg-config --cflags --libs phalanx point into the installed tree ($cflags $libs)"
+st=$?
+ok $st "pkg-config --cflags --libs phalanx point into the installed tree ($cflags $libs)"
+# (seen once in a parallel sanitized make check: the library missing after
+# an install that exited 0; say what the install did)
+[ $st = 0 ] || { ls -la "$libdir" 2>&1 | diag; grep -n "libphalanx\|rror" "$tmp/install.log" | head -40 | diag; }
 
 # 2. Build the plugin from a copy of the example (srcdir may be read-only).
 cp -R "$top_srcdir/examples/custom-plugin" "$tmp/solo" && chmod -R u+w "$tmp/solo"

@@ -3,7 +3,8 @@
   linear: Linear(10, 1), batch 64, MSE, SGD lr 0.01 (the seed program)
   mlp:    784-1024-1024-10 ReLU MLP, batch 256, cross entropy, SGD lr 0.01
   gpt:    the GPT of bench/torch/gpt.py (vocab 65, 4 layers, 4 heads, d_model
-          128) on 16 x 128 tokens, cross entropy, AdamW lr 3e-4
+          128) on 16 x 128 tokens, cross entropy, AdamW lr 3e-4; gpt_bf16 the
+          same under torch.autocast("cpu", dtype=torch.bfloat16)
 at the thread counts given. A step is zero_grad, forward, loss, backward,
 optimizer step (no .item(), which would only add to torch's time).
 Prints "RESULT <name> <threads> <steps/s> <steps per CPU-second>" (each
@@ -29,7 +30,7 @@ def make(name):
         m = nn.Linear(10, 1)
         x, y = torch.randn(64, 10), torch.randn(64, 1)
         crit = nn.MSELoss()
-    elif name == "gpt":
+    elif name.startswith("gpt"):
         # phx_gpt_defaults(): the model of bench/torch/gpt.py (GPT-2 init)
         m = GPT(65, 128, 4, 4, 128)
         gpt2_init(m, 0.02, 4)
@@ -49,11 +50,22 @@ def make(name):
 
 def rate(name, seconds, repeats):
     m, x, y, crit, opt = make(name)
+    bf16 = name == "gpt_bf16"  # CPU autocast: bf16 matmuls, f32 weights
 
     def step():
         opt.zero_grad()
         crit(m(x), y).backward()
         opt.step()
+
+    def step_bf16():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = crit(m(x), y)
+        loss.backward()
+        opt.step()
+
+    if bf16:
+        step = step_bf16  # noqa: F811
 
     for _ in range(20 if name == "linear" else 3):
         step()
@@ -76,7 +88,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="linear,mlp,gpt")
+    ap.add_argument("--only", default="linear,mlp,gpt,gpt_bf16")
     a = ap.parse_args()
     for name in a.only.split(","):
         for t in [int(v) for v in a.threads.split(",")]:
