@@ -10,7 +10,7 @@
  * second of the process's CPU time (all its threads) -- on a shared
  * machine the wall clock also counts the time other processes took.
  *
- *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
+ *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] [--only linear|mlp|gpt|gpt_bf16]
  */
 #define BENCH_NAME "bench/step"
 #include "bench/bench-util.h"
@@ -121,6 +121,7 @@ int main(int argc, char **argv)
     const char *torch = NULL, *py = getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
     double seconds = 1.0;
     int repeats = 3;
+    const char *only = NULL; /* one model's rows only (profiling) */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--torch"))
             torch = argv[i + 1];
@@ -130,6 +131,8 @@ int main(int argc, char **argv)
             seconds = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats"))
             repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only"))
+            only = argv[i + 1];
     }
     enum { NM = 4 };
     const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16"};
@@ -141,6 +144,8 @@ int main(int argc, char **argv)
     int have_torch = 0;
     for (int k = 0; k < NM; k++)
         for (int t = 0; t < 2; t++) {
+            phx[k][t] = phx_c[k][t] = 0;
+            if (only && strcmp(only, names[k])) continue;
             bench_check(phx_set_num_threads(t + 1), "threads");
             phx[k][t] = rate(names[k], seconds, repeats, &phx_c[k][t]);
             if (!torch) continue;
