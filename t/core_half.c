@@ -168,7 +168,7 @@ static uint32_t xorshift(void)
 
 int main(void)
 {
-    plan(22);
+    plan(23);
 
     /* 1-4: every 16-bit pattern: f16/bf16 -> f32 -> same pattern; value as defined */
     long rt16 = 0, val16 = 0, rtb = 0, valb = 0;
@@ -310,6 +310,30 @@ int main(void)
     ok(st == PHX_OK && ib[0] == 0 && ib[1] == -3 && ib[2] == 2048 && ib[3] == INT32_MAX && ib[4] == -65504,
        "cast i32 -> f16 -> i32: 2049 rounds to 2048, 70000 -> inf saturates (got %d %d %d %d %d)", ib[0], ib[1], ib[2],
        ib[3], ib[4]);
+    /* 23: f32 -> f16 over every 251st bit pattern (17 million values of
+     * every class, in blocks of 8 and a tail), against phx_f32_to_f16 bit
+     * for bit; NaN for NaN. On a CPU with F16C the kernel uses it. */
+    int64_t nsw = (int64_t)(4294967296ull / 251) + 1, sweep[1] = {nsw};
+    phx_tensor *sf = phx_tensor_new(PHX_F32, 1, sweep, phx_cpu()), *sh = phx_tensor_new(PHX_F16, 1, sweep, phx_cpu());
+    float *sv = sf ? phx_tensor_data(sf) : NULL;
+    for (int64_t i = 0; sv && i < nsw; i++) sv[i] = f_of((uint32_t)((uint64_t)i * 251u));
+    st = sf && sh ? phx_tensor_cast(sh, sf) : PHX_ENOMEM;
+    const uint16_t *hv = sh ? phx_tensor_data(sh) : NULL;
+    bad = 0;
+    for (int64_t i = 0; hv && i < nsw; i++) {
+        uint16_t want = phx_f32_to_f16(sv[i]);
+        int good = isnan(sv[i]) ? is_nan16(hv[i], 10) : hv[i] == want;
+        if (!good && bad++ == 0) diag("f32 0x%08x -> 0x%04x, expected 0x%04x", u_of(sv[i]), hv[i], want);
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *path = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? "F16C" : "portable";
+#else
+    const char *path = "portable";
+#endif
+    ok(st == PHX_OK && hv && bad == 0, "cast kernel (%s path): f32 -> f16 on %lld bit patterns = phx_f32_to_f16", path,
+       (long long)nsw);
+    phx_tensor_free(sf);
+    phx_tensor_free(sh);
     phx_tensor *all[] = {t16, tb, t32, o16, ob, tt, th, ti, th5, ti2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) phx_tensor_free(all[i]);
     return done_testing();
