@@ -7,6 +7,9 @@ libphalanx_la_SOURCES += core/tensor/tensor.c core/tensor/tensor-ops.c core/tens
 core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_ops t/core_nn t/core_optim t/core_torch t/core_cuda
 check_PROGRAMS += $(core_tests)
 TESTS += $(core_tests)
+# The compute-bound kernels on each instruction set this CPU has.
+TESTS += t/core_isa.sh
+EXTRA_DIST += t/core_isa.sh
 t_core_half_LDADD = libphalanx.la -lm
 t_core_gemm_SOURCES = t/core_gemm.c t/core-util.h kernels/cpu/gemm-loop.c
 t_core_gemm_LDADD = libphalanx.la -lm

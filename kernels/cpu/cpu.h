@@ -33,6 +33,25 @@
 #define PX_CLONES
 #endif
 
+/* Instruction sets. Compute-bound kernels (the transcendental
+ * activations, cross entropy) are built three times, generic, AVX2 and
+ * AVX-512, and pick one per call: px_cpu_isa(hint) gives the kernel's
+ * preferred set (hint) capped at what the CPU has, or the set PHX_CPU_ISA
+ * forces for every kernel (tests and benchmarks; -1 with phx_error for a
+ * value that is not generic, avx2 or avx512, or one this CPU lacks). The
+ * library is built with -ffp-contract=off, so the three give the same
+ * bits. Memory-bound kernels stay on PX_CLONES: wider vectors do not help
+ * them (bench/kernels measured relu and the casts slower with AVX-512). */
+enum { PX_ISA_GENERIC = 0, PX_ISA_AVX2 = 1, PX_ISA_AVX512 = 2 };
+int px_cpu_isa(int hint);
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define PX_HAVE_ISA_VARIANTS 1
+#define PX_TARGET_AVX2 __attribute__((target("avx2")))
+#define PX_TARGET_AVX512 __attribute__((target("avx512f")))
+#else
+#define PX_HAVE_ISA_VARIANTS 0
+#endif
+
 PX_INLINE float px_ld(const void *p, int dt, int64_t i)
 {
     switch (dt) {

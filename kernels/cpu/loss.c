@@ -80,9 +80,28 @@ PX_INLINE double px_xent_loop(int64_t rows, int64_t classes, const void *x, int 
     return total;
 }
 
-PX_CLONES phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
-                                          const int64_t *labels, int log_probs, float *loss, float *grad,
-                                          int64_t *bad_label_host)
+/* The loop built once per instruction set (cpu.h): exp and log make it
+ * compute-bound. */
+#define PX_XENT_VARIANT(suffix, attr) \
+    attr static double xent_##suffix(int64_t rows, int64_t classes, const void *logits, phx_dtype dt, \
+                                     const int64_t *labels, int log_probs, float scale, float *grad) \
+    { \
+        double total = 0.0; \
+        switch (dt) { \
+        case PHX_F16: total = px_xent_loop(rows, classes, logits, PHX_F16, labels, log_probs, scale, grad); break; \
+        case PHX_BF16: total = px_xent_loop(rows, classes, logits, PHX_BF16, labels, log_probs, scale, grad); break; \
+        default: total = px_xent_loop(rows, classes, logits, PHX_F32, labels, log_probs, scale, grad); break; \
+        } \
+        return total; \
+    }
+PX_XENT_VARIANT(generic, )
+#if PX_HAVE_ISA_VARIANTS
+PX_XENT_VARIANT(avx2, PX_TARGET_AVX2)
+PX_XENT_VARIANT(avx512, PX_TARGET_AVX512)
+#endif
+
+phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes, const void *logits, phx_dtype dt,
+                                const int64_t *labels, int log_probs, float *loss, float *grad, int64_t *bad_label_host)
 {
     (void)dev;
     const char *name = log_probs ? "nll" : "cross_entropy";
@@ -96,9 +115,18 @@ PX_CLONES phx_status px_cpu_cross_entropy(int dev, int64_t rows, int64_t classes
             return phx_error(PHX_EINVAL, "%s: label %lld at row %lld, expected 0 <= label < %lld", name,
                              (long long)labels[r], (long long)r, (long long)classes);
         }
+    if (dt != PHX_F32 && dt != PHX_F16 && dt != PHX_BF16)
+        return phx_error(PHX_EINVAL, "%s: dtype %s, expected f32, f16 or bf16", name, phx_dtype_name(dt));
     float scale = 1.0f / (float)rows;
     double total = 0.0;
-    PX_FLOAT_DISPATCH(name, dt, total = px_xent_loop(rows, classes, logits, DT, labels, log_probs, scale, grad));
+    switch (px_cpu_isa(PX_ISA_AVX512)) {
+    case -1: return PHX_EINVAL;
+#if PX_HAVE_ISA_VARIANTS
+    case PX_ISA_AVX512: total = xent_avx512(rows, classes, logits, dt, labels, log_probs, scale, grad); break;
+    case PX_ISA_AVX2: total = xent_avx2(rows, classes, logits, dt, labels, log_probs, scale, grad); break;
+#endif
+    default: total = xent_generic(rows, classes, logits, dt, labels, log_probs, scale, grad); break;
+    }
     if (loss) *loss = (float)(total / (double)rows); /* rows = 0: NaN, as torch */
     return PHX_OK;
 }
