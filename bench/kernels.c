@@ -12,16 +12,10 @@
 #include <time.h>
 #include "phalanx/phalanx.h"
 #include "phalanx/plugin/device_v1.h"
-#include "bench/bench-tsv.h"
+#define BENCH_NAME "bench/kernels"
+#include "bench/bench-util.h"
 
 #define N4M (1 << 22)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const phx_kernels_v1 *K;
 static float *x, *dy, *y, *h, *hd, *bias, *w, *bln, *dw, *db, *mean, *rstd, *lg, *gr, *p, *g, *m, *v, *loss;
@@ -167,11 +161,11 @@ static double time_op(void (*fn)(void), double seconds, int repeats)
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
         int k = 0;
-        double t0 = now(), dt;
+        double t0 = bench_now(), dt;
         do {
             fn();
             k++;
-            dt = now() - t0;
+            dt = bench_now() - t0;
         } while (dt < seconds);
         if (dt / k < best) best = dt / k;
     }
@@ -184,16 +178,10 @@ int main(int argc, char **argv)
                *py = getenv("TORCH_PYTHON") && *getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
     double seconds = 0.25;
     int repeats = 3;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--torch"))
-            torch = argv[i + 1];
-        else if (!strcmp(argv[i], "--python"))
-            py = argv[i + 1];
-        else if (!strcmp(argv[i], "--seconds"))
-            seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--repeats"))
-            repeats = atoi(argv[i + 1]);
-    }
+    const bench_opt opts[] = {
+        {"--torch", 's', &torch}, {"--python", 's', &py}, {"--seconds", 'd', &seconds}, {"--repeats", 'i', &repeats}};
+    if (bench_args(argc, argv, opts, 4, "[--torch PATH/kernels.py] [--python PY] [--seconds S] [--repeats R]"))
+        return 2;
     phx_set_num_threads(1);
     K = phx_device_table(phx_cpu())->kernels;
     srand(1);

@@ -122,18 +122,14 @@ int main(int argc, char **argv)
     double seconds = 1.0;
     int repeats = 3;
     const char *only = NULL; /* one model's rows only (profiling) */
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--torch"))
-            torch = argv[i + 1];
-        else if (!strcmp(argv[i], "--python"))
-            py = argv[i + 1];
-        else if (!strcmp(argv[i], "--seconds"))
-            seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--repeats"))
-            repeats = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--only"))
-            only = argv[i + 1];
-    }
+    const bench_opt opts[] = {{"--torch", 's', &torch},
+                              {"--python", 's', &py},
+                              {"--seconds", 'd', &seconds},
+                              {"--repeats", 'i', &repeats},
+                              {"--only", 's', &only}};
+    if (bench_args(argc, argv, opts, 5,
+                   "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] [--only linear|mlp|gpt|gpt_bf16]"))
+        return 2;
     enum { NM = 4 };
     const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16"};
     const char *label[NM] = {"Linear(10,1) b64 SGD", "MLP 784-1024-1024-10 b256 SGD", "GPT 16x128 AdamW, tokens",

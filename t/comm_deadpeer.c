@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
+#include "core/world/free-port.h"
 #include "t/comm_harness.h"
 
 #define N 3
@@ -77,22 +78,10 @@ static int gloo_rank(int rank)
     return 0;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t sl = sizeof sa;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void run_gloo(void)
 {
     char port[16];
-    snprintf(port, sizeof port, "%d", free_port());
+    snprintf(port, sizeof port, "%d", px_free_port());
     pid_t pids[N];
     fflush(NULL);
     for (int r = 0; r < N; r++) {

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
+#include "core/world/free-port.h"
 #include "t/comm_harness.h"
 
 #define N 3
@@ -74,23 +75,11 @@ static int rank_main(int rank, int trial)
     return 0;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t sl = sizeof sa;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* One trial; returns 0 when it ran (the survivors' results are in T). */
 static int trial(int k)
 {
     char port[16];
-    snprintf(port, sizeof port, "%d", free_port());
+    snprintf(port, sizeof port, "%d", px_free_port());
     memset(T, 0, sizeof *T);
     pid_t pids[N];
     fflush(NULL);

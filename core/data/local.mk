@@ -31,6 +31,7 @@ EXTRA_DIST += bench/torch/loader_speed.py
 # long (doc/failures.md).
 check_PROGRAMS += t/train_ckpt_fail
 TESTS += t/train_ckpt_fail
+t_train_ckpt_fail_SOURCES = t/train_ckpt_fail.c t/ckpt-snapshot.h
 t_train_ckpt_fail_LDADD = libphalanx.la
 
 # Saved files get the umask's mode (a replaced file keeps its own).

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
+#include "t/ckpt-snapshot.h"
 
 static phx_module *model;
 static phx_optimizer *opt;
@@ -19,31 +20,9 @@ static char path[256];
 static uint8_t *before, *after;
 static size_t snap_len;
 
-/* Everything a load may change, as bytes: parameters, optimizer state,
- * steps, scale and growth tracker. */
 static size_t snapshot(uint8_t *out)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < phx_module_num_params(model); i++) {
-        phx_tensor *t = phx_param_value(phx_module_param(model, i));
-        if (out) phx_tensor_to_host(t, out + k);
-        k += phx_tensor_nbytes(t);
-    }
-    const char **names;
-    phx_tensor **ts;
-    size_t ns = phx_optimizer_state(opt, &names, &ts);
-    for (size_t i = 0; i < ns; i++) {
-        if (out) phx_tensor_to_host(ts[i], out + k);
-        k += phx_tensor_nbytes(ts[i]);
-    }
-    int64_t steps = phx_optimizer_steps(opt), tracker = phx_scaler_growth_tracker(scaler);
-    double scale = phx_scaler_get_scale(scaler);
-    if (out) {
-        memcpy(out + k, &steps, 8);
-        memcpy(out + k + 8, &tracker, 8);
-        memcpy(out + k + 16, &scale, 8);
-    }
-    return k + 24;
+    return ckpt_snapshot(model, opt, scaler, out);
 }
 
 static void fill(phx_tensor *t, float base)

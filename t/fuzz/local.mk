@@ -21,7 +21,7 @@ EXTRA_DIST += t/fuzz/replay-main.c t/fuzz/corpus/checkpoint t/fuzz/corpus/idx \
 
 check_PROGRAMS += t/fuzz/checkpoint t/fuzz/idx
 TESTS += t/fuzz/checkpoint t/fuzz/idx
-t_fuzz_checkpoint_SOURCES = t/fuzz/checkpoint.c t/fuzz/replay-main.c
+t_fuzz_checkpoint_SOURCES = t/fuzz/checkpoint.c t/fuzz/replay-main.c t/ckpt-snapshot.h
 t_fuzz_checkpoint_CPPFLAGS = $(AM_CPPFLAGS) -DFUZZ_CORPUS='"$(abs_top_srcdir)/t/fuzz/corpus/checkpoint"'
 t_fuzz_checkpoint_LDADD = libphalanx.la
 t_fuzz_idx_SOURCES = t/fuzz/idx.c t/fuzz/replay-main.c
