@@ -1,5 +1,7 @@
 /* Activations forward and backward (formulas in kernels/math.h). The
- * activation and dtype are compile-time constants inside each loop. */
+ * activation and dtype are compile-time constants inside each loop; the
+ * loops are compiled twice (generic, AVX2) and f32 has AVX-512 loops
+ * (activation-avx512.c); px_cpu_isa() picks one per call. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 
@@ -49,19 +51,81 @@ PX_INLINE void px_act_bwd_loop(int act, int64_t n, const void *x, const void *y,
                          (int)act); \
     }
 
-PX_CLONES phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
+/* The compiled loops, for the generic and the AVX2 paths (the same bits) */
+PX_INLINE phx_status fwd_any(phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
 {
-    (void)dev;
-    PX_CHECK_N("act_forward", n);
     PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_forward", dt, px_act_fwd_loop(ACT, n, x, y, DT)));
     return PHX_OK;
 }
 
-PX_CLONES phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y,
-                                         const void *dy, void *dx, phx_dtype dt)
+PX_INLINE phx_status bwd_any(phx_activation act, int64_t n, const void *x, const void *y, const void *dy, void *dx,
+                             phx_dtype dt)
+{
+    PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_backward", dt, px_act_bwd_loop(ACT, n, x, y, dy, dx, DT)));
+    return PHX_OK;
+}
+
+static phx_status fwd_generic(phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
+{
+    return fwd_any(act, n, x, y, dt);
+}
+
+static phx_status bwd_generic(phx_activation act, int64_t n, const void *x, const void *y, const void *dy, void *dx,
+                              phx_dtype dt)
+{
+    return bwd_any(act, n, x, y, dy, dx, dt);
+}
+
+#if PX_HAVE_X86
+PX_TARGET_AVX2 static phx_status fwd_avx2(phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
+{
+    return fwd_any(act, n, x, y, dt);
+}
+
+PX_TARGET_AVX2 static phx_status bwd_avx2(phx_activation act, int64_t n, const void *x, const void *y,
+                                          const void *dy, void *dx, phx_dtype dt)
+{
+    return bwd_any(act, n, x, y, dy, dx, dt);
+}
+
+/* AVX-512 serves f32 gelu, gelu_tanh, tanh and sigmoid; relu and the
+ * half dtypes stay on the compiled AVX2 loops */
+static int avx512_serves(phx_activation act, phx_dtype dt)
+{
+    return dt == PHX_F32 && (act == PHX_ACT_GELU || act == PHX_ACT_GELU_TANH || act == PHX_ACT_TANH ||
+                             act == PHX_ACT_SIGMOID);
+}
+#endif
+
+phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("act_forward", n);
+    int isa = px_cpu_isa();
+    if (isa < 0) return PHX_EINVAL;
+#if PX_HAVE_X86
+    if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
+        px_avx512_act_forward(act, n, x, y);
+        return PHX_OK;
+    }
+    if (isa >= PX_ISA_AVX2) return fwd_avx2(act, n, x, y, dt);
+#endif
+    return fwd_generic(act, n, x, y, dt);
+}
+
+phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y, const void *dy,
+                               void *dx, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("act_backward", n);
-    PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_backward", dt, px_act_bwd_loop(ACT, n, x, y, dy, dx, DT)));
-    return PHX_OK;
+    int isa = px_cpu_isa();
+    if (isa < 0) return PHX_EINVAL;
+#if PX_HAVE_X86
+    if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
+        px_avx512_act_backward(act, n, x, y, dy, dx);
+        return PHX_OK;
+    }
+    if (isa >= PX_ISA_AVX2) return bwd_avx2(act, n, x, y, dy, dx, dt);
+#endif
+    return bwd_generic(act, n, x, y, dy, dx, dt);
 }

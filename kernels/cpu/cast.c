@@ -41,7 +41,42 @@ static int valid(phx_dtype dt)
     return dt >= PHX_F32 && dt <= PHX_I64;
 }
 
-PX_CLONES phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+/* float <-> float, compiled for the generic and the AVX2 paths */
+PX_INLINE phx_status cast_ff_any(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    PX_FLOAT_DISPATCH_AS("cast", dt, D, PX_FLOAT_DISPATCH_AS("cast", st, S, px_cast_ff(dst, D, src, S, n)));
+    return PHX_OK;
+}
+
+static phx_status cast_ff_generic(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    return cast_ff_any(dst, dt, src, st, n);
+}
+
+#if PX_HAVE_X86
+PX_TARGET_AVX2 static phx_status cast_ff_avx2(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    return cast_ff_any(dst, dt, src, st, n);
+}
+#endif
+
+static phx_status cast_ff(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    int isa = px_cpu_isa();
+    if (isa < 0) return PHX_EINVAL;
+#if PX_HAVE_X86
+    if (isa >= PX_ISA_AVX2) { /* f32 <-> f16/bf16 by the conversion instructions (cast-x86.c) */
+        if (px_x86_cast(isa, dst, dt, src, st, n)) return PHX_OK;
+        return cast_ff_avx2(dst, dt, src, st, n);
+    }
+#endif
+    return cast_ff_generic(dst, dt, src, st, n);
+}
+
+/* the integer casts, compiled as AVX2 clones */
+static phx_status cast_int(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n);
+
+phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
 {
     (void)dev;
     PX_CHECK_N("cast", n);
@@ -51,10 +86,12 @@ PX_CLONES phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *s
         if (dst != src) memmove(dst, src, (size_t)n * phx_dtype_size(dt));
         return PHX_OK;
     }
-    if (phx_dtype_is_float(dt) && phx_dtype_is_float(st)) {
-        PX_FLOAT_DISPATCH_AS("cast", dt, D, PX_FLOAT_DISPATCH_AS("cast", st, S, px_cast_ff(dst, D, src, S, n)));
-        return PHX_OK;
-    }
+    if (phx_dtype_is_float(dt) && phx_dtype_is_float(st)) return cast_ff(dst, dt, src, st, n);
+    return cast_int(dst, dt, src, st, n);
+}
+
+PX_CLONES static phx_status cast_int(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
     if (dt == PHX_I64 && st == PHX_I32) {
         for (int64_t i = 0; i < n; i++) ((int64_t *)dst)[i] = ((const int32_t *)src)[i];
         return PHX_OK;

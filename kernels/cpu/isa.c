@@ -1,0 +1,93 @@
+/* Which instruction set the vectorised CPU kernels use: the best this CPU
+ * has, or the one PHX_CPU_ISA names (read once, at the first kernel call
+ * that asks). */
+#include "config.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/cpu/cpu.h"
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
+static const char *const isa_names[] = {"generic", "avx2", "avx512"};
+
+/* PX_ISA_* + 1 once decided; 0 before; -1: PHX_CPU_ISA is invalid */
+static atomic_int chosen;
+
+int px_cpu_isa_best(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return PX_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return PX_ISA_AVX2;
+#endif
+    return PX_ISA_GENERIC;
+}
+
+/* 1 + the answer once known (cpuid may trap to a hypervisor: ask once) */
+static atomic_int has_bf16;
+
+int px_cpu_has_avx512bf16(void)
+{
+    int h = atomic_load_explicit(&has_bf16, memory_order_relaxed);
+    if (h) return h - 1;
+    h = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    /* CPUID leaf 7 subleaf 1, EAX bit 5; zmm state is checked by avx512f */
+    if (px_cpu_isa_best() == PX_ISA_AVX512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) h = (a >> 5) & 1u;
+#endif
+    atomic_store_explicit(&has_bf16, h + 1, memory_order_relaxed);
+    return h;
+}
+
+const char *px_cpu_isa_name(int isa)
+{
+    return isa >= 0 && isa <= PX_ISA_AVX512 ? isa_names[isa] : "?";
+}
+
+static phx_status isa_error(const char *v)
+{
+    for (int i = 0; i <= PX_ISA_AVX512; i++)
+        if (!strcmp(v, isa_names[i]))
+            return phx_error(PHX_EINVAL, "environment variable PHX_CPU_ISA='%s': this CPU supports at most %s", v,
+                             isa_names[px_cpu_isa_best()]);
+    return phx_error(PHX_EINVAL, "environment variable PHX_CPU_ISA='%s': expected generic, avx2 or avx512", v);
+}
+
+int px_cpu_isa(void)
+{
+    int c = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (c > 0) return c - 1;
+    const char *v = getenv("PHX_CPU_ISA");
+    if (c < 0) { /* a bad value stays an error; say so again */
+        isa_error(v ? v : "");
+        return -1;
+    }
+    int isa = px_cpu_isa_best();
+    if (v && *v) {
+        int want = -1;
+        for (int i = 0; i <= PX_ISA_AVX512; i++)
+            if (!strcmp(v, isa_names[i])) want = i;
+        if (want < 0 || want > isa) {
+            isa_error(v);
+            atomic_store(&chosen, -1);
+            return -1;
+        }
+        isa = want;
+    }
+    atomic_store(&chosen, isa + 1);
+    return isa;
+}
+
+phx_status px_cpu_isa_set(int isa)
+{
+    if (isa < 0 || isa > px_cpu_isa_best())
+        return phx_error(PHX_EINVAL, "px_cpu_isa_set: %s, this CPU supports at most %s", px_cpu_isa_name(isa),
+                         isa_names[px_cpu_isa_best()]);
+    atomic_store(&chosen, isa + 1);
+    return PHX_OK;
+}
