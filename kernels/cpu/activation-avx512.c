@@ -21,8 +21,8 @@
 VI __m512 exp_lo(__m512 x, __m512 lo)
 {
     __m512 xc = _mm512_max_ps(C(-104.0f), _mm512_min_ps(C(89.0f), x)); /* NaN is the second operand: kept */
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, C(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 n =
+        _mm512_roundscale_ps(_mm512_mul_ps(xc, C(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, C(0.693359375f), xc);
     r = _mm512_fnmadd_ps(n, C(-2.12194440e-4f), r);
     r = _mm512_sub_ps(r, lo);
@@ -134,8 +134,7 @@ VI __m512 fwd16(int act, __m512 x)
 {
     switch (act) {
     case PHX_ACT_GELU: return _mm512_mul_ps(_mm512_mul_ps(x, C(0.5f)), erf1p(_mm512_mul_ps(x, C(PHX_SQRT1_2)), NULL));
-    case PHX_ACT_GELU_TANH:
-        return _mm512_div_ps(x, _mm512_add_ps(C(1.0f), gelu_tanh_e(x, _mm512_mul_ps(x, x))));
+    case PHX_ACT_GELU_TANH: return _mm512_div_ps(x, _mm512_add_ps(C(1.0f), gelu_tanh_e(x, _mm512_mul_ps(x, x))));
     case PHX_ACT_TANH: return vtanh(x);
     default: return _mm512_div_ps(C(1.0f), _mm512_add_ps(C(1.0f), vexp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
     }

@@ -82,8 +82,8 @@ PX_TARGET_AVX2 static phx_status fwd_avx2(phx_activation act, int64_t n, const v
     return fwd_any(act, n, x, y, dt);
 }
 
-PX_TARGET_AVX2 static phx_status bwd_avx2(phx_activation act, int64_t n, const void *x, const void *y,
-                                          const void *dy, void *dx, phx_dtype dt)
+PX_TARGET_AVX2 static phx_status bwd_avx2(phx_activation act, int64_t n, const void *x, const void *y, const void *dy,
+                                          void *dx, phx_dtype dt)
 {
     return bwd_any(act, n, x, y, dy, dx, dt);
 }
@@ -92,8 +92,8 @@ PX_TARGET_AVX2 static phx_status bwd_avx2(phx_activation act, int64_t n, const v
  * half dtypes stay on the compiled AVX2 loops */
 static int avx512_serves(phx_activation act, phx_dtype dt)
 {
-    return dt == PHX_F32 && (act == PHX_ACT_GELU || act == PHX_ACT_GELU_TANH || act == PHX_ACT_TANH ||
-                             act == PHX_ACT_SIGMOID);
+    return dt == PHX_F32 &&
+        (act == PHX_ACT_GELU || act == PHX_ACT_GELU_TANH || act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID);
 }
 #endif
 
