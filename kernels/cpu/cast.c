@@ -1,7 +1,9 @@
 /* Casts between any two dtypes, and fill. Float <-> float goes through
  * f32 (f32 -> f16/bf16 rounds to nearest even, NaN kept, overflow to
  * inf). Float -> integer truncates toward zero and saturates; NaN gives 0
- * (PyTorch leaves these undefined). Integer -> float rounds to nearest. */
+ * (PyTorch leaves these undefined). Integer -> float rounds to nearest.
+ * f32 <-> f16/bf16 use the conversion instructions where px_cpu_isa()
+ * allows (cast-x86.c), with the same bits. */
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/cpu.h"
