@@ -64,29 +64,50 @@ VI __m512 erf1p_small(__m512 u)
     return _mm512_fmadd_ps(u, p, C(1.0f));
 }
 
-/* 1 + erf(u) for |u| >= 1 from e = exp(-u^2): 2 - erfc(u) or erfc(-u) */
+/* erfc's asymptotic polynomials in y = 1/x^2 (Cephes erfcf) */
+VI __m512 erfc_p1(__m512 y) /* 1 <= x < 2 */
+{
+    __m512 p = C(2.326819970068386e-2f);
+    p = _mm512_fmadd_ps(p, y, C(-1.387039388740657e-1f));
+    p = _mm512_fmadd_ps(p, y, C(3.687424674597105e-1f));
+    p = _mm512_fmadd_ps(p, y, C(-5.824733027278666e-1f));
+    p = _mm512_fmadd_ps(p, y, C(6.210004621745983e-1f));
+    p = _mm512_fmadd_ps(p, y, C(-4.944515323274145e-1f));
+    p = _mm512_fmadd_ps(p, y, C(3.404879937665872e-1f));
+    p = _mm512_fmadd_ps(p, y, C(-2.741127028184656e-1f));
+    return _mm512_fmadd_ps(p, y, C(5.638259427386472e-1f));
+}
+
+VI __m512 erfc_p2(__m512 y) /* x >= 2 */
+{
+    __m512 p = C(-1.047766399936249e1f);
+    p = _mm512_fmadd_ps(p, y, C(1.297719955372516e1f));
+    p = _mm512_fmadd_ps(p, y, C(-7.495518717768503e0f));
+    p = _mm512_fmadd_ps(p, y, C(2.921019019210786e0f));
+    p = _mm512_fmadd_ps(p, y, C(-1.015265279202700e0f));
+    p = _mm512_fmadd_ps(p, y, C(4.218463358204948e-1f));
+    p = _mm512_fmadd_ps(p, y, C(-2.820767439740514e-1f));
+    return _mm512_fmadd_ps(p, y, C(5.641895067754075e-1f));
+}
+
+/* 1 + erf(u) for |u| >= 1 from e = exp(-u^2): 2 - erfc(u) or erfc(-u);
+ * each polynomial only when a lane needs it (|u| >= 2 is rare in
+ * activations) */
 VI __m512 erf1p_tail(__m512 u, __m512 au, __m512 e)
 {
     __m512 x = _mm512_max_ps(C(1.0f), _mm512_min_ps(C(10.5f), au));
-    __m512 q = _mm512_div_ps(C(1.0f), x), y = _mm512_mul_ps(q, q);
-    __m512 p1 = C(2.326819970068386e-2f);
-    p1 = _mm512_fmadd_ps(p1, y, C(-1.387039388740657e-1f));
-    p1 = _mm512_fmadd_ps(p1, y, C(3.687424674597105e-1f));
-    p1 = _mm512_fmadd_ps(p1, y, C(-5.824733027278666e-1f));
-    p1 = _mm512_fmadd_ps(p1, y, C(6.210004621745983e-1f));
-    p1 = _mm512_fmadd_ps(p1, y, C(-4.944515323274145e-1f));
-    p1 = _mm512_fmadd_ps(p1, y, C(3.404879937665872e-1f));
-    p1 = _mm512_fmadd_ps(p1, y, C(-2.741127028184656e-1f));
-    p1 = _mm512_fmadd_ps(p1, y, C(5.638259427386472e-1f));
-    __m512 p2 = C(-1.047766399936249e1f);
-    p2 = _mm512_fmadd_ps(p2, y, C(1.297719955372516e1f));
-    p2 = _mm512_fmadd_ps(p2, y, C(-7.495518717768503e0f));
-    p2 = _mm512_fmadd_ps(p2, y, C(2.921019019210786e0f));
-    p2 = _mm512_fmadd_ps(p2, y, C(-1.015265279202700e0f));
-    p2 = _mm512_fmadd_ps(p2, y, C(4.218463358204948e-1f));
-    p2 = _mm512_fmadd_ps(p2, y, C(-2.820767439740514e-1f));
-    p2 = _mm512_fmadd_ps(p2, y, C(5.641895067754075e-1f));
-    __m512 p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, C(2.0f), _CMP_LT_OQ), p2, p1);
+    __m512 q = _mm512_rcp14_ps(x); /* 2^-14, one Newton step: 2^-28 */
+    q = _mm512_mul_ps(q, _mm512_fnmadd_ps(x, q, C(2.0f)));
+    __m512 y = _mm512_mul_ps(q, q);
+    __mmask16 lo = _mm512_cmp_ps_mask(x, C(2.0f), _CMP_LT_OQ);
+    __mmask16 need = _mm512_cmp_ps_mask(au, C(1.0f), _CMP_NLT_UQ); /* NaN included */
+    __m512 p;
+    if (!(need & (__mmask16)~lo))
+        p = erfc_p1(y);
+    else if (!(need & lo))
+        p = erfc_p2(y);
+    else
+        p = _mm512_mask_blend_ps(lo, erfc_p2(y), erfc_p1(y));
     __m512 erfc = _mm512_mul_ps(_mm512_mul_ps(e, q), p);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_GT_OQ), erfc,
                                 _mm512_sub_ps(C(2.0f), erfc));

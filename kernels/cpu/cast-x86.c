@@ -55,19 +55,26 @@ T512 static void f16_f32_512(float *d, const uint16_t *s, int64_t n)
     f16_f32_fix(d + i, s + i, n - i);
 }
 
+/* NaN or subnormal lanes of v (what vcvtneps2bf16 gets other than math.h):
+ * with a = bits << 1 (no sign) and w = a - 2^24, finite nonzero-normal and
+ * inf give w <= 0xff000000 - 2^24, zero gives 0xff000000 */
+TBF16 static inline __mmask16 bf16_odd(__m512 v)
+{
+    __m512i w = _mm512_sub_epi32(_mm512_slli_epi32(_mm512_castps_si512(v), 1), _mm512_set1_epi32(0x01000000));
+    __mmask16 m = _mm512_cmpgt_epu32_mask(w, _mm512_set1_epi32((int)0xfe000000u));
+    return _mm512_mask_cmpneq_epu32_mask(m, w, _mm512_set1_epi32((int)0xff000000u));
+}
+
 TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(s + i);
-        /* NaN, or exponent 0 with a mantissa (subnormal): redo */
-        __m512i a = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
-        __mmask16 odd = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)) |
-            (_mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000)) & _mm512_test_epi32_mask(a, a));
-        if (odd)
-            f32_bf16_fix(d + i, s + i, 16);
-        else
-            _mm256_storeu_si256((__m256i *)(d + i), (__m256i)_mm512_cvtneps_pbh(v));
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
+        if (bf16_odd(v0) | bf16_odd(v1)) { /* before the store: dst may overlap src's start */
+            f32_bf16_fix(d + i, s + i, 32);
+            continue;
+        }
+        _mm512_storeu_si512(d + i, _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(v1, v0)));
     }
     f32_bf16_fix(d + i, s + i, n - i);
 }
