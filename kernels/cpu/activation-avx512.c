@@ -16,38 +16,43 @@
 
 #define C(v) _mm512_set1_ps(v)
 
-/* exp(x - lo) for a tiny lo (the low half of a split square); as phx_expf:
- * beyond [-104, 89] the result is 0 or inf, NaN stays NaN */
-VI __m512 exp_lo(__m512 x, __m512 lo)
+/* exp(x) from x = n ln2 + r: r's polynomial (Horner to the end), then
+ * y 2^n rounded once by vscalefps (subnormal results and overflow to inf
+ * for any n) */
+VI __m512 exp_core(__m512 n, __m512 r)
 {
-    __m512 xc = _mm512_max_ps(C(-104.0f), _mm512_min_ps(C(89.0f), x)); /* NaN is the second operand: kept */
-    __m512 n =
-        _mm512_roundscale_ps(_mm512_mul_ps(xc, C(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, C(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, C(-2.12194440e-4f), r);
-    r = _mm512_sub_ps(r, lo);
     __m512 p = C(1.9875691500e-4f);
     p = _mm512_fmadd_ps(p, r, C(1.3981999507e-3f));
     p = _mm512_fmadd_ps(p, r, C(8.3334519073e-3f));
     p = _mm512_fmadd_ps(p, r, C(4.1665795894e-2f));
     p = _mm512_fmadd_ps(p, r, C(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, C(5.0000001201e-1f));
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), C(1.0f));
-    return _mm512_scalef_ps(y, n); /* y 2^n rounded once: subnormals and inf */
+    p = _mm512_fmadd_ps(p, r, C(1.0f));
+    return _mm512_scalef_ps(_mm512_fmadd_ps(p, r, C(1.0f)), n);
 }
 
+#define ROUND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+/* as phx_expf: beyond [-104, 89] the result is 0 or inf (the clamp keeps
+ * inf - inf out of the reduction), NaN stays NaN */
 VI __m512 vexp(__m512 x)
 {
-    return exp_lo(x, _mm512_setzero_ps());
+    __m512 xc = _mm512_max_ps(C(-104.0f), _mm512_min_ps(C(89.0f), x)); /* NaN is the second operand: kept */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, C(1.44269504088896341f)), ROUND);
+    __m512 r = _mm512_fnmadd_ps(n, C(0.693359375f), xc); /* Cody-Waite, as math.h */
+    return exp_core(n, _mm512_fnmadd_ps(n, C(-2.12194440e-4f), r));
 }
 
-/* exp(-u^2), u^2 = hi + lo exactly (so the error does not grow with u) */
+/* exp(-u^2) for 0 <= u <= 10.5 (or NaN), u^2 = hi + lo exactly (so the
+ * error does not grow with u); no clamp needed */
 VI __m512 exp_neg_sq(__m512 u)
 {
     __m512 hi = _mm512_mul_ps(u, u);
     __m512 lo = _mm512_fmsub_ps(u, u, hi);
-    lo = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(hi, C(104.0f), _CMP_LT_OQ), lo); /* inf - inf */
-    return exp_lo(_mm512_sub_ps(_mm512_setzero_ps(), hi), lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(hi, C(-1.44269504088896341f)), ROUND);
+    __m512 r = _mm512_fnmsub_ps(n, C(0.693359375f), hi); /* -hi - n ln2 */
+    r = _mm512_fnmadd_ps(n, C(-2.12194440e-4f), r);
+    return exp_core(n, _mm512_sub_ps(r, lo));
 }
 
 /* 1 + erf(u) for |u| < 1 */
@@ -90,17 +95,18 @@ VI __m512 erfc_p2(__m512 y) /* x >= 2 */
     return _mm512_fmadd_ps(p, y, C(5.641895067754075e-1f));
 }
 
-/* 1 + erf(u) for |u| >= 1 from e = exp(-u^2): 2 - erfc(u) or erfc(-u);
+/* 1 + erf(u) for |u| >= 1 (lanes not in `in`) from xc = min(|u|, 10.5)
+ * (erfc(10.5) < 2^-150) and e = exp(-xc^2): 2 - erfc(u) or erfc(-u);
  * each polynomial only when a lane needs it (|u| >= 2 is rare in
  * activations) */
-VI __m512 erf1p_tail(__m512 u, __m512 au, __m512 e)
+VI __m512 erf1p_tail(__m512 u, __m512 xc, __m512 e, __mmask16 in)
 {
-    __m512 x = _mm512_max_ps(C(1.0f), _mm512_min_ps(C(10.5f), au));
+    __m512 x = _mm512_max_ps(C(1.0f), xc);
     __m512 q = _mm512_rcp14_ps(x); /* 2^-14, one Newton step: 2^-28 */
     q = _mm512_mul_ps(q, _mm512_fnmadd_ps(x, q, C(2.0f)));
     __m512 y = _mm512_mul_ps(q, q);
     __mmask16 lo = _mm512_cmp_ps_mask(x, C(2.0f), _CMP_LT_OQ);
-    __mmask16 need = _mm512_cmp_ps_mask(au, C(1.0f), _CMP_NLT_UQ); /* NaN included */
+    __mmask16 need = (__mmask16)~in;
     __m512 p;
     if (!(need & (__mmask16)~lo))
         p = erfc_p1(y);
@@ -113,15 +119,20 @@ VI __m512 erf1p_tail(__m512 u, __m512 au, __m512 e)
                                 _mm512_sub_ps(C(2.0f), erfc));
 }
 
-/* 1 + erf(u); e = exp(-u^2) when the caller has it, else computed here
- * only for a vector with a lane outside (-1, 1) */
-VI __m512 erf1p(__m512 u, const __m512 *e)
+/* min(|u|, 10.5), NaN kept */
+VI __m512 erf_xc(__m512 u)
 {
-    __m512 au = _mm512_abs_ps(u);
+    return _mm512_min_ps(C(10.5f), _mm512_abs_ps(u));
+}
+
+/* 1 + erf(u); e = exp(-xc^2) when the caller has it, else computed here
+ * only for a vector with a lane outside (-1, 1) */
+VI __m512 erf1p(__m512 u, __m512 xc, const __m512 *e)
+{
     __m512 small = erf1p_small(u);
-    __mmask16 in = _mm512_cmp_ps_mask(au, C(1.0f), _CMP_LT_OQ); /* NaN: not in */
+    __mmask16 in = _mm512_cmp_ps_mask(xc, C(1.0f), _CMP_LT_OQ); /* NaN: not in */
     if (in == 0xffff) return small;
-    __m512 big = erf1p_tail(u, au, e ? *e : exp_neg_sq(u));
+    __m512 big = erf1p_tail(u, xc, e ? *e : exp_neg_sq(xc), in);
     return _mm512_mask_blend_ps(in, big, small);
 }
 
@@ -154,7 +165,10 @@ VI __m512 gelu_tanh_e(__m512 x, __m512 x2)
 VI __m512 fwd16(int act, __m512 x)
 {
     switch (act) {
-    case PHX_ACT_GELU: return _mm512_mul_ps(_mm512_mul_ps(x, C(0.5f)), erf1p(_mm512_mul_ps(x, C(PHX_SQRT1_2)), NULL));
+    case PHX_ACT_GELU: {
+        __m512 u = _mm512_mul_ps(x, C(PHX_SQRT1_2));
+        return _mm512_mul_ps(_mm512_mul_ps(x, C(0.5f)), erf1p(u, erf_xc(u), NULL));
+    }
     case PHX_ACT_GELU_TANH: return _mm512_div_ps(x, _mm512_add_ps(C(1.0f), gelu_tanh_e(x, _mm512_mul_ps(x, x))));
     case PHX_ACT_TANH: return vtanh(x);
     default: return _mm512_div_ps(C(1.0f), _mm512_add_ps(C(1.0f), vexp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
@@ -166,9 +180,9 @@ VI __m512 bwd16(int act, __m512 x, __m512 y, __m512 dy)
 {
     switch (act) {
     case PHX_ACT_GELU: {
-        __m512 u = _mm512_mul_ps(x, C(PHX_SQRT1_2));
-        __m512 e = exp_neg_sq(u); /* exp(-x^2 / 2): the pdf, and erf's tail */
-        __m512 cdf = _mm512_mul_ps(C(0.5f), erf1p(u, &e));
+        __m512 u = _mm512_mul_ps(x, C(PHX_SQRT1_2)), xc = erf_xc(u);
+        __m512 e = exp_neg_sq(xc); /* exp(-x^2 / 2): the pdf (0 beyond the clamp anyway), and erf's tail */
+        __m512 cdf = _mm512_mul_ps(C(0.5f), erf1p(u, xc, &e));
         __m512 g = _mm512_fmadd_ps(x, _mm512_mul_ps(e, C(PHX_INV_SQRT_2PI)), cdf);
         return _mm512_mul_ps(dy, g);
     }
@@ -258,7 +272,7 @@ TARGET void px_avx512_act_backward(int act, int64_t n, const float *x, const flo
 
 VI __m512 math16(int fn, __m512 v)
 {
-    return fn == 0 ? vexp(v) : fn == 1 ? vtanh(v) : erf1p(v, NULL);
+    return fn == 0 ? vexp(v) : fn == 1 ? vtanh(v) : erf1p(v, erf_xc(v), NULL);
 }
 
 TARGET void px_avx512_math(int fn, int64_t n, const float *in, float *out)
