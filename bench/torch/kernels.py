@@ -31,6 +31,7 @@ def ops():
     p.grad = torch.randn(n)
     adam = torch.optim.Adam([p], lr=1e-3, foreach=False)
     xr = x.clone().requires_grad_(True)
+    xb, xh = x.bfloat16(), x.half()
 
     def gelu_bwd():
         yy = F.gelu(xr)
@@ -53,6 +54,8 @@ def ops():
         ("relu_4M", lambda: torch.clamp_min(x, 0, out=y)),
         ("gelu_4M", lambda: torch._C._nn.gelu(x, out=y)),
         ("gelu_fwd_bwd_4M", gelu_bwd),
+        ("gelu_tanh_4M", lambda: torch._C._nn.gelu(x, approximate="tanh", out=y)),
+        ("tanh_4M", lambda: torch.tanh(x, out=y)),
         ("sigmoid_4M", lambda: torch.sigmoid(x, out=y)),
         ("axpby_4M", lambda: y.mul_(0.5).add_(x, alpha=2.0)),
         ("bias_add_4096x1024", lambda: h.add_(bias)),
@@ -62,6 +65,8 @@ def ops():
         ("adam_4M", adam.step),
         ("cast_f32_bf16_4M", lambda: x.bfloat16()),
         ("cast_f32_f16_4M", lambda: x.half()),
+        ("cast_bf16_f32_4M", lambda: xb.float()),
+        ("cast_f16_f32_4M", lambda: xh.float()),
         ("uniform_4M", lambda: y.uniform_(-1, 1)),
     ]
 
