@@ -218,6 +218,50 @@ VI void fwd_loop(int act, int64_t n, const float *x, float *y)
     }
 }
 
+/* gelu forward in two passes over blocks of GELU_BLOCK: the small
+ * polynomial for every lane, the lanes with |u| >= 1 (about 1 in 6 for
+ * normal data) packed 16 to a vector for erf's tail, results written
+ * back by index; a vector with more than 6 such lanes computes its tail
+ * at once. A vector then pays for the tail about once per 16 such lanes,
+ * not once per vector holding one; each lane gets the same bits whatever
+ * its neighbours. y may be x. */
+#define GELU_BLOCK 1024
+
+VI void gelu_fwd_loop(int64_t n, const float *x, float *y)
+{
+    float tx[GELU_BLOCK + 16], ty[GELU_BLOCK + 16];
+    int32_t ti[GELU_BLOCK + 16];
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t b = 0; b < n; b += GELU_BLOCK) {
+        int m = n - b < GELU_BLOCK ? (int)(n - b) : GELU_BLOCK, k = 0;
+        for (int i = 0; i < m; i += 16) {
+            __mmask16 lm = i + 16 <= m ? (__mmask16)0xffff : (__mmask16)((1u << (m - i)) - 1u);
+            __m512 xv = _mm512_maskz_loadu_ps(lm, x + b + i);
+            __m512 u = _mm512_mul_ps(xv, C(PHX_SQRT1_2)), xc = erf_xc(u);
+            __mmask16 in = _mm512_cmp_ps_mask(xc, C(1.0f), _CMP_LT_OQ); /* NaN: not in */
+            __mmask16 out = (__mmask16)(~in & lm);
+            __m512 r = erf1p_small(u);
+            int c = __builtin_popcount(out);
+            if (c > 6) /* mostly tail lanes: as fwd16 */
+                r = _mm512_mask_blend_ps(in, erf1p_tail(u, xc, exp_neg_sq(xc), in), r);
+            _mm512_mask_storeu_ps(y + b + i, lm, _mm512_mul_ps(_mm512_mul_ps(xv, C(0.5f)), r));
+            if (c && c <= 6) {
+                _mm512_storeu_ps(tx + k, _mm512_maskz_compress_ps(out, xv));
+                _mm512_storeu_si512(ti + k,
+                                    _mm512_maskz_compress_epi32(out, _mm512_add_epi32(_mm512_set1_epi32(i), iota)));
+                k += c;
+            }
+        }
+        for (int j = 0; j < k; j += 16) {
+            __m512 xv = _mm512_loadu_ps(tx + j); /* lanes past k: stale, harmless, not written back */
+            __m512 u = _mm512_mul_ps(xv, C(PHX_SQRT1_2)), xc = erf_xc(u);
+            __m512 big = erf1p_tail(u, xc, exp_neg_sq(xc), 0);
+            _mm512_storeu_ps(ty + j, _mm512_mul_ps(_mm512_mul_ps(xv, C(0.5f)), big));
+        }
+        for (int j = 0; j < k; j++) y[b + ti[j]] = ty[j];
+    }
+}
+
 VI void bwd_loop(int act, int64_t n, const float *x, const float *y, const float *dy, float *dx)
 {
     /* the gelus read x, tanh and sigmoid y; the other may be NULL */
@@ -262,7 +306,10 @@ VI void bwd_loop(int act, int64_t n, const float *x, const float *y, const float
 
 TARGET void px_avx512_act_forward(int act, int64_t n, const float *x, float *y)
 {
-    EACH_ACT(act, fwd_loop(ACT, n, x, y));
+    if (act == PHX_ACT_GELU)
+        gelu_fwd_loop(n, x, y);
+    else
+        EACH_ACT(act, fwd_loop(ACT, n, x, y));
 }
 
 TARGET void px_avx512_act_backward(int act, int64_t n, const float *x, const float *y, const float *dy, float *dx)
