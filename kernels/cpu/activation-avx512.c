@@ -3,7 +3,8 @@
  * kernels/math.h's (Cephes); what differs: one exp of -u^2 split by FMA
  * (not two), vscalefps for 2^n, gelu_tanh as x sigmoid(2 inner) (no
  * cancellation in 1 + tanh), and erf's tail evaluated only for vectors
- * holding a lane with |u| >= 1. Results are within a few ulp of math.h's;
+ * holding a lane with |u| >= 1 (gelu's forward packs those lanes). Results
+ * are within a few ulp of math.h's;
  * t/core_isa checks both against float64. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
