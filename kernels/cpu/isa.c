@@ -18,11 +18,14 @@ static atomic_int chosen;
 int px_cpu_isa_best(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    /* F16C: CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports lacks
+     * "f16c"); the builtins check the OS saves ymm/zmm state */
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return PX_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return PX_ISA_AVX2;
+    if (!f16c || !__builtin_cpu_supports("fma")) return PX_ISA_GENERIC;
+    if (__builtin_cpu_supports("avx512f")) return PX_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2")) return PX_ISA_AVX2;
 #endif
     return PX_ISA_GENERIC;
 }
