@@ -6,6 +6,7 @@
  *   bench/kernels [--torch PATH/kernels.py] [--python PY] [--seconds S] [--repeats R]
  */
 #include "config.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@
 #define N4M (1 << 22)
 
 static const phx_kernels_v1 *K;
-static float *x, *dy, *y, *h, *hd, *bias, *w, *bln, *dw, *db, *mean, *rstd, *lg, *gr, *p, *g, *m, *v, *loss;
+static float *x, *xn, *dy, *y, *h, *hd, *bias, *w, *bln, *dw, *db, *mean, *rstd, *lg, *gr, *p, *g, *m, *v, *loss;
 static uint16_t *hb;
 static int64_t *labels;
 static phx_tensor *A, *B, *C, *Ab, *Bb, *Cb;
@@ -46,18 +47,28 @@ static void op_relu(void)
 {
     K->act_forward(0, PHX_ACT_RELU, N4M, x, y, PHX_F32);
 }
+/* the activations read xn, standard normal like torch.randn: their
+ * speed depends on the values (erf's tail, tanh's large-|x| branch) */
 static void op_gelu(void)
 {
-    K->act_forward(0, PHX_ACT_GELU, N4M, x, y, PHX_F32);
+    K->act_forward(0, PHX_ACT_GELU, N4M, xn, y, PHX_F32);
 }
 static void op_gelu_fb(void)
 {
-    K->act_forward(0, PHX_ACT_GELU, N4M, x, y, PHX_F32);
-    K->act_backward(0, PHX_ACT_GELU, N4M, x, y, dy, y, PHX_F32);
+    K->act_forward(0, PHX_ACT_GELU, N4M, xn, y, PHX_F32);
+    K->act_backward(0, PHX_ACT_GELU, N4M, xn, y, dy, y, PHX_F32);
+}
+static void op_gelu_tanh(void)
+{
+    K->act_forward(0, PHX_ACT_GELU_TANH, N4M, xn, y, PHX_F32);
+}
+static void op_tanh(void)
+{
+    K->act_forward(0, PHX_ACT_TANH, N4M, xn, y, PHX_F32);
 }
 static void op_sigmoid(void)
 {
-    K->act_forward(0, PHX_ACT_SIGMOID, N4M, x, y, PHX_F32);
+    K->act_forward(0, PHX_ACT_SIGMOID, N4M, xn, y, PHX_F32);
 }
 static void op_axpby(void)
 {
@@ -95,6 +106,14 @@ static void op_cast_bf16(void)
 static void op_cast_f16(void)
 {
     K->cast(0, hb, PHX_F16, x, PHX_F32, N4M);
+}
+static void op_cast_bf16_f32(void)
+{
+    K->cast(0, y, PHX_F32, hb, PHX_BF16, N4M);
+}
+static void op_cast_f16_f32(void)
+{
+    K->cast(0, y, PHX_F32, hb, PHX_F16, N4M);
 }
 static uint64_t rng_off;
 static void op_uniform(void)
@@ -139,6 +158,8 @@ static const struct {
     {"relu_4M", op_relu},
     {"gelu_4M", op_gelu},
     {"gelu_fwd_bwd_4M", op_gelu_fb},
+    {"gelu_tanh_4M", op_gelu_tanh},
+    {"tanh_4M", op_tanh},
     {"sigmoid_4M", op_sigmoid},
     {"axpby_4M", op_axpby},
     {"bias_add_4096x1024", op_bias_add},
@@ -148,6 +169,8 @@ static const struct {
     {"adam_4M", op_adam},
     {"cast_f32_bf16_4M", op_cast_bf16},
     {"cast_f32_f16_4M", op_cast_f16},
+    {"cast_bf16_f32_4M", op_cast_bf16_f32},
+    {"cast_f16_f32_4M", op_cast_f16_f32},
     {"uniform_4M", op_uniform},
     {"gemm_batched_64x128x128x32", op_gemm_batched},
     {"softmax_causal_fwd_bwd_8192x128", op_softmax},
@@ -187,6 +210,11 @@ int main(int argc, char **argv)
     srand(1);
     x = fbuf(N4M), dy = fbuf(N4M), y = fbuf(N4M), p = fbuf(N4M), g = fbuf(N4M), m = fbuf(N4M), v = fbuf(N4M);
     for (int i = 0; i < N4M; i++) m[i] = 0, v[i] = 0;
+    xn = fbuf(N4M);
+    for (int i = 0; i < N4M; i++) { /* Box-Muller */
+        double u1 = (rand() + 1.0) / (RAND_MAX + 2.0), u2 = rand() / (RAND_MAX + 1.0);
+        xn[i] = (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+    }
     h = fbuf(4096 * 1024), hd = fbuf(4096 * 1024), gr = fbuf(4096 * 1024), lg = fbuf(4096 * 1000);
     bias = fbuf(1024), w = fbuf(1024), bln = fbuf(1024), dw = fbuf(1024), db = fbuf(1024), mean = fbuf(4096),
     rstd = fbuf(4096);

@@ -51,6 +51,7 @@ def ops():
     def embedding_fb():
         F.embedding(tok, table)
         torch.ops.aten.embedding_dense_backward(demb, tok, 4096, -1, False)
+    xb, xh = x.bfloat16(), x.half()
 
     def gelu_bwd():
         yy = F.gelu(xr)
@@ -73,6 +74,8 @@ def ops():
         ("relu_4M", lambda: torch.clamp_min(x, 0, out=y)),
         ("gelu_4M", lambda: torch._C._nn.gelu(x, out=y)),
         ("gelu_fwd_bwd_4M", gelu_bwd),
+        ("gelu_tanh_4M", lambda: torch._C._nn.gelu(x, approximate="tanh", out=y)),
+        ("tanh_4M", lambda: torch.tanh(x, out=y)),
         ("sigmoid_4M", lambda: torch.sigmoid(x, out=y)),
         ("axpby_4M", lambda: y.mul_(0.5).add_(x, alpha=2.0)),
         ("bias_add_4096x1024", lambda: h.add_(bias)),
@@ -82,6 +85,8 @@ def ops():
         ("adam_4M", adam.step),
         ("cast_f32_bf16_4M", lambda: x.bfloat16()),
         ("cast_f32_f16_4M", lambda: x.half()),
+        ("cast_bf16_f32_4M", lambda: xb.float()),
+        ("cast_f16_f32_4M", lambda: xh.float()),
         ("uniform_4M", lambda: y.uniform_(-1, 1)),
         ("gemm_batched_64x128x128x32", lambda: torch.baddbmm(att, q, k.transpose(1, 2), beta=0, alpha=scale, out=scores)),
         ("softmax_causal_fwd_bwd_8192x128", softmax_fb),

@@ -4,7 +4,7 @@ libphalanx_la_SOURCES += core/tensor/tensor.c core/tensor/tensor-ops.c core/tens
 	core/tensor/device.c core/tensor/device-impl.h core/tensor/device-cpu.c core/tensor/rng.c
 
 # core tests
-core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_ops t/core_nn t/core_optim t/core_torch t/core_cuda
+core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_isa t/core_ops t/core_nn t/core_optim t/core_torch t/core_cuda
 check_PROGRAMS += $(core_tests)
 TESTS += $(core_tests)
 # The compute-bound kernels on each instruction set this CPU has.
@@ -17,8 +17,13 @@ t_core_tensor_LDADD = libphalanx.la -lm
 t_core_device_LDADD = libphalanx.la $(BLAS_LIBS) -lm
 t_core_error_LDADD = libphalanx.la -lm
 t_core_rng_LDADD = libphalanx.la -lm
-t_core_act_SOURCES = t/core_act.c t/core-util.h
+t_core_act_SOURCES = t/core_act.c t/core-util.h $(core_isa_kernels)
 t_core_act_LDADD = libphalanx.la -lm
+# the kernels whose instruction-set path the tests force (px_cpu_isa_set)
+core_isa_kernels = kernels/cpu/isa.c kernels/cpu/activation.c kernels/cpu/activation-avx512.c \
+	kernels/cpu/cast.c kernels/cpu/cast-x86.c
+t_core_isa_SOURCES = t/core_isa.c t/core-util.h $(core_isa_kernels)
+t_core_isa_LDADD = libphalanx.la -lm
 t_core_ops_SOURCES = t/core_ops.c t/core-util.h
 t_core_ops_LDADD = libphalanx.la -lm
 t_core_nn_SOURCES = t/core_nn.c t/core-util.h

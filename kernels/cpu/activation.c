@@ -1,5 +1,7 @@
 /* Activations forward and backward (formulas in kernels/math.h). The
- * activation and dtype are compile-time constants inside each loop. */
+ * activation and dtype are compile-time constants inside each loop; the
+ * loops are compiled twice (generic, AVX2) and f32 has AVX-512 loops
+ * (activation-avx512.c); px_cpu_isa() picks one per call. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 
@@ -49,43 +51,66 @@ PX_INLINE void px_act_bwd_loop(int act, int64_t n, const void *x, const void *y,
                          (int)act); \
     }
 
-/* The kernels' bodies, built once per instruction set. */
-#define PX_ACT_VARIANTS(suffix, attr) \
-    attr static phx_status act_fwd_##suffix(phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt) \
-    { \
-        PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_forward", dt, px_act_fwd_loop(ACT, n, x, y, DT))); \
-        return PHX_OK; \
-    } \
-    attr static phx_status act_bwd_##suffix(phx_activation act, int64_t n, const void *x, const void *y, \
-                                            const void *dy, void *dx, phx_dtype dt) \
-    { \
-        PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_backward", dt, px_act_bwd_loop(ACT, n, x, y, dy, dx, DT))); \
-        return PHX_OK; \
-    }
-PX_ACT_VARIANTS(generic, )
-#if PX_HAVE_ISA_VARIANTS
-PX_ACT_VARIANTS(avx2, PX_TARGET_AVX2)
-PX_ACT_VARIANTS(avx512, PX_TARGET_AVX512)
-#endif
-
-/* relu is memory-bound: AVX2 unless PHX_CPU_ISA says otherwise. */
-static int act_isa(phx_activation act)
+/* The compiled loops, for the generic and the AVX2 paths (the same bits) */
+PX_INLINE phx_status fwd_any(phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
 {
-    return px_cpu_isa(act == PHX_ACT_RELU ? PX_ISA_AVX2 : PX_ISA_AVX512);
+    PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_forward", dt, px_act_fwd_loop(ACT, n, x, y, DT)));
+    return PHX_OK;
 }
+
+PX_INLINE phx_status bwd_any(phx_activation act, int64_t n, const void *x, const void *y, const void *dy, void *dx,
+                             phx_dtype dt)
+{
+    PX_ACT_DISPATCH(act, PX_FLOAT_DISPATCH("act_backward", dt, px_act_bwd_loop(ACT, n, x, y, dy, dx, DT)));
+    return PHX_OK;
+}
+
+static phx_status fwd_generic(phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
+{
+    return fwd_any(act, n, x, y, dt);
+}
+
+static phx_status bwd_generic(phx_activation act, int64_t n, const void *x, const void *y, const void *dy, void *dx,
+                              phx_dtype dt)
+{
+    return bwd_any(act, n, x, y, dy, dx, dt);
+}
+
+#if PX_HAVE_X86
+PX_TARGET_AVX2 static phx_status fwd_avx2(phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
+{
+    return fwd_any(act, n, x, y, dt);
+}
+
+PX_TARGET_AVX2 static phx_status bwd_avx2(phx_activation act, int64_t n, const void *x, const void *y, const void *dy,
+                                          void *dx, phx_dtype dt)
+{
+    return bwd_any(act, n, x, y, dy, dx, dt);
+}
+
+/* AVX-512 serves f32 gelu, gelu_tanh, tanh and sigmoid; relu and the
+ * half dtypes stay on the compiled AVX2 loops */
+static int avx512_serves(phx_activation act, phx_dtype dt)
+{
+    return dt == PHX_F32 &&
+        (act == PHX_ACT_GELU || act == PHX_ACT_GELU_TANH || act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID);
+}
+#endif
 
 phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("act_forward", n);
-    switch (act_isa(act)) {
-    case -1: return PHX_EINVAL;
-#if PX_HAVE_ISA_VARIANTS
-    case PX_ISA_AVX512: return act_fwd_avx512(act, n, x, y, dt);
-    case PX_ISA_AVX2: return act_fwd_avx2(act, n, x, y, dt);
-#endif
-    default: return act_fwd_generic(act, n, x, y, dt);
+    int isa = px_cpu_isa();
+    if (isa < 0) return PHX_EINVAL;
+#if PX_HAVE_X86
+    if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
+        px_avx512_act_forward(act, n, x, y);
+        return PHX_OK;
     }
+    if (isa >= PX_ISA_AVX2) return fwd_avx2(act, n, x, y, dt);
+#endif
+    return fwd_generic(act, n, x, y, dt);
 }
 
 phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y, const void *dy,
@@ -93,12 +118,14 @@ phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const voi
 {
     (void)dev;
     PX_CHECK_N("act_backward", n);
-    switch (act_isa(act)) {
-    case -1: return PHX_EINVAL;
-#if PX_HAVE_ISA_VARIANTS
-    case PX_ISA_AVX512: return act_bwd_avx512(act, n, x, y, dy, dx, dt);
-    case PX_ISA_AVX2: return act_bwd_avx2(act, n, x, y, dy, dx, dt);
-#endif
-    default: return act_bwd_generic(act, n, x, y, dy, dx, dt);
+    int isa = px_cpu_isa();
+    if (isa < 0) return PHX_EINVAL;
+#if PX_HAVE_X86
+    if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
+        px_avx512_act_backward(act, n, x, y, dy, dx);
+        return PHX_OK;
     }
+    if (isa >= PX_ISA_AVX2) return bwd_avx2(act, n, x, y, dy, dx, dt);
+#endif
+    return bwd_generic(act, n, x, y, dy, dx, dt);
 }

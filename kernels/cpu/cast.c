@@ -1,7 +1,9 @@
 /* Casts between any two dtypes, and fill. Float <-> float goes through
  * f32 (f32 -> f16/bf16 rounds to nearest even, NaN kept, overflow to
  * inf). Float -> integer truncates toward zero and saturates; NaN gives 0
- * (PyTorch leaves these undefined). Integer -> float rounds to nearest. */
+ * (PyTorch leaves these undefined). Integer -> float rounds to nearest.
+ * f32 <-> f16/bf16 use the conversion instructions where px_cpu_isa()
+ * allows (cast-x86.c), with the same bits. */
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/cpu.h"
@@ -36,59 +38,47 @@ PX_INLINE double px_ld_any(const void *p, int dt, int64_t i)
     }
 }
 
-/* f32 <-> f16 with the F16C instructions where the CPU has them: the same
- * bits as phx_f32_to_f16 / phx_f16_to_f32 (round to nearest even,
- * subnormals kept, as long as MXCSR's FTZ/DAZ are off, which Phalanx
- * never sets). NaNs differ in the quiet bit only (the hardware quiets a
- * signalling NaN), so a block of 8 holding a NaN goes the portable way. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
-#define PX_HAVE_F16C 1
-
-static int have_f16c(void)
-{
-    static int known = -1; /* a benign race: every thread computes the same */
-    if (known < 0) known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    return known;
-}
-
-__attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(uint16_t *d, const float *s, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(s + i);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
-            for (int k = 0; k < 8; k++) d[i + k] = phx_f32_to_f16(s[i + k]);
-        else
-            _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; i < n; i++) d[i] = phx_f32_to_f16(s[i]);
-}
-
-__attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(float *d, const uint16_t *s, int64_t n)
-{
-    int64_t i = 0;
-    const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm_loadu_si128((const __m128i *)(s + i));
-        /* |h| > inf as signed 16-bit: a NaN */
-        if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, magnitude), inf)))
-            for (int k = 0; k < 8; k++) d[i + k] = phx_f16_to_f32(s[i + k]);
-        else
-            _mm256_storeu_ps(d + i, _mm256_cvtph_ps(h));
-    }
-    for (; i < n; i++) d[i] = phx_f16_to_f32(s[i]);
-}
-#else
-#define PX_HAVE_F16C 0
-#endif
-
 static int valid(phx_dtype dt)
 {
     return dt >= PHX_F32 && dt <= PHX_I64;
 }
 
-PX_CLONES phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+/* float <-> float, compiled for the generic and the AVX2 paths */
+PX_INLINE phx_status cast_ff_any(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    PX_FLOAT_DISPATCH_AS("cast", dt, D, PX_FLOAT_DISPATCH_AS("cast", st, S, px_cast_ff(dst, D, src, S, n)));
+    return PHX_OK;
+}
+
+static phx_status cast_ff_generic(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    return cast_ff_any(dst, dt, src, st, n);
+}
+
+#if PX_HAVE_X86
+PX_TARGET_AVX2 static phx_status cast_ff_avx2(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    return cast_ff_any(dst, dt, src, st, n);
+}
+#endif
+
+static phx_status cast_ff(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    int isa = px_cpu_isa();
+    if (isa < 0) return PHX_EINVAL;
+#if PX_HAVE_X86
+    if (isa >= PX_ISA_AVX2) { /* f32 <-> f16/bf16 by the conversion instructions (cast-x86.c) */
+        if (px_x86_cast(isa, dst, dt, src, st, n)) return PHX_OK;
+        return cast_ff_avx2(dst, dt, src, st, n);
+    }
+#endif
+    return cast_ff_generic(dst, dt, src, st, n);
+}
+
+/* the integer casts, compiled as AVX2 clones */
+static phx_status cast_int(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n);
+
+phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
 {
     (void)dev;
     PX_CHECK_N("cast", n);
@@ -98,20 +88,12 @@ PX_CLONES phx_status px_cpu_cast(int dev, void *dst, phx_dtype dt, const void *s
         if (dst != src) memmove(dst, src, (size_t)n * phx_dtype_size(dt));
         return PHX_OK;
     }
-#if PX_HAVE_F16C
-    if (dt == PHX_F16 && st == PHX_F32 && have_f16c()) {
-        f32_to_f16_f16c(dst, src, n);
-        return PHX_OK;
-    }
-    if (dt == PHX_F32 && st == PHX_F16 && have_f16c()) {
-        f16_to_f32_f16c(dst, src, n);
-        return PHX_OK;
-    }
-#endif
-    if (phx_dtype_is_float(dt) && phx_dtype_is_float(st)) {
-        PX_FLOAT_DISPATCH_AS("cast", dt, D, PX_FLOAT_DISPATCH_AS("cast", st, S, px_cast_ff(dst, D, src, S, n)));
-        return PHX_OK;
-    }
+    if (phx_dtype_is_float(dt) && phx_dtype_is_float(st)) return cast_ff(dst, dt, src, st, n);
+    return cast_int(dst, dt, src, st, n);
+}
+
+PX_CLONES static phx_status cast_int(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
     if (dt == PHX_I64 && st == PHX_I32) {
         for (int64_t i = 0; i < n; i++) ((int64_t *)dst)[i] = ((const int32_t *)src)[i];
         return PHX_OK;

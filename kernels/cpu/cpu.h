@@ -33,25 +33,6 @@
 #define PX_CLONES
 #endif
 
-/* Instruction sets. Compute-bound kernels (the transcendental
- * activations, cross entropy) are built three times, generic, AVX2 and
- * AVX-512, and pick one per call: px_cpu_isa(hint) gives the kernel's
- * preferred set (hint) capped at what the CPU has, or the set PHX_CPU_ISA
- * forces for every kernel (tests and benchmarks; -1 with phx_error for a
- * value that is not generic, avx2 or avx512, or one this CPU lacks). The
- * library is built with -ffp-contract=off, so the three give the same
- * bits. Memory-bound kernels stay on PX_CLONES: wider vectors do not help
- * them (bench/kernels measured relu and the casts slower with AVX-512). */
-enum { PX_ISA_GENERIC = 0, PX_ISA_AVX2 = 1, PX_ISA_AVX512 = 2 };
-int px_cpu_isa(int hint);
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define PX_HAVE_ISA_VARIANTS 1
-#define PX_TARGET_AVX2 __attribute__((target("avx2")))
-#define PX_TARGET_AVX512 __attribute__((target("avx512f")))
-#else
-#define PX_HAVE_ISA_VARIANTS 0
-#endif
-
 PX_INLINE float px_ld(const void *p, int dt, int64_t i)
 {
     switch (dt) {
@@ -69,6 +50,52 @@ PX_INLINE void px_st(void *p, int dt, int64_t i, float v)
     default: ((float *)p)[i] = v; break;
     }
 }
+
+/* The instruction sets the activation and cast kernels choose from at run
+ * time (kernels/cpu/isa.c): generic C (what the compiler's baseline
+ * allows), AVX2 (+FMA, F16C: compiled loops, F16C casts) and AVX-512F
+ * (hand-written loops, kernels/cpu/activation-avx512.c, cast-x86.c). */
+enum { PX_ISA_GENERIC, PX_ISA_AVX2, PX_ISA_AVX512 };
+
+/* The set to use: PHX_CPU_ISA (generic, avx2, avx512; read once) or the
+ * best this CPU has. -1 with phx_error when PHX_CPU_ISA names no set or one
+ * this CPU lacks (then every call says so again). */
+int px_cpu_isa(void);
+/* The best set this CPU (and its OS) supports. */
+int px_cpu_isa_best(void);
+/* 1 when the CPU has AVX512-BF16 (vcvtneps2bf16). */
+int px_cpu_has_avx512bf16(void);
+/* "generic", "avx2", "avx512"; "?" for anything else. */
+const char *px_cpu_isa_name(int isa);
+/* Makes the kernels use isa from now on, as PHX_CPU_ISA would (tests and
+ * benchmarks); PHX_EINVAL when the CPU lacks it. */
+phx_status px_cpu_isa_set(int isa);
+
+/* A function compiled for AVX2 (no FMA: the compiled loops give the same
+ * bits as the generic ones). */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define PX_HAVE_X86 1
+#define PX_TARGET_AVX2 __attribute__((target("avx2")))
+#else
+#define PX_HAVE_X86 0
+#define PX_TARGET_AVX2
+#endif
+
+#if PX_HAVE_X86
+/* AVX-512F activations on f32 (act: gelu, gelu_tanh, tanh or sigmoid;
+ * activation-avx512.c). FMA and one shared exp make them differ from
+ * kernels/math.h by a few ulp, within the bounds t/core_act checks. */
+void px_avx512_act_forward(int act, int64_t n, const float *x, float *y);
+void px_avx512_act_backward(int act, int64_t n, const float *x, const float *y, const float *dy, float *dx);
+/* The vector exp (fn 0), tanh (1) and 1 + erf (2) those use, over n
+ * floats (t/core_isa sweeps them). */
+void px_avx512_math(int fn, int64_t n, const float *in, float *out);
+/* f32 <-> f16/bf16 with the conversion instructions, the same bits as
+ * phx_f32_to_f16 and friends (NaN payloads and subnormals fixed up);
+ * isa PX_ISA_AVX2 (F16C) or PX_ISA_AVX512. Returns 0 when it does not
+ * handle the pair (cast-x86.c). */
+int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n);
+#endif
 
 /* Runs CALL (an expression using the constant SYM) for a float dtype dt;
  * otherwise returns PHX_EINVAL naming the kernel. */

@@ -1,53 +1,96 @@
-/* Which instruction set the compute-bound CPU kernels use (cpu.h,
- * "Instruction sets"): the best this CPU has, or PHX_CPU_ISA. */
+/* Which instruction set the vectorised CPU kernels use: the best this CPU
+ * has, or the one PHX_CPU_ISA names (read once, at the first kernel call
+ * that asks). */
 #include "config.h"
-#include <pthread.h>
-#include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu/cpu.h"
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int chosen, forced;
-static char bad[64];
+static const char *const isa_names[] = {"generic", "avx2", "avx512"};
 
-static int best(void)
+/* PX_ISA_* + 1 once decided; 0 before; -1: PHX_CPU_ISA is invalid */
+static atomic_int chosen;
+
+int px_cpu_isa_best(void)
 {
-#if PX_HAVE_ISA_VARIANTS
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    /* F16C: CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports lacks
+     * "f16c"); the builtins check the OS saves ymm/zmm state */
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+    __builtin_cpu_init();
+    if (!f16c || !__builtin_cpu_supports("fma")) return PX_ISA_GENERIC;
     if (__builtin_cpu_supports("avx512f")) return PX_ISA_AVX512;
     if (__builtin_cpu_supports("avx2")) return PX_ISA_AVX2;
 #endif
     return PX_ISA_GENERIC;
 }
 
-static void choose(void)
+/* 1 + the answer once known (cpuid may trap to a hypervisor: ask once) */
+static atomic_int has_bf16;
+
+int px_cpu_has_avx512bf16(void)
 {
-    static const char *const names[3] = {"generic", "avx2", "avx512"};
-    int top = best();
-    chosen = top;
-    const char *v = getenv("PHX_CPU_ISA");
-    if (!v || !*v) return;
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(v, names[i])) {
-            if (i > top) break; /* the CPU lacks it */
-            chosen = i;
-            forced = 1;
-            return;
-        }
-    chosen = -1;
-    snprintf(bad, sizeof bad, "%.40s", v);
+    int h = atomic_load_explicit(&has_bf16, memory_order_relaxed);
+    if (h) return h - 1;
+    h = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    /* CPUID leaf 7 subleaf 1, EAX bit 5; zmm state is checked by avx512f */
+    if (px_cpu_isa_best() == PX_ISA_AVX512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) h = (a >> 5) & 1u;
+#endif
+    atomic_store_explicit(&has_bf16, h + 1, memory_order_relaxed);
+    return h;
 }
 
-int px_cpu_isa(int hint)
+const char *px_cpu_isa_name(int isa)
 {
-    pthread_once(&once, choose);
-    if (chosen < 0) {
-        static const char *const names[3] = {"generic", "avx2", "avx512"};
-        return phx_error(PHX_EINVAL,
-                         "PHX_CPU_ISA='%s': expected generic, avx2 or avx512, and one this CPU has (the best "
-                         "here is %s)",
-                         bad, names[best()]),
-               -1;
+    return isa >= 0 && isa <= PX_ISA_AVX512 ? isa_names[isa] : "?";
+}
+
+static phx_status isa_error(const char *v)
+{
+    for (int i = 0; i <= PX_ISA_AVX512; i++)
+        if (!strcmp(v, isa_names[i]))
+            return phx_error(PHX_EINVAL, "environment variable PHX_CPU_ISA='%s': this CPU supports at most %s", v,
+                             isa_names[px_cpu_isa_best()]);
+    return phx_error(PHX_EINVAL, "environment variable PHX_CPU_ISA='%s': expected generic, avx2 or avx512", v);
+}
+
+int px_cpu_isa(void)
+{
+    int c = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (c > 0) return c - 1;
+    const char *v = getenv("PHX_CPU_ISA");
+    if (c < 0) { /* a bad value stays an error; say so again */
+        isa_error(v ? v : "");
+        return -1;
     }
-    return forced || chosen < hint ? chosen : hint;
+    int isa = px_cpu_isa_best();
+    if (v && *v) {
+        int want = -1;
+        for (int i = 0; i <= PX_ISA_AVX512; i++)
+            if (!strcmp(v, isa_names[i])) want = i;
+        if (want < 0 || want > isa) {
+            isa_error(v);
+            atomic_store(&chosen, -1);
+            return -1;
+        }
+        isa = want;
+    }
+    atomic_store(&chosen, isa + 1);
+    return isa;
+}
+
+phx_status px_cpu_isa_set(int isa)
+{
+    if (isa < 0 || isa > px_cpu_isa_best())
+        return phx_error(PHX_EINVAL, "px_cpu_isa_set: %s, this CPU supports at most %s", px_cpu_isa_name(isa),
+                         isa_names[px_cpu_isa_best()]);
+    atomic_store(&chosen, isa + 1);
+    return PHX_OK;
 }

@@ -1,0 +1,161 @@
+/* f32 <-> f16 and f32 <-> bf16 casts with the x86 conversion instructions
+ * (F16C vcvtps2ph/vcvtph2ps, AVX512-BF16 vcvtneps2bf16), giving the same
+ * bits as kernels/math.h: the instructions round to nearest even and
+ * overflow to inf as math.h does, but quiet a signalling NaN (math.h keeps
+ * the payload as it is) and vcvtneps2bf16 flushes subnormals; the rare
+ * vectors holding such a lane are redone with math.h's formula. bf16 ->
+ * f32 is a shift; without AVX512-BF16, f32 -> bf16 is math.h's integer
+ * rounding on AVX2. */
+#include "config.h"
+#include "kernels/cpu/cpu.h"
+
+#if PX_HAVE_X86
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,f16c")))
+#define TBF16 __attribute__((target("avx512f,avx512bf16")))
+#define T256 __attribute__((target("avx2,f16c")))
+
+static void f32_f16_fix(uint16_t *d, const float *s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) d[i] = phx_f32_to_f16(s[i]);
+}
+static void f16_f32_fix(float *d, const uint16_t *s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) d[i] = phx_f16_to_f32(s[i]);
+}
+static void f32_bf16_fix(uint16_t *d, const float *s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) d[i] = phx_f32_to_bf16(s[i]);
+}
+
+#define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+T512 static void f32_f16_512(uint16_t *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(s + i);
+        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) /* before the store: dst may overlap src's start */
+            f32_f16_fix(d + i, s + i, 16);
+        else
+            _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtps_ph(v, RNE));
+    }
+    f32_f16_fix(d + i, s + i, n - i);
+}
+
+T512 static void f16_f32_512(float *d, const uint16_t *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i)));
+        _mm512_storeu_ps(d + i, v);
+        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) f16_f32_fix(d + i, s + i, 16);
+    }
+    f16_f32_fix(d + i, s + i, n - i);
+}
+
+/* NaN or subnormal lanes of v (what vcvtneps2bf16 gets other than math.h):
+ * with a = bits << 1 (no sign) and w = a - 2^24, finite nonzero-normal and
+ * inf give w <= 0xff000000 - 2^24, zero gives 0xff000000 */
+TBF16 static inline __mmask16 bf16_odd(__m512 v)
+{
+    __m512i w = _mm512_sub_epi32(_mm512_slli_epi32(_mm512_castps_si512(v), 1), _mm512_set1_epi32(0x01000000));
+    __mmask16 m = _mm512_cmpgt_epu32_mask(w, _mm512_set1_epi32((int)0xfe000000u));
+    return _mm512_mask_cmpneq_epu32_mask(m, w, _mm512_set1_epi32((int)0xff000000u));
+}
+
+TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
+        if (bf16_odd(v0) | bf16_odd(v1)) { /* before the store: dst may overlap src's start */
+            f32_bf16_fix(d + i, s + i, 32);
+            continue;
+        }
+        _mm512_storeu_si512(d + i, _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(v1, v0)));
+    }
+    f32_bf16_fix(d + i, s + i, n - i);
+}
+
+T512 static void bf16_f32_512(float *d, const uint16_t *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
+        _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
+    }
+    for (; i < n; i++) d[i] = phx_bf16_to_f32(s[i]);
+}
+
+T256 static void f32_f16_256(uint16_t *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(s + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
+            f32_f16_fix(d + i, s + i, 8);
+        else
+            _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(v, RNE));
+    }
+    f32_f16_fix(d + i, s + i, n - i);
+}
+
+T256 static void f16_f32_256(float *d, const uint16_t *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm256_storeu_ps(d + i, v);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) f16_f32_fix(d + i, s + i, 8);
+    }
+    f16_f32_fix(d + i, s + i, n - i);
+}
+
+/* math.h's phx_f32_to_bf16, 8 lanes */
+T256 static void f32_bf16_256(uint16_t *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(s + i));
+        __m256i hi = _mm256_srli_epi32(x, 16);
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, half), _mm256_and_si256(hi, one)), 16);
+        __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+        __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+        __m256i quiet = _mm256_cmpeq_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(0x7f)), _mm256_setzero_si256());
+        __m256i nanv = _mm256_or_si256(hi, _mm256_and_si256(quiet, _mm256_set1_epi32(0x40)));
+        r = _mm256_blendv_epi8(r, nanv, nan);
+        r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* lanes 0..3, 4..7 */
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_castsi256_si128(r));
+    }
+    f32_bf16_fix(d + i, s + i, n - i);
+}
+
+T256 static void bf16_f32_256(float *d, const uint16_t *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_slli_epi32(w, 16));
+    }
+    for (; i < n; i++) d[i] = phx_bf16_to_f32(s[i]);
+}
+
+int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n)
+{
+    int wide = isa >= PX_ISA_AVX512;
+    if (st == PHX_F32 && dt == PHX_F16)
+        wide ? f32_f16_512(dst, src, n) : f32_f16_256(dst, src, n);
+    else if (st == PHX_F16 && dt == PHX_F32)
+        wide ? f16_f32_512(dst, src, n) : f16_f32_256(dst, src, n);
+    else if (st == PHX_F32 && dt == PHX_BF16)
+        wide &&px_cpu_has_avx512bf16() ? f32_bf16_512(dst, src, n) : f32_bf16_256(dst, src, n);
+    else if (st == PHX_BF16 && dt == PHX_F32)
+        wide ? bf16_f32_512(dst, src, n) : bf16_f32_256(dst, src, n);
+    else
+        return 0;
+    return 1;
+}
+#endif
