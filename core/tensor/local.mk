@@ -8,8 +8,8 @@ core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/
 check_PROGRAMS += $(core_tests)
 TESTS += $(core_tests)
 # The compute-bound kernels on each instruction set this CPU has.
-TESTS += t/core_isa.sh
-EXTRA_DIST += t/core_isa.sh
+TESTS += t/core_isa_env.sh
+EXTRA_DIST += t/core_isa_env.sh
 t_core_half_LDADD = libphalanx.la -lm
 t_core_gemm_SOURCES = t/core_gemm.c t/core-util.h kernels/cpu/gemm-loop.c
 t_core_gemm_LDADD = libphalanx.la -lm
