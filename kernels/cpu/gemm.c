@@ -77,8 +77,9 @@ static phx_status gemm_path_env(gemm_path *path)
         return phx_error(PHX_EINVAL, "gemm: PHX_CPU_GEMM=%s, expected auto, blas or dnnl", v);
 #ifndef HAVE_DNNL
     if (*path == GEMM_DNNL)
-        return phx_error(PHX_EUNSUPPORTED, "gemm: PHX_CPU_GEMM=dnnl, but this build has no oneDNN (configure "
-                                           "--with-dnnl; apt-get install libdnnl-dev)");
+        return phx_error(PHX_EUNSUPPORTED,
+                         "gemm: PHX_CPU_GEMM=dnnl, but this build has no oneDNN (configure "
+                         "--with-dnnl; apt-get install libdnnl-dev)");
 #endif
     return PHX_OK;
 }
@@ -114,8 +115,7 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
      * when forced (then on oneDNN's own fallback ISA); f16 and f32 stay on
      * BLAS (oneDNN has no f16 matmul without AVX512-FP16, and its f32 is
      * not clearly faster than OpenBLAS's sgemm here: doc/tensors.md). */
-    if (adt == PHX_BF16 && k > 0 &&
-        (path == GEMM_DNNL || (path == GEMM_AUTO && px_cpu_dnnl_bf16_native()))) {
+    if (adt == PHX_BF16 && k > 0 && (path == GEMM_DNNL || (path == GEMM_AUTO && px_cpu_dnnl_bf16_native()))) {
         st = px_cpu_gemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
         if (st != PHX_EUNSUPPORTED) return st;
     }
