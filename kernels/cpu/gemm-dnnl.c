@@ -178,13 +178,6 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
     pthread_once(&dnnl_once, dnnl_init);
     if (!dnnl_engine) return PHX_EUNSUPPORTED;
     gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt};
-    /* no kernel for these dtypes or strides: the caller widens, C untouched */
-    matmul_pd probe;
-    dnnl_status_t s = block_pd(&g, m, n, &probe);
-    if (s == dnnl_unimplemented) return PHX_EUNSUPPORTED;
-    if (s != dnnl_success)
-        return phx_error(PHX_EINTERNAL, "gemm: oneDNN matmul setup failed (dnnl_status_t %d)", (int)s);
-    dnnl_primitive_desc_destroy(probe.pd);
 
     /* blocks of at least 32 rows (or columns), at most one per BLAS thread */
     int threads = px_cpu_blas_get_threads();
@@ -193,16 +186,25 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
     int64_t span = by_rows ? m : n, blocks = span / 32;
     if (blocks > threads) blocks = threads;
     px_pool *pool = blocks > 1 ? thread_pool((size_t)threads) : NULL;
+    dnnl_status_t s;
     if (!pool) {
+        /* no kernel for these dtypes or strides: the caller widens */
         s = block_run(&g, 0, m, 0, n);
+        if (s == dnnl_unimplemented) return PHX_EUNSUPPORTED;
     } else {
+        /* the same check before any block writes C */
+        matmul_pd probe;
+        s = block_pd(&g, m, n, &probe);
+        if (s == dnnl_unimplemented) return PHX_EUNSUPPORTED;
+        if (s != dnnl_success)
+            return phx_error(PHX_EINTERNAL, "gemm: oneDNN matmul setup failed (dnnl_status_t %d)", (int)s);
+        dnnl_primitive_desc_destroy(probe.pd);
         block_job job;
         job.g = &g, job.by_rows = by_rows;
         job.step = (span + blocks - 1) / blocks;
         job.step = (job.step + 15) / 16 * 16;
         blocks = (span + job.step - 1) / job.step;
         px_pool_run(pool, (size_t)blocks, block_task, &job);
-        s = dnnl_success;
         for (int64_t i = 0; i < blocks && s == dnnl_success; i++) s = job.st[i];
     }
     return s == dnnl_success ? PHX_OK
