@@ -3,10 +3,14 @@
  * f16/bf16 operands and results. Bound: the f32 accumulation error
  * (k+3) u sum|alpha a b| + |beta c| terms, plus half an ulp of C's dtype.
  * Also the plain-C fallback loop, leading dims, beta = 0 ignoring NaN in
- * C, k = 0, no allocation once warm, and the error messages. */
+ * C, k = 0, no allocation once warm, and the error messages; then the
+ * f16/bf16 cases again on each path PHX_CPU_GEMM forces (blas, and dnnl
+ * when built with oneDNN) with odd sizes 1, 7, 33, 1000. */
 #include "config.h"
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "t/core-util.h"
 
@@ -104,9 +108,66 @@ static double run_case(int ta, int tb, shape3 s, float alpha, float beta, phx_dt
 static const float alphas[] = {1.0f, 0.5f, -1.5f, 2.0f};
 static const float betas[] = {0.0f, -2.0f, 1.0f, 0.25f};
 
+static const shape3 odd[] = {
+    {1, 1, 1}, {7, 33, 1}, {33, 7, 1000}, {1000, 33, 7}, {7, 1000, 33}, {1, 1000, 1}, {33, 33, 33}, {1, 7, 1000},
+};
+#define NODD (int)(sizeof odd / sizeof odd[0])
+
+/* 2 x 4 cases: f16/bf16 into f32 and into their own dtype, every
+ * transpose, the odd shapes, with PHX_CPU_GEMM=path. */
+static void path_cases(const char *path)
+{
+    static const phx_dtype dts[] = {PHX_BF16, PHX_F16};
+    setenv("PHX_CPU_GEMM", path, 1);
+    for (int d = 0; d < 2; d++)
+        for (int own = 0; own < 2; own++) {
+            phx_dtype cdt = own ? dts[d] : PHX_F32;
+            double worst = 0.0;
+            for (int t = 0; t < 4; t++)
+                for (int i = 0; i < NODD; i++) {
+                    double w = run_case(t & 1, t >> 1, odd[i], alphas[(i + t) % 4], betas[i % 4], dts[d], cdt);
+                    if (w > worst) worst = w;
+                }
+            ok(worst <= 1.0,
+               "PHX_CPU_GEMM=%s: %s x %s -> %s, 4 transposes x %d odd shapes, beta 0/-2/1/0.25 (worst %.3g)", path,
+               phx_dtype_name(dts[d]), phx_dtype_name(dts[d]), phx_dtype_name(cdt), NODD, worst);
+        }
+    unsetenv("PHX_CPU_GEMM");
+}
+
+/* 1 when /proc/cpuinfo lists the flag (0 when it cannot be read) */
+static int cpu_has(const char *flag)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) {
+            for (char *t = strtok(line, " \t\n"); t && !found; t = strtok(NULL, " \t\n")) found = strcmp(t, flag) == 0;
+            break;
+        }
+    if (f) fclose(f);
+    return found;
+}
+
+/* px_alloc_count growth of one bf16 gemm larger than any before in this
+ * thread: the widening path grows its scratch, oneDNN reads in place. */
+static uint64_t bf16_allocs(const char *path, int64_t size)
+{
+    int64_t s2[2] = {size, size};
+    phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
+    setenv("PHX_CPU_GEMM", path, 1);
+    uint64_t before = phx_alloc_count();
+    phx_status st = phx_gemm(false, false, 1.0f, A, A, 0.0f, C);
+    uint64_t n = phx_alloc_count() - before;
+    unsetenv("PHX_CPU_GEMM");
+    phx_tensor_free(A), phx_tensor_free(C);
+    return st == PHX_OK ? n : UINT64_MAX;
+}
+
 int main(void)
 {
-    plan(24 + 4 + 3 + 2 + 10);
+    plan(24 + 4 + 3 + 2 + 10 + 8 + 3 + 3);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -219,6 +280,46 @@ int main(void)
         is_int(phx_gemm(false, false, 1, T3, B, 0, C), PHX_EINVAL, "3-D operand: EINVAL");
         phx_tensor *all[] = {A, B, C, C2, I, H, T3};
         for (int i = 0; i < 7; i++) phx_tensor_free(all[i]);
+    }
+
+    /* 44-51: each path forced */
+    path_cases("blas");
+#ifdef HAVE_DNNL
+    path_cases("dnnl");
+#else
+    skip(8, "built without oneDNN: no dnnl path");
+#endif
+
+    /* 52-54: the path taken is the one expected (scratch use tells them
+     * apart). oneDNN has a bf16 kernel where the CPU has AVX-512, and
+     * auto takes it where the CPU has AVX512-BF16, unless the ISA is
+     * capped (t/core_gemm_isa.sh runs this test so) */
+#ifdef HAVE_DNNL
+    if (cpu_has("avx512_bf16") && !getenv("ONEDNN_MAX_CPU_ISA") && !getenv("DNNL_MAX_CPU_ISA")) {
+        is_int(bf16_allocs("dnnl", 300), 0, "PHX_CPU_GEMM=dnnl: bf16 gemm reads its operands in place (no scratch)");
+        is_int(bf16_allocs("auto", 450), 0, "PHX_CPU_GEMM=auto on a CPU with AVX512-BF16: oneDNN (no scratch)");
+    } else {
+        diag("dnnl with a capped or older ISA: %llu allocations", (unsigned long long)bf16_allocs("dnnl", 300));
+        ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without AVX512-BF16 (or capped): widens into scratch");
+        skip(1, "no AVX512-BF16 or ISA capped: oneDNN may widen too");
+    }
+#else
+    ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without oneDNN: widens into scratch");
+    skip(1, "built without oneDNN");
+#endif
+    ok(bf16_allocs("blas", 700) > 0, "PHX_CPU_GEMM=blas: bf16 gemm widens into scratch");
+
+    /* 55-57: a bad PHX_CPU_GEMM */
+    {
+        int64_t s2[2] = {2, 2};
+        phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
+        setenv("PHX_CPU_GEMM", "sbgemm", 1);
+        is_int(phx_gemm(false, false, 1.0f, A, A, 0.0f, C), PHX_EINVAL, "PHX_CPU_GEMM=sbgemm: EINVAL");
+        like(phx_last_error(), "PHX_CPU_GEMM=sbgemm, expected auto, blas or dnnl", "message names the variable");
+        setenv("PHX_CPU_GEMM", "auto", 1);
+        is_int(phx_gemm(false, false, 1.0f, A, A, 0.0f, C), PHX_OK, "PHX_CPU_GEMM=auto: accepted");
+        unsetenv("PHX_CPU_GEMM");
+        phx_tensor_free(A), phx_tensor_free(C);
     }
     return done_testing();
 }

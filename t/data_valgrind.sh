@@ -18,6 +18,7 @@ echo "1..2"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 ./libtool --mode=execute valgrind --quiet --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all \
+    --suppressions="${top_srcdir:-.}/t/valgrind.supp" \
     --error-exitcode=99 --log-file="$log" t/data_loader >/dev/null 2>&1
 rc=$?
 if [ $rc -eq 0 ]; then echo "ok 1 - t/data_loader passes under valgrind"; else echo "not ok 1 - t/data_loader under valgrind exited $rc"; fi

@@ -9,7 +9,7 @@ libphalanx_la_SOURCES += core/data/safetensors.c core/data/safetensors-impl.h co
 check_PROGRAMS += t/data_loader
 TESTS += t/data_loader t/data_valgrind.sh
 t_data_loader_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
-EXTRA_DIST += bench/torch/loader.py t/data/loader.txt t/data_valgrind.sh
+EXTRA_DIST += bench/torch/loader.py t/data/loader.txt t/data_valgrind.sh t/valgrind.supp
 
 # The loader on an accelerator: pinned batches, copies queued on the
 # loader's stream, against a device whose copies run late.

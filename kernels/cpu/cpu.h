@@ -180,6 +180,17 @@ void *px_cpu_scratch(int slot, size_t bytes);
 void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* GEMM through oneDNN's matmul (gemm-dnnl.c), the px_cpu_gemm contract
+ * on validated arguments with m, n, k > 0. PHX_EUNSUPPORTED, with no
+ * error set, when oneDNN has no implementation for these dtypes and
+ * strides or the build has no oneDNN: the caller takes the BLAS path. */
+phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                            int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                            phx_dtype cdt);
+/* 1 when the build has oneDNN and the CPU has AVX512-BF16 (as oneDNN
+ * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
+int px_cpu_dnnl_bf16_native(void);
+
 /* Sets the BLAS thread count (no-op without CBLAS). */
 void px_cpu_blas_threads(int n);
 /* OpenBLAS's process-wide thread count (1 without OpenBLAS). */

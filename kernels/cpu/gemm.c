@@ -1,8 +1,11 @@
-/* GEMM on the CPU: f32 straight to cblas_sgemm (no copies); f16/bf16
- * operands are widened to f32 in thread-local scratch, multiplied with f32
- * accumulation, and the result is rounded into C's dtype. */
+/* GEMM on the CPU: f32 straight to cblas_sgemm (no copies); bf16
+ * operands to oneDNN's matmul (gemm-dnnl.c) where the CPU multiplies
+ * bf16 in hardware; otherwise f16/bf16 operands are widened to f32 in
+ * thread-local scratch, multiplied with f32 accumulation, and the result
+ * is rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/env.md). */
 #include "config.h"
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef HAVE_CBLAS
 #include <cblas.h>
@@ -57,6 +60,63 @@ PX_INLINE void px_narrow(void *dst, int dt, int64_t ld, const float *src, int64_
         for (int64_t j = 0; j < cols; j++) px_st(dst, dt, r * ld + j, src[r * cols + j]);
 }
 
+typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_DNNL } gemm_path;
+
+/* PHX_CPU_GEMM: auto (or unset, empty), blas or dnnl. Read on each call
+ * (a getenv beside a GEMM costs nothing) so a test can force each path. */
+static phx_status gemm_path_env(gemm_path *path)
+{
+    const char *v = getenv("PHX_CPU_GEMM");
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        *path = GEMM_AUTO;
+    else if (strcmp(v, "blas") == 0)
+        *path = GEMM_BLAS;
+    else if (strcmp(v, "dnnl") == 0)
+        *path = GEMM_DNNL;
+    else
+        return phx_error(PHX_EINVAL, "gemm: PHX_CPU_GEMM=%s, expected auto, blas or dnnl", v);
+#ifndef HAVE_DNNL
+    if (*path == GEMM_DNNL)
+        return phx_error(PHX_EUNSUPPORTED,
+                         "gemm: PHX_CPU_GEMM=dnnl, but this build has no oneDNN (configure "
+                         "--with-dnnl; apt-get install libdnnl-dev)");
+#endif
+    return PHX_OK;
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+/* f16 rows into f32 with F16C's vcvtph2ps, 8 at a time (exact, like the
+ * scalar conversion: operands here are never written back) */
+__attribute__((target("avx,f16c"))) static void widen_f16c(float *dst, const uint16_t *src, int64_t rows, int64_t cols,
+                                                           int64_t ld)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *s = src + r * ld;
+        float *d = dst + r * cols;
+        int64_t j = 0;
+        for (; j + 8 <= cols; j += 8)
+            _mm256_storeu_ps(d + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + j))));
+        for (; j < cols; j++) d[j] = phx_f16_to_f32(s[j]);
+    }
+}
+
+static int have_f16c(void)
+{
+    return __builtin_cpu_supports("f16c");
+}
+#else
+static void widen_f16c(float *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t ld)
+{
+    px_widen(dst, src, PHX_F16, rows, cols, ld);
+}
+
+static int have_f16c(void)
+{
+    return 0;
+}
+#endif
+
 static int is_float(phx_dtype dt)
 {
     return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16;
@@ -79,15 +139,30 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
         return phx_error(PHX_EINVAL, "gemm: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, %lld",
                          (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols, (long long)b_cols,
                          (long long)n);
+    gemm_path path;
+    phx_status st = gemm_path_env(&path);
+    if (st != PHX_OK) return st;
     if (m == 0 || n == 0) return PHX_OK;
+
+    /* bf16 on oneDNN: automatically where the CPU has AVX512-BF16, always
+     * when forced (then on oneDNN's own fallback ISA); f16 and f32 stay on
+     * BLAS (oneDNN has no f16 matmul without AVX512-FP16, and its f32 is
+     * not clearly faster than OpenBLAS's sgemm here: doc/tensors.md). */
+    if (adt == PHX_BF16 && k > 0 && (path == GEMM_DNNL || (path == GEMM_AUTO && px_cpu_dnnl_bf16_native()))) {
+        st = px_cpu_gemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
+        if (st != PHX_EUNSUPPORTED) return st;
+    }
 
     const float *af = a, *bf = b;
     if (adt != PHX_F32 && k > 0) {
         float *sa = px_cpu_scratch(0, (size_t)(a_rows * a_cols) * sizeof(float));
         float *sb = px_cpu_scratch(1, (size_t)(b_rows * b_cols) * sizeof(float));
         if (!sa || !sb) return PHX_ENOMEM;
-        PX_FLOAT_DISPATCH("gemm", adt,
-                          (px_widen(sa, a, DT, a_rows, a_cols, lda), px_widen(sb, b, DT, b_rows, b_cols, ldb)));
+        if (adt == PHX_F16 && have_f16c())
+            widen_f16c(sa, a, a_rows, a_cols, lda), widen_f16c(sb, b, b_rows, b_cols, ldb);
+        else
+            PX_FLOAT_DISPATCH("gemm", adt,
+                              (px_widen(sa, a, DT, a_rows, a_cols, lda), px_widen(sb, b, DT, b_rows, b_cols, ldb)));
         af = sa, lda = a_cols;
         bf = sb, ldb = b_cols;
     }
@@ -96,7 +171,7 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
     if (beta != 0.0f) PX_FLOAT_DISPATCH("gemm", cdt, px_widen(sc, c, DT, m, n, ldc));
-    phx_status st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n);
+    st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n);
     if (st != PHX_OK) return st;
     PX_FLOAT_DISPATCH("gemm", cdt, px_narrow(c, DT, ldc, sc, m, n));
     return PHX_OK;

@@ -49,7 +49,7 @@ fuzz: all
 	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(DEFS) $(AM_CPPFLAGS) $(CPPFLAGS) $(BLAS_CFLAGS) \
 	    $(JANSSON_CFLAGS) $(ZLIB_CFLAGS) $(CRYPTO_CFLAGS) -w -o t/fuzz/bin/$$t $(srcdir)/t/fuzz/$$t.c \
 	    `for f in $(fuzz_lib_sources); do echo $(srcdir)/$$f; done` \
-	    $(BLAS_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) $(CRYPTO_LIBS) -ldl -lm -pthread || exit 1; \
+	    $(BLAS_LIBS) $(DNNL_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) $(CRYPTO_LIBS) -ldl -lm -pthread || exit 1; \
 	  rm -rf t/fuzz/bin/$$t.corpus; cp -r $(srcdir)/t/fuzz/corpus/$$t t/fuzz/bin/$$t.corpus; \
 	  chmod -R u+w t/fuzz/bin/$$t.corpus; \
 	  echo "  FUZZ     $$t: $(FUZZ_SECONDS) s"; \

@@ -1,0 +1,227 @@
+/* GEMM through oneDNN's matmul: bf16 operands straight from the tensors
+ * (no f32 copies) into oneDNN's brgemm kernels, which multiply with
+ * AVX512-BF16 (vdpbf16ps) or AMX and accumulate in f32. alpha is an
+ * output scale and beta a sum post-op, so C = alpha op(A) op(B) + beta C
+ * is one pass; beta = 0 has no post-op and never reads C.
+ *
+ * Threads: oneDNN runs on OpenMP, whose idle workers spin while
+ * OpenBLAS's threads run the f32 work of the same step (and the other way
+ * round): on a machine with as many threads as cores each library then
+ * loses half its cores. So oneDNN always runs on one OpenMP thread, and
+ * with n BLAS threads C is cut into n blocks of rows (or of columns when
+ * C is short) run on a per-thread pool of n - 1 workers that sleep when
+ * idle (core/dp/dp-pool.h). DataParallel's replicas, on one BLAS thread
+ * each, call oneDNN directly.
+ *
+ * oneDNN's primitive cache keeps a primitive per shape, so creating one
+ * per call costs microseconds once warm. The engine is made once per
+ * process and never changes; each thread has its own stream. */
+#include "config.h"
+#include "kernels/cpu/cpu.h"
+
+#ifdef HAVE_DNNL
+#include <omp.h>
+#include <pthread.h>
+#include <oneapi/dnnl/dnnl.h>
+#include "core/dp/dp-pool.h"
+
+#define PX_DNNL_MAX_BLOCKS 256
+
+static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t dnnl_engine;
+static int dnnl_bf16_isa;
+static pthread_key_t dnnl_stream_key, dnnl_pool_key;
+
+static void stream_destroy(void *s)
+{
+    dnnl_stream_destroy(s);
+}
+
+static void pool_destroy(void *p)
+{
+    px_pool_free(p);
+}
+
+static void dnnl_init(void)
+{
+    if (dnnl_engine_create(&dnnl_engine, dnnl_cpu, 0) != dnnl_success) dnnl_engine = NULL;
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    dnnl_bf16_isa = (isa & bf16) == bf16;
+    pthread_key_create(&dnnl_stream_key, stream_destroy);
+    pthread_key_create(&dnnl_pool_key, pool_destroy);
+}
+
+int px_cpu_dnnl_bf16_native(void)
+{
+    pthread_once(&dnnl_once, dnnl_init);
+    return dnnl_engine && dnnl_bf16_isa;
+}
+
+static dnnl_data_type_t dnnl_type(phx_dtype dt)
+{
+    return dt == PHX_BF16 ? dnnl_bf16 : dt == PHX_F16 ? dnnl_f16 : dnnl_f32;
+}
+
+/* rows x cols, row-major with leading dim ld, or its transpose in place */
+static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, int trans, int64_t rows, int64_t cols, int64_t ld,
+                                 phx_dtype dt)
+{
+    dnnl_dims_t dims = {rows, cols}, strides = {trans ? 1 : ld, trans ? ld : 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_type(dt), strides);
+}
+
+typedef struct {
+    int trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const char *a, *b;
+    char *c;
+    phx_dtype adt, cdt;
+} gemm_args;
+
+typedef struct {
+    dnnl_primitive_desc_t pd;
+    dnnl_memory_desc_t ad, bd, cd;
+} matmul_pd;
+
+/* The primitive descriptor of an m x n block; dnnl_unimplemented when
+ * oneDNN has no kernel for these dtypes and strides. */
+static dnnl_status_t block_pd(const gemm_args *g, int64_t m, int64_t n, matmul_pd *p)
+{
+    dnnl_matmul_desc_t desc;
+    dnnl_status_t s;
+    if ((s = matrix_desc(&p->ad, g->trans_a, m, g->k, g->lda, g->adt)) ||
+        (s = matrix_desc(&p->bd, g->trans_b, g->k, n, g->ldb, g->adt)) ||
+        (s = matrix_desc(&p->cd, 0, m, n, g->ldc, g->cdt)) ||
+        (s = dnnl_matmul_desc_init(&desc, &p->ad, &p->bd, NULL, &p->cd)))
+        return s;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    s = dnnl_primitive_attr_create(&attr);
+    if (s == dnnl_success && g->alpha != 1.0f) s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha);
+    if (s == dnnl_success && g->beta != 0.0f && (s = dnnl_post_ops_create(&ops)) == dnnl_success) {
+        s = dnnl_post_ops_append_sum(ops, g->beta);
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(attr, ops);
+        dnnl_post_ops_destroy(ops);
+    }
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&p->pd, &desc, attr, dnnl_engine, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    return s;
+}
+
+/* C rows i0 .. i0+m-1, columns j0 .. j0+n-1 on the calling thread */
+static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+    size_t ea = phx_dtype_size(g->adt), ec = phx_dtype_size(g->cdt);
+    const char *a = g->a + (size_t)(g->trans_a ? i0 : i0 * g->lda) * ea;
+    const char *b = g->b + (size_t)(g->trans_b ? j0 * g->ldb : j0) * ea;
+    char *c = g->c + (size_t)(i0 * g->ldc + j0) * ec;
+    matmul_pd p;
+    dnnl_status_t s = block_pd(g, m, n, &p);
+    if (s != dnnl_success) return s;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t am = NULL, bm = NULL, cm = NULL;
+    s = dnnl_primitive_create(&prim, p.pd);
+    dnnl_primitive_desc_destroy(p.pd);
+    dnnl_stream_t stream = pthread_getspecific(dnnl_stream_key);
+    if (s == dnnl_success && !stream &&
+        (s = dnnl_stream_create(&stream, dnnl_engine, dnnl_stream_default_flags)) == dnnl_success)
+        pthread_setspecific(dnnl_stream_key, stream);
+    if (s == dnnl_success) s = dnnl_memory_create(&am, &p.ad, dnnl_engine, (void *)a);
+    if (s == dnnl_success) s = dnnl_memory_create(&bm, &p.bd, dnnl_engine, (void *)b);
+    if (s == dnnl_success) s = dnnl_memory_create(&cm, &p.cd, dnnl_engine, c);
+    if (s == dnnl_success) {
+        if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+        s = dnnl_primitive_execute(prim, stream, 3, args);
+        if (s == dnnl_success) s = dnnl_stream_wait(stream);
+    }
+    dnnl_memory_destroy(am);
+    dnnl_memory_destroy(bm);
+    dnnl_memory_destroy(cm);
+    dnnl_primitive_destroy(prim);
+    return s;
+}
+
+typedef struct {
+    const gemm_args *g;
+    int by_rows;
+    int64_t step;
+    dnnl_status_t st[PX_DNNL_MAX_BLOCKS];
+} block_job;
+
+static void block_task(void *arg, size_t i)
+{
+    block_job *j = arg;
+    const gemm_args *g = j->g;
+    int64_t total = j->by_rows ? g->m : g->n, lo = (int64_t)i * j->step;
+    int64_t len = total - lo < j->step ? total - lo : j->step;
+    j->st[i] = j->by_rows ? block_run(g, lo, len, 0, g->n) : block_run(g, 0, g->m, lo, len);
+}
+
+/* This thread's pool of n tasks, made (or remade) on demand */
+static px_pool *thread_pool(size_t n)
+{
+    px_pool *p = pthread_getspecific(dnnl_pool_key);
+    if (p && px_pool_size(p) == n) return p;
+    px_pool_free(p);
+    pthread_setspecific(dnnl_pool_key, NULL);
+    if (!(p = px_pool_new(n))) return NULL;
+    pthread_setspecific(dnnl_pool_key, p);
+    return p;
+}
+
+phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                            int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                            phx_dtype cdt)
+{
+    pthread_once(&dnnl_once, dnnl_init);
+    if (!dnnl_engine) return PHX_EUNSUPPORTED;
+    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt};
+
+    /* blocks of at least 32 rows (or columns), at most one per BLAS thread */
+    int threads = px_cpu_blas_get_threads();
+    if (threads > PX_DNNL_MAX_BLOCKS) threads = PX_DNNL_MAX_BLOCKS;
+    int by_rows = m >= n;
+    int64_t span = by_rows ? m : n, blocks = span / 32;
+    if (blocks > threads) blocks = threads;
+    px_pool *pool = blocks > 1 ? thread_pool((size_t)threads) : NULL;
+    dnnl_status_t s;
+    if (!pool) {
+        /* no kernel for these dtypes or strides: the caller widens */
+        s = block_run(&g, 0, m, 0, n);
+        if (s == dnnl_unimplemented) return PHX_EUNSUPPORTED;
+    } else {
+        /* the same check before any block writes C */
+        matmul_pd probe;
+        s = block_pd(&g, m, n, &probe);
+        if (s == dnnl_unimplemented) return PHX_EUNSUPPORTED;
+        if (s != dnnl_success)
+            return phx_error(PHX_EINTERNAL, "gemm: oneDNN matmul setup failed (dnnl_status_t %d)", (int)s);
+        dnnl_primitive_desc_destroy(probe.pd);
+        block_job job;
+        job.g = &g, job.by_rows = by_rows;
+        job.step = (span + blocks - 1) / blocks;
+        job.step = (job.step + 15) / 16 * 16;
+        blocks = (span + job.step - 1) / job.step;
+        px_pool_run(pool, (size_t)blocks, block_task, &job);
+        for (int64_t i = 0; i < blocks && s == dnnl_success; i++) s = job.st[i];
+    }
+    return s == dnnl_success ? PHX_OK
+                             : phx_error(PHX_EINTERNAL, "gemm: oneDNN matmul failed (dnnl_status_t %d)", (int)s);
+}
+#else
+int px_cpu_dnnl_bf16_native(void)
+{
+    return 0;
+}
+
+phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                            int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                            phx_dtype cdt)
+{
+    (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)adt, (void)beta, (void)c, (void)ldc, (void)cdt;
+    return PHX_EUNSUPPORTED;
+}
+#endif
