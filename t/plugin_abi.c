@@ -1,5 +1,5 @@
 /* Plugin ABI evolution: plugins built against the frozen ABI 1.0 headers
- * (t/abi-1.0) load and work under this 1.1 core; an optional slot left
+ * (t/abi-1.0) load and work under this core; an optional slot left
  * NULL gets the core's default; a NULL required slot and a major-2 plugin
  * are rejected with messages naming the slot or both versions. The slot
  * tables themselves are checked against the structs. Test plugins:
@@ -159,7 +159,7 @@ int main(void)
     phx_comm *c = NULL;
     is_int(phx_comm_init(&o, &c), PHX_EABI, "required broadcast NULL: PHX_EABI");
     like(phx_last_error(),
-         "phx_comm_init: comm plugin 'nobcast' (ABI 1.1): required slot phx_comm_v1.broadcast "
+         "phx_comm_init: comm plugin 'nobcast' (ABI 1." PX_XSTR(PHX_PLUGIN_ABI_MINOR) "): required slot phx_comm_v1.broadcast "
          "(since ABI 1.0) is NULL",
          "... naming the plugin and the slot");
     ok(c == NULL, "... and no communicator");
@@ -168,7 +168,7 @@ int main(void)
     o.backend = "major2";
     is_int(phx_comm_init(&o, &c), PHX_EABI, "major 2: PHX_EABI");
     like(phx_last_error(),
-         "phx-comm-major2.so): plugin ABI 2.0, but this Phalanx implements plugin ABI 1.1 and "
+         "phx-comm-major2.so): plugin ABI 2.0, but this Phalanx implements plugin ABI 1." PX_XSTR(PHX_PLUGIN_ABI_MINOR) " and "
          "loads ABI 1.0 or a newer 1.x (the major must be equal)",
          "... naming both versions");
     phx_plugin_info infos[16];

@@ -202,7 +202,7 @@ static void test_errors(void)
     broken("func", PHX_EABI, "phx_plugin_v1 is a function, expected a data object", "func");
     broken("tiny", PHX_EABI, "phx_plugin_v1 is 8 bytes, too small for a descriptor", "tiny");
     broken("badmajor", PHX_EABI,
-           "plugin ABI 2.0, but this Phalanx implements plugin ABI 1.1 and loads ABI 1.0 or a newer 1.x", "badmajor");
+           "plugin ABI 2.0, but this Phalanx implements plugin ABI 1." PX_XSTR(PHX_PLUGIN_ABI_MINOR) " and loads ABI 1.0 or a newer 1.x", "badmajor");
     snprintf(buf, sizeof buf, "descriptor struct_size is 24 bytes, expected at least %zu", sizeof(phx_plugin_desc));
     broken("small", PHX_EABI, buf, "small");
     broken("wrongkind", PHX_EABI, "descriptor kind is 2 (precision) but the file name says comm", "wrongkind");

@@ -1,8 +1,9 @@
 /* The "minor too old" loader error. This Phalanx loads every minor from
  * 0 on, so this test builds its own copy of the loader
  * (core/plugin/plugin.c, core/plugin/plugin-find.c) with
- * PX_PLUGIN_MINOR_OLDEST=2, as a Phalanx that dropped minors 0 and 1
- * would be. The test plugins are built with this tree's minor (1). */
+ * PX_PLUGIN_MINOR_OLDEST one past this tree's minor, as a Phalanx that
+ * dropped every minor up to this one would be. The test plugins are built with this tree's minor, so the
+ * loader here needs PHX_PLUGIN_ABI_MINOR + 1. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,17 +27,21 @@ int main(void)
     plan(9);
     setenv("PHX_PLUGIN_PATH", L, 1);
 
-    is_int(phx_plugin_load(PHX_PLUGIN_COMM, "alpha", &ctx, &d), PHX_EABI, "ABI 1.1 plugin, loader needs 1.2: PHX_EABI");
+    const int m = PHX_PLUGIN_ABI_MINOR;
+    char want[160];
+    is_int(phx_plugin_load(PHX_PLUGIN_COMM, "alpha", &ctx, &d), PHX_EABI,
+           "plugin of this tree's minor, loader needs the next one: PHX_EABI");
     ok(d == NULL, "*out unchanged");
     like(phx_last_error(), path, "the message names the file");
-    like(phx_last_error(), "plugin ABI 1.1 is too old: this Phalanx (plugin ABI 1.1) needs ABI 1.2 or newer",
-         "and the versions");
+    snprintf(want, sizeof want, "plugin ABI 1.%d is too old: this Phalanx (plugin ABI 1.%d) needs ABI 1.%d or newer", m,
+             m, m + 1);
+    like(phx_last_error(), want, "and the versions");
     ok(getenv("FAKE_PROBED_alpha") == NULL, "no plugin code ran (probe never called)");
 
     is_int(phx_plugin_load(PHX_PLUGIN_COMM, "future", &ctx, &d), PHX_OK, "ABI 1.7 plugin: accepted");
     ok(d && d->abi_minor == 7 && strcmp(d->name, "future") == 0, "it is future, minor 7");
     d = NULL;
     is_int(phx_plugin_load(PHX_PLUGIN_COMM, NULL, &ctx, &d), PHX_OK, "unset: the best acceptable plugin");
-    is_str(d ? d->name : NULL, "future", "only future is new enough (beta, priority 20, is 1.1)");
+    is_str(d ? d->name : NULL, "future", "only future is new enough (beta, priority 20, has this tree's minor)");
     return done_testing();
 }

@@ -3,6 +3,10 @@
 #ifndef PHX_TAP_H
 #define PHX_TAP_H
 
+/* A macro's value as a string literal (PX_XSTR(PHX_PLUGIN_ABI_MINOR) is "2"). */
+#define PX_STR(x) #x
+#define PX_XSTR(x) PX_STR(x)
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -90,7 +90,7 @@ TESTS += t/plugin_loader t/plugin_minor
 t_plugin_loader_SOURCES = t/plugin_loader.c
 t_plugin_loader_LDADD = libphalanx.la
 t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c
-t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_OLDEST=2
+t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_OLDEST='(PHX_PLUGIN_ABI_MINOR + 1)'
 t_plugin_minor_LDADD = libphalanx.la
 
 # ---- the out-of-tree plugin: installs into a scratch root, builds

@@ -21,7 +21,7 @@ extern "C" {
  *        the plugin author's kit (phalanx/plugin/kit.h); the kernel
  *        slots gemm_batched .. sum_squares (transformers, kernels_v1.def) */
 #define PHX_PLUGIN_ABI_MAJOR 1
-#define PHX_PLUGIN_ABI_MINOR 1
+#define PHX_PLUGIN_ABI_MINOR 2
 #define PHX_PLUGIN_ABI_MINOR_OLDEST 0
 
 typedef enum phx_plugin_kind { PHX_PLUGIN_COMM = 1, PHX_PLUGIN_PRECISION = 2, PHX_PLUGIN_DEVICE = 3 } phx_plugin_kind;

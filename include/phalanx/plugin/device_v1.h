@@ -37,6 +37,20 @@ typedef struct phx_adam_hparams {
     int amsgrad, decoupled;
 } phx_adam_hparams;
 
+/* A 2-D window over NCHW images (minor 2): convolution and pooling. The
+ * input is (n, c, h, w), the output (n, k, oh, ow); a convolution's weight
+ * is (k, c / groups, kh, kw), pooling has k = c and groups = c. pad_h and
+ * pad_w are the top and left padding; oh and ow are given, normally
+ * (h + 2 pad_h - dil_h (kh - 1) - 1) / stride_h + 1, and positions past
+ * the bottom/right edge count as padding. */
+typedef struct phx_conv2d_desc {
+    int64_t n, c, h, w;
+    int64_t k, kh, kw;
+    int64_t oh, ow;
+    int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+    int64_t groups;
+} phx_conv2d_desc;
+
 /* One function pointer per line of kernels_v1.def, in its order: that file
  * documents each slot and the minor that added it. */
 typedef struct phx_kernels_v1 {
