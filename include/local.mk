@@ -6,7 +6,7 @@ phalanxinc_HEADERS += \
 	include/phalanx/ddp.h include/phalanx/dp.h include/phalanx/sampler.h \
 	include/phalanx/checkpoint.h include/phalanx/data.h include/phalanx/plugin.h \
 	include/phalanx/metrics.h
-phalanxinc_HEADERS += include/phalanx/transformer.h include/phalanx/schedule.h
+phalanxinc_HEADERS += include/phalanx/transformer.h include/phalanx/cnn.h include/phalanx/schedule.h
 phalanxplugin_HEADERS += \
 	include/phalanx/plugin/comm_v1.h include/phalanx/plugin/precision_v1.h \
 	include/phalanx/plugin/device_v1.h include/phalanx/plugin/kernels_v1.def \

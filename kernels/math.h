@@ -512,4 +512,17 @@ PHX_HD PHX_FI static inline float phx_ln_dx(float g, float xhat, float rstd, flo
     return rstd * (g - mean_g - xhat * mean_gx);
 }
 
+/* ---- BatchNorm (kernels/cpu/batchnorm.c, kernels/cuda/batchnorm.cu) ---- */
+/* 1/sqrt(var + eps), var the biased variance (or the running estimate) */
+PHX_HD PHX_FI static inline float phx_bn_invstd(float var, float eps)
+{
+    return 1.0f / sqrtf(var + eps);
+}
+/* dx = (dy - mean_dy - xmu k) scale with xmu = x - mean, k = mean(dy xmu)
+ * istd^2 and scale = istd w (k = mean_dy = 0 for fixed statistics) */
+PHX_HD PHX_FI static inline float phx_bn_dx(float dy, float xmu, float mean_dy, float k, float scale)
+{
+    return (dy - mean_dy - xmu * k) * scale;
+}
+
 #endif

@@ -67,11 +67,43 @@ phx_status px_dy_mismatch(const char *who, const phx_tensor *dy, const phx_tenso
 
 phx_module *px_module_clone_values(phx_module *clone, const phx_module *self)
 {
-    if (!clone || self->n_params == 0) return clone;
-    if (phx_module_to(clone, self->params[0]->value->storage->device) != PHX_OK ||
-        px_module_copy_params(clone, self) != PHX_OK) {
+    if (!clone || (self->n_params == 0 && self->n_buffers == 0)) return clone;
+    if ((self->n_params && phx_module_to(clone, self->params[0]->value->storage->device) != PHX_OK) ||
+        px_module_copy_params(clone, self) != PHX_OK || px_module_copy_buffers(clone, self) != PHX_OK) {
         phx_module_free(clone);
         return NULL;
     }
     return clone;
+}
+
+const phx_tensor *px_weight_operand(px_buf *wc, uint64_t *wc_version, phx_param *w, phx_dtype dt, phx_status *st)
+{
+    phx_tensor *v = w->value;
+    *st = PHX_OK;
+    if (dt == PHX_F32) return v;
+    phx_tensor *c;
+    bool fresh = wc->view && wc->view->dtype == dt && phx_device_equal(wc->view->storage->device, v->storage->device);
+    if ((*st = px_buf_get(wc, dt, v->ndim, v->shape, v->storage->device, &c)) != PHX_OK) return NULL;
+    if (!fresh || *wc_version != phx_param_version(w)) {
+        if ((*st = phx_tensor_cast(c, v)) != PHX_OK) return NULL;
+        *wc_version = phx_param_version(w);
+    }
+    return c;
+}
+
+phx_status px_check_same_device(const char *who, const phx_tensor *x, const phx_tensor *w)
+{
+    if (phx_device_equal(x->storage->device, w->storage->device)) return PHX_OK;
+    char a[32], b[32];
+    return phx_error(PHX_EINVAL, "%s: input on %s, weights on %s", who, phx_device_name(x->storage->device, a, sizeof a),
+                     phx_device_name(w->storage->device, b, sizeof b));
+}
+
+phx_param *px_add_filled_param(phx_module *m, const char *name, int64_t dim, double v)
+{
+    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &dim, phx_cpu());
+    phx_param *p = NULL;
+    if (t && phx_tensor_fill(t, v) == PHX_OK) p = phx_module_add_param(m, name, t);
+    if (!p) phx_tensor_free(t);
+    return p;
 }

@@ -90,15 +90,6 @@ static const phx_module_vtable layernorm_vt = {
     .clone = ln_clone,
 };
 
-static phx_param *add_filled(phx_module *m, const char *name, int64_t dim, double v)
-{
-    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &dim, phx_cpu());
-    phx_param *p = NULL;
-    if (t && phx_tensor_fill(t, v) == PHX_OK) p = phx_module_add_param(m, name, t);
-    if (!p) phx_tensor_free(t);
-    return p;
-}
-
 phx_module *phx_layernorm_new(int64_t dim, float eps, bool affine)
 {
     if (dim <= 0 || !(eps >= 0.0f)) {
@@ -110,7 +101,7 @@ phx_module *phx_layernorm_new(int64_t dim, float eps, bool affine)
     if (!m) return NULL;
     L->dim = dim;
     L->eps = eps;
-    if (affine && (!(L->w = add_filled(m, "weight", dim, 1.0)) || !(L->b = add_filled(m, "bias", dim, 0.0)))) {
+    if (affine && (!(L->w = px_add_filled_param(m, "weight", dim, 1.0)) || !(L->b = px_add_filled_param(m, "bias", dim, 0.0)))) {
         phx_module_free(m);
         return NULL;
     }

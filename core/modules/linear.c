@@ -21,18 +21,7 @@ typedef struct linear {
 
 static const phx_tensor *weight_operand(linear *L, phx_dtype dt, phx_status *st)
 {
-    phx_tensor *w = L->w->value;
-    *st = PHX_OK;
-    if (dt == PHX_F32) return w;
-    phx_tensor *c;
-    bool fresh =
-        L->wc.view && L->wc.view->dtype == dt && phx_device_equal(L->wc.view->storage->device, w->storage->device);
-    if ((*st = px_buf_get(&L->wc, dt, 2, w->shape, w->storage->device, &c)) != PHX_OK) return NULL;
-    if (!fresh || L->wc_version != phx_param_version(L->w)) {
-        if ((*st = phx_tensor_cast(c, w)) != PHX_OK) return NULL;
-        L->wc_version = phx_param_version(L->w);
-    }
-    return c;
+    return px_weight_operand(&L->wc, &L->wc_version, L->w, dt, st);
 }
 
 static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
@@ -44,11 +33,7 @@ static phx_status linear_forward(phx_module *self, const phx_tensor *x, phx_tens
         return phx_error(PHX_EINVAL, "phx_linear_forward: input has %lld features, layer expects %lld",
                          (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)L->in);
     phx_device dev = x->storage->device;
-    if (!phx_device_equal(dev, L->w->value->storage->device)) {
-        char a[32], b[32];
-        return phx_error(PHX_EINVAL, "phx_linear_forward: input on %s, weights on %s",
-                         phx_device_name(dev, a, sizeof a), phx_device_name(L->w->value->storage->device, b, sizeof b));
-    }
+    if ((st = px_check_same_device("phx_linear_forward", x, L->w->value)) != PHX_OK) return st;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
     phx_dtype dt = phx_module_compute_dtype(self);

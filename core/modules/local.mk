@@ -1,12 +1,15 @@
 # core/modules — the module vtable, parameters, hooks and the built-in
 # modules (doc/training.md). Tests are registered in core/train/local.mk.
-libphalanx_la_SOURCES += core/modules/module.c core/modules/module-impl.h core/modules/common.c \
+libphalanx_la_SOURCES += core/modules/module.c core/modules/module-impl.h core/modules/buffers.c core/modules/common.c \
 	core/modules/activation.c core/modules/activation.h \
 	core/modules/linear.c core/modules/relu.c core/modules/gelu.c core/modules/tanh.c \
 	core/modules/sigmoid.c core/modules/dropout.c core/modules/layernorm.c core/modules/sequential.c
 # transformers (doc/transformer.md)
 libphalanx_la_SOURCES += core/modules/transformer-impl.h core/modules/embedding.c core/modules/softmax.c \
 	core/modules/residual.c core/modules/attention.c core/modules/gpt.c
+# convolutional networks (doc/cnn.md)
+libphalanx_la_SOURCES += core/modules/cnn-impl.h core/modules/cnn.c core/modules/conv2d.c \
+	core/modules/batchnorm.c core/modules/pool.c
 # Tests of the transformer modules and training tools against PyTorch
 # (reference data from bench/torch/gpt.py in t/data).
 gpt_tests = t/gpt_modules t/gpt_train t/gpt_sched

@@ -23,6 +23,13 @@ typedef struct px_child {
     phx_module *m;
 } px_child;
 
+/* A module buffer: named non-parameter state. Modules keep the holder
+ * and read t at each use (phx_module_to and loading replace or fill it). */
+typedef struct px_buffer {
+    char *name; /* leaf name, "running_mean" */
+    phx_tensor *t;
+} px_buffer;
+
 struct phx_module {
     const phx_module_vtable *vt;
     void *ctx;
@@ -42,6 +49,14 @@ struct phx_module {
     size_t n_flat;
     phx_param **flat;
     char **flat_names;
+    /* Own buffers (core/modules/buffers.c) in registration order, and
+     * the whole tree's with dotted names, rebuilt lazily like flat. */
+    px_buffer **buffers;
+    size_t n_buffers, cap_buffers;
+    bool bflat_valid;
+    size_t n_bflat;
+    px_buffer **bflat;
+    char **bflat_names;
 };
 
 /* A device buffer reused across calls: allocated on first use, re-viewed
@@ -75,6 +90,22 @@ void px_module_copy_settings(phx_module *dst, const phx_module *src);
  * the two may be freed in either order. Call once, on a fresh wrapper; on
  * failure what was filled is freed with the wrapper. */
 phx_status px_module_adopt_params(phx_module *wrapper, const phx_module *model);
+
+/* ---- core/modules/buffers.c ------------------------------------------ */
+
+/* Registers buffer `name` of m (takes ownership of t, also on failure);
+ * NULL with phx_last_error on a bad or taken name. */
+px_buffer *px_module_add_buffer(phx_module *m, const char *name, phx_tensor *t);
+/* Frees m's buffers and its flat buffer list (phx_module_free). */
+void px_module_free_buffers(phx_module *m);
+/* Marks m's and its ancestors' flat buffer lists stale. */
+void px_module_buffers_changed(phx_module *m);
+/* Whether m has an own buffer named name. */
+bool px_module_has_buffer(const phx_module *m, const char *name);
+/* Copies the values of src's own buffers into dst's (clone slots). */
+phx_status px_module_copy_buffers(phx_module *dst, const phx_module *src);
+/* Moves the tree's buffers to dev (phx_module_to): all or nothing. */
+phx_status px_module_buffers_to(phx_module *m, phx_device dev);
 
 /* A module's own parameter i. */
 static inline phx_param *px_own_param(const phx_module *m, size_t i)
@@ -118,6 +149,18 @@ void px_io_free(px_io *io);
 bool px_dy_fits(const phx_tensor *dy, const phx_tensor *out);
 /* The EINVAL for a dy that does not fit the last forward's output out. */
 phx_status px_dy_mismatch(const char *who, const phx_tensor *dy, const phx_tensor *out);
+
+/* The weight operand of a product in compute dtype dt: w's f32 value, or
+ * its cast kept in wc and refreshed only when w's version moved past
+ * *wc_version (UINT64_MAX: none yet), i.e. once per optimizer step. NULL
+ * with *st on failure. */
+const phx_tensor *px_weight_operand(px_buf *wc, uint64_t *wc_version, phx_param *w, phx_dtype dt, phx_status *st);
+/* PHX_EINVAL naming both devices when x and w are on different ones. */
+phx_status px_check_same_device(const char *who, const phx_tensor *x, const phx_tensor *w);
+
+/* Registers an f32 parameter (dim) filled with v; NULL with
+ * phx_last_error. */
+phx_param *px_add_filled_param(phx_module *m, const char *name, int64_t dim, double v);
 
 /* The end of a clone slot: gives clone, a fresh module of self's type and
  * shapes, self's device and parameter values. clone itself when self has

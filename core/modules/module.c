@@ -128,6 +128,7 @@ phx_module *phx_module_child(const phx_module *m, size_t i)
 
 static void invalidate_flat(phx_module *m)
 {
+    px_module_buffers_changed(m);
     for (; m; m = m->parent) m->flat_valid = false;
 }
 
@@ -146,7 +147,7 @@ static bool name_taken(const phx_module *m, const char *name)
         if (strcmp(m->params[i]->name, name) == 0) return true;
     for (size_t i = 0; i < m->n_children; i++)
         if (strcmp(m->children[i].name, name) == 0) return true;
-    return false;
+    return px_module_has_buffer(m, name);
 }
 
 static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -243,6 +244,7 @@ void phx_module_free(phx_module *m)
         px_free(p);
     }
     free_flat(m);
+    px_module_free_buffers(m);
     px_free(m->children);
     px_free(m->params);
     phx_module *wrapped = m->wrapped;
@@ -395,9 +397,10 @@ phx_module *phx_module_clone(const phx_module *m)
     for (size_t i = 0; same && i < n; i++)
         same = strcmp(phx_module_param_name(c, i), phx_module_param_name(m, i)) == 0 &&
             phx_tensor_same_shape(phx_module_param(c, i)->value, phx_module_param(m, i)->value);
+    same = same && phx_module_num_buffers(c) == phx_module_num_buffers(m);
     if (!same) {
         phx_module_free(c);
-        phx_error(PHX_EINTERNAL, "phx_module_clone: clone of %s has different parameters", phx_module_type(m));
+        phx_error(PHX_EINTERNAL, "phx_module_clone: clone of %s has different parameters or buffers", phx_module_type(m));
         return NULL;
     }
     px_module_copy_settings(c, m);
@@ -499,7 +502,7 @@ phx_status phx_module_to(phx_module *m, phx_device dev)
         }
     }
     px_free(nv);
-    return st;
+    return st == PHX_OK ? px_module_buffers_to(m, dev) : st;
 }
 
 static void set_dtype(phx_module *m, const phx_precision *p, phx_dtype dt)

@@ -97,6 +97,21 @@ phx_status phx_module_to(phx_module *m, phx_device dev);
  * must outlive the module. */
 phx_status phx_module_set_precision(phx_module *m, const phx_precision *p);
 
+/* --- Buffers: named non-parameter state (BatchNorm's running_mean,
+ * running_var, num_batches_tracked), in PyTorch's named_buffers() order
+ * and state_dict names. Checkpoints save and load them, phx_module_to
+ * moves them, phx_module_clone copies them, DDP broadcasts them from rank
+ * 0; optimizers never touch them. A wrapper lists its model's. --- */
+
+/* Registers buffer `name` (no dots, not taken by a parameter or child) of
+ * any dtype; takes ownership of value, also on failure. */
+phx_status phx_module_add_buffer(phx_module *m, const char *name, phx_tensor *value);
+size_t phx_module_num_buffers(const phx_module *m);
+phx_tensor *phx_module_buffer(const phx_module *m, size_t i);
+/* Dotted name of buffer i ("1.running_mean"). Owned by m. */
+const char *phx_module_buffer_name(const phx_module *m, size_t i);
+phx_tensor *phx_module_find_buffer(const phx_module *m, const char *name);
+
 /* --- Parameters --- */
 
 /* Leaf name ("weight"). */

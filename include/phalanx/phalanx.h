@@ -25,6 +25,7 @@
 #include "phalanx/plugin.h"
 #include "phalanx/metrics.h"
 #include "phalanx/transformer.h"
+#include "phalanx/cnn.h"
 #include "phalanx/schedule.h"
 
 #ifdef __cplusplus

@@ -1,0 +1,152 @@
+/* BatchNorm on the CPU over x (n, c, hw), per channel, in the four steps
+ * SyncBatchNorm needs between its collectives (PyTorch's algorithm):
+ *   stats:          mean, biased var (two passes, f64 sums)
+ *   apply:          y = (x - mean) istd w + b, istd = 1/sqrt(var + eps)
+ *   backward_reduce sum_dy, sum_dy_xmu = sum dy (x - mean); dw += sum_dy_xmu istd, db += sum_dy
+ *   backward_apply  dx = (dy - sum_dy/N - (x - mean) istd^2 sum_dy_xmu/N) istd w */
+#include "config.h"
+#include "kernels/cpu/cpu.h"
+
+static phx_status bn_check(const char *who, int64_t n, int64_t c, int64_t hw, phx_dtype dt)
+{
+    if (n < 0 || c < 1 || hw < 1)
+        return phx_error(PHX_EINVAL, "%s: shape (%lld, %lld, %lld), expected n >= 0, channels and plane >= 1", who,
+                         (long long)n, (long long)c, (long long)hw);
+    if (!phx_dtype_is_float(dt))
+        return phx_error(PHX_EINVAL, "%s: dtype %s, expected f32, f16 or bf16", who, phx_dtype_name(dt));
+    return PHX_OK;
+}
+
+PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int dt, float *mean, float *var)
+{
+    double cnt = (double)(n * hw);
+    for (int64_t ch = 0; ch < c; ch++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < n; b++) {
+            int64_t o = (b * c + ch) * hw;
+            float acc = 0.0f;
+            for (int64_t i = 0; i < hw; i++) acc += px_ld(x, dt, o + i);
+            s += acc;
+        }
+        double m = cnt > 0 ? s / cnt : 0.0, q = 0.0;
+        float mf = (float)m;
+        for (int64_t b = 0; b < n; b++) {
+            int64_t o = (b * c + ch) * hw;
+            float acc = 0.0f;
+            for (int64_t i = 0; i < hw; i++) {
+                float dv = px_ld(x, dt, o + i) - mf;
+                acc += dv * dv;
+            }
+            q += acc;
+        }
+        mean[ch] = mf;
+        var[ch] = cnt > 0 ? (float)(q / cnt) : 0.0f;
+    }
+}
+
+PX_CLONES phx_status px_cpu_batchnorm_stats(int dev, int64_t n, int64_t c, int64_t hw, const void *x, phx_dtype dt,
+                                            float *mean, float *var)
+{
+    (void)dev;
+    phx_status st = bn_check("batchnorm_stats", n, c, hw, dt);
+    if (st != PHX_OK) return st;
+    PX_FLOAT_DISPATCH("batchnorm_stats", dt, px_bn_stats(n, c, hw, x, DT, mean, var));
+    return PHX_OK;
+}
+
+PX_INLINE void px_bn_apply(int64_t n, int64_t c, int64_t hw, const void *x, const float *mean, const float *var,
+                           float eps, const float *w, const float *b, void *y, int dt)
+{
+    for (int64_t ch = 0; ch < c; ch++) {
+        float istd = phx_bn_invstd(var[ch], eps);
+        float scale = istd * (w ? w[ch] : 1.0f);
+        float shift = (b ? b[ch] : 0.0f) - mean[ch] * scale;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t o = (i * c + ch) * hw;
+            for (int64_t j = 0; j < hw; j++) px_st(y, dt, o + j, px_ld(x, dt, o + j) * scale + shift);
+        }
+    }
+}
+
+PX_CLONES phx_status px_cpu_batchnorm_apply(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
+                                            const float *mean, const float *var, float eps, const float *w,
+                                            const float *b, void *y, phx_dtype dt)
+{
+    (void)dev;
+    phx_status st = bn_check("batchnorm_apply", n, c, hw, dt);
+    if (st != PHX_OK) return st;
+    if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "batchnorm_apply: eps=%g, expected >= 0", (double)eps);
+    PX_FLOAT_DISPATCH("batchnorm_apply", dt, px_bn_apply(n, c, hw, x, mean, var, eps, w, b, y, DT));
+    return PHX_OK;
+}
+
+PX_INLINE void px_bn_reduce(int64_t n, int64_t c, int64_t hw, const void *x, const void *dy, int dt, const float *mean,
+                            const float *var, float eps, float *sum_dy, float *sum_dy_xmu, float *dw, float *db)
+{
+    for (int64_t ch = 0; ch < c; ch++) {
+        double sd = 0.0, sdx = 0.0;
+        float m = mean[ch];
+        for (int64_t i = 0; i < n; i++) {
+            int64_t o = (i * c + ch) * hw;
+            float a = 0.0f, ax = 0.0f;
+            for (int64_t j = 0; j < hw; j++) {
+                float g = px_ld(dy, dt, o + j);
+                a += g;
+                ax += g * (px_ld(x, dt, o + j) - m);
+            }
+            sd += a;
+            sdx += ax;
+        }
+        sum_dy[ch] = (float)sd;
+        sum_dy_xmu[ch] = (float)sdx;
+        if (dw) dw[ch] += (float)sdx * phx_bn_invstd(var[ch], eps);
+        if (db) db[ch] += (float)sd;
+    }
+}
+
+PX_CLONES phx_status px_cpu_batchnorm_backward_reduce(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
+                                                      const void *dy, phx_dtype dt, const float *mean,
+                                                      const float *var, float eps, float *sum_dy, float *sum_dy_xmu,
+                                                      float *dw, float *db)
+{
+    (void)dev;
+    phx_status st = bn_check("batchnorm_backward_reduce", n, c, hw, dt);
+    if (st != PHX_OK) return st;
+    PX_FLOAT_DISPATCH("batchnorm_backward_reduce", dt,
+                      px_bn_reduce(n, c, hw, x, dy, DT, mean, var, eps, sum_dy, sum_dy_xmu, dw, db));
+    return PHX_OK;
+}
+
+PX_INLINE void px_bn_dx(int64_t n, int64_t c, int64_t hw, const void *x, const void *dy, int dt, const float *mean,
+                        const float *var, float eps, const float *w, const float *sum_dy, const float *sum_dy_xmu,
+                        double count, void *dx)
+{
+    for (int64_t ch = 0; ch < c; ch++) {
+        float istd = phx_bn_invstd(var[ch], eps);
+        float scale = istd * (w ? w[ch] : 1.0f);
+        float mdy = sum_dy ? (float)(sum_dy[ch] / count) : 0.0f;
+        float k = sum_dy ? (float)(sum_dy_xmu[ch] / count) * istd * istd : 0.0f;
+        float m = mean[ch];
+        for (int64_t i = 0; i < n; i++) {
+            int64_t o = (i * c + ch) * hw;
+            for (int64_t j = 0; j < hw; j++)
+                px_st(dx, dt, o + j, phx_bn_dx(px_ld(dy, dt, o + j), px_ld(x, dt, o + j) - m, mdy, k, scale));
+        }
+    }
+}
+
+PX_CLONES phx_status px_cpu_batchnorm_backward_apply(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
+                                                     const void *dy, phx_dtype dt, const float *mean,
+                                                     const float *var, float eps, const float *w,
+                                                     const float *sum_dy, const float *sum_dy_xmu, double count,
+                                                     void *dx)
+{
+    (void)dev;
+    phx_status st = bn_check("batchnorm_backward_apply", n, c, hw, dt);
+    if (st != PHX_OK) return st;
+    if (sum_dy && !(count > 0))
+        return phx_error(PHX_EINVAL, "batchnorm_backward_apply: count %g, expected > 0", count);
+    PX_FLOAT_DISPATCH("batchnorm_backward_apply", dt,
+                      px_bn_dx(n, c, hw, x, dy, DT, mean, var, eps, w, sum_dy, sum_dy_xmu, count, dx));
+    return PHX_OK;
+}

@@ -1,0 +1,237 @@
+/* 2-D convolution on the CPU: im2col + OpenBLAS sgemm (doc/cnn.md says
+ * why this and not oneDNN). Images are taken in chunks whose column
+ * matrix fits PX_COL_FLOATS; for each chunk and group g:
+ *   col  (C/g kh kw, B oh ow) <- the input windows (0 outside the input)
+ *   forward:         Y_g (K/g, B oh ow) = W_g col, then scattered to NCHW + bias
+ *   backward data:   dcol = W_g^T dY_g, added back into dx (col2im)
+ *   backward weight: dW_g += dY_g col^T, db += row sums of dY_g
+ * Activations in f16/bf16 are widened while building col and rounded once
+ * on the way out; all GEMMs are f32. Scratch: slot 0 col, 1 the gathered
+ * dY or Y, 2 the f32 weight. */
+#include "config.h"
+#include <string.h>
+#include "kernels/cpu/cpu.h"
+
+#define PX_COL_FLOATS ((int64_t)4 << 20) /* 16 MiB of column matrix per chunk */
+
+typedef struct conv_geom {
+    int64_t cg, kg; /* input and output channels per group */
+    int64_t rows; /* cg kh kw: rows of col */
+    int64_t ohw, hw;
+    int64_t chunk; /* images per chunk */
+} conv_geom;
+
+static phx_status conv_check(const char *who, const phx_conv2d_desc *d, conv_geom *g)
+{
+    if (!d) return phx_error(PHX_EINVAL, "%s: NULL descriptor", who);
+    if (d->n < 0 || d->c < 1 || d->h < 1 || d->w < 1 || d->k < 1 || d->kh < 1 || d->kw < 1 || d->oh < 1 || d->ow < 1 ||
+        d->stride_h < 1 || d->stride_w < 1 || d->pad_h < 0 || d->pad_w < 0 || d->dil_h < 1 || d->dil_w < 1 ||
+        d->groups < 1 || d->c % d->groups || d->k % d->groups)
+        return phx_error(PHX_EINVAL,
+                         "%s: input (%lld, %lld, %lld, %lld), %lld outputs, kernel %lldx%lld, output %lldx%lld, "
+                         "stride %lld/%lld, padding %lld/%lld, dilation %lld/%lld, groups %lld: expected positive "
+                         "sizes, padding >= 0 and groups dividing both channel counts",
+                         who, (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->k,
+                         (long long)d->kh, (long long)d->kw, (long long)d->oh, (long long)d->ow,
+                         (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w,
+                         (long long)d->dil_h, (long long)d->dil_w, (long long)d->groups);
+    g->cg = d->c / d->groups;
+    g->kg = d->k / d->groups;
+    g->rows = g->cg * d->kh * d->kw;
+    g->ohw = d->oh * d->ow;
+    g->hw = d->h * d->w;
+    int64_t per = g->rows * g->ohw;
+    g->chunk = per > 0 && PX_COL_FLOATS / per > 1 ? PX_COL_FLOATS / per : 1;
+    if (g->chunk > d->n) g->chunk = d->n > 0 ? d->n : 1;
+    return PHX_OK;
+}
+
+/* col[row, b ohw + p] for the images b0 .. b0+nb-1 and channels c0 .. c0+cg-1 */
+PX_INLINE void px_im2col(const phx_conv2d_desc *d, const conv_geom *g, const void *x, int dt, int64_t b0, int64_t nb,
+                         int64_t c0, float *col)
+{
+    int64_t ld = nb * g->ohw;
+    for (int64_t cc = 0; cc < g->cg; cc++)
+        for (int64_t r = 0; r < d->kh; r++)
+            for (int64_t s = 0; s < d->kw; s++) {
+                float *row = col + ((cc * d->kh + r) * d->kw + s) * ld;
+                for (int64_t b = 0; b < nb; b++) {
+                    int64_t xo = ((b0 + b) * d->c + c0 + cc) * g->hw;
+                    float *out = row + b * g->ohw;
+                    for (int64_t oy = 0; oy < d->oh; oy++) {
+                        int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h;
+                        float *o = out + oy * d->ow;
+                        if (iy < 0 || iy >= d->h) {
+                            for (int64_t ox = 0; ox < d->ow; ox++) o[ox] = 0.0f;
+                            continue;
+                        }
+                        int64_t base = xo + iy * d->w - d->pad_w + s * d->dil_w;
+                        for (int64_t ox = 0; ox < d->ow; ox++) {
+                            int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
+                            o[ox] = ix >= 0 && ix < d->w ? px_ld(x, dt, base + ox * d->stride_w) : 0.0f;
+                        }
+                    }
+                }
+            }
+}
+
+/* dx[...] += col: the inverse scatter of px_im2col into the f32 images
+ * dx (the chunk's first image) */
+static void col2im(const phx_conv2d_desc *d, const conv_geom *g, const float *col, int64_t nb, int64_t c0, float *dx)
+{
+    int64_t ld = nb * g->ohw;
+    for (int64_t cc = 0; cc < g->cg; cc++)
+        for (int64_t r = 0; r < d->kh; r++)
+            for (int64_t s = 0; s < d->kw; s++) {
+                const float *row = col + ((cc * d->kh + r) * d->kw + s) * ld;
+                for (int64_t b = 0; b < nb; b++) {
+                    float *xo = dx + (b * d->c + c0 + cc) * g->hw;
+                    const float *in = row + b * g->ohw;
+                    for (int64_t oy = 0; oy < d->oh; oy++) {
+                        int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h;
+                        if (iy < 0 || iy >= d->h) continue;
+                        for (int64_t ox = 0; ox < d->ow; ox++) {
+                            int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
+                            if (ix >= 0 && ix < d->w) xo[iy * d->w + ix] += in[oy * d->ow + ox];
+                        }
+                    }
+                }
+            }
+}
+
+PX_INLINE void px_widen_n(float *dst, const void *src, int dt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) dst[i] = px_ld(src, dt, i);
+}
+
+/* f32 copy of a (k, c/g, kh, kw) weight in dt (scratch slot 2), or w
+ * itself for f32 */
+static const float *weight_f32(const void *w, phx_dtype dt, int64_t n)
+{
+    if (dt == PHX_F32) return w;
+    float *f = px_cpu_scratch(2, (size_t)n * sizeof(float));
+    if (f && dt == PHX_F16) px_widen_n(f, w, PHX_F16, n);
+    if (f && dt == PHX_BF16) px_widen_n(f, w, PHX_BF16, n);
+    return f;
+}
+
+/* (kg, nb ohw) block of y for group gi <-> NCHW images b0 .. b0+nb-1 */
+PX_INLINE void px_gather_dy(const phx_conv2d_desc *d, const conv_geom *g, const void *dy, int dt, int64_t b0,
+                            int64_t nb, int64_t gi, float *out)
+{
+    for (int64_t kk = 0; kk < g->kg; kk++)
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t o = ((b0 + b) * d->k + gi * g->kg + kk) * g->ohw;
+            float *dst = out + (kk * nb + b) * g->ohw;
+            for (int64_t p = 0; p < g->ohw; p++) dst[p] = px_ld(dy, dt, o + p);
+        }
+}
+
+PX_INLINE void px_scatter_y(const phx_conv2d_desc *d, const conv_geom *g, const float *in, const float *bias,
+                            int64_t b0, int64_t nb, int64_t gi, void *y, int dt)
+{
+    for (int64_t kk = 0; kk < g->kg; kk++) {
+        int64_t ch = gi * g->kg + kk;
+        float bv = bias ? bias[ch] : 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t o = ((b0 + b) * d->k + ch) * g->ohw;
+            const float *src = in + (kk * nb + b) * g->ohw;
+            for (int64_t p = 0; p < g->ohw; p++) px_st(y, dt, o + p, src[p] + bv);
+        }
+    }
+}
+
+static phx_status col_scratch(const conv_geom *g, float **col, float **blk)
+{
+    *col = px_cpu_scratch(0, (size_t)(g->rows * g->chunk * g->ohw) * sizeof(float));
+    *blk = px_cpu_scratch(1, (size_t)(g->kg * g->chunk * g->ohw) * sizeof(float));
+    return *col && *blk ? PHX_OK : PHX_ENOMEM;
+}
+
+phx_status px_cpu_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *x, const void *w, const float *bias,
+                                 void *y, phx_dtype dt)
+{
+    conv_geom g;
+    phx_status st = conv_check("conv2d_forward", d, &g);
+    if (st != PHX_OK) return st;
+    if (!phx_dtype_is_float(dt))
+        return phx_error(PHX_EINVAL, "conv2d_forward: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
+    float *col, *blk;
+    const float *wf = weight_f32(w, dt, d->k * g.rows);
+    if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
+    for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {
+        int64_t nb = d->n - b0 < g.chunk ? d->n - b0 : g.chunk;
+        for (int64_t gi = 0; gi < d->groups; gi++) {
+            PX_FLOAT_DISPATCH("conv2d_forward", dt, px_im2col(d, &g, x, DT, b0, nb, gi * g.cg, col));
+            st = px_cpu_gemm(dev, 0, 0, g.kg, nb * g.ohw, g.rows, 1.0f, wf + gi * g.kg * g.rows, g.rows, col,
+                             nb * g.ohw, PHX_F32, 0.0f, blk, nb * g.ohw, PHX_F32);
+            if (st != PHX_OK) return st;
+            PX_FLOAT_DISPATCH("conv2d_forward", dt, px_scatter_y(d, &g, blk, bias, b0, nb, gi, y, DT));
+        }
+    }
+    return PHX_OK;
+}
+
+phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const void *dy, const void *w, void *dx,
+                                       phx_dtype dt)
+{
+    conv_geom g;
+    phx_status st = conv_check("conv2d_backward_data", d, &g);
+    if (st != PHX_OK) return st;
+    if (!phx_dtype_is_float(dt))
+        return phx_error(PHX_EINVAL, "conv2d_backward_data: dtype %s, expected f32, f16 or bf16",
+                         phx_dtype_name(dt));
+    float *col, *blk;
+    const float *wf = weight_f32(w, dt, d->k * g.rows);
+    if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
+    /* f32 dx accumulates in place; f16/bf16 through an f32 image chunk */
+    int64_t img = d->c * g.hw;
+    float *acc = dt == PHX_F32 ? dx : px_cpu_scratch(3, (size_t)(g.chunk * img) * sizeof(float));
+    if (!acc) return PHX_ENOMEM;
+    for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {
+        int64_t nb = d->n - b0 < g.chunk ? d->n - b0 : g.chunk;
+        float *a = dt == PHX_F32 ? acc + b0 * img : acc; /* the chunk's first image */
+        memset(a, 0, (size_t)(nb * img) * sizeof(float));
+        for (int64_t gi = 0; gi < d->groups; gi++) {
+            PX_FLOAT_DISPATCH("conv2d_backward_data", dt, px_gather_dy(d, &g, dy, DT, b0, nb, gi, blk));
+            st = px_cpu_gemm(dev, 1, 0, g.rows, nb * g.ohw, g.kg, 1.0f, wf + gi * g.kg * g.rows, g.rows, blk,
+                             nb * g.ohw, PHX_F32, 0.0f, col, nb * g.ohw, PHX_F32);
+            if (st != PHX_OK) return st;
+            col2im(d, &g, col, nb, gi * g.cg, a);
+        }
+        if (dt != PHX_F32 && (st = px_cpu_cast(dev, (uint16_t *)dx + b0 * img, dt, acc, PHX_F32, nb * img)) != PHX_OK)
+            return st;
+    }
+    return PHX_OK;
+}
+
+phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, const void *x, const void *dy, float *dw,
+                                         float *db, phx_dtype dt)
+{
+    conv_geom g;
+    phx_status st = conv_check("conv2d_backward_weight", d, &g);
+    if (st != PHX_OK) return st;
+    if (!phx_dtype_is_float(dt))
+        return phx_error(PHX_EINVAL, "conv2d_backward_weight: dtype %s, expected f32, f16 or bf16",
+                         phx_dtype_name(dt));
+    float *col, *blk;
+    if ((st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
+    for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {
+        int64_t nb = d->n - b0 < g.chunk ? d->n - b0 : g.chunk, cols = nb * g.ohw;
+        for (int64_t gi = 0; gi < d->groups; gi++) {
+            PX_FLOAT_DISPATCH("conv2d_backward_weight", dt, px_im2col(d, &g, x, DT, b0, nb, gi * g.cg, col));
+            PX_FLOAT_DISPATCH("conv2d_backward_weight", dt, px_gather_dy(d, &g, dy, DT, b0, nb, gi, blk));
+            st = px_cpu_gemm(dev, 0, 1, g.kg, g.rows, cols, 1.0f, blk, cols, col, cols, PHX_F32, 1.0f,
+                             dw + gi * g.kg * g.rows, g.rows, PHX_F32);
+            if (st != PHX_OK) return st;
+            if (db)
+                for (int64_t kk = 0; kk < g.kg; kk++) {
+                    const float *r = blk + kk * cols;
+                    double s = 0.0;
+                    for (int64_t i = 0; i < cols; i++) s += r[i];
+                    db[gi * g.kg + kk] += (float)s;
+                }
+        }
+    }
+    return PHX_OK;
+}

@@ -1,0 +1,178 @@
+/* 2-D max and average pooling on the CPU over NCHW planes (PyTorch's
+ * MaxPool2d and AvgPool2d): each output reads the window
+ *   iy = oy stride_h - pad_h + r dil_h, ix = ox stride_w - pad_w + s dil_w
+ * and skips positions outside the input. Max keeps the flat index iy w +
+ * ix of the first maximum (NaN wins) for its backward; average divides
+ * by kh kw (count_include_pad, PyTorch clips that window to the padded
+ * input) or by the positions inside the input. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "kernels/cpu/cpu.h"
+
+static phx_status pool_check(const char *who, const phx_conv2d_desc *d, phx_dtype dt)
+{
+    if (!d) return phx_error(PHX_EINVAL, "%s: NULL descriptor", who);
+    if (d->n < 0 || d->c < 1 || d->h < 1 || d->w < 1 || d->kh < 1 || d->kw < 1 || d->oh < 1 || d->ow < 1 ||
+        d->stride_h < 1 || d->stride_w < 1 || d->pad_h < 0 || d->pad_w < 0 || d->dil_h < 1 || d->dil_w < 1)
+        return phx_error(PHX_EINVAL,
+                         "%s: input (%lld, %lld, %lld, %lld), window %lldx%lld, output %lldx%lld, stride %lld/%lld, "
+                         "padding %lld/%lld, dilation %lld/%lld: expected positive sizes and padding >= 0",
+                         who, (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->kh,
+                         (long long)d->kw, (long long)d->oh, (long long)d->ow, (long long)d->stride_h,
+                         (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w, (long long)d->dil_h,
+                         (long long)d->dil_w);
+    if (!phx_dtype_is_float(dt))
+        return phx_error(PHX_EINVAL, "%s: dtype %s, expected f32, f16 or bf16", who, phx_dtype_name(dt));
+    return PHX_OK;
+}
+
+PX_INLINE void px_maxpool(const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax, int dt)
+{
+    int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t oy = 0; oy < d->oh; oy++)
+            for (int64_t ox = 0; ox < d->ow; ox++) {
+                float best = -INFINITY;
+                int64_t at = -1;
+                for (int64_t r = 0; r < d->kh; r++) {
+                    int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h;
+                    if (iy < 0 || iy >= d->h) continue;
+                    for (int64_t s = 0; s < d->kw; s++) {
+                        int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
+                        if (ix < 0 || ix >= d->w) continue;
+                        float v = px_ld(x, dt, p * hw + iy * d->w + ix);
+                        if (at < 0 || v > best || (isnan(v) && !isnan(best))) best = v, at = iy * d->w + ix;
+                    }
+                }
+                int64_t o = p * ohw + oy * d->ow + ox;
+                px_st(y, dt, o, best);
+                if (argmax) argmax[o] = (int32_t)at;
+            }
+}
+
+phx_status px_cpu_maxpool2d_forward(int dev, const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax,
+                                    phx_dtype dt)
+{
+    (void)dev;
+    phx_status st = pool_check("maxpool2d_forward", d, dt);
+    if (st != PHX_OK) return st;
+    if (d->h * d->w > INT32_MAX)
+        return phx_error(PHX_EUNSUPPORTED, "maxpool2d_forward: a %lldx%lld plane does not fit int32 indices",
+                         (long long)d->h, (long long)d->w);
+    PX_FLOAT_DISPATCH("maxpool2d_forward", dt, px_maxpool(d, x, y, argmax, DT));
+    return PHX_OK;
+}
+
+/* dx of one plane p: f32 sums in acc (windows may overlap), then stored */
+PX_INLINE void px_maxpool_bwd(int64_t hw, int64_t ohw, int64_t p, const int32_t *argmax, const void *dy, float *acc,
+                              void *dx, int dt)
+{
+    memset(acc, 0, (size_t)hw * sizeof(float));
+    const int32_t *am = argmax + p * ohw;
+    for (int64_t o = 0; o < ohw; o++)
+        if (am[o] >= 0) acc[am[o]] += px_ld(dy, dt, p * ohw + o);
+    for (int64_t i = 0; i < hw; i++) px_st(dx, dt, p * hw + i, acc[i]);
+}
+
+phx_status px_cpu_maxpool2d_backward(int dev, const phx_conv2d_desc *d, const int32_t *argmax, const void *dy,
+                                     void *dx, phx_dtype dt)
+{
+    (void)dev;
+    phx_status st = pool_check("maxpool2d_backward", d, dt);
+    if (st != PHX_OK) return st;
+    if (!argmax) return phx_error(PHX_EINVAL, "maxpool2d_backward: argmax is NULL, expected the forward's indices");
+    int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+    float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float));
+    if (!acc) return PHX_ENOMEM;
+    for (int64_t p = 0; p < d->n * d->c; p++)
+        PX_FLOAT_DISPATCH("maxpool2d_backward", dt, px_maxpool_bwd(hw, ohw, p, argmax, dy, acc, dx, DT));
+    return PHX_OK;
+}
+
+/* The window of output (oy, ox) clipped to the input: rows r0..r1-1 and
+ * columns s0..s1-1 of the kernel (dilation 1 for average pooling), and
+ * the divisor. */
+typedef struct avg_win {
+    int64_t y0, y1, x0, x1; /* input rows/columns covered */
+    float inv; /* 1 / divisor */
+} avg_win;
+
+static avg_win avg_window(const phx_conv2d_desc *d, int count_include_pad, int64_t oy, int64_t ox)
+{
+    avg_win a;
+    int64_t ys = oy * d->stride_h - d->pad_h, xs = ox * d->stride_w - d->pad_w;
+    int64_t ye = ys + d->kh, xe = xs + d->kw;
+    /* PyTorch: with padding counted, the window is clipped to the padded
+     * input (h + pad_h), not to the kernel */
+    int64_t pye = ye < d->h + d->pad_h ? ye : d->h + d->pad_h, pxe = xe < d->w + d->pad_w ? xe : d->w + d->pad_w;
+    int64_t pool = (pye - ys) * (pxe - xs);
+    a.y0 = ys > 0 ? ys : 0, a.x0 = xs > 0 ? xs : 0;
+    a.y1 = ye < d->h ? ye : d->h, a.x1 = xe < d->w ? xe : d->w;
+    int64_t inside = (a.y1 > a.y0 ? a.y1 - a.y0 : 0) * (a.x1 > a.x0 ? a.x1 - a.x0 : 0);
+    int64_t div = count_include_pad ? pool : inside;
+    a.inv = div > 0 ? 1.0f / (float)div : 0.0f;
+    return a;
+}
+
+PX_INLINE void px_avgpool(const phx_conv2d_desc *d, int cip, const void *x, void *y, int dt)
+{
+    int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+    for (int64_t oy = 0; oy < d->oh; oy++)
+        for (int64_t ox = 0; ox < d->ow; ox++) {
+            avg_win a = avg_window(d, cip, oy, ox);
+            for (int64_t p = 0; p < d->n * d->c; p++) {
+                float s = 0.0f;
+                for (int64_t iy = a.y0; iy < a.y1; iy++)
+                    for (int64_t ix = a.x0; ix < a.x1; ix++) s += px_ld(x, dt, p * hw + iy * d->w + ix);
+                px_st(y, dt, p * ohw + oy * d->ow + ox, s * a.inv);
+            }
+        }
+}
+
+static phx_status avg_check(const char *who, const phx_conv2d_desc *d, phx_dtype dt)
+{
+    phx_status st = pool_check(who, d, dt);
+    if (st == PHX_OK && (d->dil_h != 1 || d->dil_w != 1))
+        return phx_error(PHX_EINVAL, "%s: dilation %lld/%lld, average pooling has none (expected 1)", who,
+                         (long long)d->dil_h, (long long)d->dil_w);
+    return st;
+}
+
+phx_status px_cpu_avgpool2d_forward(int dev, const phx_conv2d_desc *d, int count_include_pad, const void *x, void *y,
+                                    phx_dtype dt)
+{
+    (void)dev;
+    phx_status st = avg_check("avgpool2d_forward", d, dt);
+    if (st != PHX_OK) return st;
+    PX_FLOAT_DISPATCH("avgpool2d_forward", dt, px_avgpool(d, count_include_pad, x, y, DT));
+    return PHX_OK;
+}
+
+PX_INLINE void px_avgpool_bwd(const phx_conv2d_desc *d, int cip, const void *dy, float *acc, void *dx, int dt)
+{
+    int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+    for (int64_t p = 0; p < d->n * d->c; p++) {
+        memset(acc, 0, (size_t)hw * sizeof(float));
+        for (int64_t oy = 0; oy < d->oh; oy++)
+            for (int64_t ox = 0; ox < d->ow; ox++) {
+                avg_win a = avg_window(d, cip, oy, ox);
+                float g = px_ld(dy, dt, p * ohw + oy * d->ow + ox) * a.inv;
+                for (int64_t iy = a.y0; iy < a.y1; iy++)
+                    for (int64_t ix = a.x0; ix < a.x1; ix++) acc[iy * d->w + ix] += g;
+            }
+        for (int64_t i = 0; i < hw; i++) px_st(dx, dt, p * hw + i, acc[i]);
+    }
+}
+
+phx_status px_cpu_avgpool2d_backward(int dev, const phx_conv2d_desc *d, int count_include_pad, const void *dy,
+                                     void *dx, phx_dtype dt)
+{
+    (void)dev;
+    phx_status st = avg_check("avgpool2d_backward", d, dt);
+    if (st != PHX_OK) return st;
+    float *acc = px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float));
+    if (!acc) return PHX_ENOMEM;
+    PX_FLOAT_DISPATCH("avgpool2d_backward", dt, px_avgpool_bwd(d, count_include_pad, dy, acc, dx, DT));
+    return PHX_OK;
+}
