@@ -280,7 +280,7 @@ static void test_bad_files(void)
         {"missing key", "{" W "," B "," W2 "}", 160, "has no tensor for parameter '2.bias' (missing key)", 0},
         {"extra key",
          "{" W "," B "," W2 "," B2 ",\"3.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[172,176]}}", 176,
-         "tensor '3.weight' matches no parameter of the model (extra key)", 0},
+         "tensor '3.weight' matches no parameter or buffer of the model (extra key)", 0},
         {"shape mismatch",
          "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,5],\"data_offsets\":[0,80]}," B "," W2 "," B2 "}", 172,
          "tensor '0.weight' has shape (4, 5), parameter '0.weight' has shape (5, 4)", 0},

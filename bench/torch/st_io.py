@@ -20,7 +20,7 @@ def write(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, t in tensors.items():
         t = t.detach().contiguous().cpu()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
                         "data_offsets": [at, at + len(raw)]}
         blobs.append(raw)

@@ -1,4 +1,5 @@
-/* Checkpoints: a model's parameters (keys = dotted names), the optimizer's
+/* Checkpoints: a model's state_dict (parameters, then buffers; keys =
+ * dotted names), the optimizer's
  * state ("optim.<param>.<state>", metadata "optim.steps"/"optim.type"),
  * the loss scaler ("scaler.scale", "scaler.growth_tracker") and user
  * metadata, in one safetensors file. Loading strips a "module." prefix
@@ -26,6 +27,29 @@ static char *joined(const char *a, const char *b)
     return s;
 }
 
+/* The model's state_dict: parameters then buffers, names and tensors in
+ * two arrays the caller frees; the count, or (size_t)-1 on ENOMEM. */
+static size_t state_dict(phx_module *model, const char ***names, phx_tensor ***ts)
+{
+    size_t np = phx_module_num_params(model), nb = phx_module_num_buffers(model), n = np + nb;
+    *names = px_calloc(n ? n : 1, sizeof **names);
+    *ts = px_calloc(n ? n : 1, sizeof **ts);
+    if (!*names || !*ts) {
+        px_free(*names), px_free(*ts);
+        *names = NULL, *ts = NULL;
+        return (size_t)-1;
+    }
+    for (size_t i = 0; i < np; i++) {
+        (*names)[i] = phx_module_param_name(model, i);
+        (*ts)[i] = phx_param_value(phx_module_param(model, i));
+    }
+    for (size_t i = 0; i < nb; i++) {
+        (*names)[np + i] = phx_module_buffer_name(model, i);
+        (*ts)[np + i] = phx_module_buffer(model, i);
+    }
+    return n;
+}
+
 phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler,
                                const phx_meta *meta, size_t n_meta)
 {
@@ -33,7 +57,10 @@ phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimize
         return phx_error(PHX_EINVAL, "phx_checkpoint_save: NULL %s", !path ? "path" : !model ? "model" : "metadata");
     if (opt && phx_optimizer_model(opt) != model)
         return phx_error(PHX_EINVAL, "phx_checkpoint_save: the optimizer belongs to another model");
-    size_t np = phx_module_num_params(model);
+    const char **mnames = NULL;
+    phx_tensor **mts = NULL;
+    size_t np = state_dict(model, &mnames, &mts);
+    if (np == (size_t)-1) return PHX_ENOMEM;
     const char **snames = NULL;
     phx_tensor **stens = NULL;
     size_t ns = opt ? phx_optimizer_state(opt, &snames, &stens) : 0;
@@ -48,10 +75,8 @@ phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimize
         st = PHX_ENOMEM;
         goto out;
     }
-    for (size_t i = 0; i < np; i++) {
-        names[i] = phx_module_param_name(model, i);
-        ts[i] = phx_param_value(phx_module_param(model, i));
-    }
+    memcpy(names, mnames, np * sizeof *names);
+    memcpy(ts, mts, np * sizeof *ts);
     for (size_t i = 0; i < ns; i++) {
         if (!(owned[i] = joined(OPT_PREFIX, snames[i]))) {
             st = PHX_ENOMEM;
@@ -87,6 +112,8 @@ out:
     px_free(owned);
     px_free(names);
     px_free(ts);
+    px_free(mnames);
+    px_free(mts);
     px_free(all);
     return st;
 }
@@ -132,7 +159,9 @@ static bool parse_i64(const char *s, int64_t *out)
 }
 
 typedef struct plan {
-    const px_st_entry **model; /* per parameter */
+    const char **names; /* the model's state_dict */
+    phx_tensor **ts;
+    const px_st_entry **model; /* per state_dict entry */
     const px_st_entry **state; /* per optimizer state tensor */
     int64_t steps;
     double scale;
@@ -145,6 +174,7 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
                             const char **snames, phx_tensor **stens, size_t ns, plan *p)
 {
     const char *who = "phx_checkpoint_load", *path = f->path;
+    size_t n_params = phx_module_num_params(model);
     for (size_t i = 0; i < f->n; i++) {
         const px_st_entry *e = &f->e[i];
         const char *key = e->name;
@@ -162,18 +192,17 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
         }
         if (strncmp(key, DDP_PREFIX, strlen(DDP_PREFIX)) == 0) key += strlen(DDP_PREFIX);
         size_t j = 0;
-        while (j < np && strcmp(phx_module_param_name(model, j), key) != 0) j++;
+        while (j < np && strcmp(p->names[j], key) != 0) j++;
         if (j == np)
-            return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no parameter of the model (extra key)", who, path,
-                             e->name);
-        if ((st = check_entry(path, e, key, phx_param_value(phx_module_param(model, j)), "parameter", &p->model[j])) !=
-            PHX_OK)
+            return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no parameter or buffer of the model (extra key)",
+                             who, path, e->name);
+        if ((st = check_entry(path, e, key, p->ts[j], j < n_params ? "parameter" : "buffer", &p->model[j])) != PHX_OK)
             return st;
     }
     for (size_t j = 0; j < np; j++)
         if (!p->model[j])
-            return phx_error(PHX_EIO, "%s: '%s' has no tensor for parameter '%s' (missing key)", who, path,
-                             phx_module_param_name(model, j));
+            return phx_error(PHX_EIO, "%s: '%s' has no tensor for %s '%s' (missing key)", who, path,
+                             j < n_params ? "parameter" : "buffer", p->names[j]);
     if (opt) {
         for (size_t j = 0; j < ns; j++)
             if (!p->state[j])
@@ -209,12 +238,12 @@ phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimize
     px_st_file f;
     phx_status st = px_st_open("phx_checkpoint_load", path, &f);
     if (st != PHX_OK) return st;
-    size_t np = phx_module_num_params(model);
+    plan p = {0};
+    size_t np = state_dict(model, &p.names, &p.ts), n_params = phx_module_num_params(model);
     const char **snames = NULL;
     phx_tensor **stens = NULL;
     size_t ns = opt ? phx_optimizer_state(opt, &snames, &stens) : 0;
-    plan p = {0};
-    p.model = px_calloc(np ? np : 1, sizeof *p.model);
+    p.model = np == (size_t)-1 ? NULL : px_calloc(np ? np : 1, sizeof *p.model);
     p.state = px_calloc(ns ? ns : 1, sizeof *p.state);
     if (!p.model || !p.state)
         st = PHX_ENOMEM;
@@ -222,15 +251,16 @@ phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimize
         st = make_plan(&f, model, opt, scaler, np, snames, stens, ns, &p);
     /* Everything checked: now change things. */
     for (size_t j = 0; st == PHX_OK && j < np; j++) {
-        phx_param *prm = phx_module_param(model, j);
-        st = px_st_load_into(&f, p.model[j], phx_param_value(prm));
-        phx_param_touch(prm);
+        st = px_st_load_into(&f, p.model[j], p.ts[j]);
+        if (j < n_params) phx_param_touch(phx_module_param(model, j));
     }
     for (size_t j = 0; st == PHX_OK && j < ns; j++) st = px_st_load_into(&f, p.state[j], stens[j]);
     if (st == PHX_OK && opt) phx_optimizer_set_steps(opt, p.steps);
     if (st == PHX_OK && scaler) st = phx_scaler_set_state(scaler, p.scale, p.tracker);
     px_free(p.model);
     px_free(p.state);
+    px_free(p.names);
+    px_free(p.ts);
     px_st_close(&f);
     return st;
 }

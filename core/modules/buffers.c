@@ -33,10 +33,19 @@ bool px_module_has_buffer(const phx_module *m, const char *name)
     return false;
 }
 
+static bool taken(const phx_module *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_children; i++)
+        if (strcmp(m->children[i].name, name) == 0) return true;
+    for (size_t i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i]->name, name) == 0) return true;
+    return px_module_has_buffer(m, name);
+}
+
 px_buffer *px_module_add_buffer(phx_module *m, const char *name, phx_tensor *t)
 {
     if (!t) return NULL; /* the allocation's error stands */
-    if (!name || !*name || strchr(name, '.') || px_module_has_buffer(m, name) || phx_module_find_param(m, name)) {
+    if (!name || !*name || strchr(name, '.') || taken(m, name)) {
         phx_error(PHX_EINVAL, "phx_module_add_buffer: name '%s' is empty, dotted or taken in %s",
                   name ? name : "(null)", phx_module_type(m));
         phx_tensor_free(t);

@@ -23,3 +23,11 @@ EXTRA_DIST += t/gpt-util.h bench/torch/gpt.py t/data/gpt_modules.safetensors t/d
 	t/data/gpt_sched.safetensors
 TESTS += t/gpt_example.sh
 EXTRA_DIST += t/gpt_example.sh
+# Tests of the CNN modules against PyTorch (reference data from
+# bench/torch/cnn.py in t/data).
+cnn_tests = t/cnn_modules
+check_PROGRAMS += $(cnn_tests)
+TESTS += $(cnn_tests)
+t_cnn_modules_LDADD = libphalanx.la -lm
+EXTRA_DIST += bench/torch/cnn.py t/data/cnn_modules.safetensors t/data/cnn_state.safetensors \
+	t/data/cnn_state_io.safetensors
