@@ -720,8 +720,8 @@ static void test_transformer(void)
 /* shapes: n c h w k kh kw oh ow stride_h stride_w pad_h pad_w dil_h dil_w groups */
 static phx_conv2d_desc win(const int64_t v[16])
 {
-    phx_conv2d_desc d = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13],
-                         v[14], v[15]};
+    phx_conv2d_desc d = {v[0], v[1], v[2],  v[3],  v[4],  v[5],  v[6],  v[7],
+                         v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]};
     return d;
 }
 

@@ -22,14 +22,13 @@ static phx_status bn_check(const char *name, int64_t n, int64_t c, int64_t hw, p
                          (long long)hw);
     return px_check_float(name, dt);
 }
-#define PX_BN_CHECK(name, n, c, hw, dt)                         \
-    do {                                                        \
-        phx_status s_ = bn_check(name, n, c, hw, dt);           \
-        if (s_ != PHX_OK) return s_;                            \
+#define PX_BN_CHECK(name, n, c, hw, dt) \
+    do { \
+        phx_status s_ = bn_check(name, n, c, hw, dt); \
+        if (s_ != PHX_OK) return s_; \
     } while (0)
 
-template <int DT>
-__global__ void k_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, float *mean, float *var)
+template <int DT> __global__ void k_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, float *mean, float *var)
 {
     __shared__ float sh[32];
     int64_t m = n * hw;
@@ -90,8 +89,7 @@ extern "C" phx_status px_cuda_batchnorm_apply(int dev, int64_t n, int64_t c, int
     PX_CTX(dev, ctx);
     unsigned grid = px_cuda_grid(ctx, total, PX_THREADS, PX_WAVES);
     PX_FLOAT_DISPATCH("batchnorm_apply", dt,
-                      (k_bn_apply<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(total, c, hw, x, mean, var, eps, w, b,
-                                                                            y)));
+                      (k_bn_apply<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(total, c, hw, x, mean, var, eps, w, b, y)));
     return px_cuda_launched(dev, "batchnorm_apply");
 }
 
@@ -125,12 +123,11 @@ __global__ void k_bn_bwd_reduce(int64_t n, int64_t c, int64_t hw, const void *x,
 
 extern "C" phx_status px_cuda_batchnorm_backward_reduce(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
                                                         const void *dy, phx_dtype dt, const float *mean,
-                                                        const float *var, float eps, float *sum_dy,
-                                                        float *sum_dy_xmu, float *dw, float *db)
+                                                        const float *var, float eps, float *sum_dy, float *sum_dy_xmu,
+                                                        float *dw, float *db)
 {
     PX_BN_CHECK("batchnorm_backward_reduce", n, c, hw, dt);
-    if (!(eps >= 0.0f))
-        return phx_error(PHX_EINVAL, "batchnorm_backward_reduce: eps=%g, expected >= 0", (double)eps);
+    if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "batchnorm_backward_reduce: eps=%g, expected >= 0", (double)eps);
     if (c == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     unsigned grid = px_cuda_grid(ctx, c, 1, 16);
@@ -152,22 +149,20 @@ __global__ void k_bn_bwd_apply(int64_t total, int64_t c, int64_t hw, const void 
         float istd = phx_bn_invstd(var[ch], eps);
         float scale = istd * (w ? w[ch] : 1.0f);
         float g = px_ld<DT>(dy, i);
-        float r = sum_dy ? phx_bn_dx(g, px_ld<DT>(x, i) - mean[ch], istd, sum_dy[ch] * inv_count,
-                                     sum_dy_xmu[ch] * inv_count, scale)
-                         : g * scale;
+        float r = sum_dy
+            ? phx_bn_dx(g, px_ld<DT>(x, i) - mean[ch], istd, sum_dy[ch] * inv_count, sum_dy_xmu[ch] * inv_count, scale)
+            : g * scale;
         px_st<DT>(dx, i, r);
     }
 }
 
 extern "C" phx_status px_cuda_batchnorm_backward_apply(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
                                                        const void *dy, phx_dtype dt, const float *mean,
-                                                       const float *var, float eps, const float *w,
-                                                       const float *sum_dy, const float *sum_dy_xmu, double count,
-                                                       void *dx)
+                                                       const float *var, float eps, const float *w, const float *sum_dy,
+                                                       const float *sum_dy_xmu, double count, void *dx)
 {
     PX_BN_CHECK("batchnorm_backward_apply", n, c, hw, dt);
-    if (!(eps >= 0.0f))
-        return phx_error(PHX_EINVAL, "batchnorm_backward_apply: eps=%g, expected >= 0", (double)eps);
+    if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "batchnorm_backward_apply: eps=%g, expected >= 0", (double)eps);
     if (!sum_dy != !sum_dy_xmu)
         return phx_error(PHX_EINVAL, "batchnorm_backward_apply: sum_dy %s and sum_dy_xmu %s, expected both or neither",
                          sum_dy ? "given" : "NULL", sum_dy_xmu ? "given" : "NULL");
@@ -179,7 +174,7 @@ extern "C" phx_status px_cuda_batchnorm_backward_apply(int dev, int64_t n, int64
     float inv_count = sum_dy ? (float)(1.0 / count) : 0.0f;
     unsigned grid = px_cuda_grid(ctx, total, PX_THREADS, PX_WAVES);
     PX_FLOAT_DISPATCH("batchnorm_backward_apply", dt,
-                      (k_bn_bwd_apply<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(
-                          total, c, hw, x, dy, mean, var, eps, w, sum_dy, sum_dy_xmu, inv_count, dx)));
+                      (k_bn_bwd_apply<DT><<<grid, PX_THREADS, 0, ctx->stream>>>(total, c, hw, x, dy, mean, var, eps, w,
+                                                                                sum_dy, sum_dy_xmu, inv_count, dx)));
     return px_cuda_launched(dev, "batchnorm_backward_apply");
 }

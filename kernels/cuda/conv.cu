@@ -25,13 +25,13 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
-#define CONV_FMT                                                                                                      \
-    "x (%lld, %lld, %lld, %lld), w (%lld, %lld, %lld, %lld), y %lldx%lld, stride %lldx%lld, pad %lldx%lld, "        \
+#define CONV_FMT \
+    "x (%lld, %lld, %lld, %lld), w (%lld, %lld, %lld, %lld), y %lldx%lld, stride %lldx%lld, pad %lldx%lld, " \
     "dilation %lldx%lld, groups %lld"
-#define CONV_ARGS(d)                                                                                                  \
-    (long long)(d)->n, (long long)(d)->c, (long long)(d)->h, (long long)(d)->w, (long long)(d)->k,                    \
-        (long long)((d)->c / (d)->groups), (long long)(d)->kh, (long long)(d)->kw, (long long)(d)->oh,               \
-        (long long)(d)->ow, (long long)(d)->stride_h, (long long)(d)->stride_w, (long long)(d)->pad_h,               \
+#define CONV_ARGS(d) \
+    (long long)(d)->n, (long long)(d)->c, (long long)(d)->h, (long long)(d)->w, (long long)(d)->k, \
+        (long long)((d)->c / (d)->groups), (long long)(d)->kh, (long long)(d)->kw, (long long)(d)->oh, \
+        (long long)(d)->ow, (long long)(d)->stride_h, (long long)(d)->stride_w, (long long)(d)->pad_h, \
         (long long)(d)->pad_w, (long long)(d)->dil_h, (long long)(d)->dil_w, (long long)(d)->groups
 
 enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER };
@@ -43,10 +43,10 @@ static phx_status dnn_error(cudnnStatus_t s, int dev, const char *kernel, const 
     int cat = CUDNN_STATUS_CATEGORY(s);
     phx_status st = cat == CUDNN_STATUS_NOT_SUPPORTED ? PHX_EUNSUPPORTED
         : s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-                s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED
+            s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED
         ? PHX_ENOMEM
         : cat == CUDNN_STATUS_BAD_PARAM ? PHX_EINVAL
-                                         : PHX_EDEVICE;
+                                        : PHX_EDEVICE;
     if (!d) return phx_error(st, "cuda:%d: %s: %s: %s", dev, kernel, call, cudnnGetErrorString(s));
     return phx_error(st, "cuda:%d: %s: %s for " CONV_FMT ": %s", dev, kernel, call, CONV_ARGS(d),
                      cudnnGetErrorString(s));
@@ -94,9 +94,25 @@ static phx_status plan_make(int dev, const char *kernel, const phx_conv2d_desc *
     p->x = p->y = NULL;
     p->w = NULL;
     p->conv = NULL;
-    int64_t dims[] = {d->n, d->c, d->h, d->w, d->k, d->kh, d->kw, d->oh, d->ow, d->stride_h, d->stride_w,
-                      d->pad_h, d->pad_w, d->dil_h, d->dil_w, d->groups, d->n * d->c * d->h * d->w,
-                      d->n * d->k * d->oh * d->ow, d->k * (d->c / d->groups) * d->kh * d->kw};
+    int64_t dims[] = {d->n,
+                      d->c,
+                      d->h,
+                      d->w,
+                      d->k,
+                      d->kh,
+                      d->kw,
+                      d->oh,
+                      d->ow,
+                      d->stride_h,
+                      d->stride_w,
+                      d->pad_h,
+                      d->pad_w,
+                      d->dil_h,
+                      d->dil_w,
+                      d->groups,
+                      d->n * d->c * d->h * d->w,
+                      d->n * d->k * d->oh * d->ow,
+                      d->k * (d->c / d->groups) * d->kh * d->kw};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (dims[i] > INT_MAX)
             return phx_error(PHX_EUNSUPPORTED, "cuda:%d: %s: " CONV_FMT ": a size beyond cuDNN's int range", dev,
@@ -110,10 +126,10 @@ static phx_status plan_make(int dev, const char *kernel, const phx_conv2d_desc *
     const char *call = "";
     int on = 0, ok_ = 0, ohc = 0, owc = 0;
     cudnnStatus_t s;
-#define DNN_TRY(name, expr)                                                                                          \
-    do {                                                                                                             \
-        call = name;                                                                                                 \
-        if ((s = (expr)) != CUDNN_STATUS_SUCCESS) goto fail;                                                         \
+#define DNN_TRY(name, expr) \
+    do { \
+        call = name; \
+        if ((s = (expr)) != CUDNN_STATUS_SUCCESS) goto fail; \
     } while (0)
     DNN_TRY("cudnnCreateTensorDescriptor", cudnnCreateTensorDescriptor(&p->x));
     DNN_TRY("cudnnCreateTensorDescriptor", cudnnCreateTensorDescriptor(&p->y));
@@ -125,9 +141,8 @@ static phx_status plan_make(int dev, const char *kernel, const phx_conv2d_desc *
             cudnnSetFilter4dDescriptor(p->w, t, CUDNN_TENSOR_NCHW, (int)d->k, (int)(d->c / d->groups), (int)d->kh,
                                        (int)d->kw));
     DNN_TRY("cudnnSetConvolution2dDescriptor",
-            cudnnSetConvolution2dDescriptor(p->conv, (int)d->pad_h, (int)d->pad_w, (int)d->stride_h,
-                                            (int)d->stride_w, (int)d->dil_h, (int)d->dil_w,
-                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+            cudnnSetConvolution2dDescriptor(p->conv, (int)d->pad_h, (int)d->pad_w, (int)d->stride_h, (int)d->stride_w,
+                                            (int)d->dil_h, (int)d->dil_w, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     DNN_TRY("cudnnSetConvolutionGroupCount", cudnnSetConvolutionGroupCount(p->conv, (int)d->groups));
     DNN_TRY("cudnnSetConvolutionMathType", cudnnSetConvolutionMathType(p->conv, math));
     DNN_TRY("cudnnGetConvolution2dForwardOutputDim",
@@ -200,10 +215,10 @@ static cudnnStatus_t conv_call_run(cudnnHandle_t h, const conv_plan *p, int dir,
         return cudnnConvolutionForward(h, &one, p->x, a, p->w, b, p->conv, (cudnnConvolutionFwdAlgo_t)algo, ws, bytes,
                                        &beta, p->y, out);
     if (dir == CONV_BWD_DATA)
-        return cudnnConvolutionBackwardData(h, &one, p->w, a, p->y, b, p->conv, (cudnnConvolutionBwdDataAlgo_t)algo,
-                                            ws, bytes, &beta, p->x, out);
-    return cudnnConvolutionBackwardFilter(h, &one, p->x, a, p->y, b, p->conv, (cudnnConvolutionBwdFilterAlgo_t)algo,
-                                          ws, bytes, &beta, p->w, out);
+        return cudnnConvolutionBackwardData(h, &one, p->w, a, p->y, b, p->conv, (cudnnConvolutionBwdDataAlgo_t)algo, ws,
+                                            bytes, &beta, p->x, out);
+    return cudnnConvolutionBackwardFilter(h, &one, p->x, a, p->y, b, p->conv, (cudnnConvolutionBwdFilterAlgo_t)algo, ws,
+                                          bytes, &beta, p->w, out);
 }
 
 /* Runs the direction with the first candidate that is allowed, whose
@@ -240,8 +255,8 @@ static phx_status conv_exec(px_cuda_ctx *ctx, cudnnHandle_t h, conv_plan *p, int
         if (CUDNN_STATUS_CATEGORY(s) != CUDNN_STATUS_NOT_SUPPORTED) return last;
     }
     if (last != PHX_OK) return last;
-    return phx_error(PHX_EUNSUPPORTED, "cuda:%d: %s: " CONV_FMT ": cuDNN offers no algorithm for it", ctx->dev,
-                     kernel, CONV_ARGS(d));
+    return phx_error(PHX_EUNSUPPORTED, "cuda:%d: %s: " CONV_FMT ": cuDNN offers no algorithm for it", ctx->dev, kernel,
+                     CONV_ARGS(d));
 }
 
 /* Checks common to the three entry points; *empty <- 1 when there is no

@@ -70,10 +70,10 @@ static phx_status pool_check(const char *name, const phx_conv2d_desc *d, phx_dty
                          (long long)d->c, (long long)d->k);
     return px_check_float(name, dt);
 }
-#define PX_POOL_CHECK(name, d, dt)                      \
-    do {                                                \
-        phx_status s_ = pool_check(name, d, dt);        \
-        if (s_ != PHX_OK) return s_;                    \
+#define PX_POOL_CHECK(name, d, dt) \
+    do { \
+        phx_status s_ = pool_check(name, d, dt); \
+        if (s_ != PHX_OK) return s_; \
     } while (0)
 
 extern "C" phx_status px_cuda_maxpool2d_forward(int dev, const phx_conv2d_desc *d, const void *x, void *y,
@@ -113,10 +113,9 @@ __global__ void k_pool_bwd(phx_conv2d_desc d, int64_t total, int count_include_p
                 if (MAX) {
                     if (argmax[o] == ih * d.w + iw) acc += px_ld<DT>(dy, o);
                 } else {
-                    float div = count_include_pad
-                        ? (float)(d.kh * d.kw)
-                        : (float)(pool_inside(oy, d.stride_h, d.pad_h, d.dil_h, d.kh, d.h) *
-                                  pool_inside(ox, d.stride_w, d.pad_w, d.dil_w, d.kw, d.w));
+                    float div = count_include_pad ? (float)(d.kh * d.kw)
+                                                  : (float)(pool_inside(oy, d.stride_h, d.pad_h, d.dil_h, d.kh, d.h) *
+                                                            pool_inside(ox, d.stride_w, d.pad_w, d.dil_w, d.kw, d.w));
                     acc += px_ld<DT>(dy, o) / div;
                 }
             }
@@ -165,8 +164,8 @@ __global__ void k_avgpool_fwd(phx_conv2d_desc d, int64_t total, int count_includ
     }
 }
 
-extern "C" phx_status px_cuda_avgpool2d_forward(int dev, const phx_conv2d_desc *d, int count_include_pad,
-                                                const void *x, void *y, phx_dtype dt)
+extern "C" phx_status px_cuda_avgpool2d_forward(int dev, const phx_conv2d_desc *d, int count_include_pad, const void *x,
+                                                void *y, phx_dtype dt)
 {
     PX_POOL_CHECK("avgpool2d_forward", d, dt);
     int64_t total = d->n * d->c * d->oh * d->ow;
@@ -186,8 +185,8 @@ extern "C" phx_status px_cuda_avgpool2d_backward(int dev, const phx_conv2d_desc 
     if (total == 0) return PHX_OK;
     PX_CTX(dev, ctx);
     unsigned grid = px_cuda_grid(ctx, total, PX_THREADS, PX_WAVES);
-    PX_FLOAT_DISPATCH("avgpool2d_backward", dt,
-                      (k_pool_bwd<DT, 0><<<grid, PX_THREADS, 0, ctx->stream>>>(*d, total, count_include_pad, NULL,
-                                                                               dy, dx)));
+    PX_FLOAT_DISPATCH(
+        "avgpool2d_backward", dt,
+        (k_pool_bwd<DT, 0><<<grid, PX_THREADS, 0, ctx->stream>>>(*d, total, count_include_pad, NULL, dy, dx)));
     return px_cuda_launched(dev, "avgpool2d_backward");
 }
