@@ -512,17 +512,30 @@ PHX_HD PHX_FI static inline float phx_ln_dx(float g, float xhat, float rstd, flo
     return rstd * (g - mean_g - xhat * mean_gx);
 }
 
-/* ---- BatchNorm (kernels/cpu/batchnorm.c, kernels/cuda/batchnorm.cu) ---- */
-/* 1/sqrt(var + eps), var the biased variance (or the running estimate) */
+/* ---------------------------------------------------------------------
+ * BatchNorm (PyTorch: biased variance for normalising, eps inside the
+ * sqrt), per element of channel c over the n * hw values of a batch:
+ *   istd = 1/sqrt(var + eps), y = (x - mean) istd w + b
+ * backward with batch statistics (count values, all ranks' for
+ * SyncBatchNorm), mean_dy = sum_dy / count, mean_dy_xmu =
+ * sum dy (x - mean) / count, scale = istd w:
+ *   dx = (dy - mean_dy - (x - mean) istd^2 mean_dy_xmu) scale
+ * and with fixed statistics (eval) dx = dy scale. The CPU
+ * (kernels/cpu) and CUDA (kernels/cuda/batchnorm.cu) kernels both use
+ * these. */
+
 PHX_HD PHX_FI static inline float phx_bn_invstd(float var, float eps)
 {
     return 1.0f / sqrtf(var + eps);
 }
-/* dx = (dy - mean_dy - xmu k) scale with xmu = x - mean, k = mean(dy xmu)
- * istd^2 and scale = istd w (k = mean_dy = 0 for fixed statistics) */
-PHX_HD PHX_FI static inline float phx_bn_dx(float dy, float xmu, float mean_dy, float k, float scale)
+PHX_HD PHX_FI static inline float phx_bn_apply(float x, float mean, float istd, float w, float b)
 {
-    return (dy - mean_dy - xmu * k) * scale;
+    return (x - mean) * istd * w + b;
+}
+PHX_HD PHX_FI static inline float phx_bn_dx(float dy, float xmu, float istd, float mean_dy, float mean_dy_xmu,
+                                            float scale)
+{
+    return (dy - mean_dy - xmu * (istd * istd * mean_dy_xmu)) * scale;
 }
 
 #endif

@@ -707,6 +707,215 @@ static void test_transformer(void)
     }
 }
 
+/* The convolutional slots (minor 2). Convolutions, ||gpu - cpu|| /
+ * ||cpu||: 1e-4 in f32 (cuDNN may pick Winograd or FFT algorithms, a few
+ * ulps further than a direct sum), 1.6e-2 in bf16 (one rounding of y or
+ * dx; dw is rounded to bf16 before it is added, as cuDNN gives it); db
+ * 1e-5. BatchNorm: 1e-5 for the f32 statistics and sums, results 1e-5 in
+ * f32 and one rounding in bf16. Max pooling is exact (y and argmax bit
+ * for bit on integer-valued inputs with ties and a NaN); its dx and
+ * average pooling 1e-5 in f32 and 1.6e-2 in bf16 (the CPU may round dx
+ * after each addition). */
+
+/* shapes: n c h w k kh kw oh ow stride_h stride_w pad_h pad_w dil_h dil_w groups */
+static phx_conv2d_desc win(const int64_t v[16])
+{
+    phx_conv2d_desc d = {v[0], v[1], v[2],  v[3],  v[4],  v[5],  v[6],  v[7],
+                         v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]};
+    return d;
+}
+
+static int win_name(char *out, size_t cap, const char *op, phx_dtype dt, const phx_conv2d_desc *d)
+{
+    return snprintf(out, cap, "%s %s (%lld,%lld,%lld,%lld)->%lldx%lldx%lld k%lldx%lld s%lld p%lldx%lld d%lld g%lld", op,
+                    phx_dtype_name(dt), (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w,
+                    (long long)d->k, (long long)d->oh, (long long)d->ow, (long long)d->kh, (long long)d->kw,
+                    (long long)d->stride_h, (long long)d->pad_h, (long long)d->pad_w, (long long)d->dil_h,
+                    (long long)d->groups);
+}
+
+static void test_conv(void)
+{
+    static const int64_t shapes[][16] = {
+        {2, 3, 9, 11, 8, 3, 3, 9, 11, 1, 1, 1, 1, 1, 1, 1}, /* 3x3 "same" */
+        {2, 4, 16, 15, 6, 3, 3, 8, 8, 2, 2, 1, 1, 1, 1, 1}, /* stride 2, odd width */
+        {2, 4, 12, 12, 5, 3, 3, 12, 12, 1, 1, 2, 2, 2, 2, 1}, /* dilation 2 */
+        {2, 6, 10, 10, 4, 3, 5, 10, 10, 1, 1, 1, 2, 1, 1, 2}, /* groups 2, 3x5 */
+        {3, 16, 7, 7, 32, 1, 1, 7, 7, 1, 1, 0, 0, 1, 1, 1}, /* 1x1 */
+        {4, 8, 32, 32, 16, 7, 7, 16, 16, 2, 2, 3, 3, 1, 1, 1}, /* ResNet's stem, smaller */
+    };
+    const phx_dtype dts[2] = {PHX_F32, PHX_BF16};
+    char what[160];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int a = 0; a < 2; a++) {
+            phx_dtype dt = dts[a];
+            phx_conv2d_desc d = win(shapes[s]);
+            int64_t nx = d.n * d.c * d.h * d.w, ny = d.n * d.k * d.oh * d.ow, nw = d.k * (d.c / d.groups) * d.kh * d.kw;
+            double tol = dt == PHX_F32 ? 1e-4 : 1.6e-2;
+            int with_bias = s % 2 == 0;
+            buf x = brand(dt, nx, -1, 1), w = brand(dt, nw, -0.5f, 0.5f), bias = brand(PHX_F32, d.k, -1, 1),
+                y = bnew((size_t)ny * phx_dtype_size(dt));
+            win_name(what, sizeof what, with_bias ? "conv2d +bias" : "conv2d", dt, &d);
+            if (check_ok(KG->conv2d_forward(0, &d, x.d, w.d, with_bias ? bias.d : NULL, y.d, dt),
+                         KC->conv2d_forward(0, &d, x.h, w.h, with_bias ? bias.h : NULL, y.h, dt), what))
+                close_norm(&y, dt, ny, tol, what);
+            buf dy = brand(dt, ny, -1, 1), dx = bnew(x.bytes);
+            win_name(what, sizeof what, "conv2d backward_data", dt, &d);
+            if (check_ok(KG->conv2d_backward_data(0, &d, dy.d, w.d, dx.d, dt),
+                         KC->conv2d_backward_data(0, &d, dy.h, w.h, dx.h, dt), what))
+                close_norm(&dx, dt, nx, tol, what);
+            buf dw = brand(PHX_F32, nw, -1, 1), db = brand(PHX_F32, d.k, -1, 1);
+            win_name(what, sizeof what, "conv2d backward_weight", dt, &d);
+            if (check_ok(KG->conv2d_backward_weight(0, &d, x.d, dy.d, dw.d, with_bias ? db.d : NULL, dt),
+                         KC->conv2d_backward_weight(0, &d, x.h, dy.h, dw.h, with_bias ? db.h : NULL, dt), what)) {
+                close_norm(&dw, PHX_F32, nw, tol, "  ... dw (accumulated)");
+                close_norm(&db, PHX_F32, d.k, 1e-5, "  ... db (accumulated)");
+            }
+            bfree(&x), bfree(&w), bfree(&bias), bfree(&y), bfree(&dy), bfree(&dx), bfree(&dw), bfree(&db);
+        }
+    /* "same" padding with an even kernel pads the bottom/right once more:
+     * not what cuDNN's symmetric padding gives, a clear refusal */
+    static const int64_t even[16] = {1, 2, 8, 8, 2, 2, 2, 8, 8, 1, 1, 0, 0, 1, 1, 1};
+    phx_conv2d_desc d = win(even);
+    buf x = brand(PHX_F32, 128, -1, 1), w = brand(PHX_F32, 16, -1, 1), y = bnew(128 * 4);
+    phx_status sg = KG->conv2d_forward(0, &d, x.d, w.d, NULL, y.d, PHX_F32);
+    ok(sg == PHX_EUNSUPPORTED && strstr(phx_last_error(), "8x8") != NULL,
+       "conv2d 2x2 \"same\" (output 8x8 from 8x8): gpu %s, expected PHX_EUNSUPPORTED naming the shapes (%s)",
+       phx_status_name(sg), sg == PHX_OK ? "" : phx_last_error());
+    bfree(&x), bfree(&w), bfree(&y);
+}
+
+static void test_batchnorm(void)
+{
+    /* n, c, hw (n * hw: 196, 21, 8, 2000), whether x has an offset */
+    static const int64_t shapes[][4] = {{4, 6, 49, 0}, {3, 5, 7, 0}, {8, 16, 1, 0}, {2, 3, 1000, 1}};
+    const phx_dtype dts[2] = {PHX_F32, PHX_BF16};
+    char what[128];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int a = 0; a < 2; a++) {
+            phx_dtype dt = dts[a];
+            int64_t n = shapes[s][0], c = shapes[s][1], hw = shapes[s][2], total = n * c * hw;
+            int affine = s != 1;
+            float off = shapes[s][3] ? 8.f : 0.f, eps = 1e-5f;
+            double tol = dt == PHX_F32 ? 1e-5 : round_tol(dt);
+            buf x = brand(dt, total, off - 2, off + 2), mean = bnew((size_t)c * 4), var = bnew((size_t)c * 4);
+            snprintf(what, sizeof what, "batchnorm_stats %s (%lld, %lld, %lld), x in [%g, %g)", phx_dtype_name(dt),
+                     (long long)n, (long long)c, (long long)hw, (double)(off - 2), (double)(off + 2));
+            if (check_ok(KG->batchnorm_stats(0, n, c, hw, x.d, dt, mean.d, var.d),
+                         KC->batchnorm_stats(0, n, c, hw, x.h, dt, mean.h, var.h), what)) {
+                close_norm(&mean, PHX_F32, c, 1e-5, "  ... mean");
+                close_norm(&var, PHX_F32, c, 1e-5, "  ... var");
+            }
+            /* the rest from the CPU's statistics on both sides */
+            G->copy_h2d(0, mean.d, mean.h, mean.bytes);
+            G->copy_h2d(0, var.d, var.h, var.bytes);
+            buf w = brand(PHX_F32, c, 0.5f, 1.5f), b = brand(PHX_F32, c, -1, 1), y = bnew(x.bytes);
+            snprintf(what, sizeof what, "batchnorm_apply %s (%lld, %lld, %lld)%s", phx_dtype_name(dt), (long long)n,
+                     (long long)c, (long long)hw, affine ? " affine" : "");
+            if (check_ok(KG->batchnorm_apply(0, n, c, hw, x.d, mean.d, var.d, eps, affine ? w.d : NULL,
+                                             affine ? b.d : NULL, y.d, dt),
+                         KC->batchnorm_apply(0, n, c, hw, x.h, mean.h, var.h, eps, affine ? w.h : NULL,
+                                             affine ? b.h : NULL, y.h, dt),
+                         what))
+                close_norm(&y, dt, total, tol, what);
+            buf dy = brand(dt, total, -1, 1), sdy = bnew((size_t)c * 4), sdx = bnew((size_t)c * 4),
+                dw = brand(PHX_F32, c, -1, 1), db = brand(PHX_F32, c, -1, 1), dx = bnew(x.bytes);
+            snprintf(what, sizeof what, "batchnorm_backward_reduce %s (%lld, %lld, %lld)", phx_dtype_name(dt),
+                     (long long)n, (long long)c, (long long)hw);
+            if (check_ok(KG->batchnorm_backward_reduce(0, n, c, hw, x.d, dy.d, dt, mean.d, var.d, eps, sdy.d, sdx.d,
+                                                       affine ? dw.d : NULL, affine ? db.d : NULL),
+                         KC->batchnorm_backward_reduce(0, n, c, hw, x.h, dy.h, dt, mean.h, var.h, eps, sdy.h, sdx.h,
+                                                       affine ? dw.h : NULL, affine ? db.h : NULL),
+                         what)) {
+                close_norm(&sdy, PHX_F32, c, 1e-5, "  ... sum_dy");
+                close_norm(&sdx, PHX_F32, c, 1e-5, "  ... sum_dy_xmu");
+                close_norm(&dw, PHX_F32, c, 1e-5, "  ... dw (accumulated)");
+                close_norm(&db, PHX_F32, c, 1e-5, "  ... db (accumulated)");
+            }
+            G->copy_h2d(0, sdy.d, sdy.h, sdy.bytes);
+            G->copy_h2d(0, sdx.d, sdx.h, sdx.bytes);
+            for (int train = 0; train < 2; train++) {
+                snprintf(what, sizeof what, "batchnorm_backward_apply %s (%lld, %lld, %lld)%s%s", phx_dtype_name(dt),
+                         (long long)n, (long long)c, (long long)hw, affine ? " affine" : "",
+                         train ? " batch statistics" : " fixed statistics");
+                if (check_ok(KG->batchnorm_backward_apply(0, n, c, hw, x.d, dy.d, dt, mean.d, var.d, eps,
+                                                          affine ? w.d : NULL, train ? sdy.d : NULL,
+                                                          train ? sdx.d : NULL, (double)(n * hw), dx.d),
+                             KC->batchnorm_backward_apply(0, n, c, hw, x.h, dy.h, dt, mean.h, var.h, eps,
+                                                          affine ? w.h : NULL, train ? sdy.h : NULL,
+                                                          train ? sdx.h : NULL, (double)(n * hw), dx.h),
+                             what))
+                    close_norm(&dx, dt, total, tol, what);
+            }
+            bfree(&x), bfree(&mean), bfree(&var), bfree(&w), bfree(&b), bfree(&y);
+            bfree(&dy), bfree(&sdy), bfree(&sdx), bfree(&dw), bfree(&db), bfree(&dx);
+        }
+}
+
+/* Integers in [-3, 3] (exact in every dtype: ties in most windows), a NaN
+ * at every nan_every-th element. */
+static buf bints(phx_dtype dt, int64_t n, int64_t nan_every)
+{
+    size_t es = phx_dtype_size(dt);
+    buf b = bnew((size_t)n * es);
+    float *f = malloc((size_t)n * sizeof *f + 1);
+    for (int64_t i = 0; i < n; i++) f[i] = (i + 1) % nan_every == 0 ? NAN : (float)((int)(rnd64() % 7) - 3);
+    void *tmp = malloc((size_t)n * es + 1);
+    KC->cast(0, tmp, dt, f, PHX_F32, n);
+    bset(&b, tmp);
+    free(tmp);
+    free(f);
+    return b;
+}
+
+static void test_pool(void)
+{
+    static const int64_t shapes[][16] = {
+        {2, 3, 9, 10, 3, 2, 2, 4, 5, 2, 2, 0, 0, 1, 1, 3}, /* 2x2 stride 2 */
+        {2, 4, 15, 15, 4, 3, 3, 8, 8, 2, 2, 1, 1, 1, 1, 4}, /* ResNet's 3x3 stride 2 pad 1 */
+        {1, 3, 12, 12, 3, 3, 3, 10, 10, 1, 1, 1, 1, 2, 2, 3}, /* dilation 2 */
+        {2, 2, 10, 11, 2, 3, 3, 5, 5, 2, 2, 0, 0, 1, 1, 2}, /* oh, ow past the edge (ceil mode) */
+    };
+    const phx_dtype dts[2] = {PHX_F32, PHX_BF16};
+    char what[160];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int a = 0; a < 2; a++) {
+            phx_dtype dt = dts[a];
+            phx_conv2d_desc d = win(shapes[s]);
+            int64_t nx = d.n * d.c * d.h * d.w, ny = d.n * d.c * d.oh * d.ow;
+            size_t es = phx_dtype_size(dt);
+            double tol = dt == PHX_F32 ? 1e-5 : 1.6e-2;
+            buf x = bints(dt, nx, 37), y = bnew((size_t)ny * es), am = bnew((size_t)ny * 4);
+            win_name(what, sizeof what, "maxpool2d", dt, &d);
+            if (check_ok(KG->maxpool2d_forward(0, &d, x.d, y.d, am.d, dt),
+                         KC->maxpool2d_forward(0, &d, x.h, y.h, am.h, dt), what)) {
+                same(&y, what);
+                same(&am, "  ... argmax (first on ties, NaN wins)");
+            }
+            G->copy_h2d(0, am.d, am.h, am.bytes);
+            buf dy = brand(dt, ny, -1, 1), dx = bnew(x.bytes);
+            win_name(what, sizeof what, "maxpool2d backward", dt, &d);
+            if (check_ok(KG->maxpool2d_backward(0, &d, am.d, dy.d, dx.d, dt),
+                         KC->maxpool2d_backward(0, &d, am.h, dy.h, dx.h, dt), what))
+                close_norm(&dx, dt, nx, tol, what);
+            bfree(&x);
+            x = brand(dt, nx, -2, 2);
+            for (int inc = 0; inc < 2; inc++) {
+                win_name(what, sizeof what, inc ? "avgpool2d count_include_pad" : "avgpool2d", dt, &d);
+                if (d.dil_h != 1) continue; /* no dilation in PyTorch's AvgPool2d */
+                if (check_ok(KG->avgpool2d_forward(0, &d, inc, x.d, y.d, dt),
+                             KC->avgpool2d_forward(0, &d, inc, x.h, y.h, dt), what))
+                    close_norm(&y, dt, ny, tol, what);
+                win_name(what, sizeof what, inc ? "avgpool2d backward count_include_pad" : "avgpool2d backward", dt,
+                         &d);
+                if (check_ok(KG->avgpool2d_backward(0, &d, inc, dy.d, dx.d, dt),
+                             KC->avgpool2d_backward(0, &d, inc, dy.h, dx.h, dt), what))
+                    close_norm(&dx, dt, nx, tol, what);
+            }
+            bfree(&x), bfree(&y), bfree(&am), bfree(&dy), bfree(&dx);
+        }
+}
+
 int main(void)
 {
     phx_device gpu = {PHX_DEVICE_CUDA, 0};
@@ -732,5 +941,8 @@ int main(void)
     test_reduce();
     test_gemm();
     test_transformer();
+    test_conv();
+    test_batchnorm();
+    test_pool();
     return done_testing();
 }

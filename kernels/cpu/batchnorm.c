@@ -58,12 +58,10 @@ PX_INLINE void px_bn_apply(int64_t n, int64_t c, int64_t hw, const void *x, cons
                            float eps, const float *w, const float *b, void *y, int dt)
 {
     for (int64_t ch = 0; ch < c; ch++) {
-        float istd = phx_bn_invstd(var[ch], eps);
-        float scale = istd * (w ? w[ch] : 1.0f);
-        float shift = (b ? b[ch] : 0.0f) - mean[ch] * scale;
+        float istd = phx_bn_invstd(var[ch], eps), m = mean[ch], wc = w ? w[ch] : 1.0f, bc = b ? b[ch] : 0.0f;
         for (int64_t i = 0; i < n; i++) {
             int64_t o = (i * c + ch) * hw;
-            for (int64_t j = 0; j < hw; j++) px_st(y, dt, o + j, px_ld(x, dt, o + j) * scale + shift);
+            for (int64_t j = 0; j < hw; j++) px_st(y, dt, o + j, phx_bn_apply(px_ld(x, dt, o + j), m, istd, wc, bc));
         }
     }
 }
@@ -125,12 +123,12 @@ PX_INLINE void px_bn_dx(int64_t n, int64_t c, int64_t hw, const void *x, const v
         float istd = phx_bn_invstd(var[ch], eps);
         float scale = istd * (w ? w[ch] : 1.0f);
         float mdy = sum_dy ? (float)(sum_dy[ch] / count) : 0.0f;
-        float k = sum_dy ? (float)(sum_dy_xmu[ch] / count) * istd * istd : 0.0f;
+        float mdx = sum_dy ? (float)(sum_dy_xmu[ch] / count) : 0.0f;
         float m = mean[ch];
         for (int64_t i = 0; i < n; i++) {
             int64_t o = (i * c + ch) * hw;
             for (int64_t j = 0; j < hw; j++)
-                px_st(dx, dt, o + j, phx_bn_dx(px_ld(dy, dt, o + j), px_ld(x, dt, o + j) - m, mdy, k, scale));
+                px_st(dx, dt, o + j, phx_bn_dx(px_ld(dy, dt, o + j), px_ld(x, dt, o + j) - m, istd, mdy, mdx, scale));
         }
     }
 }

@@ -219,4 +219,43 @@ __device__ __forceinline__ float px_block_maxf(float v, float *shared32)
     return v;
 }
 
+/* ---- per-channel views of NCHW data and windows over it */
+
+/* Flat index of the i-th of the n * hw values of channel ch in (n, c, hw). */
+__device__ __forceinline__ int64_t px_chan_at(int64_t i, int64_t ch, int64_t c, int64_t hw)
+{
+    int64_t ni = i / hw;
+    return (ni * c + ch) * hw + (i - ni * hw);
+}
+
+/* PHX_OK when d describes a window kernel `name` can run: sizes >= 0,
+ * kernel, stride and dilation >= 1, padding >= 0, groups >= 1 dividing c
+ * and k; else PHX_EINVAL naming the kernel and the fields. */
+static inline phx_status px_check_window(const char *name, const phx_conv2d_desc *d)
+{
+    if (!d) return phx_error(PHX_EINVAL, "%s: no window descriptor", name);
+    if (d->n < 0 || d->c < 1 || d->h < 0 || d->w < 0 || d->k < 1 || d->oh < 0 || d->ow < 0)
+        return phx_error(PHX_EINVAL,
+                         "%s: input (%lld, %lld, %lld, %lld), %lld outputs of %lldx%lld, expected sizes >= 0 and "
+                         "c, k >= 1",
+                         name, (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->k,
+                         (long long)d->oh, (long long)d->ow);
+    if (d->kh < 1 || d->kw < 1 || d->stride_h < 1 || d->stride_w < 1 || d->dil_h < 1 || d->dil_w < 1 ||
+        d->pad_h < 0 || d->pad_w < 0)
+        return phx_error(PHX_EINVAL,
+                         "%s: kernel %lldx%lld, stride %lldx%lld, dilation %lldx%lld, padding %lldx%lld, expected "
+                         "kernel, stride, dilation >= 1 and padding >= 0",
+                         name, (long long)d->kh, (long long)d->kw, (long long)d->stride_h, (long long)d->stride_w,
+                         (long long)d->dil_h, (long long)d->dil_w, (long long)d->pad_h, (long long)d->pad_w);
+    if (d->groups < 1 || d->c % d->groups != 0 || d->k % d->groups != 0)
+        return phx_error(PHX_EINVAL, "%s: %lld groups for %lld input and %lld output channels, expected a divisor of both",
+                         name, (long long)d->groups, (long long)d->c, (long long)d->k);
+    return PHX_OK;
+}
+#define PX_CHECK_WINDOW(name, d)                               \
+    do {                                                       \
+        phx_status s_ = px_check_window(name, d);              \
+        if (s_ != PHX_OK) return s_;                           \
+    } while (0)
+
 #endif

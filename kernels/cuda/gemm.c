@@ -41,8 +41,7 @@ static phx_status blas_error(cublasStatus_t s, int dev, const char *what)
     return phx_error(st, "cuda:%d: %s: %s (%s)", dev, what, cublasGetStatusString(s), blas_name(s));
 }
 
-/* PHX_TF32: unset, "" or "0" off, "1" on; anything else is an error. */
-static phx_status tf32_enabled(int *on)
+phx_status px_cuda_tf32(int *on)
 {
     const char *v = getenv("PHX_TF32");
     if (!v || !*v || strcmp(v, "0") == 0) {
@@ -53,7 +52,7 @@ static phx_status tf32_enabled(int *on)
         *on = 1;
         return PHX_OK;
     }
-    return phx_error(PHX_EINVAL, "gemm: PHX_TF32=%s, expected 0 or 1", v);
+    return phx_error(PHX_EINVAL, "PHX_TF32=%s, expected 0 or 1", v);
 }
 
 /* The thread's handle on ctx's device, created on first use. */
@@ -140,7 +139,7 @@ phx_status px_cuda_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n,
         return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld (or a leading dim) exceed cuBLAS's int range",
                          (long long)m, (long long)n, (long long)k);
     int tf32 = 0;
-    phx_status st = tf32_enabled(&tf32);
+    phx_status st = px_cuda_tf32(&tf32);
     if (st != PHX_OK) return st;
     if (m == 0 || n == 0) return PHX_OK;
     if (k == 0) return scale_c(dev, m, n, beta, c, ldc, cdt);
@@ -199,7 +198,7 @@ phx_status px_cuda_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, in
                          (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols, (long long)b_cols,
                          (long long)n);
     int tf32 = 0;
-    phx_status st = tf32_enabled(&tf32);
+    phx_status st = px_cuda_tf32(&tf32);
     px_cuda_ctx *ctx;
     cublasHandle_t h = NULL;
     if (st != PHX_OK || (st = px_cuda_ctx_get(dev, &ctx)) != PHX_OK || (st = blas_handle(ctx, &h)) != PHX_OK) return st;

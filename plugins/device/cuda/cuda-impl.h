@@ -3,8 +3,8 @@
  *
  * Every thread gets, per device, a context: its compute stream (all the
  * thread's kernels and copies on that device run there, in order), pinned
- * staging buffers for host copies, a device scratch buffer and a cuBLAS
- * handle with its workspace. When the thread exits its contexts go to the
+ * staging buffers for host copies, a device scratch buffer, a cuBLAS
+ * handle with its workspace and a cuDNN handle. When the thread exits its contexts go to the
  * device's pool and the next new thread takes one, stream included, so
  * blocks the caching allocator keyed to that stream stay correctly
  * ordered. */
@@ -41,6 +41,7 @@ typedef struct px_cuda_ctx {
     void *blas; /* cublasHandle_t (lazy, kernels/cuda/gemm.c) */
     void *blas_ws; /* its workspace (device) */
     size_t blas_ws_bytes;
+    void *dnn; /* cudnnHandle_t (lazy, kernels/cuda/conv.cu), bound to stream */
     struct px_cuda_ctx *next; /* in the device's pool once the thread exits */
 } px_cuda_ctx;
 
@@ -82,6 +83,10 @@ void px_cuda_host_release(int dev, void *ptr);
 phx_status px_cuda_stream_create(int dev, void **stream);
 void px_cuda_stream_destroy(int dev, void *stream);
 phx_status px_cuda_copy_h2d_async(int dev, void *dst, const void *src_host, size_t bytes, void *stream);
+
+/* PHX_TF32 for GEMM and convolutions (kernels/cuda/gemm.c): *on <- 0
+ * when unset, "" or "0", 1 for "1"; PHX_EINVAL for anything else. */
+phx_status px_cuda_tf32(int *on);
 
 /* The kernel table (kernels/cuda) and the device table (plugin.c). */
 extern const phx_kernels_v1 px_cuda_kernels;
