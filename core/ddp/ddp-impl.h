@@ -40,6 +40,7 @@ typedef struct px_ddp {
 
     size_t n_params;
     phx_param **params; /* (n_params) the model's, named_parameters() order */
+    phx_tensor **buffers; /* the model's buffers, refreshed at each broadcast (allocated once) */
     phx_param **by_addr; /* (n_params) params sorted by address, for the hook's lookup */
     size_t *by_addr_idx; /* (n_params) their indices */
 
@@ -101,4 +102,8 @@ phx_status px_ddp_join_step(px_ddp *d);
 phx_status px_ddp_check_models(px_ddp *d);
 /* Copies rank 0's parameter values to every rank. */
 phx_status px_ddp_broadcast_params(px_ddp *d);
+/* Broadcasts the model's buffers from rank 0 (PyTorch's
+ * broadcast_buffers): at construction and before each forward unless
+ * opts.no_broadcast_buffers. */
+phx_status px_ddp_broadcast_buffers(px_ddp *d);
 #endif

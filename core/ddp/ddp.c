@@ -223,6 +223,7 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     px_ddp *d = phx_module_ctx(self);
     phx_status st = rebuild_if_due(d);
     if (st == PHX_OK && d->join) st = px_ddp_join_step(d);
+    if (st == PHX_OK && !d->opts.no_broadcast_buffers) st = px_ddp_broadcast_buffers(d);
     if (st != PHX_OK) return st;
     return phx_module_forward(d->model, x, y);
 }
@@ -262,6 +263,7 @@ static void ddp_free(phx_module *self)
     px_ddp_buckets_free(d);
     phx_tensor_free(d->join_flag);
     px_free(d->params);
+    px_free(d->buffers);
     px_free(d->by_addr);
     px_free(d->by_addr_idx);
     px_free(d->bucket_members);

@@ -44,6 +44,7 @@ typedef struct px_dp_rep {
     phx_tensor *out[2]; /* y / dx that m produced (owned by m) */
     phx_tensor *out_rows[2]; /* its rows of the gathered y / dx (views) */
     bool out_done[2]; /* the worker already copied out into out_rows */
+    bool buffers_shared; /* m's buffers are the model's tensors (replica 0 on its device) */
     phx_status st; /* result of this replica's last task */
     char err[PX_DP_ERR_MAX];
 } px_dp_rep;
@@ -100,4 +101,16 @@ typedef struct px_dp {
 phx_status px_dp_reduce(px_dp *d);
 /* Sets every clone's gradients back to zero (after a failed backward). */
 void px_dp_zero_replica_grads(px_dp *d);
+/* ---- core/dp/dp-buffers.c: module buffers (PyTorch's replicate()) ---- */
+
+/* Replica 0 on the model's device uses the model's buffer tensors, so its
+ * updates (BatchNorm's running statistics) land in the model. */
+phx_status px_dp_buffers_share(px_dp *d);
+/* Before a forward, on the caller's thread: every other replica gets a
+ * copy of the model's buffers (their updates are dropped). */
+phx_status px_dp_buffers_in(px_dp *d);
+/* After a forward: replica 0's buffers, when it does not share them, are
+ * copied back into the model. */
+phx_status px_dp_buffers_out(px_dp *d);
+
 #endif

@@ -400,7 +400,9 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     if (st == PHX_OK) st = plan_sync(d);
     if (st != PHX_OK) return st;
     plan_batch(d, x->shape[0]);
-    if ((st = scatter(d, x, PX_DP_FWD)) == PHX_OK) st = run_replicas(d, forward_task, who);
+    if ((st = px_dp_buffers_in(d)) == PHX_OK && (st = scatter(d, x, PX_DP_FWD)) == PHX_OK)
+        st = run_replicas(d, forward_task, who);
+    if (st == PHX_OK) st = px_dp_buffers_out(d);
     for (size_t i = d->k; i < d->n && st == PHX_OK; i++)
         st = sync_replica(d, &d->reps[i]); /* idle this batch, but current for the next */
     if (st != PHX_OK) return st;
@@ -618,6 +620,8 @@ static phx_status dp_init(px_dp *d)
         if (st != PHX_OK) return st;
     }
     if (d->reps[0].m != d->model) phx_module_set_grad_hook(d->reps[0].m, record_ready, d);
+    phx_status st = px_dp_buffers_share(d);
+    if (st != PHX_OK) return st;
     sync_done(d);
     if (!(d->pool = px_pool_new(n))) return PHX_ENOMEM;
     return PHX_OK;

@@ -1,5 +1,5 @@
 # core/dp — DataParallel (doc/dp.md).
-libphalanx_la_SOURCES += core/dp/dp.c core/dp/dp-reduce.c core/dp/dp-pool.c core/dp/dp-pool.h core/dp/dp-impl.h
+libphalanx_la_SOURCES += core/dp/dp.c core/dp/dp-buffers.c core/dp/dp-reduce.c core/dp/dp-pool.c core/dp/dp-pool.h core/dp/dp-impl.h
 
 check_PROGRAMS += t/dp_chunk
 TESTS += t/dp_chunk

@@ -176,6 +176,12 @@ phx_tensor *phx_module_find_buffer(const phx_module *m, const char *name)
     return NULL;
 }
 
+px_buffer *px_module_buffer_holder(const phx_module *m, size_t i)
+{
+    const phx_module *r = m ? ensure(m) : NULL;
+    return r && i < r->n_bflat ? r->bflat[i] : NULL;
+}
+
 phx_status px_module_copy_buffers(phx_module *dst, const phx_module *src)
 {
     if (dst->n_buffers != src->n_buffers)

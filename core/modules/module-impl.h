@@ -102,6 +102,8 @@ void px_module_free_buffers(phx_module *m);
 void px_module_buffers_changed(phx_module *m);
 /* Whether m has an own buffer named name. */
 bool px_module_has_buffer(const phx_module *m, const char *name);
+/* The holder of buffer i of m's tree (named_buffers() order), or NULL. */
+px_buffer *px_module_buffer_holder(const phx_module *m, size_t i);
 /* Copies the values of src's own buffers into dst's (clone slots). */
 phx_status px_module_copy_buffers(phx_module *dst, const phx_module *src);
 /* Moves the tree's buffers to dev (phx_module_to): all or nothing. */

@@ -18,6 +18,11 @@ typedef struct phx_ddp_opts {
     bool find_unused; /* a parameter without gradient counts as zero */
     bool no_overlap; /* one all-reduce of all buckets after backward (benchmarks) */
     bool no_rebuild; /* keep the initial bucket order */
+    /* Buffers (BatchNorm's running statistics) are broadcast from rank 0
+     * at construction and before every forward, PyTorch's
+     * broadcast_buffers=True; set this for broadcast_buffers=False (each
+     * rank keeps its own; construction still broadcasts them). */
+    bool no_broadcast_buffers;
 } phx_ddp_opts;
 
 /* Wraps model (ownership stays with the caller; it must outlive the
@@ -25,7 +30,8 @@ typedef struct phx_ddp_opts {
  * all-reduces gradient buckets (average over ranks) as they become ready
  * and waits for all before returning. Checks that every rank has the same
  * parameter names, shapes and dtypes (PHX_EDESYNC on every rank naming the
- * first difference and the ranks), then broadcasts rank 0's parameters.
+ * first difference and the ranks), then broadcasts rank 0's parameters
+ * and buffers.
  * Parameter names are the model's. Returns NULL on error. */
 phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts);
 /* The wrapped model. */
