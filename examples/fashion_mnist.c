@@ -34,104 +34,11 @@
 #include <unistd.h>
 #include <phalanx/phalanx.h>
 #include "examples/progress.h"
-
-static void die(const char *what)
-{
-    fprintf(stderr, "fashion_mnist: %s: %s\n", what, phx_last_error());
-    exit(1);
-}
-
-static void check(phx_status st, const char *what)
-{
-    if (st != PHX_OK) die(what);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static phx_tensor *read_idx(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", phx_fashion_mnist_dir(), name);
-    phx_tensor *t = NULL;
-    if (phx_idx_read(path, &t) != PHX_OK) {
-        fprintf(stderr, "fashion_mnist: %s\n(install Debian's dataset-fashion-mnist or set PHX_FASHION_MNIST)\n",
-                phx_last_error());
-        exit(1);
-    }
-    return t;
-}
-
-/* A batch on the model's device: src itself when it is there already (the
- * training loader delivers there), else a view of the device buffer *buf
- * (allocated once, for the largest batch) holding a copy. */
-static phx_tensor *stage(phx_tensor *src, phx_tensor **buf, phx_device dev)
-{
-    phx_device at = phx_tensor_device(src);
-    if (at.kind == dev.kind && at.index == dev.index) return phx_tensor_retain(src);
-    if (!*buf || phx_tensor_dim(*buf, 0) < phx_tensor_dim(src, 0)) {
-        phx_tensor_free(*buf);
-        *buf = phx_tensor_new(phx_tensor_dtype(src), phx_tensor_ndim(src), phx_tensor_shape(src), dev);
-        if (!*buf) die("device buffer");
-    }
-    phx_tensor *v = phx_tensor_view(*buf, 0, phx_tensor_ndim(src), phx_tensor_shape(src));
-    if (!v) die("device view");
-    check(phx_tensor_copy(v, src), "copy to device");
-    return v;
-}
-
-static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_device dev)
-{
-    phx_loader *l = phx_loader_new(x, y, 1000, false, 0, false, NULL, 0);
-    if (!l) die("test loader");
-    phx_tensor *xb, *yb, *out;
-    int64_t right = 0, total = 0;
-    int64_t shape[2] = {1000, 10};
-    phx_tensor *o32 = phx_tensor_new(PHX_F32, 2, shape, dev), *xdev = NULL;
-    float *o = malloc(sizeof(float) * 1000 * 10);
-    if (!o32 || !o) die("accuracy buffer");
-    check(phx_module_train(model, false), "eval mode");
-    while (phx_loader_next(l, &xb, &yb) == 1) {
-        phx_tensor *xd = stage(xb, &xdev, dev);
-        check(phx_module_forward(model, xd, &out), "forward");
-        phx_tensor_free(xd);
-        phx_tensor *ov = phx_tensor_view(o32, 0, 2, phx_tensor_shape(out));
-        if (!ov) die("accuracy view");
-        check(phx_tensor_cast(ov, out), "output to f32");
-        check(phx_tensor_to_host(ov, o), "output to host");
-        phx_tensor_free(ov);
-        const int64_t *lab = phx_tensor_data(yb);
-        for (int64_t r = 0; r < phx_tensor_dim(out, 0); r++) {
-            int best = 0;
-            for (int c = 1; c < 10; c++)
-                if (o[r * 10 + c] > o[r * 10 + best]) best = c;
-            right += best == lab[r];
-            total++;
-        }
-    }
-    check(phx_module_train(model, true), "train mode");
-    phx_tensor_free(o32);
-    phx_tensor_free(xdev);
-    free(o);
-    phx_loader_free(l);
-    return (double)right / (double)total;
-}
-
-/* A checkpoint that knows how many epochs it holds. */
-static void save_epoch(const char *path, phx_module *net, phx_optimizer *opt, phx_scaler *scaler, int epoch)
-{
-    char ep[32];
-    snprintf(ep, sizeof ep, "%d", epoch);
-    phx_meta meta[] = {{"epoch", ep}, {"model", "mlp-784-512-256-10"}};
-    check(phx_checkpoint_save(path, net, opt, scaler, meta, 2), path);
-}
+#include "examples/fmnist.h"
 
 int main(int argc, char **argv)
 {
+    fm_prog = "fashion_mnist";
     int epochs = 5;
     int64_t batch = 128;
     double lr = 1e-3;
@@ -267,7 +174,7 @@ int main(int argc, char **argv)
         while ((got = phx_loader_next(train, &xb, &yb)) == 1) {
             float loss;
             check(phx_optimizer_zero_grad(opt), "zero_grad");
-            phx_tensor *xd = stage(xb, &xdev, dev), *yd = stage(yb, &ydev, dev);
+            phx_tensor *xd = stage(xb, &xdev, dev, 0), *yd = stage(yb, &ydev, dev, 0);
             check(phx_module_forward(net, xd, &out), "forward");
             check(phx_loss_forward(ce, out, yd, &loss), "loss");
             phx_tensor_free(xd);
@@ -289,16 +196,16 @@ int main(int argc, char **argv)
                    (double)(seen * size) / dt, dt);
             fflush(stdout);
         }
-        if (resume && rank == 0) save_epoch(resume, net, opt, scaler, e + 1);
+        if (resume && rank == 0) save_epoch(resume, net, opt, scaler, e + 1, "mlp-784-512-256-10");
     }
     if (rank == 0) {
-        double acc = accuracy(model, xte, yte, dev);
+        double acc = accuracy(model, xte, yte, dev, 0);
         printf("Test accuracy: %.4f\n", acc);
         progress_record(&prog, first + epochs, "accuracy", acc);
     }
     progress_free(&prog);
     if (save && rank == 0) {
-        save_epoch(save, net, opt, scaler, first + epochs);
+        save_epoch(save, net, opt, scaler, first + epochs, "mlp-784-512-256-10");
         printf("saved %s\n", save);
     }
     phx_tensor_free(xdev);

@@ -5,3 +5,9 @@ EXTRA_DIST += examples/progress.h
 noinst_PROGRAMS += examples/gpt
 demo_programs += examples/gpt
 examples_gpt_LDADD = libphalanx.la -lm
+EXTRA_DIST += examples/fmnist.h
+# A CNN with BatchNorm on Fashion-MNIST (doc/cnn.md): one process, --dp,
+# DDP under phxrun, --sync-bn.
+noinst_PROGRAMS += examples/cnn
+demo_programs += examples/cnn
+examples_cnn_LDADD = libphalanx.la -lm

@@ -1,0 +1,206 @@
+/* Fashion-MNIST with a CNN: conv(1->32, 3)-BN-ReLU-maxpool(2),
+ * conv(32->64, 3)-BN-ReLU-maxpool(2), Flatten, Linear(64*5*5 -> 128)-ReLU-
+ * Dropout(0.5)-Linear(-> 10); AdamW lr 1e-3, batch 128, shuffled each
+ * epoch; a progress line per epoch, test accuracy at the end (Debian's
+ * dataset-fashion-mnist, or $PHX_FASHION_MNIST).
+ *
+ *   cnn [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH]
+ *       [--load PATH] [--dp] [--sync-bn] [--metrics FILE] [--log-every N]
+ *
+ * The same binary runs
+ *   - in one process (the default);
+ *   - --dp: DataParallel over every GPU, or a CPU replica per thread
+ *     (PHX_NUM_THREADS), when there is more than one;
+ *   - under phxrun as DDP (each rank on its DistributedSampler shard);
+ *     --sync-bn converts the BatchNorms to SyncBatchNorm first;
+ *   - in mixed precision under PHX_PRECISION=fp16|bf16, and on a GPU
+ *     under PHX_DEVICE=cuda (the default when one is usable).
+ * --load restores model, optimizer and the epoch count; --epochs 0 --load
+ * only evaluates. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <phalanx/phalanx.h>
+#include "examples/progress.h"
+#include "examples/fmnist.h"
+
+static phx_module *cnn(phx_rng *rng, uint64_t seed)
+{
+    phx_module *m = phx_sequential_new();
+    phx_sequential_add(m, phx_conv2d_new(1, 32, 3, 3, NULL, rng));
+    phx_sequential_add(m, phx_batchnorm2d_new(32, 1e-5f, 0.1f, true, true));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_maxpool2d_new(2, 0, 0));
+    phx_sequential_add(m, phx_conv2d_new(32, 64, 3, 3, NULL, rng));
+    phx_sequential_add(m, phx_batchnorm2d_new(64, 1e-5f, 0.1f, true, true));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_maxpool2d_new(2, 0, 0));
+    phx_sequential_add(m, phx_flatten_new());
+    phx_sequential_add(m, phx_linear_new(64 * 5 * 5, 128, true, rng));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_dropout_new(0.5f, seed + 1));
+    phx_sequential_add(m, phx_linear_new(128, 10, true, rng));
+    if (phx_module_num_children(m) != 13) die("model");
+    return m;
+}
+
+int main(int argc, char **argv)
+{
+    fm_prog = "cnn";
+    int epochs = 5, use_dp = 0, sync_bn = 0;
+    int64_t batch = 128;
+    double lr = 1e-3;
+    uint64_t seed = 0;
+    const char *save = NULL, *load = NULL, *metrics = NULL;
+    int every = 0;
+    if (progress_args(&argc, argv, &metrics, &every)) return 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--dp") || !strcmp(a, "--sync-bn")) {
+            *(a[2] == 'd' ? &use_dp : &sync_bn) = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "cnn: %s needs a value\n", a);
+            return 2;
+        } else if (!strcmp(a, "--epochs"))
+            epochs = atoi(v);
+        else if (!strcmp(a, "--batch"))
+            batch = atoll(v);
+        else if (!strcmp(a, "--lr"))
+            lr = atof(v);
+        else if (!strcmp(a, "--seed"))
+            seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--save"))
+            save = v;
+        else if (!strcmp(a, "--load"))
+            load = v;
+        else {
+            fprintf(stderr, "usage: cnn [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] [--load PATH] "
+                            "[--dp] [--sync-bn] [--metrics FILE] [--log-every N]\n");
+            return 2;
+        }
+        i++;
+    }
+    phx_world world;
+    check(phx_world_from_env(&world), "world");
+    phx_comm *comm = NULL;
+    if (world.size > 1) check(phx_comm_init(NULL, &comm), "phx_comm_init");
+    if (comm && use_dp) {
+        fprintf(stderr, "cnn: --dp runs in one process; under phxrun every rank is already a replica (DDP)\n");
+        return 2;
+    }
+    if (sync_bn && !comm && world.size <= 1 && !use_dp)
+        fprintf(stderr, "cnn: --sync-bn in one process: BatchNorm stays as it is\n");
+    int rank = comm ? phx_comm_rank(comm) : 0, size = comm ? phx_comm_size(comm) : 1;
+    phx_tensor *xtr = read_idx("train-images-idx3-ubyte.gz"), *ytr = read_idx("train-labels-idx1-ubyte.gz");
+    phx_tensor *xte = read_idx("t10k-images-idx3-ubyte.gz"), *yte = read_idx("t10k-labels-idx1-ubyte.gz");
+
+    phx_rng *rng = phx_rng_new(seed);
+    phx_module *model = cnn(rng, seed);
+    if (sync_bn && comm) check(phx_sync_batchnorm_convert(model, comm, NULL), "--sync-bn");
+    phx_precision *prec = NULL;
+    check(phx_precision_new(NULL, &prec), "PHX_PRECISION");
+    check(phx_module_set_precision(model, prec), "precision");
+    phx_device dev;
+    check(phx_device_default(&dev), "PHX_DEVICE");
+    check(phx_module_to(model, dev), "model to device");
+    phx_module *net = model;
+    char how[64] = "single process";
+    if (comm) {
+        net = phx_ddp_new(model, comm, NULL);
+        snprintf(how, sizeof how, "DDP over %s%s", phx_comm_backend(comm), sync_bn ? ", SyncBatchNorm" : "");
+    } else if (use_dp) {
+        int available = dev.kind == PHX_DEVICE_CPU ? phx_num_threads() : phx_device_count(dev.kind);
+        if (available > 1) net = phx_dp_new(model, NULL, 0, NULL);
+        snprintf(how, sizeof how, "DataParallel, %zu %s replicas", net != model ? phx_dp_num_replicas(net) : 1,
+                 dev.kind == PHX_DEVICE_CPU ? "CPU" : "GPU");
+    }
+    phx_scaler *scaler = phx_scaler_new(prec, NULL);
+    if (!scaler || !net) die("setup");
+    phx_adam_opts ao = phx_adamw_defaults();
+    ao.lr = lr;
+    phx_optimizer *opt = phx_adam_new(net, &ao);
+    phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    phx_tensor *pair[2] = {xtr, ytr};
+    phx_dataset *train_set = phx_dataset_tensors(pair, 2);
+    phx_loader_opts lo = {
+        .batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank, .device = dev};
+    phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
+    if (!opt || !ce || !train) die("setup");
+    int first = 0;
+    if (load) {
+        char buf[32];
+        check(phx_checkpoint_load(load, net, opt, scaler), "--load");
+        if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
+        if (rank == 0) printf("loaded %s (epoch %d)\n", load, first);
+    }
+    progress prog;
+    int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
+    if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples")) die("--metrics");
+    if (rank == 0) {
+        char dname[32];
+        printf("CNN conv32-conv64-fc128, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n",
+               lr, (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
+               phx_device_name(dev, dname, sizeof dname), phx_num_threads());
+    }
+    phx_tensor *xdev = NULL, *ydev = NULL;
+    for (int e = first; e < first + epochs; e++) {
+        phx_loader_set_epoch(train, e);
+        double t0 = now(), sum = 0;
+        int64_t seen = 0, steps = 0;
+        phx_tensor *xb, *yb, *out;
+        int got;
+        while ((got = phx_loader_next(train, &xb, &yb)) == 1) {
+            float loss;
+            check(phx_optimizer_zero_grad(opt), "zero_grad");
+            phx_tensor *xd = stage(xb, &xdev, dev, 1), *yd = stage(yb, &ydev, dev, 0);
+            check(phx_module_forward(net, xd, &out), "forward");
+            check(phx_loss_forward(ce, out, yd, &loss), "loss");
+            phx_tensor_free(xd);
+            phx_tensor_free(yd);
+            check(phx_scaler_scale_grad(scaler, phx_loss_grad(ce)), "scale");
+            check(phx_module_backward(net, phx_loss_grad(ce), NULL), "backward");
+            check(phx_scaler_step(scaler, opt, NULL), "step");
+            sum += loss;
+            seen += phx_tensor_dim(xb, 0);
+            steps++;
+            progress_step(&prog, e + 1, loss, lr, (double)(seen * size) / (now() - t0));
+        }
+        if (got < 0) die("training data");
+        double dt = now() - t0;
+        progress_break(&prog);
+        if (rank == 0) {
+            printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs, sum / (double)steps,
+                   (double)(seen * size) / dt, dt);
+            fflush(stdout);
+        }
+    }
+    if (rank == 0) {
+        double acc = accuracy(model, xte, yte, dev, 1);
+        printf("Test accuracy: %.4f\n", acc);
+        progress_record(&prog, first + epochs, "accuracy", acc);
+    }
+    progress_free(&prog);
+    if (save && rank == 0) {
+        save_epoch(save, net, opt, scaler, first + epochs, "cnn-conv32-conv64-fc128");
+        printf("saved %s\n", save);
+    }
+    phx_tensor_free(xdev);
+    phx_tensor_free(ydev);
+    phx_loader_free(train);
+    phx_dataset_free(train_set);
+    phx_loss_free(ce);
+    phx_optimizer_free(opt);
+    if (net != model) phx_module_free(net);
+    phx_module_free(model);
+    phx_scaler_free(scaler);
+    phx_precision_free(prec);
+    phx_comm_free(comm);
+    phx_rng_free(rng);
+    phx_tensor_free(xtr);
+    phx_tensor_free(ytr);
+    phx_tensor_free(xte);
+    phx_tensor_free(yte);
+    return 0;
+}
