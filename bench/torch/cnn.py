@@ -2,6 +2,7 @@
 """Reference data for the CNN tests, from PyTorch 1.13 (CPU):
 
     bench/torch/cnn.py [--out DIR]        (default: t/data)
+    bench/torch/cnn.py read CKPT IO       (t/cnn_state: a Phalanx checkpoint in torch)
 
 cnn_modules.safetensors  each module's forward and backward on fixed inputs
     (seeded normal x, dy and parameters), in float32 and again in float64:
@@ -119,7 +120,23 @@ def state_case():
     return dict(m.state_dict()), {"x": x, "y": y}
 
 
+def read(path, io):
+    """Loads a Phalanx checkpoint of the examples/cnn model with strict
+    keys and prints its eval output on io's x, then num_batches_tracked."""
+    tensors = st_io.read(path)[0]
+    m = cnn_model()
+    m.load_state_dict(tensors, strict=True)
+    m.eval()
+    with torch.no_grad():
+        y = m(st_io.read(io)[0]["x"])
+    for v in y.flatten().tolist():
+        print("%.9g" % v)
+    print("tracked %d" % int(m[1].num_batches_tracked))
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "read":
+        return read(sys.argv[2], sys.argv[3])
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "t", "data"))
     a = ap.parse_args()
