@@ -4,6 +4,7 @@
  * faster).
  *
  *   bench/kernels [--torch PATH/kernels.py] [--python PY] [--seconds S] [--repeats R]
+ *                 [--only SUBSTRING]    (only the ops whose name holds it)
  */
 #include "config.h"
 #include <math.h>
@@ -149,6 +150,80 @@ static void op_embedding(void)
     K->embedding_backward(0, 8192, 4096, 256, tok, dy, PHX_F32, demb);
 }
 
+/* examples/cnn's layers at batch 128 (conv1: 1 -> 32 on 28x28, conv2:
+ * 32 -> 64 on 13x13), a wider 3x3 and a 1x1 convolution, BatchNorm in
+ * training and 2x2 max pooling of conv2's output; "fwd_bwd" is forward,
+ * backward data (not for conv1, whose input needs none) and backward
+ * weight with bias. */
+static phx_conv2d_desc cv1 = {128, 1, 28, 28, 32, 3, 3, 26, 26, 1, 1, 0, 0, 1, 1, 1};
+static phx_conv2d_desc cv2 = {128, 32, 13, 13, 64, 3, 3, 11, 11, 1, 1, 0, 0, 1, 1, 1};
+static phx_conv2d_desc cv3 = {32, 64, 28, 28, 64, 3, 3, 28, 28, 1, 1, 1, 1, 1, 1, 1};
+static phx_conv2d_desc cv1x1 = {128, 64, 14, 14, 128, 1, 1, 14, 14, 1, 1, 0, 0, 1, 1, 1};
+static phx_conv2d_desc mp2 = {128, 64, 11, 11, 64, 2, 2, 5, 5, 2, 2, 0, 0, 1, 1, 64};
+static float *cx, *cy, *cdy, *cdx, *cw, *cdw, *cb, *cdb;
+static float *cdb_of(const phx_conv2d_desc *d)
+{
+    (void)d;
+    return cdb;
+}
+static int32_t *amax;
+static void conv_fwd(const phx_conv2d_desc *d)
+{
+    K->conv2d_forward(0, d, cx, cw, cb, cy, PHX_F32);
+}
+static void conv_fb(const phx_conv2d_desc *d, int data)
+{
+    conv_fwd(d);
+    if (data) K->conv2d_backward_data(0, d, cdy, cw, cdx, PHX_F32);
+    K->conv2d_backward_weight(0, d, cx, cdy, cdw, cdb_of(d), PHX_F32);
+}
+static void op_conv1(void)
+{
+    conv_fwd(&cv1);
+}
+static void op_conv1_fb(void)
+{
+    conv_fb(&cv1, 0);
+}
+static void op_conv2(void)
+{
+    conv_fwd(&cv2);
+}
+static void op_conv2_fb(void)
+{
+    conv_fb(&cv2, 1);
+}
+static void op_conv3(void)
+{
+    conv_fwd(&cv3);
+}
+static void op_conv3_fb(void)
+{
+    conv_fb(&cv3, 1);
+}
+static void op_conv1x1(void)
+{
+    conv_fwd(&cv1x1);
+}
+static void op_conv1x1_fb(void)
+{
+    conv_fb(&cv1x1, 1);
+}
+static void op_bn(void)
+{
+    int64_t n = 128, c = 64, hw = 121;
+    K->batchnorm_stats(0, n, c, hw, cx, PHX_F32, mean, rstd);
+    K->batchnorm_apply(0, n, c, hw, cx, mean, rstd, 1e-5f, w, bln, cy, PHX_F32);
+    K->batchnorm_backward_reduce(0, n, c, hw, cx, cdy, PHX_F32, mean, rstd, 1e-5f, bias, bias + 64, dw, db);
+    K->batchnorm_backward_apply(0, n, c, hw, cx, cdy, PHX_F32, mean, rstd, 1e-5f, w, bias, bias + 64,
+                                (double)(n * hw), cdx);
+}
+static void op_maxpool(void)
+{
+    K->maxpool2d_forward(0, &mp2, cx, cy, amax, PHX_F32);
+    K->maxpool2d_backward(0, &mp2, amax, cdy, cdx, PHX_F32);
+}
+
 static const struct {
     const char *name;
     void (*fn)(void);
@@ -175,6 +250,16 @@ static const struct {
     {"gemm_batched_64x128x128x32", op_gemm_batched},
     {"softmax_causal_fwd_bwd_8192x128", op_softmax},
     {"embedding_fwd_bwd_8192x256", op_embedding},
+    {"conv3x3_fwd_128x1x28x28_32", op_conv1},
+    {"conv3x3_fwd_bwd_128x1x28x28_32", op_conv1_fb},
+    {"conv3x3_fwd_128x32x13x13_64", op_conv2},
+    {"conv3x3_fwd_bwd_128x32x13x13_64", op_conv2_fb},
+    {"conv3x3_fwd_32x64x28x28_64", op_conv3},
+    {"conv3x3_fwd_bwd_32x64x28x28_64", op_conv3_fb},
+    {"conv1x1_fwd_128x64x14x14_128", op_conv1x1},
+    {"conv1x1_fwd_bwd_128x64x14x14_128", op_conv1x1_fb},
+    {"batchnorm_fwd_bwd_128x64x11x11", op_bn},
+    {"maxpool2_fwd_bwd_128x64x11x11", op_maxpool},
 };
 #define NOPS (int)(sizeof ops / sizeof ops[0])
 
@@ -199,11 +284,16 @@ int main(int argc, char **argv)
 {
     const char *torch = NULL,
                *py = getenv("TORCH_PYTHON") && *getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
+    const char *only = "";
     double seconds = 0.25;
     int repeats = 3;
-    const bench_opt opts[] = {
-        {"--torch", 's', &torch}, {"--python", 's', &py}, {"--seconds", 'd', &seconds}, {"--repeats", 'i', &repeats}};
-    if (bench_args(argc, argv, opts, 4, "[--torch PATH/kernels.py] [--python PY] [--seconds S] [--repeats R]"))
+    const bench_opt opts[] = {{"--torch", 's', &torch},
+                              {"--python", 's', &py},
+                              {"--seconds", 'd', &seconds},
+                              {"--repeats", 'i', &repeats},
+                              {"--only", 's', &only}};
+    if (bench_args(argc, argv, opts, 5,
+                   "[--torch PATH/kernels.py] [--python PY] [--seconds S] [--repeats R] [--only SUBSTRING]"))
         return 2;
     phx_set_num_threads(1);
     K = phx_device_table(phx_cpu())->kernels;
@@ -226,6 +316,11 @@ int main(int argc, char **argv)
     for (int i = 0; tok && i < 8192; i++) tok[i] = rand() % 4096;
     labels = malloc(4096 * sizeof *labels);
     for (int i = 0; i < 4096; i++) labels[i] = rand() % 1000;
+    cx = fbuf(128 * 64 * 28 * 28), cy = fbuf(128 * 128 * 28 * 28), cdy = fbuf(128 * 128 * 28 * 28),
+    cdx = fbuf(128 * 64 * 28 * 28), cw = fbuf(128 * 64 * 9), cdw = fbuf(128 * 64 * 9), cb = fbuf(128),
+    cdb = fbuf(128);
+    amax = malloc(128 * 64 * 25 * sizeof *amax);
+    for (int i = 0; i < 64; i++) rstd[i] = 1.0f + 0.5f * (float)i / 64; /* BatchNorm's variances */
     int64_t s[2] = {1024, 1024};
     A = phx_tensor_new(PHX_F32, 2, s, phx_cpu()), B = phx_tensor_new(PHX_F32, 2, s, phx_cpu()),
     C = phx_tensor_new(PHX_F32, 2, s, phx_cpu());
@@ -235,11 +330,13 @@ int main(int argc, char **argv)
     memcpy(phx_tensor_data(A), h, 1024 * 1024 * sizeof(float));
 
     double ours[NOPS], theirs[NOPS];
-    for (int i = 0; i < NOPS; i++) ours[i] = time_op(ops[i].fn, seconds, repeats), theirs[i] = -1;
+    for (int i = 0; i < NOPS; i++)
+        ours[i] = strstr(ops[i].name, only) ? time_op(ops[i].fn, seconds, repeats) : -1, theirs[i] = -1;
     if (torch) {
         char cmd[4096];
-        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 %s %s --seconds %g --repeats %d 2>&1", py,
-                 torch, seconds, repeats);
+        snprintf(cmd, sizeof cmd,
+                 "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 %s %s --seconds %g --repeats %d --only '%s' 2>&1", py, torch,
+                 seconds, repeats, only);
         FILE *f = popen(cmd, "r");
         char line[512];
         while (f && fgets(line, sizeof line, f)) {
@@ -256,6 +353,7 @@ int main(int argc, char **argv)
     }
     printf("%-30s %12s %12s %10s\n", "op (1 thread)", "phalanx ms", "torch ms", "torch/phx");
     for (int i = 0; i < NOPS; i++) {
+        if (ours[i] < 0) continue;
         bench_tsv_ratio("bench/kernels", ops[i].name, 1.0 / ours[i], theirs[i] > 0 ? 1.0 / theirs[i] : 0);
         if (theirs[i] > 0)
             printf("%-30s %12.3f %12.3f %10.2f\n", ops[i].name, ours[i], theirs[i], theirs[i] / ours[i]);

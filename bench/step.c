@@ -4,13 +4,15 @@
  *   mlp:    784-1024-1024-10 ReLU MLP, batch 256, cross entropy, SGD lr 0.01
  *   gpt:    phx_gpt_defaults() (vocab 65, 4 layers, 4 heads, d_model 128) on
  *           16 x 128 tokens, cross entropy, AdamW lr 3e-4 (rows in tokens/s)
+ *   cnn:    examples/cnn's model (conv32-BN-pool, conv64-BN-pool, fc128,
+ *           dropout 0.5) on 128 28x28 images, cross entropy, AdamW lr 1e-3
  * each at 1 and 2 threads. A step is zero_grad, forward, loss, backward,
  * optimizer step. Each figure is the best of --repeats timed runs of
  * --seconds. Two measures: steps per wall-clock second, and steps per
  * second of the process's CPU time (all its threads) -- on a shared
  * machine the wall clock also counts the time other processes took.
  *
- *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] [--only linear|mlp|gpt|gpt_bf16]
+ *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] [--only linear|mlp|gpt|gpt_bf16|cnn]
  */
 #define BENCH_NAME "bench/step"
 #include "bench/bench-util.h"
@@ -55,6 +57,32 @@ static setup make(const char *name)
         ao.lr = 3e-4;
         s.opt = s.m ? phx_adam_new(s.m, &ao) : NULL;
         if (!s.m || !s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");
+        phx_rng_free(rng);
+        return s;
+    } else if (!strcmp(name, "cnn")) {
+        s.m = phx_sequential_new();
+        phx_sequential_add(s.m, phx_conv2d_new(1, 32, 3, 3, NULL, rng));
+        phx_sequential_add(s.m, phx_batchnorm2d_new(32, 1e-5f, 0.1f, true, true));
+        phx_sequential_add(s.m, phx_relu_new());
+        phx_sequential_add(s.m, phx_maxpool2d_new(2, 0, 0));
+        phx_sequential_add(s.m, phx_conv2d_new(32, 64, 3, 3, NULL, rng));
+        phx_sequential_add(s.m, phx_batchnorm2d_new(64, 1e-5f, 0.1f, true, true));
+        phx_sequential_add(s.m, phx_relu_new());
+        phx_sequential_add(s.m, phx_maxpool2d_new(2, 0, 0));
+        phx_sequential_add(s.m, phx_flatten_new());
+        phx_sequential_add(s.m, phx_linear_new(1600, 128, true, rng));
+        phx_sequential_add(s.m, phx_relu_new());
+        phx_sequential_add(s.m, phx_dropout_new(0.5f, 1));
+        phx_sequential_add(s.m, phx_linear_new(128, 10, true, rng));
+        int64_t xs[4] = {128, 1, 28, 28}, n = 128;
+        s.x = phx_tensor_new(PHX_F32, 4, xs, phx_cpu());
+        s.y = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
+        phx_rng_uniform(rng, s.x, 0, 1);
+        bench_labels(phx_tensor_data(s.y), 128, 0);
+        s.loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+        phx_adam_opts ao = phx_adamw_defaults();
+        s.opt = phx_adam_new(s.m, &ao);
+        if (!s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");
         phx_rng_free(rng);
         return s;
     } else {
@@ -128,14 +156,15 @@ int main(int argc, char **argv)
                               {"--repeats", 'i', &repeats},
                               {"--only", 's', &only}};
     if (bench_args(argc, argv, opts, 5,
-                   "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] [--only linear|mlp|gpt|gpt_bf16]"))
+                   "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
+                   "[--only linear|mlp|gpt|gpt_bf16|cnn]"))
         return 2;
-    enum { NM = 4 };
-    const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16"};
+    enum { NM = 5 };
+    const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn"};
     const char *label[NM] = {"Linear(10,1) b64 SGD", "MLP 784-1024-1024-10 b256 SGD", "GPT 16x128 AdamW, tokens",
-                             "GPT bf16 (torch autocast)"};
-    /* a GPT step is 16 x 128 tokens: its rows count tokens */
-    const double per_step[NM] = {1, 1, 16 * 128, 16 * 128};
+                             "GPT bf16 (torch autocast)", "CNN b128 AdamW, images"};
+    /* a GPT step is 16 x 128 tokens, a CNN step 128 images: their rows count those */
+    const double per_step[NM] = {1, 1, 16 * 128, 16 * 128, 128};
     double phx[NM][2], pt[NM][2] = {{0}}, phx_c[NM][2], pt_c[NM][2] = {{0}};
     int have_torch = 0;
     for (int k = 0; k < NM; k++)
@@ -187,6 +216,6 @@ int main(int argc, char **argv)
                 printf("%11s %7s\n", "n/a", "-");
         }
     printf("targets: seed >= 20x PyTorch, MLP >= 1.0x PyTorch at the same thread count; GPT (tokens/s) >= 1.5x "
-           "PyTorch at its best thread count\n");
+           "PyTorch at its best thread count; CNN (images/s) >= 1.2x PyTorch at its best thread count\n");
     return 0;
 }

@@ -4,7 +4,7 @@
  * epoch; a progress line per epoch, test accuracy at the end (Debian's
  * dataset-fashion-mnist, or $PHX_FASHION_MNIST).
  *
- *   cnn [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH]
+ *   cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH]
  *       [--load PATH] [--dp] [--sync-bn] [--metrics FILE] [--log-every N]
  *
  * The same binary runs
@@ -24,7 +24,7 @@
 #include "examples/progress.h"
 #include "examples/fmnist.h"
 
-static phx_module *cnn(phx_rng *rng, uint64_t seed)
+static phx_module *cnn(phx_rng *rng, uint64_t seed, float dropout)
 {
     phx_module *m = phx_sequential_new();
     phx_sequential_add(m, phx_conv2d_new(1, 32, 3, 3, NULL, rng));
@@ -38,7 +38,7 @@ static phx_module *cnn(phx_rng *rng, uint64_t seed)
     phx_sequential_add(m, phx_flatten_new());
     phx_sequential_add(m, phx_linear_new(64 * 5 * 5, 128, true, rng));
     phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_dropout_new(0.5f, seed + 1));
+    phx_sequential_add(m, phx_dropout_new(dropout, seed + 1));
     phx_sequential_add(m, phx_linear_new(128, 10, true, rng));
     if (phx_module_num_children(m) != 13) die("model");
     return m;
@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     fm_prog = "cnn";
     int epochs = 5, use_dp = 0, sync_bn = 0;
     int64_t batch = 128;
-    double lr = 1e-3;
+    double lr = 1e-3, dropout = 0.5;
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL, *metrics = NULL;
     int every = 0;
@@ -69,6 +69,8 @@ int main(int argc, char **argv)
             batch = atoll(v);
         else if (!strcmp(a, "--lr"))
             lr = atof(v);
+        else if (!strcmp(a, "--dropout"))
+            dropout = atof(v);
         else if (!strcmp(a, "--seed"))
             seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--save"))
@@ -76,7 +78,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--load"))
             load = v;
         else {
-            fprintf(stderr, "usage: cnn [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] [--load PATH] "
+            fprintf(stderr, "usage: cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH] [--load PATH] "
                             "[--dp] [--sync-bn] [--metrics FILE] [--log-every N]\n");
             return 2;
         }
@@ -97,7 +99,7 @@ int main(int argc, char **argv)
     phx_tensor *xte = read_idx("t10k-images-idx3-ubyte.gz"), *yte = read_idx("t10k-labels-idx1-ubyte.gz");
 
     phx_rng *rng = phx_rng_new(seed);
-    phx_module *model = cnn(rng, seed);
+    phx_module *model = cnn(rng, seed, (float)dropout);
     if (sync_bn && comm) check(phx_sync_batchnorm_convert(model, comm, NULL), "--sync-bn");
     phx_precision *prec = NULL;
     check(phx_precision_new(NULL, &prec), "PHX_PRECISION");

@@ -53,6 +53,42 @@ def ops():
         torch.ops.aten.embedding_dense_backward(demb, tok, 4096, -1, False)
     xb, xh = x.bfloat16(), x.half()
 
+    # examples/cnn's layers at batch 128 (bench/kernels.c): forward, and
+    # forward + backward (data unless the input is the image, weight, bias).
+    def conv(n, c, h, k, kern, pad):
+        cx = torch.randn(n, c, h, h)
+        cw = torch.randn(k, c, kern, kern)
+        cb = torch.randn(k)
+        oh = h + 2 * pad - kern + 1
+        cdy = torch.randn(n, k, oh, oh)
+        fwd = lambda: F.conv2d(cx, cw, cb, padding=pad)
+
+        def fb():
+            F.conv2d(cx, cw, cb, padding=pad)
+            torch.ops.aten.convolution_backward(cdy, cx, cw, [k], [1, 1], [pad, pad], [1, 1], False, [0, 0], 1,
+                                                [c > 1, True, True])
+        return fwd, fb
+    conv1, conv1_fb = conv(128, 1, 28, 32, 3, 0)
+    conv2, conv2_fb = conv(128, 32, 13, 64, 3, 0)
+    conv3, conv3_fb = conv(32, 64, 28, 64, 3, 1)
+    conv11, conv11_fb = conv(128, 64, 14, 128, 1, 0)
+    bx = torch.randn(128, 64, 11, 11, requires_grad=True)
+    bdy = torch.randn(128, 64, 11, 11)
+    bw = torch.ones(64, requires_grad=True)
+    bbias = torch.zeros(64, requires_grad=True)
+    rm, rv = torch.zeros(64), torch.ones(64)
+
+    def bn_fb():
+        out = F.batch_norm(bx, rm, rv, bw, bbias, training=True)
+        out.backward(bdy)
+        bx.grad = bw.grad = bbias.grad = None
+    mdy = torch.randn(128, 64, 5, 5)
+
+    def maxpool_fb():
+        out = F.max_pool2d(bx, 2)
+        out.backward(mdy)
+        bx.grad = None
+
     def gelu_bwd():
         yy = F.gelu(xr)
         yy.backward(dy)
@@ -91,6 +127,16 @@ def ops():
         ("gemm_batched_64x128x128x32", lambda: torch.baddbmm(att, q, k.transpose(1, 2), beta=0, alpha=scale, out=scores)),
         ("softmax_causal_fwd_bwd_8192x128", softmax_fb),
         ("embedding_fwd_bwd_8192x256", embedding_fb),
+        ("conv3x3_fwd_128x1x28x28_32", conv1),
+        ("conv3x3_fwd_bwd_128x1x28x28_32", conv1_fb),
+        ("conv3x3_fwd_128x32x13x13_64", conv2),
+        ("conv3x3_fwd_bwd_128x32x13x13_64", conv2_fb),
+        ("conv3x3_fwd_32x64x28x28_64", conv3),
+        ("conv3x3_fwd_bwd_32x64x28x28_64", conv3_fb),
+        ("conv1x1_fwd_128x64x14x14_128", conv11),
+        ("conv1x1_fwd_bwd_128x64x14x14_128", conv11_fb),
+        ("batchnorm_fwd_bwd_128x64x11x11", bn_fb),
+        ("maxpool2_fwd_bwd_128x64x11x11", maxpool_fb),
     ]
 
 
@@ -102,7 +148,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     for name, fn in ops():
-        if args.only and name != args.only:
+        if args.only and args.only not in name:
             continue
         fn()
         best = float("inf")

@@ -5,6 +5,8 @@
   gpt:    the GPT of bench/torch/gpt.py (vocab 65, 4 layers, 4 heads, d_model
           128) on 16 x 128 tokens, cross entropy, AdamW lr 3e-4; gpt_bf16 the
           same under torch.autocast("cpu", dtype=torch.bfloat16)
+  cnn:    examples/cnn's model (bench/torch/cnn.py) on 128 28x28 images,
+          cross entropy, AdamW lr 1e-3
 at the thread counts given. A step is zero_grad, forward, loss, backward,
 optimizer step (no .item(), which would only add to torch's time).
 Prints "RESULT <name> <threads> <steps/s> <steps per CPU-second>" (each
@@ -22,6 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt import GPT, gpt2_init  # noqa: E402
+from cnn import cnn_model  # noqa: E402
 
 
 def make(name):
@@ -41,6 +44,10 @@ def make(name):
             return F.cross_entropy(logits.view(-1, 65), target.view(-1))
 
         return m, x, y, crit, torch.optim.AdamW(m.parameters(), lr=3e-4)
+    elif name == "cnn":
+        m = cnn_model()
+        x, y = torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,))
+        return m, x, y, nn.CrossEntropyLoss(), torch.optim.AdamW(m.parameters(), lr=1e-3)
     else:
         m = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
         x, y = torch.rand(256, 784), torch.randint(0, 10, (256,))
@@ -88,7 +95,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="linear,mlp,gpt,gpt_bf16")
+    ap.add_argument("--only", default="linear,mlp,gpt,gpt_bf16,cnn")
     a = ap.parse_args()
     for name in a.only.split(","):
         for t in [int(v) for v in a.threads.split(",")]:
