@@ -25,12 +25,13 @@ TESTS += t/gpt_example.sh
 EXTRA_DIST += t/gpt_example.sh
 # Tests of the CNN modules against PyTorch (reference data from
 # bench/torch/cnn.py in t/data).
-cnn_tests = t/cnn_modules t/cnn_sync t/cnn_state
+cnn_tests = t/cnn_modules t/cnn_sync t/cnn_state t/cnn_alloc
 check_PROGRAMS += $(cnn_tests)
 TESTS += $(cnn_tests)
 t_cnn_modules_LDADD = libphalanx.la -lm
 t_cnn_sync_LDADD = libphalanx.la -lm
 t_cnn_sync_CPPFLAGS = $(ddp_test_cppflags)
 t_cnn_state_LDADD = libphalanx.la -lm
+t_cnn_alloc_LDADD = libphalanx.la
 EXTRA_DIST += bench/torch/cnn.py t/data/cnn_modules.safetensors t/data/cnn_state.safetensors \
 	t/data/cnn_state_io.safetensors
