@@ -1,7 +1,8 @@
 /* Fashion-MNIST with a CNN: conv(1->32, 3)-BN-ReLU-maxpool(2),
  * conv(32->64, 3)-BN-ReLU-maxpool(2), Flatten, Linear(64*5*5 -> 128)-ReLU-
- * Dropout(0.5)-Linear(-> 10); AdamW lr 1e-3, batch 128, shuffled each
- * epoch; a progress line per epoch, test accuracy at the end (Debian's
+ * Dropout(0.5)-Linear(-> 10); AdamW lr 1e-3 with a cosine decay to lr/100
+ * over the run (PyTorch's CosineAnnealingLR per step), batch 128, shuffled
+ * each epoch; a progress line per epoch, test accuracy at the end (Debian's
  * dataset-fashion-mnist, or $PHX_FASHION_MNIST).
  *
  *   cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH]
@@ -131,6 +132,13 @@ int main(int argc, char **argv)
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
     if (!opt || !ce || !train) die("setup");
     int first = 0;
+    int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
+    phx_schedule_opts so = {.kind = PHX_SCHED_WARMUP_COSINE,
+                            .warmup_steps = 0,
+                            .total_steps = (int64_t)epochs * per_epoch,
+                            .min_lr = lr / 100};
+    phx_schedule *sched = phx_schedule_new(opt, &so);
+    if (!sched) die("schedule");
     if (load) {
         char buf[32];
         check(phx_checkpoint_load(load, net, opt, scaler), "--load");
@@ -138,7 +146,6 @@ int main(int argc, char **argv)
         if (rank == 0) printf("loaded %s (epoch %d)\n", load, first);
     }
     progress prog;
-    int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
     if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples")) die("--metrics");
     if (rank == 0) {
         char dname[32];
@@ -155,6 +162,7 @@ int main(int argc, char **argv)
         int got;
         while ((got = phx_loader_next(train, &xb, &yb)) == 1) {
             float loss;
+            double cur;
             check(phx_optimizer_zero_grad(opt), "zero_grad");
             phx_tensor *xd = stage(xb, &xdev, dev, 1), *yd = stage(yb, &ydev, dev, 0);
             check(phx_module_forward(net, xd, &out), "forward");
@@ -163,11 +171,12 @@ int main(int argc, char **argv)
             phx_tensor_free(yd);
             check(phx_scaler_scale_grad(scaler, phx_loss_grad(ce)), "scale");
             check(phx_module_backward(net, phx_loss_grad(ce), NULL), "backward");
+            check(phx_schedule_apply(sched, &cur), "schedule");
             check(phx_scaler_step(scaler, opt, NULL), "step");
             sum += loss;
             seen += phx_tensor_dim(xb, 0);
             steps++;
-            progress_step(&prog, e + 1, loss, lr, (double)(seen * size) / (now() - t0));
+            progress_step(&prog, e + 1, loss, cur, (double)(seen * size) / (now() - t0));
         }
         if (got < 0) die("training data");
         double dt = now() - t0;
@@ -193,6 +202,7 @@ int main(int argc, char **argv)
     phx_loader_free(train);
     phx_dataset_free(train_set);
     phx_loss_free(ce);
+    phx_schedule_free(sched);
     phx_optimizer_free(opt);
     if (net != model) phx_module_free(net);
     phx_module_free(model);

@@ -46,6 +46,19 @@ static phx_status conv_check(const char *who, const phx_conv2d_desc *d, conv_geo
     return PHX_OK;
 }
 
+/* The outputs ox in [*lo, *hi) whose input column ox stride - pad + off
+ * lies inside [0, w). */
+static void valid_range(int64_t ow, int64_t stride, int64_t pad, int64_t off, int64_t w, int64_t *lo, int64_t *hi)
+{
+    int64_t a = pad - off; /* ox stride >= a */
+    int64_t l = a <= 0 ? 0 : (a + stride - 1) / stride;
+    int64_t b = w - 1 + pad - off; /* ox stride <= b */
+    int64_t h = b < 0 ? 0 : b / stride + 1;
+    *lo = l < ow ? l : ow;
+    *hi = h < ow ? h : ow;
+    if (*hi < *lo) *hi = *lo;
+}
+
 /* col[row, b ohw + p] for the images b0 .. b0+nb-1 and channels c0 .. c0+cg-1 */
 PX_INLINE void px_im2col(const phx_conv2d_desc *d, const conv_geom *g, const void *x, int dt, int64_t b0, int64_t nb,
                          int64_t c0, float *col)
@@ -65,11 +78,14 @@ PX_INLINE void px_im2col(const phx_conv2d_desc *d, const conv_geom *g, const voi
                             for (int64_t ox = 0; ox < d->ow; ox++) o[ox] = 0.0f;
                             continue;
                         }
-                        int64_t base = xo + iy * d->w - d->pad_w + s * d->dil_w;
-                        for (int64_t ox = 0; ox < d->ow; ox++) {
-                            int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
-                            o[ox] = ix >= 0 && ix < d->w ? px_ld(x, dt, base + ox * d->stride_w) : 0.0f;
-                        }
+                        int64_t base = xo + iy * d->w - d->pad_w + s * d->dil_w, lo, hi;
+                        valid_range(d->ow, d->stride_w, d->pad_w, s * d->dil_w, d->w, &lo, &hi);
+                        for (int64_t ox = 0; ox < lo; ox++) o[ox] = 0.0f;
+                        if (d->stride_w == 1)
+                            for (int64_t ox = lo; ox < hi; ox++) o[ox] = px_ld(x, dt, base + ox);
+                        else
+                            for (int64_t ox = lo; ox < hi; ox++) o[ox] = px_ld(x, dt, base + ox * d->stride_w);
+                        for (int64_t ox = hi; ox < d->ow; ox++) o[ox] = 0.0f;
                     }
                 }
             }
@@ -90,10 +106,14 @@ static void col2im(const phx_conv2d_desc *d, const conv_geom *g, const float *co
                     for (int64_t oy = 0; oy < d->oh; oy++) {
                         int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h;
                         if (iy < 0 || iy >= d->h) continue;
-                        for (int64_t ox = 0; ox < d->ow; ox++) {
-                            int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
-                            if (ix >= 0 && ix < d->w) xo[iy * d->w + ix] += in[oy * d->ow + ox];
-                        }
+                        int64_t lo, hi;
+                        valid_range(d->ow, d->stride_w, d->pad_w, s * d->dil_w, d->w, &lo, &hi);
+                        float *dst = xo + iy * d->w - d->pad_w + s * d->dil_w;
+                        const float *src = in + oy * d->ow;
+                        if (d->stride_w == 1)
+                            for (int64_t ox = lo; ox < hi; ox++) dst[ox] += src[ox];
+                        else
+                            for (int64_t ox = lo; ox < hi; ox++) dst[ox * d->stride_w] += src[ox];
                     }
                 }
             }
