@@ -191,6 +191,16 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
  * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
 int px_cpu_dnnl_bf16_native(void);
 
+/* Runs fn(arg, lo, hi) over [0, n) cut into at most one contiguous part
+ * per BLAS thread, each of at least grain items, on the calling thread's
+ * pool (kernels/cpu/parallel.c); inline when there is one part. The parts
+ * must write disjoint memory. */
+typedef void (*px_range_fn)(void *arg, int64_t lo, int64_t hi);
+void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg);
+/* The calling thread's pool of n tasks (core/dp/dp-pool.h), made once per
+ * thread and size; NULL on ENOMEM. */
+struct px_pool *px_cpu_thread_pool(size_t n);
+
 /* Sets the BLAS thread count (no-op without CBLAS). */
 void px_cpu_blas_threads(int n);
 /* OpenBLAS's process-wide thread count (1 without OpenBLAS). */

@@ -30,16 +30,11 @@
 static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t dnnl_engine;
 static int dnnl_bf16_isa;
-static pthread_key_t dnnl_stream_key, dnnl_pool_key;
+static pthread_key_t dnnl_stream_key;
 
 static void stream_destroy(void *s)
 {
     dnnl_stream_destroy(s);
-}
-
-static void pool_destroy(void *p)
-{
-    px_pool_free(p);
 }
 
 static void dnnl_init(void)
@@ -48,7 +43,6 @@ static void dnnl_init(void)
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
     dnnl_bf16_isa = (isa & bf16) == bf16;
     pthread_key_create(&dnnl_stream_key, stream_destroy);
-    pthread_key_create(&dnnl_pool_key, pool_destroy);
 }
 
 int px_cpu_dnnl_bf16_native(void)
@@ -159,18 +153,6 @@ static void block_task(void *arg, size_t i)
     j->st[i] = j->by_rows ? block_run(g, lo, len, 0, g->n) : block_run(g, 0, g->m, lo, len);
 }
 
-/* This thread's pool of n tasks, made (or remade) on demand */
-static px_pool *thread_pool(size_t n)
-{
-    px_pool *p = pthread_getspecific(dnnl_pool_key);
-    if (p && px_pool_size(p) == n) return p;
-    px_pool_free(p);
-    pthread_setspecific(dnnl_pool_key, NULL);
-    if (!(p = px_pool_new(n))) return NULL;
-    pthread_setspecific(dnnl_pool_key, p);
-    return p;
-}
-
 phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                             int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
                             phx_dtype cdt)
@@ -185,7 +167,7 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
     int by_rows = m >= n;
     int64_t span = by_rows ? m : n, blocks = span / 32;
     if (blocks > threads) blocks = threads;
-    px_pool *pool = blocks > 1 ? thread_pool((size_t)threads) : NULL;
+    px_pool *pool = blocks > 1 ? px_cpu_thread_pool((size_t)threads) : NULL;
     dnnl_status_t s;
     if (!pool) {
         /* no kernel for these dtypes or strides: the caller widens */
