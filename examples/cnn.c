@@ -1,6 +1,6 @@
 /* Fashion-MNIST with a CNN: conv(1->32, 3)-BN-ReLU-maxpool(2),
  * conv(32->64, 3)-BN-ReLU-maxpool(2), Flatten, Linear(64*5*5 -> 128)-ReLU-
- * Dropout(0.5)-Linear(-> 10); AdamW lr 1e-3 with a cosine decay to lr/100
+ * Dropout(0.25)-Linear(-> 10); AdamW lr 2e-3 with a cosine decay to lr/100
  * over the run (PyTorch's CosineAnnealingLR per step), batch 128, shuffled
  * each epoch; a progress line per epoch, test accuracy at the end (Debian's
  * dataset-fashion-mnist, or $PHX_FASHION_MNIST).
@@ -50,7 +50,10 @@ int main(int argc, char **argv)
     fm_prog = "cnn";
     int epochs = 5, use_dp = 0, sync_bn = 0;
     int64_t batch = 128;
-    double lr = 1e-3, dropout = 0.5;
+    /* PyTorch's own run of this model with dropout 0.5, lr 1e-3 and no
+     * decay (bench/torch/cnn_train.py) ends at 0.8975 after 5 epochs;
+     * these settings reach 0.91 (doc/cnn.md) */
+    double lr = 2e-3, dropout = 0.25;
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL, *metrics = NULL;
     int every = 0;

@@ -17,10 +17,23 @@ static phx_status bn_check(const char *who, int64_t n, int64_t c, int64_t hw, ph
     return PHX_OK;
 }
 
-PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int dt, float *mean, float *var)
+/* Each loop below runs channels c0 .. c1 - 1 (a part of px_cpu_parallel_for). */
+typedef struct bn_job {
+    int64_t n, c, hw;
+    const void *x, *dy;
+    int dt;
+    const float *mean, *var, *w, *b, *sum_dy_in, *sum_dy_xmu_in;
+    float eps;
+    double count;
+    float *mean_out, *var_out, *sum_dy, *sum_dy_xmu, *dw, *db;
+    void *y;
+} bn_job;
+
+PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int dt, float *mean, float *var,
+                           int64_t c0, int64_t c1)
 {
     double cnt = (double)(n * hw);
-    for (int64_t ch = 0; ch < c; ch++) {
+    for (int64_t ch = c0; ch < c1; ch++) {
         double s = 0.0;
         for (int64_t b = 0; b < n; b++) {
             int64_t o = (b * c + ch) * hw;
@@ -44,20 +57,27 @@ PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int 
     }
 }
 
-PX_CLONES phx_status px_cpu_batchnorm_stats(int dev, int64_t n, int64_t c, int64_t hw, const void *x, phx_dtype dt,
+PX_CLONES static void stats_part(void *arg, int64_t lo, int64_t hi)
+{
+    bn_job *j = arg;
+    PX_FLOAT_CALL(j->dt, px_bn_stats(j->n, j->c, j->hw, j->x, DT, j->mean_out, j->var_out, lo, hi));
+}
+
+phx_status px_cpu_batchnorm_stats(int dev, int64_t n, int64_t c, int64_t hw, const void *x, phx_dtype dt,
                                             float *mean, float *var)
 {
     (void)dev;
     phx_status st = bn_check("batchnorm_stats", n, c, hw, dt);
     if (st != PHX_OK) return st;
-    PX_FLOAT_DISPATCH("batchnorm_stats", dt, px_bn_stats(n, c, hw, x, DT, mean, var));
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dt = dt, .mean_out = mean, .var_out = var};
+    px_cpu_parallel_for(c, 1, stats_part, &j);
     return PHX_OK;
 }
 
 PX_INLINE void px_bn_apply(int64_t n, int64_t c, int64_t hw, const void *x, const float *mean, const float *var,
-                           float eps, const float *w, const float *b, void *y, int dt)
+                           float eps, const float *w, const float *b, void *y, int dt, int64_t c0, int64_t c1)
 {
-    for (int64_t ch = 0; ch < c; ch++) {
+    for (int64_t ch = c0; ch < c1; ch++) {
         float istd = phx_bn_invstd(var[ch], eps), m = mean[ch], wc = w ? w[ch] : 1.0f, bc = b ? b[ch] : 0.0f;
         for (int64_t i = 0; i < n; i++) {
             int64_t o = (i * c + ch) * hw;
@@ -66,7 +86,13 @@ PX_INLINE void px_bn_apply(int64_t n, int64_t c, int64_t hw, const void *x, cons
     }
 }
 
-PX_CLONES phx_status px_cpu_batchnorm_apply(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
+PX_CLONES static void apply_part(void *arg, int64_t lo, int64_t hi)
+{
+    bn_job *j = arg;
+    PX_FLOAT_CALL(j->dt, px_bn_apply(j->n, j->c, j->hw, j->x, j->mean, j->var, j->eps, j->w, j->b, j->y, DT, lo, hi));
+}
+
+phx_status px_cpu_batchnorm_apply(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
                                             const float *mean, const float *var, float eps, const float *w,
                                             const float *b, void *y, phx_dtype dt)
 {
@@ -74,14 +100,16 @@ PX_CLONES phx_status px_cpu_batchnorm_apply(int dev, int64_t n, int64_t c, int64
     phx_status st = bn_check("batchnorm_apply", n, c, hw, dt);
     if (st != PHX_OK) return st;
     if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "batchnorm_apply: eps=%g, expected >= 0", (double)eps);
-    PX_FLOAT_DISPATCH("batchnorm_apply", dt, px_bn_apply(n, c, hw, x, mean, var, eps, w, b, y, DT));
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dt = dt, .mean = mean, .var = var, .eps = eps, .w = w, .b = b, .y = y};
+    px_cpu_parallel_for(c, 1, apply_part, &j);
     return PHX_OK;
 }
 
 PX_INLINE void px_bn_reduce(int64_t n, int64_t c, int64_t hw, const void *x, const void *dy, int dt, const float *mean,
-                            const float *var, float eps, float *sum_dy, float *sum_dy_xmu, float *dw, float *db)
+                            const float *var, float eps, float *sum_dy, float *sum_dy_xmu, float *dw, float *db,
+                            int64_t c0, int64_t c1)
 {
-    for (int64_t ch = 0; ch < c; ch++) {
+    for (int64_t ch = c0; ch < c1; ch++) {
         double sd = 0.0, sdx = 0.0;
         float m = mean[ch];
         for (int64_t i = 0; i < n; i++) {
@@ -102,7 +130,14 @@ PX_INLINE void px_bn_reduce(int64_t n, int64_t c, int64_t hw, const void *x, con
     }
 }
 
-PX_CLONES phx_status px_cpu_batchnorm_backward_reduce(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
+PX_CLONES static void reduce_part(void *arg, int64_t lo, int64_t hi)
+{
+    bn_job *j = arg;
+    PX_FLOAT_CALL(j->dt, px_bn_reduce(j->n, j->c, j->hw, j->x, j->dy, DT, j->mean, j->var, j->eps, j->sum_dy,
+                                      j->sum_dy_xmu, j->dw, j->db, lo, hi));
+}
+
+phx_status px_cpu_batchnorm_backward_reduce(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
                                                       const void *dy, phx_dtype dt, const float *mean,
                                                       const float *var, float eps, float *sum_dy, float *sum_dy_xmu,
                                                       float *dw, float *db)
@@ -110,16 +145,17 @@ PX_CLONES phx_status px_cpu_batchnorm_backward_reduce(int dev, int64_t n, int64_
     (void)dev;
     phx_status st = bn_check("batchnorm_backward_reduce", n, c, hw, dt);
     if (st != PHX_OK) return st;
-    PX_FLOAT_DISPATCH("batchnorm_backward_reduce", dt,
-                      px_bn_reduce(n, c, hw, x, dy, DT, mean, var, eps, sum_dy, sum_dy_xmu, dw, db));
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .dt = dt, .mean = mean, .var = var, .eps = eps,
+                .sum_dy = sum_dy, .sum_dy_xmu = sum_dy_xmu, .dw = dw, .db = db};
+    px_cpu_parallel_for(c, 1, reduce_part, &j);
     return PHX_OK;
 }
 
 PX_INLINE void px_bn_dx(int64_t n, int64_t c, int64_t hw, const void *x, const void *dy, int dt, const float *mean,
                         const float *var, float eps, const float *w, const float *sum_dy, const float *sum_dy_xmu,
-                        double count, void *dx)
+                        double count, void *dx, int64_t c0, int64_t c1)
 {
-    for (int64_t ch = 0; ch < c; ch++) {
+    for (int64_t ch = c0; ch < c1; ch++) {
         float istd = phx_bn_invstd(var[ch], eps);
         float scale = istd * (w ? w[ch] : 1.0f);
         float mdy = sum_dy ? (float)(sum_dy[ch] / count) : 0.0f;
@@ -133,7 +169,14 @@ PX_INLINE void px_bn_dx(int64_t n, int64_t c, int64_t hw, const void *x, const v
     }
 }
 
-PX_CLONES phx_status px_cpu_batchnorm_backward_apply(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
+PX_CLONES static void dx_part(void *arg, int64_t lo, int64_t hi)
+{
+    bn_job *j = arg;
+    PX_FLOAT_CALL(j->dt, px_bn_dx(j->n, j->c, j->hw, j->x, j->dy, DT, j->mean, j->var, j->eps, j->w, j->sum_dy_in,
+                                  j->sum_dy_xmu_in, j->count, j->y, lo, hi));
+}
+
+phx_status px_cpu_batchnorm_backward_apply(int dev, int64_t n, int64_t c, int64_t hw, const void *x,
                                                      const void *dy, phx_dtype dt, const float *mean,
                                                      const float *var, float eps, const float *w,
                                                      const float *sum_dy, const float *sum_dy_xmu, double count,
@@ -144,7 +187,8 @@ PX_CLONES phx_status px_cpu_batchnorm_backward_apply(int dev, int64_t n, int64_t
     if (st != PHX_OK) return st;
     if (sum_dy && !(count > 0))
         return phx_error(PHX_EINVAL, "batchnorm_backward_apply: count %g, expected > 0", count);
-    PX_FLOAT_DISPATCH("batchnorm_backward_apply", dt,
-                      px_bn_dx(n, c, hw, x, dy, DT, mean, var, eps, w, sum_dy, sum_dy_xmu, count, dx));
+    bn_job j = {.n = n, .c = c, .hw = hw, .x = x, .dy = dy, .dt = dt, .mean = mean, .var = var, .eps = eps, .w = w,
+                .sum_dy_in = sum_dy, .sum_dy_xmu_in = sum_dy_xmu, .count = count, .y = dx};
+    px_cpu_parallel_for(c, 1, dx_part, &j);
     return PHX_OK;
 }

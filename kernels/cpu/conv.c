@@ -59,16 +59,17 @@ static void valid_range(int64_t ow, int64_t stride, int64_t pad, int64_t off, in
     if (*hi < *lo) *hi = *lo;
 }
 
-/* col[row, b ohw + p] for the images b0 .. b0+nb-1 and channels c0 .. c0+cg-1 */
+/* col[row, b ohw + p] for the images b0 + bl .. b0 + bh - 1 of a chunk of
+ * nb and channels c0 .. c0+cg-1 */
 PX_INLINE void px_im2col(const phx_conv2d_desc *d, const conv_geom *g, const void *x, int dt, int64_t b0, int64_t nb,
-                         int64_t c0, float *col)
+                         int64_t bl, int64_t bh, int64_t c0, float *col)
 {
     int64_t ld = nb * g->ohw;
     for (int64_t cc = 0; cc < g->cg; cc++)
         for (int64_t r = 0; r < d->kh; r++)
             for (int64_t s = 0; s < d->kw; s++) {
                 float *row = col + ((cc * d->kh + r) * d->kw + s) * ld;
-                for (int64_t b = 0; b < nb; b++) {
+                for (int64_t b = bl; b < bh; b++) {
                     int64_t xo = ((b0 + b) * d->c + c0 + cc) * g->hw;
                     float *out = row + b * g->ohw;
                     for (int64_t oy = 0; oy < d->oh; oy++) {
@@ -92,15 +93,16 @@ PX_INLINE void px_im2col(const phx_conv2d_desc *d, const conv_geom *g, const voi
 }
 
 /* dx[...] += col: the inverse scatter of px_im2col into the f32 images
- * dx (the chunk's first image) */
-static void col2im(const phx_conv2d_desc *d, const conv_geom *g, const float *col, int64_t nb, int64_t c0, float *dx)
+ * dx (the chunk's first image), for the chunk's images bl .. bh - 1 */
+PX_INLINE void col2im(const phx_conv2d_desc *d, const conv_geom *g, const float *col, int64_t nb, int64_t bl, int64_t bh,
+                   int64_t c0, float *dx)
 {
     int64_t ld = nb * g->ohw;
     for (int64_t cc = 0; cc < g->cg; cc++)
         for (int64_t r = 0; r < d->kh; r++)
             for (int64_t s = 0; s < d->kw; s++) {
                 const float *row = col + ((cc * d->kh + r) * d->kw + s) * ld;
-                for (int64_t b = 0; b < nb; b++) {
+                for (int64_t b = bl; b < bh; b++) {
                     float *xo = dx + (b * d->c + c0 + cc) * g->hw;
                     const float *in = row + b * g->ohw;
                     for (int64_t oy = 0; oy < d->oh; oy++) {
@@ -137,10 +139,10 @@ static const float *weight_f32(const void *w, phx_dtype dt, int64_t n)
 
 /* (kg, nb ohw) block of y for group gi <-> NCHW images b0 .. b0+nb-1 */
 PX_INLINE void px_gather_dy(const phx_conv2d_desc *d, const conv_geom *g, const void *dy, int dt, int64_t b0,
-                            int64_t nb, int64_t gi, float *out)
+                            int64_t nb, int64_t bl, int64_t bh, int64_t gi, float *out)
 {
     for (int64_t kk = 0; kk < g->kg; kk++)
-        for (int64_t b = 0; b < nb; b++) {
+        for (int64_t b = bl; b < bh; b++) {
             int64_t o = ((b0 + b) * d->k + gi * g->kg + kk) * g->ohw;
             float *dst = out + (kk * nb + b) * g->ohw;
             for (int64_t p = 0; p < g->ohw; p++) dst[p] = px_ld(dy, dt, o + p);
@@ -148,17 +150,59 @@ PX_INLINE void px_gather_dy(const phx_conv2d_desc *d, const conv_geom *g, const 
 }
 
 PX_INLINE void px_scatter_y(const phx_conv2d_desc *d, const conv_geom *g, const float *in, const float *bias,
-                            int64_t b0, int64_t nb, int64_t gi, void *y, int dt)
+                            int64_t b0, int64_t nb, int64_t bl, int64_t bh, int64_t gi, void *y, int dt)
 {
     for (int64_t kk = 0; kk < g->kg; kk++) {
         int64_t ch = gi * g->kg + kk;
         float bv = bias ? bias[ch] : 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
+        for (int64_t b = bl; b < bh; b++) {
             int64_t o = ((b0 + b) * d->k + ch) * g->ohw;
             const float *src = in + (kk * nb + b) * g->ohw;
             for (int64_t p = 0; p < g->ohw; p++) px_st(y, dt, o + p, src[p] + bv);
         }
     }
+}
+
+/* The layout loops of a chunk of nb images starting at b0, split over
+ * the BLAS threads by image (each part writes its own images' columns or
+ * planes). */
+typedef struct conv_job {
+    const phx_conv2d_desc *d;
+    const conv_geom *g;
+    const void *src; /* x (im2col), dy (gather), the GEMM result (scatter), col (col2im) */
+    void *dst;
+    const float *bias;
+    int dt;
+    int64_t b0, nb, c0, gi;
+} conv_job;
+
+PX_CLONES static void im2col_part(void *arg, int64_t lo, int64_t hi)
+{
+    conv_job *j = arg;
+    PX_FLOAT_CALL(j->dt, px_im2col(j->d, j->g, j->src, DT, j->b0, j->nb, lo, hi, j->c0, j->dst));
+}
+
+PX_CLONES static void gather_part(void *arg, int64_t lo, int64_t hi)
+{
+    conv_job *j = arg;
+    PX_FLOAT_CALL(j->dt, px_gather_dy(j->d, j->g, j->src, DT, j->b0, j->nb, lo, hi, j->gi, j->dst));
+}
+
+PX_CLONES static void scatter_part(void *arg, int64_t lo, int64_t hi)
+{
+    conv_job *j = arg;
+    PX_FLOAT_CALL(j->dt, px_scatter_y(j->d, j->g, j->src, j->bias, j->b0, j->nb, lo, hi, j->gi, j->dst, DT));
+}
+
+PX_CLONES static void col2im_part(void *arg, int64_t lo, int64_t hi)
+{
+    conv_job *j = arg;
+    col2im(j->d, j->g, j->src, j->nb, lo, hi, j->c0, j->dst);
+}
+
+static void run_parts(px_range_fn fn, conv_job j)
+{
+    px_cpu_parallel_for(j.nb, 1, fn, &j);
 }
 
 static phx_status col_scratch(const conv_geom *g, float **col, float **blk)
@@ -182,11 +226,11 @@ phx_status px_cpu_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *
     for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {
         int64_t nb = d->n - b0 < g.chunk ? d->n - b0 : g.chunk;
         for (int64_t gi = 0; gi < d->groups; gi++) {
-            PX_FLOAT_DISPATCH("conv2d_forward", dt, px_im2col(d, &g, x, DT, b0, nb, gi * g.cg, col));
+            run_parts(im2col_part, (conv_job){d, &g, x, col, NULL, dt, b0, nb, gi * g.cg, gi});
             st = px_cpu_gemm(dev, 0, 0, g.kg, nb * g.ohw, g.rows, 1.0f, wf + gi * g.kg * g.rows, g.rows, col,
                              nb * g.ohw, PHX_F32, 0.0f, blk, nb * g.ohw, PHX_F32);
             if (st != PHX_OK) return st;
-            PX_FLOAT_DISPATCH("conv2d_forward", dt, px_scatter_y(d, &g, blk, bias, b0, nb, gi, y, DT));
+            run_parts(scatter_part, (conv_job){d, &g, blk, y, bias, dt, b0, nb, 0, gi});
         }
     }
     return PHX_OK;
@@ -213,11 +257,11 @@ phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const 
         float *a = dt == PHX_F32 ? acc + b0 * img : acc; /* the chunk's first image */
         memset(a, 0, (size_t)(nb * img) * sizeof(float));
         for (int64_t gi = 0; gi < d->groups; gi++) {
-            PX_FLOAT_DISPATCH("conv2d_backward_data", dt, px_gather_dy(d, &g, dy, DT, b0, nb, gi, blk));
+            run_parts(gather_part, (conv_job){d, &g, dy, blk, NULL, dt, b0, nb, 0, gi});
             st = px_cpu_gemm(dev, 1, 0, g.rows, nb * g.ohw, g.kg, 1.0f, wf + gi * g.kg * g.rows, g.rows, blk,
                              nb * g.ohw, PHX_F32, 0.0f, col, nb * g.ohw, PHX_F32);
             if (st != PHX_OK) return st;
-            col2im(d, &g, col, nb, gi * g.cg, a);
+            run_parts(col2im_part, (conv_job){d, &g, col, a, NULL, dt, b0, nb, gi * g.cg, gi});
         }
         if (dt != PHX_F32 && (st = px_cpu_cast(dev, (uint16_t *)dx + b0 * img, dt, acc, PHX_F32, nb * img)) != PHX_OK)
             return st;
@@ -239,8 +283,8 @@ phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, cons
     for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {
         int64_t nb = d->n - b0 < g.chunk ? d->n - b0 : g.chunk, cols = nb * g.ohw;
         for (int64_t gi = 0; gi < d->groups; gi++) {
-            PX_FLOAT_DISPATCH("conv2d_backward_weight", dt, px_im2col(d, &g, x, DT, b0, nb, gi * g.cg, col));
-            PX_FLOAT_DISPATCH("conv2d_backward_weight", dt, px_gather_dy(d, &g, dy, DT, b0, nb, gi, blk));
+            run_parts(im2col_part, (conv_job){d, &g, x, col, NULL, dt, b0, nb, gi * g.cg, gi});
+            run_parts(gather_part, (conv_job){d, &g, dy, blk, NULL, dt, b0, nb, 0, gi});
             st = px_cpu_gemm(dev, 0, 1, g.kg, g.rows, cols, 1.0f, blk, cols, col, cols, PHX_F32, 1.0f,
                              dw + gi * g.kg * g.rows, g.rows, PHX_F32);
             if (st != PHX_OK) return st;

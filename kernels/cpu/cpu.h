@@ -123,6 +123,21 @@ int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n);
         } \
     } while (0)
 #define PX_FLOAT_DISPATCH(name, dt, CALL) PX_FLOAT_DISPATCH_AS(name, dt, DT, CALL)
+/* As PX_FLOAT_DISPATCH for a dtype already checked (f16, bf16, else f32),
+ * in functions that return nothing (px_cpu_parallel_for's parts). */
+#define PX_FLOAT_CALL(dt, CALL) \
+    do { \
+        if ((dt) == PHX_F16) { \
+            enum { DT = PHX_F16 }; \
+            CALL; \
+        } else if ((dt) == PHX_BF16) { \
+            enum { DT = PHX_BF16 }; \
+            CALL; \
+        } else { \
+            enum { DT = PHX_F32 }; \
+            CALL; \
+        } \
+    } while (0)
 
 /* Numbers first .. first + count - 1 of the Philox stream of seed, for
  * count <= PX_PHILOX_CHUNK: whole blocks into buf (4 * (PX_PHILOX_CHUNK/4

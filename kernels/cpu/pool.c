@@ -28,10 +28,13 @@ static phx_status pool_check(const char *who, const phx_conv2d_desc *d, phx_dtyp
     return PHX_OK;
 }
 
-PX_INLINE void px_maxpool(const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax, int dt)
+/* The max pooling loops run planes p0 .. p1 - 1 (parts of
+ * px_cpu_parallel_for). */
+PX_INLINE void px_maxpool(const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax, int dt, int64_t p0,
+                          int64_t p1)
 {
-    int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
-    for (int64_t p = 0; p < planes; p++)
+    int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+    for (int64_t p = p0; p < p1; p++)
         for (int64_t oy = 0; oy < d->oh; oy++)
             for (int64_t ox = 0; ox < d->ow; ox++) {
                 float best = -INFINITY;
@@ -54,10 +57,11 @@ PX_INLINE void px_maxpool(const phx_conv2d_desc *d, const void *x, void *y, int3
 
 /* 2x2 windows with stride 2 and no padding (the common case): the same
  * results as px_maxpool, without its bounds checks. */
-PX_INLINE void px_maxpool_2x2(const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax, int dt)
+PX_INLINE void px_maxpool_2x2(const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax, int dt, int64_t p0,
+                              int64_t p1)
 {
     int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
-    for (int64_t p = 0; p < d->n * d->c; p++)
+    for (int64_t p = p0; p < p1; p++)
         for (int64_t oy = 0; oy < d->oh; oy++)
             for (int64_t ox = 0; ox < d->ow; ox++) {
                 int64_t i0 = 2 * oy * d->w + 2 * ox, at[4] = {i0, i0 + 1, i0 + d->w, i0 + d->w + 1};
@@ -73,6 +77,23 @@ PX_INLINE void px_maxpool_2x2(const phx_conv2d_desc *d, const void *x, void *y, 
             }
 }
 
+typedef struct pool_job {
+    const phx_conv2d_desc *d;
+    const void *x, *dy;
+    void *y, *dx;
+    int32_t *argmax;
+    int dt, fast;
+} pool_job;
+
+PX_CLONES static void maxpool_part(void *arg, int64_t lo, int64_t hi)
+{
+    pool_job *j = arg;
+    if (j->fast)
+        PX_FLOAT_CALL(j->dt, px_maxpool_2x2(j->d, j->x, j->y, j->argmax, DT, lo, hi));
+    else
+        PX_FLOAT_CALL(j->dt, px_maxpool(j->d, j->x, j->y, j->argmax, DT, lo, hi));
+}
+
 phx_status px_cpu_maxpool2d_forward(int dev, const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax,
                                     phx_dtype dt)
 {
@@ -84,10 +105,8 @@ phx_status px_cpu_maxpool2d_forward(int dev, const phx_conv2d_desc *d, const voi
                          (long long)d->h, (long long)d->w);
     bool fast = d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && d->pad_h == 0 && d->pad_w == 0 &&
         d->dil_h == 1 && d->dil_w == 1 && 2 * d->oh <= d->h && 2 * d->ow <= d->w;
-    if (fast)
-        PX_FLOAT_DISPATCH("maxpool2d_forward", dt, px_maxpool_2x2(d, x, y, argmax, DT));
-    else
-        PX_FLOAT_DISPATCH("maxpool2d_forward", dt, px_maxpool(d, x, y, argmax, DT));
+    pool_job j = {.d = d, .x = x, .y = y, .argmax = argmax, .dt = dt, .fast = fast};
+    px_cpu_parallel_for(d->n * d->c, 4, maxpool_part, &j);
     return PHX_OK;
 }
 
@@ -102,6 +121,15 @@ PX_INLINE void px_maxpool_bwd(int64_t hw, int64_t ohw, int64_t p, const int32_t 
     for (int64_t i = 0; i < hw; i++) px_st(dx, dt, p * hw + i, acc[i]);
 }
 
+PX_CLONES static void maxpool_bwd_part(void *arg, int64_t lo, int64_t hi)
+{
+    pool_job *j = arg;
+    int64_t hw = j->d->h * j->d->w, ohw = j->d->oh * j->d->ow;
+    float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float)); /* this worker's own */
+    for (int64_t p = lo; p < hi && acc; p++)
+        PX_FLOAT_CALL(j->dt, px_maxpool_bwd(hw, ohw, p, j->argmax, j->dy, acc, j->dx, DT));
+}
+
 phx_status px_cpu_maxpool2d_backward(int dev, const phx_conv2d_desc *d, const int32_t *argmax, const void *dy,
                                      void *dx, phx_dtype dt)
 {
@@ -109,11 +137,9 @@ phx_status px_cpu_maxpool2d_backward(int dev, const phx_conv2d_desc *d, const in
     phx_status st = pool_check("maxpool2d_backward", d, dt);
     if (st != PHX_OK) return st;
     if (!argmax) return phx_error(PHX_EINVAL, "maxpool2d_backward: argmax is NULL, expected the forward's indices");
-    int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
-    float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float));
-    if (!acc) return PHX_ENOMEM;
-    for (int64_t p = 0; p < d->n * d->c; p++)
-        PX_FLOAT_DISPATCH("maxpool2d_backward", dt, px_maxpool_bwd(hw, ohw, p, argmax, dy, acc, dx, DT));
+    if (!px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float))) return PHX_ENOMEM;
+    pool_job j = {.d = d, .dy = dy, .dx = dx, .argmax = (int32_t *)argmax, .dt = dt};
+    px_cpu_parallel_for(d->n * d->c, 4, maxpool_bwd_part, &j);
     return PHX_OK;
 }
 
