@@ -9,6 +9,7 @@
  * on the way out; all GEMMs are f32. Scratch: slot 0 col, 1 the gathered
  * dY or Y, 2 the f32 weight. */
 #include "config.h"
+#include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu/cpu.h"
 
@@ -205,6 +206,29 @@ static void run_parts(px_range_fn fn, conv_job j)
     px_cpu_parallel_for(j.nb, 1, fn, &j);
 }
 
+/* Whether an f32 convolution goes to oneDNN: PHX_CPU_CONV=im2col|dnnl
+ * forces a path; auto (or unset) takes oneDNN, which measured faster on
+ * every bench/kernels shape (doc/cnn.md), and im2col where the build has
+ * no oneDNN or oneDNN has no kernel. f16/bf16 always take im2col. -1
+ * with phx_error for another value. */
+static int use_dnnl(const phx_conv2d_desc *d, phx_dtype dt)
+{
+    const char *e = getenv("PHX_CPU_CONV");
+    int force = -1;
+    if (e && *e && strcmp(e, "auto") != 0) {
+        if (!strcmp(e, "im2col")) force = 0;
+        else if (!strcmp(e, "dnnl")) force = 1;
+        else {
+            phx_error(PHX_EINVAL, "conv2d: PHX_CPU_CONV='%s', expected auto, im2col or dnnl", e);
+            return -1;
+        }
+    }
+    if (dt != PHX_F32) return 0;
+    if (force >= 0) return force;
+    (void)d;
+    return 1;
+}
+
 static phx_status col_scratch(const conv_geom *g, float **col, float **blk)
 {
     *col = px_cpu_scratch(0, (size_t)(g->rows * g->chunk * g->ohw) * sizeof(float));
@@ -220,6 +244,9 @@ phx_status px_cpu_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *
     if (st != PHX_OK) return st;
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_forward: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
+    int dn = use_dnnl(d, dt);
+    if (dn < 0) return PHX_EINVAL;
+    if (dn && (st = px_cpu_conv2d_dnnl(0, d, x, w, bias, NULL, y, NULL, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
     if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
@@ -245,6 +272,9 @@ phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const 
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_backward_data: dtype %s, expected f32, f16 or bf16",
                          phx_dtype_name(dt));
+    int dn = use_dnnl(d, dt);
+    if (dn < 0) return PHX_EINVAL;
+    if (dn && (st = px_cpu_conv2d_dnnl(1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
     if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
@@ -278,6 +308,9 @@ phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, cons
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_backward_weight: dtype %s, expected f32, f16 or bf16",
                          phx_dtype_name(dt));
+    int dn = use_dnnl(d, dt);
+    if (dn < 0) return PHX_EINVAL;
+    if (dn && (st = px_cpu_conv2d_dnnl(2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     if ((st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
     for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {

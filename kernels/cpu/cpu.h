@@ -202,6 +202,12 @@ void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k
 phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                             int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
                             phx_dtype cdt);
+/* An f32 convolution through oneDNN (conv-dnnl.c): pass 0 forward (x, w,
+ * bias -> y), 1 backward data (dy, w -> dx), 2 backward weight (x, dy ->
+ * dw +=, db += when db). PHX_EUNSUPPORTED, with nothing written and no
+ * error set, when oneDNN has no kernel or the build has no oneDNN. */
+phx_status px_cpu_conv2d_dnnl(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
+                              const float *dy, float *y, float *dx, float *dw, float *db);
 /* 1 when the build has oneDNN and the CPU has AVX512-BF16 (as oneDNN
  * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
 int px_cpu_dnnl_bf16_native(void);

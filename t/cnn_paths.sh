@@ -1,0 +1,37 @@
+#!/bin/sh
+# t/cnn_modules on each CPU convolution path: PHX_CPU_CONV=im2col (the
+# path of a build without oneDNN, and of f16/bf16), oneDNN with AVX2 only
+# (ONEDNN_MAX_CPU_ISA=AVX2, as on a CPU without AVX-512), and oneDNN over
+# 3 threads (uneven parts of the batch); a bad PHX_CPU_CONV is an error
+# naming the variable.
+b=${top_builddir:-.}
+echo "1..4"
+i=0
+run() {
+    i=$((i + 1))
+    what=$1
+    shift
+    out=$(env "$@" "$b/t/cnn_modules" 2>&1)
+    rc=$?
+    if [ $rc = 0 ] && ! echo "$out" | grep -q '^not ok'; then
+        echo "ok $i - t/cnn_modules with $what: every case matches torch"
+    else
+        echo "not ok $i - t/cnn_modules with $what: exit $rc"
+        echo "$out" | grep -E '^not ok|^#' | sed 's/^/# /' | head -20
+    fi
+}
+run "PHX_CPU_CONV=im2col" PHX_CPU_CONV=im2col
+if grep -q '^#define HAVE_DNNL 1' "$b/config.h" 2>/dev/null; then
+    run "oneDNN capped at AVX2" PHX_CPU_CONV=dnnl ONEDNN_MAX_CPU_ISA=AVX2
+    run "oneDNN over 3 threads" PHX_CPU_CONV=dnnl PHX_NUM_THREADS=3
+else
+    echo "ok 2 # SKIP built without oneDNN"
+    echo "ok 3 # SKIP built without oneDNN"
+    i=3
+fi
+out=$(PHX_CPU_CONV=fast "$b/t/cnn_modules" 2>&1)
+if echo "$out" | grep -q "PHX_CPU_CONV='fast', expected auto, im2col or dnnl"; then
+    echo "ok 4 - PHX_CPU_CONV=fast: the convolutions fail naming the variable and the choices"
+else
+    echo "not ok 4 - PHX_CPU_CONV=fast was not refused"
+fi
