@@ -130,6 +130,14 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
                       (d->ow - 1) * d->stride_w + (d->kw - 1) * d->dil_w + 1 - d->w - d->pad_w};
     dnnl_convolution_desc_t fd, bd;
     dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    /* the primitive's scratchpad comes from scratch slot 4, not from a
+     * malloc (and fresh pages) at every call */
+    dnnl_primitive_attr_t attr = NULL;
+    if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        return dnnl_out_of_memory;
+    }
     dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
         &fd, dnnl_forward_training, dnnl_convolution_direct, &as, &aw, c->bias || c->db ? &ab : NULL, &ad, strides,
         dil, pl, pr);
@@ -137,26 +145,34 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
     if (st != dnnl_success) return st;
     size_t img = (size_t)(d->c * d->h * d->w), oimg = (size_t)(d->k * d->oh * d->ow);
     if (c->pass == 0) {
-        pd = fpd, fpd = NULL;
+        st = dnnl_primitive_desc_create(&pd, &fd, attr, engine, NULL);
     } else if (c->pass == 1) {
         st = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &as, &aw, &ad, strides,
                                                               dil, pl, pr);
-        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, NULL, engine, fpd);
+        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, engine, fpd);
     } else {
         st = dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &as, &aw,
                                                                  c->db ? &ab : NULL, &ad, strides, dil, pl, pr);
-        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, NULL, engine, fpd);
+        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, engine, fpd);
     }
     dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_attr_destroy(attr);
     if (st != dnnl_success) return st;
     dnnl_stream_t s = thread_stream();
     dnnl_primitive_t prim = NULL;
-    dnnl_memory_t m[4] = {0}, u[4] = {0};
+    dnnl_memory_t m[4] = {0}, u[4] = {0}, sp = NULL;
     if (!s) st = dnnl_runtime_error;
     if (st == dnnl_success) st = dnnl_primitive_create(&prim, pd);
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-    dnnl_exec_arg_t a[4];
+    dnnl_exec_arg_t a[6];
     int na = 0;
+    const dnnl_memory_desc_t *spd = query(pd, dnnl_query_scratchpad_md);
+    size_t sps = spd ? dnnl_memory_desc_get_size(spd) : 0;
+    if (st == dnnl_success && sps) {
+        void *buf = px_cpu_scratch(4, sps);
+        st = buf ? dnnl_memory_create(&sp, spd, engine, buf) : dnnl_out_of_memory;
+        if (st == dnnl_success) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sp};
+    }
     if (st == dnnl_success && c->pass == 0) {
         if ((st = bind(&us, query(pd, dnnl_query_src_md), (void *)(c->x + n0 * img), 0, 1, s, &m[0], &u[0])) ||
             (st = bind(&uw, query(pd, dnnl_query_weights_md), (void *)c->w, 1, 1, s, &m[1], &u[1])) ||
@@ -175,8 +191,10 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
             (st = bind(&uw, query(pd, dnnl_query_weights_md), (void *)c->w, 1, 1, s, &m[1], &u[1])) ||
             (st = bind(&us, query(pd, dnnl_query_diff_src_md), c->dx + n0 * img, 2, 0, s, &m[2], &u[2])))
             goto out;
-        dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DIFF_SRC, m[2]}};
-        if ((st = dnnl_primitive_execute(prim, s, 3, b)) == dnnl_success) st = unbind(m[2], u[2], s);
+        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, m[0]};
+        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, m[1]};
+        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, m[2]};
+        if ((st = dnnl_primitive_execute(prim, s, na, a)) == dnnl_success) st = unbind(m[2], u[2], s);
     } else if (st == dnnl_success) {
         /* this part's dW (plain layout) and dB, summed by the caller */
         float *pw = c->partial + (size_t)(n0 / c->step) * (c->nw + (size_t)d->k), *pb = pw + c->nw;
@@ -196,6 +214,7 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
     if (st == dnnl_success) st = dnnl_stream_wait(s);
 out:
     for (int i = 0; i < 4; i++) dnnl_memory_destroy(m[i]), dnnl_memory_destroy(u[i]);
+    dnnl_memory_destroy(sp);
     dnnl_primitive_destroy(prim);
     dnnl_primitive_desc_destroy(pd);
     return st;

@@ -185,7 +185,7 @@ PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, floa
     } while (0)
 
 /* Thread-local scratch of at least bytes (64-byte aligned), grown on
- * demand and kept for the thread's life: slot 0..3 are independent.
+ * demand and kept for the thread's life: slots 0..4 are independent.
  * NULL with phx_last_error on ENOMEM. */
 void *px_cpu_scratch(int slot, size_t bytes);
 

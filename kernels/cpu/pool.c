@@ -121,10 +121,29 @@ PX_INLINE void px_maxpool_bwd(int64_t hw, int64_t ohw, int64_t p, const int32_t 
     for (int64_t i = 0; i < hw; i++) px_st(dx, dt, p * hw + i, acc[i]);
 }
 
+/* Windows that do not overlap (stride >= kernel): each input position
+ * gets at most one dy, so dx is zeroed and written in one pass. */
+PX_INLINE void px_maxpool_bwd_disjoint(int64_t hw, int64_t ohw, int64_t p, const int32_t *argmax, const void *dy,
+                                       void *dx, int dt)
+{
+    const int32_t *am = argmax + p * ohw;
+    if (dt == PHX_F32)
+        memset((float *)dx + p * hw, 0, (size_t)hw * sizeof(float));
+    else
+        for (int64_t i = 0; i < hw; i++) px_st(dx, dt, p * hw + i, 0.0f);
+    for (int64_t o = 0; o < ohw; o++)
+        if (am[o] >= 0) px_st(dx, dt, p * hw + am[o], px_ld(dy, dt, p * ohw + o));
+}
+
 PX_CLONES static void maxpool_bwd_part(void *arg, int64_t lo, int64_t hi)
 {
     pool_job *j = arg;
     int64_t hw = j->d->h * j->d->w, ohw = j->d->oh * j->d->ow;
+    if (j->fast) {
+        for (int64_t p = lo; p < hi; p++)
+            PX_FLOAT_CALL(j->dt, px_maxpool_bwd_disjoint(hw, ohw, p, j->argmax, j->dy, j->dx, DT));
+        return;
+    }
     float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float)); /* this worker's own */
     for (int64_t p = lo; p < hi && acc; p++)
         PX_FLOAT_CALL(j->dt, px_maxpool_bwd(hw, ohw, p, j->argmax, j->dy, acc, j->dx, DT));
@@ -138,7 +157,8 @@ phx_status px_cpu_maxpool2d_backward(int dev, const phx_conv2d_desc *d, const in
     if (st != PHX_OK) return st;
     if (!argmax) return phx_error(PHX_EINVAL, "maxpool2d_backward: argmax is NULL, expected the forward's indices");
     if (!px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float))) return PHX_ENOMEM;
-    pool_job j = {.d = d, .dy = dy, .dx = dx, .argmax = (int32_t *)argmax, .dt = dt};
+    bool disjoint = d->stride_h >= (d->kh - 1) * d->dil_h + 1 && d->stride_w >= (d->kw - 1) * d->dil_w + 1;
+    pool_job j = {.d = d, .dy = dy, .dx = dx, .argmax = (int32_t *)argmax, .dt = dt, .fast = disjoint};
     px_cpu_parallel_for(d->n * d->c, 4, maxpool_bwd_part, &j);
     return PHX_OK;
 }

@@ -7,7 +7,7 @@
 #include "core/base/util.h"
 #include "kernels/cpu/cpu.h"
 
-#define PX_SCRATCH_SLOTS 4
+#define PX_SCRATCH_SLOTS 5
 
 typedef struct px_scratch {
     void *raw[PX_SCRATCH_SLOTS];
