@@ -6,7 +6,7 @@
  * dataset-fashion-mnist, or $PHX_FASHION_MNIST).
  *
  *   cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH]
- *       [--load PATH] [--dp] [--sync-bn] [--metrics FILE] [--log-every N]
+ *       [--load PATH] [--dp] [--sync-bn] [--train-rows N] [--metrics FILE] [--log-every N]
  *
  * The same binary runs
  *   - in one process (the default);
@@ -17,7 +17,8 @@
  *   - in mixed precision under PHX_PRECISION=fp16|bf16, and on a GPU
  *     under PHX_DEVICE=cuda (the default when one is usable).
  * --load restores model, optimizer and the epoch count; --epochs 0 --load
- * only evaluates. */
+ * only evaluates. --train-rows N trains on the first N images only (quick
+ * runs: t/cnn_example.sh, make demo). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ int main(int argc, char **argv)
 {
     fm_prog = "cnn";
     int epochs = 5, use_dp = 0, sync_bn = 0;
-    int64_t batch = 128;
+    int64_t batch = 128, train_rows = 0;
     /* PyTorch's own run of this model with dropout 0.5, lr 1e-3 and no
      * decay (bench/torch/cnn_train.py) ends at 0.8975 after 5 epochs;
      * these settings reach 0.91 (doc/cnn.md) */
@@ -77,13 +78,15 @@ int main(int argc, char **argv)
             dropout = atof(v);
         else if (!strcmp(a, "--seed"))
             seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--train-rows"))
+            train_rows = atoll(v);
         else if (!strcmp(a, "--save"))
             save = v;
         else if (!strcmp(a, "--load"))
             load = v;
         else {
             fprintf(stderr, "usage: cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH] [--load PATH] "
-                            "[--dp] [--sync-bn] [--metrics FILE] [--log-every N]\n");
+                            "[--dp] [--sync-bn] [--train-rows N] [--metrics FILE] [--log-every N]\n");
             return 2;
         }
         i++;
@@ -128,6 +131,13 @@ int main(int argc, char **argv)
     ao.lr = lr;
     phx_optimizer *opt = phx_adam_new(net, &ao);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+    if (train_rows > 0 && train_rows < phx_tensor_dim(xtr, 0)) {
+        int64_t xs[2] = {train_rows, 784};
+        phx_tensor *xv = phx_tensor_view(xtr, 0, 2, xs), *yv = phx_tensor_view(ytr, 0, 1, &train_rows);
+        if (!xv || !yv) die("--train-rows");
+        phx_tensor_free(xtr), phx_tensor_free(ytr);
+        xtr = xv, ytr = yv;
+    }
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
     phx_loader_opts lo = {
@@ -136,18 +146,19 @@ int main(int argc, char **argv)
     if (!opt || !ce || !train) die("setup");
     int first = 0;
     int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
-    phx_schedule_opts so = {.kind = PHX_SCHED_WARMUP_COSINE,
-                            .warmup_steps = 0,
-                            .total_steps = (int64_t)epochs * per_epoch,
-                            .min_lr = lr / 100};
-    phx_schedule *sched = phx_schedule_new(opt, &so);
-    if (!sched) die("schedule");
     if (load) {
         char buf[32];
         check(phx_checkpoint_load(load, net, opt, scaler), "--load");
         if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
         if (rank == 0) printf("loaded %s (epoch %d)\n", load, first);
     }
+    /* the schedule's step is the optimizer's (restored by --load): the
+     * decay spans every epoch, the loaded ones included */
+    int64_t total = (int64_t)(first + epochs) * per_epoch;
+    phx_schedule_opts so = {
+        .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = total > 0 ? total : 1, .min_lr = lr / 100};
+    phx_schedule *sched = phx_schedule_new(opt, &so);
+    if (!sched) die("schedule");
     progress prog;
     if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples")) die("--metrics");
     if (rank == 0) {

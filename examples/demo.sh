@@ -38,6 +38,9 @@ if [ -r "${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}/train-images-id
     echo "== examples/fashion_mnist --epochs 0 --load fashion_mnist.safetensors"
     ./examples/fashion_mnist --epochs 0 --load fashion_mnist.safetensors
     rm -f fashion_mnist.safetensors
+    # A CNN with BatchNorm (doc/cnn.md): one epoch, ~20-40 s on 2 cores.
+    echo "== examples/cnn --epochs 1"
+    ./examples/cnn --epochs 1
 else
     echo "== examples/fashion_mnist: skipped (apt-get install dataset-fashion-mnist)"
 fi

@@ -33,7 +33,7 @@ t_cnn_sync_LDADD = libphalanx.la -lm
 t_cnn_sync_CPPFLAGS = $(ddp_test_cppflags)
 t_cnn_state_LDADD = libphalanx.la -lm
 t_cnn_alloc_LDADD = libphalanx.la
-TESTS += t/cnn_paths.sh
-EXTRA_DIST += t/cnn_paths.sh bench/torch/cnn_train.py
+TESTS += t/cnn_paths.sh t/cnn_example.sh
+EXTRA_DIST += t/cnn_paths.sh t/cnn_example.sh bench/torch/cnn_train.py
 EXTRA_DIST += bench/torch/cnn.py t/data/cnn_modules.safetensors t/data/cnn_state.safetensors \
 	t/data/cnn_state_io.safetensors
