@@ -102,21 +102,6 @@ static void run_case(const gu_file *f, const char *c)
     phx_module_free(m);
 }
 
-/* sum(y * w) of m's output on x, in f64 */
-static double objective(phx_module *m, const phx_tensor *x, const phx_tensor *w)
-{
-    phx_tensor *y;
-    if (phx_module_forward(m, x, &y) != PHX_OK) return NAN;
-    int64_t n = phx_tensor_numel(y);
-    float *hy = malloc((size_t)n * sizeof *hy), *hw = malloc((size_t)n * sizeof *hw);
-    phx_tensor_to_host(y, hy);
-    phx_tensor_to_host(w, hw);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)hy[i] * hw[i];
-    free(hy);
-    free(hw);
-    return s;
-}
 
 /* The worst relative error of central differences (eps 1e-2) along a few
  * elements of t (the input or a parameter p's value) against the analytic
@@ -136,11 +121,11 @@ static double fd_worst(phx_module *m, const phx_tensor *x, const phx_tensor *dy,
         h[i] = v + eps;
         phx_tensor_from_host(t, h);
         if (p) phx_param_touch(p);
-        double up = objective(m, x, dy);
+        double up = gu_objective(m, x, dy);
         h[i] = v - eps;
         phx_tensor_from_host(t, h);
         if (p) phx_param_touch(p);
-        double dn = objective(m, x, dy);
+        double dn = gu_objective(m, x, dy);
         h[i] = v;
         phx_tensor_from_host(t, h);
         if (p) phx_param_touch(p);

@@ -103,4 +103,20 @@ static inline double gu_max_rel(const phx_tensor *a, const phx_tensor *b)
     free(hb);
     return e;
 }
+/* sum(y * w) for m's output y on x (f64 accumulation): the objective
+ * whose finite differences the module tests compare with backward. */
+static inline double gu_objective(phx_module *m, const phx_tensor *x, const phx_tensor *w)
+{
+    phx_tensor *y;
+    if (phx_module_forward(m, x, &y) != PHX_OK) return NAN;
+    int64_t n = phx_tensor_numel(y);
+    float *hy = malloc((size_t)n * sizeof *hy), *hw = malloc((size_t)n * sizeof *hw);
+    phx_tensor_to_host(y, hy);
+    phx_tensor_to_host(w, hw);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)hy[i] * hw[i];
+    free(hy);
+    free(hw);
+    return s;
+}
 #endif

@@ -22,21 +22,6 @@ static phx_module *make(const char *c)
     return NULL;
 }
 
-/* sum(y * w) for the module's output on x (f64 accumulation) */
-static double objective(phx_module *m, const phx_tensor *x, const phx_tensor *w)
-{
-    phx_tensor *y;
-    if (phx_module_forward(m, x, &y) != PHX_OK) return NAN;
-    int64_t n = phx_tensor_numel(y);
-    float *hy = malloc((size_t)n * sizeof *hy), *hw = malloc((size_t)n * sizeof *hw);
-    phx_tensor_to_host(y, hy);
-    phx_tensor_to_host(w, hw);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)hy[i] * hw[i];
-    free(hy);
-    free(hw);
-    return s;
-}
 
 /* Central difference of objective along element i of t (an input or a
  * parameter value) against the analytic gradient ga at i. */
@@ -50,11 +35,11 @@ static double fd_err(phx_module *m, const phx_tensor *x, const phx_tensor *dy, p
     h[i] = v + eps;
     phx_tensor_from_host(t, h);
     if (p) phx_param_touch(p);
-    double up = objective(m, x, dy);
+    double up = gu_objective(m, x, dy);
     h[i] = v - eps;
     phx_tensor_from_host(t, h);
     if (p) phx_param_touch(p);
-    double dn = objective(m, x, dy);
+    double dn = gu_objective(m, x, dy);
     h[i] = v;
     phx_tensor_from_host(t, h);
     if (p) phx_param_touch(p);

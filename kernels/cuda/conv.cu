@@ -291,19 +291,28 @@ template <int DT> __global__ void k_conv_db(int64_t n, int64_t k, int64_t hw, co
     }
 }
 
+/* What every convolution slot does first: check the descriptor (*empty:
+ * nothing to compute, nothing made), then the device context, its cuDNN
+ * handle and the shape's plan (freed by the caller with plan_free). */
+static phx_status conv_begin(int dev, const char *kernel, const phx_conv2d_desc *d, phx_dtype dt, int *empty,
+                             px_cuda_ctx **ctx, cudnnHandle_t *h, conv_plan *p)
+{
+    phx_status st = conv_check(kernel, d, dt, empty);
+    if (st != PHX_OK || *empty) return st;
+    if ((st = px_cuda_ctx_get(dev, ctx)) != PHX_OK || (st = dnn_handle(*ctx, kernel, h)) != PHX_OK) return st;
+    return plan_make(dev, kernel, d, dt, p);
+}
+
 extern "C" phx_status px_cuda_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *x, const void *w,
                                              const float *bias, void *y, phx_dtype dt)
 {
     const char *kernel = "conv2d_forward";
     int empty = 0;
-    phx_status st = conv_check(kernel, d, dt, &empty);
-    if (st != PHX_OK || empty) return st;
     px_cuda_ctx *ctx;
     cudnnHandle_t h;
     conv_plan p;
-    if ((st = px_cuda_ctx_get(dev, &ctx)) != PHX_OK || (st = dnn_handle(ctx, kernel, &h)) != PHX_OK ||
-        (st = plan_make(dev, kernel, d, dt, &p)) != PHX_OK)
-        return st;
+    phx_status st = conv_begin(dev, kernel, d, dt, &empty, &ctx, &h, &p);
+    if (st != PHX_OK || empty) return st;
     st = conv_exec(ctx, h, &p, CONV_FWD, kernel, d, x, w, 0.0f, y);
     plan_free(&p);
     if (st != PHX_OK || !bias) return st;
@@ -340,14 +349,11 @@ extern "C" phx_status px_cuda_conv2d_backward_weight(int dev, const phx_conv2d_d
 {
     const char *kernel = "conv2d_backward_weight";
     int empty = 0;
-    phx_status st = conv_check(kernel, d, dt, &empty);
-    if (st != PHX_OK || empty) return st;
     px_cuda_ctx *ctx;
     cudnnHandle_t h;
     conv_plan p;
-    if ((st = px_cuda_ctx_get(dev, &ctx)) != PHX_OK || (st = dnn_handle(ctx, kernel, &h)) != PHX_OK ||
-        (st = plan_make(dev, kernel, d, dt, &p)) != PHX_OK)
-        return st;
+    phx_status st = conv_begin(dev, kernel, d, dt, &empty, &ctx, &h, &p);
+    if (st != PHX_OK || empty) return st;
     int64_t nw = d->k * (d->c / d->groups) * d->kh * d->kw;
     if (dt == PHX_F32) {
         st = conv_exec(ctx, h, &p, CONV_BWD_FILTER, kernel, d, x, dy, 1.0f, dw);
