@@ -71,16 +71,20 @@ static double measure(const char *name, double seconds)
 int main(int argc, char **argv)
 {
     double seconds = 2;
-    const char *script = "bench/torch/amp.py";
-    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--torch", 's', &script}, {"--no-torch", 'n', &script}};
-    if (bench_args(argc, argv, opts, 3, "[--seconds S] [--torch SCRIPT | --no-torch]")) return 2;
+    const char *script = "bench/torch/amp.py", *only = NULL;
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds},
+                              {"--torch", 's', &script},
+                              {"--no-torch", 'n', &script},
+                              {"--only", 's', &only}};
+    if (bench_args(argc, argv, opts, 4, "[--seconds S] [--torch SCRIPT | --no-torch] [--only fp32|fp16|bf16]"))
+        return 2;
     if (!(seconds > 0)) {
         fprintf(stderr, "bench/amp: --seconds must be > 0\n");
         return 2;
     }
     const char *names[3] = {"fp32", "fp16", "bf16"};
     double sps[3], torch_sps[3] = {-1, -1, -1};
-    for (int i = 0; i < 3; i++) sps[i] = measure(names[i], seconds);
+    for (int i = 0; i < 3; i++) sps[i] = only && strcmp(only, names[i]) ? -1 : measure(names[i], seconds);
     if (script) {
         char cmd[4400], line[256], mode[16];
         double v;

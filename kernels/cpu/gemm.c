@@ -47,17 +47,20 @@ static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
     return PHX_OK;
 }
 
-/* rows x cols of src (leading dim ld, dtype dt) into contiguous f32 dst */
-PX_INLINE void px_widen(float *dst, const void *src, int dt, int64_t rows, int64_t cols, int64_t ld)
+/* rows x cols of src (leading dim lds, dtype st) into dst (leading dim
+ * ldd, dtype dt), a row per px_cpu_cast (the conversion instructions
+ * where the CPU has them). On this thread: split over the pool, the
+ * casts of an fp16 MLP step at 2 threads ran 1.5x slower, the pool's
+ * spinning workers taking cores from OpenBLAS's threads. */
+static phx_status cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                            int64_t rows, int64_t cols)
 {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < cols; j++) dst[r * cols + j] = px_ld(src, dt, r * ld + j);
-}
-
-PX_INLINE void px_narrow(void *dst, int dt, int64_t ld, const float *src, int64_t rows, int64_t cols)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < cols; j++) px_st(dst, dt, r * ld + j, src[r * cols + j]);
+    size_t ed = phx_dtype_size(dt), es = phx_dtype_size(st);
+    phx_status s = PHX_OK;
+    for (int64_t r = 0; r < rows && s == PHX_OK; r++)
+        s = px_cpu_cast(0, (char *)dst + (size_t)(r * ldd) * ed, dt, (const char *)src + (size_t)(r * lds) * es, st,
+                        cols);
+    return s;
 }
 
 typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_DNNL } gemm_path;
@@ -83,39 +86,6 @@ static phx_status gemm_path_env(gemm_path *path)
 #endif
     return PHX_OK;
 }
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#include <immintrin.h>
-/* f16 rows into f32 with F16C's vcvtph2ps, 8 at a time (exact, like the
- * scalar conversion: operands here are never written back) */
-__attribute__((target("avx,f16c"))) static void widen_f16c(float *dst, const uint16_t *src, int64_t rows, int64_t cols,
-                                                           int64_t ld)
-{
-    for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *s = src + r * ld;
-        float *d = dst + r * cols;
-        int64_t j = 0;
-        for (; j + 8 <= cols; j += 8)
-            _mm256_storeu_ps(d + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + j))));
-        for (; j < cols; j++) d[j] = phx_f16_to_f32(s[j]);
-    }
-}
-
-static int have_f16c(void)
-{
-    return __builtin_cpu_supports("f16c");
-}
-#else
-static void widen_f16c(float *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t ld)
-{
-    px_widen(dst, src, PHX_F16, rows, cols, ld);
-}
-
-static int have_f16c(void)
-{
-    return 0;
-}
-#endif
 
 static int is_float(phx_dtype dt)
 {
@@ -154,25 +124,23 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
     }
 
     const float *af = a, *bf = b;
+    st = PHX_OK; /* oneDNN may have declined above */
     if (adt != PHX_F32 && k > 0) {
         float *sa = px_cpu_scratch(0, (size_t)(a_rows * a_cols) * sizeof(float));
         float *sb = px_cpu_scratch(1, (size_t)(b_rows * b_cols) * sizeof(float));
         if (!sa || !sb) return PHX_ENOMEM;
-        if (adt == PHX_F16 && have_f16c())
-            widen_f16c(sa, a, a_rows, a_cols, lda), widen_f16c(sb, b, b_rows, b_cols, ldb);
-        else
-            PX_FLOAT_DISPATCH("gemm", adt,
-                              (px_widen(sa, a, DT, a_rows, a_cols, lda), px_widen(sb, b, DT, b_rows, b_cols, ldb)));
+        if ((st = cast_rows(sa, PHX_F32, a_cols, a, adt, lda, a_rows, a_cols)) != PHX_OK ||
+            (st = cast_rows(sb, PHX_F32, b_cols, b, adt, ldb, b_rows, b_cols)) != PHX_OK)
+            return st;
         af = sa, lda = a_cols;
         bf = sb, ldb = b_cols;
     }
     if (cdt == PHX_F32) return sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, c, ldc);
 
+    /* a f16/bf16 C: computed in f32 scratch, rounded once */
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
-    if (beta != 0.0f) PX_FLOAT_DISPATCH("gemm", cdt, px_widen(sc, c, DT, m, n, ldc));
-    st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n);
-    if (st != PHX_OK) return st;
-    PX_FLOAT_DISPATCH("gemm", cdt, px_narrow(c, DT, ldc, sc, m, n));
-    return PHX_OK;
+    if (beta != 0.0f && (st = cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+    if ((st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n)) != PHX_OK) return st;
+    return cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
 }
