@@ -60,21 +60,24 @@ PX_INLINE void px_maxpool(const phx_conv2d_desc *d, const void *x, void *y, int3
 PX_INLINE void px_maxpool_2x2(const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax, int dt, int64_t p0,
                               int64_t p1)
 {
-    int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+    int64_t hw = d->h * d->w, ohw = d->oh * d->ow, w = d->w;
     for (int64_t p = p0; p < p1; p++)
-        for (int64_t oy = 0; oy < d->oh; oy++)
+        for (int64_t oy = 0; oy < d->oh; oy++) {
+            int64_t r0 = p * hw + 2 * oy * w, o0 = p * ohw + oy * d->ow;
             for (int64_t ox = 0; ox < d->ow; ox++) {
-                int64_t i0 = 2 * oy * d->w + 2 * ox, at[4] = {i0, i0 + 1, i0 + d->w, i0 + d->w + 1};
-                float best = px_ld(x, dt, p * hw + i0);
-                int64_t bi = i0;
-                for (int k = 1; k < 4; k++) {
-                    float v = px_ld(x, dt, p * hw + at[k]);
-                    if (v > best || (isnan(v) && !isnan(best))) best = v, bi = at[k];
-                }
-                int64_t o = p * ohw + oy * d->ow + ox;
-                px_st(y, dt, o, best);
-                if (argmax) argmax[o] = (int32_t)bi;
+                int64_t i = r0 + 2 * ox;
+                float v0 = px_ld(x, dt, i), v1 = px_ld(x, dt, i + 1), v2 = px_ld(x, dt, i + w),
+                      v3 = px_ld(x, dt, i + w + 1);
+                /* the first maximum in window order; NaN wins (the first one) */
+                float best = v0;
+                int32_t at = 0;
+                if (v1 > best || (v1 != v1 && best == best)) best = v1, at = 1;
+                if (v2 > best || (v2 != v2 && best == best)) best = v2, at = 2;
+                if (v3 > best || (v3 != v3 && best == best)) best = v3, at = 3;
+                px_st(y, dt, o0 + ox, best);
+                if (argmax) argmax[o0 + ox] = (int32_t)(i - p * hw) + (at & 1) + (at >> 1) * (int32_t)w;
             }
+        }
 }
 
 typedef struct pool_job {
