@@ -283,22 +283,10 @@ VI void bwd_loop(int act, int64_t n, const float *x, const float *y, const float
 /* act is a constant inside each loop */
 #define EACH_ACT(act, CALL) \
     switch (act) { \
-    case PHX_ACT_GELU: { \
-        enum { ACT = PHX_ACT_GELU }; \
-        CALL; \
-        break; \
-    } \
-    case PHX_ACT_GELU_TANH: { \
-        enum { ACT = PHX_ACT_GELU_TANH }; \
-        CALL; \
-        break; \
-    } \
-    case PHX_ACT_TANH: { \
-        enum { ACT = PHX_ACT_TANH }; \
-        CALL; \
-        break; \
-    } \
-    default: { \
+        PX_ACT_CASE(PHX_ACT_GELU, CALL) \
+        PX_ACT_CASE(PHX_ACT_GELU_TANH, CALL) \
+        PX_ACT_CASE(PHX_ACT_TANH, CALL) \
+    default: { /* sigmoid: the only other kind this file serves */ \
         enum { ACT = PHX_ACT_SIGMOID }; \
         CALL; \
         break; \

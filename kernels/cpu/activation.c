@@ -21,31 +21,11 @@ PX_INLINE void px_act_bwd_loop(int act, int64_t n, const void *x, const void *y,
 
 #define PX_ACT_DISPATCH(act, CALL) \
     switch (act) { \
-    case PHX_ACT_RELU: { \
-        enum { ACT = PHX_ACT_RELU }; \
-        CALL; \
-        break; \
-    } \
-    case PHX_ACT_GELU: { \
-        enum { ACT = PHX_ACT_GELU }; \
-        CALL; \
-        break; \
-    } \
-    case PHX_ACT_GELU_TANH: { \
-        enum { ACT = PHX_ACT_GELU_TANH }; \
-        CALL; \
-        break; \
-    } \
-    case PHX_ACT_TANH: { \
-        enum { ACT = PHX_ACT_TANH }; \
-        CALL; \
-        break; \
-    } \
-    case PHX_ACT_SIGMOID: { \
-        enum { ACT = PHX_ACT_SIGMOID }; \
-        CALL; \
-        break; \
-    } \
+        PX_ACT_CASE(PHX_ACT_RELU, CALL) \
+        PX_ACT_CASE(PHX_ACT_GELU, CALL) \
+        PX_ACT_CASE(PHX_ACT_GELU_TANH, CALL) \
+        PX_ACT_CASE(PHX_ACT_TANH, CALL) \
+        PX_ACT_CASE(PHX_ACT_SIGMOID, CALL) \
     default: \
         return phx_error(PHX_EINVAL, "activation: kind %d, expected 0..4 (relu, gelu, gelu_tanh, tanh, sigmoid)", \
                          (int)act); \

@@ -97,6 +97,15 @@ void px_avx512_math(int fn, int64_t n, const float *in, float *out);
 int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n);
 #endif
 
+/* One case of a switch over phx_activation that runs CALL with ACT the
+ * constant K (the activation loops are specialised per kind). */
+#define PX_ACT_CASE(K, CALL) \
+    case K: { \
+        enum { ACT = K }; \
+        CALL; \
+        break; \
+    }
+
 /* Runs CALL (an expression using the constant SYM) for a float dtype dt;
  * otherwise returns PHX_EINVAL naming the kernel. */
 #define PX_FLOAT_DISPATCH_AS(name, dt, SYM, CALL) \
