@@ -119,4 +119,29 @@ static inline double gu_objective(phx_module *m, const phx_tensor *x, const phx_
     free(hw);
     return s;
 }
+/* The relative error of the central difference (eps 1e-2) of
+ * gu_objective along element i of t (an input, or the value of parameter
+ * p) against the analytic gradient ga at i. */
+static inline double gu_fd_err(phx_module *m, const phx_tensor *x, const phx_tensor *dy, phx_tensor *t, phx_param *p,
+                               int64_t i, double ga)
+{
+    const float eps = 1e-2f;
+    float *h = malloc((size_t)phx_tensor_numel(t) * sizeof *h);
+    phx_tensor_to_host(t, h);
+    float v = h[i];
+    h[i] = v + eps;
+    phx_tensor_from_host(t, h);
+    if (p) phx_param_touch(p);
+    double up = gu_objective(m, x, dy);
+    h[i] = v - eps;
+    phx_tensor_from_host(t, h);
+    if (p) phx_param_touch(p);
+    double dn = gu_objective(m, x, dy);
+    h[i] = v;
+    phx_tensor_from_host(t, h);
+    if (p) phx_param_touch(p);
+    free(h);
+    double fd = (up - dn) / (2.0 * eps);
+    return fabs(fd - ga) / fmax(1.0, fabs(ga));
+}
 #endif

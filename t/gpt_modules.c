@@ -23,31 +23,6 @@ static phx_module *make(const char *c)
 }
 
 
-/* Central difference of objective along element i of t (an input or a
- * parameter value) against the analytic gradient ga at i. */
-static double fd_err(phx_module *m, const phx_tensor *x, const phx_tensor *dy, phx_tensor *t, phx_param *p, int64_t i,
-                     double ga)
-{
-    const float eps = 1e-2f;
-    float *h = malloc((size_t)phx_tensor_numel(t) * sizeof *h);
-    phx_tensor_to_host(t, h);
-    float v = h[i];
-    h[i] = v + eps;
-    phx_tensor_from_host(t, h);
-    if (p) phx_param_touch(p);
-    double up = gu_objective(m, x, dy);
-    h[i] = v - eps;
-    phx_tensor_from_host(t, h);
-    if (p) phx_param_touch(p);
-    double dn = gu_objective(m, x, dy);
-    h[i] = v;
-    phx_tensor_from_host(t, h);
-    if (p) phx_param_touch(p);
-    free(h);
-    double fd = (up - dn) / (2.0 * eps);
-    return fabs(fd - ga) / fmax(1.0, fabs(ga));
-}
-
 static double host_at(const phx_tensor *t, int64_t i)
 {
     double v = NAN;
@@ -112,14 +87,14 @@ static void fd_case(const gu_file *f, const char *c)
     if (dx && phx_tensor_dtype(x) == PHX_F32) {
         gx = malloc((size_t)n * sizeof *gx);
         for (int64_t i = 0; i < n; i++) gx[i] = host_at(dx, i);
-        for (int64_t i = 0; i < n; i += n / 7 + 1, checked++) worst = fmax(worst, fd_err(m, x, dy, x, NULL, i, gx[i]));
+        for (int64_t i = 0; i < n; i += n / 7 + 1, checked++) worst = fmax(worst, gu_fd_err(m, x, dy, x, NULL, i, gx[i]));
     }
     for (size_t k = 0; k < phx_module_num_params(m); k++) {
         phx_param *p = phx_module_param(m, k);
         phx_tensor *v = phx_param_value(p), *g = phx_param_grad(p);
         int64_t np = phx_tensor_numel(v);
         for (int64_t i = 0; i < np; i += np / 3 + 1, checked++)
-            worst = fmax(worst, fd_err(m, x, dy, v, p, i, host_at(g, i)));
+            worst = fmax(worst, gu_fd_err(m, x, dy, v, p, i, host_at(g, i)));
     }
     ok(worst <= 1e-2, "%s: %d f32 central differences match the analytic gradients (max rel %.2g)", c, checked, worst);
     free(gx);
