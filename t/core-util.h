@@ -68,4 +68,40 @@ static inline double cu_worst(const void *got, phx_dtype dt, const double *ref, 
     }
     return w;
 }
+/* The activations in float64 (kinds of phx_activation) and their
+ * derivatives worked out by hand; gelu through erfc, which keeps its
+ * relative precision in the left tail. */
+static inline const char *cu_act_name(int act)
+{
+    static const char *names[5] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
+    return act >= 0 && act < 5 ? names[act] : "?";
+}
+
+static inline double cu_act_ref(int act, double x)
+{
+    switch (act) {
+    case PHX_ACT_RELU: return x > 0 ? x : 0;
+    case PHX_ACT_GELU: return 0.5 * x * erfc(-x / sqrt(2.0));
+    case PHX_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case PHX_ACT_TANH: return tanh(x);
+    default: return 1 / (1 + exp(-x));
+    }
+}
+
+static inline double cu_act_dref(int act, double x)
+{
+    switch (act) {
+    case PHX_ACT_RELU: return x > 0 ? 1 : 0;
+    case PHX_ACT_GELU: return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-x * x / 2) / sqrt(2 * M_PI);
+    case PHX_ACT_GELU_TANH: {
+        double k = sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+    }
+    case PHX_ACT_TANH: return 1 - tanh(x) * tanh(x);
+    default: {
+        double s = 1 / (1 + exp(-x));
+        return s * (1 - s);
+    }
+    }
+}
 #endif

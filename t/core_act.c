@@ -9,36 +9,6 @@
 
 #define N 4099
 
-static const char *names[5] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
-
-static double ref_f(int act, double x)
-{
-    switch (act) {
-    case PHX_ACT_RELU: return x > 0 ? x : 0;
-    case PHX_ACT_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
-    case PHX_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-    case PHX_ACT_TANH: return tanh(x);
-    default: return 1 / (1 + exp(-x));
-    }
-}
-
-/* derivatives worked out by hand */
-static double ref_df(int act, double x)
-{
-    switch (act) {
-    case PHX_ACT_RELU: return x > 0 ? 1 : 0;
-    case PHX_ACT_GELU: return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-x * x / 2) / sqrt(2 * M_PI);
-    case PHX_ACT_GELU_TANH: {
-        double k = sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-    }
-    case PHX_ACT_TANH: return 1 - tanh(x) * tanh(x);
-    default: {
-        double s = 1 / (1 + exp(-x));
-        return s * (1 - s);
-    }
-    }
-}
 
 /* Worst error in ulp of the float64 value over every 1021st float in
  * [lo, hi] (all floats: lo = -inf); ulps at the exact value's binade,
@@ -96,27 +66,27 @@ int main(void)
     for (int a = 0; a < 5; a++) {
         /* forward f32 vs float64 */
         phx_status st = K->act_forward(0, (phx_activation)a, N, x, y, PHX_F32);
-        for (int i = 0; i < N; i++) ref[i] = ref_f(a, x[i]);
+        for (int i = 0; i < N; i++) ref[i] = cu_act_ref(a, x[i]);
         int64_t at;
         double w = cu_worst(y, PHX_F32, ref, N, 4e-6, 1e-7, &at);
-        ok(st == PHX_OK && w <= 1, "%s forward f32 vs float64 (worst %.3g of tol at x=%g)", names[a], w,
+        ok(st == PHX_OK && w <= 1, "%s forward f32 vs float64 (worst %.3g of tol at x=%g)", cu_act_name(a), w,
            at >= 0 ? x[at] : 0.0);
         /* backward f32 vs the analytic float64 derivative */
         st = K->act_backward(0, (phx_activation)a, N, x, y, dy, dx, PHX_F32);
-        for (int i = 0; i < N; i++) ref[i] = (double)dy[i] * ref_df(a, x[i]);
+        for (int i = 0; i < N; i++) ref[i] = (double)dy[i] * cu_act_dref(a, x[i]);
         w = cu_worst(dx, PHX_F32, ref, N, 4e-6, 1e-6, &at);
-        ok(st == PHX_OK && w <= 1, "%s backward f32 vs float64 derivative (worst %.3g at x=%g)", names[a], w,
+        ok(st == PHX_OK && w <= 1, "%s backward f32 vs float64 derivative (worst %.3g at x=%g)", cu_act_name(a), w,
            at >= 0 ? x[at] : 0.0);
         /* backward vs central differences of the float64 forward */
         double wf = 0;
         for (int i = 0; i < N; i++) {
             double h = 1e-5;
             if (a == PHX_ACT_RELU && fabs(x[i]) < 2 * h) continue; /* the kink */
-            double fd = (ref_f(a, (double)x[i] + h) - ref_f(a, (double)x[i] - h)) / (2 * h);
+            double fd = (cu_act_ref(a, (double)x[i] + h) - cu_act_ref(a, (double)x[i] - h)) / (2 * h);
             double e = fabs((double)dx[i] - dy[i] * fd) / (1e-5 + 1e-5 * fabs(dy[i] * fd));
             if (e > wf) wf = e;
         }
-        ok(wf <= 1, "%s backward vs finite differences (worst %.3g of tol 1e-5)", names[a], wf);
+        ok(wf <= 1, "%s backward vs finite differences (worst %.3g of tol 1e-5)", cu_act_name(a), wf);
         /* f16 and bf16: within an ulp of the rounded reference */
         phx_dtype dts[2] = {PHX_F16, PHX_BF16};
         double wh = 0;
@@ -124,7 +94,7 @@ int main(void)
             static uint16_t xh[N], yh[N], dyh[N], dxh[N];
             for (int i = 0; i < N; i++) cu_set(xh, dts[d], i, x[i] / 2), cu_set(dyh, dts[d], i, dy[i]);
             K->act_forward(0, (phx_activation)a, N, xh, yh, dts[d]);
-            for (int i = 0; i < N; i++) ref[i] = ref_f(a, cu_get(xh, dts[d], i));
+            for (int i = 0; i < N; i++) ref[i] = cu_act_ref(a, cu_get(xh, dts[d], i));
             double w1 = cu_worst(yh, dts[d], ref, N, cu_eps(dts[d]), 1e-7, NULL);
             K->act_backward(0, (phx_activation)a, N, xh, yh, dyh, dxh, dts[d]);
             /* tanh/sigmoid differentiate through the stored (rounded) y, as
@@ -133,13 +103,13 @@ int main(void)
                 double yv = cu_get(yh, dts[d], i);
                 double g = a == PHX_ACT_TANH ? 1 - yv * yv
                     : a == PHX_ACT_SIGMOID   ? yv * (1 - yv)
-                                             : ref_df(a, cu_get(xh, dts[d], i));
+                                             : cu_act_dref(a, cu_get(xh, dts[d], i));
                 ref[i] = cu_get(dyh, dts[d], i) * g;
             }
             double w2 = cu_worst(dxh, dts[d], ref, N, 3 * cu_eps(dts[d]), 1e-6, NULL);
             wh = fmax(wh, fmax(w1, w2));
         }
-        ok(wh <= 1, "%s f16 and bf16 forward/backward within an ulp or so (worst %.3g)", names[a], wh);
+        ok(wh <= 1, "%s f16 and bf16 forward/backward within an ulp or so (worst %.3g)", cu_act_name(a), wh);
         /* in place: y overwrites x, dx overwrites dy */
         static float xi[N], dyi[N];
         memcpy(xi, x, sizeof x);
@@ -147,7 +117,7 @@ int main(void)
         K->act_forward(0, (phx_activation)a, N, xi, xi, PHX_F32);
         int same = memcmp(xi, y, sizeof y) == 0;
         K->act_backward(0, (phx_activation)a, N, x, y, dyi, dyi, PHX_F32);
-        ok(same && memcmp(dyi, dx, sizeof dx) == 0, "%s in place gives the same bits", names[a]);
+        ok(same && memcmp(dyi, dx, sizeof dx) == 0, "%s in place gives the same bits", cu_act_name(a));
     }
     /* the math.h functions the CUDA kernels share give these exact values
      * on the generic path (AVX-512 uses FMA: t/core_isa checks its bounds) */
@@ -158,10 +128,10 @@ int main(void)
         int same = 1;
         for (int i = 0; i < N; i++)
             same &= y[i] == phx_act(a, x[i]) || (y[i] != y[i] && phx_act(a, x[i]) != phx_act(a, x[i]));
-        ok(same, "%s kernel = phx_act from kernels/math.h", names[a]);
+        ok(same, "%s kernel = phx_act from kernels/math.h", cu_act_name(a));
         same = 1;
         for (int i = 0; i < N; i++) same &= dx[i] == dy[i] * phx_act_grad(a, x[i], y[i]);
-        ok(same, "%s backward = dy * phx_act_grad", names[a]);
+        ok(same, "%s backward = dy * phx_act_grad", cu_act_name(a));
     }
     /* the branch-free expf, tanhf and 1 + erf of kernels/math.h */
     float at = 0;

@@ -16,35 +16,6 @@
 #include "kernels/cpu/cpu.h"
 #include "t/core-util.h"
 
-static const char *names[5] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
-
-static double ref_f(int act, double x)
-{
-    switch (act) {
-    case PHX_ACT_RELU: return x > 0 ? x : 0;
-    case PHX_ACT_GELU: return 0.5 * x * erfc(-x / sqrt(2.0));
-    case PHX_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-    case PHX_ACT_TANH: return tanh(x);
-    default: return 1 / (1 + exp(-x));
-    }
-}
-
-static double ref_df(int act, double x)
-{
-    switch (act) {
-    case PHX_ACT_RELU: return x > 0 ? 1 : 0;
-    case PHX_ACT_GELU: return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-x * x / 2) / sqrt(2 * M_PI);
-    case PHX_ACT_GELU_TANH: {
-        double k = sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-    }
-    case PHX_ACT_TANH: return 1 - tanh(x) * tanh(x);
-    default: {
-        double s = 1 / (1 + exp(-x));
-        return s * (1 - s);
-    }
-    }
-}
 
 #define NG 4099 /* grid over [-8, 8] */
 #define NR 20000 /* log-uniform magnitudes 1e-8 .. 1e3, both signs */
@@ -63,7 +34,7 @@ static double worst(const float *got, const float *gen, int act, int bwd, int *a
     double w = 0;
     *at = -1;
     for (int i = 0; i < n_all; i++) {
-        double r = bwd ? (double)dy[i] * ref_df(act, x[i]) : ref_f(act, x[i]), e;
+        double r = bwd ? (double)dy[i] * cu_act_dref(act, x[i]) : cu_act_ref(act, x[i]), e;
         double tol = (bwd ? 1e-6 : 1e-7) + 4e-6 * fabs(r);
         if (isnan(gen[i]) || isinf(gen[i]) || !isfinite(r))
             e = (isnan(gen[i]) && isnan(got[i])) || got[i] == gen[i] ? 0 : INFINITY;
@@ -264,9 +235,9 @@ int main(void)
             double wf = worst(y, ygen, a, 0, &at), wb = worst(dx, dxgen, a, 1, &atb);
             int same = p != PX_ISA_AVX2 || (same_f32(y, ygen, n) && same_f32(dx, dxgen, n));
             ok(st == PHX_OK && wf <= 1 && same, "%s %s forward f32 vs float64 and edges (worst %.3g at x=%g: %g)", pn,
-               names[a], wf, at >= 0 ? x[at] : 0.0, at >= 0 ? y[at] : 0.0);
+               cu_act_name(a), wf, at >= 0 ? x[at] : 0.0, at >= 0 ? y[at] : 0.0);
             ok(st == PHX_OK && wb <= 1 && same, "%s %s backward f32 vs float64 and edges (worst %.3g at x=%g: %g)", pn,
-               names[a], wb, atb >= 0 ? x[atb] : 0.0, atb >= 0 ? dx[atb] : 0.0);
+               cu_act_name(a), wb, atb >= 0 ? x[atb] : 0.0, atb >= 0 ? dx[atb] : 0.0);
             /* bf16: the generic path's bits; f16: this path's f32 results
              * on the widened operands, rounded to f16 (where the CPU
              * converts f16 in hardware, f16 runs through the f32 kernels) */
@@ -294,14 +265,14 @@ int main(void)
                 }
                 hsame &= same_half(yh[0], yh[1], dt, n) && same_half(dxh[0], dxh[1], dt, n);
             }
-            ok(hsame, "%s %s bf16: the generic path's bits; f16: its f32 kernels' bits rounded", pn, names[a]);
+            ok(hsame, "%s %s bf16: the generic path's bits; f16: its f32 kernels' bits rounded", pn, cu_act_name(a));
             /* in place */
             memcpy(xi, x, sizeof x);
             px_cpu_act_forward(0, (phx_activation)a, n, xi, xi, PHX_F32);
             int ip = !memcmp(xi, y, (size_t)n * 4);
             memcpy(xi, dy, sizeof dy);
             px_cpu_act_backward(0, (phx_activation)a, n, x, ygen, xi, xi, PHX_F32);
-            ok(ip && !memcmp(xi, dx, (size_t)n * 4), "%s %s in place gives the same bits", pn, names[a]);
+            ok(ip && !memcmp(xi, dx, (size_t)n * 4), "%s %s in place gives the same bits", pn, cu_act_name(a));
         }
         /* an element's result does not depend on its neighbours (gelu
          * packs erf's tail lanes across vectors): each alone, the bulk's bits */
@@ -313,7 +284,7 @@ int main(void)
                 float one;
                 px_cpu_act_forward(0, (phx_activation)a, 1, x + i, &one, PHX_F32);
                 if (memcmp(&one, y + i, 4) && !(isnan(one) && isnan(y[i]))) {
-                    if (alone) diag("%s at x=%g: alone %a, in bulk %a", names[a], x[i], one, y[i]);
+                    if (alone) diag("%s at x=%g: alone %a, in bulk %a", cu_act_name(a), x[i], one, y[i]);
                     alone = 0;
                 }
             }
