@@ -161,11 +161,6 @@ static phx_conv2d_desc cv3 = {32, 64, 28, 28, 64, 3, 3, 28, 28, 1, 1, 1, 1, 1, 1
 static phx_conv2d_desc cv1x1 = {128, 64, 14, 14, 128, 1, 1, 14, 14, 1, 1, 0, 0, 1, 1, 1};
 static phx_conv2d_desc mp2 = {128, 64, 11, 11, 64, 2, 2, 5, 5, 2, 2, 0, 0, 1, 1, 64};
 static float *cx, *cy, *cdy, *cdx, *cw, *cdw, *cb, *cdb;
-static float *cdb_of(const phx_conv2d_desc *d)
-{
-    (void)d;
-    return cdb;
-}
 static int32_t *amax;
 static void conv_fwd(const phx_conv2d_desc *d)
 {
@@ -175,7 +170,7 @@ static void conv_fb(const phx_conv2d_desc *d, int data)
 {
     conv_fwd(d);
     if (data) K->conv2d_backward_data(0, d, cdy, cw, cdx, PHX_F32);
-    K->conv2d_backward_weight(0, d, cx, cdy, cdw, cdb_of(d), PHX_F32);
+    K->conv2d_backward_weight(0, d, cx, cdy, cdw, cdb, PHX_F32);
 }
 static void op_conv1(void)
 {

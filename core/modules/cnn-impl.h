@@ -11,9 +11,6 @@ phx_status px_check_nchw(const char *who, const phx_tensor *x, int64_t channels,
  * PHX_EINVAL naming the padded input and the window when the window does
  * not fit (an output of size 0). */
 phx_status px_window_out(const char *who, phx_conv2d_desc *d);
-/* The rng argument of a constructor called by a clone slot: parameters
- * are left undrawn (the clone copies the original's values). */
-#define PX_NO_INIT ((phx_rng *)1)
 /* Registers an f32 parameter of shape drawn from U(-bound, bound) (rng
  * NULL: not drawn, for clones); NULL with phx_last_error. */
 phx_param *px_add_uniform_param(phx_module *m, const char *name, int ndim, const int64_t *shape, float bound,

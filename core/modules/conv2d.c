@@ -152,30 +152,33 @@ static phx_status check_opts(int64_t in, int64_t out, int64_t kh, int64_t kw, co
     return PHX_OK;
 }
 
+/* A Conv2d of checked options whose parameters are drawn from rng, or
+ * left undrawn when rng is NULL (a clone copies the original's). */
+static phx_module *conv_make(int64_t in, int64_t out, int64_t kh, int64_t kw, const phx_conv2d_opts *o, phx_rng *rng)
+{
+    conv2d *C;
+    phx_module *m = px_module_alloc(&conv2d_vt, sizeof *C, (void **)&C);
+    if (!m) return NULL;
+    C->in = in, C->out = out, C->kh = kh, C->kw = kw, C->o = *o;
+    C->wc_version = UINT64_MAX;
+    float bound = 1.0f / sqrtf((float)(in / o->groups * kh * kw)); /* 1 / sqrt(fan_in) */
+    int64_t ws[4] = {out, in / o->groups, kh, kw};
+    if (!(C->w = px_add_uniform_param(m, "weight", 4, ws, bound, rng)) ||
+        (o->bias && !(C->b = px_add_uniform_param(m, "bias", 1, &out, bound, rng)))) {
+        phx_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 phx_module *phx_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kh, int64_t kw,
                            const phx_conv2d_opts *opts, phx_rng *rng)
 {
     phx_conv2d_opts o = opts ? *opts : phx_conv2d_opts_default();
     if (check_opts(in_channels, out_channels, kh, kw, &o) != PHX_OK) return NULL;
-    conv2d *C;
-    phx_module *m = px_module_alloc(&conv2d_vt, sizeof *C, (void **)&C);
-    if (!m) return NULL;
-    C->in = in_channels, C->out = out_channels, C->kh = kh, C->kw = kw, C->o = o;
-    C->wc_version = UINT64_MAX;
-    int64_t fan_in = in_channels / o.groups * kh * kw;
-    float bound = 1.0f / sqrtf((float)fan_in);
-    int64_t ws[4] = {out_channels, in_channels / o.groups, kh, kw};
     phx_rng *own = NULL;
-    if (rng == PX_NO_INIT) rng = NULL;
-    else if (!rng && !(rng = own = phx_rng_new(0))) {
-        phx_module_free(m);
-        return NULL;
-    }
-    if (!(C->w = px_add_uniform_param(m, "weight", 4, ws, bound, rng)) ||
-        (o.bias && !(C->b = px_add_uniform_param(m, "bias", 1, &out_channels, bound, rng)))) {
-        phx_module_free(m);
-        m = NULL;
-    }
+    if (!rng && !(rng = own = phx_rng_new(0))) return NULL;
+    phx_module *m = conv_make(in_channels, out_channels, kh, kw, &o, rng);
     phx_rng_free(own);
     return m;
 }
@@ -183,5 +186,5 @@ phx_module *phx_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kh
 static phx_module *conv_clone(const phx_module *self)
 {
     const conv2d *C = phx_module_ctx(self);
-    return px_module_clone_values(phx_conv2d_new(C->in, C->out, C->kh, C->kw, &C->o, PX_NO_INIT), self);
+    return px_module_clone_values(conv_make(C->in, C->out, C->kh, C->kw, &C->o, NULL), self);
 }
