@@ -277,8 +277,7 @@ static double time_op(void (*fn)(void), double seconds, int repeats)
 
 int main(int argc, char **argv)
 {
-    const char *torch = NULL,
-               *py = getenv("TORCH_PYTHON") && *getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
+    const char *torch = NULL, *py = bench_python();
     const char *only = "";
     double seconds = 0.25;
     int repeats = 3;

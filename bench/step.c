@@ -146,7 +146,7 @@ static double rate(const char *name, double seconds, int repeats, double *cpu_ra
 
 int main(int argc, char **argv)
 {
-    const char *torch = NULL, *py = getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3";
+    const char *torch = NULL, *py = bench_python();
     double seconds = 1.0;
     int repeats = 3;
     const char *only = NULL; /* one model's rows only (profiling) */
