@@ -12,64 +12,21 @@
  * Targets: DataParallel(2) >= 1.7x unwrapped at 1 thread, >= 1.2x PyTorch.
  *
  * usage: bench/dp [--seconds S] [--batch B] [--torch SCRIPT | --no-torch] */
-#include <pthread.h>
 #define BENCH_NAME "bench/dp"
 #include "bench/bench-util.h"
+#include "bench/bench-peak.h"
 
-/* ---- 1. BLAS concurrency ------------------------------------------------ */
-
-enum { GM = 256, GK = 1024, GN = 1024, GREPS = 10 };
-
-typedef struct gemm_job {
-    phx_tensor *a, *b, *c;
-} gemm_job;
-
-static void *gemm_run(void *arg)
-{
-    gemm_job *j = arg;
-    for (int r = 0; r < GREPS; r++)
-        if (phx_gemm(false, true, 1.0f, j->a, j->b, 0.0f, j->c) != PHX_OK) bench_die("phx_gemm");
-    return NULL;
-}
+/* ---- 1. BLAS concurrency (bench/bench-peak.h) ------------------------- */
 
 static void blas_concurrency(void)
 {
-    gemm_job j[2];
-    int64_t as[2] = {GM, GK}, bs[2] = {GN, GK}, cs[2] = {GM, GN};
-    phx_rng *rng = phx_rng_new(1);
-    for (int i = 0; i < 2; i++) {
-        j[i].a = phx_tensor_new(PHX_F32, 2, as, phx_cpu());
-        j[i].b = phx_tensor_new(PHX_F32, 2, bs, phx_cpu());
-        j[i].c = phx_tensor_new(PHX_F32, 2, cs, phx_cpu());
-        phx_rng_uniform(rng, j[i].a, -1, 1);
-        phx_rng_uniform(rng, j[i].b, -1, 1);
-    }
-    phx_set_num_threads(1);
-    gemm_run(&j[0]);
-    double serial = 1e30, par = 1e30;
-    for (int round = 0; round < 3; round++) {
-        double t0 = bench_now();
-        gemm_run(&j[0]);
-        gemm_run(&j[1]);
-        double t1 = bench_now();
-        pthread_t th[2];
-        for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, gemm_run, &j[i]);
-        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-        double t2 = bench_now();
-        serial = t1 - t0 < serial ? t1 - t0 : serial;
-        par = t2 - t1 < par ? t2 - t1 : par;
-    }
-    double gf = 2.0 * 2 * GREPS * GM * GN * (double)GK * 1e-9;
-    printf("BLAS concurrency: 2 x %d GEMMs (%d x %d x %d), 1 BLAS thread each\n", GREPS, GM, GN, GK);
-    printf("  one after the other %8.1f ms  %6.1f GFLOP/s\n", serial * 1e3, gf / serial);
-    printf("  two threads at once %8.1f ms  %6.1f GFLOP/s   speedup %.2fx (2.00 = fully parallel)\n", par * 1e3,
-           gf / par, serial / par);
-    for (int i = 0; i < 2; i++) {
-        phx_tensor_free(j[i].a);
-        phx_tensor_free(j[i].b);
-        phx_tensor_free(j[i].c);
-    }
-    phx_rng_free(rng);
+    bench_peak p = bench_sgemm_peak();
+    printf("BLAS concurrency: 2 x %d GEMMs (%d x %d x %d), 1 BLAS thread each\n", BENCH_PEAK_REPS, BENCH_PEAK_M,
+           BENCH_PEAK_N, BENCH_PEAK_K);
+    printf("  one after the other %8.1f ms  %6.1f GFLOP/s\n", p.serial_ms, p.one_gflops);
+    printf("  two threads at once %8.1f ms  %6.1f GFLOP/s   speedup %.2fx (2.00 = fully parallel; the 2-core sgemm "
+           "peak of bench/step)\n",
+           p.parallel_ms, p.two_gflops, p.serial_ms / p.parallel_ms);
 }
 
 /* ---- 2. the MLP --------------------------------------------------------- */

@@ -16,6 +16,18 @@
  */
 #define BENCH_NAME "bench/step"
 #include "bench/bench-util.h"
+#include "bench/bench-peak.h"
+
+/* The MLP step's useful GFLOP: 2·B·in·out per layer forward and again for
+ * the weight gradient, and the input gradient of every layer but the
+ * first (the data needs none). */
+static double mlp_step_gflop(int64_t batch)
+{
+    const int64_t dims[] = {784, 1024, 1024, 10};
+    double f = 0;
+    for (int l = 0; l < 3; l++) f += 2.0 * (double)batch * (double)(dims[l] * dims[l + 1]) * (l ? 3 : 2);
+    return f * 1e-9;
+}
 
 typedef struct setup {
     phx_module *m;
@@ -167,6 +179,9 @@ int main(int argc, char **argv)
     const double per_step[NM] = {1, 1, 16 * 128, 16 * 128, 128};
     double phx[NM][2], pt[NM][2] = {{0}}, phx_c[NM][2], pt_c[NM][2] = {{0}};
     int have_torch = 0;
+    /* The sgemm peak (as bench/dp measures it), before the MLP rows. */
+    bench_peak peak = {0};
+    if (!only || !strcmp(only, "mlp")) peak = bench_sgemm_peak();
     for (int k = 0; k < NM; k++)
         for (int t = 0; t < 2; t++) {
             phx[k][t] = phx_c[k][t] = 0;
@@ -214,6 +229,14 @@ int main(int argc, char **argv)
                 printf("%11.1f %6.2fx\n", pt_c[k][t], phx_c[k][t] / pt_c[k][t]);
             else
                 printf("%11s %7s\n", "n/a", "-");
+        }
+    if (peak.two_gflops > 0)
+        for (int t = 0; t < 2; t++) {
+            double gf = phx[1][t] * mlp_step_gflop(256), top = t ? peak.two_gflops : peak.one_gflops;
+            printf("MLP at %d thread%s: %.1f GFLOP/s = %.0f%% of the sgemm peak of %d thread%s (%.1f GFLOP/s, "
+                   "bench/bench-peak.h)%s\n",
+                   t + 1, t ? "s" : "", gf, 100 * gf / top, t + 1, t ? "s at once" : "", top,
+                   t ? "; target >= 75%" : "");
         }
     printf("targets: seed >= 20x PyTorch, MLP >= 1.0x PyTorch at the same thread count; GPT (tokens/s) >= 1.5x "
            "PyTorch at its best thread count; CNN (images/s) >= 1.2x PyTorch at its best thread count\n");

@@ -30,7 +30,7 @@ noinst_PROGRAMS += bench/step
 bench_programs += bench/step
 bench_step_LDADD = libphalanx.la
 # Helpers the bench programs include (bench/step, ddp, dp, amp and gpu).
-EXTRA_DIST += bench/bench-util.h bench/bench-tsv.h
+EXTRA_DIST += bench/bench-util.h bench/bench-tsv.h bench/bench-peak.h
 
 # PyTorch scripts and the reference data they wrote (t/data).
 EXTRA_DIST += bench/torch/st_io.py bench/torch/parity.py bench/torch/ckpt_interop.py bench/torch/step.py \
