@@ -68,8 +68,9 @@ PX_TARGET_AVX2 static phx_status bwd_avx2(phx_activation act, int64_t n, const v
     return bwd_any(act, n, x, y, dy, dx, dt);
 }
 
-/* AVX-512 serves f32 gelu, gelu_tanh, tanh and sigmoid; relu and the
- * half dtypes stay on the compiled AVX2 loops */
+/* AVX-512 serves f32 gelu, gelu_tanh, tanh and sigmoid (and relu's
+ * forward, below); the half dtypes and relu's backward stay on the
+ * compiled AVX2 loops */
 static int avx512_serves(phx_activation act, phx_dtype dt)
 {
     return dt == PHX_F32 &&
@@ -122,6 +123,10 @@ phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void
 #if PX_HAVE_X86
     if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
         px_avx512_act_forward(act, n, x, y);
+        return PHX_OK;
+    }
+    if (isa == PX_ISA_AVX512 && act == PHX_ACT_RELU && dt == PHX_F32) {
+        px_avx512_relu_forward(n, x, y, px_cpu_streams(8 * n));
         return PHX_OK;
     }
     if (isa >= PX_ISA_AVX2 && dt == PHX_F16 && (unsigned)act <= PHX_ACT_SIGMOID) return fwd_f16_blocks(act, n, x, y);

@@ -31,27 +31,50 @@ static void f32_bf16_fix(uint16_t *d, const float *s, int64_t n)
 
 #define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
-T512 static void f32_f16_512(uint16_t *d, const float *s, int64_t n)
+/* Elements before dst + i reaches a 64-byte line (streaming stores write
+ * whole, aligned lines), at most n - i; dst's misaligned starts stay on
+ * ordinary stores. */
+static int64_t to_line(const void *dst, size_t esize, int64_t i, int64_t n)
 {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(s + i);
-        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) /* before the store: dst may overlap src's start */
-            f32_f16_fix(d + i, s + i, 16);
+    uintptr_t a = (uintptr_t)dst + (uintptr_t)i * esize;
+    if (a % esize) return 0;
+    int64_t h = (int64_t)((64 - a % 64) % 64 / esize);
+    return h < n - i ? h : n - i;
+}
+
+/* 64 bytes to d: streaming or not */
+#define STORE64(stream, d, v) ((stream) ? _mm512_stream_si512((void *)(d), (v)) : _mm512_storeu_si512((d), (v)))
+
+T512 static void f32_f16_512(uint16_t *d, const float *s, int64_t n, int stream)
+{
+    int64_t i = stream ? to_line(d, 2, 0, n) : 0;
+    f32_f16_fix(d, s, i);
+    stream = stream && !((uintptr_t)(d + i) & 63);
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
+        if (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q))
+            f32_f16_fix(d + i, s + i, 32); /* before the store: dst may overlap src's start */
         else
-            _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtps_ph(v, RNE));
+            STORE64(stream, d + i,
+                    _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(v0, RNE)), _mm512_cvtps_ph(v1, RNE), 1));
     }
+    if (stream) _mm_sfence();
     f32_f16_fix(d + i, s + i, n - i);
 }
 
-T512 static void f16_f32_512(float *d, const uint16_t *s, int64_t n)
+T512 static void f16_f32_512(float *d, const uint16_t *s, int64_t n, int stream)
 {
-    int64_t i = 0;
+    int64_t i = stream ? to_line(d, 4, 0, n) : 0;
+    f16_f32_fix(d, s, i);
+    stream = stream && !((uintptr_t)(d + i) & 63);
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i)));
-        _mm512_storeu_ps(d + i, v);
-        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) f16_f32_fix(d + i, s + i, 16);
+        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) /* NaN: math.h keeps the payload */
+            f16_f32_fix(d + i, s + i, 16);
+        else
+            STORE64(stream, d + i, _mm512_castps_si512(v));
     }
+    if (stream) _mm_sfence();
     f16_f32_fix(d + i, s + i, n - i);
 }
 
@@ -65,27 +88,33 @@ TBF16 static inline __mmask16 bf16_odd(__m512 v)
     return _mm512_mask_cmpneq_epu32_mask(m, w, _mm512_set1_epi32((int)0xff000000u));
 }
 
-TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n)
+TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n, int stream)
 {
-    int64_t i = 0;
+    int64_t i = stream ? to_line(d, 2, 0, n) : 0;
+    f32_bf16_fix(d, s, i);
+    stream = stream && !((uintptr_t)(d + i) & 63);
     for (; i + 32 <= n; i += 32) {
         __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
         if (bf16_odd(v0) | bf16_odd(v1)) { /* before the store: dst may overlap src's start */
             f32_bf16_fix(d + i, s + i, 32);
             continue;
         }
-        _mm512_storeu_si512(d + i, _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(v1, v0)));
+        STORE64(stream, d + i, _mm512_castps_si512((__m512)_mm512_cvtne2ps_pbh(v1, v0)));
     }
+    if (stream) _mm_sfence();
     f32_bf16_fix(d + i, s + i, n - i);
 }
 
-T512 static void bf16_f32_512(float *d, const uint16_t *s, int64_t n)
+T512 static void bf16_f32_512(float *d, const uint16_t *s, int64_t n, int stream)
 {
     int64_t i = 0;
+    for (; stream && i < to_line(d, 4, 0, n); i++) d[i] = phx_bf16_to_f32(s[i]);
+    stream = stream && !((uintptr_t)(d + i) & 63);
     for (; i + 16 <= n; i += 16) {
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
-        _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
+        STORE64(stream, d + i, _mm512_slli_epi32(w, 16));
     }
+    if (stream) _mm_sfence();
     for (; i < n; i++) d[i] = phx_bf16_to_f32(s[i]);
 }
 
@@ -145,15 +174,19 @@ T256 static void bf16_f32_256(float *d, const uint16_t *s, int64_t n)
 
 int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n)
 {
-    int wide = isa >= PX_ISA_AVX512;
+    /* Narrowing casts stream their output once large (px_cpu_streams),
+     * leaving the larger input in the cache; widening ones do not: there
+     * the output is the larger part, and ordinary stores measured faster
+     * (bf16 -> f32 on 4M elements: 0.48-0.55 ms against 0.61 streamed). */
+    int wide = isa >= PX_ISA_AVX512, stream = wide && st == PHX_F32 && px_cpu_streams(6 * n);
     if (st == PHX_F32 && dt == PHX_F16)
-        wide ? f32_f16_512(dst, src, n) : f32_f16_256(dst, src, n);
+        wide ? f32_f16_512(dst, src, n, stream) : f32_f16_256(dst, src, n);
     else if (st == PHX_F16 && dt == PHX_F32)
-        wide ? f16_f32_512(dst, src, n) : f16_f32_256(dst, src, n);
+        wide ? f16_f32_512(dst, src, n, stream) : f16_f32_256(dst, src, n);
     else if (st == PHX_F32 && dt == PHX_BF16)
-        wide &&px_cpu_has_avx512bf16() ? f32_bf16_512(dst, src, n) : f32_bf16_256(dst, src, n);
+        wide &&px_cpu_has_avx512bf16() ? f32_bf16_512(dst, src, n, stream) : f32_bf16_256(dst, src, n);
     else if (st == PHX_BF16 && dt == PHX_F32)
-        wide ? bf16_f32_512(dst, src, n) : bf16_f32_256(dst, src, n);
+        wide ? bf16_f32_512(dst, src, n, stream) : bf16_f32_256(dst, src, n);
     else
         return 0;
     return 1;

@@ -10,30 +10,86 @@
 #ifdef HAVE_DNNL
 #include <omp.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine;
-static pthread_key_t stream_key;
+static pthread_key_t plans_key;
 
-static void stream_destroy(void *s)
+/* What fixes a part's primitive: the pass, the window, the part's image
+ * count and whether there is a bias (gradient). Zeroed before filling, so
+ * keys compare with memcmp. */
+typedef struct conv_key {
+    int64_t pass, n, bias;
+    phx_conv2d_desc d;
+} conv_key;
+
+/* A part's oneDNN objects, made once per key and thread: the primitive,
+ * and for each of its three tensors (slot 0, 1: inputs; slot 2: the
+ * output) the primitive's memory m, and when oneDNN chose a layout other
+ * than the user's plain one, the user's memory u and the reorder between
+ * them (u -> m for inputs, m -> u for the output; m then lives in scratch
+ * slot i). Each call only points the memories at its data. */
+typedef struct conv_plan {
+    conv_key key;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim, re[3];
+    dnnl_memory_t m[3], u[3], bias, sp;
+    size_t bytes[3], sp_bytes;
+    dnnl_exec_arg_t args[6];
+    int nargs;
+} conv_plan;
+
+/* The plans of one thread (most recent shapes; a CNN step has a few per
+ * layer), and its stream. */
+#define CONV_PLANS 16
+typedef struct conv_plans {
+    conv_plan p[CONV_PLANS];
+    int used, next;
+    dnnl_stream_t s;
+} conv_plans;
+
+static void plan_destroy(conv_plan *p)
 {
-    dnnl_stream_destroy(s);
+    for (int i = 0; i < 3; i++) {
+        dnnl_primitive_destroy(p->re[i]);
+        dnnl_memory_destroy(p->m[i]);
+        dnnl_memory_destroy(p->u[i]);
+    }
+    dnnl_memory_destroy(p->bias);
+    dnnl_memory_destroy(p->sp);
+    dnnl_primitive_destroy(p->prim);
+    dnnl_primitive_desc_destroy(p->pd);
+    memset(p, 0, sizeof *p);
+}
+
+static void plans_destroy(void *v)
+{
+    conv_plans *ps = v;
+    for (int i = 0; i < ps->used; i++) plan_destroy(&ps->p[i]);
+    dnnl_stream_destroy(ps->s);
+    free(ps);
 }
 
 static void init(void)
 {
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
-    pthread_key_create(&stream_key, stream_destroy);
+    pthread_key_create(&plans_key, plans_destroy);
 }
 
-static dnnl_stream_t thread_stream(void)
+static conv_plans *thread_plans(void)
 {
-    dnnl_stream_t s = pthread_getspecific(stream_key);
-    if (!s && dnnl_stream_create(&s, engine, dnnl_stream_default_flags) == dnnl_success)
-        pthread_setspecific(stream_key, s);
-    return s;
+    conv_plans *ps = pthread_getspecific(plans_key);
+    if (ps) return ps;
+    if (!(ps = calloc(1, sizeof *ps))) return NULL;
+    if (dnnl_stream_create(&ps->s, engine, dnnl_stream_default_flags) != dnnl_success) {
+        free(ps);
+        return NULL;
+    }
+    pthread_setspecific(plans_key, ps);
+    return ps;
 }
 
 /* One part: images [n0, n0 + n) of the call. */
@@ -65,71 +121,42 @@ static void plain_mds(const phx_conv2d_desc *d, int64_t n, dnnl_memory_desc_t *s
     }
 }
 
-/* A memory of the primitive's layout q for the user's data at p (md u):
- * p itself when the layouts agree, else scratch slot `slot`, filled by a
- * reorder when `in`. *out is the memory the primitive uses, *user the
- * user's (NULL when the same). */
-static dnnl_status_t bind(const dnnl_memory_desc_t *u, const dnnl_memory_desc_t *q, void *p, int slot, int in,
-                          dnnl_stream_t s, dnnl_memory_t *out, dnnl_memory_t *user)
-{
-    *out = *user = NULL;
-    if (dnnl_memory_desc_equal(u, q)) return dnnl_memory_create(out, u, engine, p);
-    void *buf = px_cpu_scratch(slot, dnnl_memory_desc_get_size(q));
-    if (!buf) return dnnl_out_of_memory;
-    dnnl_status_t st = dnnl_memory_create(user, u, engine, p);
-    if (st == dnnl_success) st = dnnl_memory_create(out, q, engine, buf);
-    if (st == dnnl_success && in) {
-        dnnl_primitive_desc_t rpd;
-        dnnl_primitive_t r;
-        if ((st = dnnl_reorder_primitive_desc_create(&rpd, u, engine, q, engine, NULL)) != dnnl_success) return st;
-        st = dnnl_primitive_create(&r, rpd);
-        dnnl_primitive_desc_destroy(rpd);
-        if (st != dnnl_success) return st;
-        dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, *user}, {DNNL_ARG_TO, *out}};
-        st = dnnl_primitive_execute(r, s, 2, a);
-        dnnl_primitive_destroy(r);
-    }
-    return st;
-}
-
-/* Copies a primitive's output memory back into the user's layout. */
-static dnnl_status_t unbind(dnnl_memory_t out, dnnl_memory_t user, dnnl_stream_t s)
-{
-    if (!user) return dnnl_success;
-    const dnnl_memory_desc_t *q, *u;
-    dnnl_memory_get_memory_desc(out, &q);
-    dnnl_memory_get_memory_desc(user, &u);
-    dnnl_primitive_desc_t rpd;
-    dnnl_primitive_t r;
-    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&rpd, q, engine, u, engine, NULL);
-    if (st != dnnl_success) return st;
-    st = dnnl_primitive_create(&r, rpd);
-    dnnl_primitive_desc_destroy(rpd);
-    if (st != dnnl_success) return st;
-    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, user}};
-    st = dnnl_primitive_execute(r, s, 2, a);
-    dnnl_primitive_destroy(r);
-    return st;
-}
-
 static const dnnl_memory_desc_t *query(dnnl_primitive_desc_t pd, dnnl_query_t what)
 {
     return dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
-/* The convolution of n images at image n0 on the calling thread. */
-static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
+/* Slot i of plan p: the user's layout u against the primitive's q. */
+static dnnl_status_t plan_slot(conv_plan *p, int i, const dnnl_memory_desc_t *u, const dnnl_memory_desc_t *q)
 {
-    const phx_conv2d_desc *d = c->d;
+    dnnl_status_t st = dnnl_memory_create(&p->m[i], q, engine, DNNL_MEMORY_NONE);
+    if (st != dnnl_success || dnnl_memory_desc_equal(u, q)) return st;
+    p->bytes[i] = dnnl_memory_desc_get_size(q);
+    dnnl_primitive_desc_t rpd;
+    if ((st = dnnl_memory_create(&p->u[i], u, engine, DNNL_MEMORY_NONE)) != dnnl_success) return st;
+    st = i < 2 ? dnnl_reorder_primitive_desc_create(&rpd, u, engine, q, engine, NULL)
+               : dnnl_reorder_primitive_desc_create(&rpd, q, engine, u, engine, NULL);
+    if (st != dnnl_success) return st;
+    st = dnnl_primitive_create(&p->re[i], rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    return st;
+}
+
+/* Makes the plan for key k (the part's primitive and reorders). */
+static dnnl_status_t plan_make(conv_plan *p, const conv_key *k)
+{
+    const phx_conv2d_desc *d = &k->d;
+    int pass = (int)k->pass;
+    p->key = *k;
     dnnl_memory_desc_t us, uw, ub, ud, as, aw, ab, ad;
-    plain_mds(d, n, &us, &uw, &ub, &ud, dnnl_nchw);
-    plain_mds(d, n, &as, &aw, &ab, &ad, dnnl_format_tag_any);
+    plain_mds(d, k->n, &us, &uw, &ub, &ud, dnnl_nchw);
+    plain_mds(d, k->n, &as, &aw, &ab, &ad, dnnl_format_tag_any);
     dnnl_dims_t strides = {d->stride_h, d->stride_w}, dil = {d->dil_h - 1, d->dil_w - 1};
     dnnl_dims_t pl = {d->pad_h, d->pad_w};
     dnnl_dims_t pr = {(d->oh - 1) * d->stride_h + (d->kh - 1) * d->dil_h + 1 - d->h - d->pad_h,
                       (d->ow - 1) * d->stride_w + (d->kw - 1) * d->dil_w + 1 - d->w - d->pad_w};
     dnnl_convolution_desc_t fd, bd;
-    dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    dnnl_primitive_desc_t fpd = NULL;
     /* the primitive's scratchpad comes from scratch slot 4, not from a
      * malloc (and fresh pages) at every call */
     dnnl_primitive_attr_t attr = NULL;
@@ -139,84 +166,123 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
         return dnnl_out_of_memory;
     }
     dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-        &fd, dnnl_forward_training, dnnl_convolution_direct, &as, &aw, c->bias || c->db ? &ab : NULL, &ad, strides,
-        dil, pl, pr);
+        &fd, dnnl_forward_training, dnnl_convolution_direct, &as, &aw, k->bias ? &ab : NULL, &ad, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL);
-    if (st != dnnl_success) return st;
-    size_t img = (size_t)(d->c * d->h * d->w), oimg = (size_t)(d->k * d->oh * d->ow);
-    if (c->pass == 0) {
-        st = dnnl_primitive_desc_create(&pd, &fd, attr, engine, NULL);
-    } else if (c->pass == 1) {
+    if (st == dnnl_success && pass == 0) {
+        st = dnnl_primitive_desc_create(&p->pd, &fd, attr, engine, NULL);
+    } else if (st == dnnl_success && pass == 1) {
         st = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &as, &aw, &ad, strides,
                                                               dil, pl, pr);
-        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, engine, fpd);
-    } else {
+        if (st == dnnl_success) st = dnnl_primitive_desc_create(&p->pd, &bd, attr, engine, fpd);
+    } else if (st == dnnl_success) {
         st = dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &as, &aw,
-                                                                 c->db ? &ab : NULL, &ad, strides, dil, pl, pr);
-        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &bd, attr, engine, fpd);
+                                                                 k->bias ? &ab : NULL, &ad, strides, dil, pl, pr);
+        if (st == dnnl_success) st = dnnl_primitive_desc_create(&p->pd, &bd, attr, engine, fpd);
     }
     dnnl_primitive_desc_destroy(fpd);
     dnnl_primitive_attr_destroy(attr);
+    if (st == dnnl_success) st = dnnl_primitive_create(&p->prim, p->pd);
     if (st != dnnl_success) return st;
-    dnnl_stream_t s = thread_stream();
-    dnnl_primitive_t prim = NULL;
-    dnnl_memory_t m[4] = {0}, u[4] = {0}, sp = NULL;
-    if (!s) st = dnnl_runtime_error;
-    if (st == dnnl_success) st = dnnl_primitive_create(&prim, pd);
-    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-    dnnl_exec_arg_t a[6];
-    int na = 0;
-    const dnnl_memory_desc_t *spd = query(pd, dnnl_query_scratchpad_md);
-    size_t sps = spd ? dnnl_memory_desc_get_size(spd) : 0;
-    if (st == dnnl_success && sps) {
-        void *buf = px_cpu_scratch(4, sps);
-        st = buf ? dnnl_memory_create(&sp, spd, engine, buf) : dnnl_out_of_memory;
-        if (st == dnnl_success) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sp};
+    /* the three tensors' slots and argument names, per pass */
+    static const dnnl_query_t q[3][3] = {{dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
+                                         {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md},
+                                         {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
+    static const int arg[3][4] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS},
+                                  {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, 0},
+                                  {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS}};
+    const dnnl_memory_desc_t *user[3][3] = {{&us, &uw, &ud}, {&ud, &uw, &us}, {&us, &ud, &uw}};
+    for (int i = 0; i < 3 && st == dnnl_success; i++) {
+        st = plan_slot(p, i, user[pass][i], query(p->pd, q[pass][i]));
+        p->args[p->nargs++] = (dnnl_exec_arg_t){arg[pass][i], p->m[i]};
     }
-    if (st == dnnl_success && c->pass == 0) {
-        if ((st = bind(&us, query(pd, dnnl_query_src_md), (void *)(c->x + n0 * img), 0, 1, s, &m[0], &u[0])) ||
-            (st = bind(&uw, query(pd, dnnl_query_weights_md), (void *)c->w, 1, 1, s, &m[1], &u[1])) ||
-            (st = bind(&ud, query(pd, dnnl_query_dst_md), c->y + n0 * oimg, 2, 0, s, &m[2], &u[2])))
-            goto out;
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, m[0]};
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, m[1]};
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DST, m[2]};
-        if (c->bias) {
-            if ((st = dnnl_memory_create(&m[3], &ub, engine, (void *)c->bias))) goto out;
-            a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, m[3]};
-        }
-        if ((st = dnnl_primitive_execute(prim, s, na, a)) == dnnl_success) st = unbind(m[2], u[2], s);
-    } else if (st == dnnl_success && c->pass == 1) {
-        if ((st = bind(&ud, query(pd, dnnl_query_diff_dst_md), (void *)(c->dy + n0 * oimg), 0, 1, s, &m[0], &u[0])) ||
-            (st = bind(&uw, query(pd, dnnl_query_weights_md), (void *)c->w, 1, 1, s, &m[1], &u[1])) ||
-            (st = bind(&us, query(pd, dnnl_query_diff_src_md), c->dx + n0 * img, 2, 0, s, &m[2], &u[2])))
-            goto out;
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, m[0]};
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, m[1]};
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, m[2]};
-        if ((st = dnnl_primitive_execute(prim, s, na, a)) == dnnl_success) st = unbind(m[2], u[2], s);
-    } else if (st == dnnl_success) {
+    if (st == dnnl_success && k->bias && pass != 1) {
+        st = dnnl_memory_create(&p->bias, &ub, engine, DNNL_MEMORY_NONE);
+        p->args[p->nargs++] = (dnnl_exec_arg_t){arg[pass][3], p->bias};
+    }
+    const dnnl_memory_desc_t *spd = query(p->pd, dnnl_query_scratchpad_md);
+    p->sp_bytes = spd ? dnnl_memory_desc_get_size(spd) : 0;
+    if (st == dnnl_success && p->sp_bytes) {
+        st = dnnl_memory_create(&p->sp, spd, engine, DNNL_MEMORY_NONE);
+        p->args[p->nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->sp};
+    }
+    return st;
+}
+
+/* This thread's plan for key k: a kept one, or a new one in the oldest
+ * place. NULL with *st on failure. */
+static conv_plan *plan_get(const conv_key *k, dnnl_stream_t *s, dnnl_status_t *st)
+{
+    conv_plans *ps = thread_plans();
+    *st = dnnl_out_of_memory;
+    if (!ps) return NULL;
+    *s = ps->s;
+    *st = dnnl_success;
+    for (int i = 0; i < ps->used; i++)
+        if (!memcmp(&ps->p[i].key, k, sizeof *k)) return &ps->p[i];
+    conv_plan *p = &ps->p[ps->next];
+    ps->next = (ps->next + 1) % CONV_PLANS;
+    if (ps->used < CONV_PLANS)
+        ps->used++;
+    else
+        plan_destroy(p);
+    if ((*st = plan_make(p, k)) == dnnl_success) return p;
+    plan_destroy(p); /* an empty key, never matched: memcmp needs pass 0..2 and n >= 1 */
+    return NULL;
+}
+
+/* The convolution of n images at image n0 on the calling thread. */
+static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
+{
+    const phx_conv2d_desc *d = c->d;
+    conv_key k;
+    memset(&k, 0, sizeof k);
+    k.pass = c->pass, k.n = n, k.d = *d;
+    k.bias = c->pass == 0 ? c->bias != NULL : c->pass == 2 ? c->db != NULL : 0;
+    k.d.n = 0; /* the part's count is k.n */
+    dnnl_stream_t s;
+    dnnl_status_t st;
+    conv_plan *p = plan_get(&k, &s, &st);
+    if (!p) return st;
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+    size_t img = (size_t)(d->c * d->h * d->w), oimg = (size_t)(d->k * d->oh * d->ow);
+    void *data[3];
+    if (c->pass == 0) {
+        data[0] = (void *)(c->x + n0 * img), data[1] = (void *)c->w, data[2] = c->y + n0 * oimg;
+        if (p->bias) dnnl_memory_set_data_handle(p->bias, (void *)c->bias);
+    } else if (c->pass == 1) {
+        data[0] = (void *)(c->dy + n0 * oimg), data[1] = (void *)c->w, data[2] = c->dx + n0 * img;
+    } else {
         /* this part's dW (plain layout) and dB, summed by the caller */
-        float *pw = c->partial + (size_t)(n0 / c->step) * (c->nw + (size_t)d->k), *pb = pw + c->nw;
-        if ((st = bind(&us, query(pd, dnnl_query_src_md), (void *)(c->x + n0 * img), 0, 1, s, &m[0], &u[0])) ||
-            (st = bind(&ud, query(pd, dnnl_query_diff_dst_md), (void *)(c->dy + n0 * oimg), 1, 1, s, &m[1], &u[1])) ||
-            (st = bind(&uw, query(pd, dnnl_query_diff_weights_md), pw, 2, 0, s, &m[2], &u[2])))
-            goto out;
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, m[0]};
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, m[1]};
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_WEIGHTS, m[2]};
-        if (c->db) {
-            if ((st = dnnl_memory_create(&m[3], &ub, engine, pb))) goto out;
-            a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, m[3]};
+        float *pw = c->partial + (size_t)(n0 / c->step) * (c->nw + (size_t)d->k);
+        data[0] = (void *)(c->x + n0 * img), data[1] = (void *)(c->dy + n0 * oimg), data[2] = pw;
+        if (p->bias) dnnl_memory_set_data_handle(p->bias, pw + c->nw);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!p->u[i]) {
+            dnnl_memory_set_data_handle(p->m[i], data[i]);
+            continue;
         }
-        if ((st = dnnl_primitive_execute(prim, s, na, a)) == dnnl_success) st = unbind(m[2], u[2], s);
+        void *buf = px_cpu_scratch(i, p->bytes[i]);
+        if (!buf) return dnnl_out_of_memory;
+        dnnl_memory_set_data_handle(p->u[i], data[i]);
+        dnnl_memory_set_data_handle(p->m[i], buf);
+    }
+    if (p->sp) {
+        void *buf = px_cpu_scratch(4, p->sp_bytes);
+        if (!buf) return dnnl_out_of_memory;
+        dnnl_memory_set_data_handle(p->sp, buf);
+    }
+    for (int i = 0; i < 2 && st == dnnl_success; i++)
+        if (p->re[i]) {
+            dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, p->u[i]}, {DNNL_ARG_TO, p->m[i]}};
+            st = dnnl_primitive_execute(p->re[i], s, 2, a);
+        }
+    if (st == dnnl_success) st = dnnl_primitive_execute(p->prim, s, p->nargs, p->args);
+    if (st == dnnl_success && p->re[2]) {
+        dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, p->m[2]}, {DNNL_ARG_TO, p->u[2]}};
+        st = dnnl_primitive_execute(p->re[2], s, 2, a);
     }
     if (st == dnnl_success) st = dnnl_stream_wait(s);
-out:
-    for (int i = 0; i < 4; i++) dnnl_memory_destroy(m[i]), dnnl_memory_destroy(u[i]);
-    dnnl_memory_destroy(sp);
-    dnnl_primitive_destroy(prim);
-    dnnl_primitive_desc_destroy(pd);
     return st;
 }
 

@@ -67,6 +67,19 @@ int px_cpu_isa_best(void);
 int px_cpu_has_avx512bf16(void);
 /* "generic", "avx2", "avx512"; "?" for anything else. */
 const char *px_cpu_isa_name(int isa);
+/* Streaming (non-temporal) stores for the output of an elementwise
+ * kernel whose output is no larger than its input (relu, narrowing casts),
+ * once the bytes it reads and writes reach half the last-level cache (as
+ * sysfs describes cpu0's caches; 16 MiB when unknown): such an output
+ * cannot stay in the cache for its reader anyway, and ordinary stores
+ * would first read every line they write (write-allocate) and evict the
+ * input the caller may still need. glibc's memcpy streams large copies
+ * for the same reasons. The values written are the same bits either way
+ * (isa.c). */
+int px_cpu_streams(int64_t bytes);
+/* Sets the threshold in bytes (tests: 0 streams every output, INT64_MAX
+ * none); negative restores the default. */
+void px_cpu_stream_set(int64_t bytes);
 /* Makes the kernels use isa from now on, as PHX_CPU_ISA would (tests and
  * benchmarks); PHX_EINVAL when the CPU lacks it. */
 phx_status px_cpu_isa_set(int isa);
@@ -90,10 +103,14 @@ void px_avx512_act_backward(int act, int64_t n, const float *x, const float *y, 
 /* The vector exp (fn 0), tanh (1) and 1 + erf (2) those use, over n
  * floats (t/core_isa sweeps them). */
 void px_avx512_math(int fn, int64_t n, const float *in, float *out);
+/* relu on f32, 16 lanes at a time (the same bits as phx_relu: NaN and
+ * -0 give +0), with streaming stores when stream is set (activation-avx512.c). */
+void px_avx512_relu_forward(int64_t n, const float *x, float *y, int stream);
 /* f32 <-> f16/bf16 with the conversion instructions, the same bits as
  * phx_f32_to_f16 and friends (NaN payloads and subnormals fixed up);
- * isa PX_ISA_AVX2 (F16C) or PX_ISA_AVX512. Returns 0 when it does not
- * handle the pair (cast-x86.c). */
+ * isa PX_ISA_AVX2 (F16C) or PX_ISA_AVX512; on AVX-512 the output is
+ * written with streaming stores when px_cpu_streams() says so. Returns 0
+ * when it does not handle the pair (cast-x86.c). */
 int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n);
 #endif
 

@@ -3,8 +3,10 @@
  * that asks). */
 #include "config.h"
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "kernels/cpu/cpu.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -93,4 +95,61 @@ phx_status px_cpu_isa_set(int isa)
                          isa_names[px_cpu_isa_best()]);
     atomic_store(&chosen, isa + 1);
     return PHX_OK;
+}
+
+/* 1 + the streaming threshold once known; 0 before */
+static _Atomic int64_t stream_min;
+
+/* The last-level cache in bytes as Linux's sysfs describes cpu0's caches
+ * (what lscpu prints), else sysconf's, else -1. sysfs first: in a virtual
+ * machine sysconf may report the host's whole L3 (320 MiB against the
+ * 32 MiB this machine's two cores share). */
+static int64_t llc_bytes(void)
+{
+    int64_t best = -1;
+    int best_level = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], buf[32];
+        int level = 0;
+        long long size = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f) break;
+        if (!fgets(buf, sizeof buf, f) || sscanf(buf, "%d", &level) != 1) level = 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(path, "r"))) continue;
+        char unit = 0;
+        if (fgets(buf, sizeof buf, f) && sscanf(buf, "%lld%c", &size, &unit) >= 1 && size > 0 && level >= best_level) {
+            best_level = level;
+            best = size * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1);
+        }
+        fclose(f);
+    }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    if (best <= 0) best = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (best <= 0) best = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return best > 0 ? best : -1;
+}
+
+static int64_t stream_default(void)
+{
+    int64_t llc = llc_bytes();
+    return llc > 0 ? llc / 2 : (int64_t)16 << 20;
+}
+
+int px_cpu_streams(int64_t bytes)
+{
+    int64_t m = atomic_load_explicit(&stream_min, memory_order_relaxed);
+    if (!m) {
+        m = stream_default() + 1;
+        atomic_store_explicit(&stream_min, m, memory_order_relaxed);
+    }
+    return bytes >= m - 1;
+}
+
+void px_cpu_stream_set(int64_t bytes)
+{
+    atomic_store(&stream_min, bytes < 0 ? 0 : bytes == INT64_MAX ? INT64_MAX : bytes + 1);
 }
