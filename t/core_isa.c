@@ -6,7 +6,8 @@
  * results on the widened operands rounded to f16; the AVX-512 exp, tanh
  * and 1 + erf within t/core_act's ulp bounds; casts f32 <-> f16/bf16 the
  * bits of kernels/math.h on every pattern that matters (all halves, ties,
- * NaN payloads, subnormals) and odd lengths; PHX_CPU_ISA good and bad. */
+ * NaN payloads, subnormals) and odd lengths, on AVX-512 with ordinary and
+ * with streaming stores; PHX_CPU_ISA good and bad. */
 #include "config.h"
 #include <float.h>
 #include <stdlib.h>
@@ -194,7 +195,7 @@ static int env_child(const char *value, int want_ok)
 
 int main(void)
 {
-    plan(3 * PER_PATH + 3 + 4);
+    plan(4 * PER_PATH + 3 + 4);
     ok(env_child("avx-512", 0) == 0, "PHX_CPU_ISA=avx-512: EINVAL naming the variable, its value and the choices");
     ok(env_child("generic", 1) == 0, "PHX_CPU_ISA=generic: the kernel runs, math.h's bits");
     is_int(px_cpu_isa_set(7), PHX_EINVAL, "px_cpu_isa_set(7): EINVAL");
@@ -217,12 +218,16 @@ int main(void)
     for (int i = 0; i < n; i++) dy[i] = cu_frand(-2, 2);
     cast_inputs();
 
-    for (int p = PX_ISA_GENERIC; p <= PX_ISA_AVX512; p++) {
-        const char *pn = px_cpu_isa_name(p);
+    /* each path with ordinary stores, then AVX-512 again with streaming
+     * stores forced on every output (relu, narrowing casts) */
+    for (int path = PX_ISA_GENERIC; path <= PX_ISA_AVX512 + 1; path++) {
+        int p = path > PX_ISA_AVX512 ? PX_ISA_AVX512 : path, streaming = path > PX_ISA_AVX512;
+        const char *pn = streaming ? "avx512+streaming" : px_cpu_isa_name(p);
         if (p > px_cpu_isa_best()) {
             skip(PER_PATH, p == PX_ISA_AVX2 ? "this CPU has no AVX2" : "this CPU has no AVX-512");
             continue;
         }
+        px_cpu_stream_set(streaming ? 0 : INT64_MAX);
         for (int a = 0; a < 5; a++) {
             /* the generic path's results, then this path's */
             px_cpu_isa_set(PX_ISA_GENERIC);
