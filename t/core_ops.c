@@ -4,6 +4,7 @@
  * dropout backward; error messages. */
 #include "config.h"
 #include <string.h>
+#include "kernels/cpu/cpu.h"
 #include "t/core-util.h"
 
 #define N 5003
@@ -15,7 +16,7 @@ static double ref[N];
 
 int main(void)
 {
-    plan(34);
+    plan(35);
     const phx_kernels_v1 *K = cu_kernels();
     for (int i = 0; i < N; i++) a[i] = cu_frand(-3, 3), b[i] = cu_frand(-3, 3);
 
@@ -86,6 +87,27 @@ int main(void)
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < COLS; c++) good &= y[r * COLS + c] == y0[r * COLS + c] + bias[c];
     ok(good, "bias_add: y[r,c] += bias[c], exactly, over %d x %d", ROWS, COLS);
+    /* f16 and bf16: the f32 sum rounded once, on every instruction set
+     * this CPU has (f16 runs in widened blocks where it converts in
+     * hardware; rows of 2100 span two blocks and a tail) */
+    static uint16_t yh[ROWS * COLS], yh0[ROWS * COLS];
+    good = 1;
+    for (int p = PX_ISA_GENERIC; p <= px_cpu_isa_best(); p++)
+        for (int d = 0; d < 2; d++) {
+            phx_dtype dt = d ? PHX_BF16 : PHX_F16;
+            for (int i = 0; i < ROWS * COLS; i++) cu_set(yh0, dt, i, y0[i] * 40.0f), yh[i] = yh0[i];
+            px_cpu_isa_set(p);
+            good &= px_cpu_bias_add(0, ROWS, COLS, yh, dt, bias) == PHX_OK; /* this test's copy: px_cpu_isa_set reaches it */
+            for (int r = 0; r < ROWS; r++)
+                for (int c = 0; c < COLS; c++) {
+                    int i = r * COLS + c;
+                    float sum = cu_get(yh0, dt, i) + bias[c];
+                    good &= yh[i] == (d ? phx_f32_to_bf16(sum) : phx_f32_to_f16(sum));
+                }
+        }
+    px_cpu_isa_set(px_cpu_isa_best());
+    ok(good, "bias_add f16, bf16: the f32 sum rounded once, on each instruction set up to %s",
+       px_cpu_isa_name(px_cpu_isa_best()));
     for (int c = 0; c < COLS; c++) {
         dref[c] = 0;
         for (int r = 0; r < ROWS; r++) dref[c] += y0[r * COLS + c];

@@ -83,8 +83,6 @@ static int avx512_serves(phx_activation act, phx_dtype dt)
  * and rounded once into f16. The compiled f16 loops convert each element
  * in software and do not vectorise (relu on 4M f16: 21 ms, against 1 ms
  * in f32). The values are the f32 kernels' rounded to f16. */
-#define PX_F16_BLOCK 1024
-
 static phx_status fwd_f16_blocks(phx_activation act, int64_t n, const uint16_t *x, uint16_t *y)
 {
     float a[PX_F16_BLOCK], b[PX_F16_BLOCK];

@@ -67,6 +67,11 @@ int px_cpu_isa_best(void);
 int px_cpu_has_avx512bf16(void);
 /* "generic", "avx2", "avx512"; "?" for anything else. */
 const char *px_cpu_isa_name(int isa);
+/* Elements per block where f16 kernels widen with the cast kernel, run
+ * the f32 loop and round back (activation.c, elementwise.c): on a stack
+ * buffer that stays in L1. */
+#define PX_F16_BLOCK 1024
+
 /* Streaming (non-temporal) stores for the output of an elementwise
  * kernel whose output is no larger than its input (relu, narrowing casts),
  * once the bytes it reads and writes reach half the last-level cache (as

@@ -48,14 +48,16 @@ static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
 }
 
 /* rows x cols of src (leading dim lds, dtype st) into dst (leading dim
- * ldd, dtype dt), a row per px_cpu_cast (the conversion instructions
- * where the CPU has them). On this thread: split over the pool, the
- * casts of an fp16 MLP step at 2 threads ran 1.5x slower, the pool's
- * spinning workers taking cores from OpenBLAS's threads. */
+ * ldd, dtype dt): a row per px_cpu_cast (the conversion instructions where
+ * the CPU has them), or one call when both are contiguous. On this thread:
+ * split over the pool, the casts of an fp16 MLP step at 2 threads ran 1.5x
+ * slower, the pool's spinning workers taking cores from OpenBLAS's
+ * threads. */
 static phx_status cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
                             int64_t rows, int64_t cols)
 {
     size_t ed = phx_dtype_size(dt), es = phx_dtype_size(st);
+    if (ldd == cols && lds == cols) return px_cpu_cast(0, dst, dt, src, st, rows * cols); /* contiguous: one call */
     phx_status s = PHX_OK;
     for (int64_t r = 0; r < rows && s == PHX_OK; r++)
         s = px_cpu_cast(0, (char *)dst + (size_t)(r * ldd) * ed, dt, (const char *)src + (size_t)(r * lds) * es, st,
