@@ -8,7 +8,8 @@
  * gain from overlapping bucket all-reduces with the backward (default
  * buckets against opts.no_overlap: one all-reduce after the backward).
  *
- * Each side runs R rounds (alternating) and keeps its best.
+ * Each side runs R rounds (alternating, default 3) and reports the median
+ * of its rounds; the targets line compares the medians.
  *
  * usage: bench/ddp [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] */
 #include <math.h>
@@ -168,6 +169,23 @@ static double measure(const char *backend, int world, int model, bool no_overlap
     return v;
 }
 
+/* The median of the n values of v that are >= 0 (failed runs are -1), or
+ * -1 when none is; sorts v. */
+static double median(double *v, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] >= 0) v[k++] = v[i];
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    if (k == 0) return -1;
+    return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
 /* Runs the PyTorch counterpart; fills torch_sps[model]. */
 static void run_torch(const char *script, int world, double seconds, double *torch_sps)
 {
@@ -189,7 +207,7 @@ static void run_torch(const char *script, int world, double seconds, double *tor
 int main(int argc, char **argv)
 {
     double seconds = 2;
-    int world = 2, rounds = 2;
+    int world = 2, rounds = 3;
     const char *script = "bench/torch/ddp.py";
     const bench_opt opts[] = {{"--seconds", 'd', &seconds},
                               {"--world", 'i', &world},
@@ -210,24 +228,42 @@ int main(int argc, char **argv)
     setenv("PHX_NUM_THREADS", "1", 0);
     const char *backends[] = {"gloo", "threads", "mpi"};
     enum { NB = 3, MPI = 2 };
-    double sps[NB][2] = {{-1, -1}, {-1, -1}, {-1, -1}}, no_ov[NB] = {-1, -1, -1}, torch_sps[2] = {-1, -1};
+    double sps[NB][2], no_ov[NB], torch_sps[2];
     if (script && access(script, R_OK) != 0) {
         fprintf(stderr, "bench/ddp: %s not found: no PyTorch column\n", script);
         script = NULL;
     }
-    /* Rounds alternate both sides and keep each one's best, so a busy
-     * machine does not favour whichever side ran in a quiet moment. */
+    /* Rounds alternate both sides and each reports the median of its
+     * rounds, so a busy moment on a shared machine favours neither side
+     * and one lucky round does not decide. runs[b][0..1]: the models,
+     * [2]: the MLP without overlap; b == NB: PyTorch. */
+    double(*runs)[NB + 1][3] = calloc((size_t)rounds, sizeof *runs), *col = malloc((size_t)rounds * sizeof *col);
+    if (!runs || !col) return 1;
     for (int round = 0; round < rounds; round++) {
         for (int b = 0; b < NB; b++) {
-            for (int m = 0; m < 2; m++) sps[b][m] = fmax(sps[b][m], measure(backends[b], world, m, false, seconds));
-            no_ov[b] = fmax(no_ov[b], measure(backends[b], world, MLP, true, seconds));
+            for (int m = 0; m < 2; m++) runs[round][b][m] = measure(backends[b], world, m, false, seconds);
+            runs[round][b][2] = measure(backends[b], world, MLP, true, seconds);
         }
         double t[2] = {-1, -1};
         if (script) run_torch(script, world, seconds, t);
-        for (int m = 0; m < 2; m++) torch_sps[m] = fmax(torch_sps[m], t[m]);
+        runs[round][NB][0] = t[0];
+        runs[round][NB][1] = t[1];
     }
+    for (int b = 0; b <= NB; b++)
+        for (int k = 0; k < 3; k++) {
+            for (int r = 0; r < rounds; r++) col[r] = runs[r][b][k];
+            double v = median(col, rounds);
+            if (b == NB && k < 2)
+                torch_sps[k] = v;
+            else if (b < NB && k < 2)
+                sps[b][k] = v;
+            else if (b < NB)
+                no_ov[b] = v;
+        }
+    free(runs);
+    free(col);
 
-    printf("DDP, world %d (steps/s, best of %d rounds; PyTorch DDP over gloo, one thread per rank)\n", world, rounds);
+    printf("DDP, world %d (steps/s, median of %d rounds; PyTorch DDP over gloo, one thread per rank)\n", world, rounds);
     printf("%-6s %-8s %12s %12s %8s\n", "model", "backend", "phalanx", "torch-ddp", "ratio");
     for (int m = 0; m < 2; m++)
         for (int b = 0; b < NB; b++) {
@@ -239,13 +275,13 @@ int main(int argc, char **argv)
             bench_vs(sps[b][m], torch_sps[m], 12);
             putchar('\n');
         }
-    printf("overlap gain, mlp (buckets all-reduced during backward vs one all-reduce after it):\n");
+    printf("overlap gain, mlp (medians; buckets all-reduced during backward vs one all-reduce after it):\n");
     for (int b = 0; b < NB; b++)
         if (sps[b][MLP] > 0 && no_ov[b] > 0)
             printf("  %-8s %8.2f vs %8.2f steps/s: %.2fx\n", backends[b], sps[b][MLP], no_ov[b],
                    sps[b][MLP] / no_ov[b]);
     if (torch_sps[SEED] > 0 && torch_sps[MLP] > 0)
-        printf("targets: seed >= 10x torch: %s (gloo %.1fx); mlp >= 1.2x torch: %s (gloo %.2fx)\n",
+        printf("targets (medians): seed >= 10x torch: %s (gloo %.1fx); mlp >= 1.2x torch: %s (gloo %.2fx)\n",
                sps[0][SEED] >= 10 * torch_sps[SEED] ? "met" : "NOT met", sps[0][SEED] / torch_sps[SEED],
                sps[0][MLP] >= 1.2 * torch_sps[MLP] ? "met" : "NOT met", sps[0][MLP] / torch_sps[MLP]);
     if (torch_sps[SEED] > 0 && torch_sps[MLP] > 0 && sps[MPI][SEED] > 0 && sps[MPI][MLP] > 0)

@@ -86,26 +86,6 @@ void wait_send(Ctx &c, UB *b, int peer)
     wait_op(c, b, peer, true);
 }
 
-// out[0..n) = a op b (a from the lower rank), out may be a or b. f16 sums
-// use gloo's own half conversions (f32 add, round to nearest); everything
-// else, bf16 included (gloo has none), phx_kit_reduce. The bits are stored
-// directly: gloo::float16's operator= (used by +=) first compares the old
-// value with the new one's bits taken as a number, which costs a conversion
-// per element, reads the uninitialised output and can skip the store.
-void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, phx_reduce_op op)
-{
-    if (dt == PHX_F16 && op == PHX_SUM) {
-        auto *o = static_cast<gloo::float16 *>(out);
-        const auto *x = static_cast<const gloo::float16 *>(a), *y = static_cast<const gloo::float16 *>(b);
-        for (size_t i = 0; i < n; i++)
-            o[i].x = gloo::cpu_float2half_rn(gloo::cpu_half2float(x[i]) + gloo::cpu_half2float(y[i])).x;
-        return;
-    }
-    const void *in[2] = {a, b};
-    void *outs[1] = {out};
-    phx_kit_reduce(outs, 1, in, 2, 0, n, dt, op, 1); // dt and op checked by the core
-}
-
 // Exchanges with peer: send [soff, soff+sn) of sb, receive rn bytes into
 // rb at roff. Zero-length halves are skipped on both sides alike.
 void exchange(Ctx &c, int peer, uint64_t slot, UB *sb, size_t soff, size_t sn, UB *rb, size_t roff, size_t rn,
@@ -117,22 +97,6 @@ void exchange(Ctx &c, int peer, uint64_t slot, UB *sb, size_t soff, size_t sn, U
     if (rn) wait_recv(c, rb, from);
     if (sn) wait_send(c, sb, peer);
 }
-
-// The ranks of a non-power-of-two world: the first 2*rem fold in pairs
-// (even into odd), leaving p2 participants numbered 0..p2-1.
-struct Fold {
-    int n, r, p2, rem, nr;
-    Fold(int size, int rank) : n(size), r(rank), p2(1), rem(0), nr(0)
-    {
-        while (p2 * 2 <= n) p2 *= 2;
-        rem = n - p2;
-        nr = r < 2 * rem ? (r % 2 ? r / 2 : -1) : r - rem;
-    }
-    int actual(int v) const
-    {
-        return v < rem ? 2 * v + 1 : v + rem;
-    }
-};
 
 // Folds the extra ranks in (before) or sends them the result (after).
 void fold_in(Ctx &c, const Fold &f, UB *ub, uint8_t *buf, size_t count, size_t es, phx_dtype dt, phx_reduce_op op,
@@ -164,6 +128,25 @@ void fold_out(Ctx &c, const Fold &f, UB *ub, size_t bytes, uint64_t slot)
 }
 
 } // namespace
+
+// f16 sums use gloo's own half conversions (f32 add, round to nearest);
+// everything else, bf16 included (gloo has none), phx_kit_reduce. The bits are stored
+// directly: gloo::float16's operator= (used by +=) first compares the old
+// value with the new one's bits taken as a number, which costs a conversion
+// per element, reads the uninitialised output and can skip the store.
+void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, phx_reduce_op op)
+{
+    if (dt == PHX_F16 && op == PHX_SUM) {
+        auto *o = static_cast<gloo::float16 *>(out);
+        const auto *x = static_cast<const gloo::float16 *>(a), *y = static_cast<const gloo::float16 *>(b);
+        for (size_t i = 0; i < n; i++)
+            o[i].x = gloo::cpu_float2half_rn(gloo::cpu_half2float(x[i]) + gloo::cpu_half2float(y[i])).x;
+        return;
+    }
+    const void *in[2] = {a, b};
+    void *outs[1] = {out};
+    phx_kit_reduce(outs, 1, in, 2, 0, n, dt, op, 1); // dt and op checked by the core
+}
 
 void allreduce_rd(Ctx &c, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot)
 {

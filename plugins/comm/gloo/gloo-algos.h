@@ -28,9 +28,15 @@ namespace pxg
 constexpr size_t kRingSegment = 1u << 20; // bytes received per piece in the ring (as gloo's own ring)
 
 // A transport failure while talking to one known peer.
+// desync: the peer sent another collective than this rank's (the links'
+// headers disagree).
 struct PeerError : std::runtime_error {
-    PeerError(int peer, const std::string &what) : std::runtime_error(what), peer(peer) {}
+    PeerError(int peer, const std::string &what, bool desync = false)
+        : std::runtime_error(what), peer(peer), desync(desync)
+    {
+    }
     int peer;
+    bool desync;
 };
 
 // Per-communicator state the algorithms share: the gloo context, the
@@ -55,11 +61,32 @@ struct Ctx {
     // timeout. All under mu; dead/why stay set once set.
     std::mutex mu;
     gloo::transport::UnboundBuffer *waiting = nullptr;
+    bool waiting_link = false; // a wait on a link (gloo-links.h) instead
     bool waiting_send = false;
     int waiting_peer = -1;
     std::chrono::steady_clock::time_point waiting_since;
     bool dead = false;
     std::string why;
+};
+
+// out[0..n) = a op b (a from the lower rank); out may be a or b.
+void reduce2(void *out, const void *a, const void *b, size_t n, phx_dtype dt, phx_reduce_op op);
+
+// The ranks of a non-power-of-two world: the first 2*rem fold in pairs
+// (even into odd), leaving p2 participants numbered 0..p2-1 (nr; -1 for
+// a rank folded out).
+struct Fold {
+    int n, r, p2, rem, nr;
+    Fold(int size, int rank) : n(size), r(rank), p2(1), rem(0), nr(0)
+    {
+        while (p2 * 2 <= n) p2 *= 2;
+        rem = n - p2;
+        nr = r < 2 * rem ? (r % 2 ? r / 2 : -1) : r - rem;
+    }
+    int actual(int v) const
+    {
+        return v < rem ? 2 * v + 1 : v + rem;
+    }
 };
 
 // In-place all-reduce of count elements, the sum (or max/min) over ranks;

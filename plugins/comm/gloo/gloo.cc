@@ -8,8 +8,11 @@
 // Every collective runs on one worker thread per communicator, in issue
 // order (the kit's queue, phalanx/plugin/kit.h), so compute overlaps
 // communication; small all-reduces run on the caller's thread when the
-// queue is idle. The collectives themselves
-// (gloo-algos.cc) use gloo's transport: all-reduce picks its algorithm by
+// queue is idle. All-reduces up to pxg::kLinkMax bytes (and the barrier)
+// go over the links (gloo-links.h: one plain TCP socket per peer, read
+// and written by the thread that runs the op, a short spin before
+// blocking); everything else uses gloo's transport (gloo-algos.cc).
+// All-reduce picks its algorithm by
 // message size (doc/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
 // (bandwidth), halving-doubling in between for large worlds. f16 sums use
@@ -21,7 +24,9 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -40,6 +45,7 @@
 #include "phalanx/log.h"
 #include "phalanx/plugin/comm_v1.h"
 #include "plugins/comm/gloo/gloo-algos.h"
+#include "plugins/comm/gloo/gloo-links.h"
 #include "phalanx/plugin/kit.h"
 
 namespace
@@ -120,6 +126,8 @@ struct State {
     double timeout_s = 600;
     Algo algo = AUTO;
     pxg::Ctx c;
+    pxg::Links links; // connected when use_links
+    bool use_links = false;
     uint64_t seq = 0; // ops run (tags and slots)
     std::string broken; // set after the first failure
     int32_t token = 0; // the barrier's one-element all-reduce
@@ -232,7 +240,12 @@ void run_allreduce(State &s, const Op &o)
     uint64_t slot = op_slot(s, o);
     if (s.size > 1) {
         switch (pick(s, bytes)) {
-        case RD: pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot); break;
+        case RD:
+            if (s.use_links && bytes <= pxg::kLinkMax)
+                pxg::allreduce_links(s.c, s.links, o.recv, n, o.dt, rop, slot);
+            else
+                pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot);
+            break;
         case HD: pxg::allreduce_hd(s.c, o.recv, n, o.dt, rop, slot); break;
         default: pxg::allreduce_ring(s.c, o.recv, n, o.dt, rop, slot); break;
         }
@@ -261,7 +274,10 @@ void run_op(State &s, const Op &o)
         break;
     case BARRIER:
         /* everyone has arrived when a one-element all-reduce completes */
-        if (s.size > 1) pxg::allreduce_rd(s.c, &s.token, 1, PHX_I32, PHX_SUM, slot);
+        if (s.size > 1 && s.use_links)
+            pxg::allreduce_links(s.c, s.links, &s.token, 1, PHX_I32, PHX_SUM, slot);
+        else if (s.size > 1)
+            pxg::allreduce_rd(s.c, &s.token, 1, PHX_I32, PHX_SUM, slot);
         break;
     }
 }
@@ -331,7 +347,7 @@ void watchdog(State *s)
         double age;
         {
             std::lock_guard<std::mutex> g(s->c.mu);
-            if (!s->c.waiting || s->c.dead) continue;
+            if ((!s->c.waiting && !s->c.waiting_link) || s->c.dead) continue;
             peer = s->c.waiting_peer;
             if (peer != probed_peer || s->c.waiting_since != probed_since) {
                 probed_peer = peer;
@@ -366,6 +382,7 @@ void watchdog(State *s)
         std::lock_guard<std::mutex> g(s->c.mu);
         s->c.dead = true;
         s->c.why = "another rank reported a failure: " + m;
+        if (s->c.waiting_link) s->links.abort();
         if (s->c.waiting) {
             if (s->c.waiting_send)
                 s->c.waiting->abortWaitSend();
@@ -386,6 +403,7 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     }
     phx_status st = PHX_OK;
     int peer = -1;
+    bool desync = false; // the links saw another collective's header
     try {
         {
             std::lock_guard<std::mutex> g(s.c.mu);
@@ -396,6 +414,7 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     } catch (const pxg::PeerError &e) {
         msg = e.what();
         peer = e.peer;
+        desync = e.desync;
         st = PHX_EPEER;
     } catch (const std::exception &e) {
         msg = e.what();
@@ -409,7 +428,10 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     bool timed_out = says_timeout(msg);
     if (timed_out) st = PHX_ETIMEOUT;
     if (st == PHX_ETIMEOUT || st == PHX_EPEER) {
-        std::string d = desync_check(s, o, s.seq - 1, timed_out ? (s.timeout_s < 1 ? s.timeout_s : 1) : 1e-3);
+        // the peers of a timeout or of a mismatched header fail at about
+        // the same time and publish what they issued: wait for them
+        double wait = timed_out || desync ? (s.timeout_s < 1 ? s.timeout_s : 1) : 1e-3;
+        std::string d = desync_check(s, o, s.seq - 1, wait);
         if (!d.empty()) {
             msg = std::string(head) + " failed: " + d;
             s.broken = msg;
@@ -469,6 +491,27 @@ gloo::transport::tcp::attr device_attr(phx_store *store)
     return a;
 }
 
+// How long a wait on a link spins before it blocks (microseconds):
+// PHX_GLOO_SPIN_US, or by default kSpinUs while this host runs no more
+// ranks than it has cores for this process, and 0 otherwise (a spinning
+// rank would take the core its peer needs). -1 on a bad value.
+constexpr int kSpinUs = 50;
+
+int spin_us(const phx_comm_init_args *a)
+{
+    const char *e = std::getenv("PHX_GLOO_SPIN_US");
+    if (e && *e && std::strcmp(e, "auto")) {
+        char *end;
+        long v = std::strtol(e, &end, 10);
+        return *end || v < 0 || v > 1000000 ? -1 : (int)v;
+    }
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (cores < 1) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int local = a->local_size > 0 ? a->local_size : a->size;
+    return local <= cores ? kSpinUs : 0;
+}
+
 phx_status g_init(const phx_comm_init_args *a, void **state)
 {
     if (a->device.kind != PHX_DEVICE_CPU)
@@ -486,6 +529,15 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         else
             return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_ALGO='%s': expected auto, ring, hd or rd", algo);
     }
+    const char *links = std::getenv("PHX_GLOO_LINKS");
+    bool use_links = !links || !*links || !std::strcmp(links, "1");
+    if (links && *links && std::strcmp(links, "0") && std::strcmp(links, "1"))
+        return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_LINKS='%s': expected 1 (small all-reduces over the links) or 0",
+                         links);
+    int spin = spin_us(a);
+    if (spin < 0)
+        return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_SPIN_US='%s': expected microseconds (0 to 1000000) or auto",
+                         std::getenv("PHX_GLOO_SPIN_US"));
     State *s = new (std::nothrow) State;
     if (!s) return phx_error(PHX_ENOMEM, "gloo: out of memory");
     s->rank = a->rank;
@@ -511,6 +563,11 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         PhxStore store(a->store, std::string(a->prefix) + "gloo/", a->timeout_s);
         ctx->connectFullMesh(store, dev);
         s->c.ctx = ctx;
+        if (use_links && a->size > 1) {
+            s->links.spin_us = spin;
+            s->links.connect(s->c, a->store, std::string(a->prefix) + "gloo/links/", a->timeout_s);
+            s->use_links = true;
+        }
         s->store = a->store;
         s->prefix = std::string(a->prefix) + "gloo/";
     } catch (const std::exception &e) {
@@ -535,7 +592,8 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         delete s;
         return qst;
     }
-    phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s", a->rank, a->size, where.c_str());
+    phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links for all-reduces up to %zu bytes: %s, spin %d us)",
+            a->rank, a->size, where.c_str(), pxg::kLinkMax, s->use_links ? "on" : "off", spin);
     *state = s;
     return PHX_OK;
 }

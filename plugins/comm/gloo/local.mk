@@ -2,7 +2,7 @@
 if HAVE_GLOO
 pkglib_LTLIBRARIES += plugins/comm/gloo/phx-comm-gloo.la
 plugins_comm_gloo_phx_comm_gloo_la_SOURCES = plugins/comm/gloo/gloo.cc plugins/comm/gloo/gloo-algos.cc \
-	plugins/comm/gloo/gloo-algos.h
+	plugins/comm/gloo/gloo-algos.h plugins/comm/gloo/gloo-links.cc plugins/comm/gloo/gloo-links.h
 plugins_comm_gloo_phx_comm_gloo_la_CPPFLAGS = $(AM_CPPFLAGS) $(GLOO_CPPFLAGS)
 plugins_comm_gloo_phx_comm_gloo_la_CXXFLAGS = $(AM_CXXFLAGS) -O3
 plugins_comm_gloo_phx_comm_gloo_la_LIBADD = $(GLOO_LIBS)
@@ -16,4 +16,13 @@ check_PROGRAMS += t/comm_desync
 TESTS += t/comm_desync
 t_comm_desync_SOURCES = t/comm_desync.c
 t_comm_desync_LDADD = libphalanx.la
+endif
+
+# The links: the same bits as gloo's transport, desync and peer death at
+# once, the timeout kept, bad settings refused.
+if HAVE_GLOO
+check_PROGRAMS += t/comm_gloo_links
+TESTS += t/comm_gloo_links
+t_comm_gloo_links_SOURCES = t/comm_gloo_links.c
+t_comm_gloo_links_LDADD = libphalanx.la
 endif
