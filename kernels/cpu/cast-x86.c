@@ -42,14 +42,24 @@ static int64_t to_line(const void *dst, size_t esize, int64_t i, int64_t n)
     return h < n - i ? h : n - i;
 }
 
+/* The start of a narrowing cast to d: with *stream, the elements before
+ * d's first 64-byte line by fix (math.h's formula); *stream cleared when d
+ * cannot reach a line. Returns where the vector loop starts. */
+static int64_t narrow_head(uint16_t *d, const float *s, int64_t n, int *stream,
+                           void (*fix)(uint16_t *, const float *, int64_t))
+{
+    int64_t i = *stream ? to_line(d, 2, 0, n) : 0;
+    fix(d, s, i);
+    *stream = *stream && !((uintptr_t)(d + i) & 63);
+    return i;
+}
+
 /* 64 bytes to d: streaming or not */
 #define STORE64(stream, d, v) ((stream) ? _mm512_stream_si512((void *)(d), (v)) : _mm512_storeu_si512((d), (v)))
 
 T512 static void f32_f16_512(uint16_t *d, const float *s, int64_t n, int stream)
 {
-    int64_t i = stream ? to_line(d, 2, 0, n) : 0;
-    f32_f16_fix(d, s, i);
-    stream = stream && !((uintptr_t)(d + i) & 63);
+    int64_t i = narrow_head(d, s, n, &stream, f32_f16_fix);
     for (; i + 32 <= n; i += 32) {
         __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
         if (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q))
@@ -62,19 +72,14 @@ T512 static void f32_f16_512(uint16_t *d, const float *s, int64_t n, int stream)
     f32_f16_fix(d + i, s + i, n - i);
 }
 
-T512 static void f16_f32_512(float *d, const uint16_t *s, int64_t n, int stream)
+T512 static void f16_f32_512(float *d, const uint16_t *s, int64_t n)
 {
-    int64_t i = stream ? to_line(d, 4, 0, n) : 0;
-    f16_f32_fix(d, s, i);
-    stream = stream && !((uintptr_t)(d + i) & 63);
+    int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i)));
-        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) /* NaN: math.h keeps the payload */
-            f16_f32_fix(d + i, s + i, 16);
-        else
-            STORE64(stream, d + i, _mm512_castps_si512(v));
+        _mm512_storeu_ps(d + i, v);
+        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) f16_f32_fix(d + i, s + i, 16);
     }
-    if (stream) _mm_sfence();
     f16_f32_fix(d + i, s + i, n - i);
 }
 
@@ -90,9 +95,7 @@ TBF16 static inline __mmask16 bf16_odd(__m512 v)
 
 TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n, int stream)
 {
-    int64_t i = stream ? to_line(d, 2, 0, n) : 0;
-    f32_bf16_fix(d, s, i);
-    stream = stream && !((uintptr_t)(d + i) & 63);
+    int64_t i = narrow_head(d, s, n, &stream, f32_bf16_fix);
     for (; i + 32 <= n; i += 32) {
         __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
         if (bf16_odd(v0) | bf16_odd(v1)) { /* before the store: dst may overlap src's start */
@@ -105,16 +108,13 @@ TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n, int strea
     f32_bf16_fix(d + i, s + i, n - i);
 }
 
-T512 static void bf16_f32_512(float *d, const uint16_t *s, int64_t n, int stream)
+T512 static void bf16_f32_512(float *d, const uint16_t *s, int64_t n)
 {
     int64_t i = 0;
-    for (; stream && i < to_line(d, 4, 0, n); i++) d[i] = phx_bf16_to_f32(s[i]);
-    stream = stream && !((uintptr_t)(d + i) & 63);
     for (; i + 16 <= n; i += 16) {
         __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i)));
-        STORE64(stream, d + i, _mm512_slli_epi32(w, 16));
+        _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
     }
-    if (stream) _mm_sfence();
     for (; i < n; i++) d[i] = phx_bf16_to_f32(s[i]);
 }
 
@@ -182,11 +182,11 @@ int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n)
     if (st == PHX_F32 && dt == PHX_F16)
         wide ? f32_f16_512(dst, src, n, stream) : f32_f16_256(dst, src, n);
     else if (st == PHX_F16 && dt == PHX_F32)
-        wide ? f16_f32_512(dst, src, n, stream) : f16_f32_256(dst, src, n);
+        wide ? f16_f32_512(dst, src, n) : f16_f32_256(dst, src, n);
     else if (st == PHX_F32 && dt == PHX_BF16)
         wide &&px_cpu_has_avx512bf16() ? f32_bf16_512(dst, src, n, stream) : f32_bf16_256(dst, src, n);
     else if (st == PHX_BF16 && dt == PHX_F32)
-        wide ? bf16_f32_512(dst, src, n, stream) : bf16_f32_256(dst, src, n);
+        wide ? bf16_f32_512(dst, src, n) : bf16_f32_256(dst, src, n);
     else
         return 0;
     return 1;

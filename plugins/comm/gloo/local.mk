@@ -16,11 +16,9 @@ check_PROGRAMS += t/comm_desync
 TESTS += t/comm_desync
 t_comm_desync_SOURCES = t/comm_desync.c
 t_comm_desync_LDADD = libphalanx.la
-endif
 
 # The links: the same bits as gloo's transport, desync and peer death at
 # once, the timeout kept, bad settings refused.
-if HAVE_GLOO
 check_PROGRAMS += t/comm_gloo_links
 TESTS += t/comm_gloo_links
 t_comm_gloo_links_SOURCES = t/comm_gloo_links.c
