@@ -6,7 +6,10 @@
  * are widened to f32 for the multiply, so the low-precision policies cost
  * conversions here; they pay off on GPUs (tensor cores, half the bytes).
  *
- * usage: bench/amp [--seconds S] [--torch SCRIPT | --no-torch] */
+ * Each policy runs --rounds alternating rounds (default 3) of --seconds
+ * (default 1) and reports its median.
+ *
+ * usage: bench/amp [--seconds S] [--rounds R] [--torch SCRIPT | --no-torch] [--only fp32|fp16|bf16] */
 #define BENCH_NAME "bench/amp"
 #include "bench/bench-util.h"
 
@@ -70,26 +73,34 @@ static double measure(const char *name, double seconds)
 
 int main(int argc, char **argv)
 {
-    double seconds = 2;
+    double seconds = 1;
+    int rounds = 3;
     const char *script = "bench/torch/amp.py", *only = NULL;
     const bench_opt opts[] = {{"--seconds", 'd', &seconds},
+                              {"--rounds", 'i', &rounds},
                               {"--torch", 's', &script},
                               {"--no-torch", 'n', &script},
                               {"--only", 's', &only}};
-    if (bench_args(argc, argv, opts, 4, "[--seconds S] [--torch SCRIPT | --no-torch] [--only fp32|fp16|bf16]"))
+    if (bench_args(argc, argv, opts, 5,
+                   "[--seconds S] [--rounds R] [--torch SCRIPT | --no-torch] [--only fp32|fp16|bf16]"))
         return 2;
-    if (!(seconds > 0)) {
-        fprintf(stderr, "bench/amp: --seconds must be > 0\n");
+    if (!(seconds > 0) || rounds < 1 || rounds > 99) {
+        fprintf(stderr, "bench/amp: --seconds must be > 0, --rounds 1..99\n");
         return 2;
     }
     const char *names[3] = {"fp32", "fp16", "bf16"};
-    double sps[3], torch_sps[3] = {-1, -1, -1};
-    for (int i = 0; i < 3; i++) sps[i] = only && strcmp(only, names[i]) ? -1 : measure(names[i], seconds);
+    double sps[3], torch_sps[3] = {-1, -1, -1}, runs[3][99];
+    /* the policies alternate round by round; each reports its median, so
+     * a busy moment on a shared machine does not decide a ratio */
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < 3; i++) runs[i][r] = only && strcmp(only, names[i]) ? -1 : measure(names[i], seconds);
+    for (int i = 0; i < 3; i++) sps[i] = bench_median(runs[i], rounds);
     if (script) {
         char cmd[4400], line[256], mode[16];
         double v;
-        snprintf(cmd, sizeof cmd, "%s %s --seconds %g --threads %d 2>/dev/null", bench_python(), script, seconds,
-                 phx_num_threads());
+        /* PyTorch: one run of each mode, as long as our rounds together */
+        snprintf(cmd, sizeof cmd, "%s %s --seconds %g --threads %d 2>/dev/null", bench_python(), script,
+                 seconds * rounds, phx_num_threads());
         FILE *f = popen(cmd, "r");
         while (f && fgets(line, sizeof line, f))
             if (sscanf(line, "torch-amp %15s %lf", mode, &v) == 2)
@@ -97,8 +108,9 @@ int main(int argc, char **argv)
                     if (!strcmp(mode, names[i])) torch_sps[i] = v;
         if (f) pclose(f);
     }
-    printf("Mixed precision on the CPU, MLP 784-512-256-10, batch %d, %d thread(s) (steps/s)\n", BATCH,
-           phx_num_threads());
+    printf("Mixed precision on the CPU, MLP 784-512-256-10, batch %d, %d thread(s) (steps/s; ours the median of %d "
+           "alternating rounds of %g s)\n",
+           BATCH, phx_num_threads(), rounds, seconds);
     printf("%-6s %10s %10s %8s %14s\n", "policy", "phalanx", "torch", "ratio", "vs own fp32");
     for (int i = 0; i < 3; i++) {
         printf("%-6s %10.1f", names[i], sps[i]);

@@ -76,6 +76,23 @@ static inline phx_status bench_step(phx_module *m, phx_optimizer *opt, phx_loss 
     return st;
 }
 
+/* The median of the n values of v that are >= 0 (failed runs are -1), or
+ * -1 when none is; sorts v. */
+static inline double bench_median(double *v, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] >= 0) v[k++] = v[i];
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    if (k == 0) return -1;
+    return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
 /* The interpreter for bench/torch scripts: $TORCH_PYTHON, else
  * /usr/bin/python3. */
 static inline const char *bench_python(void)

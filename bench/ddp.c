@@ -169,23 +169,6 @@ static double measure(const char *backend, int world, int model, bool no_overlap
     return v;
 }
 
-/* The median of the n values of v that are >= 0 (failed runs are -1), or
- * -1 when none is; sorts v. */
-static double median(double *v, int n)
-{
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (v[i] >= 0) v[k++] = v[i];
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    if (k == 0) return -1;
-    return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-}
-
 /* Runs the PyTorch counterpart; fills torch_sps[model]. */
 static void run_torch(const char *script, int world, double seconds, double *torch_sps)
 {
@@ -252,7 +235,7 @@ int main(int argc, char **argv)
     for (int b = 0; b <= NB; b++)
         for (int k = 0; k < 3; k++) {
             for (int r = 0; r < rounds; r++) col[r] = runs[r][b][k];
-            double v = median(col, rounds);
+            double v = bench_median(col, rounds);
             if (b == NB && k < 2)
                 torch_sps[k] = v;
             else if (b < NB && k < 2)

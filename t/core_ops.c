@@ -16,7 +16,7 @@ static double ref[N];
 
 int main(void)
 {
-    plan(35);
+    plan(36);
     const phx_kernels_v1 *K = cu_kernels();
     for (int i = 0; i < N; i++) a[i] = cu_frand(-3, 3), b[i] = cu_frand(-3, 3);
 
@@ -108,6 +108,24 @@ int main(void)
     px_cpu_isa_set(px_cpu_isa_best());
     ok(good, "bias_add f16, bf16: the f32 sum rounded once, on each instruction set up to %s",
        px_cpu_isa_name(px_cpu_isa_best()));
+    /* bias_grad on f16, bf16: the column sums of the values, in double in
+     * row order, exactly (f16 rows are widened by the cast kernel where
+     * the CPU converts in hardware) */
+    good = 1;
+    for (int p = PX_ISA_GENERIC; p <= px_cpu_isa_best(); p++)
+        for (int d = 0; d < 2; d++) {
+            phx_dtype dt = d ? PHX_BF16 : PHX_F16;
+            for (int i = 0; i < ROWS * COLS; i++) cu_set(yh, dt, i, y0[i]);
+            px_cpu_isa_set(p);
+            good &= px_cpu_bias_grad(0, ROWS, COLS, yh, dt, 0.0f, db) == PHX_OK;
+            for (int c = 0; c < COLS; c++) {
+                double sum = 0;
+                for (int r = 0; r < ROWS; r++) sum += cu_get(yh, dt, r * COLS + c);
+                good &= db[c] == (float)sum;
+            }
+        }
+    px_cpu_isa_set(px_cpu_isa_best());
+    ok(good, "bias_grad f16, bf16: the column sums in double, exactly, on each instruction set");
     for (int c = 0; c < COLS; c++) {
         dref[c] = 0;
         for (int r = 0; r < ROWS; r++) dref[c] += y0[r * COLS + c];

@@ -84,15 +84,22 @@ PX_CLONES phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *
  * for long batches; 16 KiB) stay in L1. */
 #define PX_BIAS_TILE 2048
 
-PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int dt, float beta, float *db)
+PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int dt, float beta, float *db,
+                                  int widen)
 {
     double acc[PX_BIAS_TILE];
+    float row[PX_BIAS_TILE]; /* widen: f16 rows converted by the cast kernel (F16C), the same values */
     for (int64_t c0 = 0; c0 < cols; c0 += PX_BIAS_TILE) {
         int64_t w = cols - c0 < PX_BIAS_TILE ? cols - c0 : PX_BIAS_TILE;
         for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
         for (int64_t r = 0; r < rows; r++) {
             int64_t o = r * cols + c0;
-            for (int64_t j = 0; j < w; j++) acc[j] += (double)px_ld(dy, dt, o + j);
+            if (dt == PHX_F16 && widen) {
+                px_cpu_cast(0, row, PHX_F32, (const uint16_t *)dy + o, PHX_F16, w);
+                for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];
+            } else {
+                for (int64_t j = 0; j < w; j++) acc[j] += (double)px_ld(dy, dt, o + j);
+            }
         }
         if (beta == 0.0f)
             for (int64_t j = 0; j < w; j++) db[c0 + j] = (float)acc[j];
@@ -107,6 +114,7 @@ PX_CLONES phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const
     (void)dev;
     PX_CHECK_N("bias_grad", rows);
     PX_CHECK_N("bias_grad", cols);
-    PX_FLOAT_DISPATCH("bias_grad", dt, px_bias_grad_loop(rows, cols, dy, DT, beta, db));
+    int widen = dt == PHX_F16 && px_cpu_isa() >= PX_ISA_AVX2;
+    PX_FLOAT_DISPATCH("bias_grad", dt, px_bias_grad_loop(rows, cols, dy, DT, beta, db, widen));
     return PHX_OK;
 }
