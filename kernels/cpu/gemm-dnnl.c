@@ -92,6 +92,9 @@ static dnnl_status_t block_pd(const gemm_args *g, int64_t m, int64_t n, matmul_p
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
     s = dnnl_primitive_attr_create(&attr);
+    /* the scratchpad (packed operand blocks) comes from thread scratch,
+     * not from an allocation at every call, as for the convolutions */
+    if (s == dnnl_success) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
     if (s == dnnl_success && g->alpha != 1.0f) s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &g->alpha);
     if (s == dnnl_success && g->beta != 0.0f && (s = dnnl_post_ops_create(&ops)) == dnnl_success) {
         s = dnnl_post_ops_append_sum(ops, g->beta);
@@ -114,8 +117,14 @@ static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_
     dnnl_status_t s = block_pd(g, m, n, &p);
     if (s != dnnl_success) return s;
     dnnl_primitive_t prim = NULL;
-    dnnl_memory_t am = NULL, bm = NULL, cm = NULL;
+    dnnl_memory_t am = NULL, bm = NULL, cm = NULL, sm = NULL;
     s = dnnl_primitive_create(&prim, p.pd);
+    const dnnl_memory_desc_t *spd = dnnl_primitive_desc_query_md(p.pd, dnnl_query_scratchpad_md, 0);
+    size_t sp_bytes = spd ? dnnl_memory_desc_get_size(spd) : 0;
+    if (s == dnnl_success && sp_bytes) {
+        void *buf = px_cpu_scratch(4, sp_bytes); /* slot 4: the convolutions' too; the calls do not nest */
+        s = buf ? dnnl_memory_create(&sm, spd, dnnl_engine, buf) : dnnl_out_of_memory;
+    }
     dnnl_primitive_desc_destroy(p.pd);
     dnnl_stream_t stream = pthread_getspecific(dnnl_stream_key);
     if (s == dnnl_success && !stream &&
@@ -126,13 +135,14 @@ static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_
     if (s == dnnl_success) s = dnnl_memory_create(&cm, &p.cd, dnnl_engine, c);
     if (s == dnnl_success) {
         if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-        s = dnnl_primitive_execute(prim, stream, 3, args);
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+        s = dnnl_primitive_execute(prim, stream, sm ? 4 : 3, args);
         if (s == dnnl_success) s = dnnl_stream_wait(stream);
     }
     dnnl_memory_destroy(am);
     dnnl_memory_destroy(bm);
     dnnl_memory_destroy(cm);
+    dnnl_memory_destroy(sm);
     dnnl_primitive_destroy(prim);
     return s;
 }
