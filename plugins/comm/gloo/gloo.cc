@@ -241,13 +241,18 @@ void run_allreduce(State &s, const Op &o)
     if (s.size > 1) {
         switch (pick(s, bytes)) {
         case RD:
-            if (s.use_links && bytes <= pxg::kLinkMax)
+            if (s.use_links)
                 pxg::allreduce_links(s.c, s.links, o.recv, n, o.dt, rop, slot);
             else
                 pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot);
             break;
         case HD: pxg::allreduce_hd(s.c, o.recv, n, o.dt, rop, slot); break;
-        default: pxg::allreduce_ring(s.c, o.recv, n, o.dt, rop, slot); break;
+        default:
+            if (s.use_links)
+                pxg::allreduce_links_ring(s.c, s.links, o.recv, n, o.dt, rop, slot);
+            else
+                pxg::allreduce_ring(s.c, o.recv, n, o.dt, rop, slot);
+            break;
         }
     }
     if (o.rop == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
@@ -592,8 +597,8 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         delete s;
         return qst;
     }
-    phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links for all-reduces up to %zu bytes: %s, spin %d us)",
-            a->rank, a->size, where.c_str(), pxg::kLinkMax, s->use_links ? "on" : "off", spin);
+    phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links: %s, spin %d us)", a->rank, a->size,
+            where.c_str(), s->use_links ? "on" : "off", spin);
     *state = s;
     return PHX_OK;
 }
