@@ -8,10 +8,11 @@
 // Every collective runs on one worker thread per communicator, in issue
 // order (the kit's queue, phalanx/plugin/kit.h), so compute overlaps
 // communication; small all-reduces run on the caller's thread when the
-// queue is idle. All-reduces up to pxg::kLinkMax bytes (and the barrier)
-// go over the links (gloo-links.h: one plain TCP socket per peer, read
-// and written by the thread that runs the op, a short spin before
-// blocking); everything else uses gloo's transport (gloo-algos.cc).
+// queue is idle. All-reduces by recursive doubling or the ring (any size)
+// and the barrier go over the links (gloo-links.h: one plain TCP socket
+// per peer, read and written by the thread that runs the op, a short spin
+// before blocking); halving-doubling, broadcast, all-gather and
+// reduce-scatter use gloo's transport (gloo-algos.cc).
 // All-reduce picks its algorithm by
 // message size (doc/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
