@@ -95,6 +95,14 @@ static void run_bits(phx_comm *c, int rank, int path)
     h_check(H, rank, st == PHX_OK, phx_last_error(), "all-reduces and a barrier succeed");
 }
 
+/* Whether path p's rank r and path q's rank s hold the same bits. */
+static int same(int p, int q, int r, int s)
+{
+    return !memcmp(R->f[p][r], R->f[q][s], sizeof R->f[0][0]) && !memcmp(R->b[p][r], R->b[q][s], sizeof R->b[0][0]) &&
+        !memcmp(R->fl[p][r], R->fl[q][s], sizeof R->fl[0][0]) &&
+        !memcmp(R->bl[p][r], R->bl[q][s], sizeof R->bl[0][0]) && !memcmp(R->hl[p][r], R->hl[q][s], sizeof R->hl[0][0]);
+}
+
 static int body(int rank, void *varg)
 {
     const arg *a = varg;
@@ -188,19 +196,13 @@ int main(void)
     unsetenv("PHX_GLOO_LINKS");
     unsetenv("PHX_GLOO_SPIN_US");
     unsetenv("PHX_GLOO_ALGO");
-#define SAME(p, q, r, s) (!memcmp(R->f[p][r], R->f[q][s], sizeof R->f[0][0]) && \
-                          !memcmp(R->b[p][r], R->b[q][s], sizeof R->b[0][0]) && \
-                          !memcmp(R->fl[p][r], R->fl[q][s], sizeof R->fl[0][0]) && \
-                          !memcmp(R->bl[p][r], R->bl[q][s], sizeof R->bl[0][0]) && \
-                          !memcmp(R->hl[p][r], R->hl[q][s], sizeof R->hl[0][0]))
     int same_ranks = 1, same_paths = 1, same_rd = 1;
     for (int p = 0; p < NPATH; p++)
-        for (int r = 1; r < W; r++) same_ranks &= SAME(p, p, r, 0);
+        for (int r = 1; r < W; r++) same_ranks &= same(p, p, r, 0);
     for (int r = 0; r < W; r++) {
-        same_paths &= SAME(LINKS_BLOCK, LINKS, r, r) && SAME(GLOO, LINKS, r, r);
-        same_rd &= SAME(GLOO_RD, LINKS_RD, r, r);
+        same_paths &= same(LINKS_BLOCK, LINKS, r, r) && same(GLOO, LINKS, r, r);
+        same_rd &= same(GLOO_RD, LINKS_RD, r, r);
     }
-#undef SAME
     ok(same_ranks, "bits: every rank holds the same bits on every path (f32 sums, bf16 avgs, f16 sum)");
     ok(same_paths, "bits: the links give gloo's transport's bits, spinning or not (recursive doubling and ring)");
     ok(same_rd, "bits: forced recursive doubling gives the same bits over the links and gloo's transport");

@@ -204,8 +204,9 @@ void link_step(Ctx &c, Links &l, int to, uint64_t tag, const void *sbuf, size_t 
                     consumed = got;
                 }
             } else if (k == 0) {
-                throw PeerError(from, "the connection to rank " + std::to_string(from) +
-                                          " was closed (that rank died or freed its communicator)");
+                throw PeerError(from,
+                                "the connection to rank " + std::to_string(from) +
+                                    " was closed (that rank died or freed its communicator)");
             } else if (errno != EAGAIN && errno != EINTR) {
                 throw PeerError(from, sys_error(("receiving from rank " + std::to_string(from)).c_str()));
             }
