@@ -16,6 +16,8 @@
  *     it, long before PHX_TIMEOUT, small and large (mid-ring);
  *   hang: a peer that issues nothing gives PHX_ETIMEOUT after PHX_TIMEOUT,
  *     and the late peer fails by its second all-reduce, small and large;
+ *   chain: world 3, rank 2 silent during a ring all-reduce: rank 1, which
+ *     waits for rank 0 (itself waiting for rank 2), names peer rank 2 too;
  *   a bad PHX_GLOO_SPIN_US or PHX_GLOO_LINKS fails phx_comm_init with
  *   PHX_EINVAL naming the variable. */
 #include <stdio.h>
@@ -40,7 +42,7 @@
 /* paths: links, links without spin, gloo's transport; then forced
  * recursive doubling over the links and over gloo's transport */
 enum { LINKS, LINKS_BLOCK, GLOO, LINKS_RD, GLOO_RD, NPATH };
-enum { BITS, DESYNC, DEAD, HANG, BADENV };
+enum { BITS, DESYNC, DEAD, HANG, CHAIN, BADENV };
 
 typedef struct result {
     float f[NPATH][W][N];
@@ -136,6 +138,18 @@ static int body(int rank, void *varg)
                  (long long)(rank == 0 ? n1 : n2), 1 - rank, (long long)(rank == 0 ? n2 : n1));
         h_check(H, rank, st == PHX_EDESYNC && strstr(phx_last_error(), want), why,
                 "PHX_EDESYNC naming both collectives");
+    } else if (a->mode == CHAIN) {
+        /* world 3, rank 2 silent: in the ring rank 0 waits for rank 2 and
+         * rank 1 for rank 0 (whose data is sent eagerly): both must blame
+         * rank 2, the end of the chain of waits */
+        if (rank == 2) {
+            sleep(4);
+        } else {
+            st = phx_comm_allreduce(c, x, PHX_SUM, NULL);
+            snprintf(why, sizeof why, "%s: %s", phx_status_name(st), phx_last_error());
+            h_check(H, rank, st == PHX_ETIMEOUT && strstr(phx_last_error(), "with peer rank 2"), why,
+                    "PHX_ETIMEOUT naming peer rank 2");
+        }
     } else if (rank == 1 && a->mode == DEAD) {
         _exit(0); /* leaves without a word: the sockets close */
     } else if (rank == 1) {
@@ -162,7 +176,7 @@ static int body(int rank, void *varg)
 
 int main(void)
 {
-    plan(35);
+    plan(37);
     H = h_new(W);
     R = mmap(NULL, sizeof *R, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (R == MAP_FAILED) return 99;
@@ -227,6 +241,13 @@ int main(void)
                 ok(H->value[0] < 5, "%swell before PHX_TIMEOUT=30 (%.2f s)", head, H->value[0]);
         }
     }
+
+    /* a silent rank behind an innocent one: the chain of waits is followed */
+    setenv("PHX_TIMEOUT", "2", 1);
+    h_reset(H, 2); /* ranks 0 and 1 check; rank 2 only sleeps */
+    arg ch = {CHAIN, LINKS, LARGE};
+    phx_spawn(W, body, &ch);
+    h_print(H, 0, "chain, world 3, rank 2 silent: ");
 
     setenv("PHX_TIMEOUT", "30", 1);
     static const char *const bad[][2] = {{"PHX_GLOO_SPIN_US", "fast"}, {"PHX_GLOO_LINKS", "yes"}};
