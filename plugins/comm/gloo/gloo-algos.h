@@ -89,6 +89,10 @@ struct Fold {
     }
 };
 
+// Chunk q of count elements split n ways (element ranges [lo, hi)): the
+// ring's blocks, the first count % n one element longer.
+void chunk(size_t count, int n, int q, size_t *lo, size_t *hi);
+
 // In-place all-reduce of count elements, the sum (or max/min) over ranks;
 // op PHX_AVG is not handled here (the caller sums, then divides).
 // Recursive doubling: log2(n) exchanges of the whole buffer; both

@@ -1,18 +1,20 @@
-// Small-message links of the gloo plugin: one plain TCP socket per peer,
-// read and written on the caller's thread, for the all-reduces that are
-// latency-bound (up to kLinkMax bytes). gloo's own transport
-// (UnboundBuffer) is a rendezvous: a receive-ready and a send-ready notice
-// before the data, written and read by gloo's loop thread and handed over
-// through a condition variable, about 115 us per 4-byte exchange at world
-// 2 on a 2-core machine against 30 us for a socket written and read by the
-// caller (doc/ddp.md, "Profile"). A link message is a header (the op's
-// slot and step, the length) and the data: a rank that receives another
-// header than the one it expects knows at once that the ranks went out of
-// step.
+// The links of the gloo plugin: one plain TCP socket per peer, read and
+// written by the thread that runs the op, for every all-reduce except
+// halving-doubling (and the barrier). gloo's own transport (UnboundBuffer)
+// is a rendezvous: a receive-ready and a send-ready notice before the
+// data, written and read by gloo's loop thread and handed over through a
+// condition variable, about 115 us per 4-byte exchange at world 2 on a
+// 2-core machine against 30 us for a socket written and read by the
+// caller, and a rendezvous per ring segment for large messages
+// (doc/ddp.md, "Profile"). A link message is a header (the op's slot and
+// step, the length) and the data: a rank that receives another header
+// than the one it expects knows at once that the ranks went out of step.
 //
-// A wait first spins (recv without blocking) for spin_us, then blocks in
-// poll() on the socket and on an eventfd that the watchdog writes to abort
-// it; it fails after the communicator's timeout.
+// A step sends and receives at once on the one thread, without blocking,
+// as far as the sockets take the data; when neither moves, it spins (recv
+// without blocking) for spin_us, then blocks in poll() on the sockets and
+// on an eventfd that the watchdog writes to abort it; it fails after the
+// communicator's timeout without progress.
 #ifndef PHX_PLUGINS_GLOO_LINKS_H
 #define PHX_PLUGINS_GLOO_LINKS_H
 
@@ -27,13 +29,17 @@
 namespace pxg
 {
 
-constexpr size_t kLinkMax = 4096; // bytes: the largest all-reduce sent over the links
+// bytes: the ring's reduce-scatter receives through a window this large,
+// folding each piece into the result as it completes (the socket's own
+// buffer holds what arrives meanwhile), so the received data is reduced
+// while it is still in cache
+constexpr size_t kLinkPiece = 256u << 10;
 
 struct Links {
     std::vector<int> fd; // (size): the socket to each peer, -1 for this rank
     int wake = -1; // eventfd: the watchdog's abort
     int spin_us = 0; // how long a wait polls without blocking
-    std::vector<uint8_t> tmp; // (kLinkMax): receives
+    std::vector<uint8_t> tmp; // receives; grows to the largest need and stays
 
     Links() = default;
     Links(const Links &) = delete;
@@ -50,10 +56,16 @@ struct Links {
     void abort();
 };
 
-// In-place all-reduce of count elements (at most kLinkMax bytes) over the
-// links by recursive doubling, with the fold of a non-power-of-two world:
-// the same order of operations as allreduce_rd, so the same bits.
+// In-place all-reduce of count elements over the links by recursive
+// doubling, with the fold of a non-power-of-two world: the same order of
+// operations as allreduce_rd, so the same bits.
 void allreduce_links(Ctx &c, Links &l, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot);
+
+// In-place ring all-reduce over the links: the chunks, steps and order of
+// operations of allreduce_ring (so the same bits), each step's send and
+// receive interleaved on this thread and the reduce-scatter's pieces
+// reduced as they arrive.
+void allreduce_links_ring(Ctx &c, Links &l, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, uint64_t slot);
 
 } // namespace pxg
 

@@ -8,10 +8,11 @@
 // Every collective runs on one worker thread per communicator, in issue
 // order (the kit's queue, phalanx/plugin/kit.h), so compute overlaps
 // communication; small all-reduces run on the caller's thread when the
-// queue is idle. All-reduces up to pxg::kLinkMax bytes (and the barrier)
-// go over the links (gloo-links.h: one plain TCP socket per peer, read
-// and written by the thread that runs the op, a short spin before
-// blocking); everything else uses gloo's transport (gloo-algos.cc).
+// queue is idle. All-reduces by recursive doubling or the ring (any size)
+// and the barrier go over the links (gloo-links.h: one plain TCP socket
+// per peer, read and written by the thread that runs the op, a short spin
+// before blocking); halving-doubling, broadcast, all-gather and
+// reduce-scatter use gloo's transport (gloo-algos.cc).
 // All-reduce picks its algorithm by
 // message size (doc/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
@@ -241,13 +242,18 @@ void run_allreduce(State &s, const Op &o)
     if (s.size > 1) {
         switch (pick(s, bytes)) {
         case RD:
-            if (s.use_links && bytes <= pxg::kLinkMax)
+            if (s.use_links)
                 pxg::allreduce_links(s.c, s.links, o.recv, n, o.dt, rop, slot);
             else
                 pxg::allreduce_rd(s.c, o.recv, n, o.dt, rop, slot);
             break;
         case HD: pxg::allreduce_hd(s.c, o.recv, n, o.dt, rop, slot); break;
-        default: pxg::allreduce_ring(s.c, o.recv, n, o.dt, rop, slot); break;
+        default:
+            if (s.use_links)
+                pxg::allreduce_links_ring(s.c, s.links, o.recv, n, o.dt, rop, slot);
+            else
+                pxg::allreduce_ring(s.c, o.recv, n, o.dt, rop, slot);
+            break;
         }
     }
     if (o.rop == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
@@ -392,6 +398,47 @@ void watchdog(State *s)
     }
 }
 
+// After a timeout waiting for peer: this rank publishes whom it waited
+// for. Sends over the links are eager, so in a ring a rank behind a
+// stopped one times out waiting for an innocent peer that itself waits
+// for the stopped one; blame_chain follows the published waits to the
+// rank that published none.
+void publish_waited(State &s, int peer)
+{
+    if (!s.store) return;
+    std::string key = s.prefix + "waited/" + std::to_string(s.rank), v = std::to_string(peer);
+    phx_store_set(s.store, key.c_str(), v.data(), v.size());
+}
+
+// The end of the chain of waits that starts at peer: the first rank that
+// published no wait (stopped, dead, or busy elsewhere), or the last one
+// before the chain comes back to a rank already on it. Runs after the
+// desync check has given the ranks that time out together time to
+// publish, so each look-up waits only a millisecond. *via says which
+// ranks were passed ("", or "; rank 0, which this rank waited for, timed
+// out waiting for rank 2").
+int blame_chain(State &s, int peer, std::string *via)
+{
+    if (!s.store || s.size < 3) return peer;
+    std::vector<char> seen((size_t)s.size, 0);
+    seen[(size_t)s.rank] = 1;
+    int q = peer;
+    while (q >= 0 && q < s.size && !seen[(size_t)q]) {
+        seen[(size_t)q] = 1;
+        void *v = nullptr;
+        size_t n = 0;
+        if (phx_store_get(s.store, (s.prefix + "waited/" + std::to_string(q)).c_str(), &v, &n, 1e-3)) return q;
+        std::string t(static_cast<char *>(v), n);
+        std::free(v);
+        int next = std::atoi(t.c_str());
+        if (next < 0 || next >= s.size || seen[(size_t)next]) return q;
+        *via += "; rank " + std::to_string(q) + (q == peer ? ", which this rank waited for," : ",") +
+            " timed out waiting for rank " + std::to_string(next);
+        q = next;
+    }
+    return q;
+}
+
 // Runs one op, turning any exception into a status and a message.
 phx_status execute(State &s, const Op &o, std::string &msg)
 {
@@ -427,6 +474,7 @@ phx_status execute(State &s, const Op &o, std::string &msg)
     if (st == PHX_OK) return st;
     bool timed_out = says_timeout(msg);
     if (timed_out) st = PHX_ETIMEOUT;
+    if (timed_out && peer >= 0) publish_waited(s, peer);
     if (st == PHX_ETIMEOUT || st == PHX_EPEER) {
         // the peers of a timeout or of a mismatched header fail at about
         // the same time and publish what they issued: wait for them
@@ -436,6 +484,14 @@ phx_status execute(State &s, const Op &o, std::string &msg)
             msg = std::string(head) + " failed: " + d;
             s.broken = msg;
             return PHX_EDESYNC;
+        }
+    }
+    if (timed_out && peer >= 0) {
+        std::string via;
+        int end = blame_chain(s, peer, &via);
+        if (end != peer) {
+            msg += via;
+            peer = end;
         }
     }
     std::string who = peer >= 0 ? " with peer rank " + std::to_string(peer) : "";
@@ -592,8 +648,8 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         delete s;
         return qst;
     }
-    phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links for all-reduces up to %zu bytes: %s, spin %d us)",
-            a->rank, a->size, where.c_str(), pxg::kLinkMax, s->use_links ? "on" : "off", spin);
+    phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links: %s, spin %d us)", a->rank, a->size,
+            where.c_str(), s->use_links ? "on" : "off", spin);
     *state = s;
     return PHX_OK;
 }
