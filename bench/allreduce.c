@@ -12,7 +12,7 @@
  * calls, then `iters` blocking all-reduces between two barriers; the time
  * is rank 0's wall time divided by iters.
  *
- *   bench/allreduce [--torch bench/torch/allreduce.py] [--max BYTES] [--worlds "2 4"]
+ *   bench/allreduce [--torch bench/torch/allreduce.py | --no-torch] [--max BYTES] [--worlds "2 4"]
  */
 #include <inttypes.h>
 #include <math.h>
@@ -22,7 +22,8 @@
 #include <sys/mman.h>
 #include <time.h>
 #include "phalanx/phalanx.h"
-#include "bench/bench-tsv.h"
+#define BENCH_NAME "bench/allreduce"
+#include "bench/bench-util.h"
 
 #define MAX_SIZES 32
 #define REPS 3 /* timed loops per point; the fastest counts (shared machines) */
@@ -121,7 +122,7 @@ static void run_torch(const char *script, int world, table *out)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s %s --world %d --max %zu",
-             getenv("TORCH_PYTHON") ? getenv("TORCH_PYTHON") : "/usr/bin/python3", script, world, g_max);
+             bench_python(), script, world, g_max);
     run_lines(cmd, out);
 }
 
@@ -182,16 +183,20 @@ static double lookup(const table *t, size_t bytes)
 int main(int argc, char **argv)
 {
     const char *torch = NULL, *worlds = "2 4";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--torch"))
-            torch = argv[i + 1];
-        else if (!strcmp(argv[i], "--max"))
-            g_max = (size_t)strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--worlds"))
-            worlds = argv[i + 1];
-    }
     setenv("PHX_LOG", "error", 0);
-    if (getenv("OMPI_COMM_WORLD_RANK")) return launched();
+    int64_t max = (int64_t)g_max;
+    const bench_opt opts[] = {{"--torch", 's', &torch},
+                              {"--no-torch", 'n', &torch},
+                              {"--max", 'l', &max},
+                              {"--worlds", 's', &worlds}};
+    if (bench_args(argc, argv, opts, 4, "[--torch bench/torch/allreduce.py | --no-torch] [--max BYTES] [--worlds \"2 4\"]"))
+        return 2;
+    if (max < 4) {
+        fprintf(stderr, "bench/allreduce: --max must be >= 4 bytes\n");
+        return 2;
+    }
+    g_max = (size_t)max;
+    if (getenv("OMPI_COMM_WORLD_RANK")) return launched(); /* started by run_mpi with --max */
     g_tab = mmap(NULL, sizeof *g_tab, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double mc = memcpy_gbs(64u << 20);
     printf("memcpy ceiling: %.2f GB/s (one thread, 64 MiB)\n", mc);
