@@ -1,8 +1,14 @@
 /* The kit's element-wise reductions (phalanx/plugin/kit.h): n inputs
  * reduced in input order, block by block through an f32 (or integer)
- * accumulator on the stack, each block written to every output. Built
- * with -O3 (core/plugin/local.mk): the threads and gloo backends reduce
- * every byte of a large all-reduce here. */
+ * accumulator on the stack, each block written to every output. The
+ * threads and gloo backends reduce every byte of a large all-reduce here,
+ * so the loops are vectorised with the CPU kernels' options (the pragma
+ * below, as kernels/cpu/cpu.h): the -O3 of core/plugin/local.mk comes
+ * before configure's -O2 on the command line and loses, and -O2 leaves
+ * loops of unknown length scalar. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-loop-vectorize", "vect-cost-model=dynamic", "unswitch-loops")
+#endif
 #include "config.h"
 #include <stdint.h>
 #include <string.h>

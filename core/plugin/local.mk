@@ -2,8 +2,8 @@
 libphalanx_la_SOURCES += core/plugin/plugin.c core/plugin/plugin-find.c core/plugin/plugin-impl.h
 libphalanx_la_SOURCES += core/plugin/plugin-abi.c core/plugin/plugin-abi.h
 # The plugin author's kit (include/phalanx/plugin/kit.h): exported for
-# plugins. The reductions are a convenience library built with -O3, as the
-# backends that use them are.
+# plugins. The reductions are a convenience library (kit-reduce.c vectorises
+# its loops with a pragma: this -O3 comes before configure's CFLAGS and loses).
 libphalanx_la_SOURCES += core/plugin/kit-queue.c core/plugin/kit-abort.c
 noinst_LTLIBRARIES += core/plugin/libphx-kit-reduce.la
 core_plugin_libphx_kit_reduce_la_SOURCES = core/plugin/kit-reduce.c
