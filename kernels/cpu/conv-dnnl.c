@@ -145,20 +145,17 @@ static dnnl_status_t plan_slot(conv_plan *p, int i, const dnnl_memory_desc_t *u,
 /* Whether the primitive works on the user's plain NCHW layouts (oneDNN
  * then runs its GEMM-based convolution, no reorders) rather than layouts
  * of its choosing (its direct convolutions on channel-blocked copies).
- * Chosen by measurement (doc/cnn.md): plain for 1x1 convolutions with
- * stride 1 and no padding, which are GEMMs on NCHW as they stand (128x64x14x14
- * -> 128 forward and backward 17.4-17.6 ms against 20.8-21.8 blocked), and
- * for the forward pass on one input channel (0.67 ms against 0.83-1.05,
- * the reorder of the output costing more than the convolution); blocked
- * elsewhere (3x3 on 32 or 64 channels: 1.3-1.7x faster blocked; one
- * channel's weight gradient: 4.3 ms plain against 2.4). A fixed rule, so a
- * shape always takes the same path and gives the same bits. */
+ * Chosen by measurement at one thread (doc/cnn.md): plain for 1x1
+ * convolutions with stride 1 and no padding, which are GEMMs on NCHW as
+ * it stands (128x64x14x14 -> 128: forward 4.75-5.00 ms against 6.59-7.42
+ * blocked, forward and backward 17.4-17.7 against 21.3-23.2); blocked
+ * elsewhere (3x3: 1.0-1.7x faster blocked). A fixed rule, so a shape
+ * always takes the same path and gives the same bits. */
 static int plain_layouts(const conv_key *k)
 {
     const phx_conv2d_desc *d = &k->d;
-    if (d->groups != 1) return 0;
-    if (d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 && !d->pad_h && !d->pad_w) return 1;
-    return k->pass == 0 && d->c == 1;
+    return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 && !d->pad_h &&
+        !d->pad_w;
 }
 
 /* Makes the plan for key k (the part's primitive and reorders). */
@@ -258,11 +255,14 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
     k.pass = c->pass, k.n = n, k.d = *d;
     k.bias = c->pass == 0 ? c->bias != NULL : c->pass == 2 ? c->db != NULL : 0;
     k.d.n = 0; /* the part's count is k.n */
+    /* one OpenMP thread, set before the primitive is made: oneDNN fixes a
+     * primitive's thread count when it creates it, and a plan made at 2
+     * would keep running on 2 OpenMP threads beside the BLAS threads */
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
     dnnl_stream_t s;
     dnnl_status_t st;
     conv_plan *p = plan_get(&k, &s, &st);
     if (!p) return st;
-    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
     size_t img = (size_t)(d->c * d->h * d->w), oimg = (size_t)(d->k * d->oh * d->ow);
     void *data[3];
     if (c->pass == 0) {

@@ -114,6 +114,9 @@ static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_
     const char *b = g->b + (size_t)(g->trans_b ? j0 * g->ldb : j0) * ea;
     char *c = g->c + (size_t)(i0 * g->ldc + j0) * ec;
     matmul_pd p;
+    /* one OpenMP thread before the primitive is made (oneDNN fixes its
+     * thread count then; conv-dnnl.c) */
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
     dnnl_status_t s = block_pd(g, m, n, &p);
     if (s != dnnl_success) return s;
     dnnl_primitive_t prim = NULL;
@@ -134,7 +137,6 @@ static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_
     if (s == dnnl_success) s = dnnl_memory_create(&bm, &p.bd, dnnl_engine, (void *)b);
     if (s == dnnl_success) s = dnnl_memory_create(&cm, &p.cd, dnnl_engine, c);
     if (s == dnnl_success) {
-        if (omp_get_max_threads() != 1) omp_set_num_threads(1);
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
         s = dnnl_primitive_execute(prim, stream, sm ? 4 : 3, args);
         if (s == dnnl_success) s = dnnl_stream_wait(stream);
