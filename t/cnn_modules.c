@@ -61,13 +61,22 @@ static double buffers_err(const gu_file *f, phx_module *m, const char *c, const 
     return e;
 }
 
+/* Case c's module with torch's parameters ("<c>.p.*") loaded; *loaded is
+ * gu_load's answer, -1 when the module could not be made. */
+static phx_module *make_loaded(const gu_file *f, const char *c, bool *train, bool *two, int *loaded)
+{
+    phx_module *m = make(c, train, two);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s.p.", c);
+    *loaded = m ? gu_load(f, m, prefix) : -1;
+    return m;
+}
+
 static void run_case(const gu_file *f, const char *c)
 {
     bool train, two;
-    phx_module *m = make(c, &train, &two);
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "%s.p.", c);
-    int loaded = m ? gu_load(f, m, prefix) : -1;
+    int loaded;
+    phx_module *m = make_loaded(f, c, &train, &two, &loaded);
     for (size_t i = 0; m && i < phx_module_num_buffers(m); i++) { /* eval's fixed statistics */
         phx_tensor *b = gu_get(f, "%s.b0.%s", c, phx_module_buffer_name(m, i));
         if (!b || phx_tensor_copy(phx_module_buffer(m, i), b) != PHX_OK) loaded = -1;
@@ -120,10 +129,8 @@ static double fd_worst(phx_module *m, const phx_tensor *x, const phx_tensor *dy,
 static void fd_case(const gu_file *f, const char *c)
 {
     bool train, two;
-    phx_module *m = make(c, &train, &two);
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "%s.p.", c);
-    gu_load(f, m, prefix);
+    int loaded;
+    phx_module *m = make_loaded(f, c, &train, &two, &loaded);
     phx_module_train(m, train);
     phx_tensor *x0 = gu_get(f, "%s.x", c), *dy = gu_get(f, "%s.dy", c);
     phx_tensor *x = phx_tensor_new(PHX_F32, phx_tensor_ndim(x0), phx_tensor_shape(x0), phx_cpu());
