@@ -37,6 +37,19 @@ typedef struct setup {
     phx_precision *prec; /* the bf16 policy, or NULL (outlives m) */
 } setup;
 
+/* A classification batch: inputs of shape xs uniform in [0, 1), labels
+ * 0..9 for its xs[0] rows, cross-entropy. */
+static void classify(setup *s, phx_rng *rng, int ndim, const int64_t *xs)
+{
+    s->x = phx_tensor_new(PHX_F32, ndim, xs, phx_cpu());
+    s->y = phx_tensor_new(PHX_I64, 1, xs, phx_cpu());
+    if (s->x && s->y) {
+        phx_rng_uniform(rng, s->x, 0, 1);
+        bench_labels(phx_tensor_data(s->y), xs[0], 0);
+    }
+    s->loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+}
+
 static setup make(const char *name)
 {
     setup s = {0};
@@ -86,12 +99,8 @@ static setup make(const char *name)
         phx_sequential_add(s.m, phx_relu_new());
         phx_sequential_add(s.m, phx_dropout_new(0.5f, 1));
         phx_sequential_add(s.m, phx_linear_new(128, 10, true, rng));
-        int64_t xs[4] = {128, 1, 28, 28}, n = 128;
-        s.x = phx_tensor_new(PHX_F32, 4, xs, phx_cpu());
-        s.y = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
-        phx_rng_uniform(rng, s.x, 0, 1);
-        bench_labels(phx_tensor_data(s.y), 128, 0);
-        s.loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+        int64_t xs[4] = {128, 1, 28, 28};
+        classify(&s, rng, 4, xs);
         phx_adam_opts ao = phx_adamw_defaults();
         s.opt = phx_adam_new(s.m, &ao);
         if (!s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");
@@ -99,12 +108,8 @@ static setup make(const char *name)
         return s;
     } else {
         s.m = bench_mlp(rng, 1024, 1024);
-        int64_t xs[2] = {256, 784}, n = 256;
-        s.x = phx_tensor_new(PHX_F32, 2, xs, phx_cpu());
-        s.y = phx_tensor_new(PHX_I64, 1, &n, phx_cpu());
-        phx_rng_uniform(rng, s.x, 0, 1);
-        bench_labels(phx_tensor_data(s.y), 256, 0);
-        s.loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
+        int64_t xs[2] = {256, 784};
+        classify(&s, rng, 2, xs);
     }
     phx_sgd_opts o = phx_sgd_defaults();
     o.lr = 0.01;
