@@ -167,7 +167,7 @@ static uint64_t bf16_allocs(const char *path, int64_t size)
 
 int main(void)
 {
-    plan(24 + 4 + 3 + 2 + 10 + 8 + 3 + 3);
+    plan(24 + 4 + 4 + 2 + 10 + 8 + 3 + 3);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -214,7 +214,7 @@ int main(void)
            ta ? "^T" : "", tb ? "^T" : "", worst);
     }
 
-    /* 29-31: kernel table directly with leading dims (a sub-block), f32 and f16 */
+    /* 29-32: kernel table directly with leading dims (a sub-block), f32 and f16 */
     const phx_kernels_v1 *K = phx_device_table(phx_cpu())->kernels;
     {
         static float a[50 * 40], b[60 * 30], c[20 * 35], c0[20 * 35];
@@ -237,13 +237,33 @@ int main(void)
             for (int j = 25; j < 35; j++) untouched &= chh[i * 35 + j] == ch0[i * 35 + j];
         ok(st == PHX_OK && w <= 1.0 && untouched,
            "kernel gemm f16 with leading dims: correct (worst %.3g), padding untouched", w);
+        /* operands large enough that their casts are split over the
+         * BLAS threads (kernels/cpu/gemm.c), split inside rows */
+        {
+            enum { GM = 301, GN = 263, GK = 277, LDA = GM + 5, LDB = GN + 3, LDC = GN + 7 };
+            uint16_t *ha = calloc((size_t)GK * LDA, 2), *hb = calloc((size_t)GK * LDB, 2);
+            uint16_t *hc = calloc((size_t)GM * LDC, 2), *hc0 = calloc((size_t)GM * LDC, 2);
+            for (int i = 0; i < GK * LDA; i++) ha[i] = phx_f32_to_f16(frand());
+            for (int i = 0; i < GK * LDB; i++) hb[i] = phx_f32_to_f16(frand());
+            for (int i = 0; i < GM * LDC; i++) hc[i] = hc0[i] = phx_f32_to_f16(frand());
+            phx_status s2 = K->gemm(0, 1, 0, GM, GN, GK, 1.25f, ha, LDA, hb, LDB, PHX_F16, -0.5f, hc, LDC, PHX_F16);
+            double w2 = check_result(1, 0, GM, GN, GK, 1.25f, ha, LDA, hb, LDB, PHX_F16, -0.5f, hc0, hc, LDC, PHX_F16);
+            int kept = 1;
+            for (int i = 0; i < GM; i++)
+                for (int j = GN; j < LDC; j++) kept &= hc[i * LDC + j] == hc0[i * LDC + j];
+            ok(s2 == PHX_OK && w2 <= 1.0 && kept,
+               "kernel gemm f16 (%d,%d,%d) with leading dims, casts split over threads: correct (worst %.3g), padding "
+               "untouched",
+               GM, GN, GK, w2);
+            free(ha), free(hb), free(hc), free(hc0);
+        }
         /* k = 0: C <- beta C */
         float cz[4] = {1, 2, 3, 4};
         st = K->gemm(0, 0, 0, 2, 2, 0, 1.0f, a, 1, b, 2, PHX_F32, 3.0f, cz, 2, PHX_F32);
         ok(st == PHX_OK && cz[0] == 3 && cz[3] == 12, "k = 0 scales C by beta (got %g %g)", cz[0], cz[3]);
     }
 
-    /* 32-33: no allocation once warm (f32: none at all; f16: scratch reused) */
+    /* 33-34: no allocation once warm (f32: none at all; f16: scratch reused) */
     {
         int64_t s2[2] = {64, 64};
         phx_tensor *A = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
@@ -258,7 +278,7 @@ int main(void)
         phx_tensor_free(A), phx_tensor_free(C), phx_tensor_free(H), phx_tensor_free(HC);
     }
 
-    /* 34-43: errors name the shapes; C is left unchanged */
+    /* 35-44: errors name the shapes; C is left unchanged */
     {
         int64_t s23[2] = {2, 3}, s43[2] = {4, 3}, s24[2] = {2, 4}, s22[2] = {2, 2}, s3[3] = {2, 3, 1};
         phx_tensor *A = phx_tensor_zeros(PHX_F32, 2, s23, phx_cpu()), *B = phx_tensor_zeros(PHX_F32, 2, s43, phx_cpu());
@@ -282,7 +302,7 @@ int main(void)
         for (int i = 0; i < 7; i++) phx_tensor_free(all[i]);
     }
 
-    /* 44-51: each path forced */
+    /* 45-52: each path forced */
     path_cases("blas");
 #ifdef HAVE_DNNL
     path_cases("dnnl");
@@ -290,7 +310,7 @@ int main(void)
     skip(8, "built without oneDNN: no dnnl path");
 #endif
 
-    /* 52-54: the path taken is the one expected (scratch use tells them
+    /* 53-55: the path taken is the one expected (scratch use tells them
      * apart). oneDNN has a bf16 kernel where the CPU has AVX-512, and
      * auto takes it where the CPU has AVX512-BF16, unless the ISA is
      * capped (t/core_gemm_isa.sh runs this test so) */
@@ -309,7 +329,7 @@ int main(void)
 #endif
     ok(bf16_allocs("blas", 700) > 0, "PHX_CPU_GEMM=blas: bf16 gemm widens into scratch");
 
-    /* 55-57: a bad PHX_CPU_GEMM */
+    /* 56-58: a bad PHX_CPU_GEMM */
     {
         int64_t s2[2] = {2, 2};
         phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
