@@ -2,8 +2,7 @@
  * every run executes exactly once, on the caller for task 0, and the
  * caller sees all of their writes when px_pool_run returns -- with runs
  * back to back (workers spinning) and with pauses between them (workers
- * asleep on their condition variable, or put to sleep at once by
- * px_pool_run_ex's then_sleep), for k = 1..n. (The same loop ran
+ * asleep on their condition variable), for k = 1..n. (The same loop ran
  * clean under ThreadSanitizer with 200,000 runs.) */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,18 +27,13 @@ static void task(void *arg, size_t i)
     atomic_fetch_add(&j->calls, 1);
 }
 
-/* sleep_every > 0: every sleep_every-th run is px_pool_run_ex(then_sleep),
- * after which the workers sleep at once and the next run must wake them. */
-static int run_rounds(px_pool *p, long rounds, int pause_us, int sleep_every, job *j)
+static int run_rounds(px_pool *p, long rounds, int pause_us, job *j)
 {
     for (long r = 1; r <= rounds; r++) {
         size_t k = 1 + (size_t)(r % N);
         j->round = r;
         atomic_store(&j->calls, 0);
-        if (sleep_every && r % sleep_every == 0)
-            px_pool_run_ex(p, k, task, j, true);
-        else
-            px_pool_run(p, k, task, j);
+        px_pool_run(p, k, task, j);
         if (atomic_load(&j->calls) != (int)k || !pthread_equal(j->who[0], pthread_self())) return 0;
         for (size_t i = 0; i < k; i++)
             if (j->slot[i] != r * 10 + (long)i) return 0;
@@ -53,14 +47,12 @@ static int run_rounds(px_pool *p, long rounds, int pause_us, int sleep_every, jo
 
 int main(void)
 {
-    plan(6);
+    plan(5);
     px_pool *p = px_pool_new(N);
     job j = {0};
     ok(p && px_pool_size(p) == N, "a pool of %d", N);
-    ok(p && run_rounds(p, 5000, 0, 0, &j), "5000 runs back to back, k = 1..%d: each task once, results visible", N);
-    ok(p && run_rounds(p, 5000, 0, 3, &j),
-       "5000 runs back to back, every third with then_sleep (workers sleep at once after it): each task once");
-    ok(p && run_rounds(p, 200, 2000, 0, &j), "200 runs 2 ms apart (workers asleep between runs)");
+    ok(p && run_rounds(p, 5000, 0, &j), "5000 runs back to back, k = 1..%d: each task once, results visible", N);
+    ok(p && run_rounds(p, 200, 2000, &j), "200 runs 2 ms apart (workers asleep between runs)");
     int distinct = 1;
     for (int a = 0; a < N; a++)
         for (int b = a + 1; b < N; b++) distinct = distinct && !pthread_equal(j.who[a], j.who[b]);

@@ -44,7 +44,6 @@ struct px_pool {
     /* The current run; written before the go stores that publish it. */
     px_pool_fn fn;
     void *arg;
-    bool then_sleep; /* workers sleep at once after this run (no spin) */
 };
 
 static void worker_finish(px_pool *p)
@@ -61,10 +60,9 @@ static void *worker_main(void *arg)
     px_worker *w = arg;
     px_pool *p = w->pool;
     unsigned seen = 0;
-    int spin = PX_POOL_SPIN;
     for (;;) {
         unsigned g = atomic_load(&w->go);
-        for (int s = 0; g == seen && s < spin && !atomic_load(&p->stop); s++) {
+        for (int s = 0; g == seen && s < PX_POOL_SPIN && !atomic_load(&p->stop); s++) {
             cpu_relax();
             g = atomic_load(&w->go);
         }
@@ -77,7 +75,6 @@ static void *worker_main(void *arg)
         }
         if (g == seen) break; /* stop */
         seen = g;
-        spin = p->then_sleep ? 0 : PX_POOL_SPIN;
         p->fn(p->arg, w->index);
         worker_finish(p);
     }
@@ -138,11 +135,6 @@ size_t px_pool_size(const px_pool *p)
 
 void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg)
 {
-    px_pool_run_ex(p, k, fn, arg, false);
-}
-
-void px_pool_run_ex(px_pool *p, size_t k, px_pool_fn fn, void *arg, bool then_sleep)
-{
     if (k > p->n) k = p->n;
     if (k == 0) return;
     if (k == 1) {
@@ -151,7 +143,6 @@ void px_pool_run_ex(px_pool *p, size_t k, px_pool_fn fn, void *arg, bool then_sl
     }
     p->fn = fn;
     p->arg = arg;
-    p->then_sleep = then_sleep;
     atomic_store(&p->pending, k - 1);
     p->gen++;
     for (size_t i = 1; i < k; i++) {

@@ -9,7 +9,6 @@
 #ifndef PHX_CORE_DP_POOL_H
 #define PHX_CORE_DP_POOL_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct px_pool px_pool;
@@ -26,8 +25,4 @@ size_t px_pool_size(const px_pool *p);
 /* Runs fn(arg, i) for i in [0, k), k <= px_pool_size(p); waits for all.
  * Not reentrant: one run at a time per pool. */
 void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg);
-/* As px_pool_run; with then_sleep the workers go to sleep as soon as their
- * task returns instead of spinning for the next run: for work followed by
- * a library with threads of its own (OpenBLAS), which need the cores. */
-void px_pool_run_ex(px_pool *p, size_t k, px_pool_fn fn, void *arg, bool then_sleep);
 #endif

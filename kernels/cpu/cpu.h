@@ -249,10 +249,6 @@ int px_cpu_dnnl_bf16_native(void);
  * must write disjoint memory. */
 typedef void (*px_range_fn)(void *arg, int64_t lo, int64_t hi);
 void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg);
-/* As px_cpu_parallel_for, but the pool's workers sleep as soon as their
- * part is done instead of spinning for the next loop: for loops that an
- * OpenBLAS call follows (its threads need the cores the spin would take). */
-void px_cpu_parallel_for_then_sleep(int64_t n, int64_t grain, px_range_fn fn, void *arg);
 /* The calling thread's pool of n tasks (core/dp/dp-pool.h), made once per
  * thread and size; NULL on ENOMEM. */
 struct px_pool *px_cpu_thread_pool(size_t n);

@@ -2,13 +2,7 @@
  * operands to oneDNN's matmul (gemm-dnnl.c) where the CPU multiplies
  * bf16 in hardware; otherwise f16/bf16 operands are widened to f32 in
  * thread-local scratch, multiplied with f32 accumulation, and the result
- * is rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/env.md).
- *
- * Casts of 64K elements or more are split over the BLAS threads, whose
- * workers then sleep at once: spinning for a next loop, they would take
- * the cores OpenBLAS's own threads need for the multiply that follows
- * (an fp16 MLP step at 2 threads ran 1.5x slower with the spin, and 10%
- * faster split than on the calling thread alone: doc/precision.md). */
+ * is rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/env.md). */
 #include "config.h"
 #include <limits.h>
 #include <stdlib.h>
@@ -54,63 +48,21 @@ static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
 }
 
 /* rows x cols of src (leading dim lds, dtype st) into dst (leading dim
- * ldd, dtype dt), as one flat run of rows*cols elements of which [lo, hi)
- * are cast here: a px_cpu_cast per row piece (the conversion instructions
- * where the CPU has them), or one call when both are contiguous. */
-typedef struct cast_op {
-    void *dst;
-    const void *src;
-    phx_dtype dt, st;
-    int64_t ldd, lds, rows, cols;
-} cast_op;
-
-static void cast_span(const cast_op *o, int64_t lo, int64_t hi)
+ * ldd, dtype dt): a row per px_cpu_cast (the conversion instructions where
+ * the CPU has them), or one call when both are contiguous. On this thread:
+ * split over the pool, the casts of an fp16 MLP step at 2 threads ran 1.5x
+ * slower, the pool's spinning workers taking cores from OpenBLAS's
+ * threads. */
+static phx_status cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                            int64_t rows, int64_t cols)
 {
-    size_t ed = phx_dtype_size(o->dt), es = phx_dtype_size(o->st);
-    if (o->ldd == o->cols && o->lds == o->cols) { /* contiguous: one call */
-        px_cpu_cast(0, (char *)o->dst + (size_t)lo * ed, o->dt, (const char *)o->src + (size_t)lo * es, o->st, hi - lo);
-        return;
-    }
-    while (lo < hi) {
-        int64_t r = lo / o->cols, c = lo % o->cols, e = hi - lo < o->cols - c ? hi - lo : o->cols - c;
-        px_cpu_cast(0, (char *)o->dst + (size_t)(r * o->ldd + c) * ed, o->dt,
-                    (const char *)o->src + (size_t)(r * o->lds + c) * es, o->st, e);
-        lo += e;
-    }
-}
-
-/* Up to two casts run as one span of their elements, split over the BLAS
- * threads when they hold PX_CAST_SPLIT elements or more. */
-typedef struct cast_job {
-    cast_op op[2];
-    int n;
-} cast_job;
-
-enum { PX_CAST_SPLIT = 1 << 16 };
-
-static void cast_job_range(void *arg, int64_t lo, int64_t hi)
-{
-    const cast_job *j = arg;
-    for (int i = 0; i < j->n && lo < hi; i++) {
-        int64_t size = j->op[i].rows * j->op[i].cols;
-        if (lo < size) cast_span(&j->op[i], lo, hi < size ? hi : size);
-        lo = lo > size ? lo - size : 0;
-        hi -= size;
-    }
-}
-
-static void cast_job_run(const cast_job *j)
-{
-    int64_t total = 0;
-    for (int i = 0; i < j->n; i++) total += j->op[i].rows * j->op[i].cols;
-    px_cpu_parallel_for_then_sleep(total, PX_CAST_SPLIT / 2, cast_job_range, (void *)j);
-}
-
-static void cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds, int64_t rows,
-                      int64_t cols)
-{
-    cast_job j = {{{dst, src, dt, st, ldd, lds, rows, cols}}, 1};
-    cast_job_run(&j);
+    size_t ed = phx_dtype_size(dt), es = phx_dtype_size(st);
+    if (ldd == cols && lds == cols) return px_cpu_cast(0, dst, dt, src, st, rows * cols); /* contiguous: one call */
+    phx_status s = PHX_OK;
+    for (int64_t r = 0; r < rows && s == PHX_OK; r++)
+        s = px_cpu_cast(0, (char *)dst + (size_t)(r * ldd) * ed, dt, (const char *)src + (size_t)(r * lds) * es, st,
+                        cols);
+    return s;
 }
 
 typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_DNNL } gemm_path;
@@ -179,9 +131,9 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
         float *sa = px_cpu_scratch(0, (size_t)(a_rows * a_cols) * sizeof(float));
         float *sb = px_cpu_scratch(1, (size_t)(b_rows * b_cols) * sizeof(float));
         if (!sa || !sb) return PHX_ENOMEM;
-        cast_job j = {{{sa, a, PHX_F32, adt, a_cols, lda, a_rows, a_cols}, {sb, b, PHX_F32, adt, b_cols, ldb, b_rows, b_cols}},
-                      2};
-        cast_job_run(&j);
+        if ((st = cast_rows(sa, PHX_F32, a_cols, a, adt, lda, a_rows, a_cols)) != PHX_OK ||
+            (st = cast_rows(sb, PHX_F32, b_cols, b, adt, ldb, b_rows, b_cols)) != PHX_OK)
+            return st;
         af = sa, lda = a_cols;
         bf = sb, ldb = b_cols;
     }
@@ -190,8 +142,7 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
     /* a f16/bf16 C: computed in f32 scratch, rounded once */
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
-    if (beta != 0.0f) cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n);
+    if (beta != 0.0f && (st = cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
     if ((st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n)) != PHX_OK) return st;
-    cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
-    return PHX_OK;
+    return cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
 }

@@ -45,7 +45,7 @@ static void range_task(void *arg, size_t i)
     if (lo < hi) j->fn(j->arg, lo, hi);
 }
 
-static void parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg, bool then_sleep)
+void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg)
 {
     int threads = px_cpu_blas_get_threads();
     int64_t parts = grain > 0 ? n / grain : n;
@@ -56,15 +56,5 @@ static void parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg, bo
         return;
     }
     range_job j = {fn, arg, n, (n + parts - 1) / parts};
-    px_pool_run_ex(pool, (size_t)((n + j.step - 1) / j.step), range_task, &j, then_sleep);
-}
-
-void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg)
-{
-    parallel_for(n, grain, fn, arg, false);
-}
-
-void px_cpu_parallel_for_then_sleep(int64_t n, int64_t grain, px_range_fn fn, void *arg)
-{
-    parallel_for(n, grain, fn, arg, true);
+    px_pool_run(pool, (size_t)((n + j.step - 1) / j.step), range_task, &j);
 }
