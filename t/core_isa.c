@@ -191,7 +191,33 @@ static int env_child(const char *value, int want_ok)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
 }
 
-#define PER_PATH (5 * 4 + 6)
+#define PER_PATH (5 * 4 + 8)
+
+/* softmax forward and backward (plain and log, causal and not) in f16 and
+ * bf16 on path p: 1 when they give the generic path's bits, over shapes
+ * whose rows fill the half path's chunks unevenly, one row a chunk, and
+ * many rows a chunk */
+static int softmax_half_same(int p, phx_dtype dt)
+{
+    static const int64_t shapes[][2] = {{300, 128}, {5, 1500}, {301, 7}};
+    enum { M = 300 * 128 + 5 * 1500 };
+    static uint16_t sx[M], sdy[M], sy[2][M], sdx[2][M];
+    int same = 1;
+    for (int s = 0; s < 3; s++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+        for (int64_t i = 0; i < n; i++) cu_set(sx, dt, i, cu_frand(-6, 6)), cu_set(sdy, dt, i, cu_frand(-1, 1));
+        for (int v = 0; v < 4; v++) {
+            int causal = v & 1, lg = v >> 1;
+            for (int q = 0; q < 2; q++) {
+                px_cpu_isa_set(q ? p : PX_ISA_GENERIC);
+                px_cpu_softmax_forward(0, rows, cols, 0.125f, causal, lg, sx, sy[q], dt);
+                px_cpu_softmax_backward(0, rows, cols, 0.125f, causal, lg, sy[0], sdy, sdx[q], dt);
+            }
+            same &= same_half(sy[0], sy[1], dt, (int)n) && same_half(sdx[0], sdx[1], dt, (int)n);
+        }
+    }
+    return same;
+}
 
 int main(void)
 {
@@ -300,6 +326,9 @@ int main(void)
         ok(widen_ok(PHX_F16), "%s cast f16 -> f32: all 65536 patterns", pn);
         ok(widen_ok(PHX_BF16), "%s cast bf16 -> f32: all 65536 patterns", pn);
         ok(odd_lengths_ok(), "%s casts of 0..40 elements from misaligned starts", pn);
+        ok(softmax_half_same(p, PHX_F16), "%s softmax and log-softmax f16, forward and backward: the generic bits", pn);
+        ok(softmax_half_same(p, PHX_BF16), "%s softmax and log-softmax bf16, forward and backward: the generic bits",
+           pn);
     }
 
 #if PX_HAVE_X86
