@@ -237,7 +237,7 @@ VI void gelu_fwd_loop(int64_t n, const float *x, float *y)
         int m = n - b < GELU_BLOCK ? (int)(n - b) : GELU_BLOCK, k = 0;
         for (int i = 0; i < m; i += 16) {
             __mmask16 lm = i + 16 <= m ? (__mmask16)0xffff : (__mmask16)((1u << (m - i)) - 1u);
-            __m512 xv = _mm512_maskz_loadu_ps(lm, x + b + i);
+            __m512 xv = lm == 0xffff ? _mm512_loadu_ps(x + b + i) : _mm512_maskz_loadu_ps(lm, x + b + i);
             __m512 u = _mm512_mul_ps(xv, C(PHX_SQRT1_2)), xc = erf_xc(u);
             __mmask16 in = _mm512_cmp_ps_mask(xc, C(1.0f), _CMP_LT_OQ); /* NaN: not in */
             __mmask16 out = (__mmask16)(~in & lm);
@@ -245,7 +245,11 @@ VI void gelu_fwd_loop(int64_t n, const float *x, float *y)
             int c = __builtin_popcount(out);
             if (c > 6) /* mostly tail lanes: as fwd16 */
                 r = _mm512_mask_blend_ps(in, erf1p_tail(u, xc, exp_neg_sq(xc), in), r);
-            _mm512_mask_storeu_ps(y + b + i, lm, _mm512_mul_ps(_mm512_mul_ps(xv, C(0.5f)), r));
+            __m512 yv = _mm512_mul_ps(_mm512_mul_ps(xv, C(0.5f)), r);
+            if (lm == 0xffff)
+                _mm512_storeu_ps(y + b + i, yv);
+            else
+                _mm512_mask_storeu_ps(y + b + i, lm, yv);
             if (c && c <= 6) {
                 _mm512_storeu_ps(tx + k, _mm512_maskz_compress_ps(out, xv));
                 _mm512_storeu_si512(ti + k,
