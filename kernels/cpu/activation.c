@@ -118,6 +118,29 @@ static int is_half(phx_dtype dt)
     return dt == PHX_F16 || dt == PHX_BF16;
 }
 
+#if PX_HAVE_X86
+/* relu on f16 and bf16 bits, without widening: x > 0 exactly when the bits
+ * less one are below +inf's (sign clear, not zero, not NaN), so the
+ * forward keeps x or writes +0, and the backward passes dy or writes dy
+ * times 0 (zero of dy's sign; NaN for an infinite or NaN dy), the bits of
+ * the f32 kernels rounded back (a NaN's payload aside). 16-bit integer
+ * lanes, compiled for AVX2. */
+PX_TARGET_AVX2 static void relu_half_fwd(int64_t n, const uint16_t *x, uint16_t *y, phx_dtype dt)
+{
+    const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80;
+    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)(x[i] - 1u) < inf ? x[i] : 0;
+}
+
+PX_TARGET_AVX2 static void relu_half_bwd(int64_t n, const uint16_t *x, const uint16_t *dy, uint16_t *dx, phx_dtype dt)
+{
+    const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80, nan = dt == PHX_F16 ? 0xfe00 : 0xffc0;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t d = dy[i], zero = (uint16_t)(d & 0x7fff) >= inf ? nan : (uint16_t)(d & 0x8000);
+        dx[i] = (uint16_t)(x[i] - 1u) < inf ? d : zero;
+    }
+}
+#endif
+
 phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
 {
     (void)dev;
@@ -131,6 +154,10 @@ phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void
     }
     if (isa == PX_ISA_AVX512 && act == PHX_ACT_RELU && dt == PHX_F32) {
         px_avx512_relu_forward(n, x, y, px_cpu_streams(8 * n));
+        return PHX_OK;
+    }
+    if (isa >= PX_ISA_AVX2 && is_half(dt) && act == PHX_ACT_RELU) {
+        relu_half_fwd(n, x, y, dt);
         return PHX_OK;
     }
     if (isa >= PX_ISA_AVX2 && is_half(dt) && (unsigned)act <= PHX_ACT_SIGMOID) return fwd_half_blocks(act, n, x, y, dt);
@@ -149,6 +176,10 @@ phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const voi
 #if PX_HAVE_X86
     if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
         px_avx512_act_backward(act, n, x, y, dy, dx);
+        return PHX_OK;
+    }
+    if (isa >= PX_ISA_AVX2 && is_half(dt) && act == PHX_ACT_RELU && x) {
+        relu_half_bwd(n, x, dy, dx, dt);
         return PHX_OK;
     }
     if (isa >= PX_ISA_AVX2 && is_half(dt) && (unsigned)act <= PHX_ACT_SIGMOID)
