@@ -51,19 +51,25 @@ PX_INLINE void px_bias_add_loop(int64_t rows, int64_t cols, void *y, int dt, con
     }
 }
 
-/* f16 where the CPU converts in hardware (F16C): blocks of a row widened
- * by the cast kernel, the bias added in f32, rounded back; the bits of
- * the compiled f16 loop, which converts each element in software. */
-static phx_status bias_add_f16_blocks(int64_t rows, int64_t cols, uint16_t *y, const float *bias)
+/* f16 and bf16 on a CPU with AVX2 (F16C with it): blocks of a row
+ * widened by the cast kernel, the bias added in f32, rounded back; the
+ * bits of the compiled half loops, which convert each element in
+ * software. */
+static int half_widens(phx_dtype dt)
+{
+    return (dt == PHX_F16 || dt == PHX_BF16) && px_cpu_isa() >= PX_ISA_AVX2;
+}
+
+static phx_status bias_add_half_blocks(int64_t rows, int64_t cols, uint16_t *y, const float *bias, phx_dtype dt)
 {
     float a[PX_F16_BLOCK];
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c += PX_F16_BLOCK) {
             int64_t k = cols - c < PX_F16_BLOCK ? cols - c : PX_F16_BLOCK;
             uint16_t *row = y + r * cols + c;
-            phx_status st = px_cpu_cast(0, a, PHX_F32, row, PHX_F16, k);
+            phx_status st = px_cpu_cast(0, a, PHX_F32, row, dt, k);
             for (int64_t j = 0; j < k; j++) a[j] += bias[c + j];
-            if (st == PHX_OK) st = px_cpu_cast(0, row, PHX_F16, a, PHX_F32, k);
+            if (st == PHX_OK) st = px_cpu_cast(0, row, dt, a, PHX_F32, k);
             if (st != PHX_OK) return st;
         }
     return PHX_OK;
@@ -74,7 +80,7 @@ PX_CLONES phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *
     (void)dev;
     PX_CHECK_N("bias_add", rows);
     PX_CHECK_N("bias_add", cols);
-    if (dt == PHX_F16 && px_cpu_isa() >= PX_ISA_AVX2) return bias_add_f16_blocks(rows, cols, y, bias);
+    if (half_widens(dt)) return bias_add_half_blocks(rows, cols, y, bias, dt);
     PX_FLOAT_DISPATCH("bias_add", dt, px_bias_add_loop(rows, cols, y, DT, bias));
     return PHX_OK;
 }
@@ -88,14 +94,14 @@ PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int
                                   int widen)
 {
     double acc[PX_BIAS_TILE];
-    float row[PX_BIAS_TILE]; /* widen: f16 rows converted by the cast kernel (F16C), the same values */
+    float row[PX_BIAS_TILE]; /* widen: f16/bf16 rows converted by the cast kernel, the same values */
     for (int64_t c0 = 0; c0 < cols; c0 += PX_BIAS_TILE) {
         int64_t w = cols - c0 < PX_BIAS_TILE ? cols - c0 : PX_BIAS_TILE;
         for (int64_t j = 0; j < w; j++) acc[j] = 0.0;
         for (int64_t r = 0; r < rows; r++) {
             int64_t o = r * cols + c0;
-            if (dt == PHX_F16 && widen) {
-                px_cpu_cast(0, row, PHX_F32, (const uint16_t *)dy + o, PHX_F16, w);
+            if (dt != PHX_F32 && widen) {
+                px_cpu_cast(0, row, PHX_F32, (const uint16_t *)dy + o, (phx_dtype)dt, w);
                 for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];
             } else {
                 for (int64_t j = 0; j < w; j++) acc[j] += (double)px_ld(dy, dt, o + j);
@@ -114,7 +120,7 @@ PX_CLONES phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const
     (void)dev;
     PX_CHECK_N("bias_grad", rows);
     PX_CHECK_N("bias_grad", cols);
-    int widen = dt == PHX_F16 && px_cpu_isa() >= PX_ISA_AVX2;
+    int widen = half_widens(dt);
     PX_FLOAT_DISPATCH("bias_grad", dt, px_bias_grad_loop(rows, cols, dy, DT, beta, db, widen));
     return PHX_OK;
 }
