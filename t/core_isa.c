@@ -193,27 +193,42 @@ static int env_child(const char *value, int want_ok)
 
 #define PER_PATH (5 * 4 + 8)
 
-/* softmax forward and backward (plain and log, causal and not) in f16 and
- * bf16 on path p: 1 when they give the generic path's bits, over shapes
- * whose rows fill the half path's chunks unevenly, one row a chunk, and
- * many rows a chunk */
-static int softmax_half_same(int p, phx_dtype dt)
+/* The row kernels in f16 and bf16 on path p against the generic path's
+ * bits: softmax and log-softmax (causal and not) forward and backward,
+ * layernorm forward (statistics too) and backward (dw, db too), and add,
+ * over shapes whose rows fill the half path's chunks unevenly, one row a
+ * chunk, and many rows a chunk. 1 when every bit agrees (NaN as NaN). */
+static int rows_half_same(int p, phx_dtype dt)
 {
     static const int64_t shapes[][2] = {{300, 128}, {5, 1500}, {301, 7}};
     enum { M = 300 * 128 + 5 * 1500 };
     static uint16_t sx[M], sdy[M], sy[2][M], sdx[2][M];
+    static float lw[1500], lb[1500], mean[2][301], rstd[2][301], dw[2][1500], db[2][1500];
     int same = 1;
     for (int s = 0; s < 3; s++) {
         int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
         for (int64_t i = 0; i < n; i++) cu_set(sx, dt, i, cu_frand(-6, 6)), cu_set(sdy, dt, i, cu_frand(-1, 1));
-        for (int v = 0; v < 4; v++) {
-            int causal = v & 1, lg = v >> 1;
+        for (int64_t c = 0; c < cols; c++) lw[c] = cu_frand(0.5f, 1.5f), lb[c] = cu_frand(-1, 1);
+        for (int v = 0; v < 6; v++) {
+            int causal = v & 1, lg = (v >> 1) & 1;
             for (int q = 0; q < 2; q++) {
                 px_cpu_isa_set(q ? p : PX_ISA_GENERIC);
-                px_cpu_softmax_forward(0, rows, cols, 0.125f, causal, lg, sx, sy[q], dt);
-                px_cpu_softmax_backward(0, rows, cols, 0.125f, causal, lg, sy[0], sdy, sdx[q], dt);
+                if (v < 4) {
+                    px_cpu_softmax_forward(0, rows, cols, 0.125f, causal, lg, sx, sy[q], dt);
+                    px_cpu_softmax_backward(0, rows, cols, 0.125f, causal, lg, sy[0], sdy, sdx[q], dt);
+                } else if (v == 4) {
+                    memset(dw[q], 0, sizeof dw[q]), memset(db[q], 0, sizeof db[q]);
+                    px_cpu_layernorm_forward(0, rows, cols, 1e-5f, sx, lw, lb, sy[q], mean[q], rstd[q], dt);
+                    px_cpu_layernorm_backward(0, rows, cols, sx, lw, mean[0], rstd[0], sdy, sdx[q], dw[q], db[q], dt);
+                } else {
+                    px_cpu_add(0, n, sx, sdy, sy[q], dt);
+                    px_cpu_add(0, n, sy[q], sdy, sdx[q], dt);
+                }
             }
             same &= same_half(sy[0], sy[1], dt, (int)n) && same_half(sdx[0], sdx[1], dt, (int)n);
+            if (v == 4)
+                same &= same_f32(mean[0], mean[1], (int)rows) && same_f32(rstd[0], rstd[1], (int)rows) &&
+                    same_f32(dw[0], dw[1], (int)cols) && same_f32(db[0], db[1], (int)cols);
         }
     }
     return same;
@@ -326,8 +341,9 @@ int main(void)
         ok(widen_ok(PHX_F16), "%s cast f16 -> f32: all 65536 patterns", pn);
         ok(widen_ok(PHX_BF16), "%s cast bf16 -> f32: all 65536 patterns", pn);
         ok(odd_lengths_ok(), "%s casts of 0..40 elements from misaligned starts", pn);
-        ok(softmax_half_same(p, PHX_F16), "%s softmax and log-softmax f16, forward and backward: the generic bits", pn);
-        ok(softmax_half_same(p, PHX_BF16), "%s softmax and log-softmax bf16, forward and backward: the generic bits",
+        ok(rows_half_same(p, PHX_F16), "%s softmax, layernorm and add on f16, forward and backward: the generic bits",
+           pn);
+        ok(rows_half_same(p, PHX_BF16), "%s softmax, layernorm and add on bf16, forward and backward: the generic bits",
            pn);
     }
 

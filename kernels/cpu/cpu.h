@@ -67,10 +67,15 @@ int px_cpu_isa_best(void);
 int px_cpu_has_avx512bf16(void);
 /* "generic", "avx2", "avx512"; "?" for anything else. */
 const char *px_cpu_isa_name(int isa);
-/* Elements per block where f16 kernels widen with the cast kernel, run
- * the f32 loop and round back (activation.c, elementwise.c): on a stack
- * buffer that stays in L1. */
+/* Elements per block where f16 and bf16 kernels widen with the cast
+ * kernel, run the f32 loop and round back (activation.c, elementwise.c,
+ * softmax.c, layernorm.c, residual.c): a buffer that stays in L1. */
 #define PX_F16_BLOCK 1024
+/* Rows of cols values per such block for a row kernel (at least one): the
+ * half-dtype path, for f16 and bf16 on a CPU with AVX2 (F16C comes with
+ * it); 0 otherwise, where the per-element loops run. Both give the same
+ * bits: widening is exact and both round to nearest even. */
+int64_t px_cpu_half_chunk(phx_dtype dt, int64_t cols);
 
 /* Streaming (non-temporal) stores for the output of an elementwise
  * kernel whose output is no larger than its input (relu, narrowing casts),

@@ -55,11 +55,6 @@ PX_INLINE void px_bias_add_loop(int64_t rows, int64_t cols, void *y, int dt, con
  * widened by the cast kernel, the bias added in f32, rounded back; the
  * bits of the compiled half loops, which convert each element in
  * software. */
-static int half_widens(phx_dtype dt)
-{
-    return (dt == PHX_F16 || dt == PHX_BF16) && px_cpu_isa() >= PX_ISA_AVX2;
-}
-
 static phx_status bias_add_half_blocks(int64_t rows, int64_t cols, uint16_t *y, const float *bias, phx_dtype dt)
 {
     float a[PX_F16_BLOCK];
@@ -80,7 +75,7 @@ PX_CLONES phx_status px_cpu_bias_add(int dev, int64_t rows, int64_t cols, void *
     (void)dev;
     PX_CHECK_N("bias_add", rows);
     PX_CHECK_N("bias_add", cols);
-    if (half_widens(dt)) return bias_add_half_blocks(rows, cols, y, bias, dt);
+    if (px_cpu_half_chunk(dt, 1) != 0) return bias_add_half_blocks(rows, cols, y, bias, dt);
     PX_FLOAT_DISPATCH("bias_add", dt, px_bias_add_loop(rows, cols, y, DT, bias));
     return PHX_OK;
 }
@@ -120,7 +115,7 @@ PX_CLONES phx_status px_cpu_bias_grad(int dev, int64_t rows, int64_t cols, const
     (void)dev;
     PX_CHECK_N("bias_grad", rows);
     PX_CHECK_N("bias_grad", cols);
-    int widen = half_widens(dt);
+    int widen = px_cpu_half_chunk(dt, 1) != 0;
     PX_FLOAT_DISPATCH("bias_grad", dt, px_bias_grad_loop(rows, cols, dy, DT, beta, db, widen));
     return PHX_OK;
 }

@@ -49,8 +49,23 @@ PX_CLONES phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t col
     PX_CHECK_N("layernorm_forward", rows);
     if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_forward: %lld columns, expected >= 1", (long long)cols);
     if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "layernorm_forward: eps=%g, expected >= 0", (double)eps);
-    PX_FLOAT_DISPATCH("layernorm_forward", dt, px_ln_fwd_loop(rows, cols, eps, x, w, b, y, mean, rstd, DT));
-    return PHX_OK;
+    int64_t chunk = px_cpu_half_chunk(dt, cols);
+    if (!chunk) {
+        PX_FLOAT_DISPATCH("layernorm_forward", dt, px_ln_fwd_loop(rows, cols, eps, x, w, b, y, mean, rstd, DT));
+        return PHX_OK;
+    }
+    /* f16, bf16: chunks of rows widened, the f32 loop, rounded back */
+    size_t bytes = (size_t)(chunk * cols) * sizeof(float);
+    float *a = px_cpu_scratch(0, bytes), *o = px_cpu_scratch(1, bytes);
+    if (!a || !o) return PHX_ENOMEM;
+    phx_status st = PHX_OK;
+    for (int64_t r = 0; r < rows && st == PHX_OK; r += chunk) {
+        int64_t k = rows - r < chunk ? rows - r : chunk;
+        st = px_cpu_cast(0, a, PHX_F32, (const uint16_t *)x + r * cols, dt, k * cols);
+        px_ln_fwd_loop(k, cols, eps, a, w, b, o, mean ? mean + r : NULL, rstd ? rstd + r : NULL, PHX_F32);
+        if (st == PHX_OK) st = px_cpu_cast(0, (uint16_t *)y + r * cols, dt, o, PHX_F32, k * cols);
+    }
+    return st;
 }
 
 PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const float *w, const float *mean,
@@ -89,6 +104,22 @@ PX_CLONES phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t co
     if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_backward: %lld columns, expected >= 1", (long long)cols);
     if (rows > 0 && (!mean || !rstd))
         return phx_error(PHX_EINVAL, "layernorm_backward: mean/rstd are NULL, expected forward's statistics");
-    PX_FLOAT_DISPATCH("layernorm_backward", dt, px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
-    return PHX_OK;
+    int64_t chunk = px_cpu_half_chunk(dt, cols);
+    if (!chunk) {
+        PX_FLOAT_DISPATCH("layernorm_backward", dt, px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
+        return PHX_OK;
+    }
+    size_t bytes = (size_t)(chunk * cols) * sizeof(float);
+    float *a = px_cpu_scratch(0, bytes), *g = px_cpu_scratch(1, bytes), *o = px_cpu_scratch(2, bytes);
+    if (!a || !g || !o) return PHX_ENOMEM;
+    phx_status st = PHX_OK;
+    for (int64_t r = 0; r < rows && st == PHX_OK; r += chunk) {
+        int64_t k = rows - r < chunk ? rows - r : chunk;
+        st = px_cpu_cast(0, a, PHX_F32, (const uint16_t *)x + r * cols, dt, k * cols);
+        if (st == PHX_OK) st = px_cpu_cast(0, g, PHX_F32, (const uint16_t *)dy + r * cols, dt, k * cols);
+        if (st != PHX_OK) break;
+        px_ln_bwd_loop(k, cols, a, w, mean + r, rstd + r, g, o, dw, db, PHX_F32);
+        st = px_cpu_cast(0, (uint16_t *)dx + r * cols, dt, o, PHX_F32, k * cols);
+    }
+    return st;
 }

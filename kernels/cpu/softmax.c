@@ -82,17 +82,10 @@ static phx_status softmax_check(const char *who, int64_t rows, int64_t cols)
     return PHX_OK;
 }
 
-/* f16 and bf16 on a CPU with AVX2: chunks of rows widened into f32
- * scratch by the cast kernel, through the f32 loop, rounded back. The
- * bits of the half loops (widening is exact and both round to nearest
- * even), without their per-element software conversions, which took a
- * seventh of a bf16 GPT step. 0 rows per chunk: not this path. */
-static int64_t half_chunk(phx_dtype dt, int64_t cols)
-{
-    if ((dt != PHX_F16 && dt != PHX_BF16) || px_cpu_isa() < PX_ISA_AVX2) return 0;
-    return cols >= PX_F16_BLOCK ? 1 : PX_F16_BLOCK / cols;
-}
-
+/* f16 and bf16 (px_cpu_half_chunk): chunks of rows widened into f32
+ * scratch by the cast kernel, through the f32 loop, rounded back, without
+ * the half loops' per-element software conversions (they took a seventh
+ * of a bf16 GPT step). */
 /* The f32 loop of one pass on rows r0 .. r0 + rows - 1: in0 (x or y), in1
  * (dy, backward) and out in f32 scratch. */
 typedef struct softmax_args {
@@ -136,7 +129,7 @@ PX_CLONES phx_status px_cpu_softmax_forward(int dev, int64_t rows, int64_t cols,
     if (st != PHX_OK) return st;
     float *e = px_cpu_scratch(3, (size_t)cols * sizeof(float));
     if (!e) return PHX_ENOMEM;
-    int64_t chunk = half_chunk(dt, cols);
+    int64_t chunk = px_cpu_half_chunk(dt, cols);
     if (chunk) {
         softmax_args s = {0, causal, log, cols, scale, e};
         return softmax_half(&s, rows, chunk, x, NULL, y, dt);
@@ -151,7 +144,7 @@ PX_CLONES phx_status px_cpu_softmax_backward(int dev, int64_t rows, int64_t cols
     (void)dev;
     phx_status st = softmax_check("softmax_backward", rows, cols);
     if (st != PHX_OK) return st;
-    int64_t chunk = half_chunk(dt, cols);
+    int64_t chunk = px_cpu_half_chunk(dt, cols);
     if (chunk) {
         softmax_args s = {1, causal, log, cols, scale, NULL};
         return softmax_half(&s, rows, chunk, y, dy, dx, dt);
