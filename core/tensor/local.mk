@@ -23,10 +23,10 @@ t_core_act_SOURCES = t/core_act.c t/core-util.h $(core_isa_kernels)
 t_core_act_LDADD = libphalanx.la -lm
 # the kernels whose instruction-set path the tests force (px_cpu_isa_set;
 # t/core_ops adds elementwise.c)
-core_isa_kernels = kernels/cpu/isa.c kernels/cpu/activation.c kernels/cpu/activation-avx512.c \
-	kernels/cpu/cast.c kernels/cpu/cast-x86.c
+core_isa_kernels = kernels/cpu/isa.c kernels/cpu/half.c kernels/cpu/activation.c kernels/cpu/activation-avx512.c \
+	kernels/cpu/cast.c kernels/cpu/cast-x86.c kernels/cpu/scratch.c core/base/util.c
 t_core_isa_SOURCES = t/core_isa.c t/core-util.h $(core_isa_kernels) kernels/cpu/softmax.c kernels/cpu/layernorm.c \
-	kernels/cpu/residual.c kernels/cpu/scratch.c core/base/util.c
+	kernels/cpu/residual.c
 t_core_isa_LDADD = libphalanx.la -lm
 t_core_ops_SOURCES = t/core_ops.c t/core-util.h $(core_isa_kernels) kernels/cpu/elementwise.c
 t_core_ops_LDADD = libphalanx.la -lm

@@ -113,11 +113,6 @@ static phx_status bwd_half_blocks(phx_activation act, int64_t n, const uint16_t 
     return PHX_OK;
 }
 
-static int is_half(phx_dtype dt)
-{
-    return dt == PHX_F16 || dt == PHX_BF16;
-}
-
 #if PX_HAVE_X86
 /* relu on f16 and bf16 bits, without widening: x > 0 exactly when the bits
  * less one are below +inf's (sign clear, not zero, not NaN), so the
@@ -156,11 +151,11 @@ phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void
         px_avx512_relu_forward(n, x, y, px_cpu_streams(8 * n));
         return PHX_OK;
     }
-    if (isa >= PX_ISA_AVX2 && is_half(dt) && act == PHX_ACT_RELU) {
+    if (px_cpu_half_chunk(dt, 1) && act == PHX_ACT_RELU) {
         relu_half_fwd(n, x, y, dt);
         return PHX_OK;
     }
-    if (isa >= PX_ISA_AVX2 && is_half(dt) && (unsigned)act <= PHX_ACT_SIGMOID) return fwd_half_blocks(act, n, x, y, dt);
+    if (px_cpu_half_chunk(dt, 1) && (unsigned)act <= PHX_ACT_SIGMOID) return fwd_half_blocks(act, n, x, y, dt);
     if (isa >= PX_ISA_AVX2) return fwd_avx2(act, n, x, y, dt);
 #endif
     return fwd_generic(act, n, x, y, dt);
@@ -178,11 +173,11 @@ phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const voi
         px_avx512_act_backward(act, n, x, y, dy, dx);
         return PHX_OK;
     }
-    if (isa >= PX_ISA_AVX2 && is_half(dt) && act == PHX_ACT_RELU && x) {
+    if (px_cpu_half_chunk(dt, 1) && act == PHX_ACT_RELU && x) {
         relu_half_bwd(n, x, dy, dx, dt);
         return PHX_OK;
     }
-    if (isa >= PX_ISA_AVX2 && is_half(dt) && (unsigned)act <= PHX_ACT_SIGMOID)
+    if (px_cpu_half_chunk(dt, 1) && (unsigned)act <= PHX_ACT_SIGMOID)
         return bwd_half_blocks(act, n, x, y, dy, dx, dt);
     if (isa >= PX_ISA_AVX2) return bwd_avx2(act, n, x, y, dy, dx, dt);
 #endif

@@ -74,8 +74,18 @@ const char *px_cpu_isa_name(int isa);
 /* Rows of cols values per such block for a row kernel (at least one): the
  * half-dtype path, for f16 and bf16 on a CPU with AVX2 (F16C comes with
  * it); 0 otherwise, where the per-element loops run. Both give the same
- * bits: widening is exact and both round to nearest even. */
+ * bits: widening is exact and both round to nearest even (half.c). */
 int64_t px_cpu_half_chunk(phx_dtype dt, int64_t cols);
+/* A row kernel's f32 loop on rows r0 .. r0 + rows - 1 of the whole: in0,
+ * in1 (NULL when the kernel has one input) and out are those rows,
+ * widened (rows x cols f32 each). */
+typedef void (*px_half_rows_fn)(const void *arg, int64_t r0, int64_t rows, const float *in0, const float *in1,
+                                float *out);
+/* The half-dtype path (px_cpu_half_chunk(dt, cols) != 0): rows x cols of
+ * in0 (and in1) in dt widened a chunk at a time into scratch slots 0 (1),
+ * fn's output (slot 2) rounded into out. */
+phx_status px_cpu_half_rows(int64_t rows, int64_t cols, phx_dtype dt, const void *in0, const void *in1, void *out,
+                            px_half_rows_fn fn, const void *arg);
 
 /* Streaming (non-temporal) stores for the output of an elementwise
  * kernel whose output is no larger than its input (relu, narrowing casts),

@@ -153,9 +153,3 @@ void px_cpu_stream_set(int64_t bytes)
 {
     atomic_store(&stream_min, bytes < 0 ? 0 : bytes == INT64_MAX ? INT64_MAX : bytes + 1);
 }
-
-int64_t px_cpu_half_chunk(phx_dtype dt, int64_t cols)
-{
-    if ((dt != PHX_F16 && dt != PHX_BF16) || px_cpu_isa() < PX_ISA_AVX2) return 0;
-    return cols >= PX_F16_BLOCK ? 1 : PX_F16_BLOCK / (cols > 0 ? cols : 1);
-}

@@ -41,6 +41,26 @@ PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void 
     }
 }
 
+/* The f32 loops on rows r0 .. r0 + rows - 1, for the half path
+ * (px_cpu_half_rows): forward in0 x; backward in0 x, in1 dy */
+typedef struct ln_args {
+    int64_t cols;
+    float eps;
+    const float *w, *b;
+    float *mean_out, *rstd_out; /* forward (either may be NULL) */
+    const float *mean, *rstd; /* backward */
+    float *dw, *db;
+} ln_args;
+
+PX_CLONES static void ln_fwd_f32(const void *arg, int64_t r0, int64_t rows, const float *x, const float *unused,
+                                 float *y)
+{
+    const ln_args *a = arg;
+    (void)unused;
+    px_ln_fwd_loop(rows, a->cols, a->eps, x, a->w, a->b, y, a->mean_out ? a->mean_out + r0 : NULL,
+                   a->rstd_out ? a->rstd_out + r0 : NULL, PHX_F32);
+}
+
 PX_CLONES phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
                                               const float *w, const float *b, void *y, float *mean, float *rstd,
                                               phx_dtype dt)
@@ -49,23 +69,12 @@ PX_CLONES phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t col
     PX_CHECK_N("layernorm_forward", rows);
     if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_forward: %lld columns, expected >= 1", (long long)cols);
     if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "layernorm_forward: eps=%g, expected >= 0", (double)eps);
-    int64_t chunk = px_cpu_half_chunk(dt, cols);
-    if (!chunk) {
-        PX_FLOAT_DISPATCH("layernorm_forward", dt, px_ln_fwd_loop(rows, cols, eps, x, w, b, y, mean, rstd, DT));
-        return PHX_OK;
+    if (px_cpu_half_chunk(dt, cols)) {
+        ln_args a = {cols, eps, w, b, mean, rstd, NULL, NULL, NULL, NULL};
+        return px_cpu_half_rows(rows, cols, dt, x, NULL, y, ln_fwd_f32, &a);
     }
-    /* f16, bf16: chunks of rows widened, the f32 loop, rounded back */
-    size_t bytes = (size_t)(chunk * cols) * sizeof(float);
-    float *a = px_cpu_scratch(0, bytes), *o = px_cpu_scratch(1, bytes);
-    if (!a || !o) return PHX_ENOMEM;
-    phx_status st = PHX_OK;
-    for (int64_t r = 0; r < rows && st == PHX_OK; r += chunk) {
-        int64_t k = rows - r < chunk ? rows - r : chunk;
-        st = px_cpu_cast(0, a, PHX_F32, (const uint16_t *)x + r * cols, dt, k * cols);
-        px_ln_fwd_loop(k, cols, eps, a, w, b, o, mean ? mean + r : NULL, rstd ? rstd + r : NULL, PHX_F32);
-        if (st == PHX_OK) st = px_cpu_cast(0, (uint16_t *)y + r * cols, dt, o, PHX_F32, k * cols);
-    }
-    return st;
+    PX_FLOAT_DISPATCH("layernorm_forward", dt, px_ln_fwd_loop(rows, cols, eps, x, w, b, y, mean, rstd, DT));
+    return PHX_OK;
 }
 
 PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const float *w, const float *mean,
@@ -95,6 +104,13 @@ PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const f
     }
 }
 
+PX_CLONES static void ln_bwd_f32(const void *arg, int64_t r0, int64_t rows, const float *x, const float *dy,
+                                 float *dx)
+{
+    const ln_args *a = arg;
+    px_ln_bwd_loop(rows, a->cols, x, a->w, a->mean + r0, a->rstd + r0, dy, dx, a->dw, a->db, PHX_F32);
+}
+
 PX_CLONES phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
                                                const float *mean, const float *rstd, const void *dy, void *dx,
                                                float *dw, float *db, phx_dtype dt)
@@ -104,22 +120,10 @@ PX_CLONES phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t co
     if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_backward: %lld columns, expected >= 1", (long long)cols);
     if (rows > 0 && (!mean || !rstd))
         return phx_error(PHX_EINVAL, "layernorm_backward: mean/rstd are NULL, expected forward's statistics");
-    int64_t chunk = px_cpu_half_chunk(dt, cols);
-    if (!chunk) {
-        PX_FLOAT_DISPATCH("layernorm_backward", dt, px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
-        return PHX_OK;
+    if (px_cpu_half_chunk(dt, cols)) {
+        ln_args a = {cols, 0.0f, w, NULL, NULL, NULL, mean, rstd, dw, db};
+        return px_cpu_half_rows(rows, cols, dt, x, dy, dx, ln_bwd_f32, &a);
     }
-    size_t bytes = (size_t)(chunk * cols) * sizeof(float);
-    float *a = px_cpu_scratch(0, bytes), *g = px_cpu_scratch(1, bytes), *o = px_cpu_scratch(2, bytes);
-    if (!a || !g || !o) return PHX_ENOMEM;
-    phx_status st = PHX_OK;
-    for (int64_t r = 0; r < rows && st == PHX_OK; r += chunk) {
-        int64_t k = rows - r < chunk ? rows - r : chunk;
-        st = px_cpu_cast(0, a, PHX_F32, (const uint16_t *)x + r * cols, dt, k * cols);
-        if (st == PHX_OK) st = px_cpu_cast(0, g, PHX_F32, (const uint16_t *)dy + r * cols, dt, k * cols);
-        if (st != PHX_OK) break;
-        px_ln_bwd_loop(k, cols, a, w, mean + r, rstd + r, g, o, dw, db, PHX_F32);
-        st = px_cpu_cast(0, (uint16_t *)dx + r * cols, dt, o, PHX_F32, k * cols);
-    }
-    return st;
+    PX_FLOAT_DISPATCH("layernorm_backward", dt, px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
+    return PHX_OK;
 }

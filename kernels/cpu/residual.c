@@ -8,26 +8,20 @@ PX_INLINE void px_add_loop(int64_t n, const void *a, const void *b, void *out, i
     for (int64_t i = 0; i < n; i++) px_st(out, dt, i, px_ld(a, dt, i) + px_ld(b, dt, i));
 }
 
+PX_CLONES static void add_f32(const void *arg, int64_t r0, int64_t n, const float *a, const float *b, float *out)
+{
+    (void)arg, (void)r0;
+    px_add_loop(n, a, b, out, PHX_F32);
+}
+
 PX_CLONES phx_status px_cpu_add(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("add", n);
-    if (!px_cpu_half_chunk(dt, 1)) {
-        PX_FLOAT_DISPATCH("add", dt, px_add_loop(n, a, b, out, DT));
-        return PHX_OK;
-    }
-    /* f16, bf16: blocks widened, added in f32, rounded back (the same bits) */
-    float u[PX_F16_BLOCK], v[PX_F16_BLOCK];
-    phx_status st = PHX_OK;
-    for (int64_t i = 0; i < n && st == PHX_OK; i += PX_F16_BLOCK) {
-        int64_t k = n - i < PX_F16_BLOCK ? n - i : PX_F16_BLOCK;
-        st = px_cpu_cast(0, u, PHX_F32, (const uint16_t *)a + i, dt, k);
-        if (st == PHX_OK) st = px_cpu_cast(0, v, PHX_F32, (const uint16_t *)b + i, dt, k);
-        if (st != PHX_OK) break;
-        px_add_loop(k, u, v, u, PHX_F32);
-        st = px_cpu_cast(0, (uint16_t *)out + i, dt, u, PHX_F32, k);
-    }
-    return st;
+    /* f16, bf16: n rows of one value through the f32 loop (half.c) */
+    if (px_cpu_half_chunk(dt, 1)) return px_cpu_half_rows(n, 1, dt, a, b, out, add_f32, NULL);
+    PX_FLOAT_DISPATCH("add", dt, px_add_loop(n, a, b, out, DT));
+    return PHX_OK;
 }
 
 PX_INLINE double px_sumsq_loop(int64_t n, const void *x, int dt)

@@ -82,43 +82,22 @@ static phx_status softmax_check(const char *who, int64_t rows, int64_t cols)
     return PHX_OK;
 }
 
-/* f16 and bf16 (px_cpu_half_chunk): chunks of rows widened into f32
- * scratch by the cast kernel, through the f32 loop, rounded back, without
- * the half loops' per-element software conversions (they took a seventh
- * of a bf16 GPT step). */
-/* The f32 loop of one pass on rows r0 .. r0 + rows - 1: in0 (x or y), in1
- * (dy, backward) and out in f32 scratch. */
+/* The f32 loop of one pass on rows r0 .. r0 + rows - 1, for the half
+ * path (px_cpu_half_rows): in0 x or y, in1 dy (backward) */
 typedef struct softmax_args {
     int backward, causal, log;
     int64_t cols;
     float scale, *e;
 } softmax_args;
 
-PX_CLONES static void softmax_f32(const softmax_args *s, int64_t r0, int64_t rows, const float *in0, const float *in1,
+PX_CLONES static void softmax_f32(const void *arg, int64_t r0, int64_t rows, const float *in0, const float *in1,
                                   float *out)
 {
+    const softmax_args *s = arg;
     if (s->backward)
         px_softmax_bwd_loop(r0, rows, s->cols, s->scale, s->causal, s->log, in0, in1, out, PHX_F32);
     else
         px_softmax_fwd_loop(r0, rows, s->cols, s->scale, s->causal, s->log, in0, out, s->e, PHX_F32);
-}
-
-/* The half path: in0, in1 (NULL forward) and out in dt, chunk rows at a time */
-static phx_status softmax_half(const softmax_args *s, int64_t rows, int64_t chunk, const void *in0, const void *in1,
-                               void *out, phx_dtype dt)
-{
-    size_t bytes = (size_t)(chunk * s->cols) * sizeof(float);
-    float *a = px_cpu_scratch(0, bytes), *b = px_cpu_scratch(1, bytes), *d = in1 ? px_cpu_scratch(2, bytes) : b;
-    if (!a || !b || !d) return PHX_ENOMEM;
-    phx_status st = PHX_OK;
-    for (int64_t r = 0; r < rows && st == PHX_OK; r += chunk) {
-        int64_t k = rows - r < chunk ? rows - r : chunk, o = r * s->cols;
-        st = px_cpu_cast(0, a, PHX_F32, (const uint16_t *)in0 + o, dt, k * s->cols);
-        if (st == PHX_OK && in1) st = px_cpu_cast(0, b, PHX_F32, (const uint16_t *)in1 + o, dt, k * s->cols);
-        if (st == PHX_OK) softmax_f32(s, r, k, a, b, d);
-        if (st == PHX_OK) st = px_cpu_cast(0, (uint16_t *)out + o, dt, d, PHX_F32, k * s->cols);
-    }
-    return st;
 }
 
 PX_CLONES phx_status px_cpu_softmax_forward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
@@ -129,10 +108,9 @@ PX_CLONES phx_status px_cpu_softmax_forward(int dev, int64_t rows, int64_t cols,
     if (st != PHX_OK) return st;
     float *e = px_cpu_scratch(3, (size_t)cols * sizeof(float));
     if (!e) return PHX_ENOMEM;
-    int64_t chunk = px_cpu_half_chunk(dt, cols);
-    if (chunk) {
+    if (px_cpu_half_chunk(dt, cols)) {
         softmax_args s = {0, causal, log, cols, scale, e};
-        return softmax_half(&s, rows, chunk, x, NULL, y, dt);
+        return px_cpu_half_rows(rows, cols, dt, x, NULL, y, softmax_f32, &s);
     }
     PX_FLOAT_DISPATCH("softmax_forward", dt, px_softmax_fwd_loop(0, rows, cols, scale, causal, log, x, y, e, DT));
     return PHX_OK;
@@ -144,10 +122,9 @@ PX_CLONES phx_status px_cpu_softmax_backward(int dev, int64_t rows, int64_t cols
     (void)dev;
     phx_status st = softmax_check("softmax_backward", rows, cols);
     if (st != PHX_OK) return st;
-    int64_t chunk = px_cpu_half_chunk(dt, cols);
-    if (chunk) {
+    if (px_cpu_half_chunk(dt, cols)) {
         softmax_args s = {1, causal, log, cols, scale, NULL};
-        return softmax_half(&s, rows, chunk, y, dy, dx, dt);
+        return px_cpu_half_rows(rows, cols, dt, y, dy, dx, softmax_f32, &s);
     }
     PX_FLOAT_DISPATCH("softmax_backward", dt, px_softmax_bwd_loop(0, rows, cols, scale, causal, log, y, dy, dx, DT));
     return PHX_OK;
