@@ -68,8 +68,8 @@ int px_cpu_has_avx512bf16(void);
 /* "generic", "avx2", "avx512"; "?" for anything else. */
 const char *px_cpu_isa_name(int isa);
 /* Elements per block where f16 and bf16 kernels widen with the cast
- * kernel, run the f32 loop and round back (activation.c, elementwise.c,
- * softmax.c, layernorm.c, residual.c): a buffer that stays in L1. */
+ * kernel, run the f32 loop and round back (activation.c, elementwise.c;
+ * the row kernels through half.c): a buffer that stays in L1. */
 #define PX_F16_BLOCK 1024
 /* Rows of cols values per such block for a row kernel (at least one): the
  * half-dtype path, for f16 and bf16 on a CPU with AVX2 (F16C comes with
