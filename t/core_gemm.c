@@ -4,8 +4,9 @@
  * (k+3) u sum|alpha a b| + |beta c| terms, plus half an ulp of C's dtype.
  * Also the plain-C fallback loop, leading dims, beta = 0 ignoring NaN in
  * C, k = 0, no allocation once warm, and the error messages; then the
- * f16/bf16 cases again on each path PHX_CPU_GEMM forces (blas, and dnnl
- * when built with oneDNN) with odd sizes 1, 7, 33, 1000. */
+ * f32/f16/bf16 cases again on each path PHX_CPU_GEMM forces (blas, dnnl
+ * when built with oneDNN, avx512 where the kernels use AVX-512) with odd
+ * sizes 1, 7, 33, 1000, and the AVX-512 GEMM split over threads. */
 #include "config.h"
 #include <math.h>
 #include <stdint.h>
@@ -113,14 +114,14 @@ static const shape3 odd[] = {
 };
 #define NODD (int)(sizeof odd / sizeof odd[0])
 
-/* 2 x 4 cases: f16/bf16 into f32 and into their own dtype, every
+/* 5 cases: f32, and f16/bf16 into f32 and into their own dtype, every
  * transpose, the odd shapes, with PHX_CPU_GEMM=path. */
 static void path_cases(const char *path)
 {
-    static const phx_dtype dts[] = {PHX_BF16, PHX_F16};
+    static const phx_dtype dts[] = {PHX_BF16, PHX_F16, PHX_F32};
     setenv("PHX_CPU_GEMM", path, 1);
-    for (int d = 0; d < 2; d++)
-        for (int own = 0; own < 2; own++) {
+    for (int d = 0; d < 3; d++)
+        for (int own = 0; own < (d < 2 ? 2 : 1); own++) {
             phx_dtype cdt = own ? dts[d] : PHX_F32;
             double worst = 0.0;
             for (int t = 0; t < 4; t++)
@@ -150,6 +151,47 @@ static int cpu_has(const char *flag)
     return found;
 }
 
+/* 1 when the kernels use AVX-512 (PHX_CPU_GEMM=avx512 is available) */
+static int kernels_avx512(void)
+{
+    const char *isa = getenv("PHX_CPU_ISA");
+    return cpu_has("avx512f") && cpu_has("fma") && cpu_has("f16c") && (!isa || strcmp(isa, "avx512") == 0);
+}
+
+/* a value in [-1, 1] that depends on i alone */
+static float fixed_rand(int64_t i)
+{
+    return (float)((uint32_t)(i * 2654435761u) % 2001u) / 1000.0f - 1.0f;
+}
+
+/* C of a random m x k by k x n gemm (adt into f32), with PHX_CPU_GEMM=path
+ * and threads BLAS threads: malloc'd, NULL on failure */
+static float *gemm_result(const char *path, int threads, phx_dtype adt, int64_t m, int64_t n, int64_t k)
+{
+    int64_t as[2] = {m, k}, bs[2] = {k, n}, cs[2] = {m, n};
+    phx_tensor *A = phx_tensor_new(adt, 2, as, phx_cpu()), *B = phx_tensor_new(adt, 2, bs, phx_cpu());
+    phx_tensor *C = phx_tensor_zeros(PHX_F32, 2, cs, phx_cpu());
+    for (int64_t i = 0; i < m * k; i++) cu_set(phx_tensor_data(A), adt, i, fixed_rand(i));
+    for (int64_t i = 0; i < k * n; i++) cu_set(phx_tensor_data(B), adt, i, fixed_rand(i + 12345));
+    int before = phx_num_threads();
+    setenv("PHX_CPU_GEMM", path, 1);
+    phx_set_num_threads(threads);
+    float *out = phx_gemm(false, false, 1.0f, A, B, 0.0f, C) == PHX_OK ? malloc((size_t)(m * n) * sizeof(float)) : NULL;
+    if (out) memcpy(out, phx_tensor_data(C), (size_t)(m * n) * sizeof(float));
+    phx_set_num_threads(before);
+    unsetenv("PHX_CPU_GEMM");
+    phx_tensor_free(A), phx_tensor_free(B), phx_tensor_free(C);
+    return out;
+}
+
+/* 1 when the two results exist and have the same bits */
+static int same_bits(float *x, float *y, int64_t n)
+{
+    int same = x && y && memcmp(x, y, (size_t)n * sizeof(float)) == 0;
+    free(x), free(y);
+    return same;
+}
+
 /* px_alloc_count growth of one bf16 gemm larger than any before in this
  * thread: the widening path grows its scratch, oneDNN reads in place. */
 static uint64_t bf16_allocs(const char *path, int64_t size)
@@ -167,7 +209,7 @@ static uint64_t bf16_allocs(const char *path, int64_t size)
 
 int main(void)
 {
-    plan(24 + 4 + 4 + 2 + 10 + 8 + 3 + 3);
+    plan(24 + 4 + 4 + 2 + 10 + 15 + 3 + 3 + 3);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -301,15 +343,36 @@ int main(void)
         for (int i = 0; i < 7; i++) phx_tensor_free(all[i]);
     }
 
-    /* 45-52: each path forced */
+    /* 45-59: each path forced */
     path_cases("blas");
 #ifdef HAVE_DNNL
     path_cases("dnnl");
 #else
-    skip(8, "built without oneDNN: no dnnl path");
+    skip(5, "built without oneDNN: no dnnl path");
 #endif
+    if (kernels_avx512())
+        path_cases("avx512");
+    else
+        skip(5, "the kernels do not use AVX-512: no avx512 path");
 
-    /* 53-55: the path taken is the one expected (scratch use tells them
+    /* 60-62: the packed AVX-512 GEMM on sizes split over threads, by
+     * columns and by rows, past its blocks (KC 256, MC 128, NC 1536), and
+     * the same bits on one thread and two */
+    if (kernels_avx512()) {
+        shape3 wide = {150, 1600, 300}, tall = {1600, 150, 300};
+        setenv("PHX_CPU_GEMM", "avx512", 1);
+        double w1 = run_case(0, 1, wide, 0.5f, 0.25f, PHX_F32, PHX_F32);
+        double w2 = run_case(1, 0, tall, 1.0f, -2.0f, PHX_F16, PHX_F16);
+        unsetenv("PHX_CPU_GEMM");
+        ok(w1 <= 1.0, "PHX_CPU_GEMM=avx512: f32 150x1600x300, B^T, beta 0.25, within the bound (%.3g)", w1);
+        ok(w2 <= 1.0, "PHX_CPU_GEMM=avx512: f16 -> f16 1600x150x300, A^T, beta -2, within the bound (%.3g)", w2);
+        ok(same_bits(gemm_result("avx512", 1, PHX_F16, 150, 1600, 300), gemm_result("avx512", 2, PHX_F16, 150, 1600, 300),
+                     150 * 1600),
+           "PHX_CPU_GEMM=avx512: f16 150x1600x300, the same bits on 1 and 2 threads");
+    } else
+        skip(3, "the kernels do not use AVX-512: no avx512 path");
+
+    /* 63-65: the path taken is the one expected (scratch use tells them
      * apart). oneDNN has a bf16 kernel where the CPU has AVX-512, and
      * auto takes it where the CPU has AVX512-BF16, unless the ISA is
      * capped (t/core_gemm_isa.sh runs this test so) */
@@ -319,22 +382,32 @@ int main(void)
         is_int(bf16_allocs("auto", 450), 0, "PHX_CPU_GEMM=auto on a CPU with AVX512-BF16: oneDNN (no scratch)");
     } else {
         diag("dnnl with a capped or older ISA: %llu allocations", (unsigned long long)bf16_allocs("dnnl", 300));
-        ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without AVX512-BF16 (or capped): widens into scratch");
+        if (kernels_avx512())
+            ok(same_bits(gemm_result("auto", 2, PHX_BF16, 90, 70, 300), gemm_result("avx512", 2, PHX_BF16, 90, 70, 300),
+                         90 * 70),
+               "PHX_CPU_GEMM=auto without AVX512-BF16 (or capped), AVX-512: the packed GEMM's bits");
+        else
+            ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without AVX512-BF16 (or capped): widens into scratch");
         skip(1, "no AVX512-BF16 or ISA capped: oneDNN may widen too");
     }
 #else
-    ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without oneDNN: widens into scratch");
+    if (kernels_avx512())
+        ok(same_bits(gemm_result("auto", 2, PHX_BF16, 90, 70, 300), gemm_result("avx512", 2, PHX_BF16, 90, 70, 300),
+                     90 * 70),
+           "PHX_CPU_GEMM=auto without oneDNN, AVX-512: the packed GEMM's bits");
+    else
+        ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without oneDNN: widens into scratch");
     skip(1, "built without oneDNN");
 #endif
     ok(bf16_allocs("blas", 700) > 0, "PHX_CPU_GEMM=blas: bf16 gemm widens into scratch");
 
-    /* 56-58: a bad PHX_CPU_GEMM */
+    /* 66-68: a bad PHX_CPU_GEMM */
     {
         int64_t s2[2] = {2, 2};
         phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
         setenv("PHX_CPU_GEMM", "sbgemm", 1);
         is_int(phx_gemm(false, false, 1.0f, A, A, 0.0f, C), PHX_EINVAL, "PHX_CPU_GEMM=sbgemm: EINVAL");
-        like(phx_last_error(), "PHX_CPU_GEMM=sbgemm, expected auto, blas or dnnl", "message names the variable");
+        like(phx_last_error(), "PHX_CPU_GEMM=sbgemm, expected auto, blas, dnnl or avx512", "message names the variable");
         setenv("PHX_CPU_GEMM", "auto", 1);
         is_int(phx_gemm(false, false, 1.0f, A, A, 0.0f, C), PHX_OK, "PHX_CPU_GEMM=auto: accepted");
         unsetenv("PHX_CPU_GEMM");

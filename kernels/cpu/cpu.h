@@ -231,8 +231,9 @@ PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, floa
     } while (0)
 
 /* Thread-local scratch of at least bytes (64-byte aligned), grown on
- * demand and kept for the thread's life: slots 0..4 are independent.
- * NULL with phx_last_error on ENOMEM. */
+ * demand and kept for the thread's life: slots 0..6 are independent.
+ * NULL with phx_last_error on ENOMEM. Slots 5 and 6 hold the packed
+ * panels of gemm-avx512.c. */
 void *px_cpu_scratch(int slot, size_t bytes);
 
 /* Plain C SGEMM (row-major, BLAS semantics: beta 0 ignores C's old
@@ -248,6 +249,13 @@ void px_cpu_sgemm_loop(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k
 phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                             int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
                             phx_dtype cdt);
+/* The packed AVX-512 GEMM (gemm-avx512.c), the px_cpu_gemm contract on
+ * validated arguments with m, n, k > 0, for a CPU (and PHX_CPU_ISA) with
+ * AVX-512: operands of any float dtype, widened while packed; a C of f16
+ * or bf16 is computed in f32 scratch (slot 2) and rounded once. */
+phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                              int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                              phx_dtype cdt);
 /* An f32 convolution through oneDNN (conv-dnnl.c): pass 0 forward (x, w,
  * bias -> y), 1 backward data (dy, w -> dx), 2 backward weight (x, dy ->
  * dw +=, db += when db). PHX_EUNSUPPORTED, with nothing written and no

@@ -65,9 +65,9 @@ static phx_status cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *sr
     return s;
 }
 
-typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_DNNL } gemm_path;
+typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_DNNL, GEMM_AVX512 } gemm_path;
 
-/* PHX_CPU_GEMM: auto (or unset, empty), blas or dnnl. Read on each call
+/* PHX_CPU_GEMM: auto (or unset, empty), blas, dnnl or avx512. Read on each call
  * (a getenv beside a GEMM costs nothing) so a test can force each path. */
 static phx_status gemm_path_env(gemm_path *path)
 {
@@ -78,8 +78,13 @@ static phx_status gemm_path_env(gemm_path *path)
         *path = GEMM_BLAS;
     else if (strcmp(v, "dnnl") == 0)
         *path = GEMM_DNNL;
+    else if (strcmp(v, "avx512") == 0)
+        *path = GEMM_AVX512;
     else
-        return phx_error(PHX_EINVAL, "gemm: PHX_CPU_GEMM=%s, expected auto, blas or dnnl", v);
+        return phx_error(PHX_EINVAL, "gemm: PHX_CPU_GEMM=%s, expected auto, blas, dnnl or avx512", v);
+    if (*path == GEMM_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
+        return phx_error(PHX_EUNSUPPORTED, "gemm: PHX_CPU_GEMM=avx512, but the kernels use %s (PHX_CPU_ISA, or the CPU)",
+                         px_cpu_isa_name(px_cpu_isa()));
 #ifndef HAVE_DNNL
     if (*path == GEMM_DNNL)
         return phx_error(PHX_EUNSUPPORTED,
@@ -92,6 +97,16 @@ static phx_status gemm_path_env(gemm_path *path)
 static int is_float(phx_dtype dt)
 {
     return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16;
+}
+
+/* PHX_CPU_GEMM=auto: the packed AVX-512 GEMM wherever the kernels use
+ * AVX-512, for every dtype (bf16 reaches it only where oneDNN's matmul
+ * declined). f32 too: it ran 1.8x OpenBLAS's sgemm held to AVX2 by
+ * OPENBLAS_CORETYPE=Haswell, and within 20% of its AVX-512 kernels
+ * (doc/tensors.md). */
+static int avx512_auto(void)
+{
+    return px_cpu_isa() == PX_ISA_AVX512;
 }
 
 PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -124,6 +139,9 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
         st = px_cpu_gemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
         if (st != PHX_EUNSUPPORTED) return st;
     }
+
+    if (k > 0 && (path == GEMM_AVX512 || (path == GEMM_AUTO && avx512_auto())))
+        return px_cpu_gemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
 
     const float *af = a, *bf = b;
     st = PHX_OK; /* oneDNN may have declined above */

@@ -7,7 +7,7 @@
 #include "core/base/util.h"
 #include "kernels/cpu/cpu.h"
 
-#define PX_SCRATCH_SLOTS 5
+#define PX_SCRATCH_SLOTS 7
 
 typedef struct px_scratch {
     void *raw[PX_SCRATCH_SLOTS];

@@ -1,0 +1,264 @@
+/* A packed GEMM of our own for CPUs with AVX-512 (gemm.c decides when):
+ * the GotoBLAS/BLIS loop nest, blocks of B (KC x NC) and of A (MC x KC)
+ * copied into panels that an 8 x 48 micro-kernel (24 zmm accumulators,
+ * FMA) multiplies from the cache. The copies widen f16 and bf16 to f32 as
+ * they go, so half-precision operands need no whole scratch copies, and
+ * the widening is split over the threads with the multiplication.
+ *
+ * Threads take whole column panels of C (row panels when C is taller
+ * than wide); a C element's sum runs over k in the same order whatever
+ * the split and whether its tile is whole or an edge, so the result has
+ * the same bits on any thread count. */
+#include "config.h"
+#include <stdint.h>
+#include <string.h>
+#include "kernels/cpu/cpu.h"
+
+#if PX_HAVE_X86
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,fma,f16c")))
+
+enum {
+    MR = 8,    /* rows of a micro-tile: a broadcast each */
+    NR = 48,   /* columns: three zmm */
+    KC = 256,  /* depth of a packed block */
+    MC = 128,  /* rows of A packed at once: 128 KiB, held in L2 */
+    NC = 1536, /* columns of B packed at once */
+};
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* n (0..16) consecutive values of dtype dt at p, widened; lanes from n on
+ * are 0. Whole vectors use plain loads (a masked load is slower on some
+ * CPUs, doc/tensors.md). */
+T512 static inline __m512 load16(const void *p, phx_dtype dt, int n)
+{
+    if (dt == PHX_F32) return n == 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+    __m256i h;
+    if (n == 16)
+        h = _mm256_loadu_si256(p);
+    else {
+        uint16_t tmp[16] = {0};
+        memcpy(tmp, p, (size_t)n * 2);
+        h = _mm256_loadu_si256((const __m256i *)tmp);
+    }
+    if (dt == PHX_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16: the high half */
+}
+
+/* x[r] lane c becomes x[c] lane r */
+T512 static inline void transpose16(__m512 x[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* u[4i + j], 128-bit lane L: rows 4i .. 4i + 3 of column 4L + j */
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+        t[8 + j] = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+    }
+    for (int j = 0; j < 8; j++) {
+        x[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        x[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+    }
+}
+
+/* 16 values (r .. r + 15 of one k) into the panels of R rows: lanes 0-7
+ * and 8-15 into two panels when R is 8. rows: the padded row count. */
+T512 static inline void store_rows(float *dst, int R, int64_t kc, int64_t r, int64_t kk, int64_t rows, __m512 v)
+{
+    if (R == MR) {
+        float *d = dst + (r / MR) * kc * MR + kk * MR;
+        _mm256_storeu_ps(d, _mm512_castps512_ps256(v));
+        if (r + MR < rows) _mm256_storeu_ps(d + kc * MR, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    } else
+        _mm512_storeu_ps(dst + (r / R) * kc * R + kk * R + r % R, v);
+}
+
+/* Packs rows x kc values of dtype dt (value (r, kk) at src[r + kk * ld]
+ * when along_r, else src[r * ld + kk]) into panels of R rows (MR or NR),
+ * widened to f32: dst[(r / R) * kc * R + kk * R + r % R], rows padded
+ * with zeros to a multiple of R. Values contiguous along k are
+ * transposed 16 x 16 in registers. */
+T512 static void pack(float *dst, int R, int64_t rows, int64_t kc, const void *src, phx_dtype dt, int64_t ld,
+                      int along_r)
+{
+    size_t es = phx_dtype_size(dt);
+    int64_t padded = (rows + R - 1) / R * R;
+    if (along_r) {
+        for (int64_t r = 0; r < padded; r += 16) {
+            int n = (int)min64(16, rows - r > 0 ? rows - r : 0);
+            for (int64_t kk = 0; kk < kc; kk++) {
+                __m512 v = n ? load16((const char *)src + (size_t)(r + kk * ld) * es, dt, n) : _mm512_setzero_ps();
+                store_rows(dst, R, kc, r, kk, padded, v);
+            }
+        }
+        return;
+    }
+    for (int64_t r = 0; r < padded; r += 16)
+        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+            int nk = (int)min64(16, kc - k0);
+            __m512 x[16];
+            for (int i = 0; i < 16; i++)
+                x[i] = r + i < rows ? load16((const char *)src + (size_t)((r + i) * ld + k0) * es, dt, nk)
+                                    : _mm512_setzero_ps();
+            transpose16(x);
+            for (int t = 0; t < nk; t++) store_rows(dst, R, kc, r, k0 + t, padded, x[t]);
+        }
+}
+
+/* C (rows x cols of the tile, at most MR x NR) = alpha * Ap Bp + beta * C
+ * over kc; beta 0 reads nothing from C. */
+T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
+                       int rows, int cols)
+{
+    __m512 acc[MR][3];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < kc; kk++, ap += MR, bp += NR) {
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16), b2 = _mm512_loadu_ps(bp + 32);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m512 a = _mm512_set1_ps(ap[r]);
+            acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(a, b2, acc[r][2]);
+        }
+    }
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= rows) break;
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++) {
+            int n = cols - 16 * v;
+            if (n <= 0) break;
+            float *p = c + r * ldc + 16 * v;
+            __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+            __m512 t = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(va, acc[r][v]);
+            if (beta != 0.0f) t = _mm512_fmadd_ps(vb, n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p), t);
+            if (n >= 16)
+                _mm512_storeu_ps(p, t);
+            else
+                _mm512_mask_storeu_ps(p, m, t);
+        }
+    }
+}
+
+typedef struct job {
+    int ta, tb, by_cols;
+    int64_t m, n, k;
+    float alpha, beta;
+    const void *a, *b;
+    int64_t lda, ldb;
+    phx_dtype dt;
+    float *c; /* f32: the caller's C, or scratch when cdt is not f32 */
+    int64_t ldc;
+    void *cu; /* the caller's C when cdt is not f32 */
+    int64_t ldcu;
+    phx_dtype cdt;
+    int failed; /* a part ran out of memory (written with __atomic) */
+} job;
+
+/* C[i0:i1, j0:j1] of the job, on this thread's panels */
+T512 static phx_status block(const job *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    size_t es = phx_dtype_size(j->dt);
+    float *bp = px_cpu_scratch(6, (size_t)KC * (size_t)(min64(NC, j1 - j0) + NR) * sizeof(float));
+    float *ap = px_cpu_scratch(5, (size_t)KC * (MC + MR) * sizeof(float));
+    if (!bp || !ap) return PHX_ENOMEM;
+    for (int64_t jc = j0; jc < j1; jc += NC) {
+        int64_t nc = min64(NC, j1 - jc);
+        for (int64_t pc = 0; pc < j->k; pc += KC) {
+            int64_t kc = min64(KC, j->k - pc);
+            float beta = pc == 0 ? j->beta : 1.0f;
+            /* B value (kk, col) sits at b[kk * ldb + col], or b[col * ldb + kk] when transposed */
+            const char *bs = (const char *)j->b + (size_t)(j->tb ? jc * j->ldb + pc : pc * j->ldb + jc) * es;
+            pack(bp, NR, nc, kc, bs, j->dt, j->ldb, !j->tb);
+            for (int64_t ic = i0; ic < i1; ic += MC) {
+                int64_t mc = min64(MC, i1 - ic);
+                const char *as = (const char *)j->a + (size_t)(j->ta ? pc * j->lda + ic : ic * j->lda + pc) * es;
+                pack(ap, MR, mc, kc, as, j->dt, j->lda, j->ta);
+                for (int64_t jr = 0; jr < nc; jr += NR)
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        micro(kc, ap + ir * kc, bp + jr * kc, j->c + (ic + ir) * j->ldc + jc + jr, j->ldc, j->alpha,
+                              beta, (int)min64(MR, mc - ir), (int)min64(NR, nc - jr));
+            }
+        }
+    }
+    return PHX_OK;
+}
+
+/* One thread's part: panels lo .. hi - 1 of C's columns (or rows), and
+ * its share of widening and rounding a half-precision C. */
+static void part(void *arg, int64_t lo, int64_t hi)
+{
+    job *j = arg;
+    int64_t i0 = 0, i1 = j->m, j0 = 0, j1 = j->n;
+    if (j->by_cols)
+        j0 = lo * NR, j1 = min64(hi * NR, j->n);
+    else
+        i0 = lo * MR, i1 = min64(hi * MR, j->m);
+    size_t eu = phx_dtype_size(j->cdt);
+    phx_status st = PHX_OK;
+    if (j->cu && j->beta != 0.0f)
+        for (int64_t i = i0; i < i1 && st == PHX_OK; i++)
+            st = px_cpu_cast(0, j->c + i * j->ldc + j0, PHX_F32, (char *)j->cu + (size_t)(i * j->ldcu + j0) * eu,
+                             j->cdt, j1 - j0);
+    if (st == PHX_OK) st = block(j, i0, i1, j0, j1);
+    if (st == PHX_OK && j->cu)
+        for (int64_t i = i0; i < i1 && st == PHX_OK; i++)
+            st = px_cpu_cast(0, (char *)j->cu + (size_t)(i * j->ldcu + j0) * eu, j->cdt, j->c + i * j->ldc + j0,
+                             PHX_F32, j1 - j0);
+    if (st != PHX_OK) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+}
+
+/* multiply-adds per thread below which a GEMM runs on the calling
+ * thread alone: a pool worker takes tens of microseconds to wake */
+#define PART_MIN ((int64_t)1 << 22)
+
+phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                              int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                              phx_dtype cdt)
+{
+    job j = {.ta = trans_a, .tb = trans_b, .by_cols = n >= m, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+             .a = a, .b = b, .lda = lda, .ldb = ldb, .dt = adt, .c = c, .ldc = ldc, .cdt = cdt};
+    if (cdt != PHX_F32) { /* computed in f32 scratch, rounded once */
+        if (!(j.c = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float)))) return PHX_ENOMEM;
+        j.ldc = n, j.cu = c, j.ldcu = ldc;
+    }
+    int64_t units = j.by_cols ? (n + NR - 1) / NR : (m + MR - 1) / MR;
+    int64_t per_unit = (j.by_cols ? NR * m : MR * n) * k;
+    int64_t grain = per_unit > 0 && PART_MIN / per_unit > 1 ? PART_MIN / per_unit : 1;
+    px_cpu_parallel_for(units, grain, part, &j);
+    if (j.failed) return phx_error(PHX_ENOMEM, "gemm: out of memory for the packed panels");
+    return PHX_OK;
+}
+#else
+phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                              int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                              phx_dtype cdt)
+{
+    (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)adt, (void)beta, (void)c, (void)ldc, (void)cdt;
+    return phx_error(PHX_EUNSUPPORTED, "gemm: the AVX-512 GEMM needs an x86-64 build");
+}
+#endif
