@@ -1,4 +1,4 @@
-/* 2-D convolution on the CPU: im2col + OpenBLAS sgemm (doc/cnn.md says
+/* 2-D convolution on the CPU: im2col + phx GEMM (gemm.c) (doc/cnn.md says
  * why this and not oneDNN). Images are taken in chunks whose column
  * matrix fits PX_COL_FLOATS; for each chunk and group g:
  *   col  (C/g kh kw, B oh ow) <- the input windows (0 outside the input)
