@@ -1,9 +1,10 @@
 /* The machine's sgemm peak, as bench/dp and bench/step measure it: one
- * thread running single-threaded phx_gemm on 256x1024x1024 f32 products,
+ * thread running single-threaded phx_gemm (our packed GEMM where the
+ * kernels use AVX-512, else OpenBLAS) on 256x1024x1024 f32 products,
  * then two threads at once (each with one BLAS thread), best of 3 rounds.
  * Two at once is the 2-core peak the training steps are held to; it is
  * also the BLAS concurrency check of bench/dp (do concurrent
- * single-threaded OpenBLAS calls really run in parallel?).
+ * single-threaded GEMM calls really run in parallel?).
  * Include after bench/bench-util.h. */
 #ifndef PHX_BENCH_PEAK_H
 #define PHX_BENCH_PEAK_H
