@@ -33,13 +33,16 @@ PKG_CONFIG_SYSROOT_DIR=$root
 export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 cflags=$(pkg-config --cflags phalanx)
 libs=$(pkg-config --libs phalanx)
-libdir=$(echo "$libs" | sed -n 's/.*-L\([^ ]*\).*/\1/p')
-incdir=$(echo "$cflags" | sed -n 's/.*-I\([^ ]*\).*/\1/p')
+# the -L and -I words (a sed on the whole line would also match "-I" or
+# "-L" inside the mktemp name, as in phx-custom-I3YxFT: the flake this
+# check showed twice)
+libdir= incdir=
+for w in $libs; do case $w in -L*) libdir=${w#-L} ;; esac; done
+for w in $cflags; do case $w in -I*) incdir=${w#-I} ;; esac; done
 [ -f "$incdir/phalanx/plugin/comm_v1.h" ] && [ -f "$libdir/libphalanx.so" ]
 st=$?
 ok $st "pkg-config --cflags --libs phalanx point into the installed tree ($cflags $libs)"
-# (seen once in a parallel sanitized make check: the library missing after
-# an install that exited 0; say what the install did)
+# (say what the install did when it fails)
 [ $st = 0 ] || { ls -la "$libdir" 2>&1 | diag; grep -n "libphalanx\|rror" "$tmp/install.log" | head -40 | diag; }
 
 # 2. Build the plugin from a copy of the example (srcdir may be read-only).
