@@ -294,8 +294,7 @@ int main(void)
             for (int i = 0; i < GM; i++)
                 for (int j = GN; j < LDC; j++) kept &= hc[i * LDC + j] == hc0[i * LDC + j];
             ok(s2 == PHX_OK && w2 <= 1.0 && kept,
-               "kernel gemm f16 (%d,%d,%d) with leading dims: correct (worst %.3g), padding untouched",
-               GM, GN, GK, w2);
+               "kernel gemm f16 (%d,%d,%d) with leading dims: correct (worst %.3g), padding untouched", GM, GN, GK, w2);
             free(ha), free(hb), free(hc), free(hc0);
         }
         /* k = 0: C <- beta C */
@@ -366,13 +365,13 @@ int main(void)
         unsetenv("PHX_CPU_GEMM");
         ok(w1 <= 1.0, "PHX_CPU_GEMM=avx512: f32 150x1600x300, B^T, beta 0.25, within the bound (%.3g)", w1);
         ok(w2 <= 1.0, "PHX_CPU_GEMM=avx512: f16 -> f16 1600x150x300, A^T, beta -2, within the bound (%.3g)", w2);
-        ok(same_bits(gemm_result("avx512", 1, PHX_F16, 150, 1600, 300), gemm_result("avx512", 2, PHX_F16, 150, 1600, 300),
-                     150 * 1600),
+        ok(same_bits(gemm_result("avx512", 1, PHX_F16, 150, 1600, 300),
+                     gemm_result("avx512", 2, PHX_F16, 150, 1600, 300), 150 * 1600),
            "PHX_CPU_GEMM=avx512: f16 150x1600x300, the same bits on 1 and 2 threads");
     } else
         skip(3, "the kernels do not use AVX-512: no avx512 path");
 
-    /* 63-65: the path taken is the one expected (scratch use tells them
+        /* 63-65: the path taken is the one expected (scratch use tells them
      * apart). oneDNN has a bf16 kernel where the CPU has AVX-512, and
      * auto takes it where the CPU has AVX512-BF16, unless the ISA is
      * capped (t/core_gemm_isa.sh runs this test so) */
@@ -407,7 +406,8 @@ int main(void)
         phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
         setenv("PHX_CPU_GEMM", "sbgemm", 1);
         is_int(phx_gemm(false, false, 1.0f, A, A, 0.0f, C), PHX_EINVAL, "PHX_CPU_GEMM=sbgemm: EINVAL");
-        like(phx_last_error(), "PHX_CPU_GEMM=sbgemm, expected auto, blas, dnnl or avx512", "message names the variable");
+        like(phx_last_error(), "PHX_CPU_GEMM=sbgemm, expected auto, blas, dnnl or avx512",
+             "message names the variable");
         setenv("PHX_CPU_GEMM", "auto", 1);
         is_int(phx_gemm(false, false, 1.0f, A, A, 0.0f, C), PHX_OK, "PHX_CPU_GEMM=auto: accepted");
         unsetenv("PHX_CPU_GEMM");

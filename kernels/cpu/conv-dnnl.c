@@ -161,8 +161,7 @@ static dnnl_status_t plan_slot(conv_plan *p, int i, const dnnl_memory_desc_t *u,
 static int plain_layouts(const conv_key *k)
 {
     const phx_conv2d_desc *d = &k->d;
-    return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 && !d->pad_h &&
-        !d->pad_w;
+    return d->groups == 1 && d->kh == 1 && d->kw == 1 && d->stride_h == 1 && d->stride_w == 1 && !d->pad_h && !d->pad_w;
 }
 
 /* Makes the plan for key k (the part's primitive and reorders). */
@@ -194,8 +193,8 @@ static dnnl_status_t plan_make(conv_plan *p, const conv_key *k)
     if (st == dnnl_success && pass == 0) {
         st = dnnl_primitive_desc_create(&p->pd, &fd, attr, engine, NULL);
     } else if (st == dnnl_success && pass == 1) {
-        st = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &as, &aw, &ad, strides,
-                                                              dil, pl, pr);
+        st = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &as, &aw, &ad, strides, dil,
+                                                              pl, pr);
         if (st == dnnl_success) st = dnnl_primitive_desc_create(&p->pd, &bd, attr, engine, fpd);
     } else if (st == dnnl_success) {
         st = dnnl_dilated_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &as, &aw,

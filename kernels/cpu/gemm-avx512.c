@@ -20,10 +20,10 @@
 #define T512 __attribute__((target("avx512f,fma,f16c")))
 
 enum {
-    MR = 8,    /* rows of a micro-tile: a broadcast each */
-    NR = 48,   /* columns: three zmm */
-    KC = 256,  /* depth of a packed block */
-    MC = 128,  /* rows of A packed at once: 128 KiB, held in L2 */
+    MR = 8, /* rows of a micro-tile: a broadcast each */
+    NR = 48, /* columns: three zmm */
+    KC = 256, /* depth of a packed block */
+    MC = 128, /* rows of A packed at once: 128 KiB, held in L2 */
     NC = 1536, /* columns of B packed at once */
 };
 
@@ -86,7 +86,8 @@ T512 static inline void store_rows(float *dst, int R, int64_t kc, int64_t r, int
     if (R == MR) {
         float *d = dst + (r / MR) * kc * MR + kk * MR;
         _mm256_storeu_ps(d, _mm512_castps512_ps256(v));
-        if (r + MR < rows) _mm256_storeu_ps(d + kc * MR, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        if (r + MR < rows)
+            _mm256_storeu_ps(d + kc * MR, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     } else
         _mm512_storeu_ps(dst + (r / R) * kc * R + kk * R + r % R, v);
 }
@@ -239,8 +240,22 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
                               int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
                               phx_dtype cdt)
 {
-    job j = {.ta = trans_a, .tb = trans_b, .by_cols = n >= m, .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
-             .a = a, .b = b, .lda = lda, .ldb = ldb, .dt = adt, .c = c, .ldc = ldc, .cdt = cdt};
+    job j = {.ta = trans_a,
+             .tb = trans_b,
+             .by_cols = n >= m,
+             .m = m,
+             .n = n,
+             .k = k,
+             .alpha = alpha,
+             .beta = beta,
+             .a = a,
+             .b = b,
+             .lda = lda,
+             .ldb = ldb,
+             .dt = adt,
+             .c = c,
+             .ldc = ldc,
+             .cdt = cdt};
     if (cdt != PHX_F32) { /* computed in f32 scratch, rounded once */
         if (!(j.c = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float)))) return PHX_ENOMEM;
         j.ldc = n, j.cu = c, j.ldcu = ldc;

@@ -83,7 +83,8 @@ static phx_status gemm_path_env(gemm_path *path)
     else
         return phx_error(PHX_EINVAL, "gemm: PHX_CPU_GEMM=%s, expected auto, blas, dnnl or avx512", v);
     if (*path == GEMM_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
-        return phx_error(PHX_EUNSUPPORTED, "gemm: PHX_CPU_GEMM=avx512, but the kernels use %s (PHX_CPU_ISA, or the CPU)",
+        return phx_error(PHX_EUNSUPPORTED,
+                         "gemm: PHX_CPU_GEMM=avx512, but the kernels use %s (PHX_CPU_ISA, or the CPU)",
                          px_cpu_isa_name(px_cpu_isa()));
 #ifndef HAVE_DNNL
     if (*path == GEMM_DNNL)
