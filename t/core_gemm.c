@@ -207,6 +207,18 @@ static uint64_t bf16_allocs(const char *path, int64_t size)
     return st == PHX_OK ? n : UINT64_MAX;
 }
 
+/* one check: where oneDNN does not take bf16 (why), auto takes the
+ * packed GEMM on AVX-512 (its bits), else widens for BLAS (scratch) */
+static void bf16_auto_not_dnnl(const char *why)
+{
+    if (kernels_avx512())
+        ok(same_bits(gemm_result("auto", 2, PHX_BF16, 90, 70, 300), gemm_result("avx512", 2, PHX_BF16, 90, 70, 300),
+                     90 * 70),
+           "PHX_CPU_GEMM=auto %s, AVX-512: the packed GEMM's bits", why);
+    else
+        ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto %s: widens into scratch", why);
+}
+
 int main(void)
 {
     plan(24 + 4 + 4 + 2 + 10 + 15 + 3 + 3 + 3);
@@ -381,21 +393,11 @@ int main(void)
         is_int(bf16_allocs("auto", 450), 0, "PHX_CPU_GEMM=auto on a CPU with AVX512-BF16: oneDNN (no scratch)");
     } else {
         diag("dnnl with a capped or older ISA: %llu allocations", (unsigned long long)bf16_allocs("dnnl", 300));
-        if (kernels_avx512())
-            ok(same_bits(gemm_result("auto", 2, PHX_BF16, 90, 70, 300), gemm_result("avx512", 2, PHX_BF16, 90, 70, 300),
-                         90 * 70),
-               "PHX_CPU_GEMM=auto without AVX512-BF16 (or capped), AVX-512: the packed GEMM's bits");
-        else
-            ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without AVX512-BF16 (or capped): widens into scratch");
+        bf16_auto_not_dnnl("without AVX512-BF16 (or capped)");
         skip(1, "no AVX512-BF16 or ISA capped: oneDNN may widen too");
     }
 #else
-    if (kernels_avx512())
-        ok(same_bits(gemm_result("auto", 2, PHX_BF16, 90, 70, 300), gemm_result("avx512", 2, PHX_BF16, 90, 70, 300),
-                     90 * 70),
-           "PHX_CPU_GEMM=auto without oneDNN, AVX-512: the packed GEMM's bits");
-    else
-        ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto without oneDNN: widens into scratch");
+    bf16_auto_not_dnnl("without oneDNN");
     skip(1, "built without oneDNN");
 #endif
     ok(bf16_allocs("blas", 700) > 0, "PHX_CPU_GEMM=blas: bf16 gemm widens into scratch");
