@@ -309,10 +309,13 @@ int main(void)
                "kernel gemm f16 (%d,%d,%d) with leading dims: correct (worst %.3g), padding untouched", GM, GN, GK, w2);
             free(ha), free(hb), free(hc), free(hc0);
         }
-        /* k = 0: C <- beta C */
-        float cz[4] = {1, 2, 3, 4};
+        /* k = 0, and alpha = 0 (BLAS: A B is not computed, an inf in A
+         * makes no NaN): C <- beta C */
+        float cz[4] = {1, 2, 3, 4}, ca[4] = {1, 2, 3, 4}, inf_a[4] = {INFINITY, 1, 1, 1};
         st = K->gemm(0, 0, 0, 2, 2, 0, 1.0f, a, 1, b, 2, PHX_F32, 3.0f, cz, 2, PHX_F32);
-        ok(st == PHX_OK && cz[0] == 3 && cz[3] == 12, "k = 0 scales C by beta (got %g %g)", cz[0], cz[3]);
+        phx_status st0 = K->gemm(0, 0, 0, 2, 2, 2, 0.0f, inf_a, 2, inf_a, 2, PHX_F32, 0.5f, ca, 2, PHX_F32);
+        ok(st == PHX_OK && cz[0] == 3 && cz[3] == 12 && st0 == PHX_OK && ca[0] == 0.5f && ca[3] == 2.0f,
+           "k = 0, and alpha = 0 with inf in A, scale C by beta (got %g %g, %g %g)", cz[0], cz[3], ca[0], ca[3]);
     }
 
     /* 33-34: no allocation once warm (f32: none at all; f16: scratch reused) */

@@ -141,7 +141,9 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
         if (st != PHX_EUNSUPPORTED) return st;
     }
 
-    if (k > 0 && (path == GEMM_AVX512 || (path == GEMM_AUTO && avx512_auto())))
+    /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
+     * as BLAS defines it) */
+    if (k > 0 && alpha != 0.0f && (path == GEMM_AVX512 || (path == GEMM_AUTO && avx512_auto())))
         return px_cpu_gemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
 
     const float *af = a, *bf = b;
