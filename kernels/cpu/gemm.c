@@ -1,8 +1,10 @@
-/* GEMM on the CPU: f32 straight to cblas_sgemm (no copies); bf16
- * operands to oneDNN's matmul (gemm-dnnl.c) where the CPU multiplies
- * bf16 in hardware; otherwise f16/bf16 operands are widened to f32 in
- * thread-local scratch, multiplied with f32 accumulation, and the result
- * is rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/env.md). */
+/* GEMM on the CPU. Where the kernels use AVX-512: our packed GEMM
+ * (gemm-avx512.c) for every dtype, widening f16/bf16 while it packs, but
+ * bf16 on oneDNN's matmul (gemm-dnnl.c) where the CPU multiplies bf16 in
+ * hardware. Elsewhere f32 goes straight to cblas_sgemm (no copies), and
+ * f16/bf16 operands are widened to f32 in thread-local scratch for it,
+ * the result rounded into C's dtype. PHX_CPU_GEMM forces one path
+ * (doc/env.md). */
 #include "config.h"
 #include <limits.h>
 #include <stdlib.h>
@@ -102,8 +104,8 @@ static int is_float(phx_dtype dt)
 
 /* PHX_CPU_GEMM=auto: the packed AVX-512 GEMM wherever the kernels use
  * AVX-512, for every dtype (bf16 reaches it only where oneDNN's matmul
- * declined). f32 too: it ran 1.8x OpenBLAS's sgemm held to AVX2 by
- * OPENBLAS_CORETYPE=Haswell, and within 20% of its AVX-512 kernels
+ * declined). f32 too: on 1024^3 it ran 1.9x OpenBLAS's sgemm held to
+ * AVX2 by OPENBLAS_CORETYPE=Haswell, and 0.9-1.0x its AVX-512 kernels
  * (doc/tensors.md). */
 static int avx512_auto(void)
 {
