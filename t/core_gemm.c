@@ -221,7 +221,7 @@ static void bf16_auto_not_dnnl(const char *why)
 
 int main(void)
 {
-    plan(24 + 4 + 4 + 2 + 10 + 15 + 3 + 3 + 3);
+    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 3 + 3);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -371,9 +371,9 @@ int main(void)
     else
         skip(5, "the kernels do not use AVX-512: no avx512 path");
 
-    /* 60-62: the packed AVX-512 GEMM on sizes split over threads, by
-     * columns and by rows, past its blocks (KC 256, MC 128, NC 1536), and
-     * the same bits on one thread and two */
+    /* 60-63: the packed AVX-512 GEMM on sizes split over threads, by
+     * columns and by rows, past its blocks (KC 256, MC 128, NC 1536), the
+     * same bits on one thread and two; auto leaves it skinny shapes */
     if (kernels_avx512()) {
         shape3 wide = {150, 1600, 300}, tall = {1600, 150, 300};
         setenv("PHX_CPU_GEMM", "avx512", 1);
@@ -385,10 +385,13 @@ int main(void)
         ok(same_bits(gemm_result("avx512", 1, PHX_F16, 150, 1600, 300),
                      gemm_result("avx512", 2, PHX_F16, 150, 1600, 300), 150 * 1600),
            "PHX_CPU_GEMM=avx512: f16 150x1600x300, the same bits on 1 and 2 threads");
+        ok(same_bits(gemm_result("auto", 2, PHX_F32, 300, 3, 1000), gemm_result("blas", 2, PHX_F32, 300, 3, 1000),
+                     300 * 3),
+           "PHX_CPU_GEMM=auto: a C of 3 columns (a sliver of the 8x48 tiles) goes to BLAS (its bits)");
     } else
-        skip(3, "the kernels do not use AVX-512: no avx512 path");
+        skip(4, "the kernels do not use AVX-512: no avx512 path");
 
-        /* 63-65: the path taken is the one expected (scratch use tells them
+        /* 64-66: the path taken is the one expected (scratch use tells them
      * apart). oneDNN has a bf16 kernel where the CPU has AVX-512, and
      * auto takes it where the CPU has AVX512-BF16, unless the ISA is
      * capped (t/core_gemm_isa.sh runs this test so) */
@@ -407,7 +410,7 @@ int main(void)
 #endif
     ok(bf16_allocs("blas", 700) > 0, "PHX_CPU_GEMM=blas: bf16 gemm widens into scratch");
 
-    /* 66-68: a bad PHX_CPU_GEMM */
+    /* 67-69: a bad PHX_CPU_GEMM */
     {
         int64_t s2[2] = {2, 2};
         phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());

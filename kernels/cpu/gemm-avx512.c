@@ -232,6 +232,12 @@ static void part(void *arg, int64_t lo, int64_t hi)
     if (st != PHX_OK) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
+double px_gemm_avx512_fill(int64_t m, int64_t n)
+{
+    if (m <= 0 || n <= 0) return 0.0;
+    return (double)m / (double)((m + MR - 1) / MR * MR) * (double)n / (double)((n + NR - 1) / NR * NR);
+}
+
 /* multiply-adds per thread below which a GEMM runs on the calling
  * thread alone: a pool worker takes tens of microseconds to wake */
 #define PART_MIN ((int64_t)1 << 22)
@@ -268,6 +274,12 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
     return PHX_OK;
 }
 #else
+double px_gemm_avx512_fill(int64_t m, int64_t n)
+{
+    (void)m, (void)n;
+    return 0.0;
+}
+
 phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                               int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
                               phx_dtype cdt)

@@ -107,9 +107,18 @@ static int is_float(phx_dtype dt)
  * declined). f32 too: on 1024^3 it ran 1.9x OpenBLAS's sgemm held to
  * AVX2 by OPENBLAS_CORETYPE=Haswell, and 0.9-1.0x its AVX-512 kernels
  * (doc/tensors.md). */
-static int avx512_auto(void)
+static int avx512_auto(int64_t m, int64_t n)
 {
-    return px_cpu_isa() == PX_ISA_AVX512;
+    if (px_cpu_isa() != PX_ISA_AVX512) return 0;
+#ifdef HAVE_CBLAS
+    /* the share of its 8 x 48 tiles that C fills: below half (a C of
+     * fewer than 8 rows or 24 columns, as in GEMV-like shapes), OpenBLAS
+     * was faster (4096x1x1024: 0.13-0.27x; 256x10x256: 0.53-0.60x) */
+    if (px_gemm_avx512_fill(m, n) < 0.5) return 0;
+#else
+    (void)m, (void)n;
+#endif
+    return 1;
 }
 
 PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -145,7 +154,7 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
 
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
-    if (k > 0 && alpha != 0.0f && (path == GEMM_AVX512 || (path == GEMM_AUTO && avx512_auto())))
+    if (k > 0 && alpha != 0.0f && (path == GEMM_AVX512 || (path == GEMM_AUTO && avx512_auto(m, n))))
         return px_cpu_gemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
 
     const float *af = a, *bf = b;
