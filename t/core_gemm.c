@@ -387,7 +387,7 @@ int main(void)
            "PHX_CPU_GEMM=avx512: f16 150x1600x300, the same bits on 1 and 2 threads");
         ok(same_bits(gemm_result("auto", 2, PHX_F32, 300, 3, 1000), gemm_result("blas", 2, PHX_F32, 300, 3, 1000),
                      300 * 3),
-           "PHX_CPU_GEMM=auto: a C of 3 columns (a sliver of the 8x48 tiles) goes to BLAS (its bits)");
+           "PHX_CPU_GEMM=auto: a C of 3 columns (under half of the 8x48 tiles, as C or C^T) goes to BLAS (its bits)");
     } else
         skip(4, "the kernels do not use AVX-512: no avx512 path");
 

@@ -6,9 +6,10 @@
  * the widening is split over the threads with the multiplication.
  *
  * Threads take whole column panels of C (row panels when C is taller
- * than wide); a C element's sum runs over k in the same order whatever
- * the split and whether its tile is whole or an edge, so the result has
- * the same bits on any thread count. */
+ * than wide); a C of few columns is computed as C^T = B^T A^T, which
+ * fills more of the tiles. A C element's sum runs over k in the same order
+ * whatever the split, the orientation and whether its tile is whole or an
+ * edge, so the result has the same bits on any thread count. */
 #include "config.h"
 #include <stdint.h>
 #include <string.h>
@@ -127,8 +128,18 @@ T512 static void pack(float *dst, int R, int64_t rows, int64_t kc, const void *s
 /* C (rows x cols of the tile, at most MR x NR) = alpha * Ap Bp + beta * C
  * over kc; beta 0 reads nothing from C. */
 T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
-                       int rows, int cols)
+                       int rows, int cols, int ct)
 {
+    /* ct: the tile's (r, col) is C's (col, r) (the product was swapped,
+     * below): computed through buf with the same vector arithmetic */
+    float buf[MR * NR] __attribute__((aligned(64)));
+    float *out = c;
+    int64_t ld = ldc;
+    if (ct) {
+        out = buf, ld = NR;
+        for (int r = 0; r < rows && beta != 0.0f; r++)
+            for (int col = 0; col < cols; col++) buf[r * NR + col] = c[col * ldc + r];
+    }
     __m512 acc[MR][3];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
@@ -152,7 +163,7 @@ T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, i
         for (int v = 0; v < 3; v++) {
             int n = cols - 16 * v;
             if (n <= 0) break;
-            float *p = c + r * ldc + 16 * v;
+            float *p = out + r * ld + 16 * v;
             __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
             __m512 t = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(va, acc[r][v]);
             if (beta != 0.0f) t = _mm512_fmadd_ps(vb, n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p), t);
@@ -162,10 +173,12 @@ T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, i
                 _mm512_mask_storeu_ps(p, m, t);
         }
     }
+    for (int r = 0; r < rows && ct; r++)
+        for (int col = 0; col < cols; col++) c[col * ldc + r] = buf[r * NR + col];
 }
 
 typedef struct job {
-    int ta, tb, by_cols;
+    int ta, tb, by_cols, ct; /* ct: m, n, a, b are swapped, C^T = B^T A^T is computed */
     int64_t m, n, k;
     float alpha, beta;
     const void *a, *b;
@@ -178,6 +191,12 @@ typedef struct job {
     phx_dtype cdt;
     int failed; /* a part ran out of memory (written with __atomic) */
 } job;
+
+/* where the job's (i, jj) is in its C */
+static int64_t tile_at(const job *j, int64_t i, int64_t jj)
+{
+    return j->ct ? jj * j->ldc + i : i * j->ldc + jj;
+}
 
 /* C[i0:i1, j0:j1] of the job, on this thread's panels */
 T512 static phx_status block(const job *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
@@ -200,8 +219,8 @@ T512 static phx_status block(const job *j, int64_t i0, int64_t i1, int64_t j0, i
                 pack(ap, MR, mc, kc, as, j->dt, j->lda, j->ta);
                 for (int64_t jr = 0; jr < nc; jr += NR)
                     for (int64_t ir = 0; ir < mc; ir += MR)
-                        micro(kc, ap + ir * kc, bp + jr * kc, j->c + (ic + ir) * j->ldc + jc + jr, j->ldc, j->alpha,
-                              beta, (int)min64(MR, mc - ir), (int)min64(NR, nc - jr));
+                        micro(kc, ap + ir * kc, bp + jr * kc, j->c + tile_at(j, ic + ir, jc + jr), j->ldc, j->alpha,
+                              beta, (int)min64(MR, mc - ir), (int)min64(NR, nc - jr), j->ct);
             }
         }
     }
@@ -218,17 +237,19 @@ static void part(void *arg, int64_t lo, int64_t hi)
         j0 = lo * NR, j1 = min64(hi * NR, j->n);
     else
         i0 = lo * MR, i1 = min64(hi * MR, j->m);
+    /* the part's rows r0 .. r1 - 1 and columns c0 .. c1 - 1 of the caller's C */
+    int64_t r0 = j->ct ? j0 : i0, r1 = j->ct ? j1 : i1, c0 = j->ct ? i0 : j0, c1 = j->ct ? i1 : j1;
     size_t eu = phx_dtype_size(j->cdt);
     phx_status st = PHX_OK;
     if (j->cu && j->beta != 0.0f)
-        for (int64_t i = i0; i < i1 && st == PHX_OK; i++)
-            st = px_cpu_cast(0, j->c + i * j->ldc + j0, PHX_F32, (char *)j->cu + (size_t)(i * j->ldcu + j0) * eu,
-                             j->cdt, j1 - j0);
+        for (int64_t r = r0; r < r1 && st == PHX_OK; r++)
+            st = px_cpu_cast(0, j->c + r * j->ldc + c0, PHX_F32, (char *)j->cu + (size_t)(r * j->ldcu + c0) * eu,
+                             j->cdt, c1 - c0);
     if (st == PHX_OK) st = block(j, i0, i1, j0, j1);
     if (st == PHX_OK && j->cu)
-        for (int64_t i = i0; i < i1 && st == PHX_OK; i++)
-            st = px_cpu_cast(0, (char *)j->cu + (size_t)(i * j->ldcu + j0) * eu, j->cdt, j->c + i * j->ldc + j0,
-                             PHX_F32, j1 - j0);
+        for (int64_t r = r0; r < r1 && st == PHX_OK; r++)
+            st = px_cpu_cast(0, (char *)j->cu + (size_t)(r * j->ldcu + c0) * eu, j->cdt, j->c + r * j->ldc + c0,
+                             PHX_F32, c1 - c0);
     if (st != PHX_OK) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
@@ -265,6 +286,15 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
     if (cdt != PHX_F32) { /* computed in f32 scratch, rounded once */
         if (!(j.c = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float)))) return PHX_ENOMEM;
         j.ldc = n, j.cu = c, j.ldcu = ldc;
+    }
+    /* C^T = B^T A^T where that fills more of the tiles (a C of few
+     * columns): the same products summed in the same order, so the same
+     * bits */
+    if (px_gemm_avx512_fill(n, m) > px_gemm_avx512_fill(m, n)) {
+        j.ct = 1, j.m = n, j.n = m, j.by_cols = m >= n;
+        j.a = b, j.lda = ldb, j.ta = !trans_b;
+        j.b = a, j.ldb = lda, j.tb = !trans_a;
+        m = j.m, n = j.n;
     }
     int64_t units = j.by_cols ? (n + NR - 1) / NR : (m + MR - 1) / MR;
     int64_t per_unit = (j.by_cols ? NR * m : MR * n) * k;

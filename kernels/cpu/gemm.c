@@ -111,10 +111,11 @@ static int avx512_auto(int64_t m, int64_t n)
 {
     if (px_cpu_isa() != PX_ISA_AVX512) return 0;
 #ifdef HAVE_CBLAS
-    /* the share of its 8 x 48 tiles that C fills: below half (a C of
-     * fewer than 8 rows or 24 columns, as in GEMV-like shapes), OpenBLAS
-     * was faster (4096x1x1024: 0.13-0.27x; 256x10x256: 0.53-0.60x) */
-    if (px_gemm_avx512_fill(m, n) < 0.5) return 0;
+    /* the share of its 8 x 48 tiles that C, or C^T where it computes that,
+     * fills: below half (a GEMV-like product, C of 1-3 rows or columns),
+     * OpenBLAS was faster, 0.38-0.74x on 4096x1x1024 and 1x4096x1024 */
+    double fill = px_gemm_avx512_fill(m, n), swapped = px_gemm_avx512_fill(n, m);
+    if ((fill > swapped ? fill : swapped) < 0.5) return 0;
 #else
     (void)m, (void)n;
 #endif
