@@ -254,7 +254,7 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
  * AVX-512: operands of any float dtype, widened while packed; a C of f16
  * or bf16 is computed in f32 scratch (slot 2) and rounded once. */
 /* The share of the packed GEMM's micro-tiles (8 x 48) that an m x n C
- * fills, 0 .. 1 (PHX_CPU_GEMM=auto leaves it shapes under 0.5). */
+ * fills, 0 .. 1 (PHX_CPU_GEMM=auto takes it where C or C^T fills half). */
 double px_gemm_avx512_fill(int64_t m, int64_t n);
 phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                               int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
