@@ -287,10 +287,13 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
         if (!(j.c = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float)))) return PHX_ENOMEM;
         j.ldc = n, j.cu = c, j.ldcu = ldc;
     }
-    /* C^T = B^T A^T where that fills more of the tiles (a C of few
-     * columns): the same products summed in the same order, so the same
-     * bits */
-    if (px_gemm_avx512_fill(n, m) > px_gemm_avx512_fill(m, n)) {
+    /* C^T = B^T A^T where C fills under half of the tiles and C^T more (a
+     * C of few columns): the same products summed in the same order, so
+     * the same bits. Not otherwise: C^T's tiles are written back through a
+     * buffer element by element, which cost the GPT step of bench/step a
+     * third of its speed when its 128 x 32 attention products took it */
+    double fill = px_gemm_avx512_fill(m, n);
+    if (fill < 0.5 && px_gemm_avx512_fill(n, m) > fill) {
         j.ct = 1, j.m = n, j.n = m, j.by_cols = m >= n;
         j.a = b, j.lda = ldb, j.ta = !trans_b;
         j.b = a, j.ldb = lda, j.tb = !trans_a;
