@@ -146,3 +146,15 @@ phx_status px_cpu_fill(int dev, void *dst, phx_dtype dt, int64_t n, double value
     }
     return phx_error(PHX_EINVAL, "fill: dtype %d, expected f32, f16, bf16, i32 or i64", (int)dt);
 }
+
+phx_status px_cpu_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                            int64_t rows, int64_t cols)
+{
+    size_t ed = phx_dtype_size(dt), es = phx_dtype_size(st);
+    if (ldd == cols && lds == cols) return px_cpu_cast(0, dst, dt, src, st, rows * cols); /* contiguous: one call */
+    phx_status s = PHX_OK;
+    for (int64_t r = 0; r < rows && s == PHX_OK; r++)
+        s = px_cpu_cast(0, (char *)dst + (size_t)(r * ldd) * ed, dt, (const char *)src + (size_t)(r * lds) * es, st,
+                        cols);
+    return s;
+}

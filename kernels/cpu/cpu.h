@@ -87,6 +87,15 @@ typedef void (*px_half_rows_fn)(const void *arg, int64_t r0, int64_t rows, const
 phx_status px_cpu_half_rows(int64_t rows, int64_t cols, phx_dtype dt, const void *in0, const void *in1, void *out,
                             px_half_rows_fn fn, const void *arg);
 
+/* rows x cols of src (leading dim lds, dtype st) into dst (leading dim
+ * ldd, dtype dt): a row per px_cpu_cast (the conversion instructions where
+ * the CPU has them), or one call when both are contiguous, on the calling
+ * thread (cast.c). Split over the pool, the GEMM casts of an fp16 MLP step
+ * at 2 threads ran 1.5x slower, the pool's spinning workers taking cores
+ * from OpenBLAS's threads. */
+phx_status px_cpu_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                            int64_t rows, int64_t cols);
+
 /* Streaming (non-temporal) stores for the output of an elementwise
  * kernel whose output is no larger than its input (relu, narrowing casts),
  * once the bytes it reads and writes reach half the last-level cache (as
@@ -254,7 +263,8 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
  * AVX-512: operands of any float dtype, widened while packed; a C of f16
  * or bf16 is computed in f32 scratch (slot 2) and rounded once. */
 /* The share of the packed GEMM's micro-tiles (8 x 48) that an m x n C
- * fills, 0 .. 1 (PHX_CPU_GEMM=auto takes it where C or C^T fills half). */
+ * fills, 0 .. 1, in the orientation it computes (C, or C^T where C fills
+ * under half and C^T more); PHX_CPU_GEMM=auto takes it from 0.5. */
 double px_gemm_avx512_fill(int64_t m, int64_t n);
 phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                               int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,

@@ -239,24 +239,35 @@ static void part(void *arg, int64_t lo, int64_t hi)
         i0 = lo * MR, i1 = min64(hi * MR, j->m);
     /* the part's rows r0 .. r1 - 1 and columns c0 .. c1 - 1 of the caller's C */
     int64_t r0 = j->ct ? j0 : i0, r1 = j->ct ? j1 : i1, c0 = j->ct ? i0 : j0, c1 = j->ct ? i1 : j1;
-    size_t eu = phx_dtype_size(j->cdt);
+    float *c32 = j->c + r0 * j->ldc + c0;
+    char *cu = j->cu ? (char *)j->cu + (size_t)(r0 * j->ldcu + c0) * phx_dtype_size(j->cdt) : NULL;
     phx_status st = PHX_OK;
-    if (j->cu && j->beta != 0.0f)
-        for (int64_t r = r0; r < r1 && st == PHX_OK; r++)
-            st = px_cpu_cast(0, j->c + r * j->ldc + c0, PHX_F32, (char *)j->cu + (size_t)(r * j->ldcu + c0) * eu,
-                             j->cdt, c1 - c0);
+    if (cu && j->beta != 0.0f) st = px_cpu_cast_rows(c32, PHX_F32, j->ldc, cu, j->cdt, j->ldcu, r1 - r0, c1 - c0);
     if (st == PHX_OK) st = block(j, i0, i1, j0, j1);
-    if (st == PHX_OK && j->cu)
-        for (int64_t r = r0; r < r1 && st == PHX_OK; r++)
-            st = px_cpu_cast(0, (char *)j->cu + (size_t)(r * j->ldcu + c0) * eu, j->cdt, j->c + r * j->ldc + c0,
-                             PHX_F32, c1 - c0);
+    if (st == PHX_OK && cu) st = px_cpu_cast_rows(cu, j->cdt, j->ldcu, c32, PHX_F32, j->ldc, r1 - r0, c1 - c0);
     if (st != PHX_OK) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+}
+
+/* the share of the 8 x 48 tiles that an m x n C fills */
+static double tile_fill(int64_t m, int64_t n)
+{
+    if (m <= 0 || n <= 0) return 0.0;
+    return (double)m / (double)((m + MR - 1) / MR * MR) * (double)n / (double)((n + NR - 1) / NR * NR);
+}
+
+/* C^T = B^T A^T where C fills under half of the tiles and C^T more (a C
+ * of few columns): the same products summed in the same order, so the
+ * same bits. Not otherwise: C^T's tiles are written back through a buffer
+ * element by element, which cost the GPT step of bench/step a third of
+ * its speed when its 128 x 32 attention products took it. */
+static int swapped(int64_t m, int64_t n)
+{
+    return tile_fill(m, n) < 0.5 && tile_fill(n, m) > tile_fill(m, n);
 }
 
 double px_gemm_avx512_fill(int64_t m, int64_t n)
 {
-    if (m <= 0 || n <= 0) return 0.0;
-    return (double)m / (double)((m + MR - 1) / MR * MR) * (double)n / (double)((n + NR - 1) / NR * NR);
+    return swapped(m, n) ? tile_fill(n, m) : tile_fill(m, n);
 }
 
 /* multiply-adds per thread below which a GEMM runs on the calling
@@ -287,13 +298,7 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
         if (!(j.c = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float)))) return PHX_ENOMEM;
         j.ldc = n, j.cu = c, j.ldcu = ldc;
     }
-    /* C^T = B^T A^T where C fills under half of the tiles and C^T more (a
-     * C of few columns): the same products summed in the same order, so
-     * the same bits. Not otherwise: C^T's tiles are written back through a
-     * buffer element by element, which cost the GPT step of bench/step a
-     * third of its speed when its 128 x 32 attention products took it */
-    double fill = px_gemm_avx512_fill(m, n);
-    if (fill < 0.5 && px_gemm_avx512_fill(n, m) > fill) {
+    if (swapped(m, n)) {
         j.ct = 1, j.m = n, j.n = m, j.by_cols = m >= n;
         j.a = b, j.lda = ldb, j.ta = !trans_b;
         j.b = a, j.ldb = lda, j.tb = !trans_a;

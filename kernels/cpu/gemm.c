@@ -49,24 +49,6 @@ static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
     return PHX_OK;
 }
 
-/* rows x cols of src (leading dim lds, dtype st) into dst (leading dim
- * ldd, dtype dt): a row per px_cpu_cast (the conversion instructions where
- * the CPU has them), or one call when both are contiguous. On this thread:
- * split over the pool, the casts of an fp16 MLP step at 2 threads ran 1.5x
- * slower, the pool's spinning workers taking cores from OpenBLAS's
- * threads. */
-static phx_status cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
-                            int64_t rows, int64_t cols)
-{
-    size_t ed = phx_dtype_size(dt), es = phx_dtype_size(st);
-    if (ldd == cols && lds == cols) return px_cpu_cast(0, dst, dt, src, st, rows * cols); /* contiguous: one call */
-    phx_status s = PHX_OK;
-    for (int64_t r = 0; r < rows && s == PHX_OK; r++)
-        s = px_cpu_cast(0, (char *)dst + (size_t)(r * ldd) * ed, dt, (const char *)src + (size_t)(r * lds) * es, st,
-                        cols);
-    return s;
-}
-
 typedef enum { GEMM_AUTO, GEMM_BLAS, GEMM_DNNL, GEMM_AVX512 } gemm_path;
 
 /* PHX_CPU_GEMM: auto (or unset, empty), blas, dnnl or avx512. Read on each call
@@ -114,8 +96,7 @@ static int avx512_auto(int64_t m, int64_t n)
     /* the share of its 8 x 48 tiles that C, or C^T where it computes that,
      * fills: below half (a GEMV-like product, C of 1-3 rows or columns),
      * OpenBLAS was faster, 0.38-0.74x on 4096x1x1024 and 1x4096x1024 */
-    double fill = px_gemm_avx512_fill(m, n), swapped = px_gemm_avx512_fill(n, m);
-    if ((fill > swapped ? fill : swapped) < 0.5) return 0;
+    if (px_gemm_avx512_fill(m, n) < 0.5) return 0;
 #else
     (void)m, (void)n;
 #endif
@@ -164,8 +145,8 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
         float *sa = px_cpu_scratch(0, (size_t)(a_rows * a_cols) * sizeof(float));
         float *sb = px_cpu_scratch(1, (size_t)(b_rows * b_cols) * sizeof(float));
         if (!sa || !sb) return PHX_ENOMEM;
-        if ((st = cast_rows(sa, PHX_F32, a_cols, a, adt, lda, a_rows, a_cols)) != PHX_OK ||
-            (st = cast_rows(sb, PHX_F32, b_cols, b, adt, ldb, b_rows, b_cols)) != PHX_OK)
+        if ((st = px_cpu_cast_rows(sa, PHX_F32, a_cols, a, adt, lda, a_rows, a_cols)) != PHX_OK ||
+            (st = px_cpu_cast_rows(sb, PHX_F32, b_cols, b, adt, ldb, b_rows, b_cols)) != PHX_OK)
             return st;
         af = sa, lda = a_cols;
         bf = sb, ldb = b_cols;
@@ -175,7 +156,7 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
     /* a f16/bf16 C: computed in f32 scratch, rounded once */
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
-    if (beta != 0.0f && (st = cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+    if (beta != 0.0f && (st = px_cpu_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
     if ((st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n)) != PHX_OK) return st;
-    return cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+    return px_cpu_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
 }
