@@ -13,20 +13,14 @@
 #include "config.h"
 #include <stdint.h>
 #include <string.h>
-#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm-avx512.h"
 
 #if PX_HAVE_X86
 #include <immintrin.h>
 
 #define T512 __attribute__((target("avx512f,fma,f16c")))
 
-enum {
-    MR = 8, /* rows of a micro-tile: a broadcast each */
-    NR = 48, /* columns: three zmm */
-    KC = 256, /* depth of a packed block */
-    MC = 128, /* rows of A packed at once: 128 KiB, held in L2 */
-    NC = 1536, /* columns of B packed at once */
-};
+enum { MR = PX_MR, NR = PX_NR, KC = PX_KC, MC = PX_MC, NC = PX_NC };
 
 static int64_t min64(int64_t a, int64_t b)
 {
@@ -93,10 +87,7 @@ T512 static inline void store_rows(float *dst, int R, int64_t kc, int64_t r, int
         _mm512_storeu_ps(dst + (r / R) * kc * R + kk * R + r % R, v);
 }
 
-/* Packs rows x kc values of dtype dt (value (r, kk) at src[r + kk * ld]
- * when along_r, else src[r * ld + kk]) into panels of R rows (MR or NR),
- * widened to f32: dst[(r / R) * kc * R + kk * R + r % R], rows padded
- * with zeros to a multiple of R. Values contiguous along k are
+/* px_avx512_pack (gemm-avx512.h). Values contiguous along k are
  * transposed 16 x 16 in registers. */
 T512 static void pack(float *dst, int R, int64_t rows, int64_t kc, const void *src, phx_dtype dt, int64_t ld,
                       int along_r)
@@ -125,8 +116,7 @@ T512 static void pack(float *dst, int R, int64_t rows, int64_t kc, const void *s
         }
 }
 
-/* C (rows x cols of the tile, at most MR x NR) = alpha * Ap Bp + beta * C
- * over kc; beta 0 reads nothing from C. */
+/* px_avx512_micro (gemm-avx512.h) */
 T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
                        int rows, int cols, int ct)
 {
@@ -175,6 +165,20 @@ T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, i
     }
     for (int r = 0; r < rows && ct; r++)
         for (int col = 0; col < cols; col++) c[col * ldc + r] = buf[r * NR + col];
+}
+
+/* the exported names (static above, so that block() may inline them:
+ * the library is built with -fPIC and interposable names are not) */
+void px_avx512_pack(float *dst, int R, int64_t rows, int64_t kc, const void *src, phx_dtype dt, int64_t ld,
+                    int along_r)
+{
+    pack(dst, R, rows, kc, src, dt, ld, along_r);
+}
+
+void px_avx512_micro(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
+                     int rows, int cols, int ct)
+{
+    micro(kc, ap, bp, c, ldc, alpha, beta, rows, cols, ct);
 }
 
 typedef struct job {
