@@ -206,27 +206,49 @@ static void run_parts(px_range_fn fn, conv_job j)
     px_cpu_parallel_for(j.nb, 1, fn, &j);
 }
 
-/* Whether an f32 convolution goes to oneDNN: PHX_CPU_CONV=im2col|dnnl
- * forces a path; auto (or unset) takes oneDNN, which measured faster on
- * every bench/kernels shape (doc/cnn.md), and im2col where the build has
- * no oneDNN or oneDNN has no kernel. f16/bf16 always take im2col. -1
- * with phx_error for another value. */
-static int use_dnnl(const phx_conv2d_desc *d, phx_dtype dt)
+enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512 };
+
+/* The path of a convolution pass: PHX_CPU_CONV=im2col|dnnl|avx512 forces
+ * one (avx512 only where the kernels use AVX-512; a pass it does not take,
+ * px_cpu_conv2d_avx512_takes, falls to oneDNN); auto (or unset) takes
+ * the AVX-512 GEMM for f32 where it takes the pass, else oneDNN, and
+ * im2col where the build has no oneDNN or oneDNN has no kernel (doc/cnn.md
+ * gives the measurements). f16/bf16 always take im2col. */
+static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, int *path)
 {
     const char *e = getenv("PHX_CPU_CONV");
     int force = -1;
     if (e && *e && strcmp(e, "auto") != 0) {
-        if (!strcmp(e, "im2col")) force = 0;
-        else if (!strcmp(e, "dnnl")) force = 1;
-        else {
-            phx_error(PHX_EINVAL, "conv2d: PHX_CPU_CONV='%s', expected auto, im2col or dnnl", e);
-            return -1;
-        }
+        if (!strcmp(e, "im2col")) force = CONV_IM2COL;
+        else if (!strcmp(e, "dnnl")) force = CONV_DNNL;
+        else if (!strcmp(e, "avx512")) force = CONV_AVX512;
+        else
+            return phx_error(PHX_EINVAL, "conv2d: PHX_CPU_CONV='%s', expected auto, im2col, dnnl or avx512", e);
     }
-    if (dt != PHX_F32) return 0;
-    if (force >= 0) return force;
-    (void)d;
-    return 1;
+    if (force == CONV_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
+        return phx_error(PHX_EUNSUPPORTED, "conv2d: PHX_CPU_CONV=avx512 but the kernels use %s (PHX_CPU_ISA)",
+                         px_cpu_isa_name(px_cpu_isa()));
+    if (dt != PHX_F32)
+        *path = CONV_IM2COL;
+    else if (force == CONV_IM2COL || force == CONV_DNNL)
+        *path = force;
+    else
+        *path = CONV_DNNL;
+    (void)pass, (void)d;
+    return PHX_OK;
+}
+
+/* The pass on the AVX-512 GEMM or oneDNN as conv_path says: PHX_EUNSUPPORTED
+ * (nothing written, no error) leaves it to im2col. */
+static phx_status conv_fast(int path, int pass, const phx_conv2d_desc *d, const float *x, const float *w,
+                            const float *bias, const float *dy, float *y, float *dx, float *dw, float *db)
+{
+    if (path == CONV_AVX512) {
+        phx_status st = px_cpu_conv2d_avx512(pass, d, x, w, bias, dy, y, dx, dw, db);
+        if (st != PHX_EUNSUPPORTED) return st;
+    }
+    if (path == CONV_IM2COL) return PHX_EUNSUPPORTED;
+    return px_cpu_conv2d_dnnl(pass, d, x, w, bias, dy, y, dx, dw, db);
 }
 
 static phx_status col_scratch(const conv_geom *g, float **col, float **blk)
@@ -244,9 +266,9 @@ phx_status px_cpu_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *
     if (st != PHX_OK) return st;
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_forward: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
-    int dn = use_dnnl(d, dt);
-    if (dn < 0) return PHX_EINVAL;
-    if (dn && (st = px_cpu_conv2d_dnnl(0, d, x, w, bias, NULL, y, NULL, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
+    int path;
+    if ((st = conv_path(0, d, dt, &path)) != PHX_OK) return st;
+    if ((st = conv_fast(path, 0, d, x, w, bias, NULL, y, NULL, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
     if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
@@ -272,9 +294,9 @@ phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const 
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_backward_data: dtype %s, expected f32, f16 or bf16",
                          phx_dtype_name(dt));
-    int dn = use_dnnl(d, dt);
-    if (dn < 0) return PHX_EINVAL;
-    if (dn && (st = px_cpu_conv2d_dnnl(1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
+    int path;
+    if ((st = conv_path(1, d, dt, &path)) != PHX_OK) return st;
+    if ((st = conv_fast(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
     if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
@@ -308,9 +330,9 @@ phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, cons
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_backward_weight: dtype %s, expected f32, f16 or bf16",
                          phx_dtype_name(dt));
-    int dn = use_dnnl(d, dt);
-    if (dn < 0) return PHX_EINVAL;
-    if (dn && (st = px_cpu_conv2d_dnnl(2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED) return st;
+    int path;
+    if ((st = conv_path(2, d, dt, &path)) != PHX_OK) return st;
+    if ((st = conv_fast(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     if ((st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
     for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {

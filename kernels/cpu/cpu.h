@@ -275,6 +275,14 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
  * error set, when oneDNN has no kernel or the build has no oneDNN. */
 phx_status px_cpu_conv2d_dnnl(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                               const float *dy, float *y, float *dx, float *dw, float *db);
+/* An f32 convolution on the packed AVX-512 GEMM (conv-avx512.c), the
+ * passes and arguments of px_cpu_conv2d_dnnl, for a CPU (and PHX_CPU_ISA)
+ * with AVX-512; PHX_EUNSUPPORTED, with nothing written and no error set,
+ * where px_cpu_conv2d_avx512_takes(pass, d) is 0: a stride other than 1,
+ * groups other than 1, and for the data pass padding over (k - 1) dil. */
+int px_cpu_conv2d_avx512_takes(int pass, const phx_conv2d_desc *d);
+phx_status px_cpu_conv2d_avx512(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
+                                const float *dy, float *y, float *dx, float *dw, float *db);
 /* 1 when the build has oneDNN and the CPU has AVX512-BF16 (as oneDNN
  * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
 int px_cpu_dnnl_bf16_native(void);

@@ -1,0 +1,36 @@
+/* What the convolutions on the packed AVX-512 GEMM share (conv-avx512.c
+ * defines them; conv-winograd.c uses them). x86-64 builds only; callers
+ * run on a CPU with AVX-512. */
+#ifndef PX_CONV_AVX512_H
+#define PX_CONV_AVX512_H
+#include "kernels/cpu/gemm-avx512.h"
+
+/* n cut into near-equal blocks of at most most, rounded up to a multiple
+ * of unit: the block size */
+int64_t px_conv_block(int64_t n, int64_t most, int64_t unit);
+
+/* The width of a packed block of n columns, kc deep: a multiple of PX_NR
+ * within half of a 1 MiB L2. */
+int64_t px_conv_cols(int64_t n, int64_t kc);
+
+/* An m x kd row-major matrix packed as A panels, k block after k block
+ * of kc: block pc at dst + pc * (m rounded up to PX_MR), panel ir of the
+ * block at + ir * (that block's depth). dst holds that many floats. */
+void px_conv_pack_rows(float *dst, int64_t m, int64_t kd, int64_t kc, const float *w);
+
+/* C (m x nc, leading dimension ldc) = Ap Bp + beta C over kc: every
+ * micro-tile of one packed A block (m rows) and B block (nc columns). */
+void px_conv_tiles(int64_t kc, const float *ap, const float *bp, int64_t m, int64_t nc, float *c, int64_t ldc,
+                   float beta);
+
+/* db[co] += the sum of dy (n, k, oh, ow) over images and pixels, split
+ * over the threads by channel. */
+void px_conv_bias_grad(const phx_conv2d_desc *d, const float *dy, float *db);
+
+/* The data pass as a forward: *t is the convolution of dy into dx, and
+ * the return the weight (c, k, kh, kw) flipped, in scratch slot 2 (NULL
+ * with phx_error on ENOMEM): dx[ci][iy][ix] sums dy[co][oy][ox]
+ * w[co][ci][r][s] over oy = iy + pad - r dil, a convolution of dy padded
+ * (kh - 1) dil - pad with tap kh - 1 - r. */
+const float *px_conv_flipped(const phx_conv2d_desc *d, const float *w, phx_conv2d_desc *t);
+#endif
