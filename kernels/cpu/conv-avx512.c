@@ -94,12 +94,12 @@ void px_conv_pack_rows(float *dst, int64_t m, int64_t kd, int64_t kc, const floa
         px_avx512_pack(dst + pc * mp, PX_MR, m, min64(kc, kd - pc), w + pc, PHX_F32, kd, 0);
 }
 
-void px_conv_tiles(int64_t kc, const float *ap, const float *bp, int64_t m, int64_t nc, float *c, int64_t ldc,
-                   float beta)
+void px_conv_tiles(int64_t kc, const float *ap, const float *bp, int64_t bstride, int64_t m, int64_t nc, float *c,
+                   int64_t ldc, float beta)
 {
     for (int64_t jr = 0; jr < nc; jr += PX_NR)
         for (int64_t ir = 0; ir < m; ir += PX_MR)
-            px_avx512_micro(kc, ap + ir * kc, bp + jr * kc, c + ir * ldc + jr, ldc, 1.0f, beta,
+            px_avx512_micro(kc, ap + ir * kc, bp + jr / PX_NR * bstride, c + ir * ldc + jr, ldc, 1.0f, beta,
                             (int)min64(PX_MR, m - ir), (int)min64(PX_NR, nc - jr), 0);
 }
 
@@ -141,7 +141,7 @@ T512 static void fwd_part(void *arg, int64_t lo, int64_t hi)
                         _mm512_storeu_ps(dst + q / PX_NR * kc * PX_NR + q % PX_NR, _mm512_maskz_loadu_ps(mk, row + q));
                     }
                 }
-                px_conv_tiles(kc, j->wp + pc * mp, bp, m, nc, ci + jc, n, pc ? 1.0f : 0.0f);
+                px_conv_tiles(kc, j->wp + pc * mp, bp, kc * PX_NR, m, nc, ci + jc, n, pc ? 1.0f : 0.0f);
             }
         }
         for (int64_t co = 0; co < m && (c || j->bias); co++) {
@@ -211,7 +211,7 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
                 for (int64_t col = 0; col < nc; col++)
                     memcpy(rows + col * kc, src + tap_at(d, pl, jc + col) + pc, (size_t)kc * sizeof(float));
                 px_avx512_pack(bp, PX_NR, nc, kc, rows, PHX_F32, kc, 0);
-                px_conv_tiles(kc, ap, bp, m, nc, j->dw + jc, j->kd, 1.0f);
+                px_conv_tiles(kc, ap, bp, kc * PX_NR, m, nc, j->dw + jc, j->kd, 1.0f);
             }
         }
     }

@@ -19,9 +19,10 @@ int64_t px_conv_cols(int64_t n, int64_t kc);
 void px_conv_pack_rows(float *dst, int64_t m, int64_t kd, int64_t kc, const float *w);
 
 /* C (m x nc, leading dimension ldc) = Ap Bp + beta C over kc: every
- * micro-tile of one packed A block (m rows) and B block (nc columns). */
-void px_conv_tiles(int64_t kc, const float *ap, const float *bp, int64_t m, int64_t nc, float *c, int64_t ldc,
-                   float beta);
+ * micro-tile of one packed A block (m rows) and B block (nc columns, its
+ * panels bstride floats apart: kc PX_NR when packed kc deep). */
+void px_conv_tiles(int64_t kc, const float *ap, const float *bp, int64_t bstride, int64_t m, int64_t nc, float *c,
+                   int64_t ldc, float beta);
 
 /* db[co] += the sum of dy (n, k, oh, ow) over images and pixels, split
  * over the threads by channel. */

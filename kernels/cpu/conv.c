@@ -206,7 +206,7 @@ static void run_parts(px_range_fn fn, conv_job j)
     px_cpu_parallel_for(j.nb, 1, fn, &j);
 }
 
-enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512 };
+enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512, CONV_WINOGRAD };
 
 /* The path of a convolution pass: PHX_CPU_CONV=im2col|dnnl|avx512 forces
  * one (avx512 only where the kernels use AVX-512; a pass it does not take,
@@ -222,19 +222,22 @@ static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, in
         if (!strcmp(e, "im2col")) force = CONV_IM2COL;
         else if (!strcmp(e, "dnnl")) force = CONV_DNNL;
         else if (!strcmp(e, "avx512")) force = CONV_AVX512;
+        else if (!strcmp(e, "winograd")) force = CONV_WINOGRAD;
         else
-            return phx_error(PHX_EINVAL, "conv2d: PHX_CPU_CONV='%s', expected auto, im2col, dnnl or avx512", e);
+            return phx_error(PHX_EINVAL,
+                             "conv2d: PHX_CPU_CONV='%s', expected auto, im2col, dnnl, avx512 or winograd", e);
     }
-    if (force == CONV_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
-        return phx_error(PHX_EUNSUPPORTED, "conv2d: PHX_CPU_CONV=avx512 but the kernels use %s (PHX_CPU_ISA)",
+    if (force >= CONV_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
+        return phx_error(PHX_EUNSUPPORTED, "conv2d: PHX_CPU_CONV=%s but the kernels use %s (PHX_CPU_ISA)", e,
                          px_cpu_isa_name(px_cpu_isa()));
     if (dt != PHX_F32)
         *path = CONV_IM2COL;
-    else if (force == CONV_IM2COL || force == CONV_DNNL)
+    else if (force >= 0)
         *path = force;
+    else if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
+        *path = CONV_WINOGRAD;
     else
         *path = CONV_DNNL;
-    (void)pass, (void)d;
     return PHX_OK;
 }
 
@@ -243,10 +246,10 @@ static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, in
 static phx_status conv_fast(int path, int pass, const phx_conv2d_desc *d, const float *x, const float *w,
                             const float *bias, const float *dy, float *y, float *dx, float *dw, float *db)
 {
-    if (path == CONV_AVX512) {
-        phx_status st = px_cpu_conv2d_avx512(pass, d, x, w, bias, dy, y, dx, dw, db);
-        if (st != PHX_EUNSUPPORTED) return st;
-    }
+    phx_status st = PHX_EUNSUPPORTED;
+    if (path == CONV_AVX512) st = px_cpu_conv2d_avx512(pass, d, x, w, bias, dy, y, dx, dw, db);
+    if (path == CONV_WINOGRAD) st = px_cpu_conv2d_winograd(pass, d, x, w, bias, dy, y, dx, dw, db);
+    if (st != PHX_EUNSUPPORTED) return st;
     if (path == CONV_IM2COL) return PHX_EUNSUPPORTED;
     return px_cpu_conv2d_dnnl(pass, d, x, w, bias, dy, y, dx, dw, db);
 }

@@ -260,8 +260,11 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
                             phx_dtype cdt);
 /* The packed AVX-512 GEMM (gemm-avx512.c), the px_cpu_gemm contract on
  * validated arguments with m, n, k > 0, for a CPU (and PHX_CPU_ISA) with
- * AVX-512: operands of any float dtype, widened while packed; a C of f16
- * or bf16 is computed in f32 scratch (slot 2) and rounded once. */
+ * AVX-512: operands of any float dtype, widened while packed, except bf16
+ * on a CPU with AVX512-BF16 (px_cpu_has_avx512bf16), packed as k-pairs
+ * for vdpbf16ps (bf16 subnormals read as zero, subnormal results
+ * flushed); a C of f16 or bf16 is computed in f32 scratch (slot 2) and
+ * rounded once. */
 /* The share of the packed GEMM's micro-tiles (8 x 48) that an m x n C
  * fills, 0 .. 1, in the orientation it computes (C, or C^T where C fills
  * under half and C^T more); PHX_CPU_GEMM=auto takes it from 0.5. */
@@ -283,6 +286,12 @@ phx_status px_cpu_conv2d_dnnl(int pass, const phx_conv2d_desc *d, const float *x
 int px_cpu_conv2d_avx512_takes(int pass, const phx_conv2d_desc *d);
 phx_status px_cpu_conv2d_avx512(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                                 const float *dy, float *y, float *dx, float *dw, float *db);
+/* The same for 3 x 3, stride-1, undilated, ungrouped f32 convolutions by
+ * Winograd's F(2x2, 3x3) on the packed AVX-512 GEMM (conv-winograd.c),
+ * the data pass for padding up to 2. */
+int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d);
+phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w,
+                                  const float *bias, const float *dy, float *y, float *dx, float *dw, float *db);
 /* 1 when the build has oneDNN and the CPU has AVX512-BF16 (as oneDNN
  * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
 int px_cpu_dnnl_bf16_native(void);
