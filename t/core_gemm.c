@@ -6,7 +6,14 @@
  * C, k = 0, no allocation once warm, and the error messages; then the
  * f32/f16/bf16 cases again on each path PHX_CPU_GEMM forces (blas, dnnl
  * when built with oneDNN, avx512 where the kernels use AVX-512) with odd
- * sizes 1, 7, 33, 1000, and the AVX-512 GEMM split over threads. */
+ * sizes 1, 7, 33, 1000, and the AVX-512 GEMM split over threads. Where
+ * the CPU has AVX512-BF16, PHX_CPU_GEMM=avx512 runs bf16 on the vdpbf16ps
+ * kernel (the odd shapes above, then past its blocks with k odd, the same
+ * bits on 1 and 2 threads and in both orientations, alpha = 0); the
+ * bound above holds for it (a pair's two products are added one at a
+ * time, each rounded: k roundings in all), as long as no operand,
+ * product or partial sum is subnormal: vdpbf16ps reads bf16 subnormals
+ * as zero and flushes subnormal results, which a test checks. */
 #include "config.h"
 #include <math.h>
 #include <stdint.h>
@@ -219,9 +226,48 @@ static void bf16_auto_not_dnnl(const char *why)
         ok(bf16_allocs("auto", 450) > 0, "PHX_CPU_GEMM=auto %s: widens into scratch", why);
 }
 
+/* bf16 A (1 x 4) times a column of ones, forced onto PHX_CPU_GEMM=path,
+ * into f32 (NaN on failure) */
+static float bf16_dot4(const char *path, const float av[4])
+{
+    int64_t sa[2] = {1, 4}, sb[2] = {4, 1}, sc[2] = {1, 1};
+    phx_tensor *A = phx_tensor_new(PHX_BF16, 2, sa, phx_cpu()), *B = phx_tensor_new(PHX_BF16, 2, sb, phx_cpu());
+    phx_tensor *C = phx_tensor_zeros(PHX_F32, 2, sc, phx_cpu());
+    for (int i = 0; i < 4; i++) {
+        ((uint16_t *)phx_tensor_data(A))[i] = phx_f32_to_bf16(av[i]);
+        ((uint16_t *)phx_tensor_data(B))[i] = phx_f32_to_bf16(1.0f);
+    }
+    setenv("PHX_CPU_GEMM", path, 1);
+    float c = phx_gemm(false, false, 1.0f, A, B, 0.0f, C) == PHX_OK ? *(float *)phx_tensor_data(C) : NAN;
+    unsetenv("PHX_CPU_GEMM");
+    phx_tensor_free(A), phx_tensor_free(B), phx_tensor_free(C);
+    return c;
+}
+
+/* 1 when C = A B (m x 3, C^T computed: under half of the tiles) and
+ * C' = B^T A^T (3 x m, computed as it stands) of bf16 operands, k deep,
+ * on PHX_CPU_GEMM=avx512, are transposes of each other bit for bit */
+static int bf16_orientations_agree(int64_t m, int64_t k)
+{
+    int64_t sa[2] = {m, k}, sb[2] = {k, 3}, sc[2] = {m, 3}, st[2] = {3, m};
+    phx_tensor *A = phx_tensor_new(PHX_BF16, 2, sa, phx_cpu()), *B = phx_tensor_new(PHX_BF16, 2, sb, phx_cpu());
+    phx_tensor *C = phx_tensor_zeros(PHX_F32, 2, sc, phx_cpu()), *CT = phx_tensor_zeros(PHX_F32, 2, st, phx_cpu());
+    for (int64_t i = 0; i < m * k; i++) cu_set(phx_tensor_data(A), PHX_BF16, i, fixed_rand(i));
+    for (int64_t i = 0; i < k * 3; i++) cu_set(phx_tensor_data(B), PHX_BF16, i, fixed_rand(i + 777));
+    setenv("PHX_CPU_GEMM", "avx512", 1);
+    int same =
+        phx_gemm(false, false, 1.0f, A, B, 0.0f, C) == PHX_OK && phx_gemm(true, true, 1.0f, B, A, 0.0f, CT) == PHX_OK;
+    unsetenv("PHX_CPU_GEMM");
+    const float *c = phx_tensor_data(C), *ct = phx_tensor_data(CT);
+    for (int64_t i = 0; same && i < m; i++)
+        for (int j = 0; j < 3; j++) same &= memcmp(&c[i * 3 + j], &ct[j * m + i], sizeof(float)) == 0;
+    phx_tensor_free(A), phx_tensor_free(B), phx_tensor_free(C), phx_tensor_free(CT);
+    return same;
+}
+
 int main(void)
 {
-    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 3 + 3);
+    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 7 + 3 + 3);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -391,7 +437,68 @@ int main(void)
     } else
         skip(4, "the kernels do not use AVX-512: no avx512 path");
 
-        /* 64-66: the path taken is the one expected (scratch use tells them
+    /* 64-70: the vdpbf16ps kernel of the packed GEMM (bf16 pairs), which
+     * PHX_CPU_GEMM=avx512 takes for bf16 where the CPU has AVX512-BF16 */
+    if (kernels_avx512() && cpu_has("avx512_bf16")) {
+        /* a bf16 subnormal (2^-130) times 2^20, and 2^-70 squared (an f32
+         * subnormal): the widening kernel keeps both, vdpbf16ps flushes */
+        {
+            int64_t sa[2] = {1, 2}, sb[2] = {2, 1}, sc[2] = {1, 1};
+            phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, sa, phx_cpu()),
+                       *B = phx_tensor_zeros(PHX_BF16, 2, sb, phx_cpu());
+            phx_tensor *C = phx_tensor_zeros(PHX_F32, 2, sc, phx_cpu());
+            ((uint16_t *)phx_tensor_data(A))[0] = phx_f32_to_bf16(ldexpf(1, -130));
+            ((uint16_t *)phx_tensor_data(B))[0] = phx_f32_to_bf16(ldexpf(1, 20));
+            setenv("PHX_CPU_GEMM", "avx512", 1);
+            phx_status st = phx_gemm(false, false, 1.0f, A, B, 0.0f, C);
+            float c_in = *(float *)phx_tensor_data(C);
+            ((uint16_t *)phx_tensor_data(A))[0] = phx_f32_to_bf16(ldexpf(1, -70));
+            ((uint16_t *)phx_tensor_data(B))[0] = phx_f32_to_bf16(ldexpf(1, -70));
+            st = st != PHX_OK ? st : phx_gemm(false, false, 1.0f, A, B, 0.0f, C);
+            float c_out = *(float *)phx_tensor_data(C);
+            unsetenv("PHX_CPU_GEMM");
+            ok(st == PHX_OK && c_in == 0.0f && c_out == 0.0f,
+               "PHX_CPU_GEMM=avx512, bf16: vdpbf16ps flushes a subnormal operand and a subnormal product (got %g, %g; "
+               "widened: 2^-110, 2^-140)",
+               c_in, c_out);
+            phx_tensor_free(A), phx_tensor_free(B), phx_tensor_free(C);
+        }
+        /* (0 + odd 1 + even 0) + odd 3 2^-26 + even -0.5: 0.5 when each
+         * product is added in turn, odd first (Intel's definition), 0.5 +
+         * 2^-24 when the even one comes first or a pair is summed exactly */
+        float order = bf16_dot4("avx512", (const float[4]){0.0f, 1.0f, -0.5f, 3 * ldexpf(1, -26)});
+        diag("vdpbf16ps on this CPU: 1, then the pair (-0.5, 3 2^-26), gives 0.5 + %g ulp (odd product first, each "
+             "addition rounded: 0; widened: %g)",
+             (order - 0.5f) / ldexpf(1, -24),
+             (bf16_dot4("blas", (const float[4]){0.0f, 1.0f, -0.5f, 3 * ldexpf(1, -26)}) - 0.5f) / ldexpf(1, -24));
+        shape3 wide = {150, 1600, 1101}, tall = {1600, 150, 777};
+        setenv("PHX_CPU_GEMM", "avx512", 1);
+        double w1 = run_case(0, 1, wide, 0.5f, 0.25f, PHX_BF16, PHX_F32);
+        double w2 = run_case(1, 0, tall, -1.5f, -2.0f, PHX_BF16, PHX_BF16);
+        unsetenv("PHX_CPU_GEMM");
+        ok(w1 <= 1.0,
+           "PHX_CPU_GEMM=avx512: bf16 150x1600x1101 (3 k blocks, k odd), B^T, beta 0.25, within the bound (%.3g)", w1);
+        ok(w2 <= 1.0, "PHX_CPU_GEMM=avx512: bf16 -> bf16 1600x150x777, A^T, beta -2, within the bound (%.3g)", w2);
+        ok(same_bits(gemm_result("avx512", 1, PHX_BF16, 150, 1600, 1101),
+                     gemm_result("avx512", 2, PHX_BF16, 150, 1600, 1101), 150 * 1600),
+           "PHX_CPU_GEMM=avx512: bf16 150x1600x1101 (column panels), the same bits on 1 and 2 threads");
+        ok(same_bits(gemm_result("avx512", 1, PHX_BF16, 1600, 150, 777),
+                     gemm_result("avx512", 2, PHX_BF16, 1600, 150, 777), 1600 * 150),
+           "PHX_CPU_GEMM=avx512: bf16 1600x150x777 (row panels), the same bits on 1 and 2 threads");
+        ok(bf16_orientations_agree(300, 1001),
+           "PHX_CPU_GEMM=avx512: bf16 A B (300x3, computed as C^T) and B^T A^T (3x300): transposes, bit for bit");
+        /* alpha = 0 (BLAS: A B is not computed, an inf in A makes no NaN) */
+        uint16_t inf_a[4] = {phx_f32_to_bf16(INFINITY), 0, 0, 0};
+        float ca[4] = {1, 2, 3, 4};
+        setenv("PHX_CPU_GEMM", "avx512", 1);
+        phx_status st0 = K->gemm(0, 0, 0, 2, 2, 2, 0.0f, inf_a, 2, inf_a, 2, PHX_BF16, 0.5f, ca, 2, PHX_F32);
+        unsetenv("PHX_CPU_GEMM");
+        ok(st0 == PHX_OK && ca[0] == 0.5f && ca[3] == 2.0f,
+           "PHX_CPU_GEMM=avx512: bf16 with alpha = 0 and inf in A scales C by beta (got %g %g)", ca[0], ca[3]);
+    } else
+        skip(7, "no AVX512-BF16, or the kernels do not use AVX-512: no vdpbf16ps kernel");
+
+        /* 71-73: the path taken is the one expected (scratch use tells them
      * apart). oneDNN has a bf16 kernel where the CPU has AVX-512, and
      * auto takes it where the CPU has AVX512-BF16, unless the ISA is
      * capped (t/core_gemm_isa.sh runs this test so) */
@@ -410,7 +517,7 @@ int main(void)
 #endif
     ok(bf16_allocs("blas", 700) > 0, "PHX_CPU_GEMM=blas: bf16 gemm widens into scratch");
 
-    /* 67-69: a bad PHX_CPU_GEMM */
+    /* 74-76: a bad PHX_CPU_GEMM */
     {
         int64_t s2[2] = {2, 2};
         phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());

@@ -1,15 +1,28 @@
 /* A packed GEMM of our own for CPUs with AVX-512 (gemm.c decides when):
  * the GotoBLAS/BLIS loop nest, blocks of B (KC x NC) and of A (MC x KC)
- * copied into panels that an 8 x 48 micro-kernel (24 zmm accumulators,
- * FMA) multiplies from the cache. The copies widen f16 and bf16 to f32 as
- * they go, so half-precision operands need no whole scratch copies, and
- * the widening is split over the threads with the multiplication.
+ * copied into panels that an 8 x 48 micro-kernel (24 zmm accumulators)
+ * multiplies from the cache. Two kinds of panels and micro-kernel:
+ *
+ * - widened (f32, f16, and bf16 on a CPU without AVX512-BF16): the copies
+ *   widen f16 and bf16 to f32 as they go, and the micro-kernel multiplies
+ *   with FMA (vfmadd231ps, a broadcast A value);
+ * - pairs (bf16 on a CPU with AVX512-BF16): the copies keep bf16 and put
+ *   two consecutive k values of a row (or column) side by side in one
+ *   32-bit element, k padded to even with zeros, and the micro-kernel
+ *   multiplies with vdpbf16ps: each f32 lane adds the products of a pair,
+ *   twice the work of an FMA in the same instruction. vdpbf16ps reads
+ *   bf16 subnormals as zero and flushes subnormal results to zero, and
+ *   rounds to nearest whatever MXCSR says (doc/tensors.md).
+ *
+ * Either way half-precision operands need no whole scratch copies, and
+ * the copying is split over the threads with the multiplication.
  *
  * Threads take whole column panels of C (row panels when C is taller
  * than wide); a C of few columns is computed as C^T = B^T A^T, which
  * fills more of the tiles. A C element's sum runs over k in the same order
  * whatever the split, the orientation and whether its tile is whole or an
- * edge, so the result has the same bits on any thread count. */
+ * edge (the k blocks, and so the pairs, start at the same k), so the
+ * result has the same bits on any thread count. */
 #include "config.h"
 #include <stdint.h>
 #include <string.h>
@@ -19,8 +32,17 @@
 #include <immintrin.h>
 
 #define T512 __attribute__((target("avx512f,fma,f16c")))
+/* only called where px_cpu_has_avx512bf16() */
+#define TBF16 __attribute__((target("avx512f,avx512bw,avx512bf16,fma,f16c")))
 
-enum { MR = PX_MR, NR = PX_NR, KC = PX_KC, MC = PX_MC, NC = PX_NC };
+enum {
+    MR = PX_MR,
+    NR = PX_NR,
+    KC = PX_KC,
+    MC = PX_MC,
+    NC = PX_NC,
+    KC_PAIRS = 2 * PX_KC, /* k values of a block of bf16 pairs: panels of as many bytes as KC f32 values */
+};
 
 static int64_t min64(int64_t a, int64_t b)
 {
@@ -87,41 +109,87 @@ T512 static inline void store_rows(float *dst, int R, int64_t kc, int64_t r, int
         _mm512_storeu_ps(dst + (r / R) * kc * R + kk * R + r % R, v);
 }
 
-/* px_avx512_pack (gemm-avx512.h). Values contiguous along k are
- * transposed 16 x 16 in registers. */
-T512 static void pack(float *dst, int R, int64_t rows, int64_t kc, const void *src, phx_dtype dt, int64_t ld,
-                      int along_r)
+/* 16 bf16 k-pairs, one per 32-bit element: values 0 .. n - 1 (n <= 32)
+ * of a run along k at p, two by two, the odd value in the high half (as
+ * vdpbf16ps takes them), zeros from n on */
+T512 static inline __m512 load_pairs(const void *p, int n)
+{
+    if (n == 32) return _mm512_loadu_ps(p);
+    uint16_t tmp[32] = {0};
+    memcpy(tmp, p, (size_t)n * 2);
+    return _mm512_loadu_ps(tmp);
+}
+
+/* The 16 elements at (r .. r + n - 1, unit u) of a panel copy, n > 0,
+ * value (r, kk) at src[r + kk * ld]: widened values of k = u, or the
+ * bf16 pairs of k = 2u and 2u + 1 (a zero high half where 2u + 1 is kc) */
+T512 static inline __m512 load_along_r(const char *src, phx_dtype dt, int64_t ld, int64_t kc, int64_t u, int n,
+                                       int pairs)
 {
     size_t es = phx_dtype_size(dt);
-    int64_t padded = (rows + R - 1) / R * R;
-    if (along_r) {
-        for (int64_t r = 0; r < padded; r += 16) {
-            int n = (int)min64(16, rows - r > 0 ? rows - r : 0);
-            for (int64_t kk = 0; kk < kc; kk++) {
-                __m512 v = n ? load16((const char *)src + (size_t)(r + kk * ld) * es, dt, n) : _mm512_setzero_ps();
-                store_rows(dst, R, kc, r, kk, padded, v);
+    if (!pairs) return load16(src + (size_t)(u * ld) * es, dt, n);
+    /* load16 puts a bf16 in the high half of its lane */
+    __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(load16(src + (size_t)(2 * u * ld) * es, dt, n)), 16);
+    if (2 * u + 1 == kc) return _mm512_castsi512_ps(lo);
+    __m512i hi = _mm512_castps_si512(load16(src + (size_t)((2 * u + 1) * ld) * es, dt, n));
+    return _mm512_castsi512_ps(_mm512_or_si512(lo, hi));
+}
+
+/* px_avx512_pack (gemm-avx512.h), and with pairs the bf16 k-pairs:
+ * element (r, u) holds the values of k = 2u and 2u + 1 of row r, the
+ * first in the low half, k padded to even with zeros; the panel is
+ * (kc + 1) / 2 elements deep. Values contiguous along k are transposed
+ * 16 x 16 (32-bit elements) in registers. Inlined into pack and
+ * pack_pairs, so that each is compiled for its kind. */
+T512 static inline __attribute__((always_inline)) void pack_kind(float *dst, int R, int64_t rows, int64_t kc,
+                                                                 const void *src, phx_dtype dt, int64_t ld, int along_r,
+                                                                 int pairs)
+{
+    size_t es = phx_dtype_size(dt);
+    int64_t padded = (rows + R - 1) / R * R, units = pairs ? (kc + 1) / 2 : kc;
+    if (along_r) { /* along the rows of src, which is contiguous */
+        for (int64_t u = 0; u < units; u++)
+            for (int64_t r = 0; r < padded; r += 16) {
+                int n = (int)min64(16, rows - r > 0 ? rows - r : 0);
+                __m512 v =
+                    n ? load_along_r((const char *)src + (size_t)r * es, dt, ld, kc, u, n, pairs) : _mm512_setzero_ps();
+                store_rows(dst, R, units, r, u, padded, v);
             }
-        }
         return;
     }
     for (int64_t r = 0; r < padded; r += 16)
-        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
-            int nk = (int)min64(16, kc - k0);
+        for (int64_t u0 = 0; u0 < units; u0 += 16) {
+            int nu = (int)min64(16, units - u0);
             __m512 x[16];
-            for (int i = 0; i < 16; i++)
-                x[i] = r + i < rows ? load16((const char *)src + (size_t)((r + i) * ld + k0) * es, dt, nk)
-                                    : _mm512_setzero_ps();
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const char *p = (const char *)src + (size_t)((r + i) * ld + (pairs ? 2 * u0 : u0)) * es;
+                x[i] = r + i >= rows ? _mm512_setzero_ps()
+                    : pairs          ? load_pairs(p, (int)min64(32, kc - 2 * u0))
+                                     : load16(p, dt, nu);
+            }
             transpose16(x);
-            for (int t = 0; t < nk; t++) store_rows(dst, R, kc, r, k0 + t, padded, x[t]);
+            for (int t = 0; t < nu; t++) store_rows(dst, R, units, r, u0 + t, padded, x[t]);
         }
 }
 
-/* px_avx512_micro (gemm-avx512.h) */
-T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
-                       int rows, int cols, int ct)
+T512 static void pack(float *dst, int R, int64_t rows, int64_t kc, const void *src, phx_dtype dt, int64_t ld,
+                      int along_r)
 {
-    /* ct: the tile's (r, col) is C's (col, r) (the product was swapped,
-     * below): computed through buf with the same vector arithmetic */
+    pack_kind(dst, R, rows, kc, src, dt, ld, along_r, 0);
+}
+
+T512 static void pack_pairs(float *dst, int R, int64_t rows, int64_t kc, const void *src, int64_t ld, int along_r)
+{
+    pack_kind(dst, R, rows, kc, src, PHX_BF16, ld, along_r, 1);
+}
+
+/* C (rows x cols) = alpha acc + beta C of a micro-tile; beta 0 reads
+ * nothing from C. ct: the tile's (r, col) is C's (col, r) (the product
+ * was swapped, below): written through buf with the same arithmetic */
+T512 static inline __attribute__((always_inline)) void tile_store(__m512 acc[MR][3], float *c, int64_t ldc, float alpha,
+                                                                  float beta, int rows, int cols, int ct)
+{
     float buf[MR * NR] __attribute__((aligned(64)));
     float *out = c;
     int64_t ld = ldc;
@@ -129,21 +197,6 @@ T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, i
         out = buf, ld = NR;
         for (int r = 0; r < rows && beta != 0.0f; r++)
             for (int col = 0; col < cols; col++) buf[r * NR + col] = c[col * ldc + r];
-    }
-    __m512 acc[MR][3];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++)
-#pragma GCC unroll 3
-        for (int v = 0; v < 3; v++) acc[r][v] = _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < kc; kk++, ap += MR, bp += NR) {
-        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16), b2 = _mm512_loadu_ps(bp + 32);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) {
-            __m512 a = _mm512_set1_ps(ap[r]);
-            acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
-            acc[r][2] = _mm512_fmadd_ps(a, b2, acc[r][2]);
-        }
     }
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
@@ -167,10 +220,69 @@ T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, i
         for (int col = 0; col < cols; col++) c[col * ldc + r] = buf[r * NR + col];
 }
 
+/* px_avx512_micro (gemm-avx512.h) */
+T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc, float alpha, float beta,
+                       int rows, int cols, int ct)
+{
+    __m512 acc[MR][3];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < kc; kk++, ap += MR, bp += NR) {
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16), b2 = _mm512_loadu_ps(bp + 32);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m512 a = _mm512_set1_ps(ap[r]);
+            acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(a, b2, acc[r][2]);
+        }
+    }
+    tile_store(acc, c, ldc, alpha, beta, rows, cols, ct);
+}
+
+/* micro over panels of bf16 pairs kp deep, on the first nv column
+ * vectors of the tile (an edge tile of 16 or 32 columns does no more):
+ * each lane of a vdpbf16ps adds the pair's odd product and then its even
+ * one (Intel's definition; every tile and orientation runs the same
+ * instruction on the same pairs, so the bits do not depend on the split) */
+TBF16 static inline __attribute__((always_inline)) void micro_pairs_nv(int64_t kp, const float *ap, const float *bp,
+                                                                       __m512 acc[MR][3], int nv)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kp; p++, ap += MR, bp += NR) {
+        __m512bh b[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) b[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m512bh a = (__m512bh)_mm512_castps_si512(_mm512_set1_ps(ap[r]));
+#pragma GCC unroll 3
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], b[v], a);
+        }
+    }
+}
+
+TBF16 static void micro_pairs(int64_t kp, const float *ap, const float *bp, float *c, int64_t ldc, float alpha,
+                              float beta, int rows, int cols, int ct)
+{
+    __m512 acc[MR][3];
+    if (cols > 32)
+        micro_pairs_nv(kp, ap, bp, acc, 3);
+    else if (cols > 16)
+        micro_pairs_nv(kp, ap, bp, acc, 2);
+    else
+        micro_pairs_nv(kp, ap, bp, acc, 1);
+    tile_store(acc, c, ldc, alpha, beta, rows, cols, ct);
+}
+
 /* the exported names (static above, so that block() may inline them:
  * the library is built with -fPIC and interposable names are not) */
-void px_avx512_pack(float *dst, int R, int64_t rows, int64_t kc, const void *src, phx_dtype dt, int64_t ld,
-                    int along_r)
+void px_avx512_pack(float *dst, int R, int64_t rows, int64_t kc, const void *src, phx_dtype dt, int64_t ld, int along_r)
 {
     pack(dst, R, rows, kc, src, dt, ld, along_r);
 }
@@ -183,6 +295,8 @@ void px_avx512_micro(int64_t kc, const float *ap, const float *bp, float *c, int
 
 typedef struct job {
     int ta, tb, by_cols, ct; /* ct: m, n, a, b are swapped, C^T = B^T A^T is computed */
+    int pairs; /* bf16 pairs and vdpbf16ps, else widened values and FMA */
+    int64_t kc; /* depth of a block in k values: KC, or KC_PAIRS (even) */
     int64_t m, n, k;
     float alpha, beta;
     const void *a, *b;
@@ -206,25 +320,37 @@ static int64_t tile_at(const job *j, int64_t i, int64_t jj)
 T512 static phx_status block(const job *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
     size_t es = phx_dtype_size(j->dt);
-    float *bp = px_cpu_scratch(6, (size_t)KC * (size_t)(min64(NC, j1 - j0) + NR) * sizeof(float));
-    float *ap = px_cpu_scratch(5, (size_t)KC * (MC + MR) * sizeof(float));
+    int64_t depth = j->pairs ? (j->kc + 1) / 2 : j->kc; /* of a panel, in 32-bit elements */
+    float *bp = px_cpu_scratch(6, (size_t)depth * (size_t)(min64(NC, j1 - j0) + NR) * sizeof(float));
+    float *ap = px_cpu_scratch(5, (size_t)depth * (MC + MR) * sizeof(float));
     if (!bp || !ap) return PHX_ENOMEM;
     for (int64_t jc = j0; jc < j1; jc += NC) {
         int64_t nc = min64(NC, j1 - jc);
-        for (int64_t pc = 0; pc < j->k; pc += KC) {
-            int64_t kc = min64(KC, j->k - pc);
+        for (int64_t pc = 0; pc < j->k; pc += j->kc) {
+            int64_t kc = min64(j->kc, j->k - pc), ku = j->pairs ? (kc + 1) / 2 : kc;
             float beta = pc == 0 ? j->beta : 1.0f;
             /* B value (kk, col) sits at b[kk * ldb + col], or b[col * ldb + kk] when transposed */
             const char *bs = (const char *)j->b + (size_t)(j->tb ? jc * j->ldb + pc : pc * j->ldb + jc) * es;
-            pack(bp, NR, nc, kc, bs, j->dt, j->ldb, !j->tb);
+            if (j->pairs)
+                pack_pairs(bp, NR, nc, kc, bs, j->ldb, !j->tb);
+            else
+                pack(bp, NR, nc, kc, bs, j->dt, j->ldb, !j->tb);
             for (int64_t ic = i0; ic < i1; ic += MC) {
                 int64_t mc = min64(MC, i1 - ic);
                 const char *as = (const char *)j->a + (size_t)(j->ta ? pc * j->lda + ic : ic * j->lda + pc) * es;
-                pack(ap, MR, mc, kc, as, j->dt, j->lda, j->ta);
+                if (j->pairs)
+                    pack_pairs(ap, MR, mc, kc, as, j->lda, j->ta);
+                else
+                    pack(ap, MR, mc, kc, as, j->dt, j->lda, j->ta);
                 for (int64_t jr = 0; jr < nc; jr += NR)
-                    for (int64_t ir = 0; ir < mc; ir += MR)
-                        micro(kc, ap + ir * kc, bp + jr * kc, j->c + tile_at(j, ic + ir, jc + jr), j->ldc, j->alpha,
-                              beta, (int)min64(MR, mc - ir), (int)min64(NR, nc - jr), j->ct);
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        float *c = j->c + tile_at(j, ic + ir, jc + jr);
+                        int rows = (int)min64(MR, mc - ir), cols = (int)min64(NR, nc - jr);
+                        if (j->pairs)
+                            micro_pairs(ku, ap + ir * ku, bp + jr * ku, c, j->ldc, j->alpha, beta, rows, cols, j->ct);
+                        else
+                            micro(ku, ap + ir * ku, bp + jr * ku, c, j->ldc, j->alpha, beta, rows, cols, j->ct);
+                    }
             }
         }
     }
@@ -294,10 +420,12 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
              .b = b,
              .lda = lda,
              .ldb = ldb,
+             .pairs = adt == PHX_BF16 && px_cpu_has_avx512bf16(),
              .dt = adt,
              .c = c,
              .ldc = ldc,
              .cdt = cdt};
+    j.kc = j.pairs ? KC_PAIRS : KC;
     if (cdt != PHX_F32) { /* computed in f32 scratch, rounded once */
         if (!(j.c = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float)))) return PHX_ENOMEM;
         j.ldc = n, j.cu = c, j.ldcu = ldc;
