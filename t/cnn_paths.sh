@@ -1,11 +1,12 @@
 #!/bin/sh
 # t/cnn_modules on each CPU convolution path: PHX_CPU_CONV=im2col (the
 # path of a build without oneDNN, and of f16/bf16), oneDNN with AVX2 only
-# (ONEDNN_MAX_CPU_ISA=AVX2, as on a CPU without AVX-512), and oneDNN over
-# 3 threads (uneven parts of the batch); a bad PHX_CPU_CONV is an error
-# naming the variable.
+# (ONEDNN_MAX_CPU_ISA=AVX2, as on a CPU without AVX-512), oneDNN over 3
+# threads (uneven parts of the batch), and, where the kernels use AVX-512,
+# the implicit GEMM and Winograd (t/core_conv checks them shape by
+# shape); a bad PHX_CPU_CONV is an error naming the variable.
 b=${top_builddir:-.}
-echo "1..4"
+echo "1..6"
 i=0
 run() {
     i=$((i + 1))
@@ -29,9 +30,17 @@ else
     echo "ok 3 # SKIP built without oneDNN"
     i=3
 fi
-out=$(PHX_CPU_CONV=fast "$b/t/cnn_modules" 2>&1)
-if echo "$out" | grep -q "PHX_CPU_CONV='fast', expected auto, im2col or dnnl"; then
-    echo "ok 4 - PHX_CPU_CONV=fast: the convolutions fail naming the variable and the choices"
+if grep -q '^flags.* avx512f' /proc/cpuinfo 2>/dev/null && { [ -z "$PHX_CPU_ISA" ] || [ "$PHX_CPU_ISA" = avx512 ]; }; then
+    run "PHX_CPU_CONV=avx512" PHX_CPU_CONV=avx512
+    run "PHX_CPU_CONV=winograd over 3 threads" PHX_CPU_CONV=winograd PHX_NUM_THREADS=3
 else
-    echo "not ok 4 - PHX_CPU_CONV=fast was not refused"
+    echo "ok 4 # SKIP the kernels do not use AVX-512"
+    echo "ok 5 # SKIP the kernels do not use AVX-512"
+    i=5
+fi
+out=$(PHX_CPU_CONV=fast "$b/t/cnn_modules" 2>&1)
+if echo "$out" | grep -q "PHX_CPU_CONV='fast', expected auto, im2col, dnnl, avx512 or winograd"; then
+    echo "ok 6 - PHX_CPU_CONV=fast: the convolutions fail naming the variable and the choices"
+else
+    echo "not ok 6 - PHX_CPU_CONV=fast was not refused"
 fi

@@ -4,6 +4,8 @@
 #define PHX_T_CORE_UTIL_H
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 #include <stdint.h>
 #include "kernels/math.h"
 #include "phalanx/phalanx.h"
@@ -104,4 +106,20 @@ static inline double cu_act_dref(int act, double x)
     }
     }
 }
+
+/* 1 when /proc/cpuinfo lists the flag (0 when it cannot be read) */
+static inline int cu_cpu_has(const char *flag)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) {
+            for (char *t = strtok(line, " \t\n"); t && !found; t = strtok(NULL, " \t\n")) found = strcmp(t, flag) == 0;
+            break;
+        }
+    if (f) fclose(f);
+    return found;
+}
+
 #endif

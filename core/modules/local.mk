@@ -25,7 +25,7 @@ TESTS += t/gpt_example.sh
 EXTRA_DIST += t/gpt_example.sh
 # Tests of the CNN modules against PyTorch (reference data from
 # bench/torch/cnn.py in t/data).
-cnn_tests = t/cnn_modules t/cnn_sync t/cnn_state t/cnn_alloc
+cnn_tests = t/cnn_modules t/cnn_sync t/cnn_state t/cnn_alloc t/core_conv
 check_PROGRAMS += $(cnn_tests)
 TESTS += $(cnn_tests)
 t_cnn_modules_LDADD = libphalanx.la -lm
@@ -33,6 +33,8 @@ t_cnn_sync_LDADD = libphalanx.la -lm
 t_cnn_sync_CPPFLAGS = $(ddp_test_cppflags)
 t_cnn_state_LDADD = libphalanx.la -lm
 t_cnn_alloc_LDADD = libphalanx.la
+t_core_conv_SOURCES = t/core_conv.c t/core-util.h
+t_core_conv_LDADD = libphalanx.la -lm
 TESTS += t/cnn_paths.sh t/cnn_example.sh
 EXTRA_DIST += t/cnn_paths.sh t/cnn_example.sh bench/torch/cnn_train.py
 EXTRA_DIST += bench/torch/cnn.py t/data/cnn_modules.safetensors t/data/cnn_state.safetensors \

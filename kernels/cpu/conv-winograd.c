@@ -30,6 +30,7 @@
 enum {
     NE = 16, /* transformed positions */
     TC_MOST = 8 * PX_NR, /* tiles of a chunk at most */
+    AHEAD = 4, /* channels the transforms prefetch ahead: a channel's runs take less than a miss to DRAM */
 };
 
 static int64_t min64(int64_t a, int64_t b)
@@ -79,17 +80,93 @@ static int64_t spaced(int64_t n)
     return (lines | 1) * 16;
 }
 
-/* at most 16 tiles of one tile row from tile t of the batch, and at most
- * most: image b, tile row ty, tile columns tx .. tx + n - 1 */
+/* The tiles the transforms take at once, one per lane: tiles tx .. tx +
+ * n - 1 of tile row ty of image b in lanes 0 .. n - 1 and, when two,
+ * the same of tile row ty + 1 in lanes 8 .. 8 + n - 1 (a narrow image,
+ * tw <= 8, fills twice the lanes that way). Their tiles are consecutive
+ * in the chunk: tiles() of them. */
 typedef struct run {
     int64_t b, ty, tx, n;
+    int two;
 } run;
 
+static int64_t tiles(const run *r)
+{
+    return r->two ? 2 * r->n : r->n;
+}
+
+static __mmask16 run_lanes(const run *r)
+{
+    return (__mmask16)(lanes(0, r->n) | (r->two ? lanes(8, 8 + r->n) : 0));
+}
+
+/* the run from tile t of the batch, of at most most tiles */
 static run run_at(const wino *g, int64_t t, int64_t most)
 {
-    run r = {t / g->tiles, t % g->tiles / g->tw, t % g->tw, 0};
+    run r = {t / g->tiles, t % g->tiles / g->tw, t % g->tw, 0, 0};
+    r.two = g->tw <= 8 && r.tx == 0 && r.ty + 1 < g->th && 2 * g->tw <= most;
     r.n = min64(min64(16, g->tw - r.tx), most);
     return r;
+}
+
+/* A run's lanes and its tiles: lanes, the run's lanes (run_lanes); tiles,
+ * the first tiles(r) of 16 (lanes(0, tiles)); two, r->two. */
+typedef struct run_mask {
+    __mmask16 lanes, tiles;
+    int two;
+} run_mask;
+
+static run_mask run_mask_of(const run *r)
+{
+    return (run_mask){run_lanes(r), lanes(0, tiles(r)), r->two};
+}
+
+/* a run's 16 lanes to its consecutive tiles at p, and back */
+T512 static inline __attribute__((always_inline)) void put_tiles(float *p, run_mask m, __m512 v)
+{
+    if (m.two) v = _mm512_maskz_compress_ps(m.lanes, v);
+    _mm512_mask_storeu_ps(p, m.tiles, v);
+}
+
+T512 static inline __attribute__((always_inline)) __m512 get_tiles(const float *p, run_mask m)
+{
+    if (!m.two) return _mm512_maskz_loadu_ps(m.lanes, p);
+    return _mm512_maskz_expand_ps(m.lanes, _mm512_maskz_loadu_ps(m.tiles, p));
+}
+
+/* The runs of tiles t0 .. t0 + tc - 1, cut at 48-tile panels when panels;
+ * the transforms take each channel through all of them, so that a plane
+ * is read (or written) in order: a run through every channel jumped
+ * between planes and defeated the prefetchers. */
+typedef struct runs {
+    int64_t n;
+    run r[TC_MOST];
+    int64_t q[TC_MOST]; /* the run's first tile, from t0 */
+} runs;
+
+static void runs_of(const wino *g, int64_t t0, int64_t tc, int panels, runs *rs)
+{
+    rs->n = 0;
+    for (int64_t q = 0; q < tc; rs->n++) {
+        rs->r[rs->n] = run_at(g, t0 + q, panels ? min64(tc - q, PX_NR - q % PX_NR) : tc - q);
+        rs->q[rs->n] = q;
+        q += tiles(&rs->r[rs->n]);
+    }
+}
+
+/* Fetches into L1 what the runs read of the channel at plane (h x w
+ * per image, images istride apart): rows 2 ty + r0 .. 2 ty + r1 of each
+ * tile row. */
+T512 static void prefetch(const runs *rs, const float *plane, int64_t istride, int64_t h, int64_t w, int64_t r0,
+                          int64_t r1)
+{
+    for (int64_t k = 0; k < rs->n; k++) {
+        const run *r = &rs->r[k];
+        if (k && r->tx) continue; /* a tile row once */
+        int64_t a = 2 * r->ty + r0 < 0 ? 0 : 2 * r->ty + r0, b = min64(2 * r->ty + r1 + 1 + 2 * r->two, h);
+        for (int64_t f = a * w; f < b * w; f += 16)
+            _mm_prefetch((const char *)(plane + r->b * istride + f), _MM_HINT_T0);
+    }
 }
 
 static const int32_t EVEN[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
@@ -97,160 +174,179 @@ static const int32_t ODD[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 2
 static const int32_t LO[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
 static const int32_t HI[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
-/* Where a run's 4 x 4 input patches sit in each input plane: patch row a
- * is plane row row[a] (-1: outside, zeros), read by four loads of 16 at
- * columns col[q] with lanes mk[q] (0 outside the plane); the even and
- * odd lanes of loads 0-1 and 2-3 are patch columns 0, 1, 2, 3 of the 16
- * tiles. */
+/* Two loads of 16 whose even and odd lanes together are a row's two
+ * patch (or tile) columns j, j + 1 for every lane of a run: plane row y
+ * from column c (and c + 16), or, for a run of two tile rows, rows y and
+ * y + 2 from column c. The offsets in a plane of rows h x w, the lanes
+ * inside it (0 where a row is outside, the offset then 0). */
+typedef struct pair {
+    int64_t off[2];
+    __mmask16 mk[2];
+} pair;
+
+static pair pair_of(const run *r, int64_t y, int64_t c, int64_t h, int64_t w)
+{
+    pair p;
+    for (int i = 0; i < 2; i++) {
+        int64_t yy = y + (r->two ? 2 * i : 0), cc = c + (r->two ? 0 : 16 * i);
+        int in = yy >= 0 && yy < h;
+        p.off[i] = in ? yy * w + cc : 0;
+        p.mk[i] = in ? lanes(-cc, w - cc) : 0;
+    }
+    return p;
+}
+
+/* Where a run's 4 x 4 input patches sit in each input plane: patch row
+ * a, columns 0-1 and 2-3. */
 typedef struct in_run {
-    int64_t row[4], col[4];
-    __mmask16 mk[4];
+    pair p[4][2];
 } in_run;
 
 static in_run in_run_of(const phx_conv2d_desc *d, const run *r)
 {
     in_run o;
-    for (int a = 0; a < 4; a++) {
-        int64_t iy = 2 * r->ty - d->pad_h + a;
-        o.row[a] = iy < 0 || iy >= d->h ? -1 : iy * d->w;
-    }
-    for (int q = 0; q < 4; q++) {
-        o.col[q] = 2 * r->tx - d->pad_w + (q & 1) * 16 + (q >> 1) * 2;
-        o.mk[q] = lanes(-o.col[q], d->w - o.col[q]);
-    }
+    for (int a = 0; a < 4; a++)
+        for (int j = 0; j < 2; j++)
+            o.p[a][j] = pair_of(r, 2 * r->ty - d->pad_h + a, 2 * r->tx - d->pad_w + 2 * j, d->h, d->w);
     return o;
 }
 
-/* V = B^T p B of the run's tiles in plane xc, position e at v + e es,
- * lanes 0 .. n - 1 */
-T512 static inline __attribute__((always_inline)) void input_tf(const in_run *o, const float *xc, float *v, int64_t es,
-                                                                __mmask16 m)
+/* the even and odd lanes of the pair's two loads from plane */
+T512 static inline __attribute__((always_inline)) void pair_load(const pair *p, const float *plane, __m512 *even_cols,
+                                                                 __m512 *odd_cols)
 {
     const __m512i even = _mm512_loadu_si512(EVEN), odd = _mm512_loadu_si512(ODD);
+    __m512 l0 = _mm512_maskz_loadu_ps(p->mk[0], plane + p->off[0]);
+    __m512 l1 = _mm512_maskz_loadu_ps(p->mk[1], plane + p->off[1]);
+    *even_cols = _mm512_permutex2var_ps(l0, even, l1);
+    *odd_cols = _mm512_permutex2var_ps(l0, odd, l1);
+}
+
+/* V = B^T p B of the run's tiles in plane xc into v (position e at v + e
+ * es) */
+T512 static inline __attribute__((always_inline)) void input_tf(const in_run *o, run_mask rm, const float *xc, float *v,
+                                                                int64_t es)
+{
     __m512 p[4][4], t[4][4];
+#pragma GCC unroll 4
     for (int a = 0; a < 4; a++) {
-        if (o->row[a] < 0) {
-            for (int b = 0; b < 4; b++) p[a][b] = _mm512_setzero_ps();
-            continue;
-        }
-        const float *row = xc + o->row[a];
-        __m512 l0 = _mm512_maskz_loadu_ps(o->mk[0], row + o->col[0]);
-        __m512 l1 = _mm512_maskz_loadu_ps(o->mk[1], row + o->col[1]);
-        __m512 l2 = _mm512_maskz_loadu_ps(o->mk[2], row + o->col[2]);
-        __m512 l3 = _mm512_maskz_loadu_ps(o->mk[3], row + o->col[3]);
-        p[a][0] = _mm512_permutex2var_ps(l0, even, l1);
-        p[a][1] = _mm512_permutex2var_ps(l0, odd, l1);
-        p[a][2] = _mm512_permutex2var_ps(l2, even, l3);
-        p[a][3] = _mm512_permutex2var_ps(l2, odd, l3);
+        pair_load(&o->p[a][0], xc, &p[a][0], &p[a][1]);
+        pair_load(&o->p[a][1], xc, &p[a][2], &p[a][3]);
     }
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         t[0][j] = _mm512_sub_ps(p[0][j], p[2][j]);
         t[1][j] = _mm512_add_ps(p[1][j], p[2][j]);
         t[2][j] = _mm512_sub_ps(p[2][j], p[1][j]);
         t[3][j] = _mm512_sub_ps(p[1][j], p[3][j]);
     }
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
-        _mm512_mask_storeu_ps(v + (4 * i) * es, m, _mm512_sub_ps(t[i][0], t[i][2]));
-        _mm512_mask_storeu_ps(v + (4 * i + 1) * es, m, _mm512_add_ps(t[i][1], t[i][2]));
-        _mm512_mask_storeu_ps(v + (4 * i + 2) * es, m, _mm512_sub_ps(t[i][2], t[i][1]));
-        _mm512_mask_storeu_ps(v + (4 * i + 3) * es, m, _mm512_sub_ps(t[i][1], t[i][3]));
+        put_tiles(v + (4 * i) * es, rm, _mm512_sub_ps(t[i][0], t[i][2]));
+        put_tiles(v + (4 * i + 1) * es, rm, _mm512_add_ps(t[i][1], t[i][2]));
+        put_tiles(v + (4 * i + 2) * es, rm, _mm512_sub_ps(t[i][2], t[i][1]));
+        put_tiles(v + (4 * i + 3) * es, rm, _mm512_sub_ps(t[i][1], t[i][3]));
     }
 }
 
-/* V of input channels c0 .. c0 + nc - 1 for tiles t0 .. t0 + tc - 1:
- * tile t0 + q of channel c0 + i at v[e es + i cs + q] (plain), or,
- * packed, in 48-column panels pstride floats apart:
- * v[e es + i cs + (q / 48) pstride + q % 48] */
-T512 static void chunk_in(const wino *g, int64_t c0, int64_t nc, int64_t t0, int64_t tc, float *v, int64_t es,
-                          int64_t cs, int64_t pstride)
+/* V of input channels c0 .. c0 + nc - 1 for the runs: tile t0 + q of
+ * channel c0 + i at v[e es + i cs + q] (plain), or, packed, in 48-column
+ * panels pstride floats apart: v[e es + i cs + (q / 48) pstride + q % 48] */
+T512 static void chunk_in(const wino *g, const runs *rs, int64_t c0, int64_t nc, float *v, int64_t es, int64_t cs,
+                          int64_t pstride)
 {
     const phx_conv2d_desc *d = g->d;
-    int64_t hw = d->h * d->w, nr = 0;
-    /* the chunk's runs, then each channel's plane through all of them (the
-     * plane is read in order: a run per channel would jump between planes
-     * and defeat the prefetchers) */
+    int64_t hw = d->h * d->w, chw = d->c * hw;
     in_run o[TC_MOST];
-    int64_t at[TC_MOST], img[TC_MOST];
-    __mmask16 mk[TC_MOST];
-    for (int64_t q = 0; q < tc; nr++) {
-        run r = run_at(g, t0 + q, pstride ? min64(tc - q, PX_NR - q % PX_NR) : tc - q);
-        o[nr] = in_run_of(d, &r);
-        at[nr] = pstride ? q / PX_NR * pstride + q % PX_NR : q;
-        img[nr] = (r.b * d->c + c0) * hw;
-        mk[nr] = lanes(0, r.n);
-        q += r.n;
-    }
-    /* the span of the first image's plane the chunk reads, prefetched a
-     * channel ahead (64 planes read a few rows each defeat the hardware
-     * prefetchers) */
-    int64_t lo = (2 * run_at(g, t0, 1).ty - d->pad_h) * d->w, hi = lo + 2 * tc / g->tw * d->w + 4 * d->w + 2 * 16;
-    lo = lo < 0 ? 0 : lo, hi = hi > hw ? hw : hi;
+    run_mask rm[TC_MOST];
+    for (int64_t k = 0; k < rs->n; k++) o[k] = in_run_of(d, &rs->r[k]), rm[k] = run_mask_of(&rs->r[k]);
     for (int64_t i = 0; i < nc; i++) {
-        if (i + 1 < nc)
-            for (int64_t f = lo; f < hi; f += 16) _mm_prefetch((const char *)(g->x + img[0] + (i + 1) * hw + f), _MM_HINT_T0);
-        for (int64_t k = 0; k < nr; k++) input_tf(&o[k], g->x + img[k] + i * hw, v + at[k] + i * cs, es, mk[k]);
+        const float *xc = g->x + (c0 + i) * hw;
+        if (i + AHEAD < nc) prefetch(rs, xc + AHEAD * hw, chw, d->h, d->w, -d->pad_h, 3 - d->pad_h);
+        if (!i)
+            for (int64_t a = 1; a < AHEAD && a < nc; a++)
+                prefetch(rs, xc + a * hw, chw, d->h, d->w, -d->pad_h, 3 - d->pad_h);
+        for (int64_t k = 0; k < rs->n; k++) {
+            int64_t q = rs->q[k];
+            input_tf(&o[k], rm[k], xc + rs->r[k].b * chw, v + i * cs + (pstride ? q / PX_NR * pstride + q % PX_NR : q),
+                     es);
+        }
     }
 }
-/* Y = A^T M A + bias of every output channel for tiles t0 .. t0 + tc - 1
- * from m (tile t0 + q of channel co at m[e es + co g->tc + q]) */
-T512 static void chunk_out(const wino *g, int64_t t0, int64_t tc, const float *m, int64_t es)
+
+/* Y = A^T M A + bias of every output channel for the runs from m (tile
+ * t0 + q of channel co at m[e es + co g->tc + q]) */
+T512 static void chunk_out(const wino *g, const runs *rs, const float *m, int64_t es)
 {
     const phx_conv2d_desc *d = g->d;
     const __m512i lo = _mm512_loadu_si512(LO), hi = _mm512_loadu_si512(HI);
-    int64_t ohw = d->oh * d->ow;
-    for (int64_t q = 0; q < tc;) {
-        run r = run_at(g, t0 + q, tc - q);
-        int64_t rows = min64(2, d->oh - 2 * r.ty), cnt = min64(d->ow - 2 * r.tx, 2 * r.n); /* pixels of a row */
-        __mmask16 mk = lanes(0, r.n), m0 = lanes(0, cnt), m1 = lanes(0, cnt - 16);
-        float *yb = g->y + r.b * d->k * ohw + 2 * r.ty * d->ow + 2 * r.tx;
-        for (int64_t co = 0; co < d->k; co++) {
-            const float *mt = m + co * g->tc + q;
-            __m512 bv = _mm512_set1_ps(g->bias ? g->bias[co] : 0.0f), u[2][4];
+    int64_t ohw = d->oh * d->ow, kohw = d->k * ohw;
+    /* the pixels of lanes 0-7 (lo) and 8-15 (hi) of output row i go where
+     * the pair of that row reads them from */
+    pair po[TC_MOST][2];
+    run_mask rms[TC_MOST];
+    for (int64_t k = 0; k < rs->n; k++)
+        for (int i = 0; i < 2; i++) {
+            rms[k] = run_mask_of(&rs->r[k]);
+            const run *r = &rs->r[k];
+            pair *p = &po[k][i];
+            *p = pair_of(r, 2 * r->ty + i, 2 * r->tx, d->oh, d->ow);
+            p->mk[0] &= lanes(0, 2 * r->n), p->mk[1] &= lanes(0, r->two ? 2 * r->n : 2 * r->n - 16);
+            p->off[0] += r->b * kohw, p->off[1] += r->b * kohw;
+        }
+    for (int64_t co = 0; co < d->k; co++) {
+        __m512 bv = _mm512_set1_ps(g->bias ? g->bias[co] : 0.0f);
+        float *yc = g->y + co * ohw;
+        if (co + AHEAD < d->k) prefetch(rs, yc + AHEAD * ohw, kohw, d->oh, d->ow, 0, 1);
+        for (int64_t k = 0; k < rs->n; k++) {
+            run_mask rm = rms[k];
+            const float *mt = m + co * g->tc + rs->q[k];
+            __m512 u[2][4];
+#pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
-                __m512 a0 = _mm512_maskz_loadu_ps(mk, mt + j * es), a1 = _mm512_maskz_loadu_ps(mk, mt + (4 + j) * es);
-                __m512 a2 = _mm512_maskz_loadu_ps(mk, mt + (8 + j) * es);
-                __m512 a3 = _mm512_maskz_loadu_ps(mk, mt + (12 + j) * es);
+                __m512 a0 = get_tiles(mt + j * es, rm), a1 = get_tiles(mt + (4 + j) * es, rm);
+                __m512 a2 = get_tiles(mt + (8 + j) * es, rm), a3 = get_tiles(mt + (12 + j) * es, rm);
                 u[0][j] = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
                 u[1][j] = _mm512_sub_ps(_mm512_sub_ps(a1, a2), a3);
             }
-            for (int64_t i = 0; i < rows; i++) {
+            for (int i = 0; i < 2; i++) {
                 __m512 y0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(u[i][0], u[i][1]), u[i][2]), bv);
                 __m512 y1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(u[i][1], u[i][2]), u[i][3]), bv);
-                float *out = yb + co * ohw + i * d->ow;
-                _mm512_mask_storeu_ps(out, m0, _mm512_permutex2var_ps(y0, lo, y1));
-                _mm512_mask_storeu_ps(out + 16, m1, _mm512_permutex2var_ps(y0, hi, y1));
+                const pair *p = &po[k][i];
+                _mm512_mask_storeu_ps(yc + p->off[0], p->mk[0], _mm512_permutex2var_ps(y0, lo, y1));
+                _mm512_mask_storeu_ps(yc + p->off[1], p->mk[1], _mm512_permutex2var_ps(y0, hi, y1));
             }
         }
-        q += r.n;
     }
 }
 
-/* Z = A dY A^T of every output channel for tiles t0 .. t0 + tc - 1 into
- * z (tile t0 + q of channel co at z[e es + co tc + q]), dY 0 outside
- * the output */
-T512 static void chunk_grad(const wino *g, int64_t t0, int64_t tc, float *z, int64_t es)
+/* Z = A dY A^T of every output channel for the runs into z (tile t0 + q
+ * of channel co at z[e es + co g->tc + q]), dY 0 outside the output */
+T512 static void chunk_grad(const wino *g, const runs *rs, float *z, int64_t es)
 {
     const phx_conv2d_desc *d = g->d;
-    const __m512i even = _mm512_loadu_si512(EVEN), odd = _mm512_loadu_si512(ODD);
     const __m512 zero = _mm512_setzero_ps();
-    int64_t ohw = d->oh * d->ow;
-    for (int64_t qt = 0; qt < tc;) {
-        run rn = run_at(g, t0 + qt, tc - qt);
-        int64_t rows = min64(2, d->oh - 2 * rn.ty), cnt = min64(d->ow - 2 * rn.tx, 2 * rn.n);
-        __mmask16 mk = lanes(0, rn.n), m0 = lanes(0, cnt), m1 = lanes(0, cnt - 16);
-        const float *db = g->dy + rn.b * d->k * ohw + 2 * rn.ty * d->ow + 2 * rn.tx;
-        for (int64_t co = 0; co < d->k; co++) {
-            __m512 q[2][2]; /* q[i][j] lane l: dY (2 ty + i, 2 (tx + l) + j) */
-            for (int i = 0; i < 2; i++) {
-                if (i >= rows) {
-                    q[i][0] = q[i][1] = zero;
-                    continue;
-                }
-                const float *row = db + co * ohw + i * d->ow;
-                __m512 l0 = _mm512_maskz_loadu_ps(m0, row), l1 = _mm512_maskz_loadu_ps(m1, row + 16);
-                q[i][0] = _mm512_permutex2var_ps(l0, even, l1);
-                q[i][1] = _mm512_permutex2var_ps(l0, odd, l1);
-            }
+    int64_t ohw = d->oh * d->ow, kohw = d->k * ohw;
+    pair pg[TC_MOST][2]; /* the dY rows of each run, as chunk_out writes Y */
+    run_mask rms[TC_MOST];
+    for (int64_t k = 0; k < rs->n; k++)
+        for (int i = 0; i < 2; i++) {
+            rms[k] = run_mask_of(&rs->r[k]);
+            const run *r = &rs->r[k];
+            pair *p = &pg[k][i];
+            *p = pair_of(r, 2 * r->ty + i, 2 * r->tx, d->oh, d->ow);
+            p->mk[0] &= lanes(0, 2 * r->n), p->mk[1] &= lanes(0, r->two ? 2 * r->n : 2 * r->n - 16);
+            p->off[0] += r->b * kohw, p->off[1] += r->b * kohw;
+        }
+    for (int64_t co = 0; co < d->k; co++) {
+        const float *dyc = g->dy + co * ohw;
+        if (co + AHEAD < d->k) prefetch(rs, dyc + AHEAD * ohw, kohw, d->oh, d->ow, 0, 1);
+        if (!co)
+            for (int64_t a = 1; a < AHEAD && a < d->k; a++) prefetch(rs, dyc + a * ohw, kohw, d->oh, d->ow, 0, 1);
+        for (int64_t k = 0; k < rs->n; k++) {
+            run_mask rm = rms[k];
+            __m512 q[2][2]; /* q[i][j]: dY (2 ty + i, 2 tx + j) of each lane's tile */
+            for (int i = 0; i < 2; i++) pair_load(&pg[k][i], dyc, &q[i][0], &q[i][1]);
             __m512 r[4][2]; /* A q: rows q0, q0 + q1, q0 - q1, -q1 */
             for (int j = 0; j < 2; j++) {
                 r[0][j] = q[0][j];
@@ -258,15 +354,14 @@ T512 static void chunk_grad(const wino *g, int64_t t0, int64_t tc, float *z, int
                 r[2][j] = _mm512_sub_ps(q[0][j], q[1][j]);
                 r[3][j] = _mm512_sub_ps(zero, q[1][j]);
             }
-            float *zt = z + co * g->tc + qt;
+            float *zt = z + co * g->tc + rs->q[k];
             for (int i = 0; i < 4; i++) {
-                _mm512_mask_storeu_ps(zt + (4 * i) * es, mk, r[i][0]);
-                _mm512_mask_storeu_ps(zt + (4 * i + 1) * es, mk, _mm512_add_ps(r[i][0], r[i][1]));
-                _mm512_mask_storeu_ps(zt + (4 * i + 2) * es, mk, _mm512_sub_ps(r[i][0], r[i][1]));
-                _mm512_mask_storeu_ps(zt + (4 * i + 3) * es, mk, _mm512_sub_ps(zero, r[i][1]));
+                put_tiles(zt + (4 * i) * es, rm, r[i][0]);
+                put_tiles(zt + (4 * i + 1) * es, rm, _mm512_add_ps(r[i][0], r[i][1]));
+                put_tiles(zt + (4 * i + 2) * es, rm, _mm512_sub_ps(r[i][0], r[i][1]));
+                put_tiles(zt + (4 * i + 3) * es, rm, _mm512_sub_ps(zero, r[i][1]));
             }
         }
-        qt += rn.n;
     }
 }
 
@@ -306,17 +401,20 @@ T512 static void fwd_part(void *arg, int64_t lo, int64_t hi)
         __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
         return;
     }
+    runs rs;
     for (int64_t ch = lo; ch < hi; ch++) {
         int64_t t0 = ch * g->tc, tc = min64(g->tc, all - t0);
         if (tc % PX_NR) /* the last panel's unused columns: zeros, not stale floats */
             for (int e = 0; e < NE; e++)
                 memset(v + e * vs + tc / PX_NR * c * PX_NR, 0, (size_t)(c * PX_NR) * sizeof(float));
-        chunk_in(g, 0, c, t0, tc, v, vs, PX_NR, c * PX_NR);
+        runs_of(g, t0, tc, 1, &rs);
+        chunk_in(g, &rs, 0, c, v, vs, PX_NR, c * PX_NR);
         for (int e = 0; e < NE; e++)
             for (int64_t pc = 0; pc < c; pc += g->kc)
-                px_conv_tiles(min64(g->kc, c - pc), g->up + e * mp * c + pc * mp, v + e * vs + pc * PX_NR,
-                              c * PX_NR, k, tc, m + e * ms, g->tc, pc ? 1.0f : 0.0f);
-        chunk_out(g, t0, tc, m, ms);
+                px_conv_tiles(min64(g->kc, c - pc), g->up + e * mp * c + pc * mp, v + e * vs + pc * PX_NR, c * PX_NR, k,
+                              tc, m + e * ms, g->tc, pc ? 1.0f : 0.0f);
+        runs_of(g, t0, tc, 0, &rs);
+        chunk_out(g, &rs, m, ms);
     }
 }
 
@@ -356,10 +454,12 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
         return;
     }
     memset(s, 0, (size_t)(NE * nci * k) * sizeof(float));
+    runs rs;
     for (int64_t t0 = 0; t0 < all; t0 += g->tc) {
         int64_t tc = min64(g->tc, all - t0);
-        chunk_in(g, c0, nci, t0, tc, v, vs, g->tc, 0);
-        chunk_grad(g, t0, tc, z, zs);
+        runs_of(g, t0, tc, 0, &rs);
+        chunk_in(g, &rs, c0, nci, v, vs, g->tc, 0);
+        chunk_grad(g, &rs, z, zs);
         for (int e = 0; e < NE; e++) {
             px_avx512_pack(ap, PX_MR, nci, tc, v + e * vs, PHX_F32, g->tc, 0);
             for (int64_t jc = 0; jc < k; jc += nc_most) {
