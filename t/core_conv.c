@@ -11,8 +11,8 @@
  * at the bottom and right). The bound: |got - ref| <= tol * sum |terms|
  * of the reference, per element. Then: the AVX-512 paths give the same
  * bits on 1 and 3 threads; auto gives Winograd's bits where it takes the
- * pass and oneDNN's (im2col's) elsewhere; a bad PHX_CPU_CONV names the
- * choices. */
+ * pass, the direct kernel's for one input channel and oneDNN's (im2col's)
+ * elsewhere; a bad PHX_CPU_CONV names the choices. */
 #include "config.h"
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +26,10 @@ typedef struct shape {
 } shape;
 
 /* n, c, h, w, k, kh, kw, oh, ow, stride, pad, dil, groups */
-#define D(n, c, h, w, k, kh, kw, oh, ow, s, p, dl, g) {n, c, h, w, k, kh, kw, oh, ow, s, s, p, p, dl, dl, g}
+#define D(n, c, h, w, k, kh, kw, oh, ow, s, p, dl, g) \
+    { \
+        n, c, h, w, k, kh, kw, oh, ow, s, s, p, p, dl, dl, g \
+    }
 static const shape shapes[] = {
     {D(2, 3, 5, 6, 4, 3, 3, 5, 6, 1, 1, 1, 1), 1}, /* tiny: 3 tiles a row, two rows a vector */
     {D(3, 19, 37, 35, 21, 3, 3, 37, 35, 1, 1, 1, 1), 0}, /* 18 tiles a row, several chunks */
@@ -43,8 +46,8 @@ static const shape shapes[] = {
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
-static const char *paths[] = {"im2col", "dnnl", "avx512", "winograd"};
-#define NPATHS 4
+static const char *paths[] = {"im2col", "dnnl", "avx512", "winograd", "direct"};
+#define NPATHS 5
 
 typedef struct data {
     float *x, *w, *b, *dy;
@@ -117,7 +120,7 @@ static phx_status passes(const char *path, const phx_conv2d_desc *d, const data 
 static int cpu_avx512(void)
 {
     return cu_cpu_has("avx512f") && cu_cpu_has("fma") && cu_cpu_has("f16c") &&
-           (!getenv("PHX_CPU_ISA") || !strcmp(getenv("PHX_CPU_ISA"), "avx512"));
+        (!getenv("PHX_CPU_ISA") || !strcmp(getenv("PHX_CPU_ISA"), "avx512"));
 }
 
 static int path_available(int p)
@@ -134,7 +137,7 @@ static int path_available(int p)
 
 int main(void)
 {
-    plan(NPATHS * NSHAPES + 5);
+    plan(NPATHS * NSHAPES + 6);
     size_t most_x = 0, most_w = 0, most_y = 0;
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
@@ -167,7 +170,8 @@ int main(void)
         for (int64_t i = 0; i < d->k; i++) t.db[i] += 0.5, t.adb[i] += 0.5;
         for (int p = 0; p < NPATHS; p++) {
             char what[160];
-            snprintf(what, sizeof what, "PHX_CPU_CONV=%s: %lldx%lldx%lldx%lld -> %lld, %lldx%lld, stride %lld, pad %lld, "
+            snprintf(what, sizeof what,
+                     "PHX_CPU_CONV=%s: %lldx%lldx%lldx%lld -> %lld, %lldx%lld, stride %lld, pad %lld, "
                      "dil %lld, groups %lld",
                      paths[p], (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->k,
                      (long long)d->kh, (long long)d->kw, (long long)d->stride_h, (long long)d->pad_h,
@@ -187,13 +191,16 @@ int main(void)
                     shapes[s].bias ? ", db" : "", e))
                 diag("%s", st == PHX_OK ? "" : phx_last_error());
         }
-        if (s == 1) { /* bits on 1 and 3 threads: 18 tiles a row, several chunks */
-            int before = phx_num_threads();
-            for (int p = 2; p < NPATHS; p++) {
+        /* bits on 1 and 3 threads: the implicit GEMM and Winograd on 18
+         * tiles a row and several chunks, the direct kernel on one input
+         * channel */
+        if (s == 1 || s == 10)
+            for (int p = s == 1 ? 2 : 4; p < (s == 1 ? 4 : 5); p++) {
                 if (!avx) {
                     skip(1, "the kernels do not use AVX-512");
                     continue;
                 }
+                int before = phx_num_threads();
                 phx_set_num_threads(1);
                 phx_status st = passes(paths[p], d, &t, 1, y, dx, dw, db);
                 phx_set_num_threads(3);
@@ -203,35 +210,40 @@ int main(void)
                        !memcmp(dw, dw2, t.nw * 4) && !memcmp(db, db2, (size_t)d->k * 4),
                    "PHX_CPU_CONV=%s: the same bits on 1 and 3 threads", paths[p]);
             }
-        }
-        if (s == 10) { /* auto: Winograd's bits where it takes a pass, oneDNN's (or im2col's) on one input channel */
+        if (s == 10) { /* auto: the direct kernel's bits for one input channel's forward and weight */
             int same = 1;
             if (avx) {
                 passes(NULL, d, &t, 1, y, dx, dw, db);
-                passes(path_available(1) ? "dnnl" : "im2col", d, &t, 1, y2, dx2, dw2, db2);
-                same = !memcmp(y, y2, t.ny * 4) && !memcmp(dw, dw2, t.nw * 4);
+                passes("direct", d, &t, 1, y2, dx2, dw2, db2);
+                same = !memcmp(y, y2, t.ny * 4) && !memcmp(dw, dw2, t.nw * 4) && !memcmp(db, db2, (size_t)d->k * 4);
             }
-            ok(same, "auto: one input channel takes oneDNN (or im2col), not Winograd");
+            ok(same, "auto: one input channel takes the direct kernel for forward and weight");
         }
     }
-    /* auto on bench's conv2 shape: Winograd's bits for every pass */
+    /* auto on bench's conv2 shape: Winograd's bits forward and for the
+     * data, oneDNN's (or im2col's) for the weight */
     {
         const phx_conv2d_desc *d = &shapes[2].d;
-        t.nx = (size_t)(d->n * d->c * d->h * d->w), t.nw = (size_t)(d->k * d->c * 9), t.ny = (size_t)(d->n * d->k * d->oh * d->ow);
+        t.nx = (size_t)(d->n * d->c * d->h * d->w), t.nw = (size_t)(d->k * d->c * 9);
+        t.ny = (size_t)(d->n * d->k * d->oh * d->ow);
         int same = 1;
         if (avx) {
             passes(NULL, d, &t, 1, y, dx, dw, db);
             passes("winograd", d, &t, 1, y2, dx2, dw2, db2);
-            same = !memcmp(y, y2, t.ny * 4) && !memcmp(dx, dx2, t.nx * 4) && !memcmp(dw, dw2, t.nw * 4);
+            same = !memcmp(y, y2, t.ny * 4) && !memcmp(dx, dx2, t.nx * 4);
+            passes(path_available(1) ? "dnnl" : "im2col", d, &t, 1, y2, dx2, dw2, db2);
+            same = same && !memcmp(dw, dw2, t.nw * 4);
         }
-        ok(same, "auto: 16 -> 24 channels, 3x3, stride 1 take Winograd for every pass");
+        ok(same, "auto: 16 -> 24 channels, 3x3, stride 1: Winograd forward and data, oneDNN for the weight");
     }
     setenv("PHX_CPU_CONV", "fast", 1);
     phx_status st = cu_kernels()->conv2d_forward(0, &shapes[0].d, t.x, t.w, NULL, y, PHX_F32);
     unsetenv("PHX_CPU_CONV");
-    ok(st == PHX_EINVAL && strstr(phx_last_error(), "PHX_CPU_CONV='fast', expected auto, im2col, dnnl, avx512 or winograd"),
+    ok(st == PHX_EINVAL &&
+           strstr(phx_last_error(), "PHX_CPU_CONV='fast', expected auto, im2col, dnnl, avx512, winograd or direct"),
        "PHX_CPU_CONV=fast is refused naming the choices (%s)", phx_last_error());
     free(t.x), free(t.w), free(t.b), free(t.dy), free(t.y), free(t.ay), free(t.dx), free(t.adx), free(t.dw);
-    free(t.adw), free(t.db), free(t.adb), free(y), free(dx), free(dw), free(db), free(y2), free(dx2), free(dw2), free(db2);
+    free(t.adw), free(t.db), free(t.adb), free(y), free(dx), free(dw), free(db), free(y2), free(dx2), free(dw2),
+        free(db2);
     return done_testing();
 }

@@ -33,9 +33,9 @@ static phx_status conv_check(const char *who, const phx_conv2d_desc *d, conv_geo
                          "stride %lld/%lld, padding %lld/%lld, dilation %lld/%lld, groups %lld: expected positive "
                          "sizes, padding >= 0 and groups dividing both channel counts",
                          who, (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->k,
-                         (long long)d->kh, (long long)d->kw, (long long)d->oh, (long long)d->ow,
-                         (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w,
-                         (long long)d->dil_h, (long long)d->dil_w, (long long)d->groups);
+                         (long long)d->kh, (long long)d->kw, (long long)d->oh, (long long)d->ow, (long long)d->stride_h,
+                         (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w, (long long)d->dil_h,
+                         (long long)d->dil_w, (long long)d->groups);
     g->cg = d->c / d->groups;
     g->kg = d->k / d->groups;
     g->rows = g->cg * d->kh * d->kw;
@@ -95,8 +95,8 @@ PX_INLINE void px_im2col(const phx_conv2d_desc *d, const conv_geom *g, const voi
 
 /* dx[...] += col: the inverse scatter of px_im2col into the f32 images
  * dx (the chunk's first image), for the chunk's images bl .. bh - 1 */
-PX_INLINE void col2im(const phx_conv2d_desc *d, const conv_geom *g, const float *col, int64_t nb, int64_t bl, int64_t bh,
-                   int64_t c0, float *dx)
+PX_INLINE void col2im(const phx_conv2d_desc *d, const conv_geom *g, const float *col, int64_t nb, int64_t bl,
+                      int64_t bh, int64_t c0, float *dx)
 {
     int64_t ld = nb * g->ohw;
     for (int64_t cc = 0; cc < g->cg; cc++)
@@ -206,26 +206,42 @@ static void run_parts(px_range_fn fn, conv_job j)
     px_cpu_parallel_for(j.nb, 1, fn, &j);
 }
 
-enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512, CONV_WINOGRAD };
+/* CONV_FALLBACK: oneDNN, then the implicit GEMM where the kernels use
+ * AVX-512 (a build without oneDNN, or a shape oneDNN declines) */
+enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512, CONV_WINOGRAD, CONV_DIRECT, CONV_FALLBACK };
 
-/* The path of a convolution pass: PHX_CPU_CONV=im2col|dnnl|avx512 forces
- * one (avx512 only where the kernels use AVX-512; a pass it does not take,
- * px_cpu_conv2d_avx512_takes, falls to oneDNN); auto (or unset) takes
- * the AVX-512 GEMM for f32 where it takes the pass, else oneDNN, and
- * im2col where the build has no oneDNN or oneDNN has no kernel (doc/cnn.md
- * gives the measurements). f16/bf16 always take im2col. */
+/* The path of a convolution pass. PHX_CPU_CONV=im2col|dnnl|avx512|
+ * winograd|direct forces one (the last three only where the kernels use
+ * AVX-512; a pass the forced kernel does not take falls to oneDNN, then
+ * im2col). auto (or unset) takes, for f32 where the kernels use AVX-512,
+ * what measured fastest on bench/kernels' shapes (doc/cnn.md):
+ *   Winograd for the forward and data passes of 3 x 3 stride-1
+ *   convolutions of 16 or more channels in and out (oneDNN was faster
+ *   for their weight pass);
+ *   the direct kernel for the forward pass where c kh kw <= 27 and the
+ *   weight pass where it is <= 9 (a first layer);
+ * and oneDNN for the rest; where the build has no oneDNN or oneDNN has no
+ * kernel, the implicit GEMM (faster than im2col on 7 of those 9 passes)
+ * where the kernels use AVX-512, else im2col. f16/bf16 always take
+ * im2col. */
 static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, int *path)
 {
     const char *e = getenv("PHX_CPU_CONV");
     int force = -1;
     if (e && *e && strcmp(e, "auto") != 0) {
-        if (!strcmp(e, "im2col")) force = CONV_IM2COL;
-        else if (!strcmp(e, "dnnl")) force = CONV_DNNL;
-        else if (!strcmp(e, "avx512")) force = CONV_AVX512;
-        else if (!strcmp(e, "winograd")) force = CONV_WINOGRAD;
+        if (!strcmp(e, "im2col"))
+            force = CONV_IM2COL;
+        else if (!strcmp(e, "dnnl"))
+            force = CONV_DNNL;
+        else if (!strcmp(e, "avx512"))
+            force = CONV_AVX512;
+        else if (!strcmp(e, "winograd"))
+            force = CONV_WINOGRAD;
+        else if (!strcmp(e, "direct"))
+            force = CONV_DIRECT;
         else
             return phx_error(PHX_EINVAL,
-                             "conv2d: PHX_CPU_CONV='%s', expected auto, im2col, dnnl, avx512 or winograd", e);
+                             "conv2d: PHX_CPU_CONV='%s', expected auto, im2col, dnnl, avx512, winograd or direct", e);
     }
     if (force >= CONV_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
         return phx_error(PHX_EUNSUPPORTED, "conv2d: PHX_CPU_CONV=%s but the kernels use %s (PHX_CPU_ISA)", e,
@@ -234,10 +250,14 @@ static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, in
         *path = CONV_IM2COL;
     else if (force >= 0)
         *path = force;
-    else if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
+    else if (px_cpu_isa() == PX_ISA_AVX512 && pass != 2 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 &&
+             d->k >= 16)
         *path = CONV_WINOGRAD;
+    else if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) &&
+             (pass == 0 || d->c * d->kh * d->kw <= 9))
+        *path = CONV_DIRECT;
     else
-        *path = CONV_DNNL;
+        *path = CONV_FALLBACK;
     return PHX_OK;
 }
 
@@ -249,9 +269,12 @@ static phx_status conv_fast(int path, int pass, const phx_conv2d_desc *d, const 
     phx_status st = PHX_EUNSUPPORTED;
     if (path == CONV_AVX512) st = px_cpu_conv2d_avx512(pass, d, x, w, bias, dy, y, dx, dw, db);
     if (path == CONV_WINOGRAD) st = px_cpu_conv2d_winograd(pass, d, x, w, bias, dy, y, dx, dw, db);
-    if (st != PHX_EUNSUPPORTED) return st;
-    if (path == CONV_IM2COL) return PHX_EUNSUPPORTED;
-    return px_cpu_conv2d_dnnl(pass, d, x, w, bias, dy, y, dx, dw, db);
+    if (path == CONV_DIRECT) st = px_cpu_conv2d_small(pass, d, x, w, bias, dy, y, dw, db);
+    if (st != PHX_EUNSUPPORTED || path == CONV_IM2COL) return st;
+    st = px_cpu_conv2d_dnnl(pass, d, x, w, bias, dy, y, dx, dw, db);
+    if (st == PHX_EUNSUPPORTED && path == CONV_FALLBACK && px_cpu_isa() == PX_ISA_AVX512)
+        st = px_cpu_conv2d_avx512(pass, d, x, w, bias, dy, y, dx, dw, db);
+    return st;
 }
 
 static phx_status col_scratch(const conv_geom *g, float **col, float **blk)
@@ -295,8 +318,7 @@ phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const 
     phx_status st = conv_check("conv2d_backward_data", d, &g);
     if (st != PHX_OK) return st;
     if (!phx_dtype_is_float(dt))
-        return phx_error(PHX_EINVAL, "conv2d_backward_data: dtype %s, expected f32, f16 or bf16",
-                         phx_dtype_name(dt));
+        return phx_error(PHX_EINVAL, "conv2d_backward_data: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
     if ((st = conv_path(1, d, dt, &path)) != PHX_OK) return st;
     if ((st = conv_fast(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
@@ -331,8 +353,7 @@ phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, cons
     phx_status st = conv_check("conv2d_backward_weight", d, &g);
     if (st != PHX_OK) return st;
     if (!phx_dtype_is_float(dt))
-        return phx_error(PHX_EINVAL, "conv2d_backward_weight: dtype %s, expected f32, f16 or bf16",
-                         phx_dtype_name(dt));
+        return phx_error(PHX_EINVAL, "conv2d_backward_weight: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
     if ((st = conv_path(2, d, dt, &path)) != PHX_OK) return st;
     if ((st = conv_fast(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED) return st;

@@ -292,6 +292,11 @@ phx_status px_cpu_conv2d_avx512(int pass, const phx_conv2d_desc *d, const float 
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d);
 phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w,
                                   const float *bias, const float *dy, float *y, float *dx, float *dw, float *db);
+/* The same, passes 0 and 2, for stride-1 ungrouped f32 convolutions with
+ * c kh kw <= 27, computed directly (conv-small.c). */
+int px_cpu_conv2d_small_takes(int pass, const phx_conv2d_desc *d);
+phx_status px_cpu_conv2d_small(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
+                               const float *dy, float *y, float *dw, float *db);
 /* 1 when the build has oneDNN and the CPU has AVX512-BF16 (as oneDNN
  * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
 int px_cpu_dnnl_bf16_native(void);
