@@ -1,5 +1,5 @@
 /* What the convolutions on the packed AVX-512 GEMM share (conv-avx512.c
- * defines them; conv-winograd.c uses them). x86-64 builds only; callers
+ * defines them; conv-winograd.c and conv-small.c use some). x86-64 builds only; callers
  * run on a CPU with AVX-512. */
 #ifndef PX_CONV_AVX512_H
 #define PX_CONV_AVX512_H

@@ -8,7 +8,9 @@
  * convolution takes 36. For each of the 16 transformed positions e, the
  * sum over ci is a GEMM on the packed AVX-512 micro-kernel:
  *   forward:         M[e] (k, tiles) = U[e] (k, c) V[e] (c, tiles)
- *   backward data:   the forward of dy with the weight flipped (conv-avx512.h)
+ *   backward data:   the adjoint: Q[e] (c, tiles) = U[e]^T Z[e], Z = A dY A^T,
+ *                    then each tile's patch gradient B Q B^T added into dX
+ *                    (patches overlap: threads take whole images)
  *   backward weight: S[e] (c, k) = sum over tiles V[e] (c, tiles) Z[e]^T,
  *                    Z = A dY A^T, then dW += G^T S G
  * The transforms run on 16 tiles of a tile row at once; the patches are
@@ -320,9 +322,10 @@ T512 static void chunk_out(const wino *g, const runs *rs, const float *m, int64_
     }
 }
 
-/* Z = A dY A^T of every output channel for the runs into z (tile t0 + q
- * of channel co at z[e es + co g->tc + q]), dY 0 outside the output */
-T512 static void chunk_grad(const wino *g, const runs *rs, float *z, int64_t es)
+/* Z = A dY A^T of every output channel for the runs into z: tile t0 + q
+ * of channel co at z[e es + co cs + q] (plain), or, packed, in 48-column
+ * panels pstride floats apart (as chunk_in); dY 0 outside the output */
+T512 static void chunk_grad(const wino *g, const runs *rs, float *z, int64_t es, int64_t cs, int64_t pstride)
 {
     const phx_conv2d_desc *d = g->d;
     const __m512 zero = _mm512_setzero_ps();
@@ -354,12 +357,94 @@ T512 static void chunk_grad(const wino *g, const runs *rs, float *z, int64_t es)
                 r[2][j] = _mm512_sub_ps(q[0][j], q[1][j]);
                 r[3][j] = _mm512_sub_ps(zero, q[1][j]);
             }
-            float *zt = z + co * g->tc + rs->q[k];
+            int64_t q0 = rs->q[k];
+            float *zt = z + co * cs + (pstride ? q0 / PX_NR * pstride + q0 % PX_NR : q0);
             for (int i = 0; i < 4; i++) {
                 put_tiles(zt + (4 * i) * es, rm, r[i][0]);
                 put_tiles(zt + (4 * i + 1) * es, rm, _mm512_add_ps(r[i][0], r[i][1]));
                 put_tiles(zt + (4 * i + 2) * es, rm, _mm512_sub_ps(r[i][0], r[i][1]));
                 put_tiles(zt + (4 * i + 3) * es, rm, _mm512_sub_ps(zero, r[i][1]));
+            }
+        }
+    }
+}
+
+/* dX += B Q B^T of every input channel for the runs, Q from q (tile t0 + q
+ * of channel ci at q[e es + ci g->tc + q]): each tile's 4 x 4 patch
+ * gradient added where its input patch was read, patches overlapping by
+ * two rows and columns (dX zeroed by the caller; a pixel's sums in the
+ * order of the tiles) */
+T512 static void chunk_back(const wino *g, const runs *rs, const float *q, int64_t es)
+{
+    const phx_conv2d_desc *d = g->d;
+    const __m512i lo = _mm512_loadu_si512(LO), hi = _mm512_loadu_si512(HI);
+    const __m512 zero = _mm512_setzero_ps();
+    int64_t hw = d->h * d->w, chw = d->c * hw;
+    /* patch row a of each run: where its pixels go, clipped to the image
+     * and to the run's 2 n + 2 pixels (2 n where the run fills its lanes:
+     * the last tile's columns 2-3 then go apart, "spill") */
+    pair pb[TC_MOST][4];
+    run_mask rms[TC_MOST];
+    for (int64_t k = 0; k < rs->n; k++) {
+        const run *r = &rs->r[k];
+        int full = r->two ? r->n == 8 : r->n == 16;
+        int64_t cnt = full ? 2 * r->n : 2 * r->n + 2;
+        rms[k] = run_mask_of(r);
+        for (int a = 0; a < 4; a++) {
+            pair *p = &pb[k][a];
+            *p = pair_of(r, 2 * r->ty - d->pad_h + a, 2 * r->tx - d->pad_w, d->h, d->w);
+            p->mk[0] &= lanes(0, cnt), p->mk[1] &= lanes(0, r->two ? cnt : cnt - 16);
+            p->off[0] += r->b * chw, p->off[1] += r->b * chw;
+        }
+    }
+    for (int64_t ci = 0; ci < d->c; ci++) {
+        float *xc = g->y + ci * hw; /* dX */
+        for (int64_t k = 0; k < rs->n; k++) {
+            const run *r = &rs->r[k];
+            run_mask rm = rms[k];
+            const float *qt = q + ci * g->tc + rs->q[k];
+            __m512 t[4][4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) { /* T = B Q: rows Q0, Q1 - Q2 + Q3, Q1 + Q2 - Q0, -Q3 */
+                __m512 q0 = get_tiles(qt + j * es, rm), q1 = get_tiles(qt + (4 + j) * es, rm);
+                __m512 q2 = get_tiles(qt + (8 + j) * es, rm), q3 = get_tiles(qt + (12 + j) * es, rm);
+                t[0][j] = q0;
+                t[1][j] = _mm512_add_ps(_mm512_sub_ps(q1, q2), q3);
+                t[2][j] = _mm512_sub_ps(_mm512_add_ps(q1, q2), q0);
+                t[3][j] = _mm512_sub_ps(zero, q3);
+            }
+            int full = r->two ? r->n == 8 : r->n == 16;
+            __mmask16 keep = r->two && full ? (__mmask16)0xfeff : (__mmask16)0xffff; /* no carry into lane 8 */
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++) { /* P = T B^T: columns T0, T1 - T2 + T3, T1 + T2 - T0, -T3 */
+                __m512 p0 = t[a][0], p1 = _mm512_add_ps(_mm512_sub_ps(t[a][1], t[a][2]), t[a][3]);
+                __m512 p2 = _mm512_sub_ps(_mm512_add_ps(t[a][1], t[a][2]), t[a][0]), p3 = _mm512_sub_ps(zero, t[a][3]);
+                /* pixel 2 l + 0 / + 1 of the row: tile l's columns 0 / 1 and tile l - 1's 2 / 3 */
+                __m512 shift2 = _mm512_castsi512_ps(
+                    _mm512_maskz_alignr_epi32(keep, _mm512_castps_si512(p2), _mm512_setzero_si512(), 15));
+                __m512 shift3 = _mm512_castsi512_ps(
+                    _mm512_maskz_alignr_epi32(keep, _mm512_castps_si512(p3), _mm512_setzero_si512(), 15));
+                __m512 ev = _mm512_add_ps(p0, shift2), od = _mm512_add_ps(p1, shift3);
+                const pair *pp = &pb[k][a];
+                float *o0 = xc + pp->off[0], *o1 = xc + pp->off[1];
+                _mm512_mask_storeu_ps(
+                    o0, pp->mk[0],
+                    _mm512_add_ps(_mm512_maskz_loadu_ps(pp->mk[0], o0), _mm512_permutex2var_ps(ev, lo, od)));
+                _mm512_mask_storeu_ps(
+                    o1, pp->mk[1],
+                    _mm512_add_ps(_mm512_maskz_loadu_ps(pp->mk[1], o1), _mm512_permutex2var_ps(ev, hi, od)));
+                if (!full) continue;
+                /* the spill: the run's last tile's columns 2 and 3 (each tile row's, for two) */
+                float s2[16], s3[16];
+                _mm512_storeu_ps(s2, p2), _mm512_storeu_ps(s3, p3);
+                for (int row = 0; row <= r->two; row++) {
+                    int64_t y = 2 * (r->ty + row) - d->pad_h + a, x = 2 * (r->tx + r->n) - d->pad_w;
+                    int l = row ? 15 : r->n - 1;
+                    if (y < 0 || y >= d->h) continue;
+                    float *px = g->y + r->b * chw + ci * hw + y * d->w;
+                    if (x >= 0 && x < d->w) px[x] += s2[l];
+                    if (x + 1 >= 0 && x + 1 < d->w) px[x + 1] += s3[l];
+                }
             }
         }
     }
@@ -435,6 +520,61 @@ static phx_status forward(const phx_conv2d_desc *d, const float *x, const float 
     return PHX_OK;
 }
 
+/* dX of images lo .. hi - 1 (each image on one thread: patches overlap),
+ * in chunks of their tiles: Z packed as the GEMMs' B panels, then
+ * Q[e] (c x tc) = U[e]^T Z[e], then dX += the patches of B Q B^T */
+T512 static void data_part(void *arg, int64_t lo, int64_t hi)
+{
+    wino *g = arg;
+    const phx_conv2d_desc *d = g->d;
+    int64_t c = d->c, k = d->k, mp = (c + PX_MR - 1) / PX_MR * PX_MR, end = hi * g->tiles;
+    int64_t zs = spaced(k * g->tc), qs = spaced(c * g->tc);
+    float *z = px_cpu_scratch(1, (size_t)(NE * zs) * sizeof(float));
+    float *q = px_cpu_scratch(3, (size_t)(NE * qs) * sizeof(float));
+    if (!z || !q) {
+        __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    memset(g->y + lo * c * d->h * d->w, 0, (size_t)((hi - lo) * c * d->h * d->w) * sizeof(float));
+    runs rs;
+    for (int64_t t0 = lo * g->tiles; t0 < end; t0 += g->tc) {
+        int64_t tc = min64(g->tc, end - t0);
+        if (tc % PX_NR) /* the last panel's unused columns: zeros, not stale floats */
+            for (int e = 0; e < NE; e++)
+                memset(z + e * zs + tc / PX_NR * k * PX_NR, 0, (size_t)(k * PX_NR) * sizeof(float));
+        runs_of(g, t0, tc, 1, &rs);
+        chunk_grad(g, &rs, z, zs, PX_NR, k * PX_NR);
+        for (int e = 0; e < NE; e++)
+            for (int64_t pc = 0; pc < k; pc += g->kc)
+                px_conv_tiles(min64(g->kc, k - pc), g->up + e * mp * k + pc * mp, z + e * zs + pc * PX_NR, k * PX_NR, c,
+                              tc, q + e * qs, g->tc, pc ? 1.0f : 0.0f);
+        runs_of(g, t0, tc, 0, &rs);
+        chunk_back(g, &rs, q, qs);
+    }
+}
+
+/* dx (n, c, h, w) from dy (n, k, oh, ow): the adjoint of the forward's
+ * transforms, on the forward's tiles */
+static phx_status data(const phx_conv2d_desc *d, const float *w, const float *dy, float *dx)
+{
+    wino g = plan(d);
+    g.dy = dy, g.y = dx;
+    g.kc = px_conv_block(d->k, PX_KC, 1);
+    int64_t mp = (d->c + PX_MR - 1) / PX_MR * PX_MR;
+    float *u = px_cpu_scratch(4, (size_t)(NE * d->k * d->c) * sizeof(float));
+    float *up = px_cpu_scratch(0, (size_t)(NE * mp * d->k) * sizeof(float));
+    if (!u || !up) return phx_error(PHX_ENOMEM, "conv2d_backward_data: out of memory for the transformed weight");
+    weight_tf(d, w, u);
+    for (int e = 0; e < NE; e++) /* U[e]^T: the transformed weight's columns as rows */
+        for (int64_t pc = 0; pc < d->k; pc += g.kc)
+            px_avx512_pack(up + e * mp * d->k + pc * mp, PX_MR, d->c, min64(g.kc, d->k - pc),
+                           u + (e * d->k + pc) * d->c, PHX_F32, d->c, 1);
+    g.up = up;
+    px_cpu_parallel_for(d->n, 1, data_part, &g);
+    if (g.failed) return phx_error(PHX_ENOMEM, "conv2d_backward_data: out of memory for the Winograd tiles");
+    return PHX_OK;
+}
+
 /* dW of input channels 8 lo .. 8 hi - 1, over every chunk in order:
  * S[e] (nci x k) += V[e] Z[e]^T, both plain (rows of tc tiles) */
 T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
@@ -459,7 +599,7 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
         int64_t tc = min64(g->tc, all - t0);
         runs_of(g, t0, tc, 0, &rs);
         chunk_in(g, &rs, c0, nci, v, vs, g->tc, 0);
-        chunk_grad(g, &rs, z, zs);
+        chunk_grad(g, &rs, z, zs, g->tc, 0);
         for (int e = 0; e < NE; e++) {
             px_avx512_pack(ap, PX_MR, nci, tc, v + e * vs, PHX_F32, g->tc, 0);
             for (int64_t jc = 0; jc < k; jc += nc_most) {
@@ -500,8 +640,9 @@ static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *
 
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d)
 {
+    (void)pass;
     return d->groups == 1 && d->n >= 1 && d->kh == 3 && d->kw == 3 && d->stride_h == 1 && d->stride_w == 1 &&
-        d->dil_h == 1 && d->dil_w == 1 && (pass != 1 || (d->pad_h <= 2 && d->pad_w <= 2));
+        d->dil_h == 1 && d->dil_w == 1;
 }
 
 phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
@@ -510,9 +651,7 @@ phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const floa
     if (!px_cpu_conv2d_winograd_takes(pass, d)) return PHX_EUNSUPPORTED;
     if (pass == 0) return forward(d, x, w, bias, y);
     if (pass == 2) return weight(d, x, dy, dw, db);
-    phx_conv2d_desc t;
-    const float *wt = px_conv_flipped(d, w, &t);
-    return wt ? forward(&t, dy, wt, NULL, dx) : PHX_ENOMEM;
+    return data(d, w, dy, dx);
 }
 #else
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d)

@@ -287,8 +287,7 @@ int px_cpu_conv2d_avx512_takes(int pass, const phx_conv2d_desc *d);
 phx_status px_cpu_conv2d_avx512(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                                 const float *dy, float *y, float *dx, float *dw, float *db);
 /* The same for 3 x 3, stride-1, undilated, ungrouped f32 convolutions by
- * Winograd's F(2x2, 3x3) on the packed AVX-512 GEMM (conv-winograd.c),
- * the data pass for padding up to 2. */
+ * Winograd's F(2x2, 3x3) on the packed AVX-512 GEMM (conv-winograd.c). */
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d);
 phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w,
                                   const float *bias, const float *dy, float *y, float *dx, float *dw, float *db);
