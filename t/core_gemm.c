@@ -143,26 +143,11 @@ static void path_cases(const char *path)
     unsetenv("PHX_CPU_GEMM");
 }
 
-/* 1 when /proc/cpuinfo lists the flag (0 when it cannot be read) */
-static int cpu_has(const char *flag)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[8192];
-    int found = 0;
-    while (f && !found && fgets(line, sizeof line, f))
-        if (strncmp(line, "flags", 5) == 0) {
-            for (char *t = strtok(line, " \t\n"); t && !found; t = strtok(NULL, " \t\n")) found = strcmp(t, flag) == 0;
-            break;
-        }
-    if (f) fclose(f);
-    return found;
-}
-
 /* 1 when the kernels use AVX-512 (PHX_CPU_GEMM=avx512 is available) */
 static int kernels_avx512(void)
 {
     const char *isa = getenv("PHX_CPU_ISA");
-    return cpu_has("avx512f") && cpu_has("fma") && cpu_has("f16c") && (!isa || strcmp(isa, "avx512") == 0);
+    return cu_cpu_has("avx512f") && cu_cpu_has("fma") && cu_cpu_has("f16c") && (!isa || strcmp(isa, "avx512") == 0);
 }
 
 /* a value in [-1, 1] that depends on i alone */
@@ -439,7 +424,7 @@ int main(void)
 
     /* 64-70: the vdpbf16ps kernel of the packed GEMM (bf16 pairs), which
      * PHX_CPU_GEMM=avx512 takes for bf16 where the CPU has AVX512-BF16 */
-    if (kernels_avx512() && cpu_has("avx512_bf16")) {
+    if (kernels_avx512() && cu_cpu_has("avx512_bf16")) {
         /* a bf16 subnormal (2^-130) times 2^20, and 2^-70 squared (an f32
          * subnormal): the widening kernel keeps both, vdpbf16ps flushes */
         {
@@ -503,7 +488,7 @@ int main(void)
      * auto takes it where the CPU has AVX512-BF16, unless the ISA is
      * capped (t/core_gemm_isa.sh runs this test so) */
 #ifdef HAVE_DNNL
-    if (cpu_has("avx512_bf16") && !getenv("ONEDNN_MAX_CPU_ISA") && !getenv("DNNL_MAX_CPU_ISA")) {
+    if (cu_cpu_has("avx512_bf16") && !getenv("ONEDNN_MAX_CPU_ISA") && !getenv("DNNL_MAX_CPU_ISA")) {
         is_int(bf16_allocs("dnnl", 300), 0, "PHX_CPU_GEMM=dnnl: bf16 gemm reads its operands in place (no scratch)");
         is_int(bf16_allocs("auto", 450), 0, "PHX_CPU_GEMM=auto on a CPU with AVX512-BF16: oneDNN (no scratch)");
     } else {

@@ -4,6 +4,18 @@
 #ifndef PX_CONV_AVX512_H
 #define PX_CONV_AVX512_H
 #include "kernels/cpu/gemm-avx512.h"
+#if PX_HAVE_X86
+#include <immintrin.h>
+
+/* lanes lo .. hi - 1 of 16, clipped to 0 .. 15: a mask for a run of
+ * floats at a vector's lanes */
+static inline __mmask16 px_lanes16(int64_t lo, int64_t hi)
+{
+    if (lo < 0) lo = 0;
+    if (hi > 16) hi = 16;
+    return hi <= lo ? (__mmask16)0 : (__mmask16)(((1u << (hi - lo)) - 1) << lo);
+}
+#endif
 
 /* n cut into near-equal blocks of at most most, rounded up to a multiple
  * of unit: the block size */

@@ -26,13 +26,7 @@ enum {
     PX = 32, /* output pixels of a row at a time: two vectors */
 };
 
-/* lanes lo .. hi - 1 of 16, clipped to 0 .. 15 */
-static __mmask16 lanes(int64_t lo, int64_t hi)
-{
-    if (lo < 0) lo = 0;
-    if (hi > 16) hi = 16;
-    return hi <= lo ? (__mmask16)0 : (__mmask16)(((1u << (hi - lo)) - 1) << lo);
-}
+#define lanes px_lanes16
 
 typedef struct small_job {
     const phx_conv2d_desc *d;

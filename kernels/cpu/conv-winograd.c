@@ -40,13 +40,7 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* lanes lo .. hi - 1 of 16, clipped to 0 .. 15 */
-static __mmask16 lanes(int64_t lo, int64_t hi)
-{
-    if (lo < 0) lo = 0;
-    if (hi > 16) hi = 16;
-    return hi <= lo ? (__mmask16)0 : (__mmask16)(((1u << (hi - lo)) - 1) << lo);
-}
+#define lanes px_lanes16
 
 typedef struct wino {
     const phx_conv2d_desc *d;
@@ -276,6 +270,25 @@ T512 static void chunk_in(const wino *g, const runs *rs, int64_t c0, int64_t nc,
     }
 }
 
+/* Where output rows 2 ty + i of each run sit in the output (or dY) of
+ * the first channel, as pairs of 16 pixels clipped to the run's and the
+ * row's, and the runs' masks */
+static void out_pairs(const wino *g, const runs *rs, pair (*po)[2], run_mask *rms)
+{
+    const phx_conv2d_desc *d = g->d;
+    int64_t kohw = d->k * d->oh * d->ow;
+    for (int64_t k = 0; k < rs->n; k++) {
+        const run *r = &rs->r[k];
+        rms[k] = run_mask_of(r);
+        for (int i = 0; i < 2; i++) {
+            pair *p = &po[k][i];
+            *p = pair_of(r, 2 * r->ty + i, 2 * r->tx, d->oh, d->ow);
+            p->mk[0] &= lanes(0, 2 * r->n), p->mk[1] &= lanes(0, r->two ? 2 * r->n : 2 * r->n - 16);
+            p->off[0] += r->b * kohw, p->off[1] += r->b * kohw;
+        }
+    }
+}
+
 /* Y = A^T M A + bias of every output channel for the runs from m (tile
  * t0 + q of channel co at m[e es + co g->tc + q]) */
 T512 static void chunk_out(const wino *g, const runs *rs, const float *m, int64_t es)
@@ -287,15 +300,7 @@ T512 static void chunk_out(const wino *g, const runs *rs, const float *m, int64_
      * the pair of that row reads them from */
     pair po[TC_MOST][2];
     run_mask rms[TC_MOST];
-    for (int64_t k = 0; k < rs->n; k++)
-        for (int i = 0; i < 2; i++) {
-            rms[k] = run_mask_of(&rs->r[k]);
-            const run *r = &rs->r[k];
-            pair *p = &po[k][i];
-            *p = pair_of(r, 2 * r->ty + i, 2 * r->tx, d->oh, d->ow);
-            p->mk[0] &= lanes(0, 2 * r->n), p->mk[1] &= lanes(0, r->two ? 2 * r->n : 2 * r->n - 16);
-            p->off[0] += r->b * kohw, p->off[1] += r->b * kohw;
-        }
+    out_pairs(g, rs, po, rms);
     for (int64_t co = 0; co < d->k; co++) {
         __m512 bv = _mm512_set1_ps(g->bias ? g->bias[co] : 0.0f);
         float *yc = g->y + co * ohw;
@@ -332,15 +337,7 @@ T512 static void chunk_grad(const wino *g, const runs *rs, float *z, int64_t es,
     int64_t ohw = d->oh * d->ow, kohw = d->k * ohw;
     pair pg[TC_MOST][2]; /* the dY rows of each run, as chunk_out writes Y */
     run_mask rms[TC_MOST];
-    for (int64_t k = 0; k < rs->n; k++)
-        for (int i = 0; i < 2; i++) {
-            rms[k] = run_mask_of(&rs->r[k]);
-            const run *r = &rs->r[k];
-            pair *p = &pg[k][i];
-            *p = pair_of(r, 2 * r->ty + i, 2 * r->tx, d->oh, d->ow);
-            p->mk[0] &= lanes(0, 2 * r->n), p->mk[1] &= lanes(0, r->two ? 2 * r->n : 2 * r->n - 16);
-            p->off[0] += r->b * kohw, p->off[1] += r->b * kohw;
-        }
+    out_pairs(g, rs, pg, rms);
     for (int64_t co = 0; co < d->k; co++) {
         const float *dyc = g->dy + co * ohw;
         if (co + AHEAD < d->k) prefetch(rs, dyc + AHEAD * ohw, kohw, d->oh, d->ow, 0, 1);

@@ -289,8 +289,8 @@ phx_status px_cpu_conv2d_avx512(int pass, const phx_conv2d_desc *d, const float 
 /* The same for 3 x 3, stride-1, undilated, ungrouped f32 convolutions by
  * Winograd's F(2x2, 3x3) on the packed AVX-512 GEMM (conv-winograd.c). */
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d);
-phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w,
-                                  const float *bias, const float *dy, float *y, float *dx, float *dw, float *db);
+phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
+                                  const float *dy, float *y, float *dx, float *dw, float *db);
 /* The same, passes 0 and 2, for stride-1 ungrouped f32 convolutions with
  * c kh kw <= 27, computed directly (conv-small.c). */
 int px_cpu_conv2d_small_takes(int pass, const phx_conv2d_desc *d);
