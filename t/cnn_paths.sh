@@ -3,7 +3,7 @@
 # path of a build without oneDNN, and of f16/bf16), oneDNN with AVX2 only
 # (ONEDNN_MAX_CPU_ISA=AVX2, as on a CPU without AVX-512), oneDNN over 3
 # threads (uneven parts of the batch), and, where the kernels use AVX-512,
-# the implicit GEMM and Winograd (t/core_conv checks them shape by
+# the implicit GEMM, Winograd and the direct kernel (t/core_conv checks them shape by
 # shape), the kernels held to AVX2 (auto; a forced AVX-512 path is then
 # refused naming both variables); a bad PHX_CPU_CONV is an error naming
 # the variable.
