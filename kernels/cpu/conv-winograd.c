@@ -572,21 +572,53 @@ static phx_status data(const phx_conv2d_desc *d, const float *w, const float *dy
     return PHX_OK;
 }
 
+/* s[a k + b] += the dot products of rows a < nv of v and b < nz of z
+ * (rows ld apart) over tc tiles: 16 tiles per FMA, the lanes summed once
+ * at the end (nv, nz <= 4; constants where the caller can make them so) */
+T512 static inline __attribute__((always_inline)) void dots(int nv, int nz, int64_t tc, const float *v, const float *z,
+                                                            int64_t ld, float *s, int64_t k)
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) acc[a][b] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < tc; t += 16) {
+        __mmask16 m = lanes(0, tc - t); /* past tc: stale scratch, masked on both sides */
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) vv[a] = a < nv ? _mm512_maskz_loadu_ps(m, v + a * ld + t) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++) {
+            if (b >= nz) continue;
+            __m512 zz = _mm512_maskz_loadu_ps(m, z + b * ld + t);
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++)
+                if (a < nv) acc[a][b] = _mm512_fmadd_ps(vv[a], zz, acc[a][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++)
+            if (a < nv && b < nz) s[a * k + b] += _mm512_reduce_add_ps(acc[a][b]);
+}
+
 /* dW of input channels 8 lo .. 8 hi - 1, over every chunk in order:
- * S[e] (nci x k) += V[e] Z[e]^T, both plain (rows of tc tiles) */
+ * S[e] (nci x k) += V[e] Z[e]^T, both plain (rows of tc tiles), as dot
+ * products of their rows in 4 x 4 blocks (a GEMM here fills two thirds
+ * of its 48-column tiles for 64 channels, and both operands need
+ * transposing copies) */
 T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
 {
     wino *g = arg;
     const phx_conv2d_desc *d = g->d;
     int64_t c = d->c, k = d->k, c0 = lo * PX_MR, nci = min64(hi * PX_MR, c) - c0, all = d->n * g->tiles;
-    int64_t nc_most = px_conv_cols(k, g->tc);
     int64_t vs = spaced(nci * g->tc), zs = spaced(k * g->tc);
     float *v = px_cpu_scratch(1, (size_t)(NE * vs) * sizeof(float));
     float *z = px_cpu_scratch(3, (size_t)(NE * zs) * sizeof(float));
     float *s = px_cpu_scratch(4, (size_t)(NE * nci * k) * sizeof(float));
-    float *ap = px_cpu_scratch(5, (size_t)((nci + PX_MR - 1) / PX_MR * PX_MR * g->tc) * sizeof(float));
-    float *bp = px_cpu_scratch(6, (size_t)(g->tc * nc_most) * sizeof(float));
-    if (!v || !z || !s || !ap || !bp) {
+    if (!v || !z || !s) {
         __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
         return;
     }
@@ -597,14 +629,16 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
         runs_of(g, t0, tc, 0, &rs);
         chunk_in(g, &rs, c0, nci, v, vs, g->tc, 0);
         chunk_grad(g, &rs, z, zs, g->tc, 0);
-        for (int e = 0; e < NE; e++) {
-            px_avx512_pack(ap, PX_MR, nci, tc, v + e * vs, PHX_F32, g->tc, 0);
-            for (int64_t jc = 0; jc < k; jc += nc_most) {
-                int64_t nc = min64(nc_most, k - jc);
-                px_avx512_pack(bp, PX_NR, nc, tc, z + e * zs + jc * g->tc, PHX_F32, g->tc, 0);
-                px_conv_tiles(tc, ap, bp, tc * PX_NR, nci, nc, s + e * nci * k + jc, k, 1.0f);
-            }
-        }
+        for (int e = 0; e < NE; e++)
+            for (int64_t a = 0; a < nci; a += 4)
+                for (int64_t b = 0; b < k; b += 4) {
+                    const float *va = v + e * vs + a * g->tc, *zb = z + e * zs + b * g->tc;
+                    float *sab = s + e * nci * k + a * k + b;
+                    if (a + 4 <= nci && b + 4 <= k)
+                        dots(4, 4, tc, va, zb, g->tc, sab, k);
+                    else
+                        dots((int)min64(4, nci - a), (int)min64(4, k - b), tc, va, zb, g->tc, sab, k);
+                }
     }
     /* dW += G^T S G */
     for (int64_t ci = 0; ci < nci; ci++)
@@ -628,6 +662,7 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
 static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *dy, float *dw, float *db)
 {
     wino g = plan(d);
+    g.tc = TC_MOST; /* fewer lane sums; V and Z are read row by row from L3 */
     g.x = x, g.dy = dy, g.dw = dw;
     px_cpu_parallel_for((d->c + PX_MR - 1) / PX_MR, 1, wgt_part, &g);
     if (g.failed) return phx_error(PHX_ENOMEM, "conv2d_backward_weight: out of memory for the Winograd tiles");

@@ -215,9 +215,8 @@ enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512, CONV_WINOGRAD, CONV_DIRECT, CONV_FAL
  * AVX-512; a pass the forced kernel does not take falls to oneDNN, then
  * im2col). auto (or unset) takes, for f32 where the kernels use AVX-512,
  * what measured fastest on bench/kernels' shapes (doc/cnn.md):
- *   Winograd for the forward and data passes of 3 x 3 stride-1
- *   convolutions of 16 or more channels in and out (oneDNN was faster
- *   for their weight pass);
+ *   Winograd for 3 x 3 stride-1 convolutions of 16 or more channels in
+ *   and out;
  *   the direct kernel for the forward pass where c kh kw <= 27 and the
  *   weight pass where it is <= 9 (a first layer);
  * and oneDNN for the rest; where the build has no oneDNN or oneDNN has no
@@ -250,8 +249,7 @@ static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, in
         *path = CONV_IM2COL;
     else if (force >= 0)
         *path = force;
-    else if (px_cpu_isa() == PX_ISA_AVX512 && pass != 2 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 &&
-             d->k >= 16)
+    else if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
         *path = CONV_WINOGRAD;
     else if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) &&
              (pass == 0 || d->c * d->kh * d->kw <= 9))
