@@ -16,8 +16,9 @@
  * The transforms run on 16 tiles of a tile row at once; the patches are
  * read straight from the NCHW planes with masked loads, zeros in the
  * padding. Images are taken in chunks of about 1000 tiles; threads take
- * whole chunks (forward, data) or 8-channel groups of the input channels
- * (weight), so every sum runs in the same order on any thread count.
+ * whole chunks (forward), whole images (data) or whole parts of the
+ * batch (weight, summed in part order), so every sum runs in the same
+ * order on any thread count.
  * The rounding differs from the direct convolution's (doc/cnn.md gives
  * the bound t/core_conv checks). */
 #include "config.h"
@@ -50,6 +51,8 @@ typedef struct wino {
     int64_t th, tw, tiles; /* tile rows and columns, tiles of an image */
     int64_t tc; /* tiles of a chunk: 48-column panels of the GEMMs */
     int64_t kc; /* depth of a packed block of U */
+    float *sp; /* weight: each part's S */
+    int64_t parts;
     int failed;
 } wino;
 
@@ -604,53 +607,62 @@ T512 static inline __attribute__((always_inline)) void dots(int nv, int nz, int6
             if (a < nv && b < nz) s[a * k + b] += _mm512_reduce_add_ps(acc[a][b]);
 }
 
-/* dW of input channels 8 lo .. 8 hi - 1, over every chunk in order:
- * S[e] (nci x k) += V[e] Z[e]^T, both plain (rows of tc tiles), as dot
- * products of their rows in 4 x 4 blocks (a GEMM here fills two thirds
- * of its 48-column tiles for 64 channels, and both operands need
+/* S of parts lo .. hi - 1 of the batch's chunks: part p's chunks summed
+ * into g->sp + p NE c k, S[e] (c x k) += V[e] Z[e]^T, both plain (rows of
+ * tc tiles), as dot products of their rows in 4 x 4 blocks (a GEMM here
+ * filled two thirds of its 48-column tiles for 64 channels, behind
  * transposing copies) */
 T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
 {
     wino *g = arg;
     const phx_conv2d_desc *d = g->d;
-    int64_t c = d->c, k = d->k, c0 = lo * PX_MR, nci = min64(hi * PX_MR, c) - c0, all = d->n * g->tiles;
-    int64_t vs = spaced(nci * g->tc), zs = spaced(k * g->tc);
+    int64_t c = d->c, k = d->k, all = d->n * g->tiles, chunks = (all + g->tc - 1) / g->tc;
+    int64_t vs = spaced(c * g->tc), zs = spaced(k * g->tc);
     float *v = px_cpu_scratch(1, (size_t)(NE * vs) * sizeof(float));
     float *z = px_cpu_scratch(3, (size_t)(NE * zs) * sizeof(float));
-    float *s = px_cpu_scratch(4, (size_t)(NE * nci * k) * sizeof(float));
-    if (!v || !z || !s) {
+    if (!v || !z) {
         __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    memset(s, 0, (size_t)(NE * nci * k) * sizeof(float));
     runs rs;
-    for (int64_t t0 = 0; t0 < all; t0 += g->tc) {
-        int64_t tc = min64(g->tc, all - t0);
-        runs_of(g, t0, tc, 0, &rs);
-        chunk_in(g, &rs, c0, nci, v, vs, g->tc, 0);
-        chunk_grad(g, &rs, z, zs, g->tc, 0);
-        for (int e = 0; e < NE; e++)
-            for (int64_t a = 0; a < nci; a += 4)
-                for (int64_t b = 0; b < k; b += 4) {
-                    const float *va = v + e * vs + a * g->tc, *zb = z + e * zs + b * g->tc;
-                    float *sab = s + e * nci * k + a * k + b;
-                    if (a + 4 <= nci && b + 4 <= k)
-                        dots(4, 4, tc, va, zb, g->tc, sab, k);
-                    else
-                        dots((int)min64(4, nci - a), (int)min64(4, k - b), tc, va, zb, g->tc, sab, k);
-                }
+    for (int64_t p = lo; p < hi; p++) {
+        float *s = g->sp + p * NE * c * k;
+        memset(s, 0, (size_t)(NE * c * k) * sizeof(float));
+        for (int64_t ch = p * chunks / g->parts; ch < (p + 1) * chunks / g->parts; ch++) {
+            int64_t t0 = ch * g->tc, tc = min64(g->tc, all - t0);
+            runs_of(g, t0, tc, 0, &rs);
+            chunk_in(g, &rs, 0, c, v, vs, g->tc, 0);
+            chunk_grad(g, &rs, z, zs, g->tc, 0);
+            for (int e = 0; e < NE; e++)
+                for (int64_t a = 0; a < c; a += 4)
+                    for (int64_t b = 0; b < k; b += 4) {
+                        const float *va = v + e * vs + a * g->tc, *zb = z + e * zs + b * g->tc;
+                        float *sab = s + e * c * k + a * k + b;
+                        if (a + 4 <= c && b + 4 <= k)
+                            dots(4, 4, tc, va, zb, g->tc, sab, k);
+                        else
+                            dots((int)min64(4, c - a), (int)min64(4, k - b), tc, va, zb, g->tc, sab, k);
+                    }
+        }
     }
-    /* dW += G^T S G */
-    for (int64_t ci = 0; ci < nci; ci++)
+}
+
+/* dW += G^T S G for input channels lo .. hi - 1, S the parts' sum (in
+ * part 0) */
+static void wgt_out(void *arg, int64_t lo, int64_t hi)
+{
+    wino *g = arg;
+    int64_t c = g->d->c, k = g->d->k;
+    for (int64_t ci = lo; ci < hi; ci++)
         for (int64_t co = 0; co < k; co++) {
             float q[4][4], r[3][4];
-            for (int e = 0; e < NE; e++) q[e / 4][e % 4] = s[e * nci * k + ci * k + co];
+            for (int e = 0; e < NE; e++) q[e / 4][e % 4] = g->sp[e * c * k + ci * k + co];
             for (int j = 0; j < 4; j++) {
                 r[0][j] = q[0][j] + 0.5f * (q[1][j] + q[2][j]);
                 r[1][j] = 0.5f * (q[1][j] - q[2][j]);
                 r[2][j] = 0.5f * (q[1][j] + q[2][j]) + q[3][j];
             }
-            float *out = g->dw + (co * c + c0 + ci) * 9;
+            float *out = g->dw + (co * c + ci) * 9;
             for (int i = 0; i < 3; i++) {
                 out[3 * i] += r[i][0] + 0.5f * (r[i][1] + r[i][2]);
                 out[3 * i + 1] += 0.5f * (r[i][1] - r[i][2]);
@@ -659,13 +671,25 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
         }
 }
 
+/* The batch's chunks are cut into parts (at most 8, and at most 64 MiB
+ * of S) that the threads take whole, each transforming its tiles once;
+ * the parts' S are added in part order. The parts depend on the shape
+ * alone, so the sums, and the bits, are the same on any thread count. */
 static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *dy, float *dw, float *db)
 {
     wino g = plan(d);
-    g.tc = TC_MOST; /* fewer lane sums; V and Z are read row by row from L3 */
+    g.tc = TC_MOST; /* fewer lane sums; V and Z are read row by row */
     g.x = x, g.dy = dy, g.dw = dw;
-    px_cpu_parallel_for((d->c + PX_MR - 1) / PX_MR, 1, wgt_part, &g);
+    int64_t chunks = (d->n * g.tiles + g.tc - 1) / g.tc, per = NE * d->c * d->k;
+    int64_t most = ((int64_t)16 << 20) / per;
+    g.parts = min64(min64(chunks, 8), most > 1 ? most : 1);
+    if (!(g.sp = px_cpu_scratch(0, (size_t)(g.parts * per) * sizeof(float))))
+        return phx_error(PHX_ENOMEM, "conv2d_backward_weight: out of memory for the Winograd sums");
+    px_cpu_parallel_for(g.parts, 1, wgt_part, &g);
     if (g.failed) return phx_error(PHX_ENOMEM, "conv2d_backward_weight: out of memory for the Winograd tiles");
+    for (int64_t p = 1; p < g.parts; p++) /* in part order, element by element */
+        for (int64_t i = 0; i < per; i++) g.sp[i] += g.sp[p * per + i];
+    px_cpu_parallel_for(d->c, 1, wgt_out, &g);
     if (db) px_conv_bias_grad(d, dy, db);
     return PHX_OK;
 }
