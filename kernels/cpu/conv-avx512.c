@@ -81,7 +81,9 @@ int64_t px_conv_block(int64_t n, int64_t most, int64_t unit)
     return (b + unit - 1) / unit * unit;
 }
 
-int64_t px_conv_cols(int64_t n, int64_t kc)
+/* The width of a packed block of n columns, kc deep: a multiple of PX_NR
+ * within half of a 1 MiB L2. */
+static int64_t cols_block(int64_t n, int64_t kc)
 {
     int64_t most = (int64_t)131072 / kc / PX_NR * PX_NR;
     return px_conv_block(n, most > PX_NR ? most : PX_NR, PX_NR);
@@ -168,7 +170,7 @@ static phx_status forward(const phx_conv2d_desc *d, const float *x, const float 
     j.kd = d->c * d->kh * d->kw;
     j.ohw = d->oh * d->ow;
     j.kc = px_conv_block(j.kd, PX_KC, 1);
-    j.nc = px_conv_cols(d->oh * j.pl.wp, j.kc);
+    j.nc = cols_block(d->oh * j.pl.wp, j.kc);
     int64_t mp = (d->k + PX_MR - 1) / PX_MR * PX_MR;
     float *wp = px_cpu_scratch(0, (size_t)(mp * j.kd) * sizeof(float));
     if (!wp) return phx_error(PHX_ENOMEM, "conv2d: out of memory for the packed weight");
@@ -252,14 +254,19 @@ static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *
     j.kd = d->c * d->kh * d->kw;
     j.ohw = d->oh * d->ow;
     j.kc = px_conv_block(d->oh * j.pl.wp, PX_KC, 1);
-    j.nc = px_conv_cols(j.kd, j.kc);
+    j.nc = cols_block(j.kd, j.kc);
     px_cpu_parallel_for((j.kd + PX_NR - 1) / PX_NR, 1, wgt_part, &j);
     if (j.failed) return phx_error(PHX_ENOMEM, "conv2d: out of memory for the packed columns");
     if (db) px_conv_bias_grad(d, dy, db);
     return PHX_OK;
 }
 
-const float *px_conv_flipped(const phx_conv2d_desc *d, const float *w, phx_conv2d_desc *t)
+/* The data pass as a forward: *t is the convolution of dy into dx, and
+ * the return the weight (c, k, kh, kw) flipped, in scratch slot 2 (NULL
+ * with phx_error on ENOMEM): dx[ci][iy][ix] sums dy[co][oy][ox]
+ * w[co][ci][r][s] over oy = iy + pad - r dil, a convolution of dy padded
+ * (kh - 1) dil - pad with tap kh - 1 - r. */
+static const float *flipped_weight(const phx_conv2d_desc *d, const float *w, phx_conv2d_desc *t)
 {
     *t = *d;
     t->c = d->k, t->h = d->oh, t->w = d->ow, t->k = d->c, t->oh = d->h, t->ow = d->w;
@@ -291,7 +298,7 @@ phx_status px_cpu_conv2d_avx512(int pass, const phx_conv2d_desc *d, const float 
     if (pass == 0) return forward(d, x, w, bias, y);
     if (pass == 1) {
         phx_conv2d_desc t;
-        const float *wt = px_conv_flipped(d, w, &t);
+        const float *wt = flipped_weight(d, w, &t);
         return wt ? forward(&t, dy, wt, NULL, dx) : PHX_ENOMEM;
     }
     return weight(d, x, dy, dw, db);

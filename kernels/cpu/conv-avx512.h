@@ -21,10 +21,6 @@ static inline __mmask16 px_lanes16(int64_t lo, int64_t hi)
  * of unit: the block size */
 int64_t px_conv_block(int64_t n, int64_t most, int64_t unit);
 
-/* The width of a packed block of n columns, kc deep: a multiple of PX_NR
- * within half of a 1 MiB L2. */
-int64_t px_conv_cols(int64_t n, int64_t kc);
-
 /* An m x kd row-major matrix packed as A panels, k block after k block
  * of kc: block pc at dst + pc * (m rounded up to PX_MR), panel ir of the
  * block at + ir * (that block's depth). dst holds that many floats. */
@@ -40,10 +36,4 @@ void px_conv_tiles(int64_t kc, const float *ap, const float *bp, int64_t bstride
  * over the threads by channel. */
 void px_conv_bias_grad(const phx_conv2d_desc *d, const float *dy, float *db);
 
-/* The data pass as a forward: *t is the convolution of dy into dx, and
- * the return the weight (c, k, kh, kw) flipped, in scratch slot 2 (NULL
- * with phx_error on ENOMEM): dx[ci][iy][ix] sums dy[co][oy][ox]
- * w[co][ci][r][s] over oy = iy + pad - r dil, a convolution of dy padded
- * (kh - 1) dil - pad with tap kh - 1 - r. */
-const float *px_conv_flipped(const phx_conv2d_desc *d, const float *w, phx_conv2d_desc *t);
 #endif

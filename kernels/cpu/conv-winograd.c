@@ -153,19 +153,22 @@ static void runs_of(const wino *g, int64_t t0, int64_t tc, int panels, runs *rs)
     }
 }
 
-/* Fetches into L1 what the runs read of the channel at plane (h x w
- * per image, images istride apart): rows 2 ty + r0 .. 2 ty + r1 of each
- * tile row. */
-T512 static void prefetch(const runs *rs, const float *plane, int64_t istride, int64_t h, int64_t w, int64_t r0,
-                          int64_t r1)
+/* Fetches into L1 what the runs read of channel i + AHEAD of n (and, at
+ * channel 0, of channels 1 .. AHEAD - 1): rows 2 ty + r0 .. 2 ty + r1 of
+ * each tile row of the planes (h x w per image, images istride apart)
+ * from base, a channel's planes plane floats apart. A channel's runs take
+ * less time than a miss to DRAM. */
+T512 static void prefetch(const runs *rs, const float *base, int64_t i, int64_t n, int64_t plane, int64_t istride,
+                          int64_t h, int64_t w, int64_t r0, int64_t r1)
 {
-    for (int64_t k = 0; k < rs->n; k++) {
-        const run *r = &rs->r[k];
-        if (k && r->tx) continue; /* a tile row once */
-        int64_t a = 2 * r->ty + r0 < 0 ? 0 : 2 * r->ty + r0, b = min64(2 * r->ty + r1 + 1 + 2 * r->two, h);
-        for (int64_t f = a * w; f < b * w; f += 16)
-            _mm_prefetch((const char *)(plane + r->b * istride + f), _MM_HINT_T0);
-    }
+    for (int64_t c = i ? i + AHEAD : 1; c <= i + AHEAD && c < n; c++)
+        for (int64_t k = 0; k < rs->n; k++) {
+            const run *r = &rs->r[k];
+            if (k && r->tx) continue; /* a tile row once */
+            int64_t a = 2 * r->ty + r0 < 0 ? 0 : 2 * r->ty + r0, b = min64(2 * r->ty + r1 + 1 + 2 * r->two, h);
+            for (int64_t f = a * w; f < b * w; f += 16)
+                _mm_prefetch((const char *)(base + c * plane + r->b * istride + f), _MM_HINT_T0);
+        }
 }
 
 static const int32_t EVEN[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
@@ -261,10 +264,7 @@ T512 static void chunk_in(const wino *g, const runs *rs, int64_t c0, int64_t nc,
     for (int64_t k = 0; k < rs->n; k++) o[k] = in_run_of(d, &rs->r[k]), rm[k] = run_mask_of(&rs->r[k]);
     for (int64_t i = 0; i < nc; i++) {
         const float *xc = g->x + (c0 + i) * hw;
-        if (i + AHEAD < nc) prefetch(rs, xc + AHEAD * hw, chw, d->h, d->w, -d->pad_h, 3 - d->pad_h);
-        if (!i)
-            for (int64_t a = 1; a < AHEAD && a < nc; a++)
-                prefetch(rs, xc + a * hw, chw, d->h, d->w, -d->pad_h, 3 - d->pad_h);
+        prefetch(rs, g->x + c0 * hw, i, nc, hw, chw, d->h, d->w, -d->pad_h, 3 - d->pad_h);
         for (int64_t k = 0; k < rs->n; k++) {
             int64_t q = rs->q[k];
             input_tf(&o[k], rm[k], xc + rs->r[k].b * chw, v + i * cs + (pstride ? q / PX_NR * pstride + q % PX_NR : q),
@@ -307,7 +307,7 @@ T512 static void chunk_out(const wino *g, const runs *rs, const float *m, int64_
     for (int64_t co = 0; co < d->k; co++) {
         __m512 bv = _mm512_set1_ps(g->bias ? g->bias[co] : 0.0f);
         float *yc = g->y + co * ohw;
-        if (co + AHEAD < d->k) prefetch(rs, yc + AHEAD * ohw, kohw, d->oh, d->ow, 0, 1);
+        prefetch(rs, g->y, co, d->k, ohw, kohw, d->oh, d->ow, 0, 1);
         for (int64_t k = 0; k < rs->n; k++) {
             run_mask rm = rms[k];
             const float *mt = m + co * g->tc + rs->q[k];
@@ -343,9 +343,7 @@ T512 static void chunk_grad(const wino *g, const runs *rs, float *z, int64_t es,
     out_pairs(g, rs, pg, rms);
     for (int64_t co = 0; co < d->k; co++) {
         const float *dyc = g->dy + co * ohw;
-        if (co + AHEAD < d->k) prefetch(rs, dyc + AHEAD * ohw, kohw, d->oh, d->ow, 0, 1);
-        if (!co)
-            for (int64_t a = 1; a < AHEAD && a < d->k; a++) prefetch(rs, dyc + a * ohw, kohw, d->oh, d->ow, 0, 1);
+        prefetch(rs, g->dy, co, d->k, ohw, kohw, d->oh, d->ow, 0, 1);
         for (int64_t k = 0; k < rs->n; k++) {
             run_mask rm = rms[k];
             __m512 q[2][2]; /* q[i][j]: dY (2 ty + i, 2 tx + j) of each lane's tile */
@@ -472,6 +470,14 @@ static void weight_tf(const phx_conv2d_desc *d, const float *w, float *u)
     }
 }
 
+/* The last panel's unused columns of each position's packed block (rows
+ * rows, blocks vs apart) for a chunk of tc tiles: zeros, not stale floats */
+static void zero_tail(float *v, int64_t vs, int64_t tc, int64_t rows)
+{
+    for (int e = 0; tc % PX_NR && e < NE; e++)
+        memset(v + e * vs + tc / PX_NR * rows * PX_NR, 0, (size_t)(rows * PX_NR) * sizeof(float));
+}
+
 /* forward of chunks lo .. hi - 1: V packed as the GEMMs' B panels
  * (position e at v + e c tc), M plain (k x tc per position) */
 T512 static void fwd_part(void *arg, int64_t lo, int64_t hi)
@@ -489,9 +495,7 @@ T512 static void fwd_part(void *arg, int64_t lo, int64_t hi)
     runs rs;
     for (int64_t ch = lo; ch < hi; ch++) {
         int64_t t0 = ch * g->tc, tc = min64(g->tc, all - t0);
-        if (tc % PX_NR) /* the last panel's unused columns: zeros, not stale floats */
-            for (int e = 0; e < NE; e++)
-                memset(v + e * vs + tc / PX_NR * c * PX_NR, 0, (size_t)(c * PX_NR) * sizeof(float));
+        zero_tail(v, vs, tc, c);
         runs_of(g, t0, tc, 1, &rs);
         chunk_in(g, &rs, 0, c, v, vs, PX_NR, c * PX_NR);
         for (int e = 0; e < NE; e++)
@@ -539,9 +543,7 @@ T512 static void data_part(void *arg, int64_t lo, int64_t hi)
     runs rs;
     for (int64_t t0 = lo * g->tiles; t0 < end; t0 += g->tc) {
         int64_t tc = min64(g->tc, end - t0);
-        if (tc % PX_NR) /* the last panel's unused columns: zeros, not stale floats */
-            for (int e = 0; e < NE; e++)
-                memset(z + e * zs + tc / PX_NR * k * PX_NR, 0, (size_t)(k * PX_NR) * sizeof(float));
+        zero_tail(z, zs, tc, k);
         runs_of(g, t0, tc, 1, &rs);
         chunk_grad(g, &rs, z, zs, PX_NR, k * PX_NR);
         for (int e = 0; e < NE; e++)
