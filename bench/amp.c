@@ -26,7 +26,7 @@ static double measure(const char *name, double seconds)
     phx_rng *rng = phx_rng_new(0);
     phx_module *m = bench_mlp(rng, 512, 256);
     phx_module_set_precision(m, p);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     so.momentum = 0.9;
     phx_optimizer *opt = phx_sgd_new(m, &so);

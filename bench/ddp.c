@@ -49,9 +49,9 @@ static int rank_main(int rank, void *varg)
     }
     rank = phx_comm_rank(c);
     phx_module *model = make_model(a->model);
-    phx_ddp_opts o = {.no_overlap = a->no_overlap};
+    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .no_overlap = a->no_overlap};
     phx_module *ddp = phx_ddp_new(model, c, &o);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(ddp, &so);
     int64_t batch = a->model == SEED ? 64 : 256, in = a->model == SEED ? 10 : 784;

@@ -65,7 +65,7 @@ static void setup(runner *r, const char *name, size_t replicas, int blas_threads
         phx_device devs[2] = {phx_cpu(), phx_cpu()};
         if (!(r->net = phx_dp_new(r->model, devs, replicas, NULL))) bench_die("phx_dp_new");
     }
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     o.lr = 0.01;
     if (!(r->opt = phx_sgd_new(r->net, &o))) bench_die("phx_sgd_new");
     r->best = 0;

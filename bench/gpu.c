@@ -148,7 +148,7 @@ static double mlp_steps(double seconds, int repeats)
     bench_check(phx_tensor_copy(x, xh), "x to cuda");
     bench_check(phx_tensor_copy(y, yh), "y to cuda");
     phx_loss *loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     o.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(m, &o);
     if (!loss || !opt) bench_check(PHX_ENOMEM, "setup");

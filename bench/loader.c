@@ -45,7 +45,7 @@ static const phx_field fields[2] = {{.dtype = PHX_F32, .ndim = 1, .shape = {784}
 
 static phx_loader *loader(phx_dataset *ds, int workers)
 {
-    phx_loader_opts o = {.batch = 128, .shuffle = true, .seed = 1, .drop_last = true, .workers = workers};
+    phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = 128, .shuffle = true, .seed = 1, .drop_last = true, .workers = workers};
     phx_loader *l = phx_loader_new_opts(ds, &o);
     if (!l) bench_die("phx_loader_new_opts");
     return l;
@@ -74,7 +74,7 @@ static double step_rate(phx_dataset *ds, int workers, int steps)
     phx_rng *rng = phx_rng_new(0);
     phx_module *m = bench_mlp(rng, 512, 256);
     phx_rng_free(rng);
-    phx_adam_opts ao = phx_adamw_defaults();
+    phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
     ao.lr = 1e-3;
     phx_optimizer *opt = m ? phx_adam_new(m, &ao) : NULL;
     phx_loss *loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);

@@ -63,7 +63,7 @@ static setup make(const char *name)
         phx_rng_normal(rng, s.y, 0, 1);
         s.loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     } else if (!strncmp(name, "gpt", 3)) {
-        phx_gpt_config cfg = phx_gpt_defaults(); /* vocab 65, T 128, 4 layers, 4 heads, d_model 128 */
+        phx_gpt_config cfg = PHX_GPT_CONFIG_INIT; /* vocab 65, T 128, 4 layers, 4 heads, d_model 128 */
         s.m = phx_gpt_new(&cfg, rng);
         /* gpt_bf16: the bf16 policy (f32 master weights, bf16 compute) */
         if (s.m && !strcmp(name, "gpt_bf16"))
@@ -78,7 +78,7 @@ static setup make(const char *name)
             for (int i = 0; i < 16 * 128; i++) ((int64_t *)phx_tensor_data(s.y))[i] = (i * 53 + 11) % 65;
         }
         s.loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-        phx_adam_opts ao = phx_adamw_defaults();
+        phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
         ao.lr = 3e-4;
         s.opt = s.m ? phx_adam_new(s.m, &ao) : NULL;
         if (!s.m || !s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");
@@ -101,7 +101,7 @@ static setup make(const char *name)
         phx_sequential_add(s.m, phx_linear_new(128, 10, true, rng));
         int64_t xs[4] = {128, 1, 28, 28};
         classify(&s, rng, 4, xs);
-        phx_adam_opts ao = phx_adamw_defaults();
+        phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
         s.opt = phx_adam_new(s.m, &ao);
         if (!s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");
         phx_rng_free(rng);
@@ -111,7 +111,7 @@ static setup make(const char *name)
         int64_t xs[2] = {256, 784};
         classify(&s, rng, 2, xs);
     }
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     o.lr = 0.01;
     s.opt = phx_sgd_new(s.m, &o);
     if (!s.m || !s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");

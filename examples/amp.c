@@ -61,7 +61,7 @@ int main(int argc, char **argv)
 
     phx_module *model = phx_linear_new(IN, 1, true, rng);
     if (!model || phx_module_set_precision(model, prec) != PHX_OK) return fail("model");
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(model, &so);
     phx_scaler *scaler = phx_scaler_new(prec, NULL);

@@ -91,7 +91,7 @@ int main(int argc, char **argv)
         }
         i++;
     }
-    phx_world world;
+    phx_world world = PHX_WORLD_INIT;
     check(phx_world_from_env(&world), "world");
     phx_comm *comm = NULL;
     if (world.size > 1) check(phx_comm_init(NULL, &comm), "phx_comm_init");
@@ -127,7 +127,7 @@ int main(int argc, char **argv)
     }
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
     if (!scaler || !net) die("setup");
-    phx_adam_opts ao = phx_adamw_defaults();
+    phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
     ao.lr = lr;
     phx_optimizer *opt = phx_adam_new(net, &ao);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
@@ -141,7 +141,7 @@ int main(int argc, char **argv)
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
     phx_loader_opts lo = {
-        .batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank, .device = dev};
+        .struct_size = sizeof(phx_loader_opts), .batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank, .device = dev};
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
     if (!opt || !ce || !train) die("setup");
     int first = 0;
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
      * decay spans every epoch, the loaded ones included */
     int64_t total = (int64_t)(first + epochs) * per_epoch;
     phx_schedule_opts so = {
-        .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = total > 0 ? total : 1, .min_lr = lr / 100};
+        .struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = total > 0 ? total : 1, .min_lr = lr / 100};
     phx_schedule *sched = phx_schedule_new(opt, &so);
     if (!sched) die("schedule");
     progress prog;

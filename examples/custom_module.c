@@ -191,7 +191,7 @@ int main(int argc, char **argv)
         for (int c = 0; c < 8; c++) sum += dv[r * 8 + c];
         tv[r] = (float)sin(sum);
     }
-    phx_adam_opts ao = phx_adam_defaults();
+    phx_adam_opts ao = PHX_ADAM_OPTS_INIT;
     ao.lr = 3e-3;
     phx_optimizer *opt = phx_adam_new(model, &ao);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

@@ -52,7 +52,7 @@ int main(int argc, char **argv)
         printf("One device (%s): the model runs unwrapped\n", phx_device_name(dev, name, sizeof name));
     }
 
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(net, &so);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

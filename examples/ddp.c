@@ -38,7 +38,7 @@ static int train(int rank, void *arg)
     phx_rng *init = phx_rng_new(0);
     phx_module *model = phx_linear_new(10, 1, true, init);
     phx_module *ddp = model ? phx_ddp_new(model, comm, NULL) : NULL;
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     phx_optimizer *opt = ddp ? phx_sgd_new(ddp, &so) : NULL;
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

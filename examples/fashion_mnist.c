@@ -79,7 +79,7 @@ int main(int argc, char **argv)
         }
         i++;
     }
-    phx_world world;
+    phx_world world = PHX_WORLD_INIT;
     check(phx_world_from_env(&world), "world");
     phx_comm *comm = NULL;
     if (world.size > 1) check(phx_comm_init(NULL, &comm), "phx_comm_init");
@@ -107,7 +107,7 @@ int main(int argc, char **argv)
     /* DDP: the wrapper all-reduces gradient buckets during backward. */
     phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
     if (!scaler || !net) die("setup");
-    phx_adam_opts ao = phx_adamw_defaults();
+    phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
     ao.lr = lr;
     phx_optimizer *opt = phx_adam_new(net, &ao);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
@@ -116,7 +116,7 @@ int main(int argc, char **argv)
      * on a GPU the next batch's copy overlaps the step. */
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
-    phx_loader_opts lo = {.batch = batch,
+    phx_loader_opts lo = {.struct_size = sizeof(phx_loader_opts), .batch = batch,
                           .shuffle = true,
                           .seed = seed,
                           .num_replicas = size,

@@ -281,7 +281,7 @@ static int run(opts *o)
 
     phx_precision *prec = NULL;
     if (phx_precision_new(NULL, &prec) != PHX_OK) return fail("PHX_PRECISION");
-    phx_gpt_config cfg = phx_gpt_defaults();
+    phx_gpt_config cfg = PHX_GPT_CONFIG_INIT;
     cfg.vocab_size = V;
     cfg.block_size = o->context;
     cfg.n_layer = o->layers;
@@ -294,12 +294,12 @@ static int run(opts *o)
     phx_rng_free(init);
     if (!model || phx_module_set_precision(model, prec) != PHX_OK) return fail("building the GPT");
     phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
-    phx_adam_opts ao = phx_adamw_defaults();
+    phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
     ao.lr = o->lr;
     ao.beta2 = 0.99;
     ao.weight_decay = 0.1;
     phx_optimizer *opt = net ? phx_adam_new(net, &ao) : NULL;
-    phx_schedule_opts so = {.kind = PHX_SCHED_WARMUP_COSINE,
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE,
                             .warmup_steps = o->steps / 10 + 1,
                             .total_steps = o->steps + 2,
                             .min_lr = o->lr / 10};

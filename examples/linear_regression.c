@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     }
     check(phx_rng_normal(rng, x, 0.0f, 1.0f), "data");
     check(phx_rng_normal(rng, y, 0.0f, 1.0f), "targets");
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     o.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(model, &o);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

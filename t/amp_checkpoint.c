@@ -26,7 +26,7 @@ int main(void)
         return 1;
     }
     phx_module *m = phx_linear_new(3, 2, true, NULL);
-    phx_scaler_opts o = {0, 3.0, 0.3, 0};
+    phx_scaler_opts o = {sizeof(phx_scaler_opts), 0, 3.0, 0.3, 0};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     /* 65536 * 0.3 in f32: not a power of two, must come back bit-exact. */
     const double odd = (double)(float)(65536.0 * 0.3);

@@ -65,11 +65,11 @@ static int rank_main(int rank, void *arg)
     phx_sequential_add(model, phx_linear_new(HID, 1, true, rng));
     phx_module_set_precision(model, fp16);
     phx_module *ddp = phx_ddp_new(model, comm, NULL);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     so.momentum = 0.9;
     phx_optimizer *opt = ddp ? phx_sgd_new(ddp, &so) : NULL;
-    phx_scaler_opts o = {0, 0, 0, GROWTH_INTERVAL};
+    phx_scaler_opts o = {sizeof(phx_scaler_opts), 0, 0, 0, GROWTH_INTERVAL};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     int64_t xs[2] = {BATCH, IN}, ys[2] = {BATCH, 1};

@@ -74,7 +74,7 @@ static void train(const char *policy, phx_tensor *xtr, phx_tensor *ytr, phx_tens
     phx_sequential_add(m, phx_relu_new());
     phx_sequential_add(m, phx_linear_new(HID2, 10, true, rng));
     phx_module_set_precision(m, p);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.02;
     so.momentum = 0.9;
     phx_optimizer *opt = phx_sgd_new(m, &so);

@@ -56,10 +56,10 @@ static void run(const phx_precision *p, int with_poison, int growth_interval, ru
 {
     memset(r, 0, sizeof *r);
     phx_module *m = make_model(p);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(m, &so);
-    phx_scaler_opts o = {0, 0, 0, growth_interval};
+    phx_scaler_opts o = {sizeof(phx_scaler_opts), 0, 0, 0, growth_interval};
     phx_scaler *s = phx_scaler_new(p, &o);
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     int64_t xs[2] = {BATCH, IN}, ys[2] = {BATCH, 1};

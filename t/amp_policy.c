@@ -42,7 +42,7 @@ static const char *from_env(const char *env, phx_status *st)
 
 static void scan(void)
 {
-    phx_plugin_info infos[64];
+    phx_plugin_info infos[64] = {PHX_PLUGIN_INFO_INIT};
     phx_probe_ctx ctx = {0, 1, 0};
     size_t n = phx_plugin_scan(infos, 64, &ctx);
     int found[3] = {0, 0, 0}, prio[3] = {-1, -1, -1};

@@ -42,7 +42,7 @@ static phx_module *make_model(void)
 /* SGD with PyTorch's defaults and lr 0.01. */
 static phx_optimizer *sgd(phx_module *m)
 {
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     return phx_sgd_new(m, &so);
 }
@@ -108,10 +108,10 @@ static int run_config(FILE *f, ref_step *ref, phx_precision *fp16)
     }
 
     /* 0 keeps a default: pass PyTorch's defaults as 0 to exercise them. */
-    phx_scaler_opts o = {init, growth == 2.0 ? 0 : growth, backoff == 0.5 ? 0 : backoff,
+    phx_scaler_opts o = {sizeof(phx_scaler_opts), init, growth == 2.0 ? 0 : growth, backoff == 0.5 ? 0 : backoff,
                          interval == 2000 ? 0 : interval};
     phx_module *m = make_model();
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
     so.momentum = 0.9;
     phx_optimizer *opt = phx_sgd_new(m, &so);
@@ -191,14 +191,14 @@ static void skipped_step_unchanged(phx_precision *fp16, int adam)
     phx_module *m = make_model();
     phx_optimizer *opt;
     if (adam) {
-        phx_adam_opts ao = phx_adamw_defaults();
+        phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
         opt = phx_adam_new(m, &ao);
     } else {
-        phx_sgd_opts so = phx_sgd_defaults();
+        phx_sgd_opts so = PHX_SGD_OPTS_INIT;
         so.momentum = 0.9;
         opt = phx_sgd_new(m, &so);
     }
-    phx_scaler_opts o = {1024, 0, 0, 3};
+    phx_scaler_opts o = {sizeof(phx_scaler_opts), 1024, 0, 0, 3};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     bool stepped = false;
     /* Two clean steps create the optimizer state and set the tracker to 2. */
@@ -267,8 +267,15 @@ static void no_scaling(const char *name)
 static void bad_input(phx_precision *fp16)
 {
     static const phx_scaler_opts bad[] = {
-        {-1, 0, 0, 0},       {NAN, 0, 0, 0}, {1e39, 0, 0, 0}, {0, 1.0, 0, 0}, {0, 0.5, 0, 0},
-        {0, INFINITY, 0, 0}, {0, 0, 1.0, 0}, {0, 0, -0.5, 0}, {0, 0, 0, -3},
+        {sizeof(phx_scaler_opts), -1, 0, 0, 0},
+        {sizeof(phx_scaler_opts), NAN, 0, 0, 0},
+        {sizeof(phx_scaler_opts), 1e39, 0, 0, 0},
+        {sizeof(phx_scaler_opts), 0, 1.0, 0, 0},
+        {sizeof(phx_scaler_opts), 0, 0.5, 0, 0},
+        {sizeof(phx_scaler_opts), 0, INFINITY, 0, 0},
+        {sizeof(phx_scaler_opts), 0, 0, 1.0, 0},
+        {sizeof(phx_scaler_opts), 0, 0, -0.5, 0},
+        {sizeof(phx_scaler_opts), 0, 0, 0, -3},
     };
     static const char *field[] = {"init_scale",     "init_scale",     "init_scale",
                                   "growth_factor",  "growth_factor",  "growth_factor",
@@ -284,7 +291,7 @@ static void bad_input(phx_precision *fp16)
     is_int(nulls, 9, "9 bad option sets rejected");
     is_int(named, 9, "each error names the bad option");
 
-    phx_scaler_opts o = {0, 0, 0, 10};
+    phx_scaler_opts o = {sizeof(phx_scaler_opts), 0, 0, 0, 10};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     ok(phx_scaler_set_state(s, 1024, 5) == PHX_OK && phx_scaler_get_scale(s) == 1024 &&
            phx_scaler_growth_tracker(s) == 5,
@@ -353,7 +360,7 @@ int main(void)
     fclose(f);
 
     /* Exactly growth_interval clean steps double the scale. */
-    phx_scaler_opts o = {0, 0, 0, 5};
+    phx_scaler_opts o = {sizeof(phx_scaler_opts), 0, 0, 0, 5};
     phx_scaler *s = phx_scaler_new(fp16, &o);
     phx_module *m = make_model();
     phx_optimizer *opt = sgd(m);

@@ -11,7 +11,7 @@ static void run(const char *what, const phx_precision *prec)
 {
     phx_rng *rng = phx_rng_new(3);
     phx_module *m = phx_sequential_new();
-    phx_conv2d_opts g = phx_conv2d_opts_default();
+    phx_conv2d_opts g = PHX_CONV2D_OPTS_INIT;
     g.groups = 2, g.padding[0] = g.padding[1] = 1, g.stride[0] = g.stride[1] = 2;
     phx_sequential_add(m, phx_conv2d_new(1, 4, 3, 3, NULL, rng));
     phx_sequential_add(m, phx_batchnorm2d_new(4, 1e-5f, 0.1f, true, true));

@@ -10,7 +10,7 @@
 
 static phx_conv2d_opts conv_opts(int64_t s0, int64_t s1, int64_t p0, int64_t p1, int64_t d, int64_t g, bool bias)
 {
-    phx_conv2d_opts o = phx_conv2d_opts_default();
+    phx_conv2d_opts o = PHX_CONV2D_OPTS_INIT;
     o.stride[0] = s0, o.stride[1] = s1, o.padding[0] = p0, o.padding[1] = p1;
     o.dilation[0] = o.dilation[1] = d, o.groups = g, o.bias = bias;
     return o;
@@ -21,7 +21,7 @@ static phx_module *make(const char *c, bool *train, bool *two)
 {
     *train = strcmp(c, "bn2d_eval") != 0;
     *two = !strcmp(c, "bn2d_train") || !strcmp(c, "bn2d_cma") || !strcmp(c, "bn1d_2d");
-    phx_conv2d_opts o;
+    phx_conv2d_opts o = PHX_CONV2D_OPTS_INIT;
     if (!strcmp(c, "conv_basic")) return phx_conv2d_new(3, 4, 3, 3, NULL, NULL);
     if (!strcmp(c, "conv_s2p1")) return o = conv_opts(2, 2, 1, 1, 1, 1, true), phx_conv2d_new(3, 6, 3, 3, &o, NULL);
     if (!strcmp(c, "conv_dil2")) return o = conv_opts(1, 1, 2, 2, 2, 1, true), phx_conv2d_new(4, 4, 3, 3, &o, NULL);
@@ -178,7 +178,7 @@ static void errors(void)
     expect_error(bn, one, 2, "expected more than 1 value per channel when training", "BatchNorm1d on a batch of 1");
     expect_error(phx_batchnorm2d_new(3, 1e-5f, 0.1f, true, true), one4, 4, "more than 1 value per channel",
                  "BatchNorm2d on one 1x1 image");
-    phx_conv2d_opts o = phx_conv2d_opts_default();
+    phx_conv2d_opts o = PHX_CONV2D_OPTS_INIT;
     o.groups = 3;
     ok(!phx_conv2d_new(4, 6, 3, 3, &o, NULL) && strstr(phx_last_error(), "groups 3 must divide in_channels 4"),
        "groups not dividing the channels: NULL naming them (%s)", phx_last_error());
@@ -198,7 +198,7 @@ static void errors(void)
 /* names and initialisation as torch's (shapes; bounds of U(+-1/sqrt(fan_in))) */
 static void init_and_names(void)
 {
-    phx_conv2d_opts o = phx_conv2d_opts_default();
+    phx_conv2d_opts o = PHX_CONV2D_OPTS_INIT;
     o.groups = 2;
     phx_module *c = phx_conv2d_new(4, 6, 3, 5, &o, NULL);
     phx_tensor *w = phx_param_value(phx_module_find_param(c, "weight"));

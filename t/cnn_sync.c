@@ -195,10 +195,10 @@ static int ddp_rank(int rank, void *arg)
     if (!c) return 1;
     phx_module *model = small_cnn(), *ref = small_cnn();
     if (mode == 0) phx_sync_batchnorm_convert(model, c, NULL);
-    phx_ddp_opts o = {0};
+    phx_ddp_opts o = PHX_DDP_OPTS_INIT;
     o.no_broadcast_buffers = mode == 2;
     phx_module *ddp = phx_ddp_new(model, c, &o);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
     phx_optimizer *opt = phx_sgd_new(ddp, &so), *ropt = phx_sgd_new(ref, &so);
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

@@ -56,7 +56,7 @@ static void survive(phx_comm *c, int rank, phx_tensor *t, const char *be, const 
 
 static int gloo_rank(int rank)
 {
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.backend = "gloo";
     phx_comm *c;
     if (phx_comm_init(&o, &c)) {

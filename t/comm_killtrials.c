@@ -43,7 +43,7 @@ static double now(void)
 static int rank_main(int rank, int trial)
 {
     signal(SIGTERM, SIG_IGN);
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.backend = "gloo";
     phx_comm *c;
     if (phx_comm_init(&o, &c)) {

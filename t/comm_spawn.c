@@ -29,7 +29,7 @@ static int env_rank(int rank, void *arg)
     snprintf(want, sizeof want, "%d 4 %d 4 127.0.0.1 ", rank, rank);
     h_check(H, rank, strncmp(got, want, strlen(want)) == 0, got, "rank sees RANK WORLD_SIZE LOCAL_* MASTER_ADDR");
     H->value[rank] = atoi(getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     h_check(H, rank, phx_world_from_env(&w) == PHX_OK && w.rank == rank && w.size == 4, phx_last_error(),
             "phx_world_from_env agrees");
     return 0;

@@ -11,8 +11,9 @@
 
 static phx_world sentinel(void)
 {
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     memset(&w, 0x5a, sizeof w);
+    w.struct_size = sizeof w;
     return w;
 }
 
@@ -29,7 +30,7 @@ static void bad(const char *needle, const char *what)
 static int thread_rank(int rank, void *arg)
 {
     int *seen = arg;
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     if (phx_world_from_env(&w)) return 1;
     seen[rank] = w.rank * 100 + w.size * 10 + w.local_rank;
     phx_comm *c;
@@ -41,7 +42,7 @@ static int thread_rank(int rank, void *arg)
 
 int main(void)
 {
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     plan(68);
 
     tu_env(NULL);
@@ -113,7 +114,7 @@ int main(void)
     tu_env_clear();
 
     /* communicator options and collective arguments (a world of one) */
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.rank = 2;
     o.size = 2;
     phx_comm *c = NULL;

@@ -17,7 +17,7 @@ int main(void)
     int64_t n[1] = {N};
     static float h[N], back[N];
     for (int i = 0; i < N; i++) h[i] = cu_frand(-4, 4);
-    phx_memory_stats s0, s1;
+    phx_memory_stats s0 = PHX_MEMORY_STATS_INIT, s1 = PHX_MEMORY_STATS_INIT;
     phx_device_memory_stats(gpu, &s0);
     phx_tensor *g = phx_tensor_new(PHX_F32, 1, n, gpu);
     phx_device_memory_stats(gpu, &s1);

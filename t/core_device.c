@@ -91,7 +91,7 @@ int main(void)
     unsetenv("PHX_DEVICE");
 
     /* statistics */
-    phx_memory_stats a, b;
+    phx_memory_stats a = PHX_MEMORY_STATS_INIT, b = PHX_MEMORY_STATS_INIT;
     phx_device_memory_stats(phx_cpu(), &a);
     int64_t s[1] = {1000};
     phx_tensor *t = phx_tensor_new(PHX_F32, 1, s, phx_cpu());

@@ -11,7 +11,7 @@
 
 static uint64_t in_use(void)
 {
-    phx_memory_stats ms;
+    phx_memory_stats ms = PHX_MEMORY_STATS_INIT;
     phx_device_memory_stats(phx_cpu(), &ms);
     return ms.in_use_bytes;
 }

@@ -96,7 +96,7 @@ static void test_reuse(void)
     void *s1 = (void *)0x1, *s2 = (void *)0x2;
     void *a = NULL, *b = NULL, *d = NULL, *e = NULL;
     ok(px_cache_alloc(c, 1000, s1, &a) == PHX_OK && a, "alloc 1000 bytes");
-    phx_memory_stats st;
+    phx_device_memory_stats_v1 st;
     px_cache_stats(c, &st);
     is_int(st.in_use_bytes, 1024, "in use = class 1024");
     is_int(st.cached_bytes, 0, "nothing cached");
@@ -161,7 +161,7 @@ static void test_oom(void)
     px_cache_release(c, a);
     ok(px_cache_alloc(c, 2 << 20, s, &b) == PHX_OK, "2 MiB after 3 MiB cached: cache emptied, retried");
     is_int(m.frees, 1, "the cached 3 MiB block was freed for it");
-    phx_memory_stats st;
+    phx_device_memory_stats_v1 st;
     px_cache_stats(c, &st);
     is_int(st.cached_bytes, 0, "nothing cached after the retry");
     is_int(st.in_use_bytes, 2 << 20, "2 MiB in use");
@@ -188,7 +188,7 @@ static void test_many(void)
     ok(good, "5000 live blocks (the pointer table grows)");
     for (int i = 0; i < N; i += 2) px_cache_release(c, p[i]);
     for (int i = 1; i < N; i += 2) px_cache_release(c, p[i]);
-    phx_memory_stats st;
+    phx_device_memory_stats_v1 st;
     px_cache_stats(c, &st);
     is_int(st.in_use_bytes, 0, "all released");
     is_int(m.live, N, "all cached");
@@ -242,7 +242,7 @@ static void test_threads(void)
         bad |= a[i].bad;
     }
     ok(!bad, "4 threads x 2000 rounds: every block private to its holder");
-    phx_memory_stats st;
+    phx_device_memory_stats_v1 st;
     px_cache_stats(c, &st);
     is_int(st.in_use_bytes, 0, "in use 0 after all threads");
     is_int(st.alloc_calls, 4 * 2000 * 8, "every request counted");

@@ -23,7 +23,7 @@ static void fill_pattern(unsigned char *p, size_t n, unsigned seed)
 
 static void test_alloc(void)
 {
-    phx_memory_stats s0, s1, s2;
+    phx_device_memory_stats_v1 s0, s1, s2;
     ok(G->memory_stats(0, &s0) == PHX_OK, "memory_stats");
     void *a = NULL, *b = NULL, *c = NULL;
     ok(G->alloc(0, 1000, &a) == PHX_OK && a, "alloc 1000 bytes");
@@ -203,7 +203,7 @@ static void test_loader(void)
     float *xv = x ? phx_tensor_data(x) : NULL;
     for (int64_t i = 0; xv && i < n * d; i++) xv[i] = (float)(i % 977) - 400.f;
     phx_dataset *ds = x ? phx_dataset_tensors(&x, 1) : NULL;
-    phx_loader_opts o = {.batch = 64, .shuffle = true, .seed = 5, .workers = 2};
+    phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = 64, .shuffle = true, .seed = 5, .workers = 2};
     phx_loader *cpu = ds ? phx_loader_new_opts(ds, &o) : NULL;
     o.device = (phx_device){PHX_DEVICE_CUDA, 0};
     phx_loader *gpu = ds ? phx_loader_new_opts(ds, &o) : NULL;

@@ -15,7 +15,7 @@
 
 static phx_comm *world(int rank, int size, phx_device dev, double timeout_s, phx_status *st)
 {
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.backend = "nccl";
     o.rank = rank, o.size = size, o.local_rank = rank, o.local_size = size;
     o.device = dev;
@@ -102,7 +102,7 @@ static void test_ddp_world_of_one(void)
     phx_module *ref = mlp(), *model = mlp();
     int good = c && ref && model && phx_module_to(model, cu) == PHX_OK;
     phx_module *ddp = good ? phx_ddp_new(model, c, NULL) : NULL;
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
     so.momentum = 0.9;
     phx_optimizer *o_ref = phx_sgd_new(ref, &so), *o_ddp = ddp ? phx_sgd_new(ddp, &so) : NULL;
@@ -158,7 +158,7 @@ static void test_init_timeout(void)
 {
     phx_status st;
     /* an in-process store: no port to collide with other tests */
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.backend = "nccl";
     o.rank = 0, o.size = 2, o.local_rank = 0, o.local_size = 1;
     o.device = (phx_device){PHX_DEVICE_CUDA, 0};
@@ -207,7 +207,7 @@ static int two_ranks(int rank, void *arg)
 int main(void)
 {
     if (phx_device_count(PHX_DEVICE_CUDA) < 1) skip_all("no CUDA device");
-    phx_plugin_info infos[64];
+    phx_plugin_info infos[64] = {PHX_PLUGIN_INFO_INIT};
     size_t n = phx_plugin_scan(infos, 64, NULL);
     int found = 0;
     for (size_t i = 0; i < n && i < 64; i++) found |= strcmp(infos[i].name, "nccl") == 0;

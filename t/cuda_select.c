@@ -13,7 +13,7 @@
 #include "phalanx/plugin/device_v1.h"
 #include "t/tap.h"
 
-static phx_plugin_info infos[64];
+static phx_plugin_info infos[64] = {PHX_PLUGIN_INFO_INIT};
 
 static const phx_plugin_info *find(const char *kind, const char *name, size_t n)
 {
@@ -47,7 +47,7 @@ static void cuda_entry_points(const phx_plugin_info *cu)
     is_int(t->alloc(0, 64, &p), PHX_ENOTFOUND, "alloc: PHX_ENOTFOUND");
     like(phx_last_error(), "cuda:0: no CUDA device", "alloc says no CUDA device");
     ok(p == NULL, "alloc leaves *ptr NULL");
-    phx_memory_stats ms;
+    phx_device_memory_stats_v1 ms;
     is_int(t->memory_stats(0, &ms), PHX_ENOTFOUND, "memory_stats: PHX_ENOTFOUND");
     ok(t->current_stream(0) == NULL, "current_stream: NULL");
     is_int(t->synchronize(0), PHX_ENOTFOUND, "synchronize: PHX_ENOTFOUND");
@@ -110,7 +110,7 @@ static void without_gpu(const phx_plugin_info *cu, const phx_plugin_info *nc)
 
     if (nc) {
         setenv("PHX_COMM", "nccl", 1);
-        phx_comm_opts o = phx_comm_opts_default();
+        phx_comm_opts o = PHX_COMM_OPTS_INIT;
         o.rank = 0;
         o.size = 1;
         o.local_rank = 0;
@@ -150,7 +150,7 @@ static void with_gpu(const phx_plugin_info *cu, const phx_plugin_info *nc)
     ok(nc->ok, "nccl plugin usable");
     setenv("PHX_COMM", "nccl", 1);
     for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
-        phx_comm_opts o = phx_comm_opts_default();
+        phx_comm_opts o = PHX_COMM_OPTS_INIT;
         o.rank = 0, o.size = 1, o.local_rank = 0, o.local_size = 1;
         o.device = on_gpu ? (phx_device){PHX_DEVICE_CUDA, 0} : phx_cpu();
         phx_comm *c = NULL;

@@ -59,7 +59,7 @@ static int epoch_text(phx_loader *l, int dev, char *buf, size_t cap, int *overla
 
 static phx_loader *make(phx_dataset *ds, int workers, int dev)
 {
-    phx_loader_opts o = {.batch = 8, .shuffle = true, .seed = 3, .workers = workers};
+    phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = 8, .shuffle = true, .seed = 3, .workers = workers};
     if (dev) o.device = (phx_device){PHX_DEVICE_CUDA, 0};
     return phx_loader_new_opts(ds, &o);
 }
@@ -138,7 +138,7 @@ int main(void)
     phx_loader_free(c);
 
     /* A device index that does not exist: refused at construction. */
-    phx_loader_opts o = {.batch = 8, .device = {PHX_DEVICE_CUDA, 3}};
+    phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = 8, .device = {PHX_DEVICE_CUDA, 3}};
     phx_loader *bad = phx_loader_new_opts(ds, &o);
     ok(!bad && strstr(phx_last_error(), "cuda"), "device cuda:3 of 1: refused (%s)", phx_last_error());
     phx_loader_free(bad);

@@ -227,7 +227,7 @@ static void test_pytorch_rule(phx_comm *c)
         for (size_t i = 0; i < e->n_order; i++) reverse &= e->order[i] == e->n_order - 1 - i;
         if (!reverse) continue; /* a custom arrival order: test_rebuild */
         phx_module *m = model_for(e);
-        phx_ddp_opts o = {.first_bucket_bytes = e->first, .bucket_bytes = e->cap};
+        phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .first_bucket_bytes = e->first, .bucket_bytes = e->cap};
         phx_module *ddp = phx_ddp_new(m, c, &o);
         ok(ddp && numels_match(m, e) && same_buckets(ddp, e),
            "%s (first cap %zu, cap %zu): %zu bucket(s) as PyTorch's rule", e->name, e->first, e->cap, e->n_buckets);
@@ -246,7 +246,7 @@ static void test_rebuild(phx_comm *c, bool no_rebuild)
         return;
     }
     phx_module *m = perm_new(ord->numels, ord->n_numels, ord->order);
-    phx_ddp_opts o = {.first_bucket_bytes = ord->first, .bucket_bytes = ord->cap, .no_rebuild = no_rebuild};
+    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .first_bucket_bytes = ord->first, .bucket_bytes = ord->cap, .no_rebuild = no_rebuild};
     phx_module *ddp = phx_ddp_new(m, c, &o);
     ok(ddp && same_buckets(ddp, rev), "%sbefore the first backward: reverse parameter order",
        no_rebuild ? "no_rebuild, " : "");
@@ -270,7 +270,7 @@ static void test_rebuild(phx_comm *c, bool no_rebuild)
         kept &= v == (double)(i + 1);
     }
     ok(kept, "the gradients of the first backward survive the rebuild");
-    phx_ddp_stats s;
+    phx_ddp_stats s = PHX_DDP_STATS_INIT;
     phx_ddp_get_stats(ddp, &s);
     is_int(s.rebuilds, no_rebuild ? 0 : 1, "stats count %d rebuild(s)", no_rebuild ? 0 : 1);
     phx_tensor_free(x);
@@ -305,7 +305,7 @@ static void test_api(phx_comm *c)
     is_int(phx_ddp_num_buckets(m), 0, "num_buckets of a plain model is 0");
     is_int(phx_ddp_bucket_params(ddp, 5, NULL, 0), 0, "bucket 5 of 1 does not exist");
     like(phx_last_error(), "bucket 5", "error names the bucket");
-    phx_ddp_stats s;
+    phx_ddp_stats s = PHX_DDP_STATS_INIT;
     is_int(phx_ddp_get_stats(ddp, NULL), PHX_EINVAL, "stats into NULL is EINVAL");
     is_int(phx_ddp_get_stats(ddp, &s), PHX_OK, "stats");
     is_int(s.launches, 0, "no all-reduce before the first backward");

@@ -33,12 +33,12 @@ static const config configs[] = {
 static phx_optimizer *make_opt(phx_module *m, int kind)
 {
     if (kind == OPT_SGD) {
-        phx_sgd_opts o = phx_sgd_defaults();
+        phx_sgd_opts o = PHX_SGD_OPTS_INIT;
         o.lr = 0.05;
         o.momentum = 0.9;
         return phx_sgd_new(m, &o);
     }
-    phx_adam_opts o = phx_adamw_defaults();
+    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
     o.lr = 0.01;
     return phx_adam_new(m, &o);
 }
@@ -50,7 +50,7 @@ static int run_config(phx_comm *c, const config *cf)
     /* Ranks start from different weights: the broadcast must fix that. */
     phx_module *model = tu_mlp(sizes, 4, 1000 + (uint64_t)rank);
     phx_module *ref = tu_mlp(sizes, 4, 1000);
-    phx_ddp_opts o = {0};
+    phx_ddp_opts o = PHX_DDP_OPTS_INIT;
     o.first_bucket_bytes = cf->first_cap;
     o.bucket_bytes = cf->cap;
     phx_module *ddp = phx_ddp_new(model, c, &o);

@@ -58,7 +58,7 @@ static int rank_main(int rank, void *arg)
         if (!init || phx_tensor_copy(phx_param_value(phx_module_param(model, i)), init) != PHX_OK) return 1;
     }
     phx_module *ddp = phx_ddp_new(model, c, NULL);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
     phx_optimizer *opt = ddp ? phx_sgd_new(ddp, &so) : NULL;
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

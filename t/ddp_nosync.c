@@ -21,7 +21,7 @@ static int rank_main(int rank, void *arg)
     int world = phx_comm_size(c), bad = 0;
     phx_module *model = tu_mlp(sizes, 3, 5), *ref = tu_mlp(sizes, 3, 5);
     phx_module *ddp = phx_ddp_new(model, c, NULL);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = LR;
     phx_optimizer *opt = phx_sgd_new(ddp, &so);
     so.lr = LR * (K + 1);
@@ -44,7 +44,7 @@ static int rank_main(int rank, void *arg)
     free(hx);
     free(hy);
 
-    phx_ddp_stats s0, s1;
+    phx_ddp_stats s0 = PHX_DDP_STATS_INIT, s1 = PHX_DDP_STATS_INIT;
     phx_ddp_get_stats(ddp, &s0);
     phx_ddp_set_no_sync(ddp, true);
     for (int j = 0; j < K && !bad; j++) {

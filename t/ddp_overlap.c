@@ -63,13 +63,13 @@ static int rank_main(int rank, void *arg)
     if (!c) return 1;
     phx_module *model = tu_mlp(sizes, 5, 3);
     /* 64 floats first, then 4 KiB: several buckets for this model. */
-    phx_ddp_opts o = {.first_bucket_bytes = 256, .bucket_bytes = 4096, .no_overlap = variant == 1};
+    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .first_bucket_bytes = 256, .bucket_bytes = 4096, .no_overlap = variant == 1};
     phx_module *ddp = phx_ddp_new(model, c, &o);
     if (!ddp) {
         printf("# rank %d: phx_ddp_new: %s\n", rank, phx_last_error());
         return 1;
     }
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.momentum = 0.9;
     phx_optimizer *opt = phx_sgd_new(ddp, &so);
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
@@ -90,6 +90,7 @@ static int rank_main(int rank, void *arg)
     if (rank == 0 && good) {
         result *r = &res[variant];
         analyse(ddp, r);
+        r->stats.struct_size = sizeof r->stats;
         phx_ddp_get_stats(ddp, &r->stats);
         r->steady_allocs = a1 - a0;
         r->ok = 1;

@@ -110,7 +110,7 @@ static int rank_main(int rank, void *arg)
     phx_comm *c = tu_comm(rank);
     if (!c) return 1;
     int world = phx_comm_size(c), bad = 0;
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.05;
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_tensor *x = tu_new2(BATCH, 4), *y = tu_new2(BATCH, 4);
@@ -134,7 +134,7 @@ static int rank_main(int rank, void *arg)
     /* 2. find_unused: training matches one process; "unused" stays put. */
     m = net(true, true);
     phx_module *ref = net(true, true);
-    phx_ddp_opts o = {.find_unused = true};
+    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .find_unused = true};
     ddp = phx_ddp_new(m, c, &o);
     opt = phx_sgd_new(ddp, &so);
     phx_optimizer *ropt = phx_sgd_new(ref, &so);

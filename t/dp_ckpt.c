@@ -79,7 +79,7 @@ int main(void)
     ok(e <= 1e-6, "the replicas compute torch's output (max abs diff %.2e)", e);
 
     /* Train a little through the wrapper, then save through it. */
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.momentum = 0.5;
     phx_optimizer *opt = phx_sgd_new(dp, &so);
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

@@ -125,7 +125,7 @@ static void check_runtime(phx_module *m)
     phx_device dev3[3] = {phx_cpu(), phx_cpu(), phx_cpu()};
     phx_module *dp = phx_dp_new(m, dev3, 3, NULL);
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     phx_optimizer *opt = phx_sgd_new(dp, &o);
     phx_tensor *y, *dx;
     float l;

@@ -73,7 +73,7 @@ int main(void)
     int64_t s2[2] = {2, IN};
     phx_tensor *x2 = phx_tensor_new(PHX_F32, 2, s2, phx_cpu());
     phx_rng_uniform(rng, x2, -1, 1);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 1.0;
     phx_optimizer * or = phx_sgd_new(ref, &so), *od = phx_sgd_new(dp, &so);
     phx_loss *lr = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN), *ld = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);

@@ -28,10 +28,10 @@ static void check(size_t n, int adamw, phx_loss_kind kind)
     phx_module *dp = phx_dp_new(m, devs, n, NULL);
     phx_optimizer *opt;
     if (adamw) {
-        phx_adam_opts o = phx_adamw_defaults();
+        phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
         opt = phx_adam_new(dp, &o);
     } else {
-        phx_sgd_opts o = phx_sgd_defaults();
+        phx_sgd_opts o = PHX_SGD_OPTS_INIT;
         o.momentum = 0.9;
         opt = phx_sgd_new(dp, &o);
     }

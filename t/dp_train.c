@@ -50,11 +50,11 @@ static void batch(int step, phx_tensor **x, phx_tensor **y)
 static phx_optimizer *make_opt(phx_module *net, int adamw)
 {
     if (adamw) {
-        phx_adam_opts o = phx_adamw_defaults();
+        phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
         o.lr = 1e-2;
         return phx_adam_new(net, &o);
     }
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     o.lr = 0.1;
     o.momentum = 0.9;
     o.weight_decay = 1e-3;

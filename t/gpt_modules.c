@@ -121,7 +121,7 @@ static void errors(void)
     phx_tensor *x2 = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
     ok(phx_module_forward(a, x2, &y) == PHX_EINVAL, "Attention: a 2-D input is PHX_EINVAL");
     like(phx_last_error(), "expected (B, T, 16)", "... naming the expected shape");
-    phx_gpt_config cfg = phx_gpt_defaults();
+    phx_gpt_config cfg = PHX_GPT_CONFIG_INIT;
     cfg.block_size = 4;
     cfg.vocab_size = 5;
     cfg.d_model = 8;

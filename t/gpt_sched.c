@@ -27,7 +27,7 @@ static phx_module *one_param(void)
 static double rates(const phx_schedule_opts *so, const phx_tensor *want, int n)
 {
     phx_module *m = one_param();
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     o.lr = 1.0;
     phx_optimizer *opt = phx_sgd_new(m, &o);
     phx_schedule *s = phx_schedule_new(opt, so);
@@ -49,10 +49,10 @@ static double rates(const phx_schedule_opts *so, const phx_tensor *want, int n)
 
 static void schedules(const gu_file *f)
 {
-    phx_schedule_opts cosw = {.kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 3, .total_steps = 12, .min_lr = 0.1};
-    phx_schedule_opts cos0 = {.kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = 10, .min_lr = 0.01};
-    phx_schedule_opts stp = {.kind = PHX_SCHED_STEP, .step_size = 3, .gamma = 0.5};
-    phx_schedule_opts cb = {.kind = PHX_SCHED_CALLBACK, .fn = lambda};
+    phx_schedule_opts cosw = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 3, .total_steps = 12, .min_lr = 0.1};
+    phx_schedule_opts cos0 = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = 10, .min_lr = 0.01};
+    phx_schedule_opts stp = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_STEP, .step_size = 3, .gamma = 0.5};
+    phx_schedule_opts cb = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_CALLBACK, .fn = lambda};
     double e;
     e = rates(&cosw, gu_get(f, "lambda"), 14);
     ok(e <= 1e-6, "warmup 3 + cosine to 0.1 over 12 steps = LambdaLR (max rel %.2g)", e);
@@ -102,10 +102,10 @@ static void clipping(const gu_file *f)
 static void resume(void)
 {
     phx_module *m = one_param();
-    phx_adam_opts o = phx_adamw_defaults();
+    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
     o.lr = 0.5;
     phx_optimizer *opt = phx_adam_new(m, &o);
-    phx_schedule_opts so = {.kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 2, .total_steps = 10, .min_lr = 0.05};
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 2, .total_steps = 10, .min_lr = 0.05};
     phx_schedule *s = phx_schedule_new(opt, &so);
     double lr = 0;
     for (int i = 0; i < 6; i++) {
@@ -145,7 +145,7 @@ static void scaled(void)
     }
     phx_module *m = one_param();
     phx_tensor *w = phx_param_value(phx_module_param(m, 0)), *g = phx_param_grad(phx_module_param(m, 0));
-    phx_sgd_opts o = phx_sgd_defaults();
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     o.lr = 1.0;
     phx_optimizer *opt = phx_sgd_new(m, &o);
     phx_scaler *sc = phx_scaler_new(p, NULL);
@@ -183,7 +183,7 @@ static void scaled(void)
 static void groups_and_errors(void)
 {
     phx_module *m = phx_linear_new(2, 2, true, NULL);
-    phx_adam_opts o = phx_adamw_defaults();
+    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
     o.lr = 0.1;
     o.weight_decay = 0.5;
     phx_optimizer *opt = phx_adam_new(m, &o);
@@ -200,11 +200,11 @@ static void groups_and_errors(void)
     ok(b1 == b0 && fabs(w1 - w0 * (1 - 0.1 * 0.5)) < 1e-7, "a step with zero gradients decays the weight only");
     ok(phx_adam_set_weight_decay(opt, 2, 0.1) == PHX_EINVAL, "phx_adam_set_weight_decay: index out of range");
     like(phx_last_error(), "parameter 2, the model has 2", "... naming both");
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     phx_optimizer *sgd = phx_sgd_new(m, &so);
     ok(phx_adam_decay_matrices_only(sgd, NULL) == PHX_EINVAL, "weight-decay groups on SGD are PHX_EINVAL");
     like(phx_last_error(), "optimizer is SGD, expected Adam or AdamW", "... naming the type");
-    phx_schedule_opts bad = {.kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 5, .total_steps = 5};
+    phx_schedule_opts bad = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 5, .total_steps = 5};
     ok(phx_schedule_new(opt, &bad) == NULL, "cosine with total_steps <= warmup_steps is refused");
     like(phx_last_error(), "total_steps > warmup_steps", "... saying what is expected");
     phx_optimizer_free(sgd);

@@ -20,7 +20,7 @@
 
 static phx_gpt_config config(void)
 {
-    phx_gpt_config c = phx_gpt_defaults();
+    phx_gpt_config c = PHX_GPT_CONFIG_INIT;
     c.vocab_size = V;
     c.block_size = BS;
     c.n_layer = 2;
@@ -38,11 +38,11 @@ typedef struct trainer {
 
 static int trainer_init(trainer *t, phx_module *m, size_t *n_decayed)
 {
-    phx_adam_opts o = phx_adamw_defaults();
+    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
     o.lr = 3e-3;
     o.beta2 = 0.95;
     o.weight_decay = 0.1;
-    phx_schedule_opts so = {.kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 5, .total_steps = 20, .min_lr = 3e-4};
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 5, .total_steps = 20, .min_lr = 3e-4};
     t->m = m;
     t->opt = phx_adam_new(m, &o);
     t->sched = t->opt ? phx_schedule_new(t->opt, &so) : NULL;

@@ -32,7 +32,7 @@ static double now(void)
 static int collectives(int rank, void *arg)
 {
     const char *backend = arg;
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.backend = backend;
     phx_comm *c = NULL;
     phx_status st = phx_comm_init(&o, &c);
@@ -154,7 +154,7 @@ int main(void)
     is_int(phx_spawn(2, collectives, "nobarrier"), PHX_OK, "default barrier: waits for the late rank (0.3 s)");
 
     /* A NULL required slot. */
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.rank = 0, o.size = 1, o.backend = "nobcast";
     phx_comm *c = NULL;
     is_int(phx_comm_init(&o, &c), PHX_EABI, "required broadcast NULL: PHX_EABI");
@@ -171,7 +171,7 @@ int main(void)
          "phx-comm-major2.so): plugin ABI 2.0, but this Phalanx implements plugin ABI 1." PX_XSTR(PHX_PLUGIN_ABI_MINOR) " and "
          "loads ABI 1.0 or a newer 1.x (the major must be equal)",
          "... naming both versions");
-    phx_plugin_info infos[16];
+    phx_plugin_info infos[16] = {PHX_PLUGIN_INFO_INIT};
     size_t n = phx_plugin_scan(infos, 16, NULL);
     int listed = 0;
     for (size_t i = 0; i < n && i < 16; i++)
@@ -192,7 +192,7 @@ int main(void)
        "default events: complete once recorded");
     if (t) t->event_destroy(ev);
     is_int(phx_device_synchronize(cu), PHX_OK, "default synchronize: PHX_OK");
-    phx_memory_stats ms;
+    phx_memory_stats ms = PHX_MEMORY_STATS_INIT;
     is_int(phx_device_memory_stats(cu, &ms), PHX_EUNSUPPORTED, "default memory_stats: PHX_EUNSUPPORTED");
     like(phx_last_error(), "the device has no statistics", "... saying so");
     int present = 0, absent = 0, wrong = 0;

@@ -23,7 +23,7 @@
 static int async_ops(int rank, void *arg)
 {
     (void)arg;
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.backend = "kit";
     phx_comm *c = NULL;
     if (phx_comm_init(&o, &c)) {

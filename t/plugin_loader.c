@@ -121,7 +121,7 @@ static void test_cwd(void)
     size_t n = phx_plugin_scan(NULL, 0, &ctx1);
     phx_plugin_search_path(buf, sizeof buf);
     ok(strstr(buf, tmp) == NULL, "PHX_PLUGIN_PATH=':' does not search the working directory (%s)", buf);
-    phx_plugin_info infos[64];
+    phx_plugin_info infos[64] = {PHX_PLUGIN_INFO_INIT};
     size_t m = phx_plugin_scan(infos, 64, &ctx1);
     int seen = 0;
     for (size_t i = 0; i < m && i < 64; i++) seen |= strstr(infos[i].path, "cwdonly") != NULL;
@@ -251,7 +251,7 @@ static void test_errors(void)
 static void test_scan(void)
 {
     char both[2 * PATH_MAX + 2];
-    phx_plugin_info infos[32];
+    phx_plugin_info infos[32] = {PHX_PLUGIN_INFO_INIT};
     snprintf(both, sizeof both, "%s:%s", L, L2);
     setenv("PHX_PLUGIN_PATH", both, 1);
     size_t all = phx_plugin_scan(NULL, 0, &ctx1);

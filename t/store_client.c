@@ -16,7 +16,7 @@
 
 static int job(const char *dir)
 {
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     phx_store *s = NULL;
     if (phx_world_from_env(&w) || phx_store_new(w.master_addr, w.master_port, w.rank == 0, 30.0, &s)) {
         fprintf(stderr, "rank ?: %s\n", phx_last_error());

@@ -38,7 +38,7 @@ static void capture(void (*fn)(void *), void *arg, char *buf, size_t len)
 
 static double comm_timeout(double opt)
 {
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.backend = "threads";
     o.rank = 0;
     o.size = 1;
@@ -133,7 +133,7 @@ int main(void)
     setenv("PHX_TIMEOUT", "120", 1);
 
     /* RANK with a leading space is a typo, not rank 1. */
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     setenv("RANK", " 1", 1);
     setenv("WORLD_SIZE", "2", 1);
     is_int(phx_world_from_env(&w), PHX_EINVAL, "RANK=' 1': PHX_EINVAL");

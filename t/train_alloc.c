@@ -38,11 +38,11 @@ static void run(const char *what, bool adam, const phx_precision *prec)
     phx_loader *ld = phx_loader_new(x, y, 4, true, 11, false, NULL, 0);
     phx_optimizer *opt;
     if (adam) {
-        phx_adam_opts o = phx_adamw_defaults();
+        phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
         o.amsgrad = true;
         opt = phx_adam_new(m, &o);
     } else {
-        phx_sgd_opts o = phx_sgd_defaults();
+        phx_sgd_opts o = PHX_SGD_OPTS_INIT;
         o.momentum = 0.9, o.nesterov = true, o.weight_decay = 1e-4;
         opt = phx_sgd_new(m, &o);
     }

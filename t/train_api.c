@@ -244,18 +244,18 @@ static void test_errors(void)
     ok(phx_module_add_param(l, "a.b", extra) == NULL, "a dotted leaf name is refused");
     phx_tensor_free(extra);
     ok(phx_sequential_add(l, phx_relu_new()) == PHX_EINVAL, "sequential_add on a Linear is EINVAL");
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.nesterov = true;
     ok(phx_sgd_new(l, &so) == NULL, "nesterov without momentum refused");
     like(phx_last_error(), "nesterov needs momentum > 0", "SGD message");
     so = phx_sgd_defaults();
     so.lr = -1;
     ok(phx_sgd_new(l, &so) == NULL, "negative lr refused");
-    phx_adam_opts ao = phx_adamw_defaults();
+    phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
     ao.beta2 = 1.0;
     ok(phx_adam_new(l, &ao) == NULL, "beta2 = 1 refused");
     like(phx_last_error(), "betas (0.9, 1) must lie in [0, 1)", "Adam message");
-    phx_adam_opts aw = phx_adamw_defaults();
+    phx_adam_opts aw = PHX_ADAMW_OPTS_INIT;
     ok(aw.weight_decay == 0.01 && aw.decoupled && phx_adam_defaults().weight_decay == 0.0,
        "AdamW defaults wd 0.01, Adam 0");
     phx_optimizer *o = phx_adam_new(l, &aw);

@@ -76,7 +76,7 @@ static int count_tmp(void)
 static void test_roundtrip(void)
 {
     phx_module *a = model(1), *b = model(2);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.momentum = 0.9;
     phx_optimizer *oa = phx_sgd_new(a, &so), *ob = phx_sgd_new(b, &so);
     train(a, oa, 3);
@@ -84,7 +84,7 @@ static void test_roundtrip(void)
     phx_scaler *sa = NULL, *sb = NULL;
     phx_precision *fp16 = NULL;
     if (phx_precision_new("fp16", &fp16) == PHX_OK) {
-        phx_scaler_opts opt = {1024, 0, 0, 0};
+        phx_scaler_opts opt = {sizeof(phx_scaler_opts), 1024, 0, 0, 0};
         sa = phx_scaler_new(fp16, &opt);
         sb = phx_scaler_new(fp16, NULL);
         phx_scaler_set_state(sa, 256.0, 17);
@@ -157,7 +157,7 @@ static void test_roundtrip(void)
 static void test_resume_adam(void)
 {
     phx_module *a = model(11), *b = model(12);
-    phx_adam_opts o = phx_adamw_defaults();
+    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
     o.amsgrad = true;
     o.lr = 1e-2;
     phx_optimizer *oa = phx_adam_new(a, &o), *ob = phx_adam_new(b, &o);

@@ -99,7 +99,7 @@ int main(void)
 
     /* 1. Scaler state validated before anything is written. */
     model = phx_linear_new(8, 5, true, NULL);
-    phx_adam_opts ao = phx_adam_defaults();
+    phx_adam_opts ao = PHX_ADAM_OPTS_INIT;
     ao.amsgrad = true;
     opt = phx_adam_new(model, &ao);
     scaler = phx_scaler_new(fp16, NULL); /* growth interval 2000 */

@@ -34,7 +34,7 @@ static void test_option_names(void)
 {
     phx_rng *rng = phx_rng_new(0);
     phx_module *m = phx_linear_new(3, 2, true, rng);
-    phx_adam_opts a = phx_adamw_defaults();
+    phx_adam_opts a = PHX_ADAMW_OPTS_INIT;
     a.eps = -1e-8;
     ok(phx_adam_new(m, &a) == NULL, "Adam eps < 0 refused");
     is_str(phx_last_error(), "phx_adam_new: eps -1e-08 must be finite and >= 0", "names eps alone");
@@ -42,7 +42,7 @@ static void test_option_names(void)
     a.weight_decay = NAN;
     ok(phx_adam_new(m, &a) == NULL, "Adam weight_decay NaN refused");
     like(phx_last_error(), "weight_decay nan", "names weight_decay");
-    phx_sgd_opts s = phx_sgd_defaults();
+    phx_sgd_opts s = PHX_SGD_OPTS_INIT;
     s.momentum = -0.5;
     ok(phx_sgd_new(m, &s) == NULL, "SGD momentum < 0 refused");
     is_str(phx_last_error(), "phx_sgd_new: momentum -0.5 must be finite and >= 0", "names momentum alone");

@@ -50,7 +50,7 @@ static void test_dp(int model_first)
     phx_module *model = mlp();
     phx_module *dp = phx_dp_new(model, NULL, 0, NULL);
     ok(dp != NULL, "DataParallel over %d CPU replicas", phx_num_threads());
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
     phx_optimizer *opt = phx_sgd_new(dp, &so);
     float l1 = step(dp, opt);
@@ -75,7 +75,7 @@ static int ddp_rank(int rank, void *arg)
     if (!c) return 1;
     phx_module *model = mlp();
     phx_module *ddp = phx_ddp_new(model, c, NULL);
-    phx_sgd_opts so = phx_sgd_defaults();
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
     phx_optimizer *opt = ddp ? phx_sgd_new(ddp, &so) : NULL;
     int bad = !opt;

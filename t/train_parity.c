@@ -119,19 +119,19 @@ static void run(const char *name)
 
     phx_optimizer *opt;
     if (strcmp(name, "sgd") == 0) {
-        phx_sgd_opts o = phx_sgd_defaults();
+        phx_sgd_opts o = PHX_SGD_OPTS_INIT;
         o.lr = 0.05, o.momentum = 0.9, o.nesterov = true, o.weight_decay = 1e-3;
         opt = phx_sgd_new(m, &o);
     } else if (strcmp(name, "adamw") == 0) {
-        phx_adam_opts o = phx_adamw_defaults();
+        phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
         o.lr = 5e-3;
         opt = phx_adam_new(m, &o);
     } else if (strcmp(name, "adam_ams") == 0) {
-        phx_adam_opts o = phx_adam_defaults();
+        phx_adam_opts o = PHX_ADAM_OPTS_INIT;
         o.lr = 5e-3, o.weight_decay = 1e-3, o.amsgrad = true;
         opt = phx_adam_new(m, &o);
     } else {
-        phx_sgd_opts o = phx_sgd_defaults();
+        phx_sgd_opts o = PHX_SGD_OPTS_INIT;
         o.lr = 0.05, o.momentum = 0.5, o.dampening = 0.1;
         opt = phx_sgd_new(m, &o);
     }

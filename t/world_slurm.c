@@ -12,7 +12,7 @@
 /* A task of a 4-task step on two nodes, whose node list is `list`. */
 static const char *first_host(const char *var, const char *list)
 {
-    static phx_world w;
+    static phx_world w = PHX_WORLD_INIT;
     char kv[256];
     snprintf(kv, sizeof kv, "%s=%s", var, list);
     tu_env("SLURM_JOB_ID=77", "SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=2(x2)",
@@ -24,7 +24,7 @@ static const char *first_host(const char *var, const char *list)
 int main(void)
 {
     plan(14);
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     is_str(first_host("SLURM_STEP_NODELIST", "gpu[07-08]"), "gpu07", "the step's first node, zero padding kept");
     phx_status st = phx_world_from_env(&w);
     ok(st == PHX_OK && w.rank == 3 && w.size == 4 && w.local_rank == 1 && w.local_size == 2 && w.master_port == 29500,

@@ -89,7 +89,7 @@ check_PROGRAMS += t/plugin_loader t/plugin_minor
 TESTS += t/plugin_loader t/plugin_minor
 t_plugin_loader_SOURCES = t/plugin_loader.c
 t_plugin_loader_LDADD = libphalanx.la
-t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c
+t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c core/base/abi.c
 t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_OLDEST='(PHX_PLUGIN_ABI_MINOR + 1)'
 t_plugin_minor_LDADD = libphalanx.la
 

@@ -64,6 +64,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "phx-info: out of memory for %zu plugins\n", cap);
             return 1;
         }
+        infos[0].struct_size = sizeof *infos;
     }
 
     if (parsable) {

@@ -13,6 +13,7 @@
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
 #include "core/plugin/plugin-abi.h"
+#include "core/base/abi.h"
 #include "phalanx/log.h"
 
 static const char *const op_names[] = {"sum", "avg", "max", "min"};
@@ -22,10 +23,7 @@ static const char *const kind_names[] = {"allreduce", "broadcast", "allgather", 
 
 phx_comm_opts phx_comm_opts_default(void)
 {
-    phx_comm_opts o;
-    memset(&o, 0, sizeof o);
-    o.rank = o.size = o.local_rank = o.local_size = -1;
-    o.device = phx_cpu();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     return o;
 }
 
@@ -33,16 +31,18 @@ phx_comm_opts phx_comm_opts_default(void)
 static phx_status resolve_world(const phx_comm_opts *o, phx_world *w)
 {
     phx_status st;
-    if (o->rank < 0 && o->size < 0) {
+    w->struct_size = sizeof *w;
+    if (o->size <= 0) {
         if ((st = phx_world_from_env(w))) return st;
     } else {
         if (o->size < 1 || o->rank < 0 || o->rank >= o->size)
             return phx_error(PHX_EINVAL, "phx_comm_init: opts rank %d, size %d: expected 0 <= rank < size", o->rank,
                              o->size);
         memset(w, 0, sizeof *w);
+        w->struct_size = sizeof *w;
         w->rank = o->rank;
         w->size = o->size;
-        w->local_rank = o->local_rank >= 0 ? o->local_rank : o->rank;
+        w->local_rank = o->local_size >= 1 ? o->local_rank : o->rank;
         w->local_size = o->local_size >= 1 ? o->local_size : o->size;
         if (w->local_rank >= w->local_size)
             return phx_error(PHX_EINVAL, "phx_comm_init: opts local_rank %d is not below local_size %d", w->local_rank,
@@ -192,7 +192,7 @@ static int in_process_world(const phx_comm_opts *o, const phx_world *w)
  * leave the world to the environment. */
 static int own_world(const phx_comm *c, const phx_comm_opts *o)
 {
-    return c->desc->abi_minor >= PHX_COMM_V1_WORLD_MINOR && c->v.world && o->rank < 0 && o->size < 0 && !o->store &&
+    return c->desc->abi_minor >= PHX_COMM_V1_WORLD_MINOR && c->v.world && o->size <= 0 && !o->store &&
         !px_spawn_current()->active;
 }
 
@@ -200,7 +200,7 @@ static int own_world(const phx_comm *c, const phx_comm_opts *o)
  * keeps the core's per-process keys (the communicator count). */
 static phx_status take_own_world(phx_comm *c)
 {
-    phx_world w;
+    phx_comm_world_v1 w;
     memset(&w, 0, sizeof w);
     w.rank = w.size = w.local_rank = w.local_size = -1;
     phx_status st = c->v.world(&w);
@@ -237,10 +237,11 @@ static phx_status take_own_world(phx_comm *c)
 phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_comm_init: out is NULL");
-    phx_comm_opts o = opts ? *opts : phx_comm_opts_default();
-    phx_world w;
-    phx_status st = resolve_world(&o, &w);
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
+    phx_status st = px_abi_in(&o, sizeof o, opts, "phx_comm_init", "phx_comm_opts", "PHX_COMM_OPTS_INIT");
     if (st) return st;
+    phx_world w;
+    if ((st = resolve_world(&o, &w))) return st;
     if (o.device.kind != PHX_DEVICE_CPU && o.device.kind != PHX_DEVICE_CUDA)
         return phx_error(PHX_EINVAL, "phx_comm_init: opts device kind %d is not a device", o.device.kind);
 

@@ -14,6 +14,7 @@
 #include "core/data/loader-device.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 #include "phalanx/data.h"
 #include "phalanx/rng.h"
 #include "phalanx/sampler.h"
@@ -320,8 +321,10 @@ phx_loader *phx_loader_new_opts(phx_dataset *ds, const phx_loader_opts *opts)
         px_error_null("phx_loader_new_opts", ds ? "opts" : "the dataset");
         return NULL;
     }
-    if (check_opts(ds, opts) != PHX_OK) return NULL;
-    return loader_create(ds, opts, false);
+    phx_loader_opts o = PHX_LOADER_OPTS_INIT;
+    if (px_abi_in(&o, sizeof o, opts, "phx_loader_new_opts", "phx_loader_opts", "PHX_LOADER_OPTS_INIT")) return NULL;
+    if (check_opts(ds, &o) != PHX_OK) return NULL;
+    return loader_create(ds, &o, false);
 }
 
 phx_loader *phx_loader_new(phx_tensor *x, phx_tensor *y, int64_t batch, bool shuffle, uint64_t seed, bool drop_last,
@@ -336,7 +339,8 @@ phx_loader *phx_loader_new(phx_tensor *x, phx_tensor *y, int64_t batch, bool shu
     phx_tensor *xy[2] = {x, y};
     phx_dataset *ds = phx_dataset_tensors(xy, 2);
     if (!ds) return NULL;
-    phx_loader_opts o = {.batch = batch,
+    phx_loader_opts o = {.struct_size = sizeof o,
+                         .batch = batch,
                          .shuffle = shuffle,
                          .seed = seed,
                          .drop_last = drop_last,

@@ -15,6 +15,7 @@
 #include "core/ddp/ddp-impl.h"
 #include "core/modules/module-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 
 static const phx_module_vtable ddp_vtable;
 
@@ -340,13 +341,15 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
         phx_error(PHX_EINVAL, "phx_ddp_new: the model is already a DistributedDataParallel module");
         return NULL;
     }
+    phx_ddp_opts o = PHX_DDP_OPTS_INIT;
+    if (px_abi_in(&o, sizeof o, opts, "phx_ddp_new", "phx_ddp_opts", "PHX_DDP_OPTS_INIT")) return NULL;
     px_ddp *d = px_calloc(1, sizeof *d);
     if (!d) return NULL;
     d->model = model;
     d->comm = comm;
     d->rank = phx_comm_rank(comm);
     d->world = phx_comm_size(comm);
-    if (opts) d->opts = *opts;
+    d->opts = o;
     if (!d->opts.first_bucket_bytes) d->opts.first_bucket_bytes = PX_DDP_FIRST_BUCKET_BYTES;
     if (!d->opts.bucket_bytes) d->opts.bucket_bytes = PX_DDP_BUCKET_BYTES;
     d->n_params = phx_module_num_params(model);
@@ -429,9 +432,7 @@ phx_status phx_ddp_get_stats(phx_module *ddp, phx_ddp_stats *out)
 {
     px_ddp *d = ddp_of(ddp, "phx_ddp_get_stats");
     if (!d) return PHX_EINVAL;
-    if (!out) return phx_error(PHX_EINVAL, "phx_ddp_get_stats: out is NULL");
-    *out = d->stats;
-    return PHX_OK;
+    return px_abi_out(out, &d->stats, sizeof d->stats, "phx_ddp_get_stats", "phx_ddp_stats", "PHX_DDP_STATS_INIT");
 }
 
 size_t phx_ddp_trace(phx_module *ddp, phx_ddp_event *ev, size_t max)

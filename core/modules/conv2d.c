@@ -9,6 +9,7 @@
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
 #include "phalanx/cnn.h"
+#include "core/base/abi.h"
 
 typedef struct conv2d {
     int64_t in, out, kh, kw;
@@ -22,7 +23,7 @@ typedef struct conv2d {
 
 phx_conv2d_opts phx_conv2d_opts_default(void)
 {
-    phx_conv2d_opts o = {{1, 1}, {0, 0}, {1, 1}, 1, true, false};
+    phx_conv2d_opts o = PHX_CONV2D_OPTS_INIT;
     return o;
 }
 
@@ -174,7 +175,8 @@ static phx_module *conv_make(int64_t in, int64_t out, int64_t kh, int64_t kw, co
 phx_module *phx_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kh, int64_t kw,
                            const phx_conv2d_opts *opts, phx_rng *rng)
 {
-    phx_conv2d_opts o = opts ? *opts : phx_conv2d_opts_default();
+    phx_conv2d_opts o = PHX_CONV2D_OPTS_INIT;
+    if (px_abi_in(&o, sizeof o, opts, "phx_conv2d_new", "phx_conv2d_opts", "PHX_CONV2D_OPTS_INIT")) return NULL;
     if (check_opts(in_channels, out_channels, kh, kw, &o) != PHX_OK) return NULL;
     phx_rng *own = NULL;
     if (!rng && !(rng = own = phx_rng_new(0))) return NULL;

@@ -11,6 +11,7 @@
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
 #include "phalanx/transformer.h"
+#include "core/base/abi.h"
 
 phx_module *px_tree_clone_values(phx_module *clone, const phx_module *self)
 {
@@ -211,15 +212,7 @@ static const phx_module_vtable gpt_vt = {
 
 phx_gpt_config phx_gpt_defaults(void)
 {
-    phx_gpt_config c = {.vocab_size = 65,
-                        .block_size = 128,
-                        .n_layer = 4,
-                        .n_head = 4,
-                        .d_model = 128,
-                        .dropout = 0.0f,
-                        .bias = true,
-                        .seed = 0,
-                        .init_std = 0.02};
+    phx_gpt_config c = PHX_GPT_CONFIG_INIT;
     return c;
 }
 
@@ -240,6 +233,9 @@ phx_module *phx_gpt_new(const phx_gpt_config *cfg, phx_rng *rng)
         px_error_null("phx_gpt_new", "cfg");
         return NULL;
     }
+    phx_gpt_config given = PHX_GPT_CONFIG_INIT;
+    if (px_abi_in(&given, sizeof given, cfg, "phx_gpt_new", "phx_gpt_config", "PHX_GPT_CONFIG_INIT")) return NULL;
+    cfg = &given;
     if (cfg->vocab_size < 1 || cfg->block_size < 1 || cfg->n_layer < 1 || cfg->n_head < 1 || cfg->d_model < 1 ||
         cfg->d_model % cfg->n_head != 0 || !(cfg->dropout >= 0.0f && cfg->dropout < 1.0f) || !(cfg->init_std >= 0.0)) {
         phx_error(PHX_EINVAL,

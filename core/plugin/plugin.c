@@ -12,6 +12,7 @@
 #include "core/plugin/plugin-impl.h"
 #include "core/base/util.h"
 #include "phalanx/log.h"
+#include "core/base/abi.h"
 
 /* One opened plugin file. Entries and their handles live as long as the
  * process, so descriptors handed out stay valid; a file that failed to
@@ -405,9 +406,15 @@ size_t phx_plugin_scan(phx_plugin_info *infos, size_t max, const phx_probe_ctx *
         px_free(dirs);
         return 0;
     }
+    /* The caller's struct_size is the array's stride (doc/abi.md). */
+    size_t stride = infos && max ? px_abi_size(infos) : 0;
+    if (infos && max && stride < sizeof(size_t)) {
+        px_abi_out(infos, infos, sizeof *infos, "phx_plugin_scan", "phx_plugin_info", "PHX_PLUGIN_INFO_INIT");
+        ncands = 0;
+    }
     for (size_t i = 0; i < ncands && infos && i < max; i++) {
         px_cand *c = &cands[i];
-        phx_plugin_info *f = &infos[i];
+        phx_plugin_info info, *f = &info;
         px_plugin_evaluate(c, ctx, PX_PLUGIN_MINOR_OLDEST);
         memset(f, 0, sizeof *f);
         snprintf(f->path, sizeof f->path, "%s", c->path);
@@ -419,6 +426,8 @@ size_t phx_plugin_scan(phx_plugin_info *infos, size_t max, const phx_probe_ctx *
         f->ok = c->state == PX_CAND_OK;
         f->priority = f->ok ? c->priority : -1;
         snprintf(f->reason, sizeof f->reason, "%s", f->ok ? "" : c->why);
+        f->struct_size = stride;
+        memcpy((unsigned char *)infos + i * stride, f, stride < sizeof *f ? stride : sizeof *f);
     }
     px_free(cands);
     px_free(dirs);

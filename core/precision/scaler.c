@@ -23,6 +23,7 @@
 #include "core/base/util.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/precision/precision-impl.h"
+#include "core/base/abi.h"
 
 /* Gradients normally live on one device (two with exotic setups); one
  * found_inf flag per device, created at the first step. */
@@ -57,15 +58,14 @@ static phx_status check_opts(const phx_scaler_opts *o)
 
 phx_scaler *phx_scaler_new(const phx_precision *p, const phx_scaler_opts *opts)
 {
-    phx_scaler_opts o;
+    phx_scaler_opts u = PHX_SCALER_OPTS_INIT, o = PHX_SCALER_OPTS_INIT;
+    if (px_abi_in(&u, sizeof u, opts, "phx_scaler_new", "phx_scaler_opts", "PHX_SCALER_OPTS_INIT")) return NULL;
     px_precision_scaler_defaults(p, &o);
-    if (opts) {
-        /* 0 keeps the default; anything else (negative too) is checked. */
-        if (opts->init_scale != 0) o.init_scale = opts->init_scale;
-        if (opts->growth_factor != 0) o.growth_factor = opts->growth_factor;
-        if (opts->backoff_factor != 0) o.backoff_factor = opts->backoff_factor;
-        if (opts->growth_interval != 0) o.growth_interval = opts->growth_interval;
-    }
+    /* 0 keeps the default; anything else (negative too) is checked. */
+    if (u.init_scale != 0) o.init_scale = u.init_scale;
+    if (u.growth_factor != 0) o.growth_factor = u.growth_factor;
+    if (u.backoff_factor != 0) o.backoff_factor = u.backoff_factor;
+    if (u.growth_interval != 0) o.growth_interval = u.growth_interval;
     if (check_opts(&o) != PHX_OK) return NULL;
     phx_scaler *s = px_calloc(1, sizeof *s);
     if (!s) return NULL;

@@ -52,7 +52,7 @@ static void cpu_release(int dev, void *ptr)
     px_free(blk->raw);
 }
 
-static phx_status cpu_memory_stats(int dev, phx_memory_stats *out)
+static phx_status cpu_memory_stats(int dev, phx_device_memory_stats_v1 *out)
 {
     (void)dev;
     out->in_use_bytes = atomic_load(&px_cpu_in_use);

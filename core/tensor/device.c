@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu.h"
 #include "phalanx/log.h"
 #include "phalanx/plugin.h"
+#include "core/base/abi.h"
 
 phx_device phx_cpu(void)
 {
@@ -65,7 +66,7 @@ static int local_size(void)
 /* ---- device tables: a plugin's as of its minor, with the defaults ---- */
 
 /* The defaults of the optional slots: those of a synchronous device. */
-static phx_status dflt_memory_stats(int dev, phx_memory_stats *out)
+static phx_status dflt_memory_stats(int dev, phx_device_memory_stats_v1 *out)
 {
     (void)dev, (void)out;
     return phx_error(PHX_EUNSUPPORTED, "phx_device_memory_stats: the device has no statistics");
@@ -484,7 +485,10 @@ phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_device_memory_stats: out is NULL");
     const phx_device_v1 *t;
+    phx_device_memory_stats_v1 v = {0};
     phx_status st = table_of(d, &t);
+    if (st == PHX_OK) st = t->memory_stats(d.index, &v);
     if (st != PHX_OK) return st;
-    return t->memory_stats(d.index, out);
+    phx_memory_stats m = {sizeof m, v.in_use_bytes, v.cached_bytes, v.peak_bytes, v.alloc_calls};
+    return px_abi_out(out, &m, sizeof m, "phx_device_memory_stats", "phx_memory_stats", "PHX_MEMORY_STATS_INIT");
 }

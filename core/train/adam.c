@@ -9,6 +9,7 @@
 #include "core/modules/module-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 
 typedef struct adam {
     px_slots s; /* first: the shared px_slots_* slots reach it */
@@ -19,13 +20,13 @@ _Static_assert(offsetof(adam, s) == 0, "px_slots_optimizer_new needs the slots f
 
 phx_adam_opts phx_adam_defaults(void)
 {
-    phx_adam_opts o = {1e-3, 0.9, 0.999, 1e-8, 0.0, false, false};
+    phx_adam_opts o = PHX_ADAM_OPTS_INIT;
     return o;
 }
 
 phx_adam_opts phx_adamw_defaults(void)
 {
-    phx_adam_opts o = {1e-3, 0.9, 0.999, 1e-8, 1e-2, false, true};
+    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
     return o;
 }
 
@@ -79,12 +80,13 @@ static const phx_optimizer_vtable adamw_vt = {
 
 phx_optimizer *phx_adam_new(phx_module *model, const phx_adam_opts *o)
 {
-    phx_adam_opts d = phx_adam_defaults();
-    if (!o) o = &d;
     if (!model) {
         px_error_null("phx_adam_new", "model");
         return NULL;
     }
+    phx_adam_opts d = PHX_ADAM_OPTS_INIT;
+    if (px_abi_in(&d, sizeof d, o, "phx_adam_new", "phx_adam_opts", "PHX_ADAM_OPTS_INIT")) return NULL;
+    o = &d;
     const px_hparam h[] = {{"lr", o->lr}, {"eps", o->eps}, {"weight_decay", o->weight_decay}};
     if (px_hparams_check("phx_adam_new", h, PX_ARRAY_LEN(h)) != PHX_OK) return NULL;
     if (!(o->beta1 >= 0.0 && o->beta1 < 1.0) || !(o->beta2 >= 0.0 && o->beta2 < 1.0)) {

@@ -2,6 +2,7 @@
 #include <math.h>
 #include "phalanx/schedule.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 
 struct phx_schedule {
     phx_optimizer *opt;
@@ -15,6 +16,10 @@ phx_schedule *phx_schedule_new(phx_optimizer *opt, const phx_schedule_opts *o)
         px_error_null("phx_schedule_new", opt ? "opts" : "optimizer");
         return NULL;
     }
+    phx_schedule_opts own = PHX_SCHEDULE_OPTS_INIT;
+    if (px_abi_in(&own, sizeof own, o, "phx_schedule_new", "phx_schedule_opts", "PHX_SCHEDULE_OPTS_INIT"))
+        return NULL;
+    o = &own;
     const char *bad = NULL;
     switch (o->kind) {
     case PHX_SCHED_CONSTANT: break;

@@ -5,6 +5,7 @@
 #include "core/train/optim-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 
 typedef struct sgd {
     px_slots s; /* first: the shared px_slots_* slots reach it */
@@ -14,7 +15,7 @@ _Static_assert(offsetof(sgd, s) == 0, "px_slots_optimizer_new needs the slots fi
 
 phx_sgd_opts phx_sgd_defaults(void)
 {
-    phx_sgd_opts o = {0.01, 0.0, 0.0, 0.0, false};
+    phx_sgd_opts o = PHX_SGD_OPTS_INIT;
     return o;
 }
 
@@ -48,12 +49,13 @@ static const phx_optimizer_vtable sgd_vt = {
 
 phx_optimizer *phx_sgd_new(phx_module *model, const phx_sgd_opts *o)
 {
-    phx_sgd_opts d = phx_sgd_defaults();
-    if (!o) o = &d;
     if (!model) {
         px_error_null("phx_sgd_new", "model");
         return NULL;
     }
+    phx_sgd_opts d = PHX_SGD_OPTS_INIT;
+    if (px_abi_in(&d, sizeof d, o, "phx_sgd_new", "phx_sgd_opts", "PHX_SGD_OPTS_INIT")) return NULL;
+    o = &d;
     const px_hparam h[] = {
         {"lr", o->lr}, {"momentum", o->momentum}, {"dampening", o->dampening}, {"weight_decay", o->weight_decay}};
     if (px_hparams_check("phx_sgd_new", h, PX_ARRAY_LEN(h)) != PHX_OK) return NULL;

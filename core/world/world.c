@@ -7,6 +7,7 @@
 #include <string.h>
 #include "core/comm/comm-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 #include "phalanx/comm.h"
 
 #define PX_DEFAULT_PORT 29500
@@ -159,8 +160,7 @@ static phx_status slurm_batch_check(void)
 phx_status phx_world_from_env(phx_world *out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_world_from_env: out is NULL");
-    phx_world w;
-    memset(&w, 0, sizeof w);
+    phx_world w = PHX_WORLD_INIT;
     w.size = w.local_size = 1;
     phx_status st = PHX_OK;
 
@@ -180,8 +180,7 @@ phx_status phx_world_from_env(phx_world *out)
     if (st != PHX_OK) return st;
 
     if ((st = px_env_master(w.master_addr, sizeof w.master_addr, &w.master_port))) return st;
-    *out = w;
-    return PHX_OK;
+    return px_abi_out(out, &w, sizeof w, "phx_world_from_env", "phx_world", "PHX_WORLD_INIT");
 }
 
 phx_status px_env_master(char *addr, size_t len, int *port)

@@ -27,7 +27,7 @@ int main(void)
     const int64_t n4 = 4;
     phx_comm *c;
     phx_work *w;
-    phx_comm_opts o = phx_comm_opts_default();
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
     o.rank = 0; /* a world of one, whatever the environment says */
     o.size = 1;
     o.local_rank = 0;

@@ -19,13 +19,17 @@ typedef struct phx_comm phx_comm;
 /* nn.Conv2d's keyword arguments. padding_same: PyTorch's padding="same"
  * (stride 1 only; an even kernel pads one more at the bottom/right). */
 typedef struct phx_conv2d_opts {
+    size_t struct_size; /* sizeof (phx_conv2d_opts): PHX_CONV2D_OPTS_INIT sets it */
     int64_t stride[2], padding[2], dilation[2];
     int64_t groups;
     bool bias;
     bool padding_same;
 } phx_conv2d_opts;
+#define PHX_CONV2D_OPTS_INIT                                                                                         \
+    {.struct_size = sizeof(phx_conv2d_opts), .stride = {1, 1}, .dilation = {1, 1}, .groups = 1, .bias = true}
 
-/* stride 1, padding 0, dilation 1, groups 1, bias. */
+/* PHX_CONV2D_OPTS_INIT's values: stride 1, padding 0, dilation 1, groups 1,
+ * bias. Deprecated: use PHX_CONV2D_OPTS_INIT. */
 phx_conv2d_opts phx_conv2d_opts_default(void);
 
 /* nn.Conv2d(in, out, (kh, kw), ...): weight (out, in / groups, kh, kw) ~

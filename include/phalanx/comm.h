@@ -15,11 +15,13 @@ typedef struct phx_work phx_work;
 
 /* The world as torchrun (or Open MPI, or Slurm) describes it. */
 typedef struct phx_world {
+    size_t struct_size; /* sizeof (phx_world): PHX_WORLD_INIT sets it */
     int rank, size; /* RANK, WORLD_SIZE */
     int local_rank, local_size; /* LOCAL_RANK, LOCAL_WORLD_SIZE */
     char master_addr[256]; /* MASTER_ADDR (default 127.0.0.1) */
     int master_port; /* MASTER_PORT (default 29500) */
 } phx_world;
+#define PHX_WORLD_INIT {.struct_size = sizeof(phx_world)}
 
 /* Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
  * else OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK(/LOCAL_SIZE), else
@@ -30,17 +32,20 @@ typedef struct phx_world {
 phx_status phx_world_from_env(phx_world *out);
 
 typedef struct phx_comm_opts {
+    size_t struct_size; /* sizeof (phx_comm_opts): PHX_COMM_OPTS_INIT sets it */
     const char *backend; /* NULL: PHX_COMM, else highest probe priority */
-    int rank, size; /* both < 0: from phx_world_from_env */
-    int local_rank, local_size;
+    int rank, size; /* size <= 0: both from phx_world_from_env */
+    int local_rank, local_size; /* local_size <= 0: the world (local_rank = rank) */
     const char *master_addr; /* NULL: from the world */
     int master_port; /* <= 0: from the world */
     double timeout_s; /* <= 0: PHX_TIMEOUT, default 600 */
     phx_store *store; /* optional: rendezvous here instead of TCP */
     phx_device device; /* where collective buffers live (cpu default) */
 } phx_comm_opts;
+#define PHX_COMM_OPTS_INIT {.struct_size = sizeof(phx_comm_opts)}
 
-/* Defaults: everything from the environment, CPU buffers. */
+/* PHX_COMM_OPTS_INIT's values: everything from the environment, CPU
+ * buffers. Deprecated: use PHX_COMM_OPTS_INIT. */
 phx_comm_opts phx_comm_opts_default(void);
 
 /* Joins the world: rendezvous through the store, load the backend plugin,

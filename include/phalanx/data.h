@@ -50,6 +50,7 @@ size_t phx_loader_num_batches(const phx_loader *l);
  * drop_last=sampler_drop_last), drop_last, num_workers, prefetch_factor,
  * collate_fn). Zero-initialise and set what differs. */
 typedef struct phx_loader_opts {
+    size_t struct_size; /* sizeof (phx_loader_opts): PHX_LOADER_OPTS_INIT sets it */
     int64_t batch; /* samples per batch (>= 1) */
     bool shuffle; /* order torch.randperm(n, seed + epoch) each epoch */
     uint64_t seed;
@@ -81,6 +82,7 @@ typedef struct phx_loader_opts {
      * copies). A batch stays valid until the next call, as on the CPU. */
     phx_device device;
 } phx_loader_opts;
+#define PHX_LOADER_OPTS_INIT {.struct_size = sizeof(phx_loader_opts)}
 
 /* A loader over ds (the loader keeps a reference). Buffers for 1 +
  * prefetch batches are allocated here and reused: phx_loader_next does not

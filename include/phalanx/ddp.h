@@ -13,6 +13,7 @@ extern "C" {
 #endif
 
 typedef struct phx_ddp_opts {
+    size_t struct_size; /* sizeof (phx_ddp_opts): PHX_DDP_OPTS_INIT sets it */
     size_t first_bucket_bytes; /* 0: 1 MiB */
     size_t bucket_bytes; /* 0: 25 MiB */
     bool find_unused; /* a parameter without gradient counts as zero */
@@ -24,6 +25,7 @@ typedef struct phx_ddp_opts {
      * rank keeps its own; construction still broadcasts them). */
     bool no_broadcast_buffers;
 } phx_ddp_opts;
+#define PHX_DDP_OPTS_INIT {.struct_size = sizeof(phx_ddp_opts)}
 
 /* Wraps model (ownership stays with the caller; it must outlive the
  * wrapper) in a module whose forward is the model's and whose backward
@@ -79,6 +81,7 @@ typedef struct phx_ddp_event {
 } phx_ddp_event;
 
 typedef struct phx_ddp_stats {
+    size_t struct_size; /* sizeof (phx_ddp_stats): PHX_DDP_STATS_INIT sets it */
     uint64_t backwards; /* backward passes finished (synced or no_sync) */
     uint64_t synced; /* of which all-reduced their gradients */
     uint64_t launches; /* bucket all-reduces issued */
@@ -88,6 +91,7 @@ typedef struct phx_ddp_stats {
     uint64_t bytes; /* bytes all-reduced */
     double wait_s; /* time finish_backward spent waiting */
 } phx_ddp_stats;
+#define PHX_DDP_STATS_INIT {.struct_size = sizeof(phx_ddp_stats)}
 
 /* Copies the counters since construction into *out. PHX_EINVAL when ddp is
  * not a DistributedDataParallel module. */

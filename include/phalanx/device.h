@@ -44,11 +44,13 @@ int phx_device_count(phx_device_kind kind);
 phx_status phx_device_synchronize(phx_device d);
 
 typedef struct phx_memory_stats {
+    size_t struct_size; /* sizeof (phx_memory_stats): PHX_MEMORY_STATS_INIT sets it */
     uint64_t in_use_bytes; /* handed out to tensors now */
     uint64_t cached_bytes; /* held by the caching allocator, free for reuse */
     uint64_t peak_bytes; /* high-water mark of in_use_bytes */
     uint64_t alloc_calls; /* requests served (from cache or fresh) */
 } phx_memory_stats;
+#define PHX_MEMORY_STATS_INIT {.struct_size = sizeof(phx_memory_stats)}
 
 /* Allocator statistics of the device (CPU: counts tensor storage). */
 phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out);

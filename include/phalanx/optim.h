@@ -28,19 +28,29 @@ typedef struct phx_optimizer_vtable {
 
 /* SGD. Defaults as PyTorch: momentum 0, dampening 0, weight_decay 0, no nesterov. */
 typedef struct phx_sgd_opts {
+    size_t struct_size; /* sizeof (phx_sgd_opts): PHX_SGD_OPTS_INIT sets it */
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
 } phx_sgd_opts;
+#define PHX_SGD_OPTS_INIT {.struct_size = sizeof(phx_sgd_opts), .lr = 0.01}
 
 /* Adam (decoupled = false, default wd 0) and AdamW (decoupled = true,
  * default wd 0.01). betas (0.9, 0.999), eps 1e-8. */
 typedef struct phx_adam_opts {
+    size_t struct_size; /* sizeof (phx_adam_opts): PHX_ADAM_OPTS_INIT sets it */
     double lr, beta1, beta2, eps, weight_decay;
     bool amsgrad;
     bool decoupled;
 } phx_adam_opts;
+#define PHX_ADAM_OPTS_INIT                                                                                           \
+    {.struct_size = sizeof(phx_adam_opts), .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}
+#define PHX_ADAMW_OPTS_INIT                                                                                          \
+    {.struct_size = sizeof(phx_adam_opts), .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,                    \
+     .weight_decay = 1e-2, .decoupled = true}
 
-/* Options filled with PyTorch's defaults (lr for SGD has none: 0.01 here). */
+/* The initialisers' values as functions (lr for SGD has none in PyTorch:
+ * 0.01 here). Deprecated: use PHX_SGD_OPTS_INIT, PHX_ADAM_OPTS_INIT and
+ * PHX_ADAMW_OPTS_INIT. */
 phx_sgd_opts phx_sgd_defaults(void);
 phx_adam_opts phx_adam_defaults(void);
 phx_adam_opts phx_adamw_defaults(void);

@@ -79,6 +79,7 @@ phx_status phx_plugin_load(phx_plugin_kind kind, const char *selection, const ph
 
 /* One entry per plugin file found, for phx-info. */
 typedef struct phx_plugin_info {
+    size_t struct_size; /* sizeof (phx_plugin_info): PHX_PLUGIN_INFO_INIT sets it */
     char path[4096];
     char kind[16];
     char name[64];
@@ -88,6 +89,7 @@ typedef struct phx_plugin_info {
     int priority; /* probe result when ok */
     char reason[512]; /* why not ok */
 } phx_plugin_info;
+#define PHX_PLUGIN_INFO_INIT {.struct_size = sizeof(phx_plugin_info)}
 
 /* Scans the search path (PHX_PLUGIN_PATH, the phalanx/ folder beside
  * libphalanx.so, the configured pkglibdir; never the current directory)

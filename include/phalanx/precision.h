@@ -30,11 +30,13 @@ phx_dtype phx_precision_dtype(const phx_precision *p);
 bool phx_precision_scaling(const phx_precision *p);
 
 typedef struct phx_scaler_opts {
+    size_t struct_size; /* sizeof (phx_scaler_opts): PHX_SCALER_OPTS_INIT sets it */
     double init_scale; /* 0: policy default (65536) */
     double growth_factor; /* 0: 2.0 */
     double backoff_factor; /* 0: 0.5 */
     int growth_interval; /* 0: 2000 */
 } phx_scaler_opts;
+#define PHX_SCALER_OPTS_INIT {.struct_size = sizeof(phx_scaler_opts)}
 
 /* A scaler for policy p (NULL opts = the policy's defaults; a zero field
  * keeps its default). With a policy that needs no scaling every call below

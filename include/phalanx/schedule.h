@@ -26,6 +26,7 @@ typedef enum phx_schedule_kind {
 typedef double (*phx_lr_fn)(int64_t step, void *user);
 
 typedef struct phx_schedule_opts {
+    size_t struct_size; /* sizeof (phx_schedule_opts): PHX_SCHEDULE_OPTS_INIT sets it */
     int kind; /* phx_schedule_kind */
     /* warmup + cosine: step s < warmup_steps: base_lr (s + 1) / warmup_steps;
      * then min_lr + (base_lr - min_lr) (1 + cos(pi p)) / 2 with
@@ -38,6 +39,7 @@ typedef struct phx_schedule_opts {
     phx_lr_fn fn; /* callback */
     void *user;
 } phx_schedule_opts;
+#define PHX_SCHEDULE_OPTS_INIT {.struct_size = sizeof(phx_schedule_opts)}
 
 typedef struct phx_schedule phx_schedule;
 

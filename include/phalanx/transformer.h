@@ -58,6 +58,7 @@ phx_module *phx_transformer_block_new(int64_t d_model, int64_t n_head, float dro
                                       phx_rng *rng);
 
 typedef struct phx_gpt_config {
+    size_t struct_size; /* sizeof (phx_gpt_config): PHX_GPT_CONFIG_INIT sets it */
     int64_t vocab_size; /* tokens (i64 indices in [0, vocab_size)) */
     int64_t block_size; /* longest context T */
     int64_t n_layer, n_head, d_model;
@@ -70,9 +71,13 @@ typedef struct phx_gpt_config {
      * init_std / sqrt(2 n_layer)). */
     double init_std;
 } phx_gpt_config;
+#define PHX_GPT_CONFIG_INIT                                                                                          \
+    {.struct_size = sizeof(phx_gpt_config), .vocab_size = 65, .block_size = 128, .n_layer = 4, .n_head = 4,         \
+     .d_model = 128, .bias = true, .init_std = 0.02}
 
-/* vocab 65, block 128, 4 layers, 4 heads, d_model 128, dropout 0, bias,
- * seed 0, init_std 0.02. */
+/* PHX_GPT_CONFIG_INIT's values: vocab 65, block 128, 4 layers, 4 heads,
+ * d_model 128, dropout 0, bias, seed 0, init_std 0.02. Deprecated: use
+ * PHX_GPT_CONFIG_INIT. */
 phx_gpt_config phx_gpt_defaults(void);
 
 /* A GPT: forward takes (B, T) i64 token indices (T <= block_size) and

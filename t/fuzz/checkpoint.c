@@ -56,7 +56,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     }
     model = phx_linear_new(4, 3, true, NULL);
-    phx_adam_opts ao = phx_adam_defaults();
+    phx_adam_opts ao = PHX_ADAM_OPTS_INIT;
     ao.amsgrad = true;
     opt = phx_adam_new(model, &ao);
     scaler = phx_scaler_new(fp16, NULL);

@@ -14,6 +14,15 @@
 extern "C" {
 #endif
 
+/* The world a plugin that makes its own reports (phx_comm_v1.world):
+ * frozen, the layout phx_world had before public structs carried their
+ * size, so plugins built for any 1.x minor write the same bytes. */
+typedef struct phx_comm_world_v1 {
+    int rank, size, local_rank, local_size;
+    char master_addr[256]; /* left alone by the plugin */
+    int master_port; /* left alone by the plugin */
+} phx_comm_world_v1;
+
 typedef struct phx_comm_init_args {
     int rank, size, local_rank, local_size;
     phx_store *store; /* rendezvous store, shared by all ranks; the plugin
@@ -51,7 +60,7 @@ typedef struct phx_comm_v1 {
      * then builds no TCP store, and init gets this world and an in-process
      * store. NULL (the default): the world comes from the environment and
      * the ranks meet through the TCP store at MASTER_ADDR:MASTER_PORT. */
-    phx_status (*world)(phx_world *out);
+    phx_status (*world)(phx_comm_world_v1 *out);
 } phx_comm_v1;
 
 /* The descriptor minor from which phx_comm_v1.world is read. */

@@ -59,6 +59,13 @@ typedef struct phx_kernels_v1 {
 #undef PHX_KERNEL_SLOT
 } phx_kernels_v1;
 
+/* A device's allocator statistics (phx_device_v1.memory_stats): frozen,
+ * the layout phx_memory_stats had before public structs carried their
+ * size, so plugins of every 1.x minor write the same bytes. */
+typedef struct phx_device_memory_stats_v1 {
+    uint64_t in_use_bytes, cached_bytes, peak_bytes, alloc_calls;
+} phx_device_memory_stats_v1;
+
 /* Required slots must be non-NULL; an optional one may be NULL and the
  * core supplies the default named beside it. Slots appended in a later
  * minor are read only from plugins of that minor or newer. */
@@ -68,7 +75,7 @@ typedef struct phx_device_v1 {
     phx_status (*alloc)(int dev, size_t bytes, void **ptr); /* required */
     void (*release)(int dev, void *ptr); /* required */
     /* (optional) defaults to PHX_EUNSUPPORTED "the device has no statistics" */
-    phx_status (*memory_stats)(int dev, phx_memory_stats *out);
+    phx_status (*memory_stats)(int dev, phx_device_memory_stats_v1 *out);
     phx_status (*copy_h2d)(int dev, void *dst, const void *src_host, size_t bytes); /* required */
     phx_status (*copy_d2h)(int dev, void *dst_host, const void *src, size_t bytes); /* required */
     phx_status (*copy_d2d)(int dst_dev, void *dst, int src_dev, const void *src, size_t bytes); /* required */

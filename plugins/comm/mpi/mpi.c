@@ -391,7 +391,7 @@ static phx_status enqueue(void *state, const op *o)
 
 /* ------------------------------------------------------------ vtable */
 
-static phx_status m_world(phx_world *w)
+static phx_status m_world(phx_comm_world_v1 *w)
 {
     phx_status st = mpi_start();
     if (st) return st;

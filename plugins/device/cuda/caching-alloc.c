@@ -37,7 +37,7 @@ struct px_cache {
     size_t nblocks; /* blocks in byptr (in use and cached) */
     px_bin *bins[PX_BIN_BUCKETS];
     px_block *spare; /* unused block records */
-    phx_memory_stats st;
+    phx_device_memory_stats_v1 st;
 };
 
 size_t px_cache_class(size_t bytes)
@@ -280,7 +280,7 @@ size_t px_cache_empty(px_cache *c)
     return freed;
 }
 
-void px_cache_stats(px_cache *c, phx_memory_stats *out)
+void px_cache_stats(px_cache *c, phx_device_memory_stats_v1 *out)
 {
     if (!c || !out) return;
     pthread_mutex_lock(&c->mu);

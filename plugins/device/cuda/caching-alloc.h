@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "phalanx/device.h"
+#include "phalanx/plugin/device_v1.h"
 #include "phalanx/error.h"
 
 typedef struct px_cache_ops {
@@ -69,6 +70,6 @@ phx_status px_cache_release(px_cache *c, void *ptr);
 size_t px_cache_empty(px_cache *c);
 
 /* Current statistics (bytes are size-class bytes). */
-void px_cache_stats(px_cache *c, phx_memory_stats *out);
+void px_cache_stats(px_cache *c, phx_device_memory_stats_v1 *out);
 
 #endif

@@ -185,7 +185,7 @@ void px_cuda_release(px_cuda_ctx *ctx, void *ptr)
     if (px_cache_release(px_devs[ctx->dev].cache, ptr) != PHX_OK) fprintf(stderr, "phalanx: %s\n", phx_last_error());
 }
 
-phx_status px_cuda_memory_stats(int dev, phx_memory_stats *out)
+phx_status px_cuda_memory_stats(int dev, phx_device_memory_stats_v1 *out)
 {
     phx_status st = check_dev(dev);
     if (st != PHX_OK) return st;

@@ -62,7 +62,7 @@ phx_status px_cuda_launched(int dev, const char *kernel);
 phx_status px_cuda_alloc(px_cuda_ctx *ctx, size_t bytes, void **ptr);
 void px_cuda_release(px_cuda_ctx *ctx, void *ptr);
 /* dev's allocator statistics. */
-phx_status px_cuda_memory_stats(int dev, phx_memory_stats *out);
+phx_status px_cuda_memory_stats(int dev, phx_device_memory_stats_v1 *out);
 
 /* A device scratch area of at least bytes, valid for work queued on
  * ctx->stream until the next call (which may replace it). */

@@ -42,7 +42,7 @@ static void cuda_release(int dev, void *ptr)
     px_cuda_release(ctx, ptr);
 }
 
-static phx_status cuda_memory_stats(int dev, phx_memory_stats *out)
+static phx_status cuda_memory_stats(int dev, phx_device_memory_stats_v1 *out)
 {
     if (!out) return phx_error(PHX_EINVAL, "cuda: memory_stats: out is NULL");
     return px_cuda_memory_stats(dev, out);

@@ -1,0 +1,93 @@
+/* Phalanx — communicators, the world from the environment, and spawn. */
+#ifndef PHALANX_COMM_H
+#define PHALANX_COMM_H
+
+#include <stdbool.h>
+#include "phalanx/tensor.h"
+#include "phalanx/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct phx_comm phx_comm;
+typedef struct phx_work phx_work;
+
+/* The world as torchrun (or Open MPI, or Slurm) describes it. */
+typedef struct phx_world {
+    int rank, size; /* RANK, WORLD_SIZE */
+    int local_rank, local_size; /* LOCAL_RANK, LOCAL_WORLD_SIZE */
+    char master_addr[256]; /* MASTER_ADDR (default 127.0.0.1) */
+    int master_port; /* MASTER_PORT (default 29500) */
+} phx_world;
+
+/* Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
+ * else OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK(/LOCAL_SIZE), else
+ * SLURM_PROCID/NTASKS/LOCALID; none at all is a world of one (rank 0).
+ * Inside phx_spawn's threads the thread's own rank is used. PHX_EINVAL
+ * names the variable and its value (non-numeric, rank >= size, port out of
+ * 1..65535, ...). */
+phx_status phx_world_from_env(phx_world *out);
+
+typedef struct phx_comm_opts {
+    const char *backend; /* NULL: PHX_COMM, else highest probe priority */
+    int rank, size; /* both < 0: from phx_world_from_env */
+    int local_rank, local_size;
+    const char *master_addr; /* NULL: from the world */
+    int master_port; /* <= 0: from the world */
+    double timeout_s; /* <= 0: PHX_TIMEOUT, default 600 */
+    phx_store *store; /* optional: rendezvous here instead of TCP */
+    phx_device device; /* where collective buffers live (cpu default) */
+} phx_comm_opts;
+
+/* Defaults: everything from the environment, CPU buffers. */
+phx_comm_opts phx_comm_opts_default(void);
+
+/* Joins the world: rendezvous through the store, load the backend plugin,
+ * init it. NULL opts = defaults. Errors name the variable, backend or
+ * peer at fault; PHX_ETIMEOUT when peers do not arrive within timeout. */
+phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out);
+/* Finalizes the backend. NULL is a no-op. */
+void phx_comm_free(phx_comm *c);
+int phx_comm_rank(const phx_comm *c);
+int phx_comm_size(const phx_comm *c);
+const char *phx_comm_backend(const phx_comm *c);
+phx_device phx_comm_device(const phx_comm *c);
+double phx_comm_timeout(const phx_comm *c);
+
+/* Collectives. Every rank must issue the same collectives in the same
+ * order with the same counts and dtypes; they complete in issue order.
+ * work == NULL: blocking (waits up to the comm's timeout). Otherwise *work
+ * receives a handle to wait on / test and free. Tensors must stay alive
+ * and untouched until the work completes. */
+phx_status phx_comm_allreduce(phx_comm *c, phx_tensor *t, phx_reduce_op op, phx_work **work);
+phx_status phx_comm_broadcast(phx_comm *c, phx_tensor *t, int root, phx_work **work);
+/* out has size * numel(in) elements: rank r's input lands at offset r*numel(in). */
+phx_status phx_comm_allgather(phx_comm *c, const phx_tensor *in, phx_tensor *out, phx_work **work);
+/* in has size * numel(out) elements; rank r gets the reduction of block r. */
+phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor *out, phx_reduce_op op,
+                                   phx_work **work);
+phx_status phx_comm_barrier(phx_comm *c, phx_work **work);
+
+/* Waits for completion up to timeout_s (< 0: the comm's timeout plus 2 s,
+ * so the backend's own timeout, which names the peer, is what fails). Returns
+ * the collective's status (PHX_EPEER/PHX_ETIMEOUT name the peer when
+ * known). Waiting again on a completed work returns the same status. */
+phx_status phx_work_wait(phx_work *w, double timeout_s);
+/* 1 when complete (successfully or not), 0 while pending. */
+int phx_work_test(phx_work *w);
+/* Releases the handle; waits first if the work is still pending. */
+void phx_work_free(phx_work *w);
+
+/* mp.spawn: runs fn(rank, arg) for rank 0..n-1 in n processes, or in n
+ * threads of this process when the backend chosen by PHX_COMM is
+ * "threads". Ranks see RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE (threads:
+ * through phx_world_from_env) and MASTER_ADDR=127.0.0.1 with a free
+ * MASTER_PORT unless set. fn returns 0 on success. PHX_EPEER names the
+ * first rank that returned non-zero, exited or died by a signal. */
+phx_status phx_spawn(int n, int (*fn)(int rank, void *arg), void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

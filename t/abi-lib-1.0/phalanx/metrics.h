@@ -1,0 +1,62 @@
+/* Phalanx — training metrics as JSON Lines (one JSON object per line), for
+ * plotting (tools/phx-plot) and for any tool that reads JSON Lines.
+ *
+ *   phx_metrics *m = phx_metrics_open("run.jsonl", rank);
+ *   phx_metrics_begin(m);
+ *   phx_metrics_add_i64(m, "step", step);
+ *   phx_metrics_add_f64(m, "loss", loss);
+ *   phx_metrics_end(m);          // {"time":12.5,"step":100,"loss":0.42}
+ *   phx_metrics_close(m);
+ *
+ * Every record starts with "time", the wall-clock seconds since the handle
+ * was opened. The examples and tools use these keys, and phx-plot knows
+ * them: step, epoch, loss, val_loss, accuracy, lr, samples_per_s,
+ * tokens_per_s, loss_scale; a program adds its own keys freely.
+ *
+ * Only rank 0 writes: a handle opened with another rank (or a NULL path)
+ * accepts every call and writes nothing, so one program runs unchanged on
+ * every rank. A record is written with one write(2) on a file opened with
+ * O_APPEND, so a line is never split, even when several programs append
+ * to one file. The file is created with mode 0666 less the umask. A handle
+ * is used by one thread at a time. */
+#ifndef PHALANX_METRICS_H
+#define PHALANX_METRICS_H
+
+#include <stdint.h>
+#include "phalanx/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct phx_metrics phx_metrics;
+
+/* Opens path for appending (created if missing). rank != 0 or path NULL:
+ * a handle that writes nothing. NULL (with phx_last_error naming the path
+ * and the system's reason) when the file cannot be opened. */
+phx_metrics *phx_metrics_open(const char *path, int rank);
+
+/* Closes the file; NULL does nothing. An unfinished record is dropped. */
+void phx_metrics_close(phx_metrics *m);
+
+/* Starts a record (dropping an unfinished one). */
+phx_status phx_metrics_begin(phx_metrics *m);
+
+/* Adds one key to the record begun. Keys are 1-64 characters of letters,
+ * digits, '_', '.' or '-', not starting with a digit, and unique within
+ * the record ("time" is the library's). A non-finite double is written as
+ * null (JSON has no NaN). A string is escaped as JSON requires.
+ * PHX_EINVAL: no record begun, a bad or repeated key, or the record would
+ * pass 4096 bytes (the record is then dropped whole). */
+phx_status phx_metrics_add_i64(phx_metrics *m, const char *key, int64_t value);
+phx_status phx_metrics_add_f64(phx_metrics *m, const char *key, double value);
+phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *value);
+
+/* Writes the record as one line. PHX_EIO when the write fails (the error
+ * names the file); PHX_EINVAL when no record was begun. */
+phx_status phx_metrics_end(phx_metrics *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
