@@ -916,6 +916,83 @@ static void test_pool(void)
         }
 }
 
+/* ---- coverage: the test that runs each kernel slot on both tables, one
+ * line per slot of kernels_v1.def. The table below is made from the .def,
+ * so a slot appended there without its COVER_ line here does not compile
+ * (COVER_<slot> is undeclared); tools/check/kernel-slots.py checks that
+ * the test named calls the slot as KG-><slot>( and KC-><slot>(. A slot
+ * with no test yet would be "COVER_<slot> NULL" with the reason beside it;
+ * none is. */
+#define COVER_gemm test_gemm
+#define COVER_cast test_cast_fill
+#define COVER_fill test_cast_fill
+#define COVER_axpby test_elementwise
+#define COVER_mul test_elementwise
+#define COVER_bias_add test_elementwise
+#define COVER_bias_grad test_elementwise
+#define COVER_act_forward test_activations
+#define COVER_act_backward test_activations
+#define COVER_dropout_forward test_random
+#define COVER_dropout_backward test_random
+#define COVER_layernorm_forward test_layernorm
+#define COVER_layernorm_backward test_layernorm
+#define COVER_mse test_losses
+#define COVER_cross_entropy test_losses
+#define COVER_sgd_step test_optim
+#define COVER_adam_step test_optim
+#define COVER_unscale_check test_optim
+#define COVER_reduce test_reduce
+#define COVER_rng_uniform test_random
+#define COVER_rng_normal test_random
+#define COVER_gemm_batched test_transformer
+#define COVER_softmax_forward test_transformer
+#define COVER_softmax_backward test_transformer
+#define COVER_embedding_forward test_transformer
+#define COVER_embedding_backward test_transformer
+#define COVER_add test_transformer
+#define COVER_sum_squares test_transformer
+#define COVER_conv2d_forward test_conv
+#define COVER_conv2d_backward_data test_conv
+#define COVER_conv2d_backward_weight test_conv
+#define COVER_batchnorm_stats test_batchnorm
+#define COVER_batchnorm_apply test_batchnorm
+#define COVER_batchnorm_backward_reduce test_batchnorm
+#define COVER_batchnorm_backward_apply test_batchnorm
+#define COVER_maxpool2d_forward test_pool
+#define COVER_maxpool2d_backward test_pool
+#define COVER_avgpool2d_forward test_pool
+#define COVER_avgpool2d_backward test_pool
+
+typedef void (*slot_test)(void);
+static const struct {
+    const char *slot;
+    slot_test test;
+} coverage[] = {
+#define PHX_KERNEL_SLOT(name, ret, args, since) {#name, COVER_##name},
+#include "phalanx/plugin/kernels_v1.def"
+#undef PHX_KERNEL_SLOT
+};
+
+/* The tests, in the order they run. */
+static const slot_test tests[] = {test_cast_fill, test_elementwise, test_activations, test_random, test_layernorm,
+                                  test_losses,    test_optim,       test_reduce,      test_gemm,   test_transformer,
+                                  test_conv,      test_batchnorm,   test_pool};
+
+/* Every slot's test is among those run. */
+static void check_coverage(void)
+{
+    size_t n = sizeof coverage / sizeof coverage[0], nt = sizeof tests / sizeof tests[0], missing = 0;
+    for (size_t s = 0; s < n; s++) {
+        size_t t = 0;
+        while (t < nt && tests[t] != coverage[s].test) t++;
+        if (t == nt) {
+            diag("kernel slot %s: no test in tests[] runs it", coverage[s].slot);
+            missing++;
+        }
+    }
+    ok(missing == 0, "every one of the %zu kernel slots has a test that ran", n);
+}
+
 int main(void)
 {
     phx_device gpu = {PHX_DEVICE_CUDA, 0};
@@ -931,18 +1008,7 @@ int main(void)
     diag("seed %llu (PHX_TEST_SEED=%llu repeats this run)", (unsigned long long)seed, (unsigned long long)seed);
     const char *tf = getenv("PHX_TF32");
     if (tf && strcmp(tf, "1") == 0) skip_all("PHX_TF32=1 changes the f32 GEMM bound: run without it");
-    test_cast_fill();
-    test_elementwise();
-    test_activations();
-    test_random();
-    test_layernorm();
-    test_losses();
-    test_optim();
-    test_reduce();
-    test_gemm();
-    test_transformer();
-    test_conv();
-    test_batchnorm();
-    test_pool();
+    for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++) tests[t]();
+    check_coverage();
     return done_testing();
 }

@@ -1,6 +1,6 @@
 /* The mini-batch loader: batches of any dataset in a per-epoch order (a
- * DistributedSampler share, an explicit subset, or the legacy Philox
- * shuffle of phx_loader_new), assembled on worker threads ahead of the
+ * DistributedSampler share, an explicit subset, or phx_loader_new's own
+ * order: Fisher-Yates on Philox seeded with seed + epoch), assembled on worker threads ahead of the
  * training thread.
  *
  * Batch k of an epoch always lands in slot k % n_slots, and slots are
@@ -36,13 +36,13 @@ typedef struct px_slot {
 struct phx_loader {
     phx_dataset *ds;
     phx_loader_opts o;
-    bool legacy; /* phx_loader_new: Fisher-Yates on Philox */
+    bool legacy; /* made by phx_loader_new: its order, no sampler (make_order) */
     int nf_in, nf_out;
     phx_field out_fields[PHX_DATASET_MAX_FIELDS];
     size_t in_bytes[PHX_DATASET_MAX_FIELDS];
     int64_t *base; /* (n_base) the samples drawn from */
     size_t n_base;
-    phx_sampler *sampler; /* over positions in base, or NULL (legacy) */
+    phx_sampler *sampler; /* over positions in base, or NULL (phx_loader_new) */
     int64_t *order; /* (count) this epoch's samples */
     size_t count;
     size_t n_batches;

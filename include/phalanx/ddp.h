@@ -63,9 +63,8 @@ size_t phx_ddp_num_buckets(phx_module *ddp);
  * bucket order; returns their count, fills up to max. */
 size_t phx_ddp_bucket_params(phx_module *ddp, size_t b, size_t *idx, size_t max);
 
-/* --- Counters and an event trace (tests and benchmarks). Appended by the
- * DDP area: they prove that buckets are all-reduced while the backward
- * still runs. --- */
+/* --- Counters and an event trace (tests and benchmarks): they show
+ * whether buckets are all-reduced while the backward still runs. --- */
 
 typedef enum phx_ddp_event_kind {
     PHX_DDP_EV_READY = 0, /* a parameter's gradient became final (index: parameter) */

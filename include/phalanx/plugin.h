@@ -14,12 +14,16 @@ extern "C" {
  * when its major equals PHX_PLUGIN_ABI_MAJOR and its minor is at least
  * PHX_PLUGIN_ABI_MINOR_OLDEST; a minor only appends slots, and the core
  * reads an appended slot only from a plugin whose minor has it (see
- * doc/plugins.md, "Evolution"). A plugin built against these headers
+ * doc/plugins.md, "Vtables"). A plugin built against these headers
  * declares PHX_PLUGIN_ABI_MINOR through PHX_PLUGIN_DESC_INIT.
  *   1.0  the first ABI
  *   1.1  optional slots may be NULL (the core supplies their defaults);
- *        the plugin author's kit (phalanx/plugin/kit.h); the kernel
- *        slots gemm_batched .. sum_squares (transformers, kernels_v1.def) */
+ *        the plugin author's kit (phalanx/plugin/kit.h); phx_comm_v1.world;
+ *        phx_device_v1.host_alloc .. copy_h2d_async (pinned memory, a copy
+ *        stream); the kernel slots gemm_batched .. sum_squares
+ *        (transformers, kernels_v1.def)
+ *   1.2  the kernel slots conv2d_forward .. avgpool2d_backward over a
+ *        phx_conv2d_desc (convolutional networks, kernels_v1.def) */
 #define PHX_PLUGIN_ABI_MAJOR 1
 #define PHX_PLUGIN_ABI_MINOR 2
 #define PHX_PLUGIN_ABI_MINOR_OLDEST 0

@@ -101,7 +101,7 @@ static conv_plans *thread_plans(void)
 
 /* One part: images [n0, n0 + n) of the call. */
 typedef struct conv_call {
-    int pass; /* PX_CONV_FWD, _BWD_DATA, _BWD_WEIGHT */
+    int pass; /* 0 forward, 1 backward data, 2 backward weight (cpu.h) */
     const phx_conv2d_desc *d;
     const float *x, *w, *bias, *dy;
     float *y, *dx, *dw, *db;
