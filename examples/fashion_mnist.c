@@ -116,7 +116,8 @@ int main(int argc, char **argv)
      * on a GPU the next batch's copy overlaps the step. */
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
-    phx_loader_opts lo = {.struct_size = sizeof(phx_loader_opts), .batch = batch,
+    phx_loader_opts lo = {.struct_size = sizeof(phx_loader_opts),
+                          .batch = batch,
                           .shuffle = true,
                           .seed = seed,
                           .num_replicas = size,

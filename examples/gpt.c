@@ -299,7 +299,8 @@ static int run(opts *o)
     ao.beta2 = 0.99;
     ao.weight_decay = 0.1;
     phx_optimizer *opt = net ? phx_adam_new(net, &ao) : NULL;
-    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE,
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts),
+                            .kind = PHX_SCHED_WARMUP_COSINE,
                             .warmup_steps = o->steps / 10 + 1,
                             .total_steps = o->steps + 2,
                             .min_lr = o->lr / 10};

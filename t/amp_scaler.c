@@ -267,14 +267,10 @@ static void no_scaling(const char *name)
 static void bad_input(phx_precision *fp16)
 {
     static const phx_scaler_opts bad[] = {
-        {sizeof(phx_scaler_opts), -1, 0, 0, 0},
-        {sizeof(phx_scaler_opts), NAN, 0, 0, 0},
-        {sizeof(phx_scaler_opts), 1e39, 0, 0, 0},
-        {sizeof(phx_scaler_opts), 0, 1.0, 0, 0},
-        {sizeof(phx_scaler_opts), 0, 0.5, 0, 0},
-        {sizeof(phx_scaler_opts), 0, INFINITY, 0, 0},
-        {sizeof(phx_scaler_opts), 0, 0, 1.0, 0},
-        {sizeof(phx_scaler_opts), 0, 0, -0.5, 0},
+        {sizeof(phx_scaler_opts), -1, 0, 0, 0},   {sizeof(phx_scaler_opts), NAN, 0, 0, 0},
+        {sizeof(phx_scaler_opts), 1e39, 0, 0, 0}, {sizeof(phx_scaler_opts), 0, 1.0, 0, 0},
+        {sizeof(phx_scaler_opts), 0, 0.5, 0, 0},  {sizeof(phx_scaler_opts), 0, INFINITY, 0, 0},
+        {sizeof(phx_scaler_opts), 0, 0, 1.0, 0},  {sizeof(phx_scaler_opts), 0, 0, -0.5, 0},
         {sizeof(phx_scaler_opts), 0, 0, 0, -3},
     };
     static const char *field[] = {"init_scale",     "init_scale",     "init_scale",

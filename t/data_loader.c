@@ -98,7 +98,8 @@ static void torch_lists(void)
         ds = index_dataset(n, &ic);
         static const int workers[] = {0, 1, 4};
         for (int w = 0; w < 3; w++) {
-            phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = batch,
+            phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts),
+                                 .batch = batch,
                                  .shuffle = sh,
                                  .seed = (uint64_t)seed,
                                  .drop_last = dl,
@@ -160,7 +161,8 @@ static void determinism(void)
     size_t nb[3][3];
     static const int workers[] = {0, 2, 4};
     for (int w = 0; w < 3; w++) {
-        phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = 10, .shuffle = true, .seed = 99, .workers = workers[w]};
+        phx_loader_opts o = {
+            .struct_size = sizeof(phx_loader_opts), .batch = 10, .shuffle = true, .seed = 99, .workers = workers[w]};
         phx_loader *l = phx_loader_new_opts(ds, &o);
         for (int e = 0; e < 3; e++) h[w][e] = l ? epoch_hash(l, &nb[w][e]) : (uint64_t)w;
         phx_loader_free(l);
@@ -281,8 +283,12 @@ static void collate(void)
     index_ctx ic = {.fail_at = -1};
     phx_dataset *ds = index_dataset(9, &ic);
     phx_field of = {.dtype = PHX_F32, .ndim = 1, .shape = {1}};
-    phx_loader_opts o = {
-        .struct_size = sizeof(phx_loader_opts), .batch = 4, .workers = 2, .collate = half_collate, .collate_fields = &of, .n_collate_fields = 1};
+    phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts),
+                         .batch = 4,
+                         .workers = 2,
+                         .collate = half_collate,
+                         .collate_fields = &of,
+                         .n_collate_fields = 1};
     phx_loader *l = phx_loader_new_opts(ds, &o);
     phx_tensor *b;
     float sum = 0;
@@ -327,7 +333,8 @@ static void errors(void)
     /* Steady state allocates nothing, workers included. */
     ic.fail_at = -1;
     ic.delay_us = 0;
-    phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = 4, .shuffle = true, .seed = 3, .workers = 3, .prefetch = 4};
+    phx_loader_opts o = {
+        .struct_size = sizeof(phx_loader_opts), .batch = 4, .shuffle = true, .seed = 3, .workers = 3, .prefetch = 4};
     phx_loader *l = phx_loader_new_opts(ds, &o);
     phx_tensor *b[2];
     for (int k = 0; k < 12; k++) phx_loader_next_batch(l, b, 2);
@@ -360,12 +367,14 @@ static void errors(void)
     ok(!phx_loader_new_opts(ds, &o) && strstr(phx_last_error(), "indices[0] = 40"), "index 40 of 40: %s",
        phx_last_error());
     phx_field of = {.dtype = PHX_F32};
-    o = (phx_loader_opts){.struct_size = sizeof(phx_loader_opts), .batch = 2, .collate_fields = &of, .n_collate_fields = 1};
+    o = (phx_loader_opts){
+        .struct_size = sizeof(phx_loader_opts), .batch = 2, .collate_fields = &of, .n_collate_fields = 1};
     ok(!phx_loader_new_opts(ds, &o) && strstr(phx_last_error(), "without a collate"), "collate fields alone: %s",
        phx_last_error());
     /* An explicit subset, shuffled by the sampler over its positions. */
     int64_t sub[6] = {39, 1, 38, 2, 37, 3};
-    o = (phx_loader_opts){.struct_size = sizeof(phx_loader_opts), .batch = 6, .indices = sub, .n_indices = 6, .shuffle = true, .seed = 5};
+    o = (phx_loader_opts){
+        .struct_size = sizeof(phx_loader_opts), .batch = 6, .indices = sub, .n_indices = 6, .shuffle = true, .seed = 5};
     l = phx_loader_new_opts(ds, &o);
     int64_t perm[6];
     phx_randperm(6, 5, perm);

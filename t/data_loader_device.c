@@ -59,7 +59,8 @@ static int epoch_text(phx_loader *l, int dev, char *buf, size_t cap, int *overla
 
 static phx_loader *make(phx_dataset *ds, int workers, int dev)
 {
-    phx_loader_opts o = {.struct_size = sizeof(phx_loader_opts), .batch = 8, .shuffle = true, .seed = 3, .workers = workers};
+    phx_loader_opts o = {
+        .struct_size = sizeof(phx_loader_opts), .batch = 8, .shuffle = true, .seed = 3, .workers = workers};
     if (dev) o.device = (phx_device){PHX_DEVICE_CUDA, 0};
     return phx_loader_new_opts(ds, &o);
 }

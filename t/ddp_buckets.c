@@ -246,7 +246,10 @@ static void test_rebuild(phx_comm *c, bool no_rebuild)
         return;
     }
     phx_module *m = perm_new(ord->numels, ord->n_numels, ord->order);
-    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .first_bucket_bytes = ord->first, .bucket_bytes = ord->cap, .no_rebuild = no_rebuild};
+    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts),
+                      .first_bucket_bytes = ord->first,
+                      .bucket_bytes = ord->cap,
+                      .no_rebuild = no_rebuild};
     phx_module *ddp = phx_ddp_new(m, c, &o);
     ok(ddp && same_buckets(ddp, rev), "%sbefore the first backward: reverse parameter order",
        no_rebuild ? "no_rebuild, " : "");

@@ -63,7 +63,10 @@ static int rank_main(int rank, void *arg)
     if (!c) return 1;
     phx_module *model = tu_mlp(sizes, 5, 3);
     /* 64 floats first, then 4 KiB: several buckets for this model. */
-    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .first_bucket_bytes = 256, .bucket_bytes = 4096, .no_overlap = variant == 1};
+    phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts),
+                      .first_bucket_bytes = 256,
+                      .bucket_bytes = 4096,
+                      .no_overlap = variant == 1};
     phx_module *ddp = phx_ddp_new(model, c, &o);
     if (!ddp) {
         printf("# rank %d: phx_ddp_new: %s\n", rank, phx_last_error());

@@ -49,9 +49,18 @@ static double rates(const phx_schedule_opts *so, const phx_tensor *want, int n)
 
 static void schedules(const gu_file *f)
 {
-    phx_schedule_opts cosw = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 3, .total_steps = 12, .min_lr = 0.1};
-    phx_schedule_opts cos0 = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = 10, .min_lr = 0.01};
-    phx_schedule_opts stp = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_STEP, .step_size = 3, .gamma = 0.5};
+    phx_schedule_opts cosw = {.struct_size = sizeof(phx_schedule_opts),
+                              .kind = PHX_SCHED_WARMUP_COSINE,
+                              .warmup_steps = 3,
+                              .total_steps = 12,
+                              .min_lr = 0.1};
+    phx_schedule_opts cos0 = {.struct_size = sizeof(phx_schedule_opts),
+                              .kind = PHX_SCHED_WARMUP_COSINE,
+                              .warmup_steps = 0,
+                              .total_steps = 10,
+                              .min_lr = 0.01};
+    phx_schedule_opts stp = {
+        .struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_STEP, .step_size = 3, .gamma = 0.5};
     phx_schedule_opts cb = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_CALLBACK, .fn = lambda};
     double e;
     e = rates(&cosw, gu_get(f, "lambda"), 14);
@@ -105,7 +114,11 @@ static void resume(void)
     phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
     o.lr = 0.5;
     phx_optimizer *opt = phx_adam_new(m, &o);
-    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 2, .total_steps = 10, .min_lr = 0.05};
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts),
+                            .kind = PHX_SCHED_WARMUP_COSINE,
+                            .warmup_steps = 2,
+                            .total_steps = 10,
+                            .min_lr = 0.05};
     phx_schedule *s = phx_schedule_new(opt, &so);
     double lr = 0;
     for (int i = 0; i < 6; i++) {
@@ -204,7 +217,8 @@ static void groups_and_errors(void)
     phx_optimizer *sgd = phx_sgd_new(m, &so);
     ok(phx_adam_decay_matrices_only(sgd, NULL) == PHX_EINVAL, "weight-decay groups on SGD are PHX_EINVAL");
     like(phx_last_error(), "optimizer is SGD, expected Adam or AdamW", "... naming the type");
-    phx_schedule_opts bad = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 5, .total_steps = 5};
+    phx_schedule_opts bad = {
+        .struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 5, .total_steps = 5};
     ok(phx_schedule_new(opt, &bad) == NULL, "cosine with total_steps <= warmup_steps is refused");
     like(phx_last_error(), "total_steps > warmup_steps", "... saying what is expected");
     phx_optimizer_free(sgd);

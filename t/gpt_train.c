@@ -42,7 +42,11 @@ static int trainer_init(trainer *t, phx_module *m, size_t *n_decayed)
     o.lr = 3e-3;
     o.beta2 = 0.95;
     o.weight_decay = 0.1;
-    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 5, .total_steps = 20, .min_lr = 3e-4};
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts),
+                            .kind = PHX_SCHED_WARMUP_COSINE,
+                            .warmup_steps = 5,
+                            .total_steps = 20,
+                            .min_lr = 3e-4};
     t->m = m;
     t->opt = phx_adam_new(m, &o);
     t->sched = t->opt ? phx_schedule_new(t->opt, &so) : NULL;

@@ -34,19 +34,28 @@ _Static_assert(sizeof(phx_comm_opts) >= PRE + V10_COMM_OPTS && sizeof(phx_world)
                    sizeof(phx_ddp_stats) >= PRE + V10_DDP_STATS && sizeof(phx_sgd_opts) >= PRE + V10_SGD_OPTS &&
                    sizeof(phx_adam_opts) >= PRE + V10_ADAM_OPTS && sizeof(phx_scaler_opts) >= PRE + V10_SCALER_OPTS &&
                    sizeof(phx_schedule_opts) >= PRE + V10_SCHEDULE_OPTS &&
-                   sizeof(phx_gpt_config) >= PRE + V10_GPT_CONFIG &&
-                   sizeof(phx_conv2d_opts) >= PRE + V10_CONV2D_OPTS &&
+                   sizeof(phx_gpt_config) >= PRE + V10_GPT_CONFIG && sizeof(phx_conv2d_opts) >= PRE + V10_CONV2D_OPTS &&
                    sizeof(phx_memory_stats) >= PRE + V10_MEMORY_STATS &&
                    sizeof(phx_plugin_info) >= PRE + V10_PLUGIN_INFO,
                "a 1.0 struct fits today's after its struct_size");
 
 /* The 1.0 structs returned by value: opaque bytes of the 1.0 size (all
  * are over 16 bytes, so returned in memory like the originals). */
-typedef struct v10_comm_opts { unsigned char b[V10_COMM_OPTS]; } v10_comm_opts;
-typedef struct v10_sgd_opts { unsigned char b[V10_SGD_OPTS]; } v10_sgd_opts;
-typedef struct v10_adam_opts { unsigned char b[V10_ADAM_OPTS]; } v10_adam_opts;
-typedef struct v10_gpt_config { unsigned char b[V10_GPT_CONFIG]; } v10_gpt_config;
-typedef struct v10_conv2d_opts { unsigned char b[V10_CONV2D_OPTS]; } v10_conv2d_opts;
+typedef struct v10_comm_opts {
+    unsigned char b[V10_COMM_OPTS];
+} v10_comm_opts;
+typedef struct v10_sgd_opts {
+    unsigned char b[V10_SGD_OPTS];
+} v10_sgd_opts;
+typedef struct v10_adam_opts {
+    unsigned char b[V10_ADAM_OPTS];
+} v10_adam_opts;
+typedef struct v10_gpt_config {
+    unsigned char b[V10_GPT_CONFIG];
+} v10_gpt_config;
+typedef struct v10_conv2d_opts {
+    unsigned char b[V10_CONV2D_OPTS];
+} v10_conv2d_opts;
 
 /* A 1.0 input struct (NULL stays NULL) as today's, in *own. */
 static const void *up(void *own, size_t own_size, const void *old, size_t old_size)
@@ -139,15 +148,15 @@ phx_module *px10_conv2d_new(int64_t in, int64_t out, int64_t kh, int64_t kw, con
 
 /* ---- defaults returned by value ---- */
 
-#define V10_DEFAULTS(fn, type, vtype, size)                                                                           \
-    vtype px10_##fn(void);                                                                                          \
-    PX_V10(fn);                                                                                                     \
-    vtype px10_##fn(void)                                                                                           \
-    {                                                                                                               \
-        type n = phx_##fn();                                                                                        \
-        vtype r;                                                                                                    \
-        down(&r, &n, size);                                                                                         \
-        return r;                                                                                                   \
+#define V10_DEFAULTS(fn, type, vtype, size) \
+    vtype px10_##fn(void); \
+    PX_V10(fn); \
+    vtype px10_##fn(void) \
+    { \
+        type n = phx_##fn(); \
+        vtype r; \
+        down(&r, &n, size); \
+        return r; \
     }
 
 /* 1.0 said "from the environment" with -1 in rank, size and the local
@@ -209,7 +218,8 @@ size_t px10_plugin_scan(void *infos, size_t max, const phx_probe_ctx *ctx)
     if (!all) return 0;
     all[0].struct_size = sizeof *all;
     size_t n = phx_plugin_scan(all, max, ctx);
-    for (size_t i = 0; i < n && i < max; i++) down((unsigned char *)infos + i * V10_PLUGIN_INFO, &all[i], V10_PLUGIN_INFO);
+    for (size_t i = 0; i < n && i < max; i++)
+        down((unsigned char *)infos + i * V10_PLUGIN_INFO, &all[i], V10_PLUGIN_INFO);
     px_free(all);
     return n;
 }

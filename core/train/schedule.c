@@ -17,8 +17,7 @@ phx_schedule *phx_schedule_new(phx_optimizer *opt, const phx_schedule_opts *o)
         return NULL;
     }
     phx_schedule_opts own = PHX_SCHEDULE_OPTS_INIT;
-    if (px_abi_in(&own, sizeof own, o, "phx_schedule_new", "phx_schedule_opts", "PHX_SCHEDULE_OPTS_INIT"))
-        return NULL;
+    if (px_abi_in(&own, sizeof own, o, "phx_schedule_new", "phx_schedule_opts", "PHX_SCHEDULE_OPTS_INIT")) return NULL;
     o = &own;
     const char *bad = NULL;
     switch (o->kind) {

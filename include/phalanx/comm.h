@@ -21,7 +21,10 @@ typedef struct phx_world {
     char master_addr[256]; /* MASTER_ADDR (default 127.0.0.1) */
     int master_port; /* MASTER_PORT (default 29500) */
 } phx_world;
-#define PHX_WORLD_INIT {.struct_size = sizeof(phx_world)}
+#define PHX_WORLD_INIT \
+    { \
+        .struct_size = sizeof(phx_world) \
+    }
 
 /* Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
  * else OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK(/LOCAL_SIZE), else
@@ -42,7 +45,10 @@ typedef struct phx_comm_opts {
     phx_store *store; /* optional: rendezvous here instead of TCP */
     phx_device device; /* where collective buffers live (cpu default) */
 } phx_comm_opts;
-#define PHX_COMM_OPTS_INIT {.struct_size = sizeof(phx_comm_opts)}
+#define PHX_COMM_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_comm_opts) \
+    }
 
 /* PHX_COMM_OPTS_INIT's values: everything from the environment, CPU
  * buffers. Deprecated: use PHX_COMM_OPTS_INIT. */

@@ -82,7 +82,10 @@ typedef struct phx_loader_opts {
      * copies). A batch stays valid until the next call, as on the CPU. */
     phx_device device;
 } phx_loader_opts;
-#define PHX_LOADER_OPTS_INIT {.struct_size = sizeof(phx_loader_opts)}
+#define PHX_LOADER_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_loader_opts) \
+    }
 
 /* A loader over ds (the loader keeps a reference). Buffers for 1 +
  * prefetch batches are allocated here and reused: phx_loader_next does not

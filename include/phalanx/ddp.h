@@ -25,7 +25,10 @@ typedef struct phx_ddp_opts {
      * rank keeps its own; construction still broadcasts them). */
     bool no_broadcast_buffers;
 } phx_ddp_opts;
-#define PHX_DDP_OPTS_INIT {.struct_size = sizeof(phx_ddp_opts)}
+#define PHX_DDP_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_ddp_opts) \
+    }
 
 /* Wraps model (ownership stays with the caller; it must outlive the
  * wrapper) in a module whose forward is the model's and whose backward
@@ -90,7 +93,10 @@ typedef struct phx_ddp_stats {
     uint64_t bytes; /* bytes all-reduced */
     double wait_s; /* time finish_backward spent waiting */
 } phx_ddp_stats;
-#define PHX_DDP_STATS_INIT {.struct_size = sizeof(phx_ddp_stats)}
+#define PHX_DDP_STATS_INIT \
+    { \
+        .struct_size = sizeof(phx_ddp_stats) \
+    }
 
 /* Copies the counters since construction into *out. PHX_EINVAL when ddp is
  * not a DistributedDataParallel module. */

@@ -50,7 +50,10 @@ typedef struct phx_memory_stats {
     uint64_t peak_bytes; /* high-water mark of in_use_bytes */
     uint64_t alloc_calls; /* requests served (from cache or fresh) */
 } phx_memory_stats;
-#define PHX_MEMORY_STATS_INIT {.struct_size = sizeof(phx_memory_stats)}
+#define PHX_MEMORY_STATS_INIT \
+    { \
+        .struct_size = sizeof(phx_memory_stats) \
+    }
 
 /* Allocator statistics of the device (CPU: counts tensor storage). */
 phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out);

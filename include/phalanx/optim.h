@@ -32,7 +32,10 @@ typedef struct phx_sgd_opts {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
 } phx_sgd_opts;
-#define PHX_SGD_OPTS_INIT {.struct_size = sizeof(phx_sgd_opts), .lr = 0.01}
+#define PHX_SGD_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_sgd_opts), .lr = 0.01 \
+    }
 
 /* Adam (decoupled = false, default wd 0) and AdamW (decoupled = true,
  * default wd 0.01). betas (0.9, 0.999), eps 1e-8. */
@@ -42,11 +45,15 @@ typedef struct phx_adam_opts {
     bool amsgrad;
     bool decoupled;
 } phx_adam_opts;
-#define PHX_ADAM_OPTS_INIT                                                                                           \
-    {.struct_size = sizeof(phx_adam_opts), .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}
-#define PHX_ADAMW_OPTS_INIT                                                                                          \
-    {.struct_size = sizeof(phx_adam_opts), .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,                    \
-     .weight_decay = 1e-2, .decoupled = true}
+#define PHX_ADAM_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_adam_opts), .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 \
+    }
+#define PHX_ADAMW_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_adam_opts), .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, \
+        .weight_decay = 1e-2, .decoupled = true \
+    }
 
 /* The initialisers' values as functions (lr for SGD has none in PyTorch:
  * 0.01 here). Deprecated: use PHX_SGD_OPTS_INIT, PHX_ADAM_OPTS_INIT and

@@ -93,7 +93,10 @@ typedef struct phx_plugin_info {
     int priority; /* probe result when ok */
     char reason[512]; /* why not ok */
 } phx_plugin_info;
-#define PHX_PLUGIN_INFO_INIT {.struct_size = sizeof(phx_plugin_info)}
+#define PHX_PLUGIN_INFO_INIT \
+    { \
+        .struct_size = sizeof(phx_plugin_info) \
+    }
 
 /* Scans the search path (PHX_PLUGIN_PATH, the phalanx/ folder beside
  * libphalanx.so, the configured pkglibdir; never the current directory)

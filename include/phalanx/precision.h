@@ -36,7 +36,10 @@ typedef struct phx_scaler_opts {
     double backoff_factor; /* 0: 0.5 */
     int growth_interval; /* 0: 2000 */
 } phx_scaler_opts;
-#define PHX_SCALER_OPTS_INIT {.struct_size = sizeof(phx_scaler_opts)}
+#define PHX_SCALER_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_scaler_opts) \
+    }
 
 /* A scaler for policy p (NULL opts = the policy's defaults; a zero field
  * keeps its default). With a policy that needs no scaling every call below

@@ -39,7 +39,10 @@ typedef struct phx_schedule_opts {
     phx_lr_fn fn; /* callback */
     void *user;
 } phx_schedule_opts;
-#define PHX_SCHEDULE_OPTS_INIT {.struct_size = sizeof(phx_schedule_opts)}
+#define PHX_SCHEDULE_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_schedule_opts) \
+    }
 
 typedef struct phx_schedule phx_schedule;
 

@@ -71,9 +71,11 @@ typedef struct phx_gpt_config {
      * init_std / sqrt(2 n_layer)). */
     double init_std;
 } phx_gpt_config;
-#define PHX_GPT_CONFIG_INIT                                                                                          \
-    {.struct_size = sizeof(phx_gpt_config), .vocab_size = 65, .block_size = 128, .n_layer = 4, .n_head = 4,         \
-     .d_model = 128, .bias = true, .init_std = 0.02}
+#define PHX_GPT_CONFIG_INIT \
+    { \
+        .struct_size = sizeof(phx_gpt_config), .vocab_size = 65, .block_size = 128, .n_layer = 4, .n_head = 4, \
+        .d_model = 128, .bias = true, .init_std = 0.02 \
+    }
 
 /* PHX_GPT_CONFIG_INIT's values: vocab 65, block 128, 4 layers, 4 heads,
  * d_model 128, dropout 0, bias, seed 0, init_std 0.02. Deprecated: use

@@ -20,8 +20,8 @@ int main(void)
     phx_world w;
     memset(&w, 0x5a, sizeof w);
     phx_status wst = phx_world_from_env(&w);
-    ok(wst == PHX_OK && w.rank == 0 && w.size == 1 && w.local_size == 1 &&
-           !strcmp(w.master_addr, "127.0.0.1") && w.master_port == 29611,
+    ok(wst == PHX_OK && w.rank == 0 && w.size == 1 && w.local_size == 1 && !strcmp(w.master_addr, "127.0.0.1") &&
+           w.master_port == 29611,
        "phx_world_from_env fills the 1.0 phx_world (size %d, port %d, addr %.20s)", w.size, w.master_port,
        w.master_addr);
 
@@ -34,8 +34,7 @@ int main(void)
     phx_module *conv = phx_conv2d_new(3, 4, 3, 3, &co, rng);
     phx_tensor *img = phx_tensor_zeros(PHX_F32, 4, (const int64_t[]){1, 3, 9, 9}, phx_cpu()), *y = NULL;
     phx_status fst = conv ? phx_module_forward(conv, img, &y) : PHX_EINVAL;
-    ok(fst == PHX_OK && phx_tensor_dim(y, 2) == 4 && phx_tensor_dim(y, 3) == 4 &&
-           phx_module_num_params(conv) == 1,
+    ok(fst == PHX_OK && phx_tensor_dim(y, 2) == 4 && phx_tensor_dim(y, 3) == 4 && phx_module_num_params(conv) == 1,
        "conv2d stride 2 without bias from 1.0 opts: 9x9 -> %lldx%lld, %zu parameter(s)",
        y ? (long long)phx_tensor_dim(y, 2) : -1LL, y ? (long long)phx_tensor_dim(y, 3) : -1LL,
        conv ? phx_module_num_params(conv) : 0);
@@ -45,7 +44,8 @@ int main(void)
     ok(so.lr == 0.01 && so.momentum == 0.0, "sgd defaults in the 1.0 layout (lr %g)", so.lr);
     so.lr = 0.25;
     phx_optimizer *sgd = phx_sgd_new(lin, &so);
-    ok(sgd && phx_optimizer_lr(sgd) == 0.25, "sgd lr 0.25 read from the 1.0 opts (%g)", sgd ? phx_optimizer_lr(sgd) : -1);
+    ok(sgd && phx_optimizer_lr(sgd) == 0.25, "sgd lr 0.25 read from the 1.0 opts (%g)",
+       sgd ? phx_optimizer_lr(sgd) : -1);
     phx_adam_opts ao = phx_adamw_defaults();
     ok(ao.decoupled && ao.weight_decay == 1e-2 && ao.beta2 == 0.999, "adamw defaults in the 1.0 layout");
     ao.lr = 3e-4;

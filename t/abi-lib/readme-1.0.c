@@ -75,9 +75,15 @@ int main(void)
     }
 
     /* Cleanup: the wrapper before the model, the communicator last. */
-    phx_tensor_free(x); phx_tensor_free(y); phx_tensor_free(xh); phx_tensor_free(yh);
-    phx_rng_free(data); phx_rng_free(rng);
-    phx_loss_free(ce); phx_scaler_free(scaler); phx_optimizer_free(opt);
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_tensor_free(xh);
+    phx_tensor_free(yh);
+    phx_rng_free(data);
+    phx_rng_free(rng);
+    phx_loss_free(ce);
+    phx_scaler_free(scaler);
+    phx_optimizer_free(opt);
     if (net != model) phx_module_free(net);
     phx_module_free(model);
     phx_precision_free(prec);

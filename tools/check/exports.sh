@@ -14,7 +14,7 @@ command -v nm >/dev/null || { echo "1..0 # SKIP no nm (apt-get install binutils)
 # fails it (XPASS) once the plugin keeps the rule, so the line goes.
 known="phx-comm-gloo.so: libtool links C++ with -retain-symbols-file, which leaves the dynamic table alone"
 plugins=$(find "$build/plugins" -path '*/.libs/phx-*.so' 2>/dev/null | sort)
-toolchain='^(_init|_fini|_edata|_end|__bss_start)$'
+toolchain='^(_init|_fini|_edata|_end|__bss_start|PHALANX_[0-9.]+)$'
 echo "1..$((1 + $(echo "$plugins" | grep -c .)))"
 extra=$(nm -D --defined-only "$lib" | awk '{print $NF}' | grep -Ev "$toolchain" | grep -v '^phx_')
 n=$(nm -D --defined-only "$lib" | grep -c ' phx_')
