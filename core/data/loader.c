@@ -1,7 +1,7 @@
 /* The mini-batch loader: batches of any dataset in a per-epoch order (a
  * DistributedSampler share, an explicit subset, or phx_loader_new's own
- * order: Fisher-Yates on Philox seeded with seed + epoch), assembled on worker threads ahead of the
- * training thread.
+ * order: Fisher-Yates on Philox seeded with seed + epoch), assembled on
+ * worker threads ahead of the training thread.
  *
  * Batch k of an epoch always lands in slot k % n_slots, and slots are
  * handed out in batch order: whichever worker fills it, the batch holds
