@@ -199,10 +199,17 @@ void phx_kit_comm_set_inline(phx_kit_comm *kc, size_t bytes)
     if (kc) kc->inline_max = bytes;
 }
 
-void phx_kit_comm_free(phx_kit_comm *kc)
+void phx_kit_comm_drain(phx_kit_comm *kc)
 {
     if (!kc) return;
     phx_kit_queue_free(kc->queue); /* runs what is queued first */
+    kc->queue = NULL;
+}
+
+void phx_kit_comm_free(phx_kit_comm *kc)
+{
+    if (!kc) return;
+    phx_kit_comm_drain(kc);
     pthread_mutex_destroy(&kc->mu);
     free(kc);
 }
@@ -273,7 +280,7 @@ void phx_kit_comm_report(phx_kit_comm *kc, const char *msg)
 
 int phx_kit_comm_expire(phx_kit_comm *kc, phx_status st, const char *msg)
 {
-    return kc ? phx_kit_queue_expire(kc->queue, st, msg) : 0;
+    return kc && kc->queue ? phx_kit_queue_expire(kc->queue, st, msg) : 0;
 }
 
 phx_status px_kit_comm_push(phx_kit_comm *kc, const phx_kit_op *op, phx_work *work)

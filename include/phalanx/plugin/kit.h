@@ -160,8 +160,14 @@ void *phx_kit_comm_ctx(const phx_kit_comm *kc);
  * two thread hand-offs. 0 (the default): every op goes to the thread. */
 void phx_kit_comm_set_inline(phx_kit_comm *kc, size_t bytes);
 
-/* Runs what is queued, stops the thread, frees kc (not its ctx: free that
- * after, it is used until the queue is drained). NULL: no-op. */
+/* Runs what is queued and stops the thread; later collectives are
+ * refused (PHX_EINVAL). kc stays valid for phx_kit_comm_free: a plugin
+ * whose watchdog helps the last ops (phx_kit_comm_failure) drains, stops
+ * the watchdog, then frees. */
+void phx_kit_comm_drain(phx_kit_comm *kc);
+
+/* Drains kc (if not yet) and frees it, not its ctx: free that after.
+ * NULL: no-op. */
 void phx_kit_comm_free(phx_kit_comm *kc);
 
 /* The five collective slots over a phx_kit_comm: the plugin's state (what
