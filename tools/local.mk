@@ -149,3 +149,13 @@ check_PROGRAMS += t/plugin_kit
 TESTS += t/plugin_kit
 t_plugin_kit_SOURCES = t/plugin_kit.c
 t_plugin_kit_LDADD = libphalanx.la -lm
+# t/plugin_kit_peer: the kit's failure protocol in a two-rank plugin built
+# on the kit alone, as an out-of-tree one is (a peer that leaves is
+# PHX_EPEER naming its rank).
+check_LTLIBRARIES += t/plugins/kit/phx-comm-duo.la
+t_plugins_kit_phx_comm_duo_la_SOURCES = t/plugins/kit-duo.c
+t_plugins_kit_phx_comm_duo_la_LDFLAGS = $(fake_plugin_ldflags)
+check_PROGRAMS += t/plugin_kit_peer
+TESTS += t/plugin_kit_peer
+t_plugin_kit_peer_SOURCES = t/plugin_kit_peer.c t/comm_harness.h
+t_plugin_kit_peer_LDADD = libphalanx.la

@@ -18,8 +18,6 @@
 
 static const char *const op_names[] = {"sum", "avg", "max", "min"};
 
-enum px_kind { PX_ALLREDUCE, PX_BROADCAST, PX_ALLGATHER, PX_REDUCE_SCATTER, PX_BARRIER };
-static const char *const kind_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
 
 phx_comm_opts phx_comm_opts_default(void)
 {
@@ -355,44 +353,13 @@ static phx_status check_tensor(const phx_comm *c, const char *who, const char *n
 }
 
 /* PHX_DEBUG=detail: every rank publishes what it is about to issue and
- * compares with every other rank; the first that differs from rank 0 is
- * named. Keys: <prefix>dbg/<seq>/<rank>. */
+ * compares with every other rank (phx_kit_issued_check); the first that
+ * differs from rank 0 is named. Keys: <prefix>dbg/<seq>/<rank>. */
 static phx_status debug_check(phx_comm *c, const char *who, const char *desc)
 {
-    char key[96], mine[160];
-    snprintf(mine, sizeof mine, "%s", desc);
-    snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq, c->rank);
-    phx_status st = phx_store_set(c->store, key, mine, strlen(mine));
-    if (st) return st;
-    char first[160] = "", other[160];
-    int bad = -1;
-    for (int r = 0; r < c->size; r++) {
-        void *v;
-        size_t n;
-        snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq, r);
-        if ((st = phx_store_get(c->store, key, &v, &n, c->timeout_s))) {
-            return phx_error(st,
-                             "%s: PHX_DEBUG=detail: rank %d did not issue collective #%" PRIu64
-                             " within %.3g s (this rank issued %s)",
-                             who, r, c->seq, c->timeout_s, mine);
-        }
-        char *dst = r == 0 ? first : bad < 0 ? other : NULL; /* keep the first that differs */
-        if (dst) snprintf(dst, sizeof first, "%.*s", (int)n, (char *)v);
-        free(v);
-        if (r > 0 && bad < 0 && strcmp(first, other) != 0) bad = r;
-    }
-    /* Every rank has published #seq (all were read), so every rank is done
-     * reading #seq-1: drop ours. */
-    if (c->seq > 0) {
-        snprintf(key, sizeof key, "%sdbg/%" PRIu64 "/%d", c->prefix, c->seq - 1, c->rank);
-        phx_store_delete(c->store, key, NULL);
-    }
-    if (bad >= 0)
-        return phx_error(PHX_EDESYNC,
-                         "%s: PHX_DEBUG=detail: collective #%" PRIu64 " differs across ranks: "
-                         "rank 0 issued %s, rank %d issued %s",
-                         who, c->seq, first, bad, other);
-    return PHX_OK;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%sdbg/", c->prefix);
+    return phx_kit_issued_check(c->store, prefix, c->seq, c->rank, c->size, desc, c->timeout_s, who);
 }
 
 /* Gets a handle, runs the debug check, hands over to the plugin through
@@ -400,36 +367,31 @@ static phx_status debug_check(phx_comm *c, const char *who, const char *desc)
 typedef struct px_call {
     phx_comm *c;
     const char *who;
-    enum px_kind kind;
-    const void *send;
-    void *recv;
-    int64_t count;
-    phx_dtype dt;
-    phx_reduce_op op;
-    int root;
+    phx_kit_op op;
 } px_call;
 
-static phx_status issue(const px_call *k, phx_work **work)
+static phx_status issue(const px_call *call, phx_work **work)
 {
-    phx_comm *c = k->c;
+    phx_comm *c = call->c;
+    const phx_kit_op *k = &call->op;
     phx_status st;
-    const char *what = kind_names[k->kind];
+    const char *what = phx_kit_kind_name(k->kind);
     if (c->debug_detail) {
         char d[160];
         switch (k->kind) {
-        case PX_BARRIER: snprintf(d, sizeof d, "barrier()"); break;
-        case PX_BROADCAST:
+        case PHX_KIT_BARRIER: snprintf(d, sizeof d, "barrier()"); break;
+        case PHX_KIT_BROADCAST:
             snprintf(d, sizeof d, "broadcast(count=%" PRId64 ", %s, root=%d)", k->count, phx_dtype_name(k->dt),
                      k->root);
             break;
-        case PX_ALLGATHER:
+        case PHX_KIT_ALLGATHER:
             snprintf(d, sizeof d, "allgather(count=%" PRId64 ", %s)", k->count, phx_dtype_name(k->dt));
             break;
         default:
             snprintf(d, sizeof d, "%s(count=%" PRId64 ", %s, %s)", what, k->count, phx_dtype_name(k->dt),
                      op_names[k->op]);
         }
-        if ((st = debug_check(c, k->who, d))) {
+        if ((st = debug_check(c, call->who, d))) {
             c->seq++;
             return st;
         }
@@ -441,10 +403,10 @@ static phx_status issue(const px_call *k, phx_work **work)
                 c->rank, c->seq, what, k->count, phx_dtype_name(k->dt), c->desc->name);
     c->seq++;
     switch (k->kind) {
-    case PX_ALLREDUCE: st = c->v.allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;
-    case PX_BROADCAST: st = c->v.broadcast(c->state, k->recv, k->count, k->dt, k->root, w); break;
-    case PX_ALLGATHER: st = c->v.allgather(c->state, k->send, k->recv, k->count, k->dt, w); break;
-    case PX_REDUCE_SCATTER: st = c->v.reduce_scatter(c->state, k->send, k->recv, k->count, k->dt, k->op, w); break;
+    case PHX_KIT_ALLREDUCE: st = c->v.allreduce(c->state, k->recv, k->count, k->dt, k->op, w); break;
+    case PHX_KIT_BROADCAST: st = c->v.broadcast(c->state, k->recv, k->count, k->dt, k->root, w); break;
+    case PHX_KIT_ALLGATHER: st = c->v.allgather(c->state, k->send, k->recv, k->count, k->dt, w); break;
+    case PHX_KIT_REDUCE_SCATTER: st = c->v.reduce_scatter(c->state, k->send, k->recv, k->count, k->dt, k->op, w); break;
     default:
         /* The default barrier: a one-element all-reduce (its sum of zeros
          * stays zero, so barriers in flight may share the buffer). */
@@ -484,7 +446,7 @@ phx_status phx_comm_allreduce(phx_comm *c, phx_tensor *t, phx_reduce_op op, phx_
     phx_status st;
     if ((st = check_common(c, who, work)) || (st = check_tensor(c, who, "the", t)) || (st = check_op(who, op)))
         return st;
-    px_call k = {c, who, PX_ALLREDUCE, NULL, px_tensor_ptr(t), t->numel, t->dtype, op, 0};
+    px_call k = {c, who, {PHX_KIT_ALLREDUCE, px_tensor_ptr(t), px_tensor_ptr(t), t->numel, t->dtype, op, 0}};
     return issue(&k, work);
 }
 
@@ -495,7 +457,7 @@ phx_status phx_comm_broadcast(phx_comm *c, phx_tensor *t, int root, phx_work **w
     if ((st = check_common(c, who, work)) || (st = check_tensor(c, who, "the", t))) return st;
     if (root < 0 || root >= c->size)
         return phx_error(PHX_EINVAL, "%s: root %d is not a rank of this world of %d", who, root, c->size);
-    px_call k = {c, who, PX_BROADCAST, NULL, px_tensor_ptr(t), t->numel, t->dtype, PHX_SUM, root};
+    px_call k = {c, who, {PHX_KIT_BROADCAST, px_tensor_ptr(t), px_tensor_ptr(t), t->numel, t->dtype, PHX_SUM, root}};
     return issue(&k, work);
 }
 
@@ -526,7 +488,7 @@ phx_status phx_comm_allgather(phx_comm *c, const phx_tensor *in, phx_tensor *out
     if (ib && ip < outp + ob && outp < ip + ib && ip != outp + (size_t)c->rank * ib)
         return phx_error(PHX_EINVAL, "%s: input overlaps output other than as this rank's block %d of it", who,
                          c->rank);
-    px_call k = {c, who, PX_ALLGATHER, px_tensor_ptr(in), px_tensor_ptr(out), in->numel, in->dtype, PHX_SUM, 0};
+    px_call k = {c, who, {PHX_KIT_ALLGATHER, px_tensor_ptr(in), px_tensor_ptr(out), in->numel, in->dtype, PHX_SUM, 0}};
     return issue(&k, work);
 }
 
@@ -541,7 +503,7 @@ phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor
     char *ip = px_tensor_ptr(in), *outp = px_tensor_ptr(out);
     size_t ib = phx_tensor_nbytes(in), ob = phx_tensor_nbytes(out);
     if (ob && ip < outp + ob && outp < ip + ib) return phx_error(PHX_EINVAL, "%s: input and output overlap", who);
-    px_call k = {c, who, PX_REDUCE_SCATTER, px_tensor_ptr(in), px_tensor_ptr(out), out->numel, out->dtype, op, 0};
+    px_call k = {c, who, {PHX_KIT_REDUCE_SCATTER, px_tensor_ptr(in), px_tensor_ptr(out), out->numel, out->dtype, op, 0}};
     return issue(&k, work);
 }
 
@@ -550,6 +512,6 @@ phx_status phx_comm_barrier(phx_comm *c, phx_work **work)
     static const char who[] = "phx_comm_barrier";
     phx_status st;
     if ((st = check_common(c, who, work))) return st;
-    px_call k = {c, who, PX_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0};
+    px_call k = {c, who, {PHX_KIT_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0}};
     return issue(&k, work);
 }

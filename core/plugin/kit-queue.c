@@ -26,6 +26,8 @@ struct phx_kit_queue {
     unsigned char *running; /* the thread's copy of the entry it runs */
     size_t cap, head, len; /* len counts the job running on the thread */
     int inline_running; /* a job runs on a pushing thread */
+    phx_work *cur_work; /* the work of the job the thread runs */
+    int expired; /* ... completed by phx_kit_queue_expire */
     int stop;
     pthread_t thread;
 };
@@ -63,9 +65,19 @@ static void *worker(void *p)
         }
         /* The ring may grow (and move) while the job runs: run a copy. */
         memcpy(copy, at(q, 0), q->stride);
-        pthread_mutex_unlock(&q->mu);
         const entry *e = (const entry *)copy;
-        run_one(q, job_of(e), e->work);
+        q->cur_work = e->work;
+        q->expired = 0;
+        pthread_mutex_unlock(&q->mu);
+        char msg[KIT_MSG_MAX];
+        msg[0] = '\0';
+        phx_status st = q->run(q->ctx, job_of(e), msg, sizeof msg);
+        msg[sizeof msg - 1] = '\0';
+        pthread_mutex_lock(&q->mu);
+        int expired = q->expired;
+        q->cur_work = NULL;
+        pthread_mutex_unlock(&q->mu);
+        if (!expired) phx_work_complete(e->work, st, st ? msg : NULL);
         pthread_mutex_lock(&q->mu);
         q->head = (q->head + 1) % q->cap;
         q->len--;
@@ -151,6 +163,17 @@ phx_status phx_kit_queue_push_inline(phx_kit_queue *q, const void *job, phx_work
     pthread_mutex_unlock(&q->mu);
     if (queued) pthread_cond_signal(&q->cv);
     return PHX_OK;
+}
+
+int phx_kit_queue_expire(phx_kit_queue *q, phx_status st, const char *msg)
+{
+    if (!q) return 0;
+    pthread_mutex_lock(&q->mu);
+    phx_work *w = q->expired ? NULL : q->cur_work;
+    if (w) q->expired = 1;
+    pthread_mutex_unlock(&q->mu);
+    if (w) phx_work_complete(w, st, msg);
+    return w != NULL;
 }
 
 void phx_kit_queue_free(phx_kit_queue *q)

@@ -40,7 +40,14 @@ typedef struct phx_comm_init_args {
  * (the core completes it with that error). Operations on one state must
  * complete in issue order. Buffers: count elements of dt on args.device;
  * allreduce/broadcast are in place; allgather: recv = size*count;
- * reduce_scatter: send = size*count, recv = count. */
+ * reduce_scatter: send = size*count, recv = count.
+ * The core validates arguments before calling a slot: state is the one
+ * init returned, count >= 0, dt is a valid dtype, op is sum, avg, max or
+ * min, 0 <= root < size, buffers are on args.device and hold the counts
+ * above (send and recv overlap only as allgather's in-place block), and
+ * work is a fresh handle. A slot does not check them again; it returns an
+ * error only for what the core cannot know (a dtype or size its library
+ * cannot move, no memory, a broken connection). */
 typedef struct phx_comm_v1 {
     phx_status (*init)(const phx_comm_init_args *args, void **state);
     void (*finalize)(void *state);

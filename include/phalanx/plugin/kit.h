@@ -1,16 +1,23 @@
 /* Phalanx — the plugin author's kit (plugin ABI 1.1): what communicator
  * plugins share, exported by libphalanx so an out-of-tree plugin uses the
- * same code as the built-in threads and gloo backends.
+ * same code as the built-in threads, gloo and mpi backends.
  *   an ordered worker queue: collectives run one at a time, in issue
  *     order, on a thread of the plugin, and complete their work handles;
  *   element-wise reductions of every dtype (f16/bf16 accumulate in f32 and
  *     round once) and the divide that turns a sum into an average;
  *   phx_spawn's abort key, which tells a plugin waiting on its peers that
- *     one of them has failed. */
+ *     one of them has failed;
+ *   (ABI 1.3) one record for a queued collective (phx_kit_op) and the
+ *     kit's communicator (phx_kit_comm): the five collective slots filled
+ *     from one run function over the queue, with the failure protocol
+ *     (a dead peer is PHX_EPEER naming its rank, ranks out of step are
+ *     PHX_EDESYNC naming both collectives, a timeout blames the rank at
+ *     the end of the chain of waits) and PHX_DEBUG=detail's check. */
 #ifndef PHALANX_PLUGIN_KIT_H
 #define PHALANX_PLUGIN_KIT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "phalanx/error.h"
 #include "phalanx/tensor.h"
 #include "phalanx/store.h"
@@ -77,6 +84,170 @@ phx_status phx_kit_divide(void *buf, size_t cnt, phx_dtype dt, int div);
 /* 1 when PHX_KIT_ABORT_KEY is set in store (checked without waiting);
  * its value, NUL-terminated, goes into why[0..why_len). 0 otherwise. */
 int phx_kit_aborted(phx_store *store, char *why, size_t why_len);
+
+/* ---- one queued collective ---- */
+
+typedef enum phx_kit_kind {
+    PHX_KIT_ALLREDUCE,
+    PHX_KIT_BROADCAST,
+    PHX_KIT_ALLGATHER,
+    PHX_KIT_REDUCE_SCATTER,
+    PHX_KIT_BARRIER
+} phx_kit_kind;
+
+/* A collective as the core hands it to a plugin (comm_v1.h has the
+ * shapes): plain data, so it can be queued by copy. */
+typedef struct phx_kit_op {
+    phx_kit_kind kind;
+    const void *send; /* the input: == recv for allreduce and broadcast,
+                          NULL for barrier */
+    void *recv; /* the output (NULL for barrier) */
+    int64_t count; /* elements per rank: allgather's input, reduce_scatter's
+                          output; 0 for barrier */
+    phx_dtype dt; /* PHX_F32 for barrier */
+    phx_reduce_op op; /* allreduce and reduce_scatter; PHX_SUM otherwise */
+    int root; /* broadcast; 0 otherwise */
+} phx_kit_op;
+
+/* "allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"
+ * ("?" out of range). */
+const char *phx_kit_kind_name(phx_kit_kind kind);
+
+/* What op is, as the failure messages name it: "allreduce(count=4096,
+ * f32, sum)", "broadcast(count=10, f32, root 1)", "allgather(count=2,
+ * i64)". Writes at most len bytes (NUL-terminated); returns buf. */
+char *phx_kit_op_text(const phx_kit_op *op, char *buf, size_t len);
+
+/* ---- the kit's communicator: slots, queue and failure protocol ---- */
+
+typedef struct phx_kit_comm phx_kit_comm;
+
+/* Runs one collective, on the kit's queue thread (or the caller's, see
+ * phx_kit_comm_set_inline): PHX_OK, or an error with the reason in
+ * msg[0..msg_len) (empty: phx_last_error() is taken). A failed wait on a
+ * peer is named with phx_kit_comm_peer before returning; PHX_ETIMEOUT
+ * and PHX_EPEER start the failure protocol (phx_kit_comm_new). */
+typedef phx_status (*phx_kit_op_fn)(void *ctx, const phx_kit_op *op, char *msg, size_t msg_len);
+
+/* A communicator for the plugin's init to store in *state: the kit's
+ * slots (PHX_KIT_COMM_SLOTS) queue each collective as a phx_kit_op and
+ * run(ctx, op, ...) runs it, one at a time in issue order, on a thread
+ * the kit starts now. name ("gloo") starts every message; keys go under
+ * a->prefix + name + "/" in a->store.
+ * The failure protocol, around each run:
+ *   - a failed op's message is "<name>: rank R: <kind> #<seq> failed[ with
+ *     peer rank P]: <reason>", and the communicator is then broken: every
+ *     later op fails at once with PHX_EPEER, "... not run: the
+ *     communicator failed earlier (<first message>)";
+ *   - after PHX_ETIMEOUT or PHX_EPEER this rank publishes what it issued
+ *     as op #seq and reads its peers' (up to a second after a timeout or
+ *     a desync hint, a millisecond otherwise): a peer that issued
+ *     something else makes it PHX_EDESYNC, naming both collectives;
+ *   - after PHX_ETIMEOUT waiting on peer P, the blame follows the chain
+ *     of published waits to the rank that published none (the one that
+ *     stopped), and the message names that rank;
+ *   - a PHX_EPEER is published for the other ranks
+ *     (phx_kit_comm_failure), unless it was itself such a report.
+ * PHX_ENOMEM, or PHX_EIO when no thread can be started. */
+phx_status phx_kit_comm_new(const phx_comm_init_args *a, const char *name, phx_kit_op_fn run, void *ctx,
+                            phx_kit_comm **out);
+
+/* The ctx given to phx_kit_comm_new. */
+void *phx_kit_comm_ctx(const phx_kit_comm *kc);
+
+/* All-reduces of at most bytes run on the calling thread when nothing is
+ * queued or running (phx_kit_queue_push_inline): latency-bound ones skip
+ * two thread hand-offs. 0 (the default): every op goes to the thread. */
+void phx_kit_comm_set_inline(phx_kit_comm *kc, size_t bytes);
+
+/* Runs what is queued and stops the thread; later collectives are
+ * refused (PHX_EINVAL). kc stays valid for phx_kit_comm_free: a plugin
+ * whose watchdog helps the last ops (phx_kit_comm_failure) drains, stops
+ * the watchdog, then frees. */
+void phx_kit_comm_drain(phx_kit_comm *kc);
+
+/* Drains kc (if not yet) and frees it, not its ctx: free that after.
+ * NULL: no-op. */
+void phx_kit_comm_free(phx_kit_comm *kc);
+
+/* The five collective slots over a phx_kit_comm: the plugin's state (what
+ * its init stored) must be the phx_kit_comm. Each wraps its arguments
+ * into a phx_kit_op and queues it; the core has checked them already. */
+phx_status phx_kit_allreduce(void *kc, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *work);
+phx_status phx_kit_broadcast(void *kc, void *buf, int64_t count, phx_dtype dt, int root, phx_work *work);
+phx_status phx_kit_allgather(void *kc, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *work);
+phx_status phx_kit_reduce_scatter(void *kc, const void *send, void *recv, int64_t count, phx_dtype dt,
+                                  phx_reduce_op op, phx_work *work);
+phx_status phx_kit_barrier(void *kc, phx_work *work);
+
+/* In a phx_comm_v1 initializer: the five collective slots above.
+ *   static const phx_comm_v1 vt = {.init = my_init, .finalize = my_fini,
+ *                                  PHX_KIT_COMM_SLOTS};                  */
+#define PHX_KIT_COMM_SLOTS \
+    .allreduce = phx_kit_allreduce, .broadcast = phx_kit_broadcast, .allgather = phx_kit_allgather, \
+    .reduce_scatter = phx_kit_reduce_scatter, .barrier = phx_kit_barrier
+
+/* The same, for a table filled at run time. */
+void phx_kit_comm_slots(phx_comm_v1 *v);
+
+/* Called by run before it returns an error: the failed wait was on rank
+ * peer (it becomes "with peer rank P" and starts the blame chain);
+ * desync != 0 when the transport saw another collective's data (the
+ * desync check then waits for the peers' answers). */
+void phx_kit_comm_peer(phx_kit_comm *kc, int peer, int desync);
+
+/* For a plugin's watchdog. 1 while an op runs: *op, its number *seq and
+ * the seconds it has run (*secs); 0 when idle. Any pointer may be NULL. */
+int phx_kit_comm_running(phx_kit_comm *kc, phx_kit_op *op, uint64_t *seq, double *secs);
+
+/* For a watchdog that sees a long wait: publishes what the running op is
+ * (once per op), so that peers that time out find this rank's answer at
+ * once. */
+void phx_kit_comm_publish_running(phx_kit_comm *kc);
+
+/* 1 when another rank has reported a failure (phx_kit_comm_report, or
+ * phx_spawn's abort key) or the store cannot be reached (its host is part
+ * of the job); the reason goes into why[0..why_len). 0 otherwise. A run
+ * that gives up on it starts its message "another rank reported a
+ * failure: " (then it is not published again). */
+int phx_kit_comm_failure(phx_kit_comm *kc, char *why, size_t why_len);
+
+/* Tells the other ranks' phx_kit_comm_failure about msg (the first report
+ * wins). */
+void phx_kit_comm_report(phx_kit_comm *kc, const char *msg);
+
+/* Completes the running op's work now with st and msg (a watchdog giving
+ * up on a call that cannot be cancelled); the op's own result is then
+ * dropped. 1 when there was one to complete. */
+int phx_kit_comm_expire(phx_kit_comm *kc, phx_status st, const char *msg);
+
+/* ---- what each rank issued: PHX_DEBUG=detail and the desync check ---- */
+
+/* Publishes text as what this rank issued as collective seq, under
+ * <prefix><seq>/<rank>. */
+phx_status phx_kit_issued_set(phx_store *store, const char *prefix, uint64_t seq, int rank, const char *text);
+
+/* After a failure: publishes mine, then reads each peer's text for seq
+ * (wait seconds for the first, at most 0.2 s for the next once one was
+ * silent). 1 when a peer issued something else: msg gets "rank R issued
+ * <mine> as collective #seq but rank P issued <theirs>: the ranks went out
+ * of step (...)". 0 when none differs. */
+int phx_kit_issued_differ(phx_store *store, const char *prefix, uint64_t seq, int rank, int size, const char *mine,
+                          double wait, char *msg, size_t msg_len);
+
+/* Before a collective (PHX_DEBUG=detail, which the core runs for every
+ * backend): publishes mine, reads every rank's (each within timeout_s)
+ * and fails with PHX_EDESYNC naming the first rank that differs from rank
+ * 0 ("<who>: PHX_DEBUG=detail: collective #5 differs across ranks: rank 0
+ * issued X, rank 2 issued Y"), or with the store's error naming a rank
+ * that issued nothing. Drops this rank's text for seq - 1. */
+phx_status phx_kit_issued_check(phx_store *store, const char *prefix, uint64_t seq, int rank, int size,
+                                const char *mine, double timeout_s, const char *who);
+
+/* Queue-level form of phx_kit_comm_expire: completes the work of the job
+ * running on q's thread now; its own result is dropped. 1 when there was
+ * one. */
+int phx_kit_queue_expire(phx_kit_queue *q, phx_status st, const char *msg);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
 // reach the store server (127.0.0.1 on one machine), and a full mesh.
 //
 // Every collective runs on one worker thread per communicator, in issue
-// order (the kit's queue, phalanx/plugin/kit.h), so compute overlaps
+// order (the kit's communicator, phalanx/plugin/kit.h), so compute overlaps
 // communication; small all-reduces run on the caller's thread when the
 // queue is idle. All-reduces by recursive doubling or the ring (any size)
 // and the barrier go over the links (gloo-links.h: one plain TCP socket
@@ -20,7 +20,9 @@
 // gloo::float16; bf16 (gloo has none) and max/min use phx_kit_reduce
 // (phalanx/plugin/kit.h: f32 arithmetic, rounded per step); avg = sum
 // then divide. A gloo exception becomes PHX_EPEER or PHX_ETIMEOUT with its
-// message and the rank of the peer the failed wait was on; the
+// message and the rank of the peer the failed wait was on, and the kit's
+// failure protocol names the op, tells ranks out of step from a hung one
+// (PHX_EDESYNC) and follows a timeout to the rank that stopped; the
 // communicator is then broken and later collectives fail at once.
 #include "config.h"
 
@@ -61,9 +63,6 @@ constexpr size_t kRdMax = 64u << 10;
 constexpr size_t kHdMax = 1u << 20;
 constexpr int kHdMinWorld = 8;
 constexpr uint64_t kSlotPrefix = 0x70; // our own algorithms' slots (gloo's use 0x01..0x08)
-
-enum Kind { ALLREDUCE, BROADCAST, ALLGATHER, REDUCE_SCATTER, BARRIER };
-const char *const kKindName[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
 
 enum Algo { AUTO, RING, HD, RD };
 
@@ -112,17 +111,10 @@ class PhxStore : public gloo::rendezvous::Store
     double t_;
 };
 
-struct Op {
-    Kind kind;
-    const void *send;
-    void *recv;
-    int64_t count;
-    phx_dtype dt;
-    phx_reduce_op rop;
-    int root;
-};
+using Op = phx_kit_op;
 
 struct State {
+    phx_kit_comm *kit = nullptr; // the slots' state: queue and failure protocol
     int rank = 0, size = 1;
     double timeout_s = 600;
     Algo algo = AUTO;
@@ -130,24 +122,16 @@ struct State {
     pxg::Links links; // connected when use_links
     bool use_links = false;
     uint64_t seq = 0; // ops run (tags and slots)
-    std::string broken; // set after the first failure
     int32_t token = 0; // the barrier's one-element all-reduce
-    phx_kit_queue *queue = nullptr; // runs the ops in issue order
-    phx_store *store = nullptr; // the communicator's, for the desync check
-    std::string prefix; // its keys' prefix ("c0/gloo/")
     // The watchdog: while a wait lasts, polls the store every 50 ms for a
-    // failure another rank published (prefix + "failed", or phx_spawn's
-    // abort key) and aborts the wait (pxg::Ctx::waiting).
+    // failure another rank published (phx_kit_comm_failure) and aborts the
+    // wait (pxg::Ctx::waiting).
     std::thread dog;
     std::unique_ptr<gloo::transport::UnboundBuffer> probe; // the pair probe's 1-byte receive
     uint8_t probe_byte = 0;
     std::mutex dog_mu;
     std::condition_variable dog_cv;
     bool dog_stop = false;
-    // The op being run (under c.mu) and the last one the watchdog published
-    // for the desync check (watchdog thread only).
-    Op cur{};
-    uint64_t cur_seq = 0, published_seq = UINT64_MAX;
 };
 
 // An op's slot: our prefix, 16 bits of its signature (kind, count, dtype,
@@ -159,70 +143,14 @@ struct State {
 uint64_t op_slot(const State &s, const Op &o)
 {
     uint64_t h = 1469598103934665603ull;
-    const int64_t f[] = {o.kind, o.count, o.dt, o.kind == ALLREDUCE || o.kind == REDUCE_SCATTER ? o.rop : 0,
-                         o.kind == BROADCAST ? o.root : 0};
+    const int64_t f[] = {o.kind, o.count, o.dt,
+                         o.kind == PHX_KIT_ALLREDUCE || o.kind == PHX_KIT_REDUCE_SCATTER ? o.op : 0,
+                         o.kind == PHX_KIT_BROADCAST ? o.root : 0};
     for (int64_t v : f) h = (h ^ (uint64_t)v) * 1099511628211ull;
     return (kSlotPrefix << 56) | ((h & 0xffffu) << 40) | ((s.seq & 0xffffffu) << 16);
 }
 
-// "allreduce(count=4096, f32, sum)": what a rank issued, for the messages.
-std::string op_text(const Op &o)
-{
-    static const char *const rops[] = {"sum", "avg", "max", "min"};
-    char b[128];
-    int n =
-        std::snprintf(b, sizeof b, "%s(count=%lld, %s", kKindName[o.kind], (long long)o.count, phx_dtype_name(o.dt));
-    if ((o.kind == ALLREDUCE || o.kind == REDUCE_SCATTER) && (unsigned)o.rop < 4)
-        n += std::snprintf(b + n, sizeof b - (size_t)n, ", %s", rops[o.rop]);
-    if (o.kind == BROADCAST)
-        std::snprintf(b + n, sizeof b - (size_t)n, ", root %d", o.root);
-    else
-        std::snprintf(b + n, sizeof b - (size_t)n, ")");
-    if (o.kind == BROADCAST) std::strncat(b, ")", sizeof b - std::strlen(b) - 1);
-    return b;
-}
-
-// What this rank issued as op seq, where its peers' desync checks read it.
-void publish_issued(State &s, const Op &o, uint64_t seq)
-{
-    std::string mine = op_text(o);
-    std::string key = s.prefix + "issued/" + std::to_string(seq) + "/" + std::to_string(s.rank);
-    phx_store_set(s.store, key.c_str(), mine.data(), mine.size());
-}
-
-// After a failed op: this rank publishes what it issued as op seq; a peer
-// that published something else within `wait` seconds means the ranks went
-// out of step (PHX_EDESYNC), not that one hung or died. After a timeout
-// the wait is up to a second (out-of-step peers time out together); after
-// a closed connection it is a millisecond (a store get of timeout 0 would
-// wait the store's own), since a peer that found the desync first published
-// before it closed. Returns the message, or "" when no peer
-// disagrees.
-std::string desync_check(State &s, const Op &o, uint64_t seq, double wait)
-{
-    if (!s.store) return "";
-    std::string mine = op_text(o), key = s.prefix + "issued/" + std::to_string(seq) + "/";
-    publish_issued(s, o, seq);
-    for (int r = 0; r < s.size; r++) {
-        if (r == s.rank) continue;
-        void *v = nullptr;
-        size_t n = 0;
-        if (phx_store_get(s.store, (key + std::to_string(r)).c_str(), &v, &n, wait)) {
-            if (wait > 0.2) wait = 0.2; // one silent peer is enough waiting
-            continue;
-        }
-        std::string theirs(static_cast<char *>(v), n);
-        std::free(v);
-        if (theirs != mine)
-            return "rank " + std::to_string(s.rank) + " issued " + mine + " as collective #" + std::to_string(seq) +
-                " but rank " + std::to_string(r) + " issued " + theirs +
-                ": the ranks went out of step (a different number of steps, buckets or collectives; uneven "
-                "inputs need DDP join). PHX_DEBUG=detail checks every collective before it runs";
-    }
-    return "";
-}
-
-// Collectives up to this size run on the calling thread when nothing is
+// All-reduces up to this size run on the calling thread when nothing is
 // queued: they are latency-bound (no compute to overlap) and skipping the
 // hand-off to the worker and back saves two thread wake-ups per op.
 constexpr size_t kInlineMax = 4096;
@@ -237,7 +165,7 @@ Algo pick(const State &s, size_t bytes)
 void run_allreduce(State &s, const Op &o)
 {
     size_t n = (size_t)o.count, bytes = n * phx_dtype_size(o.dt);
-    phx_reduce_op rop = o.rop == PHX_AVG ? PHX_SUM : o.rop;
+    phx_reduce_op rop = o.op == PHX_AVG ? PHX_SUM : o.op;
     uint64_t slot = op_slot(s, o);
     if (s.size > 1) {
         switch (pick(s, bytes)) {
@@ -256,7 +184,7 @@ void run_allreduce(State &s, const Op &o)
             break;
         }
     }
-    if (o.rop == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
+    if (o.op == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
 }
 
 void run_op(State &s, const Op &o)
@@ -264,21 +192,21 @@ void run_op(State &s, const Op &o)
     size_t n = (size_t)o.count, es = phx_dtype_size(o.dt);
     uint64_t slot = op_slot(s, o);
     switch (o.kind) {
-    case ALLREDUCE:
+    case PHX_KIT_ALLREDUCE:
         if (n) run_allreduce(s, o);
         break;
-    case BROADCAST:
+    case PHX_KIT_BROADCAST:
         if (n && s.size > 1) pxg::broadcast_tree(s.c, o.recv, n * es, o.root, slot);
         break;
-    case ALLGATHER:
+    case PHX_KIT_ALLGATHER:
         if (n) pxg::allgather_ring(s.c, o.send, o.recv, n * es, slot);
         break;
-    case REDUCE_SCATTER:
+    case PHX_KIT_REDUCE_SCATTER:
         if (!n) break;
-        pxg::reduce_scatter_ring(s.c, o.send, o.recv, n, o.dt, o.rop == PHX_AVG ? PHX_SUM : o.rop, slot);
-        if (o.rop == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
+        pxg::reduce_scatter_ring(s.c, o.send, o.recv, n, o.dt, o.op == PHX_AVG ? PHX_SUM : o.op, slot);
+        if (o.op == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
         break;
-    case BARRIER:
+    case PHX_KIT_BARRIER:
         /* everyone has arrived when a one-element all-reduce completes */
         if (s.size > 1 && s.use_links)
             pxg::allreduce_links(s.c, s.links, &s.token, 1, PHX_I32, PHX_SUM, slot);
@@ -292,32 +220,6 @@ void run_op(State &s, const Op &o)
 bool says_timeout(const std::string &m)
 {
     return m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
-}
-
-// Tells the other ranks (their watchdogs) that a peer failed.
-void publish_failure(State &s, const std::string &msg)
-{
-    if (!s.store) return;
-    phx_store_compare_set(s.store, (s.prefix + "failed").c_str(), nullptr, 0, msg.data(), msg.size(), nullptr, nullptr);
-}
-
-// A published failure, or "" (a store that cannot be reached counts: its
-// host is part of the job).
-std::string published_failure(State &s)
-{
-    char why[512];
-    if (phx_kit_aborted(s.store, why, sizeof why)) return why;
-    void *v = nullptr;
-    size_t n = 0;
-    phx_status st = phx_store_get(s.store, (s.prefix + "failed").c_str(), &v, &n, 1e-6);
-    if (st == PHX_OK) {
-        std::string m(static_cast<char *>(v), n);
-        std::free(v);
-        return m;
-    }
-    if (st != PHX_ETIMEOUT && st != PHX_ENOTFOUND)
-        return std::string("the job's store cannot be reached (") + phx_last_error() + ")";
-    return "";
 }
 
 // The slot of the pair probe: never sent to (our slots are 0x70...).
@@ -367,22 +269,13 @@ void watchdog(State *s)
         if (age < kQuiet) continue;
         // A long wait: say what this rank issued, so that after a timeout
         // the ranks' desync checks find each other's answer at once.
-        Op cur;
-        uint64_t cseq;
-        {
-            std::lock_guard<std::mutex> g(s->c.mu);
-            cur = s->cur;
-            cseq = s->cur_seq;
-        }
-        if (cseq != s->published_seq && s->store) {
-            publish_issued(*s, cur, cseq);
-            s->published_seq = cseq;
-        }
-        std::string m = published_failure(*s);
+        phx_kit_comm_publish_running(s->kit);
+        char why[512];
+        std::string m = phx_kit_comm_failure(s->kit, why, sizeof why) ? why : "";
         if (m.empty() && peer >= 0 && age >= next_probe) {
             next_probe = next_probe * 2 < 5 ? next_probe * 2 : 5;
             m = probe_pair(*s, peer);
-            if (!m.empty()) publish_failure(*s, "gloo: rank " + std::to_string(s->rank) + ": " + m);
+            if (!m.empty()) phx_kit_comm_report(s->kit, ("gloo: rank " + std::to_string(s->rank) + ": " + m).c_str());
         }
         if (m.empty()) continue;
         std::lock_guard<std::mutex> g(s->c.mu);
@@ -398,125 +291,31 @@ void watchdog(State *s)
     }
 }
 
-// After a timeout waiting for peer: this rank publishes whom it waited
-// for. Sends over the links are eager, so in a ring a rank behind a
-// stopped one times out waiting for an innocent peer that itself waits
-// for the stopped one; blame_chain follows the published waits to the
-// rank that published none.
-void publish_waited(State &s, int peer)
+// The kit's run function: one op, on the kit's queue thread (or inline),
+// any exception turned into a status, its message and the peer (the kit's
+// failure protocol does the rest).
+phx_status run_job(void *ctx, const phx_kit_op *o, char *msg, size_t len)
 {
-    if (!s.store) return;
-    std::string key = s.prefix + "waited/" + std::to_string(s.rank), v = std::to_string(peer);
-    phx_store_set(s.store, key.c_str(), v.data(), v.size());
-}
-
-// The end of the chain of waits that starts at peer: the first rank that
-// published no wait (stopped, dead, or busy elsewhere), or the last one
-// before the chain comes back to a rank already on it. Runs after the
-// desync check has given the ranks that time out together time to
-// publish, so each look-up waits only a millisecond. *via says which
-// ranks were passed ("", or "; rank 0, which this rank waited for, timed
-// out waiting for rank 2").
-int blame_chain(State &s, int peer, std::string *via)
-{
-    if (!s.store || s.size < 3) return peer;
-    std::vector<char> seen((size_t)s.size, 0);
-    seen[(size_t)s.rank] = 1;
-    int q = peer;
-    while (q >= 0 && q < s.size && !seen[(size_t)q]) {
-        seen[(size_t)q] = 1;
-        void *v = nullptr;
-        size_t n = 0;
-        if (phx_store_get(s.store, (s.prefix + "waited/" + std::to_string(q)).c_str(), &v, &n, 1e-3)) return q;
-        std::string t(static_cast<char *>(v), n);
-        std::free(v);
-        int next = std::atoi(t.c_str());
-        if (next < 0 || next >= s.size || seen[(size_t)next]) return q;
-        *via += "; rank " + std::to_string(q) + (q == peer ? ", which this rank waited for," : ",") +
-            " timed out waiting for rank " + std::to_string(next);
-        q = next;
-    }
-    return q;
-}
-
-// Runs one op, turning any exception into a status and a message.
-phx_status execute(State &s, const Op &o, std::string &msg)
-{
-    char head[128];
-    std::snprintf(head, sizeof head, "gloo: rank %d: %s #%llu", s.rank, kKindName[o.kind], (unsigned long long)s.seq);
-    if (!s.broken.empty()) {
-        msg = std::string(head) + " not run: the communicator failed earlier (" + s.broken + ")";
-        return PHX_EPEER;
-    }
+    State &s = *static_cast<State *>(ctx);
     phx_status st = PHX_OK;
-    int peer = -1;
-    bool desync = false; // the links saw another collective's header
+    std::string m;
     try {
-        {
-            std::lock_guard<std::mutex> g(s.c.mu);
-            s.cur = o;
-            s.cur_seq = s.seq;
-        }
-        run_op(s, o);
+        run_op(s, *o);
     } catch (const pxg::PeerError &e) {
-        msg = e.what();
-        peer = e.peer;
-        desync = e.desync;
+        m = e.what();
+        phx_kit_comm_peer(s.kit, e.peer, e.desync);
         st = PHX_EPEER;
     } catch (const std::exception &e) {
-        msg = e.what();
+        m = e.what();
         st = PHX_EPEER;
     } catch (...) {
-        msg = "unknown exception";
+        m = "unknown exception";
         st = PHX_EINTERNAL;
     }
     s.seq++;
-    if (st == PHX_OK) return st;
-    bool timed_out = says_timeout(msg);
-    if (timed_out) st = PHX_ETIMEOUT;
-    if (timed_out && peer >= 0) publish_waited(s, peer);
-    if (st == PHX_ETIMEOUT || st == PHX_EPEER) {
-        // the peers of a timeout or of a mismatched header fail at about
-        // the same time and publish what they issued: wait for them
-        double wait = timed_out || desync ? (s.timeout_s < 1 ? s.timeout_s : 1) : 1e-3;
-        std::string d = desync_check(s, o, s.seq - 1, wait);
-        if (!d.empty()) {
-            msg = std::string(head) + " failed: " + d;
-            s.broken = msg;
-            return PHX_EDESYNC;
-        }
-    }
-    if (timed_out && peer >= 0) {
-        std::string via;
-        int end = blame_chain(s, peer, &via);
-        if (end != peer) {
-            msg += via;
-            peer = end;
-        }
-    }
-    std::string who = peer >= 0 ? " with peer rank " + std::to_string(peer) : "";
-    bool reported = msg.rfind("another rank reported a failure: ", 0) == 0;
-    msg = std::string(head) + " failed" + who + ": " + msg;
-    s.broken = msg;
-    if (st == PHX_EPEER && !reported) publish_failure(s, msg);
-    return st;
-}
-
-// The queue's job: one Op, run on the queue's thread (or inline).
-phx_status run_job(void *ctx, const void *job, char *msg, size_t len)
-{
-    std::string m;
-    phx_status st = execute(*static_cast<State *>(ctx), *static_cast<const Op *>(job), m);
+    if (st == PHX_EPEER && says_timeout(m)) st = PHX_ETIMEOUT;
     if (st) std::snprintf(msg, len, "%s", m.c_str());
     return st;
-}
-
-phx_status enqueue(void *state, const Op &o, phx_work *w)
-{
-    State *s = static_cast<State *>(state);
-    size_t bytes = (size_t)o.count * phx_dtype_size(o.dt);
-    if (o.kind == ALLREDUCE && bytes <= kInlineMax) return phx_kit_queue_push_inline(s->queue, &o, w);
-    return phx_kit_queue_push(s->queue, &o, w);
 }
 
 // The address this host uses to reach the store server: peers can reach
@@ -624,8 +423,6 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
             s->links.connect(s->c, a->store, std::string(a->prefix) + "gloo/links/", a->timeout_s);
             s->use_links = true;
         }
-        s->store = a->store;
-        s->prefix = std::string(a->prefix) + "gloo/";
     } catch (const std::exception &e) {
         pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
         delete s;
@@ -634,13 +431,14 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
         return phx_error(st, "gloo: rank %d of %d: connecting the full mesh on %s failed: %s", a->rank, a->size,
                          where.c_str(), m.c_str());
     }
-    phx_status qst = phx_kit_queue_new(sizeof(Op), run_job, s, "gloo", &s->queue);
+    phx_status qst = phx_kit_comm_new(a, "gloo", run_job, s, &s->kit);
     if (!qst) {
+        phx_kit_comm_set_inline(s->kit, kInlineMax);
         try {
             s->dog = std::thread(watchdog, s);
         } catch (const std::exception &e) {
             qst = phx_error(PHX_ENOMEM, "gloo: cannot start the watchdog thread: %s", e.what());
-            phx_kit_queue_free(s->queue);
+            phx_kit_comm_free(s->kit);
         }
     }
     pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
@@ -650,21 +448,22 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     }
     phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links: %s, spin %d us)", a->rank, a->size,
             where.c_str(), s->use_links ? "on" : "off", spin);
-    *state = s;
+    *state = s->kit;
     return PHX_OK;
 }
 
 void g_finalize(void *state)
 {
-    State *s = static_cast<State *>(state);
+    State *s = static_cast<State *>(phx_kit_comm_ctx(static_cast<phx_kit_comm *>(state)));
     if (!s) return;
-    phx_kit_queue_free(s->queue); // runs what is queued first
+    phx_kit_comm_drain(s->kit); // runs what is queued first, the watchdog helping
     {
         std::lock_guard<std::mutex> g(s->dog_mu);
         s->dog_stop = true;
     }
     s->dog_cv.notify_all();
     if (s->dog.joinable()) s->dog.join();
+    phx_kit_comm_free(s->kit);
     try {
         s->c.scratch_ub.reset();
         s->c.scratch_send.reset();
@@ -673,32 +472,6 @@ void g_finalize(void *state)
     } catch (...) {
     }
     delete s;
-}
-
-phx_status g_allreduce(void *st, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *w)
-{
-    return enqueue(st, Op{ALLREDUCE, nullptr, buf, count, dt, op, 0}, w);
-}
-
-phx_status g_broadcast(void *st, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
-{
-    return enqueue(st, Op{BROADCAST, nullptr, buf, count, dt, PHX_SUM, root}, w);
-}
-
-phx_status g_allgather(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
-{
-    return enqueue(st, Op{ALLGATHER, send, recv, count, dt, PHX_SUM, 0}, w);
-}
-
-phx_status g_reduce_scatter(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_reduce_op op,
-                            phx_work *w)
-{
-    return enqueue(st, Op{REDUCE_SCATTER, send, recv, count, dt, op, 0}, w);
-}
-
-phx_status g_barrier(void *st, phx_work *w)
-{
-    return enqueue(st, Op{BARRIER, nullptr, nullptr, 0, PHX_F32, PHX_SUM, 0}, w);
 }
 
 int g_probe(const phx_probe_ctx *ctx, char *why, size_t len)
@@ -712,11 +485,7 @@ int g_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 const phx_comm_v1 vtable = {
     .init = g_init,
     .finalize = g_finalize,
-    .allreduce = g_allreduce,
-    .broadcast = g_broadcast,
-    .allgather = g_allgather,
-    .reduce_scatter = g_reduce_scatter,
-    .barrier = g_barrier,
+    PHX_KIT_COMM_SLOTS,
     .world = nullptr, // the environment's world and the TCP store
 };
 

@@ -7,8 +7,9 @@
  * that cannot give it. No TCP store, no MASTER_ADDR. Each communicator
  * duplicates MPI_COMM_WORLD; MPI is finalized at exit.
  *
- * Progress: every collective is queued and returns at once; one worker
- * thread per communicator runs the queue in issue order, so DDP's bucket
+ * Progress: every collective is queued and returns at once; the kit's
+ * communicator (phalanx/plugin/kit.h) runs the queue in issue order on one
+ * thread per communicator, so DDP's bucket
  * all-reduces overlap backward. All-reduce of PHX_MPI_SHM_BYTES or more
  * (default 256 KiB) in a world on one node goes through a shared window
  * (mpi-shm.c); the rest through MPI's own collectives. f16/bf16 and f32
@@ -19,8 +20,9 @@
  * a collective running longer than PHX_TIMEOUT into PHX_ETIMEOUT naming
  * it, prints that line, and ends the job with MPI_Abort (errorcode 124):
  * a stuck MPI call cannot be cancelled. A rank that dies makes mpirun end
- * the others. An MPI error (MPI_ERRORS_RETURN) becomes PHX_EPEER and
- * breaks the communicator: later collectives fail at once. */
+ * the others. An MPI error (MPI_ERRORS_RETURN) becomes PHX_EPEER, and the
+ * kit's failure protocol writes its message and breaks the communicator:
+ * later collectives fail at once. */
 #include "config.h"
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -42,8 +44,6 @@
 #define PX_ABORT_CODE 124 /* MPI_Abort's errorcode on a timeout */
 #define PX_CHUNK (1 << 30) /* elements per MPI call (counts are int) */
 
-enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
-static const char *const kind_name[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
 
 /* ------------------------------------------------------------ MPI itself */
 
@@ -189,18 +189,7 @@ static const char *launcher(void)
     return NULL;
 }
 
-/* ------------------------------------------------------------ the queue */
-
-typedef struct op {
-    int kind;
-    const void *send;
-    void *recv;
-    int64_t count;
-    phx_dtype dt;
-    phx_reduce_op rop;
-    int root;
-    phx_work *w;
-} op;
+/* ------------------------------------------------------------ the ops */
 
 typedef struct mstate {
     int rank, size;
@@ -208,57 +197,44 @@ typedef struct mstate {
     MPI_Comm comm; /* this communicator's duplicate of the world */
     px_shm *shm; /* NULL: MPI's collectives only */
     size_t shm_min; /* all-reduce bytes from which shm is used */
-    char broken[600]; /* set by the first failure (worker only) */
-    uint64_t seq; /* collectives started (under mu) */
-    pthread_mutex_t mu; /* the queue and the running op */
-    pthread_cond_t cv; /* work queued, or stop */
+    phx_kit_comm *kit; /* the slots' state: runs the ops in issue order on
+                          its thread, with the kit's failure protocol */
+    pthread_mutex_t mu; /* the watchdog's stop flag */
     pthread_cond_t wd_cv; /* the watchdog's sleep */
-    op *q;
-    size_t qcap, qhead, qlen;
     int stop;
-    int running; /* the head op is being run */
-    int timed_out; /* the watchdog completed it */
-    uint64_t cur; /* its issue number */
-    struct timespec started; /* when it began (CLOCK_MONOTONIC) */
-    pthread_t worker, watchdog;
+    pthread_t watchdog;
 } mstate;
 
-static double since(const struct timespec *t)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t->tv_sec) + 1e-9 * (double)(now.tv_nsec - t->tv_nsec);
-}
-
 /* Runs o; returns PHX_OK or an error with its message in msg. */
-static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
+static phx_status run_op(void *ctx, const phx_kit_op *o, char *msg, size_t len)
 {
+    mstate *s = ctx;
     const size_t es = phx_dtype_size(o->dt), bytes = (size_t)o->count * es;
     MPI_Datatype t = mpi_type(o->dt);
     const char *call = "";
     int rc = MPI_SUCCESS;
     switch (o->kind) {
-    case OP_ALLREDUCE:
+    case PHX_KIT_ALLREDUCE:
         if (!o->count || s->size == 1) break;
         if (s->shm && bytes >= s->shm_min) {
-            px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->rop);
+            px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->op);
             return PHX_OK; /* divides for avg itself */
         }
         call = "MPI_Allreduce";
         for (int64_t off = 0; off < o->count && rc == MPI_SUCCESS; off += PX_CHUNK) {
             int n = (int)(o->count - off < PX_CHUNK ? o->count - off : PX_CHUNK);
-            rc = MPI_Allreduce(MPI_IN_PLACE, (char *)o->recv + (size_t)off * es, n, t, mpi_op(o->dt, o->rop), s->comm);
+            rc = MPI_Allreduce(MPI_IN_PLACE, (char *)o->recv + (size_t)off * es, n, t, mpi_op(o->dt, o->op), s->comm);
         }
-        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
+        if (rc == MPI_SUCCESS && o->op == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
         break;
-    case OP_BROADCAST:
+    case PHX_KIT_BROADCAST:
         call = "MPI_Bcast";
         for (size_t off = 0; off < bytes && rc == MPI_SUCCESS; off += PX_CHUNK) {
             int n = (int)(bytes - off < PX_CHUNK ? bytes - off : PX_CHUNK);
             rc = MPI_Bcast((char *)o->recv + off, n, MPI_BYTE, o->root, s->comm);
         }
         break;
-    case OP_ALLGATHER:
+    case PHX_KIT_ALLGATHER:
         call = "MPI_Allgather";
         if (bytes > INT_MAX) {
             snprintf(msg, len, "mpi: rank %d: allgather of %zu bytes per rank: MPI counts stop at %d", s->rank, bytes,
@@ -269,7 +245,7 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
         rc = MPI_Allgather(o->send == (char *)o->recv + (size_t)s->rank * bytes ? MPI_IN_PLACE : o->send, (int)bytes,
                            MPI_BYTE, o->recv, (int)bytes, MPI_BYTE, s->comm);
         break;
-    case OP_REDUCE_SCATTER:
+    case PHX_KIT_REDUCE_SCATTER:
         call = "MPI_Reduce_scatter_block";
         if (o->count > INT_MAX) {
             snprintf(msg, len, "mpi: rank %d: reduce_scatter of %" PRId64 " elements per rank: MPI counts stop at %d",
@@ -277,8 +253,8 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
             return PHX_EUNSUPPORTED;
         }
         if (!o->count) break;
-        rc = MPI_Reduce_scatter_block(o->send, o->recv, (int)o->count, t, mpi_op(o->dt, o->rop), s->comm);
-        if (rc == MPI_SUCCESS && o->rop == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
+        rc = MPI_Reduce_scatter_block(o->send, o->recv, (int)o->count, t, mpi_op(o->dt, o->op), s->comm);
+        if (rc == MPI_SUCCESS && o->op == PHX_AVG) phx_kit_divide(o->recv, (size_t)o->count, o->dt, s->size);
         break;
     default: call = "MPI_Barrier"; rc = MPI_Barrier(s->comm);
     }
@@ -287,43 +263,6 @@ static phx_status run_op(mstate *s, const op *o, char *msg, size_t len)
     mpi_msg(rc, m, sizeof m);
     snprintf(msg, len, "%s failed: %s", call, m);
     return PHX_EPEER;
-}
-
-static void *worker_main(void *arg)
-{
-    mstate *s = arg;
-    char msg[768], why[512];
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->stop && !s->qlen) pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->qlen) break;
-        op o = s->q[s->qhead];
-        s->running = 1;
-        s->timed_out = 0;
-        uint64_t seq = s->cur = s->seq++;
-        clock_gettime(CLOCK_MONOTONIC, &s->started);
-        pthread_mutex_unlock(&s->mu);
-
-        phx_status st = PHX_EPEER;
-        if (s->broken[0]) {
-            snprintf(msg, sizeof msg, "mpi: rank %d: %s #%" PRIu64 " not run: the communicator failed earlier (%s)",
-                     s->rank, kind_name[o.kind], seq, s->broken);
-        } else if ((st = run_op(s, &o, why, sizeof why)) != PHX_OK) {
-            snprintf(msg, sizeof msg, "mpi: rank %d: %s #%" PRIu64 " failed: %s", s->rank, kind_name[o.kind], seq, why);
-            snprintf(s->broken, sizeof s->broken, "%s #%" PRIu64 ": %s", kind_name[o.kind], seq, why);
-        }
-
-        pthread_mutex_lock(&s->mu);
-        int claimed = s->timed_out;
-        s->running = 0;
-        s->qhead = (s->qhead + 1) % s->qcap;
-        s->qlen--;
-        pthread_mutex_unlock(&s->mu);
-        if (!claimed) phx_work_complete(o.w, st, st ? msg : NULL);
-        pthread_mutex_lock(&s->mu);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
 }
 
 /* Ends the job when the running collective outlives the timeout. */
@@ -335,20 +274,20 @@ static void *watchdog_main(void *arg)
     if (nap < 0.005) nap = 0.005;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        if (s->running && !s->timed_out && since(&s->started) > s->timeout) {
-            const op *o = &s->q[s->qhead];
+        phx_kit_op o;
+        uint64_t seq;
+        double secs;
+        if (phx_kit_comm_running(s->kit, &o, &seq, &secs) && secs > s->timeout) {
             char msg[512];
             snprintf(msg, sizeof msg,
                      "mpi: rank %d: %s(count=%" PRId64 ", %s) #%" PRIu64 " did not complete within "
                      "%.3g s (PHX_TIMEOUT): a rank is stuck, dead or issued other collectives; ending the job with "
                      "MPI_Abort",
-                     s->rank, kind_name[o->kind], o->count, phx_dtype_name(o->dt), s->cur, s->timeout);
-            s->timed_out = 1;
+                     s->rank, phx_kit_kind_name(o.kind), o.count, phx_dtype_name(o.dt), seq, s->timeout);
             atomic_store(&g_aborting, 1);
-            phx_work *w = o->w;
             pthread_mutex_unlock(&s->mu);
             phx_log(PHX_LOG_ERROR, "%s", msg);
-            phx_work_complete(w, PHX_ETIMEOUT, msg);
+            phx_kit_comm_expire(s->kit, PHX_ETIMEOUT, msg);
             /* a moment for the waiting thread to report it */
             struct timespec ts = {1, 0};
             nanosleep(&ts, NULL);
@@ -364,29 +303,6 @@ static void *watchdog_main(void *arg)
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
-}
-
-static phx_status enqueue(void *state, const op *o)
-{
-    mstate *s = state;
-    pthread_mutex_lock(&s->mu);
-    if (s->qlen == s->qcap) { /* grow (rare): unroll into a bigger ring */
-        size_t cap = s->qcap ? 2 * s->qcap : 64;
-        op *q = malloc(cap * sizeof *q);
-        if (!q) {
-            pthread_mutex_unlock(&s->mu);
-            return phx_error(PHX_ENOMEM, "mpi: cannot queue a collective (out of memory)");
-        }
-        for (size_t i = 0; i < s->qlen; i++) q[i] = s->q[(s->qhead + i) % s->qcap];
-        free(s->q);
-        s->q = q;
-        s->qcap = cap;
-        s->qhead = 0;
-    }
-    s->q[(s->qhead + s->qlen++) % s->qcap] = *o;
-    pthread_mutex_unlock(&s->mu);
-    pthread_cond_signal(&s->cv);
-    return PHX_OK;
 }
 
 /* ------------------------------------------------------------ vtable */
@@ -444,7 +360,6 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
     s->timeout = a->timeout_s;
     s->comm = MPI_COMM_NULL;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -478,23 +393,20 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
             }
         }
     }
-    if (pthread_create(&s->worker, NULL, worker_main, s)) {
-        st = phx_error(PHX_ENOMEM, "mpi: cannot start the progress thread");
-        goto fail;
-    }
+    if ((st = phx_kit_comm_new(a, "mpi", run_op, s, &s->kit))) goto fail;
     if (pthread_create(&s->watchdog, NULL, watchdog_main, s)) {
-        m_finalize(s);
+        s->watchdog = 0;
+        m_finalize(s->kit);
         return phx_error(PHX_ENOMEM, "mpi: cannot start the watchdog thread");
     }
     phx_log(PHX_LOG_INFO, "mpi: rank %d of %d; all-reduce from %zu bytes through %s", rank, size,
             s->shm ? s->shm_min : 0, s->shm ? "a shared window" : "MPI (no shared window)");
-    *state = s;
+    *state = s->kit;
     return PHX_OK;
 fail:
     px_shm_free(s->shm);
     if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
     pthread_cond_destroy(&s->wd_cv);
-    pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
     return st;
@@ -504,57 +416,22 @@ fail:
  * (collective: every rank frees its communicators in the same order). */
 static void m_finalize(void *state)
 {
-    mstate *s = state;
+    mstate *s = phx_kit_comm_ctx(state);
     if (!s) return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->worker, NULL);
+    phx_kit_comm_drain(s->kit);
     if (s->watchdog) {
         pthread_mutex_lock(&s->mu);
+        s->stop = 1;
         pthread_cond_broadcast(&s->wd_cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->watchdog, NULL);
     }
+    phx_kit_comm_free(s->kit);
     px_shm_free(s->shm);
     MPI_Comm_free(&s->comm);
     pthread_cond_destroy(&s->wd_cv);
-    pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
-    free(s->q);
     free(s);
-}
-
-static phx_status m_allreduce(void *st, void *buf, int64_t count, phx_dtype dt, phx_reduce_op rop, phx_work *w)
-{
-    op o = {OP_ALLREDUCE, NULL, buf, count, dt, rop, 0, w};
-    return enqueue(st, &o);
-}
-
-static phx_status m_broadcast(void *st, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
-{
-    op o = {OP_BROADCAST, NULL, buf, count, dt, PHX_SUM, root, w};
-    return enqueue(st, &o);
-}
-
-static phx_status m_allgather(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
-{
-    op o = {OP_ALLGATHER, send, recv, count, dt, PHX_SUM, 0, w};
-    return enqueue(st, &o);
-}
-
-static phx_status m_reduce_scatter(void *st, const void *send, void *recv, int64_t count, phx_dtype dt,
-                                   phx_reduce_op rop, phx_work *w)
-{
-    op o = {OP_REDUCE_SCATTER, send, recv, count, dt, rop, 0, w};
-    return enqueue(st, &o);
-}
-
-static phx_status m_barrier(void *st, phx_work *w)
-{
-    op o = {OP_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0, w};
-    return enqueue(st, &o);
 }
 
 /* Usable when an MPI launcher started the process; then preferred over
@@ -572,11 +449,7 @@ static int m_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 static const phx_comm_v1 vtable = {
     .init = m_init,
     .finalize = m_finalize,
-    .allreduce = m_allreduce,
-    .broadcast = m_broadcast,
-    .allgather = m_allgather,
-    .reduce_scatter = m_reduce_scatter,
-    .barrier = m_barrier,
+    PHX_KIT_COMM_SLOTS,
     .world = m_world,
 };
 

@@ -34,6 +34,7 @@
 #include <nccl.h>
 #include "phalanx/plugin/comm_v1.h"
 #include "phalanx/plugin/device_v1.h"
+#include "phalanx/plugin/kit.h"
 #include "plugins/device/cuda/visible.h"
 
 #define PX_RING 256 /* collectives in flight per communicator */
@@ -365,28 +366,19 @@ static ncclRedOp_t nccl_op(phx_reduce_op op)
     }
 }
 
-typedef enum { PX_ALLREDUCE, PX_BROADCAST, PX_ALLGATHER, PX_REDUCE_SCATTER, PX_BARRIER } px_kind;
-static const char *const px_kind_name[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
-
-typedef struct px_call {
-    px_kind kind;
-    const void *send;
-    void *recv; /* == send for in-place collectives */
-    int64_t count; /* elements per rank (recv count for reduce_scatter) */
-    phx_dtype dt;
-    phx_reduce_op op;
-    int root;
-} px_call;
+/* A collective is the kit's record (phalanx/plugin/kit.h); NCCL queues
+ * it on its own stream, so the kit's queue is not used. */
+typedef phx_kit_op px_call;
 
 static ncclResult_t enqueue(px_nccl *s, const px_call *c, const void *send, void *recv)
 {
     size_t n = (size_t)c->count;
     ncclDataType_t t = nccl_type(c->dt);
     switch (c->kind) {
-    case PX_ALLREDUCE: return ncclAllReduce(send, recv, n, t, nccl_op(c->op), s->comm, s->stream);
-    case PX_BROADCAST: return ncclBroadcast(send, recv, n, t, c->root, s->comm, s->stream);
-    case PX_ALLGATHER: return ncclAllGather(send, recv, n, t, s->comm, s->stream);
-    case PX_REDUCE_SCATTER: return ncclReduceScatter(send, recv, n, t, nccl_op(c->op), s->comm, s->stream);
+    case PHX_KIT_ALLREDUCE: return ncclAllReduce(send, recv, n, t, nccl_op(c->op), s->comm, s->stream);
+    case PHX_KIT_BROADCAST: return ncclBroadcast(send, recv, n, t, c->root, s->comm, s->stream);
+    case PHX_KIT_ALLGATHER: return ncclAllGather(send, recv, n, t, s->comm, s->stream);
+    case PHX_KIT_REDUCE_SCATTER: return ncclReduceScatter(send, recv, n, t, nccl_op(c->op), s->comm, s->stream);
     default: return ncclAllReduce(s->barrier_buf, s->barrier_buf, 1, ncclInt32, ncclSum, s->comm, s->stream);
     }
 }
@@ -409,18 +401,11 @@ static phx_status stage_reserve(px_nccl *s, size_t bytes)
 
 static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
 {
-    if (!s) return phx_error(PHX_EINVAL, "nccl: %s: no communicator", px_kind_name[c->kind]);
-    if (c->count < 0)
-        return phx_error(PHX_EINVAL, "nccl: %s: count %lld, expected >= 0", px_kind_name[c->kind], (long long)c->count);
-    if (c->kind != PX_BARRIER && (c->dt < PHX_F32 || c->dt > PHX_I64))
-        return phx_error(PHX_EINVAL, "nccl: %s: dtype %d, expected f32, f16, bf16, i32 or i64", px_kind_name[c->kind],
-                         (int)c->dt);
-    if (c->kind == PX_BROADCAST && (c->root < 0 || c->root >= s->size))
-        return phx_error(PHX_EINVAL, "nccl: broadcast: root %d, expected 0..%d", c->root, s->size - 1);
-    size_t es = c->kind == PX_BARRIER ? 0 : phx_dtype_size(c->dt);
+    /* the core has checked count, dtype, op and root (comm_v1.h) */
+    size_t es = c->kind == PHX_KIT_BARRIER ? 0 : phx_dtype_size(c->dt);
     size_t n = (size_t)c->count * es,
-           total = c->kind == PX_ALLGATHER || c->kind == PX_REDUCE_SCATTER ? n * (size_t)s->size : n;
-    int staged = s->host_buffers && c->kind != PX_BARRIER && n > 0;
+           total = c->kind == PHX_KIT_ALLGATHER || c->kind == PHX_KIT_REDUCE_SCATTER ? n * (size_t)s->size : n;
+    int staged = s->host_buffers && c->kind != PHX_KIT_BARRIER && n > 0;
 
     pthread_mutex_lock(&s->issue_mu);
     pthread_mutex_lock(&s->mu);
@@ -444,27 +429,27 @@ static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
         st = stage_reserve(s, total);
         if (st == PHX_OK) {
             char *d = s->stage_dev;
-            size_t in_off = c->kind == PX_ALLGATHER ? (size_t)s->rank * n : 0;
-            size_t in_bytes = c->kind == PX_REDUCE_SCATTER ? n * (size_t)s->size : n;
-            out_off = c->kind == PX_REDUCE_SCATTER ? (size_t)s->rank * n : 0;
-            out_bytes = c->kind == PX_ALLGATHER ? n * (size_t)s->size : n;
+            size_t in_off = c->kind == PHX_KIT_ALLGATHER ? (size_t)s->rank * n : 0;
+            size_t in_bytes = c->kind == PHX_KIT_REDUCE_SCATTER ? n * (size_t)s->size : n;
+            out_off = c->kind == PHX_KIT_REDUCE_SCATTER ? (size_t)s->rank * n : 0;
+            out_bytes = c->kind == PHX_KIT_ALLGATHER ? n * (size_t)s->size : n;
             memcpy((char *)s->stage_host + in_off, c->send, in_bytes);
             st = cuda_err(cudaMemcpyAsync(d + in_off, (char *)s->stage_host + in_off, in_bytes, cudaMemcpyHostToDevice,
                                           s->stream),
                           s->dev, "staging to the device");
             send = d + in_off;
-            recv = c->kind == PX_REDUCE_SCATTER ? d + out_off : d;
+            recv = c->kind == PHX_KIT_REDUCE_SCATTER ? d + out_off : d;
         }
-    } else if (c->kind != PX_BARRIER && s->devt) {
+    } else if (c->kind != PHX_KIT_BARRIER && s->devt) {
         /* the NCCL stream waits for the caller's queued compute */
         void *cs = s->devt->current_stream(s->dev);
         st = cuda_err(cudaEventRecord(s->ready, (cudaStream_t)cs), s->dev, "cudaEventRecord");
         if (st == PHX_OK) st = cuda_err(cudaStreamWaitEvent(s->stream, s->ready, 0), s->dev, "cudaStreamWaitEvent");
     }
-    if (st == PHX_OK && (n > 0 || c->kind == PX_BARRIER)) {
+    if (st == PHX_OK && (n > 0 || c->kind == PHX_KIT_BARRIER)) {
         double deadline = now_s() + s->timeout_s;
         ncclResult_t r = settle(s->comm, enqueue(s, c, send, recv), deadline);
-        if (r != ncclSuccess) st = nccl_err(s, r, px_kind_name[c->kind]);
+        if (r != ncclSuccess) st = nccl_err(s, r, phx_kit_kind_name(c->kind));
     }
     if (st == PHX_OK && staged)
         st = cuda_err(cudaMemcpyAsync((char *)s->stage_host + out_off, (char *)s->stage_dev + out_off, out_bytes,
@@ -477,7 +462,7 @@ static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
     if (st == PHX_OK) {
         op->work = work;
         op->issued = now_s();
-        op->what = px_kind_name[c->kind];
+        op->what = phx_kit_kind_name(c->kind);
         op->seq = ++s->seq;
         op->host_out = staged ? c->recv : NULL;
         op->out_bytes = out_bytes;
@@ -493,36 +478,32 @@ static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
 
 static phx_status nccl_allreduce(void *state, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *w)
 {
-    if (op < PHX_SUM || op > PHX_MIN)
-        return phx_error(PHX_EINVAL, "nccl: allreduce: op %d, expected sum, avg, max or min", (int)op);
-    px_call c = {PX_ALLREDUCE, buf, buf, count, dt, op, 0};
+    px_call c = {PHX_KIT_ALLREDUCE, buf, buf, count, dt, op, 0};
     return issue(state, &c, w);
 }
 
 static phx_status nccl_broadcast(void *state, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
 {
-    px_call c = {PX_BROADCAST, buf, buf, count, dt, PHX_SUM, root};
+    px_call c = {PHX_KIT_BROADCAST, buf, buf, count, dt, PHX_SUM, root};
     return issue(state, &c, w);
 }
 
 static phx_status nccl_allgather(void *state, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
 {
-    px_call c = {PX_ALLGATHER, send, recv, count, dt, PHX_SUM, 0};
+    px_call c = {PHX_KIT_ALLGATHER, send, recv, count, dt, PHX_SUM, 0};
     return issue(state, &c, w);
 }
 
 static phx_status nccl_reduce_scatter(void *state, const void *send, void *recv, int64_t count, phx_dtype dt,
                                       phx_reduce_op op, phx_work *w)
 {
-    if (op < PHX_SUM || op > PHX_MIN)
-        return phx_error(PHX_EINVAL, "nccl: reduce_scatter: op %d, expected sum, avg, max or min", (int)op);
-    px_call c = {PX_REDUCE_SCATTER, send, recv, count, dt, op, 0};
+    px_call c = {PHX_KIT_REDUCE_SCATTER, send, recv, count, dt, op, 0};
     return issue(state, &c, w);
 }
 
 static phx_status nccl_barrier(void *state, phx_work *w)
 {
-    px_call c = {PX_BARRIER, NULL, NULL, 1, PHX_I32, PHX_SUM, 0};
+    px_call c = {PHX_KIT_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0};
     return issue(state, &c, w);
 }
 

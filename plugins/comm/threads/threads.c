@@ -4,7 +4,9 @@
  * in the (in-process) store under <prefix>threads/shared; the others read
  * it. A TCP store means the ranks live in different processes: refused.
  *
- * Collectives run on a worker thread per rank, in issue order, and meet
+ * Collectives run on a worker thread per rank, in issue order (the kit's
+ * communicator, phalanx/plugin/kit.h, whose failure protocol writes the
+ * messages of failed ones), and meet
  * at a sense-reversing barrier (spin briefly, then sleep on a condition
  * variable). Every element of a reduction is computed as in[0] op in[1]
  * op ... in rank order, so results are bitwise identical on every rank
@@ -36,8 +38,6 @@
 #define PX_STAGE (64u << 10) /* small-op threshold and slot size, bytes */
 #define PX_SPINS 4000 /* barrier polls before sleeping */
 
-enum { OP_ALLREDUCE, OP_BROADCAST, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BARRIER };
-
 typedef struct slot {
     const void *send;
     void *recv;
@@ -60,23 +60,14 @@ typedef struct shared {
     uint8_t *stage[2]; /* size * PX_STAGE bytes each */
 } shared;
 
-typedef struct op {
-    int kind;
-    const void *send;
-    void *recv;
-    int64_t count;
-    phx_dtype dt;
-    phx_reduce_op rop;
-    int root;
-} op;
-
 typedef struct tstate {
     int rank, size;
     double timeout;
     phx_store *store;
     shared *sh;
     uint64_t nsmall; /* small ops run: picks the staging area */
-    phx_kit_queue *queue; /* runs this rank's ops in issue order */
+    phx_kit_comm *kit; /* the slots' state: runs this rank's ops in issue
+                            order, with the kit's failure protocol */
 } tstate;
 
 static void deadline_ts(struct timespec *ts, double s)
@@ -140,7 +131,7 @@ static int spawn_aborted(tstate *s, char *why, size_t len)
 {
     char first[384];
     if (!phx_kit_aborted(s->store, first, sizeof first)) return 0;
-    snprintf(why, len, "threads: rank %d: another rank of phx_spawn failed (%s)", s->rank, first);
+    snprintf(why, len, "another rank of phx_spawn failed (%s)", first);
     return 1;
 }
 
@@ -170,7 +161,7 @@ static phx_status barrier(tstate *s, char *msg, size_t len)
             char who[256], why[512];
             missing_ranks(s, mine, who, sizeof who);
             snprintf(why, sizeof why,
-                     "threads: rank %d waited %.3g s (PHX_TIMEOUT) at a collective; ranks not "
+                     "rank %d waited %.3g s (PHX_TIMEOUT) at a collective; ranks not "
                      "there: %s",
                      s->rank, s->timeout, who[0] ? who : "?");
             pthread_mutex_unlock(&sh->mu);
@@ -203,7 +194,7 @@ static void slice(int64_t count, int n, int r, int64_t *lo, int64_t *hi)
     *hi = b * 16 < count ? b * 16 : count;
 }
 
-static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
+static phx_status run_op(tstate *s, const phx_kit_op *o, char *msg, size_t len)
 {
     shared *sh = s->sh;
     const int n = s->size, r = s->rank;
@@ -215,33 +206,34 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
         snprintf(msg, len, "threads: out of memory");
         return PHX_ENOMEM;
     }
-    if (o->kind == OP_BARRIER) {
+    if (o->kind == PHX_KIT_BARRIER) {
         st = barrier(s, msg, len);
         goto out;
     }
     if (o->count == 0) goto out;
     /* allgather stages its input, the others their buffer */
-    int small = o->kind != OP_REDUCE_SCATTER && bytes <= PX_STAGE;
+    int small = o->kind != PHX_KIT_REDUCE_SCATTER && bytes <= PX_STAGE;
     if (small) {
         uint8_t *stage = sh->stage[s->nsmall++ & 1];
         switch (o->kind) {
-        case OP_ALLREDUCE:
+        case PHX_KIT_ALLREDUCE:
             memcpy(stage + (size_t)r * PX_STAGE, o->recv, bytes);
             if ((st = barrier(s, msg, len))) break;
             for (int q = 0; q < n; q++) inp[q] = stage + (size_t)q * PX_STAGE;
-            st = phx_kit_reduce(&o->recv, 1, inp, n, 0, (size_t)o->count, o->dt, o->rop, n);
+            st = phx_kit_reduce(&o->recv, 1, inp, n, 0, (size_t)o->count, o->dt, o->op, n);
             break;
-        case OP_BROADCAST:
+        case PHX_KIT_BROADCAST:
             if (r == o->root) memcpy(stage, o->recv, bytes);
             if ((st = barrier(s, msg, len))) break;
             if (r != o->root) memcpy(o->recv, stage, bytes);
             break;
-        case OP_ALLGATHER:
+        case PHX_KIT_ALLGATHER:
             memcpy(stage + (size_t)r * PX_STAGE, o->send, bytes);
             if ((st = barrier(s, msg, len))) break;
             for (int q = 0; q < n; q++)
                 memcpy((uint8_t *)o->recv + (size_t)q * bytes, stage + (size_t)q * PX_STAGE, bytes);
             break;
+        default: break; /* reduce_scatter is never small; barrier ran above */
         }
         goto out;
     }
@@ -250,7 +242,7 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
     if ((st = barrier(s, msg, len))) goto out;
     int64_t lo, hi;
     switch (o->kind) {
-    case OP_ALLREDUCE: {
+    case PHX_KIT_ALLREDUCE: {
         /* rank r reduces slice r of every buffer and stores it into every
          * buffer: each byte is read once and written once */
         void *outs[64];
@@ -265,39 +257,38 @@ static phx_status run_op(tstate *s, const op *o, char *msg, size_t len)
             inp[q] = sh->slots[q].recv;
             outp[q] = (uint8_t *)sh->slots[q].recv + (size_t)lo * esz;
         }
-        st = phx_kit_reduce(outp, n, inp, n, (size_t)lo, (size_t)(hi - lo), o->dt, o->rop, n);
+        st = phx_kit_reduce(outp, n, inp, n, (size_t)lo, (size_t)(hi - lo), o->dt, o->op, n);
         if (outp != outs) free(outp);
         if (!st) st = barrier(s, msg, len);
         break;
     }
-    case OP_BROADCAST:
+    case PHX_KIT_BROADCAST:
         if (r != o->root) memcpy(o->recv, sh->slots[o->root].recv, bytes);
         st = barrier(s, msg, len);
         break;
-    case OP_ALLGATHER:
+    case PHX_KIT_ALLGATHER:
         for (int q = 0; q < n; q++) {
             uint8_t *dst = (uint8_t *)o->recv + (size_t)q * bytes;
             if (dst != sh->slots[q].send) memcpy(dst, sh->slots[q].send, bytes);
         }
         st = barrier(s, msg, len);
         break;
-    case OP_REDUCE_SCATTER:
+    case PHX_KIT_REDUCE_SCATTER:
         for (int q = 0; q < n; q++) inp[q] = sh->slots[q].send;
-        st = phx_kit_reduce(&o->recv, 1, inp, n, (size_t)r * (size_t)o->count, (size_t)o->count, o->dt, o->rop, n);
+        st = phx_kit_reduce(&o->recv, 1, inp, n, (size_t)r * (size_t)o->count, (size_t)o->count, o->dt, o->op, n);
         if (!st) st = barrier(s, msg, len);
         break;
+    case PHX_KIT_BARRIER: break; /* run above */
     }
 out:
     if (inp != in) free((void *)inp);
     return st;
 }
 
-/* The queue's job: one op, run on the rank's queue thread. */
-static phx_status run_job(void *ctx, const void *job, char *msg, size_t len)
+/* The kit's run function: one op, on the rank's queue thread. */
+static phx_status run_job(void *ctx, const phx_kit_op *o, char *msg, size_t len)
 {
-    phx_status st = run_op(ctx, job, msg, len);
-    if (st && !msg[0]) snprintf(msg, len, "%s", phx_last_error());
-    return st;
+    return run_op(ctx, o, msg, len);
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -455,11 +446,11 @@ static phx_status t_init(const phx_comm_init_args *a, void **state)
         detach(s->sh);
         goto fail;
     }
-    if ((st = phx_kit_queue_new(sizeof(op), run_job, s, "threads", &s->queue))) {
+    if ((st = phx_kit_comm_new(a, "threads", run_job, s, &s->kit))) {
         detach(s->sh);
         goto fail;
     }
-    *state = s;
+    *state = s->kit;
     return PHX_OK;
 fail:
     free(s);
@@ -468,42 +459,11 @@ fail:
 
 static void t_finalize(void *state)
 {
-    tstate *s = state;
+    tstate *s = phx_kit_comm_ctx(state);
     if (!s) return;
-    phx_kit_queue_free(s->queue); /* runs what is queued first */
+    phx_kit_comm_free(s->kit); /* runs what is queued first */
     detach(s->sh);
     free(s);
-}
-
-static phx_status t_allreduce(void *st, void *buf, int64_t count, phx_dtype dt, phx_reduce_op rop, phx_work *w)
-{
-    op o = {OP_ALLREDUCE, NULL, buf, count, dt, rop, 0};
-    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
-}
-
-static phx_status t_broadcast(void *st, void *buf, int64_t count, phx_dtype dt, int root, phx_work *w)
-{
-    op o = {OP_BROADCAST, NULL, buf, count, dt, PHX_SUM, root};
-    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
-}
-
-static phx_status t_allgather(void *st, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *w)
-{
-    op o = {OP_ALLGATHER, send, recv, count, dt, PHX_SUM, 0};
-    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
-}
-
-static phx_status t_reduce_scatter(void *st, const void *send, void *recv, int64_t count, phx_dtype dt,
-                                   phx_reduce_op rop, phx_work *w)
-{
-    op o = {OP_REDUCE_SCATTER, send, recv, count, dt, rop, 0};
-    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
-}
-
-static phx_status t_barrier(void *st, phx_work *w)
-{
-    op o = {OP_BARRIER, NULL, NULL, 0, PHX_F32, PHX_SUM, 0};
-    return phx_kit_queue_push(((tstate *)st)->queue, &o, w);
 }
 
 static int t_probe(const phx_probe_ctx *ctx, char *why, size_t len)
@@ -518,11 +478,7 @@ static int t_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 static const phx_comm_v1 vtable = {
     .init = t_init,
     .finalize = t_finalize,
-    .allreduce = t_allreduce,
-    .broadcast = t_broadcast,
-    .allgather = t_allgather,
-    .reduce_scatter = t_reduce_scatter,
-    .barrier = t_barrier,
+    PHX_KIT_COMM_SLOTS,
 };
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
