@@ -23,9 +23,13 @@ extern "C" {
  *        stream); the kernel slots gemm_batched .. sum_squares
  *        (transformers, kernels_v1.def)
  *   1.2  the kernel slots conv2d_forward .. avgpool2d_backward over a
- *        phx_conv2d_desc (convolutional networks, kernels_v1.def) */
+ *        phx_conv2d_desc (convolutional networks, kernels_v1.def)
+ *   1.3  the kit's op record and communicator (phx_kit_op, phx_kit_comm:
+ *        the five collective slots from one run function, the failure
+ *        protocol); phx_comm_v1.world and phx_device_v1.memory_stats name
+ *        frozen copies of the structs they wrote (same layout) */
 #define PHX_PLUGIN_ABI_MAJOR 1
-#define PHX_PLUGIN_ABI_MINOR 2
+#define PHX_PLUGIN_ABI_MINOR 3
 #define PHX_PLUGIN_ABI_MINOR_OLDEST 0
 
 typedef enum phx_plugin_kind { PHX_PLUGIN_COMM = 1, PHX_PLUGIN_PRECISION = 2, PHX_PLUGIN_DEVICE = 3 } phx_plugin_kind;
