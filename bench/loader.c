@@ -39,7 +39,7 @@ static phx_status slow_get(void *ctx, int64_t i, void *const *out)
     return PHX_OK;
 }
 
-static const phx_dataset_vtable slow_vt = {.type_name = "slow synthetic", .get = slow_get};
+static const phx_dataset_vtable slow_vt = {.struct_size = PHX_DATASET_VTABLE_SIZE, .type_name = "slow synthetic", .get = slow_get};
 
 static const phx_field fields[2] = {{.dtype = PHX_F32, .ndim = 1, .shape = {784}}, {.dtype = PHX_I64, .ndim = 0}};
 

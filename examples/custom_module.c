@@ -76,6 +76,7 @@ static void residual_free(phx_module *self)
 static phx_module *residual_clone(const phx_module *self);
 
 static const phx_module_vtable residual_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Residual",
     .forward = residual_forward,
     .backward = residual_backward,

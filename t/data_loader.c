@@ -33,7 +33,8 @@ static phx_status index_get(void *ctx, int64_t i, void *const *out)
     return PHX_OK;
 }
 
-static const phx_dataset_vtable index_vtable = {.type_name = "index", .get = index_get};
+static const phx_dataset_vtable index_vtable = {
+    .struct_size = PHX_DATASET_VTABLE_SIZE, .type_name = "index", .get = index_get};
 
 static phx_dataset *index_dataset(int64_t n, index_ctx *c)
 {
@@ -254,8 +255,8 @@ static void builtins(void)
     phx_dataset_free(ds);
     ok(!phx_dataset_text(txt, 11, 1) && strstr(phx_last_error(), "needs at least 12"), "text shorter than a window: %s",
        phx_last_error());
-    ok(!phx_dataset_new(&(phx_dataset_vtable){.type_name = "broken"}, NULL, 3, 1,
-                        &(phx_field){.dtype = PHX_F32, .ndim = 0}) &&
+    ok(!phx_dataset_new(&(phx_dataset_vtable){.struct_size = PHX_DATASET_VTABLE_SIZE, .type_name = "broken"}, NULL, 3,
+                        1, &(phx_field){.dtype = PHX_F32, .ndim = 0}) &&
            strstr(phx_last_error(), "get is required"),
        "a vtable without get refused: %s", phx_last_error());
     unlink(img);

@@ -28,7 +28,8 @@ static phx_status index_get(void *ctx, int64_t i, void *const *out)
     return PHX_OK;
 }
 
-static const phx_dataset_vtable index_vtable = {.type_name = "index", .get = index_get};
+static const phx_dataset_vtable index_vtable = {
+    .struct_size = PHX_DATASET_VTABLE_SIZE, .type_name = "index", .get = index_get};
 
 /* One epoch as text "i i i | i i" of field 0, rows checked against field
  * 1; with `dev`, every batch must be on the device, and every batch but

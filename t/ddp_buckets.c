@@ -175,6 +175,7 @@ static void perm_free(phx_module *self)
 }
 
 static const phx_module_vtable perm_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Perm",
     .forward = perm_forward,
     .backward = perm_backward,

@@ -68,6 +68,7 @@ static void gate_free(phx_module *self)
 }
 
 static const phx_module_vtable gate_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Gate",
     .forward = gate_forward,
     .backward = gate_backward,

@@ -81,6 +81,7 @@ static void id_free(phx_module *self)
     (void)self;
 }
 static const phx_module_vtable no_clone_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "NoClone",
     .forward = id_forward,
     .backward = id_backward,

@@ -36,8 +36,8 @@ static int body(int rank, void *arg)
         snprintf(why, sizeof why, "%s: %s", phx_status_name(st), phx_last_error());
         if (leave) {
             h_check(H, 0, st == PHX_EPEER, why, "the peer gone: PHX_EPEER");
-            h_check(H, 0, strstr(phx_last_error(), "duo: rank 0: allreduce #1 failed with peer rank 1: ") != NULL,
-                    why, "... naming the op and peer rank 1");
+            h_check(H, 0, strstr(phx_last_error(), "duo: rank 0: allreduce #1 failed with peer rank 1: ") != NULL, why,
+                    "... naming the op and peer rank 1");
             st = phx_comm_barrier(c, NULL);
             h_check(H, 0, st == PHX_EPEER && strstr(phx_last_error(), "not run: the communicator failed earlier"),
                     phx_last_error(), "then the communicator is broken");

@@ -270,7 +270,7 @@ static void test_errors(void)
     ok(phx_param_set_grad(phx_module_param(l, 1), wg) == PHX_EINVAL, "set_grad with another shape refused");
     phx_tensor_free(wg);
     phx_optimizer_free(o);
-    static const phx_module_vtable half = {.type_name = "Half"};
+    static const phx_module_vtable half = {.struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "Half"};
     ok(phx_module_new(&half, NULL) == NULL, "a vtable without forward is refused");
     phx_module_free(l);
     phx_tensor_free(x);

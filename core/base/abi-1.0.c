@@ -7,6 +7,9 @@
 #include <string.h>
 #include "core/base/abi.h"
 #include "core/base/util.h"
+#include "core/data/dataset-impl.h"
+#include "core/modules/module-impl.h"
+#include "core/train/optim-impl.h"
 #include "phalanx/phalanx.h"
 #include "phalanx/plugin.h"
 
@@ -27,6 +30,9 @@ enum {
     V10_CONV2D_OPTS = 64,
     V10_MEMORY_STATS = 32,
     V10_PLUGIN_INFO = 4768,
+    V10_MODULE_VTABLE = 48,
+    V10_OPTIMIZER_VTABLE = 32,
+    V10_DATASET_VTABLE = 32,
 };
 #define PRE sizeof(size_t)
 _Static_assert(sizeof(phx_comm_opts) >= PRE + V10_COMM_OPTS && sizeof(phx_world) >= PRE + V10_WORLD &&
@@ -36,7 +42,10 @@ _Static_assert(sizeof(phx_comm_opts) >= PRE + V10_COMM_OPTS && sizeof(phx_world)
                    sizeof(phx_schedule_opts) >= PRE + V10_SCHEDULE_OPTS &&
                    sizeof(phx_gpt_config) >= PRE + V10_GPT_CONFIG && sizeof(phx_conv2d_opts) >= PRE + V10_CONV2D_OPTS &&
                    sizeof(phx_memory_stats) >= PRE + V10_MEMORY_STATS &&
-                   sizeof(phx_plugin_info) >= PRE + V10_PLUGIN_INFO,
+                   sizeof(phx_plugin_info) >= PRE + V10_PLUGIN_INFO &&
+                   sizeof(phx_module_vtable) >= PRE + V10_MODULE_VTABLE &&
+                   sizeof(phx_optimizer_vtable) >= PRE + V10_OPTIMIZER_VTABLE &&
+                   sizeof(phx_dataset_vtable) >= PRE + V10_DATASET_VTABLE,
                "a 1.0 struct fits today's after its struct_size");
 
 /* The 1.0 structs returned by value: opaque bytes of the 1.0 size (all
@@ -222,4 +231,30 @@ size_t px10_plugin_scan(void *infos, size_t max, const phx_probe_ctx *ctx)
         down((unsigned char *)infos + i * V10_PLUGIN_INFO, &all[i], V10_PLUGIN_INFO);
     px_free(all);
     return n;
+}
+
+/* ---- user vtables: a 1.0 table is today's less its struct_size ---- */
+
+phx_module *px10_module_new(const void *vt, void *ctx);
+PX_V10(module_new);
+phx_module *px10_module_new(const void *vt, void *ctx)
+{
+    phx_module_vtable own;
+    return px_module_new_typed(up(&own, sizeof own, vt, V10_MODULE_VTABLE), vt, ctx);
+}
+
+phx_optimizer *px10_optimizer_new(const void *vt, void *ctx, phx_module *model);
+PX_V10(optimizer_new);
+phx_optimizer *px10_optimizer_new(const void *vt, void *ctx, phx_module *model)
+{
+    phx_optimizer_vtable own;
+    return px_optimizer_new_adapted(up(&own, sizeof own, vt, V10_OPTIMIZER_VTABLE), ctx, model);
+}
+
+phx_dataset *px10_dataset_new(const void *vt, void *ctx, int64_t len, int n_fields, const phx_field *fields);
+PX_V10(dataset_new);
+phx_dataset *px10_dataset_new(const void *vt, void *ctx, int64_t len, int n_fields, const phx_field *fields)
+{
+    phx_dataset_vtable own;
+    return px_dataset_new_adapted(up(&own, sizeof own, vt, V10_DATASET_VTABLE), ctx, len, n_fields, fields);
 }

@@ -18,7 +18,6 @@
 
 static const char *const op_names[] = {"sum", "avg", "max", "min"};
 
-
 phx_comm_opts phx_comm_opts_default(void)
 {
     phx_comm_opts o = PHX_COMM_OPTS_INIT;
@@ -503,7 +502,8 @@ phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor
     char *ip = px_tensor_ptr(in), *outp = px_tensor_ptr(out);
     size_t ib = phx_tensor_nbytes(in), ob = phx_tensor_nbytes(out);
     if (ob && ip < outp + ob && outp < ip + ib) return phx_error(PHX_EINVAL, "%s: input and output overlap", who);
-    px_call k = {c, who, {PHX_KIT_REDUCE_SCATTER, px_tensor_ptr(in), px_tensor_ptr(out), out->numel, out->dtype, op, 0}};
+    px_call k = {
+        c, who, {PHX_KIT_REDUCE_SCATTER, px_tensor_ptr(in), px_tensor_ptr(out), out->numel, out->dtype, op, 0}};
     return issue(&k, work);
 }
 

@@ -5,13 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/data/idx-impl.h"
+#include "core/data/dataset-impl.h"
+#include "core/base/abi.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
 #include "phalanx/dataset.h"
 
 struct phx_dataset {
     atomic_long refs;
-    const phx_dataset_vtable *vt;
+    const phx_dataset_vtable *vt; /* &vtab */
+    phx_dataset_vtable vtab; /* the author's table in this library's layout */
     void *ctx;
     int64_t len;
     int n_fields;
@@ -28,6 +31,16 @@ size_t phx_field_bytes(const phx_field *f)
 
 phx_dataset *phx_dataset_new(const phx_dataset_vtable *vt, void *ctx, int64_t len, int n_fields,
                              const phx_field *fields)
+{
+    phx_dataset_vtable own;
+    memset(&own, 0, sizeof own);
+    if (vt && px_abi_in(&own, sizeof own, vt, "phx_dataset_new", "phx_dataset_vtable", "PHX_DATASET_VTABLE_SIZE"))
+        return NULL;
+    return px_dataset_new_adapted(vt ? &own : NULL, ctx, len, n_fields, fields);
+}
+
+phx_dataset *px_dataset_new_adapted(const phx_dataset_vtable *vt, void *ctx, int64_t len, int n_fields,
+                                    const phx_field *fields)
 {
     static const char who[] = "phx_dataset_new";
     if (!vt || !vt->get) {
@@ -65,7 +78,8 @@ phx_dataset *phx_dataset_new(const phx_dataset_vtable *vt, void *ctx, int64_t le
     phx_dataset *ds = px_calloc(1, sizeof *ds);
     if (!ds) return NULL;
     atomic_init(&ds->refs, 1);
-    ds->vt = vt;
+    ds->vtab = *vt;
+    ds->vt = &ds->vtab;
     ds->ctx = ctx;
     ds->len = len;
     ds->n_fields = n_fields;
@@ -170,6 +184,7 @@ static void tensors_free(void *ctx)
 }
 
 static const phx_dataset_vtable tensors_vtable = {
+    .struct_size = PHX_DATASET_VTABLE_SIZE,
     .type_name = "tensors",
     .get = tensors_get,
     .get_batch = tensors_get_batch,
@@ -246,6 +261,7 @@ static void idx_free(void *ctx)
 }
 
 static const phx_dataset_vtable idx_vtable = {
+    .struct_size = PHX_DATASET_VTABLE_SIZE,
     .type_name = "idx",
     .get = idx_get,
     .free = idx_free,
@@ -336,6 +352,7 @@ static void text_free(void *ctx)
 }
 
 static const phx_dataset_vtable text_vtable = {
+    .struct_size = PHX_DATASET_VTABLE_SIZE,
     .type_name = "text",
     .get = text_get,
     .free = text_free,

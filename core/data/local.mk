@@ -3,7 +3,7 @@
 libphalanx_la_SOURCES += core/data/safetensors.c core/data/safetensors-impl.h core/data/checkpoint.c \
 	core/data/idx.c core/data/idx-impl.h core/data/loader.c core/data/loader-device.c core/data/loader-device.h \
 	core/data/sampler.c \
-	core/data/dataset.c
+	core/data/dataset.c core/data/dataset-impl.h
 
 # Datasets and the loader with workers (doc/data.md).
 check_PROGRAMS += t/data_loader

@@ -276,6 +276,7 @@ static void ddp_free(phx_module *self)
 }
 
 static const phx_module_vtable ddp_vtable = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "DistributedDataParallel",
     .forward = ddp_forward,
     .backward = ddp_backward,

@@ -482,6 +482,7 @@ static void dp_free(phx_module *self)
 }
 
 static const phx_module_vtable dp_vtable = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "DataParallel",
     .forward = dp_forward,
     .backward = dp_backward,

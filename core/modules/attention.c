@@ -168,6 +168,7 @@ static void att_free(phx_module *self)
 static phx_module *att_clone(const phx_module *self);
 
 static const phx_module_vtable attention_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "CausalSelfAttention",
     .forward = att_forward,
     .backward = att_backward,

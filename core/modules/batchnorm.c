@@ -41,8 +41,9 @@ typedef struct batchnorm {
 static const char *who_fwd(const phx_module *self)
 {
     const batchnorm *B = phx_module_ctx(self);
-    return B->comm ? "phx_sync_batchnorm_forward" : B->dims == 2 ? "phx_batchnorm2d_forward"
-                                                                 : "phx_batchnorm1d_forward";
+    return B->comm     ? "phx_sync_batchnorm_forward"
+        : B->dims == 2 ? "phx_batchnorm2d_forward"
+                       : "phx_batchnorm1d_forward";
 }
 
 static phx_status bn_shape(const phx_module *self, const phx_tensor *x, int64_t *n, int64_t *hw)
@@ -78,7 +79,8 @@ static phx_status sync_stats(batchnorm *B, double *count)
         B->host = h, B->host_n = (size_t)total;
     }
     float *h = B->host;
-    if ((st = phx_comm_allgather(B->comm, B->stats, all, NULL)) != PHX_OK || (st = phx_tensor_to_host(all, h)) != PHX_OK)
+    if ((st = phx_comm_allgather(B->comm, B->stats, all, NULL)) != PHX_OK ||
+        (st = phx_tensor_to_host(all, h)) != PHX_OK)
         return st;
     double n = 0.0;
     for (int r = 0; r < world; r++) n += h[r * row + 2 * c];
@@ -106,8 +108,8 @@ static phx_status ensure_stats(batchnorm *B, phx_device dev)
     phx_tensor_free(B->mean), phx_tensor_free(B->var), phx_tensor_free(B->stats);
     B->mean = B->var = NULL;
     int64_t row = 2 * B->c + 1;
-    if (!(B->stats = phx_tensor_zeros(PHX_F32, 1, &row, dev)) ||
-        !(B->mean = phx_tensor_view(B->stats, 0, 1, &B->c)) || !(B->var = phx_tensor_view(B->stats, B->c, 1, &B->c)))
+    if (!(B->stats = phx_tensor_zeros(PHX_F32, 1, &row, dev)) || !(B->mean = phx_tensor_view(B->stats, 0, 1, &B->c)) ||
+        !(B->var = phx_tensor_view(B->stats, B->c, 1, &B->c)))
         return PHX_ENOMEM;
     return PHX_OK;
 }
@@ -153,8 +155,7 @@ static phx_status bn_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     float *mean = px_tensor_ptr(B->mean), *var = px_tensor_ptr(B->var);
     if (B->batch_stats) {
         st = k->batchnorm_stats(dev.index, n, B->c, hw, px_tensor_ptr(xin), dt, mean, var);
-        if (st == PHX_OK && synced(B) &&
-            (st = k->fill(dev.index, var + B->c, PHX_F32, 1, B->count)) == PHX_OK)
+        if (st == PHX_OK && synced(B) && (st = k->fill(dev.index, var + B->c, PHX_F32, 1, B->count)) == PHX_OK)
             st = sync_stats(B, &B->count);
         if (st != PHX_OK) return st;
         if (training && B->count <= 1.0) {
@@ -167,8 +168,9 @@ static phx_status bn_forward(phx_module *self, const phx_tensor *x, phx_tensor *
                (st = phx_tensor_copy(B->var, B->rvar->t)) != PHX_OK) {
         return st;
     }
-    st = k->batchnorm_apply(dev.index, n, B->c, hw, px_tensor_ptr(xin), mean, var, B->eps, B->w ? px_tensor_ptr(B->w->value) : NULL,
-                            B->b ? px_tensor_ptr(B->b->value) : NULL, px_tensor_ptr(out), dt);
+    st = k->batchnorm_apply(dev.index, n, B->c, hw, px_tensor_ptr(xin), mean, var, B->eps,
+                            B->w ? px_tensor_ptr(B->w->value) : NULL, B->b ? px_tensor_ptr(B->b->value) : NULL,
+                            px_tensor_ptr(out), dt);
     if (st != PHX_OK) return st;
     B->n = n, B->hw = hw;
     px_io_keep(&B->io, xin);
@@ -226,41 +228,62 @@ static void bn_free(phx_module *self)
 
 static phx_module *bn_clone(const phx_module *self);
 
-static const phx_module_vtable bn1d_vt = {"BatchNorm1d", bn_forward, bn_backward, bn_free, NULL, bn_clone};
-static const phx_module_vtable bn2d_vt = {"BatchNorm2d", bn_forward, bn_backward, bn_free, NULL, bn_clone};
-static const phx_module_vtable sync_vt = {"SyncBatchNorm", bn_forward, bn_backward, bn_free, NULL, bn_clone};
+static const phx_module_vtable bn1d_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "BatchNorm1d",
+    .forward = bn_forward,
+    .backward = bn_backward,
+    .free = bn_free,
+    .clone = bn_clone,
+};
+static const phx_module_vtable bn2d_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "BatchNorm2d",
+    .forward = bn_forward,
+    .backward = bn_backward,
+    .free = bn_free,
+    .clone = bn_clone,
+};
+static const phx_module_vtable sync_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "SyncBatchNorm",
+    .forward = bn_forward,
+    .backward = bn_backward,
+    .free = bn_free,
+    .clone = bn_clone,
+};
 
 static phx_module *bn_new(int dims, int64_t c, float eps, float momentum, bool affine, bool track)
 {
     if (c < 1 || !(eps > 0.0f) || !(momentum <= 1.0f)) {
-        phx_error(PHX_EINVAL, "phx_batchnorm%dd_new: num_features %lld, eps %g, momentum %g: expected >= 1, > 0 and "
-                  "<= 1 (< 0 for a cumulative average)", dims, (long long)c, (double)eps, (double)momentum);
+        phx_error(PHX_EINVAL,
+                  "phx_batchnorm%dd_new: num_features %lld, eps %g, momentum %g: expected >= 1, > 0 and "
+                  "<= 1 (< 0 for a cumulative average)",
+                  dims, (long long)c, (double)eps, (double)momentum);
         return NULL;
     }
     batchnorm *B;
     phx_module *m = px_module_alloc(dims == 2 ? &bn2d_vt : &bn1d_vt, sizeof *B, (void **)&B);
     if (!m) return NULL;
     B->c = c, B->dims = dims, B->eps = eps, B->momentum = momentum;
-    if ((affine && (!(B->w = px_add_filled_param(m, "weight", c, 1.0)) ||
-                    !(B->b = px_add_filled_param(m, "bias", c, 0.0)))) ||
-        (track && (!(B->rmean = px_module_add_buffer(m, "running_mean", px_filled(1, &c, 0.0))) ||
-                   !(B->rvar = px_module_add_buffer(m, "running_var", px_filled(1, &c, 1.0))) ||
-                   !(B->nbt = px_module_add_buffer(m, "num_batches_tracked",
-                                                   phx_tensor_zeros(PHX_I64, 0, NULL, phx_cpu())))))) {
+    if ((affine &&
+         (!(B->w = px_add_filled_param(m, "weight", c, 1.0)) || !(B->b = px_add_filled_param(m, "bias", c, 0.0)))) ||
+        (track &&
+         (!(B->rmean = px_module_add_buffer(m, "running_mean", px_filled(1, &c, 0.0))) ||
+          !(B->rvar = px_module_add_buffer(m, "running_var", px_filled(1, &c, 1.0))) ||
+          !(B->nbt = px_module_add_buffer(m, "num_batches_tracked", phx_tensor_zeros(PHX_I64, 0, NULL, phx_cpu())))))) {
         phx_module_free(m);
         return NULL;
     }
     return m;
 }
 
-phx_module *phx_batchnorm2d_new(int64_t num_features, float eps, float momentum, bool affine,
-                                bool track_running_stats)
+phx_module *phx_batchnorm2d_new(int64_t num_features, float eps, float momentum, bool affine, bool track_running_stats)
 {
     return bn_new(2, num_features, eps, momentum, affine, track_running_stats);
 }
 
-phx_module *phx_batchnorm1d_new(int64_t num_features, float eps, float momentum, bool affine,
-                                bool track_running_stats)
+phx_module *phx_batchnorm1d_new(int64_t num_features, float eps, float momentum, bool affine, bool track_running_stats)
 {
     return bn_new(1, num_features, eps, momentum, affine, track_running_stats);
 }
@@ -268,11 +291,11 @@ phx_module *phx_batchnorm1d_new(int64_t num_features, float eps, float momentum,
 static phx_module *bn_clone(const phx_module *self)
 {
     const batchnorm *B = phx_module_ctx(self);
-    phx_module *c = px_module_clone_values(bn_new(B->dims, B->c, B->eps, B->momentum, B->w != NULL, B->rmean != NULL),
-                                           self);
+    phx_module *c =
+        px_module_clone_values(bn_new(B->dims, B->c, B->eps, B->momentum, B->w != NULL, B->rmean != NULL), self);
     if (c && B->comm) {
         ((batchnorm *)phx_module_ctx(c))->comm = B->comm;
-        c->vt = &sync_vt;
+        px_module_set_vtable(c, &sync_vt);
     }
     return c;
 }
@@ -280,9 +303,9 @@ static phx_module *bn_clone(const phx_module *self)
 static size_t convert(phx_module *m, phx_comm *comm)
 {
     size_t n = 0;
-    if (m->vt == &bn1d_vt || m->vt == &bn2d_vt || m->vt == &sync_vt) {
+    if (m->type == &bn1d_vt || m->type == &bn2d_vt || m->type == &sync_vt) {
         ((batchnorm *)m->ctx)->comm = comm;
-        m->vt = &sync_vt;
+        px_module_set_vtable(m, &sync_vt);
         n++;
     }
     for (size_t i = 0; i < m->n_children; i++) n += convert(m->children[i].m, comm);

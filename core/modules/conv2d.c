@@ -124,6 +124,7 @@ static void conv_free(phx_module *self)
 static phx_module *conv_clone(const phx_module *self);
 
 static const phx_module_vtable conv2d_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Conv2d",
     .forward = conv_forward,
     .backward = conv_backward,

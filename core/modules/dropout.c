@@ -83,6 +83,7 @@ static void dropout_free(phx_module *self)
 static phx_module *dropout_clone(const phx_module *self);
 
 static const phx_module_vtable dropout_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Dropout",
     .forward = dropout_forward,
     .backward = dropout_backward,

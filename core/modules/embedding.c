@@ -83,6 +83,7 @@ static void emb_free(phx_module *self)
 static phx_module *emb_clone(const phx_module *self);
 
 static const phx_module_vtable embedding_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Embedding",
     .forward = emb_forward,
     .backward = emb_backward,

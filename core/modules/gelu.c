@@ -4,6 +4,7 @@
 #include "core/modules/activation.h"
 
 static const phx_module_vtable gelu_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "GELU",
     .forward = px_act_forward,
     .backward = px_act_backward,

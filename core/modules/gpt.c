@@ -203,6 +203,7 @@ static void gpt_free(phx_module *self)
 static phx_module *gpt_clone(const phx_module *self);
 
 static const phx_module_vtable gpt_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "GPT",
     .forward = gpt_forward,
     .backward = gpt_backward,

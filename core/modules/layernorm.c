@@ -82,6 +82,7 @@ static void ln_free(phx_module *self)
 static phx_module *ln_clone(const phx_module *self);
 
 static const phx_module_vtable layernorm_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "LayerNorm",
     .forward = ln_forward,
     .backward = ln_backward,

@@ -103,6 +103,7 @@ static void linear_free(phx_module *self)
 static phx_module *linear_clone(const phx_module *self);
 
 static const phx_module_vtable linear_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Linear",
     .forward = linear_forward,
     .backward = linear_backward,

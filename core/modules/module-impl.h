@@ -31,7 +31,9 @@ typedef struct px_buffer {
 } px_buffer;
 
 struct phx_module {
-    const phx_module_vtable *vt;
+    const phx_module_vtable *vt; /* &vtab: the author's table in this library's layout */
+    phx_module_vtable vtab;
+    const void *type; /* the table given to phx_module_new: the module's type */
     void *ctx;
     phx_module *parent;
     int refs; /* 1 from its creator, +1 from the wrapper holding it */
@@ -123,6 +125,12 @@ phx_status px_check_float_input(const char *who, const phx_tensor *x);
 /* A module of vt with a zeroed context of ctx_size bytes (px_calloc'ed:
  * vt->free frees it with px_free); *ctx points at it. NULL when out of
  * memory (the context is freed). */
+/* phx_module_new for a vtable already in this library's layout (vt),
+ * whose author's table is type (the same, or an older layout). */
+phx_module *px_module_new_typed(const phx_module_vtable *vt, const void *type, void *ctx);
+/* Makes m a module of vt (SyncBatchNorm's conversion). */
+void px_module_set_vtable(phx_module *m, const phx_module_vtable *vt);
+
 phx_module *px_module_alloc(const phx_module_vtable *vt, size_t ctx_size, void **ctx);
 
 /* What a module keeps from its forward for its backward. */

@@ -7,6 +7,7 @@
 #include "core/modules/module-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 #include "phalanx/precision.h"
 
 /* ---- buffers -------------------------------------------------------- */
@@ -82,6 +83,22 @@ phx_status px_check_float_input(const char *who, const phx_tensor *x)
 
 phx_module *phx_module_new(const phx_module_vtable *vt, void *ctx)
 {
+    phx_module_vtable own;
+    memset(&own, 0, sizeof own);
+    if (vt && px_abi_in(&own, sizeof own, vt, "phx_module_new", "phx_module_vtable", "PHX_MODULE_VTABLE_SIZE"))
+        return NULL;
+    return px_module_new_typed(vt ? &own : NULL, vt, ctx);
+}
+
+void px_module_set_vtable(phx_module *m, const phx_module_vtable *vt)
+{
+    m->vtab = *vt;
+    m->vt = &m->vtab;
+    m->type = vt;
+}
+
+phx_module *px_module_new_typed(const phx_module_vtable *vt, const void *type, void *ctx)
+{
     if (!vt || !vt->forward || !vt->backward || !vt->free) {
         phx_error(PHX_EINVAL, "phx_module_new: vtable %s lacks a required slot (forward, backward, free)",
                   vt && vt->type_name ? vt->type_name : "(null)");
@@ -89,7 +106,9 @@ phx_module *phx_module_new(const phx_module_vtable *vt, void *ctx)
     }
     phx_module *m = px_calloc(1, sizeof *m);
     if (!m) return NULL;
-    m->vt = vt;
+    m->vtab = *vt;
+    m->vt = &m->vtab;
+    m->type = type;
     m->ctx = ctx;
     m->refs = 1;
     m->training = true;
@@ -103,7 +122,7 @@ void *phx_module_ctx(const phx_module *m)
 }
 const phx_module_vtable *phx_module_vtable_of(const phx_module *m)
 {
-    return m ? m->vt : NULL;
+    return m ? m->type : NULL;
 }
 const char *phx_module_type(const phx_module *m)
 {
@@ -400,7 +419,8 @@ phx_module *phx_module_clone(const phx_module *m)
     same = same && phx_module_num_buffers(c) == phx_module_num_buffers(m);
     if (!same) {
         phx_module_free(c);
-        phx_error(PHX_EINTERNAL, "phx_module_clone: clone of %s has different parameters or buffers", phx_module_type(m));
+        phx_error(PHX_EINTERNAL, "phx_module_clone: clone of %s has different parameters or buffers",
+                  phx_module_type(m));
         return NULL;
     }
     px_module_copy_settings(c, m);

@@ -31,17 +31,30 @@ static phx_status pool_desc(const pool *P, const phx_tensor *x, phx_conv2d_desc 
     const char *who = pool_who(P);
     if (x->ndim != 4) {
         char s[64];
-        return phx_error(PHX_EINVAL, "%s: input is %s, expected (N, C, H, W)", who, phx_tensor_shape_str(x, s, sizeof s));
+        return phx_error(PHX_EINVAL, "%s: input is %s, expected (N, C, H, W)", who,
+                         phx_tensor_shape_str(x, s, sizeof s));
     }
-    *d = (phx_conv2d_desc){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .k = x->shape[1],
-                           .kh = P->k, .kw = P->k, .stride_h = P->stride, .stride_w = P->stride, .pad_h = P->pad,
-                           .pad_w = P->pad, .dil_h = 1, .dil_w = 1, .groups = x->shape[1]};
+    *d = (phx_conv2d_desc){.n = x->shape[0],
+                           .c = x->shape[1],
+                           .h = x->shape[2],
+                           .w = x->shape[3],
+                           .k = x->shape[1],
+                           .kh = P->k,
+                           .kw = P->k,
+                           .stride_h = P->stride,
+                           .stride_w = P->stride,
+                           .pad_h = P->pad,
+                           .pad_w = P->pad,
+                           .dil_h = 1,
+                           .dil_w = 1,
+                           .groups = x->shape[1]};
     if (P->kind == POOL_ADAPTIVE) {
         int64_t oh = P->k, ow = P->stride;
         if (d->h % oh || d->w % ow)
-            return phx_error(PHX_EUNSUPPORTED, "%s: output %lldx%lld does not divide the input %lldx%lld (only "
-                             "sizes that divide it are supported)", who, (long long)oh, (long long)ow,
-                             (long long)d->h, (long long)d->w);
+            return phx_error(PHX_EUNSUPPORTED,
+                             "%s: output %lldx%lld does not divide the input %lldx%lld (only "
+                             "sizes that divide it are supported)",
+                             who, (long long)oh, (long long)ow, (long long)d->h, (long long)d->w);
         d->kh = d->stride_h = d->h / oh, d->kw = d->stride_w = d->w / ow, d->pad_h = d->pad_w = 0;
     }
     return px_window_out(who, d);
@@ -92,11 +105,11 @@ static phx_status pool_backward(phx_module *self, const phx_tensor *dy, phx_tens
     phx_status st = px_io_backward(&P->io, dy, &g, &d);
     if (st != PHX_OK) return st;
     if (P->kind == POOL_MAX)
-        st = k->maxpool2d_backward(dev.index, &P->d, px_tensor_ptr(P->argmax.view), px_tensor_ptr(g),
-                                   px_tensor_ptr(d), x->dtype);
+        st = k->maxpool2d_backward(dev.index, &P->d, px_tensor_ptr(P->argmax.view), px_tensor_ptr(g), px_tensor_ptr(d),
+                                   x->dtype);
     else
-        st = k->avgpool2d_backward(dev.index, &P->d, P->kind == POOL_ADAPTIVE || P->count_include_pad,
-                                   px_tensor_ptr(g), px_tensor_ptr(d), x->dtype);
+        st = k->avgpool2d_backward(dev.index, &P->d, P->kind == POOL_ADAPTIVE || P->count_include_pad, px_tensor_ptr(g),
+                                   px_tensor_ptr(d), x->dtype);
     if (st == PHX_OK) *dx = d;
     return st;
 }
@@ -112,10 +125,30 @@ static void pool_free(phx_module *self)
 
 static phx_module *pool_clone(const phx_module *self);
 
-static const phx_module_vtable max_vt = {"MaxPool2d", pool_forward, pool_backward, pool_free, NULL, pool_clone};
-static const phx_module_vtable avg_vt = {"AvgPool2d", pool_forward, pool_backward, pool_free, NULL, pool_clone};
-static const phx_module_vtable adaptive_vt = {"AdaptiveAvgPool2d", pool_forward, pool_backward, pool_free, NULL,
-                                              pool_clone};
+static const phx_module_vtable max_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "MaxPool2d",
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .free = pool_free,
+    .clone = pool_clone,
+};
+static const phx_module_vtable avg_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "AvgPool2d",
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .free = pool_free,
+    .clone = pool_clone,
+};
+static const phx_module_vtable adaptive_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "AdaptiveAvgPool2d",
+    .forward = pool_forward,
+    .backward = pool_backward,
+    .free = pool_free,
+    .clone = pool_clone,
+};
 
 static phx_module *pool_new(int kind, int64_t k, int64_t stride, int64_t pad, bool cip)
 {
@@ -131,8 +164,10 @@ static phx_module *window_pool(int kind, const char *who, int64_t kernel, int64_
 {
     if (stride == 0) stride = kernel;
     if (kernel < 1 || stride < 1 || padding < 0 || 2 * padding > kernel) {
-        phx_error(PHX_EINVAL, "%s: kernel %lld, stride %lld, padding %lld: expected kernel, stride >= 1 and padding "
-                  "at most half the kernel", who, (long long)kernel, (long long)stride, (long long)padding);
+        phx_error(PHX_EINVAL,
+                  "%s: kernel %lld, stride %lld, padding %lld: expected kernel, stride >= 1 and padding "
+                  "at most half the kernel",
+                  who, (long long)kernel, (long long)stride, (long long)padding);
         return NULL;
     }
     return pool_new(kind, kernel, stride, padding, cip);
@@ -223,8 +258,14 @@ static phx_module *flatten_clone(const phx_module *self)
     return phx_flatten_new();
 }
 
-static const phx_module_vtable flatten_vt = {"Flatten", flatten_forward, flatten_backward, flatten_free, NULL,
-                                             flatten_clone};
+static const phx_module_vtable flatten_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "Flatten",
+    .forward = flatten_forward,
+    .backward = flatten_backward,
+    .free = flatten_free,
+    .clone = flatten_clone,
+};
 
 phx_module *phx_flatten_new(void)
 {

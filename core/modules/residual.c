@@ -88,6 +88,7 @@ static void res_free(phx_module *self)
 static phx_module *res_clone(const phx_module *self);
 
 static const phx_module_vtable residual_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Residual",
     .forward = res_forward,
     .backward = res_backward,

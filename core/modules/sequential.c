@@ -42,6 +42,7 @@ static void seq_free(phx_module *self)
 static phx_module *seq_clone(const phx_module *self);
 
 static const phx_module_vtable sequential_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Sequential",
     .forward = seq_forward,
     .backward = seq_backward,
@@ -57,7 +58,7 @@ phx_module *phx_sequential_new(void)
 
 phx_status phx_sequential_add(phx_module *seq, phx_module *m)
 {
-    if (!seq || seq->vt != &sequential_vt) {
+    if (!seq || seq->type != &sequential_vt) {
         phx_module_free(m);
         return phx_error(PHX_EINVAL, "phx_sequential_add: target is %s, not a Sequential",
                          seq ? phx_module_type(seq) : "NULL");

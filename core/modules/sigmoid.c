@@ -3,6 +3,7 @@
 #include "core/modules/activation.h"
 
 static const phx_module_vtable sigmoid_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Sigmoid",
     .forward = px_act_forward,
     .backward = px_act_backward,

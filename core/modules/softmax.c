@@ -72,6 +72,7 @@ static void sm_free(phx_module *self)
 static phx_module *sm_clone(const phx_module *self);
 
 static const phx_module_vtable softmax_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "Softmax",
     .forward = sm_forward,
     .backward = sm_backward,
@@ -80,6 +81,7 @@ static const phx_module_vtable softmax_vt = {
 };
 
 static const phx_module_vtable log_softmax_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
     .type_name = "LogSoftmax",
     .forward = sm_forward,
     .backward = sm_backward,

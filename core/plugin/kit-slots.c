@@ -22,8 +22,8 @@ phx_status phx_kit_allgather(void *kc, const void *send, void *recv, int64_t cou
     return px_kit_comm_push(kc, &o, work);
 }
 
-phx_status phx_kit_reduce_scatter(void *kc, const void *send, void *recv, int64_t count, phx_dtype dt,
-                                  phx_reduce_op op, phx_work *work)
+phx_status phx_kit_reduce_scatter(void *kc, const void *send, void *recv, int64_t count, phx_dtype dt, phx_reduce_op op,
+                                  phx_work *work)
 {
     phx_kit_op o = {PHX_KIT_REDUCE_SCATTER, send, recv, count, dt, op, 0};
     return px_kit_comm_push(kc, &o, work);

@@ -65,6 +65,7 @@ static void adam_free(phx_optimizer *self)
 }
 
 static const phx_optimizer_vtable adam_vt = {
+    .struct_size = PHX_OPTIMIZER_VTABLE_SIZE,
     .type_name = "Adam",
     .step = adam_step,
     .state = px_slots_state,
@@ -72,6 +73,7 @@ static const phx_optimizer_vtable adam_vt = {
 };
 
 static const phx_optimizer_vtable adamw_vt = {
+    .struct_size = PHX_OPTIMIZER_VTABLE_SIZE,
     .type_name = "AdamW",
     .step = adam_step,
     .state = px_slots_state,

@@ -65,4 +65,7 @@ phx_optimizer *px_slots_optimizer_new(const phx_optimizer_vtable *vt, px_slots *
                                       const char *const *kinds, size_t n_kinds, double lr);
 size_t px_slots_state(phx_optimizer *self, const char ***names, phx_tensor ***tensors);
 void px_slots_free_ctx(phx_optimizer *self);
+/* phx_optimizer_new for a vtable already in this library's layout. */
+phx_optimizer *px_optimizer_new_adapted(const phx_optimizer_vtable *vt, void *ctx, phx_module *model);
+
 #endif

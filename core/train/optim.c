@@ -7,9 +7,11 @@
 #include "core/modules/module-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 
 struct phx_optimizer {
-    const phx_optimizer_vtable *vt;
+    const phx_optimizer_vtable *vt; /* &vtab */
+    phx_optimizer_vtable vtab; /* the author's table in this library's layout */
     void *ctx;
     phx_module *model;
     int64_t steps;
@@ -18,6 +20,15 @@ struct phx_optimizer {
 
 phx_optimizer *phx_optimizer_new(const phx_optimizer_vtable *vt, void *ctx, phx_module *model)
 {
+    phx_optimizer_vtable own;
+    memset(&own, 0, sizeof own);
+    if (vt && px_abi_in(&own, sizeof own, vt, "phx_optimizer_new", "phx_optimizer_vtable", "PHX_OPTIMIZER_VTABLE_SIZE"))
+        return NULL;
+    return px_optimizer_new_adapted(vt ? &own : NULL, ctx, model);
+}
+
+phx_optimizer *px_optimizer_new_adapted(const phx_optimizer_vtable *vt, void *ctx, phx_module *model)
+{
     if (!vt || !vt->step || !vt->free || !model) {
         phx_error(PHX_EINVAL, "phx_optimizer_new: %s",
                   !model ? "model is NULL" : "vtable lacks a required slot (step, free)");
@@ -25,7 +36,8 @@ phx_optimizer *phx_optimizer_new(const phx_optimizer_vtable *vt, void *ctx, phx_
     }
     phx_optimizer *o = px_calloc(1, sizeof *o);
     if (!o) return NULL;
-    o->vt = vt;
+    o->vtab = *vt;
+    o->vt = &o->vtab;
     o->ctx = ctx;
     o->model = model;
     return o;

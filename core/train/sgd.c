@@ -41,6 +41,7 @@ static phx_status sgd_step(phx_optimizer *self)
 }
 
 static const phx_optimizer_vtable sgd_vt = {
+    .struct_size = PHX_OPTIMIZER_VTABLE_SIZE,
     .type_name = "SGD",
     .step = sgd_step,
     .state = px_slots_state,

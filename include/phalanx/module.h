@@ -30,8 +30,12 @@ typedef struct phx_precision phx_precision;
  * set_train: switches train/eval behaviour (dropout); children are
  *   switched by the core.
  * clone: a new module of the same structure and parameter values, sharing
- *   nothing mutable with self (DataParallel replicas). */
+ *   nothing mutable with self (DataParallel replicas).
+ * struct_size: sizeof(phx_module_vtable) as the module's author compiled
+ *   it (PHX_MODULE_VTABLE_SIZE); slots appended in later minors read as
+ *   NULL for a smaller table (doc/abi.md). */
 typedef struct phx_module_vtable {
+    size_t struct_size; /* PHX_MODULE_VTABLE_SIZE */
     const char *type_name;
     phx_status (*forward)(phx_module *self, const phx_tensor *x, phx_tensor **y);
     phx_status (*backward)(phx_module *self, const phx_tensor *dy, phx_tensor **dx);
@@ -39,14 +43,19 @@ typedef struct phx_module_vtable {
     phx_status (*set_train)(phx_module *self, bool training);
     phx_module *(*clone)(const phx_module *self);
 } phx_module_vtable;
+#define PHX_MODULE_VTABLE_SIZE sizeof(phx_module_vtable)
 
 /* Called with each parameter whose gradient became final during backward. */
 typedef void (*phx_grad_hook)(phx_param *p, void *user);
 
 /* --- Writing a module --- */
 
-/* New module with the given vtable (not copied: must outlive the module)
- * and context. NULL on ENOMEM or a vtable missing a required slot. */
+/* New module with the given vtable and context. The library reads the
+ * vtable through its struct_size (a copy adapted to this library's
+ * layout), and keeps vt itself as the module's type: phx_module_vtable_of
+ * returns it, so vt must outlive the module. NULL on ENOMEM, a vtable
+ * missing a required slot, or PHX_EABI for a struct_size of 0 or a larger
+ * table with slots this library does not know. */
 phx_module *phx_module_new(const phx_module_vtable *vt, void *ctx);
 void *phx_module_ctx(const phx_module *m);
 const phx_module_vtable *phx_module_vtable_of(const phx_module *m);

@@ -18,13 +18,16 @@ typedef struct phx_optimizer phx_optimizer;
  * state: lists the named state tensors (e.g. "0.weight.momentum_buffer");
  *   returns their count; names[i]/tensors[i] owned by the optimizer; a state
  *   created lazily must exist after the first step. May be NULL (no state).
- * free: releases ctx. */
+ * free: releases ctx.
+ * struct_size: PHX_OPTIMIZER_VTABLE_SIZE (doc/abi.md). */
 typedef struct phx_optimizer_vtable {
+    size_t struct_size; /* PHX_OPTIMIZER_VTABLE_SIZE */
     const char *type_name;
     phx_status (*step)(phx_optimizer *self);
     size_t (*state)(phx_optimizer *self, const char ***names, phx_tensor ***tensors);
     void (*free)(phx_optimizer *self);
 } phx_optimizer_vtable;
+#define PHX_OPTIMIZER_VTABLE_SIZE sizeof(phx_optimizer_vtable)
 
 /* SGD. Defaults as PyTorch: momentum 0, dampening 0, weight_decay 0, no nesterov. */
 typedef struct phx_sgd_opts {

@@ -9,9 +9,77 @@
 #include <phalanx/phalanx.h>
 #include "t/tap.h"
 
+/* User vtables in the 1.0 layout (no struct_size). */
+static int calls[4];
+static phx_status mine_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    (void)self;
+    calls[0]++;
+    *y = (phx_tensor *)x;
+    return PHX_OK;
+}
+static phx_status mine_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    (void)self, (void)dy;
+    if (dx) *dx = NULL;
+    return PHX_OK;
+}
+static void mine_free(phx_module *self)
+{
+    (void)self;
+    calls[1]++;
+}
+static const phx_module_vtable mine_vt = {
+    .type_name = "Mine", .forward = mine_forward, .backward = mine_backward, .free = mine_free};
+static phx_status opt_step(phx_optimizer *self)
+{
+    (void)self;
+    calls[2]++;
+    return PHX_OK;
+}
+static void opt_free(phx_optimizer *self)
+{
+    (void)self;
+}
+static const phx_optimizer_vtable opt_vt = {.type_name = "MyOpt", .step = opt_step, .free = opt_free};
+static phx_status ds_get(void *ctx, int64_t i, void *const *out)
+{
+    (void)ctx;
+    calls[3]++;
+    *(float *)out[0] = (float)(10 * i);
+    return PHX_OK;
+}
+static const phx_dataset_vtable ds_vt = {.type_name = "tens", .get = ds_get};
+
+static void user_vtables(void)
+{
+    phx_module *m = phx_module_new(&mine_vt, NULL);
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 1, (const int64_t[]){3}, phx_cpu()), *y = NULL;
+    phx_status st = m ? phx_module_forward(m, x, &y) : PHX_EINVAL;
+    ok(st == PHX_OK && y == x && calls[0] == 1 && !strcmp(phx_module_type(m), "Mine") &&
+           phx_module_vtable_of(m) == &mine_vt,
+       "a 1.0 module vtable: forward called, type \"%s\", vtable_of gives it back", m ? phx_module_type(m) : "");
+    phx_optimizer *o = m ? phx_optimizer_new(&opt_vt, NULL, m) : NULL;
+    st = o ? phx_optimizer_step(o) : PHX_EINVAL;
+    ok(st == PHX_OK && calls[2] == 1, "a 1.0 optimizer vtable: step called");
+    phx_optimizer_free(o);
+    phx_module_free(m);
+    ok(calls[1] == 1, "the 1.0 module's free called once");
+    phx_field f = {.dtype = PHX_F32, .ndim = 0};
+    phx_dataset *ds = phx_dataset_new(&ds_vt, NULL, 5, 1, &f);
+    float v = -1;
+    void *out[1] = {&v};
+    st = ds ? phx_dataset_get(ds, 3, out) : PHX_EINVAL;
+    ok(st == PHX_OK && v == 30.0f && calls[3] == 1 && !strcmp(phx_dataset_type(ds), "tens"),
+       "a 1.0 dataset vtable: get(3) = %g", v);
+    phx_dataset_free(ds);
+    phx_tensor_free(x);
+}
+
 int main(void)
 {
-    plan(16);
+    plan(20);
+    user_vtables();
     int maj = 0, min = 0;
     phx_version(&maj, &min);
     diag("headers ABI %d.%d, library ABI %d.%d", PHX_ABI_VERSION_MAJOR, PHX_ABI_VERSION_MINOR, maj, min);

@@ -176,8 +176,8 @@ void phx_kit_comm_free(phx_kit_comm *kc);
 phx_status phx_kit_allreduce(void *kc, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, phx_work *work);
 phx_status phx_kit_broadcast(void *kc, void *buf, int64_t count, phx_dtype dt, int root, phx_work *work);
 phx_status phx_kit_allgather(void *kc, const void *send, void *recv, int64_t count, phx_dtype dt, phx_work *work);
-phx_status phx_kit_reduce_scatter(void *kc, const void *send, void *recv, int64_t count, phx_dtype dt,
-                                  phx_reduce_op op, phx_work *work);
+phx_status phx_kit_reduce_scatter(void *kc, const void *send, void *recv, int64_t count, phx_dtype dt, phx_reduce_op op,
+                                  phx_work *work);
 phx_status phx_kit_barrier(void *kc, phx_work *work);
 
 /* In a phx_comm_v1 initializer: the five collective slots above.
