@@ -44,7 +44,6 @@
 #define PX_ABORT_CODE 124 /* MPI_Abort's errorcode on a timeout */
 #define PX_CHUNK (1 << 30) /* elements per MPI call (counts are int) */
 
-
 /* ------------------------------------------------------------ MPI itself */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
