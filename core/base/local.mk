@@ -18,3 +18,8 @@ abi-baseline: libphalanx.la
 abi-check: libphalanx.la
 	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir) $(SHELL) $(srcdir)/t/abi_diff.sh
 .PHONY: abi-baseline abi-check
+
+# The named-option constructors beside their positional forms.
+check_PROGRAMS += t/abi_opts
+TESTS += t/abi_opts
+t_abi_opts_LDADD = libphalanx.la

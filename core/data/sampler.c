@@ -7,6 +7,7 @@
 #include <string.h>
 #include "phalanx/sampler.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 
 /* --- mt19937 (the standard 32-bit engine, as at::mt19937) --- */
 
@@ -113,6 +114,13 @@ phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle
         return NULL;
     }
     return s;
+}
+
+phx_sampler *phx_sampler_new_opts(int64_t n, const phx_sampler_opts *opts)
+{
+    phx_sampler_opts o = PHX_SAMPLER_OPTS_INIT;
+    if (px_abi_in(&o, sizeof o, opts, "phx_sampler_new_opts", "phx_sampler_opts", "PHX_SAMPLER_OPTS_INIT")) return NULL;
+    return phx_sampler_new(n, o.num_replicas ? o.num_replicas : 1, o.rank, o.shuffle, o.seed, o.drop_last);
 }
 
 void phx_sampler_free(phx_sampler *s)

@@ -14,6 +14,7 @@
 #include "core/modules/cnn-impl.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
+#include "core/base/abi.h"
 #include "phalanx/cnn.h"
 #include "phalanx/comm.h"
 
@@ -286,6 +287,23 @@ phx_module *phx_batchnorm2d_new(int64_t num_features, float eps, float momentum,
 phx_module *phx_batchnorm1d_new(int64_t num_features, float eps, float momentum, bool affine, bool track_running_stats)
 {
     return bn_new(1, num_features, eps, momentum, affine, track_running_stats);
+}
+
+static phx_module *bn_new_opts(int dims, int64_t c, const phx_batchnorm_opts *opts, const char *who)
+{
+    phx_batchnorm_opts o = PHX_BATCHNORM_OPTS_INIT;
+    if (px_abi_in(&o, sizeof o, opts, who, "phx_batchnorm_opts", "PHX_BATCHNORM_OPTS_INIT")) return NULL;
+    return bn_new(dims, c, o.eps, o.momentum, o.affine, o.track_running_stats);
+}
+
+phx_module *phx_batchnorm2d_new_opts(int64_t num_features, const phx_batchnorm_opts *opts)
+{
+    return bn_new_opts(2, num_features, opts, "phx_batchnorm2d_new_opts");
+}
+
+phx_module *phx_batchnorm1d_new_opts(int64_t num_features, const phx_batchnorm_opts *opts)
+{
+    return bn_new_opts(1, num_features, opts, "phx_batchnorm1d_new_opts");
 }
 
 static phx_module *bn_clone(const phx_module *self)

@@ -25,8 +25,10 @@ typedef struct phx_conv2d_opts {
     bool bias;
     bool padding_same;
 } phx_conv2d_opts;
-#define PHX_CONV2D_OPTS_INIT                                                                                         \
-    {.struct_size = sizeof(phx_conv2d_opts), .stride = {1, 1}, .dilation = {1, 1}, .groups = 1, .bias = true}
+#define PHX_CONV2D_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_conv2d_opts), .stride = {1, 1}, .dilation = {1, 1}, .groups = 1, .bias = true \
+    }
 
 /* PHX_CONV2D_OPTS_INIT's values: stride 1, padding 0, dilation 1, groups 1,
  * bias. Deprecated: use PHX_CONV2D_OPTS_INIT. */
@@ -49,10 +51,27 @@ phx_module *phx_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kh
  * uses the running estimates (the batch's when not tracking). A
  * training batch with one value per channel is PHX_EINVAL, as PyTorch's
  * "Expected more than 1 value per channel when training". */
-phx_module *phx_batchnorm2d_new(int64_t num_features, float eps, float momentum, bool affine,
-                                bool track_running_stats);
-phx_module *phx_batchnorm1d_new(int64_t num_features, float eps, float momentum, bool affine,
-                                bool track_running_stats);
+phx_module *phx_batchnorm2d_new(int64_t num_features, float eps, float momentum, bool affine, bool track_running_stats);
+phx_module *phx_batchnorm1d_new(int64_t num_features, float eps, float momentum, bool affine, bool track_running_stats);
+
+/* BatchNorm's keyword arguments, PyTorch's defaults in the initialiser. */
+typedef struct phx_batchnorm_opts {
+    size_t struct_size; /* sizeof (phx_batchnorm_opts): PHX_BATCHNORM_OPTS_INIT sets it */
+    float eps; /* 1e-5 */
+    float momentum; /* 0.1; < 0: momentum=None (a cumulative average) */
+    bool affine; /* true */
+    bool track_running_stats; /* true */
+} phx_batchnorm_opts;
+#define PHX_BATCHNORM_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_batchnorm_opts), .eps = 1e-5f, .momentum = 0.1f, .affine = true, \
+        .track_running_stats = true \
+    }
+/* phx_batchnorm2d_new and phx_batchnorm1d_new with named options (NULL:
+ * PHX_BATCHNORM_OPTS_INIT's); the positional forms are deprecated within
+ * 1.x. */
+phx_module *phx_batchnorm2d_new_opts(int64_t num_features, const phx_batchnorm_opts *opts);
+phx_module *phx_batchnorm1d_new_opts(int64_t num_features, const phx_batchnorm_opts *opts);
 
 /* nn.SyncBatchNorm.convert_sync_batchnorm: every BatchNorm of model
  * becomes synchronized over comm (type "SyncBatchNorm"; parameters,

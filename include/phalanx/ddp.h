@@ -30,8 +30,8 @@ typedef struct phx_ddp_opts {
         .struct_size = sizeof(phx_ddp_opts) \
     }
 
-/* Wraps model (ownership stays with the caller; it must outlive the
- * wrapper) in a module whose forward is the model's and whose backward
+/* Wraps model (the caller keeps its reference; the wrapper holds another,
+ * so the two are freed in either order) in a module whose forward is the model's and whose backward
  * all-reduces gradient buckets (average over ranks) as they become ready
  * and waits for all before returning. Checks that every rank has the same
  * parameter names, shapes and dtypes (PHX_EDESYNC on every rank naming the

@@ -19,6 +19,22 @@ typedef struct phx_sampler phx_sampler;
  * so every rank gets floor(n / replicas); else pads by repeating from the
  * start. NULL with PHX_EINVAL for rank >= num_replicas etc. */
 phx_sampler *phx_sampler_new(int64_t n, int num_replicas, int rank, bool shuffle, uint64_t seed, bool drop_last);
+
+/* DistributedSampler's keyword arguments. num_replicas 0: 1. */
+typedef struct phx_sampler_opts {
+    size_t struct_size; /* sizeof (phx_sampler_opts): PHX_SAMPLER_OPTS_INIT sets it */
+    int num_replicas, rank;
+    bool shuffle; /* torch's default: true */
+    uint64_t seed;
+    bool drop_last;
+} phx_sampler_opts;
+#define PHX_SAMPLER_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_sampler_opts), .num_replicas = 1, .shuffle = true \
+    }
+/* phx_sampler_new with named options (NULL: PHX_SAMPLER_OPTS_INIT's); the
+ * positional phx_sampler_new is deprecated within 1.x. */
+phx_sampler *phx_sampler_new_opts(int64_t n, const phx_sampler_opts *opts);
 void phx_sampler_free(phx_sampler *s);
 void phx_sampler_set_epoch(phx_sampler *s, int64_t epoch);
 /* This rank's indices for the current epoch (owned by s, valid until the
