@@ -12,7 +12,7 @@ fi
 if [ -n "${PHX_SAN_FLAGS:-}" ]; then
     echo "ok 1 # SKIP a sanitizer build: the baseline is of the plain build"; exit 0
 fi
-out=$(abidiff --headers-dir2 "$src/include/phalanx" --drop-private-types "$src/abi/libphalanx.abi" \
+out=$(abidiff --exported-interfaces-only --headers-dir2 "$src/include/phalanx" --drop-private-types "$src/abi/libphalanx.abi" \
     "$b/.libs/libphalanx.so" 2>&1); rc=$?
 if [ $rc = 0 ]; then
     echo "ok 1 - libphalanx.so's ABI equals abi/libphalanx.abi"

@@ -13,7 +13,7 @@ TESTS += t/abi_diff.sh
 EXTRA_DIST += t/abi_diff.sh abi/libphalanx.abi
 abi-baseline: libphalanx.la
 	$(MKDIR_P) $(srcdir)/abi
-	abidw --headers-dir $(srcdir)/include/phalanx --drop-private-types --no-corpus-path \
+	abidw --exported-interfaces-only --headers-dir $(srcdir)/include/phalanx --drop-private-types --no-corpus-path \
 	    --out-file $(srcdir)/abi/libphalanx.abi .libs/libphalanx.so
 abi-check: libphalanx.la
 	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir) $(SHELL) $(srcdir)/t/abi_diff.sh
