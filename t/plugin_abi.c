@@ -1,7 +1,8 @@
 /* Plugin ABI evolution: plugins built against the frozen ABI 1.0 headers
  * (t/abi-1.0) load and work under this core; an optional slot left
- * NULL gets the core's default; a NULL required slot and a major-2 plugin
- * are rejected with messages naming the slot or both versions. The slot
+ * NULL gets the core's default; a kernel appended since fails naming
+ * it; a NULL required slot and a major-2 plugin are rejected with
+ * messages naming the slot or both versions. The slot
  * tables themselves are checked against the structs. Test plugins:
  * t/plugins/abi-comm.c and abi-device.c (tools/local.mk). */
 #include <dlfcn.h>
@@ -136,7 +137,7 @@ int main(void)
     }
     setenv("PHX_PLUGIN_PATH", dirs, 1);
     setenv("PHX_PLUGIN_PATH_ONLY", "1", 1);
-    plan(38);
+    plan(40);
 
     check_tables();
 
@@ -228,6 +229,17 @@ int main(void)
     for (int k = 0; k < 4; k++) want += (double)A[1 * 4 + k] * B[k * 5 + 2];
     ok(memcmp(C0, C1, sizeof C0) == 0 && C1[1 * 5 + 2] == (float)want,
        "the 1.0 device's gemm equals the CPU's (C[1,2] = %g, expected %g)", C1[7], want);
+
+    /* A kernel appended after 1.0: the module says which one and why. */
+    phx_module *sm = phx_softmax_new();
+    phx_tensor *y = NULL;
+    is_int(phx_module_forward(sm, a1, &y), PHX_EUNSUPPORTED, "softmax on the 1.0 device: PHX_EUNSUPPORTED");
+    like(phx_last_error(),
+         "phx_softmax_forward: the kernel table of device cuda:0 has no 'softmax_forward' slot: its plugin has "
+         "ABI 1.0, the slot came with ABI 1.1 (rebuild the plugin",
+         "... naming the function, the device, the slot and both ABIs");
+    phx_tensor_free(y);
+    phx_module_free(sm);
     if (h) dlclose(h);
     phx_tensor_free(a0), phx_tensor_free(b0), phx_tensor_free(c0);
     phx_tensor_free(a1), phx_tensor_free(b1), phx_tensor_free(c1);

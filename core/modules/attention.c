@@ -46,8 +46,8 @@ static phx_status att_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT("phx_attention_forward", k, gemm_batched);
-    PX_NEED_SLOT("phx_attention_forward", k, softmax_forward);
+    PX_NEED_SLOT("phx_attention_forward", dev, k, gemm_batched);
+    PX_NEED_SLOT("phx_attention_forward", dev, k, softmax_forward);
     phx_tensor *qkv;
     if ((st = phx_module_forward(A->c_attn, x, &qkv)) != PHX_OK) return st;
     int64_t B = x->shape[0], T = x->shape[1], C = A->C, H = A->H, hs = A->hs, C3 = 3 * C;
@@ -102,7 +102,7 @@ static phx_status att_backward(phx_module *self, const phx_tensor *dy, phx_tenso
     phx_device dev = dy->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT("phx_attention_backward", k, softmax_backward);
+    PX_NEED_SLOT("phx_attention_backward", dev, k, softmax_backward);
     phx_status st;
     const phx_tensor *g = dy;
     phx_tensor *d;

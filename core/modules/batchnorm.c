@@ -144,7 +144,7 @@ static phx_status bn_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    if (!k->batchnorm_stats) return px_kernel_missing(dev, "batchnorm_stats");
+    PX_NEED_SLOT(who, dev, k, batchnorm_stats);
     phx_dtype dt = phx_module_compute_dtype(self);
     bool training = phx_module_is_training(self);
     const phx_tensor *xin;

@@ -68,7 +68,7 @@ static phx_status conv_forward(phx_module *self, const phx_tensor *x, phx_tensor
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    if (!k->conv2d_forward) return px_kernel_missing(dev, "conv2d_forward");
+    PX_NEED_SLOT("phx_conv2d_forward", dev, k, conv2d_forward);
     phx_dtype dt = phx_module_compute_dtype(self);
     const phx_tensor *xin, *w;
     phx_tensor *out;

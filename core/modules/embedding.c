@@ -27,7 +27,7 @@ static phx_status emb_forward(phx_module *self, const phx_tensor *x, phx_tensor 
         return phx_error(PHX_EINVAL, "phx_embedding_forward: indices and weight are on different devices");
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT("phx_embedding_forward", k, embedding_forward);
+    PX_NEED_SLOT("phx_embedding_forward", dev, k, embedding_forward);
     int64_t shape[PHX_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     shape[x->ndim] = E->dim;
@@ -62,7 +62,7 @@ static phx_status emb_backward(phx_module *self, const phx_tensor *dy, phx_tenso
     phx_device dev = dy->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT("phx_embedding_backward", k, embedding_backward);
+    PX_NEED_SLOT("phx_embedding_backward", dev, k, embedding_backward);
     phx_status st = k->embedding_backward(dev.index, E->idx->numel, E->num, E->dim, px_tensor_ptr(E->idx),
                                           px_tensor_ptr(dy), dy->dtype, px_tensor_ptr(E->w->grad));
     if (st != PHX_OK) return st;

@@ -156,7 +156,7 @@ static phx_status gpt_forward(phx_module *self, const phx_tensor *idx, phx_tenso
     phx_device dev = idx->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT("phx_gpt_forward", k, add);
+    PX_NEED_SLOT("phx_gpt_forward", dev, k, add);
     phx_tensor *pos, *tok, *pe, *x;
     phx_status st;
     if ((st = positions(G, B, T, dev, &pos)) != PHX_OK || (st = phx_module_forward(G->wte, idx, &tok)) != PHX_OK ||

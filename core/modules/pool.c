@@ -69,7 +69,7 @@ static phx_status pool_forward(phx_module *self, const phx_tensor *x, phx_tensor
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    if (!k->avgpool2d_forward) return px_kernel_missing(dev, "avgpool2d_forward");
+    PX_NEED_SLOT(pool_who(P), dev, k, avgpool2d_forward);
     phx_dtype dt = phx_module_compute_dtype(self);
     int64_t shape[4] = {d.n, d.c, d.oh, d.ow};
     const phx_tensor *xin;

@@ -30,7 +30,7 @@ static phx_status res_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT("phx_residual_forward", k, add);
+    PX_NEED_SLOT("phx_residual_forward", dev, k, add);
     phx_dtype dt = f->dtype;
     const phx_tensor *xin;
     phx_tensor *out;

@@ -23,7 +23,7 @@ static phx_status sm_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     phx_device dev = x->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT(who, k, softmax_forward);
+    PX_NEED_SLOT(who, dev, k, softmax_forward);
     phx_dtype dt = phx_module_compute_dtype(self);
     const phx_tensor *xin;
     phx_tensor *out;
@@ -48,7 +48,7 @@ static phx_status sm_backward(phx_module *self, const phx_tensor *dy, phx_tensor
     phx_device dev = y->storage->device;
     const phx_kernels_v1 *k = px_device_kernels(dev);
     if (!k) return PHX_ENOTFOUND;
-    PX_NEED_SLOT(who, k, softmax_backward);
+    PX_NEED_SLOT(who, dev, k, softmax_backward);
     const phx_tensor *g;
     phx_tensor *d;
     phx_status st = px_as_dtype(&S->io.dyc, dy, y->dtype, &g);

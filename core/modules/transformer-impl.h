@@ -4,17 +4,6 @@
 
 #include "core/modules/module-impl.h"
 
-/* PHX_EUNSUPPORTED naming the slot when the device's kernel table lacks
- * it (a device plugin built before the transformer kernels). */
-#define PX_NEED_SLOT(who, k, slot) \
-    do { \
-        if (!(k)->slot) \
-            return phx_error(PHX_EUNSUPPORTED, \
-                             "%s: the device's kernel table has no '%s' slot " \
-                             "(a plugin built for ABI 1.0)", \
-                             who, #slot); \
-    } while (0)
-
 /* The end of a clone slot for a module whose children hold the
  * parameters: moves clone (same structure as self) to self's device and
  * copies every parameter of the tree. clone itself, or NULL (clone

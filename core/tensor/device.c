@@ -323,16 +323,21 @@ const phx_kernels_v1 *px_device_kernels(phx_device d)
     return t ? t->kernels : NULL;
 }
 
-phx_status px_kernel_missing(phx_device d, const char *slot)
+phx_status px_kernel_missing(const char *who, phx_device d, const char *slot)
 {
     char name[32];
     const px_devtab *t = d.kind == PHX_DEVICE_CUDA ? &px_cuda_tab : &px_cpu_tab;
     uint32_t since = px_abi_since(&px_kernels_abi, slot);
+    phx_device_name(d, name, sizeof name);
+    if (since == UINT32_MAX)
+        return phx_error(PHX_EUNSUPPORTED,
+                         "%s: the kernel table of device %s has no '%s' slot (its plugin has ABI %d.%u)", who, name,
+                         slot, PHX_PLUGIN_ABI_MAJOR, t->minor);
     return phx_error(PHX_EUNSUPPORTED,
-                     "device %s has no kernel %s: its plugin has ABI %d.%u, the kernel came "
-                     "with ABI %d.%u (rebuild the plugin against this Phalanx's headers)",
-                     phx_device_name(d, name, sizeof name), slot, PHX_PLUGIN_ABI_MAJOR, t->minor, PHX_PLUGIN_ABI_MAJOR,
-                     since);
+                     "%s: the kernel table of device %s has no '%s' slot: its plugin has ABI %d.%u, the slot came "
+                     "with ABI %d.%u%s",
+                     who, name, slot, PHX_PLUGIN_ABI_MAJOR, t->minor, PHX_PLUGIN_ABI_MAJOR, since,
+                     since > t->minor ? " (rebuild the plugin against this Phalanx's headers)" : "");
 }
 
 /* ---- names ---- */

@@ -3,7 +3,7 @@
  * gradient when the total exceeds max_norm. */
 #include <math.h>
 #include "phalanx/schedule.h"
-#include "core/modules/transformer-impl.h"
+#include "core/tensor/device-impl.h"
 #include "core/tensor/tensor-impl.h"
 
 phx_status phx_clip_grad_norm(phx_module *model, double max_norm, double *total_norm)
@@ -18,7 +18,7 @@ phx_status phx_clip_grad_norm(phx_module *model, double max_norm, double *total_
         if (!g || g->numel == 0) continue;
         const phx_kernels_v1 *k = px_device_kernels(g->storage->device);
         if (!k) return PHX_ENOTFOUND;
-        PX_NEED_SLOT("phx_clip_grad_norm", k, sum_squares);
+        PX_NEED_SLOT("phx_clip_grad_norm", g->storage->device, k, sum_squares);
         double s = 0.0;
         phx_status st = k->sum_squares(g->storage->device.index, g->numel, px_tensor_ptr(g), g->dtype, &s);
         if (st != PHX_OK) return st;

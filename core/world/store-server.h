@@ -128,7 +128,7 @@ int px_store_listen(const char *host, int port, int *bound, int *everywhere);
  * the socket for a while instead of spinning). */
 int px_store_accept(px_store_core *k, int lfd);
 
-/* ---- store.c: the server a TCP handle started (NULL: none) */
+/* ---- store-tcp.c: the server a TCP handle started (NULL: none) */
 px_store_server *px_store_server_of(phx_store *s);
 
 /* ---- store-server.c */
