@@ -498,7 +498,8 @@ int main(void)
                    "PHX_CPU_GEMM=dnnl on AMX: bf16 gemm's second call allocates nothing (first: %llu, its scratchpad)",
                    (unsigned long long)first);
         } else
-            is_int(bf16_allocs("dnnl", 300), 0, "PHX_CPU_GEMM=dnnl: bf16 gemm reads its operands in place (no scratch)");
+            is_int(bf16_allocs("dnnl", 300), 0,
+                   "PHX_CPU_GEMM=dnnl: bf16 gemm reads its operands in place (no scratch)");
         is_int(bf16_allocs("auto", 450), 0, "PHX_CPU_GEMM=auto on a CPU with AVX512-BF16: oneDNN (no scratch)");
     } else {
         diag("dnnl with a capped or older ISA: %llu allocations", (unsigned long long)bf16_allocs("dnnl", 300));
