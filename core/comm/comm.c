@@ -13,6 +13,7 @@
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
 #include "core/plugin/plugin-abi.h"
+#include "core/world/world-impl.h"
 #include "phalanx/log.h"
 
 static const char *const op_names[] = {"sum", "avg", "max", "min"};
