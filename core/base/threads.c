@@ -132,7 +132,8 @@ px_pool *px_threads_pool(void)
 
 int phx_num_threads(void)
 {
-    return own > 0 ? own : px_threads_resolve();
+    if (own > 0) return own;
+    return px_pool_in_worker() ? 1 : px_threads_resolve();
 }
 
 phx_status phx_set_num_threads(int n)
