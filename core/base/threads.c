@@ -43,6 +43,31 @@ static int env_threads(void)
     return 0;
 }
 
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_key_t pool_key; /* each thread's kernel pool */
+
+static void pool_destroy(void *p)
+{
+    px_pool_free(p);
+}
+
+/* A child of fork (phx_spawn's processes) is a rank of its own: it
+ * resolves its budget from its own environment at its first use, and
+ * drops the forking thread's pool, whose workers stayed in the parent
+ * (left allocated: they cannot be joined). */
+static void after_fork_child(void)
+{
+    if (atomic_load(&lib_set) == 0) atomic_store(&lib_budget, 0);
+    atomic_store(&blas_count, 0);
+    pthread_setspecific(pool_key, NULL);
+}
+
+static void init(void)
+{
+    pthread_key_create(&pool_key, pool_destroy);
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
 /* cores / ranks, at least 1. */
 static int per_rank(int ranks)
 {
@@ -52,6 +77,7 @@ static int per_rank(int ranks)
 
 int px_threads_resolve(void)
 {
+    pthread_once(&init_once, init);
     int n = atomic_load(&lib_set);
     if (n < 1 && (n = env_threads()) < 1) {
         int local = 1;
@@ -93,6 +119,7 @@ int px_threads_share(int k)
 
 void px_threads_blas_sync(void)
 {
+    pthread_once(&init_once, init);
     int n = px_threads_budget();
     if (atomic_load_explicit(&blas_count, memory_order_relaxed) != n) {
         px_threads_blas_set(n);
@@ -102,23 +129,10 @@ void px_threads_blas_sync(void)
 
 /* ---- each thread's kernel pool ---- */
 
-static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
-static pthread_key_t pool_key;
-
-static void pool_destroy(void *p)
-{
-    px_pool_free(p);
-}
-
-static void pool_init(void)
-{
-    pthread_key_create(&pool_key, pool_destroy);
-}
-
 px_pool *px_threads_pool(void)
 {
     size_t n = (size_t)px_threads_budget();
-    pthread_once(&pool_once, pool_init);
+    pthread_once(&init_once, init);
     px_pool *p = pthread_getspecific(pool_key);
     if (p && px_pool_size(p) == n) return p;
     px_pool_free(p);
