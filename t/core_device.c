@@ -9,7 +9,7 @@
 #include "phalanx/plugin/device_v1.h"
 #include "t/tap.h"
 
-#ifdef HAVE_CBLAS
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 int openblas_get_num_threads(void);
 #endif
 
@@ -22,16 +22,16 @@ int main(void)
     is_int(phx_num_threads(), 1, "PHX_NUM_THREADS=1 gives 1 thread");
     const phx_device_v1 *cpu = phx_device_table(phx_cpu());
     ok(cpu && cpu->kernels && cpu->kind == PHX_DEVICE_CPU, "the CPU table and its kernels");
-#ifdef HAVE_CBLAS
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     is_int(openblas_get_num_threads(), 1, "OpenBLAS runs with PHX_NUM_THREADS threads");
 #else
-    skip(1, "built without CBLAS");
+    skip(1, "the BLAS is not OpenBLAS");
 #endif
     is_int(phx_set_num_threads(2), PHX_OK, "phx_set_num_threads(2)");
-#ifdef HAVE_CBLAS
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     is_int(openblas_get_num_threads(), 2, "OpenBLAS follows phx_set_num_threads");
 #else
-    skip(1, "built without CBLAS");
+    skip(1, "the BLAS is not OpenBLAS");
 #endif
     is_int(phx_num_threads(), 2, "phx_num_threads reports the set value");
     is_int(phx_set_num_threads(0), PHX_EINVAL, "phx_set_num_threads(0): EINVAL");

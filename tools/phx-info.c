@@ -15,16 +15,8 @@ static void usage(FILE *f)
             "  --parsable    tab-separated lines: plugin, kind, name, version, ABI, path,\n"
             "                ok or rejected, priority or reason\n"
             "  --in-process  probe as for a world of threads in one process\n"
-            "LOCAL_RANK and LOCAL_WORLD_SIZE, when set, are passed to the probes.\n");
-}
-
-static int env_int(const char *name, int def)
-{
-    const char *v = getenv(name);
-    char *end;
-    if (!v || !*v) return def;
-    long x = strtol(v, &end, 10);
-    return *end || x < 0 || x > 1 << 20 ? def : (int)x;
+            "The local rank and size, as phx_world_from_env reads them from the launcher's\n"
+            "variables (LOCAL_RANK, LOCAL_WORLD_SIZE, ...), are passed to the probes.\n");
 }
 
 int main(int argc, char **argv)
@@ -45,8 +37,15 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    ctx.local_size = env_int("LOCAL_WORLD_SIZE", 1);
-    ctx.local_rank = env_int("LOCAL_RANK", 0);
+    /* The library's one parser of the launcher's variables; an invalid one
+     * is reported and the probes see a world of one. */
+    phx_world w;
+    if (phx_world_from_env(&w) == PHX_OK) {
+        ctx.local_size = w.local_size;
+        ctx.local_rank = w.local_rank;
+    } else {
+        fprintf(stderr, "phx-info: %s; probing as local rank 0 of 1\n", phx_last_error());
+    }
 
     int abi_major, abi_minor;
     const char *version = phx_version(&abi_major, &abi_minor);

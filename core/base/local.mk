@@ -1,7 +1,37 @@
-# core/base — errors, logging, version, small helpers every area uses.
+# core/base — errors, logging, version, small helpers every area uses, and
+# the CPU thread budget with its worker pool (core/base/threads.h).
 libphalanx_la_SOURCES += core/base/version.c core/base/util.c core/base/util.h \
 	core/base/error.c core/base/log.c \
-	core/base/abi.c core/base/abi.h core/base/abi-1.0.c
+	core/base/abi.c core/base/abi.h core/base/abi-1.0.c \
+	core/base/threads.c core/base/threads.h core/base/threads-pool.c core/base/threads-pool.h
+# The BLAS adapter: one, for the BLAS configure found (none for another CBLAS).
+if BLAS_OPENBLAS
+libphalanx_la_SOURCES += core/base/threads-openblas.c
+endif
+if BLAS_BLIS
+libphalanx_la_SOURCES += core/base/threads-blis.c
+endif
+
+# The worker pool is internal (px_): its test compiles it in.
+check_PROGRAMS += t/dp_pool
+TESTS += t/dp_pool
+t_dp_pool_SOURCES = t/dp_pool.c core/base/threads-pool.c core/base/util.c
+t_dp_pool_LDADD = libphalanx.la
+
+# The budget's width as the kernels see it, in every BLAS configuration:
+# the owner, its pool, the world's parser and the kernels' loop compiled in.
+check_PROGRAMS += t/threads_width
+TESTS += t/threads_width
+t_threads_width_SOURCES = t/threads_width.c core/base/threads.c core/base/threads-pool.c core/base/util.c \
+	core/base/abi.c core/world/world.c kernels/cpu/parallel.c
+t_threads_width_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+t_threads_width_LDADD = libphalanx.la $(BLAS_LIBS)
+if BLAS_OPENBLAS
+t_threads_width_SOURCES += core/base/threads-openblas.c
+endif
+if BLAS_BLIS
+t_threads_width_SOURCES += core/base/threads-blis.c
+endif
 
 # The library ABI: programs built against the 1.0 headers run on today's
 # library (t/abi-lib-1.0 holds those headers as they were).

@@ -1,4 +1,4 @@
-/* Communicator, work handle and spawn internals (px_ prefix, not exported). */
+/* Communicator and work handle internals (px_ prefix, not exported). */
 #ifndef PHX_CORE_COMM_IMPL_H
 #define PHX_CORE_COMM_IMPL_H
 
@@ -61,24 +61,5 @@ void px_work_destroy_all(phx_comm *c);
  * (or leaves it to phx_work_complete when the backend still holds it)
  * and returns its status. */
 phx_status px_work_finish(phx_work *w);
-
-/* MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500), checked
- * as phx_world_from_env does. */
-phx_status px_env_master(char *addr, size_t len, int *port);
-
-/* World set by phx_spawn for each of its threads (rank, size and the
- * one in-process store they share). active is 0 outside such threads. */
-typedef struct px_spawn_tls {
-    int active;
-    int rank, size;
-    phx_store *store;
-} px_spawn_tls;
-
-/* The calling thread's spawn world (never NULL; .active 0 when none). */
-const px_spawn_tls *px_spawn_current(void);
-
-/* A spawned world's failed thread sets PHX_KIT_ABORT_KEY
- * (phalanx/plugin/kit.h) in its store; backends waiting on peers give up
- * when they see it. */
 
 #endif

@@ -14,6 +14,7 @@
 #include "core/base/util.h"
 #include "core/plugin/plugin-abi.h"
 #include "core/base/abi.h"
+#include "core/world/world-impl.h"
 #include "phalanx/log.h"
 
 static const char *const op_names[] = {"sum", "avg", "max", "min"};

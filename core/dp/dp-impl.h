@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "phalanx/dp.h"
-#include "core/dp/dp-pool.h"
+#include "core/base/threads.h"
 #include "core/modules/module-impl.h"
 #include "core/tensor/tensor-impl.h"
 

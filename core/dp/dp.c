@@ -311,16 +311,27 @@ static void backward_task(void *arg, size_t i)
     task_result(r, st);
 }
 
-/* Runs task over the k replicas in use, each CPU replica on one BLAS thread. */
+/* One replica's task on its own share of the caller's thread budget. */
+typedef struct rep_run {
+    px_dp *d;
+    px_pool_fn task;
+    int budget; /* each CPU replica's threads (0: GPU replicas, unchanged) */
+} rep_run;
+
+static void rep_task(void *arg, size_t i)
+{
+    rep_run *r = arg;
+    int prev = r->budget ? px_threads_set_local(r->budget) : 0;
+    r->task(r->d, i);
+    if (r->budget) px_threads_set_local(prev);
+}
+
+/* Runs task over the k replicas in use; CPU replicas side by side split
+ * the caller's thread budget (core/base/threads.h). */
 static phx_status run_replicas(px_dp *d, px_pool_fn task, const char *who)
 {
-    /* OpenBLAS's thread count is process-wide: replicas running side by
-     * side each use one BLAS thread. */
-    int blas = -1;
-    if (d->k > 1 && d->devices[0].kind == PHX_DEVICE_CPU && (blas = px_cpu_blas_get_threads()) != 1)
-        px_cpu_blas_threads(1);
-    px_pool_run(d->pool, d->k, task, d);
-    if (blas > 1) px_cpu_blas_threads(blas);
+    rep_run run = {d, task, d->devices[0].kind == PHX_DEVICE_CPU ? px_threads_share((int)d->k) : 0};
+    px_pool_run(d->pool, d->k, rep_task, &run);
     for (size_t i = 0; i < d->k; i++) {
         px_dp_rep *r = &d->reps[i];
         if (r->st != PHX_OK) {

@@ -1,5 +1,5 @@
 # core/dp — DataParallel (doc/dp.md).
-libphalanx_la_SOURCES += core/dp/dp.c core/dp/dp-buffers.c core/dp/dp-reduce.c core/dp/dp-pool.c core/dp/dp-pool.h core/dp/dp-impl.h
+libphalanx_la_SOURCES += core/dp/dp.c core/dp/dp-buffers.c core/dp/dp-reduce.c core/dp/dp-impl.h
 
 check_PROGRAMS += t/dp_chunk
 TESTS += t/dp_chunk
@@ -36,9 +36,3 @@ bench_programs += bench/dp
 check_PROGRAMS += t/dp_precision
 TESTS += t/dp_precision
 t_dp_precision_LDADD = libphalanx.la -lm
-
-# The worker pool is internal (px_): its test compiles it in.
-check_PROGRAMS += t/dp_pool
-TESTS += t/dp_pool
-t_dp_pool_SOURCES = t/dp_pool.c core/dp/dp-pool.c core/base/util.c
-t_dp_pool_LDADD = libphalanx.la

@@ -1,19 +1,19 @@
 /* Devices: naming, selection (PHX_DEVICE), the table lookup that loads
- * the cuda device plugin once, and the CPU thread count. */
+ * the cuda device plugin once. The CPU thread budget is core/base's
+ * (threads.h), the local rank core/world's (world-impl.h). */
 #include "config.h"
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "core/comm/comm-impl.h"
 #include "core/tensor/device-impl.h"
+#include "core/base/threads.h"
 #include "core/base/util.h"
 #include "core/plugin/plugin-abi.h"
+#include "core/world/world-impl.h"
 #include "kernels/cpu/cpu.h"
 #include "phalanx/log.h"
 #include "phalanx/plugin.h"
@@ -28,39 +28,6 @@ phx_device phx_cpu(void)
 int phx_device_equal(phx_device a, phx_device b)
 {
     return a.kind == b.kind && a.index == b.index;
-}
-
-/* First of the variables that is set to a valid non-negative integer. */
-static int env_first_int(const char *const *names, int def)
-{
-    for (; *names; names++) {
-        const char *v = getenv(*names);
-        if (!v || !*v) continue;
-        char *end;
-        errno = 0;
-        long x = strtol(v, &end, 10);
-        if (!errno && !*end && x >= 0 && x <= 0x7fffffff) return (int)x;
-    }
-    return def;
-}
-
-/* Local rank and size: phx_spawn's thread world when the caller is one of
- * its threads (every rank of it shares this machine), else the launcher's. */
-static int local_rank(void)
-{
-    const px_spawn_tls *tls = px_spawn_current();
-    if (tls->active) return tls->rank;
-    static const char *const names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", NULL};
-    return env_first_int(names, 0);
-}
-
-static int local_size(void)
-{
-    const px_spawn_tls *tls = px_spawn_current();
-    if (tls->active) return tls->size > 0 ? tls->size : 1;
-    static const char *const names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL};
-    int n = env_first_int(names, 1);
-    return n > 0 ? n : 1;
 }
 
 /* ---- device tables: a plugin's as of its minor, with the defaults ---- */
@@ -221,7 +188,9 @@ static char px_cuda_error[1024];
 
 static void cuda_load(void)
 {
-    phx_probe_ctx ctx = {0, local_size(), local_rank()};
+    phx_probe_ctx ctx = {0, 1, 0};
+    /* an invalid variable fails device selection itself (default_cuda) */
+    if (px_world_local(&ctx.local_rank, &ctx.local_size) != PHX_OK) phx_error_clear();
     const phx_plugin_desc *desc = NULL;
     phx_status st = phx_plugin_load(PHX_PLUGIN_DEVICE, "cuda", &ctx, &desc);
     if (st == PHX_OK) st = devtab_fill(&px_cuda_tab, desc->vtable, desc->abi_minor, "cuda", PHX_DEVICE_CUDA);
@@ -242,44 +211,9 @@ static const phx_device_v1 *cuda_dev(void)
     return px_cuda_table;
 }
 
-/* ---- threads ---- */
-
-static atomic_int px_threads_set; /* 0: not set by phx_set_num_threads */
-
-static int default_threads(void)
-{
-    const char *v = getenv("PHX_NUM_THREADS");
-    if (v && *v) {
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (*v >= '0' && *v <= '9' && !*end && n >= 1 && n <= 4096) return (int)n;
-        phx_log(PHX_LOG_WARN, "PHX_NUM_THREADS='%s' is not an integer in 1..4096; using cores / local ranks", v);
-    }
-    int cores = 0;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
-    if (cores < 1) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int n = cores / local_size();
-    return n >= 1 ? n : 1;
-}
-
-int phx_num_threads(void)
-{
-    int n = atomic_load(&px_threads_set);
-    return n > 0 ? n : default_threads();
-}
-
-phx_status phx_set_num_threads(int n)
-{
-    if (n < 1) return phx_error(PHX_EINVAL, "phx_set_num_threads: n=%d, expected >= 1", n);
-    atomic_store(&px_threads_set, n);
-    px_cpu_blas_threads(n);
-    return PHX_OK;
-}
-
 static void cpu_init(void)
 {
-    if (atomic_load(&px_threads_set) == 0) px_cpu_blas_threads(default_threads());
+    px_threads_blas_sync();
     px_cpu_status = devtab_fill(&px_cpu_tab, &px_cpu_device, PHX_PLUGIN_ABI_MINOR, "cpu", PHX_DEVICE_CPU);
     if (px_cpu_status) phx_log(PHX_LOG_ERROR, "%s", phx_last_error()); /* a bug of this build */
 }
@@ -388,12 +322,18 @@ const char *phx_device_name(phx_device d, char *buf, size_t len)
 }
 
 /* cuda:LOCAL_RANK (shared round-robin when ranks outnumber GPUs), or
- * ENOTFOUND with why. */
-static phx_status default_cuda(phx_device *out)
+ * ENOTFOUND with why; PHX_EINVAL (and *bad_env set) when the launcher's
+ * variables are invalid. */
+static phx_status default_cuda(phx_device *out, int *bad_env)
 {
     if (!cuda_dev()) return PHX_ENOTFOUND;
     if (px_cuda_count < 1) return phx_error(PHX_ENOTFOUND, "device cuda: no CUDA device");
-    int lr = local_rank();
+    int lr;
+    phx_status st = px_world_local(&lr, NULL);
+    if (st != PHX_OK) {
+        *bad_env = 1;
+        return phx_error(st, "device cuda: %s", phx_last_error());
+    }
     if (lr >= px_cuda_count)
         phx_log(PHX_LOG_INFO, "local rank %d shares cuda:%d (%d CUDA devices)", lr, lr % px_cuda_count, px_cuda_count);
     out->kind = PHX_DEVICE_CUDA;
@@ -404,8 +344,11 @@ static phx_status default_cuda(phx_device *out)
 static phx_status device_default(const char *sel, phx_device *out)
 {
     if (!sel || !*sel) {
-        /* cuda when the plugin is there and sees a GPU, else cpu */
-        if (default_cuda(out) == PHX_OK) return PHX_OK;
+        /* cuda when the plugin is there and sees a GPU, else cpu; an
+         * invalid LOCAL_RANK is an error, not a reason to use the cpu */
+        int bad_env = 0;
+        phx_status st = default_cuda(out, &bad_env);
+        if (st == PHX_OK || bad_env) return st;
         phx_log(PHX_LOG_INFO, "device cuda not used: %s", phx_last_error());
         phx_error_clear();
         *out = phx_cpu();
@@ -427,7 +370,9 @@ static phx_status device_default(const char *sel, phx_device *out)
                 return phx_error(PHX_EINVAL, "PHX_DEVICE='%s': unknown device '%s', expected cpu or cuda", sel, n);
         }
         if (!no_cuda) {
-            if (default_cuda(out) == PHX_OK) return PHX_OK;
+            int bad_env = 0;
+            phx_status st = default_cuda(out, &bad_env);
+            if (st == PHX_OK || bad_env) return st;
             snprintf(why, sizeof why, "cuda: %s", phx_last_error());
         }
         if (!no_cpu) {
@@ -439,8 +384,9 @@ static phx_status device_default(const char *sel, phx_device *out)
     }
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         phx_status st;
+        int bad_env = 0;
         if (strcmp(tok, "cuda") == 0)
-            st = default_cuda(out);
+            st = default_cuda(out, &bad_env);
         else
             st = phx_device_parse(tok, out);
         if (st == PHX_OK) {

@@ -13,10 +13,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/comm/comm-impl.h"
+#include "core/base/threads.h"
 #include "core/base/util.h"
 #include "core/world/free-port.h"
 #include "core/world/store-server.h"
+#include "core/world/world-impl.h"
+#include "phalanx/plugin/kit.h"
 
 #define PX_SPAWN_GRACE 5.0 /* seconds between SIGTERM and SIGKILL */
 
@@ -57,6 +59,8 @@ static void *thread_main(void *p)
 {
     thread_arg *a = p;
     spawn_tls = (px_spawn_tls){1, a->rank, a->n, a->store};
+    /* The rank's own thread budget: ranks never share a counter. */
+    px_threads_set_local(px_threads_rank_default(a->n));
     a->rc = a->fn(a->rank, a->arg);
     if (a->rc != 0) {
         /* The first failure is recorded; its peers' waits see it and stop. */
@@ -65,6 +69,7 @@ static void *thread_main(void *p)
         phx_store_compare_set(a->store, PHX_KIT_ABORT_KEY, NULL, 0, msg, (size_t)len, NULL, NULL);
     }
     spawn_tls.active = 0;
+    px_threads_set_local(0);
     return NULL;
 }
 

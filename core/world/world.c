@@ -1,13 +1,14 @@
 /* The world from the environment: torchrun's variables, else Open MPI's,
  * else Slurm's, else a world of one. Inside phx_spawn threads the thread's
- * own rank wins. */
+ * own rank wins. The one parser of the launcher variables: device
+ * selection, the thread budget and phx-info ask it (world-impl.h). */
 #include "config.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/comm/comm-impl.h"
 #include "core/base/util.h"
 #include "core/base/abi.h"
+#include "core/world/world-impl.h"
 #include "phalanx/comm.h"
 
 #define PX_DEFAULT_PORT 29500
@@ -157,30 +158,50 @@ static phx_status slurm_batch_check(void)
                      nt, job);
 }
 
+/* The ranks of w (not the master): the spawn thread's world, else the
+ * launcher's. batch_check refuses a Slurm batch script that asks for a
+ * world of several tasks (a local rank and size still make sense there). */
+static phx_status world_ranks(phx_world *w, int batch_check)
+{
+    phx_status st = PHX_OK;
+    w->rank = w->local_rank = 0;
+    w->size = w->local_size = 1;
+    const px_spawn_tls *tls = px_spawn_current();
+    if (tls->active) {
+        w->rank = w->local_rank = tls->rank;
+        w->size = w->local_size = tls->size;
+    } else if (!read_launcher("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", w, &st) &&
+               !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE", w, &st) &&
+               !(batch_check && (st = slurm_batch_check())) &&
+               (!getenv("SLURM_PROCID") ||
+                !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, w, &st))) {
+        w->rank = w->local_rank = 0;
+        w->size = w->local_size = 1;
+    }
+    return st;
+}
+
 phx_status phx_world_from_env(phx_world *out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_world_from_env: out is NULL");
     phx_world w = PHX_WORLD_INIT;
-    w.size = w.local_size = 1;
-    phx_status st = PHX_OK;
-
-    const px_spawn_tls *tls = px_spawn_current();
-    if (tls->active) {
-        w.rank = w.local_rank = tls->rank;
-        w.size = w.local_size = tls->size;
-    } else if (!read_launcher("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", &w, &st) &&
-               !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                              "OMPI_COMM_WORLD_LOCAL_SIZE", &w, &st) &&
-               !(st = slurm_batch_check()) &&
-               (!getenv("SLURM_PROCID") ||
-                !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, &w, &st))) {
-        w.rank = w.local_rank = 0;
-        w.size = w.local_size = 1;
-    }
+    phx_status st = world_ranks(&w, 1);
     if (st != PHX_OK) return st;
 
     if ((st = px_env_master(w.master_addr, sizeof w.master_addr, &w.master_port))) return st;
     return px_abi_out(out, &w, sizeof w, "phx_world_from_env", "phx_world", "PHX_WORLD_INIT");
+}
+
+phx_status px_world_local(int *local_rank, int *local_size)
+{
+    phx_world w;
+    memset(&w, 0, sizeof w);
+    phx_status st = world_ranks(&w, 0);
+    if (st != PHX_OK) w.local_rank = 0, w.local_size = 1;
+    if (local_rank) *local_rank = w.local_rank;
+    if (local_size) *local_size = w.local_size;
+    return st;
 }
 
 phx_status px_env_master(char *addr, size_t len, int *port)

@@ -63,11 +63,16 @@ phx_status phx_device_memory_stats(phx_device d, phx_memory_stats *out);
  * allocates nothing. */
 uint64_t phx_alloc_count(void);
 
-/* CPU threads used for compute (BLAS) by this process: PHX_NUM_THREADS,
- * else cores / LOCAL_WORLD_SIZE, at least 1. */
+/* The CPU thread budget of the calling thread, which the CPU kernels, the
+ * BLAS and oneDNN all take from: in a phx_spawn rank thread or a
+ * DataParallel replica its own, else the library's (the value of
+ * phx_set_num_threads, else PHX_NUM_THREADS, else cores / the local world
+ * size), at least 1. */
 int phx_num_threads(void);
 
-/* Sets the BLAS thread count for this process. PHX_EINVAL for n < 1. */
+/* Sets the thread budget: the calling rank thread's own inside phx_spawn's
+ * threads (other ranks keep theirs), else the library's. PHX_EINVAL for
+ * n < 1. */
 phx_status phx_set_num_threads(int n);
 
 #ifdef __cplusplus

@@ -2,8 +2,9 @@
  * this path): oneDNN picks its blocked layouts (format "any"), the NCHW
  * tensors are reordered in and out, as PyTorch's mkldnn path does. Like
  * gemm-dnnl.c, oneDNN runs on one OpenMP thread per call and the images
- * are split over the BLAS threads' pool; the weight gradient of each part
- * goes to that thread's scratch and is added into dw after. */
+ * are split over the thread budget's pool (core/base/threads.h); the
+ * weight gradient of each part goes to that thread's scratch and is added
+ * into dw after. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
+#include "core/base/threads.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine;
@@ -333,7 +335,7 @@ phx_status px_cpu_conv2d_dnnl(int pass, const phx_conv2d_desc *d, const float *x
         if ((o - 1) * s + (k - 1) * dl + 1 - in - p < 0) return PHX_EUNSUPPORTED; /* negative right padding */
     }
     conv_call c = {pass, d, x, w, bias, dy, y, dx, dw, db, 0, 0, NULL, 0, {0}};
-    int threads = px_cpu_blas_get_threads();
+    int threads = px_threads_budget();
     if (threads > 64) threads = 64;
     int64_t parts = d->n < threads ? d->n : threads;
     if (parts < 1) parts = 1;

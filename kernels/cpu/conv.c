@@ -165,7 +165,7 @@ PX_INLINE void px_scatter_y(const phx_conv2d_desc *d, const conv_geom *g, const 
 }
 
 /* The layout loops of a chunk of nb images starting at b0, split over
- * the BLAS threads by image (each part writes its own images' columns or
+ * the thread budget by image (each part writes its own images' columns or
  * planes). */
 typedef struct conv_job {
     const phx_conv2d_desc *d;

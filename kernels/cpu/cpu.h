@@ -301,19 +301,12 @@ phx_status px_cpu_conv2d_small(int pass, const phx_conv2d_desc *d, const float *
 int px_cpu_dnnl_bf16_native(void);
 
 /* Runs fn(arg, lo, hi) over [0, n) cut into at most one contiguous part
- * per BLAS thread, each of at least grain items, on the calling thread's
- * pool (kernels/cpu/parallel.c); inline when there is one part. The parts
- * must write disjoint memory. */
+ * per thread of the calling thread's budget (core/base/threads.h), each of
+ * at least grain items, on the calling thread's pool
+ * (kernels/cpu/parallel.c); inline when there is one part. The parts must
+ * write disjoint memory. */
 typedef void (*px_range_fn)(void *arg, int64_t lo, int64_t hi);
 void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg);
-/* The calling thread's pool of n tasks (core/dp/dp-pool.h), made once per
- * thread and size; NULL on ENOMEM. */
-struct px_pool *px_cpu_thread_pool(size_t n);
-
-/* Sets the BLAS thread count (no-op without CBLAS). */
-void px_cpu_blas_threads(int n);
-/* OpenBLAS's process-wide thread count (1 without OpenBLAS). */
-int px_cpu_blas_get_threads(void);
 
 /* The kernel slots, px_cpu_<name> for each line of kernels_v1.def (one
  * op family per file: gemm.c, cast.c, elementwise.c, ...). */

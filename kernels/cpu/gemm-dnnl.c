@@ -4,14 +4,14 @@
  * output scale and beta a sum post-op, so C = alpha op(A) op(B) + beta C
  * is one pass; beta = 0 has no post-op and never reads C.
  *
- * Threads: oneDNN runs on OpenMP, whose idle workers spin while
- * OpenBLAS's threads run the f32 work of the same step (and the other way
+ * Threads: oneDNN runs on OpenMP, whose idle workers spin while the
+ * BLAS's threads run the f32 work of the same step (and the other way
  * round): on a machine with as many threads as cores each library then
  * loses half its cores. So oneDNN always runs on one OpenMP thread, and
- * with n BLAS threads C is cut into n blocks of rows (or of columns when
- * C is short) run on a per-thread pool of n - 1 workers that sleep when
- * idle (core/dp/dp-pool.h). DataParallel's replicas, on one BLAS thread
- * each, call oneDNN directly.
+ * with a thread budget of n (core/base/threads.h) C is cut into n blocks
+ * of rows (or of columns when C is short) run on the calling thread's
+ * pool of n - 1 workers that sleep when idle. DataParallel's replicas,
+ * with a budget of one thread each, call oneDNN directly.
  *
  * oneDNN's primitive cache keeps a primitive per shape, so creating one
  * per call costs microseconds once warm. The engine is made once per
@@ -23,7 +23,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <oneapi/dnnl/dnnl.h>
-#include "core/dp/dp-pool.h"
+#include "core/base/threads.h"
 
 #define PX_DNNL_MAX_BLOCKS 256
 
@@ -173,13 +173,13 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
     if (!dnnl_engine) return PHX_EUNSUPPORTED;
     gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt};
 
-    /* blocks of at least 32 rows (or columns), at most one per BLAS thread */
-    int threads = px_cpu_blas_get_threads();
+    /* blocks of at least 32 rows (or columns), at most one per thread of the budget */
+    int threads = px_threads_budget();
     if (threads > PX_DNNL_MAX_BLOCKS) threads = PX_DNNL_MAX_BLOCKS;
     int by_rows = m >= n;
     int64_t span = by_rows ? m : n, blocks = span / 32;
     if (blocks > threads) blocks = threads;
-    px_pool *pool = blocks > 1 ? px_cpu_thread_pool((size_t)threads) : NULL;
+    px_pool *pool = blocks > 1 ? px_threads_pool() : NULL;
     dnnl_status_t s;
     if (!pool) {
         /* no kernel for these dtypes or strides: the caller widens */

@@ -15,24 +15,7 @@
 #include <cblas.h>
 #endif
 #include "kernels/cpu/cpu.h"
-
-void px_cpu_blas_threads(int n)
-{
-#ifdef HAVE_CBLAS
-    openblas_set_num_threads(n);
-#else
-    (void)n;
-#endif
-}
-
-int px_cpu_blas_get_threads(void)
-{
-#ifdef HAVE_CBLAS
-    return openblas_get_num_threads();
-#else
-    return 1;
-#endif
-}
+#include "core/base/threads.h"
 
 static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
@@ -42,6 +25,7 @@ static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
         if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
             return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld exceed the BLAS int range", (long long)m,
                              (long long)n, (long long)k);
+        px_threads_blas_sync();
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
                     (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
         return PHX_OK;

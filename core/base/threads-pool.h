@@ -1,4 +1,5 @@
-/* A persistent pool of worker threads for DataParallel (internal).
+/* A persistent pool of worker threads (internal): the kernels' parallel
+ * loops (px_threads_pool) and DataParallel's replicas run on it.
  *
  * px_pool_run(p, k, fn, arg) runs fn(arg, 0) on the calling thread and
  * fn(arg, i) for i = 1..k-1 on worker i, and returns once all k calls have
@@ -6,8 +7,8 @@
  * training step through DataParallel stays allocation-free. Idle workers
  * spin briefly (a step's forward and backward follow each other within
  * microseconds), then sleep on a condition variable. */
-#ifndef PHX_CORE_DP_POOL_H
-#define PHX_CORE_DP_POOL_H
+#ifndef PHX_CORE_BASE_THREADS_POOL_H
+#define PHX_CORE_BASE_THREADS_POOL_H
 
 #include <stddef.h>
 
@@ -25,4 +26,6 @@ size_t px_pool_size(const px_pool *p);
 /* Runs fn(arg, i) for i in [0, k), k <= px_pool_size(p); waits for all.
  * Not reentrant: one run at a time per pool. */
 void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg);
+/* 1 on a worker thread of any pool, else 0. */
+int px_pool_in_worker(void);
 #endif

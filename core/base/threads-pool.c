@@ -1,12 +1,12 @@
-/* Persistent worker pool for DataParallel: one mailbox per worker, spin
- * then sleep, no allocation per run. */
+/* Persistent worker pool: one mailbox per worker, spin then sleep, no
+ * allocation per run. */
 #include "config.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
-#include "core/dp/dp-pool.h"
+#include "core/base/threads-pool.h"
 #include "core/base/util.h"
 
 /* Polls before sleeping: about 20-50 us, long enough to bridge the gap
@@ -55,9 +55,17 @@ static void worker_finish(px_pool *p)
     }
 }
 
+static __thread int in_worker;
+
+int px_pool_in_worker(void)
+{
+    return in_worker;
+}
+
 static void *worker_main(void *arg)
 {
     px_worker *w = arg;
+    in_worker = 1;
     px_pool *p = w->pool;
     unsigned seen = 0;
     for (;;) {
@@ -101,7 +109,7 @@ px_pool *px_pool_new(size_t n)
         pthread_cond_init(&w->cv, NULL);
         int rc = pthread_create(&w->thread, NULL, worker_main, w);
         if (rc) {
-            phx_error(PHX_ENOMEM, "DataParallel: cannot start worker thread %zu of %zu: %s", i, n - 1, strerror(rc));
+            phx_error(PHX_ENOMEM, "thread pool: cannot start worker thread %zu of %zu: %s", i, n - 1, strerror(rc));
             px_pool_free(p);
             return NULL;
         }
