@@ -39,7 +39,7 @@ int main(int argc, char **argv)
     }
     /* The library's one parser of the launcher's variables; an invalid one
      * is reported and the probes see a world of one. */
-    phx_world w;
+    phx_world w = PHX_WORLD_INIT;
     if (phx_world_from_env(&w) == PHX_OK) {
         ctx.local_size = w.local_size;
         ctx.local_rank = w.local_rank;
