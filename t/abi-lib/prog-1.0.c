@@ -169,7 +169,7 @@ int main(void)
     phx_plugin_info infos[8];
     size_t n = phx_plugin_scan(infos, 8, NULL), good = 0;
     for (size_t i = 0; i < n && i < 8; i++)
-        good += strstr(infos[i].path, infos[i].name) != NULL && infos[i].abi_major == 1;
+        good += infos[i].name[0] && strstr(infos[i].path, infos[i].name) && strstr(infos[i].path, infos[i].kind);
     ok(n > 0 && good == (n < 8 ? n : 8), "phx_plugin_scan fills 1.0 phx_plugin_info (%zu of %zu sane)", good, n);
 
     phx_module_free(ddp);

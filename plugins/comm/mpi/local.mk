@@ -7,7 +7,7 @@ plugins_comm_mpi_phx_comm_mpi_la_SOURCES = plugins/comm/mpi/mpi.c plugins/comm/m
 	plugins/comm/mpi/mpi-shm.h
 plugins_comm_mpi_phx_comm_mpi_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
 plugins_comm_mpi_phx_comm_mpi_la_CFLAGS = $(AM_CFLAGS) -O3
-plugins_comm_mpi_phx_comm_mpi_la_LIBADD = $(MPI_LIBS)
+plugins_comm_mpi_phx_comm_mpi_la_LIBADD = $(MPI_LIBS) libphalanx.la
 plugins_comm_mpi_phx_comm_mpi_la_LDFLAGS = $(plugin_ldflags)
 TEST_PLUGIN_DIRS += $(abs_top_builddir)/plugins/comm/mpi/.libs
 TESTS += t/comm_mpi.sh t/comm_mpi_fail.sh t/comm_mpi_async.sh t/ddp_mpi.sh
