@@ -271,7 +271,7 @@ static const phx_dataset_vtable idx_vtable = {
 static phx_status idx_bytes(const char *path, int want_nd, uint8_t **out, int64_t *n, int64_t *per)
 {
     static const char who[] = "phx_dataset_idx";
-    gzFile g;
+    px_zin *g;
     uint8_t type;
     int nd;
     int64_t dims[255], total;
@@ -286,11 +286,8 @@ static phx_status idx_bytes(const char *path, int want_nd, uint8_t **out, int64_
     uint8_t *b = NULL;
     if (st == PHX_OK && !(b = px_malloc(total ? (size_t)total : 1))) st = PHX_ENOMEM;
     if (st == PHX_OK) st = px_idx_rd(who, g, b, (size_t)total, path, "the data");
-    uint8_t extra;
-    if (st == PHX_OK && gzread(g, &extra, 1) > 0)
-        st = phx_error(PHX_EIO, "%s: '%s': size mismatch, data continues past the %lld elements its dims describe", who,
-                       path, (long long)total);
-    gzclose(g);
+    if (st == PHX_OK) st = px_idx_end(who, g, path, total);
+    px_zin_close(g);
     if (st != PHX_OK) {
         px_free(b);
         return st;

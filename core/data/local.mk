@@ -3,7 +3,8 @@
 libphalanx_la_SOURCES += core/data/safetensors.c core/data/safetensors-impl.h core/data/checkpoint.c \
 	core/data/idx.c core/data/idx-impl.h core/data/loader.c core/data/loader-device.c core/data/loader-device.h \
 	core/data/sampler.c \
-	core/data/dataset.c core/data/dataset-impl.h
+	core/data/dataset.c core/data/dataset-impl.h \
+	core/data/zin.c core/data/zin.h
 
 # Datasets and the loader with workers (doc/data.md).
 check_PROGRAMS += t/data_loader
@@ -38,3 +39,9 @@ t_train_ckpt_fail_LDADD = libphalanx.la
 check_PROGRAMS += t/train_ckpt_mode
 TESTS += t/train_ckpt_mode
 t_train_ckpt_mode_LDADD = libphalanx.la
+
+# Corrupted gzip IDX files are refused: bit flips in the trailer and
+# throughout, trailing data with a bad CRC, a cut trailer.
+check_PROGRAMS += t/data_gzip_corrupt
+TESTS += t/data_gzip_corrupt
+t_data_gzip_corrupt_LDADD = libphalanx.la $(ZLIB_LIBS)
