@@ -45,3 +45,8 @@ t_train_ckpt_mode_LDADD = libphalanx.la
 check_PROGRAMS += t/data_gzip_corrupt
 TESTS += t/data_gzip_corrupt
 t_data_gzip_corrupt_LDADD = libphalanx.la $(ZLIB_LIBS)
+
+# A gzip IDX bomb costs its tensor, not its tensor and the u8 data.
+check_PROGRAMS += t/data_idx_peak
+TESTS += t/data_idx_peak
+t_data_idx_peak_LDADD = libphalanx.la $(ZLIB_LIBS)
