@@ -50,3 +50,9 @@ t_data_gzip_corrupt_LDADD = libphalanx.la $(ZLIB_LIBS)
 check_PROGRAMS += t/data_idx_peak
 TESTS += t/data_idx_peak
 t_data_idx_peak_LDADD = libphalanx.la $(ZLIB_LIBS)
+
+# A callback status other than PHX_OK is an error naming the sample, with
+# any number of workers.
+check_PROGRAMS += t/data_callback_status
+TESTS += t/data_callback_status
+t_data_callback_status_LDADD = libphalanx.la
