@@ -119,13 +119,37 @@ const char *phx_dataset_type(const phx_dataset *ds)
     return ds && ds->vt->type_name ? ds->vt->type_name : "dataset";
 }
 
+phx_status px_callback_status(phx_status st, const char *what)
+{
+    if (st == PHX_OK) return PHX_OK;
+    bool known = st < PHX_OK && st >= PHX_EINTERNAL;
+    char own[512];
+    snprintf(own, sizeof own, "%s", phx_last_error());
+    if (!known)
+        return phx_error(PHX_EINVAL, "%s: returned %d, which is neither PHX_OK nor an error status (%s)", what, (int)st,
+                         own[0] ? own : "it set no message");
+    if (own[0]) return phx_error(st, "%s: %s", what, own);
+    return phx_error(st, "%s: returned %s and set no message", what, phx_status_name(st));
+}
+
+/* get for sample i, its status as px_callback_status gives it. */
+static phx_status get_one(phx_dataset *ds, int64_t i, void *const *out)
+{
+    phx_error_clear();
+    phx_status st = ds->vt->get(ds->ctx, i, out);
+    if (st == PHX_OK) return PHX_OK;
+    char what[160];
+    snprintf(what, sizeof what, "%s dataset: get of sample %lld", phx_dataset_type(ds), (long long)i);
+    return px_callback_status(st, what);
+}
+
 phx_status phx_dataset_get(phx_dataset *ds, int64_t i, void *const *out)
 {
     if (!ds || !out) return phx_error(PHX_EINVAL, "phx_dataset_get: %s is NULL", ds ? "out" : "the dataset");
     if (i < 0 || i >= ds->len)
         return phx_error(PHX_EINVAL, "phx_dataset_get: index %lld is outside [0, %lld) of %s", (long long)i,
                          (long long)ds->len, phx_dataset_type(ds));
-    return ds->vt->get(ds->ctx, i, out);
+    return get_one(ds, i, out);
 }
 
 phx_status phx_dataset_get_batch(phx_dataset *ds, const int64_t *idx, int64_t n, void *const *out)
@@ -136,13 +160,21 @@ phx_status phx_dataset_get_batch(phx_dataset *ds, const int64_t *idx, int64_t n,
         if (idx[k] < 0 || idx[k] >= ds->len)
             return phx_error(PHX_EINVAL, "phx_dataset_get_batch: idx[%lld] = %lld is outside [0, %lld) of %s",
                              (long long)k, (long long)idx[k], (long long)ds->len, phx_dataset_type(ds));
-    if (ds->vt->get_batch) return ds->vt->get_batch(ds->ctx, idx, n, out);
+    if (ds->vt->get_batch) {
+        phx_error_clear();
+        phx_status st = ds->vt->get_batch(ds->ctx, idx, n, out);
+        if (st == PHX_OK) return PHX_OK;
+        char what[200];
+        snprintf(what, sizeof what, "%s dataset: get_batch of %lld samples (sample %lld%s)", phx_dataset_type(ds),
+                 (long long)n, n > 0 ? (long long)idx[0] : -1LL, n > 1 ? " first" : "");
+        return px_callback_status(st, what);
+    }
     void *row[PHX_DATASET_MAX_FIELDS];
     size_t bytes[PHX_DATASET_MAX_FIELDS];
     for (int f = 0; f < ds->n_fields; f++) bytes[f] = phx_field_bytes(&ds->fields[f]);
     for (int64_t k = 0; k < n; k++) {
         for (int f = 0; f < ds->n_fields; f++) row[f] = (char *)out[f] + (size_t)k * bytes[f];
-        phx_status st = ds->vt->get(ds->ctx, idx[k], row);
+        phx_status st = get_one(ds, idx[k], row);
         if (st != PHX_OK) return st;
     }
     return PHX_OK;
@@ -271,7 +303,7 @@ static const phx_dataset_vtable idx_vtable = {
 static phx_status idx_bytes(const char *path, int want_nd, uint8_t **out, int64_t *n, int64_t *per)
 {
     static const char who[] = "phx_dataset_idx";
-    gzFile g;
+    px_zin *g;
     uint8_t type;
     int nd;
     int64_t dims[255], total;
@@ -286,11 +318,8 @@ static phx_status idx_bytes(const char *path, int want_nd, uint8_t **out, int64_
     uint8_t *b = NULL;
     if (st == PHX_OK && !(b = px_malloc(total ? (size_t)total : 1))) st = PHX_ENOMEM;
     if (st == PHX_OK) st = px_idx_rd(who, g, b, (size_t)total, path, "the data");
-    uint8_t extra;
-    if (st == PHX_OK && gzread(g, &extra, 1) > 0)
-        st = phx_error(PHX_EIO, "%s: '%s': size mismatch, data continues past the %lld elements its dims describe", who,
-                       path, (long long)total);
-    gzclose(g);
+    if (st == PHX_OK) st = px_idx_end(who, g, path, total);
+    px_zin_close(g);
     if (st != PHX_OK) {
         px_free(b);
         return st;

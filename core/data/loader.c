@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include "core/data/dataset-impl.h"
 #include "core/data/loader-device.h"
 #include "core/tensor/tensor-impl.h"
 #include "core/base/util.h"
@@ -108,9 +109,13 @@ static phx_status fill(phx_loader *l, px_slot *s, size_t k)
     if (!l->o.collate) return phx_dataset_get_batch(l->ds, idx, n, out);
     phx_status st = phx_dataset_get_batch(l->ds, idx, n, s->stage);
     if (st != PHX_OK) return st;
+    phx_error_clear();
     st = l->o.collate(l->o.collate_user, n, (const void *const *)s->stage, out);
-    if (st != PHX_OK && !*phx_last_error()) phx_error(st, "the collate callback returned %s", phx_status_name(st));
-    return st;
+    if (st == PHX_OK) return PHX_OK;
+    char what[160];
+    snprintf(what, sizeof what, "the collate callback on %lld samples (sample %lld first)", (long long)n,
+             (long long)idx[0]);
+    return px_callback_status(st, what);
 }
 
 static void fill_slot(phx_loader *l, px_slot *s, size_t k)

@@ -48,6 +48,19 @@ static inline const void *px_st_data(const px_st_file *f, const px_st_entry *e)
     return f->data + e->begin;
 }
 
+/* Checksums (safetensors-crc.c): metadata keys starting with
+ * PX_ST_RESERVED are Phalanx's own; users may not write them. */
+#define PX_ST_RESERVED "phx."
+#define PX_ST_CRC_PREFIX "phx.crc32."
+/* zlib's CRC-32 of len bytes. */
+uint32_t px_st_crc(const void *p, size_t len);
+/* The CRC-32 of a metadata object's pairs other than the checksums: keys
+ * in strcmp order, each key and value with its NUL. */
+phx_status px_st_meta_crc(const json_t *meta, uint32_t *out);
+/* Checks the checksums of f, if it has any: the metadata's, and with_data
+ * each tensor's. PHX_EIO naming the file and the tensor otherwise. */
+phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data);
+
 /* "F32" etc.; NULL for dtypes safetensors cannot name. */
 const char *px_st_dtype_name(phx_dtype dt);
 /* Bytes per element of a file dtype (PX_ST_F64 included). */

@@ -299,6 +299,7 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
         f->n++;
     }
     if (with_data && (st = check_layout(who, f, f->size - 8 - hlen)) != PHX_OK) goto fail;
+    if ((st = px_st_verify(who, f, with_data)) != PHX_OK) goto fail;
     return PHX_OK;
 fail:
     px_st_close(f);
@@ -375,28 +376,33 @@ static phx_status write_all(int fd, const void *p, size_t len, const char *who, 
 }
 
 static json_t *build_header(const char *who, const char *const *names, phx_tensor *const *ts, size_t n,
-                            const phx_meta *meta, size_t n_meta, phx_status *st)
+                            const phx_meta *meta, size_t n_meta, const uint32_t *crc, phx_status *st)
 {
     json_t *root = json_object();
     *st = PHX_ENOMEM;
     if (!root) return NULL;
-    if (n_meta > 0) {
-        json_t *m = json_object();
-        if (!m || json_object_set_new(root, "__metadata__", m) != 0) goto fail;
-        for (size_t i = 0; i < n_meta; i++) {
-            if (!meta[i].key || !meta[i].value) {
-                *st = phx_error(PHX_EINVAL, "%s: metadata entry %zu has a NULL key or value", who, i);
-                goto fail;
-            }
-            if (json_object_get(m, meta[i].key)) {
-                *st = phx_error(PHX_EINVAL, "%s: metadata key '%s' appears twice", who, meta[i].key);
-                goto fail;
-            }
-            json_t *s = json_string(meta[i].value);
-            if (!s || json_object_set_new(m, meta[i].key, s) != 0) {
-                *st = phx_error(PHX_EINVAL, "%s: metadata '%s' is not valid UTF-8", who, meta[i].key);
-                goto fail;
-            }
+    json_t *m = json_object();
+    if (!m || json_object_set_new(root, "__metadata__", m) != 0) goto fail;
+    for (size_t i = 0; i < n_meta; i++) {
+        if (!meta[i].key || !meta[i].value) {
+            *st = phx_error(PHX_EINVAL, "%s: metadata entry %zu has a NULL key or value", who, i);
+            goto fail;
+        }
+        if (strncmp(meta[i].key, PX_ST_RESERVED, strlen(PX_ST_RESERVED)) == 0) {
+            *st = phx_error(PHX_EINVAL,
+                            "%s: metadata key '%s' is reserved (keys starting '" PX_ST_RESERVED
+                            "' are Phalanx's checksums)",
+                            who, meta[i].key);
+            goto fail;
+        }
+        if (json_object_get(m, meta[i].key)) {
+            *st = phx_error(PHX_EINVAL, "%s: metadata key '%s' appears twice", who, meta[i].key);
+            goto fail;
+        }
+        json_t *s = json_string(meta[i].value);
+        if (!s || json_object_set_new(m, meta[i].key, s) != 0) {
+            *st = phx_error(PHX_EINVAL, "%s: metadata '%s' is not valid UTF-8", who, meta[i].key);
+            goto fail;
         }
     }
     uint64_t at = 0;
@@ -423,6 +429,14 @@ static json_t *build_header(const char *who, const char *const *names, phx_tenso
         if (!off || json_object_set_new(e, "data_offsets", off) != 0) goto fail;
         at += len;
     }
+    char key[512], hex[16];
+    uint32_t mcrc;
+    if (px_st_meta_crc(m, &mcrc) != PHX_OK) goto fail;
+    for (size_t i = 0; i <= n; i++) {
+        snprintf(key, sizeof key, "%s%s", PX_ST_CRC_PREFIX, i < n ? names[i] : "__metadata__");
+        snprintf(hex, sizeof hex, "%08x", (unsigned)(i < n ? crc[i] : mcrc));
+        if (json_object_set_new(m, key, json_string(hex)) != 0) goto fail;
+    }
     *st = PHX_OK;
     return root;
 fail:
@@ -438,6 +452,24 @@ static phx_status write_tensor(int fd, const phx_tensor *t, const char *who, con
     if (!host) return PHX_ENOMEM;
     phx_status st = phx_tensor_to_host(t, host);
     if (st == PHX_OK) st = write_all(fd, host, phx_tensor_nbytes(t), who, tmp);
+    px_free(host);
+    return st;
+}
+
+/* The CRC-32 of a tensor's bytes (a device tensor's staged through host
+ * memory). A NULL tensor is left to build_header to refuse. */
+static phx_status tensor_crc(const phx_tensor *t, uint32_t *crc)
+{
+    *crc = 0;
+    if (!t) return PHX_OK;
+    if (t->storage->device.kind == PHX_DEVICE_CPU) {
+        *crc = px_st_crc(px_tensor_ptr(t), phx_tensor_nbytes(t));
+        return PHX_OK;
+    }
+    void *host = px_malloc(phx_tensor_nbytes(t) ? phx_tensor_nbytes(t) : 1);
+    if (!host) return PHX_ENOMEM;
+    phx_status st = phx_tensor_to_host(t, host);
+    if (st == PHX_OK) *crc = px_st_crc(host, phx_tensor_nbytes(t));
     px_free(host);
     return st;
 }
@@ -531,8 +563,12 @@ phx_status phx_safetensors_write(const char *path, const char *const *names, phx
     const char *who = "phx_safetensors_write";
     if (!path || (n && (!names || !tensors)) || (n_meta && !meta))
         return phx_error(PHX_EINVAL, "%s: NULL path, names, tensors or metadata", who);
-    phx_status st;
-    json_t *root = build_header(who, names, tensors, n, meta, n_meta, &st);
+    phx_status st = PHX_OK;
+    uint32_t *crc = px_malloc((n ? n : 1) * sizeof *crc);
+    if (!crc) return PHX_ENOMEM;
+    for (size_t i = 0; i < n && st == PHX_OK; i++) st = tensor_crc(tensors[i], &crc[i]);
+    json_t *root = st == PHX_OK ? build_header(who, names, tensors, n, meta, n_meta, crc, &st) : NULL;
+    px_free(crc);
     if (!root) return st == PHX_OK ? PHX_ENOMEM : st;
     char *hdr = json_dumps(root, JSON_COMPACT);
     json_decref(root);

@@ -38,9 +38,10 @@ void phx_loader_set_epoch(phx_loader *l, int64_t epoch);
 /* Next batch into loader-owned tensors (fields 0 and 1; yb may be NULL for
  * a one-field dataset), valid until the next call; returns 0 at the end of
  * the epoch (the call after that starts the next epoch), 1 with a batch,
- * < 0 on error: a dataset or collate error of that batch (message: the
- * batch, the epoch and the dataset's own message; the following call goes
- * on with the next batch). */
+ * < 0 (a phx_status) on error: a dataset or collate callback of that
+ * batch returned anything but PHX_OK (message: the batch, the epoch, the
+ * sample and the callback's own message; no tensors are handed out; the
+ * following call goes on with the next batch). */
 int phx_loader_next(phx_loader *l, phx_tensor **xb, phx_tensor **yb);
 /* Batches per epoch. */
 size_t phx_loader_num_batches(const phx_loader *l);

@@ -35,7 +35,8 @@ typedef struct phx_dataset_vtable {
      * of phx_field_bytes(field f) bytes, for every field f. May run on
      * several loader workers at once (with different out buffers): it must
      * be thread-safe, or the loader must use workers = 0. Returns PHX_OK,
-     * or a status with phx_error naming the problem. */
+     * or a negative status with phx_error naming the problem; any other
+     * value is an error too (PHX_EINVAL). */
     phx_status (*get)(void *ctx, int64_t i, void *const *out);
     /* (optional) Writes samples idx[0..n) into consecutive rows of out[f]
      * (n samples of field f each). Defaults to get for each index. */
@@ -67,7 +68,10 @@ const phx_field *phx_dataset_field(const phx_dataset *ds, int f);
 const char *phx_dataset_type(const phx_dataset *ds);
 
 /* Sample i into out[f] (host buffers of each field's bytes). PHX_EINVAL
- * for i outside [0, len); otherwise the dataset's status. */
+ * for i outside [0, len); otherwise the dataset's status, as a negative
+ * phx_status (a positive or unknown value is PHX_EINVAL) whose message
+ * names the sample and gives the callback's own message, or says it set
+ * none. */
 phx_status phx_dataset_get(phx_dataset *ds, int64_t i, void *const *out);
 /* Samples idx[0..n) into consecutive rows of out[f] (through get_batch when
  * the dataset has it). PHX_EINVAL names the first index out of range. */
