@@ -14,6 +14,7 @@
 #include "core/base/util.h"
 #include "core/plugin/plugin-abi.h"
 #include "core/base/abi.h"
+#include "core/world/store-impl.h"
 #include "core/world/world-impl.h"
 #include "phalanx/log.h"
 
@@ -86,6 +87,7 @@ static phx_status make_store(phx_comm *c, const phx_comm_opts *o, const phx_worl
         return phx_error(st, "phx_comm_init: rank %d: rendezvous at %s:%d (MASTER_ADDR:MASTER_PORT) failed: %s",
                          w->rank, w->master_addr, w->master_port, why);
     }
+    px_store_set_host(c->store, "rank 0");
     return PHX_OK;
 }
 

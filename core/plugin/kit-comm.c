@@ -63,7 +63,8 @@ static void publish_waited(phx_kit_comm *kc, int peer)
  * desync check has given the ranks that time out together time to
  * publish, so each look-up waits only a millisecond. via gets the ranks
  * passed ("; rank 0, which this rank waited for, timed out waiting for
- * rank 2"). */
+ * rank 2"), or why the chain cannot be followed when the store itself
+ * does not answer (its host stopped: rank 0 for the TCP store). */
 static int blame_chain(phx_kit_comm *kc, int peer, char *via, size_t len)
 {
     via[0] = '\0';
@@ -78,7 +79,12 @@ static int blame_chain(phx_kit_comm *kc, int peer, char *via, size_t len)
         size_t n = 0;
         seen[q] = 1;
         snprintf(key, sizeof key, "%swaited/%d", kc->prefix, q);
-        if (phx_store_get(kc->store, key, &v, &n, 1e-3)) break;
+        phx_status st = phx_store_get(kc->store, key, &v, &n, 1e-3);
+        if (st != PHX_OK && st != PHX_ETIMEOUT && st != PHX_ENOTFOUND) {
+            size_t used = strlen(via);
+            snprintf(via + used, len - used, "; the job's store does not answer either (%s)", phx_last_error());
+        }
+        if (st) break;
         char t[16];
         snprintf(t, sizeof t, "%.*s", (int)n, (const char *)v);
         free(v);
@@ -140,11 +146,9 @@ static phx_status execute(phx_kit_comm *kc, const phx_kit_op *op, char *msg, siz
     if (timed_out && peer >= 0 && kc->store) {
         char via[512];
         int end = blame_chain(kc, peer, via, sizeof via);
-        if (end != peer) {
-            size_t used = strlen(why);
-            snprintf(why + used, sizeof why - used, "%s", via);
-            peer = end;
-        }
+        size_t used = strlen(why);
+        snprintf(why + used, sizeof why - used, "%s", via);
+        peer = end;
     }
     char who[32] = "";
     if (peer >= 0) snprintf(who, sizeof who, " with peer rank %d", peer);

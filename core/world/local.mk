@@ -23,6 +23,13 @@ t_store_env_SOURCES = t/store_env.c
 t_store_env_LDADD = libphalanx.la
 t_store_client_SOURCES = t/store_client.c
 t_store_client_LDADD = libphalanx.la
+# An idle stranger on the port: not waited for at stop, closed after the
+# handshake deadline (builds the store in, for the server's counters).
+check_PROGRAMS += t/store_stranger
+TESTS += t/store_stranger
+t_store_stranger_SOURCES = t/store_stranger.c $(px_store_sources) core/base/util.c
+t_store_stranger_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
+t_store_stranger_LDADD = libphalanx.la $(CRYPTO_LIBS)
 
 # ---- make bench: the store server under attack (bench/store_attack.sh)
 noinst_PROGRAMS += bench/store_attack

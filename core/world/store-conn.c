@@ -254,6 +254,28 @@ double px_core_expire(px_store_core *k, double now)
     return next;
 }
 
+double px_core_handshakes(px_store_core *k, double now)
+{
+    double next = -1;
+    for (size_t i = 0; i < k->nconns; i++) {
+        px_conn *c = k->conns[i];
+        if (c->joined || c->why[0] || c->gone) continue;
+        double due = c->since + PX_STORE_HANDSHAKE_S;
+        if (now >= 0 && now >= due)
+            fail(c, "no handshake within %.0f s of connecting", PX_STORE_HANDSHAKE_S);
+        else if (next < 0 || due < next)
+            next = due;
+    }
+    return next;
+}
+
+size_t px_core_joined(const px_store_core *k)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < k->nconns; i++) n += k->conns[i]->joined != 0;
+    return n;
+}
+
 /* GET or WAIT: validates every key once, then answers or parks. */
 static int start_wait(px_store_core *k, px_conn *c, double now)
 {
@@ -330,6 +352,7 @@ static void hello(px_store_core *k, px_conn *c)
     px_put_u32(b + 4, k->token_len ? PX_STORE_FLAG_TOKEN : 0);
     reply(k, c, PX_ST_OK, b, 8, c->snonce, PX_STORE_NONCE);
     c->state = k->token_len ? PX_CONN_AUTH : PX_CONN_READY;
+    c->joined = !k->token_len;
 }
 
 static void auth(px_store_core *k, px_conn *c)
@@ -354,6 +377,7 @@ static void auth(px_store_core *k, px_conn *c)
     }
     reply(k, c, PX_ST_OK, want, sizeof want, NULL, 0);
     c->state = PX_CONN_READY;
+    c->joined = 1;
 }
 
 /* Runs the complete request in c->body; a malformed one fails c. */

@@ -16,6 +16,7 @@ typedef struct px_store_ops px_store_ops;
 struct phx_store {
     const px_store_ops *ops;
     double timeout_s; /* for calls that pass no timeout */
+    char host_of[40]; /* " (rank 0)": who hosts the server, for messages */
 };
 
 /* A backend. Every slot is required. The operations get their arguments
@@ -57,4 +58,8 @@ size_t px_store_wait_size(const char *const *keys, size_t n);
 phx_status px_store_not_set(const char *who, const char *key, double t);
 /* PHX_EINVAL: key holds a value that add cannot count on. */
 phx_status px_store_not_int(const char *who, const char *key);
+/* Names who hosts the store's server ("rank 0") in the handle's messages
+ * (a TCP handle's: "the store server at h:p (rank 0) stopped answering");
+ * clones keep it. */
+void px_store_set_host(phx_store *s, const char *who);
 #endif

@@ -107,10 +107,12 @@ int px_store_accept(px_store_core *k, int lfd)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         char peer[64];
         peer_name(&sa, sl, peer, sizeof peer);
-        if (!px_core_add(k, fd, peer)) {
+        px_conn *c = px_core_add(k, fd, peer);
+        if (!c) {
             close(fd);
             return n;
         }
+        c->since = px_now();
         n++;
     }
 }

@@ -165,8 +165,9 @@ typedef struct px_store_server px_store_server;
 phx_status px_store_server_start(const char *host, int port, const void *token, size_t token_len,
                                  px_store_server **out);
 int px_store_server_port(const px_store_server *s);
-/* Waits up to linger_s for every client to disconnect, then stops the
- * thread and frees everything. NULL is a no-op. */
+/* Waits up to linger_s for every client that completed the handshake to
+ * disconnect (connections still in it are not waited for), then stops
+ * the thread and frees everything. NULL is a no-op. */
 void px_store_server_stop(px_store_server *s, double linger_s);
 
 /* Resolves host for a TCP socket (numeric or by name): PHX_EIO "cannot

@@ -2,7 +2,8 @@
  * pipe and every client, and moves bytes between the sockets and the
  * protocol engine (store-conn.c). Each client has at most one request in
  * progress; nothing more is read from it until its reply is sent. A
- * client that breaks the protocol (doc/store.md) is disconnected with a
+ * client that breaks the protocol (doc/store.md), or has not completed the
+ * handshake PX_STORE_HANDSHAKE_S after it connected, is disconnected with a
  * warning naming it and the reason; the others are not affected. */
 #include "config.h"
 #include <errno.h>
@@ -28,7 +29,8 @@ struct px_store_server {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    size_t nclients; /* under mu: for the linger in stop */
+    size_t nclients; /* under mu: clients past the handshake, for the
+                      * linger in stop */
     px_store_stats stats; /* under mu: a copy after each round */
     size_t max_stale; /* under mu: the budget the core takes */
     px_store_core core; /* the server thread's alone */
@@ -113,7 +115,8 @@ static void *server_main(void *arg)
             cap = nc;
         }
         double now = px_now();
-        double next = px_core_expire(k, now);
+        double next = px_core_expire(k, now), due = px_core_handshakes(k, -1);
+        if (due >= 0 && (next < 0 || due < next)) next = due;
         int listening = pause_until < 0 || now >= pause_until;
         if (!listening && (next < 0 || pause_until < next)) next = pause_until;
         pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
@@ -149,6 +152,9 @@ static void *server_main(void *arg)
             px_conn *c = k->conns[i];
             if (!c->why[0] && !c->gone && px_conn_output(c, iov)) do_send(k, c);
         }
+        /* After the reads: a handshake that was waiting in the socket
+         * (the process was stopped, say) has been read by now. */
+        px_core_handshakes(k, px_now());
         sweep(k);
         if (listening && (pf[1].revents & POLLIN)) {
             if (px_store_accept(k, s->lfd) < 0) {
@@ -169,8 +175,9 @@ static void *server_main(void *arg)
         s->stats = k->stats;
         s->stats.clients = k->nconns;
         k->max_stale = s->max_stale;
-        if (s->nclients != k->nconns) {
-            s->nclients = k->nconns;
+        size_t joined = px_core_joined(k);
+        if (s->nclients != joined) {
+            s->nclients = joined;
             pthread_cond_broadcast(&s->cv);
         }
         pthread_mutex_unlock(&s->mu);

@@ -24,6 +24,12 @@
 #define PX_STORE_MAX_TIMEOUT_MS ((int64_t)1000 * 1000 * 1000)
 /* Largest job token (PHX_STORE_TOKEN), in bytes. */
 #define PX_STORE_MAX_TOKEN 1024u
+/* Seconds a connection has, from its accept, to complete the handshake
+ * (HELLO, and AUTH when the server has a token); the server closes it
+ * then. A Phalanx client sends HELLO as soon as it connects, so only a
+ * stranger (or a client stuck for seconds) is closed; until then it is
+ * not a client the server's stop waits for. */
+#define PX_STORE_HANDSHAKE_S 5.0
 
 enum px_conn_state { PX_CONN_HELLO, PX_CONN_AUTH, PX_CONN_READY, PX_CONN_CLOSING };
 
@@ -33,6 +39,8 @@ typedef struct px_conn {
     char why[160]; /* set: drop it now (logged as a warning) */
     char closing[160]; /* CLOSING: why, once the reply is sent */
     int gone; /* set: close it quietly (peer hung up) */
+    int joined; /* completed the handshake (reached READY) */
+    double since; /* when it was accepted (the handshake deadline) */
     char peer[64]; /* "addr:port" for log lines */
     uint8_t cnonce[PX_STORE_NONCE], snonce[PX_STORE_NONCE];
     /* the request being received */
@@ -101,6 +109,14 @@ void px_conn_sent(px_store_core *k, px_conn *c, size_t n, double now);
 /* Answers parked requests whose deadline passed; returns the earliest
  * deadline still ahead (< 0: none). */
 double px_core_expire(px_store_core *k, double now);
+/* The connections that have not completed the handshake: with now >= 0,
+ * fails those accepted PX_STORE_HANDSHAKE_S or more before now; returns
+ * the earliest handshake deadline of the others (any, with now < 0),
+ * < 0 when none. */
+double px_core_handshakes(px_store_core *k, double now);
+/* Connections that completed the handshake (the clients a stop waits
+ * for). */
+size_t px_core_joined(const px_store_core *k);
 /* Drops (sets why on) the clients that read least recently while old
  * values held for them exceed max_stale. */
 void px_core_budget(px_store_core *k);

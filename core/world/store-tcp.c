@@ -2,7 +2,16 @@
  * request at a time under the handle's lock, so a handle is thread-safe.
  * It connects with retry and backoff, shakes hands (HELLO, then AUTH with
  * the job token) and sends each operation as one request. Protocol:
- * store-proto.h; the server it may start: store-server.h. */
+ * store-proto.h; the server it may start: store-server.h.
+ *
+ * Every call is bounded by the store's timeout T (PHX_TIMEOUT): a request
+ * waits for its reply up to its own wait plus T, so a server that pauses
+ * for less than T (its process stopped, the network down) costs only the
+ * pause. A connection that breaks is made again, with backoff, within the
+ * same bound, and the request repeated (except an ADD the server may have
+ * applied). A server that leaves a request unanswered for the whole bound
+ * has stopped answering: the handle fails every later call at once,
+ * naming it, so a job's failure protocol does not wait T per store call. */
 #include "config.h"
 #include <errno.h>
 #include <netdb.h>
@@ -19,15 +28,12 @@
 #include "core/world/store-impl.h"
 #include "core/world/store-server.h"
 #include "core/base/util.h"
-
-/* Grace given to the server to answer a timed wait before the client
- * gives up on the connection itself. */
-#define PX_STORE_REPLY_GRACE 10.0
+#include "phalanx/log.h"
 
 typedef struct tcp_store {
     phx_store base;
-    int fd;
-    int broken; /* the stream lost sync: every call fails */
+    int fd; /* -1: connect again before the next request */
+    char silent[512]; /* set: the server stopped answering (every call fails) */
     pthread_mutex_t mu; /* one request at a time */
     char host[256];
     int port;
@@ -85,70 +91,113 @@ static phx_status io_all(tcp_store *s, int sending, struct iovec *iov, int niov,
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             double left = deadline - px_now();
-            if (left <= 0) {
-                s->broken = 1;
-                return phx_error(PHX_ETIMEOUT, "%s: no reply from the store server at %s:%d", who, s->host, s->port);
-            }
+            if (left <= 0)
+                return phx_error(PHX_ETIMEOUT, "%s: no reply from the store server at %s:%d%s", who, s->host, s->port,
+                                 s->base.host_of);
             struct pollfd p = {.fd = s->fd, .events = sending ? POLLOUT : POLLIN};
             poll(&p, 1, poll_ms(left));
             continue;
         }
-        s->broken = 1;
-        return phx_error(PHX_EPEER, "%s: the store server at %s:%d closed the connection%s%s", who, s->host, s->port,
-                         n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+        return phx_error(PHX_EPEER, "%s: the store server at %s:%d%s closed the connection%s%s", who, s->host, s->port,
+                         s->base.host_of, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
     }
     return PHX_OK;
 }
 
-/* One request/reply. The reply body (if any) is px_malloc'd into *body. */
-static phx_status transact(tcp_store *s, const char *who, uint32_t op, struct iovec *parts, int nparts, double wait_s,
-                           uint32_t *status, uint8_t **body, size_t *blen)
+/* One request and its reply on the current connection, before the
+ * deadline; iov[0] is free for the header, iov[1..nparts] the body. The
+ * reply body (if any) is px_malloc'd into *body. *sent is set once the
+ * whole request went out (the server may have run it). Any failure leaves
+ * the stream out of sync: the caller closes the connection. */
+static phx_status exchange(tcp_store *s, const char *who, uint32_t op, struct iovec *iov, int nparts, double deadline,
+                           uint32_t *status, uint8_t **body, size_t *blen, int *sent)
 {
     uint8_t hdr[PX_STORE_HDR], rhdr[PX_STORE_HDR];
     size_t len = 0;
-    struct iovec iov[8];
-    for (int i = 0; i < nparts; i++) len += parts[i].iov_len;
+    for (int i = 1; i <= nparts; i++) len += iov[i].iov_len;
     px_put_u32(hdr, (uint32_t)len);
     px_put_u32(hdr + 4, op);
     iov[0] = (struct iovec){hdr, sizeof hdr};
-    if (nparts) memcpy(iov + 1, parts, (size_t)nparts * sizeof *parts);
     *body = NULL;
     *blen = 0;
-    pthread_mutex_lock(&s->mu);
+    *sent = 0;
     phx_status st;
-    if (s->broken) {
-        st = phx_error(PHX_EIO, "%s: the connection to the store server at %s:%d was lost earlier", who, s->host,
-                       s->port);
-        goto out;
-    }
-    double deadline = px_now() + wait_s + PX_STORE_REPLY_GRACE;
-    if ((st = io_all(s, 1, iov, nparts + 1, deadline, who))) goto out;
+    if ((st = io_all(s, 1, iov, nparts + 1, deadline, who))) return st;
+    *sent = 1;
     iov[0] = (struct iovec){rhdr, sizeof rhdr};
-    if ((st = io_all(s, 0, iov, 1, deadline, who))) goto out;
+    if ((st = io_all(s, 0, iov, 1, deadline, who))) return st;
     size_t rlen = px_get_u32(rhdr);
     *status = px_get_u32(rhdr + 4);
-    if (rlen > (size_t)PHX_STORE_MAX_VALUE + 8) {
-        s->broken = 1;
-        st = phx_error(PHX_EIO, "%s: the store server at %s:%d sent a %zu-byte reply (protocol error)", who, s->host,
-                       s->port, rlen);
-        goto out;
+    if (rlen > (size_t)PHX_STORE_MAX_VALUE + 8)
+        return phx_error(PHX_EIO, "%s: the store server at %s:%d sent a %zu-byte reply (protocol error)", who, s->host,
+                         s->port, rlen);
+    if (!rlen) return PHX_OK;
+    if (!(*body = px_malloc(rlen + 1))) return PHX_ENOMEM;
+    iov[0] = (struct iovec){*body, rlen};
+    if ((st = io_all(s, 0, iov, 1, deadline, who))) {
+        px_free(*body);
+        *body = NULL;
+        return st;
     }
-    if (rlen) {
-        if (!(*body = px_malloc(rlen + 1))) {
-            s->broken = 1;
-            st = PHX_ENOMEM;
-            goto out;
+    (*body)[rlen] = 0;
+    *blen = rlen;
+    return PHX_OK;
+}
+
+static phx_status reconnect(tcp_store *s, const char *who, double deadline);
+
+/* One request/reply under the handle's lock, bounded by wait_s plus the
+ * store's timeout; a broken connection is made again and the request
+ * repeated within that bound. The reply body (if any) is px_malloc'd into
+ * *body. */
+static phx_status transact(tcp_store *s, const char *who, uint32_t op, struct iovec *parts, int nparts, double wait_s,
+                           uint32_t *status, uint8_t **body, size_t *blen)
+{
+    struct iovec iov[8];
+    pthread_mutex_lock(&s->mu);
+    phx_status st;
+    double start = px_now(), deadline = start + (wait_s > 0 ? wait_s : 0) + s->base.timeout_s, backoff = 0.01;
+    for (int tries = 0;; tries++) {
+        *body = NULL;
+        *blen = 0;
+        if (s->silent[0]) {
+            st = phx_error(PHX_EIO, "%s: %s", who, s->silent);
+            break;
         }
-        iov[0] = (struct iovec){*body, rlen};
-        if ((st = io_all(s, 0, iov, 1, deadline, who))) {
-            px_free(*body);
-            *body = NULL;
-            goto out;
+        int sent = 0, again = s->fd >= 0;
+        if (s->fd < 0) {
+            if (tries > 0) { /* a server that closes every new connection is not hammered */
+                double nap = backoff < deadline - px_now() ? backoff : 0;
+                struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+                nanosleep(&ts, NULL);
+                backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+            }
+            st = reconnect(s, who, deadline);
+        } else {
+            if (nparts) memcpy(iov + 1, parts, (size_t)nparts * sizeof *parts);
+            st = exchange(s, who, op, iov, nparts, deadline, status, body, blen, &sent);
+            if (st == PHX_OK) break;
+            close(s->fd);
+            s->fd = -1;
         }
-        (*body)[rlen] = 0;
-        *blen = rlen;
+        if (st == PHX_ETIMEOUT) {
+            snprintf(s->silent, sizeof s->silent,
+                     "the store server at %s:%d%s stopped answering: no reply in %.1f s (the store's timeout, "
+                     "PHX_TIMEOUT, after the call's own wait); is the process that hosts it stopped or hung?",
+                     s->host, s->port, s->base.host_of, px_now() - start);
+            st = phx_error(PHX_ETIMEOUT, "%s: %s", who, s->silent);
+            break;
+        }
+        if (st == PHX_OK) continue; /* connected again: the request */
+        if (st != PHX_EPEER || !again) break;
+        if (sent && op == PX_OP_ADD) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", phx_last_error());
+            st = phx_error(PHX_EPEER, "%s (after the add was sent: not repeated, it may have been applied)", why);
+            break;
+        }
+        phx_log(PHX_LOG_WARN, "%s; connecting again", phx_last_error());
     }
-out:
     pthread_mutex_unlock(&s->mu);
     return st;
 }
@@ -187,19 +236,20 @@ static int try_connect(const struct addrinfo *ai, double deadline)
 }
 
 /* HELLO, then AUTH when either side has a job token (doc/store.md). */
-static phx_status handshake(tcp_store *s, double wait_s)
+static phx_status handshake(tcp_store *s, const char *who, double deadline)
 {
-    const char *who = "phx_store_new";
     uint8_t hello[PX_STORE_HELLO_BODY], cnonce[PX_STORE_NONCE], *body = NULL;
     size_t blen;
     uint32_t status = 0;
+    struct iovec iov[2];
+    int sent;
     phx_status st = px_store_nonce(cnonce, sizeof cnonce);
     if (st) return st;
     px_put_u32(hello, PX_STORE_MAGIC);
     px_put_u32(hello + 4, PX_STORE_VERSION);
     memcpy(hello + 8, cnonce, sizeof cnonce);
-    struct iovec part = {hello, sizeof hello};
-    st = transact(s, who, PX_OP_HELLO, &part, 1, wait_s, &status, &body, &blen);
+    iov[1] = (struct iovec){hello, sizeof hello};
+    st = exchange(s, who, PX_OP_HELLO, iov, 1, deadline, &status, &body, &blen, &sent);
     if (st == PHX_ETIMEOUT) {
         char why[256];
         snprintf(why, sizeof why, "%s", phx_last_error());
@@ -246,8 +296,8 @@ static phx_status handshake(tcp_store *s, double wait_s)
                          who, s->host, s->port);
     if (px_store_proof(s->token, s->token_len, "client", cnonce, snonce, proof))
         return phx_error(PHX_EIO, "%s: cannot compute the token proof (OpenSSL HMAC failed)", who);
-    part = (struct iovec){proof, sizeof proof};
-    if ((st = transact(s, who, PX_OP_AUTH, &part, 1, wait_s, &status, &body, &blen))) return st;
+    iov[1] = (struct iovec){proof, sizeof proof};
+    if ((st = exchange(s, who, PX_OP_AUTH, iov, 1, deadline, &status, &body, &blen, &sent))) return st;
     if (status == PX_ST_DENIED) {
         px_free(body);
         return phx_error(PHX_EIO,
@@ -266,14 +316,16 @@ static phx_status handshake(tcp_store *s, double wait_s)
     return PHX_OK;
 }
 
-/* Connects s to s->host:s->port with retry and backoff, then shakes hands. */
-static phx_status tcp_connect(tcp_store *s)
+/* Connects s->fd to s->host:s->port before the deadline, with backoff
+ * (10 ms doubling to 1 s). A refused connection is retried when
+ * `refused_retry` (the server may not be up yet), else it ends the try
+ * (the server was there and its process is gone). */
+static phx_status connect_loop(tcp_store *s, const char *who, double deadline, int refused_retry)
 {
-    const char *who = "phx_store_new";
     struct addrinfo *res;
     phx_status st = px_store_resolve(who, s->host, s->port, 0, &res);
     if (st) return st;
-    double start = px_now(), deadline = start + s->base.timeout_s, backoff = 0.01;
+    double backoff = 0.01, start = px_now();
     int last = ECONNREFUSED;
     s->fd = -1;
     while (s->fd < 0) {
@@ -283,15 +335,24 @@ static phx_status tcp_connect(tcp_store *s)
         }
         if (s->fd >= 0) break;
         if (last == ENETUNREACH || last == EHOSTUNREACH) {
+            if (!refused_retry && px_now() < deadline) goto later; /* an outage may end */
             freeaddrinfo(res);
             return phx_error(PHX_EIO, "%s: host %s is unreachable (port %d): %s", who, s->host, s->port,
                              strerror(last));
         }
+        if (last == ECONNREFUSED && !refused_retry) {
+            freeaddrinfo(res);
+            return phx_error(PHX_EPEER,
+                             "%s: the store server at %s:%d%s closed the connection and refuses new ones (the "
+                             "process that hosts it has exited?)",
+                             who, s->host, s->port, s->base.host_of);
+        }
+    later:;
         double now = px_now();
         if (now >= deadline) {
             freeaddrinfo(res);
-            return phx_error(PHX_ETIMEOUT, "%s: no store server at %s:%d after %.0f s (last error: %s)", who, s->host,
-                             s->port, s->base.timeout_s, strerror(last));
+            return phx_error(PHX_ETIMEOUT, "%s: no store server at %s:%d%s after %.0f s (last error: %s)", who, s->host,
+                             s->port, s->base.host_of, now - start, strerror(last));
         }
         double nap = backoff < deadline - now ? backoff : deadline - now;
         struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
@@ -299,15 +360,36 @@ static phx_status tcp_connect(tcp_store *s)
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     freeaddrinfo(res);
-    double left = deadline - px_now();
-    st = handshake(s, (left > 1 ? left : 1) - PX_STORE_REPLY_GRACE);
-    if (st) {
+    return PHX_OK;
+}
+
+/* Connects s to s->host:s->port with retry and backoff within the store's
+ * timeout, then shakes hands. */
+static phx_status tcp_connect(tcp_store *s)
+{
+    double deadline = px_now() + s->base.timeout_s;
+    phx_status st = connect_loop(s, "phx_store_new", deadline, 1);
+    if (st) return st;
+    if ((st = handshake(s, "phx_store_new", deadline))) {
         close(s->fd);
         s->fd = -1;
     }
     return st;
 }
 
+/* The connection broke: a new one before the deadline (the caller holds
+ * the lock). A handshake the server does not answer in time means it
+ * stopped answering; transact records that. */
+static phx_status reconnect(tcp_store *s, const char *who, double deadline)
+{
+    phx_status st = connect_loop(s, who, deadline, 0);
+    if (st) return st;
+    if ((st = handshake(s, who, deadline))) {
+        close(s->fd);
+        s->fd = -1;
+    }
+    return st;
+}
 /* ------------------------------------------------------------- handles */
 
 static tcp_store *tcp_alloc(const char *host, int port, double timeout_s, const uint8_t *token, size_t tlen)
@@ -362,6 +444,7 @@ static phx_status tcp_clone(phx_store *base, phx_store **out)
     tcp_store *s = tcp_of(base);
     tcp_store *c = tcp_alloc(s->host, s->port, base->timeout_s, s->token, s->token_len);
     if (!c) return PHX_ENOMEM;
+    memcpy(c->base.host_of, base->host_of, sizeof c->base.host_of);
     phx_status st = tcp_connect(c);
     if (st) {
         pthread_mutex_destroy(&c->mu);

@@ -27,6 +27,11 @@ static phx_status check_value(const char *who, const void *v, size_t len)
 }
 
 /* The timeout of a waiting call: its own, else the handle's. */
+void px_store_set_host(phx_store *s, const char *who)
+{
+    if (s) snprintf(s->host_of, sizeof s->host_of, " (%s)", who);
+}
+
 static double wait_timeout(const phx_store *s, double timeout_s)
 {
     return timeout_s > 0 ? px_timeout(timeout_s) : s->timeout_s;
