@@ -15,6 +15,7 @@
 #include "core/plugin/plugin-abi.h"
 #include "core/base/abi.h"
 #include "core/world/store-impl.h"
+#include "core/world/store-server.h"
 #include "core/world/world-impl.h"
 #include "phalanx/log.h"
 
@@ -170,10 +171,23 @@ static phx_status join_world(phx_comm *c, const phx_world *w)
                 snprintf(missing + used, sizeof missing - used, ", ...");
             nmiss++;
         }
+        /* The store this rank hosts counts the clients it refused for a
+         * proof of another job token: the likeliest reason then. */
+        char token[256] = "";
+        px_store_server *srv = px_store_server_of(c->store);
+        if (srv) {
+            px_store_stats ss;
+            px_store_server_stats(srv, &ss);
+            if (ss.refused)
+                snprintf(token, sizeof token,
+                         "; this rank's store refused %llu connection(s) whose job token differs from "
+                         "this rank's: were they started with another PHX_STORE_TOKEN?",
+                         (unsigned long long)ss.refused);
+        }
         st = phx_error(PHX_ETIMEOUT,
                        "phx_comm_init: rank %d: %s %s of %d never joined within %.3g s (were they "
-                       "started, with the same MASTER_ADDR:MASTER_PORT and WORLD_SIZE?)",
-                       c->rank, nmiss == 1 ? "rank" : "ranks", missing, c->size, c->timeout_s);
+                       "started, with the same MASTER_ADDR:MASTER_PORT and WORLD_SIZE?)%s",
+                       c->rank, nmiss == 1 ? "rank" : "ranks", missing, c->size, c->timeout_s, token);
     }
     px_free(keys);
     px_free(names);

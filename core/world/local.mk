@@ -12,8 +12,8 @@ libphalanx_la_LIBADD += $(CRYPTO_LIBS)
 # ---- tests (doc/store.md). t/store_limits builds the store in, for the
 # server's counters.
 check_PROGRAMS += t/store_limits t/store_token t/store_env t/store_client
-TESTS += t/store_limits t/store_token t/store_env t/store_phxrun_token.sh
-EXTRA_DIST += t/store_phxrun_token.sh
+TESTS += t/store_limits t/store_token t/store_env t/store_phxrun_token.sh t/store_token_join.sh
+EXTRA_DIST += t/store_phxrun_token.sh t/store_token_join.sh
 t_store_limits_SOURCES = t/store_limits.c $(px_store_sources) core/base/util.c
 t_store_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
 t_store_limits_LDADD = libphalanx.la $(CRYPTO_LIBS)
