@@ -63,6 +63,28 @@ static phx_status resolve_world(const phx_comm_opts *o, phx_world *w)
     return PHX_OK;
 }
 
+/* A job whose ranks span hosts (a rank's MASTER_ADDR is not this host, or
+ * WORLD_SIZE > LOCAL_WORLD_SIZE) needs a job token: a store without one
+ * serves only this host's processes of this user (doc/store.md), so such
+ * a job refuses to start unless PHX_STORE_INSECURE=1. */
+static phx_status check_secret(const phx_world *w)
+{
+    uint8_t token[PX_STORE_MAX_TOKEN];
+    size_t tlen = 0;
+    char why[320];
+    phx_status st = px_store_token("phx_comm_init", token, &tlen, why, sizeof why);
+    if (st || tlen || px_store_insecure()) return st;
+    int remote = !px_store_addr_is_local(w->master_addr);
+    if (!remote && w->size <= w->local_size) return PHX_OK;
+    return phx_error(PHX_EINVAL,
+                     "phx_comm_init: rank %d: this job spans hosts (%s) but has no job token: PHX_STORE_TOKEN is "
+                     "not set and ~/.phalanx/job-token cannot be used (%s); export the same PHX_STORE_TOKEN to every "
+                     "rank, or give the ranks a shared home folder; PHX_STORE_INSECURE=1 runs the store open to "
+                     "anyone who reaches it",
+                     w->rank, remote ? "MASTER_ADDR is not an address of this host" : "WORLD_SIZE > LOCAL_WORLD_SIZE",
+                     why);
+}
+
 /* The store: given, phx_spawn's shared one, in-process for a world of one,
  * else TCP with rank 0 hosting the server. */
 static phx_status make_store(phx_comm *c, const phx_comm_opts *o, const phx_world *w)
@@ -81,7 +103,9 @@ static phx_status make_store(phx_comm *c, const phx_comm_opts *o, const phx_worl
         c->store = phx_store_new_local();
         return c->store ? PHX_OK : PHX_ENOMEM;
     }
-    phx_status st = phx_store_new(w->master_addr, w->master_port, w->rank == 0, c->timeout_s, &c->store);
+    phx_status st = check_secret(w);
+    if (st) return st;
+    st = phx_store_new(w->master_addr, w->master_port, w->rank == 0, c->timeout_s, &c->store);
     if (st) {
         char why[512];
         snprintf(why, sizeof why, "%s", phx_last_error());

@@ -13,6 +13,8 @@ libphalanx_la_LIBADD += $(CRYPTO_LIBS)
 # server's counters.
 check_PROGRAMS += t/store_limits t/store_token t/store_env t/store_client
 TESTS += t/store_limits t/store_token t/store_env t/store_phxrun_token.sh t/store_token_join.sh
+TESTS += t/store_home_token.sh t/store_home_token_mpirun.sh
+EXTRA_DIST += t/store_home_token.sh t/store_home_token_mpirun.sh
 EXTRA_DIST += t/store_phxrun_token.sh t/store_token_join.sh
 t_store_limits_SOURCES = t/store_limits.c $(px_store_sources) core/base/util.c
 t_store_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)

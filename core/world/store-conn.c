@@ -340,6 +340,13 @@ static void hello(px_store_core *k, px_conn *c)
         return;
     }
     memcpy(c->cnonce, r.p, PX_STORE_NONCE);
+    if (c->denied[0]) {
+        k->stats.refused++;
+        reply(k, c, PX_ST_DENIED, c->denied, strlen(c->denied), NULL, 0);
+        c->state = PX_CONN_CLOSING;
+        snprintf(c->closing, sizeof c->closing, "refused: %s", c->denied);
+        return;
+    }
     if (k->fixed_nonces) {
         memset(c->snonce, 0, sizeof c->snonce);
         px_put_i64(c->snonce, (int64_t)++k->nonce_seq);

@@ -191,12 +191,17 @@ phx_status px_store_server_start(const char *host, int port, const void *token, 
     int bound = 0, everywhere = 0;
     int fd = px_store_listen(host, port, &bound, &everywhere);
     if (fd < 0) return PHX_EIO;
-    if (everywhere && !token_len)
+    int insecure = px_store_insecure();
+    if (everywhere && !token_len && insecure)
         phx_log(PHX_LOG_WARN,
-                "store server on %s:%d listens on every interface without a job token: any host "
-                "that reaches it can read and change the job's keys (set the same PHX_STORE_TOKEN on every rank; "
-                "phxrun makes one for a single node)",
+                "store server on %s:%d listens on every interface without a job token and PHX_STORE_INSECURE=1: "
+                "any host that reaches it can read and change the job's keys (set the same PHX_STORE_TOKEN on "
+                "every rank, or give them a shared ~/.phalanx/job-token)",
                 host, bound);
+    else if (!token_len && !insecure)
+        phx_log(PHX_LOG_INFO,
+                "store server on %s:%d has no job token: it serves only processes of uid %ld on this host", host, bound,
+                (long)geteuid());
     px_store_server *s = px_calloc(1, sizeof *s);
     if (!s) {
         close(fd);
@@ -205,6 +210,7 @@ phx_status px_store_server_start(const char *host, int port, const void *token, 
     s->lfd = fd;
     s->port = bound;
     phx_status st = px_core_init(&s->core, token, token_len);
+    s->core.local_only = !token_len && !insecure;
     if (st == PHX_OK && pipe2(s->wake, O_CLOEXEC) < 0)
         st = phx_error(PHX_EIO, "phx_store_new: pipe: %s", strerror(errno));
     if (st) {

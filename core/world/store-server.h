@@ -38,6 +38,7 @@ typedef struct px_conn {
     int state; /* enum px_conn_state */
     char why[160]; /* set: drop it now (logged as a warning) */
     char closing[160]; /* CLOSING: why, once the reply is sent */
+    char denied[160]; /* set: HELLO is answered DENIED with this text */
     int gone; /* set: close it quietly (peer hung up) */
     int joined; /* completed the handshake (reached READY) */
     double since; /* when it was accepted (the handshake deadline) */
@@ -80,6 +81,7 @@ typedef struct px_store_core {
     size_t nconns, capconns;
     uint8_t token[PX_STORE_MAX_TOKEN];
     size_t token_len; /* 0: no token, the handshake ends at HELLO */
+    int local_only; /* no token: serve only this user's processes on this host */
     size_t max_stale; /* PX_STORE_MAX_STALE (tests lower it) */
     uint64_t nonce_seq; /* fixed_nonces: deterministic nonces */
     int fixed_nonces; /* the fuzz target: no randomness */
@@ -122,9 +124,16 @@ size_t px_core_joined(const px_store_core *k);
 void px_core_budget(px_store_core *k);
 
 /* ---- store-auth.c: the job token */
-/* PHX_STORE_TOKEN into buf (*len 0 when unset or empty); PHX_EINVAL when
- * longer than PX_STORE_MAX_TOKEN. */
-phx_status px_store_token(const char *who, uint8_t *buf, size_t *len);
+/* The job token into buf: PHX_STORE_TOKEN, else the secret in
+ * ~/.phalanx/job-token (created on first use, 0600 in a 0700 folder).
+ * src gets where it came from ("PHX_STORE_TOKEN", "the job token from
+ * <path>"), or with *len 0 why there is none (HOME unset or not
+ * writable). PHX_EINVAL: PHX_STORE_TOKEN longer than PX_STORE_MAX_TOKEN;
+ * PHX_EIO: a job-token file others may read, of another owner, or empty. */
+phx_status px_store_token(const char *who, uint8_t *buf, size_t *len, char *src, size_t srclen);
+/* PHX_STORE_INSECURE=1: a store without a secret serves every peer, and a
+ * multi-node job may start without one. */
+int px_store_insecure(void);
 /* Random bytes for a nonce; PHX_EIO when the system has none. */
 phx_status px_store_nonce(uint8_t *out, size_t n);
 /* The proof one side gives: HMAC-SHA256(token, label, client nonce,
@@ -143,6 +152,12 @@ int px_store_listen(const char *host, int port, int *bound, int *everywhere);
  * when the process is out of file descriptors (the caller stops polling
  * the socket for a while instead of spinning). */
 int px_store_accept(px_store_core *k, int lfd);
+/* Whether the peer of the TCP connection fd is a socket of this host
+ * owned by this process's user (its entry in /proc/net/tcp[6]): 1 yes;
+ * 0 no, with the reason in why. */
+int px_store_peer_is_mine(int fd, char *why, size_t len);
+/* Whether host names an address of this machine (it can be bound). */
+int px_store_addr_is_local(const char *host);
 
 /* ---- store-tcp.c: the server a TCP handle started (NULL: none) */
 px_store_server *px_store_server_of(phx_store *s);

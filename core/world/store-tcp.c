@@ -38,8 +38,9 @@ typedef struct tcp_store {
     char host[256];
     int port;
     px_store_server *server; /* owned when this handle started it */
-    uint8_t token[PX_STORE_MAX_TOKEN]; /* PHX_STORE_TOKEN when made */
+    uint8_t token[PX_STORE_MAX_TOKEN]; /* the job token when made (px_store_token) */
     size_t token_len;
+    char token_src[320]; /* where it came from, or why there is none */
 } tcp_store;
 
 static const px_store_ops tcp_ops;
@@ -263,6 +264,12 @@ static phx_status handshake(tcp_store *s, const char *who, double deadline)
         snprintf(why, sizeof why, "%s", phx_last_error());
         return phx_error(st, "%s: %s:%d does not speak the Phalanx store protocol (%s)", who, s->host, s->port, why);
     }
+    if (status == PX_ST_DENIED) {
+        st = phx_error(PHX_EIO, "%s: the store server at %s:%d refused this process: %.*s", who, s->host, s->port,
+                       (int)(blen < 300 ? blen : 300), body ? (const char *)body : "");
+        px_free(body);
+        return st;
+    }
     if (status == PX_ST_VERSION && blen == 4) {
         st = phx_error(PHX_EIO,
                        "%s: the store server at %s:%d speaks store protocol version %u, this library "
@@ -285,15 +292,16 @@ static phx_status handshake(tcp_store *s, const char *who, double deadline)
     if (needs && !s->token_len)
         return phx_error(PHX_EIO,
                          "%s: the store server at %s:%d requires this job's token and PHX_STORE_TOKEN "
-                         "is not set in this process (phxrun sets it for its ranks; other launchers: export the "
-                         "same PHX_STORE_TOKEN on every rank)",
-                         who, s->host, s->port);
+                         "is not set in this process, nor is there a ~/.phalanx/job-token (%s) (phxrun sets "
+                         "PHX_STORE_TOKEN for its ranks; other launchers: export the same PHX_STORE_TOKEN on "
+                         "every rank, or give them a home folder they share)",
+                         who, s->host, s->port, s->token_src);
     if (!needs)
         return phx_error(PHX_EIO,
-                         "%s: PHX_STORE_TOKEN is set in this process but the store server at %s:%d "
+                         "%s: this process has a job token (%s) but the store server at %s:%d "
                          "runs without a job token (was it started with another environment?); every rank "
-                         "must have the same PHX_STORE_TOKEN",
-                         who, s->host, s->port);
+                         "must have the same PHX_STORE_TOKEN or ~/.phalanx/job-token",
+                         who, s->token_src, s->host, s->port);
     if (px_store_proof(s->token, s->token_len, "client", cnonce, snonce, proof))
         return phx_error(PHX_EIO, "%s: cannot compute the token proof (OpenSSL HMAC failed)", who);
     iov[1] = (struct iovec){proof, sizeof proof};
@@ -301,18 +309,18 @@ static phx_status handshake(tcp_store *s, const char *who, double deadline)
     if (status == PX_ST_DENIED) {
         px_free(body);
         return phx_error(PHX_EIO,
-                         "%s: the store server at %s:%d refused this process's PHX_STORE_TOKEN (it "
+                         "%s: the store server at %s:%d refused this process's %s (it "
                          "differs from the job's token the server was started with)",
-                         who, s->host, s->port);
+                         who, s->host, s->port, s->token_src);
     }
     int good = status == PX_ST_OK && blen == PX_STORE_NONCE &&
         px_store_proof(s->token, s->token_len, "server", cnonce, snonce, proof) == 0 && px_store_proof_eq(proof, body);
     px_free(body);
     if (!good)
         return phx_error(PHX_EIO,
-                         "%s: the server at %s:%d could not prove it knows PHX_STORE_TOKEN (another "
+                         "%s: the server at %s:%d could not prove it knows %s (another "
                          "program listens on that port?)",
-                         who, s->host, s->port);
+                         who, s->host, s->port, s->token_src);
     return PHX_OK;
 }
 
@@ -392,7 +400,8 @@ static phx_status reconnect(tcp_store *s, const char *who, double deadline)
 }
 /* ------------------------------------------------------------- handles */
 
-static tcp_store *tcp_alloc(const char *host, int port, double timeout_s, const uint8_t *token, size_t tlen)
+static tcp_store *tcp_alloc(const char *host, int port, double timeout_s, const uint8_t *token, size_t tlen,
+                            const char *src)
 {
     tcp_store *s = px_calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -400,6 +409,7 @@ static tcp_store *tcp_alloc(const char *host, int port, double timeout_s, const 
     s->base.timeout_s = timeout_s;
     memcpy(s->token, token, tlen);
     s->token_len = tlen;
+    snprintf(s->token_src, sizeof s->token_src, "%s", src);
     s->fd = -1;
     s->port = port;
     snprintf(s->host, sizeof s->host, "%s", host);
@@ -417,13 +427,14 @@ phx_status phx_store_new(const char *host, int port, bool is_server, double time
     px_store_server *srv = NULL;
     uint8_t token[PX_STORE_MAX_TOKEN];
     size_t tlen;
-    phx_status st = px_store_token("phx_store_new", token, &tlen);
+    char src[320];
+    phx_status st = px_store_token("phx_store_new", token, &tlen, src, sizeof src);
     if (st) return st;
     if (is_server) {
         if ((st = px_store_server_start(host, port, token, tlen, &srv))) return st;
         port = px_store_server_port(srv);
     }
-    tcp_store *s = tcp_alloc(host, port, px_timeout(timeout_s), token, tlen);
+    tcp_store *s = tcp_alloc(host, port, px_timeout(timeout_s), token, tlen, src);
     if (!s) {
         px_store_server_stop(srv, 0);
         return PHX_ENOMEM;
@@ -442,7 +453,7 @@ phx_status phx_store_new(const char *host, int port, bool is_server, double time
 static phx_status tcp_clone(phx_store *base, phx_store **out)
 {
     tcp_store *s = tcp_of(base);
-    tcp_store *c = tcp_alloc(s->host, s->port, base->timeout_s, s->token, s->token_len);
+    tcp_store *c = tcp_alloc(s->host, s->port, base->timeout_s, s->token, s->token_len, s->token_src);
     if (!c) return PHX_ENOMEM;
     memcpy(c->base.host_of, base->host_of, sizeof c->base.host_of);
     phx_status st = tcp_connect(c);
