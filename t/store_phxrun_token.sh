@@ -22,7 +22,7 @@ mkdir "$T/a"
 job=$!
 await "$T/a/port"; port=$(cat "$T/a/port"); token=$(cat "$T/a/token")
 check '[ ${#token} = 64 ] && [ -z "$(printf %s "$token" | tr -d 0-9a-f)" ]' "phxrun gives the ranks a 64-hex-digit token"
-"$CLIENT" outsider "$port" > "$T/out1" 2>&1
+env -u HOME "$CLIENT" outsider "$port" > "$T/out1" 2>&1
 check '[ $? != 0 ] && grep -q "^refused: .*requires this job.s token and PHX_STORE_TOKEN is not set" "$T/out1"' \
   "an outsider without the token is refused, and told why"
 check '! grep -q "hello from" "$T/out1"' "... it read nothing"

@@ -179,6 +179,8 @@ int main(void)
 {
     plan(9);
     unsetenv("PHX_STORE_TOKEN");
+    /* No ~/.phalanx/job-token: raw clients meet a server without a token. */
+    unsetenv("HOME");
     setenv("PHX_TIMEOUT", "20", 1);
     int fds[4];
 

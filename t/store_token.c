@@ -110,6 +110,8 @@ static void spawn_tokens(char tok[2][128])
 int main(void)
 {
     plan(30);
+    /* No ~/.phalanx/job-token: a process without PHX_STORE_TOKEN has no token. */
+    unsetenv("HOME");
     char log[4096];
     const char *job = "9f1c0c3e5b7a2d4e6f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6";
     setenv("PHX_STORE_TOKEN", job, 1);

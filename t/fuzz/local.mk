@@ -57,6 +57,7 @@ fuzz: all
 	    -print_final_stats=1 $$t.corpus) || exit 1; \
 	done
 clean-local: fuzz-clean
+	rm -rf t/home
 fuzz-clean:
 	rm -rf t/fuzz/bin
 .PHONY: fuzz fuzz-clean
