@@ -106,8 +106,10 @@ tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h co
 
 # ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
 dist_bin_SCRIPTS += tools/phx-plot
-TESTS += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh t/tools_phxrun_fail.sh
-EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh t/tools_phxrun_fail.sh
+TESTS += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh t/tools_phxrun_fail.sh \
+	t/tools_phxrun_tee.sh
+EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh t/tools_phxrun_fail.sh \
+	t/tools_phxrun_tee.sh
 
 # ---- t/plugin_abi: plugins built against the frozen ABI 1.0 headers
 # (t/abi-1.0, searched before include/) load and work under this core;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { LINE_MAX_BYTES = 64 * 1024 };
@@ -124,10 +125,22 @@ static int open_log(const char *dir, const char *name)
     return fd;
 }
 
+/* Starts the tee process on r's read ends and files; its pid, or -1. */
+static pid_t start_tee(const rank_out *r)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) tee_main(r->rank, r->rd[0], r->rd[1], r->file[0], r->file[1]);
+    return pid;
+}
+
 int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int tee)
 {
     r->fd[0] = r->fd[1] = -1;
+    r->rd[0] = r->rd[1] = r->file[0] = r->file[1] = -1;
     r->tee = 0;
+    r->rank = rank;
+    r->restarts = 0;
     int file[2] = {-1, -1};
     if (log_dir) {
         char dir[PATH_MAX];
@@ -155,19 +168,18 @@ int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int t
         }
         goto fail;
     }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) tee_main(rank, po[0], pe[0], file[0], file[1]);
-    close(po[0]);
-    close(pe[0]);
+    r->rd[0] = po[0];
+    r->rd[1] = pe[0];
+    r->file[0] = file[0];
+    r->file[1] = file[1];
+    pid_t pid = start_tee(r);
     if (pid < 0) {
         fprintf(stderr, "phxrun: --tee: fork: %s\n", strerror(errno));
         close(po[1]);
         close(pe[1]);
-        goto fail;
+        rank_out_release(r);
+        return -1;
     }
-    for (int i = 0; i < 2; i++)
-        if (file[i] >= 0) close(file[i]);
     r->fd[0] = po[1];
     r->fd[1] = pe[1];
     r->tee = pid;
@@ -189,5 +201,47 @@ void rank_out_close(rank_out *r)
     for (int i = 0; i < 2; i++) {
         if (r->fd[i] >= 0) close(r->fd[i]);
         r->fd[i] = -1;
+    }
+}
+
+void rank_out_tee_ended(rank_out *r, int status)
+{
+    pid_t old = r->tee;
+    r->tee = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return; /* the rank's pipes ended */
+    char how[96];
+    if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    pid_t pid = -1;
+    char why[128] = "";
+    if (r->restarts >= TEE_RESTARTS || r->rd[0] < 0) {
+        snprintf(why, sizeof why, "not replaced again (%d replacements used)", r->restarts);
+    } else {
+        r->restarts++;
+        if ((pid = start_tee(r)) < 0) snprintf(why, sizeof why, "no new helper (fork: %s)", strerror(errno));
+    }
+    if (pid > 0) {
+        r->tee = pid;
+        fprintf(stderr,
+                "phxrun: the --tee helper of rank %d (pid %d) died: %s; a new helper (pid %d) copies the rank's "
+                "output from here (replacement %d of at most %d)\n",
+                r->rank, (int)old, how, (int)pid, r->restarts, TEE_RESTARTS);
+        return;
+    }
+    fprintf(stderr,
+            "phxrun: the --tee helper of rank %d (pid %d) died: %s; %s, so the rank's further output goes "
+            "nowhere and its writes fail (SIGPIPE)\n",
+            r->rank, (int)old, how, why);
+    rank_out_release(r);
+}
+
+void rank_out_release(rank_out *r)
+{
+    for (int i = 0; i < 2; i++) {
+        if (r->rd[i] >= 0) close(r->rd[i]);
+        if (r->file[i] >= 0) close(r->file[i]);
+        r->rd[i] = r->file[i] = -1;
     }
 }

@@ -395,8 +395,13 @@ static void wait_tees(const opts *o, rank_out *out)
     double until = now() + o->grace;
     for (int l = 0; l < o->nproc; l++) {
         while (out[l].tee > 0) {
-            pid_t w = waitpid(out[l].tee, NULL, WNOHANG);
-            if (w == out[l].tee || (w < 0 && errno == ECHILD)) break;
+            int status;
+            pid_t w = waitpid(out[l].tee, &status, WNOHANG);
+            if (w < 0 && errno == ECHILD) break;
+            if (w == out[l].tee) { /* a helper that died is replaced to copy what is left */
+                rank_out_tee_ended(&out[l], status);
+                continue;
+            }
             if (now() >= until) {
                 kill(out[l].tee, SIGKILL);
                 waitpid(out[l].tee, NULL, 0);
@@ -405,6 +410,7 @@ static void wait_tees(const opts *o, rank_out *out)
             usleep(10000);
         }
         out[l].tee = 0;
+        rank_out_release(&out[l]);
     }
 }
 
@@ -426,6 +432,7 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
         free(end);
         return die("out of memory");
     }
+    for (int l = 0; l < o->nproc; l++) out[l].rd[0] = out[l].rd[1] = out[l].file[0] = out[l].file[1] = -1;
     fflush(NULL);
     int live = 0, exit_code = 0;
     char first[1024] = "";
@@ -481,7 +488,7 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
             if (l == o->nproc) {
                 if (!WIFSTOPPED(status) && !WIFCONTINUED(status))
                     for (int q = 0; q < o->nproc; q++)
-                        if (out[q].tee == pid) out[q].tee = 0;
+                        if (out[q].tee == pid) rank_out_tee_ended(&out[q], status);
                 continue;
             }
             if (WIFCONTINUED(status)) continue;

@@ -18,8 +18,16 @@
  *
  * Failures: MPI calls block without a timeout, so a watchdog thread turns
  * a collective running longer than PHX_TIMEOUT into PHX_ETIMEOUT naming
- * it, prints that line, and ends the job with MPI_Abort (errorcode 124):
- * a stuck MPI call cannot be cancelled. A rank that dies makes mpirun end
+ * it and the rank it waits for, prints that line, and ends the job with
+ * MPI_Abort (errorcode 124): a stuck MPI call cannot be cancelled. To
+ * name the rank, the watchdogs talk on a second duplicate of the world
+ * (the side channel): each keeps a receive posted for a query and answers
+ * it with the op it is in; the watchdog that times out asks every other
+ * rank and names those that give no answer within PX_ASK_S (stopped,
+ * or stuck outside MPI), those whose watchdog did not run for longer
+ * (stopped, woken by mpirun's SIGCONT), and those that answer from
+ * another op. A rank asked while in an op reports at once too; the job
+ * ends after the others in the op said they reported (PX_DONE_S at most). A rank that dies makes mpirun end
  * the others. An MPI error (MPI_ERRORS_RETURN) becomes PHX_EPEER, and the
  * kit's failure protocol writes its message and breaks the communicator:
  * later collectives fail at once. */
@@ -43,6 +51,11 @@
 #define PX_SHM_DEFAULT (256u << 10) /* PHX_MPI_SHM_BYTES default */
 #define PX_ABORT_CODE 124 /* MPI_Abort's errorcode on a timeout */
 #define PX_CHUNK (1 << 30) /* elements per MPI call (counts are int) */
+#define PX_ASK_S 1.0 /* how long a timed-out watchdog waits for the others' answers */
+#define PX_TAG_ASK 1 /* side channel: "which op are you in?" */
+#define PX_TAG_ANSWER 2 /* side channel: {op running (-1: none), ops entered, ms since its watchdog last ran} */
+#define PX_TAG_DONE 3 /* side channel: "I reported; the job ends" */
+#define PX_DONE_S 2.0 /* how long the watchdog that ends the job waits for the others to report */
 
 /* ------------------------------------------------------------ MPI itself */
 
@@ -202,12 +215,22 @@ typedef struct mstate {
     pthread_cond_t wd_cv; /* the watchdog's sleep */
     int stop;
     pthread_t watchdog;
+    /* the side channel (size > 1), the watchdog's thread only after init */
+    MPI_Comm side; /* another duplicate of the world: the watchdogs' queries */
+    MPI_Request ask_req; /* the posted receive of a query */
+    int ask_buf;
+    MPI_Request *answer_req; /* per peer: the answer being sent */
+    int64_t (*answer_buf)[3];
+    struct timespec last_run; /* the watchdog's last pass */
+    int asked_by; /* the first rank that asked while this rank was in an op, or -1 */
+    atomic_uint_fast64_t entered; /* ops run_op was called for */
 } mstate;
 
 /* Runs o; returns PHX_OK or an error with its message in msg. */
 static phx_status run_op(void *ctx, const phx_kit_op *o, char *msg, size_t len)
 {
     mstate *s = ctx;
+    atomic_fetch_add(&s->entered, 1);
     const size_t es = phx_dtype_size(o->dt), bytes = (size_t)o->count * es;
     MPI_Datatype t = mpi_type(o->dt);
     const char *call = "";
@@ -264,7 +287,159 @@ static phx_status run_op(void *ctx, const phx_kit_op *o, char *msg, size_t len)
     return PHX_EPEER;
 }
 
-/* Ends the job when the running collective outlives the timeout. */
+static double mono_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) + 1e-9 * (double)(now.tv_nsec - t->tv_nsec);
+}
+
+/* This rank's answer: the op it is in (-1: none), how many it entered,
+ * and the ms since the watchdog's previous pass (a process that was
+ * stopped answers late, when it continues: the gap shows it). */
+static void my_state(mstate *s, int64_t out[3])
+{
+    uint64_t seq;
+    out[0] = phx_kit_comm_running(s->kit, NULL, &seq, NULL) ? (int64_t)seq : -1;
+    out[1] = (int64_t)atomic_load(&s->entered);
+    out[2] = (int64_t)(1e3 * mono_since(&s->last_run));
+}
+
+/* Answers the queries that came (the watchdog's thread). */
+static void answer_queries(mstate *s)
+{
+    for (;;) {
+        int done = 0;
+        MPI_Status st;
+        if (s->ask_req == MPI_REQUEST_NULL || MPI_Test(&s->ask_req, &done, &st) != MPI_SUCCESS || !done) return;
+        int q = st.MPI_SOURCE, free_slot = 1;
+        if (s->answer_req[q] != MPI_REQUEST_NULL) MPI_Test(&s->answer_req[q], &free_slot, MPI_STATUS_IGNORE);
+        if (s->asked_by < 0 && phx_kit_comm_running(s->kit, NULL, NULL, NULL)) s->asked_by = q;
+        if (free_slot) { /* else an answer to q is still on its way: q has it soon */
+            my_state(s, s->answer_buf[q]);
+            MPI_Isend(s->answer_buf[q], 3, MPI_INT64_T, q, PX_TAG_ANSWER, s->side, &s->answer_req[q]);
+        }
+        if (MPI_Irecv(&s->ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, PX_TAG_ASK, s->side, &s->ask_req) != MPI_SUCCESS)
+            s->ask_req = MPI_REQUEST_NULL;
+        s->asked_by = -1;
+    }
+}
+
+/* Asks every other rank which op it is in, waits up to PX_ASK_S for the
+ * answers (answering the others' queries meanwhile), and writes to why
+ * the ranks to blame: those that did not answer, then those in another
+ * op than seq. */
+static void ask_peers(mstate *s, uint64_t seq, char *why, size_t len, int *same)
+{
+    int n = s->size;
+    MPI_Request *req = calloc((size_t)n * 2, sizeof *req);
+    int64_t(*got)[3] = calloc((size_t)n, sizeof *got);
+    int *answered = calloc((size_t)n, sizeof *answered);
+    snprintf(why, len, "a rank is stuck, dead or issued other collectives");
+    if (!req || !got || !answered || s->side == MPI_COMM_NULL) goto out;
+    int one = 1, left = 0;
+    for (int q = 0; q < n; q++) {
+        req[q] = req[n + q] = MPI_REQUEST_NULL;
+        if (q == s->rank) continue;
+        MPI_Irecv(got[q], 3, MPI_INT64_T, q, PX_TAG_ANSWER, s->side, &req[q]);
+        MPI_Isend(&one, 1, MPI_INT, q, PX_TAG_ASK, s->side, &req[n + q]);
+        left++;
+    }
+    struct timespec t0, now, nap = {0, 5 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        answer_queries(s);
+        clock_gettime(CLOCK_MONOTONIC, &s->last_run);
+        for (int q = 0; q < n; q++) {
+            int done = 0;
+            if (q == s->rank || answered[q] || req[q] == MPI_REQUEST_NULL) continue;
+            if (MPI_Test(&req[q], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+                answered[q] = 1;
+                left--;
+                if (got[q][0] >= 0 && (uint64_t)got[q][0] == seq) same[q] = 1;
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!left || (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > PX_ASK_S) break;
+        nanosleep(&nap, NULL);
+    }
+    size_t used = 0;
+    why[0] = '\0';
+    for (int pass = 0; pass < 2; pass++)
+        for (int q = 0; q < n && used + 1 < len; q++) {
+            if (q == s->rank || answered[q] != pass) continue;
+            const char *sep = used ? "; " : "";
+            int w = 0;
+            if (!answered[q])
+                w = snprintf(why + used, len - used,
+                             "%srank %d stopped answering (no answer within %.3g s; this rank is in op #%" PRIu64 ")",
+                             sep, q, PX_ASK_S, seq);
+            else if ((double)got[q][2] > 1e3 * PX_ASK_S)
+                w = snprintf(why + used, len - used,
+                             "%srank %d stopped answering (it did not run for %.1f s; %s op #%" PRId64
+                             ", this rank is in #%" PRIu64 ")",
+                             sep, q, 1e-3 * (double)got[q][2], got[q][0] >= 0 ? "it is in" : "its last was",
+                             got[q][0] >= 0 ? got[q][0] : got[q][1] - 1, seq);
+            else if (got[q][0] >= 0 && (uint64_t)got[q][0] != seq)
+                w = snprintf(why + used, len - used, "%srank %d is in op #%" PRId64 ", this rank in #%" PRIu64, sep, q,
+                             got[q][0], seq);
+            else if (got[q][0] < 0 && got[q][1] > 0)
+                w = snprintf(why + used, len - used,
+                             "%srank %d is in no collective (its last was op #%" PRId64 ", this rank is in #%" PRIu64
+                             ")",
+                             sep, q, got[q][1] - 1, seq);
+            else if (got[q][0] < 0)
+                w = snprintf(why + used, len - used, "%srank %d has issued no collective yet", sep, q);
+            if (w > 0) used += (size_t)w < len - used ? (size_t)w : len - used - 1;
+        }
+    if (!used)
+        snprintf(why, len, "every other rank answered from op #%" PRIu64 " too: the collective itself is stuck", seq);
+out:
+    if (req)
+        for (int i = 0; i < 2 * n; i++)
+            if (req[i] != MPI_REQUEST_NULL) MPI_Request_free(&req[i]);
+    free(req);
+    free(got);
+    free(answered);
+}
+
+/* Tells the others this rank has reported, and waits up to PX_DONE_S for
+ * the same word from the ranks in `same` (those in this op), answering
+ * queries meanwhile: the job ends only after they reported too. */
+static void wait_reports(mstate *s, const int *same)
+{
+    int n = s->size, one = 1, left = 0;
+    MPI_Request *req = calloc((size_t)n * 2, sizeof *req);
+    int *word = calloc((size_t)n, sizeof *word);
+    if (!req || !word || s->side == MPI_COMM_NULL) goto out;
+    for (int q = 0; q < n; q++) {
+        req[q] = req[n + q] = MPI_REQUEST_NULL;
+        if (q == s->rank) continue;
+        MPI_Isend(&one, 1, MPI_INT, q, PX_TAG_DONE, s->side, &req[n + q]);
+        if (same[q] && MPI_Irecv(&word[q], 1, MPI_INT, q, PX_TAG_DONE, s->side, &req[q]) == MPI_SUCCESS) left++;
+    }
+    struct timespec t0, nap = {0, 5 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (left > 0 && mono_since(&t0) < PX_DONE_S) {
+        answer_queries(s);
+        for (int q = 0; q < n; q++) {
+            int done = 0;
+            if (req[q] != MPI_REQUEST_NULL && MPI_Test(&req[q], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+                left--;
+        }
+        nanosleep(&nap, NULL);
+    }
+out:
+    if (req)
+        for (int i = 0; i < 2 * n; i++)
+            if (req[i] != MPI_REQUEST_NULL) MPI_Request_free(&req[i]);
+    free(req);
+    free(word);
+}
+
+/* Ends the job when the running collective outlives the timeout, or when
+ * another rank that timed out in it asks (the job ends anyway: every rank
+ * in the op reports then, not only the first). */
 static void *watchdog_main(void *arg)
 {
     mstate *s = arg;
@@ -276,19 +451,32 @@ static void *watchdog_main(void *arg)
         phx_kit_op o;
         uint64_t seq;
         double secs;
-        if (phx_kit_comm_running(s->kit, &o, &seq, &secs) && secs > s->timeout) {
-            char msg[512];
-            snprintf(msg, sizeof msg,
-                     "mpi: rank %d: %s(count=%" PRId64 ", %s) #%" PRIu64 " did not complete within "
-                     "%.3g s (PHX_TIMEOUT): a rank is stuck, dead or issued other collectives; ending the job with "
-                     "MPI_Abort",
-                     s->rank, phx_kit_kind_name(o.kind), o.count, phx_dtype_name(o.dt), seq, s->timeout);
+        if (s->side != MPI_COMM_NULL) answer_queries(s);
+        clock_gettime(CLOCK_MONOTONIC, &s->last_run);
+        if (phx_kit_comm_running(s->kit, &o, &seq, &secs) && (secs > s->timeout || s->asked_by >= 0)) {
+            char msg[1024], why[768], within[96];
+            int *same = calloc((size_t)s->size, sizeof *same), by = s->asked_by;
             atomic_store(&g_aborting, 1);
             pthread_mutex_unlock(&s->mu);
+            if (secs > s->timeout)
+                snprintf(within, sizeof within, "%.3g s (PHX_TIMEOUT)", s->timeout);
+            else
+                snprintf(within, sizeof within, "%.2g s (rank %d reached PHX_TIMEOUT, %.3g s, first)", secs, by,
+                         s->timeout);
+            if (same)
+                ask_peers(s, seq, why, sizeof why, same);
+            else
+                snprintf(why, sizeof why, "a rank is stuck, dead or issued other collectives");
+            snprintf(msg, sizeof msg,
+                     "mpi: rank %d: %s(count=%" PRId64 ", %s) #%" PRIu64 " did not complete within %s: %s; ending "
+                     "the job with MPI_Abort",
+                     s->rank, phx_kit_kind_name(o.kind), o.count, phx_dtype_name(o.dt), seq, within, why);
             phx_log(PHX_LOG_ERROR, "%s", msg);
             phx_kit_comm_expire(s->kit, PHX_ETIMEOUT, msg);
+            if (same) wait_reports(s, same);
+            free(same);
             /* a moment for the waiting thread to report it */
-            struct timespec ts = {1, 0};
+            struct timespec ts = {0, 300 * 1000 * 1000};
             nanosleep(&ts, NULL);
             MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
             _exit(PX_ABORT_CODE); /* MPI_Abort does not return */
@@ -336,6 +524,23 @@ static size_t shm_threshold(void)
 
 static void m_finalize(void *state);
 
+/* Withdraws the posted query receive and frees the side channel. */
+static void side_free(mstate *s)
+{
+    if (s->ask_req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&s->ask_req);
+        MPI_Wait(&s->ask_req, MPI_STATUS_IGNORE);
+    }
+    if (s->answer_req)
+        for (int q = 0; q < s->size; q++)
+            if (s->answer_req[q] != MPI_REQUEST_NULL) MPI_Request_free(&s->answer_req[q]);
+    if (s->side != MPI_COMM_NULL) MPI_Comm_free(&s->side);
+    free(s->answer_req);
+    free(s->answer_buf);
+    s->answer_req = NULL;
+    s->answer_buf = NULL;
+}
+
 static phx_status m_init(const phx_comm_init_args *a, void **state)
 {
     if (a->device.kind != PHX_DEVICE_CPU)
@@ -357,7 +562,9 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
     s->rank = rank;
     s->size = size;
     s->timeout = a->timeout_s;
-    s->comm = MPI_COMM_NULL;
+    s->comm = s->side = MPI_COMM_NULL;
+    s->ask_req = MPI_REQUEST_NULL;
+    s->asked_by = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -392,6 +599,24 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
             }
         }
     }
+    if (size > 1) {
+        s->answer_req = malloc((size_t)size * sizeof *s->answer_req);
+        s->answer_buf = calloc((size_t)size, sizeof *s->answer_buf);
+        if (!s->answer_req || !s->answer_buf) {
+            st = phx_error(PHX_ENOMEM, "mpi: out of memory");
+            goto fail;
+        }
+        for (int q = 0; q < size; q++) s->answer_req[q] = MPI_REQUEST_NULL;
+        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->side)) != MPI_SUCCESS) {
+            char m[MPI_MAX_ERROR_STRING + 1];
+            mpi_msg(rc, m, sizeof m);
+            st = phx_error(PHX_EPEER, "mpi: rank %d: MPI_Comm_dup (the watchdogs' side channel) failed: %s", rank, m);
+            goto fail;
+        }
+        MPI_Comm_set_errhandler(s->side, MPI_ERRORS_RETURN);
+        MPI_Irecv(&s->ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, PX_TAG_ASK, s->side, &s->ask_req);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &s->last_run);
     if ((st = phx_kit_comm_new(a, "mpi", run_op, s, &s->kit))) goto fail;
     if (pthread_create(&s->watchdog, NULL, watchdog_main, s)) {
         s->watchdog = 0;
@@ -404,6 +629,7 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
     return PHX_OK;
 fail:
     px_shm_free(s->shm);
+    side_free(s);
     if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
     pthread_cond_destroy(&s->wd_cv);
     pthread_mutex_destroy(&s->mu);
@@ -427,6 +653,7 @@ static void m_finalize(void *state)
     }
     phx_kit_comm_free(s->kit);
     px_shm_free(s->shm);
+    side_free(s);
     MPI_Comm_free(&s->comm);
     pthread_cond_destroy(&s->wd_cv);
     pthread_mutex_destroy(&s->mu);
