@@ -60,7 +60,7 @@ t_fuzz_store_frame_LDADD = libphalanx.la $(CRYPTO_LIBS)
 FUZZ_CC = clang
 FUZZ_SECONDS = 60
 FUZZ_MAX_LEN = 8192
-FUZZ_CORPUS_MAX = 200
+FUZZ_CORPUS_MAX = 100
 FUZZ_SAN = -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
 FUZZ_CFLAGS = -g -O1 $(FUZZ_SAN) $(DEFS) $(AM_CPPFLAGS) $(CPPFLAGS) $(BLAS_CFLAGS) $(JANSSON_CFLAGS) \
 	$(ZLIB_CFLAGS) $(CRYPTO_CFLAGS) -w
@@ -83,7 +83,7 @@ fuzz: all $(fuzz_bins)
 	    -max_len=$(FUZZ_MAX_LEN) -rss_limit_mb=2048 -artifact_prefix=$$t- -print_final_stats=1 \
 	    $$t.corpus) > t/fuzz/bin/$$t.log 2>&1 || { tail -n 60 t/fuzz/bin/$$t.log; exit 1; }; \
 	  cp -r $$seeds t/fuzz/bin/$$t.merge; chmod -R u+w t/fuzz/bin/$$t.merge; \
-	  (cd t/fuzz/bin && ./$$t -merge=1 -max_len=$(FUZZ_MAX_LEN) $$t.merge $$t.corpus) \
+	  (cd t/fuzz/bin && PHX_PLUGIN_PATH=$(abs_top_builddir)/.libs/phalanx ./$$t -merge=1 -max_len=$(FUZZ_MAX_LEN) $$t.merge $$t.corpus) \
 	    > t/fuzz/bin/$$t.merge.log 2>&1 || { tail -n 30 t/fuzz/bin/$$t.merge.log; exit 1; }; \
 	  have=`ls $$seeds | wc -l`; added=0; \
 	  for f in `ls -S -r t/fuzz/bin/$$t.merge`; do \
@@ -92,7 +92,7 @@ fuzz: all $(fuzz_bins)
 	    test `wc -c < t/fuzz/bin/$$t.merge/$$f` -le $(FUZZ_MAX_LEN) || continue; \
 	    cp t/fuzz/bin/$$t.merge/$$f $$seeds/$$f; have=`expr $$have + 1`; added=`expr $$added + 1`; \
 	  done; \
-	  done_line=`grep ' DONE ' t/fuzz/bin/$$t.log | tail -n 1`; \
+	  done_line=`grep 'DONE ' t/fuzz/bin/$$t.log | tail -n 1 | sed 's/^.*DONE *//'`; \
 	  execs=`sed -n 's/^stat::number_of_executed_units: *//p' t/fuzz/bin/$$t.log`; \
 	  echo "  FUZZ     $$t: $$execs runs; $$done_line"; \
 	  echo "  FUZZ     $$t: corpus t/fuzz/corpus/$$t: $$have files ($$added merged from this run)"; \
