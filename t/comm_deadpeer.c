@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
-#include "core/world/free-port.h"
+#include "src/world/free-port.h"
 #include "t/comm_harness.h"
 
 #define N 3

@@ -1,4 +1,4 @@
-/* The worker pool (core/base/threads-pool.c, internal): every task of
+/* The worker pool (src/base/threads-pool.c, internal): every task of
  * every run executes exactly once, on the caller for task 0, and the
  * caller sees all of their writes when px_pool_run returns -- with runs
  * back to back (workers spinning) and with pauses between them (workers
@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
-#include "core/base/threads-pool.h"
+#include "src/base/threads-pool.h"
 #include "t/tap.h"
 
 enum { N = 4 };

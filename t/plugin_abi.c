@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/plugin/plugin-abi.h"
+#include "src/plugin/plugin-abi.h"
 #include "phalanx/phalanx.h"
 #include "phalanx/plugin/comm_v1.h"
 #include "phalanx/plugin/device_v1.h"

@@ -1,6 +1,6 @@
 /* The "minor too old" loader error. This Phalanx loads every minor from
  * 0 on, so this test builds its own copy of the loader
- * (core/plugin/plugin.c, core/plugin/plugin-find.c) with
+ * (src/plugin/plugin.c, src/plugin/plugin-find.c) with
  * PX_PLUGIN_MINOR_OLDEST one past this tree's minor, as a Phalanx that
  * dropped every minor up to this one would be. The test plugins are built with this tree's minor, so the
  * loader here needs PHX_PLUGIN_ABI_MINOR + 1. */

@@ -20,7 +20,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/world/store-server.h"
+#include "src/world/store-server.h"
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
 

@@ -1,4 +1,4 @@
-/* The CPU thread budget (core/base/threads.c, internal; compiled in with
+/* The CPU thread budget (src/base/threads.c, internal; compiled in with
  * the kernels' parallel loop, kernels/cpu/parallel.c): a parallel kernel
  * region runs on as many distinct threads as the calling thread's budget
  * -- PHX_NUM_THREADS, phx_set_num_threads, a rank thread's own budget, a
@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/base/threads.h"
-#include "core/world/world-impl.h"
+#include "src/base/threads.h"
+#include "src/world/world-impl.h"
 #include "kernels/cpu/cpu.h"
 #include "phalanx/phalanx.h"
 #include "t/tap.h"

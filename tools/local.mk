@@ -89,7 +89,7 @@ check_PROGRAMS += t/plugin_loader t/plugin_minor
 TESTS += t/plugin_loader t/plugin_minor
 t_plugin_loader_SOURCES = t/plugin_loader.c
 t_plugin_loader_LDADD = libphalanx.la
-t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c core/base/abi.c
+t_plugin_minor_SOURCES = t/plugin_minor.c src/plugin/plugin.c src/plugin/plugin-find.c src/base/util.c src/base/abi.c
 t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_OLDEST='(PHX_PLUGIN_ABI_MINOR + 1)'
 t_plugin_minor_LDADD = libphalanx.la
 
@@ -102,7 +102,7 @@ EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-p
 
 # ---- phxrun: the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
-tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h core/world/free-port.h
+tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h src/world/free-port.h
 
 # ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
 dist_bin_SCRIPTS += tools/phx-plot
@@ -137,7 +137,7 @@ t_plugins_abidev_phx_device_cuda_la_CPPFLAGS = $(abi10_cppflags)
 t_plugins_abidev_phx_device_cuda_la_LDFLAGS = $(fake_plugin_ldflags)
 check_PROGRAMS += t/plugin_abi
 TESTS += t/plugin_abi
-t_plugin_abi_SOURCES = t/plugin_abi.c core/plugin/plugin-abi.c core/plugin/plugin-abi.h
+t_plugin_abi_SOURCES = t/plugin_abi.c src/plugin/plugin-abi.c src/plugin/plugin-abi.h
 t_plugin_abi_LDADD = libphalanx.la -ldl
 # t/plugin_kit: the kit's reductions and abort key, and its queue through
 # a comm plugin built on it.

@@ -301,7 +301,7 @@ phx_status px_cpu_conv2d_small(int pass, const phx_conv2d_desc *d, const float *
 int px_cpu_dnnl_bf16_native(void);
 
 /* Runs fn(arg, lo, hi) over [0, n) cut into at most one contiguous part
- * per thread of the calling thread's budget (core/base/threads.h), each of
+ * per thread of the calling thread's budget (src/base/threads.h), each of
  * at least grain items, on the calling thread's pool
  * (kernels/cpu/parallel.c); inline when there is one part. The parts must
  * write disjoint memory. */

@@ -31,7 +31,7 @@ t_fuzz_idx_LDADD = libphalanx.la
 # compiled in. Seeds: t/store_frame_seeds.py.
 check_PROGRAMS += t/fuzz/store-frame
 TESTS += t/fuzz/store-frame
-t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/replay-main.c $(px_store_sources) core/base/util.c
+t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/replay-main.c $(px_store_sources) src/base/util.c
 t_fuzz_store_frame_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS) -DFUZZ_CORPUS='"$(abs_top_srcdir)/t/fuzz/corpus/store-frame"'
 t_fuzz_store_frame_LDADD = libphalanx.la $(CRYPTO_LIBS)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The map's names exist: every `file:function` in doc/internals.md is a
 file of the tree that defines or declares that function, every path named
-(`core/ddp/`, `core/ddp/ddp.c`, a program such as `t/comm_phxrun`) and
+(`src/ddp/`, `src/ddp/ddp.c`, a program such as `t/comm_phxrun`) and
 every bare file name (`ddp-buckets.c`) exists, and in the walks through a
 step ("## One ... step") every bare name of a function is defined in a
 file named in the same step, or, for a phx_/px_ name, anywhere in the

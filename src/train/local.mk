@@ -1,0 +1,56 @@
+# src/train — losses and optimizers, the training tests, the first
+# examples and the step benchmark (doc/training.md).
+libphalanx_la_SOURCES += src/train/loss.c src/train/optim.c src/train/optim-impl.h \
+	src/train/sgd.c src/train/adam.c src/train/metrics.c
+# training-loop tools (doc/transformer.md)
+libphalanx_la_SOURCES += src/train/schedule.c src/train/clip.c
+
+train_tests = t/train_modules t/train_parity t/train_api t/train_ckpt t/train_interop t/train_alloc t/train_data
+check_PROGRAMS += $(train_tests)
+TESTS += $(train_tests) t/train_examples.sh
+EXTRA_DIST += t/train_examples.sh
+t_train_modules_LDADD = libphalanx.la -lm
+t_train_parity_LDADD = libphalanx.la -lm
+t_train_api_LDADD = libphalanx.la -lm
+t_train_ckpt_LDADD = libphalanx.la
+t_train_interop_LDADD = libphalanx.la -lm
+t_train_alloc_LDADD = libphalanx.la
+t_train_data_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
+
+# The first examples (make demo runs them through examples/demo.sh).
+train_examples = examples/linear_regression examples/fashion_mnist examples/custom_module
+noinst_PROGRAMS += $(train_examples)
+demo_programs += $(train_examples)
+examples_linear_regression_LDADD = libphalanx.la
+examples_fashion_mnist_LDADD = libphalanx.la
+examples_custom_module_LDADD = libphalanx.la -lm
+
+# make bench: training steps/s beside PyTorch (bench/run.sh).
+noinst_PROGRAMS += bench/step
+bench_programs += bench/step
+bench_step_LDADD = libphalanx.la
+# Helpers the bench programs include (bench/step, ddp, dp, amp and gpu).
+EXTRA_DIST += bench/bench-util.h bench/bench-tsv.h bench/bench-peak.h
+
+# PyTorch scripts and the reference data they wrote (t/data).
+EXTRA_DIST += bench/torch/st_io.py bench/torch/parity.py bench/torch/ckpt_interop.py bench/torch/step.py \
+	t/data/parity_sgd.safetensors t/data/parity_adamw.safetensors t/data/parity_adam_ams.safetensors \
+	t/data/parity_gelu_ln.safetensors t/data/torch_ckpt.safetensors t/data/torch_ckpt_io.safetensors \
+	t/data/torch_ckpt_pkg.safetensors t/data/torch_ckpt_f16.safetensors t/data/torch_ckpt_bf16.safetensors \
+	t/data/torch_ckpt_f64.safetensors
+
+# Metrics as JSON Lines (include/phalanx/metrics.h); the test reads them
+# back with jansson.
+check_PROGRAMS += t/train_metrics
+TESTS += t/train_metrics
+t_train_metrics_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
+t_train_metrics_LDADD = libphalanx.la $(JANSSON_LIBS)
+
+# Errors that name the cause (constructors, options, foreign files).
+check_PROGRAMS += t/train_errors
+TESTS += t/train_errors
+t_train_errors_LDADD = libphalanx.la -lm
+
+# The README's complete program, extracted, compiled and run.
+TESTS += t/readme_program.sh
+EXTRA_DIST += t/readme_program.sh
