@@ -1,4 +1,7 @@
-# kernels — owned by its area; see Makefile.am
+# kernels — the CPU device (cpu/device.c) and its kernels, compiled into
+# libphalanx; math.h is the per-element math the CPU and CUDA kernels share
+# (the CUDA device and its kernels: plugins/device/cuda). Tests: t/tensor/.
+libphalanx_la_SOURCES += kernels/cpu/device.c
 # The CPU kernels are a convenience library inside libphalanx so they can
 # take -fno-math-errno (sqrtf in the Adam update may then vectorise; the
 # library never reads errno after a math call).

@@ -5,7 +5,7 @@
 #include "phalanx/device.h"
 #include "phalanx/plugin/device_v1.h"
 
-/* The built-in CPU device (src/tensor/device-cpu.c); the core uses it
+/* The built-in CPU device (kernels/cpu/device.c); the core uses it
  * through phx_device_table, which adds the defaults of its NULL slots. */
 extern const phx_device_v1 px_cpu_device;
 

@@ -1,7 +1,7 @@
-# src/tensor — tensors, devices, the CPU device, kernel dispatch, RNG
+# src/tensor — tensors, devices and kernel dispatch (the CPU device: kernels/), RNG
 # (doc/tensors.md). Tests: t/core_*.
 libphalanx_la_SOURCES += src/tensor/tensor.c src/tensor/tensor-ops.c src/tensor/tensor-impl.h \
-	src/tensor/device.c src/tensor/device-impl.h src/tensor/device-cpu.c src/tensor/rng.c
+	src/tensor/device.c src/tensor/device-impl.h src/tensor/rng.c
 
 # core tests
 core_tests = t/core_half t/core_gemm t/core_tensor t/core_device t/core_error t/core_rng t/core_act t/core_isa t/core_ops t/core_nn t/core_optim t/core_torch t/core_cuda

@@ -22,8 +22,8 @@
  * an autocast convolution in PyTorch. */
 #include <limits.h>
 #include <cudnn.h>
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 #define CONV_FMT \
     "x (%lld, %lld, %lld, %lld), w (%lld, %lld, %lld, %lld), y %lldx%lld, stride %lldx%lld, pad %lldx%lld, " \

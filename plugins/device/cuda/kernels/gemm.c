@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cublas_v2.h>
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/kernels.h"
 #include "plugins/device/cuda/cuda-impl.h"
 
 #define PX_BLAS_WS_BYTES ((size_t)32 << 20)

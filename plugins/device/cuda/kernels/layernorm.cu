@@ -4,8 +4,8 @@
  * One block per row (grid-stride over rows); the row is read from L2 on
  * the later passes. dw/db: column sums over rows as partials per row
  * split, added in a fixed order. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 #define PX_LN_THREADS 256
 

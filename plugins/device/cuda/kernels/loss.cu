@@ -5,8 +5,8 @@
  * order, so results are deterministic. A bad label is found by a first
  * kernel; the compute kernel then writes nothing (as on the CPU, a bad
  * label changes nothing) and the caller learns the row. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 #define PX_LOSS_BLOCKS_MAX 1024
 

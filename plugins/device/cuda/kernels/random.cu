@@ -3,8 +3,8 @@
  * Philox block k/4 (kernels/math.h), so each thread computes one block and
  * uses its four words for the elements that need them: the values equal
  * the CPU's (kernels/cpu/dropout.c, rng.c) for any offset. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 /* Thread t handles stream block b0 + t: elements i with offset + i in
  * [4 b, 4 b + 4). */

@@ -1,4 +1,4 @@
-/* Entry points of the CUDA kernels (the .cu files in kernels/cuda and
+/* Entry points of the CUDA kernels (the .cu files in plugins/device/cuda/kernels and
  * gemm.c): px_cuda_<name> for each slot of
  * include/phalanx/plugin/kernels_v1.def, with the slot's contract. C
  * linkage; internal to the cuda plugin. The device index is a CUDA device; work is queued on the calling

@@ -1,7 +1,7 @@
 /* The cuda device's kernel table: px_cuda_<name> in every slot of
- * kernels_v1.def (kernels/cuda/kernels.h). */
+ * kernels_v1.def (plugins/device/cuda/kernels/kernels.h). */
 #include "config.h"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/kernels.h"
 #include "plugins/device/cuda/cuda-impl.h"
 
 const phx_kernels_v1 px_cuda_kernels = {

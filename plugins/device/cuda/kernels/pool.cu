@@ -8,8 +8,8 @@
  * rounded once and the same on every run (no atomics, no scratch). Max
  * pooling's backward reads the argmax of maxpool2d_forward on the same
  * window. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 /* The number of taps of output o's window along one axis that fall
  * inside [0, size). */

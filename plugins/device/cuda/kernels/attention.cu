@@ -8,8 +8,8 @@
  * table's gradient may differ in the last bits run to run, as PyTorch's
  * default CUDA embedding backward), residual add, and the sum of squares
  * (f64 per-block partials summed in a fixed order). */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 #define PX_ROWS_PER_BLOCK (PX_THREADS / 32)
 #define PX_SQ_BLOCKS_MAX 1024

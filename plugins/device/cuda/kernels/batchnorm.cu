@@ -5,8 +5,8 @@
  * ones the CPU kernels use. The mean and variance come from two passes
  * over x shifted by the channel's first element, so a large common offset
  * costs no precision (as layernorm.cu). */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 #define PX_BN_THREADS 256
 

@@ -3,8 +3,8 @@
  * phx_adam_update, phx_isfinite) as kernels/cpu/optim.c; built without
  * FMA contraction, so a step gives the CPU's bits. f32 throughout, four
  * elements per 16-byte access when aligned. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 template <int MOM>
 __global__ void k_sgd(int64_t n, int64_t nv, float *p, const float *g, float *buf, phx_sgd_hparams h, int first)

@@ -1,8 +1,8 @@
 /* Activations forward and backward on the GPU (formulas: kernels/math.h,
  * as kernels/cpu/activation.c). The activation and dtype are template
  * constants; 16-byte groups of 8 when aligned. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 template <int ACT, int DT> __global__ void k_act_fwd(int64_t n, int64_t ng, const void *x, void *y)
 {

@@ -4,8 +4,8 @@
  * -fmad=false, so no contraction into FMA either). Vectorised in groups
  * of 8 elements (16-byte loads) when every pointer is 16-byte aligned;
  * the tail, or everything when unaligned, goes element by element. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 /* ---- cast */
 

@@ -3,8 +3,8 @@
  * column sums (double, as kernels/cpu/elementwise.c). Two passes with
  * per-block partials in the thread's scratch, summed in a fixed order:
  * the results are deterministic run to run. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
+#include "plugins/device/cuda/kernels/common.cuh"
+#include "plugins/device/cuda/kernels/kernels.h"
 
 #define PX_RED_BLOCKS_MAX 1024
 
