@@ -1,23 +1,23 @@
 # src/data — safetensors checkpoints, the IDX reader, the loader and the
-# DistributedSampler (doc/formats.md, doc/training.md).
+# DistributedSampler (doc/formats.md, doc/training.md). Tests: t/data/.
 libphalanx_la_SOURCES += src/data/safetensors.c src/data/safetensors-impl.h src/data/checkpoint.c \
 	src/data/idx.c src/data/idx-impl.h src/data/loader.c src/data/loader-device.c src/data/loader-device.h \
 	src/data/sampler.c \
 	src/data/dataset.c src/data/dataset-impl.h
 
 # Datasets and the loader with workers (doc/data.md).
-check_PROGRAMS += t/data_loader
-TESTS += t/data_loader t/data_valgrind.sh
+check_PROGRAMS += t/data/loader
+TESTS += t/data/loader t/data/valgrind.sh
 t_data_loader_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
-EXTRA_DIST += bench/torch/loader.py t/data/loader.txt t/data_valgrind.sh t/valgrind.supp
+EXTRA_DIST += bench/torch/loader.py t/ref/loader.txt t/data/valgrind.sh t/valgrind.supp
 
 # The loader on an accelerator: pinned batches, copies queued on the
 # loader's stream, against a device whose copies run late.
 check_LTLIBRARIES += t/plugins/asyncdev/phx-device-cuda.la
 t_plugins_asyncdev_phx_device_cuda_la_SOURCES = t/plugins/async-device.c
 t_plugins_asyncdev_phx_device_cuda_la_LDFLAGS = $(fake_plugin_ldflags)
-check_PROGRAMS += t/data_loader_device
-TESTS += t/data_loader_device
+check_PROGRAMS += t/data/loader_device
+TESTS += t/data/loader_device
 t_data_loader_device_LDADD = libphalanx.la -ldl
 
 # make bench: loading alone and the MLP step from a slow dataset, 0-2
@@ -29,12 +29,26 @@ EXTRA_DIST += bench/torch/loader_speed.py
 
 # Failed loads change nothing; killed saves leave no temporary files for
 # long (doc/failures.md).
-check_PROGRAMS += t/train_ckpt_fail
-TESTS += t/train_ckpt_fail
-t_train_ckpt_fail_SOURCES = t/train_ckpt_fail.c t/ckpt-snapshot.h
-t_train_ckpt_fail_LDADD = libphalanx.la
+check_PROGRAMS += t/data/ckpt_fail
+TESTS += t/data/ckpt_fail
+t_data_ckpt_fail_SOURCES = t/data/ckpt_fail.c t/ckpt-snapshot.h
+t_data_ckpt_fail_LDADD = libphalanx.la
 
 # Saved files get the umask's mode (a replaced file keeps its own).
-check_PROGRAMS += t/train_ckpt_mode
-TESTS += t/train_ckpt_mode
-t_train_ckpt_mode_LDADD = libphalanx.la
+check_PROGRAMS += t/data/ckpt_mode
+TESTS += t/data/ckpt_mode
+t_data_ckpt_mode_LDADD = libphalanx.la
+
+# Checkpoints: save and load, and across PyTorch (reference files in t/ref,
+# listed in src/train/local.mk); the IDX reader and the mini-batch loader.
+check_PROGRAMS += t/data/ckpt t/data/ckpt_interop t/data/idx
+TESTS += t/data/ckpt t/data/ckpt_interop t/data/idx
+t_data_ckpt_LDADD = libphalanx.la
+t_data_ckpt_interop_LDADD = libphalanx.la -lm
+t_data_idx_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
+
+# The DistributedSampler against torch's index lists (t/ref/sampler.txt from
+# bench/torch/sampler.py).
+check_PROGRAMS += t/data/sampler
+TESTS += t/data/sampler
+t_data_sampler_LDADD = libphalanx.la

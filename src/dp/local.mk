@@ -1,26 +1,26 @@
-# src/dp — DataParallel (doc/dp.md).
+# src/dp — DataParallel (doc/dp.md). Tests: t/dp/.
 libphalanx_la_SOURCES += src/dp/dp.c src/dp/dp-buffers.c src/dp/dp-reduce.c src/dp/dp-impl.h
 
-check_PROGRAMS += t/dp_chunk
-TESTS += t/dp_chunk
+check_PROGRAMS += t/dp/chunk
+TESTS += t/dp/chunk
 t_dp_chunk_LDADD = libphalanx.la -lm
 
-EXTRA_DIST += bench/torch/chunk.py bench/torch/dp.py t/data/dp_chunk.txt
+EXTRA_DIST += bench/torch/chunk.py bench/torch/dp.py t/ref/dp_chunk.txt
 
-check_PROGRAMS += t/dp_train
-TESTS += t/dp_train
+check_PROGRAMS += t/dp/train
+TESTS += t/dp/train
 t_dp_train_LDADD = libphalanx.la -lm
 
-check_PROGRAMS += t/dp_errors
-TESTS += t/dp_errors
+check_PROGRAMS += t/dp/errors
+TESTS += t/dp/errors
 t_dp_errors_LDADD = libphalanx.la
 
-check_PROGRAMS += t/dp_steady
-TESTS += t/dp_steady
+check_PROGRAMS += t/dp/steady
+TESTS += t/dp/steady
 t_dp_steady_LDADD = libphalanx.la
 
-check_PROGRAMS += t/dp_ckpt
-TESTS += t/dp_ckpt
+check_PROGRAMS += t/dp/ckpt
+TESTS += t/dp/ckpt
 t_dp_ckpt_LDADD = libphalanx.la -lm
 
 # The seed's DataParallel program (make demo).
@@ -33,6 +33,6 @@ noinst_PROGRAMS += bench/dp
 bench_dp_LDADD = libphalanx.la
 bench_programs += bench/dp
 
-check_PROGRAMS += t/dp_precision
-TESTS += t/dp_precision
+check_PROGRAMS += t/dp/precision
+TESTS += t/dp/precision
 t_dp_precision_LDADD = libphalanx.la -lm

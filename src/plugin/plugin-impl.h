@@ -9,7 +9,7 @@
 #include "phalanx/plugin.h"
 
 /* The oldest descriptor minor the loader accepts. A build may raise it
- * (t/plugin_minor builds the loader with 2, as a Phalanx that dropped
+ * (t/plugin/minor builds the loader with 2, as a Phalanx that dropped
  * minors 0 and 1 would be, for the "minor too old" error). */
 #ifndef PX_PLUGIN_MINOR_OLDEST
 #define PX_PLUGIN_MINOR_OLDEST PHX_PLUGIN_ABI_MINOR_OLDEST

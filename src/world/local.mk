@@ -1,5 +1,6 @@
 # src/world — the world from the environment, the TCP store (client,
 # server, key-value table) and phx_spawn (doc/comm.md, doc/store.md).
+# Tests: t/world/.
 libphalanx_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h $(px_store_sources)
 # The store alone (tests of its internals and the fuzz target build it in).
 px_store_sources = src/world/store.c src/world/store-impl.h src/world/store-local.c src/world/store-tcp.c \
@@ -9,20 +10,34 @@ px_store_sources = src/world/store.c src/world/store-impl.h src/world/store-loca
 libphalanx_la_CPPFLAGS += $(CRYPTO_CFLAGS)
 libphalanx_la_LIBADD += $(CRYPTO_LIBS)
 
-# ---- tests (doc/store.md). t/store_limits builds the store in, for the
+# ---- tests (doc/store.md): t/world/. The store through its public calls,
+# the world from the environment, phx_spawn.
+check_PROGRAMS += t/world/store
+TESTS += t/world/store
+t_world_store_SOURCES = t/world/store.c
+t_world_store_LDADD = libphalanx.la
+check_PROGRAMS += t/world/world
+TESTS += t/world/world
+t_world_world_SOURCES = t/world/world.c t/env-util.h
+t_world_world_LDADD = libphalanx.la
+check_PROGRAMS += t/world/spawn
+TESTS += t/world/spawn
+t_world_spawn_SOURCES = t/world/spawn.c
+t_world_spawn_LDADD = libphalanx.la
+# More tests (doc/store.md). t/world/store_limits builds the store in, for the
 # server's counters.
-check_PROGRAMS += t/store_limits t/store_token t/store_env t/store_client
-TESTS += t/store_limits t/store_token t/store_env t/store_phxrun_token.sh
-EXTRA_DIST += t/store_phxrun_token.sh
-t_store_limits_SOURCES = t/store_limits.c $(px_store_sources) src/base/util.c
-t_store_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
-t_store_limits_LDADD = libphalanx.la $(CRYPTO_LIBS)
-t_store_token_SOURCES = t/store_token.c
-t_store_token_LDADD = libphalanx.la
-t_store_env_SOURCES = t/store_env.c
-t_store_env_LDADD = libphalanx.la
-t_store_client_SOURCES = t/store_client.c
-t_store_client_LDADD = libphalanx.la
+check_PROGRAMS += t/world/store_limits t/world/store_token t/world/store_env t/world/store_client
+TESTS += t/world/store_limits t/world/store_token t/world/store_env t/world/store_phxrun_token.sh
+EXTRA_DIST += t/world/store_phxrun_token.sh
+t_world_store_limits_SOURCES = t/world/store_limits.c $(px_store_sources) src/base/util.c
+t_world_store_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
+t_world_store_limits_LDADD = libphalanx.la $(CRYPTO_LIBS)
+t_world_store_token_SOURCES = t/world/store_token.c
+t_world_store_token_LDADD = libphalanx.la
+t_world_store_env_SOURCES = t/world/store_env.c
+t_world_store_env_LDADD = libphalanx.la
+t_world_store_client_SOURCES = t/world/store_client.c
+t_world_store_client_LDADD = libphalanx.la
 
 # ---- make bench: the store server under attack (bench/store_attack.sh)
 noinst_PROGRAMS += bench/store_attack
@@ -32,7 +47,7 @@ bench_programs += bench/store_attack
 EXTRA_DIST += bench/store_attack.sh
 
 # Slurm: MASTER_ADDR from the node list, a batch script told to use srun.
-check_PROGRAMS += t/world_slurm
-TESTS += t/world_slurm
-t_world_slurm_SOURCES = t/world_slurm.c t/env-util.h
+check_PROGRAMS += t/world/slurm
+TESTS += t/world/slurm
+t_world_slurm_SOURCES = t/world/slurm.c t/env-util.h
 t_world_slurm_LDADD = libphalanx.la

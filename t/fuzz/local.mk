@@ -17,7 +17,7 @@
 fuzz_targets = checkpoint idx store-frame
 FUZZ_TARGETS = $(fuzz_targets)
 EXTRA_DIST += t/fuzz/replay-main.c t/fuzz/corpus/checkpoint t/fuzz/corpus/idx \
-	t/fuzz/corpus/store-frame t/store_frame_seeds.py
+	t/fuzz/corpus/store-frame t/fuzz/store_frame_seeds.py
 
 check_PROGRAMS += t/fuzz/checkpoint t/fuzz/idx
 TESTS += t/fuzz/checkpoint t/fuzz/idx
@@ -28,7 +28,7 @@ t_fuzz_idx_SOURCES = t/fuzz/idx.c t/fuzz/replay-main.c
 t_fuzz_idx_CPPFLAGS = $(AM_CPPFLAGS) -DFUZZ_CORPUS='"$(abs_top_srcdir)/t/fuzz/corpus/idx"'
 t_fuzz_idx_LDADD = libphalanx.la
 # The store's engine is internal (hidden in libphalanx): its sources are
-# compiled in. Seeds: t/store_frame_seeds.py.
+# compiled in. Seeds: t/fuzz/store_frame_seeds.py.
 check_PROGRAMS += t/fuzz/store-frame
 TESTS += t/fuzz/store-frame
 t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/replay-main.c $(px_store_sources) src/base/util.c

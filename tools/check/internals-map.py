@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The map's names exist: every `file:function` in doc/internals.md is a
 file of the tree that defines or declares that function, every path named
-(`src/ddp/`, `src/ddp/ddp.c`, a program such as `t/comm_phxrun`) and
+(`src/ddp/`, `src/ddp/ddp.c`, a program such as `t/comm/gloo_links`) and
 every bare file name (`ddp-buckets.c`) exists, and in the walks through a
 step ("## One ... step") every bare name of a function is defined in a
 file named in the same step, or, for a phx_/px_ name, anywhere in the
@@ -55,7 +55,7 @@ def defines(path, name):
 
 def find_path(p):
     """The tracked file or folder p names, or None. A path may be a
-    program (its source is p.c, p.sh or p.cc), a glob (t/core_*), a
+    program (its source is p.c, p.sh or p.cc), a glob (t/tensor/*), a
     folder (trailing /), a brace list ({a,b}), or relative to include/."""
     m = re.search(r"\{([^}]*)\}", p)
     if m:
@@ -95,7 +95,7 @@ def sections(doc):
 def main():
     doc_path = sys.argv[1] if len(sys.argv) > 1 else "doc/internals.md"
     doc = text(doc_path)
-    sources = [f for f in FILES if f.endswith(SOURCE_EXT) and not f.startswith("t/abi-1.0/")]
+    sources = [f for f in FILES if f.endswith(SOURCE_EXT) and not f.startswith("t/plugin/abi-1.0/")]
     points, seen = [], set()
 
     def point(good, what):

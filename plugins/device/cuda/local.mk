@@ -16,27 +16,27 @@ EXTRA_DIST += $(cuda_kernel_sources) plugins/device/cuda/kernels/common.cuh
 
 # The caching allocator's bookkeeping is CUDA-free: tested on the CPU in
 # every build.
-check_PROGRAMS += t/cuda_alloc
-TESTS += t/cuda_alloc
-t_cuda_alloc_SOURCES = t/cuda_alloc.c plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h
+check_PROGRAMS += t/cuda/alloc
+TESTS += t/cuda/alloc
+t_cuda_alloc_SOURCES = t/cuda/alloc.c plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h
 t_cuda_alloc_LDADD = libphalanx.la
 # CUDA_VISIBLE_DEVICES as the plugins' fork-safe device count reads it.
-check_PROGRAMS += t/cuda_visible
-TESTS += t/cuda_visible
-t_cuda_visible_SOURCES = t/cuda_visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h
+check_PROGRAMS += t/cuda/visible
+TESTS += t/cuda/visible
+t_cuda_visible_SOURCES = t/cuda/visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h
 # Selecting cuda / nccl: clear errors without a GPU, working with one.
-check_PROGRAMS += t/cuda_select
-TESTS += t/cuda_select
+check_PROGRAMS += t/cuda/select
+TESTS += t/cuda/select
 t_cuda_select_LDADD = libphalanx.la
 # With a GPU (else they skip): every kernel against the CPU table, and the
 # device's memory, copies, events and streams.
-check_PROGRAMS += t/cuda_kernels t/cuda_device
-TESTS += t/cuda_kernels t/cuda_device
+check_PROGRAMS += t/cuda/kernels t/cuda/device
+TESTS += t/cuda/kernels t/cuda/device
 t_cuda_kernels_LDADD = libphalanx.la -lm
 t_cuda_device_LDADD = libphalanx.la -lm
 # The nccl communicator on GPUs (skips without one).
-check_PROGRAMS += t/cuda_nccl
-TESTS += t/cuda_nccl
+check_PROGRAMS += t/cuda/nccl
+TESTS += t/cuda/nccl
 t_cuda_nccl_LDADD = libphalanx.la -lm
 
 # The GPU benchmark (run by t/gpu/run; says "no CUDA device" elsewhere)
