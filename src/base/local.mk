@@ -1,38 +1,30 @@
 # src/base — errors, logging, version, small helpers every area uses, and
 # the CPU thread budget with its worker pool (src/base/threads.h), the
 # library ABI's checks. Tests: t/base/.
-libphalanx_la_SOURCES += src/base/version.c src/base/util.c src/base/util.h \
+libphalanx_internal_la_SOURCES += src/base/version.c src/base/util.c src/base/util.h \
 	src/base/error.c src/base/log.c \
 	src/base/abi.c src/base/abi.h src/base/abi-1.0.c \
 	src/base/threads.c src/base/threads.h src/base/threads-pool.c src/base/threads-pool.h
 # The BLAS adapter: one, for the BLAS configure found (none for another CBLAS).
 if BLAS_OPENBLAS
-libphalanx_la_SOURCES += src/base/threads-openblas.c
+libphalanx_internal_la_SOURCES += src/base/threads-openblas.c
 endif
 if BLAS_BLIS
-libphalanx_la_SOURCES += src/base/threads-blis.c
+libphalanx_internal_la_SOURCES += src/base/threads-blis.c
 endif
 
-# The worker pool is internal (px_): its test compiles it in.
+# The worker pool is internal (px_): its test links the internals.
 check_PROGRAMS += t/base/pool
 TESTS += t/base/pool
-t_base_pool_SOURCES = t/base/pool.c src/base/threads-pool.c src/base/util.c
-t_base_pool_LDADD = libphalanx.la
+t_base_pool_LDADD = libphalanx-internal.la
 
 # The budget's width as the kernels see it, in every BLAS configuration:
-# the owner, its pool, the world's parser and the kernels' loop compiled in.
+# the owner, its pool, the world's parser and the kernels' loop (from the
+# internals).
 check_PROGRAMS += t/base/threads_width
 TESTS += t/base/threads_width
-t_base_threads_width_SOURCES = t/base/threads_width.c src/base/threads.c src/base/threads-pool.c src/base/util.c \
-	src/base/abi.c src/world/world.c kernels/cpu/parallel.c
 t_base_threads_width_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
-t_base_threads_width_LDADD = libphalanx.la $(BLAS_LIBS)
-if BLAS_OPENBLAS
-t_base_threads_width_SOURCES += src/base/threads-openblas.c
-endif
-if BLAS_BLIS
-t_base_threads_width_SOURCES += src/base/threads-blis.c
-endif
+t_base_threads_width_LDADD = libphalanx-internal.la
 
 # The library ABI: programs built against the 1.0 headers run on today's
 # library (t/base/abi-lib-1.0 holds those headers as they were).

@@ -1,6 +1,6 @@
 # src/data — safetensors checkpoints, the IDX reader, the loader and the
 # DistributedSampler (doc/formats.md, doc/training.md). Tests: t/data/.
-libphalanx_la_SOURCES += src/data/safetensors.c src/data/safetensors-impl.h src/data/checkpoint.c \
+libphalanx_internal_la_SOURCES += src/data/safetensors.c src/data/safetensors-impl.h src/data/checkpoint.c \
 	src/data/idx.c src/data/idx-impl.h src/data/loader.c src/data/loader-device.c src/data/loader-device.h \
 	src/data/sampler.c \
 	src/data/dataset.c src/data/dataset-impl.h

@@ -1,5 +1,5 @@
 # src/dp — DataParallel (doc/dp.md). Tests: t/dp/.
-libphalanx_la_SOURCES += src/dp/dp.c src/dp/dp-buffers.c src/dp/dp-reduce.c src/dp/dp-impl.h
+libphalanx_internal_la_SOURCES += src/dp/dp.c src/dp/dp-buffers.c src/dp/dp-reduce.c src/dp/dp-impl.h
 
 check_PROGRAMS += t/dp/chunk
 TESTS += t/dp/chunk

@@ -1,17 +1,17 @@
 # src/plugin — the plugin loader and the kit (doc/plugins.md). Tests:
 # t/plugin/, with the plugins they load built from t/plugins/.
-libphalanx_la_SOURCES += src/plugin/plugin.c src/plugin/plugin-find.c src/plugin/plugin-impl.h
-libphalanx_la_SOURCES += src/plugin/plugin-abi.c src/plugin/plugin-abi.h
+libphalanx_internal_la_SOURCES += src/plugin/plugin.c src/plugin/plugin-find.c src/plugin/plugin-impl.h
+libphalanx_internal_la_SOURCES += src/plugin/plugin-abi.c src/plugin/plugin-abi.h
 # The plugin author's kit (include/phalanx/plugin/kit.h): exported for
 # plugins. The reductions are a convenience library built with -O3
 # (kit-reduce.c vectorises its loops with a pragma; -O3 follows the default
 # -O2, see OPT_CFLAGS in configure.ac).
-libphalanx_la_SOURCES += src/plugin/kit-queue.c src/plugin/kit-abort.c src/plugin/kit-op.c \
+libphalanx_internal_la_SOURCES += src/plugin/kit-queue.c src/plugin/kit-abort.c src/plugin/kit-op.c \
 	src/plugin/kit-issued.c src/plugin/kit-comm.c src/plugin/kit-slots.c src/plugin/kit-impl.h
 noinst_LTLIBRARIES += src/plugin/libphx-kit-reduce.la
 src_plugin_libphx_kit_reduce_la_SOURCES = src/plugin/kit-reduce.c
 src_plugin_libphx_kit_reduce_la_CFLAGS = $(AM_CFLAGS) -O3
-libphalanx_la_LIBADD += src/plugin/libphx-kit-reduce.la
+libphalanx_internal_la_LIBADD += src/plugin/libphx-kit-reduce.la
 
 # ---- t/plugin/loader: plugins built only for the tests, each t/plugins/fake.c
 # with other FAKE_* macros. They live in their own folders (not in
@@ -134,8 +134,10 @@ t_plugins_abidev_phx_device_cuda_la_CPPFLAGS = $(abi10_cppflags)
 t_plugins_abidev_phx_device_cuda_la_LDFLAGS = $(fake_plugin_ldflags)
 check_PROGRAMS += t/plugin/abi
 TESTS += t/plugin/abi
-t_plugin_abi_SOURCES = t/plugin/abi.c src/plugin/plugin-abi.c src/plugin/plugin-abi.h
-t_plugin_abi_LDADD = libphalanx.la -ldl
+t_plugin_abi_SOURCES = t/plugin/abi.c
+t_plugin_abi_LDADD = libphalanx-internal.la -ldl
+# the plugins it loads take the library's phx_ functions from the program
+t_plugin_abi_LDFLAGS = -export-dynamic
 # t/plugin/kit: the kit's reductions and abort key, and its queue through
 # a comm plugin built on it.
 check_LTLIBRARIES += t/plugins/abi/phx-comm-kit.la

@@ -1,6 +1,6 @@
 # src/precision — precision policies (loaded from the plugins), the loss
 # scaler and the mixed-precision example. Tests: t/precision/.
-libphalanx_la_SOURCES += src/precision/precision.c src/precision/scaler.c src/precision/precision-impl.h
+libphalanx_internal_la_SOURCES += src/precision/precision.c src/precision/scaler.c src/precision/precision-impl.h
 
 amp_tests = t/precision/policy t/precision/scaler t/precision/gemm t/precision/overflow t/precision/checkpoint t/precision/ddp t/precision/mnist
 check_PROGRAMS += $(amp_tests)

@@ -1,6 +1,6 @@
 # src/tensor — tensors, devices and kernel dispatch (the CPU device: kernels/), RNG
 # (doc/tensors.md). Tests: t/tensor/ (of the CPU device's kernels too).
-libphalanx_la_SOURCES += src/tensor/tensor.c src/tensor/tensor-ops.c src/tensor/tensor-impl.h \
+libphalanx_internal_la_SOURCES += src/tensor/tensor.c src/tensor/tensor-ops.c src/tensor/tensor-impl.h \
 	src/tensor/device.c src/tensor/device-impl.h src/tensor/rng.c
 
 # tests
@@ -11,24 +11,21 @@ TESTS += $(tensor_tests)
 TESTS += t/tensor/isa_env.sh
 EXTRA_DIST += t/tensor/isa_env.sh
 t_tensor_half_LDADD = libphalanx.la -lm
-t_tensor_gemm_SOURCES = t/tensor/gemm.c t/core-util.h kernels/cpu/gemm-loop.c
-t_tensor_gemm_LDADD = libphalanx.la -lm
+t_tensor_gemm_SOURCES = t/tensor/gemm.c t/core-util.h
+t_tensor_gemm_LDADD = libphalanx-internal.la -lm
 TESTS += t/tensor/gemm_isa.sh
 EXTRA_DIST += t/tensor/gemm_isa.sh
 t_tensor_tensor_LDADD = libphalanx.la -lm
 t_tensor_device_LDADD = libphalanx.la $(BLAS_LIBS) $(DNNL_LIBS) -lm
 t_tensor_rng_LDADD = libphalanx.la -lm
-t_tensor_act_SOURCES = t/tensor/act.c t/core-util.h $(core_isa_kernels)
-t_tensor_act_LDADD = libphalanx.la -lm
-# the kernels whose instruction-set path the tests force (px_cpu_isa_set;
-# t/tensor/ops adds elementwise.c)
-core_isa_kernels = kernels/cpu/isa.c kernels/cpu/half.c kernels/cpu/activation.c kernels/cpu/activation-avx512.c \
-	kernels/cpu/cast.c kernels/cpu/cast-x86.c kernels/cpu/scratch.c src/base/util.c
-t_tensor_isa_SOURCES = t/tensor/isa.c t/core-util.h $(core_isa_kernels) kernels/cpu/softmax.c kernels/cpu/layernorm.c \
-	kernels/cpu/residual.c
-t_tensor_isa_LDADD = libphalanx.la -lm
-t_tensor_ops_SOURCES = t/tensor/ops.c t/core-util.h $(core_isa_kernels) kernels/cpu/elementwise.c
-t_tensor_ops_LDADD = libphalanx.la -lm
+# The tests that force a kernel's instruction-set path (px_cpu_isa_set) or
+# call px_ kernels directly link the internals (one copy of the library).
+t_tensor_act_SOURCES = t/tensor/act.c t/core-util.h
+t_tensor_act_LDADD = libphalanx-internal.la -lm
+t_tensor_isa_SOURCES = t/tensor/isa.c t/core-util.h
+t_tensor_isa_LDADD = libphalanx-internal.la -lm
+t_tensor_ops_SOURCES = t/tensor/ops.c t/core-util.h
+t_tensor_ops_LDADD = libphalanx-internal.la -lm
 t_tensor_nn_SOURCES = t/tensor/nn.c t/core-util.h
 t_tensor_nn_LDADD = libphalanx.la -lm
 t_tensor_optim_SOURCES = t/tensor/optim.c t/core-util.h

@@ -1,14 +1,14 @@
 # src/world — the world from the environment, the TCP store (client,
 # server, key-value table) and phx_spawn (doc/comm.md, doc/store.md).
 # Tests: t/world/.
-libphalanx_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h $(px_store_sources)
-# The store alone (tests of its internals and the fuzz target build it in).
+libphalanx_internal_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h $(px_store_sources)
+# The store: public calls, the backends, the server.
 px_store_sources = src/world/store.c src/world/store-impl.h src/world/store-local.c src/world/store-tcp.c \
 	src/world/store-proto.h src/world/store-server.h \
 	src/world/store-server.c src/world/store-conn.c src/world/store-auth.c src/world/store-listen.c \
 	src/world/store-kv.c
-libphalanx_la_CPPFLAGS += $(CRYPTO_CFLAGS)
-libphalanx_la_LIBADD += $(CRYPTO_LIBS)
+libphalanx_internal_la_CPPFLAGS += $(CRYPTO_CFLAGS)
+libphalanx_internal_la_LIBADD += $(CRYPTO_LIBS)
 
 # ---- tests (doc/store.md): t/world/. The store through its public calls,
 # the world from the environment, phx_spawn.
@@ -24,14 +24,13 @@ check_PROGRAMS += t/world/spawn
 TESTS += t/world/spawn
 t_world_spawn_SOURCES = t/world/spawn.c
 t_world_spawn_LDADD = libphalanx.la
-# More tests (doc/store.md). t/world/store_limits builds the store in, for the
-# server's counters.
+# More tests (doc/store.md). t/world/store_limits links the internals, for
+# the server's counters.
 check_PROGRAMS += t/world/store_limits t/world/store_token t/world/store_env t/world/store_client
 TESTS += t/world/store_limits t/world/store_token t/world/store_env t/world/store_phxrun_token.sh
 EXTRA_DIST += t/world/store_phxrun_token.sh
-t_world_store_limits_SOURCES = t/world/store_limits.c $(px_store_sources) src/base/util.c
 t_world_store_limits_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
-t_world_store_limits_LDADD = libphalanx.la $(CRYPTO_LIBS)
+t_world_store_limits_LDADD = libphalanx-internal.la
 t_world_store_token_SOURCES = t/world/store_token.c
 t_world_store_token_LDADD = libphalanx.la
 t_world_store_env_SOURCES = t/world/store_env.c

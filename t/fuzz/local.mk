@@ -27,13 +27,13 @@ t_fuzz_checkpoint_LDADD = libphalanx.la
 t_fuzz_idx_SOURCES = t/fuzz/idx.c t/fuzz/replay-main.c
 t_fuzz_idx_CPPFLAGS = $(AM_CPPFLAGS) -DFUZZ_CORPUS='"$(abs_top_srcdir)/t/fuzz/corpus/idx"'
 t_fuzz_idx_LDADD = libphalanx.la
-# The store's engine is internal (hidden in libphalanx): its sources are
-# compiled in. Seeds: t/fuzz/store_frame_seeds.py.
+# The store's engine is internal (hidden in libphalanx): the target links
+# the internals. Seeds: t/fuzz/store_frame_seeds.py.
 check_PROGRAMS += t/fuzz/store-frame
 TESTS += t/fuzz/store-frame
-t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/replay-main.c $(px_store_sources) src/base/util.c
+t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/replay-main.c
 t_fuzz_store_frame_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS) -DFUZZ_CORPUS='"$(abs_top_srcdir)/t/fuzz/corpus/store-frame"'
-t_fuzz_store_frame_LDADD = libphalanx.la $(CRYPTO_LIBS)
+t_fuzz_store_frame_LDADD = libphalanx-internal.la
 
 # make fuzz: libFuzzer needs clang. The library's C sources are compiled
 # into each fuzzer directly (coverage of the code under test, with ASan and
@@ -41,7 +41,7 @@ t_fuzz_store_frame_LDADD = libphalanx.la $(CRYPTO_LIBS)
 FUZZ_CC = clang
 FUZZ_SECONDS = 60
 FUZZ_FLAGS = -g -O1 -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all
-fuzz_lib_sources = $(filter %.c,$(libphalanx_la_SOURCES) $(kernels_libphx_kernels_cpu_la_SOURCES))
+fuzz_lib_sources = $(filter %.c,$(libphalanx_internal_la_SOURCES) $(kernels_libphx_kernels_cpu_la_SOURCES))
 fuzz: all
 	@$(MKDIR_P) t/fuzz/bin
 	@for t in $(FUZZ_TARGETS); do \

@@ -4,7 +4,8 @@
 # PyTorch-reference tests pass on each, so every path gives results within
 # the same bounds (bit for bit against kernels/math.h where those tests
 # ask for it). A value that is not a known set, or one the CPU lacks, is
-# an error naming it.
+# an error naming it (read from the library's log: PHX_LOG=debug prints
+# every error as it is set).
 b=${top_builddir:-.}
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
 has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -27,7 +28,7 @@ for isa in $sets; do
     done
 done
 n=$((n + 1))
-out=$(PHX_CPU_ISA=sse9 "$b/t/tensor/act" 2>&1)
+out=$(PHX_LOG=debug PHX_CPU_ISA=sse9 "$b/t/tensor/act" 2>&1)
 if printf '%s\n' "$out" | grep -q "PHX_CPU_ISA='sse9': expected generic, avx2 or avx512"; then
     echo "ok $n - PHX_CPU_ISA=sse9 is an error naming the value and the choices"
 else
@@ -37,7 +38,7 @@ n=$((n + 1))
 if has avx512f; then
     echo "ok $n # SKIP this CPU has AVX-512: no set to ask for that it lacks"
 else
-    out=$(PHX_CPU_ISA=avx512 "$b/t/tensor/act" 2>&1)
+    out=$(PHX_LOG=debug PHX_CPU_ISA=avx512 "$b/t/tensor/act" 2>&1)
     printf '%s\n' "$out" | grep -q "PHX_CPU_ISA='avx512'" && echo "ok $n - PHX_CPU_ISA=avx512 without AVX-512 is an error" ||
         { echo "not ok $n - PHX_CPU_ISA=avx512 on a CPU without it"; printf '%s\n' "$out" | head -5 | sed 's/^/# /'; }
 fi
