@@ -12,7 +12,9 @@ cf=${PHX_CLANG_FORMAT:-clang-format}
 command -v "$cf" >/dev/null || { echo "1..0 # SKIP no $cf (apt-get install clang-format)"; exit 0; }
 ver=$("$cf" --version | sed -n 's/.*version \([0-9]*\)\..*/\1/p')
 [ "$ver" = 14 ] || { echo "1..0 # SKIP $cf is version $ver; the rule is clang-format 14's (PHX_CLANG_FORMAT)"; exit 0; }
-git rev-parse --is-inside-work-tree >/dev/null 2>&1 ||
+# The source folder must be the top of a git checkout: a tarball unpacked
+# inside another checkout (make distcheck's) is not one.
+top=$(git rev-parse --show-toplevel 2>/dev/null) && [ "$(cd "$top" && pwd -P)" = "$(pwd -P)" ] ||
     { echo "1..0 # SKIP not a git checkout (the files are git's)"; exit 0; }
 exempt=tools/check/format-exempt
 files=$(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' '*.cc' '*.cu' '*.cuh' |

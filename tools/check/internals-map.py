@@ -21,15 +21,20 @@ IDENT = re.compile(r"^([a-z_][a-z0-9_]*)(\(.*\))?$")
 
 
 def tree_files():
-    """The tree's files: git's when this is a checkout, else the folders."""
+    """The tree's files: git's when SRC is the top of a checkout (not a
+    tarball unpacked inside another checkout), else the folders."""
     try:
+        top = subprocess.run(["git", "-C", SRC, "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        if os.path.realpath(top) != os.path.realpath(SRC):
+            raise OSError("not the top of a checkout")
         out = subprocess.run(["git", "-C", SRC, "ls-files", "--cached", "--others", "--exclude-standard"],
                              capture_output=True, text=True, check=True).stdout
         return sorted(set(out.split()))
     except (OSError, subprocess.CalledProcessError):
         files = []
         for root, dirs, names in os.walk(SRC):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            dirs[:] = [d for d in dirs if d not in (".git", ".libs", ".deps")]
             files += [os.path.relpath(os.path.join(root, n), SRC) for n in names]
         return sorted(files)
 
