@@ -18,7 +18,7 @@
  *     under PHX_DEVICE=cuda (the default when one is usable).
  * --load restores model, optimizer and the epoch count; --epochs 0 --load
  * only evaluates. --train-rows N trains on the first N images only (quick
- * runs: t/cnn_example.sh, make demo). */
+ * runs: t/modules/cnn_example.sh, make demo). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

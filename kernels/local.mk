@@ -1,4 +1,7 @@
-# kernels — owned by its area; see Makefile.am
+# kernels — the CPU device (cpu/device.c) and its kernels, compiled into
+# libphalanx; math.h is the per-element math the CPU and CUDA kernels share
+# (the CUDA device and its kernels: plugins/device/cuda). Tests: t/tensor/.
+libphalanx_internal_la_SOURCES += kernels/cpu/device.c
 # The CPU kernels are a convenience library inside libphalanx so they can
 # take -fno-math-errno (sqrtf in the Adam update may then vectorise; the
 # library never reads errno after a math call).
@@ -12,4 +15,4 @@ kernels_libphx_kernels_cpu_la_SOURCES = kernels/math.h kernels/cpu/cpu.h kernels
 	kernels/cpu/conv.c kernels/cpu/conv-avx512.h kernels/cpu/conv-avx512.c kernels/cpu/conv-winograd.c kernels/cpu/conv-small.c kernels/cpu/conv-dnnl.c kernels/cpu/batchnorm.c kernels/cpu/pool.c kernels/cpu/parallel.c
 kernels_libphx_kernels_cpu_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 kernels_libphx_kernels_cpu_la_CFLAGS = $(AM_CFLAGS) -fno-math-errno
-libphalanx_la_LIBADD += kernels/libphx-kernels-cpu.la
+libphalanx_internal_la_LIBADD += kernels/libphx-kernels-cpu.la

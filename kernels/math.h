@@ -1,5 +1,5 @@
 /* Per-element math shared by the CPU kernels (kernels/cpu) and the CUDA
- * kernels (kernels/cuda): half-precision conversions, activations and
+ * kernels (plugins/device/cuda/kernels): half-precision conversions, activations and
  * their derivatives, Philox-4x32-10, the dropout rule, the SGD and
  * Adam/AdamW updates (PyTorch 1.13 formulas) and the per-element pieces
  * of the losses. The CPU tests exercise these exact functions, so the
@@ -521,7 +521,7 @@ PHX_HD PHX_FI static inline float phx_ln_dx(float g, float xhat, float rstd, flo
  * sum dy (x - mean) / count, scale = istd w:
  *   dx = (dy - mean_dy - (x - mean) istd^2 mean_dy_xmu) scale
  * and with fixed statistics (eval) dx = dy scale. The CPU
- * (kernels/cpu) and CUDA (kernels/cuda/batchnorm.cu) kernels both use
+ * (kernels/cpu) and CUDA (plugins/device/cuda/kernels/batchnorm.cu) kernels both use
  * these. */
 
 PHX_HD PHX_FI static inline float phx_bn_invstd(float var, float eps)

@@ -1,7 +1,7 @@
 /* Everything a checkpoint load may change, as bytes: the model's
  * parameters, the optimizer's state tensors and step count, the scaler's
  * scale and growth tracker. Tests compare two snapshots to show that a
- * failed load changed nothing (t/train_ckpt_fail, t/fuzz/checkpoint).
+ * failed load changed nothing (t/data/ckpt_fail, t/fuzz/checkpoint).
  * Header-only. */
 #ifndef PHX_T_CKPT_SNAPSHOT_H
 #define PHX_T_CKPT_SNAPSHOT_H

@@ -18,11 +18,11 @@ typedef struct gu_file {
     size_t n;
 } gu_file;
 
-/* Reads t/data/<name>; 0 on failure (diag says why). */
+/* Reads t/ref/<name>; 0 on failure (diag says why). */
 static inline int gu_read(gu_file *f, const char *name)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/t/data/%s", getenv("top_srcdir") ? getenv("top_srcdir") : ".", name);
+    snprintf(path, sizeof path, "%s/t/ref/%s", getenv("top_srcdir") ? getenv("top_srcdir") : ".", name);
     memset(f, 0, sizeof *f);
     if (phx_safetensors_read(path, &f->names, &f->ts, &f->n) != PHX_OK) {
         diag("%s: %s", path, phx_last_error());

@@ -1,163 +1,19 @@
-# tools — owned by its area; see Makefile.am
-# phx-info, the plugin loader's tests and the out-of-tree plugin example
-# (doc/plugins.md). The comm area adds tools/phxrun below.
+# tools — phx-info, phxrun (the launcher) and phx-plot. Tests: t/tools/.
 
 # ---- phx-info: lists the plugins found and why any is rejected.
 bin_PROGRAMS += tools/phx-info
 tools_phx_info_SOURCES = tools/phx-info.c
 tools_phx_info_LDADD = libphalanx.la
 
-# ---- t/plugin_loader: plugins built only for the tests, each t/plugins/fake.c
-# with other FAKE_* macros. They live in their own folders (not in
-# TEST_PLUGIN_DIRS): only the tests that set PHX_PLUGIN_PATH to them see them.
-fake_plugin_ldflags = -module -avoid-version -shared -rpath /nowhere
-EXTRA_DIST += t/plugins/fake.c
-check_LTLIBRARIES += \
-	t/plugins/loader/phx-comm-alpha.la \
-	t/plugins/loader/phx-comm-beta.la \
-	t/plugins/loader/phx-comm-gamma.la \
-	t/plugins/loader/phx-comm-future.la \
-	t/plugins/loader/phx-comm-decline.la \
-	t/plugins/loader/phx-comm-undef.la \
-	t/plugins/loader/phx-comm-nodesc.la \
-	t/plugins/loader/phx-comm-tiny.la \
-	t/plugins/loader/phx-comm-func.la \
-	t/plugins/loader/phx-comm-badmajor.la \
-	t/plugins/loader/phx-comm-small.la \
-	t/plugins/loader/phx-comm-wrongkind.la \
-	t/plugins/loader/phx-comm-wrongname.la \
-	t/plugins/loader/phx-comm-novtable.la \
-	t/plugins/loader2/phx-comm-alpha.la
-t_plugins_loader_phx_comm_alpha_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_alpha_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=alpha -DFAKE_PRIORITY=10
-t_plugins_loader_phx_comm_alpha_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_beta_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_beta_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=beta -DFAKE_PRIORITY=20
-t_plugins_loader_phx_comm_beta_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_gamma_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_gamma_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=gamma -DFAKE_PRIORITY=5 -DFAKE_PRIORITY_IN_PROCESS=50
-t_plugins_loader_phx_comm_gamma_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_future_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_future_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=future -DFAKE_MINOR=7 -DFAKE_PRIORITY=1
-t_plugins_loader_phx_comm_future_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_decline_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_decline_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=decline -DFAKE_DECLINE=no_frobnicator_on_this_machine -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_decline_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_undef_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_undef_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=undef -DFAKE_UNDEFINED -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_undef_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_nodesc_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_nodesc_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=nodesc -DFAKE_NO_DESC -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_nodesc_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_tiny_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_tiny_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=tiny -DFAKE_TINY_DESC
-t_plugins_loader_phx_comm_tiny_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_func_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_func_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=func -DFAKE_FUNCTION_DESC
-t_plugins_loader_phx_comm_func_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_badmajor_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_badmajor_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badmajor -DFAKE_MAJOR=2 -DFAKE_MINOR=0 -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_badmajor_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_small_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_small_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=small -DFAKE_SIZE=24 -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_small_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_wrongkind_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_wrongkind_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=wrongkind -DFAKE_KIND=PHX_PLUGIN_PRECISION -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_wrongkind_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_wrongname_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_wrongname_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=other -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_wrongname_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader_phx_comm_novtable_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_novtable_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=novtable -DFAKE_NO_VTABLE -DFAKE_PRIORITY=99
-t_plugins_loader_phx_comm_novtable_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_loader2_phx_comm_alpha_la_SOURCES = t/plugins/fake.c
-t_plugins_loader2_phx_comm_alpha_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=alpha -DFAKE_VERSION=2.0 -DFAKE_PRIORITY=10
-t_plugins_loader2_phx_comm_alpha_la_LDFLAGS = $(fake_plugin_ldflags)
-# phx-comm-borrow has no descriptor but links a library that has one.
-check_LTLIBRARIES += t/plugins/loader/libfakedesc.la t/plugins/loader/phx-comm-borrow.la
-t_plugins_loader_libfakedesc_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_libfakedesc_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=borrow
-t_plugins_loader_libfakedesc_la_LDFLAGS = -avoid-version -shared -rpath /nowhere
-t_plugins_loader_phx_comm_borrow_la_SOURCES = t/plugins/fake.c
-t_plugins_loader_phx_comm_borrow_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=borrow -DFAKE_BORROW
-t_plugins_loader_phx_comm_borrow_la_LIBADD = t/plugins/loader/libfakedesc.la
-t_plugins_loader_phx_comm_borrow_la_LDFLAGS = $(fake_plugin_ldflags) -Wl,-rpath,'$$ORIGIN'
-
-# ---- the loader's tests (t/plugin_minor builds its own loader, requiring
-# plugin ABI minor 2 or newer, for the "minor too old" error).
-check_PROGRAMS += t/plugin_loader t/plugin_minor
-TESTS += t/plugin_loader t/plugin_minor
-t_plugin_loader_SOURCES = t/plugin_loader.c
-t_plugin_loader_LDADD = libphalanx.la
-t_plugin_minor_SOURCES = t/plugin_minor.c core/plugin/plugin.c core/plugin/plugin-find.c core/base/util.c core/base/abi.c
-t_plugin_minor_CPPFLAGS = $(AM_CPPFLAGS) -DPX_PLUGIN_MINOR_OLDEST='(PHX_PLUGIN_ABI_MINOR + 1)'
-t_plugin_minor_LDADD = libphalanx.la
-
-# ---- the out-of-tree plugin: installs into a scratch root, builds
-# examples/custom-plugin with its own Makefile, selects it by PHX_COMM.
-check_SCRIPTS += t/custom_plugin.sh
-TESTS += t/custom_plugin.sh
-EXTRA_DIST += t/custom_plugin.sh examples/custom-plugin/solo.c examples/custom-plugin/check-solo.c \
-	examples/custom-plugin/Makefile examples/custom-plugin/README.md
-
 # ---- phxrun: the launcher, like torchrun.
 bin_PROGRAMS += tools/phxrun
-tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h core/world/free-port.h
+TESTS += t/tools/phxrun.sh
+EXTRA_DIST += t/tools/phxrun.sh
+tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h src/world/free-port.h
 
 # ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
 dist_bin_SCRIPTS += tools/phx-plot
-TESTS += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh t/tools_phxrun_fail.sh \
-	t/tools_phxrun_tee.sh
-EXTRA_DIST += t/tools_plot.sh t/tools_plot_bench.sh t/tools_phxrun_restart.sh t/tools_phxrun_fail.sh \
-	t/tools_phxrun_tee.sh
-
-# ---- t/plugin_abi: plugins built against the frozen ABI 1.0 headers
-# (t/abi-1.0, searched before include/) load and work under this core;
-# 1.1 plugins with an optional slot NULL, a required slot NULL, major 2.
-abi10_cppflags = -I$(top_srcdir)/t/abi-1.0 $(AM_CPPFLAGS)
-EXTRA_DIST += t/abi-1.0 t/plugins/abi-comm.c t/plugins/abi-device.c
-check_LTLIBRARIES += \
-	t/plugins/abi/phx-comm-abi10.la \
-	t/plugins/abi/phx-comm-nobarrier.la \
-	t/plugins/abi/phx-comm-nobcast.la \
-	t/plugins/abi/phx-comm-major2.la \
-	t/plugins/abidev/phx-device-cuda.la
-t_plugins_abi_phx_comm_abi10_la_SOURCES = t/plugins/abi-comm.c
-t_plugins_abi_phx_comm_abi10_la_CPPFLAGS = $(abi10_cppflags) -DABI_NAME=abi10
-t_plugins_abi_phx_comm_abi10_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_abi_phx_comm_nobarrier_la_SOURCES = t/plugins/abi-comm.c
-t_plugins_abi_phx_comm_nobarrier_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=nobarrier -DABI_NO_BARRIER
-t_plugins_abi_phx_comm_nobarrier_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_abi_phx_comm_nobcast_la_SOURCES = t/plugins/abi-comm.c
-t_plugins_abi_phx_comm_nobcast_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=nobcast -DABI_NO_BROADCAST
-t_plugins_abi_phx_comm_nobcast_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_abi_phx_comm_major2_la_SOURCES = t/plugins/abi-comm.c
-t_plugins_abi_phx_comm_major2_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=major2 -DABI_MAJOR=2
-t_plugins_abi_phx_comm_major2_la_LDFLAGS = $(fake_plugin_ldflags)
-t_plugins_abidev_phx_device_cuda_la_SOURCES = t/plugins/abi-device.c
-t_plugins_abidev_phx_device_cuda_la_CPPFLAGS = $(abi10_cppflags)
-t_plugins_abidev_phx_device_cuda_la_LDFLAGS = $(fake_plugin_ldflags)
-check_PROGRAMS += t/plugin_abi
-TESTS += t/plugin_abi
-t_plugin_abi_SOURCES = t/plugin_abi.c core/plugin/plugin-abi.c core/plugin/plugin-abi.h
-t_plugin_abi_LDADD = libphalanx.la -ldl
-# t/plugin_kit: the kit's reductions and abort key, and its queue through
-# a comm plugin built on it.
-check_LTLIBRARIES += t/plugins/abi/phx-comm-kit.la
-t_plugins_abi_phx_comm_kit_la_SOURCES = t/plugins/abi-comm.c
-t_plugins_abi_phx_comm_kit_la_CPPFLAGS = $(AM_CPPFLAGS) -DABI_NAME=kit -DABI_KIT
-t_plugins_abi_phx_comm_kit_la_LDFLAGS = $(fake_plugin_ldflags)
-check_PROGRAMS += t/plugin_kit
-TESTS += t/plugin_kit
-t_plugin_kit_SOURCES = t/plugin_kit.c
-t_plugin_kit_LDADD = libphalanx.la -lm
-# t/plugin_kit_peer: the kit's failure protocol in a two-rank plugin built
-# on the kit alone, as an out-of-tree one is (a peer that leaves is
-# PHX_EPEER naming its rank).
-check_LTLIBRARIES += t/plugins/kit/phx-comm-duo.la
-t_plugins_kit_phx_comm_duo_la_SOURCES = t/plugins/kit-duo.c
-t_plugins_kit_phx_comm_duo_la_LDFLAGS = $(fake_plugin_ldflags)
-check_PROGRAMS += t/plugin_kit_peer
-TESTS += t/plugin_kit_peer
-t_plugin_kit_peer_SOURCES = t/plugin_kit_peer.c t/comm_harness.h
-t_plugin_kit_peer_LDADD = libphalanx.la
+TESTS += t/tools/plot.sh t/tools/plot_bench.sh t/tools/phxrun_restart.sh t/tools/phxrun_fail.sh \
+	t/tools/phxrun_tee.sh
+EXTRA_DIST += t/tools/plot.sh t/tools/plot_bench.sh t/tools/phxrun_restart.sh t/tools/phxrun_fail.sh \
+	t/tools/phxrun_tee.sh

@@ -35,7 +35,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/world/free-port.h"
+#include "src/world/free-port.h"
 #include "tools/phxrun-logs.h"
 
 typedef struct opts {

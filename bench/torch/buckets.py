@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """Expected DDP bucket assignments from PyTorch's own rule
 (torch.distributed._compute_bucket_assignment_by_size, torch 1.13) for
-t/ddp_buckets. Phalanx assigns in reverse parameter order at construction
+t/ddp/buckets. Phalanx assigns in reverse parameter order at construction
 and in gradient-arrival order after the first iteration, which is what
 PyTorch's reducer does when it rebuilds buckets: the rule is called with
 tensor_indices = that order and bucket_size_limits = [first, cap].
 
-Writes t/data/buckets.txt, one case per line:
+Writes t/ref/buckets.txt, one case per line:
 
     NAME FIRST CAP order=i,j,... numels=a,b,... : p p | p p p | ...
 

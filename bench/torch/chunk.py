@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Writes t/data/dp_chunk.txt: the chunk sizes torch.chunk gives when
+"""Writes t/ref/dp_chunk.txt: the chunk sizes torch.chunk gives when
 DataParallel scatters a batch of B rows over n devices
 (torch/nn/parallel/scatter_gather.py -> comm.scatter -> tensor.chunk).
 
 Each line: B n k s_1 ... s_k  (k = number of chunks actually made).
-Usage: bench/torch/chunk.py [OUT]   (default t/data/dp_chunk.txt)"""
+Usage: bench/torch/chunk.py [OUT]   (default t/ref/dp_chunk.txt)"""
 import os
 import sys
 
@@ -16,7 +16,7 @@ DEVICES = (1, 2, 3, 4)
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "t", "data", "dp_chunk.txt")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "t", "ref", "dp_chunk.txt")
     lines = ["# B n k sizes... : torch.arange(B).chunk(n) (torch %s)" % torch.__version__]
     for b in BATCHES:
         for n in DEVICES:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checkpoint interop between PyTorch and Phalanx (t/train_interop).
+"""Checkpoint interop between PyTorch and Phalanx (t/data/ckpt_interop).
 
     ckpt_interop.py write [DIR]   writes DIR/torch_ckpt.safetensors: the
         state_dict of DataParallel(Sequential(Linear(10, 8), Tanh(),
@@ -75,7 +75,7 @@ def read(path, io, keep_optim=False):
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "write":
-        write(sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..", "t", "data"))
+        write(sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..", "t", "ref"))
     elif len(sys.argv) == 4 and sys.argv[1] in ("read", "read-strict"):
         read(sys.argv[2], sys.argv[3], sys.argv[1] == "read-strict")
     else:

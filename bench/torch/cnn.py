@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Reference data for the CNN tests, from PyTorch 1.13 (CPU):
 
-    bench/torch/cnn.py [--out DIR]        (default: t/data)
-    bench/torch/cnn.py read CKPT IO       (t/cnn_state: a Phalanx checkpoint in torch)
+    bench/torch/cnn.py [--out DIR]        (default: t/ref)
+    bench/torch/cnn.py read CKPT IO       (t/modules/cnn_state: a Phalanx checkpoint in torch)
 
 cnn_modules.safetensors  each module's forward and backward on fixed inputs
     (seeded normal x, dy and parameters), in float32 and again in float64:
@@ -12,7 +12,7 @@ cnn_modules.safetensors  each module's forward and backward on fixed inputs
     same case computed in float64). BatchNorm cases with two steps also
     hold <case>.x2 and <case>.b2.<buffer> after a second forward.
     The case list, its constructors and its modes are CASES below; the C
-    test (t/cnn_modules.c) builds the same modules.
+    test (t/modules/cnn.c) builds the same modules.
 cnn_state.safetensors    state_dict of the examples/cnn model written by
     torch (with its running statistics after three training batches);
 cnn_state_io.safetensors an input batch `x` and torch's eval-mode output
@@ -138,7 +138,7 @@ def main():
     if len(sys.argv) == 4 and sys.argv[1] == "read":
         return read(sys.argv[2], sys.argv[3])
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "t", "data"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "t", "ref"))
     a = ap.parse_args()
     meta = {"torch": torch.__version__}
     st_io.write(os.path.join(a.out, "cnn_modules.safetensors"), module_cases(), meta)

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Reference values for the core CPU kernels from PyTorch 1.13 (CPU, f32).
 
-Writes t/data/core_kernels.txt: sections "name count" followed by count
+Writes t/ref/core_kernels.txt: sections "name count" followed by count
 values (%.9g: f32 values round-trip exactly). Inputs are written too, so
-t/core_torch.c reads them instead of regenerating them.
+t/tensor/torch.c reads them instead of regenerating them.
 
-    /usr/bin/python3 bench/torch/core_kernels.py > t/data/core_kernels.txt
+    /usr/bin/python3 bench/torch/core_kernels.py > t/ref/core_kernels.txt
 """
 import math
 import sys

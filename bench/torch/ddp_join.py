@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Reference for t/ddp_join: DDP with uneven inputs under torch's join
+"""Reference for t/ddp/join: DDP with uneven inputs under torch's join
 (torch 1.13, gloo, 3 processes). Ranks 0, 1, 2 train on 10, 7 and 4
 batches of (4, 5) -> (4, 3), MSE, SGD lr 0.1, model Linear(5, 8) - Tanh -
 Linear(8, 3) from torch.manual_seed(0), inside
 `with model.join(divide_by_initial_world_size=D)` for D True and False.
-Writes t/data/ddp_join.safetensors: the initial parameters (init.<name>),
+Writes t/ref/ddp_join.safetensors: the initial parameters (init.<name>),
 every batch (x.<rank>.<i>, y.<rank>.<i>) and the final parameters rank 0
 holds after the join (div1.<name>, div0.<name>; every rank holds the same).
 Run from the top of the tree: bench/torch/ddp_join.py"""
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 
 BATCHES = [10, 7, 4]
-OUT = "t/data/ddp_join.safetensors"
+OUT = "t/ref/ddp_join.safetensors"
 
 
 def model():

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Reference data for the transformer tests, from PyTorch 1.13 (CPU, f32):
 
-    bench/torch/gpt.py [--out DIR]        (default: t/data)
+    bench/torch/gpt.py [--out DIR]        (default: t/ref)
 
 gpt_modules.safetensors  each module's forward and backward on fixed inputs:
     <case>.x, <case>.dy, <case>.y, <case>.dx, <case>.p.<param>, <case>.g.<param>
@@ -212,7 +212,7 @@ def sched_case():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "t", "data"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "t", "ref"))
     a = ap.parse_args()
     st_io.write(os.path.join(a.out, "gpt_modules.safetensors"), module_cases(), {"torch": torch.__version__})
     st_io.write(os.path.join(a.out, "gpt_train.safetensors"), train_case(), {"torch": torch.__version__})

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Expected training trajectories for t/train_parity: for each case, the
+"""Expected training trajectories for t/train/parity: for each case, the
 initial weights, the data, the 50 per-step losses and the final
-parameters, as t/data/parity_<case>.safetensors.
+parameters, as t/ref/parity_<case>.safetensors.
 
     bench/torch/parity.py [--seed N] [--out DIR]
 
@@ -88,7 +88,7 @@ def run(name, seed, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "t", "data"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "t", "ref"))
     a = ap.parse_args()
     torch.set_num_threads(1)
     for name in CASES:

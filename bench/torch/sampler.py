@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Expected DistributedSampler index lists and torch.randperm permutations
-(torch 1.13, CPU generator) for t/ddp_sampler. Writes t/data/sampler.txt:
+(torch 1.13, CPU generator) for t/data/sampler. Writes t/ref/sampler.txt:
 
     sampler N R SHUFFLE DROP_LAST SEED EPOCH RANK : i0 i1 ...
     randperm N SEED : p0 p1 ...

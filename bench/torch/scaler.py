@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference scale sequences for t/amp_scaler.c: PyTorch 1.13's own
+"""Reference scale sequences for t/precision/scaler.c: PyTorch 1.13's own
 torch.cuda.amp.GradScaler (its step/unscale_/update logic, unchanged),
 driven on the CPU.
 
@@ -18,7 +18,7 @@ the event, whether the optimizer stepped, the scale and growth tracker
 after update, and weight[0, 0] after the step (long runs print only their
 first and last steps).
 
-Usage: bench/torch/scaler.py > t/data/amp_scales.txt
+Usage: bench/torch/scaler.py > t/ref/amp_scales.txt
 """
 import math
 import torch

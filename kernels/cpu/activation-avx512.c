@@ -5,7 +5,7 @@
  * cancellation in 1 + tanh), and erf's tail evaluated only for vectors
  * holding a lane with |u| >= 1 (gelu's forward packs those lanes). Results
  * are within a few ulp of math.h's;
- * t/core_isa checks both against float64. */
+ * t/tensor/isa checks both against float64. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 

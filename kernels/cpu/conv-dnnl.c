@@ -2,7 +2,7 @@
  * this path): oneDNN picks its blocked layouts (format "any"), the NCHW
  * tensors are reordered in and out, as PyTorch's mkldnn path does. Like
  * gemm-dnnl.c, oneDNN runs on one OpenMP thread per call and the images
- * are split over the thread budget's pool (core/base/threads.h); the
+ * are split over the thread budget's pool (src/base/threads.h); the
  * weight gradient of each part goes to that thread's scratch and is added
  * into dw after. */
 #include "config.h"
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
-#include "core/base/threads.h"
+#include "src/base/threads.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine;

@@ -20,7 +20,7 @@
  * batch (weight, summed in part order), so every sum runs in the same
  * order on any thread count.
  * The rounding differs from the direct convolution's (doc/cnn.md gives
- * the bound t/core_conv checks). */
+ * the bound t/tensor/conv checks). */
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/conv-avx512.h"

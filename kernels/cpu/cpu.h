@@ -126,11 +126,11 @@ phx_status px_cpu_isa_set(int isa);
 #if PX_HAVE_X86
 /* AVX-512F activations on f32 (act: gelu, gelu_tanh, tanh or sigmoid;
  * activation-avx512.c). FMA and one shared exp make them differ from
- * kernels/math.h by a few ulp, within the bounds t/core_act checks. */
+ * kernels/math.h by a few ulp, within the bounds t/tensor/act checks. */
 void px_avx512_act_forward(int act, int64_t n, const float *x, float *y);
 void px_avx512_act_backward(int act, int64_t n, const float *x, const float *y, const float *dy, float *dx);
 /* The vector exp (fn 0), tanh (1) and 1 + erf (2) those use, over n
- * floats (t/core_isa sweeps them). */
+ * floats (t/tensor/isa sweeps them). */
 void px_avx512_math(int fn, int64_t n, const float *in, float *out);
 /* relu on f32, 16 lanes at a time (the same bits as phx_relu: NaN and
  * -0 give +0), with streaming stores when stream is set (activation-avx512.c). */
@@ -301,7 +301,7 @@ phx_status px_cpu_conv2d_small(int pass, const phx_conv2d_desc *d, const float *
 int px_cpu_dnnl_bf16_native(void);
 
 /* Runs fn(arg, lo, hi) over [0, n) cut into at most one contiguous part
- * per thread of the calling thread's budget (core/base/threads.h), each of
+ * per thread of the calling thread's budget (src/base/threads.h), each of
  * at least grain items, on the calling thread's pool
  * (kernels/cpu/parallel.c); inline when there is one part. The parts must
  * write disjoint memory. */

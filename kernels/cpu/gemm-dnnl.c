@@ -8,7 +8,7 @@
  * BLAS's threads run the f32 work of the same step (and the other way
  * round): on a machine with as many threads as cores each library then
  * loses half its cores. So oneDNN always runs on one OpenMP thread, and
- * with a thread budget of n (core/base/threads.h) C is cut into n blocks
+ * with a thread budget of n (src/base/threads.h) C is cut into n blocks
  * of rows (or of columns when C is short) run on the calling thread's
  * pool of n - 1 workers that sleep when idle. DataParallel's replicas,
  * with a budget of one thread each, call oneDNN directly.
@@ -23,7 +23,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <oneapi/dnnl/dnnl.h>
-#include "core/base/threads.h"
+#include "src/base/threads.h"
 
 #define PX_DNNL_MAX_BLOCKS 256
 

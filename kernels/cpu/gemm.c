@@ -15,7 +15,7 @@
 #include <cblas.h>
 #endif
 #include "kernels/cpu/cpu.h"
-#include "core/base/threads.h"
+#include "src/base/threads.h"
 
 static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc)

@@ -1,10 +1,10 @@
 /* Splitting a kernel's loop over the calling thread's budget, on its
- * pool (core/base/threads.h): made once per thread and width, so a step
+ * pool (src/base/threads.h): made once per thread and width, so a step
  * allocates nothing once warm. A pool worker, and a DataParallel replica
  * whose share is one thread, runs its loops inline. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
-#include "core/base/threads.h"
+#include "src/base/threads.h"
 
 typedef struct range_job {
     px_range_fn fn;

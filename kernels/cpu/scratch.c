@@ -4,7 +4,7 @@
 #include "config.h"
 #include <pthread.h>
 #include <stdint.h>
-#include "core/base/util.h"
+#include "src/base/util.h"
 #include "kernels/cpu/cpu.h"
 
 #define PX_SCRATCH_SLOTS 7

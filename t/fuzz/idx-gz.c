@@ -1,4 +1,4 @@
-/* Fuzz target: the IDX reader on gzip input (core/data/zin.c and idx.c).
+/* Fuzz target: the IDX reader on gzip input (src/data/zin.c and idx.c).
  * An input starting with the gzip magic is the file itself. Any other
  * input is a mode byte and an IDX file's bytes: the target compresses
  * them (level: mode & 7 + 1; mode & 8: as two gzip members, split at

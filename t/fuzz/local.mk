@@ -23,7 +23,7 @@
 fuzz_targets = checkpoint safetensors idx idx-gz store-frame
 FUZZ_TARGETS = $(fuzz_targets)
 EXTRA_DIST += t/fuzz/replay-main.c t/fuzz/corpus/checkpoint t/fuzz/corpus/safetensors \
-	t/fuzz/corpus/idx t/fuzz/corpus/idx-gz t/fuzz/corpus/store-frame t/store_frame_seeds.py \
+	t/fuzz/corpus/idx t/fuzz/corpus/idx-gz t/fuzz/corpus/store-frame t/fuzz/store_frame_seeds.py \
 	t/fuzz/idx-gz-seeds.py
 
 check_PROGRAMS += t/fuzz/checkpoint t/fuzz/idx
@@ -43,13 +43,13 @@ t_fuzz_safetensors_LDADD = libphalanx.la
 t_fuzz_idx_gz_SOURCES = t/fuzz/idx-gz.c t/fuzz/replay-main.c
 t_fuzz_idx_gz_CPPFLAGS = $(AM_CPPFLAGS) $(ZLIB_CFLAGS) -DFUZZ_CORPUS='"$(abs_top_srcdir)/t/fuzz/corpus/idx-gz"'
 t_fuzz_idx_gz_LDADD = libphalanx.la $(ZLIB_LIBS)
-# The store's engine is internal (hidden in libphalanx): its sources are
-# compiled in. Seeds: t/store_frame_seeds.py.
+# The store's engine is internal (hidden in libphalanx): the target links
+# the internals. Seeds: t/fuzz/store_frame_seeds.py.
 check_PROGRAMS += t/fuzz/store-frame
 TESTS += t/fuzz/store-frame
-t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/replay-main.c $(px_store_sources) core/base/util.c
+t_fuzz_store_frame_SOURCES = t/fuzz/store-frame.c t/fuzz/replay-main.c
 t_fuzz_store_frame_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS) -DFUZZ_CORPUS='"$(abs_top_srcdir)/t/fuzz/corpus/store-frame"'
-t_fuzz_store_frame_LDADD = libphalanx.la $(CRYPTO_LIBS)
+t_fuzz_store_frame_LDADD = libphalanx-internal.la
 
 # make fuzz: libFuzzer needs clang. The library's C sources (the CPU
 # kernels included; the plugins are not needed) are compiled once into
@@ -65,7 +65,7 @@ FUZZ_SAN = -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recove
 FUZZ_CFLAGS = -g -O1 $(FUZZ_SAN) $(DEFS) $(AM_CPPFLAGS) $(CPPFLAGS) $(BLAS_CFLAGS) $(JANSSON_CFLAGS) \
 	$(ZLIB_CFLAGS) $(CRYPTO_CFLAGS) -w
 FUZZ_LIBS = $(BLAS_LIBS) $(DNNL_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS) $(CRYPTO_LIBS) -ldl -lm -pthread
-fuzz_lib_sources = $(filter %.c,$(libphalanx_la_SOURCES) $(kernels_libphx_kernels_cpu_la_SOURCES))
+fuzz_lib_sources = $(filter %.c,$(libphalanx_internal_la_SOURCES) $(kernels_libphx_kernels_cpu_la_SOURCES))
 fuzz_lib_objects = $(fuzz_lib_sources:%.c=t/fuzz/bin/obj/%.o)
 fuzz_bins = $(FUZZ_TARGETS:%=t/fuzz/bin/%)
 $(fuzz_lib_objects): t/fuzz/bin/obj/%.o: $(srcdir)/%.c libphalanx.la

@@ -1,4 +1,4 @@
-/* Fuzz target: the safetensors parser (core/data/safetensors.c: length
+/* Fuzz target: the safetensors parser (src/data/safetensors.c: length
  * prefix, JSON header, dtypes, shapes, offsets, metadata and its
  * checksums) through phx_safetensors_read and phx_checkpoint_meta on
  * arbitrary bytes. A read must either give n named tensors whose sizes

@@ -1,5 +1,5 @@
 /* Fuzz target: the store server's frame parser and request engine
- * (core/world/store-conn.c), driven without sockets. The input is
+ * (src/world/store-conn.c), driven without sockets. The input is
  *
  *     u8 mode          bit 0: the server has a job token
  *                      bit 1: a 1 KiB stale-value budget
@@ -19,7 +19,7 @@
 #include "config.h"
 #include <stdio.h>
 #include <stdlib.h>
-#include "core/world/store-server.h"
+#include "src/world/store-server.h"
 
 #define NCLIENTS 4
 

@@ -1,8 +1,8 @@
-/* A comm plugin for t/plugin_abi: collectives through the rendezvous
+/* A comm plugin for t/plugin/abi: collectives through the rendezvous
  * store (each rank publishes its buffer under <prefix>op/<seq>/<rank> and
  * reads the others'), slow but real; reductions of f32 sums only, except
  * in the kit build. Built several ways (tools/local.mk):
- *   against the frozen ABI 1.0 headers (-I t/abi-1.0 first): a 1.0 plugin
+ *   against the frozen ABI 1.0 headers (-I t/plugin/abi-1.0 first): a 1.0 plugin
  *     as one built before 1.1 existed, every 1.0 slot filled;
  *   ABI_NO_BARRIER   barrier left NULL (optional since 1.1)
  *   ABI_NO_BROADCAST broadcast left NULL (required): rejected
@@ -260,5 +260,5 @@ PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = {
 };
 #else
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
-    PHX_PLUGIN_COMM, ABI_STR(ABI_NAME), "1.0", "collectives through the store (t/plugin_abi)", abi_probe, &abi_vtable);
+    PHX_PLUGIN_COMM, ABI_STR(ABI_NAME), "1.0", "collectives through the store (t/plugin/abi)", abi_probe, &abi_vtable);
 #endif

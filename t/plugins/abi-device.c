@@ -1,5 +1,5 @@
-/* A device plugin for t/plugin_abi, built against the frozen ABI 1.0
- * headers (t/abi-1.0): it calls itself "cuda" but keeps its memory on the
+/* A device plugin for t/plugin/abi, built against the frozen ABI 1.0
+ * headers (t/plugin/abi-1.0): it calls itself "cuda" but keeps its memory on the
  * host, counts its allocations and runs the CPU's kernels (read through
  * phx_device_table, as a 1.0 table: the slots 1.0 has). It leaves every
  * optional slot NULL (memory_stats, synchronize, current_stream, the
@@ -71,4 +71,4 @@ static int dev_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 =
     PHX_PLUGIN_DESC_INIT(PHX_PLUGIN_DEVICE, "cuda", "1.0",
-                         "host memory named cuda, with the CPU's kernels (t/plugin_abi)", dev_probe, &dev_vtable);
+                         "host memory named cuda, with the CPU's kernels (t/plugin/abi)", dev_probe, &dev_vtable);

@@ -1,4 +1,4 @@
-/* A device plugin for t/data_loader_device: host memory named "cuda" whose
+/* A device plugin for t/data/loader_device: host memory named "cuda" whose
  * copies on a stream of the caller's own (copy_h2d_async) are not made
  * when queued but when something waits for them (stream_wait_event on the
  * compute stream, event_synchronize), as a real copy engine would make
@@ -190,5 +190,5 @@ static int dev_probe(const phx_probe_ctx *ctx, char *why, size_t len)
 }
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
-    PHX_PLUGIN_DEVICE, "cuda", "1.1", "host memory named cuda whose stream copies run late (t/data_loader_device)",
+    PHX_PLUGIN_DEVICE, "cuda", "1.1", "host memory named cuda whose stream copies run late (t/data/loader_device)",
     dev_probe, &dev_vtable);

@@ -1,4 +1,4 @@
-/* A plugin built only for t/plugin_loader: each phx-comm-<name>.so under
+/* A plugin built only for t/plugin/loader: each phx-comm-<name>.so under
  * t/plugins/loader/ and loader2/ is this file with different FAKE_* macros, so each
  * loader error has a plugin that triggers it (tools/local.mk lists them).
  *   FAKE_NAME       name in the descriptor (a bare word, stringified)
@@ -94,7 +94,7 @@ PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = {FAKE_MAJOR,
                                                          (uint32_t)(FAKE_KIND),
                                                          FAKE_STR(FAKE_NAME),
                                                          FAKE_STR(FAKE_VERSION),
-                                                         "a plugin for t/plugin_loader",
+                                                         "a plugin for t/plugin/loader",
                                                          fake_probe,
 #ifdef FAKE_NO_VTABLE
                                                          NULL

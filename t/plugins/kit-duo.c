@@ -1,5 +1,5 @@
 /* phx-comm-duo: a two-rank communicator plugin built on the kit alone
- * (public headers only, as an out-of-tree plugin is), for t/plugin_kit_peer.
+ * (public headers only, as an out-of-tree plugin is), for t/plugin/kit_peer.
  * The ranks are processes joined by one loopback TCP socket (rank 0
  * listens, publishes its port in the store, rank 1 connects); all-reduce
  * sends this rank's buffer, receives the peer's and reduces both in rank

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The map's names exist: every `file:function` in doc/internals.md is a
 file of the tree that defines or declares that function, every path named
-(`core/ddp/`, `core/ddp/ddp.c`, a program such as `t/comm_phxrun`) and
+(`src/ddp/`, `src/ddp/ddp.c`, a program such as `t/comm/gloo_links`) and
 every bare file name (`ddp-buckets.c`) exists, and in the walks through a
 step ("## One ... step") every bare name of a function is defined in a
 file named in the same step, or, for a phx_/px_ name, anywhere in the
@@ -21,15 +21,20 @@ IDENT = re.compile(r"^([a-z_][a-z0-9_]*)(\(.*\))?$")
 
 
 def tree_files():
-    """The tree's files: git's when this is a checkout, else the folders."""
+    """The tree's files: git's when SRC is the top of a checkout (not a
+    tarball unpacked inside another checkout), else the folders."""
     try:
+        top = subprocess.run(["git", "-C", SRC, "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        if os.path.realpath(top) != os.path.realpath(SRC):
+            raise OSError("not the top of a checkout")
         out = subprocess.run(["git", "-C", SRC, "ls-files", "--cached", "--others", "--exclude-standard"],
                              capture_output=True, text=True, check=True).stdout
         return sorted(set(out.split()))
     except (OSError, subprocess.CalledProcessError):
         files = []
         for root, dirs, names in os.walk(SRC):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            dirs[:] = [d for d in dirs if d not in (".git", ".libs", ".deps")]
             files += [os.path.relpath(os.path.join(root, n), SRC) for n in names]
         return sorted(files)
 
@@ -55,7 +60,7 @@ def defines(path, name):
 
 def find_path(p):
     """The tracked file or folder p names, or None. A path may be a
-    program (its source is p.c, p.sh or p.cc), a glob (t/core_*), a
+    program (its source is p.c, p.sh or p.cc), a glob (t/tensor/*), a
     folder (trailing /), a brace list ({a,b}), or relative to include/."""
     m = re.search(r"\{([^}]*)\}", p)
     if m:
@@ -95,7 +100,7 @@ def sections(doc):
 def main():
     doc_path = sys.argv[1] if len(sys.argv) > 1 else "doc/internals.md"
     doc = text(doc_path)
-    sources = [f for f in FILES if f.endswith(SOURCE_EXT) and not f.startswith("t/abi-1.0/")]
+    sources = [f for f in FILES if f.endswith(SOURCE_EXT) and not f.startswith("t/plugin/abi-1.0/")]
     points, seen = [], set()
 
     def point(good, what):

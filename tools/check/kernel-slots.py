@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Kernel-slot coverage: every slot of include/phalanx/plugin/kernels_v1.def
-has a GPU test in t/cuda_kernels.c. That file maps each slot to its test
+has a GPU test in t/cuda/kernels.c. That file maps each slot to its test
 with a line "#define COVER_<slot> test_<x>" and builds a table from the
 .def, so a slot without a line does not compile; this check reads the same
 lines without a compiler or a GPU and also requires the test named to call
@@ -14,7 +14,7 @@ import sys
 
 SRC = os.environ.get("top_srcdir") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DEF = "include/phalanx/plugin/kernels_v1.def"
-TEST = "t/cuda_kernels.c"
+TEST = "t/cuda/kernels.c"
 
 
 def read(path):

@@ -7,11 +7,11 @@ lint_checks = tools/check/format.sh tools/check/exports.sh tools/check/kernel-sl
 TESTS += $(lint_checks)
 EXTRA_DIST += $(lint_checks) tools/check/format-exempt
 
-# Builds the library, the plugins and t/cuda_kernels (its coverage table
+# Builds the library, the plugins and t/cuda/kernels (its coverage table
 # is checked by the compiler), then runs the four scripts; fails on a
 # "not ok" that is not a TODO.
 .PHONY: lint
-lint: all t/cuda_kernels$(EXEEXT)
+lint: all t/cuda/kernels$(EXEEXT)
 	@fail=0; for c in $(lint_checks); do \
 	    out=`top_srcdir='$(abs_top_srcdir)' top_builddir='$(abs_top_builddir)' $(srcdir)/$$c` || fail=1; \
 	    bad=`echo "$$out" | grep '^not ok' | grep -v '# TODO'`; \

@@ -1,4 +1,5 @@
-# plugins/comm/gloo — C++ shim over libgloo's TCP transport.
+# plugins/comm/gloo — C++ shim over libgloo's TCP transport. Tests:
+# t/comm/desync, t/comm/gloo_*.
 if HAVE_GLOO
 pkglib_LTLIBRARIES += plugins/comm/gloo/phx-comm-gloo.la
 plugins_comm_gloo_phx_comm_gloo_la_SOURCES = plugins/comm/gloo/gloo.cc plugins/comm/gloo/gloo-algos.cc \
@@ -12,15 +13,15 @@ endif
 
 # Ranks out of step: PHX_EDESYNC naming both collectives, not an abort.
 if HAVE_GLOO
-check_PROGRAMS += t/comm_desync
-TESTS += t/comm_desync
-t_comm_desync_SOURCES = t/comm_desync.c
+check_PROGRAMS += t/comm/desync
+TESTS += t/comm/desync
+t_comm_desync_SOURCES = t/comm/desync.c
 t_comm_desync_LDADD = libphalanx.la
 
 # The links: the same bits as gloo's transport, desync and peer death at
 # once, the timeout kept, bad settings refused.
-check_PROGRAMS += t/comm_gloo_links
-TESTS += t/comm_gloo_links
-t_comm_gloo_links_SOURCES = t/comm_gloo_links.c
+check_PROGRAMS += t/comm/gloo_links
+TESTS += t/comm/gloo_links
+t_comm_gloo_links_SOURCES = t/comm/gloo_links.c
 t_comm_gloo_links_LDADD = libphalanx.la
 endif

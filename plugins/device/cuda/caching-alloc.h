@@ -1,7 +1,7 @@
 /* A caching allocator for device memory, independent of CUDA: the raw
  * allocation and release are callbacks, so the bookkeeping (size classes,
  * per-stream free lists, statistics, the retry after freeing the cache)
- * is tested on the CPU with malloc (t/cuda_alloc.c) and used by the cuda
+ * is tested on the CPU with malloc (t/cuda/alloc.c) and used by the cuda
  * plugin with cudaMalloc/cudaFree.
  *
  * Rules (as in PyTorch's CUDA caching allocator, minus block splitting):

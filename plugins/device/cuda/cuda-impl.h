@@ -1,5 +1,5 @@
 /* The cuda device plugin's internals, shared by its C files and the
- * kernels in kernels/cuda (C and CUDA C++; C linkage). Not installed.
+ * kernels in plugins/device/cuda/kernels (C and CUDA C++; C linkage). Not installed.
  *
  * Every thread gets, per device, a context: its compute stream (all the
  * thread's kernels and copies on that device run there, in order), pinned
@@ -38,10 +38,10 @@ typedef struct px_cuda_ctx {
     void *host_small; /* pinned, PX_CUDA_HOST_SMALL (lazy) */
     void *scratch; /* device, grown on demand */
     size_t scratch_bytes;
-    void *blas; /* cublasHandle_t (lazy, kernels/cuda/gemm.c) */
+    void *blas; /* cublasHandle_t (lazy, plugins/device/cuda/kernels/gemm.c) */
     void *blas_ws; /* its workspace (device) */
     size_t blas_ws_bytes;
-    void *dnn; /* cudnnHandle_t (lazy, kernels/cuda/conv.cu), bound to stream */
+    void *dnn; /* cudnnHandle_t (lazy, plugins/device/cuda/kernels/conv.cu), bound to stream */
     struct px_cuda_ctx *next; /* in the device's pool once the thread exits */
 } px_cuda_ctx;
 
@@ -84,11 +84,11 @@ phx_status px_cuda_stream_create(int dev, void **stream);
 void px_cuda_stream_destroy(int dev, void *stream);
 phx_status px_cuda_copy_h2d_async(int dev, void *dst, const void *src_host, size_t bytes, void *stream);
 
-/* PHX_TF32 for GEMM and convolutions (kernels/cuda/gemm.c): *on <- 0
+/* PHX_TF32 for GEMM and convolutions (plugins/device/cuda/kernels/gemm.c): *on <- 0
  * when unset, "" or "0", 1 for "1"; PHX_EINVAL for anything else. */
 phx_status px_cuda_tf32(int *on);
 
-/* The kernel table (kernels/cuda) and the device table (plugin.c). */
+/* The kernel table (plugins/device/cuda/kernels) and the device table (plugin.c). */
 extern const phx_kernels_v1 px_cuda_kernels;
 
 #ifdef __cplusplus

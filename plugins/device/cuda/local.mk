@@ -1,40 +1,42 @@
 # plugins/device/cuda — phx-device-cuda.so: the CUDA device, its caching
-# allocator and streams, the kernels in kernels/cuda (nvcc), GEMM through
+# allocator and streams, its kernels in kernels/ here (nvcc), GEMM through
 # cuBLAS and convolutions through cuDNN (doc/gpu.md). Only the plugin
-# links CUDA.
+# links CUDA. Tests: t/cuda/.
 
-cuda_kernel_sources = kernels/cuda/elementwise.cu kernels/cuda/activation.cu kernels/cuda/random.cu \
-	kernels/cuda/reduce.cu kernels/cuda/layernorm.cu kernels/cuda/loss.cu kernels/cuda/optim.cu \
-	kernels/cuda/attention.cu kernels/cuda/conv.cu kernels/cuda/batchnorm.cu kernels/cuda/pool.cu
+cuda_kernel_sources = plugins/device/cuda/kernels/elementwise.cu plugins/device/cuda/kernels/activation.cu \
+	plugins/device/cuda/kernels/random.cu plugins/device/cuda/kernels/reduce.cu \
+	plugins/device/cuda/kernels/layernorm.cu plugins/device/cuda/kernels/loss.cu \
+	plugins/device/cuda/kernels/optim.cu plugins/device/cuda/kernels/attention.cu \
+	plugins/device/cuda/kernels/conv.cu plugins/device/cuda/kernels/batchnorm.cu plugins/device/cuda/kernels/pool.cu
 # every header the .cu files include (nvcc gets no automatic dependencies)
-cuda_kernel_headers = kernels/cuda/common.cuh kernels/cuda/kernels.h kernels/math.h \
+cuda_kernel_headers = plugins/device/cuda/kernels/common.cuh plugins/device/cuda/kernels/kernels.h kernels/math.h \
 	plugins/device/cuda/cuda-impl.h include/phalanx/plugin/device_v1.h include/phalanx/plugin.h \
 	include/phalanx/tensor.h include/phalanx/device.h include/phalanx/error.h
-EXTRA_DIST += $(cuda_kernel_sources) kernels/cuda/common.cuh
+EXTRA_DIST += $(cuda_kernel_sources) plugins/device/cuda/kernels/common.cuh
 
 # The caching allocator's bookkeeping is CUDA-free: tested on the CPU in
 # every build.
-check_PROGRAMS += t/cuda_alloc
-TESTS += t/cuda_alloc
-t_cuda_alloc_SOURCES = t/cuda_alloc.c plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h
+check_PROGRAMS += t/cuda/alloc
+TESTS += t/cuda/alloc
+t_cuda_alloc_SOURCES = t/cuda/alloc.c plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h
 t_cuda_alloc_LDADD = libphalanx.la
 # CUDA_VISIBLE_DEVICES as the plugins' fork-safe device count reads it.
-check_PROGRAMS += t/cuda_visible
-TESTS += t/cuda_visible
-t_cuda_visible_SOURCES = t/cuda_visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h
+check_PROGRAMS += t/cuda/visible
+TESTS += t/cuda/visible
+t_cuda_visible_SOURCES = t/cuda/visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h
 # Selecting cuda / nccl: clear errors without a GPU, working with one.
-check_PROGRAMS += t/cuda_select
-TESTS += t/cuda_select
+check_PROGRAMS += t/cuda/select
+TESTS += t/cuda/select
 t_cuda_select_LDADD = libphalanx.la
 # With a GPU (else they skip): every kernel against the CPU table, and the
 # device's memory, copies, events and streams.
-check_PROGRAMS += t/cuda_kernels t/cuda_device
-TESTS += t/cuda_kernels t/cuda_device
+check_PROGRAMS += t/cuda/kernels t/cuda/device
+TESTS += t/cuda/kernels t/cuda/device
 t_cuda_kernels_LDADD = libphalanx.la -lm
 t_cuda_device_LDADD = libphalanx.la -lm
 # The nccl communicator on GPUs (skips without one).
-check_PROGRAMS += t/cuda_nccl
-TESTS += t/cuda_nccl
+check_PROGRAMS += t/cuda/nccl
+TESTS += t/cuda/nccl
 t_cuda_nccl_LDADD = libphalanx.la -lm
 
 # The GPU benchmark (run by t/gpu/run; says "no CUDA device" elsewhere)
@@ -48,7 +50,7 @@ pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la
 plugins_device_cuda_phx_device_cuda_la_SOURCES = plugins/device/cuda/plugin.c plugins/device/cuda/host.c plugins/device/cuda/context.c \
 	plugins/device/cuda/cuda-impl.h plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h \
 	plugins/device/cuda/visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h \
-	kernels/cuda/gemm.c kernels/cuda/table.c kernels/cuda/kernels.h
+	plugins/device/cuda/kernels/gemm.c plugins/device/cuda/kernels/table.c plugins/device/cuda/kernels/kernels.h
 plugins_device_cuda_phx_device_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(CUDNN_CPPFLAGS)
 plugins_device_cuda_phx_device_cuda_la_LDFLAGS = $(plugin_ldflags) $(CUDA_LDFLAGS) $(CUDNN_LDFLAGS)
 cuda_kernel_objects = $(cuda_kernel_sources:.cu=.lo)
@@ -66,11 +68,11 @@ AM_V_NVCC = $(am__v_NVCC_$(V))
 am__v_NVCC_ = $(am__v_NVCC_$(AM_DEFAULT_VERBOSITY))
 am__v_NVCC_0 = @echo "  NVCC    " $@;
 am__v_NVCC_1 =
-kernels/cuda/%.lo: kernels/cuda/%.cu $(cuda_kernel_headers) config.h
-	@$(MKDIR_P) kernels/cuda/.libs
+plugins/device/cuda/kernels/%.lo: plugins/device/cuda/kernels/%.cu $(cuda_kernel_headers) config.h
+	@$(MKDIR_P) plugins/device/cuda/kernels/.libs
 	$(AM_V_NVCC)$(NVCC) $(NVCC_FLAGS) $(DEFS) $(DEFAULT_INCLUDES) $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(CUDNN_CPPFLAGS) \
-		$(CPPFLAGS) -c -o kernels/cuda/.libs/$*.o $< && \
+		$(CPPFLAGS) -c -o plugins/device/cuda/kernels/.libs/$*.o $< && \
 	printf "# %s - a libtool object file\n# Generated by libtool (GNU libtool) 2.4.7 via nvcc\npic_object='.libs/%s.o'\nnon_pic_object=none\n" \
 		$*.lo $* > $@
-CLEANFILES += $(cuda_kernel_objects) $(cuda_kernel_sources:kernels/cuda/%.cu=kernels/cuda/.libs/%.o)
+CLEANFILES += $(cuda_kernel_objects) $(cuda_kernel_sources:plugins/device/cuda/kernels/%.cu=plugins/device/cuda/kernels/.libs/%.o)
 endif

@@ -1,7 +1,7 @@
 /* phx-device-cuda.so: the CUDA device (phx_device_v1) — enumeration,
  * memory through the caching allocator, the per-thread compute streams,
  * events, host and peer copies, synchronisation — and its descriptor.
- * Kernels: kernels/cuda. doc/gpu.md. */
+ * Kernels: plugins/device/cuda/kernels. doc/gpu.md. */
 #include "config.h"
 #include <pthread.h>
 #include <stdio.h>
@@ -290,4 +290,4 @@ static int cuda_probe(const phx_probe_ctx *ctx, char *why, size_t why_len)
 
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = PHX_PLUGIN_DESC_INIT(
     PHX_PLUGIN_DEVICE, "cuda", PACKAGE_VERSION,
-    "NVIDIA GPUs: caching allocator, per-thread streams, kernels/cuda, cuBLAS", cuda_probe, &cuda_device);
+    "NVIDIA GPUs: caching allocator, per-thread streams, CUDA kernels, cuBLAS", cuda_probe, &cuda_device);

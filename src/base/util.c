@@ -1,0 +1,108 @@
+/* Counting allocators, clock, environment helpers. */
+#include "config.h"
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "src/base/util.h"
+#include "phalanx/device.h"
+#include "phalanx/log.h"
+
+static atomic_uint_fast64_t px_allocs;
+
+uint64_t phx_alloc_count(void)
+{
+    return atomic_load(&px_allocs);
+}
+
+void *px_malloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        phx_error(PHX_ENOMEM, "out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+    atomic_fetch_add(&px_allocs, 1);
+    return p;
+}
+
+void *px_calloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) {
+        phx_error(PHX_ENOMEM, "out of memory allocating %zu x %zu bytes", count, size);
+        return NULL;
+    }
+    atomic_fetch_add(&px_allocs, 1);
+    return p;
+}
+
+void *px_realloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        phx_error(PHX_ENOMEM, "out of memory reallocating %zu bytes", n);
+        return NULL;
+    }
+    atomic_fetch_add(&px_allocs, 1);
+    return q;
+}
+
+void px_free(void *p)
+{
+    free(p);
+}
+
+char *px_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = px_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+double px_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int px_env_int(const char *name, int def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || *v < '0' || *v > '9' || x < 0 || x > 0x7fffffff) {
+        phx_error(PHX_EINVAL, "environment variable %s='%s': expected a non-negative integer", name, v);
+        return -1;
+    }
+    return (int)x;
+}
+
+double px_env_timeout(void)
+{
+    const char *v = getenv("PHX_TIMEOUT");
+    if (!v || !*v) return 600.0;
+    char *end;
+    double t = strtod(v, &end);
+    if (*end || !(t > 0)) {
+        phx_log(PHX_LOG_WARN, "PHX_TIMEOUT='%s' is not a positive number of seconds; using 600", v);
+        return 600.0;
+    }
+    if (t > PX_TIMEOUT_MAX) {
+        phx_log(PHX_LOG_WARN, "PHX_TIMEOUT='%s' exceeds the largest timeout, %.0f s (11.6 days); using that", v,
+                PX_TIMEOUT_MAX);
+        return PX_TIMEOUT_MAX;
+    }
+    return t;
+}
+
+double px_timeout(double t)
+{
+    if (!(t > 0)) return px_env_timeout(); /* <= 0 and NaN */
+    return t > PX_TIMEOUT_MAX ? PX_TIMEOUT_MAX : t;
+}

@@ -1,0 +1,284 @@
+/* Checkpoints: a model's state_dict (parameters, then buffers; keys =
+ * dotted names), the optimizer's
+ * state ("optim.<param>.<state>", metadata "optim.steps"/"optim.type"),
+ * the loss scaler ("scaler.scale", "scaler.growth_tracker") and user
+ * metadata, in one safetensors file. Loading strips a "module." prefix
+ * (what torch's DataParallel/DDP save) and checks the whole file against
+ * the model before it changes anything. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "src/data/safetensors-impl.h"
+#include "src/tensor/tensor-impl.h"
+#include "src/base/util.h"
+#include "src/precision/precision-impl.h"
+
+#define OPT_PREFIX "optim."
+#define DDP_PREFIX "module."
+
+static char *joined(const char *a, const char *b)
+{
+    size_t len = strlen(a) + strlen(b) + 1;
+    char *s = px_malloc(len);
+    if (s) snprintf(s, len, "%s%s", a, b);
+    return s;
+}
+
+/* The model's state_dict: parameters then buffers, names and tensors in
+ * two arrays the caller frees; the count, or (size_t)-1 on ENOMEM. */
+static size_t state_dict(phx_module *model, const char ***names, phx_tensor ***ts)
+{
+    size_t np = phx_module_num_params(model), nb = phx_module_num_buffers(model), n = np + nb;
+    *names = px_calloc(n ? n : 1, sizeof **names);
+    *ts = px_calloc(n ? n : 1, sizeof **ts);
+    if (!*names || !*ts) {
+        px_free(*names), px_free(*ts);
+        *names = NULL, *ts = NULL;
+        return (size_t)-1;
+    }
+    for (size_t i = 0; i < np; i++) {
+        (*names)[i] = phx_module_param_name(model, i);
+        (*ts)[i] = phx_param_value(phx_module_param(model, i));
+    }
+    for (size_t i = 0; i < nb; i++) {
+        (*names)[np + i] = phx_module_buffer_name(model, i);
+        (*ts)[np + i] = phx_module_buffer(model, i);
+    }
+    return n;
+}
+
+phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler,
+                               const phx_meta *meta, size_t n_meta)
+{
+    if (!path || !model || (n_meta && !meta))
+        return phx_error(PHX_EINVAL, "phx_checkpoint_save: NULL %s", !path ? "path" : !model ? "model" : "metadata");
+    if (opt && phx_optimizer_model(opt) != model)
+        return phx_error(PHX_EINVAL, "phx_checkpoint_save: the optimizer belongs to another model");
+    const char **mnames = NULL;
+    phx_tensor **mts = NULL;
+    size_t np = state_dict(model, &mnames, &mts);
+    if (np == (size_t)-1) return PHX_ENOMEM;
+    const char **snames = NULL;
+    phx_tensor **stens = NULL;
+    size_t ns = opt ? phx_optimizer_state(opt, &snames, &stens) : 0;
+    size_t n = np + ns, nm = n_meta + 5;
+    const char **names = px_calloc(n ? n : 1, sizeof *names);
+    phx_tensor **ts = px_calloc(n ? n : 1, sizeof *ts);
+    phx_meta *all = px_calloc(nm, sizeof *all);
+    char **owned = px_calloc(ns ? ns : 1, sizeof *owned);
+    char steps[32], scale[40], tracker[32];
+    phx_status st = PHX_OK;
+    if (!names || !ts || !all || !owned) {
+        st = PHX_ENOMEM;
+        goto out;
+    }
+    memcpy(names, mnames, np * sizeof *names);
+    memcpy(ts, mts, np * sizeof *ts);
+    for (size_t i = 0; i < ns; i++) {
+        if (!(owned[i] = joined(OPT_PREFIX, snames[i]))) {
+            st = PHX_ENOMEM;
+            goto out;
+        }
+        names[np + i] = owned[i];
+        ts[np + i] = stens[i];
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n_meta; i++) {
+        if (meta[i].key &&
+            (strncmp(meta[i].key, OPT_PREFIX, strlen(OPT_PREFIX)) == 0 || strncmp(meta[i].key, "scaler.", 7) == 0)) {
+            st = phx_error(PHX_EINVAL, "phx_checkpoint_save: metadata key '%s' is reserved (optim.*, scaler.*)",
+                           meta[i].key);
+            goto out;
+        }
+        all[k++] = meta[i];
+    }
+    if (opt) {
+        snprintf(steps, sizeof steps, "%" PRId64, phx_optimizer_steps(opt));
+        all[k++] = (phx_meta){"optim.steps", steps};
+        all[k++] = (phx_meta){"optim.type", phx_optimizer_type(opt)};
+    }
+    if (scaler) {
+        snprintf(scale, sizeof scale, "%.17g", phx_scaler_get_scale(scaler));
+        snprintf(tracker, sizeof tracker, "%" PRId64, phx_scaler_growth_tracker(scaler));
+        all[k++] = (phx_meta){"scaler.scale", scale};
+        all[k++] = (phx_meta){"scaler.growth_tracker", tracker};
+    }
+    st = phx_safetensors_write(path, names, ts, n, all, k);
+out:
+    for (size_t i = 0; owned && i < ns; i++) px_free(owned[i]);
+    px_free(owned);
+    px_free(names);
+    px_free(ts);
+    px_free(mnames);
+    px_free(mts);
+    px_free(all);
+    return st;
+}
+
+phx_status phx_checkpoint_save_model(const char *path, phx_module *model)
+{
+    return phx_checkpoint_save(path, model, NULL, NULL, NULL, 0);
+}
+
+/* e may fill slot *slot for `what` named key: a dtype that converts into
+ * the tensor's and the same shape. */
+static phx_status check_entry(const char *path, const px_st_entry *e, const char *key, const phx_tensor *t,
+                              const char *what, const px_st_entry **slot)
+{
+    const char *who = "phx_checkpoint_load";
+    char a[64], b[64];
+    if (*slot)
+        return phx_error(PHX_EIO, "%s: '%s': tensors '%s' and '%s' both hold %s '%s'", who, path, (*slot)->name,
+                         e->name, what, key);
+    if (!px_st_convertible(e->dtype, t->dtype))
+        return phx_error(PHX_EIO,
+                         "%s: '%s': tensor '%s' has dtype %s, %s '%s' is %s (floating-point dtypes "
+                         "convert into each other, integer ones must match)",
+                         who, path, e->name, px_st_dtype_name(e->dtype), what, key, px_st_dtype_name(t->dtype));
+    bool same = e->ndim == t->ndim;
+    for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
+    if (!same)
+        return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has shape %s, %s '%s' has shape %s", who, path, e->name,
+                         px_shape_str(e->ndim, e->shape, a, sizeof a), what, key, phx_tensor_shape_str(t, b, sizeof b));
+    *slot = e;
+    return PHX_OK;
+}
+
+static bool parse_i64(const char *s, int64_t *out)
+{
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < 0) return false;
+    *out = v;
+    return true;
+}
+
+typedef struct plan {
+    const char **names; /* the model's state_dict */
+    phx_tensor **ts;
+    const px_st_entry **model; /* per state_dict entry */
+    const px_st_entry **state; /* per optimizer state tensor */
+    int64_t steps;
+    double scale;
+    int64_t tracker;
+} plan;
+
+/* Matches every entry of f to the model / optimizer and checks every
+ * condition; fills p. Changes nothing. */
+static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt, phx_scaler *scaler, size_t np,
+                            const char **snames, phx_tensor **stens, size_t ns, plan *p)
+{
+    const char *who = "phx_checkpoint_load", *path = f->path;
+    size_t n_params = phx_module_num_params(model);
+    for (size_t i = 0; i < f->n; i++) {
+        const px_st_entry *e = &f->e[i];
+        const char *key = e->name;
+        phx_status st;
+        if (strncmp(key, OPT_PREFIX, strlen(OPT_PREFIX)) == 0) {
+            if (!opt) continue; /* a full checkpoint loads into a bare model too */
+            const char *sk = key + strlen(OPT_PREFIX);
+            size_t j = 0;
+            while (j < ns && strcmp(snames[j], sk) != 0) j++;
+            if (j == ns)
+                return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no state of the %s optimizer", who, path, key,
+                                 phx_optimizer_type(opt));
+            if ((st = check_entry(path, e, sk, stens[j], "optimizer state", &p->state[j])) != PHX_OK) return st;
+            continue;
+        }
+        if (strncmp(key, DDP_PREFIX, strlen(DDP_PREFIX)) == 0) key += strlen(DDP_PREFIX);
+        size_t j = 0;
+        while (j < np && strcmp(p->names[j], key) != 0) j++;
+        if (j == np)
+            return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no parameter or buffer of the model (extra key)",
+                             who, path, e->name);
+        if ((st = check_entry(path, e, key, p->ts[j], j < n_params ? "parameter" : "buffer", &p->model[j])) != PHX_OK)
+            return st;
+    }
+    for (size_t j = 0; j < np; j++)
+        if (!p->model[j])
+            return phx_error(PHX_EIO, "%s: '%s' has no tensor for %s '%s' (missing key)", who, path,
+                             j < n_params ? "parameter" : "buffer", p->names[j]);
+    if (opt) {
+        for (size_t j = 0; j < ns; j++)
+            if (!p->state[j])
+                return phx_error(PHX_EIO, "%s: '%s' has no tensor 'optim.%s' for the optimizer (missing key)", who,
+                                 path, snames[j]);
+        const char *s = px_st_meta(f, "optim.steps");
+        if (!parse_i64(s, &p->steps))
+            return phx_error(PHX_EIO, "%s: '%s': metadata optim.steps is %s%s%s, expected an integer >= 0", who, path,
+                             s ? "'" : "", s ? s : "missing", s ? "'" : "");
+    }
+    if (scaler) {
+        const char *s = px_st_meta(f, "scaler.scale"), *g = px_st_meta(f, "scaler.growth_tracker");
+        char *end = NULL;
+        p->scale = s ? strtod(s, &end) : 0.0;
+        if (!s || *end || !(p->scale > 0.0) || isinf(p->scale) || !parse_i64(g, &p->tracker))
+            return phx_error(PHX_EIO,
+                             "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s' missing or "
+                             "invalid (need a finite scale > 0 and an integer >= 0)",
+                             who, path, s ? s : "(none)", g ? g : "(none)");
+        char why[160];
+        if (px_scaler_check_state(scaler, p->scale, p->tracker, why, sizeof why))
+            return phx_error(PHX_EIO, "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s': %s", who,
+                             path, s, g, why);
+    }
+    return PHX_OK;
+}
+
+phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler)
+{
+    if (!path || !model) return phx_error(PHX_EINVAL, "phx_checkpoint_load: NULL %s", path ? "model" : "path");
+    if (opt && phx_optimizer_model(opt) != model)
+        return phx_error(PHX_EINVAL, "phx_checkpoint_load: the optimizer belongs to another model");
+    px_st_file f;
+    phx_status st = px_st_open("phx_checkpoint_load", path, &f);
+    if (st != PHX_OK) return st;
+    plan p = {0};
+    size_t np = state_dict(model, &p.names, &p.ts), n_params = phx_module_num_params(model);
+    const char **snames = NULL;
+    phx_tensor **stens = NULL;
+    size_t ns = opt ? phx_optimizer_state(opt, &snames, &stens) : 0;
+    p.model = np == (size_t)-1 ? NULL : px_calloc(np ? np : 1, sizeof *p.model);
+    p.state = px_calloc(ns ? ns : 1, sizeof *p.state);
+    if (!p.model || !p.state)
+        st = PHX_ENOMEM;
+    else
+        st = make_plan(&f, model, opt, scaler, np, snames, stens, ns, &p);
+    /* Everything checked: now change things. */
+    for (size_t j = 0; st == PHX_OK && j < np; j++) {
+        st = px_st_load_into(&f, p.model[j], p.ts[j]);
+        if (j < n_params) phx_param_touch(phx_module_param(model, j));
+    }
+    for (size_t j = 0; st == PHX_OK && j < ns; j++) st = px_st_load_into(&f, p.state[j], stens[j]);
+    if (st == PHX_OK && opt) phx_optimizer_set_steps(opt, p.steps);
+    if (st == PHX_OK && scaler) st = phx_scaler_set_state(scaler, p.scale, p.tracker);
+    px_free(p.model);
+    px_free(p.state);
+    px_free(p.names);
+    px_free(p.ts);
+    px_st_close(&f);
+    return st;
+}
+
+phx_status phx_checkpoint_meta(const char *path, const char *key, char *buf, size_t len)
+{
+    if (!key || !buf || len == 0) return phx_error(PHX_EINVAL, "phx_checkpoint_meta: NULL key or empty buffer");
+    px_st_file f;
+    phx_status st = px_st_open_header("phx_checkpoint_meta", path, &f);
+    if (st != PHX_OK) return st;
+    const char *v = px_st_meta(&f, key);
+    if (!v)
+        st = phx_error(PHX_ENOTFOUND, "phx_checkpoint_meta: '%s' has no metadata key '%s'", path, key);
+    else if (strlen(v) >= len)
+        st = phx_error(PHX_EINVAL, "phx_checkpoint_meta: value of '%s' needs %zu bytes, buffer has %zu", key,
+                       strlen(v) + 1, len);
+    else
+        memcpy(buf, v, strlen(v) + 1);
+    px_st_close(&f);
+    return st;
+}

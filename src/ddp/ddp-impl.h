@@ -1,0 +1,109 @@
+/* DistributedDataParallel internals (px_ prefix, not exported): the
+ * reducer state shared by src/ddp/ddp.c (wrapper, hooks, launch, wait),
+ * src/ddp/ddp-buckets.c (assignment rule, bucket storage, rebuild) and
+ * src/ddp/ddp-check.c (cross-rank model check, broadcast). */
+#ifndef PHX_CORE_DDP_IMPL_H
+#define PHX_CORE_DDP_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "phalanx/ddp.h"
+
+#define PX_DDP_FIRST_BUCKET_BYTES ((size_t)1 << 20) /* 1 MiB, as dist._DEFAULT_FIRST_BUCKET_BYTES */
+#define PX_DDP_BUCKET_BYTES ((size_t)25 << 20) /* 25 MiB, as bucket_cap_mb */
+#define PX_DDP_ERR_MAX 512
+
+/* One flat gradient allocation; each member's gradient is a view of it. */
+typedef struct px_bucket {
+    phx_tensor *flat; /* (numel) f32 on the members' device */
+    size_t *members; /* parameter indices, bucket order (points into px_ddp.bucket_members) */
+    size_t n_members;
+    int64_t numel;
+    size_t pending; /* members whose gradient is not ready yet this backward */
+    phx_work *work; /* all-reduce in flight, or NULL */
+} px_bucket;
+
+/* An assignment: buckets as runs of parameter indices. */
+typedef struct px_assignment {
+    size_t n_buckets;
+    size_t *order; /* (n_params) parameter indices, bucket after bucket */
+    size_t *start; /* (n_buckets + 1) bucket b is order[start[b] .. start[b+1]) */
+} px_assignment;
+
+typedef struct px_ddp {
+    phx_module *model;
+    phx_comm *comm;
+    int rank, world;
+    phx_ddp_opts opts; /* caps filled in */
+    phx_status broken; /* != PHX_OK: a failed rebuild left gradients half moved */
+
+    size_t n_params;
+    phx_param **params; /* (n_params) the model's, named_parameters() order */
+    phx_tensor **buffers; /* the model's buffers, refreshed at each broadcast (allocated once) */
+    phx_param **by_addr; /* (n_params) params sorted by address, for the hook's lookup */
+    size_t *by_addr_idx; /* (n_params) their indices */
+
+    /* buckets */
+    px_bucket *buckets; /* (n_buckets) */
+    size_t n_buckets;
+    size_t *bucket_members; /* (n_params) storage of every bucket's member list */
+    size_t *bucket_of; /* (n_params) parameter -> bucket */
+
+    /* per backward */
+    bool *ready; /* (n_params) gradient final this backward */
+    size_t n_ready;
+    size_t next_launch; /* buckets < next_launch are launched */
+    bool no_sync;
+    phx_status hook_status; /* first error seen inside a hook */
+    char hook_err[PX_DDP_ERR_MAX];
+
+    /* rebuild in arrival order after the first backward */
+    size_t *arrival; /* (n_params) parameter indices in the order they became ready */
+    size_t n_arrival;
+    bool recording; /* the first backward is being recorded */
+    bool rebuild_due; /* next forward/backward rebuilds */
+
+    /* uneven inputs (phx_ddp_join_begin .. phx_ddp_join_end) */
+    bool join; /* each forward first counts the ranks still training */
+    bool join_initial; /* divide by the initial world size, not by those ranks */
+    int join_syncing; /* ranks whose backward of this step all-reduces */
+    phx_tensor *join_flag; /* (2) f32: [still training, syncing this step] */
+
+    /* introspection */
+    phx_ddp_stats stats;
+    phx_ddp_event *trace; /* (trace_cap) events of the current/last backward */
+    size_t trace_len, trace_cap;
+    bool trace_restart; /* the next event starts a new backward's trace */
+    double t0; /* start of the traced backward */
+} px_ddp;
+
+/* PyTorch's compute_bucket_assignment_by_size for parameters visited in
+ * `order` (n entries, parameter indices): a bucket per device collects
+ * parameters until its bytes reach the current cap (first_cap for the
+ * first bucket of that device, cap afterwards), then closes; open buckets
+ * are appended at the end. Fills *out (caller frees with
+ * px_assignment_free). */
+phx_status px_ddp_assign(px_ddp *d, const size_t *order, size_t first_cap, size_t cap, px_assignment *out);
+void px_assignment_free(px_assignment *a);
+
+/* Allocates the buckets of assignment a and points every gradient into
+ * them (copying the current gradients). Replaces the current buckets. */
+phx_status px_ddp_install(px_ddp *d, const px_assignment *a);
+/* Releases the bucket storage (the parameters keep their views). */
+void px_ddp_buckets_free(px_ddp *d);
+/* Broadcasts rank 0's arrival order and rebuilds the buckets in it. */
+phx_status px_ddp_rebuild(px_ddp *d);
+/* The join's count at the start of an active rank's step (ddp-join.c). */
+phx_status px_ddp_join_step(px_ddp *d);
+
+/* Checks that every rank has the same parameter names, shapes and dtypes
+ * (PHX_EDESYNC naming the first difference on every rank). */
+phx_status px_ddp_check_models(px_ddp *d);
+/* Copies rank 0's parameter values to every rank. */
+phx_status px_ddp_broadcast_params(px_ddp *d);
+/* Broadcasts the model's buffers from rank 0 (PyTorch's
+ * broadcast_buffers): at construction and before each forward unless
+ * opts.no_broadcast_buffers. */
+phx_status px_ddp_broadcast_buffers(px_ddp *d);
+#endif

@@ -1,0 +1,46 @@
+# src/ddp — DistributedDataParallel (doc/ddp.md). Tests: t/ddp/.
+libphalanx_internal_la_SOURCES += src/ddp/ddp.c src/ddp/ddp-buckets.c src/ddp/ddp-check.c src/ddp/ddp-join.c \
+	src/ddp/ddp-impl.h
+
+ddp_tests = t/ddp/buckets t/ddp/equiv t/ddp/overlap t/ddp/nosync t/ddp/unused \
+	t/ddp/mismatch t/ddp/join
+check_PROGRAMS += $(ddp_tests)
+TESTS += $(ddp_tests)
+ddp_test_cppflags = $(AM_CPPFLAGS)
+if HAVE_GLOO
+ddp_test_cppflags += -DHAVE_GLOO=1
+endif
+t_ddp_buckets_LDADD = libphalanx.la
+t_ddp_buckets_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_equiv_LDADD = libphalanx.la -lm
+t_ddp_equiv_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_overlap_LDADD = libphalanx.la -lm
+t_ddp_overlap_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_nosync_LDADD = libphalanx.la -lm
+t_ddp_nosync_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_unused_LDADD = libphalanx.la -lm
+t_ddp_unused_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_mismatch_LDADD = libphalanx.la -lm
+t_ddp_mismatch_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_join_LDADD = libphalanx.la -lm
+t_ddp_join_CPPFLAGS = $(ddp_test_cppflags)
+EXTRA_DIST += bench/torch/ddp_join.py t/ref/ddp_join.safetensors
+
+EXTRA_DIST += t/ddp-util.h bench/torch/sampler.py t/ref/sampler.txt bench/torch/buckets.py \
+	t/ref/buckets.txt
+
+# The seed's DDP program (make demo) and the DDP benchmark (make bench).
+noinst_PROGRAMS += examples/ddp bench/ddp
+examples_ddp_LDADD = libphalanx.la
+bench_ddp_LDADD = libphalanx.la -lm
+demo_programs += examples/ddp
+bench_programs += bench/ddp
+EXTRA_DIST += bench/torch/ddp.py
+TESTS += t/ddp/example.sh
+EXTRA_DIST += t/ddp/example.sh
+
+# A wrapper holds a reference to its model: either free order is safe.
+check_PROGRAMS += t/ddp/free_order
+TESTS += t/ddp/free_order
+t_ddp_free_order_LDADD = libphalanx.la -lm
+t_ddp_free_order_CPPFLAGS = $(ddp_test_cppflags)

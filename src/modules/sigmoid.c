@@ -1,0 +1,18 @@
+/* Sigmoid: logistic sigmoid, 1 / (1 + exp(-x)). Forward and backward are the shared
+ * elementwise bodies (activation.c) with kind PHX_ACT_SIGMOID. */
+#include "src/modules/activation.h"
+
+static const phx_module_vtable sigmoid_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE,
+    .type_name = "Sigmoid",
+    .forward = px_act_forward,
+    .backward = px_act_backward,
+    .free = px_act_free,
+    .set_train = NULL,
+    .clone = px_act_clone,
+};
+
+phx_module *phx_sigmoid_new(void)
+{
+    return px_act_new(&sigmoid_vt, PHX_ACT_SIGMOID);
+}

@@ -1,0 +1,38 @@
+/* World internals (px_ prefix, not exported): the launcher environment as
+ * src/world reads it, and the world phx_spawn gives its threads. Every
+ * reader of LOCAL_RANK / LOCAL_WORLD_SIZE and their Open MPI and Slurm
+ * counterparts asks here, so they are parsed one way, strictly. */
+#ifndef PHX_CORE_WORLD_IMPL_H
+#define PHX_CORE_WORLD_IMPL_H
+
+#include <stddef.h>
+#include "phalanx/comm.h"
+
+/* The calling thread's rank on this node and the ranks on this node:
+ * phx_spawn's thread world inside one of its threads, else the launcher's
+ * variables exactly as phx_world_from_env reads them (torchrun's, else
+ * Open MPI's, else Slurm's, else 0 of 1). PHX_EINVAL with phx_last_error
+ * naming the variable and its value when one is invalid; the outputs are
+ * then 0 and 1. Either output may be NULL. */
+phx_status px_world_local(int *local_rank, int *local_size);
+
+/* MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500), checked
+ * as phx_world_from_env does. */
+phx_status px_env_master(char *addr, size_t len, int *port);
+
+/* World set by phx_spawn for each of its threads (rank, size and the
+ * one in-process store they share). active is 0 outside such threads. */
+typedef struct px_spawn_tls {
+    int active;
+    int rank, size;
+    phx_store *store;
+} px_spawn_tls;
+
+/* The calling thread's spawn world (never NULL; .active 0 when none). */
+const px_spawn_tls *px_spawn_current(void);
+
+/* A spawned world's failed thread sets PHX_KIT_ABORT_KEY
+ * (phalanx/plugin/kit.h) in its store; backends waiting on peers give up
+ * when they see it. */
+
+#endif

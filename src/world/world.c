@@ -1,0 +1,232 @@
+/* The world from the environment: torchrun's variables, else Open MPI's,
+ * else Slurm's, else a world of one. Inside phx_spawn threads the thread's
+ * own rank wins. The one parser of the launcher variables: device
+ * selection, the thread budget and phx-info ask it (world-impl.h). */
+#include "config.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "src/base/util.h"
+#include "src/base/abi.h"
+#include "src/world/world-impl.h"
+#include "phalanx/comm.h"
+
+#define PX_DEFAULT_PORT 29500
+
+/* Parses the variable into *out. 0: unset (out untouched), 1: set,
+ * -1: invalid (phx_error names it). */
+static int env_int(const char *name, long lo, long hi, int *out)
+{
+    const char *v = getenv(name);
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    /* strtol skips leading blanks and takes a '+': "RANK=' 1'" is refused
+     * as a typo rather than read as 1. */
+    int digits = (*v >= '0' && *v <= '9') || (*v == '-' && v[1] >= '0' && v[1] <= '9');
+    if (!digits || errno || *end || x < lo || x > hi) {
+        phx_error(PHX_EINVAL,
+                  "phx_world_from_env: %s='%s': expected an integer in %ld..%ld (digits only, no "
+                  "spaces)",
+                  name, v, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+/* SLURM_TASKS_PER_NODE ("2(x3),1") gives the tasks on node SLURM_NODEID. */
+static int slurm_local_size(int *out)
+{
+    const char *t = getenv("SLURM_TASKS_PER_NODE");
+    int node = 0;
+    if (!t) return 0;
+    if (env_int("SLURM_NODEID", 0, 1 << 30, &node) < 0) return -1;
+    const char *p = t;
+    while (*p) {
+        char *end;
+        long n = strtol(p, &end, 10), rep = 1;
+        if (end == p || n < 1) goto bad;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x') goto bad;
+            rep = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || rep < 1) goto bad;
+            p = end + 1;
+        }
+        if (node < rep) {
+            *out = (int)n;
+            return 1;
+        }
+        node -= (int)rep;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            goto bad;
+    }
+    return 0; /* node beyond the list: leave the default */
+bad:
+    phx_error(PHX_EINVAL, "phx_world_from_env: SLURM_TASKS_PER_NODE='%s': expected a list like '2(x3),1'", t);
+    return -1;
+}
+
+/* Reads one launcher's names; returns 1 when its rank variable is set. */
+static int read_launcher(const char *rank_v, const char *size_v, const char *lrank_v, const char *lsize_v, phx_world *w,
+                         phx_status *st)
+{
+    int r = env_int(rank_v, 0, 1 << 30, &w->rank);
+    int s = env_int(size_v, 1, 1 << 30, &w->size);
+    *st = PHX_OK;
+    if (r < 0 || s < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
+    if (r == 0 && s == 0) return 0;
+    if (r == 0 || s == 0) {
+        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s is set ('%s') but %s is not", r ? rank_v : size_v,
+                        getenv(r ? rank_v : size_v), r ? size_v : rank_v);
+        return 1;
+    }
+    w->local_rank = w->rank;
+    w->local_size = w->size;
+    if (lrank_v && env_int(lrank_v, 0, 1 << 30, &w->local_rank) < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
+    if (lsize_v && env_int(lsize_v, 1, 1 << 30, &w->local_size) < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
+    if (!lsize_v && slurm_local_size(&w->local_size) < 0) {
+        *st = PHX_EINVAL;
+        return 1;
+    }
+    if (w->rank >= w->size) {
+        *st =
+            phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d is not less than %s=%d", rank_v, w->rank, size_v, w->size);
+        return 1;
+    }
+    if (w->local_size > w->size) {
+        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d exceeds %s=%d", lsize_v ? lsize_v : "local size",
+                        w->local_size, size_v, w->size);
+        return 1;
+    }
+    if (w->local_rank >= w->local_size) {
+        *st = phx_error(PHX_EINVAL, "phx_world_from_env: %s=%d is not less than the local world size %d",
+                        lrank_v ? lrank_v : "local rank", w->local_rank, w->local_size);
+        return 1;
+    }
+    return 1;
+}
+
+/* The first host of a Slurm hostlist ("gpu[07-09,12],cpu1" gives "gpu07",
+ * "r[1-2]-n[01-04]" gives "r1-n01"): where Slurm's block distribution puts
+ * task 0. Returns 0, or -1 for a list it cannot read. */
+static int slurm_first_host(const char *list, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *p = list; *p && *p != ','; p++) {
+        if (*p == '[') {
+            const char *close = strchr(p, ']');
+            size_t d = strspn(p + 1, "0123456789");
+            if (!close || d == 0 || n + d >= len) return -1;
+            memcpy(out + n, p + 1, d);
+            n += d;
+            p = close;
+            continue;
+        }
+        if (*p == ']' || n + 1 >= len) return -1;
+        out[n++] = *p;
+    }
+    out[n] = 0;
+    return n > 0 ? 0 : -1;
+}
+
+/* A Slurm batch script (SLURM_NTASKS > 1 but no SLURM_PROCID: not a task
+ * of a step) would otherwise run as a world of one, or wait PHX_TIMEOUT
+ * for ranks nobody started. */
+static phx_status slurm_batch_check(void)
+{
+    const char *nt = getenv("SLURM_NTASKS"), *job = getenv("SLURM_JOB_ID");
+    if (!nt || getenv("SLURM_PROCID") || !job) return PHX_OK;
+    if (atoi(nt) <= 1) return PHX_OK;
+    return phx_error(PHX_EINVAL,
+                     "phx_world_from_env: SLURM_NTASKS=%s in job %s but no SLURM_PROCID: this is the "
+                     "batch script, not one of the job's tasks; start the ranks with srun (srun prog args...), or "
+                     "one phxrun per node",
+                     nt, job);
+}
+
+/* The ranks of w (not the master): the spawn thread's world, else the
+ * launcher's. batch_check refuses a Slurm batch script that asks for a
+ * world of several tasks (a local rank and size still make sense there). */
+static phx_status world_ranks(phx_world *w, int batch_check)
+{
+    phx_status st = PHX_OK;
+    w->rank = w->local_rank = 0;
+    w->size = w->local_size = 1;
+    const px_spawn_tls *tls = px_spawn_current();
+    if (tls->active) {
+        w->rank = w->local_rank = tls->rank;
+        w->size = w->local_size = tls->size;
+    } else if (!read_launcher("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", w, &st) &&
+               !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE", w, &st) &&
+               !(batch_check && (st = slurm_batch_check())) &&
+               (!getenv("SLURM_PROCID") ||
+                !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, w, &st))) {
+        w->rank = w->local_rank = 0;
+        w->size = w->local_size = 1;
+    }
+    return st;
+}
+
+phx_status phx_world_from_env(phx_world *out)
+{
+    if (!out) return phx_error(PHX_EINVAL, "phx_world_from_env: out is NULL");
+    phx_world w = PHX_WORLD_INIT;
+    phx_status st = world_ranks(&w, 1);
+    if (st != PHX_OK) return st;
+
+    if ((st = px_env_master(w.master_addr, sizeof w.master_addr, &w.master_port))) return st;
+    return px_abi_out(out, &w, sizeof w, "phx_world_from_env", "phx_world", "PHX_WORLD_INIT");
+}
+
+phx_status px_world_local(int *local_rank, int *local_size)
+{
+    phx_world w;
+    memset(&w, 0, sizeof w);
+    phx_status st = world_ranks(&w, 0);
+    if (st != PHX_OK) w.local_rank = 0, w.local_size = 1;
+    if (local_rank) *local_rank = w.local_rank;
+    if (local_size) *local_size = w.local_size;
+    return st;
+}
+
+phx_status px_env_master(char *addr, size_t len, int *port)
+{
+    const char *a = getenv("MASTER_ADDR");
+    int p = PX_DEFAULT_PORT;
+    /* Under srun: the step's first node, where task 0 runs. */
+    static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+    char first[256];
+    for (size_t i = 0; (!a || !*a) && getenv("SLURM_PROCID") && i < 3; i++) {
+        const char *l = getenv(lists[i]);
+        if (!l || !*l) continue;
+        if (slurm_first_host(l, first, sizeof first))
+            return phx_error(PHX_EINVAL,
+                             "phx_world_from_env: %s='%s': expected a Slurm host list like "
+                             "'node[01-04],gpu7' (or set MASTER_ADDR)",
+                             lists[i], l);
+        a = first;
+    }
+    if (!a || !*a) a = "127.0.0.1";
+    if (strlen(a) >= len)
+        return phx_error(PHX_EINVAL, "phx_world_from_env: MASTER_ADDR is %zu characters long, at most %zu allowed",
+                         strlen(a), len - 1);
+    if (env_int("MASTER_PORT", 1, 65535, &p) < 0) return PHX_EINVAL;
+    strcpy(addr, a);
+    *port = p;
+    return PHX_OK;
+}

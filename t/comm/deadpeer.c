@@ -1,0 +1,162 @@
+/* A rank that dies does not hang the others. With PHX_TIMEOUT=5:
+ *   gloo: three processes (forked here, so nothing stops the survivors);
+ *     rank 2 kills itself with SIGKILL in the middle of an all-reduce; ranks
+ *     0 and 1 must get PHX_EPEER or PHX_ETIMEOUT in under 10 s.
+ *   threads: rank 2 of three thread ranks leaves without joining the
+ *     all-reduce; the others get PHX_ETIMEOUT naming rank 2, in under 10 s. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "phalanx/phalanx.h"
+#include "src/world/free-port.h"
+#include "t/comm_harness.h"
+
+#define N 3
+#define BIG (4 << 20) /* elements: 16 MiB of f32, several ms per all-reduce */
+
+static h_shared *H;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Survivors: all-reduce until one fails; record status, time and message. */
+static void survive(phx_comm *c, int rank, phx_tensor *t, const char *be, const char *needle)
+{
+    phx_status st = PHX_OK;
+    double t0 = now(), dt = 0;
+    for (int i = 0; i < 1000 && st == PHX_OK; i++) {
+        t0 = now();
+        st = phx_comm_allreduce(c, t, PHX_SUM, NULL);
+        dt = now() - t0;
+    }
+    char why[200];
+    snprintf(why, sizeof why, "%s after %.2f s: %s", phx_status_name(st), dt, phx_last_error());
+    h_check(H, rank, st == PHX_EPEER || st == PHX_ETIMEOUT, why,
+            "%s: survivors' all-reduce fails (PHX_EPEER or PHX_ETIMEOUT)", be);
+    h_check(H, rank, st != PHX_OK && dt < 10.0, why, "%s: ... in under 10 s", be);
+    h_check(H, rank, strstr(phx_last_error(), needle) != NULL, why, "%s: ... with a message naming '%s'", be, needle);
+    H->value[rank] = dt;
+    if (rank == 0) snprintf(H->r[0].why[H_MAX_CHECKS - 1], sizeof H->r[0].why[0], "%s", why);
+    /* later collectives fail at once instead of hanging */
+    t0 = now();
+    st = phx_comm_barrier(c, NULL);
+    h_check(H, rank, st != PHX_OK && now() - t0 < 10.0, phx_last_error(),
+            "%s: a later collective fails too, without hanging", be);
+}
+
+static int gloo_rank(int rank)
+{
+    phx_comm_opts o = PHX_COMM_OPTS_INIT;
+    o.backend = "gloo";
+    phx_comm *c;
+    if (phx_comm_init(&o, &c)) {
+        fprintf(stderr, "rank %d: %s\n", rank, phx_last_error());
+        return 1;
+    }
+    int64_t n = BIG;
+    phx_tensor *t = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
+    phx_comm_allreduce(c, t, PHX_SUM, NULL); /* warm: every pair connected and used */
+    if (rank == 2) {
+        phx_work *w;
+        phx_comm_allreduce(c, t, PHX_SUM, &w);
+        usleep(2000); /* well inside the all-reduce */
+        raise(SIGKILL);
+    }
+    survive(c, rank, t, "gloo", "peer rank ");
+    phx_tensor_free(t);
+    phx_comm_free(c);
+    return 0;
+}
+
+static void run_gloo(void)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", px_free_port());
+    pid_t pids[N];
+    fflush(NULL);
+    for (int r = 0; r < N; r++) {
+        if ((pids[r] = fork()) == 0) {
+            char b[8];
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            snprintf(b, sizeof b, "%d", r);
+            setenv("RANK", b, 1);
+            setenv("WORLD_SIZE", "3", 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", port, 1);
+            _exit(gloo_rank(r));
+        }
+    }
+    /* the survivors must finish well within 30 s; then stop everyone */
+    double end = now() + 30;
+    int left = N, status[N] = {0};
+    while (left && now() < end) {
+        for (int r = 0; r < N; r++) {
+            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+                pids[r] = -1;
+                left--;
+            }
+        }
+        usleep(20000);
+    }
+    for (int r = 0; r < N; r++)
+        if (pids[r] > 0) {
+            kill(pids[r], SIGKILL);
+            waitpid(pids[r], &status[r], 0);
+        }
+    ok(left == 0, "gloo: every process ended by itself (%d still running after 30 s)", left);
+    ok(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL, "gloo: rank 2 died by SIGKILL mid-all-reduce");
+    ok(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0 && WIFEXITED(status[1]) && WEXITSTATUS(status[1]) == 0,
+       "gloo: the survivors exit normally (wait status %d, %d)", status[0], status[1]);
+}
+
+static int thread_rank(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c;
+    if (phx_comm_init(NULL, &c)) return 1;
+    int64_t n = 1000;
+    phx_tensor *t = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
+    if (rank == 2) { /* leaves quietly (not a failure) */
+        phx_tensor_free(t);
+        phx_comm_free(c);
+        return 0;
+    }
+    survive(c, rank, t, "threads", "ranks not there: 2");
+    phx_tensor_free(t);
+    phx_comm_free(c);
+    return 0;
+}
+
+int main(void)
+{
+    setenv("PHX_TIMEOUT", "5", 1);
+    int gloo = h_have("gloo");
+    plan(13);
+    if (!gloo) skip(7, "no gloo plugin in this build");
+    H = h_new(N);
+    if (gloo) {
+        run_gloo();
+        H->nranks = 2; /* rank 2 is dead: the survivors' checks */
+        h_print(H, 0, "");
+        diag("gloo survivors failed after %.2f s and %.2f s; rank 0: %s", H->value[0], H->value[1],
+             H->r[0].why[H_MAX_CHECKS - 1]);
+    }
+    h_reset(H, 2);
+    setenv("PHX_COMM", "threads", 1);
+    double t0 = now();
+    phx_status st = phx_spawn(N, thread_rank, NULL);
+    is_int(st, PHX_OK, "threads: phx_spawn returns (no rank failed; rank 2 just left)");
+    ok(now() - t0 < 20, "threads: ... in %.2f s", now() - t0);
+    h_print(H, 0, "");
+    return done_testing();
+}
