@@ -176,7 +176,7 @@ int main(void)
     phx_comm_free(comm);
     phx_loader_free(ld);
     phx_dataset_free(ds);
-    phx_tensor_free(tx), phx_tensor_free(ty), phx_tensor_free(img), phx_tensor_free(y);
+    phx_tensor_free(tx), phx_tensor_free(ty), phx_tensor_free(img); /* y: the conv's own output */
     phx_module_free(gpt);
     phx_schedule_free(s);
     phx_scaler_free(scaler);
