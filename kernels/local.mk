@@ -8,7 +8,7 @@ libphalanx_internal_la_SOURCES += kernels/cpu/device.c
 noinst_LTLIBRARIES += kernels/libphx-kernels-cpu.la
 kernels_libphx_kernels_cpu_la_SOURCES = kernels/math.h kernels/cpu/cpu.h kernels/cpu/scratch.c \
 	kernels/cpu/table.c kernels/cpu/gemm.c kernels/cpu/gemm-avx512.h kernels/cpu/gemm-avx512.c kernels/cpu/gemm-dnnl.c kernels/cpu/half.c kernels/cpu/gemm-loop.c kernels/cpu/cast.c \
-	kernels/cpu/elementwise.c kernels/cpu/activation.c kernels/cpu/activation-avx512.c \
+	kernels/cpu/elementwise.c kernels/cpu/strided.c kernels/cpu/broadcast.c kernels/cpu/reduce-dim.c kernels/cpu/activation.c kernels/cpu/activation-avx512.c \
 	kernels/cpu/cast-x86.c kernels/cpu/isa.c kernels/cpu/dropout.c kernels/cpu/layernorm.c \
 	kernels/cpu/loss.c kernels/cpu/optim.c kernels/cpu/reduce.c kernels/cpu/rng.c \
 	kernels/cpu/attention.c kernels/cpu/softmax.c kernels/cpu/embedding.c kernels/cpu/residual.c \

@@ -27,9 +27,12 @@ extern "C" {
  *   1.3  the kit's op record and communicator (phx_kit_op, phx_kit_comm:
  *        the five collective slots from one run function, the failure
  *        protocol); phx_comm_v1.world and phx_device_v1.memory_stats name
- *        frozen copies of the structs they wrote (same layout) */
+ *        frozen copies of the structs they wrote (same layout)
+ *   1.4  the kernel slots copy_strided .. scatter_add (the tensor API and
+ *        autograd, kernels_v1.def; phx_binary_op, phx_unary_op,
+ *        phx_reduce_dim_op in device_v1.h) */
 #define PHX_PLUGIN_ABI_MAJOR 1
-#define PHX_PLUGIN_ABI_MINOR 3
+#define PHX_PLUGIN_ABI_MINOR 4
 #define PHX_PLUGIN_ABI_MINOR_OLDEST 0
 
 typedef enum phx_plugin_kind { PHX_PLUGIN_COMM = 1, PHX_PLUGIN_PRECISION = 2, PHX_PLUGIN_DEVICE = 3 } phx_plugin_kind;

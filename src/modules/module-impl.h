@@ -59,7 +59,29 @@ struct phx_module {
     size_t n_bflat;
     px_buffer **bflat;
     char **bflat_names;
+    /* Autograd (src/modules/module-autograd.c): forwards run, the node of
+     * a hand-written module's last forward; a forward-only module's last
+     * call: the tensors its operations returned (released at its next
+     * forward), its input as seen by the graph and its output. */
+    uint64_t calls;
+    struct px_node *last_node;
+    phx_tensor **owned;
+    size_t n_owned, cap_owned;
+    phx_tensor *last_x, *last_y;
 };
+
+/* phx_module_forward of a module with a hand-written backward: runs it
+ * with recording suspended and records one node for the call. */
+phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tensor **y);
+/* phx_module_forward of a forward-only module: runs its forward with
+ * recording on, in a scope whose tensors the module keeps until its next
+ * forward. */
+phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tensor **y);
+/* phx_module_backward of a forward-only module: backward from its last
+ * output with dy; *dx (when dx) the gradient of its last input. */
+phx_status px_module_backward_traced(phx_module *m, const phx_tensor *dy, phx_tensor **dx);
+/* Releases what the module's autograd fields hold (at phx_module_free). */
+void px_module_autograd_free(phx_module *m);
 
 /* A device buffer reused across calls: allocated on first use, re-viewed
  * when the shape shrinks, reallocated only when it must grow or the dtype

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "src/modules/module-impl.h"
+#include "src/autograd/autograd-impl.h"
 #include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
 #include "src/base/abi.h"
@@ -99,8 +100,8 @@ void px_module_set_vtable(phx_module *m, const phx_module_vtable *vt)
 
 phx_module *px_module_new_typed(const phx_module_vtable *vt, const void *type, void *ctx)
 {
-    if (!vt || !vt->forward || !vt->backward || !vt->free) {
-        phx_error(PHX_EINVAL, "phx_module_new: vtable %s lacks a required slot (forward, backward, free)",
+    if (!vt || !vt->forward || !vt->free) {
+        phx_error(PHX_EINVAL, "phx_module_new: vtable %s lacks a required slot (forward, free)",
                   vt && vt->type_name ? vt->type_name : "(null)");
         return NULL;
     }
@@ -208,6 +209,7 @@ phx_param *phx_module_add_param(phx_module *m, const char *name, phx_tensor *val
     }
     p->name = nm;
     p->value = value;
+    px_tensor_set_param(value, p);
     p->grad = g;
     p->owner = m;
     m->params[m->n_params++] = p;
@@ -249,6 +251,7 @@ static void free_flat(phx_module *m)
 void phx_module_free(phx_module *m)
 {
     if (!m || --m->refs > 0) return;
+    px_module_autograd_free(m);
     m->vt->free(m);
     for (size_t i = 0; i < m->n_children; i++) {
         m->children[i].m->parent = NULL;
@@ -257,6 +260,7 @@ void phx_module_free(phx_module *m)
     }
     for (size_t i = 0; i < m->n_params; i++) {
         phx_param *p = m->params[i];
+        px_tensor_set_param(p->value, NULL); /* a graph may still hold the value */
         phx_tensor_free(p->value);
         phx_tensor_free(p->grad);
         px_free(p->name);
@@ -352,14 +356,14 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
 {
     if (!m || !x || !y)
         return phx_error(PHX_EINVAL, "phx_module_forward: %s is NULL", !m ? "module" : !x ? "input" : "y");
-    return m->vt->forward(m, x, y);
+    return m->vt->backward ? px_module_forward_fused(m, x, y) : px_module_forward_traced(m, x, y);
 }
 
 phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx)
 {
     if (!m || !dy) return phx_error(PHX_EINVAL, "phx_module_backward: %s is NULL", !m ? "module" : "dy");
     if (dx) *dx = NULL;
-    return m->vt->backward(m, dy, dx);
+    return m->vt->backward ? m->vt->backward(m, dy, dx) : px_module_backward_traced(m, dy, dx);
 }
 
 phx_status phx_module_train(phx_module *m, bool training)
@@ -511,9 +515,11 @@ phx_status phx_module_to(phx_module *m, phx_device dev)
     for (size_t i = 0; i < n; i++) {
         phx_param *p = m->flat[i];
         if (st == PHX_OK && nv[2 * i]) {
+            px_tensor_set_param(p->value, NULL);
             phx_tensor_free(p->value);
             phx_tensor_free(p->grad);
             p->value = nv[2 * i];
+            px_tensor_set_param(p->value, p);
             p->grad = nv[2 * i + 1];
             p->version++;
         } else if (st != PHX_OK) {
@@ -603,8 +609,10 @@ phx_status phx_param_set_value(phx_param *p, phx_tensor *value)
     if (st != PHX_OK) return st;
     if (value != p->value) {
         phx_tensor_retain(value);
+        px_tensor_set_param(p->value, NULL);
         phx_tensor_free(p->value);
         p->value = value;
+        px_tensor_set_param(value, p);
     }
     p->version++;
     return PHX_OK;

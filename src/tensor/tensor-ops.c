@@ -6,6 +6,7 @@
 #include "src/tensor/device-impl.h"
 #include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
+#include "src/autograd/autograd-impl.h"
 #include "kernels/math.h"
 
 static phx_status need(const char *fn, const char *what, const phx_tensor *t)
@@ -45,6 +46,7 @@ static phx_status is_float(const char *fn, const char *an, const phx_tensor *a)
 
 phx_status phx_tensor_copy(phx_tensor *dst, const phx_tensor *src)
 {
+    px_tensor_bump_version(dst); /* an in-place write: saved copies go stale */
     const char *fn = "phx_tensor_copy";
     phx_status st;
     if ((st = need(fn, "dst", dst)) || (st = need(fn, "src", src))) return st;
@@ -75,6 +77,7 @@ phx_status phx_tensor_to_host(const phx_tensor *t, void *host)
 
 phx_status phx_tensor_from_host(phx_tensor *t, const void *host)
 {
+    px_tensor_bump_version(t); /* an in-place write: saved copies go stale */
     phx_status st = need("phx_tensor_from_host", "t", t);
     if (st) return st;
     size_t bytes = phx_tensor_nbytes(t);
@@ -85,6 +88,7 @@ phx_status phx_tensor_from_host(phx_tensor *t, const void *host)
 
 phx_status phx_tensor_cast(phx_tensor *dst, const phx_tensor *src)
 {
+    px_tensor_bump_version(dst); /* an in-place write: saved copies go stale */
     const char *fn = "phx_tensor_cast";
     phx_status st;
     if ((st = need(fn, "dst", dst)) || (st = need(fn, "src", src))) return st;
@@ -95,6 +99,7 @@ phx_status phx_tensor_cast(phx_tensor *dst, const phx_tensor *src)
 
 phx_status phx_tensor_fill(phx_tensor *t, double value)
 {
+    px_tensor_bump_version(t); /* an in-place write: saved copies go stale */
     phx_status st = need("phx_tensor_fill", "t", t);
     if (st) return st;
     return dev(t)->kernels->fill(t->storage->device.index, px_tensor_ptr(t), t->dtype, t->numel, value);
@@ -102,6 +107,7 @@ phx_status phx_tensor_fill(phx_tensor *t, double value)
 
 phx_status phx_tensor_axpby(float alpha, const phx_tensor *x, float beta, phx_tensor *y)
 {
+    px_tensor_bump_version(y); /* an in-place write: saved copies go stale */
     const char *fn = "phx_tensor_axpby";
     phx_status st;
     if ((st = need(fn, "y", y)) || (st = is_float(fn, "y", y))) return st;

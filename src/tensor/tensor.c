@@ -2,11 +2,13 @@
  * views of it, and the front end of the ops (checks, then the device's
  * kernel table). */
 #include "config.h"
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include "src/tensor/device-impl.h"
 #include "src/tensor/tensor-impl.h"
+#include "src/autograd/node-impl.h"
 #include "src/base/util.h"
 
 size_t phx_dtype_size(phx_dtype dt)
@@ -61,6 +63,7 @@ static phx_status shape_check(const char *fn, int ndim, const int64_t *shape, si
 static void storage_drop(px_storage *s)
 {
     if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+    if (s->cached && px_storage_cache_put(s)) return;
     /* cached: cannot fail for a live storage */
     const phx_device_v1 *t = phx_device_table(s->pinned ? s->pinned_by : s->device);
     if (t && s->pinned)
@@ -70,9 +73,33 @@ static void storage_drop(px_storage *s)
     px_free(s);
 }
 
+/* Freed handles wait in a process-wide list for the next tensor, so the
+ * operations of a warm training step allocate no handle. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static phx_tensor *pool;
+
+static phx_tensor *handle_get(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    phx_tensor *t = pool;
+    if (t) pool = t->next_free;
+    pthread_mutex_unlock(&pool_lock);
+    if (!t) return px_calloc(1, sizeof *t);
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+static void handle_put(phx_tensor *t)
+{
+    pthread_mutex_lock(&pool_lock);
+    t->next_free = pool;
+    pool = t;
+    pthread_mutex_unlock(&pool_lock);
+}
+
 static phx_tensor *handle(px_storage *s, phx_dtype dt, int64_t offset, int ndim, const int64_t *shape, int64_t numel)
 {
-    phx_tensor *t = px_calloc(1, sizeof *t);
+    phx_tensor *t = handle_get();
     if (!t) return NULL;
     atomic_init(&t->refs, 1);
     t->storage = s;
@@ -178,8 +205,32 @@ phx_tensor *phx_tensor_retain(phx_tensor *t)
 void phx_tensor_free(phx_tensor *t)
 {
     if (!t || atomic_fetch_sub(&t->refs, 1) != 1) return;
+    px_tensor_autograd_drop(t);
     storage_drop(t->storage);
-    px_free(t);
+    handle_put(t);
+}
+
+phx_tensor *px_tensor_cached(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
+{
+    size_t es = phx_dtype_size(dt);
+    int64_t numel;
+    if (!es) {
+        phx_error(PHX_EINVAL, "%s: dtype %d, expected f32, f16, bf16, i32 or i64", fn, (int)dt);
+        return NULL;
+    }
+    if (dev.kind != PHX_DEVICE_CPU) return tensor_alloc(fn, dt, ndim, shape, dev, NULL);
+    if (shape_check(fn, ndim, shape, es, &numel) != PHX_OK) return NULL;
+    size_t bytes = (size_t)numel * es;
+    px_storage *s = px_storage_cache_take(bytes);
+    if (!s) {
+        phx_tensor *t = tensor_alloc(fn, dt, ndim, shape, dev, NULL);
+        if (t) t->storage->cached = true;
+        return t;
+    }
+    atomic_store(&s->refs, 1);
+    phx_tensor *t = handle(s, dt, 0, ndim, shape, numel);
+    if (!t) storage_drop(s);
+    return t;
 }
 
 int phx_tensor_ndim(const phx_tensor *t)

@@ -25,6 +25,54 @@ typedef enum phx_activation {
     PHX_ACT_SIGMOID = 4
 } phx_activation;
 
+/* Operations of the binary kernel (minor 4): out <- a op b. */
+typedef enum phx_binary_op {
+    PHX_BIN_ADD = 0,
+    PHX_BIN_SUB = 1,
+    PHX_BIN_MUL = 2,
+    PHX_BIN_DIV = 3,
+    PHX_BIN_POW = 4, /* a^b, powf */
+    PHX_BIN_MAX = 5, /* maximum: NaN in either gives NaN */
+    PHX_BIN_MIN = 6,
+    PHX_BIN_EQ = 7, /* comparisons: 1 or 0 */
+    PHX_BIN_NE = 8,
+    PHX_BIN_LT = 9,
+    PHX_BIN_LE = 10,
+    PHX_BIN_GT = 11,
+    PHX_BIN_GE = 12
+} phx_binary_op;
+
+/* Operations of the unary kernel (minor 4): y <- op(x; alpha, beta). */
+typedef enum phx_unary_op {
+    PHX_UN_NEG = 0,
+    PHX_UN_EXP = 1,
+    PHX_UN_LOG = 2,
+    PHX_UN_SQRT = 3,
+    PHX_UN_RSQRT = 4,
+    PHX_UN_ABS = 5,
+    PHX_UN_SIGN = 6, /* -1, 0 or 1 (NaN stays NaN) */
+    PHX_UN_AFFINE = 7, /* alpha x + beta */
+    PHX_UN_POW = 8, /* x^alpha */
+    PHX_UN_CLAMP = 9, /* min(max(x, alpha), beta); NaN bounds are absent, NaN x stays NaN */
+    PHX_UN_RECIP = 10, /* 1 / x */
+    PHX_UN_EQ = 11, /* comparisons with alpha: 1 or 0 */
+    PHX_UN_NE = 12,
+    PHX_UN_LT = 13,
+    PHX_UN_LE = 14,
+    PHX_UN_GT = 15,
+    PHX_UN_GE = 16,
+    PHX_UN_SQUARE = 17 /* x * x */
+} phx_unary_op;
+
+/* Operations of the reduce_dim kernel (minor 4). */
+typedef enum phx_reduce_dim_op {
+    PHX_RED_SUM = 0,
+    PHX_RED_MEAN = 1,
+    PHX_RED_MAX = 2,
+    PHX_RED_MIN = 3,
+    PHX_RED_LOGSUMEXP = 4
+} phx_reduce_dim_op;
+
 /* SGD, PyTorch's formula. first: the momentum buffer is uninitialised. */
 typedef struct phx_sgd_hparams {
     float lr, momentum, dampening, weight_decay;

@@ -50,7 +50,7 @@ pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la
 plugins_device_cuda_phx_device_cuda_la_SOURCES = plugins/device/cuda/plugin.c plugins/device/cuda/host.c plugins/device/cuda/context.c \
 	plugins/device/cuda/cuda-impl.h plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h \
 	plugins/device/cuda/visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h \
-	plugins/device/cuda/kernels/gemm.c plugins/device/cuda/kernels/table.c plugins/device/cuda/kernels/kernels.h
+	plugins/device/cuda/kernels/gemm.c plugins/device/cuda/kernels/tensor-api-stubs.c plugins/device/cuda/kernels/table.c plugins/device/cuda/kernels/kernels.h
 plugins_device_cuda_phx_device_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(CUDNN_CPPFLAGS)
 plugins_device_cuda_phx_device_cuda_la_LDFLAGS = $(plugin_ldflags) $(CUDA_LDFLAGS) $(CUDNN_LDFLAGS)
 cuda_kernel_objects = $(cuda_kernel_sources:.cu=.lo)

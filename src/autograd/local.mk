@@ -1,0 +1,10 @@
+# src/autograd — the recorded graph, backward, grad mode and the scopes that
+# own operations' results (doc/autograd.md). Tests: t/autograd/.
+libphalanx_internal_la_SOURCES += src/autograd/autograd-impl.h src/autograd/node-impl.h src/autograd/node.c \
+	src/autograd/engine.c src/autograd/scope.c src/autograd/grad-mode.c
+
+# tests
+autograd_tests = t/autograd/module_graph
+check_PROGRAMS += $(autograd_tests)
+TESTS += $(autograd_tests)
+t_autograd_module_graph_LDADD = libphalanx.la -lm

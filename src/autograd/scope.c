@@ -1,0 +1,116 @@
+/* Scopes: per-thread owners of the tensors operations return. A scope is
+ * a mark in one growing array of handles; ending it drops the handles
+ * pushed since the mark. The array keeps its capacity, so a loop that
+ * opens and ends one scope per step stops allocating once warm. */
+#include "config.h"
+#include <pthread.h>
+#include "src/autograd/node-impl.h"
+#include "src/base/util.h"
+
+typedef struct px_scope_stack {
+    phx_tensor **owned; /* every open scope's handles, oldest first */
+    size_t n, cap;
+    size_t *marks; /* marks[i]: owned count when scope i opened */
+    size_t depth, cap_marks;
+} px_scope_stack;
+
+static _Thread_local px_scope_stack stack;
+static pthread_key_t stack_key;
+static pthread_once_t stack_once = PTHREAD_ONCE_INIT;
+
+/* At thread exit: the thread's arrays go (its scopes should all have
+ * ended; any handle still held is released). */
+static void stack_release(void *unused)
+{
+    (void)unused;
+    while (stack.n) phx_tensor_free(stack.owned[--stack.n]);
+    px_free(stack.owned);
+    px_free(stack.marks);
+    stack = (px_scope_stack){0};
+}
+
+static void stack_key_make(void)
+{
+    pthread_key_create(&stack_key, stack_release);
+}
+
+/* Arms stack_release for this thread (the key's value only needs to be
+ * non-NULL for the destructor to run). */
+static void stack_arm(void)
+{
+    pthread_once(&stack_once, stack_key_make);
+    pthread_setspecific(stack_key, &stack);
+}
+
+/* A token is the scope's depth + 1, so it is never NULL. */
+phx_scope *phx_scope_begin(void)
+{
+    if (stack.depth == stack.cap_marks) {
+        size_t cap = stack.cap_marks ? 2 * stack.cap_marks : 16;
+        size_t *m = px_realloc(stack.marks, cap * sizeof *m);
+        if (!m) {
+            phx_error(PHX_ENOMEM, "phx_scope_begin: out of memory for %zu nested scopes", cap);
+            return NULL;
+        }
+        if (!stack.marks) stack_arm();
+        stack.marks = m;
+        stack.cap_marks = cap;
+    }
+    stack.marks[stack.depth++] = stack.n;
+    return (phx_scope *)(uintptr_t)stack.depth;
+}
+
+void phx_scope_end(phx_scope *s)
+{
+    size_t depth = (size_t)(uintptr_t)s;
+    if (!s || depth > stack.depth) return; /* already ended with an outer scope */
+    size_t mark = stack.marks[depth - 1];
+    /* Newest first: a result is released before what it was made from. */
+    while (stack.n > mark) phx_tensor_free(stack.owned[--stack.n]);
+    stack.depth = depth - 1;
+}
+
+bool px_scope_open(void)
+{
+    return stack.depth > 0;
+}
+
+phx_tensor *px_scope_own(phx_tensor *t)
+{
+    if (!t || !stack.depth) return t;
+    if (stack.n == stack.cap) {
+        size_t cap = stack.cap ? 2 * stack.cap : 64;
+        phx_tensor **o = px_realloc(stack.owned, cap * sizeof *o);
+        if (!o) {
+            phx_tensor_free(t);
+            phx_error(PHX_ENOMEM, "scope: out of memory holding %zu tensors", cap);
+            return NULL;
+        }
+        stack.owned = o;
+        stack.cap = cap;
+    }
+    stack.owned[stack.n++] = t;
+    return t;
+}
+
+phx_status px_scope_take(phx_scope *s, phx_tensor ***arr, size_t *n, size_t *cap)
+{
+    size_t depth = (size_t)(uintptr_t)s;
+    if (!s || depth > stack.depth) return PHX_OK;
+    size_t mark = stack.marks[depth - 1], k = stack.n - mark;
+    if (*n + k > *cap) {
+        size_t c = *cap ? *cap : 16;
+        while (c < *n + k) c *= 2;
+        phx_tensor **a = px_realloc(*arr, c * sizeof *a);
+        if (!a) {
+            phx_scope_end(s);
+            return phx_error(PHX_ENOMEM, "scope: out of memory keeping %zu tensors", *n + k);
+        }
+        *arr = a;
+        *cap = c;
+    }
+    for (size_t i = 0; i < k; i++) (*arr)[(*n)++] = stack.owned[mark + i];
+    stack.n = mark;
+    stack.depth = depth - 1;
+    return PHX_OK;
+}

@@ -1,0 +1,147 @@
+/* Modules in the recorded graph. A module with a hand-written backward
+ * runs with recording suspended and becomes one node whose backward is
+ * the module's own (fused, bit for bit as before). A forward-only module
+ * (backward slot NULL) runs its forward with recording on; the core
+ * differentiates the operations it called. */
+#include "config.h"
+#include <stdio.h>
+#include <string.h>
+#include "src/autograd/node-impl.h"
+#include "src/base/util.h"
+#include "src/modules/module-impl.h"
+
+typedef struct module_node {
+    phx_module *m; /* NULL once the module was freed */
+    uint64_t call; /* m->calls when recorded */
+    char name[64]; /* the module's type: the node's name */
+} module_node;
+
+static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_tensor **in_grads)
+{
+    module_node *c = px_node_ctx(n);
+    if (!c->m)
+        return phx_error(PHX_ESTATE, "backward of %s: the module was freed after its forward", c->name);
+    if (c->m->calls != c->call)
+        return phx_error(PHX_ESTATE,
+                         "backward of %s: the module ran forward again after the call this graph recorded; a "
+                         "module with a hand-written backward keeps one call's state (call it once per graph, "
+                         "or give each use its own module)",
+                         c->name);
+    phx_tensor *dx = NULL;
+    bool want = px_node_needs(n, 0);
+    phx_status st = c->m->vt->backward(c->m, grad, want ? &dx : NULL);
+    if (st == PHX_OK && want && dx) in_grads[0] = px_scope_own(phx_tensor_retain(dx));
+    return st;
+}
+
+phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tensor **y)
+{
+    int prev = px_recording_suspend();
+    phx_status st = m->vt->forward(m, x, y);
+    px_recording_restore(prev);
+    m->calls++;
+    if (st != PHX_OK || !*y) return st;
+    if (*y != x && !(*y)->param) {
+        /* The module's output buffer may carry the last call's history. */
+        px_node_unref((*y)->grad_fn);
+        (*y)->grad_fn = NULL;
+        (*y)->requires_grad = false;
+    }
+    px_node *n;
+    st = px_record_always(m->vt->type_name ? m->vt->type_name : "module", module_node_backward, 1, &x, *y, &n);
+    if (st != PHX_OK || !n) return st;
+    module_node *c = px_node_ctx(n);
+    c->m = m;
+    c->call = m->calls;
+    snprintf(c->name, sizeof c->name, "%s", phx_module_type(m));
+    n->name = c->name;
+    /* The module remembers its last node, to cut it loose when freed. */
+    if (m->last_node) {
+        module_node *old = px_node_ctx(m->last_node);
+        if (old->m == m) old->m = NULL;
+        px_node_unref(m->last_node);
+    }
+    m->last_node = px_node_retain(n);
+    return PHX_OK;
+}
+
+static void release_call(phx_module *m)
+{
+    while (m->n_owned) phx_tensor_free(m->owned[--m->n_owned]);
+    phx_tensor_free(m->last_x);
+    phx_tensor_free(m->last_y);
+    m->last_x = m->last_y = NULL;
+}
+
+phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tensor **y)
+{
+    release_call(m);
+    m->calls++;
+    phx_scope *s = phx_scope_begin();
+    if (!s) return PHX_ENOMEM;
+    int prev = px_recording_resume();
+    const phx_tensor *in = x;
+    phx_tensor *cap = NULL;
+    if (px_recording() && !x->requires_grad && phx_dtype_is_float(x->dtype)) {
+        /* A leaf standing for the input, so phx_module_backward can give
+         * dx; its gradient is computed only when dx is asked for. */
+        cap = phx_tensor_view(x, 0, x->ndim, x->shape);
+        if (!cap) {
+            px_recording_restore(prev);
+            phx_scope_end(s);
+            return PHX_ENOMEM;
+        }
+        cap->requires_grad = cap->capture = true;
+        in = cap;
+    }
+    *y = NULL;
+    phx_status st = m->vt->forward(m, in, y);
+    px_recording_restore(prev);
+    if (st == PHX_OK && !*y)
+        st = phx_error(PHX_EINTERNAL, "%s: forward returned PHX_OK without an output", phx_module_type(m));
+    phx_status kept = px_scope_take(s, &m->owned, &m->n_owned, &m->cap_owned);
+    if (st == PHX_OK) st = kept;
+    if (st != PHX_OK) {
+        phx_tensor_free(cap);
+        release_call(m);
+        *y = NULL;
+        return st;
+    }
+    m->last_x = cap ? cap : phx_tensor_retain((phx_tensor *)x);
+    m->last_y = phx_tensor_retain(*y);
+    return PHX_OK;
+}
+
+phx_status px_module_backward_traced(phx_module *m, const phx_tensor *dy, phx_tensor **dx)
+{
+    if (!m->last_y)
+        return phx_error(PHX_ESTATE, "phx_module_backward: %s has no forward to differentiate (call "
+                                     "phx_module_forward first, with grad mode on)",
+                         phx_module_type(m));
+    if (!m->last_y->requires_grad)
+        return phx_error(PHX_ESTATE,
+                         "phx_module_backward: %s's last forward recorded nothing (grad mode was off, or its "
+                         "output depends on no parameter and no input that requires a gradient)",
+                         phx_module_type(m));
+    phx_tensor *x = m->last_x;
+    if (dx && x->capture) phx_tensor_zero_grad(x);
+    const phx_tensor *prev = px_engine_want_capture(dx ? x : NULL);
+    phx_status st = phx_backward_retain(m->last_y, dy, false);
+    px_engine_want_capture(prev);
+    if (st == PHX_OK && dx) *dx = x->capture ? phx_tensor_grad(x) : NULL;
+    return st;
+}
+
+void px_module_autograd_free(phx_module *m)
+{
+    release_call(m);
+    px_free(m->owned);
+    m->owned = NULL;
+    m->cap_owned = 0;
+    if (m->last_node) {
+        module_node *c = px_node_ctx(m->last_node);
+        if (c->m == m) c->m = NULL;
+        px_node_unref(m->last_node);
+        m->last_node = NULL;
+    }
+}
