@@ -232,33 +232,33 @@ PHX_HD PHX_FI static inline float phx_erf1p(float u)
 #define PHX_GELU_BETA 0.79788456080286535588f /* sqrt(2/pi) */
 #define PHX_GELU_KAPPA 0.044715f
 
-PHX_HD PHX_FI static inline float phx_relu(float x)
+PHX_HD PHX_FI static inline float phx_f_relu(float x)
 {
     return x > 0.0f ? x : 0.0f;
 }
 /* PyTorch's threshold_backward: zero where x <= 0. */
-PHX_HD PHX_FI static inline float phx_relu_grad(float x)
+PHX_HD PHX_FI static inline float phx_f_relu_grad(float x)
 {
     return phx_self_f32(x > 0.0f, 1.0f, 0.0f);
 }
 
-PHX_HD PHX_FI static inline float phx_gelu(float x)
+PHX_HD PHX_FI static inline float phx_f_gelu(float x)
 {
     return 0.5f * x * phx_erf1p(x * PHX_SQRT1_2);
 }
-PHX_HD PHX_FI static inline float phx_gelu_grad(float x)
+PHX_HD PHX_FI static inline float phx_f_gelu_grad(float x)
 {
     float cdf = 0.5f * phx_erf1p(x * PHX_SQRT1_2);
     float pdf = phx_expf(-0.5f * x * x) * PHX_INV_SQRT_2PI;
     return cdf + x * pdf;
 }
 
-PHX_HD PHX_FI static inline float phx_gelu_tanh(float x)
+PHX_HD PHX_FI static inline float phx_f_gelu_tanh(float x)
 {
     float inner = PHX_GELU_BETA * (x + PHX_GELU_KAPPA * x * x * x);
     return 0.5f * x * (1.0f + phx_tanhf(inner));
 }
-PHX_HD PHX_FI static inline float phx_gelu_tanh_grad(float x)
+PHX_HD PHX_FI static inline float phx_f_gelu_tanh_grad(float x)
 {
     float x2 = x * x;
     float inner = PHX_GELU_BETA * (x + PHX_GELU_KAPPA * x2 * x);
@@ -268,20 +268,20 @@ PHX_HD PHX_FI static inline float phx_gelu_tanh_grad(float x)
     return left_d + right_d;
 }
 
-PHX_HD PHX_FI static inline float phx_tanh(float x)
+PHX_HD PHX_FI static inline float phx_f_tanh(float x)
 {
     return phx_tanhf(x);
 }
-PHX_HD PHX_FI static inline float phx_tanh_grad(float y)
+PHX_HD PHX_FI static inline float phx_f_tanh_grad(float y)
 {
     return 1.0f - y * y;
 }
 
-PHX_HD PHX_FI static inline float phx_sigmoid(float x)
+PHX_HD PHX_FI static inline float phx_f_sigmoid(float x)
 {
     return 1.0f / (1.0f + phx_expf(-x));
 }
-PHX_HD PHX_FI static inline float phx_sigmoid_grad(float y)
+PHX_HD PHX_FI static inline float phx_f_sigmoid_grad(float y)
 {
     return y * (1.0f - y);
 }
@@ -290,22 +290,22 @@ PHX_HD PHX_FI static inline float phx_sigmoid_grad(float y)
 PHX_HD PHX_FI static inline float phx_act(int act, float x)
 {
     switch (act) {
-    case 0: return phx_relu(x);
-    case 1: return phx_gelu(x);
-    case 2: return phx_gelu_tanh(x);
-    case 3: return phx_tanh(x);
-    default: return phx_sigmoid(x);
+    case 0: return phx_f_relu(x);
+    case 1: return phx_f_gelu(x);
+    case 2: return phx_f_gelu_tanh(x);
+    case 3: return phx_f_tanh(x);
+    default: return phx_f_sigmoid(x);
     }
 }
 
 PHX_HD PHX_FI static inline float phx_act_grad(int act, float x, float y)
 {
     switch (act) {
-    case 0: return phx_relu_grad(x);
-    case 1: return phx_gelu_grad(x);
-    case 2: return phx_gelu_tanh_grad(x);
-    case 3: return phx_tanh_grad(y);
-    default: return phx_sigmoid_grad(y);
+    case 0: return phx_f_relu_grad(x);
+    case 1: return phx_f_gelu_grad(x);
+    case 2: return phx_f_gelu_tanh_grad(x);
+    case 3: return phx_f_tanh_grad(y);
+    default: return phx_f_sigmoid_grad(y);
     }
 }
 

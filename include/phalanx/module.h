@@ -1,5 +1,5 @@
 /* Phalanx — modules: a vtable + context, parameters with dotted names,
- * explicit layer-wise backward and the gradient-ready hook. */
+ * hand-written or derived (autograd) backward and the gradient-ready hook. */
 #ifndef PHALANX_MODULE_H
 #define PHALANX_MODULE_H
 
@@ -16,12 +16,18 @@ typedef struct phx_module phx_module;
 typedef struct phx_param phx_param;
 typedef struct phx_precision phx_precision;
 
-/* The module interface. forward/backward/free are required; the others are
+/* The module interface. forward and free are required; the others are
  * optional (NULL) and the public wrappers handle their absence.
  *
  * forward: *y <- f(x). The module owns *y (a buffer reused across calls with
- *   the same batch shape) and keeps what backward needs.
- * backward: given dy = dL/dy of the last forward, ADDS dL/dparam into each
+ *   the same batch shape) and keeps what backward needs. A forward-only
+ *   module (backward NULL) computes *y with the operations of
+ *   phalanx/ops.h and its children's phx_module_forward; they are
+ *   recorded, their results belong to the module until its next forward
+ *   (the core runs forward in a scope it keeps), and the core derives the
+ *   backward (doc/autograd.md).
+ * backward: (optional: NULL derives it from what forward recorded) given
+ *   dy = dL/dy of the last forward, ADDS dL/dparam into each
  *   parameter's gradient (gradients accumulate until zero_grad), calls
  *   phx_param_grad_ready() once per parameter as soon as its gradient is
  *   final, and when dx != NULL sets *dx = dL/dx (owned by the module).
@@ -61,6 +67,8 @@ void *phx_module_ctx(const phx_module *m);
 const phx_module_vtable *phx_module_vtable_of(const phx_module *m);
 /* Registers a parameter named `name` (no dots). Takes ownership of value
  * (f32 master weights); a zero f32 gradient of the same shape is created.
+ * The value becomes a leaf that requires a gradient: operations on it are
+ * recorded and backward accumulates into the parameter's gradient.
  * Returns the parameter (owned by m) or NULL. */
 phx_param *phx_module_add_param(phx_module *m, const char *name, phx_tensor *value);
 /* Registers a child named `name`; takes ownership. Dotted names of its
@@ -73,7 +81,15 @@ phx_dtype phx_module_compute_dtype(const phx_module *m);
 
 /* --- Using a module --- */
 
+/* *y <- m(x), owned by m until its next forward. With grad mode on
+ * (phalanx/autograd.h) the call is recorded: a module with a hand-written
+ * backward as one node, a forward-only module as the operations it ran;
+ * phx_backward on a tensor made from *y reaches m's parameters. */
 phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y);
+/* Given dy = dL/dy of m's last forward: adds the parameters' gradients,
+ * announces each (phx_param_grad_ready) and sets *dx = dL/dx (owned by m;
+ * dx NULL: not wanted). For a forward-only module this is
+ * phx_backward_with(y, dy) over the graph its last forward recorded. */
 phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx);
 /* Train (default) or eval mode, recursively. */
 phx_status phx_module_train(phx_module *m, bool training);

@@ -310,7 +310,7 @@ TARGET void px_avx512_relu_forward(int64_t n, const float *x, float *y, int stre
     int64_t i = 0;
     const __m512 z = _mm512_setzero_ps();
     if (stream) /* up to y's first 64-byte line, then whole lines */
-        for (; i < n && ((uintptr_t)(y + i) & 63); i++) y[i] = phx_relu(x[i]);
+        for (; i < n && ((uintptr_t)(y + i) & 63); i++) y[i] = phx_f_relu(x[i]);
     if (stream && !((uintptr_t)(y + i) & 63)) {
         for (; i + 16 <= n; i += 16) _mm512_stream_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), z));
         _mm_sfence(); /* ordered before whatever the caller publishes next */

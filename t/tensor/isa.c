@@ -180,7 +180,7 @@ static int env_child(const char *value, int want_ok)
         setenv("PHX_CPU_ISA", value, 1);
         float a[3] = {-1.0f, 0.5f, 2.0f}, b[3];
         phx_status st = cu_kernels()->act_forward(0, PHX_ACT_GELU, 3, a, b, PHX_F32);
-        if (want_ok) _exit(st == PHX_OK && b[0] == phx_gelu(a[0]) && b[2] == phx_gelu(a[2]) ? 0 : 1);
+        if (want_ok) _exit(st == PHX_OK && b[0] == phx_f_gelu(a[0]) && b[2] == phx_f_gelu(a[2]) ? 0 : 1);
         _exit(st == PHX_EINVAL && strstr(phx_last_error(), "PHX_CPU_ISA='") &&
                       strstr(phx_last_error(), "expected generic, avx2 or avx512")
                   ? 0
