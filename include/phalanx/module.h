@@ -76,6 +76,8 @@ phx_param *phx_module_add_param(phx_module *m, const char *name, phx_tensor *val
 phx_status phx_module_add_child(phx_module *m, const char *name, phx_module *child);
 size_t phx_module_num_children(const phx_module *m);
 phx_module *phx_module_child(const phx_module *m, size_t i);
+/* The direct child registered as `name`, or NULL. */
+phx_module *phx_module_find_child(const phx_module *m, const char *name);
 /* The compute dtype set by phx_module_set_precision (PHX_F32 by default). */
 phx_dtype phx_module_compute_dtype(const phx_module *m);
 

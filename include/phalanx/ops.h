@@ -192,6 +192,14 @@ phx_tensor *phx_randn(int ndim, const int64_t *shape, phx_rng *rng, phx_dtype dt
 /* (n, m) with ones on the diagonal. */
 phx_tensor *phx_eye(int64_t n, int64_t m, phx_dtype dt, phx_device dev);
 
+/* ---- Conversion ---- */
+
+/* t converted to dt (torch's t.to(dtype)): f32 -> f16/bf16 rounds to
+ * nearest even. Between float dtypes the gradient is converted back to t's
+ * dtype; to or from an integer dtype nothing is recorded. t itself (one
+ * more reference, owned as a result) when it already has dt. */
+phx_tensor *phx_to_dtype(const phx_tensor *t, phx_dtype dt);
+
 /* ---- Debugging ---- */
 
 /* Prints t as PyTorch does ("tensor([[1.0000, 2.0000], ...]") followed

@@ -31,6 +31,12 @@ bool px_grad_needed(int n, const phx_tensor *const *in);
  * on ENOMEM; out is then unchanged. */
 phx_status px_record(const char *name, px_backward_fn fn, int n, const phx_tensor *const *in, phx_tensor *out,
                      px_node **node);
+/* A non-differentiable operation (comparison, argmax, a cast to an
+ * integer dtype) made out from the n inputs: when one of them requires a
+ * gradient, out remembers op's name so that a backward reaching it says
+ * which op cut the path. */
+void px_mark_nondiff(const char *op, int n, const phx_tensor *const *in, phx_tensor *out);
+
 /* Keeps a reference to t for backward, with t's version (a later in-place
  * change makes px_node_saved fail naming the op). Returns its index. */
 int px_node_save(px_node *n, const phx_tensor *t);

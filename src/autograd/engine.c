@@ -136,6 +136,11 @@ static void sweeps_release(void *unused)
     }
 }
 
+__attribute__((destructor)) static void sweeps_release_at_exit(void)
+{
+    sweeps_release(NULL);
+}
+
 static void sweeps_key_make(void)
 {
     pthread_key_create(&sweeps_key, sweeps_release);
@@ -205,8 +210,8 @@ static phx_status sum_into(phx_tensor **acc, const phx_tensor *g)
     phx_tensor *s = phx_tensor_new((*acc)->dtype, (*acc)->ndim, (*acc)->shape, (*acc)->storage->device);
     if (!s) return PHX_ENOMEM;
     const phx_kernels_v1 *k = px_device_kernels(s->storage->device);
-    phx_status st = k->add(s->storage->device.index, s->numel, px_tensor_ptr(*acc), px_tensor_ptr(g),
-                           px_tensor_ptr(s), s->dtype);
+    phx_status st =
+        k->add(s->storage->device.index, s->numel, px_tensor_ptr(*acc), px_tensor_ptr(g), px_tensor_ptr(s), s->dtype);
     if (st != PHX_OK) {
         phx_tensor_free(s);
         return st;
@@ -290,6 +295,11 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
     const char *fn = "phx_backward";
     if (!t) return phx_last_error()[0] ? PHX_EINVAL : phx_error(PHX_EINVAL, "%s: tensor is NULL", fn);
     char a[64], b[64];
+    if (!t->requires_grad && t->nondiff)
+        return phx_error(PHX_EINVAL,
+                         "%s: the tensor %s does not require a gradient: it was made through %s, which is not "
+                         "differentiable (expected differentiable operations from the leaves to the loss)",
+                         fn, phx_tensor_shape_str(t, a, sizeof a), t->nondiff);
     if (!t->requires_grad)
         return phx_error(PHX_EINVAL,
                          "%s: the tensor %s does not require a gradient: no input of the operations that made it "
@@ -300,11 +310,12 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
                          "%s: the tensor %s has %" PRId64 " elements; a gradient is implicit only for one element "
                          "(use phx_backward_with)",
                          fn, phx_tensor_shape_str(t, a, sizeof a), t->numel);
-    if (grad && (grad->ndim != t->ndim || memcmp(grad->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) ||
-                 grad->dtype != t->dtype || !phx_device_equal(grad->storage->device, t->storage->device)))
+    if (grad &&
+        (grad->ndim != t->ndim || memcmp(grad->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) ||
+         grad->dtype != t->dtype || !phx_device_equal(grad->storage->device, t->storage->device)))
         return phx_error(PHX_EINVAL, "%s: grad is %s %s, expected the tensor's %s %s on its device", fn,
-                         phx_dtype_name(grad->dtype), phx_tensor_shape_str(grad, a, sizeof a),
-                         phx_dtype_name(t->dtype), phx_tensor_shape_str(t, b, sizeof b));
+                         phx_dtype_name(grad->dtype), phx_tensor_shape_str(grad, a, sizeof a), phx_dtype_name(t->dtype),
+                         phx_tensor_shape_str(t, b, sizeof b));
     if (depth == PX_MAX_NESTING)
         return phx_error(PHX_ESTATE, "%s: backward nested %d deep inside modules' backward", fn, depth);
     bool mode = phx_set_grad_enabled(false);

@@ -40,3 +40,8 @@ void px_recording_restore(int prev)
 {
     suspended = prev;
 }
+
+bool px_recording_suspended(void)
+{
+    return suspended != 0;
+}

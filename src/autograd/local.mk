@@ -4,7 +4,10 @@ libphalanx_internal_la_SOURCES += src/autograd/autograd-impl.h src/autograd/node
 	src/autograd/engine.c src/autograd/scope.c src/autograd/grad-mode.c
 
 # tests
-autograd_tests = t/autograd/module_graph
+autograd_tests = t/autograd/module_graph t/autograd/ddp
 check_PROGRAMS += $(autograd_tests)
 TESTS += $(autograd_tests)
 t_autograd_module_graph_LDADD = libphalanx.la -lm
+t_autograd_ddp_SOURCES = t/autograd/ddp.c t/ddp-util.h
+t_autograd_ddp_LDADD = libphalanx.la -lm
+t_autograd_ddp_CPPFLAGS = $(ddp_test_cppflags)

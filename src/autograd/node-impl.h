@@ -57,6 +57,9 @@ bool px_leaf_wanted(const phx_tensor *leaf);
 /* Suspends recording (inside a module whose backward is hand-written);
  * returns the previous state for px_recording_restore. */
 int px_recording_suspend(void);
+/* 1 inside a hand-written module's forward (its children's calls are
+ * its own business: nothing about them is recorded). */
+bool px_recording_suspended(void);
 /* Re-enables recording inside a forward-only module's forward. */
 int px_recording_resume(void);
 void px_recording_restore(int prev);
@@ -70,6 +73,8 @@ phx_status px_record_always(const char *name, px_backward_fn fn, int n, const ph
 /* Ends scope s, moving the tensors it owns to the end of (*arr, *n,
  * *cap) instead of releasing them. */
 phx_status px_scope_take(phx_scope *s, phx_tensor ***arr, size_t *n, size_t *cap);
+/* Appends t (its reference) to (*arr, *n, *cap); frees t on ENOMEM. */
+phx_status px_scope_take_one(phx_tensor *t, phx_tensor ***arr, size_t *n, size_t *cap);
 /* Releases a handle's autograd fields (from phx_tensor_free). */
 void px_tensor_autograd_drop(phx_tensor *t);
 #endif

@@ -25,6 +25,18 @@ static px_node *node_get(void)
     return n;
 }
 
+/* At exit the pooled nodes go (a cache, not a leak). */
+__attribute__((destructor)) static void pool_release(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    while (pool) {
+        px_node *n = pool;
+        pool = n->next;
+        px_free(n);
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
 static void node_put(px_node *n)
 {
     if (n->in != n->in_inline) px_free(n->in);
@@ -88,15 +100,33 @@ bool px_grad_needed(int n, const phx_tensor *const *in)
 static phx_status record(const char *name, px_backward_fn fn, int n_in, const phx_tensor *const *in, phx_tensor *out,
                          px_node **node);
 
+/* The first non-differentiable op behind the inputs, if any. */
+static const char *nondiff_of(int n, const phx_tensor *const *in)
+{
+    for (int i = 0; i < n; i++)
+        if (in[i] && in[i]->nondiff) return in[i]->nondiff;
+    return NULL;
+}
+
 phx_status px_record(const char *name, px_backward_fn fn, int n_in, const phx_tensor *const *in, phx_tensor *out,
                      px_node **node)
 {
     *node = NULL;
-    return px_grad_needed(n_in, in) ? record(name, fn, n_in, in, out, node) : PHX_OK;
+    if (px_grad_needed(n_in, in)) return record(name, fn, n_in, in, out, node);
+    if (px_recording()) out->nondiff = nondiff_of(n_in, in);
+    return PHX_OK;
 }
 
-phx_status px_record_always(const char *name, px_backward_fn fn, int n_in, const phx_tensor *const *in,
-                            phx_tensor *out, px_node **node)
+void px_mark_nondiff(const char *op, int n, const phx_tensor *const *in, phx_tensor *out)
+{
+    if (px_grad_needed(n, in))
+        out->nondiff = op;
+    else if (px_recording())
+        out->nondiff = nondiff_of(n, in);
+}
+
+phx_status px_record_always(const char *name, px_backward_fn fn, int n_in, const phx_tensor *const *in, phx_tensor *out,
+                            px_node **node)
 {
     *node = NULL;
     return px_recording() ? record(name, fn, n_in, in, out, node) : PHX_OK;

@@ -29,6 +29,12 @@ static void stack_release(void *unused)
     stack = (px_scope_stack){0};
 }
 
+/* The exiting thread's (main's) arrays at process exit. */
+__attribute__((destructor)) static void stack_release_at_exit(void)
+{
+    stack_release(NULL);
+}
+
 static void stack_key_make(void)
 {
     pthread_key_create(&stack_key, stack_release);
@@ -112,5 +118,21 @@ phx_status px_scope_take(phx_scope *s, phx_tensor ***arr, size_t *n, size_t *cap
     for (size_t i = 0; i < k; i++) (*arr)[(*n)++] = stack.owned[mark + i];
     stack.n = mark;
     stack.depth = depth - 1;
+    return PHX_OK;
+}
+
+phx_status px_scope_take_one(phx_tensor *t, phx_tensor ***arr, size_t *n, size_t *cap)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 4;
+        phx_tensor **a = px_realloc(*arr, c * sizeof *a);
+        if (!a) {
+            phx_tensor_free(t);
+            return phx_error(PHX_ENOMEM, "out of memory keeping a module's output");
+        }
+        *arr = a;
+        *cap = c;
+    }
+    (*arr)[(*n)++] = t;
     return PHX_OK;
 }

@@ -9,6 +9,7 @@
 #include "src/autograd/node-impl.h"
 #include "src/base/util.h"
 #include "src/modules/module-impl.h"
+#include "src/ops/ops-impl.h"
 
 typedef struct module_node {
     phx_module *m; /* NULL once the module was freed */
@@ -19,8 +20,7 @@ typedef struct module_node {
 static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_tensor **in_grads)
 {
     module_node *c = px_node_ctx(n);
-    if (!c->m)
-        return phx_error(PHX_ESTATE, "backward of %s: the module was freed after its forward", c->name);
+    if (!c->m) return phx_error(PHX_ESTATE, "backward of %s: the module was freed after its forward", c->name);
     if (c->m->calls != c->call)
         return phx_error(PHX_ESTATE,
                          "backward of %s: the module ran forward again after the call this graph recorded; a "
@@ -34,14 +34,29 @@ static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_t
     return st;
 }
 
+static void release_call(phx_module *m);
+
 phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tensor **y)
 {
+    if (px_recording_suspended()) { /* a child of a hand-written parent */
+        m->calls++;
+        return m->vt->forward(m, x, y);
+    }
+    release_call(m);
     int prev = px_recording_suspend();
     phx_status st = m->vt->forward(m, x, y);
     px_recording_restore(prev);
     m->calls++;
     if (st != PHX_OK || !*y) return st;
-    if (*y != x && !(*y)->param) {
+    if ((*y)->grad_fn && (*y)->grad_fn != m->last_node) {
+        /* A wrapper (DDP, DataParallel) handing on the output of a
+         * forward-only model: that output's graph is the model's, which
+         * the wrapper's backward runs. The wrapper's node goes on an
+         * alias it keeps until its next forward. */
+        phx_tensor *alias = phx_tensor_view(*y, 0, (*y)->ndim, (*y)->shape);
+        if (!alias || px_scope_take_one(alias, &m->owned, &m->n_owned, &m->cap_owned) != PHX_OK) return PHX_ENOMEM;
+        *y = alias;
+    } else if (*y != x && !(*y)->param) {
         /* The module's output buffer may carry the last call's history. */
         px_node_unref((*y)->grad_fn);
         (*y)->grad_fn = NULL;
@@ -67,6 +82,7 @@ phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tenso
 
 static void release_call(phx_module *m)
 {
+    if (!m->n_owned && !m->last_x && !m->last_y) return;
     while (m->n_owned) phx_tensor_free(m->owned[--m->n_owned]);
     phx_tensor_free(m->last_x);
     phx_tensor_free(m->last_y);
@@ -95,7 +111,9 @@ phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tens
         in = cap;
     }
     *y = NULL;
+    phx_dtype cast = px_autocast_set(m->compute_dtype);
     phx_status st = m->vt->forward(m, in, y);
+    px_autocast_set(cast);
     px_recording_restore(prev);
     if (st == PHX_OK && !*y)
         st = phx_error(PHX_EINTERNAL, "%s: forward returned PHX_OK without an output", phx_module_type(m));
@@ -115,8 +133,9 @@ phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tens
 phx_status px_module_backward_traced(phx_module *m, const phx_tensor *dy, phx_tensor **dx)
 {
     if (!m->last_y)
-        return phx_error(PHX_ESTATE, "phx_module_backward: %s has no forward to differentiate (call "
-                                     "phx_module_forward first, with grad mode on)",
+        return phx_error(PHX_ESTATE,
+                         "phx_module_backward: %s has no forward to differentiate (call "
+                         "phx_module_forward first, with grad mode on)",
                          phx_module_type(m));
     if (!m->last_y->requires_grad)
         return phx_error(PHX_ESTATE,

@@ -141,6 +141,14 @@ size_t phx_module_num_children(const phx_module *m)
 {
     return m ? m->n_children : 0;
 }
+phx_module *phx_module_find_child(const phx_module *m, const char *name)
+{
+    if (!m || !name) return NULL;
+    for (size_t i = 0; i < m->n_children; i++)
+        if (!strcmp(m->children[i].name, name)) return m->children[i].m;
+    return NULL;
+}
+
 phx_module *phx_module_child(const phx_module *m, size_t i)
 {
     return m && i < m->n_children ? m->children[i].m : NULL;
@@ -381,9 +389,39 @@ phx_status phx_module_train(phx_module *m, bool training)
     return PHX_OK;
 }
 
+/* A forward-only module without a context (its forward finds its
+ * children by name) is cloned by the core: same vtable, cloned children. */
+static bool core_clonable(const phx_module *m)
+{
+    return !m->vt->clone && !m->vt->backward && !m->ctx;
+}
+
+static phx_module *core_clone(const phx_module *m)
+{
+    phx_module *c = px_module_new_typed(m->vt, m->type, NULL);
+    for (size_t i = 0; c && i < m->n_children; i++) {
+        phx_module *ch = phx_module_clone(m->children[i].m);
+        if (!ch || phx_module_add_child(c, m->children[i].name, ch) != PHX_OK) {
+            phx_module_free(ch);
+            phx_module_free(c);
+            return NULL;
+        }
+    }
+    for (size_t i = 0; c && i < m->n_params; i++) {
+        phx_param *p = m->params[i];
+        phx_tensor *v = phx_tensor_new(PHX_F32, p->value->ndim, p->value->shape, p->value->storage->device);
+        if (!v || phx_tensor_copy(v, p->value) != PHX_OK || !phx_module_add_param(c, p->name, v)) {
+            phx_tensor_free(v);
+            phx_module_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
 static const phx_module *find_unclonable(const phx_module *m)
 {
-    if (!m->vt->clone) return m;
+    if (!m->vt->clone && !core_clonable(m)) return m;
     for (size_t i = 0; i < m->n_children; i++) {
         const phx_module *u = find_unclonable(m->children[i].m);
         if (u) return u;
@@ -413,7 +451,7 @@ phx_module *phx_module_clone(const phx_module *m)
         phx_error(PHX_EUNSUPPORTED, "phx_module_clone: module of type %s has no clone slot", phx_module_type(u));
         return NULL;
     }
-    phx_module *c = m->vt->clone(m);
+    phx_module *c = m->vt->clone ? m->vt->clone(m) : core_clone(m);
     if (!c) return NULL;
     size_t n = phx_module_num_params(m);
     bool same = phx_module_num_params(c) == n;

@@ -46,4 +46,12 @@ void px_broadcast_strides(const phx_tensor *t, int ndim, const int64_t *shape, i
  * one more reference when the shapes already match. Ownership as the
  * operations'. */
 phx_tensor *px_sum_to(const phx_tensor *g, int ndim, const int64_t *shape);
+
+/* The compute dtype of the forward-only module whose forward runs on this
+ * thread (its precision policy's; PHX_F32 outside one or without a
+ * policy): matmul casts its operands to it (doc/precision.md, the
+ * autocast table). */
+phx_dtype px_autocast_dtype(void);
+/* Sets it; returns the previous (src/modules/module-autograd.c). */
+phx_dtype px_autocast_set(phx_dtype dt);
 #endif

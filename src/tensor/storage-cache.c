@@ -55,3 +55,19 @@ size_t px_storage_cache_bytes(void)
     pthread_mutex_unlock(&lock);
     return b;
 }
+
+px_storage *px_storage_cache_drain(void)
+{
+    pthread_mutex_lock(&lock);
+    px_storage *all = NULL;
+    for (int b = 0; b < PX_CACHE_BUCKETS; b++)
+        while (buckets[b]) {
+            px_storage *s = buckets[b];
+            buckets[b] = s->cache_next;
+            s->cache_next = all;
+            all = s;
+        }
+    cached = 0;
+    pthread_mutex_unlock(&lock);
+    return all;
+}

@@ -36,6 +36,7 @@ struct phx_tensor {
     phx_tensor *grad; /* a leaf's accumulated gradient (not a parameter's) */
     phx_param *param; /* the parameter whose value this is, or NULL */
     bool capture; /* a forward-only module's input, kept for its dx */
+    const char *nondiff; /* made, from inputs that require a gradient, by this non-differentiable op */
     unsigned long long visit; /* the backward sweep that last reached this leaf */
     long pending; /* that sweep's uses of this leaf not yet run */
     phx_tensor *next_free; /* the handle pool's list */
@@ -59,6 +60,8 @@ px_storage *px_storage_cache_take(size_t bytes);
 /* Keeps s for a later take; false when the cache is full (release it). */
 bool px_storage_cache_put(px_storage *s);
 size_t px_storage_cache_bytes(void);
+/* Empties the cache: its storages, linked through cache_next. */
+px_storage *px_storage_cache_drain(void);
 
 /* "(2, 3)", "(4,)", "()": phx_tensor_shape_str's format for a bare shape. */
 const char *px_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);

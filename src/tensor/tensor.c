@@ -89,6 +89,25 @@ static phx_tensor *handle_get(void)
     return t;
 }
 
+/* At exit (or dlclose) the pooled handles and cached storages go, so
+ * that leak checkers see nothing left: they are caches, not leaks. */
+__attribute__((destructor)) static void pools_release(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    while (pool) {
+        phx_tensor *t = pool;
+        pool = t->next_free;
+        px_free(t);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    for (px_storage *s = px_storage_cache_drain(), *next; s; s = next) {
+        next = s->cache_next;
+        const phx_device_v1 *d = phx_device_table(s->device);
+        if (d) d->release(s->device.index, s->data);
+        px_free(s);
+    }
+}
+
 static void handle_put(phx_tensor *t)
 {
     pthread_mutex_lock(&pool_lock);

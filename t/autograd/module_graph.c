@@ -86,8 +86,8 @@ int main(void)
     phx_module *fo = block_new(3), *sq = seq_new(3);
     phx_module_set_grad_hook(fo, on_ready, NULL);
     phx_tensor *y1 = NULL, *y2 = NULL, *dx1 = NULL, *dx2 = NULL;
-    ok(phx_module_forward(fo, x, &y1) == PHX_OK && phx_module_forward(sq, x, &y2) == PHX_OK,
-       "both forwards run: %s", phx_last_error());
+    ok(phx_module_forward(fo, x, &y1) == PHX_OK && phx_module_forward(sq, x, &y2) == PHX_OK, "both forwards run: %s",
+       phx_last_error());
     ok(same_tensor(y1, y2), "forward-only block and Sequential give the same output");
     ok(phx_tensor_grad_fn(y1) && !strcmp(phx_tensor_grad_fn(y1), "Linear"),
        "the block's output was made by the Linear node (grad_fn %s)", phx_tensor_grad_fn(y1));
@@ -113,7 +113,7 @@ int main(void)
         if (s == 4) before = phx_alloc_count();
         phx_tensor *y = NULL;
         failed = phx_optimizer_zero_grad(opt) != PHX_OK || phx_module_forward(fo, x, &y) != PHX_OK ||
-                 phx_module_backward(fo, dy, NULL) != PHX_OK || phx_optimizer_step(opt) != PHX_OK;
+            phx_module_backward(fo, dy, NULL) != PHX_OK || phx_optimizer_step(opt) != PHX_OK;
     }
     uint64_t after = phx_alloc_count();
     ok(!failed, "8 training steps run: %s", phx_last_error());
