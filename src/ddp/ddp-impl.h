@@ -102,8 +102,9 @@ phx_status px_ddp_join_step(px_ddp *d);
 phx_status px_ddp_check_models(px_ddp *d);
 /* Copies rank 0's parameter values to every rank. */
 phx_status px_ddp_broadcast_params(px_ddp *d);
-/* Broadcasts the model's buffers from rank 0 (PyTorch's
- * broadcast_buffers): at construction and before each forward unless
- * opts.no_broadcast_buffers. */
-phx_status px_ddp_broadcast_buffers(px_ddp *d);
+/* Broadcasts the model's buffers from root (PyTorch's broadcast_buffers):
+ * from rank 0 at construction and at the end of each synchronised
+ * backward unless opts.no_broadcast_buffers; from the last rank to join
+ * at phx_ddp_join_end. */
+phx_status px_ddp_broadcast_buffers(px_ddp *d, int root);
 #endif

@@ -202,6 +202,18 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     d->stats.wait_s += px_now() - t;
     d->stats.synced++;
     reset_backward(d);
+    /* The step's end: every rank takes rank 0's buffers now, so the next
+     * forward (training or evaluation, on any subset of the ranks) needs
+     * no collective. Issued even after an error, keeping the ranks'
+     * collectives in step. Under a join the ranks that ran out of data
+     * would not take part: phx_ddp_join_end synchronises them instead. */
+    if (!d->opts.no_broadcast_buffers && !d->join) {
+        phx_status bs = px_ddp_broadcast_buffers(d, 0);
+        if (bs != PHX_OK && st == PHX_OK) {
+            st = bs;
+            snprintf(err, sizeof err, "%s", phx_last_error());
+        }
+    }
     if (st != PHX_OK) return phx_error(st, "%s", err);
     if (n_unused > 0 && !d->opts.find_unused)
         return phx_error(PHX_ESTATE,
@@ -219,12 +231,15 @@ static phx_status rebuild_if_due(px_ddp *d)
     return px_ddp_rebuild(d);
 }
 
+/* A forward runs no collective of its own (buffers are synchronised at the
+ * end of each step, the bucket rebuild waits for the next backward), so
+ * one rank may evaluate alone. Only inside a join does a training-mode
+ * forward count the ranks still training, as PyTorch's does. */
 static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
 {
     px_ddp *d = phx_module_ctx(self);
-    phx_status st = rebuild_if_due(d);
-    if (st == PHX_OK && d->join) st = px_ddp_join_step(d);
-    if (st == PHX_OK && !d->opts.no_broadcast_buffers) st = px_ddp_broadcast_buffers(d);
+    phx_status st = PHX_OK;
+    if (d->join && phx_module_is_training(d->model)) st = px_ddp_join_step(d);
     if (st != PHX_OK) return st;
     return phx_module_forward(d->model, x, y);
 }
@@ -334,12 +349,19 @@ static phx_status ddp_init(px_ddp *d)
 
 phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts)
 {
-    if (!model || !comm) {
-        px_error_null("phx_ddp_new", model ? "comm" : "model");
+    if (!model) {
+        px_error_null("phx_ddp_new", "model");
         return NULL;
     }
     if (phx_module_vtable_of(model) == &ddp_vtable) {
         phx_error(PHX_EINVAL, "phx_ddp_new: the model is already a DistributedDataParallel module");
+        return NULL;
+    }
+    if (model->wrapped || model->refs > 1) {
+        /* A second wrapper would take over the gradient hook of the first. */
+        phx_error(PHX_EINVAL,
+                  "phx_ddp_new: the model is %s; wrap a model once (free the other wrapper first)",
+                  model->wrapped ? "itself a wrapper (DataParallel)" : "already held by a wrapper");
         return NULL;
     }
     phx_ddp_opts o = PHX_DDP_OPTS_INIT;
@@ -347,7 +369,7 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
     px_ddp *d = px_calloc(1, sizeof *d);
     if (!d) return NULL;
     d->model = model;
-    d->comm = comm;
+    d->comm = comm; /* NULL: a world of one, whose collectives keep their input */
     d->rank = phx_comm_rank(comm);
     d->world = phx_comm_size(comm);
     d->opts = o;
