@@ -37,6 +37,11 @@ typedef struct px_ddp {
     int rank, world;
     phx_ddp_opts opts; /* caps filled in */
     phx_status broken; /* != PHX_OK: a failed rebuild left gradients half moved */
+    /* The precision policy last seen on both the wrapper and the model:
+     * a change on either side is passed to the other (phx_module_set_precision
+     * on the wrapper acts on the model, as DataParallel's does). */
+    const phx_precision *precision;
+    phx_dtype compute_dtype;
 
     size_t n_params;
     phx_param **params; /* (n_params) the model's, named_parameters() order */
