@@ -17,7 +17,7 @@ static phx_module *bn_mlp(void)
 
 static phx_status fwd(phx_module *m)
 {
-    phx_tensor *x = tu_new2(3, 4), *y;
+    phx_tensor *x = tu_new2(4, 4), *y; /* 2 rows per DataParallel replica: BatchNorm needs 2 */
     phx_tensor_fill(x, 0.5);
     phx_status st = phx_module_forward(m, x, &y);
     phx_tensor_free(x);
@@ -107,6 +107,19 @@ static void test_sync_batchnorm(void)
     phx_module_free(m);
 }
 
+static void test_dp_add_child(void)
+{
+    phx_module *m = bn_mlp();
+    phx_device devs[2] = {phx_cpu(), phx_cpu()};
+    phx_module *dp = phx_dp_new(m, devs, 2, NULL);
+    ok(dp && fwd(dp) == PHX_OK, "DataParallel: a forward works");
+    phx_module_add_child(dp, "head", phx_relu_new());
+    is_int(fwd(dp), PHX_ESTATE, "DataParallel: after phx_module_add_child on the wrapper the forward refuses");
+    like(phx_last_error(), "add it to the model before phx_dp_new", "... saying what to do");
+    phx_module_free(dp);
+    phx_module_free(m);
+}
+
 static void test_wrap_twice(void)
 {
     phx_module *m = bn_mlp();
@@ -126,13 +139,14 @@ static void test_wrap_twice(void)
 
 int main(void)
 {
-    plan(4 + 3 * 3 + 7 + 6);
+    plan(4 + 3 * 3 + 7 + 3 + 6);
     test_precision();
     refuses("phx_module_set_grad_hook on the wrapper", set_hook, "the wrapper all-reduces through that hook");
     refuses("phx_param_set_grad on the model's parameter (what phx_module_to does)", set_grad,
             "move the model with phx_module_to before phx_ddp_new");
     refuses("phx_module_add_child on the wrapper", add_child, "add it to the model before phx_ddp_new");
     test_sync_batchnorm();
+    test_dp_add_child();
     test_wrap_twice();
     return done_testing();
 }
