@@ -67,10 +67,12 @@ static void test_model_mismatches(void)
     phx_tensor *nbt = phx_tensor_new(PHX_I64, 0, NULL, phx_cpu()); /* a scalar, as the model's */
     phx_tensor_fill(nbt, 3.0);
     phx_tensor *w2 = f32(2, 3, 5, 0.5f);
-    const char *names[] = {"0.weight", "0.bias", "2.weight", "module.2.weight", "3.weight", "3.bias",
-                           "3.running_mean", "3.num_batches_tracked", "head.weight", "head.bias"};
-    phx_tensor *ts[] = {f32(2, 4, 5, 1.0f), bias_i32, w2, w2, f32(1, 3, 1, 2.0f), f32(1, 3, 1, 3.0f),
-                        f32(1, 3, 1, -1.0f), nbt, f32(2, 2, 3, 4.0f), f32(1, 2, 1, 5.0f)};
+    const char *names[] = {"0.weight",    "0.bias",   "2.weight",       "module.2.weight",
+                           "3.weight",    "3.bias",   "3.running_mean", "3.num_batches_tracked",
+                           "head.weight", "head.bias"};
+    phx_tensor *ts[] = {
+        f32(2, 4, 5, 1.0f), bias_i32,          w2, w2, f32(1, 3, 1, 2.0f), f32(1, 3, 1, 3.0f), f32(1, 3, 1, -1.0f), nbt,
+        f32(2, 2, 3, 4.0f), f32(1, 2, 1, 5.0f)};
     size_t n = sizeof names / sizeof *names;
     char path[128];
     snprintf(path, sizeof path, "%s/mismatch.safetensors", dir);

@@ -115,8 +115,10 @@ static int eval_rank(int rank, void *arg)
         if (st == PHX_OK) st = phx_module_backward(ddp, phx_loss_grad(loss), NULL);
         if (st == PHX_OK) st = phx_optimizer_step(opt);
         if (st == PHX_OK) st = phx_optimizer_zero_grad(opt);
-        if (st != PHX_OK) FAIL("step %d: %s", s, phx_last_error());
-        else if (!buffers_same(c, model)) FAIL("step %d: buffers differ from rank 0's after the step", s);
+        if (st != PHX_OK)
+            FAIL("step %d: %s", s, phx_last_error());
+        else if (!buffers_same(c, model))
+            FAIL("step %d: buffers differ from rank 0's after the step", s);
         phx_tensor_free(x), phx_tensor_free(t);
     }
     if (fails) return fails;
@@ -139,7 +141,8 @@ static int eval_rank(int rank, void *arg)
         if (st == PHX_OK) st = phx_module_forward(ddp, ex, &y);
         double t_train = now() - t0;
         phx_module_train(ddp, false);
-        if (st != PHX_OK) FAIL("rank 0 alone: forward through the wrapper: %s", phx_last_error());
+        if (st != PHX_OK)
+            FAIL("rank 0 alone: forward through the wrapper: %s", phx_last_error());
         else if (t_eval > 5.0 || t_train > 5.0)
             FAIL("rank 0 alone: 4 eval forwards took %.3g s, a training forward %.3g s (PHX_TIMEOUT 30 s)", t_eval,
                  t_train);
@@ -169,9 +172,12 @@ static int eval_rank(int rank, void *arg)
     phx_tensor *x, *t;
     batch(STEPS, rank * PER_RANK, PER_RANK, &x, &t);
     st = tu_step(ddp, opt, loss, x, t);
-    if (st != PHX_OK) FAIL("a step after the evaluation: %s", phx_last_error());
-    else if (!buffers_same(c, model)) FAIL("buffers differ after the step that followed the evaluation");
-    else if (!tu_same_bits_across(c, model)) FAIL("parameters differ across ranks");
+    if (st != PHX_OK)
+        FAIL("a step after the evaluation: %s", phx_last_error());
+    else if (!buffers_same(c, model))
+        FAIL("buffers differ after the step that followed the evaluation");
+    else if (!tu_same_bits_across(c, model))
+        FAIL("parameters differ across ranks");
     phx_tensor_free(x), phx_tensor_free(t);
     phx_tensor_free(ex), phx_tensor_free(et), phx_tensor_free(y0), phx_tensor_free(y1);
     phx_loss_free(loss);

@@ -72,8 +72,8 @@ static void set_grad(phx_module *ddp, phx_module *m)
 {
     (void)ddp;
     phx_param *p = phx_module_param(m, 0);
-    phx_tensor *g = phx_tensor_zeros(PHX_F32, phx_tensor_ndim(phx_param_grad(p)), phx_tensor_shape(phx_param_grad(p)),
-                                     phx_cpu());
+    phx_tensor *g =
+        phx_tensor_zeros(PHX_F32, phx_tensor_ndim(phx_param_grad(p)), phx_tensor_shape(phx_param_grad(p)), phx_cpu());
     phx_param_set_grad(p, g);
     phx_tensor_free(g);
 }
@@ -100,7 +100,8 @@ static void test_sync_batchnorm(void)
     phx_device devs[2] = {phx_cpu(), phx_cpu()};
     phx_module *dp = phx_dp_new(m, devs, 2, NULL);
     n = 7;
-    is_int(phx_sync_batchnorm_convert(dp, NULL, &n), PHX_EINVAL, "phx_sync_batchnorm_convert on a DataParallel wrapper");
+    is_int(phx_sync_batchnorm_convert(dp, NULL, &n), PHX_EINVAL,
+           "phx_sync_batchnorm_convert on a DataParallel wrapper");
     like(phx_last_error(), "call phx_sync_batchnorm_convert on the model before wrapping it", "... says what to do");
     is_str(phx_module_type(phx_module_child(m, 1)), "BatchNorm1d", "... and converts nothing");
     phx_module_free(dp);
