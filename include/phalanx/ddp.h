@@ -54,14 +54,15 @@ phx_status phx_ddp_set_no_sync(phx_module *ddp, bool no_sync);
 /* Uneven inputs (PyTorch's `with model.join(divide_by_initial_world_size)`):
  * call phx_ddp_join_begin on every rank before its training loop and
  * phx_ddp_join_end on each when its data runs out. Inside, each step of a
- * rank still training starts (in forward) with a small all-reduce counting
- * the ranks still training; a rank in phx_ddp_join_end shadows the other
+ * rank still training starts (in a training-mode forward) with a small
+ * all-reduce counting the ranks still training; a rank in phx_ddp_join_end shadows the other
  * ranks' gradient all-reduces with zeros until every rank has joined, so
  * none waits for a rank that has no more batches. Gradients are averaged
  * over the initial world size (divide_by_initial_world_size true) or over
  * the ranks whose step synchronises (false). At the end every rank holds
- * the parameters of the rank that joined last (the highest of those). Both
- * are collective; PHX_ESTATE for a join begun twice or ended unbegun. */
+ * the parameters and buffers of the rank that joined last (the highest of
+ * those); buffers are not broadcast at the end of steps inside a join.
+ * Both are collective; PHX_ESTATE for a join begun twice or ended unbegun. */
 phx_status phx_ddp_join_begin(phx_module *ddp, bool divide_by_initial_world_size);
 phx_status phx_ddp_join_end(phx_module *ddp);
 /* Waits for every launched bucket (the wrapper's backward calls it). */

@@ -188,12 +188,73 @@ static int eval_rank(int rank, void *arg)
     return fails;
 }
 
+/* A join with buffers: rank 0 has 3 batches, rank 1 has 2. Rank 1's
+ * joined state takes no part in step-end broadcasts, so none happens
+ * inside the join; at the end every rank holds the buffers (and the
+ * parameters) of rank 0, the rank that joined last. */
+static int join_rank(int rank, void *arg)
+{
+    (void)arg;
+    int fails = 0;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    phx_module *model = small_cnn();
+    phx_module *ddp = phx_ddp_new(model, c, NULL);
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
+    so.lr = 0.1;
+    phx_optimizer *opt = ddp ? phx_sgd_new(ddp, &so) : NULL;
+    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    phx_status st = ddp && opt && loss ? phx_ddp_join_begin(ddp, true) : PHX_ENOMEM;
+    int steps = rank == 0 ? 3 : 2;
+    for (int s = 0; s < steps && st == PHX_OK; s++) {
+        phx_tensor *x, *t;
+        batch(s, rank * PER_RANK, PER_RANK, &x, &t);
+        st = tu_step(ddp, opt, loss, x, t);
+        phx_tensor_free(x), phx_tensor_free(t);
+    }
+    /* rank 0's buffers just before the end: what every rank must hold */
+    size_t nb = phx_module_num_buffers(model);
+    phx_tensor *mine[8] = {0};
+    for (size_t i = 0; i < nb && i < 8; i++) {
+        phx_tensor *b = phx_module_buffer(model, i);
+        mine[i] = phx_tensor_new(phx_tensor_dtype(b), phx_tensor_ndim(b), phx_tensor_shape(b), phx_cpu());
+        phx_tensor_copy(mine[i], b);
+    }
+    if (st == PHX_OK) st = phx_ddp_join_end(ddp);
+    if (st != PHX_OK) {
+        FAIL("join: %s", phx_last_error());
+    } else {
+        if (!buffers_same(c, model)) FAIL("after the join the buffers differ from rank 0's");
+        if (!tu_same_bits_across(c, model)) FAIL("after the join the parameters differ");
+        int kept = 1; /* rank 0, the last to join, kept its own */
+        for (size_t i = 0; rank == 0 && i < nb && i < 8; i++) {
+            size_t n = phx_tensor_nbytes(mine[i]);
+            char *a = malloc(n), *b = malloc(n);
+            phx_tensor_to_host(mine[i], a);
+            phx_tensor_to_host(phx_module_buffer(model, i), b);
+            kept &= memcmp(a, b, n) == 0;
+            free(a), free(b);
+        }
+        if (!kept) FAIL("rank 0 (the last to join) did not keep its buffers");
+    }
+    for (size_t i = 0; i < 8; i++) phx_tensor_free(mine[i]);
+    phx_loss_free(loss);
+    phx_optimizer_free(opt);
+    phx_module_free(ddp), phx_module_free(model);
+    phx_comm_free(c);
+    fflush(stdout);
+    return fails;
+}
+
 int main(void)
 {
-    plan(2);
+    plan(4);
     setenv("PHX_TIMEOUT", "30", 1);
     tu_spawn_both(2, eval_rank, NULL,
                   "a BatchNorm CNN under DDP: buffers equal rank 0's after each step; rank 0 evaluates alone "
                   "through the wrapper in well under PHX_TIMEOUT; rank 1's evaluation equals it");
+    tu_spawn_both(2, join_rank, NULL,
+                  "a join with a BatchNorm CNN (3 and 2 batches): no hang; every rank ends with the buffers and "
+                  "parameters of the rank that joined last");
     return done_testing();
 }
