@@ -67,10 +67,10 @@ typedef struct px_ddp {
     size_t *arrival; /* (n_params) parameter indices in the order they became ready */
     size_t n_arrival;
     bool recording; /* the first backward is being recorded */
-    bool rebuild_due; /* next forward/backward rebuilds */
+    bool rebuild_due; /* the next backward (or a join's shadow of one) rebuilds */
 
     /* uneven inputs (phx_ddp_join_begin .. phx_ddp_join_end) */
-    bool join; /* each forward first counts the ranks still training */
+    bool join; /* each training-mode forward first counts the ranks still training */
     bool join_initial; /* divide by the initial world size, not by those ranks */
     int join_syncing; /* ranks whose backward of this step all-reduces */
     phx_tensor *join_flag; /* (2) f32: [still training, syncing this step] */
