@@ -36,10 +36,12 @@ phx_status phx_checkpoint_save_model(const char *path, phx_module *model);
  * prefix. Floating-point tensors convert as torch's load_state_dict copies
  * them: an F16, BF16 or F64 file loads into f32 parameters (and the other
  * ways round); integer dtypes must match. Validates the whole file first;
- * any error (missing file,
- * truncated, header length beyond the file, invalid JSON, unknown dtype,
- * offsets out of range or overlapping, missing or extra keys, shape
- * mismatch naming the key and both shapes) changes nothing. */
+ * any error (missing file, truncated, header length beyond the file,
+ * invalid JSON, unknown dtype, offsets out of range or overlapping)
+ * changes nothing. A file that does not fit the model is PHX_EIO with one
+ * message listing every missing, unexpected, mis-shaped, mis-typed and
+ * doubly held key and bad metadata at once (as torch's load_state_dict;
+ * doc/formats.md), and changes nothing either. */
 phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler);
 
 /* Reads one metadata value of a checkpoint into buf (NUL-terminated).

@@ -78,9 +78,11 @@ phx_module *phx_batchnorm1d_new_opts(int64_t num_features, const phx_batchnorm_o
  * buffers and names unchanged). In training each forward combines every
  * rank's per-channel mean, variance and count (uneven batches included)
  * and each backward all-reduces the two gradient sums, as PyTorch does;
- * in eval, or on a world of one, it is a plain BatchNorm. comm must
- * outlive the model; every rank must run the same forwards. Returns the
- * number converted through *n (may be NULL). */
+ * in eval, or on a world of one (comm NULL or of size 1: the convert
+ * still happens), it is a plain BatchNorm. comm must outlive the model;
+ * every rank must run the same forwards. Given a DDP wrapper it converts
+ * the wrapped model; a DataParallel wrapper is PHX_EINVAL (convert before
+ * wrapping). Returns the number converted through *n (may be NULL). */
 phx_status phx_sync_batchnorm_convert(phx_module *model, phx_comm *comm, size_t *n);
 
 /* nn.MaxPool2d(kernel, stride, padding) (stride 0: kernel); padding at

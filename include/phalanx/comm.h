@@ -66,7 +66,14 @@ const char *phx_comm_backend(const phx_comm *c);
 phx_device phx_comm_device(const phx_comm *c);
 double phx_comm_timeout(const phx_comm *c);
 
-/* Collectives. Every rank must issue the same collectives in the same
+/* A NULL communicator is a world of one, so a program written for many
+ * ranks runs alone unchanged: rank 0, size 1, backend "none"; its
+ * collectives check their arguments and keep (allreduce, broadcast) or
+ * copy (allgather, reduce_scatter) their input, and leave *work NULL,
+ * which phx_work_wait, phx_work_test and phx_work_free take as complete.
+ * (phx_comm_rank and phx_comm_size of NULL are 0 and 1.)
+ *
+ * Collectives. Every rank must issue the same collectives in the same
  * order with the same counts and dtypes; they complete in issue order.
  * work == NULL: blocking (waits up to the comm's timeout). Otherwise *work
  * receives a handle to wait on / test and free. Tensors must stay alive
@@ -80,7 +87,8 @@ phx_status phx_comm_reduce_scatter(phx_comm *c, const phx_tensor *in, phx_tensor
                                    phx_work **work);
 phx_status phx_comm_barrier(phx_comm *c, phx_work **work);
 
-/* Waits for completion up to timeout_s (< 0: the comm's timeout plus 2 s,
+/* NULL (a world of one's work) is complete: PHX_OK.
+ * Waits for completion up to timeout_s (< 0: the comm's timeout plus 2 s,
  * so the backend's own timeout, which names the peer, is what fails). Returns
  * the collective's status (PHX_EPEER/PHX_ETIMEOUT name the peer when
  * known). Waiting again on a completed work returns the same status. */

@@ -20,9 +20,11 @@ typedef struct phx_ddp_opts {
     bool no_overlap; /* one all-reduce of all buckets after backward (benchmarks) */
     bool no_rebuild; /* keep the initial bucket order */
     /* Buffers (BatchNorm's running statistics) are broadcast from rank 0
-     * at construction and before every forward, PyTorch's
-     * broadcast_buffers=True; set this for broadcast_buffers=False (each
-     * rank keeps its own; construction still broadcasts them). */
+     * at construction and at the end of every backward that all-reduces
+     * gradients (not under no_sync), PyTorch's broadcast_buffers=True:
+     * the next forward, training or evaluation, runs no collective, so
+     * rank 0 may evaluate alone. Set this for broadcast_buffers=False
+     * (each rank keeps its own; construction still broadcasts them). */
     bool no_broadcast_buffers;
 } phx_ddp_opts;
 #define PHX_DDP_OPTS_INIT \
@@ -31,13 +33,18 @@ typedef struct phx_ddp_opts {
     }
 
 /* Wraps model (the caller keeps its reference; the wrapper holds another,
- * so the two are freed in either order) in a module whose forward is the model's and whose backward
- * all-reduces gradient buckets (average over ranks) as they become ready
- * and waits for all before returning. Checks that every rank has the same
- * parameter names, shapes and dtypes (PHX_EDESYNC on every rank naming the
- * first difference and the ranks), then broadcasts rank 0's parameters
- * and buffers.
- * Parameter names are the model's. Returns NULL on error. */
+ * so the two are freed in either order) in a module whose forward is the
+ * model's and whose backward all-reduces gradient buckets (average over
+ * ranks) as they become ready, waits for all, then broadcasts rank 0's
+ * buffers. Checks that every rank has the same parameter names, shapes and
+ * dtypes (PHX_EDESYNC on every rank naming the first difference and the
+ * ranks), then broadcasts rank 0's parameters and buffers. A forward runs
+ * no collective (except inside a join). comm NULL or of size 1 is a world
+ * of one: the wrapper runs the model and communicates nothing, so one
+ * program runs alone and under phxrun. Set the model's precision, device
+ * and SyncBatchNorm before wrapping: doc/ddp.md lists what each call does
+ * on the wrapper. Parameter names are the model's. Returns NULL on
+ * error. */
 phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts);
 /* The wrapped model. */
 phx_module *phx_ddp_model(phx_module *ddp);
@@ -47,14 +54,15 @@ phx_status phx_ddp_set_no_sync(phx_module *ddp, bool no_sync);
 /* Uneven inputs (PyTorch's `with model.join(divide_by_initial_world_size)`):
  * call phx_ddp_join_begin on every rank before its training loop and
  * phx_ddp_join_end on each when its data runs out. Inside, each step of a
- * rank still training starts (in forward) with a small all-reduce counting
- * the ranks still training; a rank in phx_ddp_join_end shadows the other
+ * rank still training starts (in a training-mode forward) with a small
+ * all-reduce counting the ranks still training; a rank in phx_ddp_join_end shadows the other
  * ranks' gradient all-reduces with zeros until every rank has joined, so
  * none waits for a rank that has no more batches. Gradients are averaged
  * over the initial world size (divide_by_initial_world_size true) or over
  * the ranks whose step synchronises (false). At the end every rank holds
- * the parameters of the rank that joined last (the highest of those). Both
- * are collective; PHX_ESTATE for a join begun twice or ended unbegun. */
+ * the parameters and buffers of the rank that joined last (the highest of
+ * those); buffers are not broadcast at the end of steps inside a join.
+ * Both are collective; PHX_ESTATE for a join begun twice or ended unbegun. */
 phx_status phx_ddp_join_begin(phx_module *ddp, bool divide_by_initial_world_size);
 phx_status phx_ddp_join_end(phx_module *ddp);
 /* Waits for every launched bucket (the wrapper's backward calls it). */

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,28 +125,86 @@ phx_status phx_checkpoint_save_model(const char *path, phx_module *model)
     return phx_checkpoint_save(path, model, NULL, NULL, NULL, 0);
 }
 
-/* e may fill slot *slot for `what` named key: a dtype that converts into
- * the tensor's and the same shape. */
-static phx_status check_entry(const char *path, const px_st_entry *e, const char *key, const phx_tensor *t,
-                              const char *what, const px_st_entry **slot)
+/* Every way a file fails to match the model, grouped as torch's
+ * load_state_dict reports them, so that one failed load names all. */
+enum { MM_MISSING, MM_UNEXPECTED, MM_SHAPE, MM_DTYPE, MM_TWICE, MM_META, MM_KINDS };
+
+typedef struct mismatch_list {
+    char text[600]; /* "item, item, ..." as far as it fits */
+    size_t len;
+    size_t n, shown;
+} mismatch_list;
+
+typedef struct mismatches {
+    mismatch_list l[MM_KINDS];
+    size_t total;
+} mismatches;
+
+static void mm_add(mismatches *m, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void mm_add(mismatches *m, int kind, const char *fmt, ...)
 {
-    const char *who = "phx_checkpoint_load";
+    mismatch_list *l = &m->l[kind];
+    char item[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(item, sizeof item, fmt, ap);
+    va_end(ap);
+    m->total++;
+    l->n++;
+    const char *sep = l->n > 1 ? (kind == MM_MISSING || kind == MM_UNEXPECTED ? ", " : "; ") : "";
+    size_t need = strlen(sep) + strlen(item);
+    if (l->shown + 1 != l->n || l->len + need + 1 > sizeof l->text) return; /* counted, not shown */
+    l->len += (size_t)snprintf(l->text + l->len, sizeof l->text - l->len, "%s%s", sep, item);
+    l->shown++;
+}
+
+/* The one message naming every mismatch, or PHX_OK when there is none. */
+static phx_status mm_report(const mismatches *m, const char *path)
+{
+    if (m->total == 0) return PHX_OK;
+    static const char *const heads[MM_KINDS] = {
+        "missing keys (the model's, absent from the file)",
+        "unexpected keys (in the file; no parameter or buffer of the model, or no state of the optimizer)",
+        "shape mismatches",
+        "dtype mismatches (floating-point dtypes convert into each other, integer ones must match)",
+        "held twice",
+        "metadata",
+    };
+    char msg[3800];
+    size_t len = 0;
+    for (int k = 0; k < MM_KINDS; k++) {
+        const mismatch_list *l = &m->l[k];
+        if (!l->n) continue;
+        char more[48] = "";
+        if (l->shown < l->n) snprintf(more, sizeof more, " (and %zu more)", l->n - l->shown);
+        int w = snprintf(msg + len, sizeof msg - len, "%s%s: %s%s", len ? "; " : "", heads[k], l->text, more);
+        if (w > 0) len += (size_t)w < sizeof msg - len ? (size_t)w : sizeof msg - len - 1;
+    }
+    return phx_error(PHX_EIO, "phx_checkpoint_load: '%s' does not match the model, nothing was loaded (%zu problem%s): %s",
+                     path, m->total, m->total > 1 ? "s" : "", msg);
+}
+
+/* e may fill slot *slot for `what` named key: a dtype that converts into
+ * the tensor's and the same shape. Records what does not match. */
+static void check_entry(mismatches *mm, const px_st_entry *e, const char *key, const phx_tensor *t, const char *what,
+                        const px_st_entry **slot)
+{
     char a[64], b[64];
-    if (*slot)
-        return phx_error(PHX_EIO, "%s: '%s': tensors '%s' and '%s' both hold %s '%s'", who, path, (*slot)->name,
-                         e->name, what, key);
-    if (!px_st_convertible(e->dtype, t->dtype))
-        return phx_error(PHX_EIO,
-                         "%s: '%s': tensor '%s' has dtype %s, %s '%s' is %s (floating-point dtypes "
-                         "convert into each other, integer ones must match)",
-                         who, path, e->name, px_st_dtype_name(e->dtype), what, key, px_st_dtype_name(t->dtype));
+    if (*slot) {
+        mm_add(mm, MM_TWICE, "tensors '%s' and '%s' both hold %s '%s'", (*slot)->name, e->name, what, key);
+        return;
+    }
+    if (!px_st_convertible(e->dtype, t->dtype)) {
+        mm_add(mm, MM_DTYPE, "tensor '%s' has dtype %s, %s '%s' is %s", e->name, px_st_dtype_name(e->dtype), what, key,
+               px_st_dtype_name(t->dtype));
+    }
     bool same = e->ndim == t->ndim;
     for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
-    if (!same)
-        return phx_error(PHX_EIO, "%s: '%s': tensor '%s' has shape %s, %s '%s' has shape %s", who, path, e->name,
-                         px_shape_str(e->ndim, e->shape, a, sizeof a), what, key, phx_tensor_shape_str(t, b, sizeof b));
-    *slot = e;
-    return PHX_OK;
+    if (!same) {
+        mm_add(mm, MM_SHAPE, "tensor '%s' has shape %s, %s '%s' has shape %s", e->name,
+               px_shape_str(e->ndim, e->shape, a, sizeof a), what, key, phx_tensor_shape_str(t, b, sizeof b));
+    }
+    *slot = e; /* matched: not missing, even when it mismatches */
 }
 
 static bool parse_i64(const char *s, int64_t *out)
@@ -169,65 +229,61 @@ typedef struct plan {
 } plan;
 
 /* Matches every entry of f to the model / optimizer and checks every
- * condition; fills p. Changes nothing. */
+ * condition, collecting every mismatch; fills p. Changes nothing. */
 static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt, phx_scaler *scaler, size_t np,
                             const char **snames, phx_tensor **stens, size_t ns, plan *p)
 {
-    const char *who = "phx_checkpoint_load", *path = f->path;
     size_t n_params = phx_module_num_params(model);
+    mismatches *mm = px_calloc(1, sizeof *mm);
+    if (!mm) return PHX_ENOMEM;
     for (size_t i = 0; i < f->n; i++) {
         const px_st_entry *e = &f->e[i];
         const char *key = e->name;
-        phx_status st;
         if (strncmp(key, OPT_PREFIX, strlen(OPT_PREFIX)) == 0) {
             if (!opt) continue; /* a full checkpoint loads into a bare model too */
             const char *sk = key + strlen(OPT_PREFIX);
             size_t j = 0;
             while (j < ns && strcmp(snames[j], sk) != 0) j++;
             if (j == ns)
-                return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no state of the %s optimizer", who, path, key,
-                                 phx_optimizer_type(opt));
-            if ((st = check_entry(path, e, sk, stens[j], "optimizer state", &p->state[j])) != PHX_OK) return st;
+                mm_add(mm, MM_UNEXPECTED, "'%s' (no state of the %s optimizer)", key, phx_optimizer_type(opt));
+            else
+                check_entry(mm, e, sk, stens[j], "optimizer state", &p->state[j]);
             continue;
         }
         if (strncmp(key, DDP_PREFIX, strlen(DDP_PREFIX)) == 0) key += strlen(DDP_PREFIX);
         size_t j = 0;
         while (j < np && strcmp(p->names[j], key) != 0) j++;
         if (j == np)
-            return phx_error(PHX_EIO, "%s: '%s': tensor '%s' matches no parameter or buffer of the model (extra key)",
-                             who, path, e->name);
-        if ((st = check_entry(path, e, key, p->ts[j], j < n_params ? "parameter" : "buffer", &p->model[j])) != PHX_OK)
-            return st;
+            mm_add(mm, MM_UNEXPECTED, "'%s'", e->name);
+        else
+            check_entry(mm, e, key, p->ts[j], j < n_params ? "parameter" : "buffer", &p->model[j]);
     }
     for (size_t j = 0; j < np; j++)
-        if (!p->model[j])
-            return phx_error(PHX_EIO, "%s: '%s' has no tensor for %s '%s' (missing key)", who, path,
-                             j < n_params ? "parameter" : "buffer", p->names[j]);
+        if (!p->model[j]) mm_add(mm, MM_MISSING, "%s '%s'", j < n_params ? "parameter" : "buffer", p->names[j]);
     if (opt) {
         for (size_t j = 0; j < ns; j++)
-            if (!p->state[j])
-                return phx_error(PHX_EIO, "%s: '%s' has no tensor 'optim.%s' for the optimizer (missing key)", who,
-                                 path, snames[j]);
+            if (!p->state[j]) mm_add(mm, MM_MISSING, "optimizer state 'optim.%s'", snames[j]);
         const char *s = px_st_meta(f, "optim.steps");
         if (!parse_i64(s, &p->steps))
-            return phx_error(PHX_EIO, "%s: '%s': metadata optim.steps is %s%s%s, expected an integer >= 0", who, path,
-                             s ? "'" : "", s ? s : "missing", s ? "'" : "");
+            mm_add(mm, MM_META, "optim.steps is %s%s%s, expected an integer >= 0", s ? "'" : "", s ? s : "missing",
+                   s ? "'" : "");
     }
     if (scaler) {
         const char *s = px_st_meta(f, "scaler.scale"), *g = px_st_meta(f, "scaler.growth_tracker");
         char *end = NULL;
         p->scale = s ? strtod(s, &end) : 0.0;
-        if (!s || *end || !(p->scale > 0.0) || isinf(p->scale) || !parse_i64(g, &p->tracker))
-            return phx_error(PHX_EIO,
-                             "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s' missing or "
-                             "invalid (need a finite scale > 0 and an integer >= 0)",
-                             who, path, s ? s : "(none)", g ? g : "(none)");
         char why[160];
-        if (px_scaler_check_state(scaler, p->scale, p->tracker, why, sizeof why))
-            return phx_error(PHX_EIO, "%s: '%s': metadata scaler.scale '%s' / scaler.growth_tracker '%s': %s", who,
-                             path, s, g, why);
+        if (!s || *end || !(p->scale > 0.0) || isinf(p->scale) || !parse_i64(g, &p->tracker))
+            mm_add(mm, MM_META,
+                   "scaler.scale '%s' / scaler.growth_tracker '%s' missing or invalid (need a finite scale > 0 and "
+                   "an integer >= 0)",
+                   s ? s : "(none)", g ? g : "(none)");
+        else if (px_scaler_check_state(scaler, p->scale, p->tracker, why, sizeof why))
+            mm_add(mm, MM_META, "scaler.scale '%s' / scaler.growth_tracker '%s': %s", s, g, why);
     }
-    return PHX_OK;
+    phx_status st = mm_report(mm, f->path);
+    px_free(mm);
+    return st;
 }
 
 phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler)

@@ -41,6 +41,12 @@ check_PROGRAMS += t/data/ckpt_mode
 TESTS += t/data/ckpt_mode
 t_data_ckpt_mode_LDADD = libphalanx.la
 
+# A mismatched checkpoint: every missing, unexpected, mis-shaped and
+# mis-typed key named in one refusal that changes nothing.
+check_PROGRAMS += t/data/ckpt_mismatch
+TESTS += t/data/ckpt_mismatch
+t_data_ckpt_mismatch_LDADD = libphalanx.la
+
 # Checkpoints: save and load, and across PyTorch (reference files in t/ref,
 # listed in src/train/local.mk); the IDX reader and the mini-batch loader.
 check_PROGRAMS += t/data/ckpt t/data/ckpt_interop t/data/idx

@@ -161,15 +161,15 @@ phx_status px_ddp_check_models(px_ddp *d)
     return st;
 }
 
-/* Broadcasts n tensors from rank 0: all issued, then waited for
+/* Broadcasts n tensors from root: all issued, then waited for
  * (collectives complete in issue order). */
-static phx_status broadcast_all(px_ddp *d, phx_tensor *const *ts, size_t n)
+static phx_status broadcast_all(px_ddp *d, phx_tensor *const *ts, size_t n, int root)
 {
     phx_status st = PHX_OK;
     size_t issued = 0;
     phx_work **works = px_calloc(n ? n : 1, sizeof *works);
     if (!works) return PHX_ENOMEM;
-    for (size_t i = 0; i < n && st == PHX_OK; i++, issued++) st = phx_comm_broadcast(d->comm, ts[i], 0, &works[i]);
+    for (size_t i = 0; i < n && st == PHX_OK; i++, issued++) st = phx_comm_broadcast(d->comm, ts[i], root, &works[i]);
     for (size_t i = 0; i < issued; i++) {
         if (works[i]) {
             phx_status ws = phx_work_wait(works[i], -1);
@@ -187,14 +187,14 @@ phx_status px_ddp_broadcast_params(px_ddp *d)
     phx_tensor **ts = px_calloc(d->n_params ? d->n_params : 1, sizeof *ts);
     if (!ts) return PHX_ENOMEM;
     for (size_t i = 0; i < d->n_params; i++) ts[i] = phx_param_value(d->params[i]);
-    phx_status st = broadcast_all(d, ts, d->n_params);
+    phx_status st = broadcast_all(d, ts, d->n_params, 0);
     px_free(ts);
     if (st != PHX_OK) return phx_error(st, "phx_ddp_new: broadcasting parameters from rank 0: %s", phx_last_error());
     for (size_t i = 0; i < d->n_params; i++) phx_param_touch(d->params[i]);
-    return px_ddp_broadcast_buffers(d);
+    return px_ddp_broadcast_buffers(d, 0);
 }
 
-phx_status px_ddp_broadcast_buffers(px_ddp *d)
+phx_status px_ddp_broadcast_buffers(px_ddp *d, int root)
 {
     size_t n = phx_module_num_buffers(d->model);
     if (d->world == 1 || n == 0) return PHX_OK;
@@ -202,7 +202,8 @@ phx_status px_ddp_broadcast_buffers(px_ddp *d)
         if (!(d->buffers = px_calloc(n, sizeof *d->buffers))) return PHX_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) d->buffers[i] = phx_module_buffer(d->model, i);
-    phx_status st = broadcast_all(d, d->buffers, n);
-    if (st != PHX_OK) return phx_error(st, "DistributedDataParallel: broadcasting buffers from rank 0: %s", phx_last_error());
+    phx_status st = broadcast_all(d, d->buffers, n, root);
+    if (st != PHX_OK)
+        return phx_error(st, "DistributedDataParallel: broadcasting buffers from rank %d: %s", root, phx_last_error());
     return PHX_OK;
 }

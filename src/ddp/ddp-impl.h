@@ -37,6 +37,11 @@ typedef struct px_ddp {
     int rank, world;
     phx_ddp_opts opts; /* caps filled in */
     phx_status broken; /* != PHX_OK: a failed rebuild left gradients half moved */
+    /* The precision policy last seen on both the wrapper and the model:
+     * a change on either side is passed to the other (phx_module_set_precision
+     * on the wrapper acts on the model, as DataParallel's does). */
+    const phx_precision *precision;
+    phx_dtype compute_dtype;
 
     size_t n_params;
     phx_param **params; /* (n_params) the model's, named_parameters() order */
@@ -62,10 +67,10 @@ typedef struct px_ddp {
     size_t *arrival; /* (n_params) parameter indices in the order they became ready */
     size_t n_arrival;
     bool recording; /* the first backward is being recorded */
-    bool rebuild_due; /* next forward/backward rebuilds */
+    bool rebuild_due; /* the next backward (or a join's shadow of one) rebuilds */
 
     /* uneven inputs (phx_ddp_join_begin .. phx_ddp_join_end) */
-    bool join; /* each forward first counts the ranks still training */
+    bool join; /* each training-mode forward first counts the ranks still training */
     bool join_initial; /* divide by the initial world size, not by those ranks */
     int join_syncing; /* ranks whose backward of this step all-reduces */
     phx_tensor *join_flag; /* (2) f32: [still training, syncing this step] */
@@ -102,8 +107,9 @@ phx_status px_ddp_join_step(px_ddp *d);
 phx_status px_ddp_check_models(px_ddp *d);
 /* Copies rank 0's parameter values to every rank. */
 phx_status px_ddp_broadcast_params(px_ddp *d);
-/* Broadcasts the model's buffers from rank 0 (PyTorch's
- * broadcast_buffers): at construction and before each forward unless
- * opts.no_broadcast_buffers. */
-phx_status px_ddp_broadcast_buffers(px_ddp *d);
+/* Broadcasts the model's buffers from root (PyTorch's broadcast_buffers):
+ * from rank 0 at construction and at the end of each synchronised
+ * backward unless opts.no_broadcast_buffers; from the last rank to join
+ * at phx_ddp_join_end. */
+phx_status px_ddp_broadcast_buffers(px_ddp *d, int root);
 #endif

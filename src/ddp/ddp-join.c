@@ -91,6 +91,8 @@ static phx_status sync_final_model(px_ddp *d, bool last)
     int root = (int)v[1];
     for (size_t i = 0; i < d->n_params && st == PHX_OK; i++)
         st = phx_comm_broadcast(d->comm, phx_param_value(d->params[i]), root, NULL);
+    /* Inside the join no step synchronised the buffers: the same rank's go. */
+    if (st == PHX_OK && !d->opts.no_broadcast_buffers) st = px_ddp_broadcast_buffers(d, root);
     /* The shadowed all-reduces left other ranks' sums in the buckets. */
     for (size_t b = 0; b < d->n_buckets && st == PHX_OK; b++) st = phx_tensor_fill(d->buckets[b].flat, 0.0);
     return st;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "src/ddp/ddp-impl.h"
 #include "src/modules/module-impl.h"
+#include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
 #include "src/base/abi.h"
 
@@ -202,6 +203,18 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     d->stats.wait_s += px_now() - t;
     d->stats.synced++;
     reset_backward(d);
+    /* The step's end: every rank takes rank 0's buffers now, so the next
+     * forward (training or evaluation, on any subset of the ranks) needs
+     * no collective. Issued even after an error, keeping the ranks'
+     * collectives in step. Under a join the ranks that ran out of data
+     * would not take part: phx_ddp_join_end synchronises them instead. */
+    if (!d->opts.no_broadcast_buffers && !d->join) {
+        phx_status bs = px_ddp_broadcast_buffers(d, 0);
+        if (bs != PHX_OK && st == PHX_OK) {
+            st = bs;
+            snprintf(err, sizeof err, "%s", phx_last_error());
+        }
+    }
     if (st != PHX_OK) return phx_error(st, "%s", err);
     if (n_unused > 0 && !d->opts.find_unused)
         return phx_error(PHX_ESTATE,
@@ -219,12 +232,71 @@ static phx_status rebuild_if_due(px_ddp *d)
     return px_ddp_rebuild(d);
 }
 
+/* What a call on the wrapper or on its model after phx_ddp_new would have
+ * broken silently is found before each forward (local, O(parameters)):
+ * a policy set on the wrapper is passed on to the model (and one set on
+ * the model shows on the wrapper); a module, parameter or buffer added to
+ * the wrapper, a model whose parameters changed, a gradient hook replaced
+ * (phx_module_set_grad_hook) or a gradient that is no longer a view of
+ * its bucket (phx_module_to, phx_param_set_grad) is an error that says
+ * what to do instead. */
+static phx_status check_wrapped(phx_module *self, px_ddp *d)
+{
+    static const char who[] = "DistributedDataParallel";
+    if (d->broken != PHX_OK)
+        return phx_error(d->broken, "%s: the wrapper is unusable after a failed bucket rebuild", who);
+    if (self->n_params || self->n_children || self->n_buffers)
+        return phx_error(PHX_ESTATE,
+                         "%s: a %s was added to the wrapper, which runs only the model; add it to the model "
+                         "before phx_ddp_new",
+                         who, self->n_children ? "child module" : self->n_params ? "parameter" : "buffer");
+    phx_module *m = d->model;
+    if (self->precision != d->precision || self->compute_dtype != d->compute_dtype) {
+        phx_status st = phx_module_set_precision(m, self->precision);
+        if (st != PHX_OK) return st;
+    } else if (m->precision != d->precision || m->compute_dtype != d->compute_dtype) {
+        self->precision = m->precision;
+        self->compute_dtype = m->compute_dtype;
+    }
+    d->precision = m->precision;
+    d->compute_dtype = m->compute_dtype;
+    if (phx_module_num_params(m) != d->n_params)
+        return phx_error(PHX_ESTATE,
+                         "%s: the model has %zu parameters, it had %zu when wrapped; change the model before "
+                         "phx_ddp_new",
+                         who, phx_module_num_params(m), d->n_params);
+    for (size_t i = 0; i < d->n_params; i++) {
+        phx_param *p = d->params[i];
+        if (phx_module_param(m, i) != p)
+            return phx_error(PHX_ESTATE,
+                             "%s: parameter %zu ('%s') of the model changed after wrapping; change the model "
+                             "before phx_ddp_new",
+                             who, i, phx_module_param_name(m, i));
+        if (p->hook != on_grad_ready || p->hook_user != d)
+            return phx_error(PHX_ESTATE,
+                             "%s: the gradient hook of parameter '%s' was replaced after phx_ddp_new "
+                             "(phx_module_set_grad_hook on the wrapper or the model); the wrapper all-reduces "
+                             "through that hook and owns it",
+                             who, phx_module_param_name(m, i));
+        if (d->n_buckets && p->grad->storage != d->buckets[d->bucket_of[i]].flat->storage)
+            return phx_error(PHX_ESTATE,
+                             "%s: the gradient of parameter '%s' is no longer a view of its bucket "
+                             "(phx_module_to or phx_param_set_grad on the wrapper or the model after "
+                             "phx_ddp_new); move the model with phx_module_to before phx_ddp_new",
+                             who, phx_module_param_name(m, i));
+    }
+    return PHX_OK;
+}
+
+/* A forward runs no collective of its own (buffers are synchronised at the
+ * end of each step, the bucket rebuild waits for the next backward), so
+ * one rank may evaluate alone. Only inside a join does a training-mode
+ * forward count the ranks still training, as PyTorch's does. */
 static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
 {
     px_ddp *d = phx_module_ctx(self);
-    phx_status st = rebuild_if_due(d);
-    if (st == PHX_OK && d->join) st = px_ddp_join_step(d);
-    if (st == PHX_OK && !d->opts.no_broadcast_buffers) st = px_ddp_broadcast_buffers(d);
+    phx_status st = check_wrapped(self, d);
+    if (st == PHX_OK && d->join && phx_module_is_training(d->model)) st = px_ddp_join_step(d);
     if (st != PHX_OK) return st;
     return phx_module_forward(d->model, x, y);
 }
@@ -334,12 +406,19 @@ static phx_status ddp_init(px_ddp *d)
 
 phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts)
 {
-    if (!model || !comm) {
-        px_error_null("phx_ddp_new", model ? "comm" : "model");
+    if (!model) {
+        px_error_null("phx_ddp_new", "model");
         return NULL;
     }
     if (phx_module_vtable_of(model) == &ddp_vtable) {
         phx_error(PHX_EINVAL, "phx_ddp_new: the model is already a DistributedDataParallel module");
+        return NULL;
+    }
+    if (model->wrapped || model->refs > 1) {
+        /* A second wrapper would take over the gradient hook of the first. */
+        phx_error(PHX_EINVAL,
+                  "phx_ddp_new: the model is %s; wrap a model once (free the other wrapper first)",
+                  model->wrapped ? "itself a wrapper (DataParallel)" : "already held by a wrapper");
         return NULL;
     }
     phx_ddp_opts o = PHX_DDP_OPTS_INIT;
@@ -347,7 +426,7 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
     px_ddp *d = px_calloc(1, sizeof *d);
     if (!d) return NULL;
     d->model = model;
-    d->comm = comm;
+    d->comm = comm; /* NULL: a world of one, whose collectives keep their input */
     d->rank = phx_comm_rank(comm);
     d->world = phx_comm_size(comm);
     d->opts = o;
@@ -388,6 +467,9 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
         return NULL;
     }
     phx_module_train(self, phx_module_is_training(model));
+    /* The wrapper reports the model's policy (phx_module_compute_dtype). */
+    self->precision = d->precision = model->precision;
+    self->compute_dtype = d->compute_dtype = model->compute_dtype;
     return self;
 }
 

@@ -3,7 +3,7 @@ libphalanx_internal_la_SOURCES += src/ddp/ddp.c src/ddp/ddp-buckets.c src/ddp/dd
 	src/ddp/ddp-impl.h
 
 ddp_tests = t/ddp/buckets t/ddp/equiv t/ddp/overlap t/ddp/nosync t/ddp/unused \
-	t/ddp/mismatch t/ddp/join
+	t/ddp/mismatch t/ddp/join t/ddp/eval t/ddp/solo t/ddp/wrapper
 check_PROGRAMS += $(ddp_tests)
 TESTS += $(ddp_tests)
 ddp_test_cppflags = $(AM_CPPFLAGS)
@@ -24,6 +24,12 @@ t_ddp_mismatch_LDADD = libphalanx.la -lm
 t_ddp_mismatch_CPPFLAGS = $(ddp_test_cppflags)
 t_ddp_join_LDADD = libphalanx.la -lm
 t_ddp_join_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_eval_LDADD = libphalanx.la -lm
+t_ddp_eval_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_solo_LDADD = libphalanx.la -lm
+t_ddp_solo_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_wrapper_LDADD = libphalanx.la -lm
+t_ddp_wrapper_CPPFLAGS = $(ddp_test_cppflags)
 EXTRA_DIST += bench/torch/ddp_join.py t/ref/ddp_join.safetensors
 
 EXTRA_DIST += t/ddp-util.h bench/torch/sampler.py t/ref/sampler.txt bench/torch/buckets.py \

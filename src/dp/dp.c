@@ -158,6 +158,12 @@ static void record_ready(phx_param *p, void *user)
 /* Checks, before anything runs, that the model still is what was wrapped. */
 static phx_status check_model(px_dp *d, const char *who)
 {
+    const phx_module *self = d->self;
+    if (self->n_params || self->n_children || self->n_buffers)
+        return phx_error(PHX_ESTATE,
+                         "%s: a %s was added to the DataParallel wrapper, which runs only the model; add it to "
+                         "the model before phx_dp_new",
+                         who, self->n_children ? "child module" : self->n_params ? "parameter" : "buffer");
     if (phx_module_num_params(d->model) != d->n_params)
         return phx_error(PHX_ESTATE, "%s: the model has %zu parameters, it had %zu when wrapped", who,
                          phx_module_num_params(d->model), d->n_params);

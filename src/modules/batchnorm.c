@@ -24,7 +24,8 @@ typedef struct batchnorm {
     float eps, momentum;
     phx_param *w, *b;
     px_buffer *rmean, *rvar, *nbt; /* NULL without tracking */
-    phx_comm *comm; /* SyncBatchNorm */
+    bool sync; /* SyncBatchNorm */
+    phx_comm *comm; /* SyncBatchNorm's; NULL: a world of one */
     px_io io;
     /* The statistics of the last forward: (2C + 1) f32, mean, biased
      * variance and this rank's count, what SyncBatchNorm all-gathers;
@@ -42,7 +43,7 @@ typedef struct batchnorm {
 static const char *who_fwd(const phx_module *self)
 {
     const batchnorm *B = phx_module_ctx(self);
-    return B->comm     ? "phx_sync_batchnorm_forward"
+    return B->sync     ? "phx_sync_batchnorm_forward"
         : B->dims == 2 ? "phx_batchnorm2d_forward"
                        : "phx_batchnorm1d_forward";
 }
@@ -311,7 +312,8 @@ static phx_module *bn_clone(const phx_module *self)
     const batchnorm *B = phx_module_ctx(self);
     phx_module *c =
         px_module_clone_values(bn_new(B->dims, B->c, B->eps, B->momentum, B->w != NULL, B->rmean != NULL), self);
-    if (c && B->comm) {
+    if (c && B->sync) {
+        ((batchnorm *)phx_module_ctx(c))->sync = true;
         ((batchnorm *)phx_module_ctx(c))->comm = B->comm;
         px_module_set_vtable(c, &sync_vt);
     }
@@ -322,6 +324,7 @@ static size_t convert(phx_module *m, phx_comm *comm)
 {
     size_t n = 0;
     if (m->type == &bn1d_vt || m->type == &bn2d_vt || m->type == &sync_vt) {
+        ((batchnorm *)m->ctx)->sync = true;
         ((batchnorm *)m->ctx)->comm = comm;
         px_module_set_vtable(m, &sync_vt);
         n++;
@@ -332,8 +335,18 @@ static size_t convert(phx_module *m, phx_comm *comm)
 
 phx_status phx_sync_batchnorm_convert(phx_module *model, phx_comm *comm, size_t *n)
 {
-    if (!model || !comm)
-        return phx_error(PHX_EINVAL, "phx_sync_batchnorm_convert: %s is NULL", model ? "comm" : "model");
+    if (!model) return phx_error(PHX_EINVAL, "phx_sync_batchnorm_convert: model is NULL");
+    /* Through a DDP wrapper the model is converted, as PyTorch's
+     * convert_sync_batchnorm reaches into DDP's module; a DataParallel
+     * wrapper's replicas were cloned from the model already. */
+    if (model->wrapped && strcmp(phx_module_type(model), "DistributedDataParallel") == 0)
+        model = model->wrapped;
+    else if (model->wrapped)
+        return phx_error(PHX_EINVAL,
+                         "phx_sync_batchnorm_convert: the module is a %s wrapper, whose replicas were "
+                         "copied from the model when it was made; call phx_sync_batchnorm_convert on the "
+                         "model before wrapping it",
+                         phx_module_type(model));
     size_t k = convert(model, comm);
     if (n) *n = k;
     return PHX_OK;

@@ -137,7 +137,7 @@ static void test_roundtrip(void)
     phx_checkpoint_save(q, c, NULL, NULL, NULL, 0);
     phx_optimizer *oc = phx_sgd_new(c, &so);
     ok(phx_checkpoint_load(q, c, oc, NULL) == PHX_EIO, "model-only checkpoint into model + optimizer refused");
-    like(phx_last_error(), "no tensor 'optim.0.weight.momentum_buffer'", "message names the missing state");
+    like(phx_last_error(), "optimizer state 'optim.0.weight.momentum_buffer'", "message names the missing state");
     phx_meta reserved[] = {{"optim.steps", "1"}};
     ok(phx_checkpoint_save(q, c, NULL, NULL, reserved, 1) == PHX_EINVAL, "reserved metadata key refused");
 
@@ -277,10 +277,10 @@ static void test_bad_files(void)
          176, "tensor '0.weight' data_offsets [0, 84] span 84 bytes, its shape and dtype F32 need 80", 0},
         {"an entry without shape", "{\"0.weight\":{\"dtype\":\"F32\",\"data_offsets\":[0,80]}," B "," W2 "," B2 "}",
          172, "entry '0.weight' needs", 0},
-        {"missing key", "{" W "," B "," W2 "}", 160, "has no tensor for parameter '2.bias' (missing key)", 0},
+        {"missing key", "{" W "," B "," W2 "}", 160, "missing keys (the model's, absent from the file): parameter '2.bias'", 0},
         {"extra key",
          "{" W "," B "," W2 "," B2 ",\"3.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[172,176]}}", 176,
-         "tensor '3.weight' matches no parameter or buffer of the model (extra key)", 0},
+         "no parameter or buffer of the model, or no state of the optimizer): '3.weight'", 0},
         {"shape mismatch",
          "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4,5],\"data_offsets\":[0,80]}," B "," W2 "," B2 "}", 172,
          "tensor '0.weight' has shape (4, 5), parameter '0.weight' has shape (5, 4)", 0},

@@ -262,6 +262,9 @@ static void test_rebuild(phx_comm *c, bool no_rebuild)
     ok(same_buckets(ddp, rev), "after the first backward, before the next forward: unchanged");
     st = phx_module_forward(ddp, x, &y);
     is_int(st, PHX_OK, "second forward");
+    ok(same_buckets(ddp, rev), "a forward rebuilds nothing (it runs no collective)");
+    st = phx_module_backward(ddp, y, NULL);
+    is_int(st, PHX_OK, "second backward");
     if (no_rebuild)
         ok(same_buckets(ddp, rev), "no_rebuild: still reverse parameter order");
     else
@@ -271,9 +274,9 @@ static void test_rebuild(phx_comm *c, bool no_rebuild)
     for (size_t i = 0; i < ord->n_numels; i++) {
         double v;
         phx_tensor_get(phx_param_grad(phx_module_param(m, i)), 0, &v);
-        kept &= v == (double)(i + 1);
+        kept &= v == 2.0 * (double)(i + 1);
     }
-    ok(kept, "the gradients of the first backward survive the rebuild");
+    ok(kept, "the gradients of the first backward survive the rebuild (and the second's add to them)");
     phx_ddp_stats s = PHX_DDP_STATS_INIT;
     phx_ddp_get_stats(ddp, &s);
     is_int(s.rebuilds, no_rebuild ? 0 : 1, "stats count %d rebuild(s)", no_rebuild ? 0 : 1);
@@ -302,7 +305,8 @@ static void test_api(phx_comm *c)
 
     ok(phx_ddp_new(NULL, c, NULL) == NULL, "NULL model is rejected");
     like(phx_last_error(), "model is NULL", "error says so");
-    ok(phx_ddp_new(m, NULL, NULL) == NULL, "NULL comm is rejected");
+    ok(phx_ddp_new(m, NULL, NULL) == NULL, "a model already wrapped is rejected (also in a world of one)");
+    like(phx_last_error(), "already held by a wrapper", "error says so");
     ok(phx_ddp_new(ddp, c, NULL) == NULL, "wrapping a wrapper is rejected");
     is_int(phx_ddp_set_no_sync(m, true), PHX_EINVAL, "no_sync on a plain model is EINVAL");
     like(phx_last_error(), "expected a DistributedDataParallel", "error names the expected type");

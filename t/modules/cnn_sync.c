@@ -8,8 +8,9 @@
  *  - DDP + SyncBatchNorm trained 3 steps on 2 ranks equals one process
  *    trained on the concatenated batches (parameters and buffers, 1e-5),
  *    and every rank's buffers equal rank 0's bit for bit after each step.
- *  - DDP + BatchNorm: the broadcast before each forward gives every rank
- *    rank 0's buffers; with no_broadcast_buffers they stay apart.
+ *  - DDP + BatchNorm: the broadcast at the end of each step gives every
+ *    rank rank 0's buffers, and an eval forward after it communicates
+ *    nothing; with no_broadcast_buffers they stay apart.
  *  - DataParallel on 2 CPU replicas keeps replica 0's running statistics,
  *    as PyTorch's. */
 #include "t/ddp-util.h"
@@ -232,7 +233,8 @@ static int ddp_rank(int rank, void *arg)
             printf("# DDP + SyncBatchNorm vs one process: %.3g\n", e);
         }
     } else {
-        /* an eval forward through DDP broadcasts rank 0's buffers first */
+        /* the step's end gave every rank rank 0's buffers; the eval forward
+         * through DDP keeps them (it runs no collective) */
         int before = buffers_same(c, model);
         phx_module_train(ddp, false);
         phx_tensor *x, *t, *y;
@@ -241,7 +243,7 @@ static int ddp_rank(int rank, void *arg)
         int after = buffers_same(c, model);
         phx_tensor_free(x), phx_tensor_free(t);
         int want_after = mode == 1;
-        if (st != PHX_OK || before || after != want_after) {
+        if (st != PHX_OK || before != want_after || after != want_after) {
             printf("# rank %d, mode %d: buffers equal before %d, after an eval forward %d (want %d): %s\n", rank,
                    mode, before, after, want_after, st ? phx_last_error() : "");
             fails++;
@@ -291,7 +293,7 @@ int main(void)
         tu_spawn_both(n, sync_rank, NULL, "SyncBatchNorm on batches of 3, 5, 2, 4 images equals BatchNorm on them all");
     const char *what[] = {"DDP + SyncBatchNorm, 3 steps, equals one process on both batches; buffers equal on every "
                           "rank after each step",
-                          "DDP + BatchNorm: an eval forward broadcasts rank 0's buffers",
+                          "DDP + BatchNorm: every rank holds rank 0's buffers after a step and after an eval forward",
                           "DDP + BatchNorm with no_broadcast_buffers: ranks keep their own"};
     for (int mode = 0; mode < 3; mode++) tu_spawn_both(2, ddp_rank, &mode, "%s", what[mode]);
     dp_buffers();

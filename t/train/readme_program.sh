@@ -1,12 +1,13 @@
 #!/bin/sh
 # The README's complete program compiles as written (warning-free) against
-# the build tree, trains in one process and under phxrun with DDP, and a
-# nonsense PHX_DEVICE or PHX_PRECISION is an error, never ignored.
+# the build tree, trains in one process and under phxrun with DDP from the
+# same lines (no `if (comm)` guard: alone, comm is NULL, a world of one),
+# and a nonsense PHX_DEVICE or PHX_PRECISION is an error, never ignored.
 src=${top_srcdir:-.}
 b=$(cd "${top_builddir:-.}" && pwd)
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-echo "1..6"
+echo "1..7"
 awk '/^## A complete program/ { on = 1 } on && /^```c$/ { take = 1; next } take && /^```$/ { exit } take' \
     "$src/README.md" >"$d/train.c"
 n=$(wc -l <"$d/train.c")
@@ -36,4 +37,12 @@ if [ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ]; then
         { echo "not ok 6 - phxrun (rc $rc, $n lines)"; printf '%s\n' "$out" | sed 's/^/# /'; }
 else
     echo "ok 6 # SKIP no gloo plugin"
+fi
+# One program for one rank or many: no branch on the communicator.
+if grep -nE 'if \(!?comm\)|comm \?|comm != NULL|comm == NULL|net != model' "$d/train.c" >"$d/guards"; then
+    echo "not ok 7 - the program branches on the communicator"; sed 's/^/# /' "$d/guards"
+elif grep -q 'phx_ddp_new(model, comm, NULL)' "$d/train.c"; then
+    echo "ok 7 - the program wraps the model in DDP unconditionally, with no guard on comm"
+else
+    echo "not ok 7 - the program does not call phx_ddp_new(model, comm, NULL)"
 fi
