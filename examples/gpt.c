@@ -263,10 +263,13 @@ static int run(opts *o)
     }
     text t = {0};
     if (load_text(o->data, &t) != 0 || t.n < 1000) {
-        fprintf(stderr, "gpt: --data %s: %s\n", o->data,
+        fprintf(stderr, "gpt: --data %s: %s%s\n", o->data,
                 t.n         ? "fewer than 1000 bytes"
                     : errno ? strerror(errno)
-                            : "no text found");
+                            : "no text found",
+                strcmp(o->data, DEFAULT_DATA) ? ""
+                                              : " (the default: install Debian's fortunes, as ./bootstrap does, "
+                                                "or give --data FILE|DIR)");
         return 1;
     }
     unsigned char vocab[256];
