@@ -44,8 +44,7 @@ static phx_status make_data(phx_rng *rng, phx_tensor *x, phx_tensor *y)
 
 int main(int argc, char **argv)
 {
-    static const char usage[] = "usage: amp " EX_PROGRESS_USAGE "\n"
-                                EX_PROGRESS_HELP;
+    static const char usage[] = "usage: amp " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
     phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
     if (ex_help(argc, argv, usage)) return 0;
     if (ex_progress_args(&argc, argv, &po) || argc > 1) {

@@ -15,9 +15,9 @@
 #define EX_PROGRESS_USAGE "[--metrics FILE] [--tensorboard DIR] [--log-every N]"
 
 /* The progress options' lines for a usage text. */
-#define EX_PROGRESS_HELP                                                                  \
-    "  --metrics FILE     append one JSON object per step to FILE (JSON Lines)\n"         \
-    "  --tensorboard DIR  write the same scalars as TensorBoard event files into DIR\n"  \
+#define EX_PROGRESS_HELP \
+    "  --metrics FILE     append one JSON object per step to FILE (JSON Lines)\n" \
+    "  --tensorboard DIR  write the same scalars as TensorBoard event files into DIR\n" \
     "  --log-every N      print a step line (loss, throughput, elapsed, ETA) every N steps\n"
 
 /* When argv holds --help or -h: prints usage (the full text, starting

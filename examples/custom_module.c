@@ -143,8 +143,7 @@ static double objective(phx_module *m, phx_tensor *x, const float *w)
 
 int main(int argc, char **argv)
 {
-    static const char usage[] = "usage: custom_module " EX_PROGRESS_USAGE "\n"
-                                EX_PROGRESS_HELP;
+    static const char usage[] = "usage: custom_module " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
     phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
     if (ex_help(argc, argv, usage)) return 0;
     if (ex_progress_args(&argc, argv, &po) || argc > 1) {

@@ -23,8 +23,7 @@ static int fail(const char *what)
 
 int main(int argc, char **argv)
 {
-    static const char usage[] = "usage: data_parallel " EX_PROGRESS_USAGE "\n"
-                                EX_PROGRESS_HELP;
+    static const char usage[] = "usage: data_parallel " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
     phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
     if (ex_help(argc, argv, usage)) return 0;
     if (ex_progress_args(&argc, argv, &po) || argc > 1) {

@@ -85,9 +85,9 @@ static int train(int rank, void *arg)
 int main(int argc, char **argv)
 {
     int world = 2;
-    static const char usage[] = "usage: ddp [--world N] " EX_PROGRESS_USAGE "\n"
-                                "  --world N          ranks (threads or processes, by PHX_COMM; default 2)\n"
-                                EX_PROGRESS_HELP;
+    static const char usage[] =
+        "usage: ddp [--world N] " EX_PROGRESS_USAGE "\n"
+        "  --world N          ranks (threads or processes, by PHX_COMM; default 2)\n" EX_PROGRESS_HELP;
     if (ex_help(argc, argv, usage)) return 0;
     if (ex_progress_args(&argc, argv, &progress_opts)) return 2;
     for (int i = 1; i < argc; i++) {

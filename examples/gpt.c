@@ -393,8 +393,7 @@ static int run(opts *o)
     }
     phx_progress_free(prog);
     if (rc == 0 && (rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) == 0 && rank_ == 0) {
-        printf("val loss %.4f after %lld steps (%.1f s)\n", val, (long long)phx_optimizer_steps(opt),
-               now() - t0);
+        printf("val loss %.4f after %lld steps (%.1f s)\n", val, (long long)phx_optimizer_steps(opt), now() - t0);
         fflush(stdout);
     }
     if (rc == 0 && o->save && rank_ == 0) {

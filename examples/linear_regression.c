@@ -24,8 +24,7 @@ static void check(phx_status st, const char *what)
 
 int main(int argc, char **argv)
 {
-    static const char usage[] = "usage: linear_regression " EX_PROGRESS_USAGE "\n"
-                                EX_PROGRESS_HELP;
+    static const char usage[] = "usage: linear_regression " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
     phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
     if (ex_help(argc, argv, usage)) return 0;
     if (ex_progress_args(&argc, argv, &po) || argc > 1) {

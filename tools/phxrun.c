@@ -489,10 +489,10 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
                 *by_signal = sig;
                 exit_code = 128 + sig;
                 snprintf(first, sizeof first, "stopped by %s: phxrun forwarded it to the ranks",
-                         sig == SIGINT    ? "SIGINT (Ctrl-C)"
-                         : sig == SIGTERM ? "SIGTERM"
-                         : sig == SIGHUP  ? "SIGHUP"
-                                          : "SIGQUIT");
+                         sig == SIGINT        ? "SIGINT (Ctrl-C)"
+                             : sig == SIGTERM ? "SIGTERM"
+                             : sig == SIGHUP  ? "SIGHUP"
+                                              : "SIGQUIT");
             } else if (!*by_signal) {
                 *by_signal = sig;
             }
@@ -574,8 +574,8 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
             if (pids[l] > 0) kill(-pids[l], SIGKILL);
     wait_tees(o, out);
     if (exit_code && first[0] && strncmp(first, "cannot", 6))
-        fprintf(stderr, "phxrun: %s%s (exit status %d)\n", *by_signal && !strncmp(first, "stopped by", 10) ? "" : "failed: ",
-                first, exit_code);
+        fprintf(stderr, "phxrun: %s%s (exit status %d)\n",
+                *by_signal && !strncmp(first, "stopped by", 10) ? "" : "failed: ", first, exit_code);
     free(pids);
     free(done);
     free(out);

@@ -59,7 +59,10 @@ typedef struct phx_progress_opts {
     FILE *out; /* where the lines go (NULL: stdout) */
 } phx_progress_opts;
 
-#define PHX_PROGRESS_OPTS_INIT {.struct_size = sizeof(phx_progress_opts)}
+#define PHX_PROGRESS_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_progress_opts) \
+    }
 
 /* A progress handle, its files opened (rank 0 only). NULL with
  * phx_last_error when opts is bad (negative counts, first_step past

@@ -58,6 +58,6 @@ EXTRA_DIST += t/train/readme_program.sh
 # (links the internals for px_crc32c); TensorBoard's own reader reads what
 # examples/fashion_mnist --tensorboard writes (skips without tensorboard).
 check_PROGRAMS += t/train/tensorboard
-TESTS += t/train/tensorboard t/train/tensorboard.sh
-EXTRA_DIST += t/train/tensorboard.sh t/train/tb_read.py
+TESTS += t/train/tensorboard t/train/tensorboard_read.sh
+EXTRA_DIST += t/train/tensorboard_read.sh t/train/tb_read.py
 t_train_tensorboard_LDADD = libphalanx-internal.la

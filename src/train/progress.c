@@ -154,10 +154,12 @@ phx_status phx_progress_add(phx_progress *p, const char *key, double value)
     for (int i = 0; !bad && i < p->nextra; i++) bad = !strcmp(key, p->extra_key[i]);
     if (bad)
         return phx_error(PHX_EINVAL,
-                         "%s: key '%s': expected 1-64 letters, digits, '_', '.' or '-' (not a digit first), not time, step, epoch, loss, lr, %s or a key "
+                         "%s: key '%s': expected 1-64 letters, digits, '_', '.' or '-' (not a digit first), not time, "
+                         "step, epoch, loss, lr, %s or a key "
                          "already added for this step",
                          fn, key ? key : "(null)", p->rate_key);
-    if (p->nextra == EXTRA_MAX) return phx_error(PHX_EINVAL, "%s: more than %d keys for one step at '%s'", fn, EXTRA_MAX, key);
+    if (p->nextra == EXTRA_MAX)
+        return phx_error(PHX_EINVAL, "%s: more than %d keys for one step at '%s'", fn, EXTRA_MAX, key);
     snprintf(p->extra_key[p->nextra], sizeof p->extra_key[0], "%s", key);
     p->extra[p->nextra++] = value;
     return PHX_OK;

@@ -176,8 +176,8 @@ phx_status px_tb_open(const char *dir, const char *fn, px_tb **out)
     double wall = wall_now();
     /* O_EXCL: a second writer in the same second gets the next suffix. */
     for (int k = 0; k < 100; k++) {
-        int n = snprintf(t->path, cap, "%s/events.out.tfevents.%lld.%s.%ld", dir, (long long)wall, host,
-                         (long)getpid());
+        int n =
+            snprintf(t->path, cap, "%s/events.out.tfevents.%lld.%s.%ld", dir, (long long)wall, host, (long)getpid());
         if (k) snprintf(t->path + n, cap - (size_t)n, ".%d", k);
         t->fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
         if (t->fd >= 0 || errno != EEXIST) break;
@@ -211,8 +211,8 @@ const char *px_tb_path(const px_tb *t)
     return t ? t->path : NULL;
 }
 
-phx_status px_tb_scalars(px_tb *t, double wall_time, int64_t step, int n, const char *const *tags,
-                         const size_t *taglen, const float *values)
+phx_status px_tb_scalars(px_tb *t, double wall_time, int64_t step, int n, const char *const *tags, const size_t *taglen,
+                         const float *values)
 {
     static const char *fn = "phx_metrics_end";
     pb e = event_begin(t, wall_time, step);

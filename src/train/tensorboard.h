@@ -48,7 +48,7 @@ const char *px_tb_path(const px_tb *t);
  * (a float32, as TensorBoard stores them). PHX_EIO naming the file when
  * the write fails; PHX_EINVAL when the record would pass the writer's
  * 16 KiB buffer. */
-phx_status px_tb_scalars(px_tb *t, double wall_time, int64_t step, int n, const char *const *tags,
-                         const size_t *taglen, const float *values);
+phx_status px_tb_scalars(px_tb *t, double wall_time, int64_t step, int n, const char *const *tags, const size_t *taglen,
+                         const float *values);
 
 #endif

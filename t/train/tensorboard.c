@@ -2,7 +2,7 @@
  * bitwise reference written here (no table) and the CRC catalogue's check
  * value, TFRecord framing, and a file decoded here record by record (its
  * own minimal protobuf reader) with the values phx_metrics was given.
- * t/train/tensorboard.sh reads the files with TensorBoard itself. */
+ * t/train/tensorboard_read.sh reads the files with TensorBoard itself. */
 #include "config.h"
 
 #include <dirent.h>
@@ -90,8 +90,14 @@ static int next_field(const uint8_t **p, const uint8_t *end, field *f)
     f->type = (int)(key & 7);
     switch (f->type) {
     case 0: f->v = varint(p, end); break;
-    case 1: f->v = rd_le(*p, 8); *p += 8; break;
-    case 5: f->v = rd_le(*p, 4); *p += 4; break;
+    case 1:
+        f->v = rd_le(*p, 8);
+        *p += 8;
+        break;
+    case 5:
+        f->v = rd_le(*p, 4);
+        *p += 4;
+        break;
     case 2:
         f->len = varint(p, end);
         f->ptr = *p;
@@ -140,7 +146,8 @@ static int decode(const char *file, char *version, scalar *sc, int max, int *rec
                 const uint8_t *r = v.ptr, *re = v.ptr + v.len;
                 field t;
                 while (next_field(&r, re, &t)) {
-                    if (t.num == 1 && t.type == 2) snprintf(sc[n].tag, sizeof sc[n].tag, "%.*s", (int)t.len, (const char *)t.ptr);
+                    if (t.num == 1 && t.type == 2)
+                        snprintf(sc[n].tag, sizeof sc[n].tag, "%.*s", (int)t.len, (const char *)t.ptr);
                     if (t.num == 2 && t.type == 5) {
                         uint32_t u = (uint32_t)t.v;
                         memcpy(&sc[n].value, &u, 4);
