@@ -61,3 +61,9 @@ check_PROGRAMS += t/train/tensorboard
 TESTS += t/train/tensorboard t/train/tensorboard_read.sh
 EXTRA_DIST += t/train/tensorboard_read.sh t/train/tb_read.py
 t_train_tensorboard_LDADD = libphalanx-internal.la
+
+# The progress helper (include/phalanx/progress.h): lines, records, resume.
+check_PROGRAMS += t/train/progress
+TESTS += t/train/progress
+t_train_progress_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
+t_train_progress_LDADD = libphalanx.la $(JANSSON_LIBS)
