@@ -157,8 +157,13 @@ int main(int argc, char **argv)
     }
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
-    phx_loader_opts lo = {
-        .struct_size = sizeof(phx_loader_opts), .batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank, .device = dev};
+    phx_loader_opts lo = {.struct_size = sizeof(phx_loader_opts),
+                          .batch = batch,
+                          .shuffle = true,
+                          .seed = seed,
+                          .num_replicas = size,
+                          .rank = rank,
+                          .device = dev};
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
     if (!opt || !ce || !train) die("setup");
     int first = 0;
@@ -172,8 +177,11 @@ int main(int argc, char **argv)
     /* the schedule's step is the optimizer's (restored by --load): the
      * decay spans every epoch, the loaded ones included */
     int64_t total = (int64_t)(first + epochs) * per_epoch;
-    phx_schedule_opts so = {
-        .struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = total > 0 ? total : 1, .min_lr = lr / 100};
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts),
+                            .kind = PHX_SCHED_WARMUP_COSINE,
+                            .warmup_steps = 0,
+                            .total_steps = total > 0 ? total : 1,
+                            .min_lr = lr / 100};
     phx_schedule *sched = phx_schedule_new(opt, &so);
     if (!sched) die("schedule");
     /* a loaded run's steps continue from its epoch's */
@@ -182,10 +190,20 @@ int main(int argc, char **argv)
     po.rank = rank;
     phx_progress *prog = phx_progress_new(&po);
     if (!prog) die("--metrics/--tensorboard");
+    /* the run's settings, for TensorBoard's HPARAMS tab */
+    phx_hparam hp[] = {{"lr", NULL, lr},
+                       {"batch", NULL, (double)batch},
+                       {"epochs", NULL, first + epochs},
+                       {"dropout", NULL, dropout},
+                       {"seed", NULL, (double)seed},
+                       {"world_size", NULL, size},
+                       {"parallel", how, 0},
+                       {"precision", phx_precision_name(prec), 0}};
+    check(phx_metrics_hparams(phx_progress_metrics(prog), hp, 8), "--metrics/--tensorboard");
     if (rank == 0) {
         char dname[32];
-        printf("CNN conv32-conv64-fc128, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n",
-               lr, (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
+        printf("CNN conv32-conv64-fc128, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
+               (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
                phx_device_name(dev, dname, sizeof dname), phx_num_threads());
     }
     phx_tensor *xdev = NULL, *ydev = NULL;

@@ -179,6 +179,14 @@ int main(int argc, char **argv)
     po.rank = rank;
     phx_progress *prog = phx_progress_new(&po);
     if (!prog) die("--metrics/--tensorboard");
+    /* the run's settings, for TensorBoard's HPARAMS tab */
+    phx_hparam hp[] = {{"lr", NULL, lr},
+                       {"batch", NULL, (double)batch},
+                       {"epochs", NULL, first + epochs},
+                       {"seed", NULL, (double)seed},
+                       {"world_size", NULL, size},
+                       {"precision", phx_precision_name(prec), 0}};
+    check(phx_metrics_hparams(phx_progress_metrics(prog), hp, 6), "--metrics/--tensorboard");
     if (rank == 0) {
         char dname[32];
         printf("MLP 784-512-256-10, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,

@@ -344,6 +344,16 @@ static int run(opts *o)
     po.unit = "tokens";
     phx_progress *prog = phx_progress_new(&po);
     if (!prog) return fail("--metrics/--tensorboard");
+    /* the run's settings, for TensorBoard's HPARAMS tab */
+    phx_hparam hp[] = {{"lr", NULL, o->lr},           {"batch", NULL, o->batch},
+                       {"context", NULL, o->context}, {"layers", NULL, o->layers},
+                       {"heads", NULL, o->heads},     {"dim", NULL, o->dim},
+                       {"dropout", NULL, o->dropout}, {"seed", NULL, (double)o->seed},
+                       {"world_size", NULL, world},   {"precision", phx_precision_name(prec), 0}};
+    if (phx_metrics_hparams(phx_progress_metrics(prog), hp, 10) != PHX_OK) {
+        phx_progress_free(prog);
+        return fail("--metrics/--tensorboard");
+    }
     int rc = 0;
     double t0 = now(), tl = t0, val = 0;
     for (int s = 1; s <= o->steps && rc == 0; s++) {

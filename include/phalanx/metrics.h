@@ -62,6 +62,24 @@ phx_metrics *phx_metrics_open(const char *path, int rank);
  * naming the directory or file and the system's reason. */
 phx_status phx_metrics_tensorboard(phx_metrics *m, const char *dir);
 
+/* One hyperparameter: a string (str not NULL) or a number. A small value
+ * type, like phx_meta: it never grows. */
+typedef struct phx_hparam {
+    const char *name; /* a key as phx_metrics_add_* take it */
+    const char *str; /* the value when a string; NULL: num is the value */
+    double num;
+} phx_hparam;
+
+/* Records the run's hyperparameters (SummaryWriter.add_hparams' first
+ * half): a line {"time":..,"hparams":{"lr":0.001,"optimizer":"adamw"}}
+ * and, with TensorBoard events on, the hparams plugin's session-start
+ * record, so TensorBoard's HPARAMS tab lists the run with these values
+ * beside its scalars (TensorBoard takes the metrics from the scalars).
+ * Numbers are written with 17 digits. PHX_EINVAL: n outside 1-64, a bad
+ * or repeated name, a non-finite number, a record begun and not ended,
+ * or the line would pass 4096 bytes; PHX_EIO as phx_metrics_end. */
+phx_status phx_metrics_hparams(phx_metrics *m, const phx_hparam *hp, int n);
+
 /* The event file's path (owned by m), or NULL when m writes none. */
 const char *phx_metrics_tensorboard_file(const phx_metrics *m);
 

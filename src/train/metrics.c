@@ -212,13 +212,11 @@ phx_status phx_metrics_add_f64(phx_metrics *m, const char *key, double value)
     return put(m, "phx_metrics_add_f64", key, "%.9g", value);
 }
 
-phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *value)
+/* Appends value as a JSON string (null for NULL). */
+static phx_status put_string(phx_metrics *m, const char *fn, const char *key, const char *value)
 {
-    static const char *fn = "phx_metrics_add_str";
-    phx_status st = add_key(m, fn, key);
-    if (st != PHX_OK) return st;
     if (!value) return put(m, fn, key, "null");
-    st = put(m, fn, key, "\"");
+    phx_status st = put(m, fn, key, "\"");
     for (const unsigned char *p = (const unsigned char *)value; st == PHX_OK && *p; p++) {
         if (*p == '"' || *p == '\\')
             st = put(m, fn, key, "\\%c", *p);
@@ -228,6 +226,74 @@ phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *valu
             st = put(m, fn, key, "%c", *p);
     }
     return st == PHX_OK ? put(m, fn, key, "\"") : st;
+}
+
+phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *value)
+{
+    static const char *fn = "phx_metrics_add_str";
+    phx_status st = add_key(m, fn, key);
+    if (st != PHX_OK) return st;
+    return put_string(m, fn, key, value);
+}
+
+/* Writes the record in buf (len bytes, a line) to the file. */
+static phx_status write_line(phx_metrics *m, const char *fn)
+{
+    if (m->fd < 0) return PHX_OK;
+    ssize_t n = write(m->fd, m->buf, m->len);
+    if (n != (ssize_t)m->len)
+        return phx_error(PHX_EIO, "%s: writing '%s': %s", fn, m->path,
+                         n < 0 ? strerror(errno) : "short write (disk full?)");
+    return PHX_OK;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+phx_status phx_metrics_hparams(phx_metrics *m, const phx_hparam *hp, int n)
+{
+    static const char *fn = "phx_metrics_hparams";
+    if (!m) return phx_error(PHX_EINVAL, "%s: metrics is NULL", fn);
+    if (n < 1 || n > KEYS_MAX || !hp)
+        return phx_error(PHX_EINVAL, "%s: %d hyperparameters%s: expected 1-%d", fn, n, hp ? "" : " (hp NULL)",
+                         KEYS_MAX);
+    if (m->open_record) return phx_error(PHX_EINVAL, "%s: a record is begun: end it (phx_metrics_end) first", fn);
+    for (int i = 0; i < n; i++) {
+        if (!hp[i].name || !px_metrics_key_ok(hp[i].name))
+            return phx_error(PHX_EINVAL,
+                             "%s: hyperparameter %d's name '%s': expected 1-64 letters, digits, '_', '.' or '-', "
+                             "not starting with a digit",
+                             fn, i, hp[i].name ? hp[i].name : "(null)");
+        if (!hp[i].str && !isfinite(hp[i].num))
+            return phx_error(PHX_EINVAL, "%s: hyperparameter '%s' is %g: expected a finite number", fn, hp[i].name,
+                             hp[i].num);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(hp[i].name, hp[j].name))
+                return phx_error(PHX_EINVAL, "%s: hyperparameter '%s' given twice", fn, hp[i].name);
+    }
+    m->len = (size_t)snprintf(m->buf, sizeof m->buf, "{\"time\":%.3f,\"hparams\":{", m->t_base + (px_now() - m->t0));
+    phx_status st = PHX_OK;
+    for (int i = 0; i < n && st == PHX_OK; i++) {
+        st = put(m, fn, hp[i].name, "%s\"%s\":", i ? "," : "", hp[i].name);
+        if (st == PHX_OK)
+            st = hp[i].str ? put_string(m, fn, hp[i].name, hp[i].str) : put(m, fn, hp[i].name, "%.17g", hp[i].num);
+    }
+    if (st == PHX_OK) st = put(m, fn, "}", "}}\n");
+    if (st != PHX_OK) return st;
+    if ((st = write_line(m, fn)) != PHX_OK) return st;
+    if (!m->tb) return PHX_OK;
+    const char *names[KEYS_MAX], *strs[KEYS_MAX];
+    double nums[KEYS_MAX];
+    for (int i = 0; i < n; i++) {
+        names[i] = hp[i].name;
+        strs[i] = hp[i].str;
+        nums[i] = hp[i].num;
+    }
+    return px_tb_hparams(m->tb, wall_now(), n, names, strs, nums);
 }
 
 /* The record's numbers as one TensorBoard event at its "step" (else the
@@ -241,9 +307,7 @@ static phx_status tb_event(phx_metrics *m)
         tags[i] = m->buf + m->key_at[m->num_key[i]];
         len[i] = (size_t)(strchr(tags[i], '"') - tags[i]);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return px_tb_scalars(m->tb, (double)ts.tv_sec + ts.tv_nsec * 1e-9, m->step, m->nnum, tags, len, m->num);
+    return px_tb_scalars(m->tb, wall_now(), m->step, m->nnum, tags, len, m->num);
 }
 
 phx_status phx_metrics_end(phx_metrics *m)
@@ -254,11 +318,6 @@ phx_status phx_metrics_end(phx_metrics *m)
     m->open_record = 0;
     m->buf[m->len++] = '}';
     m->buf[m->len++] = '\n';
-    if (m->fd >= 0) {
-        ssize_t n = write(m->fd, m->buf, m->len);
-        if (n != (ssize_t)m->len)
-            return phx_error(PHX_EIO, "phx_metrics_end: writing '%s': %s", m->path,
-                             n < 0 ? strerror(errno) : "short write (disk full?)");
-    }
-    return tb_event(m);
+    phx_status st = write_line(m, "phx_metrics_end");
+    return st == PHX_OK ? tb_event(m) : st;
 }

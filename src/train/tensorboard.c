@@ -211,6 +211,62 @@ const char *px_tb_path(const px_tb *t)
     return t ? t->path : NULL;
 }
 
+/* The hparams plugin's record (tensorboard/plugins/hparams): a Summary
+ * value tagged "_hparams_/session_start_info" with no data, whose
+ * metadata (field 9) carries plugin_data {plugin_name "hparams", content
+ * HParamsPluginData {session_start_info (3): SessionStartInfo {hparams
+ * (1): map<string, google.protobuf.Value> (entries {key 1, value 2},
+ * Value {number_value 2 | string_value 3}), start_time_secs (5)}}}, as
+ * PyTorch's add_hparams writes it. */
+phx_status px_tb_hparams(px_tb *t, double wall_time, int n, const char *const *names, const char *const *strs,
+                         const double *nums)
+{
+    static const char *fn = "phx_metrics_hparams";
+    /* Innermost first, each message wrapped into the next: t->value and
+     * t->rec take turns (rec is free until the Event is framed). */
+    uint8_t *x = t->value, *y = t->rec;
+    pb m = {.b = x, .cap = EVENT_MAX};
+    int over = 0;
+    for (int i = 0; i < n; i++) {
+        uint8_t v[EVENT_MAX / 4], entry[EVENT_MAX / 4];
+        pb vb = {.b = v, .cap = sizeof v};
+        if (strs[i])
+            pb_string(&vb, 3, strs[i], strlen(strs[i])); /* Value.string_value */
+        else
+            pb_double(&vb, 2, nums[i]); /* Value.number_value */
+        pb eb = {.b = entry, .cap = sizeof entry};
+        pb_string(&eb, 1, names[i], strlen(names[i]));
+        pb_string(&eb, 2, v, vb.n);
+        over |= vb.over | eb.over;
+        pb_string(&m, 1, entry, eb.n); /* SessionStartInfo.hparams */
+    }
+    pb_double(&m, 5, wall_time); /* SessionStartInfo.start_time_secs */
+    over |= m.over;
+    pb w = {.b = y, .cap = EVENT_MAX};
+    pb_string(&w, 3, x, m.n); /* HParamsPluginData.session_start_info (version 0: left out) */
+    over |= w.over;
+    m = (pb){.b = x, .cap = EVENT_MAX};
+    pb_string(&m, 1, "hparams", 7); /* PluginData.plugin_name */
+    pb_string(&m, 2, y, w.n); /* PluginData.content */
+    over |= m.over;
+    w = (pb){.b = y, .cap = EVENT_MAX};
+    pb_string(&w, 1, x, m.n); /* SummaryMetadata.plugin_data */
+    over |= w.over;
+    static const char tag[] = "_hparams_/session_start_info";
+    m = (pb){.b = x, .cap = EVENT_MAX};
+    pb_string(&m, 1, tag, sizeof tag - 1); /* Summary.Value.tag */
+    pb_string(&m, 9, y, w.n); /* Summary.Value.metadata */
+    over |= m.over;
+    w = (pb){.b = y, .cap = EVENT_MAX};
+    pb_string(&w, 1, x, m.n); /* Summary.value */
+    pb e = event_begin(t, wall_time, 0);
+    pb_string(&e, 5, y, w.n); /* Event.summary */
+    if (over || w.over || e.over)
+        return phx_error(PHX_EINVAL, "%s: %d hyperparameters do not fit a %d-byte TensorBoard record", fn, n,
+                         EVENT_MAX);
+    return append(t, e.n, fn);
+}
+
 phx_status px_tb_scalars(px_tb *t, double wall_time, int64_t step, int n, const char *const *tags, const size_t *taglen,
                          const float *values)
 {

@@ -51,4 +51,10 @@ const char *px_tb_path(const px_tb *t);
 phx_status px_tb_scalars(px_tb *t, double wall_time, int64_t step, int n, const char *const *tags, const size_t *taglen,
                          const float *values);
 
+/* Appends the hparams plugin's session-start record at wall_time: the n
+ * hyperparameters, hyperparameter i named names[i] with the string
+ * strs[i], or the number nums[i] where strs[i] is NULL. */
+phx_status px_tb_hparams(px_tb *t, double wall_time, int n, const char *const *names, const char *const *strs,
+                         const double *nums);
+
 #endif

@@ -2,7 +2,10 @@
 and compares its scalars with a JSON Lines metrics file: every number of
 every record except "step" and "time" must be a scalar of that tag, at the
 record's step (else the previous record's), with the value as a float32 (within one float32 step of the file's 9 digits),
-in the same order; nothing else. Prints TAP lines (5 of them), no plan.
+in the same order; nothing else. The first "hparams" record must be the
+hparams plugin's session-start record, value for value (a run's folder
+may hold several, one per restart; the reader keeps the first). Prints TAP lines
+(6 of them), no plan.
 
     python3 t/train/tb_read.py METRICS.jsonl LOGDIR
 """
@@ -38,6 +41,7 @@ def ok(cond, what):
 
 def main(metrics, logdir):
     want = {}  # tag -> [(step, value)]
+    hparams = None
     step = 0
     times = []
     steps = []
@@ -45,11 +49,13 @@ def main(metrics, logdir):
         for line in f:
             rec = json.loads(line)
             times.append(rec["time"])
+            if "hparams" in rec and hparams is None:
+                hparams = rec["hparams"]
             if "step" in rec:
                 step = rec["step"]
                 steps.append(step)
             for k, v in rec.items():
-                if k in ("time", "step") or isinstance(v, bool):
+                if k in ("time", "step", "hparams") or isinstance(v, bool):
                     continue
                 if v is None:
                     v = float("nan")
@@ -74,6 +80,21 @@ def main(metrics, logdir):
     wall = [e.wall_time for t in tags for e in acc.Scalars(t)]
     ok(wall and all(w > 1.5e9 for w in wall), "wall_time is seconds since the epoch")
     ok(all(b >= a for a, b in zip(times, times[1:])), "the metrics file's time never goes back (%d records)" % len(times))
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    try:
+        content = acc.PluginTagToContent("hparams").get("_hparams_/session_start_info")
+    except KeyError:  # no hparams record at all
+        content = None
+    got_hp = {}
+    if content is not None:
+        ssi = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+        for k, v in ssi.hparams.items():
+            got_hp[k] = v.string_value if v.WhichOneof("kind") == "string_value" else v.number_value
+    ok(hparams is not None and got_hp == hparams,
+       "hparams: the session-start record holds the metrics file's %s" % sorted(hparams or {}))
+    if got_hp != hparams:
+        print("# read %s" % got_hp)
     ok(all(b >= a for a, b in zip(steps, steps[1:])),
        "the metrics file's steps never go back (%s .. %s)" % (steps[:1], steps[-1:]))
 

@@ -145,15 +145,17 @@ static int decode(const char *file, char *version, scalar *sc, int max, int *rec
                 if (v.num != 1 || v.type != 2 || n >= max) continue;
                 const uint8_t *r = v.ptr, *re = v.ptr + v.len;
                 field t;
+                int simple = 0;
                 while (next_field(&r, re, &t)) {
                     if (t.num == 1 && t.type == 2)
                         snprintf(sc[n].tag, sizeof sc[n].tag, "%.*s", (int)t.len, (const char *)t.ptr);
                     if (t.num == 2 && t.type == 5) {
                         uint32_t u = (uint32_t)t.v;
                         memcpy(&sc[n].value, &u, 4);
+                        simple = 1;
                     }
                 }
-                sc[n++].step = step;
+                if (simple) sc[n++].step = step; /* a scalar: a value with a simple_value */
             }
         }
     }
@@ -214,9 +216,62 @@ static void test_file(void)
     phx_metrics_close(m);
 }
 
+/* phx_metrics_hparams: the JSON line, the hparams plugin's record (its
+ * tag and values found in the event), and what it refuses. */
+static void test_hparams(void)
+{
+    char dir[64], json[64];
+    snprintf(dir, sizeof dir, "t/tbh-%d", (int)getpid());
+    snprintf(json, sizeof json, "t/tbh-%d.jsonl", (int)getpid());
+    unlink(json);
+    phx_metrics *m = phx_metrics_open(json, 0);
+    is_int(phx_metrics_tensorboard(m, dir), PHX_OK, "events on");
+    phx_hparam hp[] = {{"lr", NULL, 0.001}, {"optimizer", "adam\"w", 0}, {"batch", NULL, 128}};
+    is_int(phx_metrics_hparams(m, hp, 3), PHX_OK, "three hyperparameters");
+    char path[512];
+    snprintf(path, sizeof path, "%s", phx_metrics_tensorboard_file(m));
+    phx_hparam bad[] = {{"lr", NULL, 1}, {"lr", NULL, 2}};
+    is_int(phx_metrics_hparams(m, bad, 2), PHX_EINVAL, "a name given twice");
+    like(phx_last_error(), "'lr' given twice", "the error names it");
+    phx_hparam inf[] = {{"lr", NULL, INFINITY}};
+    is_int(phx_metrics_hparams(m, inf, 1), PHX_EINVAL, "a non-finite number");
+    phx_hparam badname[] = {{"9lives", NULL, 1}};
+    is_int(phx_metrics_hparams(m, badname, 1), PHX_EINVAL, "a bad name");
+    is_int(phx_metrics_hparams(m, hp, 0), PHX_EINVAL, "none");
+    phx_metrics_begin(m);
+    is_int(phx_metrics_hparams(m, hp, 1), PHX_EINVAL, "inside a record begun");
+    phx_metrics_close(m);
+
+    FILE *f = fopen(json, "r");
+    char line[512] = "";
+    ok(f && fgets(line, sizeof line, f), "the JSON file has a line");
+    if (f) fclose(f);
+    ok(strstr(line, ",\"hparams\":{\"lr\":0.001,\"optimizer\":\"adam\\\"w\",\"batch\":128}}\n") != NULL,
+       "one line with the hparams object: %s", line);
+    /* The event file: the version record, then one whose bytes hold the
+     * tag, the plugin name and each value (the CRCs checked by decode). */
+    char version[32] = "";
+    scalar sc[4];
+    int records = 0;
+    is_int(decode(path, version, sc, 4, &records), 0, "no scalars from hyperparameters");
+    is_int(records, 2, "2 records with valid CRCs");
+    FILE *e = fopen(path, "rb");
+    static uint8_t raw[4096];
+    size_t n = e ? fread(raw, 1, sizeof raw, e) : 0;
+    if (e) fclose(e);
+    double lr = 0.001;
+    ok(memmem(raw, n, "_hparams_/session_start_info", 28) && memmem(raw, n, "hparams", 7) &&
+           memmem(raw, n, "adam\"w", 6) && memmem(raw, n, &lr, 8),
+       "the record holds the tag, the strings and the double 0.001");
+    unlink(path);
+    unlink(json);
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_crc();
     test_file();
+    test_hparams();
     return done_testing();
 }
