@@ -4,15 +4,20 @@ every record except "step" and "time" must be a scalar of that tag, at the
 record's step (else the previous record's), with the value as a float32 (within one float32 step of the file's 9 digits),
 in the same order; nothing else. The first "hparams" record must be the
 hparams plugin's session-start record, value for value (a run's folder
-may hold several, one per restart; the reader keeps the first). Prints TAP lines
-(6 of them), no plan.
+may hold several, one per restart; the reader keeps the first). A copy
+of an event file cut short inside its last record (a crash mid-write)
+reads as the file without that record. Prints TAP lines (7 of them),
+numbered from 1, no plan.
 
     python3 t/train/tb_read.py METRICS.jsonl LOGDIR
 """
 import json
 import math
+import os
+import shutil
 import struct
 import sys
+import tempfile
 
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -34,9 +39,42 @@ def ulp_close(got, want):
     return got in near
 
 
+N = [0]
+
+
 def ok(cond, what):
-    print(("ok" if cond else "not ok") + " - " + what)
+    N[0] += 1
+    print(("ok %d" if cond else "not ok %d") % N[0] + " - " + what)
     return cond
+
+
+def counts(logdir):
+    acc = event_accumulator.EventAccumulator(logdir, size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    return {t: len(acc.Scalars(t)) for t in acc.Tags()["scalars"]}
+
+
+def truncated(logdir):
+    """The first event file alone, then cut 5 bytes short: the counts must
+    drop by the last record's scalars and nothing else."""
+    from tensorboard.backend.event_processing import event_file_loader
+    name = sorted(f for f in os.listdir(logdir) if "tfevents" in f)[0]
+    path = os.path.join(logdir, name)
+    events = list(event_file_loader.LegacyEventFileLoader(path).Load())
+    last = [v.tag for v in events[-1].summary.value if v.HasField("simple_value")]
+    tmp = tempfile.mkdtemp()
+    try:
+        os.mkdir(os.path.join(tmp, "full"))
+        os.mkdir(os.path.join(tmp, "cut"))
+        shutil.copy(path, os.path.join(tmp, "full", name))
+        data = open(path, "rb").read()
+        open(os.path.join(tmp, "cut", name), "wb").write(data[:-5])
+        full, cut = counts(os.path.join(tmp, "full")), counts(os.path.join(tmp, "cut"))
+    finally:
+        shutil.rmtree(tmp)
+    want = {t: n - last.count(t) for t, n in full.items()}
+    want = {t: n for t, n in want.items() if n}
+    ok(last and cut == want, "a file cut inside its last record (%s) reads as the file without it" % ",".join(last))
 
 
 def main(metrics, logdir):
@@ -101,3 +139,4 @@ def main(metrics, logdir):
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
+    truncated(sys.argv[2])

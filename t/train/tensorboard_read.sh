@@ -9,10 +9,10 @@
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
 data=${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-echo "1..9"
+echo "1..10"
 if [ ! -r "$data/train-images-idx3-ubyte.gz" ]; then
     echo "ok 1 # SKIP no Fashion-MNIST data in $data (apt-get install dataset-fashion-mnist)"
-    i=2; while [ $i -le 9 ]; do echo "ok $i # SKIP no data"; i=$((i + 1)); done; exit 0
+    i=2; while [ $i -le 10 ]; do echo "ok $i # SKIP no data"; i=$((i + 1)); done; exit 0
 fi
 py=
 for p in "${TENSORBOARD_PYTHON:-}" /usr/bin/python3 python3; do
@@ -39,12 +39,13 @@ first2=$(sed -n "$((n1 + 1)),\$p" "$d/m.jsonl" | sed -n 's/.*"step":\([0-9]*\).*
 [ -n "$last1" ] && [ "$first2" = $((last1 + 1)) ] && echo "ok 3 - the resumed run's steps continue ($last1 -> $first2)" ||
     echo "not ok 3 - steps $last1 then $first2"
 if [ -z "$py" ]; then
-    i=4; while [ $i -le 9 ]; do echo "ok $i # SKIP no Python with tensorboard (pip install tensorboard; TENSORBOARD_PYTHON)"; i=$((i + 1)); done
+    i=4; while [ $i -le 10 ]; do echo "ok $i # SKIP no Python with tensorboard (pip install tensorboard; TENSORBOARD_PYTHON)"; i=$((i + 1)); done
     exit 0
 fi
-"$py" "$s/t/train/tb_read.py" "$d/m.jsonl" "$d/tb" 2>"$d/py" | awk '/^(not )?ok/ { k++; sub(/^ok/, "ok " k + 3); sub(/^not ok/, "not ok " k + 3) } { print }' >"$d/tap"
+"$py" "$s/t/train/tb_read.py" "$d/m.jsonl" "$d/tb" 2>"$d/py" |
+    awk '/^(not )?ok [0-9]/ { n = $0 ~ /^not/ ? 3 : 2; $n = $n + 3 } { print }' >"$d/tap"
 n=$(grep -c '^\(not \)\?ok' "$d/tap")
 cat "$d/tap"
-i=$((n + 4)); while [ $i -le 9 ]; do echo "not ok $i - tensorboard.py stopped early"; i=$((i + 1)); done
+i=$((n + 4)); while [ $i -le 10 ]; do echo "not ok $i - tensorboard.py stopped early"; i=$((i + 1)); done
 [ -s "$d/py" ] && sed 's/^/# /' "$d/py" | tail -15
 exit 0
