@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 
 enum { N = 1000, IN = 10, BATCH = 64, EPOCHS = 10 };
 
@@ -44,10 +44,11 @@ static phx_status make_data(phx_rng *rng, phx_tensor *x, phx_tensor *y)
 
 int main(int argc, char **argv)
 {
-    const char *metrics = NULL;
-    int every = 0;
-    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
-        fprintf(stderr, "usage: amp [--metrics FILE] [--log-every N]\n");
+    static const char usage[] = "usage: amp " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
+    phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &po) || argc > 1) {
+        fputs(usage, stderr);
         return 2;
     }
     const char *name = getenv("PHX_PRECISION");
@@ -69,9 +70,9 @@ int main(int argc, char **argv)
     phx_loader *loader = phx_loader_new(x, y, BATCH, true, 0, false, NULL, 0);
     if (!opt || !scaler || !mse || !loader) return fail("setup");
 
-    progress prog;
-    if (progress_init(&prog, EPOCHS * (int64_t)phx_loader_num_batches(loader), every, metrics, 0, "samples"))
-        return fail("--metrics");
+    po.total_steps = EPOCHS * (int64_t)phx_loader_num_batches(loader);
+    phx_progress *prog = phx_progress_new(&po);
+    if (!prog) return fail("--metrics/--tensorboard");
     printf("Precision: %s (compute %s, loss scaling %s)\n", phx_precision_name(prec),
            phx_dtype_name(phx_precision_dtype(prec)), phx_precision_scaling(prec) ? "on" : "off");
     int skipped = 0;
@@ -90,17 +91,17 @@ int main(int argc, char **argv)
             skipped += !stepped;
             sum += loss;
             batches++;
-            progress_step(&prog, epoch + 1, loss, so.lr, 0);
+            phx_progress_step(prog, epoch + 1, loss, so.lr, 0);
         }
         if (r < 0) return fail("loader");
-        progress_break(&prog);
-        progress_record(&prog, epoch + 1, "loss_scale", phx_scaler_get_scale(scaler));
+        phx_progress_break(prog);
+        phx_progress_record(prog, epoch + 1, "loss_scale", phx_scaler_get_scale(scaler));
         printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, sum / batches);
     }
     printf("Loss scale %g, %d of %d steps skipped\n", phx_scaler_get_scale(scaler), skipped,
            EPOCHS * (int)phx_loader_num_batches(loader));
 
-    progress_free(&prog);
+    phx_progress_free(prog);
     phx_loader_free(loader);
     phx_loss_free(mse);
     phx_scaler_free(scaler);

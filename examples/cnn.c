@@ -6,7 +6,8 @@
  * dataset-fashion-mnist, or $PHX_FASHION_MNIST).
  *
  *   cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH]
- *       [--load PATH] [--dp] [--sync-bn] [--train-rows N] [--metrics FILE] [--log-every N]
+ *       [--load PATH] [--dp] [--sync-bn] [--train-rows N] [--metrics FILE]
+ *       [--tensorboard DIR] [--log-every N] [--help]
  *
  * The same binary runs
  *   - in one process (the default);
@@ -23,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 #include "examples/fmnist.h"
 
 static phx_module *cnn(phx_rng *rng, uint64_t seed, float dropout)
@@ -56,9 +57,25 @@ int main(int argc, char **argv)
      * these settings reach 0.91 (doc/cnn.md) */
     double lr = 2e-3, dropout = 0.25;
     uint64_t seed = 0;
-    const char *save = NULL, *load = NULL, *metrics = NULL;
-    int every = 0;
-    if (progress_args(&argc, argv, &metrics, &every)) return 2;
+    const char *save = NULL, *load = NULL;
+    static const char usage[] =
+        "usage: cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH] [--load PATH]\n"
+        "           [--dp] [--sync-bn] [--train-rows N] " EX_PROGRESS_USAGE "\n"
+        "A CNN with BatchNorm on Fashion-MNIST (doc/cnn.md); under phxrun each rank is a DDP replica.\n"
+        "  --epochs N         epochs to train (default 5; 0 with --load only evaluates)\n"
+        "  --batch B          batch per rank (default 128)\n"
+        "  --lr LR            AdamW's peak learning rate, decayed by a cosine to LR/100 (default 2e-3)\n"
+        "  --dropout P        dropout before the last layer (default 0.25)\n"
+        "  --seed S           initialisation, shuffling and dropout seed (default 0)\n"
+        "  --save PATH        save model, optimizer and epoch (safetensors) at the end\n"
+        "  --load PATH        restore them before training\n"
+        "  --dp               DataParallel over every GPU, or a CPU replica per thread\n"
+        "  --sync-bn          SyncBatchNorm across ranks (under phxrun)\n"
+        "  --train-rows N     train on the first N images only\n" EX_PROGRESS_HELP
+        "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu, PHX_FASHION_MNIST=DIR (doc/env.md).\n";
+    phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &po)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--dp") || !strcmp(a, "--sync-bn")) {
@@ -85,8 +102,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--load"))
             load = v;
         else {
-            fprintf(stderr, "usage: cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH] [--load PATH] "
-                            "[--dp] [--sync-bn] [--train-rows N] [--metrics FILE] [--log-every N]\n");
+            fprintf(stderr, "cnn: unknown option '%s'\n", a);
+            fputs(usage, stderr);
             return 2;
         }
         i++;
@@ -140,8 +157,13 @@ int main(int argc, char **argv)
     }
     phx_tensor *pair[2] = {xtr, ytr};
     phx_dataset *train_set = phx_dataset_tensors(pair, 2);
-    phx_loader_opts lo = {
-        .struct_size = sizeof(phx_loader_opts), .batch = batch, .shuffle = true, .seed = seed, .num_replicas = size, .rank = rank, .device = dev};
+    phx_loader_opts lo = {.struct_size = sizeof(phx_loader_opts),
+                          .batch = batch,
+                          .shuffle = true,
+                          .seed = seed,
+                          .num_replicas = size,
+                          .rank = rank,
+                          .device = dev};
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
     if (!opt || !ce || !train) die("setup");
     int first = 0;
@@ -155,16 +177,33 @@ int main(int argc, char **argv)
     /* the schedule's step is the optimizer's (restored by --load): the
      * decay spans every epoch, the loaded ones included */
     int64_t total = (int64_t)(first + epochs) * per_epoch;
-    phx_schedule_opts so = {
-        .struct_size = sizeof(phx_schedule_opts), .kind = PHX_SCHED_WARMUP_COSINE, .warmup_steps = 0, .total_steps = total > 0 ? total : 1, .min_lr = lr / 100};
+    phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts),
+                            .kind = PHX_SCHED_WARMUP_COSINE,
+                            .warmup_steps = 0,
+                            .total_steps = total > 0 ? total : 1,
+                            .min_lr = lr / 100};
     phx_schedule *sched = phx_schedule_new(opt, &so);
     if (!sched) die("schedule");
-    progress prog;
-    if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples")) die("--metrics");
+    /* a loaded run's steps continue from its epoch's */
+    po.first_step = (int64_t)first * per_epoch;
+    po.total_steps = (int64_t)(first + epochs) * per_epoch;
+    po.rank = rank;
+    phx_progress *prog = phx_progress_new(&po);
+    if (!prog) die("--metrics/--tensorboard");
+    /* the run's settings, for TensorBoard's HPARAMS tab */
+    phx_hparam hp[] = {{"lr", NULL, lr},
+                       {"batch", NULL, (double)batch},
+                       {"epochs", NULL, first + epochs},
+                       {"dropout", NULL, dropout},
+                       {"seed", NULL, (double)seed},
+                       {"world_size", NULL, size},
+                       {"parallel", how, 0},
+                       {"precision", phx_precision_name(prec), 0}};
+    check(phx_metrics_hparams(phx_progress_metrics(prog), hp, 8), "--metrics/--tensorboard");
     if (rank == 0) {
         char dname[32];
-        printf("CNN conv32-conv64-fc128, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n",
-               lr, (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
+        printf("CNN conv32-conv64-fc128, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
+               (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
                phx_device_name(dev, dname, sizeof dname), phx_num_threads());
     }
     phx_tensor *xdev = NULL, *ydev = NULL;
@@ -190,11 +229,11 @@ int main(int argc, char **argv)
             sum += loss;
             seen += phx_tensor_dim(xb, 0);
             steps++;
-            progress_step(&prog, e + 1, loss, cur, (double)(seen * size) / (now() - t0));
+            phx_progress_step(prog, e + 1, loss, cur, (double)(seen * size) / (now() - t0));
         }
         if (got < 0) die("training data");
         double dt = now() - t0;
-        progress_break(&prog);
+        phx_progress_break(prog);
         if (rank == 0) {
             printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs, sum / (double)steps,
                    (double)(seen * size) / dt, dt);
@@ -204,9 +243,9 @@ int main(int argc, char **argv)
     if (rank == 0) {
         double acc = accuracy(model, xte, yte, dev, 1);
         printf("Test accuracy: %.4f\n", acc);
-        progress_record(&prog, first + epochs, "accuracy", acc);
+        phx_progress_record(prog, first + epochs, "accuracy", acc);
     }
-    progress_free(&prog);
+    phx_progress_free(prog);
     if (save && rank == 0) {
         save_epoch(save, net, opt, scaler, first + epochs, "cnn-conv32-conv64-fc128");
         printf("saved %s\n", save);

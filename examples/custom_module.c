@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 
 typedef struct residual {
     int64_t dim;
@@ -143,10 +143,11 @@ static double objective(phx_module *m, phx_tensor *x, const float *w)
 
 int main(int argc, char **argv)
 {
-    const char *metrics = NULL;
-    int every = 0;
-    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
-        fprintf(stderr, "usage: custom_module [--metrics FILE] [--log-every N]\n");
+    static const char usage[] = "usage: custom_module " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
+    phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &po) || argc > 1) {
+        fputs(usage, stderr);
         return 2;
     }
     phx_rng *rng = phx_rng_new(1);
@@ -198,8 +199,9 @@ int main(int argc, char **argv)
     phx_loss *mse = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_module *replica = phx_module_clone(model);
     float first = 0, loss = 0;
-    progress prog;
-    check(progress_init(&prog, 301, every, metrics, 0, "samples") ? PHX_EIO : PHX_OK, "--metrics");
+    po.total_steps = 301;
+    phx_progress *prog = phx_progress_new(&po);
+    check(prog ? PHX_OK : PHX_EIO, "--metrics/--tensorboard");
     for (int step = 0; step <= 300; step++) {
         phx_tensor *out;
         check(phx_optimizer_zero_grad(opt), "zero_grad");
@@ -208,13 +210,13 @@ int main(int argc, char **argv)
         check(phx_module_backward(model, phx_loss_grad(mse), NULL), "backward");
         check(phx_optimizer_step(opt), "step");
         if (step == 0) first = loss;
-        progress_step(&prog, 1, loss, ao.lr, 0);
+        phx_progress_step(prog, 1, loss, ao.lr, 0);
         if (step % 100 == 0) {
-            progress_break(&prog);
+            phx_progress_break(prog);
             printf("step %3d  loss %.4f\n", step, loss);
         }
     }
-    progress_free(&prog);
+    phx_progress_free(prog);
     printf("loss %.4f -> %.4f; a clone made before training still has %zu parameters of its own\n", first, loss,
            phx_module_num_params(replica));
     phx_module_free(replica);

@@ -10,7 +10,7 @@
  */
 #include <stdio.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 
 #define EPOCHS 10
 #define BATCH 64
@@ -23,14 +23,16 @@ static int fail(const char *what)
 
 int main(int argc, char **argv)
 {
-    const char *metrics = NULL;
-    int every = 0;
-    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
-        fprintf(stderr, "usage: data_parallel [--metrics FILE] [--log-every N]\n");
+    static const char usage[] = "usage: data_parallel " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
+    phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &po) || argc > 1) {
+        fputs(usage, stderr);
         return 2;
     }
-    progress prog;
-    if (progress_init(&prog, EPOCHS, every, metrics, 0, "samples")) return fail("--metrics");
+    po.total_steps = EPOCHS;
+    phx_progress *prog = phx_progress_new(&po);
+    if (!prog) return fail("--metrics/--tensorboard");
     phx_device dev;
     if (phx_device_default(&dev) != PHX_OK) return fail("device");
     int available = dev.kind == PHX_DEVICE_CPU ? phx_num_threads() : phx_device_count(dev.kind);
@@ -72,11 +74,11 @@ int main(int argc, char **argv)
             rc = fail("training step");
             break;
         }
-        progress_step(&prog, epoch + 1, loss, so.lr, 0);
-        progress_break(&prog);
+        phx_progress_step(prog, epoch + 1, loss, so.lr, 0);
+        phx_progress_break(prog);
         printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, loss);
     }
-    progress_free(&prog);
+    phx_progress_free(prog);
     phx_tensor_free(x);
     phx_tensor_free(y);
     phx_rng_free(data);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 
 #define EPOCHS 10
 #define BATCH 64
@@ -24,9 +24,8 @@ static int fail(int rank, const char *what)
     return 1;
 }
 
-/* --metrics and --log-every, for rank 0 */
-static const char *metrics_path;
-static int log_every;
+/* --metrics, --tensorboard and --log-every, for rank 0 */
+static phx_progress_opts progress_opts = PHX_PROGRESS_OPTS_INIT;
 
 static int train(int rank, void *arg)
 {
@@ -47,8 +46,11 @@ static int train(int rank, void *arg)
     phx_tensor *y = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
     phx_rng *data = phx_rng_new(1000 + (uint64_t)rank); /* each rank its own data */
     int rc = !opt || !mse || !x || !y || !data ? fail(rank, "setup") : 0;
-    progress prog = {0};
-    if (rc == 0 && progress_init(&prog, EPOCHS, log_every, metrics_path, rank, "samples")) rc = fail(rank, "--metrics");
+    phx_progress_opts po = progress_opts;
+    po.total_steps = EPOCHS;
+    po.rank = rank;
+    phx_progress *prog = rc == 0 ? phx_progress_new(&po) : NULL;
+    if (rc == 0 && !prog) rc = fail(rank, "--metrics/--tensorboard");
 
     for (int epoch = 0; epoch < EPOCHS && rc == 0; epoch++) {
         phx_tensor *out;
@@ -60,14 +62,14 @@ static int train(int rank, void *arg)
             rc = fail(rank, "training step");
             break;
         }
-        progress_step(&prog, epoch + 1, loss, so.lr, 0);
+        phx_progress_step(prog, epoch + 1, loss, so.lr, 0);
         if (rank == 0) {
-            progress_break(&prog);
+            phx_progress_break(prog);
             printf("Epoch [%d/%d], Loss: %.4f\n", epoch + 1, EPOCHS, loss);
             fflush(stdout);
         }
     }
-    progress_free(&prog);
+    phx_progress_free(prog);
     phx_tensor_free(x);
     phx_tensor_free(y);
     phx_rng_free(data);
@@ -83,7 +85,11 @@ static int train(int rank, void *arg)
 int main(int argc, char **argv)
 {
     int world = 2;
-    if (progress_args(&argc, argv, &metrics_path, &log_every)) return 2;
+    static const char usage[] =
+        "usage: ddp [--world N] " EX_PROGRESS_USAGE "\n"
+        "  --world N          ranks (threads or processes, by PHX_COMM; default 2)\n" EX_PROGRESS_HELP;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &progress_opts)) return 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--world") && i + 1 < argc) {
             char *end;
@@ -94,7 +100,7 @@ int main(int argc, char **argv)
             }
             world = (int)n;
         } else {
-            fprintf(stderr, "usage: %s [--world N] [--metrics FILE] [--log-every N]\n", argv[0]);
+            fputs(usage, stderr);
             return 2;
         }
     }

@@ -57,7 +57,11 @@ fi
 # project's docs when the package is missing): 60 steps of a 2-layer model
 # with a validation loss and a short sample, then the same under phxrun.
 gpt_data=/usr/share/games/fortunes
-[ -d "$gpt_data" ] || { cat doc/*.md README.md > gpt-demo.txt; gpt_data=gpt-demo.txt; }
+if [ ! -d "$gpt_data" ]; then
+    echo "== $gpt_data is missing (./bootstrap installs Debian's fortunes): examples/gpt trains on the docs instead"
+    cat doc/*.md README.md > gpt-demo.txt
+    gpt_data=gpt-demo.txt
+fi
 gpt_small="--layers 2 --context 64 --batch 8 --eval-every 0 --print-every 20 --sample 120 --data $gpt_data"
 echo "== examples/gpt --steps 60 $gpt_small"
 ./examples/gpt --steps 60 $gpt_small

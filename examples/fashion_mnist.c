@@ -15,7 +15,8 @@
  *
  *   fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S]
  *                 [--save PATH] [--load PATH] [--resume PATH]
- *                 [--workers N] [--uneven] [--metrics FILE] [--log-every N]
+ *                 [--workers N] [--uneven] [--metrics FILE] [--tensorboard DIR]
+ *                 [--log-every N] [--help]
  *
  * --load restores model and optimizer (and the epoch count) from a
  * checkpoint before training; --epochs 0 --load PATH only evaluates.
@@ -33,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 #include "examples/fmnist.h"
 
 int main(int argc, char **argv)
@@ -43,9 +44,25 @@ int main(int argc, char **argv)
     int64_t batch = 128;
     double lr = 1e-3;
     uint64_t seed = 0;
-    const char *save = NULL, *load = NULL, *resume = NULL, *metrics = NULL;
-    int every = 0, workers = 0, uneven = 0;
-    if (progress_args(&argc, argv, &metrics, &every)) return 2;
+    const char *save = NULL, *load = NULL, *resume = NULL;
+    int workers = 0, uneven = 0;
+    static const char usage[] =
+        "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] [--load PATH]\n"
+        "                     [--resume PATH] [--workers N] [--uneven] " EX_PROGRESS_USAGE "\n"
+        "An MLP 784-512-256-10 on Fashion-MNIST; under phxrun each rank is a DDP replica.\n"
+        "  --epochs N         epochs to train (default 5; with --resume, the total to reach)\n"
+        "  --batch B          batch per rank (default 128)\n"
+        "  --lr LR            AdamW's learning rate (default 1e-3)\n"
+        "  --seed S           initialisation and shuffling seed (default 0)\n"
+        "  --save PATH        save model, optimizer and epoch (safetensors) at the end\n"
+        "  --load PATH        restore them before training (--epochs 0: only evaluate)\n"
+        "  --resume PATH      continue from PATH when it exists; save it after every epoch\n"
+        "  --workers N        threads assembling batches ahead of the step (default 0)\n"
+        "  --uneven           (under phxrun) uneven shards, trained inside a DDP join\n" EX_PROGRESS_HELP
+        "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu, PHX_FASHION_MNIST=DIR (doc/env.md).\n";
+    phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &po)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--uneven")) {
@@ -72,9 +89,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--workers"))
             workers = atoi(v);
         else {
-            fprintf(stderr,
-                    "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] "
-                    "[--load PATH] [--resume PATH] [--workers N] [--uneven] [--metrics FILE] [--log-every N]\n");
+            fprintf(stderr, "fashion_mnist: unknown option '%s'\n", a);
+            fputs(usage, stderr);
             return 2;
         }
         i++;
@@ -156,9 +172,21 @@ int main(int argc, char **argv)
     }
     /* --resume: --epochs is the total; --load: that many more. */
     if (resume) epochs = total > first ? total - first : 0;
-    progress prog;
+    /* a resumed run's steps continue from its epoch's */
     int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
-    if (progress_init(&prog, epochs * per_epoch, every, metrics, rank, "samples")) die("--metrics");
+    po.first_step = (int64_t)first * per_epoch;
+    po.total_steps = (int64_t)(first + epochs) * per_epoch;
+    po.rank = rank;
+    phx_progress *prog = phx_progress_new(&po);
+    if (!prog) die("--metrics/--tensorboard");
+    /* the run's settings, for TensorBoard's HPARAMS tab */
+    phx_hparam hp[] = {{"lr", NULL, lr},
+                       {"batch", NULL, (double)batch},
+                       {"epochs", NULL, first + epochs},
+                       {"seed", NULL, (double)seed},
+                       {"world_size", NULL, size},
+                       {"precision", phx_precision_name(prec), 0}};
+    check(phx_metrics_hparams(phx_progress_metrics(prog), hp, 6), "--metrics/--tensorboard");
     if (rank == 0) {
         char dname[32];
         printf("MLP 784-512-256-10, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
@@ -186,12 +214,12 @@ int main(int argc, char **argv)
             sum += loss;
             seen += phx_tensor_dim(xb, 0);
             steps++;
-            progress_step(&prog, e + 1, loss, lr, (double)(seen * size) / (now() - t0));
+            phx_progress_step(prog, e + 1, loss, lr, (double)(seen * size) / (now() - t0));
         }
         if (got < 0) die("training data");
         if (mine) check(phx_ddp_join_end(net), "join");
         double dt = now() - t0;
-        progress_break(&prog);
+        phx_progress_break(prog);
         if (rank == 0) {
             printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s (%.1f s)\n", e + 1, first + epochs, sum / (double)steps,
                    (double)(seen * size) / dt, dt);
@@ -202,9 +230,9 @@ int main(int argc, char **argv)
     if (rank == 0) {
         double acc = accuracy(model, xte, yte, dev, 0);
         printf("Test accuracy: %.4f\n", acc);
-        progress_record(&prog, first + epochs, "accuracy", acc);
+        phx_progress_record(prog, first + epochs, "accuracy", acc);
     }
-    progress_free(&prog);
+    phx_progress_free(prog);
     if (save && rank == 0) {
         save_epoch(save, net, opt, scaler, first + epochs, "mlp-784-512-256-10");
         printf("saved %s\n", save);

@@ -22,8 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 
 #define DEFAULT_DATA "/usr/share/games/fortunes"
 
@@ -35,8 +36,15 @@ typedef struct opts {
 } opts;
 
 static int rank_ = 0;
-static const char *metrics_path_; /* --metrics and --log-every (examples/progress.h) */
-static int log_every_;
+/* --metrics, --tensorboard and --log-every (examples/args.h) */
+static phx_progress_opts progress_opts_ = PHX_PROGRESS_OPTS_INIT;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static int fail(const char *what)
 {
@@ -255,10 +263,13 @@ static int run(opts *o)
     }
     text t = {0};
     if (load_text(o->data, &t) != 0 || t.n < 1000) {
-        fprintf(stderr, "gpt: --data %s: %s\n", o->data,
+        fprintf(stderr, "gpt: --data %s: %s%s\n", o->data,
                 t.n         ? "fewer than 1000 bytes"
                     : errno ? strerror(errno)
-                            : "no text found");
+                            : "no text found",
+                strcmp(o->data, DEFAULT_DATA) ? ""
+                                              : " (the default: install Debian's fortunes, as ./bootstrap does, "
+                                                "or give --data FILE|DIR)");
         return 1;
     }
     unsigned char vocab[256];
@@ -324,11 +335,27 @@ static int run(opts *o)
     int64_t one = 1;
     phx_tensor *lt = phx_tensor_new(PHX_F32, 1, &one, phx_cpu());
     uint64_t stream = o->seed * 1000003u + (uint64_t)rank_ * 0x9E3779B97F4A7C15ull;
-    progress prog = {0};
-    if (progress_init(&prog, o->steps, log_every_, metrics_path_, rank_, "tokens")) return fail("--metrics");
-    int rc = 0;
-    double t0 = progress_now(), tl = t0, val = 0;
+    /* a loaded run's steps continue from the optimizer's */
     int64_t start = phx_optimizer_steps(opt);
+    phx_progress_opts po = progress_opts_;
+    po.first_step = start;
+    po.total_steps = start + o->steps;
+    po.rank = rank_;
+    po.unit = "tokens";
+    phx_progress *prog = phx_progress_new(&po);
+    if (!prog) return fail("--metrics/--tensorboard");
+    /* the run's settings, for TensorBoard's HPARAMS tab */
+    phx_hparam hp[] = {{"lr", NULL, o->lr},           {"batch", NULL, o->batch},
+                       {"context", NULL, o->context}, {"layers", NULL, o->layers},
+                       {"heads", NULL, o->heads},     {"dim", NULL, o->dim},
+                       {"dropout", NULL, o->dropout}, {"seed", NULL, (double)o->seed},
+                       {"world_size", NULL, world},   {"precision", phx_precision_name(prec), 0}};
+    if (phx_metrics_hparams(phx_progress_metrics(prog), hp, 10) != PHX_OK) {
+        phx_progress_free(prog);
+        return fail("--metrics/--tensorboard");
+    }
+    int rc = 0;
+    double t0 = now(), tl = t0, val = 0;
     for (int s = 1; s <= o->steps && rc == 0; s++) {
         phx_tensor *logits;
         float l;
@@ -344,9 +371,11 @@ static int run(opts *o)
             rc = fail("training step");
             break;
         }
-        double now = progress_now();
-        progress_step(&prog, 0, l, lr, (double)o->batch * o->context * world / (now - tl));
-        tl = now;
+        double tn = now();
+        phx_progress_add(prog, "grad_norm", norm);
+        if (phx_precision_scaling(prec)) phx_progress_add(prog, "loss_scale", phx_scaler_get_scale(scaler));
+        phx_progress_step(prog, 0, l, lr, (double)o->batch * o->context * world / (tn - tl));
+        tl = tn;
         if (s % o->print_every == 0 || s == 1 || s == o->steps) {
             float ll = l;
             if (comm &&
@@ -356,26 +385,25 @@ static int run(opts *o)
                 break;
             }
             if (rank_ == 0) {
-                progress_break(&prog);
+                phx_progress_break(prog);
                 printf("step %lld loss %.4f lr %.2e norm %.3f %.0f tokens/s%s\n", (long long)(start + s), ll, lr, norm,
-                       (double)s * o->batch * o->context * world / (now - t0), stepped ? "" : " (skipped: inf/NaN)");
+                       (double)s * o->batch * o->context * world / (tn - t0), stepped ? "" : " (skipped: inf/NaN)");
                 fflush(stdout);
             }
         }
         if (o->eval_every > 0 && s % o->eval_every == 0 && s < o->steps) {
             if ((rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) != 0) break;
             if (rank_ == 0) {
-                progress_break(&prog);
+                phx_progress_break(prog);
                 printf("step %lld val loss %.4f\n", (long long)(start + s), val);
                 fflush(stdout);
             }
-            progress_record(&prog, 0, "val_loss", val);
+            phx_progress_record(prog, 0, "val_loss", val);
         }
     }
-    progress_free(&prog);
+    phx_progress_free(prog);
     if (rc == 0 && (rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) == 0 && rank_ == 0) {
-        printf("val loss %.4f after %lld steps (%.1f s)\n", val, (long long)phx_optimizer_steps(opt),
-               progress_now() - t0);
+        printf("val loss %.4f after %lld steps (%.1f s)\n", val, (long long)phx_optimizer_steps(opt), now() - t0);
         fflush(stdout);
     }
     if (rc == 0 && o->save && rank_ == 0) {
@@ -404,14 +432,33 @@ static int run(opts *o)
     return rc;
 }
 
+static const char usage_text[] =
+    "usage: gpt [--steps N] [--batch B] [--context T] [--layers L] [--heads H] [--dim C] [--lr X]\n"
+    "           [--dropout P] [--seed S] [--data FILE|DIR] [--print-every N] [--eval-every N]\n"
+    "           [--eval-batches N] [--save F] [--load F] [--sample N] [--prompt STR]\n"
+    "           [--temperature X] [--top-k K] " EX_PROGRESS_USAGE "\n"
+    "A character-level GPT (doc/transformer.md); under phxrun each rank is a DDP replica.\n"
+    "  --steps N          optimizer steps (default 300; 0 with --load: evaluate and sample)\n"
+    "  --batch B          windows per rank and step (default 32)\n"
+    "  --context T        bytes per window (default 128)\n"
+    "  --layers L, --heads H, --dim C   the transformer's shape (default 4, 4, 128)\n"
+    "  --lr X             peak learning rate: warmup, then cosine to X/10 (default 3e-3)\n"
+    "  --dropout P        dropout (default 0)\n"
+    "  --seed S           seed of the initialisation and the windows (default 1)\n"
+    "  --data FILE|DIR    the text: a file, or every plain file of a folder\n"
+    "                     (default " DEFAULT_DATA ", Debian's fortunes package)\n"
+    "  --print-every N    a step line every N steps (default 10)\n"
+    "  --eval-every N     validation loss every N steps (default 100)\n"
+    "  --eval-batches N   batches per validation (default 8)\n"
+    "  --save F, --load F checkpoint written at the end / restored at the start\n"
+    "  --sample N         bytes to generate at the end (default 300), from --prompt (default \"Q: \")\n"
+    "  --temperature X, --top-k K   sampling (default 0.8, 20)\n" EX_PROGRESS_HELP
+    "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu (doc/env.md).\n";
+
 static int usage(const char *argv0)
 {
-    fprintf(stderr,
-            "usage: %s [--steps N] [--batch B] [--context T] [--layers L] [--heads H] [--dim C] [--lr X]\n"
-            "          [--dropout P] [--seed S] [--data FILE|DIR] [--print-every N] [--eval-every N]\n"
-            "          [--eval-batches N] [--save F] [--load F] [--sample N] [--prompt STR]\n"
-            "          [--temperature X] [--top-k K] [--metrics FILE] [--log-every N]\n",
-            argv0);
+    (void)argv0;
+    fputs(usage_text, stderr);
     return 2;
 }
 
@@ -434,7 +481,8 @@ int main(int argc, char **argv)
               .seed = 1,
               .data = DEFAULT_DATA,
               .prompt = "Q: "};
-    if (progress_args(&argc, argv, &metrics_path_, &log_every_)) return 2;
+    if (ex_help(argc, argv, usage_text)) return 0;
+    if (ex_progress_args(&argc, argv, &progress_opts_)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <phalanx/phalanx.h>
-#include "examples/progress.h"
+#include "examples/args.h"
 
 static void check(phx_status st, const char *what)
 {
@@ -24,14 +24,16 @@ static void check(phx_status st, const char *what)
 
 int main(int argc, char **argv)
 {
-    const char *metrics = NULL;
-    int every = 0;
-    if (progress_args(&argc, argv, &metrics, &every) || argc > 1) {
-        fprintf(stderr, "usage: linear_regression [--metrics FILE] [--log-every N]\n");
+    static const char usage[] = "usage: linear_regression " EX_PROGRESS_USAGE "\n" EX_PROGRESS_HELP;
+    phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &po) || argc > 1) {
+        fputs(usage, stderr);
         return 2;
     }
-    progress prog;
-    check(progress_init(&prog, 10, every, metrics, 0, "samples") ? PHX_EIO : PHX_OK, "--metrics");
+    po.total_steps = 10;
+    phx_progress *prog = phx_progress_new(&po);
+    check(prog ? PHX_OK : PHX_EIO, "--metrics/--tensorboard");
     phx_device dev;
     check(phx_device_default(&dev), "PHX_DEVICE");
     printf("Using %s\n", dev.kind == PHX_DEVICE_CPU ? "CPU" : "CUDA");
@@ -61,11 +63,11 @@ int main(int argc, char **argv)
         check(phx_loss_forward(mse, out, y, &loss), "loss");
         check(phx_module_backward(model, phx_loss_grad(mse), NULL), "backward");
         check(phx_optimizer_step(opt), "step");
-        progress_step(&prog, epoch + 1, loss, o.lr, 0);
-        progress_break(&prog);
+        phx_progress_step(prog, epoch + 1, loss, o.lr, 0);
+        phx_progress_break(prog);
         printf("Epoch [%d/10], Loss: %.4f\n", epoch + 1, loss);
     }
-    progress_free(&prog);
+    phx_progress_free(prog);
     phx_loss_free(mse);
     phx_optimizer_free(opt);
     phx_module_free(model);

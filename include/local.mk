@@ -12,3 +12,4 @@ phalanxplugin_HEADERS += \
 	include/phalanx/plugin/device_v1.h include/phalanx/plugin/kernels_v1.def \
 	include/phalanx/plugin/kit.h
 phalanxinc_HEADERS += include/phalanx/dataset.h include/phalanx/ops.h include/phalanx/autograd.h
+phalanxinc_HEADERS += include/phalanx/progress.h

@@ -17,3 +17,8 @@ TESTS += t/tools/plot.sh t/tools/plot_bench.sh t/tools/phxrun_restart.sh t/tools
 	t/tools/phxrun_tee.sh
 EXTRA_DIST += t/tools/plot.sh t/tools/plot_bench.sh t/tools/phxrun_restart.sh t/tools/phxrun_fail.sh \
 	t/tools/phxrun_tee.sh
+
+# torchrun's --tee values and Ctrl-C's report; --help in every example and
+# tool; bootstrap installs what the examples' defaults read.
+TESTS += t/tools/phxrun_args.sh t/tools/help.sh t/tools/bootstrap_pkgs.sh t/tools/plot_html.sh
+EXTRA_DIST += t/tools/phxrun_args.sh t/tools/help.sh t/tools/bootstrap_pkgs.sh t/tools/plot_html.sh

@@ -98,7 +98,7 @@ static void tee_main(int rank, int in_out, int in_err, int file_out, int file_er
     s[1] = (stream){.in = in_err, .file = file_err, .term = STDERR_FILENO};
     char prefix[32];
     size_t plen = (size_t)snprintf(prefix, sizeof prefix, "[rank%d]: ", rank);
-    int open_n = 2;
+    int open_n = (in_out >= 0) + (in_err >= 0);
     struct pollfd p[2] = {{.fd = in_out, .events = POLLIN}, {.fd = in_err, .events = POLLIN}};
     while (open_n > 0) {
         if (poll(p, 2, -1) < 0) {
@@ -159,8 +159,12 @@ int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int t
         r->fd[1] = file[1];
         return 0;
     }
+    /* A stream --tee leaves out goes to its file (or the terminal) as
+     * without --tee. */
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
+    if (!(tee & 1)) r->fd[0] = file[0], file[0] = -1;
+    if (!(tee & 2)) r->fd[1] = file[1], file[1] = -1;
+    if (((tee & 1) && pipe2(po, O_CLOEXEC)) || ((tee & 2) && pipe2(pe, O_CLOEXEC))) {
         fprintf(stderr, "phxrun: --tee: pipe: %s\n", strerror(errno));
         for (int i = 0; i < 2; i++) {
             if (po[i] >= 0) close(po[i]);
@@ -175,16 +179,17 @@ int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int t
     pid_t pid = start_tee(r);
     if (pid < 0) {
         fprintf(stderr, "phxrun: --tee: fork: %s\n", strerror(errno));
-        close(po[1]);
-        close(pe[1]);
+        if (po[1] >= 0) close(po[1]);
+        if (pe[1] >= 0) close(pe[1]);
         rank_out_release(r);
         return -1;
     }
-    r->fd[0] = po[1];
-    r->fd[1] = pe[1];
+    if (tee & 1) r->fd[0] = po[1];
+    if (tee & 2) r->fd[1] = pe[1];
     r->tee = pid;
     return 0;
 fail:
+    rank_out_close(r);
     for (int i = 0; i < 2; i++)
         if (file[i] >= 0) close(file[i]);
     return -1;
@@ -216,7 +221,7 @@ void rank_out_tee_ended(rank_out *r, int status)
         snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
     pid_t pid = -1;
     char why[128] = "";
-    if (r->restarts >= TEE_RESTARTS || r->rd[0] < 0) {
+    if (r->restarts >= TEE_RESTARTS || (r->rd[0] < 0 && r->rd[1] < 0)) {
         snprintf(why, sizeof why, "not replaced again (%d replacements used)", r->restarts);
     } else {
         r->restarts++;

@@ -26,7 +26,10 @@ typedef struct rank_out {
 } rank_out;
 
 /* Makes DIR/attempt_K/RANK (log_dir may be NULL) and, with tee, the pipes
- * and the tee process. Returns 0, or -1 after printing why. */
+ * and the tee process. tee is torchrun's value: 0 none, 1 stdout, 2
+ * stderr, 3 both; a stream left out goes to its log file alone (or, with
+ * no log_dir, to the terminal unprefixed). Returns 0, or -1 after
+ * printing why. */
 int rank_out_open(rank_out *r, const char *log_dir, int attempt, int rank, int tee);
 
 /* In the rank, before exec: stdout and stderr become r's. */

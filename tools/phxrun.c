@@ -49,14 +49,15 @@ static void usage(FILE *f)
 {
     fputs("usage: phxrun --nproc-per-node N|auto|cpu|gpu [--nnodes M --node-rank K\n"
           "              --master-addr A --master-port P | --rdzv-endpoint A:P | --standalone]\n"
-          "              [--log-dir DIR [--tee]] [--max-restarts R] [--grace SECONDS] prog [args...]\n"
+          "              [--log-dir DIR [--tee [0-3]]] [--max-restarts R] [--grace SECONDS] prog [args...]\n"
           "Starts N ranks of prog on this node with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
           "GROUP_RANK, MASTER_ADDR, MASTER_PORT and PHX_RESTART_COUNT set (RANK = node_rank * N + local\n"
           "rank). N: a number, gpu (the GPUs this node shows), cpu (its cores), auto (gpu if any, else cpu).\n"
           "  --standalone       one node, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT\n"
           "  --rdzv-endpoint    HOST:PORT, the same as --master-addr HOST --master-port PORT\n"
           "  --log-dir DIR      each rank's stdout and stderr in DIR/attempt_K/RANK/{stdout,stderr}.log\n"
-          "  --tee              also (or, without --log-dir, only) to the terminal, lines prefixed [rankR]:\n"
+          "  --tee [0-3]        also (or, without --log-dir, only) to the terminal, lines prefixed [rankR]:\n"
+          "                     torchrun's values: 3 both streams (--tee alone), 1 stdout, 2 stderr, 0 none\n"
           "  --max-restarts R   when a rank fails, stop the ranks and start them again, up to R times\n"
           "  --grace S          seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
           "PHX_STORE_TOKEN: the job's store token; unset, phxrun makes a random one (one node) or\n"
@@ -205,7 +206,18 @@ static int parse(int argc, char **argv, opts *o)
             continue;
         }
         if (!strcmp(name, "tee")) {
-            o->tee = 1;
+            /* torchrun's --tee takes 0-3 (--tee 3, --tee=3); bare --tee is 3.
+             * A number after it is its value, never the program. */
+            if (!val && i + 1 < argc && argv[i + 1][0] && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]))
+                val = argv[++i];
+            if (!val)
+                o->tee = 3;
+            else if (val[0] >= '0' && val[0] <= '3' && !val[1])
+                o->tee = val[0] - '0';
+            else
+                return die("--tee '%s': expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), as torchrun's; "
+                           "a per-rank mapping such as 0:1,1:2 is not supported",
+                           val);
             continue;
         }
         if (!val) {
@@ -415,8 +427,8 @@ static void wait_tees(const opts *o, rank_out *out)
 }
 
 /* One attempt: starts the ranks and waits for all of them. Returns the
- * job's exit status; *by_signal is set when phxrun itself was signalled
- * (no restart then). */
+ * job's exit status; *by_signal is the signal phxrun itself received
+ * (no restart then), 0 if none. */
 static int run_group(const opts *o, const char *addr, int port, int attempt, sigset_t *set, const sigset_t *orig,
                      int *by_signal)
 {
@@ -473,10 +485,16 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
                     kill(-pids[l], SIGCONT);
                     end[l].sent = sig;
                 }
-            *by_signal = 1;
             if (!exit_code) {
+                *by_signal = sig;
                 exit_code = 128 + sig;
-                snprintf(first, sizeof first, "received signal %d (%s)", sig, strsignal(sig));
+                snprintf(first, sizeof first, "stopped by %s: phxrun forwarded it to the ranks",
+                         sig == SIGINT        ? "SIGINT (Ctrl-C)"
+                             : sig == SIGTERM ? "SIGTERM"
+                             : sig == SIGHUP  ? "SIGHUP"
+                                              : "SIGQUIT");
+            } else if (!*by_signal) {
+                *by_signal = sig;
             }
             if (kill_at < 0) kill_at = now() + o->grace;
         }
@@ -556,7 +574,8 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
             if (pids[l] > 0) kill(-pids[l], SIGKILL);
     wait_tees(o, out);
     if (exit_code && first[0] && strncmp(first, "cannot", 6))
-        fprintf(stderr, "phxrun: failed: %s (exit status %d)\n", first, exit_code);
+        fprintf(stderr, "phxrun: %s%s (exit status %d)\n",
+                *by_signal && !strncmp(first, "stopped by", 10) ? "" : "failed: ", first, exit_code);
     free(pids);
     free(done);
     free(out);

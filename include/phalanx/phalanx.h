@@ -24,6 +24,7 @@
 #include "phalanx/data.h"
 #include "phalanx/plugin.h"
 #include "phalanx/metrics.h"
+#include "phalanx/progress.h"
 #include "phalanx/transformer.h"
 #include "phalanx/cnn.h"
 #include "phalanx/schedule.h"

@@ -1,7 +1,8 @@
 # src/train — losses, optimizers, LR schedules, clipping, metrics; the
 # first examples and the step benchmark (doc/training.md). Tests: t/train/.
 libphalanx_internal_la_SOURCES += src/train/loss.c src/train/optim.c src/train/optim-impl.h \
-	src/train/sgd.c src/train/adam.c src/train/metrics.c
+	src/train/sgd.c src/train/adam.c src/train/metrics.c src/train/tensorboard.c src/train/tensorboard.h \
+	src/train/progress.c src/train/metrics-impl.h
 # training-loop tools (doc/transformer.md)
 libphalanx_internal_la_SOURCES += src/train/schedule.c src/train/clip.c
 
@@ -52,3 +53,17 @@ t_train_errors_LDADD = libphalanx.la -lm
 # The README's complete program, extracted, compiled and run.
 TESTS += t/train/readme_program.sh
 EXTRA_DIST += t/train/readme_program.sh
+
+# TensorBoard event files: CRC-32C, framing and records decoded by the test
+# (links the internals for px_crc32c); TensorBoard's own reader reads what
+# examples/fashion_mnist --tensorboard writes (skips without tensorboard).
+check_PROGRAMS += t/train/tensorboard
+TESTS += t/train/tensorboard t/train/tensorboard_read.sh
+EXTRA_DIST += t/train/tensorboard_read.sh t/train/tb_read.py
+t_train_tensorboard_LDADD = libphalanx-internal.la
+
+# The progress helper (include/phalanx/progress.h): lines, records, resume.
+check_PROGRAMS += t/train/progress
+TESTS += t/train/progress
+t_train_progress_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
+t_train_progress_LDADD = libphalanx.la $(JANSSON_LIBS)

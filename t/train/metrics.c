@@ -163,6 +163,46 @@ static void test_mode(void)
        (unsigned)(sb.st_mode & 0777));
 }
 
+/* A handle reopened on a file with records continues its time axis: the
+ * first new record's time is at least the last old one's, even though
+ * the new handle has run for less time than the old one had. */
+static void test_resume_time(void)
+{
+    unlink(path);
+    phx_metrics *m = phx_metrics_open(path, 0);
+    usleep(300 * 1000);
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 1);
+    phx_metrics_end(m);
+    phx_metrics_close(m);
+    m = phx_metrics_open(path, 0);
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 2);
+    phx_metrics_end(m);
+    phx_metrics_close(m);
+    json_t *l[2] = {0};
+    int n = read_lines(l, 2);
+    is_int(n, 2, "two records across two handles");
+    if (n != 2) return;
+    double t1 = json_number_value(json_object_get(l[0], "time")), t2 = json_number_value(json_object_get(l[1], "time"));
+    ok(t1 >= 0.3 && t2 >= t1 && t2 < t1 + 5, "time continues on reopen: %.3f then %.3f", t1, t2);
+    json_decref(l[0]);
+    json_decref(l[1]);
+    /* A file whose last line is not a record starts again at 0. */
+    FILE *f = fopen(path, "a");
+    fputs("not json\n", f);
+    fclose(f);
+    m = phx_metrics_open(path, 0);
+    phx_metrics_begin(m);
+    phx_metrics_end(m);
+    phx_metrics_close(m);
+    f = fopen(path, "r");
+    char line[256], last[256] = "";
+    while (fgets(line, sizeof line, f)) snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+    ok(strncmp(last, "{\"time\":0.0", 11) == 0, "after a foreign last line the time starts at 0 (%s)", last);
+}
+
 int main(void)
 {
     snprintf(path, sizeof path, "t/metrics-%d.jsonl", (int)getpid());
@@ -171,6 +211,7 @@ int main(void)
     test_errors();
     test_concurrent();
     test_mode();
+    test_resume_time();
     unlink(path);
     return done_testing();
 }
