@@ -951,16 +951,6 @@ static buf bidx(int64_t count, int64_t n)
     return b;
 }
 
-/* Row-major strides of shape. */
-static void contig(int ndim, const int64_t *shape, int64_t *st)
-{
-    int64_t c = 1;
-    for (int k = ndim - 1; k >= 0; k--) {
-        st[k] = c;
-        c *= shape[k];
-    }
-}
-
 static int64_t numel(int ndim, const int64_t *shape)
 {
     int64_t n = 1;
