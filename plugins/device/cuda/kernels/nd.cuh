@@ -25,12 +25,11 @@ static inline phx_status px_nd_make(const char *name, int ndim, const int64_t *s
                                     const int64_t *const *strides, px_nd *d, int64_t *n)
 {
     if (ndim < 0 || ndim > PHX_MAX_DIMS)
-        return phx_error(PHX_EINVAL, "%s: %d dims, expected 0 to %d", name, ndim, PHX_MAX_DIMS);
+        return phx_error(PHX_EINVAL, "%s: %d dims, expected 0 .. %d", name, ndim, PHX_MAX_DIMS);
     if (ndim > 0 && !shape) return phx_error(PHX_EINVAL, "%s: %d dims and no shape", name, ndim);
     int64_t total = 1;
     for (int k = 0; k < ndim; k++) {
-        if (shape[k] < 0)
-            return phx_error(PHX_EINVAL, "%s: size %lld in dim %d, expected >= 0", name, (long long)shape[k], k);
+        if (shape[k] < 0) return phx_error(PHX_EINVAL, "%s: dim %d has size %lld", name, k, (long long)shape[k]);
         if (shape[k] > 0 && total > INT64_MAX / shape[k])
             return phx_error(PHX_EINVAL, "%s: more than 2^63 elements", name);
         total *= shape[k];
