@@ -19,14 +19,24 @@
  * mean or lse = max + log s would be off by ~ulp(offset), far beyond).
  * GEMM, ||gpu - cpu|| / ||cpu||: 1e-5 with an f32 result, 2e-3 into f16,
  * 1.6e-2 into bf16 (one rounding of the result type, 2^-9 and 2^-6 at
- * worst after a reordered f32 sum). Skips without a CUDA device. */
+ * worst after a reordered f32 sum). The tensor API's slots (minor 4):
+ * copies, where, index_select and gather bit for bit; binary and unary
+ * ops value for value (NaN where NaN) except pow, exp, log and rsqrt
+ * (1e-6 relative for f32, one rounding for bf16); reduce_dim's max/min
+ * and positions exactly, its sums, softmax_dim and its backward 1e-5
+ * norm-wise (one rounding for bf16); index_add and scatter_add, which add
+ * with atomics in any order, 1e-5 (f32) and 1.6e-2 (bf16) norm-wise. The
+ * GPU's own rule for indices out of range (0 written, adds skipped) is
+ * checked on the GPU alone. Skips without a CUDA device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "kernels/math.h"
-#include "phalanx/phalanx.h"
+#include "phalanx/device.h"
+#include "phalanx/error.h"
+#include "phalanx/tensor.h"
 #include "phalanx/plugin/device_v1.h"
 #include "t/tap.h"
 
@@ -916,6 +926,361 @@ static void test_pool(void)
         }
 }
 
+/* ---- the tensor-API slots (minor 4) */
+
+/* A buffer of dt holding vals, converted on the host like the CPU does. */
+static buf bvals(phx_dtype dt, int64_t n, const float *vals)
+{
+    size_t es = phx_dtype_size(dt);
+    buf b = bnew((size_t)n * es);
+    void *tmp = malloc((size_t)n * es + 1);
+    KC->cast(0, tmp, dt, vals, PHX_F32, n);
+    bset(&b, tmp);
+    free(tmp);
+    return b;
+}
+
+/* Indices in [0, n) (repeats likely), on both sides. */
+static buf bidx(int64_t count, int64_t n)
+{
+    buf b = bnew((size_t)count * 8);
+    int64_t *v = malloc((size_t)count * 8 + 1);
+    for (int64_t i = 0; i < count; i++) v[i] = (int64_t)(rnd64() % (uint64_t)n);
+    bset(&b, v);
+    free(v);
+    return b;
+}
+
+static int64_t numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int k = 0; k < ndim; k++) n *= shape[k];
+    return n;
+}
+
+/* The elements a strided view of shape reaches: 1 + sum (size - 1) stride
+ * (strides >= 0). */
+static int64_t extent(int ndim, const int64_t *shape, const int64_t *st)
+{
+    int64_t e = 1;
+    for (int k = 0; k < ndim; k++) e += (shape[k] - 1) * st[k];
+    return e;
+}
+
+static void shape_name(char *out, size_t size, int ndim, const int64_t *shape)
+{
+    int o = snprintf(out, size, "(");
+    for (int k = 0; k < ndim && o > 0 && (size_t)o < size; k++)
+        o += snprintf(out + o, size - (size_t)o, k ? ", %lld" : "%lld", (long long)shape[k]);
+    if (o > 0 && (size_t)o < size) snprintf(out + o, size - (size_t)o, ")");
+}
+
+/* Layouts of the strided tests: shape, and each side's strides. */
+typedef struct layout {
+    const char *what;
+    int ndim;
+    int64_t shape[PHX_MAX_DIMS], s1[PHX_MAX_DIMS], s2[PHX_MAX_DIMS];
+} layout;
+
+static void test_strided(void)
+{
+    /* s1: dst, s2: src */
+    static const layout L[] = {
+        {"permuted (0, 2, 1, 3) source", 4, {2, 4, 3, 5}, {60, 15, 5, 1}, {60, 5, 20, 1}},
+        {"expanded (1, 4, 5) -> (3, 4, 5) source", 3, {3, 4, 5}, {20, 5, 1}, {0, 5, 1}},
+        {"into columns 2..4 of a (4, 10) destination", 2, {4, 3}, {10, 1}, {3, 1}},
+        {"transposed destination", 2, {6, 9}, {1, 6}, {9, 1}},
+        {"both contiguous (a device copy)", 2, {7, 11}, {11, 1}, {11, 1}},
+        {"one element (0 dims)", 0, {0}, {0}, {0}},
+    };
+    const phx_dtype dts[3] = {PHX_F32, PHX_BF16, PHX_I64};
+    char what[200];
+    for (size_t l = 0; l < sizeof L / sizeof L[0]; l++)
+        for (int a = 0; a < 3; a++) {
+            phx_dtype dt = dts[a];
+            const layout *y = &L[l];
+            int64_t nd = extent(y->ndim, y->shape, y->s1) + 2, ns = extent(y->ndim, y->shape, y->s2);
+            buf dst = bnew((size_t)nd * phx_dtype_size(dt)), src = brand(dt, ns, -100, 100);
+            size_t off = 2 * phx_dtype_size(dt); /* a destination not at the start of its buffer */
+            snprintf(what, sizeof what, "copy_strided %s %s", phx_dtype_name(dt), y->what);
+            if (check_ok(KG->copy_strided(0, dt, y->ndim, y->shape, (char *)dst.d + off, y->s1, src.d, y->s2),
+                         KC->copy_strided(0, dt, y->ndim, y->shape, (char *)dst.h + off, y->s1, src.h, y->s2), what))
+                same(&dst, what);
+            bfree(&dst), bfree(&src);
+        }
+}
+
+static int binary_exact(int op)
+{
+    return op != PHX_BIN_POW;
+}
+
+static void test_broadcast(void)
+{
+    /* s1: a, s2: b */
+    static const layout L[] = {
+        {"a (2, 3, 4, 5), b (3, 1, 5) broadcast", 4, {2, 3, 4, 5}, {60, 20, 5, 1}, {0, 5, 0, 1}},
+        {"a transposed (5, 7) view, b a row (7)", 2, {5, 7}, {1, 5}, {0, 1}},
+        {"a (33, 17), b a scalar", 2, {33, 17}, {17, 1}, {0, 0}},
+        {"a (4, 1) column against b (1, 6)", 2, {4, 6}, {1, 0}, {0, 1}},
+    };
+    const phx_dtype dts[2] = {PHX_F32, PHX_BF16};
+    const char *ops[13] = {"add", "sub", "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge"};
+    char what[240], sh[64];
+    for (size_t l = 0; l < sizeof L / sizeof L[0]; l++)
+        for (int t = 0; t < 2; t++) {
+            phx_dtype dt = dts[t];
+            const layout *y = &L[l];
+            int64_t n = numel(y->ndim, y->shape), na = extent(y->ndim, y->shape, y->s1),
+                    nb = extent(y->ndim, y->shape, y->s2);
+            shape_name(sh, sizeof sh, y->ndim, y->shape);
+            for (int ints = 0; ints < 2; ints++) {
+                /* floats (pow's base positive), or integers in [-3, 3] with
+                 * NaN: ties for the comparisons, NaN through max/min */
+                buf a = ints ? bints(dt, na, 11) : brand(dt, na, 0.25f, 2),
+                    b = ints ? bints(dt, nb, 7) : brand(dt, nb, -2, 2);
+                buf out = bnew((size_t)n * phx_dtype_size(dt));
+                for (int op = PHX_BIN_ADD; op <= PHX_BIN_GE; op++) {
+                    snprintf(what, sizeof what, "binary %s %s %s %s%s", ops[op], phx_dtype_name(dt), sh, y->what,
+                             ints ? ", integers and NaN" : "");
+                    if (!check_ok(KG->binary(0, op, dt, y->ndim, y->shape, out.d, a.d, y->s1, b.d, y->s2),
+                                  KC->binary(0, op, dt, y->ndim, y->shape, out.h, a.h, y->s1, b.h, y->s2), what))
+                        continue;
+                    if (binary_exact(op))
+                        close_elem(&out, dt, n, 0, 1e-30, what); /* the same values, NaN where NaN */
+                    else
+                        close_elem(&out, dt, n, dt == PHX_F32 ? 1e-6 : round_tol(dt), 1e-6, what);
+                }
+                bfree(&a), bfree(&b), bfree(&out);
+            }
+        }
+    /* unary: every op, floats and integers (ties with alpha), then in place */
+    static const struct {
+        int op;
+        const char *name;
+        float alpha, beta;
+        int exact;
+    } U[] = {
+        {PHX_UN_NEG, "neg", 0, 0, 1},
+        {PHX_UN_EXP, "exp", 0, 0, 0},
+        {PHX_UN_LOG, "log", 0, 0, 0},
+        {PHX_UN_SQRT, "sqrt", 0, 0, 1},
+        {PHX_UN_RSQRT, "rsqrt", 0, 0, 0},
+        {PHX_UN_ABS, "abs", 0, 0, 1},
+        {PHX_UN_SIGN, "sign", 0, 0, 1},
+        {PHX_UN_AFFINE, "affine 1.5 x - 0.25", 1.5f, -0.25f, 1},
+        {PHX_UN_POW, "pow 2.5", 2.5f, 0, 0},
+        {PHX_UN_POW, "pow -2", -2.0f, 0, 0},
+        {PHX_UN_CLAMP, "clamp [-0.5, 0.75]", -0.5f, 0.75f, 1},
+        {PHX_UN_CLAMP, "clamp [NaN, 0.5]", NAN, 0.5f, 1},
+        {PHX_UN_CLAMP, "clamp [-1, NaN]", -1.0f, NAN, 1},
+        {PHX_UN_RECIP, "recip", 0, 0, 1},
+        {PHX_UN_EQ, "eq 1", 1, 0, 1},
+        {PHX_UN_NE, "ne 1", 1, 0, 1},
+        {PHX_UN_LT, "lt 1", 1, 0, 1},
+        {PHX_UN_LE, "le 1", 1, 0, 1},
+        {PHX_UN_GT, "gt 1", 1, 0, 1},
+        {PHX_UN_GE, "ge 1", 1, 0, 1},
+        {PHX_UN_SQUARE, "square", 0, 0, 1},
+    };
+    const int64_t n = 10007;
+    for (int t = 0; t < 2; t++) {
+        phx_dtype dt = dts[t];
+        for (int ints = 0; ints < 2; ints++) {
+            buf x = ints ? bints(dt, n, 13) : brand(dt, n, -3, 3), y = bnew(x.bytes);
+            for (size_t u = 0; u < sizeof U / sizeof U[0]; u++) {
+                snprintf(what, sizeof what, "unary %s %s, %lld %s", U[u].name, phx_dtype_name(dt), (long long)n,
+                         ints ? "integers and NaN" : "values in [-3, 3)");
+                if (check_ok(KG->unary(0, U[u].op, dt, n, y.d, x.d, U[u].alpha, U[u].beta),
+                             KC->unary(0, U[u].op, dt, n, y.h, x.h, U[u].alpha, U[u].beta), what))
+                    close_elem(&y, dt, n,
+                               U[u].exact          ? 0
+                                   : dt == PHX_F32 ? 1e-6
+                                                   : round_tol(dt),
+                               U[u].exact ? 1e-30 : 1e-6, what);
+            }
+            snprintf(what, sizeof what, "unary square %s in place (y = x)", phx_dtype_name(dt));
+            if (check_ok(KG->unary(0, PHX_UN_SQUARE, dt, n, x.d, x.d, 0, 0),
+                         KC->unary(0, PHX_UN_SQUARE, dt, n, x.h, x.h, 0, 0), what))
+                close_elem(&x, dt, n, 0, 1e-30, what);
+            bfree(&x), bfree(&y);
+        }
+    }
+    /* where: cond in several dtypes (0, -0, NaN and numbers), broadcast */
+    static const struct {
+        const char *what;
+        int ndim;
+        int64_t shape[3], c[3], a[3], b[3];
+    } W[] = {
+        {"cond (2, 1, 5), a (2, 3, 5), b (5)", 3, {2, 3, 5}, {5, 0, 1}, {15, 5, 1}, {0, 0, 1}},
+        {"cond (4, 6), a scalar, b transposed", 2, {4, 6}, {6, 1}, {0, 0}, {1, 4}},
+    };
+    const phx_dtype cdts[4] = {PHX_F32, PHX_BF16, PHX_I32, PHX_I64}, wdts[2] = {PHX_F32, PHX_BF16};
+    for (size_t w = 0; w < sizeof W / sizeof W[0]; w++)
+        for (int c = 0; c < 4; c++)
+            for (int t = 0; t < 2; t++) {
+                phx_dtype cdt = cdts[c], dt = wdts[t];
+                int64_t n = numel(W[w].ndim, W[w].shape), nc = extent(W[w].ndim, W[w].shape, W[w].c),
+                        na = extent(W[w].ndim, W[w].shape, W[w].a), nb = extent(W[w].ndim, W[w].shape, W[w].b);
+                float *cv = malloc((size_t)nc * sizeof *cv + 1);
+                const float pick[5] = {0.0f, -0.0f, NAN, 1.0f, -2.5f};
+                for (int64_t i = 0; i < nc; i++) cv[i] = pick[rnd64() % 5];
+                buf cond = bvals(cdt, nc, cv), a = brand(dt, na, -50, 50), b = brand(dt, nb, -50, 50),
+                    out = bnew((size_t)n * phx_dtype_size(dt));
+                snprintf(what, sizeof what, "where %s, cond %s, %s", phx_dtype_name(dt), phx_dtype_name(cdt),
+                         W[w].what);
+                if (check_ok(
+                        KG->where(0, dt, W[w].ndim, W[w].shape, out.d, cond.d, cdt, W[w].c, a.d, W[w].a, b.d, W[w].b),
+                        KC->where(0, dt, W[w].ndim, W[w].shape, out.h, cond.h, cdt, W[w].c, a.h, W[w].a, b.h, W[w].b),
+                        what))
+                    same(&out, what);
+                free(cv);
+                bfree(&cond), bfree(&a), bfree(&b), bfree(&out);
+            }
+}
+
+/* (outer, n, inner) shapes: inner 1 (a warp per row on the GPU), few
+ * outputs (warps reading strided), many outputs (a thread per output) */
+static const int64_t dim_shapes[][3] = {{3, 37, 1}, {4, 50, 7}, {2, 33, 600}, {1, 1000, 1}};
+
+static void test_reduce_dim(void)
+{
+    const phx_dtype dts[2] = {PHX_F32, PHX_BF16};
+    const char *ops[5] = {"sum", "mean", "max", "min", "logsumexp"};
+    char what[200];
+    for (size_t s = 0; s < sizeof dim_shapes / sizeof dim_shapes[0]; s++)
+        for (int t = 0; t < 2; t++)
+            for (int ints = 0; ints < 2; ints++) {
+                phx_dtype dt = dts[t];
+                int64_t outer = dim_shapes[s][0], n = dim_shapes[s][1], inner = dim_shapes[s][2];
+                int64_t nx = outer * n * inner, ny = outer * inner;
+                buf x = ints ? bints(dt, nx, 53) : brand(dt, nx, -4, 4), y = bnew((size_t)ny * phx_dtype_size(dt)),
+                    idx = bnew((size_t)ny * 8);
+                for (int op = PHX_RED_SUM; op <= PHX_RED_LOGSUMEXP; op++) {
+                    int arg = op == PHX_RED_MAX || op == PHX_RED_MIN;
+                    snprintf(what, sizeof what, "reduce_dim %s %s (%lld, %lld, %lld)%s", ops[op], phx_dtype_name(dt),
+                             (long long)outer, (long long)n, (long long)inner, ints ? ", integers (ties) and NaN" : "");
+                    if (!check_ok(KG->reduce_dim(0, op, dt, outer, n, inner, x.d, y.d, arg ? idx.d : NULL),
+                                  KC->reduce_dim(0, op, dt, outer, n, inner, x.h, y.h, arg ? idx.h : NULL), what))
+                        continue;
+                    if (arg) {
+                        close_elem(&y, dt, ny, 0, 1e-30, what);
+                        same(&idx, "  ... positions (the first on ties, NaN wins)");
+                    } else if (ints) { /* NaN in most outputs: NaN where the CPU has NaN */
+                        close_elem(&y, dt, ny, dt == PHX_F32 ? 1e-5 : round_tol(dt), 1e-3, what);
+                    } else {
+                        close_norm(&y, dt, ny, dt == PHX_F32 ? 1e-5 : round_tol(dt), what);
+                    }
+                }
+                bfree(&x), bfree(&y), bfree(&idx);
+            }
+    /* an empty middle dim: sum 0, mean NaN, logsumexp -inf */
+    for (int op = PHX_RED_SUM; op <= PHX_RED_LOGSUMEXP; op++) {
+        if (op == PHX_RED_MAX || op == PHX_RED_MIN) continue;
+        buf x = bnew(4), y = bnew(6 * 4);
+        snprintf(what, sizeof what, "reduce_dim %s f32 (2, 0, 3)", ops[op]);
+        if (check_ok(KG->reduce_dim(0, op, PHX_F32, 2, 0, 3, x.d, y.d, NULL),
+                     KC->reduce_dim(0, op, PHX_F32, 2, 0, 3, x.h, y.h, NULL), what))
+            close_elem(&y, PHX_F32, 6, 0, 1e-30, what);
+        bfree(&x), bfree(&y);
+    }
+}
+
+static void test_softmax_dim(void)
+{
+    const phx_dtype dts[2] = {PHX_F32, PHX_BF16};
+    char what[200];
+    for (size_t s = 0; s < sizeof dim_shapes / sizeof dim_shapes[0]; s++)
+        for (int t = 0; t < 2; t++)
+            for (int lg = 0; lg < 2; lg++) {
+                phx_dtype dt = dts[t];
+                int64_t outer = dim_shapes[s][0], n = dim_shapes[s][1], inner = dim_shapes[s][2],
+                        nx = outer * n * inner;
+                double tol = dt == PHX_F32 ? 1e-5 : round_tol(dt);
+                buf x = brand(dt, nx, -6, 6), y = bnew(x.bytes), dy = brand(dt, nx, -1, 1), dx = bnew(x.bytes);
+                snprintf(what, sizeof what, "softmax_dim%s %s (%lld, %lld, %lld)", lg ? " log" : "", phx_dtype_name(dt),
+                         (long long)outer, (long long)n, (long long)inner);
+                if (check_ok(KG->softmax_dim(0, lg, dt, outer, n, inner, x.d, y.d),
+                             KC->softmax_dim(0, lg, dt, outer, n, inner, x.h, y.h), what))
+                    close_norm(&y, dt, nx, tol, what);
+                G->copy_h2d(0, y.d, y.h, y.bytes); /* backward from the CPU's y on both sides */
+                snprintf(what, sizeof what, "softmax_dim_backward%s %s (%lld, %lld, %lld)", lg ? " log" : "",
+                         phx_dtype_name(dt), (long long)outer, (long long)n, (long long)inner);
+                if (check_ok(KG->softmax_dim_backward(0, lg, dt, outer, n, inner, y.d, dy.d, dx.d),
+                             KC->softmax_dim_backward(0, lg, dt, outer, n, inner, y.h, dy.h, dx.h), what))
+                    close_norm(&dx, dt, nx, tol, what);
+                snprintf(what, sizeof what, "softmax_dim%s %s (%lld, %lld, %lld) in place (y = x)", lg ? " log" : "",
+                         phx_dtype_name(dt), (long long)outer, (long long)n, (long long)inner);
+                if (check_ok(KG->softmax_dim(0, lg, dt, outer, n, inner, x.d, x.d),
+                             KC->softmax_dim(0, lg, dt, outer, n, inner, x.h, x.h), what))
+                    close_norm(&x, dt, nx, tol, what);
+                bfree(&x), bfree(&y), bfree(&dy), bfree(&dx);
+            }
+}
+
+static void test_index(void)
+{
+    static const int64_t shapes[][4] = {{3, 10, 7, 13}, {1, 50, 1, 200}, {4, 6, 33, 3}}; /* outer, n, inner, m */
+    const phx_dtype dts[3] = {PHX_F32, PHX_BF16, PHX_I64};
+    char what[200];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 3; t++) {
+            phx_dtype dt = dts[t];
+            int64_t outer = shapes[s][0], n = shapes[s][1], inner = shapes[s][2], m = shapes[s][3];
+            int64_t nx = outer * n * inner, ny = outer * m * inner;
+            size_t es = phx_dtype_size(dt);
+            buf x = brand(dt, nx, -100, 100), sel = bidx(m, n), full = bidx(ny, n), y = bnew((size_t)ny * es);
+            snprintf(what, sizeof what, "index_select %s (%lld, %lld, %lld), %lld indices", phx_dtype_name(dt),
+                     (long long)outer, (long long)n, (long long)inner, (long long)m);
+            if (check_ok(KG->index_select(0, dt, outer, n, inner, x.d, sel.d, m, y.d),
+                         KC->index_select(0, dt, outer, n, inner, x.h, sel.h, m, y.h), what))
+                same(&y, what);
+            snprintf(what, sizeof what, "gather %s (%lld, %lld, %lld) -> (%lld, %lld, %lld)", phx_dtype_name(dt),
+                     (long long)outer, (long long)n, (long long)inner, (long long)outer, (long long)m,
+                     (long long)inner);
+            if (check_ok(KG->gather(0, dt, outer, n, inner, x.d, full.d, m, y.d),
+                         KC->gather(0, dt, outer, n, inner, x.h, full.h, m, y.h), what))
+                same(&y, what);
+            if (dt != PHX_I64) { /* float dtypes: the adds, repeated indices summed in any order */
+                double tol = dt == PHX_F32 ? 1e-5 : 1.6e-2;
+                buf src = brand(dt, ny, -1, 1);
+                snprintf(what, sizeof what, "index_add %s (%lld, %lld, %lld), %lld indices", phx_dtype_name(dt),
+                         (long long)outer, (long long)n, (long long)inner, (long long)m);
+                if (check_ok(KG->index_add(0, dt, outer, n, inner, x.d, sel.d, m, src.d),
+                             KC->index_add(0, dt, outer, n, inner, x.h, sel.h, m, src.h), what))
+                    close_norm(&x, dt, nx, tol, what);
+                G->copy_h2d(0, x.d, x.h, x.bytes);
+                snprintf(what, sizeof what, "scatter_add %s (%lld, %lld, %lld) from (%lld, %lld, %lld)",
+                         phx_dtype_name(dt), (long long)outer, (long long)n, (long long)inner, (long long)outer,
+                         (long long)m, (long long)inner);
+                if (check_ok(KG->scatter_add(0, dt, outer, n, inner, x.d, full.d, m, src.d),
+                             KC->scatter_add(0, dt, outer, n, inner, x.h, full.h, m, src.h), what))
+                    close_norm(&x, dt, nx, tol, what);
+                bfree(&src);
+            }
+            bfree(&x), bfree(&sel), bfree(&full), bfree(&y);
+        }
+    /* the GPU's own rule for indices outside [0, n) (the CPU refuses them):
+     * index_select and gather write 0, index_add and scatter_add skip */
+    {
+        const int64_t n = 4, m = 4, bad[4] = {1, -1, 4, 2};
+        float xv[8] = {1, 2, 3, 4, 5, 6, 7, 8}, yv[8], src1[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        buf x = bvals(PHX_F32, 8, xv), idx = bnew(sizeof bad), y = bnew(8 * 4), src = bvals(PHX_F32, 8, src1);
+        bset(&idx, bad);
+        int good = KG->index_select(0, PHX_F32, 2, n, 1, x.d, idx.d, m, y.d) == PHX_OK;
+        bget(&y, yv);
+        ok(good && yv[0] == 2 && yv[1] == 0 && yv[2] == 0 && yv[3] == 3 && yv[4] == 6 && yv[5] == 0 && yv[6] == 0 &&
+               yv[7] == 7,
+           "index_select on cuda: indices -1 and n give 0 (got %g %g %g %g)", yv[0], yv[1], yv[2], yv[3]);
+        good = KG->index_add(0, PHX_F32, 2, n, 1, x.d, idx.d, m, src.d) == PHX_OK;
+        bget(&x, yv);
+        ok(good && yv[0] == 1 && yv[1] == 3 && yv[2] == 4 && yv[3] == 4 && yv[4] == 5 && yv[5] == 7 && yv[6] == 8 &&
+               yv[7] == 8,
+           "index_add on cuda: indices -1 and n are skipped (got %g %g %g %g)", yv[0], yv[1], yv[2], yv[3]);
+        bfree(&x), bfree(&idx), bfree(&y), bfree(&src);
+    }
+}
+
 /* ---- coverage: the test that runs each kernel slot on both tables, one
  * line per slot of kernels_v1.def. The table below is made from the .def,
  * so a slot appended there without its COVER_ line here does not compile
@@ -962,17 +1327,17 @@ static void test_pool(void)
 #define COVER_maxpool2d_backward test_pool
 #define COVER_avgpool2d_forward test_pool
 #define COVER_avgpool2d_backward test_pool
-#define COVER_copy_strided NULL /* not yet covered */
-#define COVER_binary NULL /* not yet covered */
-#define COVER_unary NULL /* not yet covered */
-#define COVER_where NULL /* not yet covered */
-#define COVER_reduce_dim NULL /* not yet covered */
-#define COVER_softmax_dim NULL /* not yet covered */
-#define COVER_softmax_dim_backward NULL /* not yet covered */
-#define COVER_index_select NULL /* not yet covered */
-#define COVER_index_add NULL /* not yet covered */
-#define COVER_gather NULL /* not yet covered */
-#define COVER_scatter_add NULL /* not yet covered */
+#define COVER_copy_strided test_strided
+#define COVER_binary test_broadcast
+#define COVER_unary test_broadcast
+#define COVER_where test_broadcast
+#define COVER_reduce_dim test_reduce_dim
+#define COVER_softmax_dim test_softmax_dim
+#define COVER_softmax_dim_backward test_softmax_dim
+#define COVER_index_select test_index
+#define COVER_index_add test_index
+#define COVER_gather test_index
+#define COVER_scatter_add test_index
 
 typedef void (*slot_test)(void);
 static const struct {
@@ -985,9 +1350,10 @@ static const struct {
 };
 
 /* The tests, in the order they run. */
-static const slot_test tests[] = {test_cast_fill, test_elementwise, test_activations, test_random, test_layernorm,
-                                  test_losses,    test_optim,       test_reduce,      test_gemm,   test_transformer,
-                                  test_conv,      test_batchnorm,   test_pool};
+static const slot_test tests[] = {test_cast_fill,  test_elementwise, test_activations, test_random,  test_layernorm,
+                                  test_losses,     test_optim,       test_reduce,      test_gemm,    test_transformer,
+                                  test_conv,       test_batchnorm,   test_pool,        test_strided, test_broadcast,
+                                  test_reduce_dim, test_softmax_dim, test_index};
 
 /* Every slot's test is among those run. */
 static void check_coverage(void)

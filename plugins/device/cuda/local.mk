@@ -7,12 +7,15 @@ cuda_kernel_sources = plugins/device/cuda/kernels/elementwise.cu plugins/device/
 	plugins/device/cuda/kernels/random.cu plugins/device/cuda/kernels/reduce.cu \
 	plugins/device/cuda/kernels/layernorm.cu plugins/device/cuda/kernels/loss.cu \
 	plugins/device/cuda/kernels/optim.cu plugins/device/cuda/kernels/attention.cu \
-	plugins/device/cuda/kernels/conv.cu plugins/device/cuda/kernels/batchnorm.cu plugins/device/cuda/kernels/pool.cu
+	plugins/device/cuda/kernels/conv.cu plugins/device/cuda/kernels/batchnorm.cu plugins/device/cuda/kernels/pool.cu \
+	plugins/device/cuda/kernels/strided.cu plugins/device/cuda/kernels/broadcast.cu \
+	plugins/device/cuda/kernels/reduce-dim.cu plugins/device/cuda/kernels/index.cu
 # every header the .cu files include (nvcc gets no automatic dependencies)
-cuda_kernel_headers = plugins/device/cuda/kernels/common.cuh plugins/device/cuda/kernels/kernels.h kernels/math.h \
+cuda_kernel_headers = plugins/device/cuda/kernels/common.cuh plugins/device/cuda/kernels/nd.cuh \
+	plugins/device/cuda/kernels/kernels.h include/phalanx/plugin/kernels_v1.def kernels/math.h \
 	plugins/device/cuda/cuda-impl.h include/phalanx/plugin/device_v1.h include/phalanx/plugin.h \
 	include/phalanx/tensor.h include/phalanx/device.h include/phalanx/error.h
-EXTRA_DIST += $(cuda_kernel_sources) plugins/device/cuda/kernels/common.cuh
+EXTRA_DIST += $(cuda_kernel_sources) plugins/device/cuda/kernels/common.cuh plugins/device/cuda/kernels/nd.cuh
 
 # The caching allocator's bookkeeping is CUDA-free: tested on the CPU in
 # every build.
@@ -50,7 +53,7 @@ pkglib_LTLIBRARIES += plugins/device/cuda/phx-device-cuda.la
 plugins_device_cuda_phx_device_cuda_la_SOURCES = plugins/device/cuda/plugin.c plugins/device/cuda/host.c plugins/device/cuda/context.c \
 	plugins/device/cuda/cuda-impl.h plugins/device/cuda/caching-alloc.c plugins/device/cuda/caching-alloc.h \
 	plugins/device/cuda/visible.c plugins/device/cuda/visible-filter.c plugins/device/cuda/visible.h \
-	plugins/device/cuda/kernels/gemm.c plugins/device/cuda/kernels/tensor-api-stubs.c plugins/device/cuda/kernels/table.c plugins/device/cuda/kernels/kernels.h
+	plugins/device/cuda/kernels/gemm.c plugins/device/cuda/kernels/table.c plugins/device/cuda/kernels/kernels.h
 plugins_device_cuda_phx_device_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(CUDNN_CPPFLAGS)
 plugins_device_cuda_phx_device_cuda_la_LDFLAGS = $(plugin_ldflags) $(CUDA_LDFLAGS) $(CUDNN_LDFLAGS)
 cuda_kernel_objects = $(cuda_kernel_sources:.cu=.lo)
