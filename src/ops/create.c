@@ -53,6 +53,11 @@ static phx_tensor *from_doubles(const char *fn, const double *vals, phx_dtype dt
 phx_tensor *phx_arange(double start, double end, double step, phx_dtype dt, phx_device dev)
 {
     const char *fn = "phx_arange";
+    if (!phx_dtype_is_float(dt)) { /* torch: integer aranges take integer bounds */
+        start = trunc(start);
+        end = trunc(end);
+        step = trunc(step);
+    }
     if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0 ||
         (step > 0 && end < start) || (step < 0 && end > start)) {
         phx_error(PHX_EINVAL,
