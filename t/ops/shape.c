@@ -162,6 +162,34 @@ int main(void)
     ok(g2 == 2.0, "each element of v is used twice: gradient 2 (%g)", g2);
 
     phx_scope_end(s);
+
+    /* Steady state: a step of shape and index ops, forward and backward,
+     * allocates nothing once warm. (No intermediate is used twice here:
+     * the engine's sum of two gradients of one node allocates a tensor.) */
+    phx_tensor *leaf = iota(PHX_F32, 3, s234);
+    phx_tensor_set_requires_grad(leaf, true);
+    phx_tensor *sel = phx_tensor_from_data(PHX_I64, 1, (int64_t[]){2}, (int64_t[]){2, 0});
+    uint64_t before = 0;
+    int failed = 0;
+    for (int step = 0; step < 6 && !failed; step++) {
+        if (step == 3) before = phx_alloc_count();
+        phx_scope *st = phx_scope_begin();
+        phx_tensor *a = phx_permute(leaf, 3, (int[]){2, 0, 1});
+        phx_tensor *b = phx_narrow(phx_reshape(a, 2, (int64_t[]){4, 6}), 1, 1, 3);
+        phx_tensor *e = phx_expand(phx_narrow(leaf, 0, 0, 1), 3, (int64_t[]){2, 3, 4});
+        phx_tensor *c = phx_cat(2, (const phx_tensor *[]){b, phx_flatten(phx_permute(e, 3, (int[]){0, 2, 1}), 0, 1)}, 0);
+        phx_tensor *k = phx_full(2, (int64_t[]){12, 3}, 2.0, PHX_F32, phx_cpu());
+        phx_tensor *d = phx_index_select(phx_stack(2, (const phx_tensor *[]){c, k}, 0), 1, sel);
+        phx_tensor *gd = d ? phx_full(phx_tensor_ndim(d), phx_tensor_shape(d), 1.0, PHX_F32, phx_cpu()) : NULL;
+        failed = !d || phx_tensor_zero_grad(leaf) != PHX_OK || phx_backward_with(d, gd) != PHX_OK;
+        phx_scope_end(st);
+    }
+    uint64_t after = phx_alloc_count();
+    ok(!failed, "6 steps of permute/reshape/narrow/expand/cat/stack/index_select run: %s",
+       failed ? phx_last_error() : "");
+    ok(after == before, "steps 4-6 allocate nothing (%llu allocations)", (unsigned long long)(after - before));
+    phx_tensor_free(leaf);
+    phx_tensor_free(sel);
     phx_tensor_free(x);
     phx_tensor_free(x1);
     phx_tensor_free(y);
