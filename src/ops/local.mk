@@ -4,6 +4,7 @@ libphalanx_internal_la_SOURCES += src/ops/ops-impl.h src/ops/common.c
 
 # Shape, indexing, creation and printing (shape.c ... print.c).
 libphalanx_internal_la_SOURCES += src/ops/shape.c src/ops/index.c src/ops/create.c src/ops/print.c
+EXTRA_DIST += t/ops/ref-cases.h t/ref/ops_shape.txt bench/torch/ops_shape_ref.py
 ops_shape_tests = t/ops/shape t/ops/index t/ops/create t/ops/print
 check_PROGRAMS += $(ops_shape_tests)
 TESTS += $(ops_shape_tests)
