@@ -15,6 +15,8 @@
 
 typedef struct cs_job {
     int nd; /* dims after coalescing; the last is the inner run */
+    int tk; /* a transposing copy: the dim (not the last) the source steps over by 1; else -1 */
+    int64_t tiles; /* blocks of PX_TILE along tk */
     int64_t shape[PHX_MAX_DIMS], ds[PHX_MAX_DIMS], ss[PHX_MAX_DIMS];
     char *dst;
     const char *src;
@@ -70,6 +72,59 @@ static void cs_part(void *arg, int64_t lo, int64_t hi)
     }
 }
 
+/* A transposing copy (the destination's run is the source's stride-1
+ * dim tk's crossing) goes by PX_TILE x PX_TILE blocks, so both sides stay
+ * in cache: element by element, a 4096 x 4096 f32 transpose ran 25x
+ * slower than memcpy. */
+#define PX_TILE 32
+
+#define CS_TILE_LOOP(T) \
+    do { \
+        T *dp = (T *)d; \
+        const T *sp = (const T *)s; \
+        for (int64_t i = 0; i < ni; i++) \
+            for (int64_t jj = 0; jj < nj; jj++) dp[i * dk + jj] = sp[i + jj * sl]; \
+    } while (0)
+
+/* dst[i dk + j] <- src[i + j sl] for i < ni, j < nj (dst's run stride 1,
+ * src's stride along i 1). */
+static void cs_tile(char *d, int64_t dk, const char *s, int64_t sl, int64_t ni, int64_t nj, size_t es)
+{
+    switch (es) {
+    case 2: CS_TILE_LOOP(uint16_t); break;
+    case 4: CS_TILE_LOOP(uint32_t); break;
+    case 8: CS_TILE_LOOP(uint64_t); break;
+    default:
+        for (int64_t i = 0; i < ni; i++)
+            for (int64_t jj = 0; jj < nj; jj++) memcpy(d + (size_t)(i * dk + jj) * es, s + (size_t)(i + jj * sl) * es, es);
+    }
+}
+
+/* Units lo .. hi-1 of a transposing copy: unit u is block u % tiles along
+ * tk of outer position u / tiles over the other dims. */
+static void cs_tiled_part(void *arg, int64_t lo, int64_t hi)
+{
+    const cs_job *j = arg;
+    int last = j->nd - 1, k = j->tk;
+    int64_t n = j->shape[last], kn = j->shape[k];
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t rem = u / j->tiles, i0 = (u % j->tiles) * PX_TILE, doff = 0, soff = 0;
+        for (int d = last - 1; d >= 0; d--) {
+            if (d == k) continue;
+            int64_t c = rem % j->shape[d];
+            rem /= j->shape[d];
+            doff += c * j->ds[d];
+            soff += c * j->ss[d];
+        }
+        int64_t ni = kn - i0 < PX_TILE ? kn - i0 : PX_TILE;
+        for (int64_t j0 = 0; j0 < n; j0 += PX_TILE) {
+            int64_t nj = n - j0 < PX_TILE ? n - j0 : PX_TILE;
+            cs_tile(j->dst + (size_t)(doff + i0 * j->ds[k] + j0) * j->es, j->ds[k],
+                    j->src + (size_t)(soff + i0 + j0 * j->ss[last]) * j->es, j->ss[last], ni, nj, j->es);
+        }
+    }
+}
+
 phx_status px_cpu_copy_strided(int dev, phx_dtype dt, int ndim, const int64_t *shape, void *dst,
                                const int64_t *dst_strides, const void *src, const int64_t *src_strides)
 {
@@ -110,7 +165,22 @@ phx_status px_cpu_copy_strided(int dev, phx_dtype dt, int ndim, const int64_t *s
         }
     }
     j.nd = nd + 1;
-    int64_t outer = total / j.shape[j.nd - 1];
+    int last = j.nd - 1;
+    j.tk = -1;
+    if (j.ds[last] == 1 && j.ss[last] != 1 && j.shape[last] >= PX_TILE / 2)
+        for (int d = 0; d < last; d++)
+            if (j.ss[d] == 1 && j.shape[d] >= PX_TILE / 2) j.tk = d;
+    if (j.tk >= 0) {
+        j.tiles = (j.shape[j.tk] + PX_TILE - 1) / PX_TILE;
+        int64_t units = total / (j.shape[last] * j.shape[j.tk]) * j.tiles;
+        int64_t grain = PX_STRIDED_PAR_BYTES / 4 / (PX_TILE * j.shape[last] * (int64_t)es) + 1;
+        if (total * (int64_t)es >= PX_STRIDED_PAR_BYTES)
+            px_cpu_parallel_for(units, grain, cs_tiled_part, &j);
+        else
+            cs_tiled_part(&j, 0, units);
+        return PHX_OK;
+    }
+    int64_t outer = total / j.shape[last];
     if (total * (int64_t)es >= PX_STRIDED_PAR_BYTES && outer > 1) {
         int64_t grain = PX_STRIDED_PAR_BYTES / 4 / (j.shape[j.nd - 1] * (int64_t)es) + 1;
         px_cpu_parallel_for(outer, grain, cs_part, &j);

@@ -4,6 +4,7 @@
  * other dtypes, and the errors: bad shapes name both shapes and the dim,
  * a reshape's element count names both shapes, a NULL input keeps the
  * first error. */
+#include <math.h>
 #include "t/ops/ref-cases.h"
 
 static int is_shape_op(const char *op)
@@ -52,6 +53,7 @@ static phx_tensor *iota(phx_dtype dt, int ndim, const int64_t *shape)
         void *p = phx_tensor_data(t);
         if (dt == PHX_I64) ((int64_t *)p)[i] = i * 1000003;
         else if (dt == PHX_F32) ((float *)p)[i] = (float)i;
+        else if (dt == PHX_I32) ((int32_t *)p)[i] = (int32_t)(i * 31);
         else ((uint16_t *)p)[i] = (uint16_t)(i * 7);
     }
     return t;
@@ -82,18 +84,21 @@ int main(void)
 
     /* Copies move bytes of every dtype (checked against index arithmetic). */
     const phx_dtype dts[] = {PHX_I64, PHX_BF16, PHX_F16, PHX_I32};
-    for (int k = 0; k < 4; k++) {
-        phx_tensor *t = iota(dts[k], 3, s234), *pt = phx_permute(t, 3, (int[]){2, 0, 1});
+    const int64_t shapes[2][3] = {{2, 3, 4}, {3, 40, 33}}; /* the second takes the tiled path */
+    for (int k = 0; k < 8; k++) {
+        const int64_t *B = shapes[k / 4];
+        phx_tensor *t = iota(dts[k % 4], 3, B), *pt = phx_permute(t, 3, (int[]){2, 0, 1});
         int good = pt != NULL;
-        for (int a = 0; good && a < 4; a++)
-            for (int b = 0; b < 2; b++)
-                for (int c = 0; c < 3; c++) {
-                    double got, want;
-                    phx_tensor_get(pt, (a * 2 + b) * 3 + c, &got);
-                    phx_tensor_get(t, (b * 3 + c) * 4 + a, &want);
+        for (int64_t a = 0; good && a < B[2]; a++)
+            for (int64_t b = 0; b < B[0]; b++)
+                for (int64_t c = 0; c < B[1]; c++) {
+                    double got = NAN, want = 0;
+                    phx_tensor_get(pt, (a * B[0] + b) * B[1] + c, &got);
+                    phx_tensor_get(t, (b * B[1] + c) * B[2] + a, &want);
                     good &= got == want;
                 }
-        ok(good, "permute of a %s tensor moves every element", phx_dtype_name(dts[k]));
+        ok(good, "permute (2, 0, 1) of a %s tensor (%lld, %lld, %lld) moves every element",
+           phx_dtype_name(dts[k % 4]), (long long)B[0], (long long)B[1], (long long)B[2]);
         phx_tensor_free(t);
     }
     /* A large permute runs split over threads: same values as element by element. */
