@@ -67,8 +67,8 @@ static void cs_part(void *arg, int64_t lo, int64_t hi)
             doff += c * j->ds[d];
             soff += c * j->ss[d];
         }
-        cs_run(j->dst + (size_t)doff * j->es, j->ds[last], j->src + (size_t)soff * j->es, j->ss[last],
-               j->shape[last], j->es);
+        cs_run(j->dst + (size_t)doff * j->es, j->ds[last], j->src + (size_t)soff * j->es, j->ss[last], j->shape[last],
+               j->es);
     }
 }
 
@@ -96,7 +96,8 @@ static void cs_tile(char *d, int64_t dk, const char *s, int64_t sl, int64_t ni, 
     case 8: CS_TILE_LOOP(uint64_t); break;
     default:
         for (int64_t i = 0; i < ni; i++)
-            for (int64_t jj = 0; jj < nj; jj++) memcpy(d + (size_t)(i * dk + jj) * es, s + (size_t)(i + jj * sl) * es, es);
+            for (int64_t jj = 0; jj < nj; jj++)
+                memcpy(d + (size_t)(i * dk + jj) * es, s + (size_t)(i + jj * sl) * es, es);
     }
 }
 
@@ -243,8 +244,8 @@ PX_INLINE void index_add_loop(int64_t outer, int64_t n, int64_t inner, void *x, 
         }
 }
 
-phx_status px_cpu_index_add(int dev, phx_dtype dt, int64_t outer, int64_t n, int64_t inner, void *x,
-                            const int64_t *idx, int64_t m, const void *src)
+phx_status px_cpu_index_add(int dev, phx_dtype dt, int64_t outer, int64_t n, int64_t inner, void *x, const int64_t *idx,
+                            int64_t m, const void *src)
 {
     (void)dev;
     phx_status st = check_layout("index_add", outer, n, inner, m);

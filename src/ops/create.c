@@ -58,8 +58,8 @@ phx_tensor *phx_arange(double start, double end, double step, phx_dtype dt, phx_
         end = trunc(end);
         step = trunc(step);
     }
-    if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0 ||
-        (step > 0 && end < start) || (step < 0 && end > start)) {
+    if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0 || (step > 0 && end < start) ||
+        (step < 0 && end > start)) {
         phx_error(PHX_EINVAL,
                   "%s: start %g, end %g, step %g: expected finite bounds and a nonzero step whose sign goes from "
                   "start towards end",

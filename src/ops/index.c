@@ -50,15 +50,14 @@ static phx_status index_select_backward(px_node *n, const phx_tensor *grad, phx_
     const index_ctx *c = px_node_ctx(n);
     const phx_tensor *idx = px_node_saved(n, 0);
     if (!idx) return PHX_ESTATE;
-    phx_tensor *z = px_op_zeros(fn, grad->dtype, px_node_in_ndim(n, 0), px_node_in_shape(n, 0),
-                                grad->storage->device);
+    phx_tensor *z = px_op_zeros(fn, grad->dtype, px_node_in_ndim(n, 0), px_node_in_shape(n, 0), grad->storage->device);
     if (!z) return PHX_ENOMEM;
     int64_t outer, inner;
     layout(z, c->dim, &outer, &inner);
     const phx_kernels_v1 *k = px_op_kernels(fn, z);
     if (!k->index_add) return missing(fn, "index_add");
-    phx_status st = k->index_add(z->storage->device.index, z->dtype, outer, z->shape[c->dim], inner,
-                                 px_tensor_ptr(z), px_tensor_ptr(idx), idx->numel, px_tensor_ptr(grad));
+    phx_status st = k->index_add(z->storage->device.index, z->dtype, outer, z->shape[c->dim], inner, px_tensor_ptr(z),
+                                 px_tensor_ptr(idx), idx->numel, px_tensor_ptr(grad));
     if (st) return kernel_failed(fn, st);
     in_grads[0] = z;
     return PHX_OK;
@@ -146,8 +145,7 @@ static phx_status gather_backward(px_node *n, const phx_tensor *grad, phx_tensor
     const index_ctx *c = px_node_ctx(n);
     const phx_tensor *idx = px_node_saved(n, 0);
     if (!idx) return PHX_ESTATE;
-    phx_tensor *z = px_op_zeros(fn, grad->dtype, px_node_in_ndim(n, 0), px_node_in_shape(n, 0),
-                                grad->storage->device);
+    phx_tensor *z = px_op_zeros(fn, grad->dtype, px_node_in_ndim(n, 0), px_node_in_shape(n, 0), grad->storage->device);
     if (!z) return PHX_ENOMEM;
     phx_status st = scatter_into(fn, z, c->dim, idx, grad);
     if (!st) in_grads[0] = z;
@@ -216,8 +214,7 @@ phx_tensor *phx_scatter_add(const phx_tensor *t, int dim, const phx_tensor *idx,
     if (!out) return NULL;
     int64_t st_[PHX_MAX_DIMS];
     px_contiguous_strides(t->ndim, t->shape, st_);
-    phx_status st =
-        px_op_copy_strided(fn, t, t->ndim, t->shape, px_tensor_ptr(out), st_, px_tensor_ptr(t), st_);
+    phx_status st = px_op_copy_strided(fn, t, t->ndim, t->shape, px_tensor_ptr(out), st_, px_tensor_ptr(t), st_);
     if (!st) st = scatter_into(fn, out, d, idx, src);
     const phx_tensor *gin[2] = {t, src};
     px_node *node = NULL;

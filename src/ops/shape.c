@@ -46,10 +46,11 @@ phx_status px_op_copy_strided(const char *fn, const phx_tensor *like, int ndim, 
 {
     const phx_kernels_v1 *k = px_op_kernels(fn, like);
     if (!k->copy_strided)
-        return phx_error(PHX_EUNSUPPORTED, "%s: the device's kernel table has no copy_strided (a plugin older than "
-                                           "minor 4)", fn);
-    return k->copy_strided(like->storage->device.index, like->dtype, ndim, shape, dst, dst_strides, src,
-                           src_strides);
+        return phx_error(PHX_EUNSUPPORTED,
+                         "%s: the device's kernel table has no copy_strided (a plugin older than "
+                         "minor 4)",
+                         fn);
+    return k->copy_strided(like->storage->device.index, like->dtype, ndim, shape, dst, dst_strides, src, src_strides);
 }
 
 phx_tensor *px_op_zeros(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)
@@ -109,9 +110,9 @@ phx_tensor *phx_reshape(const phx_tensor *t, int ndim, const int64_t *shape)
         known = t->numel;
     }
     if (known != t->numel) {
-        phx_error(PHX_EINVAL, "%s: shape %s (%" PRId64 " elements) is invalid for a tensor of shape %s (%" PRId64
-                  " elements)", fn, px_shape_str(ndim, shape, b, sizeof b), known,
-                  phx_tensor_shape_str(t, a, sizeof a), t->numel);
+        phx_error(PHX_EINVAL,
+                  "%s: shape %s (%" PRId64 " elements) is invalid for a tensor of shape %s (%" PRId64 " elements)", fn,
+                  px_shape_str(ndim, shape, b, sizeof b), known, phx_tensor_shape_str(t, a, sizeof a), t->numel);
         return NULL;
     }
     return view_as("reshape", t, ndim, s);
@@ -134,8 +135,8 @@ phx_tensor *phx_flatten(const phx_tensor *t, int start_dim, int end_dim)
     if (px_op_dim(fn, t, t->ndim, start_dim, &s0) || px_op_dim(fn, t, t->ndim, end_dim, &s1)) return NULL;
     if (s0 > s1) {
         char a[64];
-        phx_error(PHX_EINVAL, "%s: start_dim %d comes after end_dim %d in a tensor of shape %s", fn, start_dim,
-                  end_dim, phx_tensor_shape_str(t, a, sizeof a));
+        phx_error(PHX_EINVAL, "%s: start_dim %d comes after end_dim %d in a tensor of shape %s", fn, start_dim, end_dim,
+                  phx_tensor_shape_str(t, a, sizeof a));
         return NULL;
     }
     int64_t s[PHX_MAX_DIMS];
@@ -242,8 +243,8 @@ phx_tensor *phx_permute(const phx_tensor *t, int ndim, const int *dims)
     for (int i = 0; i < ndim; i++) {
         if (px_op_dim(fn, t, ndim, dims[i], &perm[i])) return NULL;
         if (seen & (1u << perm[i])) {
-            phx_error(PHX_EINVAL, "%s: dim %d appears twice in the permutation of a tensor of shape %s", fn,
-                      perm[i], phx_tensor_shape_str(t, a, sizeof a));
+            phx_error(PHX_EINVAL, "%s: dim %d appears twice in the permutation of a tensor of shape %s", fn, perm[i],
+                      phx_tensor_shape_str(t, a, sizeof a));
             return NULL;
         }
         seen |= 1u << perm[i];
@@ -501,8 +502,10 @@ static int split_impl(const char *fn, const phx_tensor *t, int64_t size, int d, 
     int64_t count = len == 0 ? 1 : (len + size - 1) / size;
     if (count > max_out || (count > 0 && !out)) {
         char a[64];
-        phx_error(PHX_EINVAL, "%s: a tensor of shape %s splits into %" PRId64 " pieces along dim %d, out has room "
-                  "for %d", fn, phx_tensor_shape_str(t, a, sizeof a), count, d, out ? max_out : 0);
+        phx_error(PHX_EINVAL,
+                  "%s: a tensor of shape %s splits into %" PRId64 " pieces along dim %d, out has room "
+                  "for %d",
+                  fn, phx_tensor_shape_str(t, a, sizeof a), count, d, out ? max_out : 0);
         return -1;
     }
     for (int64_t i = 0; i < count; i++) {
@@ -609,10 +612,10 @@ __attribute__((weak)) phx_tensor *px_sum_to(const phx_tensor *g, int ndim, const
         phx_tensor *z = px_op_zeros(fn, g->dtype, g->ndim, s, g->storage->device);
         phx_tensor *idx = px_op_zeros(fn, PHX_I64, 1, &n, g->storage->device);
         if (z && px_scope_open()) phx_tensor_retain(z);
-        phx_status st = z && idx ? px_op_kernels(fn, g)->index_add(g->storage->device.index, g->dtype, outer, 1, inner,
-                                                                   px_tensor_ptr(z), px_tensor_ptr(idx), n,
-                                                                   px_tensor_ptr(cur))
-                                 : PHX_ENOMEM;
+        phx_status st = z && idx
+            ? px_op_kernels(fn, g)->index_add(g->storage->device.index, g->dtype, outer, 1, inner, px_tensor_ptr(z),
+                                              px_tensor_ptr(idx), n, px_tensor_ptr(cur))
+            : PHX_ENOMEM;
         if (!px_scope_open()) phx_tensor_free(idx);
         phx_tensor_free(cur);
         cur = z;

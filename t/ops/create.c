@@ -62,8 +62,7 @@ int main(void)
         strtok_r(NULL, " \n", &save); /* ":" */
         int64_t count = 0;
         int same = t && same_values(t, &save, &count);
-        ok(same, "%s equals torch's %lld values%s", what, (long long)count,
-           t ? "" : phx_last_error());
+        ok(same, "%s equals torch's %lld values%s", what, (long long)count, t ? "" : phx_last_error());
         phx_tensor_free(t);
         n_ref++;
     }
@@ -76,8 +75,7 @@ int main(void)
     phx_tensor *fl = phx_full(2, s23, -2.5, PHX_BF16, phx_cpu());
     double v = 0, sum = 0;
     int good = fl && phx_tensor_dtype(fl) == PHX_BF16 && phx_tensor_reduce(fl, PHX_SUM, &sum) == PHX_OK;
-    ok(good && sum == -15,
-       "full((2, 3), -2.5) bf16 sums to -15 (%g)", sum);
+    ok(good && sum == -15, "full((2, 3), -2.5) bf16 sums to -15 (%g)", sum);
     phx_tensor_free(fl);
 
     /* rand: the Philox stream from the generator's offset, which advances. */
@@ -91,8 +89,7 @@ int main(void)
         same = v == phx_philox_uniform(77, 5 + (uint64_t)i) && v >= 0 && v < 1;
     }
     ok(same, "rand gives U[0, 1) draws i = 5.. of seed 77's stream");
-    ok(phx_rng_offset(rng) == 1005, "and advances the offset by 1000 (%llu)",
-       (unsigned long long)phx_rng_offset(rng));
+    ok(phx_rng_offset(rng) == 1005, "and advances the offset by 1000 (%llu)", (unsigned long long)phx_rng_offset(rng));
     phx_tensor_free(r);
     int64_t s10k[1] = {20000};
     phx_tensor *g = phx_randn(1, s10k, rng, PHX_F32, phx_cpu());

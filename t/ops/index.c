@@ -6,8 +6,7 @@
 
 static int is_index_op(const char *op)
 {
-    return !strcmp(op, "index_select") || !strcmp(op, "gather") || !strcmp(op, "scatter_add") ||
-           !strcmp(op, "one_hot");
+    return !strcmp(op, "index_select") || !strcmp(op, "gather") || !strcmp(op, "scatter_add") || !strcmp(op, "one_hot");
 }
 
 static phx_tensor *index_op(const ref_case *c, phx_tensor **x)
@@ -76,7 +75,21 @@ int main(void)
     phx_tensor_cast(xb, x);
     phx_tensor *gb = phx_gather(xb, 0, i23);
     double v = 0;
-    ok(gb && phx_tensor_get(gb, 4, &v) == PHX_OK && v == 4.0, "bf16 gather picks x[1][1] = 4 (%g)", v);
+    int got = gb && phx_tensor_get(gb, 4, &v) == PHX_OK;
+    ok(got && v == 4.0, "bf16 gather picks x[1][1] = 4 (%g)", v);
+
+    /* bf16 gradients: index_add and scatter_add round once per store. */
+    phx_tensor_set_requires_grad(xb, true);
+    phx_tensor *yb = phx_gather(xb, 0, i23);
+    phx_tensor *gy = phx_full(2, s23, 0.5, PHX_BF16, phx_cpu());
+    double gb0 = -1, gb3 = -1;
+    int ran = yb && phx_backward_with(yb, gy) == PHX_OK && phx_tensor_grad(xb) &&
+              phx_tensor_dtype(phx_tensor_grad(xb)) == PHX_BF16;
+    if (ran) phx_tensor_get(phx_tensor_grad(xb), 0, &gb0), phx_tensor_get(phx_tensor_grad(xb), 3, &gb3);
+    /* Both rows of i23 pick the diagonal x[0][0], x[1][1], x[2][2]: each
+     * gets 0.5 twice, x[1][0] nothing. */
+    ok(ran && gb0 == 1.0 && gb3 == 0.0, "bf16 gather backward: x[0][0] gets 1, x[1][0] 0 (%g, %g)%s", gb0, gb3,
+       ran ? "" : phx_last_error());
     phx_scope_end(s);
     phx_tensor_free(x);
     phx_tensor_free(bad);

@@ -101,8 +101,7 @@ int main(void)
         } else if (!strncmp(line, "endprint", 8) && t) {
             char *got = printed(t);
             int elided = phx_tensor_numel(t) > 1000, had = got && elided ? strip_size(got) : 1;
-            ok(got && had && !strcmp(got, expect), "%s prints as torch does%s", name,
-               elided ? " (and its size)" : "");
+            ok(got && had && !strcmp(got, expect), "%s prints as torch does%s", name, elided ? " (and its size)" : "");
             if (!got || strcmp(got, expect)) diag("got:\n%s\nexpected:\n%s", got ? got : phx_last_error(), expect);
             free(got);
             phx_tensor_free(t);

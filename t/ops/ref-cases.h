@@ -178,9 +178,10 @@ static int ref_run(const ref_case *c, ref_op_fn op)
     int same = out && phx_tensor_ndim(out) == c->out.ndim && phx_tensor_numel(out) == c->out.n;
     for (int d = 0; same && d < c->out.ndim; d++) same = phx_tensor_dim(out, d) == c->out.shape[d];
     double worst = 0;
-    for (int64_t i = 0; same && i < c->out.n; i++) worst = fmax(worst, fabs(ref_get(out, i) - c->out.v[i]) / (1 + fabs(c->out.v[i])));
-    failed += !ok(same && worst < 1e-6, "%s: %s matches torch (shape and values, max rel diff %g)%s%s", c->name, c->op, worst,
-                  out ? "" : ": ", out ? "" : phx_last_error());
+    for (int64_t i = 0; same && i < c->out.n; i++)
+        worst = fmax(worst, fabs(ref_get(out, i) - c->out.v[i]) / (1 + fabs(c->out.v[i])));
+    failed += !ok(same && worst < 1e-6, "%s: %s matches torch (shape and values, max rel diff %g)%s%s", c->name, c->op,
+                  worst, out ? "" : ": ", out ? "" : phx_last_error());
     if (c->has_w && same) {
         phx_tensor *w = ref_tensor(&c->w, c->out.shape, c->out.ndim);
         phx_status st = phx_backward_with(out, w);
@@ -208,8 +209,8 @@ static int ref_run(const ref_case *c, ref_op_fn op)
         phx_set_grad_enabled(mode);
         failed += !ok(have && gworst < 1e-6, "%s: gradient matches torch (max rel diff %g)%s%s", c->name, gworst,
                       have ? "" : ": ", have ? "" : phx_last_error());
-        failed += !ok(have && fworst < 1e-4, "%s: gradient matches central differences (max rel diff %g)", c->name,
-                      fworst);
+        failed +=
+            !ok(have && fworst < 1e-4, "%s: gradient matches central differences (max rel diff %g)", c->name, fworst);
         phx_tensor_free(w);
     }
     phx_scope_end(s);

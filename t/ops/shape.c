@@ -9,9 +9,9 @@
 
 static int is_shape_op(const char *op)
 {
-    static const char *const ops[] = {"reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
-                                      "narrow",  "slice",   "cat",     "stack",     "split",   "chunk",
-                                      "expand",  "contiguous"};
+    static const char *const ops[] = {"reshape",   "flatten", "squeeze", "unsqueeze", "permute",
+                                      "transpose", "narrow",  "slice",   "cat",       "stack",
+                                      "split",     "chunk",   "expand",  "contiguous"};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
         if (!strcmp(op, ops[i])) return 1;
     return 0;
@@ -51,10 +51,14 @@ static phx_tensor *iota(phx_dtype dt, int ndim, const int64_t *shape)
     phx_tensor *t = phx_tensor_new(dt, ndim, shape, phx_cpu());
     for (int64_t i = 0; i < phx_tensor_numel(t); i++) {
         void *p = phx_tensor_data(t);
-        if (dt == PHX_I64) ((int64_t *)p)[i] = i * 1000003;
-        else if (dt == PHX_F32) ((float *)p)[i] = (float)i;
-        else if (dt == PHX_I32) ((int32_t *)p)[i] = (int32_t)(i * 31);
-        else ((uint16_t *)p)[i] = (uint16_t)(i * 7);
+        if (dt == PHX_I64)
+            ((int64_t *)p)[i] = i * 1000003;
+        else if (dt == PHX_F32)
+            ((float *)p)[i] = (float)i;
+        else if (dt == PHX_I32)
+            ((int32_t *)p)[i] = (int32_t)(i * 31);
+        else
+            ((uint16_t *)p)[i] = (uint16_t)(i * 7);
     }
     return t;
 }
@@ -97,8 +101,8 @@ int main(void)
                     phx_tensor_get(t, (b * B[1] + c) * B[2] + a, &want);
                     good &= got == want;
                 }
-        ok(good, "permute (2, 0, 1) of a %s tensor (%lld, %lld, %lld) moves every element",
-           phx_dtype_name(dts[k % 4]), (long long)B[0], (long long)B[1], (long long)B[2]);
+        ok(good, "permute (2, 0, 1) of a %s tensor (%lld, %lld, %lld) moves every element", phx_dtype_name(dts[k % 4]),
+           (long long)B[0], (long long)B[1], (long long)B[2]);
         phx_tensor_free(t);
     }
     /* A large permute runs split over threads: same values as element by element. */
@@ -134,12 +138,10 @@ int main(void)
     ok(!phx_expand(x, 3, ex) && strstr(phx_last_error(), "dim 1") && strstr(phx_last_error(), "(2, 5, 4)") &&
            strstr(phx_last_error(), "(2, 3, 4)"),
        "expand of a non-1 dim names the shapes and dim: %s", phx_last_error());
-    ok(!phx_narrow(x, 2, 3, 2) && strstr(phx_last_error(), "(2, 3, 4)"), "narrow past the end: %s",
-       phx_last_error());
+    ok(!phx_narrow(x, 2, 3, 2) && strstr(phx_last_error(), "(2, 3, 4)"), "narrow past the end: %s", phx_last_error());
     ok(!phx_permute(x, 3, (int[]){0, 1, 1}) && strstr(phx_last_error(), "twice"), "permute repeating a dim: %s",
        phx_last_error());
-    ok(!phx_transpose(x, 0, 3) && strstr(phx_last_error(), "dim 3"), "transpose of dim 3 of 3: %s",
-       phx_last_error());
+    ok(!phx_transpose(x, 0, 3) && strstr(phx_last_error(), "dim 3"), "transpose of dim 3 of 3: %s", phx_last_error());
     phx_tensor *pieces[2];
     ok(phx_split(x, 1, 2, pieces, 2) == -1 && strstr(phx_last_error(), "4 pieces"), "split with too little room: %s",
        phx_last_error());
@@ -182,7 +184,8 @@ int main(void)
         phx_tensor *a = phx_permute(leaf, 3, (int[]){2, 0, 1});
         phx_tensor *b = phx_narrow(phx_reshape(a, 2, (int64_t[]){4, 6}), 1, 1, 3);
         phx_tensor *e = phx_expand(phx_narrow(leaf, 0, 0, 1), 3, (int64_t[]){2, 3, 4});
-        phx_tensor *c = phx_cat(2, (const phx_tensor *[]){b, phx_flatten(phx_permute(e, 3, (int[]){0, 2, 1}), 0, 1)}, 0);
+        phx_tensor *c =
+            phx_cat(2, (const phx_tensor *[]){b, phx_flatten(phx_permute(e, 3, (int[]){0, 2, 1}), 0, 1)}, 0);
         phx_tensor *k = phx_full(2, (int64_t[]){12, 3}, 2.0, PHX_F32, phx_cpu());
         phx_tensor *d = phx_index_select(phx_stack(2, (const phx_tensor *[]){c, k}, 0), 1, sel);
         phx_tensor *gd = d ? phx_full(phx_tensor_ndim(d), phx_tensor_shape(d), 1.0, PHX_F32, phx_cpu()) : NULL;
