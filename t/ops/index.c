@@ -70,6 +70,15 @@ int main(void)
     ok(g[3] == 3 && g[4] == 3 && g[5] == 3 && g[0] == 0 && g[11] == 0, "row 1 gets 3, others 0 (%g %g)", g[3], g[0]);
     ok(phx_tensor_grad_fn(y) && !strcmp(phx_tensor_grad_fn(y), "index_select"), "grad_fn is index_select");
 
+    /* The saved index changed in place before backward: refused, naming it. */
+    phx_tensor *idx2 = phx_tensor_from_data(PHX_I64, 1, s3, (int64_t[]){0, 2, 3});
+    phx_tensor *y2 = phx_index_select(x, 0, idx2);
+    phx_tensor_fill(idx2, 1.0);
+    ok(y2 && phx_backward_with(y2, ones) == PHX_ESTATE && strstr(phx_last_error(), "index_select") &&
+           strstr(phx_last_error(), "in-place"),
+       "an index modified after index_select: %s", phx_last_error());
+    phx_tensor_free(idx2);
+
     /* bf16 gather/scatter_add run in f32 and round once. */
     phx_tensor *xb = phx_tensor_new(PHX_BF16, 2, s43, phx_cpu());
     phx_tensor_cast(xb, x);
