@@ -114,6 +114,20 @@ int main(void)
         for (int64_t j = 0; j < 700; j++) good &= btv[i * 700 + j] == bv[j * 900 + i];
     ok(good, "a 700 x 900 transpose is exact");
     phx_tensor_free(bt);
+    /* Large copies of runs (no transpose) split over threads too. */
+    int64_t wide[2] = {300, 1000}, row[2] = {1, 1000};
+    phx_tensor *wt = iota(PHX_F32, 2, wide), *wn = phx_narrow(wt, 1, 1, 998), *rt = iota(PHX_F32, 2, row),
+               *re = phx_expand(rt, 2, (int64_t[]){400, 1000});
+    const float *wv = phx_tensor_data(wt), *wnv = wn ? phx_tensor_data(wn) : NULL, *rv = phx_tensor_data(rt),
+                *rev = re ? phx_tensor_data(re) : NULL;
+    good = wn && re;
+    for (int64_t i = 0; good && i < 300; i++)
+        for (int64_t j = 0; j < 998; j++) good &= wnv[i * 998 + j] == wv[i * 1000 + j + 1];
+    for (int64_t i = 0; good && i < 400; i++)
+        for (int64_t j = 0; j < 1000; j++) good &= rev[i * 1000 + j] == rv[j];
+    ok(good, "a (300, 1000) inner narrow and a (1, 1000) -> (400, 1000) expand are exact");
+    phx_tensor_free(wt);
+    phx_tensor_free(rt);
 
     /* Errors name both shapes and the dim; nothing is returned. */
     int64_t bad[2] = {5, 5}, inf2[2] = {-1, 5};
