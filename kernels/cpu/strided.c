@@ -257,6 +257,40 @@ phx_status px_cpu_index_add(int dev, phx_dtype dt, int64_t outer, int64_t n, int
 
 /* ---- gather / scatter_add: one index per element ---- */
 
+typedef struct gather_job {
+    int64_t n, m, inner;
+    const char *x;
+    const int64_t *idx;
+    char *y;
+    size_t es;
+} gather_job;
+
+#define GATHER_LOOP(T) \
+    do { \
+        const T *xp = (const T *)j->x; \
+        T *yp = (T *)j->y; \
+        for (int64_t i = 0; i < j->inner; i++) yp[k0 + i] = xp[(o * j->n + idx[k0 + i]) * j->inner + i]; \
+    } while (0)
+
+/* Rows lo .. hi-1 of the (outer * m) rows of inner elements. */
+static void gather_part(void *arg, int64_t lo, int64_t hi)
+{
+    const gather_job *j = arg;
+    const int64_t *idx = j->idx;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t o = r / j->m, k0 = r * j->inner;
+        switch (j->es) {
+        case 2: GATHER_LOOP(uint16_t); break;
+        case 4: GATHER_LOOP(uint32_t); break;
+        case 8: GATHER_LOOP(uint64_t); break;
+        default:
+            for (int64_t i = 0; i < j->inner; i++)
+                memcpy(j->y + (size_t)(k0 + i) * j->es,
+                       j->x + (size_t)((o * j->n + idx[k0 + i]) * j->inner + i) * j->es, j->es);
+        }
+    }
+}
+
 phx_status px_cpu_gather(int dev, phx_dtype dt, int64_t outer, int64_t n, int64_t inner, const void *x,
                          const int64_t *idx, int64_t m, void *y)
 {
@@ -266,14 +300,12 @@ phx_status px_cpu_gather(int dev, phx_dtype dt, int64_t outer, int64_t n, int64_
     phx_status st = check_layout("gather", outer, n, inner, m);
     if (!st) st = check_idx("gather", idx, outer * m * inner, n);
     if (st) return st;
-    const char *xs = x;
-    char *ys = y;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t jj = 0; jj < m; jj++)
-            for (int64_t i = 0; i < inner; i++) {
-                int64_t k = (o * m + jj) * inner + i;
-                memcpy(ys + (size_t)k * es, xs + (size_t)((o * n + idx[k]) * inner + i) * es, es);
-            }
+    gather_job j = {n, m, inner, x, idx, y, es};
+    int64_t rows = outer * m, bytes = rows * inner * (int64_t)es;
+    if (bytes >= PX_STRIDED_PAR_BYTES && rows > 1)
+        px_cpu_parallel_for(rows, PX_STRIDED_PAR_BYTES / 4 / (inner * (int64_t)es + 1) + 1, gather_part, &j);
+    else
+        gather_part(&j, 0, rows);
     return PHX_OK;
 }
 
