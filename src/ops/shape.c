@@ -496,10 +496,13 @@ phx_tensor *phx_stack(int n, const phx_tensor *const *ts, int dim)
 
 /* ---- Splitting: pieces are narrows ---- */
 
-static int split_impl(const char *fn, const phx_tensor *t, int64_t size, int d, phx_tensor **out, int max_out)
+/* Pieces of size along d; a dim of size 0 gives `empty` empty pieces
+ * (torch: 1 for split, `chunks` for chunk). */
+static int split_impl(const char *fn, const phx_tensor *t, int64_t size, int d, int64_t empty, phx_tensor **out,
+                      int max_out)
 {
     int64_t len = t->shape[d];
-    int64_t count = len == 0 ? 1 : (len + size - 1) / size;
+    int64_t count = len == 0 ? empty : (len + size - 1) / size;
     if (count > max_out || (count > 0 && !out)) {
         char a[64];
         phx_error(PHX_EINVAL,
@@ -509,7 +512,7 @@ static int split_impl(const char *fn, const phx_tensor *t, int64_t size, int d, 
         return -1;
     }
     for (int64_t i = 0; i < count; i++) {
-        int64_t start = i * size, l = len - start < size ? len - start : size;
+        int64_t start = len ? i * size : 0, l = len - start < size ? len - start : size;
         out[i] = phx_narrow(t, d, start, l);
         if (!out[i]) {
             /* Pieces handed to a scope go with it; without one they are ours. */
@@ -531,7 +534,7 @@ int phx_split(const phx_tensor *t, int64_t split_size, int dim, phx_tensor **out
         phx_error(PHX_EINVAL, "%s: split_size %" PRId64 ", expected >= 1", fn, split_size);
         return -1;
     }
-    return split_impl(fn, t, split_size, d, out, max_out);
+    return split_impl(fn, t, split_size, d, 1, out, max_out);
 }
 
 int phx_chunk(const phx_tensor *t, int chunks, int dim, phx_tensor **out, int max_out)
@@ -545,7 +548,7 @@ int phx_chunk(const phx_tensor *t, int chunks, int dim, phx_tensor **out, int ma
         return -1;
     }
     int64_t size = (t->shape[d] + chunks - 1) / chunks;
-    return split_impl(fn, t, size ? size : 1, d, out, max_out);
+    return split_impl(fn, t, size ? size : 1, d, chunks, out, max_out);
 }
 
 /* ---- Expand (a copy) ---- */

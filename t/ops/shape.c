@@ -161,6 +161,10 @@ int main(void)
        phx_last_error());
     phx_tensor *pc[4];
     ok(phx_chunk(x, 3, 2, pc, 4) == 2 && phx_tensor_dim(pc[1], 2) == 2, "chunk(3) of 4 gives 2 pieces of 2 (torch)");
+    phx_tensor *empty = phx_tensor_zeros(PHX_F32, 2, (int64_t[]){0, 2}, phx_cpu());
+    ok(phx_chunk(empty, 3, 0, pc, 4) == 3 && phx_tensor_numel(pc[2]) == 0 && phx_split(empty, 2, 0, pc, 4) == 1,
+       "a dim of size 0: chunk(3) gives 3 empty pieces, split 1 (torch)");
+    phx_tensor_free(empty);
 
     /* NULL propagation keeps the first error. */
     phx_tensor *chain = phx_transpose(phx_reshape(phx_narrow(x, 0, 5, 1), 1, (int64_t[]){-1}), 0, 0);
