@@ -189,7 +189,7 @@ phx_tensor *phx_full(int ndim, const int64_t *shape, double value, phx_dtype dt,
 /* U[0, 1) / N(0, 1) draws from rng (f32 and converted). */
 phx_tensor *phx_rand(int ndim, const int64_t *shape, phx_rng *rng, phx_dtype dt, phx_device dev);
 phx_tensor *phx_randn(int ndim, const int64_t *shape, phx_rng *rng, phx_dtype dt, phx_device dev);
-/* (n, m) with ones on the diagonal. */
+/* (n, m) with ones on the diagonal (m -1: n, as torch.eye(n)). */
 phx_tensor *phx_eye(int64_t n, int64_t m, phx_dtype dt, phx_device dev);
 
 /* ---- Conversion ---- */
@@ -202,10 +202,11 @@ phx_tensor *phx_to_dtype(const phx_tensor *t, phx_dtype dt);
 
 /* ---- Debugging ---- */
 
-/* Prints t as PyTorch does ("tensor([[1.0000, 2.0000], ...]") followed
- * by its shape, dtype, device and grad_fn; more than 1000 elements are
- * elided in the middle of each dim (the first and last 3). Copies device
- * tensors to the host. */
+/* Prints t as PyTorch 1.13's repr does ("tensor([[1.0000, 2.0000], ...]")
+ * with its suffixes: device off the CPU, dtype other than f32 and i64,
+ * grad_fn (Phalanx's operation name) or requires_grad; more than 1000
+ * elements are elided in the middle of each dim (the first and last 3)
+ * and then the size follows too. Copies device tensors to the host. */
 phx_status phx_tensor_print(const phx_tensor *t, FILE *f);
 
 #ifdef __cplusplus

@@ -54,4 +54,11 @@ phx_tensor *px_sum_to(const phx_tensor *g, int ndim, const int64_t *shape);
 phx_dtype px_autocast_dtype(void);
 /* Sets it; returns the previous (src/modules/module-autograd.c). */
 phx_dtype px_autocast_set(phx_dtype dt);
+/* Shape and index operations' helpers (src/ops/shape.c). */
+/* The device's copy_strided kernel on like's device and dtype; a clear
+ * PHX_EUNSUPPORTED naming fn when the device's table lacks it. */
+phx_status px_op_copy_strided(const char *fn, const phx_tensor *like, int ndim, const int64_t *shape, void *dst,
+                              const int64_t *dst_strides, const void *src, const int64_t *src_strides);
+/* A zero-filled result tensor, handed to the scope (px_scope_own). */
+phx_tensor *px_op_zeros(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev);
 #endif
