@@ -168,7 +168,7 @@ static inline int gc_check(const char *name, gc_fn fn, void *ctx, int k, phx_ten
 /* ---- Reference data ---- */
 
 typedef struct gc_ref_tensor {
-    char role[16], name[32];
+    char role[64], name[32];
     phx_dtype dt;
     int ndim;
     int64_t shape[PHX_MAX_DIMS];
@@ -295,6 +295,68 @@ static inline int gc_close(const phx_tensor *t, const gc_ref_tensor *r, double r
     if (wj >= 0) diag("element %lld: got %.9g, expected %.9g", (long long)wj, got, want);
     free(v);
     return res;
+}
+
+/* Runs case `name` of r: its "in" tensors (in file order) through fn,
+ * compares the output with "out out" and, after phx_backward_with(out,
+ * w), each input's gradient with "grad <input>"; then, unless cd is 0,
+ * checks the same gradients by central differences (gc_check, inputs
+ * without a reference gradient excluded). Reports one ok() per
+ * comparison; returns the number of failures. */
+static inline int gc_ref_run(const gc_ref *r, const char *name, gc_fn fn, void *ctx, double rtol, double atol, int cd)
+{
+    const gc_ref_case *c = gc_ref_case_find(r, name);
+    if (!c) return !ok(0, "%s: no reference case (regenerate t/ref/ops_math.txt)", name);
+    phx_tensor *in[GC_MAX_IN] = {NULL};
+    const gc_ref_tensor *gr[GC_MAX_IN] = {NULL};
+    int k = 0, fails = 0;
+    unsigned nograd = 0;
+    for (int i = 0; i < c->nt && k < GC_MAX_IN; i++)
+        if (!strcmp(c->t[i].role, "in")) {
+            gr[k] = gc_ref_get(c, "grad", c->t[i].name);
+            if (!gr[k]) nograd |= 1u << k;
+            in[k++] = gc_ref_tensor_new(&c->t[i]);
+        }
+    for (int i = 0; i < k; i++)
+        if (gr[i]) phx_tensor_set_requires_grad(in[i], true);
+    phx_tensor *w = gc_ref_tensor_new(gc_ref_get(c, "w", "w"));
+    phx_scope *s = phx_scope_begin();
+    phx_tensor *out = fn(ctx, k, in);
+    char what[160];
+    snprintf(what, sizeof what, "%s: forward matches PyTorch", name);
+    fails += !gc_close(out, gc_ref_get(c, "out", "out"), rtol, atol, what);
+    if (out && nograd != (1u << k) - 1) {
+        phx_status st = phx_backward_with(out, w);
+        if (!ok(st == PHX_OK, "%s: backward runs: %s", name, st ? phx_last_error() : "ok")) fails++;
+        for (int i = 0; i < k && !st; i++) {
+            if (!gr[i]) continue;
+            snprintf(what, sizeof what, "%s: gradient of %s matches PyTorch", name, gr[i]->name);
+            fails += !gc_close(phx_tensor_grad(in[i]), gr[i], rtol, atol, what);
+        }
+    }
+    phx_scope_end(s);
+    for (int i = 0; i < k; i++)
+        if (gr[i]) phx_tensor_set_requires_grad(in[i], false);
+    if (cd && nograd != (1u << k) - 1) {
+        gc_opts o = gc_default();
+        o.no_grad_mask = nograd;
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s (central differences)", name);
+        fails += gc_check(nm, fn, ctx, k, in, o);
+    }
+    for (int i = 0; i < k; i++) phx_tensor_free(in[i]);
+    phx_tensor_free(w);
+    return fails;
+}
+
+/* The number of ok() lines gc_ref_run reports for case name (for plan()). */
+static inline int gc_ref_count(const gc_ref *r, const char *name, int cd)
+{
+    const gc_ref_case *c = gc_ref_case_find(r, name);
+    if (!c) return 1;
+    int grads = 0;
+    for (int i = 0; i < c->nt; i++) grads += !strcmp(c->t[i].role, "grad");
+    return 1 + (grads ? 1 + grads + (cd ? grads : 0) : 0);
 }
 
 static inline void gc_ref_free(gc_ref *r)

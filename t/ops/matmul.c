@@ -1,0 +1,66 @@
+/* torch.matmul's cases (dot, vector-matrix, matrix-vector, matrix,
+ * batched, batch broadcasting both ways, the folded Linear case): values
+ * and gradients against PyTorch 1.13 (t/ref/ops_math.txt) and central
+ * differences; bf16; errors. */
+#include "t/ops/gradcheck.h"
+
+static phx_tensor *run(void *ctx, int k, phx_tensor *const *in)
+{
+    (void)ctx, (void)k;
+    return phx_matmul(in[0], in[1]);
+}
+
+static const char *const cases[] = {"matmul_dot",         "matmul_vecmat",      "matmul_matvec", "matmul_mm",
+                                    "matmul_bmm",         "matmul_bcast",       "matmul_fold",   "matmul_vec_batched",
+                                    "matmul_batched_vec", "matmul_bcast_left",  "matmul_bcast_one"};
+
+static void bf16(void)
+{
+    int64_t sa[3] = {2, 3, 8}, sb[2] = {8, 5};
+    phx_rng *rng = phx_rng_new(7);
+    phx_tensor *a = phx_tensor_new(PHX_F32, 3, sa, phx_cpu()), *b = phx_tensor_new(PHX_F32, 2, sb, phx_cpu());
+    phx_rng_normal(rng, a, 0, 1), phx_rng_normal(rng, b, 0, 1);
+    phx_tensor *ah = phx_tensor_new(PHX_BF16, 3, sa, phx_cpu()), *bh = phx_tensor_new(PHX_BF16, 2, sb, phx_cpu());
+    phx_tensor_cast(ah, a), phx_tensor_cast(bh, b);
+    phx_tensor_cast(a, ah), phx_tensor_cast(b, bh); /* the same values in f32 */
+    phx_scope *s = phx_scope_begin();
+    phx_tensor *yh = phx_matmul(ah, bh), *y = phx_matmul(a, b);
+    double worst = yh ? 0 : 1;
+    for (int64_t i = 0; yh && y && i < phx_tensor_numel(y); i++) {
+        double u, v;
+        phx_tensor_get(yh, i, &u), phx_tensor_get(y, i, &v);
+        worst = fmax(worst, fabs(u - v) / (1 + fabs(v)));
+    }
+    ok(yh && phx_tensor_dtype(yh) == PHX_BF16 && worst < 1e-2, "bf16 matmul: bf16 result within bf16 rounding of "
+       "f32 (%g)", worst);
+    phx_scope_end(s);
+    phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(ah), phx_tensor_free(bh);
+    phx_rng_free(rng);
+}
+
+static void errors(void)
+{
+    int64_t s23[2] = {2, 3}, s43[2] = {4, 3}, b1[3] = {2, 2, 3}, b2[3] = {3, 3, 4}, s34[2] = {3, 4};
+    phx_tensor *a = phx_tensor_zeros(PHX_F32, 2, s23, phx_cpu()), *b = phx_tensor_zeros(PHX_F32, 2, s43, phx_cpu());
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 3, b1, phx_cpu()), *y = phx_tensor_zeros(PHX_F32, 3, b2, phx_cpu());
+    phx_tensor *h = phx_tensor_zeros(PHX_F16, 2, s34, phx_cpu());
+    phx_scope *s = phx_scope_begin();
+    ok(!phx_matmul(a, b) && strstr(phx_last_error(), "(2, 3)") && strstr(phx_last_error(), "(4, 3)"),
+       "(2,3) @ (4,3) is refused naming both shapes: %s", phx_last_error());
+    ok(!phx_matmul(x, y) && strstr(phx_last_error(), "batch dim 0"), "batch 2 vs 3 is refused: %s",
+       phx_last_error());
+    ok(!phx_matmul(a, h) && strstr(phx_last_error(), "f16"), "f32 @ f16 is refused: %s", phx_last_error());
+    phx_scope_end(s);
+    phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(x), phx_tensor_free(y), phx_tensor_free(h);
+}
+
+int main(void)
+{
+    gc_ref *r = gc_ref_load("ops_math.txt");
+    if (!r) return ok(0, "reference data loads"), done_testing();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) gc_ref_run(r, cases[i], run, NULL, 1e-5, 1e-5, 1);
+    bf16();
+    errors();
+    gc_ref_free(r);
+    return done_testing();
+}
