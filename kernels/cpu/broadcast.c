@@ -14,8 +14,10 @@
 #include <string.h>
 #include "kernels/cpu/cpu.h"
 
-/* Outputs below this many elements run on the calling thread. */
-#define PX_BCAST_GRAIN 32768
+/* Outputs below this many elements run on the calling thread: memory
+ * bound loops gain little from more threads below a few MiB (and lose to
+ * waking the pool). */
+#define PX_BCAST_GRAIN (1 << 20)
 
 typedef struct bcast_job {
     int op, nd;
@@ -115,7 +117,7 @@ PX_INLINE void bin_rows(int op, int dt, const bcast_job *j, int64_t lo, int64_t 
 }
 
 #define BIN_FN(NAME, OP) \
-    static void bin_##NAME(void *arg, int64_t lo, int64_t hi) \
+    PX_CLONES static void bin_##NAME(void *arg, int64_t lo, int64_t hi) \
     { \
         const bcast_job *j = arg; \
         PX_FLOAT_CALL(j->dt, bin_rows(OP, DT, j, lo, hi)); \
@@ -226,7 +228,7 @@ PX_INLINE void where_rows(int dt, const bcast_job *j, int64_t lo, int64_t hi)
     }
 }
 
-static void where_fn(void *arg, int64_t lo, int64_t hi)
+PX_CLONES static void where_fn(void *arg, int64_t lo, int64_t hi)
 {
     const bcast_job *j = arg;
     PX_FLOAT_CALL(j->dt, where_rows(DT, j, lo, hi));
@@ -297,7 +299,7 @@ PX_INLINE void un_range(int op, int dt, const un_job *j, int64_t lo, int64_t hi)
 }
 
 #define UN_FN(NAME, OP) \
-    static void un_##NAME(void *arg, int64_t lo, int64_t hi) \
+    PX_CLONES static void un_##NAME(void *arg, int64_t lo, int64_t hi) \
     { \
         const un_job *j = arg; \
         PX_FLOAT_CALL(j->dt, un_range(OP, DT, j, lo, hi)); \

@@ -12,7 +12,7 @@
 
 #define PX_RD_TILE 64
 /* Elements below this many run on the calling thread. */
-#define PX_RD_GRAIN 32768
+#define PX_RD_GRAIN (1 << 20)
 
 typedef struct rd_job {
     int op, log;
@@ -122,7 +122,7 @@ PX_INLINE void rd_items(int op, int dt, const rd_job *j, int64_t lo, int64_t hi)
 }
 
 #define RD_FN(NAME, OP) \
-    static void rd_##NAME(void *arg, int64_t lo, int64_t hi) \
+    PX_CLONES static void rd_##NAME(void *arg, int64_t lo, int64_t hi) \
     { \
         const rd_job *j = arg; \
         PX_FLOAT_CALL(j->dt, rd_items(OP, DT, j, lo, hi)); \
@@ -199,7 +199,7 @@ PX_INLINE void sm_items(int dt, const rd_job *j, int64_t lo, int64_t hi)
     }
 }
 
-static void sm_fn(void *arg, int64_t lo, int64_t hi)
+PX_CLONES static void sm_fn(void *arg, int64_t lo, int64_t hi)
 {
     const rd_job *j = arg;
     PX_FLOAT_CALL(j->dt, sm_items(DT, j, lo, hi));
@@ -212,6 +212,8 @@ phx_status px_cpu_softmax_dim(int dev, int log, phx_dtype dt, int64_t outer, int
     phx_status st = rd_check("softmax_dim", dt, outer, n, inner);
     if (st) return st;
     if (outer == 0 || inner == 0 || n == 0) return PHX_OK;
+    if (inner == 1) /* rows: the attention kernel's row softmax */
+        return px_cpu_softmax_forward(dev, outer, n, 1.0f, 0, log, x, y, dt);
     rd_job j = {.log = log, .dt = dt, .outer = outer, .n = n, .inner = inner, .x = x, .y = y};
     j.tiles = inner == 1 ? 1 : (inner + PX_RD_TILE - 1) / PX_RD_TILE;
     rd_split(&j, sm_fn);
@@ -244,7 +246,7 @@ PX_INLINE void smb_items(int dt, const rd_job *j, int64_t lo, int64_t hi)
     }
 }
 
-static void smb_fn(void *arg, int64_t lo, int64_t hi)
+PX_CLONES static void smb_fn(void *arg, int64_t lo, int64_t hi)
 {
     const rd_job *j = arg;
     PX_FLOAT_CALL(j->dt, smb_items(DT, j, lo, hi));
@@ -257,6 +259,7 @@ phx_status px_cpu_softmax_dim_backward(int dev, int log, phx_dtype dt, int64_t o
     phx_status st = rd_check("softmax_dim_backward", dt, outer, n, inner);
     if (st) return st;
     if (outer == 0 || inner == 0 || n == 0) return PHX_OK;
+    if (inner == 1) return px_cpu_softmax_backward(dev, outer, n, 1.0f, 0, log, y, dy, dx, dt);
     rd_job j = {.log = log, .dt = dt, .outer = outer, .n = n, .inner = inner, .x = y, .y2 = dy, .y = dx};
     j.tiles = inner == 1 ? 1 : (inner + PX_RD_TILE - 1) / PX_RD_TILE;
     rd_split(&j, smb_fn);
