@@ -101,7 +101,7 @@ static void half_dtypes(void)
 /* Large outputs take the pool; every layout gives the reference values. */
 static void large(void)
 {
-    int64_t sa[3] = {64, 33, 40}, sb[2] = {33, 1}, sc[1] = {40};
+    int64_t sa[3] = {128, 66, 128}, sb[2] = {66, 1}, sc[1] = {128}; /* > 2^20: the pool */
     phx_rng *rng = phx_rng_new(9);
     phx_tensor *a = phx_tensor_new(PHX_F32, 3, sa, phx_cpu()), *b = phx_tensor_new(PHX_F32, 2, sb, phx_cpu());
     phx_tensor *c = phx_tensor_new(PHX_F32, 1, sc, phx_cpu());
@@ -111,13 +111,13 @@ static void large(void)
     const float *pa = phx_tensor_data(a), *pb = phx_tensor_data(b), *pc = phx_tensor_data(c);
     const float *py = y ? phx_tensor_data(y) : NULL;
     int bad = !py;
-    for (int64_t i = 0; py && i < 64; i++)
-        for (int64_t j = 0; j < 33; j++)
-            for (int64_t l = 0; l < 40; l++) {
-                float want = pa[(i * 33 + j) * 40 + l] * pb[j] - pc[l];
-                bad += py[(i * 33 + j) * 40 + l] != want;
+    for (int64_t i = 0; py && i < 128; i++)
+        for (int64_t j = 0; j < 66; j++)
+            for (int64_t l = 0; l < 128; l++) {
+                float want = pa[(i * 66 + j) * 128 + l] * pb[j] - pc[l];
+                bad += py[(i * 66 + j) * 128 + l] != want;
             }
-    ok(!bad, "a (64,33,40) * b (33,1) - c (40): every element as computed here (%d differ)", bad);
+    ok(!bad, "a (128,66,128) * b (66,1) - c (128): every element as computed here (%d differ)", bad);
     phx_scope_end(s);
     phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(c);
     phx_rng_free(rng);

@@ -94,10 +94,10 @@ static void nan_and_ties(void)
     phx_tensor_free(x);
 }
 
-/* Large: the pool splits; sum/max over dims 0, 1 and 2 against loops. */
+/* Large: sum/max/softmax over dims 0, 1 and 2 against loops. */
 static void large(void)
 {
-    int64_t sh[3] = {37, 129, 65};
+    int64_t sh[3] = {64, 129, 130}; /* > 2^20 elements: the pool splits */
     phx_rng *rng = phx_rng_new(3);
     phx_tensor *x = phx_tensor_new(PHX_F32, 3, sh, phx_cpu());
     phx_rng_normal(rng, x, 0, 1);
@@ -132,9 +132,45 @@ static void large(void)
                 float gm = ((const float *)phx_tensor_data(ym))[a * in + c];
                 bad += gm != (float)best || ((const int64_t *)phx_tensor_data(ix))[a * in + c] != bi;
             }
-        ok(!bad && worst < 1e-6, "(37,129,65) over dim %d: sum, max, indices and softmax as a direct loop (%d "
+        ok(!bad && worst < 1e-6, "(64,129,130) over dim %d: sum, max, indices and softmax as a direct loop (%d "
            "wrong, worst error %g)", d, bad, worst);
         phx_scope_end(s);
+    }
+    phx_tensor_free(x);
+    phx_rng_free(rng);
+}
+
+/* f16 and bf16: sum, logsumexp and softmax within the dtype's rounding of
+ * the f32 result on the same (rounded) values. */
+static void half_dtypes(void)
+{
+    int64_t sh[3] = {3, 50, 7};
+    phx_rng *rng = phx_rng_new(4);
+    phx_tensor *x = phx_tensor_new(PHX_F32, 3, sh, phx_cpu());
+    phx_rng_normal(rng, x, 0, 1);
+    phx_dtype dts[2] = {PHX_F16, PHX_BF16};
+    double tol[2] = {2e-3, 1.6e-2};
+    for (int d = 0; d < 2; d++) {
+        phx_tensor *h = phx_tensor_new(dts[d], 3, sh, phx_cpu());
+        phx_tensor_cast(h, x), phx_tensor_cast(x, h);
+        phx_scope *s = phx_scope_begin();
+        int dim = 1;
+        phx_tensor *yh[3] = {phx_sum(h, 1, &dim, false), phx_logsumexp(h, 1, &dim, true), phx_softmax(h, 1)};
+        phx_tensor *y[3] = {phx_sum(x, 1, &dim, false), phx_logsumexp(x, 1, &dim, true), phx_softmax(x, 1)};
+        double worst = 0;
+        int bad = 0;
+        for (int o = 0; o < 3; o++) {
+            bad += !yh[o] || !y[o] || phx_tensor_dtype(yh[o]) != dts[d];
+            for (int64_t i = 0; !bad && i < phx_tensor_numel(y[o]); i++) {
+                double u, v;
+                phx_tensor_get(yh[o], i, &u), phx_tensor_get(y[o], i, &v);
+                worst = fmax(worst, fabs(u - v) / (fabs(v) + 1e-3));
+            }
+        }
+        ok(!bad && worst < tol[d], "%s: sum, logsumexp and softmax within %g of f32 (%g)", phx_dtype_name(dts[d]),
+           tol[d], worst);
+        phx_scope_end(s);
+        phx_tensor_free(h);
     }
     phx_tensor_free(x);
     phx_rng_free(rng);
@@ -167,6 +203,7 @@ int main(void)
     indices(r);
     nan_and_ties();
     large();
+    half_dtypes();
     errors();
     gc_ref_free(r);
     return done_testing();
