@@ -235,8 +235,8 @@ PX_CLONES static void where_fn(void *arg, int64_t lo, int64_t hi)
 }
 
 phx_status px_cpu_where(int dev, phx_dtype dt, int ndim, const int64_t *shape, void *out, const void *cond,
-                        phx_dtype cdt, const int64_t *c_strides, const void *a, const int64_t *a_strides,
-                        const void *b, const int64_t *b_strides)
+                        phx_dtype cdt, const int64_t *c_strides, const void *a, const int64_t *a_strides, const void *b,
+                        const int64_t *b_strides)
 {
     (void)dev;
     int64_t rows, n;
@@ -323,9 +323,9 @@ UN_FN(gt, PHX_UN_GT)
 UN_FN(ge, PHX_UN_GE)
 UN_FN(square, PHX_UN_SQUARE)
 
-static const px_range_fn un_fns[] = {un_neg,   un_exp,   un_log, un_sqrt, un_rsqrt, un_abs,
-                                     un_sign,  un_affine, un_pow, un_clamp, un_recip, un_eq,
-                                     un_ne,    un_lt,    un_le,  un_gt,   un_ge,    un_square};
+static const px_range_fn un_fns[] = {un_neg,  un_exp,    un_log, un_sqrt,  un_rsqrt, un_abs,
+                                     un_sign, un_affine, un_pow, un_clamp, un_recip, un_eq,
+                                     un_ne,   un_lt,     un_le,  un_gt,    un_ge,    un_square};
 
 phx_status px_cpu_unary(int dev, int op, phx_dtype dt, int64_t n, void *y, const void *x, float alpha, float beta)
 {

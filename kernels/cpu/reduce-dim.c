@@ -112,10 +112,8 @@ PX_INLINE void rd_items(int op, int dt, const rd_job *j, int64_t lo, int64_t hi)
                     m[t] = (v > m[t] || v != v) ? v : m[t];
                 }
             for (int64_t k = 0; k < n; k++)
-                for (int64_t t = 0; t < w; t++)
-                    acc[t] += phx_expf(px_ld(j->x, dt, base + k * inner + t) - m[t]);
-            for (int64_t t = 0; t < w; t++)
-                acc[t] = (m[t] != m[t] || isinf(m[t])) ? m[t] : m[t] + logf(acc[t]);
+                for (int64_t t = 0; t < w; t++) acc[t] += phx_expf(px_ld(j->x, dt, base + k * inner + t) - m[t]);
+            for (int64_t t = 0; t < w; t++) acc[t] = (m[t] != m[t] || isinf(m[t])) ? m[t] : m[t] + logf(acc[t]);
         }
         for (int64_t t = 0; t < w; t++) px_st(j->y, dt, o * inner + t0 + t, acc[t]);
     }

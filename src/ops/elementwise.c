@@ -74,8 +74,8 @@ static phx_tensor *bin_new(const char *fn, int op, const phx_tensor *a, const ph
     if (!out) return NULL;
     px_broadcast_strides(a, nd, shape, sa);
     px_broadcast_strides(b, nd, shape, sb);
-    if (k->binary(dev.index, op, a->dtype, nd, shape, px_tensor_ptr(out), px_tensor_ptr(a), sa, px_tensor_ptr(b),
-                  sb) != PHX_OK) {
+    if (k->binary(dev.index, op, a->dtype, nd, shape, px_tensor_ptr(out), px_tensor_ptr(a), sa, px_tensor_ptr(b), sb) !=
+        PHX_OK) {
         phx_tensor_free(out);
         return NULL;
     }
@@ -290,10 +290,11 @@ phx_tensor *phx_where(const phx_tensor *cond, const phx_tensor *a, const phx_ten
         int64_t dc = ic >= 0 ? cond->shape[ic] : 1, ds = is >= 0 ? s1[is] : 1;
         if (dc != ds && dc != 1 && ds != 1) {
             char sc1[64], sa1[64], sb1[64];
-            phx_error(PHX_EINVAL, "%s: cond %s cannot broadcast with a %s and b %s: dim %d has sizes %lld and %lld, "
-                      "expected equal or 1", fn, phx_tensor_shape_str(cond, sc1, sizeof sc1),
-                      phx_tensor_shape_str(a, sa1, sizeof sa1), phx_tensor_shape_str(b, sb1, sizeof sb1), i,
-                      (long long)dc, (long long)ds);
+            phx_error(PHX_EINVAL,
+                      "%s: cond %s cannot broadcast with a %s and b %s: dim %d has sizes %lld and %lld, "
+                      "expected equal or 1",
+                      fn, phx_tensor_shape_str(cond, sc1, sizeof sc1), phx_tensor_shape_str(a, sa1, sizeof sa1),
+                      phx_tensor_shape_str(b, sb1, sizeof sb1), i, (long long)dc, (long long)ds);
             return NULL;
         }
         shape[i] = dc == 1 ? ds : dc;

@@ -46,8 +46,10 @@ phx_tensor *phx_cross_entropy(const phx_tensor *logits, const phx_tensor *target
     char sl[64], st_[64];
     if (logits->ndim != 2 || logits->shape[1] < 1 || logits->shape[0] < 1 || target->dtype != PHX_I64 ||
         target->ndim != 1 || target->shape[0] != logits->shape[0]) {
-        phx_error(PHX_EINVAL, "cross_entropy: logits %s and target %s %s, expected logits (n, classes) with n >= 1 "
-                  "and an i64 target (n)", phx_tensor_shape_str(logits, sl, sizeof sl), phx_dtype_name(target->dtype),
+        phx_error(PHX_EINVAL,
+                  "cross_entropy: logits %s and target %s %s, expected logits (n, classes) with n >= 1 "
+                  "and an i64 target (n)",
+                  phx_tensor_shape_str(logits, sl, sizeof sl), phx_dtype_name(target->dtype),
                   phx_tensor_shape_str(target, st_, sizeof st_));
         return NULL;
     }
@@ -57,10 +59,10 @@ phx_tensor *phx_cross_entropy(const phx_tensor *logits, const phx_tensor *target
     phx_tensor *out = px_op_new(fn, PHX_F32, 0, NULL, dev);
     phx_tensor *grad = out ? px_op_new(fn, PHX_F32, 2, logits->shape, dev) : NULL;
     int64_t bad = -1;
-    phx_status st = grad ? k->cross_entropy(dev.index, logits->shape[0], logits->shape[1], px_tensor_ptr(logits),
-                                            logits->dtype, px_tensor_ptr(target), 0, px_tensor_ptr(out),
-                                            px_tensor_ptr(grad), &bad)
-                         : PHX_ENOMEM;
+    phx_status st = grad
+        ? k->cross_entropy(dev.index, logits->shape[0], logits->shape[1], px_tensor_ptr(logits), logits->dtype,
+                           px_tensor_ptr(target), 0, px_tensor_ptr(out), px_tensor_ptr(grad), &bad)
+        : PHX_ENOMEM;
     if (bad >= 0) {
         double lab = 0;
         (void)phx_tensor_get(target, bad, &lab);
@@ -80,8 +82,7 @@ phx_tensor *phx_mse_loss(const phx_tensor *y, const phx_tensor *target)
     const char *fn = "mse_loss";
     const phx_tensor *in[2] = {y, target};
     if (px_op_inputs(fn, 2, in, (const char *const[]){"y", "target"}) ||
-        px_op_same(fn, "y", y, "target", target, false) || px_op_float(fn, "y", y) ||
-        px_op_float(fn, "target", target))
+        px_op_same(fn, "y", y, "target", target, false) || px_op_float(fn, "y", y) || px_op_float(fn, "target", target))
         return NULL;
     if (!phx_tensor_same_shape(y, target) || y->numel == 0) {
         char sa[64], sb[64];

@@ -8,8 +8,8 @@
 
 /* The kernel table of t's device with slot `slot` present; NULL with
  * PHX_EUNSUPPORTED naming fn and the slot otherwise. */
-#define PX_OP_SLOT(fn, t, slot) px_op_slot_((fn), (t), px_op_kernels((fn), (t)), #slot, \
-                                           px_op_kernels((fn), (t)) && px_op_kernels((fn), (t))->slot)
+#define PX_OP_SLOT(fn, t, slot) \
+    px_op_slot_((fn), (t), px_op_kernels((fn), (t)), #slot, px_op_kernels((fn), (t)) && px_op_kernels((fn), (t))->slot)
 const phx_kernels_v1 *px_op_slot_(const char *fn, const phx_tensor *t, const phx_kernels_v1 *k, const char *slot,
                                   bool has);
 

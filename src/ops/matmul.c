@@ -59,8 +59,8 @@ static phx_tensor *mm_raw(const char *fn, const phx_tensor *x, bool tx, const ph
     if (ybatch == 1 && !tx) { /* y has no batch: x's batch folds into its rows */
         st = k->gemm(dev.index, 0, ty, batch * m, n, kx, 1.0f, px, lda, py, ldb, x->dtype, 0.0f, pc, n, x->dtype);
     } else if (xbatch == batch && ybatch == batch && k->gemm_batched) {
-        st = k->gemm_batched(dev.index, tx, ty, m, n, kx, 1.0f, px, lda, xs, py, ldb, ys, x->dtype, 0.0f, pc, n,
-                             m * n, x->dtype, batch);
+        st = k->gemm_batched(dev.index, tx, ty, m, n, kx, 1.0f, px, lda, xs, py, ldb, ys, x->dtype, 0.0f, pc, n, m * n,
+                             x->dtype, batch);
     } else {
         int64_t sx[PHX_MAX_DIMS], sy[PHX_MAX_DIMS], acc_x = 1, acc_y = 1;
         for (int i = nb - 1; i >= 0; i--) { /* batch strides in matrices, 0 where broadcast */
@@ -76,8 +76,7 @@ static phx_tensor *mm_raw(const char *fn, const phx_tensor *x, bool tx, const ph
                 ox += ci * sx[i], oy += ci * sy[i];
             }
             st = k->gemm(dev.index, tx, ty, m, n, kx, 1.0f, px + (size_t)(ox * xs) * es, lda,
-                         py + (size_t)(oy * ys) * es, ldb, x->dtype, 0.0f, pc + (size_t)(b * m * n) * es, n,
-                         x->dtype);
+                         py + (size_t)(oy * ys) * es, ldb, x->dtype, 0.0f, pc + (size_t)(b * m * n) * es, n, x->dtype);
         }
     }
     if (st) {

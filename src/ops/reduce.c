@@ -63,8 +63,9 @@ phx_tensor *px_reduce_raw(const char *fn, int op, const phx_tensor *t, unsigned 
         int more = 0;
         for (int i = e; i < nd; i++) more |= (mask >> i) & 1;
         phx_tensor *out = more ? px_op_new(fn, t->dtype, nd, cs, dev) : px_op_new(fn, t->dtype, fnd, fs, dev);
-        if (!out || k->reduce_dim(dev.index, op, t->dtype, outer, n, inner, px_tensor_ptr(cur), px_tensor_ptr(out),
-                                  NULL) != PHX_OK) {
+        if (!out ||
+            k->reduce_dim(dev.index, op, t->dtype, outer, n, inner, px_tensor_ptr(cur), px_tensor_ptr(out), NULL) !=
+                PHX_OK) {
             phx_tensor_free(out);
             phx_tensor_free(tmp);
             return NULL;
@@ -211,9 +212,9 @@ static phx_tensor *select_raw(const char *fn, int op, const phx_tensor *t, int d
     int64_t fs[PHX_MAX_DIMS];
     int fnd = px_reduced_shape(t, 1u << d, keepdim, fs);
     phx_tensor *y = px_op_new(fn, t->dtype, fnd, fs, dev), *ix = y ? px_op_new(fn, PHX_I64, fnd, fs, dev) : NULL;
-    if (!ix || k->reduce_dim(dev.index, op, t->dtype, prod(t->shape, 0, d), t->shape[d],
-                             prod(t->shape, d + 1, t->ndim), px_tensor_ptr(t), px_tensor_ptr(y),
-                             px_tensor_ptr(ix)) != PHX_OK) {
+    if (!ix ||
+        k->reduce_dim(dev.index, op, t->dtype, prod(t->shape, 0, d), t->shape[d], prod(t->shape, d + 1, t->ndim),
+                      px_tensor_ptr(t), px_tensor_ptr(y), px_tensor_ptr(ix)) != PHX_OK) {
         phx_tensor_free(y);
         phx_tensor_free(ix);
         return NULL;
@@ -237,11 +238,14 @@ static phx_status select_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_gr
     int64_t ps[PHX_MAX_DIMS];
     for (int i = 0; i < nd; i++) ps[i] = i == c->dim ? in[i] : 1;
     phx_tensor *pos = px_op_new(fn, PHX_F32, nd, ps, dev);
-    float *host = malloc(sizeof(float) * (size_t)(in[c->dim] ? in[c->dim] : 1));
+    bool cpu = dev.kind == PHX_DEVICE_CPU; /* written in place; a staging buffer elsewhere */
+    float *host = !pos ? NULL
+        : cpu          ? px_tensor_ptr(pos)
+                       : malloc(sizeof(float) * (size_t)(in[c->dim] ? in[c->dim] : 1));
     phx_status st = pos && host ? PHX_OK : PHX_ENOMEM;
     for (int64_t i = 0; !st && i < in[c->dim]; i++) host[i] = (float)i;
-    if (!st) st = phx_tensor_from_host(pos, host);
-    free(host);
+    if (!st && !cpu) st = phx_tensor_from_host(pos, host);
+    if (!cpu) free(host);
     px_scope_own(pos);
     if (st) return st;
     phx_tensor *ixk = g_keep(n, ix, 1u << c->dim);
@@ -263,8 +267,7 @@ static phx_status select_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_gr
     return in_grads[0] ? PHX_OK : PHX_EINVAL;
 }
 
-static phx_tensor *select_op(const char *fn, int op, const phx_tensor *t, int dim, bool keepdim,
-                             phx_tensor **indices)
+static phx_tensor *select_op(const char *fn, int op, const phx_tensor *t, int dim, bool keepdim, phx_tensor **indices)
 {
     phx_tensor *ix = NULL;
     int d = 0;
@@ -314,9 +317,9 @@ static phx_status softmax_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_g
     phx_device dev = y->storage->device;
     phx_tensor *dx = px_op_new(fn, y->dtype, y->ndim, y->shape, dev);
     if (!dx) return PHX_ENOMEM;
-    phx_status st = k->softmax_dim_backward(dev.index, c->log, y->dtype, prod(y->shape, 0, c->dim),
-                                            y->shape[c->dim], prod(y->shape, c->dim + 1, y->ndim),
-                                            px_tensor_ptr(y), px_tensor_ptr(g), px_tensor_ptr(dx));
+    phx_status st = k->softmax_dim_backward(dev.index, c->log, y->dtype, prod(y->shape, 0, c->dim), y->shape[c->dim],
+                                            prod(y->shape, c->dim + 1, y->ndim), px_tensor_ptr(y), px_tensor_ptr(g),
+                                            px_tensor_ptr(dx));
     if (st) {
         phx_tensor_free(dx);
         return st;
@@ -336,8 +339,9 @@ static phx_tensor *softmax(const char *fn, int log, const phx_tensor *t, int dim
     if (!k) return NULL;
     phx_device dev = t->storage->device;
     phx_tensor *y = px_op_new(fn, t->dtype, t->ndim, t->shape, dev);
-    if (!y || k->softmax_dim(dev.index, log, t->dtype, prod(t->shape, 0, d), t->shape[d],
-                             prod(t->shape, d + 1, t->ndim), px_tensor_ptr(t), px_tensor_ptr(y)) != PHX_OK) {
+    if (!y ||
+        k->softmax_dim(dev.index, log, t->dtype, prod(t->shape, 0, d), t->shape[d], prod(t->shape, d + 1, t->ndim),
+                       px_tensor_ptr(t), px_tensor_ptr(y)) != PHX_OK) {
         phx_tensor_free(y);
         return NULL;
     }

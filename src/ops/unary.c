@@ -26,8 +26,8 @@ typedef struct un_ctx {
 } un_ctx;
 
 /* Records y = op(t) when needed, saving t (save_in) and/or y (save_out). */
-static phx_tensor *unary(const char *fn, int op, px_backward_fn bwd, bool save_in, bool save_out,
-                         const phx_tensor *t, float alpha, float beta)
+static phx_tensor *unary(const char *fn, int op, px_backward_fn bwd, bool save_in, bool save_out, const phx_tensor *t,
+                         float alpha, float beta)
 {
     phx_tensor *y = px_unary_raw(fn, op, t, alpha, beta);
     const phx_tensor *in[1] = {t};

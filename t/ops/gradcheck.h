@@ -49,7 +49,7 @@ typedef phx_tensor *(*gc_fn)(void *ctx, int k, phx_tensor *const *in);
 
 typedef struct gc_opts {
     double eps, rtol, atol;
-    uint64_t seed;        /* of w */
+    uint64_t seed; /* of w */
     unsigned no_grad_mask; /* bit i: input i is not checked (an index, a mask) */
 } gc_opts;
 
@@ -152,8 +152,8 @@ static inline int gc_check(const char *name, gc_fn fn, void *ctx, int k, phx_ten
             if (!(err <= lim) && (wj < 0 || err - lim > worst)) worst = err - lim, wa = an, wn = num, wj = j;
         }
         int good = !bad && wj < 0;
-        ok(good, "%s: d/d input %d matches central differences (eps %g, rtol %g, atol %g)%s", name, i, o.eps,
-           o.rtol, o.atol, g ? "" : " [no gradient reached it: zeros]");
+        ok(good, "%s: d/d input %d matches central differences (eps %g, rtol %g, atol %g)%s", name, i, o.eps, o.rtol,
+           o.atol, g ? "" : " [no gradient reached it: zeros]");
         if (!good && !bad) diag("element %lld: analytic %.8g, numeric %.8g", (long long)wj, wa, wn);
         fails += !good;
         free(ga);

@@ -46,8 +46,7 @@ int main(void)
     s = phx_scope_begin();
     ok(!phx_cross_entropy(x, tb) && strstr(phx_last_error(), "9") && strstr(phx_last_error(), "row 2"),
        "a target outside the classes is refused: %s", phx_last_error());
-    ok(!phx_cross_entropy(x, x) && strstr(phx_last_error(), "i64"), "a float target is refused: %s",
-       phx_last_error());
+    ok(!phx_cross_entropy(x, x) && strstr(phx_last_error(), "i64"), "a float target is refused: %s", phx_last_error());
     ok(!phx_mse_loss(x, t) && phx_last_error()[0], "mse of (4,5) against i64 (4) is refused: %s", phx_last_error());
     phx_scope_end(s);
     phx_tensor_free(tb), phx_tensor_free(x), phx_tensor_free(t);

@@ -10,9 +10,9 @@ static phx_tensor *run(void *ctx, int k, phx_tensor *const *in)
     return phx_matmul(in[0], in[1]);
 }
 
-static const char *const cases[] = {"matmul_dot",         "matmul_vecmat",      "matmul_matvec", "matmul_mm",
-                                    "matmul_bmm",         "matmul_bcast",       "matmul_fold",   "matmul_vec_batched",
-                                    "matmul_batched_vec", "matmul_bcast_left",  "matmul_bcast_one"};
+static const char *const cases[] = {"matmul_dot",         "matmul_vecmat",     "matmul_matvec",   "matmul_mm",
+                                    "matmul_bmm",         "matmul_bcast",      "matmul_fold",     "matmul_vec_batched",
+                                    "matmul_batched_vec", "matmul_bcast_left", "matmul_bcast_one"};
 
 static void bf16(void)
 {
@@ -31,8 +31,10 @@ static void bf16(void)
         phx_tensor_get(yh, i, &u), phx_tensor_get(y, i, &v);
         worst = fmax(worst, fabs(u - v) / (1 + fabs(v)));
     }
-    ok(yh && phx_tensor_dtype(yh) == PHX_BF16 && worst < 1e-2, "bf16 matmul: bf16 result within bf16 rounding of "
-       "f32 (%g)", worst);
+    ok(yh && phx_tensor_dtype(yh) == PHX_BF16 && worst < 1e-2,
+       "bf16 matmul: bf16 result within bf16 rounding of "
+       "f32 (%g)",
+       worst);
     phx_scope_end(s);
     phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(ah), phx_tensor_free(bh);
     phx_rng_free(rng);
@@ -47,8 +49,7 @@ static void errors(void)
     phx_scope *s = phx_scope_begin();
     ok(!phx_matmul(a, b) && strstr(phx_last_error(), "(2, 3)") && strstr(phx_last_error(), "(4, 3)"),
        "(2,3) @ (4,3) is refused naming both shapes: %s", phx_last_error());
-    ok(!phx_matmul(x, y) && strstr(phx_last_error(), "batch dim 0"), "batch 2 vs 3 is refused: %s",
-       phx_last_error());
+    ok(!phx_matmul(x, y) && strstr(phx_last_error(), "batch dim 0"), "batch 2 vs 3 is refused: %s", phx_last_error());
     ok(!phx_matmul(a, h) && strstr(phx_last_error(), "f16"), "f32 @ f16 is refused: %s", phx_last_error());
     phx_scope_end(s);
     phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(x), phx_tensor_free(y), phx_tensor_free(h);

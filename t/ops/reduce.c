@@ -40,10 +40,10 @@ static phx_tensor *run(void *ctx, int k, phx_tensor *const *in)
 }
 
 static const spec cases[] = {
-    {"sum_d1", 1},       {"sum_d02_keep", 1},       {"sum_all", 1},    {"mean_dm1", 1},   {"mean_d01_keep", 1},
-    {"var_d1", 1},       {"var_all_c0", 1},         {"logsumexp_d1", 1}, {"logsumexp_d02_keep", 1},
-    {"max_d1", 1},       {"min_d0_keep", 1},        {"max_d2", 1},     {"softmax_d0", 1}, {"softmax_d1", 1},
-    {"softmax_d2", 1},   {"log_softmax_d1", 1},     {"log_softmax_d2", 1}, {"sum_size1", 1},
+    {"sum_d1", 1},         {"sum_d02_keep", 1},   {"sum_all", 1},      {"mean_dm1", 1},           {"mean_d01_keep", 1},
+    {"var_d1", 1},         {"var_all_c0", 1},     {"logsumexp_d1", 1}, {"logsumexp_d02_keep", 1}, {"max_d1", 1},
+    {"min_d0_keep", 1},    {"max_d2", 1},         {"softmax_d0", 1},   {"softmax_d1", 1},         {"softmax_d2", 1},
+    {"log_softmax_d1", 1}, {"log_softmax_d2", 1}, {"sum_size1", 1},
 };
 
 /* The indices of max/min against PyTorch's. */
@@ -88,8 +88,8 @@ static void nan_and_ties(void)
     double gv[8] = {0};
     for (int i = 0; g && i < 8; i++) phx_tensor_get(g, i, &gv[i]);
     ok(st == PHX_OK && g && gv[1] == 1 && gv[2] == 0 && gv[5] == 1 && gv[0] + gv[3] + gv[4] + gv[6] + gv[7] == 0,
-       "the gradient goes to the selected position only (%g %g %g %g | %g %g %g %g)", gv[0], gv[1], gv[2], gv[3],
-       gv[4], gv[5], gv[6], gv[7]);
+       "the gradient goes to the selected position only (%g %g %g %g | %g %g %g %g)", gv[0], gv[1], gv[2], gv[3], gv[4],
+       gv[5], gv[6], gv[7]);
     phx_scope_end(s);
     phx_tensor_free(x);
 }
@@ -132,8 +132,10 @@ static void large(void)
                 float gm = ((const float *)phx_tensor_data(ym))[a * in + c];
                 bad += gm != (float)best || ((const int64_t *)phx_tensor_data(ix))[a * in + c] != bi;
             }
-        ok(!bad && worst < 1e-6, "(64,129,130) over dim %d: sum, max, indices and softmax as a direct loop (%d "
-           "wrong, worst error %g)", d, bad, worst);
+        ok(!bad && worst < 1e-6,
+           "(64,129,130) over dim %d: sum, max, indices and softmax as a direct loop (%d "
+           "wrong, worst error %g)",
+           d, bad, worst);
         phx_scope_end(s);
     }
     phx_tensor_free(x);
