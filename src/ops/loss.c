@@ -5,22 +5,28 @@
 #include "config.h"
 #include "src/ops/math-impl.h"
 
-/* saved 0: d loss / d input 0 (f32, the input's shape). */
+/* t in dtype dt (t itself when it already is), scope-owned. */
+static phx_tensor *as_dtype(const char *fn, phx_tensor *t, phx_dtype dt)
+{
+    if (!t || t->dtype == dt) return t;
+    phx_tensor *c = px_op_new(fn, dt, t->ndim, t->shape, t->storage->device);
+    if (!c || phx_tensor_cast(c, t) != PHX_OK) {
+        phx_tensor_free(c);
+        return NULL;
+    }
+    return px_scope_own(c);
+}
+
+/* saved 0: d loss / d input 0 (f32, the input's shape); mse's target gets
+ * its negation. */
 static phx_status loss_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_grads)
 {
     const phx_tensor *d = px_node_saved(n, 0);
     if (!d) return PHX_ESTATE;
+    const char *fn = px_node_name(n);
     phx_tensor *gi = phx_mul(d, g);
-    if (gi && px_node_in_dtype(n, 0) != PHX_F32) {
-        phx_tensor *c = px_op_new(px_node_name(n), px_node_in_dtype(n, 0), gi->ndim, gi->shape, gi->storage->device);
-        if (!c || phx_tensor_cast(c, gi) != PHX_OK) {
-            phx_tensor_free(c);
-            return PHX_EINVAL;
-        }
-        gi = px_scope_own(c);
-    }
-    if (px_node_needs(n, 0) && !(in_grads[0] = gi)) return PHX_EINVAL;
-    if (px_node_needs(n, 1) && !(in_grads[1] = phx_neg(gi))) return PHX_EINVAL; /* mse's target */
+    if (px_node_needs(n, 0) && !(in_grads[0] = as_dtype(fn, gi, px_node_in_dtype(n, 0)))) return PHX_EINVAL;
+    if (px_node_needs(n, 1) && !(in_grads[1] = as_dtype(fn, phx_neg(gi), px_node_in_dtype(n, 1)))) return PHX_EINVAL;
     return PHX_OK;
 }
 

@@ -152,6 +152,25 @@ static void large(void)
     phx_rng_free(rng);
 }
 
+/* where with an i64 condition broadcast against both operands; masks
+ * from comparisons are in the operands' dtype. */
+static void where_int_cond(void)
+{
+    int64_t sc[2] = {2, 1}, sa[1] = {3}, cv[2] = {0, 7};
+    float av[3] = {1, 2, 3}, bv = -1;
+    phx_tensor *c = phx_tensor_from_data(PHX_I64, 2, sc, cv), *a = phx_tensor_from_data(PHX_F32, 1, sa, av);
+    phx_tensor *b = phx_tensor_from_data(PHX_F32, 0, NULL, &bv);
+    phx_scope *s = phx_scope_begin();
+    phx_tensor *y = phx_where(c, a, b), *m = phx_gt_scalar(a, 1.5);
+    double v[6] = {0};
+    for (int i = 0; y && i < 6; i++) phx_tensor_get(y, i, &v[i]);
+    ok(y && phx_tensor_numel(y) == 6 && v[0] == -1 && v[2] == -1 && v[3] == 1 && v[5] == 3,
+       "where(i64 (2,1), (3), scalar) gives (2,3): %g %g %g / %g %g %g", v[0], v[1], v[2], v[3], v[4], v[5]);
+    ok(m && phx_tensor_dtype(m) == PHX_F32 && !phx_tensor_requires_grad(m), "gt_scalar gives an f32 mask");
+    phx_scope_end(s);
+    phx_tensor_free(c), phx_tensor_free(a), phx_tensor_free(b);
+}
+
 static void errors(void)
 {
     int64_t s23[2] = {2, 3}, s4[1] = {4};
@@ -188,6 +207,7 @@ int main(void)
         gc_ref_run(r, cases[i].name, run, (void *)&cases[i], 1e-5, 1e-5, cases[i].cd);
     half_dtypes();
     large();
+    where_int_cond();
     errors();
     gc_ref_free(r);
     return done_testing();
