@@ -14,6 +14,27 @@ static const char *const cases[] = {"matmul_dot",         "matmul_vecmat",     "
                                     "matmul_bmm",         "matmul_bcast",      "matmul_fold",     "matmul_vec_batched",
                                     "matmul_batched_vec", "matmul_bcast_left", "matmul_bcast_one"};
 
+/* A composite: attention-like softmax(q kt / 2) v + bias through relu,
+ * every operand's gradient by central differences. */
+static phx_tensor *attn(void *ctx, int k, phx_tensor *const *in)
+{
+    (void)ctx, (void)k;
+    phx_tensor *s = phx_softmax(phx_mul_scalar(phx_matmul(in[0], in[1]), 0.5), -1);
+    return phx_relu(phx_add(phx_matmul(s, in[2]), in[3]));
+}
+
+static void composite(void)
+{
+    int64_t sq[3] = {2, 3, 4}, sk[3] = {2, 4, 3}, sv[3] = {1, 3, 5}, sb[1] = {5};
+    phx_rng *rng = phx_rng_new(12);
+    phx_tensor *in[4] = {phx_tensor_new(PHX_F32, 3, sq, phx_cpu()), phx_tensor_new(PHX_F32, 3, sk, phx_cpu()),
+                         phx_tensor_new(PHX_F32, 3, sv, phx_cpu()), phx_tensor_new(PHX_F32, 1, sb, phx_cpu())};
+    for (int i = 0; i < 4; i++) phx_rng_normal(rng, in[i], 0, 1);
+    gc_check("relu(softmax(q kt / 2) v + b)", attn, NULL, 4, in, gc_default());
+    for (int i = 0; i < 4; i++) phx_tensor_free(in[i]);
+    phx_rng_free(rng);
+}
+
 static void bf16(void)
 {
     int64_t sa[3] = {2, 3, 8}, sb[2] = {8, 5};
@@ -60,6 +81,7 @@ int main(void)
     gc_ref *r = gc_ref_load("ops_math.txt");
     if (!r) return ok(0, "reference data loads"), done_testing();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) gc_ref_run(r, cases[i], run, NULL, 1e-5, 1e-5, 1);
+    composite();
     bf16();
     errors();
     gc_ref_free(r);
