@@ -34,6 +34,13 @@ phx_tensor *px_op_finish(const char *name, px_backward_fn bwd, int n, const phx_
     return px_scope_own(out);
 }
 
+phx_tensor *px_scope_keep(phx_scope *s, phx_tensor *y)
+{
+    if (y) phx_tensor_retain(y);
+    phx_scope_end(s);
+    return px_scope_own(y);
+}
+
 int px_node_save_out(px_node *n, const phx_tensor *y)
 {
     phx_tensor *v = phx_tensor_view(y, 0, y->ndim, y->shape);

@@ -19,6 +19,10 @@ const phx_kernels_v1 *px_op_slot_(const char *fn, const phx_tensor *t, const phx
 phx_tensor *px_op_finish(const char *name, px_backward_fn bwd, int n, const phx_tensor *const *in, phx_tensor *out,
                          px_node **node);
 
+/* Ends s (a scope the operation opened for its intermediates) keeping y:
+ * y gets one more reference, handed to the enclosing scope (or the caller
+ * when none is open). NULL passes through (s still ends). */
+phx_tensor *px_scope_keep(phx_scope *s, phx_tensor *y);
 /* Saves the node's own output y for backward through a view without
  * history (saving y itself would make y -> node -> y a cycle). */
 int px_node_save_out(px_node *n, const phx_tensor *y);

@@ -180,9 +180,12 @@ phx_tensor *phx_var(const phx_tensor *t, int ndim, const int *dims, int64_t corr
     for (int i = 0; i < t->ndim; i++)
         if (mask & (1u << i)) count *= t->shape[i];
     double denom = (double)(count - correction);
+    phx_scope *sc = phx_scope_begin(); /* the intermediates go with it (or stay with the graph) */
+    if (!sc) return NULL;
     phx_tensor *d = phx_sub(t, phx_mean(t, ndim, dims, true));
     phx_tensor *s = phx_sum(phx_mul(d, d), ndim, dims, keepdim);
-    return s ? phx_mul_scalar(s, denom > 0 ? 1.0 / denom : (denom == 0 ? INFINITY : NAN)) : NULL;
+    s = s ? phx_mul_scalar(s, denom > 0 ? 1.0 / denom : (denom == 0 ? INFINITY : NAN)) : NULL;
+    return px_scope_keep(sc, s);
 }
 
 /* ---- max/min along one dim, argmax ---- */
@@ -271,17 +274,23 @@ static phx_tensor *select_op(const char *fn, int op, const phx_tensor *t, int di
 {
     phx_tensor *ix = NULL;
     int d = 0;
+    if (indices) *indices = NULL;
+    phx_scope *s = phx_scope_begin(); /* ix goes with it unless wanted or saved */
+    if (!s) return NULL;
     phx_tensor *y = select_raw(fn, op, t, dim, keepdim, &ix, &d);
-    if (indices) *indices = y ? ix : NULL;
     const phx_tensor *in[1] = {t};
-    if (!y || !px_grad_needed(1, in)) return y;
-    px_node *n;
-    if (px_record(fn, select_bwd, 1, in, y, &n) != PHX_OK) {
-        if (indices) *indices = NULL;
-        return NULL;
+    px_node *n = NULL;
+    if (y && px_grad_needed(1, in)) {
+        if (px_record(fn, select_bwd, 1, in, y, &n) != PHX_OK) {
+            phx_scope_end(s);
+            return NULL;
+        }
+        ((sel_ctx *)px_node_ctx(n))->dim = d;
+        px_node_save(n, ix);
     }
-    ((sel_ctx *)px_node_ctx(n))->dim = d;
-    px_node_save(n, ix);
+    if (y && indices) *indices = phx_tensor_retain(ix);
+    y = px_scope_keep(s, y);
+    if (indices && *indices) px_scope_own(*indices);
     return y;
 }
 
@@ -297,7 +306,9 @@ phx_tensor *phx_argmax(const phx_tensor *t, int dim, bool keepdim)
 {
     phx_tensor *ix = NULL;
     int d;
-    return select_raw("argmax", PHX_RED_MAX, t, dim, keepdim, &ix, &d) ? ix : NULL;
+    phx_scope *s = phx_scope_begin(); /* the values go with it */
+    if (!s) return NULL;
+    return px_scope_keep(s, select_raw("argmax", PHX_RED_MAX, t, dim, keepdim, &ix, &d) ? ix : NULL);
 }
 
 /* ---- softmax, log_softmax ---- */
