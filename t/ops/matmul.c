@@ -56,7 +56,35 @@ static void bf16(void)
        "bf16 matmul: bf16 result within bf16 rounding of "
        "f32 (%g)",
        worst);
+    /* backward in bf16: gradients of sum(relu(a b + c) * w) as f32's */
+    int64_t sc[1] = {5};
+    phx_tensor *c = phx_tensor_new(PHX_F32, 1, sc, phx_cpu()), *ch = phx_tensor_new(PHX_BF16, 1, sc, phx_cpu());
+    phx_rng_normal(rng, c, 0, 1), phx_tensor_cast(ch, c), phx_tensor_cast(c, ch);
+    phx_tensor *wt = phx_tensor_new(PHX_F32, 3, (int64_t[]){2, 3, 5}, phx_cpu());
+    phx_tensor *wh = phx_tensor_new(PHX_BF16, 3, (int64_t[]){2, 3, 5}, phx_cpu());
+    phx_rng_normal(rng, wt, 0, 1), phx_tensor_cast(wh, wt), phx_tensor_cast(wt, wh);
+    phx_tensor *leaves[2][3] = {{a, b, c}, {ah, bh, ch}};
+    for (int v = 0; v < 2; v++)
+        for (int i = 0; i < 3; i++) phx_tensor_set_requires_grad(leaves[v][i], true);
+    phx_status st = phx_backward_with(phx_relu(phx_add(phx_matmul(a, b), c)), wt);
+    phx_status sth = phx_backward_with(phx_relu(phx_add(phx_matmul(ah, bh), ch)), wh);
+    double gworst = st || sth ? 1 : 0;
+    int dt_ok = 1;
+    for (int i = 0; !gworst && i < 3; i++) {
+        const phx_tensor *g = phx_tensor_grad(leaves[0][i]), *gh = phx_tensor_grad(leaves[1][i]);
+        dt_ok &= gh && phx_tensor_dtype(gh) == PHX_BF16;
+        for (int64_t j = 0; g && gh && j < phx_tensor_numel(g); j++) {
+            double u, v;
+            phx_tensor_get(gh, j, &u), phx_tensor_get(g, j, &v);
+            gworst = fmax(gworst, fabs(u - v) / (1 + fabs(v)));
+        }
+    }
+    ok(dt_ok && gworst < 3e-2,
+       "bf16 backward through matmul, add, relu: bf16 gradients within bf16 rounding of f32 "
+       "(%g)",
+       gworst);
     phx_scope_end(s);
+    phx_tensor_free(c), phx_tensor_free(ch), phx_tensor_free(wt), phx_tensor_free(wh);
     phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(ah), phx_tensor_free(bh);
     phx_rng_free(rng);
 }
