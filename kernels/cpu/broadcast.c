@@ -92,6 +92,35 @@ PX_INLINE void bin_run(int op, int dt, int64_t n, void *out, int64_t oo, const v
     }
 }
 
+/* f16/bf16 operands run through f32 blocks: a strided or broadcast operand
+ * is loaded element by element, a contiguous one widened with the cast
+ * kernel (the conversion instructions where the CPU has them), the f32
+ * loop computes, and the cast kernel rounds the block into out (the same
+ * bits as px_st). */
+PX_INLINE const float *half_in(const void *x, int dt, int64_t o, int64_t s, int64_t len, float *buf)
+{
+    if (s == 0) {
+        buf[0] = px_ld(x, dt, o);
+    } else if (s == 1) {
+        px_cpu_cast(0, buf, PHX_F32, (const uint16_t *)x + o, (phx_dtype)dt, len);
+    } else {
+        for (int64_t i = 0; i < len; i++) buf[i] = px_ld(x, dt, o + i * s);
+    }
+    return buf;
+}
+
+PX_INLINE void bin_run_half(int op, int dt, int64_t n, void *out, int64_t oo, const void *a, int64_t ao, int64_t sa,
+                            const void *b, int64_t bo, int64_t sb)
+{
+    float ab[PX_F16_BLOCK], bb[PX_F16_BLOCK], ob[PX_F16_BLOCK];
+    for (int64_t i = 0; i < n; i += PX_F16_BLOCK) {
+        int64_t len = n - i < PX_F16_BLOCK ? n - i : PX_F16_BLOCK;
+        const float *x = half_in(a, dt, ao + i * sa, sa, len, ab), *y = half_in(b, dt, bo + i * sb, sb, len, bb);
+        bin_run(op, PHX_F32, len, ob, 0, x, 0, sa ? 1 : 0, y, 0, sb ? 1 : 0);
+        px_cpu_cast(0, (uint16_t *)out + oo + i, (phx_dtype)dt, ob, PHX_F32, len);
+    }
+}
+
 /* Rows lo .. hi-1 of the coalesced layout (a row: the innermost dim). */
 PX_INLINE void bin_rows(int op, int dt, const bcast_job *j, int64_t lo, int64_t hi)
 {
@@ -104,7 +133,11 @@ PX_INLINE void bin_rows(int op, int dt, const bcast_job *j, int64_t lo, int64_t 
         bo += cnt[d] * j->st[1][d];
     }
     for (int64_t row = lo; row < hi; row++) {
-        bin_run(op, dt, inner, j->out, row * inner, j->in[0], ao, j->st[0][nd - 1], j->in[1], bo, j->st[1][nd - 1]);
+        if (dt == PHX_F32)
+            bin_run(op, dt, inner, j->out, row * inner, j->in[0], ao, j->st[0][nd - 1], j->in[1], bo, j->st[1][nd - 1]);
+        else
+            bin_run_half(op, dt, inner, j->out, row * inner, j->in[0], ao, j->st[0][nd - 1], j->in[1], bo,
+                         j->st[1][nd - 1]);
         for (int d = nd - 2; d >= 0; d--) {
             ao += j->st[0][d];
             bo += j->st[1][d];
@@ -295,7 +328,17 @@ typedef struct un_job {
 PX_INLINE void un_range(int op, int dt, const un_job *j, int64_t lo, int64_t hi)
 {
     float alpha = j->alpha, beta = j->beta;
-    for (int64_t i = lo; i < hi; i++) px_st(j->y, dt, i, un_apply(op, px_ld(j->x, dt, i), alpha, beta));
+    if (dt == PHX_F32) {
+        for (int64_t i = lo; i < hi; i++) px_st(j->y, dt, i, un_apply(op, px_ld(j->x, dt, i), alpha, beta));
+        return;
+    }
+    float buf[PX_F16_BLOCK];
+    for (int64_t i = lo; i < hi; i += PX_F16_BLOCK) { /* f32 blocks, as the binary kernel */
+        int64_t len = hi - i < PX_F16_BLOCK ? hi - i : PX_F16_BLOCK;
+        px_cpu_cast(0, buf, PHX_F32, (const uint16_t *)j->x + i, (phx_dtype)dt, len);
+        for (int64_t k = 0; k < len; k++) buf[k] = un_apply(op, buf[k], alpha, beta);
+        px_cpu_cast(0, (uint16_t *)j->y + i, (phx_dtype)dt, buf, PHX_F32, len);
+    }
 }
 
 #define UN_FN(NAME, OP) \

@@ -94,36 +94,43 @@ static const spec cases[] = {
     {"sigmoid", 1},
 };
 
-/* f16 and bf16: the same values as f32 rounded once. */
+/* f16 and bf16: the same values as f32 rounded once, for a row
+ * broadcast longer than one conversion block, a column broadcast and a
+ * unary op. */
 static void half_dtypes(void)
 {
-    int64_t sa[2] = {3, 4}, sb[1] = {4};
+    int64_t sa[2] = {3, 1500}, sb[1] = {1500}, sc[2] = {3, 1};
     phx_rng *rng = phx_rng_new(5);
     phx_tensor *a = phx_tensor_new(PHX_F32, 2, sa, phx_cpu()), *b = phx_tensor_new(PHX_F32, 1, sb, phx_cpu());
+    phx_tensor *c = phx_tensor_new(PHX_F32, 2, sc, phx_cpu());
     phx_rng_normal(rng, a, 0, 1);
     phx_rng_uniform(rng, b, 0.5f, 2.0f);
+    phx_rng_normal(rng, c, 0, 1);
     phx_dtype dts[2] = {PHX_F16, PHX_BF16};
     for (int d = 0; d < 2; d++) {
         phx_tensor *ah = phx_tensor_new(dts[d], 2, sa, phx_cpu()), *bh = phx_tensor_new(dts[d], 1, sb, phx_cpu());
-        phx_tensor_cast(ah, a);
-        phx_tensor_cast(bh, b);
+        phx_tensor *ch = phx_tensor_new(dts[d], 2, sc, phx_cpu());
+        phx_tensor_cast(ah, a), phx_tensor_cast(bh, b), phx_tensor_cast(ch, c);
         phx_tensor *a32 = phx_tensor_new(PHX_F32, 2, sa, phx_cpu()), *b32 = phx_tensor_new(PHX_F32, 1, sb, phx_cpu());
-        phx_tensor_cast(a32, ah);
-        phx_tensor_cast(b32, bh);
+        phx_tensor *c32 = phx_tensor_new(PHX_F32, 2, sc, phx_cpu());
+        phx_tensor_cast(a32, ah), phx_tensor_cast(b32, bh), phx_tensor_cast(c32, ch);
         phx_scope *s = phx_scope_begin();
-        phx_tensor *yh[2] = {phx_div(ah, bh), phx_exp(ah)}, *y32[2] = {phx_div(a32, b32), phx_exp(a32)};
-        for (int o = 0; o < 2; o++) {
+        phx_tensor *yh[3] = {phx_div(ah, bh), phx_exp(ah), phx_sub(ch, ah)};
+        phx_tensor *y32[3] = {phx_div(a32, b32), phx_exp(a32), phx_sub(c32, a32)};
+        const char *what[3] = {"a / b (row broadcast)", "exp(a)", "c - a (column broadcast)"};
+        for (int o = 0; o < 3; o++) {
             phx_tensor *y32h = phx_tensor_new(dts[d], 2, sa, phx_cpu());
             phx_tensor_cast(y32h, y32[o]);
             ok(yh[o] && phx_tensor_dtype(yh[o]) == dts[d] &&
                    !memcmp(phx_tensor_data(yh[o]), phx_tensor_data(y32h), phx_tensor_nbytes(y32h)),
-               "%s: %s equals the f32 result rounded once", phx_dtype_name(dts[d]), o ? "exp(a)" : "a / b");
+               "%s: %s equals the f32 result rounded once", phx_dtype_name(dts[d]), what[o]);
             phx_tensor_free(y32h);
         }
         phx_scope_end(s);
-        phx_tensor_free(ah), phx_tensor_free(bh), phx_tensor_free(a32), phx_tensor_free(b32);
+        phx_tensor_free(ah), phx_tensor_free(bh), phx_tensor_free(ch);
+        phx_tensor_free(a32), phx_tensor_free(b32), phx_tensor_free(c32);
     }
-    phx_tensor_free(a), phx_tensor_free(b);
+    phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(c);
     phx_rng_free(rng);
 }
 
