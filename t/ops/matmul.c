@@ -89,6 +89,44 @@ static void bf16(void)
     phx_rng_free(rng);
 }
 
+/* Steady state: a step of these ops, forward and backward, allocates
+ * nothing once warm (results and gradients come from the storage cache).
+ * No intermediate is used twice and the output gradient is given: the
+ * engine's sum of two gradients of one tensor and phx_backward's seed
+ * allocate. */
+static void steady_state(void)
+{
+    int64_t sx[2] = {6, 5}, sw[2] = {5, 4}, sb[1] = {4}, st[1] = {6};
+    phx_rng *rng = phx_rng_new(8);
+    phx_tensor *x = phx_tensor_new(PHX_F32, 2, sx, phx_cpu()), *w = phx_tensor_new(PHX_F32, 2, sw, phx_cpu());
+    phx_tensor *b = phx_tensor_new(PHX_F32, 1, sb, phx_cpu()), *one = phx_tensor_new(PHX_F32, 0, NULL, phx_cpu());
+    phx_tensor *t = phx_tensor_from_data(PHX_I64, 1, st, (int64_t[]){0, 1, 2, 3, 0, 1});
+    phx_rng_normal(rng, x, 0, 1), phx_rng_normal(rng, w, 0, 1), phx_rng_normal(rng, b, 0, 1);
+    phx_tensor_fill(one, 1.0);
+    phx_tensor_set_requires_grad(w, true), phx_tensor_set_requires_grad(b, true);
+    uint64_t before = 0;
+    int failed = 0;
+    for (int step = 0; step < 6 && !failed; step++) {
+        if (step == 3) before = phx_alloc_count();
+        phx_scope *s = phx_scope_begin();
+        int d0 = 0;
+        phx_tensor *h = phx_softmax(phx_mul_scalar(phx_relu(phx_add(phx_matmul(x, w), b)), 2.0), 1);
+        phx_tensor *m = phx_max_dim(phx_log_softmax(phx_exp(h), 0), 1, true, NULL);
+        phx_tensor *l = phx_mean(phx_sum(phx_sqrt(phx_add_scalar(phx_abs(m), 1.0)), 1, &d0, false), 0, NULL, false);
+        failed = !l || phx_tensor_zero_grad(w) != PHX_OK || phx_tensor_zero_grad(b) != PHX_OK ||
+            phx_backward_with(l, one) != PHX_OK;
+        phx_tensor *ce = failed ? NULL : phx_cross_entropy(phx_add(phx_matmul(x, w), b), t);
+        failed = failed || !ce || phx_backward_with(ce, one) != PHX_OK;
+        phx_scope_end(s);
+    }
+    uint64_t after = phx_alloc_count();
+    ok(!failed, "6 steps of matmul/add/relu/softmax/max_dim/mean/cross_entropy run: %s",
+       failed ? phx_last_error() : "");
+    ok(after == before, "steps 4-6 allocate nothing (%llu allocations)", (unsigned long long)(after - before));
+    phx_tensor_free(x), phx_tensor_free(w), phx_tensor_free(b), phx_tensor_free(one), phx_tensor_free(t);
+    phx_rng_free(rng);
+}
+
 static void errors(void)
 {
     int64_t s23[2] = {2, 3}, s43[2] = {4, 3}, b1[3] = {2, 2, 3}, b2[3] = {3, 3, 4}, s34[2] = {3, 4};
@@ -111,6 +149,7 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) gc_ref_run(r, cases[i], run, NULL, 1e-5, 1e-5, 1);
     composite();
     bf16();
+    steady_state();
     errors();
     gc_ref_free(r);
     return done_testing();
