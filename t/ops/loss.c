@@ -40,6 +40,29 @@ int main(void)
     ok(worst < 1e-6, "two losses summed and backpropagated once (worst error %g)", worst);
     phx_scope_end(s);
 
+    /* f16 logits: the loss as f32's on the same values, the gradient in f16 */
+    phx_tensor *xh = phx_tensor_new(PHX_F16, 2, phx_tensor_shape(x), phx_cpu());
+    phx_tensor *x32 = phx_tensor_new(PHX_F32, 2, phx_tensor_shape(x), phx_cpu());
+    phx_tensor_cast(xh, x), phx_tensor_cast(x32, xh);
+    phx_tensor_set_requires_grad(xh, true), phx_tensor_set_requires_grad(x32, true);
+    s = phx_scope_begin();
+    phx_tensor *lh = phx_cross_entropy(xh, t), *l32 = phx_cross_entropy(x32, t);
+    double vh = 0, v32 = 1, gworst = 1;
+    if (lh && l32 && !phx_backward(lh) && !phx_backward(l32)) {
+        phx_tensor_get(lh, 0, &vh), phx_tensor_get(l32, 0, &v32);
+        const phx_tensor *gh = phx_tensor_grad(xh), *g32 = phx_tensor_grad(x32);
+        gworst = gh && phx_tensor_dtype(gh) == PHX_F16 ? 0 : 1;
+        for (int64_t i = 0; !gworst && i < 20; i++) {
+            double u, v;
+            phx_tensor_get(gh, i, &u), phx_tensor_get(g32, i, &v);
+            gworst = fmax(gworst, fabs(u - v));
+        }
+    }
+    ok(lh && phx_tensor_dtype(lh) == PHX_F32 && fabs(vh - v32) < 1e-6 && gworst < 1e-3,
+       "f16 logits: f32 loss %g as f32's %g; f16 gradient within %g", vh, v32, gworst);
+    phx_scope_end(s);
+    phx_tensor_free(xh), phx_tensor_free(x32);
+
     int64_t bad_t[1] = {4};
     int64_t tv[4] = {1, 0, 9, 2};
     phx_tensor *tb = phx_tensor_from_data(PHX_I64, 1, bad_t, tv);
