@@ -177,6 +177,20 @@ PX_INLINE void sm_items(int dt, const rd_job *j, int64_t lo, int64_t hi)
             }
         for (int64_t t = 0; t < w; t++)
             if (isinf(m[t]) && m[t] < 0) m[t] = 0; /* all -inf: exp gives 0, 0 / 0 NaN as PyTorch */
+        if (dt == PHX_F32 && !j->log) { /* exp once: kept in y, scaled in place */
+            float *y = j->y;
+            for (int64_t k = 0; k < n; k++)
+                for (int64_t t = 0; t < w; t++) {
+                    int64_t p = base + k * inner + t;
+                    float e = phx_expf(px_ld(j->x, dt, p) - m[t]);
+                    y[p] = e;
+                    s[t] += e;
+                }
+            for (int64_t t = 0; t < w; t++) s[t] = 1.0f / s[t];
+            for (int64_t k = 0; k < n; k++)
+                for (int64_t t = 0; t < w; t++) y[base + k * inner + t] *= s[t];
+            continue;
+        }
         for (int64_t k = 0; k < n; k++)
             for (int64_t t = 0; t < w; t++) s[t] += phx_expf(px_ld(j->x, dt, base + k * inner + t) - m[t]);
         if (j->log) {
