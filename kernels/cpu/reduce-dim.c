@@ -11,6 +11,12 @@
 #include "kernels/cpu/cpu.h"
 
 #define PX_RD_TILE 64
+/* f16 items of at least this many values are widened in one cast call
+ * first (fewer and the call costs more than it saves); bf16 widens by a
+ * shift, which the sum loops vectorise in place, so only its max/min (a
+ * loop with branches) are widened. */
+#define PX_RD_WIDEN 256
+#define RD_WIDENS(op, dt) ((dt) == PHX_F16 || ((dt) == PHX_BF16 && ((op) == PHX_RED_MAX || (op) == PHX_RED_MIN)))
 /* Elements below this many run on the calling thread. */
 #define PX_RD_GRAIN (1 << 20)
 
@@ -74,6 +80,49 @@ PX_INLINE float rd_run(int op, int dt, const void *x, int64_t o, int64_t n, int6
     }
 }
 
+/* One tile: rows k < n of w values at x + base + k ld; results in acc
+ * (and bi, the positions for max/min). */
+PX_INLINE void rd_tile(int op, int dt, const void *x, int64_t base, int64_t ld, int64_t n, int64_t w, float *acc,
+                       int64_t *bi)
+{
+    float m[PX_RD_TILE];
+    if (op == PHX_RED_SUM || op == PHX_RED_MEAN) {
+        for (int64_t t = 0; t < w; t++) acc[t] = 0;
+        for (int64_t k = 0; k < n; k++)
+            for (int64_t t = 0; t < w; t++) acc[t] += px_ld(x, dt, base + k * ld + t);
+        if (op == PHX_RED_MEAN)
+            for (int64_t t = 0; t < w; t++) acc[t] = n ? acc[t] / (float)n : NAN;
+    } else if (op == PHX_RED_MAX || op == PHX_RED_MIN) {
+        for (int64_t t = 0; t < w; t++) acc[t] = px_ld(x, dt, base + t), bi[t] = 0;
+        for (int64_t k = 1; k < n; k++)
+            for (int64_t t = 0; t < w; t++) {
+                float v = px_ld(x, dt, base + k * ld + t);
+                if (rd_better(op, v, acc[t])) acc[t] = v, bi[t] = k;
+            }
+    } else {
+        for (int64_t t = 0; t < w; t++) m[t] = -INFINITY, acc[t] = 0;
+        for (int64_t k = 0; k < n; k++)
+            for (int64_t t = 0; t < w; t++) {
+                float v = px_ld(x, dt, base + k * ld + t);
+                m[t] = (v > m[t] || v != v) ? v : m[t];
+            }
+        for (int64_t k = 0; k < n; k++)
+            for (int64_t t = 0; t < w; t++) acc[t] += phx_expf(px_ld(x, dt, base + k * ld + t) - m[t]);
+        for (int64_t t = 0; t < w; t++) acc[t] = (m[t] != m[t] || isinf(m[t])) ? m[t] : m[t] + logf(acc[t]);
+    }
+}
+
+/* f16: item (o, t0)'s n x w values widened into scratch slot 3 with
+ * the cast kernel (rows of w, leading dim w); NULL when the scratch cannot
+ * grow (the caller then converts element by element). */
+static const float *rd_widen(const rd_job *j, const void *x, int64_t base, int64_t w)
+{
+    float *buf = px_cpu_scratch(3, sizeof(float) * (size_t)(j->n * w));
+    if (!buf) return NULL;
+    if (px_cpu_cast_rows(buf, PHX_F32, w, (const uint16_t *)x + base, j->dt, j->inner, j->n, w) != PHX_OK) return NULL;
+    return buf;
+}
+
 PX_INLINE void rd_items(int op, int dt, const rd_job *j, int64_t lo, int64_t hi)
 {
     int64_t n = j->n, inner = j->inner;
@@ -81,40 +130,23 @@ PX_INLINE void rd_items(int op, int dt, const rd_job *j, int64_t lo, int64_t hi)
         int64_t o = it / j->tiles, t0 = (it % j->tiles) * PX_RD_TILE;
         if (inner == 1) {
             int64_t pos = 0;
-            float v = rd_run(op, dt, j->x, o * n, n, &pos);
+            const float *wide = RD_WIDENS(op, dt) && n >= PX_RD_WIDEN ? rd_widen(j, j->x, o * n, 1) : NULL;
+            float v = wide ? rd_run(op, PHX_F32, wide, 0, n, &pos) : rd_run(op, dt, j->x, o * n, n, &pos);
             px_st(j->y, dt, o, v);
             if (j->idx) j->idx[o] = pos;
             continue;
         }
         int64_t w = inner - t0 < PX_RD_TILE ? inner - t0 : PX_RD_TILE, base = o * n * inner + t0;
-        float acc[PX_RD_TILE], m[PX_RD_TILE];
+        const float *wide = RD_WIDENS(op, dt) && n * w >= PX_RD_WIDEN ? rd_widen(j, j->x, base, w) : NULL;
+        float acc[PX_RD_TILE];
         int64_t bi[PX_RD_TILE];
-        if (op == PHX_RED_SUM || op == PHX_RED_MEAN) {
-            for (int64_t t = 0; t < w; t++) acc[t] = 0;
-            for (int64_t k = 0; k < n; k++)
-                for (int64_t t = 0; t < w; t++) acc[t] += px_ld(j->x, dt, base + k * inner + t);
-            if (op == PHX_RED_MEAN)
-                for (int64_t t = 0; t < w; t++) acc[t] = n ? acc[t] / (float)n : NAN;
-        } else if (op == PHX_RED_MAX || op == PHX_RED_MIN) {
-            for (int64_t t = 0; t < w; t++) acc[t] = px_ld(j->x, dt, base + t), bi[t] = 0;
-            for (int64_t k = 1; k < n; k++)
-                for (int64_t t = 0; t < w; t++) {
-                    float v = px_ld(j->x, dt, base + k * inner + t);
-                    if (rd_better(op, v, acc[t])) acc[t] = v, bi[t] = k;
-                }
-            if (j->idx)
-                for (int64_t t = 0; t < w; t++) j->idx[o * inner + t0 + t] = bi[t];
+        if (wide) {
+            rd_tile(op, PHX_F32, wide, 0, w, n, w, acc, bi);
         } else {
-            for (int64_t t = 0; t < w; t++) m[t] = -INFINITY, acc[t] = 0;
-            for (int64_t k = 0; k < n; k++)
-                for (int64_t t = 0; t < w; t++) {
-                    float v = px_ld(j->x, dt, base + k * inner + t);
-                    m[t] = (v > m[t] || v != v) ? v : m[t];
-                }
-            for (int64_t k = 0; k < n; k++)
-                for (int64_t t = 0; t < w; t++) acc[t] += phx_expf(px_ld(j->x, dt, base + k * inner + t) - m[t]);
-            for (int64_t t = 0; t < w; t++) acc[t] = (m[t] != m[t] || isinf(m[t])) ? m[t] : m[t] + logf(acc[t]);
+            rd_tile(op, dt, j->x, base, inner, n, w, acc, bi);
         }
+        if (j->idx && (op == PHX_RED_MAX || op == PHX_RED_MIN))
+            for (int64_t t = 0; t < w; t++) j->idx[o * inner + t0 + t] = bi[t];
         for (int64_t t = 0; t < w; t++) px_st(j->y, dt, o * inner + t0 + t, acc[t]);
     }
 }
