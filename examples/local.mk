@@ -11,3 +11,9 @@ EXTRA_DIST += examples/fmnist.h
 noinst_PROGRAMS += examples/cnn
 demo_programs += examples/cnn
 examples_cnn_LDADD = libphalanx.la -lm
+# A ResNet of forward-only modules on Fashion-MNIST (doc/autograd.md):
+# one process, DDP under phxrun, --sync-bn, PHX_PRECISION=bf16.
+noinst_PROGRAMS += examples/resnet
+demo_programs += examples/resnet
+examples_resnet_LDADD = libphalanx.la -lm
+EXTRA_DIST += examples/resnet-model.h

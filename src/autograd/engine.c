@@ -207,7 +207,8 @@ static phx_status sum_into(phx_tensor **acc, const phx_tensor *g)
         *acc = phx_tensor_retain((phx_tensor *)g);
         return PHX_OK;
     }
-    phx_tensor *s = phx_tensor_new((*acc)->dtype, (*acc)->ndim, (*acc)->shape, (*acc)->storage->device);
+    phx_tensor *s =
+        px_tensor_cached("phx_backward", (*acc)->dtype, (*acc)->ndim, (*acc)->shape, (*acc)->storage->device);
     if (!s) return PHX_ENOMEM;
     const phx_kernels_v1 *k = px_device_kernels(s->storage->device);
     phx_status st =
@@ -312,18 +313,23 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
                          fn, phx_tensor_shape_str(t, a, sizeof a), t->numel);
     if (grad &&
         (grad->ndim != t->ndim || memcmp(grad->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) ||
-         grad->dtype != t->dtype || !phx_device_equal(grad->storage->device, t->storage->device)))
-        return phx_error(PHX_EINVAL, "%s: grad is %s %s, expected the tensor's %s %s on its device", fn,
-                         phx_dtype_name(grad->dtype), phx_tensor_shape_str(grad, a, sizeof a), phx_dtype_name(t->dtype),
-                         phx_tensor_shape_str(t, b, sizeof b));
+         !phx_dtype_is_float(grad->dtype) || !phx_device_equal(grad->storage->device, t->storage->device)))
+        return phx_error(
+            PHX_EINVAL, "%s: grad is %s %s, expected a float tensor of the tensor's shape %s on its device", fn,
+            phx_dtype_name(grad->dtype), phx_tensor_shape_str(grad, a, sizeof a), phx_tensor_shape_str(t, b, sizeof b));
     if (depth == PX_MAX_NESTING)
         return phx_error(PHX_ESTATE, "%s: backward nested %d deep inside modules' backward", fn, depth);
     bool mode = phx_set_grad_enabled(false);
     phx_tensor *seed = (phx_tensor *)grad;
     phx_status st = PHX_OK;
     if (!seed) {
-        seed = phx_tensor_new(t->dtype, t->ndim, t->shape, t->storage->device);
+        seed = px_tensor_cached(fn, t->dtype, t->ndim, t->shape, t->storage->device);
         if (!seed || (st = phx_tensor_fill(seed, 1.0)) != PHX_OK) st = st ? st : PHX_ENOMEM;
+    } else if (seed->dtype != t->dtype) {
+        /* an f32 loss gradient for a bf16 output (mixed precision): the
+         * gradient flows in the output's dtype */
+        seed = px_tensor_cached(fn, t->dtype, t->ndim, t->shape, t->storage->device);
+        if (!seed || (st = phx_tensor_cast(seed, grad)) != PHX_OK) st = st ? st : PHX_ENOMEM;
     } else
         phx_tensor_retain(seed);
     if (!st && !t->grad_fn) {

@@ -34,7 +34,7 @@ phx_tensor *phx_to_dtype(const phx_tensor *t, phx_dtype dt)
     if (!st && phx_dtype_is_float(dt) && phx_dtype_is_float(t->dtype))
         st = px_record("to_dtype", to_dtype_backward, 1, &t, out, &node);
     else if (!st)
-        px_mark_nondiff("to_dtype (to an integer dtype)", 1, &t, out);
+        px_mark_nondiff(phx_dtype_is_float(dt) ? "to_dtype (from an integer dtype)" : "to_dtype (to an integer dtype)", 1, &t, out);
     if (st) {
         phx_tensor_free(out);
         return NULL;

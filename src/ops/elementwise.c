@@ -23,6 +23,7 @@ phx_tensor *px_op_finish(const char *name, px_backward_fn bwd, int n, const phx_
 {
     if (node) *node = NULL;
     if (!out) return NULL;
+    if (!px_grad_needed(n, in)) px_mark_nondiff(name, n, in, out); /* carries a cut path's name */
     if (px_grad_needed(n, in)) {
         px_node *nd = NULL;
         if (px_record(name, bwd, n, in, out, &nd) != PHX_OK) {
@@ -91,7 +92,9 @@ static phx_tensor *bin_new(const char *fn, int op, const phx_tensor *a, const ph
 
 phx_tensor *px_binary_raw(const char *fn, int op, const phx_tensor *a, const phx_tensor *b)
 {
-    return px_scope_own(bin_new(fn, op, a, b));
+    phx_tensor *out = bin_new(fn, op, a, b);
+    if (out) px_mark_nondiff(fn, 2, (const phx_tensor *const[]){a, b}, out);
+    return px_scope_own(out);
 }
 
 phx_tensor *px_expand_raw(const char *fn, const phx_tensor *t, int ndim, const int64_t *shape)

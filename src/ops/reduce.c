@@ -142,6 +142,7 @@ static phx_tensor *reduce(const char *fn, int op, const phx_tensor *t, int ndim,
         px_dims_mask(fn, t, ndim, dims, &mask))
         return NULL;
     phx_tensor *y = px_reduce_raw(fn, op, t, mask, keepdim);
+    if (y && !px_grad_needed(1, in)) px_mark_nondiff(fn, 1, in, y);
     if (!y || !px_grad_needed(1, in)) return y;
     px_node *n;
     if (px_record(fn, red_bwd, 1, in, y, &n) != PHX_OK) return NULL;
@@ -308,7 +309,11 @@ phx_tensor *phx_argmax(const phx_tensor *t, int dim, bool keepdim)
     int d;
     phx_scope *s = phx_scope_begin(); /* the values go with it */
     if (!s) return NULL;
-    return px_scope_keep(s, select_raw("argmax", PHX_RED_MAX, t, dim, keepdim, &ix, &d) ? ix : NULL);
+    if (!select_raw("argmax", PHX_RED_MAX, t, dim, keepdim, &ix, &d))
+        ix = NULL;
+    else if (ix)
+        px_mark_nondiff("argmax", 1, &t, ix);
+    return px_scope_keep(s, ix);
 }
 
 /* ---- softmax, log_softmax ---- */

@@ -18,6 +18,7 @@ phx_tensor *px_unary_raw(const char *fn, int op, const phx_tensor *t, float alph
         phx_tensor_free(y);
         return NULL;
     }
+    px_mark_nondiff(fn, 1, in, y); /* comparisons; or a cut path's name carried on */
     return px_scope_own(y);
 }
 
@@ -31,7 +32,7 @@ static phx_tensor *unary(const char *fn, int op, px_backward_fn bwd, bool save_i
 {
     phx_tensor *y = px_unary_raw(fn, op, t, alpha, beta);
     const phx_tensor *in[1] = {t};
-    if (!y || !px_grad_needed(1, in)) return y;
+    if (!y || !px_grad_needed(1, in)) return y; /* px_unary_raw carried a cut path's name */
     px_node *n = NULL;
     if (px_record(fn, bwd, 1, in, y, &n) != PHX_OK) return NULL;
     if (save_in) px_node_save(n, t);

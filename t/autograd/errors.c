@@ -1,0 +1,88 @@
+/* Autograd refuses what cannot be differentiated, names the op and what
+ * was expected, and changes nothing: a saved tensor modified in place, a
+ * second backward, requires_grad on an integer tensor, a non-
+ * differentiable op on the path, a backward of a tensor with no history,
+ * an implicit gradient of many elements, a gradient of the wrong shape,
+ * broadcasting that cannot work, mixed dtypes. */
+#include <string.h>
+#include "phalanx/phalanx.h"
+#include "t/tap.h"
+
+static phx_tensor *leaf(int64_t r, int64_t c, double v)
+{
+    int64_t s[2] = {r, c};
+    phx_tensor *t = phx_tensor_new(PHX_F32, 2, s, phx_cpu());
+    phx_tensor_fill(t, v);
+    phx_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static int says(const char *a, const char *b)
+{
+    const char *e = phx_last_error();
+    return strstr(e, a) && (!b || strstr(e, b));
+}
+
+int main(void)
+{
+    plan(11);
+    phx_scope *sc = phx_scope_begin();
+    phx_tensor *a = leaf(2, 3, 2.0), *b = leaf(2, 3, 3.0);
+
+    /* 1. in place after save */
+    phx_tensor *c = phx_mul(a, b);
+    phx_tensor_fill(b, 1.0);
+    phx_status st = phx_backward(phx_sum(c, 0, NULL, false));
+    ok(st == PHX_ESTATE && says("mul", "in-place"), "a tensor saved by mul then changed in place: %s",
+       phx_last_error());
+    ok(phx_tensor_grad(a) == NULL || phx_tensor_numel(phx_tensor_grad(a)) == 6,
+       "a's gradient was not given a wrong value");
+
+    /* 2. second backward */
+    phx_tensor *d = phx_sum(phx_mul(a, a), 0, NULL, false);
+    phx_status s1 = phx_backward(d), s2 = phx_backward(d);
+    ok(s1 == PHX_OK && s2 == PHX_ESTATE && says("freed", "retain"), "a second backward: %s", phx_last_error());
+
+    /* 3. integer requires_grad */
+    int64_t n = 4;
+    phx_tensor *ix = phx_tensor_zeros(PHX_I64, 1, &n, phx_cpu());
+    ok(phx_tensor_set_requires_grad(ix, true) == PHX_EINVAL && says("i64", "f32"), "requires_grad on an i64 tensor: %s",
+       phx_last_error());
+    ok(!phx_tensor_requires_grad(ix), "and the tensor is unchanged");
+
+    /* 4. non-differentiable op on the path */
+    phx_tensor *m = phx_to_dtype(phx_argmax(a, 1, false), PHX_F32);
+    st = phx_backward(phx_sum(m, 0, NULL, false));
+    ok(st == PHX_EINVAL && says("argmax", "not differentiable"), "argmax on the path to the loss: %s",
+       phx_last_error());
+
+    /* 5. no history */
+    phx_tensor *plain = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
+    ok(phx_backward(plain) == PHX_EINVAL && says("does not require a gradient", NULL), "a plain tensor: %s",
+       phx_last_error());
+
+    /* 6. implicit gradient of many elements; 7. wrong gradient shape */
+    phx_tensor *e = phx_mul(a, b);
+    ok(phx_backward(e) == PHX_EINVAL && says("6 elements", "phx_backward_with"), "backward of a (2, 3) tensor: %s",
+       phx_last_error());
+    phx_tensor *g = phx_tensor_zeros(PHX_F32, 1, &n, phx_cpu());
+    ok(phx_backward_with(e, g) == PHX_EINVAL && says("(4,)", "(2, 3)"), "a (4,) gradient for (2, 3): %s",
+       phx_last_error());
+
+    /* 8. broadcasting; 9. dtypes */
+    phx_tensor *f = leaf(4, 2, 1.0);
+    ok(!phx_add(a, f) && says("(2, 3)", "(4, 2)"), "(2, 3) + (4, 2): %s", phx_last_error());
+    int64_t s23[2] = {2, 3};
+    phx_tensor *h = phx_tensor_zeros(PHX_BF16, 2, s23, phx_cpu());
+    ok(!phx_add(a, h) && says("f32", "bf16"), "f32 + bf16: %s", phx_last_error());
+
+    phx_scope_end(sc);
+    phx_tensor_free(a);
+    phx_tensor_free(b);
+    phx_tensor_free(ix);
+    phx_tensor_free(plain);
+    phx_tensor_free(g);
+    phx_tensor_free(f);
+    phx_tensor_free(h);
+    return done_testing();
+}
