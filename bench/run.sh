@@ -25,6 +25,12 @@ echo "== bench/dp"
 # PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/training.md).
 echo "== bench/step"
 ./bench/step --torch "$(dirname "$0")/torch/step.py"
+# The ResNet step's peak memory beside PyTorch's (10 steps, batch 128, each
+# in its own process: ru_maxrss of the whole process).
+echo "== resnet step, peak RSS"
+./bench/step --rss resnet
+OPENBLAS_NUM_THREADS=2 "${TORCH_PYTHON:-/usr/bin/python3}" "$(dirname "$0")/torch/resnet.py" step --batch 128 --threads 2 --steps 10 |
+    awk '{ printf "torch resnet_step_rss %s MiB (%s ms per step)\n", $3, $2 }'
 # core: the CPU kernel table (GEMM, activations, bias, layernorm, cross
 # entropy, Adam, casts, RNG) beside the same PyTorch ops, one thread each
 # (bench/torch/kernels.py; doc/tensors.md).

@@ -6,17 +6,73 @@
  *           16 x 128 tokens, cross entropy, AdamW lr 3e-4 (rows in tokens/s)
  *   cnn:    examples/cnn's model (conv32-BN-pool, conv64-BN-pool, fc128,
  *           dropout 0.5) on 128 28x28 images, cross entropy, AdamW lr 1e-3
+ *   mlp_fo, cnn_fo: the same models written as forward-only modules (the
+ *           layers as children, ReLU and Flatten as tensor operations; the
+ *           core derives the backward): PyTorch's side is its mlp and cnn
+ *   resnet: examples/resnet's model (forward-only blocks) on 128 images,
+ *           cross entropy, SGD momentum (bench/torch/resnet.py's model)
  * each at 1 and 2 threads. A step is zero_grad, forward, loss, backward,
  * optimizer step. Each figure is the best of --repeats timed runs of
  * --seconds. Two measures: steps per wall-clock second, and steps per
  * second of the process's CPU time (all its threads) -- on a shared
  * machine the wall clock also counts the time other processes took.
  *
- *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] [--only linear|mlp|gpt|gpt_bf16|cnn]
+ *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
+ *              [--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet]
+ *   bench/step --rss resnet   (10 steps of the resnet row; prints its peak RSS)
  */
 #define BENCH_NAME "bench/step"
+#include <sys/resource.h>
 #include "bench/bench-util.h"
 #include "bench/bench-peak.h"
+#include "examples/resnet-model.h"
+
+/* A forward-only module running its children in order, with the children
+ * named in `ops` replaced by tensor operations: "relu" (phx_relu) and
+ * "flatten" (phx_flatten from dim 1). */
+typedef struct fo_seq {
+    const char *ops[16]; /* per child: NULL (run it) or an operation */
+} fo_seq;
+
+static phx_status fo_seq_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    fo_seq *f = phx_module_ctx(self);
+    phx_tensor *h = (phx_tensor *)x;
+    for (size_t i = 0; i < phx_module_num_children(self) && h; i++) {
+        const char *op = f->ops[i];
+        h = !op ? fwd(phx_module_child(self, i), h) : !strcmp(op, "relu") ? phx_relu(h) : phx_flatten(h, 1, -1);
+    }
+    *y = h;
+    return h ? PHX_OK : PHX_EINVAL;
+}
+
+static void fo_seq_free(phx_module *self)
+{
+    free(phx_module_ctx(self));
+}
+
+static const phx_module_vtable fo_seq_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "ForwardOnly", .forward = fo_seq_forward, .free = fo_seq_free};
+
+/* seq's children moved under a forward-only parent; ReLU and Flatten
+ * children become operations (they stay children, unused, so parameter
+ * names and order do not change). */
+static phx_module *forward_only(phx_module *seq)
+{
+    fo_seq *f = calloc(1, sizeof *f);
+    phx_module *m = phx_module_new(&fo_seq_vt, f);
+    if (!m) bench_check(PHX_ENOMEM, "forward-only model");
+    char name[24];
+    for (size_t i = 0; i < phx_module_num_children(seq) && i < 16; i++) {
+        phx_module *c = phx_module_clone(phx_module_child(seq, i));
+        const char *t = phx_module_type(c);
+        f->ops[i] = !strcmp(t, "ReLU") ? "relu" : !strcmp(t, "Flatten") ? "flatten" : NULL;
+        snprintf(name, sizeof name, "%zu", i);
+        bench_check(c ? phx_module_add_child(m, name, c) : PHX_ENOMEM, "forward-only child");
+    }
+    phx_module_free(seq);
+    return m;
+}
 
 /* The MLP step's useful GFLOP: 2·B·in·out per layer forward and again for
  * the weight gradient, and the input gradient of every layer but the
@@ -53,7 +109,34 @@ static void classify(setup *s, phx_rng *rng, int ndim, const int64_t *xs)
 static setup make(const char *name)
 {
     setup s = {0};
+    if (!strcmp(name, "mlp_fo") || !strcmp(name, "cnn_fo")) {
+        s = make(!strcmp(name, "mlp_fo") ? "mlp" : "cnn");
+        phx_optimizer_free(s.opt);
+        s.m = forward_only(s.m);
+        if (!strcmp(name, "cnn_fo")) {
+            phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
+            s.opt = phx_adam_new(s.m, &ao);
+        } else {
+            phx_sgd_opts o = PHX_SGD_OPTS_INIT;
+            o.lr = 0.01;
+            s.opt = phx_sgd_new(s.m, &o);
+        }
+        if (!s.opt) bench_check(PHX_ENOMEM, "setup");
+        return s;
+    }
     phx_rng *rng = phx_rng_new(0);
+    if (!strcmp(name, "resnet")) {
+        s.m = resnet_new(rng);
+        int64_t xs[4] = {128, 1, 28, 28};
+        classify(&s, rng, 4, xs);
+        phx_sgd_opts o = PHX_SGD_OPTS_INIT;
+        o.lr = 0.05;
+        o.momentum = 0.9;
+        s.opt = s.m ? phx_sgd_new(s.m, &o) : NULL;
+        if (!s.m || !s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "setup");
+        phx_rng_free(rng);
+        return s;
+    }
     if (!strcmp(name, "linear")) {
         s.m = phx_linear_new(10, 1, true, rng);
         int64_t xs[2] = {64, 10}, ys[2] = {64, 1};
@@ -167,21 +250,30 @@ int main(int argc, char **argv)
     double seconds = 1.0;
     int repeats = 3;
     const char *only = NULL; /* one model's rows only (profiling) */
-    const bench_opt opts[] = {{"--torch", 's', &torch},
-                              {"--python", 's', &py},
-                              {"--seconds", 'd', &seconds},
-                              {"--repeats", 'i', &repeats},
-                              {"--only", 's', &only}};
-    if (bench_args(argc, argv, opts, 5,
+    const char *rss = NULL; /* --rss resnet: peak RSS of 10 steps */
+    const bench_opt opts[] = {{"--torch", 's', &torch},     {"--python", 's', &py}, {"--seconds", 'd', &seconds},
+                              {"--repeats", 'i', &repeats}, {"--only", 's', &only}, {"--rss", 's', &rss}};
+    if (bench_args(argc, argv, opts, 6,
                    "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
-                   "[--only linear|mlp|gpt|gpt_bf16|cnn]"))
+                   "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet] [--rss resnet]"))
         return 2;
-    enum { NM = 5 };
-    const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn"};
-    const char *label[NM] = {"Linear(10,1) b64 SGD", "MLP 784-1024-1024-10 b256 SGD", "GPT 16x128 AdamW, tokens",
-                             "GPT bf16 (torch autocast)", "CNN b128 AdamW, images"};
+    if (rss) {
+        setup s = make(rss);
+        for (int i = 0; i < 10; i++) step(&s);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("%s_step_rss %.1f MiB\n", rss, ru.ru_maxrss / 1024.0);
+        return 0;
+    }
+    enum { NM = 8 };
+    const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn", "mlp_fo", "cnn_fo", "resnet"};
+    /* PyTorch's side of each row (a forward-only model's is the same torch model) */
+    const char *torch_names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn", "mlp", "cnn", "resnet"};
+    const char *label[NM] = {"Linear(10,1) b64 SGD",      "MLP 784-1024-1024-10 b256 SGD", "GPT 16x128 AdamW, tokens",
+                             "GPT bf16 (torch autocast)", "CNN b128 AdamW, images",        "MLP forward-only",
+                             "CNN forward-only, images",  "ResNet b128 SGD, images"};
     /* a GPT step is 16 x 128 tokens, a CNN step 128 images: their rows count those */
-    const double per_step[NM] = {1, 1, 16 * 128, 16 * 128, 128};
+    const double per_step[NM] = {1, 1, 16 * 128, 16 * 128, 128, 1, 128, 128};
     double phx[NM][2], pt[NM][2] = {{0}}, phx_c[NM][2], pt_c[NM][2] = {{0}};
     int have_torch = 0;
     /* The sgemm peak (as bench/dp measures it), before the MLP rows. */
@@ -200,7 +292,7 @@ int main(int argc, char **argv)
             snprintf(cmd, sizeof cmd,
                      "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d '%s' '%s' --only %s --threads %d --seconds %g "
                      "--repeats %d 2>&1",
-                     t + 1, t + 1, py, torch, names[k], t + 1, seconds, repeats);
+                     t + 1, t + 1, py, torch, torch_names[k], t + 1, seconds, repeats);
             FILE *p = popen(cmd, "r");
             while (p && fgets(line, sizeof line, p)) {
                 char nm[32];
@@ -243,7 +335,13 @@ int main(int argc, char **argv)
                    t + 1, t ? "s" : "", gf, 100 * gf / top, t + 1, t ? "s at once" : "", top,
                    t ? "; target >= 75%" : "");
         }
+    for (int k = 5; k < 7; k++) /* forward-only beside fused, same run */
+        for (int t = 0, fused = k == 5 ? 1 : 4; t < 2; t++)
+            if (phx[fused][t] > 0 && phx[k][t] > 0)
+                printf("%s at %d thread%s: %.3fx the fused modules' rate\n", label[k], t + 1, t ? "s" : "",
+                       phx[k][t] / phx[fused][t]);
     printf("targets: seed >= 20x PyTorch, MLP >= 1.0x PyTorch at the same thread count; GPT (tokens/s) >= 1.5x "
-           "PyTorch at its best thread count; CNN (images/s) >= 1.2x PyTorch at its best thread count\n");
+           "PyTorch at its best thread count; CNN (images/s) >= 1.2x PyTorch at its best thread count; forward-only "
+           ">= 0.9x fused and >= 1.2x PyTorch's best; ResNet >= 1.2x PyTorch's best\n");
     return 0;
 }

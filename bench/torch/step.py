@@ -25,6 +25,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt import GPT, gpt2_init  # noqa: E402
 from cnn import cnn_model  # noqa: E402
+from resnet import ResNet  # noqa: E402
 
 
 def make(name):
@@ -44,6 +45,11 @@ def make(name):
             return F.cross_entropy(logits.view(-1, 65), target.view(-1))
 
         return m, x, y, crit, torch.optim.AdamW(m.parameters(), lr=3e-4)
+    elif name == "resnet":
+        # examples/resnet's model (bench/torch/resnet.py), SGD momentum
+        m = ResNet()
+        x, y = torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,))
+        return m, x, y, nn.CrossEntropyLoss(), torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
     elif name == "cnn":
         m = cnn_model()
         x, y = torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,))
