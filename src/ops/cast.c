@@ -34,7 +34,8 @@ phx_tensor *phx_to_dtype(const phx_tensor *t, phx_dtype dt)
     if (!st && phx_dtype_is_float(dt) && phx_dtype_is_float(t->dtype))
         st = px_record("to_dtype", to_dtype_backward, 1, &t, out, &node);
     else if (!st)
-        px_mark_nondiff(phx_dtype_is_float(dt) ? "to_dtype (from an integer dtype)" : "to_dtype (to an integer dtype)", 1, &t, out);
+        px_mark_nondiff(phx_dtype_is_float(dt) ? "to_dtype (from an integer dtype)" : "to_dtype (to an integer dtype)",
+                        1, &t, out);
     if (st) {
         phx_tensor_free(out);
         return NULL;
@@ -54,4 +55,10 @@ phx_dtype px_autocast_set(phx_dtype dt)
     phx_dtype prev = autocast;
     autocast = dt;
     return prev;
+}
+
+const phx_tensor *px_autocast_f32(const phx_tensor *t)
+{
+    if (!t || autocast == PHX_F32 || t->dtype == PHX_F32 || !phx_dtype_is_float(t->dtype)) return t;
+    return phx_to_dtype(t, PHX_F32);
 }

@@ -28,7 +28,7 @@ phx_status px_op_same(const char *fn, const char *an, const phx_tensor *a, const
                          phx_device_name(b->storage->device, db, sizeof db));
     }
     if (same_dtype && a->dtype != b->dtype)
-        return phx_error(PHX_EINVAL, "%s: %s is %s, %s is %s, expected one dtype (cast one with phx_tensor_cast)", fn,
+        return phx_error(PHX_EINVAL, "%s: %s is %s, %s is %s, expected one dtype (convert one with phx_to_dtype)", fn,
                          an, phx_dtype_name(a->dtype), bn, phx_dtype_name(b->dtype));
     return PHX_OK;
 }

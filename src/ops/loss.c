@@ -44,6 +44,7 @@ static phx_tensor *loss_finish(const char *fn, const phx_tensor *a, const phx_te
 
 phx_tensor *phx_cross_entropy(const phx_tensor *logits, const phx_tensor *target)
 {
+    logits = px_autocast_f32(logits);
     const char *fn = "cross_entropy";
     const phx_tensor *in[2] = {logits, target};
     if (px_op_inputs(fn, 2, in, (const char *const[]){"logits", "target"}) ||
@@ -85,6 +86,8 @@ phx_tensor *phx_cross_entropy(const phx_tensor *logits, const phx_tensor *target
 
 phx_tensor *phx_mse_loss(const phx_tensor *y, const phx_tensor *target)
 {
+    y = px_autocast_f32(y);
+    target = px_autocast_f32(target);
     const char *fn = "mse_loss";
     const phx_tensor *in[2] = {y, target};
     if (px_op_inputs(fn, 2, in, (const char *const[]){"y", "target"}) ||

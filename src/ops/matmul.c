@@ -126,7 +126,7 @@ static phx_status matmul_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_gr
     return PHX_OK;
 }
 
-phx_tensor *phx_matmul(const phx_tensor *a, const phx_tensor *b)
+static phx_tensor *matmul(const phx_tensor *a, const phx_tensor *b)
 {
     const char *fn = "matmul";
     const phx_tensor *in[2] = {a, b};
@@ -164,4 +164,15 @@ phx_tensor *phx_matmul(const phx_tensor *a, const phx_tensor *b)
         px_node_save(n, b);
     }
     return out;
+}
+
+/* Under autocast both float operands go to the compute dtype (an f32
+ * parameter's value with a recorded cast, so its gradient returns in f32). */
+phx_tensor *phx_matmul(const phx_tensor *a, const phx_tensor *b)
+{
+    phx_dtype ac = px_autocast_dtype();
+    if (ac != PHX_F32 && a && b && phx_dtype_is_float(a->dtype) && phx_dtype_is_float(b->dtype) &&
+        (a->dtype != ac || b->dtype != ac))
+        return matmul(phx_to_dtype(a, ac), phx_to_dtype(b, ac));
+    return matmul(a, b);
 }

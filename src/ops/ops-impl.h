@@ -52,6 +52,10 @@ phx_tensor *px_sum_to(const phx_tensor *g, int ndim, const int64_t *shape);
  * policy): matmul casts its operands to it (doc/precision.md, the
  * autocast table). */
 phx_dtype px_autocast_dtype(void);
+/* Under autocast (a compute dtype other than f32), a low-precision t
+ * widened to f32 (recorded): the f32 list of doc/precision.md (softmax,
+ * reductions, losses); else t itself. */
+const phx_tensor *px_autocast_f32(const phx_tensor *t);
 /* Sets it; returns the previous (src/modules/module-autograd.c). */
 phx_dtype px_autocast_set(phx_dtype dt);
 /* Shape and index operations' helpers (src/ops/shape.c). */

@@ -157,20 +157,24 @@ static phx_tensor *reduce(const char *fn, int op, const phx_tensor *t, int ndim,
 
 phx_tensor *phx_sum(const phx_tensor *t, int ndim, const int *dims, bool keepdim)
 {
+    t = px_autocast_f32(t);
     return reduce("sum", PHX_RED_SUM, t, ndim, dims, keepdim);
 }
 phx_tensor *phx_mean(const phx_tensor *t, int ndim, const int *dims, bool keepdim)
 {
+    t = px_autocast_f32(t);
     return reduce("mean", PHX_RED_MEAN, t, ndim, dims, keepdim);
 }
 phx_tensor *phx_logsumexp(const phx_tensor *t, int ndim, const int *dims, bool keepdim)
 {
+    t = px_autocast_f32(t);
     return reduce("logsumexp", PHX_RED_LOGSUMEXP, t, ndim, dims, keepdim);
 }
 
 /* sum((t - mean(t))^2) / (N - correction), from recorded operations. */
 phx_tensor *phx_var(const phx_tensor *t, int ndim, const int *dims, int64_t correction, bool keepdim)
 {
+    t = px_autocast_f32(t);
     const char *fn = "var";
     const phx_tensor *in[1] = {t};
     unsigned mask;
@@ -373,9 +377,11 @@ static phx_tensor *softmax(const char *fn, int log, const phx_tensor *t, int dim
 
 phx_tensor *phx_softmax(const phx_tensor *t, int dim)
 {
+    t = px_autocast_f32(t);
     return softmax("softmax", 0, t, dim);
 }
 phx_tensor *phx_log_softmax(const phx_tensor *t, int dim)
 {
+    t = px_autocast_f32(t);
     return softmax("log_softmax", 1, t, dim);
 }
