@@ -11,18 +11,18 @@
 
 static const char *fm_prog = "example";
 
-static void die(const char *what)
+static inline void die(const char *what)
 {
     fprintf(stderr, "%s: %s: %s\n", fm_prog, what, phx_last_error());
     exit(1);
 }
 
-static void check(phx_status st, const char *what)
+static inline void check(phx_status st, const char *what)
 {
     if (st != PHX_OK) die(what);
 }
 
-static double now(void)
+static inline double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -70,7 +70,7 @@ static phx_tensor *stage(phx_tensor *src, phx_tensor **buf, phx_device dev, int 
     return v;
 }
 
-static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_device dev, int images)
+static inline double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_device dev, int images)
 {
     phx_loader *l = phx_loader_new(x, y, 1000, false, 0, false, NULL, 0);
     if (!l) die("test loader");
@@ -108,7 +108,7 @@ static double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, phx_devi
 }
 
 /* A checkpoint that knows how many epochs it holds. */
-static void save_epoch(const char *path, phx_module *net, phx_optimizer *opt, phx_scaler *scaler, int epoch,
+static inline void save_epoch(const char *path, phx_module *net, phx_optimizer *opt, phx_scaler *scaler, int epoch,
                        const char *model_name)
 {
     char ep[32];

@@ -17,3 +17,7 @@ noinst_PROGRAMS += examples/resnet
 demo_programs += examples/resnet
 examples_resnet_LDADD = libphalanx.la -lm
 EXTRA_DIST += examples/resnet-model.h
+# Two inputs, two heads, two losses, one backward (doc/autograd.md).
+noinst_PROGRAMS += examples/two_input
+demo_programs += examples/two_input
+examples_two_input_LDADD = libphalanx.la -lm

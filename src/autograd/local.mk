@@ -19,3 +19,5 @@ t_autograd_resnet_ddp_LDADD = libphalanx.la -lm
 t_autograd_resnet_ddp_CPPFLAGS = $(ddp_test_cppflags)
 EXTRA_DIST += t/ref/resnet_parity.safetensors bench/torch/resnet.py
 t_autograd_autocast_LDADD = libphalanx.la -lm
+TESTS += t/autograd/examples.sh
+EXTRA_DIST += t/autograd/examples.sh
