@@ -58,3 +58,12 @@ check_PROGRAMS += t/world/slurm
 TESTS += t/world/slurm
 t_world_slurm_SOURCES = t/world/slurm.c t/env-util.h
 t_world_slurm_LDADD = libphalanx.la
+
+# ---- multi-node (doc/multinode.md): t/multinode/ runs jobs across network
+# namespaces on a bridge (root; skipped elsewhere), t/slurm/ under a
+# one-node Slurm of its own (skipped without slurm-wlm).
+check_PROGRAMS += t/multinode/loop
+t_multinode_loop_SOURCES = t/multinode/loop.c
+t_multinode_loop_LDADD = libphalanx.la
+TESTS += t/multinode/run.sh t/multinode/faults.sh
+EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh
