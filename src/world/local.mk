@@ -1,7 +1,8 @@
 # src/world — the world from the environment, the TCP store (client,
 # server, key-value table) and phx_spawn (doc/comm.md, doc/store.md).
 # Tests: t/world/.
-libphalanx_internal_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h $(px_store_sources)
+libphalanx_internal_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h \
+	src/world/master-addr.h $(px_store_sources)
 # The store: public calls, the backends, the server.
 px_store_sources = src/world/store.c src/world/store-impl.h src/world/store-local.c src/world/store-tcp.c \
 	src/world/store-proto.h src/world/store-server.h \
@@ -65,5 +66,5 @@ t_world_slurm_LDADD = libphalanx.la
 check_PROGRAMS += t/multinode/loop
 t_multinode_loop_SOURCES = t/multinode/loop.c
 t_multinode_loop_LDADD = libphalanx.la
-TESTS += t/multinode/run.sh t/multinode/faults.sh
-EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh
+TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh
+EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh

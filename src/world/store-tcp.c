@@ -334,12 +334,12 @@ static phx_status connect_loop(tcp_store *s, const char *who, double deadline, i
     phx_status st = px_store_resolve(who, s->host, s->port, 0, &res);
     if (st) return st;
     double backoff = 0.01, start = px_now();
-    int last = ECONNREFUSED;
+    int last = ECONNREFUSED, tries = 0, refused = 0;
     s->fd = -1;
     while (s->fd < 0) {
-        for (struct addrinfo *ai = res; ai && s->fd < 0; ai = ai->ai_next) {
+        for (struct addrinfo *ai = res; ai && s->fd < 0 && (tries == 0 || px_now() < deadline); ai = ai->ai_next) {
             s->fd = try_connect(ai, deadline);
-            if (s->fd < 0) last = errno;
+            if (s->fd < 0) last = errno, tries++, refused += errno == ECONNREFUSED;
         }
         if (s->fd >= 0) break;
         if (last == ENETUNREACH || last == EHOSTUNREACH) {
@@ -359,6 +359,18 @@ static phx_status connect_loop(tcp_store *s, const char *who, double deadline, i
         double now = px_now();
         if (now >= deadline) {
             freeaddrinfo(res);
+            if (refused == tries)
+                return phx_error(PHX_ETIMEOUT,
+                                 "%s: no store server at %s:%d%s after %.0f s: all %d connection attempts were "
+                                 "refused (the host answers but nothing listens on port %d: is rank 0 started, "
+                                 "with the same MASTER_PORT?)",
+                                 who, s->host, s->port, s->base.host_of, now - start, tries, s->port);
+            if (last == ETIMEDOUT)
+                return phx_error(PHX_ETIMEOUT,
+                                 "%s: no store server at %s:%d%s after %.0f s: the connection attempts timed out "
+                                 "(no answer from %s: is the address right, the host up, a firewall dropping "
+                                 "port %d?)",
+                                 who, s->host, s->port, s->base.host_of, now - start, s->host, s->port);
             return phx_error(PHX_ETIMEOUT, "%s: no store server at %s:%d%s after %.0f s (last error: %s)", who, s->host,
                              s->port, s->base.host_of, now - start, strerror(last));
         }
