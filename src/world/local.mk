@@ -66,5 +66,7 @@ t_world_slurm_LDADD = libphalanx.la
 check_PROGRAMS += t/multinode/loop
 t_multinode_loop_SOURCES = t/multinode/loop.c
 t_multinode_loop_LDADD = libphalanx.la
-TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh
-EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh
+TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
+	t/multinode/outage.sh
+EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
+	t/multinode/outage.sh

@@ -56,10 +56,13 @@ int main(void)
             FILE *f = fopen(path, "w");
             if (f) fprintf(f, "%d\n", (int)getpid()), fclose(f);
         }
-        /* every rank ends at the same round: rank 0's clock decides */
+        /* every rank ends at the same round: rank 0's clock decides. An
+         * all-reduce, not a broadcast from rank 0: rank 0 must not leave
+         * before the others have its answer (its exit with bytes unread
+         * resets the connections, losing what it sent last). */
         float *more = phx_tensor_data(flag);
         *more = rank == 0 ? (float)(now() < end) : 0;
-        if ((st = phx_comm_broadcast(c, flag, 0, NULL)) || !*more) break;
+        if ((st = phx_comm_allreduce(c, flag, PHX_MAX, NULL)) || !*more) break;
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     }
     if (st) fprintf(stderr, "rank %d: %s: %s\n", rank, phx_status_name(st), phx_last_error());
