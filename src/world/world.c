@@ -157,6 +157,16 @@ static int slurm_task(void)
     return !*end && id < 0xfffffff0ull;
 }
 
+int px_world_slurm_cpus(void)
+{
+    const char *v = getenv("SLURM_CPUS_PER_TASK");
+    if (!v || !*v || !slurm_task() || getenv("RANK") || getenv("OMPI_COMM_WORLD_RANK") || px_spawn_current()->active)
+        return 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *end || n < 1 || n > 4096 ? 0 : (int)n;
+}
+
 /* A Slurm batch script or salloc shell (SLURM_NTASKS > 1 in a job but not a
  * task of a step) would otherwise run as rank 0 of the job's tasks and wait
  * PHX_TIMEOUT for ranks nobody started. */

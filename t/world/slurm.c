@@ -23,7 +23,12 @@ static const char *first_host(const char *var, const char *list)
 
 int main(void)
 {
-    plan(17);
+    plan(18);
+    /* First, before anything resolves the thread budget: srun -c 1 with
+     * one task per node gets 1 thread, not cores / 1. */
+    tu_env("SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_LOCALID=0",
+           "SLURM_TASKS_PER_NODE=1(x2)", "SLURM_NODEID=0", "SLURM_CPUS_PER_TASK=1", NULL);
+    is_int(phx_num_threads(), 1, "srun -c 1: 1 thread (SLURM_CPUS_PER_TASK), not cores / tasks on the node");
     phx_world w = PHX_WORLD_INIT;
     is_str(first_host("SLURM_STEP_NODELIST", "gpu[07-08]"), "gpu07", "the step's first node, zero padding kept");
     phx_status st = phx_world_from_env(&w);
