@@ -70,3 +70,5 @@ TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
 	t/multinode/outage.sh
 EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
 	t/multinode/outage.sh
+TESTS += t/slurm/slurm.sh
+EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh

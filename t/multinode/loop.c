@@ -1,10 +1,12 @@
-/* A rank program for the multi-node tests (run under phxrun in network
- * namespaces): all-reduces a small and a 256 KiB tensor in a loop for
- * MN_SECONDS seconds (default 4), one pair every 20 ms, and checks each
- * result (every rank contributes rank + 1). After the first pair it
- * writes its pid to MN_READY.RANK (MN_READY set), so the harness knows the
- * world is up and whom to kill. Rank 0 prints "loop: N rounds, all right" at the end; a rank that
- * fails prints "rank R: PHX_...: message" on stderr and exits 1. */
+/* A rank program for the multi-node and Slurm tests (under phxrun in
+ * network namespaces, or srun): all-reduces a small and a 256 KiB tensor
+ * in a loop for MN_SECONDS seconds (default 4), one pair every 20 ms, and
+ * checks each result (every rank contributes rank + 1). After the first
+ * pair it writes its pid to MN_READY.RANK (MN_READY set), so the harness
+ * knows the world is up and whom to kill. With MN_SHOW_THREADS set each
+ * rank first prints "rank R: N threads" (phx_num_threads). Rank 0 prints
+ * "loop: N rounds, all right" at the end; a rank that fails prints
+ * "rank R: PHX_...: message" on stderr and exits 1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -40,6 +42,7 @@ int main(void)
         return 1;
     }
     int rank = phx_comm_rank(c), size = phx_comm_size(c), wrong = 0, rounds = 0;
+    if (getenv("MN_SHOW_THREADS")) printf("rank %d: %d threads\n", rank, phx_num_threads());
     const char *secs_s = getenv("MN_SECONDS"), *ready = getenv("MN_READY");
     double secs = secs_s ? atof(secs_s) : 4, end = now() + secs;
     float want = (float)size * (float)(size + 1) / 2;

@@ -22,8 +22,12 @@ slurm_up() {
     chmod 700 "$sd/munge"
     mungekey -c -k "$sd/munge/key" -b 1024 2>/dev/null || dd if=/dev/urandom of="$sd/munge/key" bs=128 count=1 2>/dev/null
     chmod 400 "$sd/munge/key"
-    munged --force --socket="$sd/munge/sock" --key-file="$sd/munge/key" --pid-file="$sd/munge/pid" \
-        --log-file="$sd/log/munged.log" --seed-file="$sd/munge/seed" || return 1
+    # in the foreground, children of the test: killed and reaped by slurm_down
+    munged -F --force --socket="$sd/munge/sock" --key-file="$sd/munge/key" --pid-file="$sd/munge/pid" \
+        --log-file="$sd/log/munged.log" --seed-file="$sd/munge/seed" &
+    SLURM_PIDS=$!
+    i=0
+    while [ ! -S "$sd/munge/sock" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
     host=$(hostname -s)
     cat >"$sd/slurm.conf" <<CONF
 ClusterName=phx
@@ -58,8 +62,10 @@ NodeName=$host CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
     export SLURM_CONF="$sd/slurm.conf"
-    slurmctld -i -f "$sd/slurm.conf" || return 1
-    slurmd -f "$sd/slurm.conf" || return 1
+    slurmctld -D -i -f "$sd/slurm.conf" >"$sd/log/slurmctld.out" 2>&1 &
+    SLURM_PIDS="$SLURM_PIDS $!"
+    slurmd -D -f "$sd/slurm.conf" >"$sd/log/slurmd.out" 2>&1 &
+    SLURM_PIDS="$SLURM_PIDS $!"
     i=0
     while [ $i -lt 100 ]; do
         sinfo -h -o %T 2>/dev/null | grep -Eq '^idle' && return 0
@@ -70,14 +76,14 @@ CONF
     return 1
 }
 
-# Stops what slurm_up started, by the pid files it wrote.
+# Stops what slurm_up started (its own children), then reaps them.
 slurm_down() {
-    for f in "$sd/slurmd.pid" "$sd/ctld.pid" "$sd/munge/pid"; do
-        [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null
-    done
-    for f in "$sd/slurmd.pid" "$sd/ctld.pid" "$sd/munge/pid"; do
+    for p in $SLURM_PIDS; do kill "$p" 2>/dev/null; done
+    for p in $SLURM_PIDS; do
         i=0
-        while [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-        [ -s "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+        while kill -0 "$p" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+        kill -9 "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
     done
+    SLURM_PIDS=
 }
