@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -383,18 +384,61 @@ static phx_status connect_loop(tcp_store *s, const char *who, double deadline, i
     return PHX_OK;
 }
 
+/* phxrun's attempt (PHX_RESTART_COUNT) or NULL: a server records it under
+ * PX_STORE_ATTEMPT_KEY, and a client of another attempt has reached the
+ * previous attempt's store, whose rank 0 is still exiting. */
+static const char *env_attempt(void)
+{
+    const char *a = getenv("PHX_RESTART_COUNT");
+    return a && *a && strlen(a) < 32 ? a : NULL;
+}
+
+/* Whether the server s reached records an attempt other than mine (its
+ * value in theirs). A server that records none is taken as right. */
+static int other_attempt(tcp_store *s, const char *mine, char *theirs, size_t len)
+{
+    void *v = NULL;
+    size_t n = 0;
+    if (phx_store_get(&s->base, PX_STORE_ATTEMPT_KEY, &v, &n, 1e-6) != PHX_OK) return 0;
+    snprintf(theirs, len, "%.*s", (int)n, (const char *)v);
+    free(v);
+    return strcmp(theirs, mine) != 0;
+}
+
 /* Connects s to s->host:s->port with retry and backoff within the store's
- * timeout, then shakes hands. */
+ * timeout, then shakes hands. Under phxrun --max-restarts a client that
+ * reaches the store of another attempt hangs up and tries again until the
+ * store of its own attempt answers (the old one goes with its rank 0). */
 static phx_status tcp_connect(tcp_store *s)
 {
-    double deadline = px_now() + s->base.timeout_s;
-    phx_status st = connect_loop(s, "phx_store_new", deadline, 1);
-    if (st) return st;
-    if ((st = handshake(s, "phx_store_new", deadline))) {
+    double deadline = px_now() + s->base.timeout_s, backoff = 0.02;
+    const char *mine = env_attempt();
+    char theirs[40];
+    for (;;) {
+        phx_status st = connect_loop(s, "phx_store_new", deadline, 1);
+        if (st) return st;
+        if ((st = handshake(s, "phx_store_new", deadline))) {
+            close(s->fd);
+            s->fd = -1;
+            return st;
+        }
+        if (!mine) return PHX_OK;
+        if (s->server) return phx_store_set(&s->base, PX_STORE_ATTEMPT_KEY, mine, strlen(mine));
+        if (!other_attempt(s, mine, theirs, sizeof theirs)) return PHX_OK;
         close(s->fd);
         s->fd = -1;
+        double now = px_now();
+        if (now >= deadline)
+            return phx_error(PHX_ETIMEOUT,
+                             "phx_store_new: the store server at %s:%d%s is attempt %s's and this process is "
+                             "attempt %s (PHX_RESTART_COUNT): the previous attempt's store was still there after "
+                             "%.0f s (do all nodes run phxrun with the same --max-restarts?)",
+                             s->host, s->port, s->base.host_of, theirs, mine, s->base.timeout_s);
+        double nap = backoff < deadline - now ? backoff : deadline - now;
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
     }
-    return st;
 }
 
 /* The connection broke: a new one before the deadline (the caller holds

@@ -6,7 +6,8 @@
  * knows the world is up and whom to kill. With MN_SHOW_THREADS set each
  * rank first prints "rank R: N threads" (phx_num_threads). Rank 0 prints
  * "loop: N rounds, all right" at the end; a rank that fails prints
- * "rank R: PHX_...: message" on stderr and exits 1. */
+ * "rank R: PHX_...: message" on stderr and exits 1, after MN_LINGER
+ * seconds (a rank 0 slow to exit keeps its store up that long). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -69,6 +70,10 @@ int main(void)
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     }
     if (st) fprintf(stderr, "rank %d: %s: %s\n", rank, phx_status_name(st), phx_last_error());
+    if (st && getenv("MN_LINGER")) {
+        double t = atof(getenv("MN_LINGER"));
+        nanosleep(&(struct timespec){(time_t)t, (long)((t - (double)(time_t)t) * 1e9)}, NULL);
+    }
     if (!st && rank == 0) printf("loop: %d rounds, %s\n", rounds, wrong ? "some wrong" : "all right");
     phx_tensor_free(a);
     phx_tensor_free(b);
