@@ -67,8 +67,8 @@ check_PROGRAMS += t/multinode/loop
 t_multinode_loop_SOURCES = t/multinode/loop.c
 t_multinode_loop_LDADD = libphalanx.la
 TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
-	t/multinode/outage.sh t/multinode/restart.sh
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
 EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
-	t/multinode/outage.sh t/multinode/restart.sh
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
 TESTS += t/slurm/slurm.sh
 EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh

@@ -28,6 +28,8 @@
 #include <unistd.h>
 #include "src/world/store-impl.h"
 #include "src/world/store-server.h"
+#include "src/world/master-addr.h"
+#include "src/world/world-impl.h"
 #include "src/base/util.h"
 #include "phalanx/log.h"
 
@@ -473,6 +475,30 @@ static tcp_store *tcp_alloc(const char *host, int port, double timeout_s, const 
     return s;
 }
 
+/* A store for a world that spans nodes must be reachable from the other
+ * nodes: a name that resolves only to loopback (Debian's /etc/hosts maps
+ * the host's own name to 127.0.1.1), or the 127.0.0.1 assumed when
+ * MASTER_ADDR is unset (gloo under a multi-host mpirun without -x
+ * MASTER_ADDR), would make every rank wait PHX_TIMEOUT. */
+static phx_status check_reachable(const char *host)
+{
+    if (!px_world_spans_nodes()) return PHX_OK;
+    char ip[64];
+    const char *ma = getenv("MASTER_ADDR");
+    if (px_name_is_loopback(host, ip, sizeof ip))
+        return phx_error(PHX_EINVAL,
+                         "phx_store_new: this world spans nodes but the store's host '%s' resolves to %s, a "
+                         "loopback address, which the other nodes cannot reach (see /etc/hosts, where Debian maps "
+                         "the host's own name to 127.0.1.1); set MASTER_ADDR to node 0's address on the network",
+                         host, ip);
+    if ((!ma || !*ma) && !strcmp(host, "127.0.0.1"))
+        return phx_error(PHX_EINVAL,
+                         "phx_store_new: this world spans nodes but MASTER_ADDR is not set (127.0.0.1 assumed, "
+                         "which the other nodes cannot reach); set MASTER_ADDR to node 0's address on every rank "
+                         "(mpirun: -x MASTER_ADDR -x MASTER_PORT)");
+    return PHX_OK;
+}
+
 phx_status phx_store_new(const char *host, int port, bool is_server, double timeout_s, phx_store **out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_store_new: out is NULL");
@@ -480,11 +506,13 @@ phx_status phx_store_new(const char *host, int port, bool is_server, double time
     if (strlen(host) >= 256) return phx_error(PHX_EINVAL, "phx_store_new: host name is longer than 255 bytes");
     if (port < (is_server ? 0 : 1) || port > 65535)
         return phx_error(PHX_EINVAL, "phx_store_new: port %d: expected %s..65535", port, is_server ? "0" : "1");
+    phx_status st = check_reachable(host);
+    if (st) return st;
     px_store_server *srv = NULL;
     uint8_t token[PX_STORE_MAX_TOKEN];
     size_t tlen;
     char src[320];
-    phx_status st = px_store_token("phx_store_new", token, &tlen, src, sizeof src);
+    st = px_store_token("phx_store_new", token, &tlen, src, sizeof src);
     if (st) return st;
     if (is_server) {
         if ((st = px_store_server_start(host, port, token, tlen, &srv))) return st;

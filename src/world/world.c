@@ -9,7 +9,6 @@
 #include "src/base/util.h"
 #include "src/base/abi.h"
 #include "src/world/world-impl.h"
-#include "src/world/master-addr.h"
 #include "phalanx/comm.h"
 
 #define PX_DEFAULT_PORT 29500
@@ -214,14 +213,14 @@ phx_status phx_world_from_env(phx_world *out)
     if (st != PHX_OK) return st;
 
     if ((st = px_env_master(w.master_addr, sizeof w.master_addr, &w.master_port))) return st;
-    char ip[64];
-    if (w.size > w.local_size && px_name_is_loopback(w.master_addr, ip, sizeof ip))
-        return phx_error(PHX_EINVAL,
-                         "phx_world_from_env: rank %d of %d, %d on this node: MASTER_ADDR '%s' resolves to %s, a "
-                         "loopback address, which the other nodes cannot reach (see /etc/hosts, where Debian maps "
-                         "the host's own name to 127.0.1.1); set MASTER_ADDR to node 0's address on the network",
-                         w.rank, w.size, w.local_size, w.master_addr, ip);
     return px_abi_out(out, &w, sizeof w, "phx_world_from_env", "phx_world", "PHX_WORLD_INIT");
+}
+
+int px_world_spans_nodes(void)
+{
+    phx_world w;
+    memset(&w, 0, sizeof w);
+    return world_ranks(&w, 0) == PHX_OK && w.size > w.local_size;
 }
 
 phx_status px_world_local(int *local_rank, int *local_size)

@@ -3,7 +3,8 @@
 # (doc/multinode.md):
 #   phxrun --nnodes 2 with no master address;
 #   a master address that is a name resolving to loopback (phxrun, and a
-#     rank started by another launcher: RANK/WORLD_SIZE/LOCAL_WORLD_SIZE);
+#     rank started by another launcher: RANK/WORLD_SIZE/LOCAL_WORLD_SIZE),
+#     or no MASTER_ADDR at all, on a world that spans nodes;
 #   across namespaces (t/multinode/lib.sh), node 0 not started: the
 #     message says the attempts were refused; node 0's cable pulled: the
 #     message says they got no answer.
@@ -15,7 +16,7 @@ note() { sed 's/^/# /' "$1" | tail -4; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
 export PHX_TIMEOUT=60 PHX_STORE_TOKEN=mn-misconfig-$$ PHX_COMM=gloo
 prog="$b/examples/ddp"
-echo "1..8"
+echo "1..9"
 t=0
 result() { t=$((t + 1)); if [ "$1" = 0 ]; then echo "ok $t - $2"; else echo "not ok $t - $2"; fi; }
 
@@ -39,17 +40,24 @@ start=$(mn_now)
 RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=localhost MASTER_PORT=29500 "$prog" >"$d/c" 2>&1
 rc=$?
 took=$(mn_secs "$start" "$(mn_now)")
-[ $rc != 0 ] && grep -q "MASTER_ADDR 'localhost' resolves to .*/etc/hosts" "$d/c" && mn_le "$took" 1
+[ $rc != 0 ] && grep -q "host 'localhost' resolves to .*/etc/hosts" "$d/c" && mn_le "$took" 1
 result $? "rank 1 of 2, one per node, MASTER_ADDR=localhost: an error naming /etc/hosts in $took s"
 [ $rc != 0 ] || note "$d/c"
 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=1 PHX_TIMEOUT=1 \
     "$prog" >"$d/c2" 2>&1
 ! grep -q "/etc/hosts" "$d/c2"
 result $? "... but one node of 2 ranks on localhost is fine (no such error)"
+start=$(mn_now)
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_PORT=29500 "$prog" >"$d/c3" 2>&1
+rc=$?
+took=$(mn_secs "$start" "$(mn_now)")
+[ $rc != 0 ] && grep -q "this world spans nodes but MASTER_ADDR is not set" "$d/c3" && mn_le "$took" 1
+result $? "rank 1 of 2, one per node, no MASTER_ADDR: an error naming MASTER_ADDR in $took s"
+[ $rc != 0 ] || note "$d/c3"
 
 why=$(mn_skip)
 if [ -n "$why" ]; then
-    for i in 5 6 7 8; do echo "ok $i # SKIP $why"; done
+    for i in 6 7 8 9; do echo "ok $i # SKIP $why"; done
     exit 0
 fi
 mn_up 2 || { echo "Bail out! cannot set up the namespaces"; exit 1; }
