@@ -1,7 +1,8 @@
 #!/bin/sh
 # Phalanx under a real Slurm (t/slurm/lib.sh: munged, slurmctld and slurmd
 # of the test's own, one node; skipped without slurm-wlm or root):
-#   srun -n 2 examples/ddp prints the lines of phxrun --standalone;
+#   srun -n 2 examples/ddp prints the lines of phxrun --standalone, and
+#     so does srun --mpi=pmix -n 2 (PHX_COMM unset: the mpi backend);
 #   sbatch -n 2 with srun in the script: the same lines;
 #   sbatch -n 2 running the program without srun: an error naming srun
 #     within 5 s (Slurm sets SLURM_PROCID=0 in the batch script);
@@ -22,7 +23,7 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RE
 unset OMP_NUM_THREADS
 export PHX_TIMEOUT=30 PHX_COMM=gloo
 prog="$b/examples/ddp"
-echo "1..7"
+echo "1..8"
 t=0
 result() { t=$((t + 1)); if [ "$1" = 0 ]; then echo "ok $t - $2"; else echo "not ok $t - $2"; fi; }
 if ! slurm_up "$d/slurm" "$(nproc)" 2>"$d/up"; then
@@ -37,6 +38,17 @@ rc=$?
 [ $rc = 0 ] && [ "$(grep -c '^Epoch' "$d/srun")" = 10 ] && cmp -s "$d/ref" "$d/srun"
 result $? "srun -n 2 examples/ddp: the ten epoch lines of phxrun --standalone (exit $rc)"
 [ $rc = 0 ] || note "$d/srun"
+
+if [ -e "$b/plugins/comm/mpi/.libs/phx-comm-mpi.so" ] && srun --mpi=list 2>&1 | grep -q pmix; then
+    (unset PHX_COMM; PHX_LOG=info timeout 60 srun --mpi=pmix -n 2 --kill-on-bad-exit=1 "$prog" >"$d/pmix" 2>"$d/pmix.err")
+    rc=$?
+    [ $rc = 0 ] && cmp -s "$d/ref" "$d/pmix" && grep -q "rank 0 of 2, backend mpi" "$d/pmix.err"
+    result $? "srun --mpi=pmix -n 2, PHX_COMM unset: the mpi backend, the same lines (exit $rc)"
+    [ $rc = 0 ] || note "$d/pmix.err"
+else
+    t=$((t + 1))
+    echo "ok $t # SKIP no mpi plugin or no pmix in this Slurm"
+fi
 
 cat >"$d/with.sh" <<JOB
 #!/bin/sh
