@@ -2,7 +2,9 @@
 # Multi-node for real: examples/ddp on 2 and 3 nodes (network namespaces on
 # a bridge, t/multinode/lib.sh), one phxrun per node, prints exactly the
 # epoch lines of phxrun --standalone with the same world size; gloo finds
-# its interface by the route to the store, or by GLOO_SOCKET_IFNAME.
+# its interface by the route to the store, or by GLOO_SOCKET_IFNAME. And
+# examples/cnn --sync-bn (SyncBatchNorm) on 2 nodes: the loss and test
+# accuracy of the standalone run.
 b=${top_builddir:-.}
 . "${top_srcdir:-.}/t/multinode/lib.sh"
 why=$(mn_skip)
@@ -14,7 +16,7 @@ note() { sed 's/^/# /' "$1" | tail -8; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT PHX_COMM
 export PHX_TIMEOUT=20 PHX_STORE_TOKEN=mn-run-$$
 prog="$b/examples/ddp"
-echo "1..8"
+echo "1..9"
 mn_up 3 || { echo "Bail out! cannot set up the namespaces"; exit 1; }
 
 # job NNODES NPROC OUT [VAR=VALUE...]: one phxrun per node, node 0 first;
@@ -26,7 +28,7 @@ job() {
     pids=
     while [ $i -lt "$nn" ]; do
         mn_exec $i env "$@" "$b/tools/phxrun" --nnodes "$nn" --node-rank $i --nproc-per-node "$np" \
-            --master-addr "$(mn_addr 0)" --master-port 29500 "$prog" >"$out.$i" 2>&1 &
+            --master-addr "$(mn_addr 0)" --master-port 29500 $prog >"$out.$i" 2>&1 &
         pids="$pids $!"
         i=$((i + 1))
     done
@@ -64,6 +66,30 @@ same() { # name, nodes, ranks per node, [env...]
 same "2 nodes x 1 rank" 2 1
 same "2 nodes x 2 ranks" 2 2
 same "3 nodes x 1 rank, GLOO_SOCKET_IFNAME=eth0" 3 1 GLOO_SOCKET_IFNAME=eth0
+
+# SyncBatchNorm across nodes (Fashion-MNIST, 512 training rows, 1 thread a
+# rank on both sides so the sums run in the same order)
+t=$((t + 1))
+data=${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
+    cnn="$b/examples/cnn --sync-bn --epochs 1 --train-rows 512"
+    keep() { sed -n 's/^\(Epoch \[1\/1\], Loss: [0-9.]*\),.*/\1/p; /^Test accuracy: /p' "$1"; }
+    PHX_NUM_THREADS=1 "$b/tools/phxrun" --standalone --nproc-per-node 2 $cnn >"$d/cnnref" 2>&1
+    prog_save=$prog
+    prog=$cnn
+    job 2 1 "$d/cnn" PHX_NUM_THREADS=1
+    rc=$?
+    prog=$prog_save
+    if [ $rc = 0 ] && [ "$(keep "$d/cnn.0" | wc -l)" = 2 ] && [ "$(keep "$d/cnn.0")" = "$(keep "$d/cnnref")" ]; then
+        echo "ok $t - cnn --sync-bn on 2 nodes: the loss and accuracy of the standalone run ($(keep "$d/cnn.0" | tr '\n' ' '))"
+    else
+        echo "not ok $t - cnn --sync-bn on 2 nodes (exit $rc)"
+        keep "$d/cnnref" | sed 's/^/# standalone: /'
+        note "$d/cnn.0"
+    fi
+else
+    echo "ok $t # SKIP no Fashion-MNIST in $data"
+fi
 
 # An interface that does not exist is named, at once.
 t=$((t + 1))
