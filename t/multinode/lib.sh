@@ -14,6 +14,8 @@
 #
 # Names carry the test's pid, so tests running side by side never meet;
 # nothing is added to the host's own namespace (no address, no route).
+# A test traps EXIT (mn_down) and turns INT, TERM and HUP into an exit, so
+# an interrupted run removes its namespaces too.
 MN=phxmn$$
 MN_NODES=0
 

@@ -12,6 +12,7 @@ b=${top_builddir:-.}
 . "${top_srcdir:-.}/t/multinode/lib.sh"
 d=$(mktemp -d)
 trap 'mn_down; rm -rf "$d"' EXIT
+trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
 note() { sed 's/^/# /' "$1" | tail -4; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
 export PHX_TIMEOUT=60 PHX_STORE_TOKEN=mn-misconfig-$$ PHX_COMM=gloo

@@ -15,6 +15,7 @@ command -v mpirun >/dev/null 2>&1 || { echo "1..0 # SKIP mpirun not found (Debia
 d=$(mktemp -d)
 chmod 755 "$d"
 trap 'mn_down; rm -rf "$d"' EXIT
+trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
 note() { sed 's/^/# /' "$1" | tail -6; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT PHX_COMM
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PHX_TIMEOUT=30 PHX_STORE_TOKEN=mn-mpirun-$$

@@ -11,6 +11,7 @@ why=$(mn_skip)
 [ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ] || { echo "1..0 # SKIP built without Gloo"; exit 0; }
 d=$(mktemp -d)
 trap 'mn_down; rm -rf "$d"' EXIT
+trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
 export PHX_TIMEOUT=30 PHX_COMM=gloo PHX_STORE_TOKEN=mn-outage-$$
 echo "1..3"
