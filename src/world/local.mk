@@ -70,5 +70,5 @@ TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
 	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
 EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
 	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
-TESTS += t/slurm/slurm.sh
-EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh
+TESTS += t/slurm/slurm.sh t/slurm/slurm2.sh
+EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh t/slurm/slurm2.sh
