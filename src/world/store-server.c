@@ -263,8 +263,7 @@ void px_store_server_stop(px_store_server *s, double linger_s)
     if (linger_s > 1e6) linger_s = 1e6;
     double start = px_now(), end = start + linger_s;
     pthread_mutex_lock(&s->mu);
-    while (s->nclients > 0 && px_now() < end &&
-           px_now() - (s->heard > 0 ? s->heard : start) < PX_STORE_LINGER_QUIET) {
+    while (s->nclients > 0 && px_now() < end && px_now() - (s->heard > 0 ? s->heard : start) < PX_STORE_LINGER_QUIET) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;

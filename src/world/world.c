@@ -197,8 +197,7 @@ static phx_status world_ranks(phx_world *w, int batch_check)
                !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                               "OMPI_COMM_WORLD_LOCAL_SIZE", w, &st) &&
                !(batch_check && (st = slurm_batch_check())) &&
-               (!slurm_task() ||
-                !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, w, &st))) {
+               (!slurm_task() || !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, w, &st))) {
         w->rank = w->local_rank = 0;
         w->size = w->local_size = 1;
     }

@@ -15,8 +15,8 @@ static const char *first_host(const char *var, const char *list)
     static phx_world w = PHX_WORLD_INIT;
     char kv[256];
     snprintf(kv, sizeof kv, "%s=%s", var, list);
-    tu_env("SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=2(x2)",
-           "SLURM_NODEID=1", kv, NULL);
+    tu_env("SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_LOCALID=1",
+           "SLURM_TASKS_PER_NODE=2(x2)", "SLURM_NODEID=1", kv, NULL);
     if (phx_world_from_env(&w) != PHX_OK) return phx_last_error();
     return w.master_addr;
 }
@@ -41,8 +41,8 @@ int main(void)
     like(first_host("SLURM_NODELIST", "node[x1-2]"), "SLURM_NODELIST='node[x1-2]': expected a Slurm host list",
          "an unreadable list names the variable");
 
-    tu_env("SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=1(x2)", "SLURM_NODEID=0",
-           "SLURM_STEP_NODELIST=gpu[07-08]", "SLURM_NODELIST=cpu[1-9]", "MASTER_ADDR=10.1.2.3", NULL);
+    tu_env("SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=1(x2)",
+           "SLURM_NODEID=0", "SLURM_STEP_NODELIST=gpu[07-08]", "SLURM_NODELIST=cpu[1-9]", "MASTER_ADDR=10.1.2.3", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "10.1.2.3"), "MASTER_ADDR wins over the node list");
     setenv("SLURM_STEP_NODELIST", "gpu[07-08]", 1);
     unsetenv("MASTER_ADDR");
@@ -67,7 +67,8 @@ int main(void)
        "a one-task batch script is a world of one on 127.0.0.1");
     tu_env("SLURM_JOB_ID=77", "SLURM_NTASKS=2", "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=h", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && w.rank == 1 && w.size == 2, "phxrun inside a batch script: RANK wins");
-    tu_env("SLURM_STEP_ID=3", "SLURM_PROCID=1", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=4", "SLURM_NODEID=0", NULL);
+    tu_env("SLURM_STEP_ID=3", "SLURM_PROCID=1", "SLURM_NTASKS=4", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=4",
+           "SLURM_NODEID=0", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "127.0.0.1") && w.rank == 1,
        "a task without a node list: 127.0.0.1");
     return done_testing();

@@ -230,8 +230,7 @@ int main(void)
     close(half);
     close(joined);
     close(fresh);
-    ok(held >= 0.8, "a client that completed the handshake just now is still waited for at stop (%.2f s of 1 s)",
-       held);
+    ok(held >= 0.8, "a client that completed the handshake just now is still waited for at stop (%.2f s of 1 s)", held);
     if (phx_store_new("127.0.0.1", 0, true, 30.0, &s)) {
         diag("server: %s", phx_last_error());
         return 1;
