@@ -9,7 +9,8 @@ tools_phx_info_LDADD = libphalanx.la
 bin_PROGRAMS += tools/phxrun
 TESTS += t/tools/phxrun.sh
 EXTRA_DIST += t/tools/phxrun.sh
-tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h src/world/free-port.h
+tools_phxrun_SOURCES = tools/phxrun.c tools/phxrun-logs.c tools/phxrun-logs.h src/world/free-port.h \
+	src/world/master-addr.h
 
 # ---- phx-plot: metrics files (JSON Lines) into PNG curves through gnuplot.
 dist_bin_SCRIPTS += tools/phx-plot

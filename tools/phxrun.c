@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "src/world/free-port.h"
+#include "src/world/master-addr.h"
 #include "tools/phxrun-logs.h"
 
 typedef struct opts {
@@ -596,6 +597,19 @@ int main(int argc, char **argv)
         addr = "127.0.0.1";
         if ((port = px_free_port()) < 0) return die("--standalone: no free port on 127.0.0.1");
     }
+    /* Several nodes: every node must be told where node 0 is, and a name
+     * that resolves to loopback reaches no other node. Said now, not
+     * after PHX_TIMEOUT. */
+    char ip[64];
+    if (o.nnodes > 1 && (!addr || !*addr))
+        return die("--nnodes %d needs --master-addr (or MASTER_ADDR): the address of node 0 that every node can "
+                   "reach, the same on each",
+                   o.nnodes);
+    if (o.nnodes > 1 && px_name_is_loopback(addr, ip, sizeof ip))
+        return die("--master-addr %s resolves to %s, a loopback address, on this node: the other nodes cannot "
+                   "reach it (see /etc/hosts, where Debian maps the host's own name to 127.0.1.1); give node 0's "
+                   "address on the network",
+                   addr, ip);
     if (!addr || !*addr) addr = "127.0.0.1";
     if ((rc = job_token(&o))) return rc;
     if (port < 0) {

@@ -66,8 +66,8 @@ uint64_t phx_alloc_count(void);
 /* The CPU thread budget of the calling thread, which the CPU kernels, the
  * BLAS and oneDNN all take from: in a phx_spawn rank thread or a
  * DataParallel replica its own, else the library's (the value of
- * phx_set_num_threads, else PHX_NUM_THREADS, else cores / the local world
- * size), at least 1. */
+ * phx_set_num_threads, else PHX_NUM_THREADS, else SLURM_CPUS_PER_TASK in a
+ * task of srun -c, else cores / the local world size), at least 1. */
 int phx_num_threads(void);
 
 /* Sets the thread budget: the calling rank thread's own inside phx_spawn's

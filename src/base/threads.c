@@ -79,7 +79,12 @@ int px_threads_resolve(void)
 {
     pthread_once(&init_once, init);
     int n = atomic_load(&lib_set);
-    if (n < 1 && (n = env_threads()) < 1) {
+    if (n < 1 && (n = env_threads()) < 1 && (n = px_world_slurm_cpus()) > 0) {
+        /* srun -c: the CPUs Slurm gave this task, which srun does not
+         * divide among the node's tasks as phxrun does */
+        int c = cores();
+        if (n > c) n = c;
+    } else if (n < 1) {
         int local = 1;
         if (px_world_local(NULL, &local) != PHX_OK)
             phx_log(PHX_LOG_WARN, "%s; the CPU thread budget counts 1 rank on this node", phx_last_error());

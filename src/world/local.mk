@@ -1,7 +1,8 @@
 # src/world — the world from the environment, the TCP store (client,
 # server, key-value table) and phx_spawn (doc/comm.md, doc/store.md).
 # Tests: t/world/.
-libphalanx_internal_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h $(px_store_sources)
+libphalanx_internal_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h \
+	src/world/master-addr.h $(px_store_sources)
 # The store: public calls, the backends, the server.
 px_store_sources = src/world/store.c src/world/store-impl.h src/world/store-local.c src/world/store-tcp.c \
 	src/world/store-proto.h src/world/store-server.h \
@@ -58,3 +59,16 @@ check_PROGRAMS += t/world/slurm
 TESTS += t/world/slurm
 t_world_slurm_SOURCES = t/world/slurm.c t/env-util.h
 t_world_slurm_LDADD = libphalanx.la
+
+# ---- multi-node (doc/multinode.md): t/multinode/ runs jobs across network
+# namespaces on a bridge (root; skipped elsewhere), t/slurm/ under a
+# one-node Slurm of its own (skipped without slurm-wlm).
+check_PROGRAMS += t/multinode/loop
+t_multinode_loop_SOURCES = t/multinode/loop.c
+t_multinode_loop_LDADD = libphalanx.la
+TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
+EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
+TESTS += t/slurm/slurm.sh t/slurm/slurm2.sh
+EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh t/slurm/slurm2.sh

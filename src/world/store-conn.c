@@ -276,6 +276,14 @@ size_t px_core_joined(const px_store_core *k)
     return n;
 }
 
+double px_core_heard(const px_store_core *k)
+{
+    double t = 0;
+    for (size_t i = 0; i < k->nconns; i++)
+        if (k->conns[i]->joined && k->conns[i]->progress > t) t = k->conns[i]->progress;
+    return t;
+}
+
 /* GET or WAIT: validates every key once, then answers or parks. */
 static int start_wait(px_store_core *k, px_conn *c, double now)
 {

@@ -166,8 +166,14 @@ phx_status px_store_server_start(const char *host, int port, const void *token, 
                                  px_store_server **out);
 int px_store_server_port(const px_store_server *s);
 /* Waits up to linger_s for every client that completed the handshake to
- * disconnect (connections still in it are not waited for), then stops
- * the thread and frees everything. NULL is a no-op. */
+ * disconnect (connections still in it are not waited for), but no longer
+ * than PX_STORE_LINGER_QUIET seconds with none of them heard from (a peer
+ * cut off by the network, or stopped, is not waited for: a live one polls
+ * or closes), then stops the thread and frees everything. NULL is a no-op. */
+#define PX_STORE_LINGER_QUIET 2.0
+
+/* The key where a server started under phxrun records PHX_RESTART_COUNT. */
+#define PX_STORE_ATTEMPT_KEY "phx/store/attempt"
 void px_store_server_stop(px_store_server *s, double linger_s);
 
 /* Resolves host for a TCP socket (numeric or by name): PHX_EIO "cannot

@@ -31,6 +31,8 @@ struct px_store_server {
     pthread_cond_t cv;
     size_t nclients; /* under mu: clients past the handshake, for the
                       * linger in stop */
+    double heard; /* under mu: when one of them (still connected) last sent
+                   * or took bytes */
     px_store_stats stats; /* under mu: a copy after each round */
     size_t max_stale; /* under mu: the budget the core takes */
     px_store_core core; /* the server thread's alone */
@@ -176,6 +178,7 @@ static void *server_main(void *arg)
         s->stats.clients = k->nconns;
         k->max_stale = s->max_stale;
         size_t joined = px_core_joined(k);
+        s->heard = px_core_heard(k);
         if (s->nclients != joined) {
             s->nclients = joined;
             pthread_cond_broadcast(&s->cv);
@@ -258,9 +261,9 @@ void px_store_server_stop(px_store_server *s, double linger_s)
 {
     if (!s) return;
     if (linger_s > 1e6) linger_s = 1e6;
-    double end = px_now() + linger_s;
+    double start = px_now(), end = start + linger_s;
     pthread_mutex_lock(&s->mu);
-    while (s->nclients > 0 && px_now() < end) {
+    while (s->nclients > 0 && px_now() < end && px_now() - (s->heard > 0 ? s->heard : start) < PX_STORE_LINGER_QUIET) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;

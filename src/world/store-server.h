@@ -93,6 +93,8 @@ phx_status px_core_init(px_store_core *k, const void *token, size_t token_len);
 void px_core_destroy(px_store_core *k);
 /* A new connection (fd -1 without a socket); NULL when out of memory. */
 px_conn *px_core_add(px_store_core *k, int fd, const char *peer);
+/* When a client past the handshake last sent or took bytes (0: none). */
+double px_core_heard(const px_store_core *k);
 /* Frees connection i (does not close its fd); the last one takes slot i. */
 void px_core_remove(px_store_core *k, size_t i);
 /* Where the next received bytes go: at most *n bytes at *dst (never 0

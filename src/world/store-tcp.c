@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -27,6 +28,8 @@
 #include <unistd.h>
 #include "src/world/store-impl.h"
 #include "src/world/store-server.h"
+#include "src/world/master-addr.h"
+#include "src/world/world-impl.h"
 #include "src/base/util.h"
 #include "phalanx/log.h"
 
@@ -334,12 +337,12 @@ static phx_status connect_loop(tcp_store *s, const char *who, double deadline, i
     phx_status st = px_store_resolve(who, s->host, s->port, 0, &res);
     if (st) return st;
     double backoff = 0.01, start = px_now();
-    int last = ECONNREFUSED;
+    int last = ECONNREFUSED, tries = 0, refused = 0;
     s->fd = -1;
     while (s->fd < 0) {
-        for (struct addrinfo *ai = res; ai && s->fd < 0; ai = ai->ai_next) {
+        for (struct addrinfo *ai = res; ai && s->fd < 0 && (tries == 0 || px_now() < deadline); ai = ai->ai_next) {
             s->fd = try_connect(ai, deadline);
-            if (s->fd < 0) last = errno;
+            if (s->fd < 0) last = errno, tries++, refused += errno == ECONNREFUSED;
         }
         if (s->fd >= 0) break;
         if (last == ENETUNREACH || last == EHOSTUNREACH) {
@@ -359,6 +362,18 @@ static phx_status connect_loop(tcp_store *s, const char *who, double deadline, i
         double now = px_now();
         if (now >= deadline) {
             freeaddrinfo(res);
+            if (refused == tries)
+                return phx_error(PHX_ETIMEOUT,
+                                 "%s: no store server at %s:%d%s after %.0f s: all %d connection attempts were "
+                                 "refused (the host answers but nothing listens on port %d: is rank 0 started, "
+                                 "with the same MASTER_PORT?)",
+                                 who, s->host, s->port, s->base.host_of, now - start, tries, s->port);
+            if (last == ETIMEDOUT)
+                return phx_error(PHX_ETIMEOUT,
+                                 "%s: no store server at %s:%d%s after %.0f s: the connection attempts timed out "
+                                 "(no answer from %s: is the address right, the host up, a firewall dropping "
+                                 "port %d?)",
+                                 who, s->host, s->port, s->base.host_of, now - start, s->host, s->port);
             return phx_error(PHX_ETIMEOUT, "%s: no store server at %s:%d%s after %.0f s (last error: %s)", who, s->host,
                              s->port, s->base.host_of, now - start, strerror(last));
         }
@@ -371,18 +386,61 @@ static phx_status connect_loop(tcp_store *s, const char *who, double deadline, i
     return PHX_OK;
 }
 
+/* phxrun's attempt (PHX_RESTART_COUNT) or NULL: a server records it under
+ * PX_STORE_ATTEMPT_KEY, and a client of another attempt has reached the
+ * previous attempt's store, whose rank 0 is still exiting. */
+static const char *env_attempt(void)
+{
+    const char *a = getenv("PHX_RESTART_COUNT");
+    return a && *a && strlen(a) < 32 ? a : NULL;
+}
+
+/* Whether the server s reached records an attempt other than mine (its
+ * value in theirs). A server that records none is taken as right. */
+static int other_attempt(tcp_store *s, const char *mine, char *theirs, size_t len)
+{
+    void *v = NULL;
+    size_t n = 0;
+    if (phx_store_get(&s->base, PX_STORE_ATTEMPT_KEY, &v, &n, 1e-6) != PHX_OK) return 0;
+    snprintf(theirs, len, "%.*s", (int)n, (const char *)v);
+    free(v);
+    return strcmp(theirs, mine) != 0;
+}
+
 /* Connects s to s->host:s->port with retry and backoff within the store's
- * timeout, then shakes hands. */
+ * timeout, then shakes hands. Under phxrun --max-restarts a client that
+ * reaches the store of another attempt hangs up and tries again until the
+ * store of its own attempt answers (the old one goes with its rank 0). */
 static phx_status tcp_connect(tcp_store *s)
 {
-    double deadline = px_now() + s->base.timeout_s;
-    phx_status st = connect_loop(s, "phx_store_new", deadline, 1);
-    if (st) return st;
-    if ((st = handshake(s, "phx_store_new", deadline))) {
+    double deadline = px_now() + s->base.timeout_s, backoff = 0.02;
+    const char *mine = env_attempt();
+    char theirs[40];
+    for (;;) {
+        phx_status st = connect_loop(s, "phx_store_new", deadline, 1);
+        if (st) return st;
+        if ((st = handshake(s, "phx_store_new", deadline))) {
+            close(s->fd);
+            s->fd = -1;
+            return st;
+        }
+        if (!mine) return PHX_OK;
+        if (s->server) return phx_store_set(&s->base, PX_STORE_ATTEMPT_KEY, mine, strlen(mine));
+        if (!other_attempt(s, mine, theirs, sizeof theirs)) return PHX_OK;
         close(s->fd);
         s->fd = -1;
+        double now = px_now();
+        if (now >= deadline)
+            return phx_error(PHX_ETIMEOUT,
+                             "phx_store_new: the store server at %s:%d%s is attempt %s's and this process is "
+                             "attempt %s (PHX_RESTART_COUNT): the previous attempt's store was still there after "
+                             "%.0f s (do all nodes run phxrun with the same --max-restarts?)",
+                             s->host, s->port, s->base.host_of, theirs, mine, s->base.timeout_s);
+        double nap = backoff < deadline - now ? backoff : deadline - now;
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
     }
-    return st;
 }
 
 /* The connection broke: a new one before the deadline (the caller holds
@@ -417,6 +475,30 @@ static tcp_store *tcp_alloc(const char *host, int port, double timeout_s, const 
     return s;
 }
 
+/* A store for a world that spans nodes must be reachable from the other
+ * nodes: a name that resolves only to loopback (Debian's /etc/hosts maps
+ * the host's own name to 127.0.1.1), or the 127.0.0.1 assumed when
+ * MASTER_ADDR is unset (gloo under a multi-host mpirun without -x
+ * MASTER_ADDR), would make every rank wait PHX_TIMEOUT. */
+static phx_status check_reachable(const char *host)
+{
+    if (!px_world_spans_nodes()) return PHX_OK;
+    char ip[64];
+    const char *ma = getenv("MASTER_ADDR");
+    if (px_name_is_loopback(host, ip, sizeof ip))
+        return phx_error(PHX_EINVAL,
+                         "phx_store_new: this world spans nodes but the store's host '%s' resolves to %s, a "
+                         "loopback address, which the other nodes cannot reach (see /etc/hosts, where Debian maps "
+                         "the host's own name to 127.0.1.1); set MASTER_ADDR to node 0's address on the network",
+                         host, ip);
+    if ((!ma || !*ma) && !strcmp(host, "127.0.0.1"))
+        return phx_error(PHX_EINVAL,
+                         "phx_store_new: this world spans nodes but MASTER_ADDR is not set (127.0.0.1 assumed, "
+                         "which the other nodes cannot reach); set MASTER_ADDR to node 0's address on every rank "
+                         "(mpirun: -x MASTER_ADDR -x MASTER_PORT)");
+    return PHX_OK;
+}
+
 phx_status phx_store_new(const char *host, int port, bool is_server, double timeout_s, phx_store **out)
 {
     if (!out) return phx_error(PHX_EINVAL, "phx_store_new: out is NULL");
@@ -424,11 +506,13 @@ phx_status phx_store_new(const char *host, int port, bool is_server, double time
     if (strlen(host) >= 256) return phx_error(PHX_EINVAL, "phx_store_new: host name is longer than 255 bytes");
     if (port < (is_server ? 0 : 1) || port > 65535)
         return phx_error(PHX_EINVAL, "phx_store_new: port %d: expected %s..65535", port, is_server ? "0" : "1");
+    phx_status st = check_reachable(host);
+    if (st) return st;
     px_store_server *srv = NULL;
     uint8_t token[PX_STORE_MAX_TOKEN];
     size_t tlen;
     char src[320];
-    phx_status st = px_store_token("phx_store_new", token, &tlen, src, sizeof src);
+    st = px_store_token("phx_store_new", token, &tlen, src, sizeof src);
     if (st) return st;
     if (is_server) {
         if ((st = px_store_server_start(host, port, token, tlen, &srv))) return st;

@@ -16,6 +16,16 @@
  * then 0 and 1. Either output may be NULL. */
 phx_status px_world_local(int *local_rank, int *local_size);
 
+/* 1 when the launcher's world has ranks on other nodes (its size exceeds
+ * the local size), else 0 (also inside phx_spawn's threads). */
+int px_world_spans_nodes(void);
+
+/* The CPUs Slurm gave this task (SLURM_CPUS_PER_TASK, srun -c) when this
+ * process is a task of a Slurm job step and no torchrun or Open MPI
+ * launcher variables are set; 0 otherwise (or when the value is not a
+ * number in 1..4096). */
+int px_world_slurm_cpus(void);
+
 /* MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500), checked
  * as phx_world_from_env does. */
 phx_status px_env_master(char *addr, size_t len, int *port);

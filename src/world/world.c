@@ -143,18 +143,41 @@ static int slurm_first_host(const char *list, char *out, size_t len)
     return n > 0 ? 0 : -1;
 }
 
-/* A Slurm batch script (SLURM_NTASKS > 1 but no SLURM_PROCID: not a task
- * of a step) would otherwise run as a world of one, or wait PHX_TIMEOUT
- * for ranks nobody started. */
+/* Whether this process is a task of a Slurm job step (srun): Slurm 22.05
+ * sets SLURM_PROCID=0 in the batch script too, but SLURM_STEP_ID only in a
+ * step's tasks (the batch, extern and interactive steps have ids from
+ * 0xfffffff0 up, and the batch script is given none). */
+static int slurm_task(void)
+{
+    const char *step = getenv("SLURM_STEP_ID");
+    if (!getenv("SLURM_PROCID") || !step || !*step) return 0;
+    char *end;
+    unsigned long long id = strtoull(step, &end, 10);
+    return !*end && id < 0xfffffff0ull;
+}
+
+int px_world_slurm_cpus(void)
+{
+    const char *v = getenv("SLURM_CPUS_PER_TASK");
+    if (!v || !*v || !slurm_task() || getenv("RANK") || getenv("OMPI_COMM_WORLD_RANK") || px_spawn_current()->active)
+        return 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *end || n < 1 || n > 4096 ? 0 : (int)n;
+}
+
+/* A Slurm batch script or salloc shell (SLURM_NTASKS > 1 in a job but not a
+ * task of a step) would otherwise run as rank 0 of the job's tasks and wait
+ * PHX_TIMEOUT for ranks nobody started. */
 static phx_status slurm_batch_check(void)
 {
     const char *nt = getenv("SLURM_NTASKS"), *job = getenv("SLURM_JOB_ID");
-    if (!nt || getenv("SLURM_PROCID") || !job) return PHX_OK;
+    if (!nt || slurm_task() || !job) return PHX_OK;
     if (atoi(nt) <= 1) return PHX_OK;
     return phx_error(PHX_EINVAL,
-                     "phx_world_from_env: SLURM_NTASKS=%s in job %s but no SLURM_PROCID: this is the "
-                     "batch script, not one of the job's tasks; start the ranks with srun (srun prog args...), or "
-                     "one phxrun per node",
+                     "phx_world_from_env: SLURM_NTASKS=%s in job %s but no SLURM_STEP_ID: this is the "
+                     "batch script (or an salloc shell), not one of the job's tasks; start the ranks with srun "
+                     "(srun prog args...), or one phxrun per node",
                      nt, job);
 }
 
@@ -174,8 +197,7 @@ static phx_status world_ranks(phx_world *w, int batch_check)
                !read_launcher("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                               "OMPI_COMM_WORLD_LOCAL_SIZE", w, &st) &&
                !(batch_check && (st = slurm_batch_check())) &&
-               (!getenv("SLURM_PROCID") ||
-                !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, w, &st))) {
+               (!slurm_task() || !read_launcher("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, w, &st))) {
         w->rank = w->local_rank = 0;
         w->size = w->local_size = 1;
     }
@@ -191,6 +213,13 @@ phx_status phx_world_from_env(phx_world *out)
 
     if ((st = px_env_master(w.master_addr, sizeof w.master_addr, &w.master_port))) return st;
     return px_abi_out(out, &w, sizeof w, "phx_world_from_env", "phx_world", "PHX_WORLD_INIT");
+}
+
+int px_world_spans_nodes(void)
+{
+    phx_world w;
+    memset(&w, 0, sizeof w);
+    return world_ranks(&w, 0) == PHX_OK && w.size > w.local_size;
 }
 
 phx_status px_world_local(int *local_rank, int *local_size)
@@ -211,7 +240,7 @@ phx_status px_env_master(char *addr, size_t len, int *port)
     /* Under srun: the step's first node, where task 0 runs. */
     static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
     char first[256];
-    for (size_t i = 0; (!a || !*a) && getenv("SLURM_PROCID") && i < 3; i++) {
+    for (size_t i = 0; (!a || !*a) && slurm_task() && i < 3; i++) {
         const char *l = getenv(lists[i]);
         if (!l || !*l) continue;
         if (slurm_first_host(l, first, sizeof first))

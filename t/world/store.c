@@ -333,6 +333,8 @@ static void errors(void)
     double dt = now() - t0;
     is_int(st, PHX_ETIMEOUT, "no server within the timeout is PHX_ETIMEOUT");
     like(phx_last_error(), "no store server at 127.0.0.1:", "... naming host:port");
+    like(phx_last_error(), "connection attempts were refused (the host answers but nothing listens",
+         "... saying every attempt was refused, not that one timed out");
     ok(dt >= 0.5 && dt < 3.0, "... after retrying for about the timeout (%.2f s)", dt);
 
     /* something else listening there */
@@ -355,7 +357,7 @@ static void errors(void)
 
 int main(void)
 {
-    plan(91);
+    plan(92);
     phx_store *srv = NULL;
     phx_status st = phx_store_new("127.0.0.1", 0, true, 10.0, &srv);
     if (st) {

@@ -3,7 +3,8 @@
  * not wait for it, rank 0's phx_comm_free of a two-rank gloo job returns
  * at once with one connected, and the server closes it after the
  * handshake deadline (PX_STORE_HANDSHAKE_S). A client that completed the
- * handshake is still waited for and never dropped for being idle. All
+ * handshake is still waited for (unless quiet for PX_STORE_LINGER_QUIET)
+ * and never dropped for being idle. All
  * with PHX_TIMEOUT=20: a stop that waited for a stranger takes 20 s. The
  * server runs in this process; its counters come from
  * px_store_server_stats (built in from the sources). */
@@ -177,7 +178,7 @@ static double gloo_free_time(int stranger)
 
 int main(void)
 {
-    plan(9);
+    plan(12);
     unsetenv("PHX_STORE_TOKEN");
     /* No ~/.phalanx/job-token: raw clients meet a server without a token. */
     unsetenv("HOME");
@@ -217,14 +218,32 @@ int main(void)
     ok(n == 2, "the client that shook hands and the handle's own stay connected (%zu clients)", n);
     int64_t x = 0;
     ok(phx_store_add(s, "alive", 1, &x) == PHX_OK && x == 1, "the server still serves");
-    /* The joined client is waited for (up to the store's timeout, 1 s). */
+    /* A joined client heard from within PX_STORE_LINGER_QUIET is waited for
+     * (up to the store's timeout, 1 s); one quiet longer (the first, idle
+     * since its HELLO 5 s ago: a peer cut off or stopped) is not. */
+    int fresh = raw_connect(port);
+    ok(hello(fresh), "a second raw client completes HELLO");
     t0 = now();
     phx_store_free(s);
     double held = now() - t0;
     close(idle);
     close(half);
     close(joined);
-    ok(held >= 0.8, "a client that completed the handshake is still waited for at stop (%.2f s of 1 s)", held);
+    close(fresh);
+    ok(held >= 0.8, "a client that completed the handshake just now is still waited for at stop (%.2f s of 1 s)", held);
+    if (phx_store_new("127.0.0.1", 0, true, 30.0, &s)) {
+        diag("server: %s", phx_last_error());
+        return 1;
+    }
+    joined = raw_connect(phx_store_port(s));
+    ok(hello(joined), "a raw client completes HELLO");
+    struct timespec nap = {2, 300 * 1000 * 1000}; /* past PX_STORE_LINGER_QUIET */
+    nanosleep(&nap, NULL);
+    t0 = now();
+    phx_store_free(s);
+    held = now() - t0;
+    close(joined);
+    ok(held < 1.0, "one quiet for %.1f s is not waited for (%.2f s, timeout 30 s)", PX_STORE_LINGER_QUIET, held);
 
     if (!h_have("gloo")) {
         skip(1, "no gloo plugin in this build");

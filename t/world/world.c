@@ -70,13 +70,13 @@ int main(void)
     phx_world_from_env(&w);
     ok(w.rank == 1 && w.size == 2, "torchrun's variables win over Open MPI's");
 
-    tu_env("SLURM_PROCID=4", "SLURM_NTASKS=7", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=1",
-           NULL);
+    tu_env("SLURM_STEP_ID=0", "SLURM_PROCID=4", "SLURM_NTASKS=7", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=3(x2),1",
+           "SLURM_NODEID=1", NULL);
     is_int(phx_world_from_env(&w), PHX_OK, "Slurm variables");
     ok(w.rank == 4 && w.size == 7 && w.local_rank == 1 && w.local_size == 3,
        "Slurm: 4/7, local 1/3 (node 1 of 3(x2),1)");
-    tu_env("SLURM_PROCID=6", "SLURM_NTASKS=7", "SLURM_LOCALID=0", "SLURM_TASKS_PER_NODE=3(x2),1", "SLURM_NODEID=2",
-           NULL);
+    tu_env("SLURM_STEP_ID=0", "SLURM_PROCID=6", "SLURM_NTASKS=7", "SLURM_LOCALID=0", "SLURM_TASKS_PER_NODE=3(x2),1",
+           "SLURM_NODEID=2", NULL);
     phx_world_from_env(&w);
     is_int(w.local_size, 1, "Slurm: the third node has 1 task");
 
@@ -96,7 +96,7 @@ int main(void)
     bad("LOCAL_RANK=2 is not less than the local world size 2", "LOCAL_RANK >= LOCAL_WORLD_SIZE");
     tu_env("OMPI_COMM_WORLD_RANK=-1", "OMPI_COMM_WORLD_SIZE=2", NULL);
     bad("OMPI_COMM_WORLD_RANK='-1'", "negative Open MPI rank");
-    tu_env("SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=2(y3)", NULL);
+    tu_env("SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=2(y3)", NULL);
     bad("SLURM_TASKS_PER_NODE='2(y3)'", "malformed SLURM_TASKS_PER_NODE");
     is_int(phx_world_from_env(NULL), PHX_EINVAL, "NULL out is PHX_EINVAL");
 

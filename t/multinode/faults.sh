@@ -1,0 +1,113 @@
+#!/bin/sh
+# Faults across nodes (t/multinode/lib.sh: network namespaces on a bridge),
+# gloo, t/multinode/loop under one phxrun per node, PHX_TIMEOUT=5:
+#   a rank on node 1 killed (SIGKILL): both nodes end within 3 s, node 0
+#     naming the dead rank;
+#   node 1's phxrun killed (SIGKILL): its rank and node 0 end within 3 s;
+#   node 1's cable pulled for 3 s: the job goes on, every result right;
+#   node 1's cable pulled for good: every rank on both sides ends within
+#     PHX_TIMEOUT + 2 s with a message naming the peer or the store.
+# After each, no process is left on either node.
+b=${top_builddir:-.}
+. "${top_srcdir:-.}/t/multinode/lib.sh"
+why=$(mn_skip)
+[ -z "$why" ] || { echo "1..0 # SKIP $why"; exit 0; }
+[ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ] || { echo "1..0 # SKIP built without Gloo"; exit 0; }
+d=$(mktemp -d)
+trap 'mn_down; rm -rf "$d"' EXIT
+trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
+note() { sed 's/^/# /' "$1" | tail -6; }
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
+export PHX_TIMEOUT=5 PHX_COMM=gloo PHX_STORE_TOKEN=mn-faults-$$
+T=5
+echo "1..11"
+mn_up 2 || { echo "Bail out! cannot set up the namespaces"; exit 1; }
+
+t=0
+result() { # ok?, text
+    t=$((t + 1))
+    if [ "$1" = 0 ]; then echo "ok $t - $2"; else echo "not ok $t - $2"; fi
+}
+# start NAME SECONDS: the loop on both nodes, 1 rank each; waits until both
+# ranks have done a round (their pids in $d/NAME.ready.R)
+start() {
+    rm -f "$d/$1".*
+    for i in 0 1; do
+        mn_bg $i env MN_SECONDS="$2" MN_READY="$d/$1.ready" "$b/tools/phxrun" --nnodes 2 --node-rank $i \
+            --nproc-per-node 1 --master-addr "$(mn_addr 0)" --master-port 29500 --grace 2 \
+            "$b/t/multinode/loop" >"$d/$1.out$i" 2>&1
+        eval "run$i=\$MN_PID"
+    done
+    i=0
+    while [ $i -lt 200 ] && ! { [ -s "$d/$1.ready.0" ] && [ -s "$d/$1.ready.1" ]; }; do sleep 0.05; i=$((i + 1)); done
+    [ -s "$d/$1.ready.1" ] || { note "$d/$1.out0"; note "$d/$1.out1"; }
+}
+# finish: waits for both phxruns; sets rc0 rc1 end0 end1 (seconds since $1)
+finish() {
+    wait $run0; rc0=$?; end0=$(mn_secs "$1" "$(mn_now)")
+    wait $run1; rc1=$?; end1=$(mn_secs "$1" "$(mn_now)")
+}
+# both phxruns are watched: each one's end time on its own
+watch_end() { # from
+    ( wait_pid() { while kill -0 "$1" 2>/dev/null; do sleep 0.05; done; mn_secs "$2" "$(mn_now)"; }
+      wait_pid $run0 "$1" >"$d/end0" & wait_pid $run1 "$1" >"$d/end1" & wait )
+}
+nothing_left() {
+    left=$(mn_leftovers)
+    [ -z "$left" ]
+    r=$?
+    result $r "$1: no process left on either node"
+    [ $r = 0 ] || echo "$left" | sed 's/^/# /'
+}
+
+# ---- a rank killed
+start kill 60
+from=$(mn_now)
+kill -9 "$(cat "$d/kill.ready.1")"
+finish "$from"
+[ $rc0 != 0 ] && [ $rc1 != 0 ] && mn_le "$end0" 3 && mn_le "$end1" 3 && grep -q "rank 1" "$d/kill.out0"
+result $? "rank 1 killed: both nodes end, node 0 in $end0 s naming rank 1, node 1 in $end1 s (exit $rc0, $rc1)"
+grep "rank 0" "$d/kill.out0" | head -2 | sed 's/^/#   node 0: /'
+nothing_left "rank killed"
+
+# ---- node 1's phxrun killed
+start agent 60
+from=$(mn_now)
+kill -9 $run1
+finish "$from"
+[ $rc0 != 0 ] && mn_le "$end0" 3
+result $? "node 1's phxrun killed: node 0 ends in $end0 s (exit $rc0)"
+grep "rank 0" "$d/agent.out0" | head -2 | sed 's/^/#   node 0: /'
+nothing_left "phxrun killed"
+
+# ---- a 3 s outage
+start blip 7
+mn_link 1 down
+sleep 3
+mn_link 1 up
+finish "$(mn_now)"
+[ $rc0 = 0 ] && [ $rc1 = 0 ] && grep -q "rounds, all right" "$d/blip.out0"
+result $? "node 1's cable out for 3 s: the job goes on ($(cat "$d/blip.out0" | tail -1))"
+[ $rc0 = 0 ] || note "$d/blip.out0"
+[ $rc1 = 0 ] || note "$d/blip.out1"
+nothing_left "3 s outage"
+
+# ---- a partition
+start cut 60
+from=$(mn_now)
+mn_link 1 down
+watch_end "$from"
+finish "$from"
+end0=$(cat "$d/end0") end1=$(cat "$d/end1")
+mn_le "$end0" $((T + 2)) && [ $rc0 != 0 ]
+result $? "partition: node 0 ends in $end0 s (PHX_TIMEOUT $T s, exit $rc0)"
+mn_le "$end1" $((T + 2)) && [ $rc1 != 0 ]
+result $? "partition: node 1 ends in $end1 s (exit $rc1)"
+grep -Eq "rank 1|10\.77\.0\.2" "$d/cut.out0"
+result $? "node 0's message names rank 1"
+grep "^rank 0" "$d/cut.out0" | head -1 | sed 's/^/#   node 0: /'
+grep -Eq "rank 0|store|10\.77\.0\.1" "$d/cut.out1"
+result $? "node 1's message names rank 0 or the store"
+grep "^rank 1" "$d/cut.out1" | head -1 | sed 's/^/#   node 1: /'
+nothing_left "partition"
+mn_link 1 up

@@ -1,0 +1,97 @@
+# Nodes for the multi-node tests: network namespaces on one bridge
+# (sourced by t/multinode/*.sh; doc/multinode.md).
+#
+#   mn_skip           prints why namespaces cannot be made here (empty: they can)
+#   mn_up N           nodes 0..N-1: namespace $MN-nI, its interface eth0 at
+#                     10.77.0.(I+1)/24, its loopback up; a switch namespace
+#                     $MN-sw holds the bridge and the far ends (pI)
+#   mn_exec I cmd...  runs cmd on node I
+#   mn_bg I cmd...    starts cmd on node I in the background; MN_PID is its
+#                     pid (cmd's own, not a subshell's)
+#   mn_link I up|down cuts or restores node I's cable (the switch's port)
+#   mn_pids I         the processes still running on node I
+#   mn_down           kills what is left on the nodes, removes the namespaces
+#
+# Names carry the test's pid, so tests running side by side never meet;
+# nothing is added to the host's own namespace (no address, no route).
+# A test traps EXIT (mn_down) and turns INT, TERM and HUP into an exit, so
+# an interrupted run removes its namespaces too.
+MN=phxmn$$
+MN_NODES=0
+
+mn_skip() {
+    command -v ip >/dev/null 2>&1 || { echo "ip (iproute2) not found"; return; }
+    [ "$(id -u)" = 0 ] || { echo "not root: network namespaces need CAP_NET_ADMIN"; return; }
+    if ! ip netns add "$MN-probe" 2>/dev/null; then
+        echo "cannot create a network namespace here (no CAP_NET_ADMIN or CAP_SYS_ADMIN)"
+        return
+    fi
+    if ! ip -n "$MN-probe" link add mnp0 type veth peer name mnp1 2>/dev/null ||
+        ! ip -n "$MN-probe" link add mnbr type bridge 2>/dev/null; then
+        ip netns del "$MN-probe" 2>/dev/null
+        echo "no veth or bridge support in this kernel"
+        return
+    fi
+    ip netns del "$MN-probe"
+}
+
+mn_up() {
+    MN_NODES=$1
+    ip netns add "$MN-sw" || return 1
+    ip -n "$MN-sw" link add br0 type bridge || return 1
+    ip -n "$MN-sw" link set br0 up
+    i=0
+    while [ $i -lt "$MN_NODES" ]; do
+        ip netns add "$MN-n$i" || return 1
+        ip -n "$MN-sw" link add "p$i" type veth peer name eth0 netns "$MN-n$i" || return 1
+        ip -n "$MN-sw" link set "p$i" master br0 up
+        ip -n "$MN-n$i" addr add "10.77.0.$((i + 1))/24" dev eth0
+        ip -n "$MN-n$i" link set eth0 up
+        ip -n "$MN-n$i" link set lo up
+        i=$((i + 1))
+    done
+}
+
+mn_addr() { echo "10.77.0.$(($1 + 1))"; }
+
+mn_exec() {
+    n=$1
+    shift
+    ip netns exec "$MN-n$n" "$@"
+}
+
+mn_bg() {
+    n=$1
+    shift
+    ip netns exec "$MN-n$n" "$@" &
+    MN_PID=$!
+}
+
+mn_link() { ip -n "$MN-sw" link set "p$1" "$2"; }
+
+mn_pids() { ip netns pids "$MN-n$1" 2>/dev/null; }
+
+# The processes left on every node, as "node I: pid (name)" lines.
+mn_leftovers() {
+    i=0
+    while [ $i -lt "$MN_NODES" ]; do
+        for p in $(mn_pids $i); do echo "node $i: $p ($(cat /proc/$p/comm 2>/dev/null))"; done
+        i=$((i + 1))
+    done
+}
+
+mn_down() {
+    i=0
+    while [ $i -lt "$MN_NODES" ]; do
+        for p in $(mn_pids $i); do kill -9 "$p" 2>/dev/null; done
+        ip netns del "$MN-n$i" 2>/dev/null
+        i=$((i + 1))
+    done
+    ip netns del "$MN-sw" 2>/dev/null
+}
+
+# Seconds since the epoch, with milliseconds.
+mn_now() { date +%s.%N | cut -c1-14; }
+mn_secs() { echo "$1 $2" | awk '{ printf "%.1f", $2 - $1 }'; }
+# Whether a <= b (decimals).
+mn_le() { echo "$1 $2" | awk '{ exit !($1 <= $2) }'; }

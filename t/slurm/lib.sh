@@ -1,0 +1,89 @@
+# Brings up a one-node Slurm under the test's own directory (sourced by
+# t/slurm/*.sh): munged, slurmctld and slurmd with their state, spool,
+# logs, sockets and ports there, torn down by slurm_down (call it from the
+# test's EXIT trap). slurm_skip prints why Slurm cannot run here, if so.
+slurm_skip() {
+    for p in munged mungekey slurmctld slurmd srun sbatch scancel squeue; do
+        command -v $p >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v $p >/dev/null 2>&1 ||
+            { echo "$p not found (Debian: apt-get install slurm-wlm munge)"; return; }
+    done
+    [ "$(id -u)" = 0 ] || echo "not root (slurmd must run as root to start tasks)"
+}
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# slurm_up DIR CPUS: starts the daemons; exports SLURM_CONF. Fails (1) with
+# the daemons' logs on stderr when the node does not come up in 20 s.
+slurm_up() {
+    sd=$1
+    cpus=$2
+    export PATH=$PATH:/usr/sbin
+    mkdir -p "$sd/munge" "$sd/ctld" "$sd/spool" "$sd/log"
+    chmod 700 "$sd/munge"
+    mungekey -c -k "$sd/munge/key" -b 1024 2>/dev/null || dd if=/dev/urandom of="$sd/munge/key" bs=128 count=1 2>/dev/null
+    chmod 400 "$sd/munge/key"
+    # in the foreground, children of the test: killed and reaped by slurm_down
+    munged -F --force --socket="$sd/munge/sock" --key-file="$sd/munge/key" --pid-file="$sd/munge/pid" \
+        --log-file="$sd/log/munged.log" --seed-file="$sd/munge/seed" &
+    SLURM_PIDS=$!
+    i=0
+    while [ ! -S "$sd/munge/sock" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    host=$(hostname -s)
+    cat >"$sd/slurm.conf" <<CONF
+ClusterName=phx
+SlurmctldHost=$host
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sd/munge/sock
+StateSaveLocation=$sd/ctld
+SlurmdSpoolDir=$sd/spool
+SlurmctldPidFile=$sd/ctld.pid
+SlurmdPidFile=$sd/slurmd.pid
+SlurmctldLogFile=$sd/log/slurmctld.log
+SlurmdLogFile=$sd/log/slurmd.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SlurmctldTimeout=10
+SlurmdTimeout=10
+InactiveLimit=0
+KillWait=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=$host CPUs=$cpus State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+CONF
+    export SLURM_CONF="$sd/slurm.conf"
+    slurmctld -D -i -f "$sd/slurm.conf" >"$sd/log/slurmctld.out" 2>&1 &
+    SLURM_PIDS="$SLURM_PIDS $!"
+    slurmd -D -f "$sd/slurm.conf" >"$sd/log/slurmd.out" 2>&1 &
+    SLURM_PIDS="$SLURM_PIDS $!"
+    i=0
+    while [ $i -lt 100 ]; do
+        sinfo -h -o %T 2>/dev/null | grep -Eq '^idle' && return 0
+        sleep 0.2
+        i=$((i + 1))
+    done
+    tail -20 "$sd/log/slurmctld.log" "$sd/log/slurmd.log" >&2
+    return 1
+}
+
+# Stops what slurm_up started (its own children), then reaps them.
+slurm_down() {
+    for p in $SLURM_PIDS; do kill "$p" 2>/dev/null; done
+    for p in $SLURM_PIDS; do
+        i=0
+        while kill -0 "$p" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+        kill -9 "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    SLURM_PIDS=
+}
