@@ -41,6 +41,12 @@ if [ -r "${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}/train-images-id
     # A CNN with BatchNorm (doc/cnn.md): one epoch, ~20-40 s on 2 cores.
     echo "== examples/cnn --epochs 1"
     ./examples/cnn --epochs 1
+    # Forward-only modules (doc/autograd.md): the ResNet on a tenth of the
+    # data (~15 s), and the two-input model with two losses (~5 s).
+    echo "== examples/resnet --epochs 1 --train-rows 6000"
+    ./examples/resnet --epochs 1 --train-rows 6000
+    echo "== examples/two_input"
+    ./examples/two_input
 else
     echo "== examples/fashion_mnist: skipped (apt-get install dataset-fashion-mnist)"
 fi

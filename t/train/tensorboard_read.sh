@@ -15,7 +15,7 @@ if [ ! -r "$data/train-images-idx3-ubyte.gz" ]; then
     i=2; while [ $i -le 10 ]; do echo "ok $i # SKIP no data"; i=$((i + 1)); done; exit 0
 fi
 py=
-for p in "${TENSORBOARD_PYTHON:-}" /usr/bin/python3 python3; do
+for p in "${TENSORBOARD_PYTHON:-}" /usr/bin/python3 /opt/phx-tb/bin/python python3; do
     [ -n "$p" ] && "$p" -c 'import tensorboard.backend.event_processing.event_accumulator' 2>/dev/null && { py=$p; break; }
 done
 d=$(mktemp -d)
