@@ -9,6 +9,8 @@
  *   mlp_fo, cnn_fo: the same models written as forward-only modules (the
  *           layers as children, ReLU and Flatten as tensor operations; the
  *           core derives the backward): PyTorch's side is its mlp and cnn
+ *   gpt_fo: the GPT's layers under a forward-only parent: embeddings and
+ *           residual adds as tensor operations (PyTorch's side: its gpt)
  *   resnet: examples/resnet's model (forward-only blocks) on 128 images,
  *           cross entropy, SGD momentum (bench/torch/resnet.py's model)
  * each at 1 and 2 threads. A step is zero_grad, forward, loss, backward,
@@ -18,7 +20,7 @@
  * machine the wall clock also counts the time other processes took.
  *
  *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
- *              [--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet]
+ *              [--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo]
  *   bench/step --rss resnet   (10 steps of the resnet row; prints its peak RSS)
  */
 #define BENCH_NAME "bench/step"
@@ -106,9 +108,56 @@ static void classify(setup *s, phx_rng *rng, int ndim, const int64_t *xs)
     s->loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
 }
 
+/* A forward-only GPT over phx_gpt_new's layers: token and position
+ * embeddings added with phx_add (positions from phx_arange), each
+ * transformer block as x + fn0(x), then + fn1(.) with phx_add in place of
+ * the fused Residual modules, the final LayerNorm and head. */
+static phx_status gpt_fo_forward(phx_module *self, const phx_tensor *idx, phx_tensor **y)
+{
+    int64_t T = phx_tensor_dim(idx, 1);
+    phx_tensor *pos = phx_arange(0, (double)T, 1, PHX_I64, phx_tensor_device(idx));
+    phx_tensor *x = phx_add(fwd(child(self, "wte"), idx), fwd(child(self, "wpe"), pos));
+    phx_module *h = child(self, "h");
+    for (size_t i = 0; i < phx_module_num_children(h) && x; i++) {
+        phx_module *b = phx_module_child(h, i);
+        for (size_t r = 0; r < 2 && x; r++) {
+            phx_module *fn = phx_module_find_child(phx_module_child(b, r), "fn");
+            x = phx_add(x, fwd(fn, x));
+        }
+    }
+    *y = fwd(child(self, "lm_head"), fwd(child(self, "ln_f"), x));
+    return *y ? PHX_OK : PHX_EINVAL;
+}
+
+static const phx_module_vtable gpt_fo_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "GPTForwardOnly", .forward = gpt_fo_forward, .free = no_ctx};
+
+/* gpt's children cloned under a forward-only parent (same parameters). */
+static phx_module *gpt_forward_only(phx_module *gpt)
+{
+    phx_module *m = phx_module_new(&gpt_fo_vt, NULL);
+    static const char *names[] = {"wte", "wpe", "h", "ln_f", "lm_head"};
+    for (int i = 0; i < 5 && m; i++) {
+        phx_module *c = phx_module_clone(child(gpt, names[i]));
+        bench_check(c ? phx_module_add_child(m, names[i], c) : PHX_ENOMEM, "forward-only GPT");
+    }
+    phx_module_free(gpt);
+    return m;
+}
+
 static setup make(const char *name)
 {
     setup s = {0};
+    if (!strcmp(name, "gpt_fo")) {
+        s = make("gpt");
+        phx_optimizer_free(s.opt);
+        s.m = gpt_forward_only(s.m);
+        phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
+        ao.lr = 3e-4;
+        s.opt = s.m ? phx_adam_new(s.m, &ao) : NULL;
+        if (!s.opt) bench_check(PHX_ENOMEM, "setup");
+        return s;
+    }
     if (!strcmp(name, "mlp_fo") || !strcmp(name, "cnn_fo")) {
         s = make(!strcmp(name, "mlp_fo") ? "mlp" : "cnn");
         phx_optimizer_free(s.opt);
@@ -255,7 +304,7 @@ int main(int argc, char **argv)
                               {"--repeats", 'i', &repeats}, {"--only", 's', &only}, {"--rss", 's', &rss}};
     if (bench_args(argc, argv, opts, 6,
                    "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
-                   "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet] [--rss resnet]"))
+                   "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss resnet]"))
         return 2;
     if (rss) {
         setup s = make(rss);
@@ -265,15 +314,15 @@ int main(int argc, char **argv)
         printf("%s_step_rss %.1f MiB\n", rss, ru.ru_maxrss / 1024.0);
         return 0;
     }
-    enum { NM = 8 };
-    const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn", "mlp_fo", "cnn_fo", "resnet"};
+    enum { NM = 9 };
+    const char *names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn", "mlp_fo", "cnn_fo", "resnet", "gpt_fo"};
     /* PyTorch's side of each row (a forward-only model's is the same torch model) */
-    const char *torch_names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn", "mlp", "cnn", "resnet"};
+    const char *torch_names[NM] = {"linear", "mlp", "gpt", "gpt_bf16", "cnn", "mlp", "cnn", "resnet", "gpt"};
     const char *label[NM] = {"Linear(10,1) b64 SGD",      "MLP 784-1024-1024-10 b256 SGD", "GPT 16x128 AdamW, tokens",
                              "GPT bf16 (torch autocast)", "CNN b128 AdamW, images",        "MLP forward-only",
-                             "CNN forward-only, images",  "ResNet b128 SGD, images"};
+                             "CNN forward-only, images",  "ResNet b128 SGD, images",       "GPT forward-only, tokens"};
     /* a GPT step is 16 x 128 tokens, a CNN step 128 images: their rows count those */
-    const double per_step[NM] = {1, 1, 16 * 128, 16 * 128, 128, 1, 128, 128};
+    const double per_step[NM] = {1, 1, 16 * 128, 16 * 128, 128, 1, 128, 128, 16 * 128};
     double phx[NM][2], pt[NM][2] = {{0}}, phx_c[NM][2], pt_c[NM][2] = {{0}};
     int have_torch = 0;
     /* The sgemm peak (as bench/dp measures it), before the MLP rows. */
@@ -335,8 +384,8 @@ int main(int argc, char **argv)
                    t + 1, t ? "s" : "", gf, 100 * gf / top, t + 1, t ? "s at once" : "", top,
                    t ? "; target >= 75%" : "");
         }
-    for (int k = 5; k < 7; k++) /* forward-only beside fused, same run */
-        for (int t = 0, fused = k == 5 ? 1 : 4; t < 2; t++)
+    for (int k = 5; k < NM; k++) /* forward-only beside fused, same run */
+        for (int t = 0, fused = k == 5 ? 1 : k == 6 ? 4 : 2; t < 2 && k != 7; t++)
             if (phx[fused][t] > 0 && phx[k][t] > 0)
                 printf("%s at %d thread%s: %.3fx the fused modules' rate\n", label[k], t + 1, t ? "s" : "",
                        phx[k][t] / phx[fused][t]);
