@@ -109,7 +109,7 @@ static inline double accuracy(phx_module *model, phx_tensor *x, phx_tensor *y, p
 
 /* A checkpoint that knows how many epochs it holds. */
 static inline void save_epoch(const char *path, phx_module *net, phx_optimizer *opt, phx_scaler *scaler, int epoch,
-                       const char *model_name)
+                              const char *model_name)
 {
     char ep[32];
     snprintf(ep, sizeof ep, "%d", epoch);

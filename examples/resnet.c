@@ -172,8 +172,9 @@ int main(int argc, char **argv)
     check(phx_metrics_hparams(phx_progress_metrics(prog), hp, 7), "--metrics/--tensorboard");
     if (rank == 0) {
         char dname[32];
-        printf("ResNet 16-32-64 (forward-only blocks), AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
-               (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
+        printf("ResNet 16-32-64 (forward-only blocks), AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads "
+               "per rank\n",
+               lr, (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
                phx_device_name(dev, dname, sizeof dname), phx_num_threads());
     }
     phx_tensor *xdev = NULL, *ydev = NULL;

@@ -540,8 +540,7 @@ phx_status phx_comm_allgather(phx_comm *c, const phx_tensor *in, phx_tensor *out
     size_t ib = phx_tensor_nbytes(in), ob = phx_tensor_nbytes(out);
     int rank = phx_comm_rank(c);
     if (ib && ip < outp + ob && outp < ip + ib && ip != outp + (size_t)rank * ib)
-        return phx_error(PHX_EINVAL, "%s: input overlaps output other than as this rank's block %d of it", who,
-                         rank);
+        return phx_error(PHX_EINVAL, "%s: input overlaps output other than as this rank's block %d of it", who, rank);
     if (!c) return solo_copy(in, out);
     px_call k = {c, who, {PHX_KIT_ALLGATHER, px_tensor_ptr(in), px_tensor_ptr(out), in->numel, in->dtype, PHX_SUM, 0}};
     return issue(&k, work);

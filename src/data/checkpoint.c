@@ -180,8 +180,9 @@ static phx_status mm_report(const mismatches *m, const char *path)
         int w = snprintf(msg + len, sizeof msg - len, "%s%s: %s%s", len ? "; " : "", heads[k], l->text, more);
         if (w > 0) len += (size_t)w < sizeof msg - len ? (size_t)w : sizeof msg - len - 1;
     }
-    return phx_error(PHX_EIO, "phx_checkpoint_load: '%s' does not match the model, nothing was loaded (%zu problem%s): %s",
-                     path, m->total, m->total > 1 ? "s" : "", msg);
+    return phx_error(PHX_EIO,
+                     "phx_checkpoint_load: '%s' does not match the model, nothing was loaded (%zu problem%s): %s", path,
+                     m->total, m->total > 1 ? "s" : "", msg);
 }
 
 /* e may fill slot *slot for `what` named key: a dtype that converts into

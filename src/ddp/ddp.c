@@ -249,7 +249,10 @@ static phx_status check_wrapped(phx_module *self, px_ddp *d)
         return phx_error(PHX_ESTATE,
                          "%s: a %s was added to the wrapper, which runs only the model; add it to the model "
                          "before phx_ddp_new",
-                         who, self->n_children ? "child module" : self->n_params ? "parameter" : "buffer");
+                         who,
+                         self->n_children     ? "child module"
+                             : self->n_params ? "parameter"
+                                              : "buffer");
     phx_module *m = d->model;
     if (self->precision != d->precision || self->compute_dtype != d->compute_dtype) {
         phx_status st = phx_module_set_precision(m, self->precision);
@@ -416,8 +419,7 @@ phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *o
     }
     if (model->wrapped || model->refs > 1) {
         /* A second wrapper would take over the gradient hook of the first. */
-        phx_error(PHX_EINVAL,
-                  "phx_ddp_new: the model is %s; wrap a model once (free the other wrapper first)",
+        phx_error(PHX_EINVAL, "phx_ddp_new: the model is %s; wrap a model once (free the other wrapper first)",
                   model->wrapped ? "itself a wrapper (DataParallel)" : "already held by a wrapper");
         return NULL;
     }

@@ -163,7 +163,10 @@ static phx_status check_model(px_dp *d, const char *who)
         return phx_error(PHX_ESTATE,
                          "%s: a %s was added to the DataParallel wrapper, which runs only the model; add it to "
                          "the model before phx_dp_new",
-                         who, self->n_children ? "child module" : self->n_params ? "parameter" : "buffer");
+                         who,
+                         self->n_children     ? "child module"
+                             : self->n_params ? "parameter"
+                                              : "buffer");
     if (phx_module_num_params(d->model) != d->n_params)
         return phx_error(PHX_ESTATE, "%s: the model has %zu parameters, it had %zu when wrapped", who,
                          phx_module_num_params(d->model), d->n_params);
