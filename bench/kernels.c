@@ -8,6 +8,13 @@
  *
  *   bench/kernels [--torch PATH/kernels.py] [--python PY] [--seconds S] [--repeats R]
  *                 [--passes P] [--only SUBSTRING]    (only the ops whose name holds it)
+ *                 [--iters N]
+ *
+ * --iters N runs each op once to warm up, then exactly N times in
+ * run_fixed (no PyTorch, no passes) and prints the mean: a count that does
+ * not depend on the machine's speed, for instruction counts that compare
+ * two builds on a loaded machine:
+ *   valgrind --tool=callgrind --toggle-collect=run_fixed bench/kernels --iters 4 --only layernorm
  */
 #include "config.h"
 #include <math.h>
@@ -278,6 +285,15 @@ static double time_op(void (*fn)(void), double seconds, int repeats)
     return best * 1e3;
 }
 
+/* Exactly iters calls of fn (--iters); not inlined, so a profiler can
+ * count what it runs and nothing else. */
+__attribute__((noinline)) static double run_fixed(void (*fn)(void), int iters)
+{
+    double t0 = bench_now();
+    for (int k = 0; k < iters; k++) fn();
+    return (bench_now() - t0) / iters * 1e3;
+}
+
 /* One pass of the PyTorch script: its time per op, kept where better
  * than theirs[i] so far (-1: none yet). */
 static void torch_pass(const char *py, const char *torch, double seconds, int repeats, const char *only, double *theirs)
@@ -306,13 +322,15 @@ int main(int argc, char **argv)
     const char *torch = NULL, *py = bench_python();
     const char *only = "";
     double seconds = 0.25;
-    int repeats = 3, passes = 2;
+    int repeats = 3, passes = 2, iters = 0;
     const bench_opt opts[] = {{"--torch", 's', &torch},     {"--python", 's', &py},     {"--seconds", 'd', &seconds},
-                              {"--repeats", 'i', &repeats}, {"--passes", 'i', &passes}, {"--only", 's', &only}};
-    if (bench_args(argc, argv, opts, 6,
+                              {"--repeats", 'i', &repeats}, {"--passes", 'i', &passes}, {"--only", 's', &only},
+                              {"--iters", 'i', &iters}};
+    if (bench_args(argc, argv, opts, 7,
                    "[--torch PATH/kernels.py] [--python PY] [--seconds S] [--repeats R] [--passes P] "
-                   "[--only SUBSTRING]"))
+                   "[--only SUBSTRING] [--iters N]"))
         return 2;
+    if (iters > 0) torch = NULL;
     if (passes < 1 || !torch) passes = 1;
     phx_set_num_threads(1);
     K = phx_device_table(phx_cpu())->kernels;
@@ -352,11 +370,18 @@ int main(int argc, char **argv)
     for (int pass = 0; pass < passes; pass++) {
         for (int i = 0; i < NOPS; i++)
             if (strstr(ops[i].name, only)) {
-                double t = time_op(ops[i].fn, seconds, repeats);
+                double t;
+                if (iters > 0) {
+                    ops[i].fn();
+                    t = run_fixed(ops[i].fn, iters);
+                } else {
+                    t = time_op(ops[i].fn, seconds, repeats);
+                }
                 if (ours[i] < 0 || t < ours[i]) ours[i] = t;
             }
         if (torch) torch_pass(py, torch, seconds, repeats, only, theirs);
     }
+    if (iters > 0) printf("mean of %d runs after one warm-up run\n", iters);
     if (passes > 1)
         printf("best of %d alternating passes per side, each the best of %d runs of %g s\n", passes, repeats, seconds);
     printf("%-30s %12s %12s %10s\n", "op (1 thread)", "phalanx ms", "torch ms", "torch/phx");
