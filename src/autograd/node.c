@@ -12,27 +12,59 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static px_node *pool; /* free nodes, linked through next */
 static atomic_ullong next_seq = 1;
 
+/* Nodes are allocated 32 at a time, so that the peak number a step
+ * needs, which threads (DataParallel's replicas) may reach in any order,
+ * is covered by few allocations, all made while warming up. */
+#define PX_NODE_CHUNK 32
+typedef struct node_chunk {
+    struct node_chunk *next;
+    px_node nodes[PX_NODE_CHUNK];
+} node_chunk;
+static node_chunk *chunks;
+static size_t n_made, n_pooled;
+
 static px_node *node_get(void)
 {
     pthread_mutex_lock(&pool_lock);
+    if (!pool) {
+        node_chunk *c = px_malloc(sizeof *c);
+        if (c) {
+            c->next = chunks;
+            chunks = c;
+            for (int i = 0; i < PX_NODE_CHUNK; i++) {
+                c->nodes[i].next = pool;
+                pool = &c->nodes[i];
+            }
+            n_made += PX_NODE_CHUNK;
+            n_pooled += PX_NODE_CHUNK;
+        }
+    }
     px_node *n = pool;
-    if (n) pool = n->next;
+    if (n) {
+        pool = n->next;
+        n_pooled--;
+    }
     pthread_mutex_unlock(&pool_lock);
-    if (!n) n = px_malloc(sizeof *n);
     if (!n) return NULL;
     memset(n, 0, offsetof(px_node, ctx));
     memset(n->ctx, 0, sizeof n->ctx);
     return n;
 }
 
-/* At exit the pooled nodes go (a cache, not a leak). */
+/* At exit the chunks go when every node is back in the pool (a cache, not
+ * a leak); a node still held then belongs to a tensor the program never
+ * freed. */
 __attribute__((destructor)) static void pool_release(void)
 {
     pthread_mutex_lock(&pool_lock);
-    while (pool) {
-        px_node *n = pool;
-        pool = n->next;
-        px_free(n);
+    if (n_pooled == n_made) {
+        while (chunks) {
+            node_chunk *c = chunks;
+            chunks = c->next;
+            px_free(c);
+        }
+        pool = NULL;
+        n_made = n_pooled = 0;
     }
     pthread_mutex_unlock(&pool_lock);
 }
@@ -44,6 +76,7 @@ static void node_put(px_node *n)
     pthread_mutex_lock(&pool_lock);
     n->next = pool;
     pool = n;
+    n_pooled++;
     pthread_mutex_unlock(&pool_lock);
 }
 

@@ -78,26 +78,58 @@ static void storage_drop(px_storage *s)
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static phx_tensor *pool;
 
+/* Handles are allocated 64 at a time, so that the peak a step needs,
+ * which threads (DataParallel's replicas) may reach in any order, is
+ * covered by few allocations, all made while warming up. */
+#define PX_HANDLE_CHUNK 64
+typedef struct handle_chunk {
+    struct handle_chunk *next;
+    phx_tensor handles[PX_HANDLE_CHUNK];
+} handle_chunk;
+static handle_chunk *chunks;
+static size_t n_made, n_pooled;
+
 static phx_tensor *handle_get(void)
 {
     pthread_mutex_lock(&pool_lock);
+    if (!pool) {
+        handle_chunk *c = px_malloc(sizeof *c);
+        if (c) {
+            c->next = chunks;
+            chunks = c;
+            for (int i = 0; i < PX_HANDLE_CHUNK; i++) {
+                c->handles[i].next_free = pool;
+                pool = &c->handles[i];
+            }
+            n_made += PX_HANDLE_CHUNK;
+            n_pooled += PX_HANDLE_CHUNK;
+        }
+    }
     phx_tensor *t = pool;
-    if (t) pool = t->next_free;
+    if (t) {
+        pool = t->next_free;
+        n_pooled--;
+    }
     pthread_mutex_unlock(&pool_lock);
-    if (!t) return px_calloc(1, sizeof *t);
-    memset(t, 0, sizeof *t);
+    if (t) memset(t, 0, sizeof *t);
     return t;
 }
 
-/* At exit (or dlclose) the pooled handles and cached storages go, so
- * that leak checkers see nothing left: they are caches, not leaks. */
+/* At exit (or dlclose) the handle chunks, when every handle is back (a
+ * handle still held belongs to a tensor the program never freed), and the
+ * cached storages go, so that leak checkers see nothing left: they are
+ * caches, not leaks. */
 __attribute__((destructor)) static void pools_release(void)
 {
     pthread_mutex_lock(&pool_lock);
-    while (pool) {
-        phx_tensor *t = pool;
-        pool = t->next_free;
-        px_free(t);
+    if (n_pooled == n_made) {
+        while (chunks) {
+            handle_chunk *c = chunks;
+            chunks = c->next;
+            px_free(c);
+        }
+        pool = NULL;
+        n_made = n_pooled = 0;
     }
     pthread_mutex_unlock(&pool_lock);
     for (px_storage *s = px_storage_cache_drain(), *next; s; s = next) {
@@ -113,6 +145,7 @@ static void handle_put(phx_tensor *t)
     pthread_mutex_lock(&pool_lock);
     t->next_free = pool;
     pool = t;
+    n_pooled++;
     pthread_mutex_unlock(&pool_lock);
 }
 
