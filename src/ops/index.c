@@ -63,6 +63,26 @@ static phx_status index_select_backward(px_node *n, const phx_tensor *grad, phx_
     return PHX_OK;
 }
 
+/* The end of index_select and gather: the kernel's status st, then the
+ * node (dim d, the index saved) and the result handed to the scope; out
+ * is freed on any failure. */
+static phx_tensor *finish_indexed(const char *fn, const char *name, px_backward_fn bwd, phx_status st,
+                                  const phx_tensor *t, int d, const phx_tensor *idx, phx_tensor *out)
+{
+    px_node *node = NULL;
+    if (st) kernel_failed(fn, st);
+    if (!st) st = px_record(name, bwd, 1, &t, out, &node);
+    if (!st && node) {
+        ((index_ctx *)px_node_ctx(node))->dim = d;
+        if (px_node_save(node, idx) < 0) st = PHX_ENOMEM;
+    }
+    if (st) {
+        phx_tensor_free(out);
+        return NULL;
+    }
+    return px_scope_own(out);
+}
+
 phx_tensor *phx_index_select(const phx_tensor *t, int dim, const phx_tensor *idx)
 {
     const char *fn = "phx_index_select";
@@ -89,18 +109,7 @@ phx_tensor *phx_index_select(const phx_tensor *t, int dim, const phx_tensor *idx
     if (!out) return NULL;
     phx_status st = k->index_select(t->storage->device.index, t->dtype, outer, t->shape[d], inner, px_tensor_ptr(t),
                                     px_tensor_ptr(idx), idx->numel, px_tensor_ptr(out));
-    px_node *node = NULL;
-    if (st) kernel_failed(fn, st);
-    if (!st) st = px_record("index_select", index_select_backward, 1, &t, out, &node);
-    if (!st && node) {
-        ((index_ctx *)px_node_ctx(node))->dim = d;
-        if (px_node_save(node, idx) < 0) st = PHX_ENOMEM;
-    }
-    if (st) {
-        phx_tensor_free(out);
-        return NULL;
-    }
-    return px_scope_own(out);
+    return finish_indexed(fn, "index_select", index_select_backward, st, t, d, idx, out);
 }
 
 /* ---- gather and scatter_add ---- */
@@ -172,18 +181,7 @@ phx_tensor *phx_gather(const phx_tensor *t, int dim, const phx_tensor *idx)
     if (!out) return NULL;
     phx_status st = k->gather(t->storage->device.index, t->dtype, outer, t->shape[d], inner, px_tensor_ptr(t),
                               px_tensor_ptr(idx), idx->shape[d], px_tensor_ptr(out));
-    px_node *node = NULL;
-    if (st) kernel_failed(fn, st);
-    if (!st) st = px_record("gather", gather_backward, 1, &t, out, &node);
-    if (!st && node) {
-        ((index_ctx *)px_node_ctx(node))->dim = d;
-        if (px_node_save(node, idx) < 0) st = PHX_ENOMEM;
-    }
-    if (st) {
-        phx_tensor_free(out);
-        return NULL;
-    }
-    return px_scope_own(out);
+    return finish_indexed(fn, "gather", gather_backward, st, t, d, idx, out);
 }
 
 /* Inputs (t, src): t's gradient is grad itself, src's the gather of grad. */
