@@ -19,13 +19,34 @@
  *     under PHX_DEVICE=cuda (the default when one is usable).
  * --load restores model, optimizer and the epoch count; --epochs 0 --load
  * only evaluates. --train-rows N trains on the first N images only (quick
- * runs: t/modules/cnn_example.sh, make demo). */
+ * runs: t/modules/cnn_example.sh, make demo).
+ *
+ * Built a second time with -DEXAMPLE_RESNET as examples/resnet: the same
+ * program training examples/resnet-model.h's ResNet of forward-only blocks
+ * (BasicBlocks with projection shortcuts; the core derives every backward,
+ * doc/autograd.md), without --dropout. Its documented run (README):
+ *
+ *   PHX_PRECISION=bf16 phxrun --nproc-per-node 2 examples/resnet --sync-bn */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <phalanx/phalanx.h>
 #include "examples/args.h"
 #include "examples/fmnist.h"
+
+#ifdef EXAMPLE_RESNET
+#include "examples/resnet-model.h"
+#define EX_NAME "resnet"
+#define EX_USAGE_DROPOUT ""
+#define EX_WHAT "A ResNet of forward-only blocks on Fashion-MNIST (doc/autograd.md)"
+#define EX_TITLE "ResNet 16-32-64 (forward-only blocks)"
+#define EX_TAG "resnet-16-32-64"
+#else
+#define EX_NAME "cnn"
+#define EX_USAGE_DROPOUT " [--dropout P]"
+#define EX_WHAT "A CNN with BatchNorm on Fashion-MNIST (doc/cnn.md)"
+#define EX_TITLE "CNN conv32-conv64-fc128"
+#define EX_TAG "cnn-conv32-conv64-fc128"
 
 static phx_module *cnn(phx_rng *rng, uint64_t seed, float dropout)
 {
@@ -46,10 +67,11 @@ static phx_module *cnn(phx_rng *rng, uint64_t seed, float dropout)
     if (phx_module_num_children(m) != 13) die("model");
     return m;
 }
+#endif
 
 int main(int argc, char **argv)
 {
-    fm_prog = "cnn";
+    fm_prog = EX_NAME;
     int epochs = 5, use_dp = 0, sync_bn = 0;
     int64_t batch = 128, train_rows = 0;
     /* PyTorch's own run of this model with dropout 0.5, lr 1e-3 and no
@@ -59,13 +81,16 @@ int main(int argc, char **argv)
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL;
     static const char usage[] =
-        "usage: cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH] [--load PATH]\n"
-        "           [--dp] [--sync-bn] [--train-rows N] " EX_PROGRESS_USAGE "\n"
-        "A CNN with BatchNorm on Fashion-MNIST (doc/cnn.md); under phxrun each rank is a DDP replica.\n"
+        "usage: " EX_NAME " [--epochs N] [--batch B] [--lr LR]" EX_USAGE_DROPOUT
+        " [--seed S] [--save PATH] [--load PATH]\n"
+        "           [--dp] [--sync-bn] [--train-rows N] " EX_PROGRESS_USAGE "\n" EX_WHAT
+        "; under phxrun each rank is a DDP replica.\n"
         "  --epochs N         epochs to train (default 5; 0 with --load only evaluates)\n"
         "  --batch B          batch per rank (default 128)\n"
         "  --lr LR            AdamW's peak learning rate, decayed by a cosine to LR/100 (default 2e-3)\n"
+#ifndef EXAMPLE_RESNET
         "  --dropout P        dropout before the last layer (default 0.25)\n"
+#endif
         "  --seed S           initialisation, shuffling and dropout seed (default 0)\n"
         "  --save PATH        save model, optimizer and epoch (safetensors) at the end\n"
         "  --load PATH        restore them before training\n"
@@ -83,7 +108,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (!v) {
-            fprintf(stderr, "cnn: %s needs a value\n", a);
+            fprintf(stderr, "%s: %s needs a value\n", fm_prog, a);
             return 2;
         } else if (!strcmp(a, "--epochs"))
             epochs = atoi(v);
@@ -91,8 +116,10 @@ int main(int argc, char **argv)
             batch = atoll(v);
         else if (!strcmp(a, "--lr"))
             lr = atof(v);
+#ifndef EXAMPLE_RESNET
         else if (!strcmp(a, "--dropout"))
             dropout = atof(v);
+#endif
         else if (!strcmp(a, "--seed"))
             seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--train-rows"))
@@ -102,7 +129,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--load"))
             load = v;
         else {
-            fprintf(stderr, "cnn: unknown option '%s'\n", a);
+            fprintf(stderr, "%s: unknown option '%s'\n", fm_prog, a);
             fputs(usage, stderr);
             return 2;
         }
@@ -113,17 +140,23 @@ int main(int argc, char **argv)
     phx_comm *comm = NULL;
     if (world.size > 1) check(phx_comm_init(NULL, &comm), "phx_comm_init");
     if (comm && use_dp) {
-        fprintf(stderr, "cnn: --dp runs in one process; under phxrun every rank is already a replica (DDP)\n");
+        fprintf(stderr, "%s: --dp runs in one process; under phxrun every rank is already a replica (DDP)\n", fm_prog);
         return 2;
     }
     if (sync_bn && !comm && world.size <= 1 && !use_dp)
-        fprintf(stderr, "cnn: --sync-bn in one process: BatchNorm stays as it is\n");
+        fprintf(stderr, "%s: --sync-bn in one process: BatchNorm stays as it is\n", fm_prog);
     int rank = comm ? phx_comm_rank(comm) : 0, size = comm ? phx_comm_size(comm) : 1;
     phx_tensor *xtr = read_idx("train-images-idx3-ubyte.gz"), *ytr = read_idx("train-labels-idx1-ubyte.gz");
     phx_tensor *xte = read_idx("t10k-images-idx3-ubyte.gz"), *yte = read_idx("t10k-labels-idx1-ubyte.gz");
 
     phx_rng *rng = phx_rng_new(seed);
+#ifdef EXAMPLE_RESNET
+    phx_module *model = resnet_new(rng);
+    if (!model) die("model");
+    (void)dropout;
+#else
     phx_module *model = cnn(rng, seed, (float)dropout);
+#endif
     if (sync_bn && comm) check(phx_sync_batchnorm_convert(model, comm, NULL), "--sync-bn");
     phx_precision *prec = NULL;
     check(phx_precision_new(NULL, &prec), "PHX_PRECISION");
@@ -194,15 +227,18 @@ int main(int argc, char **argv)
     phx_hparam hp[] = {{"lr", NULL, lr},
                        {"batch", NULL, (double)batch},
                        {"epochs", NULL, first + epochs},
+#ifndef EXAMPLE_RESNET
                        {"dropout", NULL, dropout},
+#endif
                        {"seed", NULL, (double)seed},
                        {"world_size", NULL, size},
                        {"parallel", how, 0},
                        {"precision", phx_precision_name(prec), 0}};
-    check(phx_metrics_hparams(phx_progress_metrics(prog), hp, 8), "--metrics/--tensorboard");
+    check(phx_metrics_hparams(phx_progress_metrics(prog), hp, (int)(sizeof hp / sizeof hp[0])),
+          "--metrics/--tensorboard");
     if (rank == 0) {
         char dname[32];
-        printf("CNN conv32-conv64-fc128, AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
+        printf(EX_TITLE ", AdamW lr %g, batch %lld x %d rank%s (%s), %s on %s, %d threads per rank\n", lr,
                (long long)batch, size, size > 1 ? "s" : "", how, phx_precision_name(prec),
                phx_device_name(dev, dname, sizeof dname), phx_num_threads());
     }
@@ -247,7 +283,7 @@ int main(int argc, char **argv)
     }
     phx_progress_free(prog);
     if (save && rank == 0) {
-        save_epoch(save, net, opt, scaler, first + epochs, "cnn-conv32-conv64-fc128");
+        save_epoch(save, net, opt, scaler, first + epochs, EX_TAG);
         printf("saved %s\n", save);
     }
     phx_tensor_free(xdev);

@@ -15,6 +15,10 @@ examples_cnn_LDADD = libphalanx.la -lm
 # one process, DDP under phxrun, --sync-bn, PHX_PRECISION=bf16.
 noinst_PROGRAMS += examples/resnet
 demo_programs += examples/resnet
+# examples/cnn.c built with -DEXAMPLE_RESNET: the same program, the model of
+# examples/resnet-model.h.
+examples_resnet_SOURCES = examples/cnn.c
+examples_resnet_CPPFLAGS = $(AM_CPPFLAGS) -DEXAMPLE_RESNET
 examples_resnet_LDADD = libphalanx.la -lm
 EXTRA_DIST += examples/resnet-model.h
 # Two inputs, two heads, two losses, one backward (doc/autograd.md).
