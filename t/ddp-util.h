@@ -212,6 +212,36 @@ static inline void tu_spawn_both(int n, int (*fn)(int, void *), void *arg, const
 #endif
 }
 
+/* Conv(1, 3, 3) - BN(3) - ReLU - MaxPool(2) - Flatten - Linear(27, 5) on
+ * 1x8x8 images. */
+static inline phx_module *tu_small_cnn(void)
+{
+    phx_rng *r = phx_rng_new(3);
+    phx_module *m = phx_sequential_new();
+    phx_sequential_add(m, phx_conv2d_new(1, 3, 3, 3, NULL, r));
+    phx_sequential_add(m, phx_batchnorm2d_new(3, 1e-5f, 0.1f, true, true));
+    phx_sequential_add(m, phx_relu_new());
+    phx_sequential_add(m, phx_maxpool2d_new(2, 0, 0));
+    phx_sequential_add(m, phx_flatten_new());
+    phx_sequential_add(m, phx_linear_new(27, 5, true, r));
+    phx_rng_free(r);
+    return m;
+}
+
+/* Rows first..first+rows-1 of step s's batch for tu_small_cnn: x (rows, 1,
+ * 8, 8) and an MSE target t (rows, 5), new tensors the caller frees. */
+static inline void tu_cnn_batch(int step, int64_t first, int64_t rows, phx_tensor **x, phx_tensor **t)
+{
+    int64_t xs[4] = {rows, 1, 8, 8}, ts[2] = {rows, 5};
+    *x = phx_tensor_new(PHX_F32, 4, xs, phx_cpu());
+    *t = phx_tensor_new(PHX_F32, 2, ts, phx_cpu());
+    float *hx = malloc((size_t)rows * 64 * sizeof *hx), *ht = malloc((size_t)rows * 5 * sizeof *ht);
+    for (int64_t i = 0; i < rows; i++) tu_row(step, first + i, 64, 5, hx + i * 64, ht + i * 5);
+    phx_tensor_from_host(*x, hx);
+    phx_tensor_from_host(*t, ht);
+    free(hx), free(ht);
+}
+
 /* Joins the world phx_spawn set up; prints why not. */
 static inline phx_comm *tu_comm(int rank)
 {

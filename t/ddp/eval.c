@@ -14,34 +14,6 @@
 
 enum { PER_RANK = 4, STEPS = 3 };
 
-/* Conv(1, 3, 3) - BN(3) - ReLU - MaxPool(2) - Flatten - Linear(27, 5) on
- * 1x8x8 images. */
-static phx_module *small_cnn(void)
-{
-    phx_rng *r = phx_rng_new(3);
-    phx_module *m = phx_sequential_new();
-    phx_sequential_add(m, phx_conv2d_new(1, 3, 3, 3, NULL, r));
-    phx_sequential_add(m, phx_batchnorm2d_new(3, 1e-5f, 0.1f, true, true));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_maxpool2d_new(2, 0, 0));
-    phx_sequential_add(m, phx_flatten_new());
-    phx_sequential_add(m, phx_linear_new(27, 5, true, r));
-    phx_rng_free(r);
-    return m;
-}
-
-static void batch(int step, int64_t first, int64_t rows, phx_tensor **x, phx_tensor **t)
-{
-    int64_t xs[4] = {rows, 1, 8, 8}, ts[2] = {rows, 5};
-    *x = phx_tensor_new(PHX_F32, 4, xs, phx_cpu());
-    *t = phx_tensor_new(PHX_F32, 2, ts, phx_cpu());
-    float *hx = malloc((size_t)rows * 64 * sizeof *hx), *ht = malloc((size_t)rows * 5 * sizeof *ht);
-    for (int64_t i = 0; i < rows; i++) tu_row(step, first + i, 64, 5, hx + i * 64, ht + i * 5);
-    phx_tensor_from_host(*x, hx);
-    phx_tensor_from_host(*t, ht);
-    free(hx), free(ht);
-}
-
 /* 1 when t equals rank 0's t bit for bit on every rank (collective). */
 static int same_as_rank0(phx_comm *c, const phx_tensor *t)
 {
@@ -93,7 +65,7 @@ static int eval_rank(int rank, void *arg)
     int fails = 0;
     phx_comm *c = tu_comm(rank);
     if (!c) return 1;
-    phx_module *model = small_cnn();
+    phx_module *model = tu_small_cnn();
     phx_module *ddp = phx_ddp_new(model, c, NULL);
     phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
@@ -107,7 +79,7 @@ static int eval_rank(int rank, void *arg)
     for (int s = 0; s < STEPS; s++) {
         phx_tensor *x, *t, *out;
         float l;
-        batch(s, rank * PER_RANK, PER_RANK, &x, &t);
+        tu_cnn_batch(s, rank * PER_RANK, PER_RANK, &x, &t);
         phx_status st = phx_module_forward(ddp, x, &out);
         /* Each rank's batch moved its own statistics. */
         if (st == PHX_OK && buffers_same(c, model)) FAIL("step %d: buffers equal after the forward already", s);
@@ -126,7 +98,7 @@ static int eval_rank(int rank, void *arg)
     /* Rank 0 alone: eval mode, then a training-mode forward without a
      * backward. Rank 1 meanwhile waits in a barrier. */
     phx_tensor *ex, *et, *y;
-    batch(99, 0, 6, &ex, &et);
+    tu_cnn_batch(99, 0, 6, &ex, &et);
     int64_t ys[2] = {6, 5};
     phx_tensor *y0 = phx_tensor_new(PHX_F32, 2, ys, phx_cpu());
     phx_module_train(ddp, false);
@@ -170,7 +142,7 @@ static int eval_rank(int rank, void *arg)
      * training-mode forward. */
     phx_module_train(ddp, true);
     phx_tensor *x, *t;
-    batch(STEPS, rank * PER_RANK, PER_RANK, &x, &t);
+    tu_cnn_batch(STEPS, rank * PER_RANK, PER_RANK, &x, &t);
     st = tu_step(ddp, opt, loss, x, t);
     if (st != PHX_OK)
         FAIL("a step after the evaluation: %s", phx_last_error());
@@ -198,7 +170,7 @@ static int join_rank(int rank, void *arg)
     int fails = 0;
     phx_comm *c = tu_comm(rank);
     if (!c) return 1;
-    phx_module *model = small_cnn();
+    phx_module *model = tu_small_cnn();
     phx_module *ddp = phx_ddp_new(model, c, NULL);
     phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
@@ -208,7 +180,7 @@ static int join_rank(int rank, void *arg)
     int steps = rank == 0 ? 3 : 2;
     for (int s = 0; s < steps && st == PHX_OK; s++) {
         phx_tensor *x, *t;
-        batch(s, rank * PER_RANK, PER_RANK, &x, &t);
+        tu_cnn_batch(s, rank * PER_RANK, PER_RANK, &x, &t);
         st = tu_step(ddp, opt, loss, x, t);
         phx_tensor_free(x), phx_tensor_free(t);
     }

@@ -6,32 +6,6 @@
 
 enum { STEPS = 3, ROWS = 6 };
 
-/* Conv(1, 3, 3) - BN(3) - ReLU - MaxPool(2) - Flatten - Linear(27, 5). */
-static phx_module *small_cnn(void)
-{
-    phx_rng *r = phx_rng_new(3);
-    phx_module *m = phx_sequential_new();
-    phx_sequential_add(m, phx_conv2d_new(1, 3, 3, 3, NULL, r));
-    phx_sequential_add(m, phx_batchnorm2d_new(3, 1e-5f, 0.1f, true, true));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_maxpool2d_new(2, 0, 0));
-    phx_sequential_add(m, phx_flatten_new());
-    phx_sequential_add(m, phx_linear_new(27, 5, true, r));
-    phx_rng_free(r);
-    return m;
-}
-
-static void batch(int step, phx_tensor **x, phx_tensor **t)
-{
-    int64_t xs[4] = {ROWS, 1, 8, 8}, ts[2] = {ROWS, 5};
-    *x = phx_tensor_new(PHX_F32, 4, xs, phx_cpu());
-    *t = phx_tensor_new(PHX_F32, 2, ts, phx_cpu());
-    float hx[ROWS * 64], ht[ROWS * 5];
-    for (int64_t i = 0; i < ROWS; i++) tu_row(step, i, 64, 5, hx + i * 64, ht + i * 5);
-    phx_tensor_from_host(*x, hx);
-    phx_tensor_from_host(*t, ht);
-}
-
 /* Trains m (through net) for STEPS SGD steps. */
 static phx_status train(phx_module *net)
 {
@@ -43,7 +17,7 @@ static phx_status train(phx_module *net)
     phx_status st = opt && loss ? PHX_OK : PHX_ENOMEM;
     for (int s = 0; s < STEPS && st == PHX_OK; s++) {
         phx_tensor *x, *t;
-        batch(s, &x, &t);
+        tu_cnn_batch(s, 0, ROWS, &x, &t);
         st = tu_step(net, opt, loss, x, t);
         phx_tensor_free(x), phx_tensor_free(t);
     }
@@ -115,7 +89,7 @@ static void test_null_comm(void)
 static int solo_equals_bare(phx_comm *c, const char *what)
 {
     int fails = 0;
-    phx_module *model = small_cnn(), *ref = small_cnn();
+    phx_module *model = tu_small_cnn(), *ref = tu_small_cnn();
     size_t n = 99;
     phx_status st = phx_sync_batchnorm_convert(model, c, &n);
     if (st != PHX_OK || n != 1) {

@@ -126,34 +126,6 @@ static int sync_rank(int rank, void *arg)
     return fails;
 }
 
-/* Conv(1, 3, 3) - BN(3) - ReLU - MaxPool(2) - Flatten - Linear(27, 5) on
- * 1x8x8 images. */
-static phx_module *small_cnn(void)
-{
-    phx_rng *r = phx_rng_new(3);
-    phx_module *m = phx_sequential_new();
-    phx_sequential_add(m, phx_conv2d_new(1, 3, 3, 3, NULL, r));
-    phx_sequential_add(m, phx_batchnorm2d_new(3, 1e-5f, 0.1f, true, true));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_maxpool2d_new(2, 0, 0));
-    phx_sequential_add(m, phx_flatten_new());
-    phx_sequential_add(m, phx_linear_new(27, 5, true, r));
-    phx_rng_free(r);
-    return m;
-}
-
-static void batch(int step, int64_t first, int64_t rows, phx_tensor **x, phx_tensor **t)
-{
-    int64_t xs[4] = {rows, 1, 8, 8}, ts[2] = {rows, 5};
-    *x = phx_tensor_new(PHX_F32, 4, xs, phx_cpu());
-    *t = phx_tensor_new(PHX_F32, 2, ts, phx_cpu());
-    float *hx = malloc((size_t)rows * 64 * sizeof *hx), *ht = malloc((size_t)rows * 5 * sizeof *ht);
-    for (int64_t i = 0; i < rows; i++) tu_row(step, first + i, 64, 5, hx + i * 64, ht + i * 5);
-    phx_tensor_from_host(*x, hx);
-    phx_tensor_from_host(*t, ht);
-    free(hx), free(ht);
-}
-
 /* buffers of m equal (bitwise) across ranks: rank 0's broadcast and compared */
 static int buffers_same(phx_comm *c, phx_module *m)
 {
@@ -194,7 +166,7 @@ static int ddp_rank(int rank, void *arg)
     int mode = *(int *)arg, fails = 0; /* 0: SyncBatchNorm; 1: BatchNorm, broadcast; 2: no broadcast */
     phx_comm *c = tu_comm(rank);
     if (!c) return 1;
-    phx_module *model = small_cnn(), *ref = small_cnn();
+    phx_module *model = tu_small_cnn(), *ref = tu_small_cnn();
     if (mode == 0) phx_sync_batchnorm_convert(model, c, NULL);
     phx_ddp_opts o = PHX_DDP_OPTS_INIT;
     o.no_broadcast_buffers = mode == 2;
@@ -207,8 +179,8 @@ static int ddp_rank(int rank, void *arg)
     int same_each = 1;
     for (int s = 0; s < STEPS && st == PHX_OK; s++) {
         phx_tensor *x, *t, *rx, *rt;
-        batch(s, rank * PER_RANK, PER_RANK, &x, &t);
-        batch(s, 0, 2 * PER_RANK, &rx, &rt);
+        tu_cnn_batch(s, rank * PER_RANK, PER_RANK, &x, &t);
+        tu_cnn_batch(s, 0, 2 * PER_RANK, &rx, &rt);
         st = step(ddp, opt, loss, x, t);
         if (st == PHX_OK) st = step(ref, ropt, loss, rx, rt);
         if (mode == 0) same_each &= buffers_same(c, model);
@@ -227,7 +199,8 @@ static int ddp_rank(int rank, void *arg)
         }
         if (!(e <= 1e-5) || !same_each) {
             printf("# rank %d: DDP + SyncBatchNorm differs from one process by %.3g (buffers equal on every rank "
-                   "after each step: %d)\n", rank, e, same_each);
+                   "after each step: %d)\n",
+                   rank, e, same_each);
             fails++;
         } else if (rank == 0) {
             printf("# DDP + SyncBatchNorm vs one process: %.3g\n", e);
@@ -238,14 +211,14 @@ static int ddp_rank(int rank, void *arg)
         int before = buffers_same(c, model);
         phx_module_train(ddp, false);
         phx_tensor *x, *t, *y;
-        batch(9, 0, 2, &x, &t);
+        tu_cnn_batch(9, 0, 2, &x, &t);
         st = phx_module_forward(ddp, x, &y);
         int after = buffers_same(c, model);
         phx_tensor_free(x), phx_tensor_free(t);
         int want_after = mode == 1;
         if (st != PHX_OK || before != want_after || after != want_after) {
-            printf("# rank %d, mode %d: buffers equal before %d, after an eval forward %d (want %d): %s\n", rank,
-                   mode, before, after, want_after, st ? phx_last_error() : "");
+            printf("# rank %d, mode %d: buffers equal before %d, after an eval forward %d (want %d): %s\n", rank, mode,
+                   before, after, want_after, st ? phx_last_error() : "");
             fails++;
         }
     }
@@ -278,8 +251,8 @@ static void dp_buffers(void)
     double t = 0;
     phx_tensor_get(phx_module_buffer(model, 2), 0, &t);
     ok(st == PHX_OK && e == 0 && t == 1,
-       "DataParallel, 2 CPU replicas: the model keeps replica 0's running statistics (difference %.3g, tracked %g)",
-       e, t);
+       "DataParallel, 2 CPU replicas: the model keeps replica 0's running statistics (difference %.3g, tracked %g)", e,
+       t);
     ok(phx_module_num_buffers(dp) == 3 && !strcmp(phx_module_buffer_name(dp, 0), "running_mean"),
        "the wrapper lists the model's buffers");
     phx_tensor_free(first), phx_tensor_free(x);
