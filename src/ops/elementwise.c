@@ -23,8 +23,9 @@ phx_tensor *px_op_finish(const char *name, px_backward_fn bwd, int n, const phx_
 {
     if (node) *node = NULL;
     if (!out) return NULL;
-    if (!px_grad_needed(n, in)) px_mark_nondiff(name, n, in, out); /* carries a cut path's name */
-    if (px_grad_needed(n, in)) {
+    bool need = px_grad_needed(n, in);
+    if (!need) px_mark_nondiff(name, n, in, out); /* carries a cut path's name */
+    if (need) {
         px_node *nd = NULL;
         if (px_record(name, bwd, n, in, out, &nd) != PHX_OK) {
             phx_tensor_free(out);

@@ -142,8 +142,11 @@ static phx_tensor *reduce(const char *fn, int op, const phx_tensor *t, int ndim,
         px_dims_mask(fn, t, ndim, dims, &mask))
         return NULL;
     phx_tensor *y = px_reduce_raw(fn, op, t, mask, keepdim);
-    if (y && !px_grad_needed(1, in)) px_mark_nondiff(fn, 1, in, y);
-    if (!y || !px_grad_needed(1, in)) return y;
+    if (!y) return NULL;
+    if (!px_grad_needed(1, in)) {
+        px_mark_nondiff(fn, 1, in, y); /* carries a cut path's name */
+        return y;
+    }
     px_node *n;
     if (px_record(fn, red_bwd, 1, in, y, &n) != PHX_OK) return NULL;
     red_ctx *c = px_node_ctx(n);
