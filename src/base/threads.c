@@ -18,7 +18,9 @@
 static atomic_int lib_set; /* phx_set_num_threads's n; 0: not called */
 static atomic_int lib_budget; /* the library's budget; 0: not resolved */
 static atomic_int blas_count; /* what the BLAS was last set to; 0: never */
+static atomic_int blas_cap; /* 1: this process may run the BLAS on 1 thread only */
 static __thread int own; /* the calling thread's own budget; 0: none */
+static __thread int blas_team; /* this thread ran the BLAS on more than 1 thread */
 
 static int cores(void)
 {
@@ -60,6 +62,11 @@ static void after_fork_child(void)
     if (atomic_load(&lib_set) == 0) atomic_store(&lib_budget, 0);
     atomic_store(&blas_count, 0);
     pthread_setspecific(pool_key, NULL);
+    /* A BLAS threaded by GNU OpenMP (BLIS) keeps the forking thread's team
+     * of OpenMP threads, which the child does not have: a parallel region
+     * of more than 1 thread would wait for them forever. One thread runs
+     * without them. */
+    if (blas_team && !PX_BLAS_FORK_SAFE) atomic_store(&blas_cap, 1);
 }
 
 static void init(void)
@@ -126,6 +133,13 @@ void px_threads_blas_sync(void)
 {
     pthread_once(&init_once, init);
     int n = px_threads_budget();
+    if (n > 1 && atomic_load_explicit(&blas_cap, memory_order_relaxed)) {
+        if (atomic_exchange(&blas_cap, 2) == 1)
+            phx_log(PHX_LOG_INFO, "the BLAS runs on 1 thread in this process: it was forked by a thread that "
+                                  "ran the BLAS's OpenMP threads, which a forked child cannot use");
+        n = 1;
+    }
+    if (n > 1) blas_team = 1;
     if (atomic_load_explicit(&blas_count, memory_order_relaxed) != n) {
         px_threads_blas_set(n);
         atomic_store_explicit(&blas_count, n, memory_order_relaxed);

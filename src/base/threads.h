@@ -48,7 +48,15 @@ px_pool *px_threads_pool(void);
 void px_threads_blas_sync(void);
 
 /* The BLAS adapter: sets the BLAS's own (process-wide) thread count. A
- * no-op when the BLAS has no such control (reference CBLAS, no BLAS). */
+ * no-op when the BLAS has no such control (reference CBLAS, no BLAS).
+ * PX_BLAS_FORK_SAFE: the BLAS's threads survive fork (OpenBLAS restarts
+ * them); BLIS's GNU OpenMP team does not, so a child forked by a thread
+ * that ran it keeps the BLAS on 1 thread (px_threads_blas_sync). */
+#if defined(HAVE_BLI_THREAD_SET_NUM_THREADS) && !defined(HAVE_OPENBLAS_SET_NUM_THREADS)
+#define PX_BLAS_FORK_SAFE 0
+#else
+#define PX_BLAS_FORK_SAFE 1
+#endif
 #if defined(HAVE_OPENBLAS_SET_NUM_THREADS) || defined(HAVE_BLI_THREAD_SET_NUM_THREADS)
 void px_threads_blas_set(int n);
 #else
