@@ -63,15 +63,14 @@ static phx_status index_select_backward(px_node *n, const phx_tensor *grad, phx_
     return PHX_OK;
 }
 
-/* The end of index_select and gather: the kernel's status st, then the
- * node (dim d, the index saved) and the result handed to the scope; out
- * is freed on any failure. */
-static phx_tensor *finish_indexed(const char *fn, const char *name, px_backward_fn bwd, phx_status st,
-                                  const phx_tensor *t, int d, const phx_tensor *idx, phx_tensor *out)
+/* The end of index_select, gather and scatter_add: st (an error already
+ * set), then the node over the n_in inputs (dim d, the index saved) and
+ * the result handed to the scope; out is freed on any failure. */
+static phx_tensor *finish_indexed(const char *name, px_backward_fn bwd, phx_status st, int n_in,
+                                  const phx_tensor *const *in, int d, const phx_tensor *idx, phx_tensor *out)
 {
     px_node *node = NULL;
-    if (st) kernel_failed(fn, st);
-    if (!st) st = px_record(name, bwd, 1, &t, out, &node);
+    if (!st) st = px_record(name, bwd, n_in, in, out, &node);
     if (!st && node) {
         ((index_ctx *)px_node_ctx(node))->dim = d;
         if (px_node_save(node, idx) < 0) st = PHX_ENOMEM;
@@ -109,7 +108,8 @@ phx_tensor *phx_index_select(const phx_tensor *t, int dim, const phx_tensor *idx
     if (!out) return NULL;
     phx_status st = k->index_select(t->storage->device.index, t->dtype, outer, t->shape[d], inner, px_tensor_ptr(t),
                                     px_tensor_ptr(idx), idx->numel, px_tensor_ptr(out));
-    return finish_indexed(fn, "index_select", index_select_backward, st, t, d, idx, out);
+    if (st) kernel_failed(fn, st);
+    return finish_indexed("index_select", index_select_backward, st, 1, &t, d, idx, out);
 }
 
 /* ---- gather and scatter_add ---- */
@@ -181,7 +181,8 @@ phx_tensor *phx_gather(const phx_tensor *t, int dim, const phx_tensor *idx)
     if (!out) return NULL;
     phx_status st = k->gather(t->storage->device.index, t->dtype, outer, t->shape[d], inner, px_tensor_ptr(t),
                               px_tensor_ptr(idx), idx->shape[d], px_tensor_ptr(out));
-    return finish_indexed(fn, "gather", gather_backward, st, t, d, idx, out);
+    if (st) kernel_failed(fn, st);
+    return finish_indexed("gather", gather_backward, st, 1, &t, d, idx, out);
 }
 
 /* Inputs (t, src): t's gradient is grad itself, src's the gather of grad. */
@@ -215,17 +216,7 @@ phx_tensor *phx_scatter_add(const phx_tensor *t, int dim, const phx_tensor *idx,
     phx_status st = px_op_copy_strided(fn, t, t->ndim, t->shape, px_tensor_ptr(out), st_, px_tensor_ptr(t), st_);
     if (!st) st = scatter_into(fn, out, d, idx, src);
     const phx_tensor *gin[2] = {t, src};
-    px_node *node = NULL;
-    if (!st) st = px_record("scatter_add", scatter_add_backward, 2, gin, out, &node);
-    if (!st && node) {
-        ((index_ctx *)px_node_ctx(node))->dim = d;
-        if (px_node_save(node, idx) < 0) st = PHX_ENOMEM;
-    }
-    if (st) {
-        phx_tensor_free(out);
-        return NULL;
-    }
-    return px_scope_own(out);
+    return finish_indexed("scatter_add", scatter_add_backward, st, 2, gin, d, idx, out);
 }
 
 /* ---- one_hot (on the host: the range check needs the values anyway) ---- */
