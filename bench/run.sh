@@ -31,6 +31,10 @@ echo "== resnet step, peak RSS"
 ./bench/step --rss resnet
 OPENBLAS_NUM_THREADS=2 "${TORCH_PYTHON:-/usr/bin/python3}" "$(dirname "$0")/torch/resnet.py" step --batch 128 --threads 2 --steps 10 |
     awk '{ printf "torch resnet_step_rss %s MiB (%s ms per step)\n", $3, $2 }'
+# scale: DDP efficiency at 8, 64 and 512 ranks on paper, from the measured
+# all-reduce and step times (doc/bench.md, "DDP scaling on paper").
+echo "== bench/scale"
+./bench/scale
 # core: the CPU kernel table (GEMM, activations, bias, layernorm, cross
 # entropy, Adam, casts, RNG) beside the same PyTorch ops, one thread each
 # (bench/torch/kernels.py; doc/tensors.md).

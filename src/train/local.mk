@@ -28,8 +28,13 @@ examples_custom_module_LDADD = libphalanx.la -lm
 noinst_PROGRAMS += bench/step
 bench_programs += bench/step
 bench_step_LDADD = libphalanx.la
-# Helpers the bench programs include (bench/step, ddp, dp, amp and gpu).
-EXTRA_DIST += bench/bench-util.h bench/bench-tsv.h bench/bench-peak.h
+# make bench: DDP efficiency at 8-512 ranks on paper, from the measured
+# all-reduce and bench/step's GPT and CNN (doc/bench.md).
+noinst_PROGRAMS += bench/scale
+bench_programs += bench/scale
+bench_scale_LDADD = libphalanx.la -lm
+# Helpers the bench programs include (bench/step, scale, ddp, dp, amp, gpu).
+EXTRA_DIST += bench/bench-util.h bench/bench-tsv.h bench/bench-peak.h bench/bench-models.h
 
 # PyTorch scripts and the reference data they wrote (t/ref).
 EXTRA_DIST += bench/torch/st_io.py bench/torch/parity.py bench/torch/ckpt_interop.py bench/torch/step.py \
