@@ -136,19 +136,100 @@ PX_TARGET_AVX2 static void relu_half_bwd(int64_t n, const uint16_t *x, const uin
 }
 #endif
 
+/* Elements of a part of a parallel activation: blocks of PX_ACT_BLOCK,
+ * so each part but the last starts and ends on a 64-byte line of f32. */
+#define PX_ACT_BLOCK 16
+#define PX_ACT_GRAIN_BLOCKS 4096 /* 64 Ki elements a part at least */
+
+typedef struct act_job {
+    phx_activation act;
+    const void *x, *y, *dy;
+    void *out;
+    int64_t n;
+    phx_dtype dt;
+    int isa, stream;
+    phx_status st; /* the first part's (every part sees the same arguments) */
+} act_job;
+
+/* The slice of j's elements that blocks [b0, b1) hold: its offset, its
+ * count. */
+static int64_t act_slice(const act_job *j, int64_t b0, int64_t b1, int64_t *n)
+{
+    int64_t lo = b0 * PX_ACT_BLOCK, hi = b1 * PX_ACT_BLOCK < j->n ? b1 * PX_ACT_BLOCK : j->n;
+    *n = hi - lo;
+    return lo;
+}
+
+static phx_status act_forward_range(const act_job *j, int64_t off, int64_t n);
+static phx_status act_backward_range(const act_job *j, int64_t off, int64_t n);
+
+static void act_forward_part(void *arg, int64_t b0, int64_t b1)
+{
+    act_job *j = arg;
+    int64_t n, off = act_slice(j, b0, b1, &n);
+    phx_status st = act_forward_range(j, off, n);
+    if (b0 == 0) j->st = st;
+}
+
+static void act_backward_part(void *arg, int64_t b0, int64_t b1)
+{
+    act_job *j = arg;
+    int64_t n, off = act_slice(j, b0, b1, &n);
+    phx_status st = act_backward_range(j, off, n);
+    if (b0 == 0) j->st = st;
+}
+
+/* p + off elements of dt (NULL stays NULL). */
+static const void *at(const void *p, phx_dtype dt, int64_t off)
+{
+    return p ? (const char *)p + off * (int64_t)phx_dtype_size(dt) : NULL;
+}
+
+/* An activation is elementwise: its parts give the bits of one call. */
+static phx_status act_run(act_job *j, px_range_fn part)
+{
+    int64_t blocks = (j->n + PX_ACT_BLOCK - 1) / PX_ACT_BLOCK;
+    j->st = PHX_OK;
+    if (blocks == 0) part(j, 0, 0); /* nothing to compute; the arguments still checked */
+    px_cpu_parallel_for(blocks, PX_ACT_GRAIN_BLOCKS, part, j);
+    return j->st;
+}
+
 phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void *x, void *y, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("act_forward", n);
     int isa = px_cpu_isa();
     if (isa < 0) return PHX_EINVAL;
+    act_job j = {act, x, NULL, NULL, y, n, dt, isa, px_cpu_streams(8 * n), PHX_OK};
+    return act_run(&j, act_forward_part);
+}
+
+phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y, const void *dy,
+                               void *dx, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("act_backward", n);
+    int isa = px_cpu_isa();
+    if (isa < 0) return PHX_EINVAL;
+    act_job j = {act, x, y, dy, dx, n, dt, isa, 0, PHX_OK};
+    return act_run(&j, act_backward_part);
+}
+
+static phx_status act_forward_range(const act_job *j, int64_t off, int64_t n)
+{
+    phx_activation act = j->act;
+    phx_dtype dt = j->dt;
+    const void *x = at(j->x, dt, off);
+    void *y = (void *)at(j->out, dt, off);
 #if PX_HAVE_X86
+    int isa = j->isa;
     if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
         px_avx512_act_forward(act, n, x, y);
         return PHX_OK;
     }
     if (isa == PX_ISA_AVX512 && act == PHX_ACT_RELU && dt == PHX_F32) {
-        px_avx512_relu_forward(n, x, y, px_cpu_streams(8 * n));
+        px_avx512_relu_forward(n, x, y, j->stream);
         return PHX_OK;
     }
     if (px_cpu_half_chunk(dt, 1) && act == PHX_ACT_RELU) {
@@ -161,14 +242,14 @@ phx_status px_cpu_act_forward(int dev, phx_activation act, int64_t n, const void
     return fwd_generic(act, n, x, y, dt);
 }
 
-phx_status px_cpu_act_backward(int dev, phx_activation act, int64_t n, const void *x, const void *y, const void *dy,
-                               void *dx, phx_dtype dt)
+static phx_status act_backward_range(const act_job *j, int64_t off, int64_t n)
 {
-    (void)dev;
-    PX_CHECK_N("act_backward", n);
-    int isa = px_cpu_isa();
-    if (isa < 0) return PHX_EINVAL;
+    phx_activation act = j->act;
+    phx_dtype dt = j->dt;
+    const void *x = at(j->x, dt, off), *y = at(j->y, dt, off), *dy = at(j->dy, dt, off);
+    void *dx = (void *)at(j->out, dt, off);
 #if PX_HAVE_X86
+    int isa = j->isa;
     if (isa == PX_ISA_AVX512 && avx512_serves(act, dt)) {
         px_avx512_act_backward(act, n, x, y, dy, dx);
         return PHX_OK;

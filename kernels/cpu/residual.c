@@ -14,14 +14,42 @@ PX_CLONES static void add_f32(const void *arg, int64_t r0, int64_t n, const floa
     px_add_loop(n, a, b, out, PHX_F32);
 }
 
-PX_CLONES phx_status px_cpu_add(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
+PX_CLONES static phx_status add_range(int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
 {
-    (void)dev;
-    PX_CHECK_N("add", n);
     /* f16, bf16: n rows of one value through the f32 loop (half.c) */
     if (px_cpu_half_chunk(dt, 1)) return px_cpu_half_rows(n, 1, dt, a, b, out, add_f32, NULL);
     PX_FLOAT_DISPATCH("add", dt, px_add_loop(n, a, b, out, DT));
     return PHX_OK;
+}
+
+#define PX_ADD_GRAIN ((int64_t)1 << 16) /* elements a part at least */
+
+typedef struct add_job {
+    const char *a, *b;
+    char *out;
+    phx_dtype dt;
+    size_t es;
+    phx_status st; /* the first part's (the caller's) */
+} add_job;
+
+static void add_part(void *arg, int64_t lo, int64_t hi)
+{
+    add_job *j = arg;
+    size_t o = (size_t)lo * j->es;
+    phx_status st = add_range(hi - lo, j->a + o, j->b + o, j->out + o, j->dt);
+    if (lo == 0) j->st = st;
+}
+
+/* Elementwise: split over the calling thread's budget, the same bits. */
+phx_status px_cpu_add(int dev, int64_t n, const void *a, const void *b, void *out, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("add", n);
+    size_t es = phx_dtype_size(dt);
+    if (!es || n == 0) return add_range(n, a, b, out, dt); /* its error, or nothing */
+    add_job j = {a, b, out, dt, es, PHX_OK};
+    px_cpu_parallel_for(n, PX_ADD_GRAIN, add_part, &j);
+    return j.st;
 }
 
 PX_INLINE double px_sumsq_loop(int64_t n, const void *x, int dt)

@@ -1,10 +1,12 @@
 /* Activation kernels, forward and backward, against float64 references
  * (the formulas from their definitions) and central finite differences of
  * the float64 forward; f16/bf16 within an ulp of the rounded reference;
- * in-place use; and errors. */
+ * in-place use; split over 2 threads, the bits of 1; and errors. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
+#include <stdlib.h>
 #include <string.h>
+#include "src/base/threads.h"
 #include "t/core-util.h"
 
 #define N 4099
@@ -56,7 +58,7 @@ static double ref[N];
 
 int main(void)
 {
-    plan(5 * 5 + 2 * 5 + 4 + 6);
+    plan(5 * 5 + 2 * 5 + 4 + 3 + 6);
     const phx_kernels_v1 *K = cu_kernels();
     /* inputs: a grid over [-8, 8], then extremes and values near 0 */
     for (int i = 0; i < N; i++) x[i] = -8.0f + 16.0f * (float)i / (N - 1), dy[i] = cu_frand(-2, 2);
@@ -148,6 +150,45 @@ int main(void)
     /* saturation: no NaN far out */
     K->act_forward(0, PHX_ACT_SIGMOID, 11, extremes, y, PHX_F32);
     ok(y[6] == 1.0f && y[7] == 0.0f && y[9] >= 0.0f, "sigmoid saturates to 1 and 0 without NaN (%g %g)", y[6], y[7]);
+    /* large counts run in parts on the calling thread's pool: every part
+     * an elementwise slice, so 2 threads give the bits of 1 (odd count:
+     * the last part is short; f32 streams its stores at this size) */
+    {
+        enum { M = 1000003 };
+        float *bx = malloc(M * sizeof *bx), *bdy = malloc(M * sizeof *bdy), *o1 = malloc(M * sizeof *o1),
+              *o2 = malloc(M * sizeof *o2);
+        uint16_t *hx = malloc(M * 2), *h1 = malloc(M * 2), *h2 = malloc(M * 2);
+        for (int i = 0; i < M; i++) bx[i] = cu_frand(-6, 6), bdy[i] = cu_frand(-2, 2), cu_set(hx, PHX_BF16, i, bx[i]);
+        int same32 = 1, same16 = 1;
+        for (int a = 0; a < 5; a++)
+            for (int pass = 0; pass < 2; pass++) {
+                for (int t = 1; t <= 2; t++) {
+                    px_threads_set_local(t);
+                    float *o = t == 1 ? o1 : o2;
+                    uint16_t *h = t == 1 ? h1 : h2;
+                    if (pass == 0) {
+                        K->act_forward(0, (phx_activation)a, M, bx, o, PHX_F32);
+                        K->act_forward(0, (phx_activation)a, M, hx, h, PHX_BF16);
+                    } else {
+                        K->act_backward(0, (phx_activation)a, M, bx, bx, bdy, o, PHX_F32);
+                        K->act_backward(0, (phx_activation)a, M, hx, hx, hx, h, PHX_BF16);
+                    }
+                }
+                same32 &= memcmp(o1, o2, M * sizeof *o1) == 0;
+                same16 &= memcmp(h1, h2, M * 2) == 0;
+            }
+        ok(same32, "f32 forward and backward of every activation, %d elements: 2 threads give 1 thread's bits", M);
+        ok(same16, "bf16 likewise");
+        px_threads_set_local(1);
+        K->add(0, M, bx, bdy, o1, PHX_F32);
+        px_threads_set_local(2);
+        K->add(0, M, bx, bdy, o2, PHX_F32);
+        int add_ok = memcmp(o1, o2, M * sizeof *o1) == 0;
+        for (int i = 0; i < M && add_ok; i += 9973) add_ok = o2[i] == bx[i] + bdy[i];
+        ok(add_ok, "add of %d elements: 2 threads give 1 thread's bits, each a + b", M);
+        px_threads_set_local(0);
+        free(bx), free(bdy), free(o1), free(o2), free(hx), free(h1), free(h2);
+    }
     /* errors */
     is_int(K->act_forward(0, (phx_activation)7, N, x, y, PHX_F32), PHX_EINVAL, "activation kind 7: EINVAL");
     like(phx_last_error(), "kind 7, expected 0..4", "message names the kind");
