@@ -9,7 +9,6 @@
 #include "bench/bench-util.h"
 #include "examples/resnet-model.h"
 
-
 /* A forward-only module running its children in order, with the children
  * named in `ops` replaced by tensor operations: "relu" (phx_relu) and
  * "flatten" (phx_flatten from dim 1). */

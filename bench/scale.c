@@ -178,16 +178,16 @@ int main(int argc, char **argv)
     for (int i = 0; i < g_sweep->n; i++)
         printf("  %10zu B  %10.1f us  model %10.1f us\n", g_sweep->bytes[i], g_sweep->s[i] * 1e6,
                t_allreduce((double)g_sweep->bytes[i], 2, f.a, f.inv_b) * 1e6);
-    printf("fitted: a = %.2f us per message step, B = %.2f GB/s (this machine, %s)\n", f.a * 1e6,
-           1e-9 / f.inv_b, backend);
+    printf("fitted: a = %.2f us per message step, B = %.2f GB/s (this machine, %s)\n", f.a * 1e6, 1e-9 / f.inv_b,
+           backend);
     bench_tsv("bench/scale", "fit", backend, "alpha us", f.a * 1e6);
     bench_tsv("bench/scale", "fit", backend, "beta GB/s", 1e-9 / f.inv_b);
 
     const char *models[] = {"gpt", "cnn"};
     const int ranks[] = {8, 64, 512};
     const double nets[] = {25, 100};
-    printf("\n%-4s %9s %7s %7s %7s | %9s %5s | %13s | %9s %6s\n", "", "grad MiB", "Tf ms", "Tb ms", "To ms",
-           "network", "ranks", "eff (25 MiB)", "best MiB", "eff");
+    printf("\n%-4s %9s %7s %7s %7s | %9s %5s | %13s | %9s %6s\n", "", "grad MiB", "Tf ms", "Tb ms", "To ms", "network",
+           "ranks", "eff (25 MiB)", "best MiB", "eff");
     for (int m = 0; m < 2; m++) {
         split s = measure_model(models[m], seconds);
         for (int ni = 0; ni < 2; ni++)

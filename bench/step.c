@@ -40,7 +40,6 @@ static double mlp_step_gflop(int64_t batch)
     return f * 1e-9;
 }
 
-
 static void step(setup *s)
 {
     const char *failed;

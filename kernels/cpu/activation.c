@@ -258,8 +258,7 @@ static phx_status act_backward_range(const act_job *j, int64_t off, int64_t n)
         relu_half_bwd(n, x, dy, dx, dt);
         return PHX_OK;
     }
-    if (px_cpu_half_chunk(dt, 1) && (unsigned)act <= PHX_ACT_SIGMOID)
-        return bwd_half_blocks(act, n, x, y, dy, dx, dt);
+    if (px_cpu_half_chunk(dt, 1) && (unsigned)act <= PHX_ACT_SIGMOID) return bwd_half_blocks(act, n, x, y, dy, dx, dt);
     if (isa >= PX_ISA_AVX2) return bwd_avx2(act, n, x, y, dy, dx, dt);
 #endif
     return bwd_generic(act, n, x, y, dy, dx, dt);

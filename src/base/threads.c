@@ -135,8 +135,9 @@ void px_threads_blas_sync(void)
     int n = px_threads_budget();
     if (n > 1 && atomic_load_explicit(&blas_cap, memory_order_relaxed)) {
         if (atomic_exchange(&blas_cap, 2) == 1)
-            phx_log(PHX_LOG_INFO, "the BLAS runs on 1 thread in this process: it was forked by a thread that "
-                                  "ran the BLAS's OpenMP threads, which a forked child cannot use");
+            phx_log(PHX_LOG_INFO,
+                    "the BLAS runs on 1 thread in this process: it was forked by a thread that "
+                    "ran the BLAS's OpenMP threads, which a forked child cannot use");
         n = 1;
     }
     if (n > 1) blas_team = 1;

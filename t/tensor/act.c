@@ -11,7 +11,6 @@
 
 #define N 4099
 
-
 /* Worst error in ulp of the float64 value over every 1021st float in
  * [lo, hi] (all floats: lo = -inf); ulps at the exact value's binade,
  * down to the subnormal spacing. */
