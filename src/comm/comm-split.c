@@ -38,15 +38,12 @@ const char *px_comm_group_text(const phx_comm *c, char *buf, size_t len)
 {
     buf[0] = 0;
     if (!c->world_ranks || len < 64) return buf;
-    size_t off = (size_t)snprintf(buf, len, " [group %s of %d: group rank", c->prefix, c->size);
-    for (int g = 0; g < c->size && off + 40 < len; g++) {
-        if (g == 16) {
-            off += (size_t)snprintf(buf + off, len - off, ", ...");
-            break;
-        }
-        off += (size_t)snprintf(buf + off, len - off, "%s %d is world rank %d", g ? "," : "", g, c->world_ranks[g]);
-    }
-    snprintf(buf + off, len - off, "]");
+    size_t off = (size_t)snprintf(buf, len, " [group %s, %d ranks:", c->prefix, c->size);
+    int g = 0;
+    for (; g < c->size && off + 48 < len; g++)
+        off += (size_t)snprintf(buf + off, len - off, "%s group rank %d is world rank %d", g ? "," : "", g,
+                                c->world_ranks[g]);
+    snprintf(buf + off, len - off, "%s]", g < c->size ? ", ..." : "");
     return buf;
 }
 
