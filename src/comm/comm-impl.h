@@ -50,7 +50,8 @@ struct phx_comm {
     int freed; /* phx_comm_free ran: the plugin state is gone, the struct
                                     lives on while groups split from it do */
     int refs; /* 1 for the caller's handle + 1 per live group split from
-                                    it (each rank's family is its own thread's) */
+                                    it (atomic: a group may be freed on another
+                                    thread than its parent) */
     phx_comm *parent; /* the communicator this group was split from */
     int *world_ranks; /* group rank -> rank of the world it came from
                                     (NULL: this is a world) */

@@ -22,7 +22,7 @@
 
 void px_comm_unref(phx_comm *c)
 {
-    while (c && --c->refs == 0) {
+    while (c && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         phx_comm *parent = c->parent;
         px_work_destroy_all(c);
         phx_tensor_free(c->barrier_buf);
@@ -240,7 +240,7 @@ phx_status phx_comm_split(phx_comm *c, int color, int key, phx_comm **sub)
     }
     if (s) {
         s->parent = c;
-        c->refs++;
+        __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
         phx_log(PHX_LOG_INFO, "communicator %s: group rank %d of %d (rank %d of %s, color %d, key %d), backend %s",
                 s->prefix, s->rank, s->size, c->rank, c->prefix, color, key, c->desc->name);
     }
