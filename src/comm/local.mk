@@ -34,10 +34,10 @@ TESTS += t/comm/split_plugins
 t_comm_split_SOURCES = t/comm/split.c
 t_comm_split_LDADD = libphalanx.la -lm
 TESTS += t/comm/async t/comm/debug t/comm/deadpeer t/comm/threads.sh t/comm/split_threads.sh
-EXTRA_DIST += t/comm/split_threads.sh t/comm/split_gloo.sh t/comm/split_mpi.sh
+EXTRA_DIST += t/comm/split_threads.sh t/comm/split_gloo.sh t/comm/split_mpi.sh t/comm/split_nodes.sh
 EXTRA_DIST += t/comm/threads.sh t/comm/gloo_123.sh t/comm/gloo_4.sh t/comm/gloo_algos.sh t/comm/phxrun_gloo.sh t/comm/log.sh t/comm/join.sh
 if HAVE_GLOO
-TESTS += t/comm/split_gloo.sh
+TESTS += t/comm/split_gloo.sh t/comm/split_nodes.sh
 TESTS += t/comm/gloo_123.sh t/comm/gloo_4.sh t/comm/gloo_algos.sh t/comm/phxrun_gloo.sh t/comm/log.sh t/comm/join.sh
 endif
 
