@@ -85,7 +85,7 @@ double phx_comm_timeout(const phx_comm *c);
  * gloo); a plugin that makes its own world without a split slot gives
  * PHX_EUNSUPPORTED. Groups may be split again.
  * Freeing: phx_comm_free in any order (a group keeps what it shares with
- * c, the store, until the last is freed), but on the same order on every
+ * c, the store, until the last is freed), but in the same order on every
  * rank where the backend's free is collective (mpi), and every group
  * before the process exits. Collectives on several communicators: see
  * doc/comm.md, "Process groups". Errors: PHX_EINVAL for a NULL sub, a

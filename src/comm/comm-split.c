@@ -186,8 +186,10 @@ phx_status phx_comm_split(phx_comm *c, int color, int key, phx_comm **sub)
     char prefix[sizeof c->prefix + 32];
     snprintf(prefix, sizeof prefix, "%ss%" PRIu64 ".%" PRId64 "/", c->prefix, k, maxc);
     if (strlen(prefix) >= sizeof c->prefix) {
-        st = phx_error(PHX_EINVAL, "%s: the groups of %s would need store prefixes of %zu bytes (at most %zu): splits "
-                       "nested too deeply or colors too large", who, c->prefix, strlen(prefix), sizeof c->prefix - 1);
+        st = phx_error(PHX_EINVAL,
+                       "%s: the groups of %s would need store prefixes of %zu bytes (at most %zu): splits "
+                       "nested too deeply or colors too large",
+                       who, c->prefix, strlen(prefix), sizeof c->prefix - 1);
         goto out;
     }
     int m = 0, g = -1;

@@ -69,9 +69,8 @@ static int members_of(const int *color, const int *key, int n, int rank, int *ou
     for (int r = 0; r < n; r++)
         if (color[r] == color[rank]) out[m++] = r;
     for (int a = 1; a < m; a++) /* insertion sort by (key, rank) */
-        for (int b = a; b > 0 && (key[out[b - 1]] > key[out[b]] ||
-                                  (key[out[b - 1]] == key[out[b]] && out[b - 1] > out[b]));
-             b--) {
+        for (int b = a;
+             b > 0 && (key[out[b - 1]] > key[out[b]] || (key[out[b - 1]] == key[out[b]] && out[b - 1] > out[b])); b--) {
             int t = out[b];
             out[b] = out[b - 1];
             out[b - 1] = t;
@@ -200,15 +199,19 @@ static void run_checks(verdicts *v, phx_comm *c)
     /* by parity, key = world rank */
     for (int r = 0; r < n; r++) color[r] = r % 2, key[r] = r;
     phx_comm *par = split_checked(v, "rank % 2", c, color, key, n, rank, mem, &m, &me);
-    if (par) collectives(v, "rank % 2", par, mem, m, me, rank, 10);
-    else for (int i = 0; i < 4; i++) check(v, 0, "no group", "rank %% 2: collective %d", i);
+    if (par)
+        collectives(v, "rank % 2", par, mem, m, me, rank, 10);
+    else
+        for (int i = 0; i < 4; i++) check(v, 0, "no group", "rank %% 2: collective %d", i);
 
     /* node-like blocks of 2, keys reversing the order */
     for (int r = 0; r < n; r++) color[r] = r / 2, key[r] = -r;
     int bmem[MAXN], bm, bme;
     phx_comm *blk = split_checked(v, "blocks of 2, reversed", c, color, key, n, rank, bmem, &bm, &bme);
-    if (blk) collectives(v, "blocks of 2, reversed", blk, bmem, bm, bme, rank, 20);
-    else for (int i = 0; i < 4; i++) check(v, 0, "no group", "blocks: collective %d", i);
+    if (blk)
+        collectives(v, "blocks of 2, reversed", blk, bmem, bm, bme, rank, 20);
+    else
+        for (int i = 0; i < 4; i++) check(v, 0, "no group", "blocks: collective %d", i);
 
     /* hybrid: shard = block of 2 in key order, replicate = same place
      * across blocks; used alternately, async */
@@ -320,7 +323,8 @@ static void run_checks(verdicts *v, phx_comm *c)
               phx_last_error(), "a color of -5 on the last rank: PHX_EINVAL on every rank, naming it, sub NULL");
         phx_comm *one = (phx_comm *)&st;
         st = phx_comm_split(NULL, 3, 0, &one);
-        check(v, st == PHX_OK && one == NULL, phx_last_error(), "a NULL communicator (a world of one) splits into NULL");
+        check(v, st == PHX_OK && one == NULL, phx_last_error(),
+              "a NULL communicator (a world of one) splits into NULL");
     }
 
     /* the parent freed first: its group lives on; the freed one refuses */

@@ -696,8 +696,9 @@ static phx_status m_split(void *state, int color, int key, const phx_comm_init_a
     MPI_Comm_size(part, &gsize);
     phx_status st;
     if (!group || grank != group->rank || gsize != group->size)
-        st = phx_error(PHX_EINTERNAL, "mpi: rank %d: MPI_Comm_split made group rank %d of %d, the core expected %d of %d",
-                       s->rank, grank, gsize, group ? group->rank : -1, group ? group->size : 0);
+        st = phx_error(PHX_EINTERNAL,
+                       "mpi: rank %d: MPI_Comm_split made group rank %d of %d, the core expected %d of %d", s->rank,
+                       grank, gsize, group ? group->rank : -1, group ? group->size : 0);
     else
         st = m_open(group, part, sub);
     MPI_Comm_free(&part);

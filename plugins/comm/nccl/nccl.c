@@ -399,8 +399,8 @@ static phx_status nccl_split(void *state, int color, int key, const phx_comm_ini
     cfg.blocking = 0;
     ncclComm_t none = NULL;
     pthread_mutex_lock(&p->issue_mu);
-    ncclResult_t r = settle(p->comm, ncclCommSplit(p->comm, NCCL_SPLIT_NOCOLOR, key, &none, &cfg),
-                            now_s() + p->timeout_s);
+    ncclResult_t r =
+        settle(p->comm, ncclCommSplit(p->comm, NCCL_SPLIT_NOCOLOR, key, &none, &cfg), now_s() + p->timeout_s);
     pthread_mutex_unlock(&p->issue_mu);
     if (r == ncclInProgress)
         return phx_error(PHX_ETIMEOUT, "nccl: rank %d: ncclCommSplit (no color) did not complete within %g s", p->rank,
