@@ -54,6 +54,16 @@ int main(void)
     check(phx_comm_barrier(c, NULL) == PHX_OK, "barrier");
     check(phx_comm_broadcast(c, t, 1, NULL) != PHX_OK && strstr(phx_last_error(), "root 1") != NULL,
           "broadcast from root 1 is refused");
+    /* solo has no split slot: the core's split inits it again, over the
+     * group (here of one), under a store prefix of its own */
+    phx_comm *g = NULL, *none = NULL;
+    check(phx_comm_split(c, 3, 0, &g) == PHX_OK && g && phx_comm_size(g) == 1 &&
+              strcmp(phx_comm_backend(g), "solo") == 0,
+          "split: a group of one on solo");
+    check(g && phx_comm_allreduce(g, t, PHX_SUM, NULL) == PHX_OK && same(t, x, 4), "the group's allreduce");
+    check(phx_comm_split(c, PHX_COMM_SPLIT_UNDEFINED, 0, &none) == PHX_OK && none == NULL,
+          "split with PHX_COMM_SPLIT_UNDEFINED: no group");
+    phx_comm_free(g);
     phx_tensor_free(t);
     phx_tensor_free(out);
     phx_comm_free(c);

@@ -66,6 +66,35 @@ const char *phx_comm_backend(const phx_comm *c);
 phx_device phx_comm_device(const phx_comm *c);
 double phx_comm_timeout(const phx_comm *c);
 
+/* phx_comm_split's color for a rank that joins no group. */
+#define PHX_COMM_SPLIT_UNDEFINED (-1)
+
+/* Process groups (MPI_Comm_split, torch.distributed.new_group): the ranks
+ * of c that pass the same color >= 0 form one new communicator, ranked by
+ * key, then by their rank in c; *sub receives it. color
+ * PHX_COMM_SPLIT_UNDEFINED: this rank joins none and *sub is NULL (which,
+ * like any NULL communicator, reads as a world of one: do not issue the
+ * group's collectives there). Collective over c: every rank of c calls it,
+ * in the same place in its sequence of collectives on c, and it waits for
+ * what was issued on c before. The group is a full communicator on c's
+ * backend (and device and timeout): every collective, phx_work, PHX_TIMEOUT
+ * and failures naming ranks (messages add each group rank's rank in the
+ * world). Every backend: the plugin's split slot (mpi: MPI_Comm_split;
+ * nccl: ncclCommSplit), else a new instance of the backend over the
+ * group's ranks meeting in the store under a prefix of its own (threads,
+ * gloo); a plugin that makes its own world without a split slot gives
+ * PHX_EUNSUPPORTED. Groups may be split again.
+ * Freeing: phx_comm_free in any order (a group keeps what it shares with
+ * c, the store, until the last is freed), but in the same order on every
+ * rank where the backend's free is collective (mpi), and every group
+ * before the process exits. Collectives on several communicators: see
+ * doc/comm.md, "Process groups". Errors: PHX_EINVAL for a NULL sub, a
+ * color below -1, a communicator already freed; then *sub is NULL and c
+ * is unchanged. A failed exchange (a dead or late rank) is the
+ * collective's PHX_EPEER / PHX_ETIMEOUT. c NULL (a world of one): *sub is
+ * NULL, a world of one, whatever the color. */
+phx_status phx_comm_split(phx_comm *c, int color, int key, phx_comm **sub);
+
 /* A NULL communicator is a world of one, so a program written for many
  * ranks runs alone unchanged: rank 0, size 1, backend "none"; its
  * collectives check their arguments and keep (allreduce, broadcast) or

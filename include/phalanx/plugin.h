@@ -30,9 +30,10 @@ extern "C" {
  *        frozen copies of the structs they wrote (same layout)
  *   1.4  the kernel slots copy_strided .. scatter_add (the tensor API and
  *        autograd, kernels_v1.def; phx_binary_op, phx_unary_op,
- *        phx_reduce_dim_op in device_v1.h) */
+ *        phx_reduce_dim_op in device_v1.h)
+ *   1.5  phx_comm_v1.split (process groups, phx_comm_split) */
 #define PHX_PLUGIN_ABI_MAJOR 1
-#define PHX_PLUGIN_ABI_MINOR 4
+#define PHX_PLUGIN_ABI_MINOR 5
 #define PHX_PLUGIN_ABI_MINOR_OLDEST 0
 
 typedef enum phx_plugin_kind { PHX_PLUGIN_COMM = 1, PHX_PLUGIN_PRECISION = 2, PHX_PLUGIN_DEVICE = 3 } phx_plugin_kind;

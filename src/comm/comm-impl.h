@@ -45,6 +45,17 @@ struct phx_comm {
     pthread_mutex_t pool_mu;
     phx_work *free_works; /* recycled handles */
     phx_work *all_works; /* every handle made, for phx_comm_free */
+    /* process groups (comm-split.c) */
+    int own_world; /* the plugin made the world (comm_v1.world) */
+    int freed; /* phx_comm_free ran: the plugin state is gone, the struct
+                                    lives on while groups split from it do */
+    int refs; /* 1 for the caller's handle + 1 per live group split from
+                                    it (atomic: a group may be freed on another
+                                    thread than its parent) */
+    phx_comm *parent; /* the communicator this group was split from */
+    int *world_ranks; /* group rank -> rank of the world it came from
+                                    (NULL: this is a world) */
+    uint64_t nsplit; /* phx_comm_split calls on this communicator */
 };
 
 /* Seconds a wait on a work adds to the comm's timeout: the backend
@@ -61,5 +72,13 @@ void px_work_destroy_all(phx_comm *c);
  * (or leaves it to phx_work_complete when the backend still holds it)
  * and returns its status. */
 phx_status px_work_finish(phx_work *w);
+
+/* Drops one reference: the last frees the struct (and the store it
+ * owns) and drops the reference it held on its parent. */
+void px_comm_unref(phx_comm *c);
+/* "" for a world; for a group " [group <prefix> of <n>: group rank g is
+ * world rank w, ...]" (messages name group ranks; this says which
+ * processes they are). */
+const char *px_comm_group_text(const phx_comm *c, char *buf, size_t len);
 
 #endif

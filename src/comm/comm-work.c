@@ -107,10 +107,12 @@ phx_status phx_work_wait(phx_work *w, double timeout_s)
     int done = wait_locked(w, px_now() + t);
     phx_status st = w->status;
     pthread_mutex_unlock(&w->mu);
+    char group[PX_WORK_MSG_MAX / 2];
     if (!done)
-        return phx_error(PHX_ETIMEOUT, "phx_work_wait: %s #%llu (rank %d of %d, %s) not complete after %.3g s", w->what,
-                         (unsigned long long)w->seq, w->comm->rank, w->comm->size, w->comm->desc->name, t);
-    if (st != PHX_OK) return phx_error(st, "%s", w->msg);
+        return phx_error(PHX_ETIMEOUT, "phx_work_wait: %s #%llu (rank %d of %d, %s) not complete after %.3g s%s",
+                         w->what, (unsigned long long)w->seq, w->comm->rank, w->comm->size, w->comm->desc->name, t,
+                         px_comm_group_text(w->comm, group, sizeof group));
+    if (st != PHX_OK) return phx_error(st, "%s%s", w->msg, px_comm_group_text(w->comm, group, sizeof group));
     return PHX_OK;
 }
 

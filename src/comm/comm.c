@@ -291,6 +291,7 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     c->local_rank = w.local_rank;
     c->local_size = w.local_size;
     c->device = o.device;
+    c->refs = 1;
     c->timeout_s = px_timeout(o.timeout_s);
     const char *dbg = getenv("PHX_DEBUG");
     c->debug_detail = dbg && strstr(dbg, "detail") != NULL;
@@ -306,6 +307,7 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
         goto fail;
     }
     if (own_world(c, &o)) {
+        c->own_world = 1;
         if ((st = take_own_world(c))) goto fail;
     } else if ((st = make_store(c, &o, &w))) {
         goto fail;
@@ -348,12 +350,14 @@ fail:
 void phx_comm_free(phx_comm *c)
 {
     if (!c) return;
+    if (c->freed) {
+        phx_log(PHX_LOG_WARN, "phx_comm_free: communicator %s (rank %d) was already freed", c->prefix, c->rank);
+        return;
+    }
     c->v.finalize(c->state);
-    px_work_destroy_all(c);
-    phx_tensor_free(c->barrier_buf);
-    if (c->owns_store) phx_store_free(c->store);
-    pthread_mutex_destroy(&c->pool_mu);
-    px_free(c);
+    c->state = NULL;
+    c->freed = 1;
+    px_comm_unref(c); /* the struct and store stay while groups of it live */
 }
 
 /* A NULL communicator is a world of one (rank 0 of 1), as a process that
@@ -470,8 +474,10 @@ static phx_status issue(const px_call *call, phx_work **work)
 
 static phx_status check_common(phx_comm *c, const char *who, phx_work **work)
 {
-    (void)c, (void)who;
     if (work) *work = NULL;
+    if (c && c->freed)
+        return phx_error(PHX_EINVAL, "%s: communicator %s (rank %d of %d) was freed by phx_comm_free", who, c->prefix,
+                         c->rank, c->size);
     return PHX_OK;
 }
 

@@ -1,6 +1,6 @@
 # src/comm — the communicator front end over the comm plugins
 # (doc/comm.md). Tests: t/comm/ (also registered by plugins/comm/*).
-libphalanx_internal_la_SOURCES += src/comm/comm.c src/comm/comm-work.c src/comm/comm-impl.h
+libphalanx_internal_la_SOURCES += src/comm/comm.c src/comm/comm-split.c src/comm/comm-work.c src/comm/comm-impl.h
 
 # ---- tests
 check_PROGRAMS += t/comm/collectives
@@ -24,9 +24,20 @@ TESTS += t/comm/rank0_pause
 check_PROGRAMS += t/comm/debug
 t_comm_debug_SOURCES = t/comm/debug.c
 t_comm_debug_LDADD = libphalanx.la
-TESTS += t/comm/async t/comm/debug t/comm/deadpeer t/comm/threads.sh
+check_PROGRAMS += t/comm/split t/comm/split_plugins
+t_comm_split_plugins_SOURCES = t/comm/split_plugins.c
+t_comm_split_plugins_LDADD = libphalanx.la
+check_LTLIBRARIES += t/plugins/split/phx-comm-ownworld.la
+t_plugins_split_phx_comm_ownworld_la_SOURCES = t/plugins/split-ownworld.c
+t_plugins_split_phx_comm_ownworld_la_LDFLAGS = $(fake_plugin_ldflags)
+TESTS += t/comm/split_plugins
+t_comm_split_SOURCES = t/comm/split.c
+t_comm_split_LDADD = libphalanx.la -lm
+TESTS += t/comm/async t/comm/debug t/comm/deadpeer t/comm/threads.sh t/comm/split_threads.sh
+EXTRA_DIST += t/comm/split_threads.sh t/comm/split_gloo.sh t/comm/split_mpi.sh t/comm/split_nodes.sh
 EXTRA_DIST += t/comm/threads.sh t/comm/gloo_123.sh t/comm/gloo_4.sh t/comm/gloo_algos.sh t/comm/phxrun_gloo.sh t/comm/log.sh t/comm/join.sh
 if HAVE_GLOO
+TESTS += t/comm/split_gloo.sh t/comm/split_nodes.sh
 TESTS += t/comm/gloo_123.sh t/comm/gloo_4.sh t/comm/gloo_algos.sh t/comm/phxrun_gloo.sh t/comm/log.sh t/comm/join.sh
 endif
 

@@ -15,6 +15,7 @@ static const px_slot comm_slots[] = {
     PX_SLOT(phx_comm_v1, allgather, 0, PX_REQUIRED), PX_SLOT(phx_comm_v1, reduce_scatter, 0, PX_REQUIRED),
     PX_SLOT(phx_comm_v1, barrier, 0, PX_OPTIONAL), /* one-element all-reduce */
     PX_SLOT(phx_comm_v1, world, 1, PX_OPTIONAL), /* the environment's world, a TCP store */
+    PX_SLOT(phx_comm_v1, split, 5, PX_OPTIONAL), /* init over the group, under a new prefix */
 };
 
 const px_table_abi px_comm_abi = {

@@ -68,10 +68,37 @@ typedef struct phx_comm_v1 {
      * store. NULL (the default): the world comes from the environment and
      * the ranks meet through the TCP store at MASTER_ADDR:MASTER_PORT. */
     phx_status (*world)(phx_comm_world_v1 *out);
+    /* (optional; read only from a plugin whose descriptor says abi_minor
+     * >= PHX_COMM_V1_SPLIT_MINOR) phx_comm_split: makes the group this
+     * rank joins out of the communicator state. Collective over every
+     * rank of state, each calling it once, in the same order relative to
+     * the collectives on state (none of which is in flight: the core has
+     * just waited for its own exchange). The core has already gathered
+     * every rank's color and key and worked out the groups:
+     *   color >= 0: group describes this rank's group: its rank and size
+     *     in the group (ordered by key, then rank in state), local_rank
+     *     and local_size as state's (the processes of this node), the
+     *     store, a prefix no other communicator uses, the timeout and
+     *     device; parent_ranks[g] is the rank in state of group rank g
+     *     (group->size entries). *sub gets the new state, which the core
+     *     uses with the other slots and frees with finalize.
+     *   color == PHX_COMM_SPLIT_UNDEFINED: this rank joins no group; group
+     *     and parent_ranks are NULL; the slot takes part in whatever its
+     *     library's split needs (MPI_Comm_split with MPI_UNDEFINED) and
+     *     leaves *sub NULL.
+     * An error leaves *sub NULL and state usable. NULL (the default): the
+     * core calls init with group on the members only, which suits a
+     * plugin that meets its peers through the store under the prefix
+     * (threads, gloo, nccl); a plugin that makes its own world (world
+     * above) and has no split gets PHX_EUNSUPPORTED. */
+    phx_status (*split)(void *state, int color, int key, const phx_comm_init_args *group, const int *parent_ranks,
+                        void **sub);
 } phx_comm_v1;
 
 /* The descriptor minor from which phx_comm_v1.world is read. */
 #define PHX_COMM_V1_WORLD_MINOR 1
+/* The descriptor minor from which phx_comm_v1.split is read. */
+#define PHX_COMM_V1_SPLIT_MINOR 5
 
 /* Completes a work handle: st PHX_OK or an error; msg (may be NULL) becomes
  * phx_last_error() of the thread that waits. Thread-safe. Exported by

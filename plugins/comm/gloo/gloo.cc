@@ -487,6 +487,7 @@ const phx_comm_v1 vtable = {
     .finalize = g_finalize,
     PHX_KIT_COMM_SLOTS,
     .world = nullptr, // the environment's world and the TCP store
+    .split = nullptr, // the core's: init (a new context) over the group's ranks
 };
 
 } // namespace

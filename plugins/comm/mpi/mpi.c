@@ -541,6 +541,8 @@ static void side_free(mstate *s)
     s->answer_buf = NULL;
 }
 
+static phx_status m_open(const phx_comm_init_args *a, MPI_Comm base, void **state);
+
 static phx_status m_init(const phx_comm_init_args *a, void **state)
 {
     if (a->device.kind != PHX_DEVICE_CPU)
@@ -548,7 +550,7 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
                          a->device.kind);
     phx_status st = mpi_start();
     if (st) return st;
-    int rank, size, rc;
+    int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (rank != a->rank || size != a->size)
@@ -557,6 +559,17 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
                          "start every rank with mpirun or srun (phxrun and phx_spawn start ranks MPI does not "
                          "know about)",
                          a->rank, a->size, rank, size);
+    return m_open(a, MPI_COMM_WORLD, state);
+}
+
+/* A communicator over base (the world, or a group from m_split): its own
+ * duplicates of base for the ops and the watchdogs' side channel. */
+static phx_status m_open(const phx_comm_init_args *a, MPI_Comm base, void **state)
+{
+    phx_status st;
+    int rank, size, rc;
+    MPI_Comm_rank(base, &rank);
+    MPI_Comm_size(base, &size);
     mstate *s = calloc(1, sizeof *s);
     if (!s) return phx_error(PHX_ENOMEM, "mpi: out of memory");
     s->rank = rank;
@@ -571,7 +584,7 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->wd_cv, &ca);
     pthread_condattr_destroy(&ca);
-    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->comm)) != MPI_SUCCESS) {
+    if ((rc = MPI_Comm_dup(base, &s->comm)) != MPI_SUCCESS) {
         char m[MPI_MAX_ERROR_STRING + 1];
         mpi_msg(rc, m, sizeof m);
         st = phx_error(PHX_EPEER, "mpi: rank %d: MPI_Comm_dup failed: %s", rank, m);
@@ -607,7 +620,7 @@ static phx_status m_init(const phx_comm_init_args *a, void **state)
             goto fail;
         }
         for (int q = 0; q < size; q++) s->answer_req[q] = MPI_REQUEST_NULL;
-        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &s->side)) != MPI_SUCCESS) {
+        if ((rc = MPI_Comm_dup(base, &s->side)) != MPI_SUCCESS) {
             char m[MPI_MAX_ERROR_STRING + 1];
             mpi_msg(rc, m, sizeof m);
             st = phx_error(PHX_EPEER, "mpi: rank %d: MPI_Comm_dup (the watchdogs' side channel) failed: %s", rank, m);
@@ -660,6 +673,38 @@ static void m_finalize(void *state)
     free(s);
 }
 
+/* phx_comm_split: MPI_Comm_split of this communicator's duplicate (the
+ * core has just waited for its last op, so its queue thread is idle),
+ * then a communicator over the group as m_init makes one over the world.
+ * Ranks of no group take part with MPI_UNDEFINED. */
+static phx_status m_split(void *state, int color, int key, const phx_comm_init_args *group, const int *parent_ranks,
+                          void **sub)
+{
+    (void)parent_ranks;
+    mstate *s = phx_kit_comm_ctx(state);
+    MPI_Comm part = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(s->comm, color >= 0 ? color : MPI_UNDEFINED, key, &part);
+    if (rc != MPI_SUCCESS) {
+        char m[MPI_MAX_ERROR_STRING + 1];
+        mpi_msg(rc, m, sizeof m);
+        return phx_error(PHX_EPEER, "mpi: rank %d: MPI_Comm_split (color %d, key %d) failed: %s", s->rank, color, key,
+                         m);
+    }
+    if (part == MPI_COMM_NULL) return PHX_OK;
+    int grank = -1, gsize = -1;
+    MPI_Comm_rank(part, &grank);
+    MPI_Comm_size(part, &gsize);
+    phx_status st;
+    if (!group || grank != group->rank || gsize != group->size)
+        st = phx_error(PHX_EINTERNAL,
+                       "mpi: rank %d: MPI_Comm_split made group rank %d of %d, the core expected %d of %d", s->rank,
+                       grank, gsize, group ? group->rank : -1, group ? group->size : 0);
+    else
+        st = m_open(group, part, sub);
+    MPI_Comm_free(&part);
+    return st;
+}
+
 /* Usable when an MPI launcher started the process; then preferred over
  * gloo (70 > 50), below threads for in-process worlds. */
 static int m_probe(const phx_probe_ctx *ctx, char *why, size_t len)
@@ -677,12 +722,13 @@ static const phx_comm_v1 vtable = {
     .finalize = m_finalize,
     PHX_KIT_COMM_SLOTS,
     .world = m_world,
+    .split = m_split,
 };
 
-/* An ABI 1.1 plugin: it has comm_v1.world. */
+/* An ABI 1.5 plugin: it has comm_v1.world and comm_v1.split. */
 PHX_PLUGIN_EXPORT const phx_plugin_desc phx_plugin_v1 = {
     .abi_major = PHX_PLUGIN_ABI_MAJOR,
-    .abi_minor = PHX_COMM_V1_WORLD_MINOR,
+    .abi_minor = PHX_COMM_V1_SPLIT_MINOR,
     .struct_size = (uint32_t)sizeof(phx_plugin_desc),
     .kind = PHX_PLUGIN_COMM,
     .name = "mpi",

@@ -9,3 +9,7 @@ plugins_comm_nccl_phx_comm_nccl_la_LDFLAGS = $(plugin_ldflags) $(CUDA_LDFLAGS) $
 plugins_comm_nccl_phx_comm_nccl_la_LIBADD = libphalanx.la -lnccl -lcudart
 TEST_PLUGIN_DIRS += $(abs_top_builddir)/plugins/comm/nccl/.libs
 endif
+# phx_comm_split on nccl (ncclCommSplit) on GPUs (skips without one).
+check_PROGRAMS += t/cuda/nccl_split
+TESTS += t/cuda/nccl_split
+t_cuda_nccl_split_LDADD = libphalanx.la

@@ -246,7 +246,25 @@ static phx_status get_unique_id(const phx_comm_init_args *a, ncclUniqueId *id)
     return PHX_OK;
 }
 
+/* NCCL 2.18 added ncclCommSplit; older ones get the core's split (init
+ * over the group, through the store). */
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+#define PX_HAVE_SPLIT 1
+#else
+#define PX_HAVE_SPLIT 0
+#endif
+
+static phx_status nccl_open(const phx_comm_init_args *a, px_nccl *parent, int color, int key, void **state);
+
 static phx_status nccl_init(const phx_comm_init_args *a, void **state)
+{
+    return nccl_open(a, NULL, 0, 0, state);
+}
+
+/* A communicator of a (its device set up as nccl_init's), its NCCL
+ * communicator made from a unique id through the store, or (parent set)
+ * by ncclCommSplit of parent with color and key. */
+static phx_status nccl_open(const phx_comm_init_args *a, px_nccl *parent, int color, int key, void **state)
 {
     if (!a || !state) return phx_error(PHX_EINVAL, "nccl: init: args and state are required");
     if (!a->store) return phx_error(PHX_EINVAL, "nccl: init: no store for the unique id");
@@ -290,7 +308,7 @@ static phx_status nccl_init(const phx_comm_init_args *a, void **state)
     if (st == PHX_OK) st = cuda_err(cudaMalloc(&s->barrier_buf, sizeof(int)), dev, "cudaMalloc (barrier)");
     if (st == PHX_OK) st = cuda_err(cudaMemset(s->barrier_buf, 0, sizeof(int)), dev, "cudaMemset (barrier)");
     ncclUniqueId id;
-    if (st == PHX_OK) st = get_unique_id(a, &id);
+    if (st == PHX_OK && !parent) st = get_unique_id(a, &id);
     if (st != PHX_OK) {
         nccl_destroy(s);
         return st;
@@ -298,16 +316,30 @@ static phx_status nccl_init(const phx_comm_init_args *a, void **state)
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     double deadline = now_s() + s->timeout_s;
-    ncclResult_t r = ncclCommInitRankConfig(&s->comm, a->size, id, a->rank, &cfg);
-    if (s->comm) r = settle(s->comm, r, deadline);
+    ncclResult_t r;
+    const char *call = parent ? "ncclCommSplit" : "ncclCommInitRank";
+#if PX_HAVE_SPLIT
+    if (parent) {
+        pthread_mutex_lock(&parent->issue_mu); /* no abort of the parent meanwhile */
+        r = ncclCommSplit(parent->comm, color, key, &s->comm, &cfg);
+        if (s->comm) r = settle(s->comm, r, deadline);
+        pthread_mutex_unlock(&parent->issue_mu);
+    } else
+#else
+    (void)color, (void)key;
+#endif
+    {
+        r = ncclCommInitRankConfig(&s->comm, a->size, id, a->rank, &cfg);
+        if (s->comm) r = settle(s->comm, r, deadline);
+    }
     if (r != ncclSuccess) {
         if (r == ncclInProgress)
             st = phx_error(PHX_ETIMEOUT,
-                           "nccl: rank %d: ncclCommInitRank (world %d, cuda:%d) did not complete within "
+                           "nccl: rank %d: %s (world %d, cuda:%d) did not complete within "
                            "%g s (PHX_TIMEOUT); a peer did not join",
-                           a->rank, a->size, dev, s->timeout_s);
+                           a->rank, call, a->size, dev, s->timeout_s);
         else
-            st = nccl_err(s, r, "ncclCommInitRank");
+            st = nccl_err(s, r, call);
         if (s->comm) ncclCommAbort(s->comm);
         s->comm = NULL;
         nccl_destroy(s);
@@ -342,6 +374,40 @@ static void nccl_finalize(void *state)
     }
     nccl_destroy(s);
 }
+
+#if PX_HAVE_SPLIT
+/* phx_comm_split: ncclCommSplit of this communicator (collective over it;
+ * a rank of no group takes part with NCCL_SPLIT_NOCOLOR). The group keeps
+ * this rank's device. */
+static phx_status nccl_split(void *state, int color, int key, const phx_comm_init_args *group, const int *parent_ranks,
+                             void **sub)
+{
+    (void)parent_ranks;
+    px_nccl *p = state;
+    pthread_mutex_lock(&p->mu);
+    int broken = p->broken;
+    char why[512];
+    snprintf(why, sizeof why, "%s", p->broken_msg);
+    pthread_mutex_unlock(&p->mu);
+    if (broken)
+        return phx_error(PHX_EPEER, "nccl: rank %d: cannot split a communicator that failed earlier (%s)", p->rank,
+                         why);
+    if (color >= 0 && group) return nccl_open(group, p, color, key, sub);
+    phx_status st = cuda_err(cudaSetDevice(p->dev), p->dev, "cudaSetDevice");
+    if (st) return st;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t none = NULL;
+    pthread_mutex_lock(&p->issue_mu);
+    ncclResult_t r =
+        settle(p->comm, ncclCommSplit(p->comm, NCCL_SPLIT_NOCOLOR, key, &none, &cfg), now_s() + p->timeout_s);
+    pthread_mutex_unlock(&p->issue_mu);
+    if (r == ncclInProgress)
+        return phx_error(PHX_ETIMEOUT, "nccl: rank %d: ncclCommSplit (no color) did not complete within %g s", p->rank,
+                         p->timeout_s);
+    return r == ncclSuccess ? PHX_OK : nccl_err(p, r, "ncclCommSplit (no color)");
+}
+#endif
 
 /* ---- issuing */
 
@@ -515,6 +581,9 @@ static const phx_comm_v1 nccl_vtable = {
     .allgather = nccl_allgather,
     .reduce_scatter = nccl_reduce_scatter,
     .barrier = nccl_barrier,
+#if PX_HAVE_SPLIT
+    .split = nccl_split,
+#endif
 };
 
 /* Usable when this process sees a GPU for each local rank: then NCCL
