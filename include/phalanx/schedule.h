@@ -1,6 +1,6 @@
 /* Phalanx — training-loop tools: learning-rate schedules that drive any
  * optimizer, gradient-norm clipping, and AdamW weight-decay groups. See
- * doc/transformer.md. */
+ * doc/guide/transformer.md. */
 #ifndef PHALANX_SCHEDULE_H
 #define PHALANX_SCHEDULE_H
 

@@ -65,7 +65,7 @@ static phx_status resolve_world(const phx_comm_opts *o, phx_world *w)
 
 /* A job whose ranks span hosts (a rank's MASTER_ADDR is not this host, or
  * WORLD_SIZE > LOCAL_WORLD_SIZE) needs a job token: a store without one
- * serves only this host's processes of this user (doc/store.md), so such
+ * serves only this host's processes of this user (doc/reference/store.md), so such
  * a job refuses to start unless PHX_STORE_INSECURE=1. */
 static phx_status check_secret(const phx_world *w)
 {

@@ -1,4 +1,4 @@
-# tools/check — the tree's checks of itself (doc/internals.md, "Checks the
+# tools/check — the tree's checks of itself (doc/maint/internals.md, "Checks the
 # tree runs"): formatting, exported symbols, kernel-slot coverage and the
 # map's names. Each is a TAP test of make check; make lint runs only them.
 
