@@ -3,7 +3,7 @@
 libphalanx_internal_la_SOURCES += src/train/loss.c src/train/optim.c src/train/optim-impl.h \
 	src/train/sgd.c src/train/adam.c src/train/metrics.c src/train/tensorboard.c src/train/tensorboard.h \
 	src/train/progress.c src/train/metrics-impl.h
-# training-loop tools (doc/guide/transformer.md)
+# training-loop tools (doc/guide/training.md)
 libphalanx_internal_la_SOURCES += src/train/schedule.c src/train/clip.c
 
 train_tests = t/train/parity t/train/api t/train/alloc t/train/sched
