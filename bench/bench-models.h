@@ -61,7 +61,7 @@ typedef struct setup {
     phx_tensor *x, *y;
     phx_loss *loss;
     phx_optimizer *opt;
-    phx_precision *prec; /* the bf16 policy, or NULL (outlives m) */
+    phx_precision *prec; /* the bf16 policy or --precision's, or NULL (outlives m) */
 } setup;
 
 /* A classification batch: inputs of shape xs uniform in [0, 1), labels

@@ -2,7 +2,7 @@
  * $PHX_BENCH_TSV names a file, each call appends
  *     bench <TAB> table <TAB> row <TAB> column <TAB> value
  * (bench/run.sh sets it to bench/results.tsv and starts it empty; the
- * format is in doc/bench.md). Without the variable nothing is written.
+ * format is in doc/maint/bench.md). Without the variable nothing is written.
  * Header-only. */
 #ifndef PHX_BENCH_TSV_H
 #define PHX_BENCH_TSV_H

@@ -1,5 +1,5 @@
 // The latency of one exchange of N bytes between two processes on this
-// host, over the transports the gloo plugin could use (doc/ddp.md,
+// host, over the transports the gloo plugin could use (doc/guide/ddp.md,
 // "Profile"): gloo's UnboundBuffer send/recv (what the plugin's large
 // collectives use), gloo's Buffer API on a pair in sync mode, with and
 // without busy-polling, and a plain TCP socket, blocking or spinning (what

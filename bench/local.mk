@@ -2,7 +2,7 @@
 EXTRA_DIST += bench/run.sh
 
 # gloo_pingpong: the exchange latency of gloo's transports and a plain
-# socket (doc/ddp.md, "Profile"); built with the gloo plugin, not run by
+# socket (doc/guide/ddp.md, "Profile"); built with the gloo plugin, not run by
 # make bench.
 if HAVE_GLOO
 noinst_PROGRAMS += bench/gloo_pingpong

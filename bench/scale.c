@@ -2,7 +2,7 @@
  * this machine's measured all-reduces, and the measured forward, backward
  * and optimizer times of the GPT and CNN steps of bench/step predict the
  * efficiency of a DDP step at 8, 64 and 512 ranks on 25 and 100 GB/s
- * networks, and the bucket size that maximises it (doc/bench.md, "DDP
+ * networks, and the bucket size that maximises it (doc/maint/bench.md, "DDP
  * scaling on paper"):
  *
  *   all-reduce of n bytes over p ranks, ring:  2(p-1) a + 2 (p-1)/p n/B
@@ -215,7 +215,7 @@ int main(int argc, char **argv)
             }
     }
     printf("(a from this machine's %s; B the network's; the GPT on 16x128 tokens, the CNN on 128 images, "
-           "one process's measured times; doc/bench.md)\n",
+           "one process's measured times; doc/maint/bench.md)\n",
            backend);
     return 0;
 }

@@ -21,6 +21,9 @@
  *
  *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
  *              [--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo]
+ *              [--precision fp32|fp16|bf16]
+ * --precision puts Phalanx's models under that policy (gpt_bf16 stays bf16;
+ * PyTorch's side is unchanged: fp32, autocast bf16 for gpt_bf16).
  *   bench/step --rss resnet   (10 steps of the resnet row; prints its peak RSS)
  */
 #define BENCH_NAME "bench/step"
@@ -54,10 +57,15 @@ static double cpu_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Best steps/s over the repeats; *cpu_rate: best steps per CPU-second. */
-static double rate(const char *name, double seconds, int repeats, double *cpu_rate)
+/* Best steps/s over the repeats; *cpu_rate: best steps per CPU-second.
+ * precision: a policy for the model, or NULL. */
+static double rate(const char *name, const char *precision, double seconds, int repeats, double *cpu_rate)
 {
     setup s = make(name);
+    if (precision && !s.prec)
+        bench_check(phx_precision_new(precision, &s.prec) == PHX_OK ? phx_module_set_precision(s.m, s.prec)
+                                                                    : PHX_EINVAL,
+                    "--precision");
     for (int i = 0; i < (strcmp(name, "linear") ? 3 : 20); i++) step(&s);
     double best = 0;
     *cpu_rate = 0;
@@ -89,11 +97,14 @@ int main(int argc, char **argv)
     int repeats = 3;
     const char *only = NULL; /* one model's rows only (profiling) */
     const char *rss = NULL; /* --rss resnet: peak RSS of 10 steps */
-    const bench_opt opts[] = {{"--torch", 's', &torch},     {"--python", 's', &py}, {"--seconds", 'd', &seconds},
-                              {"--repeats", 'i', &repeats}, {"--only", 's', &only}, {"--rss", 's', &rss}};
-    if (bench_args(argc, argv, opts, 6,
+    const char *precision = NULL; /* --precision: Phalanx's models under that policy */
+    const bench_opt opts[] = {{"--torch", 's', &torch},        {"--python", 's', &py}, {"--seconds", 'd', &seconds},
+                              {"--repeats", 'i', &repeats},    {"--only", 's', &only}, {"--rss", 's', &rss},
+                              {"--precision", 's', &precision}};
+    if (bench_args(argc, argv, opts, 7,
                    "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
-                   "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss resnet]"))
+                   "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss resnet] "
+                   "[--precision fp32|fp16|bf16]"))
         return 2;
     if (rss) {
         setup s = make(rss);
@@ -122,7 +133,7 @@ int main(int argc, char **argv)
             phx[k][t] = phx_c[k][t] = 0;
             if (only && strcmp(only, names[k])) continue;
             bench_check(phx_set_num_threads(t + 1), "threads");
-            phx[k][t] = rate(names[k], seconds, repeats, &phx_c[k][t]);
+            phx[k][t] = rate(names[k], precision, seconds, repeats, &phx_c[k][t]);
             if (!torch) continue;
             /* torch.set_num_threads does not reach OpenBLAS's own pool:
              * pin both so "t threads" means t threads on either side. */

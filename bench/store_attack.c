@@ -1,4 +1,4 @@
-/* The store server under the attacks of doc/store.md ("Limits"), one per
+/* The store server under the attacks of doc/reference/store.md ("Limits"), one per
  * run, printing one line "attack<TAB>what<TAB>value":
  *   a   8 clients GET a 64 MiB value and never read: server RSS growth
  *   b   4 clients read a 64 MiB value once and stay: RSS growth

@@ -24,7 +24,7 @@
  * Built a second time with -DEXAMPLE_RESNET as examples/resnet: the same
  * program training examples/resnet-model.h's ResNet of forward-only blocks
  * (BasicBlocks with projection shortcuts; the core derives every backward,
- * doc/autograd.md), without --dropout. Its documented run (README):
+ * doc/guide/autograd.md), without --dropout. Its documented run (README):
  *
  *   PHX_PRECISION=bf16 phxrun --nproc-per-node 2 examples/resnet --sync-bn */
 #include <stdio.h>
@@ -38,13 +38,13 @@
 #include "examples/resnet-model.h"
 #define EX_NAME "resnet"
 #define EX_USAGE_DROPOUT ""
-#define EX_WHAT "A ResNet of forward-only blocks on Fashion-MNIST (doc/autograd.md)"
+#define EX_WHAT "A ResNet of forward-only blocks on Fashion-MNIST (doc/guide/autograd.md)"
 #define EX_TITLE "ResNet 16-32-64 (forward-only blocks)"
 #define EX_TAG "resnet-16-32-64"
 #else
 #define EX_NAME "cnn"
 #define EX_USAGE_DROPOUT " [--dropout P]"
-#define EX_WHAT "A CNN with BatchNorm on Fashion-MNIST (doc/cnn.md)"
+#define EX_WHAT "A CNN with BatchNorm on Fashion-MNIST (doc/guide/cnn.md)"
 #define EX_TITLE "CNN conv32-conv64-fc128"
 #define EX_TAG "cnn-conv32-conv64-fc128"
 
@@ -76,7 +76,7 @@ int main(int argc, char **argv)
     int64_t batch = 128, train_rows = 0;
     /* PyTorch's own run of this model with dropout 0.5, lr 1e-3 and no
      * decay (bench/torch/cnn_train.py) ends at 0.8975 after 5 epochs;
-     * these settings reach 0.91 (doc/cnn.md) */
+     * these settings reach 0.91 (doc/guide/cnn.md) */
     double lr = 2e-3, dropout = 0.25;
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL;
@@ -97,7 +97,7 @@ int main(int argc, char **argv)
         "  --dp               DataParallel over every GPU, or a CPU replica per thread\n"
         "  --sync-bn          SyncBatchNorm across ranks (under phxrun)\n"
         "  --train-rows N     train on the first N images only\n" EX_PROGRESS_HELP
-        "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu, PHX_FASHION_MNIST=DIR (doc/env.md).\n";
+        "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu, PHX_FASHION_MNIST=DIR (doc/reference/env.md).\n";
     phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
     if (ex_help(argc, argv, usage)) return 0;
     if (ex_progress_args(&argc, argv, &po)) return 2;

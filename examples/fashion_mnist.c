@@ -59,7 +59,7 @@ int main(int argc, char **argv)
         "  --resume PATH      continue from PATH when it exists; save it after every epoch\n"
         "  --workers N        threads assembling batches ahead of the step (default 0)\n"
         "  --uneven           (under phxrun) uneven shards, trained inside a DDP join\n" EX_PROGRESS_HELP
-        "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu, PHX_FASHION_MNIST=DIR (doc/env.md).\n";
+        "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu, PHX_FASHION_MNIST=DIR (doc/reference/env.md).\n";
     phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
     if (ex_help(argc, argv, usage)) return 0;
     if (ex_progress_args(&argc, argv, &po)) return 2;

@@ -437,7 +437,7 @@ static const char usage_text[] =
     "           [--dropout P] [--seed S] [--data FILE|DIR] [--print-every N] [--eval-every N]\n"
     "           [--eval-batches N] [--save F] [--load F] [--sample N] [--prompt STR]\n"
     "           [--temperature X] [--top-k K] " EX_PROGRESS_USAGE "\n"
-    "A character-level GPT (doc/transformer.md); under phxrun each rank is a DDP replica.\n"
+    "A character-level GPT (doc/guide/transformer.md); under phxrun each rank is a DDP replica.\n"
     "  --steps N          optimizer steps (default 300; 0 with --load: evaluate and sample)\n"
     "  --batch B          windows per rank and step (default 32)\n"
     "  --context T        bytes per window (default 128)\n"
@@ -453,7 +453,7 @@ static const char usage_text[] =
     "  --save F, --load F checkpoint written at the end / restored at the start\n"
     "  --sample N         bytes to generate at the end (default 300), from --prompt (default \"Q: \")\n"
     "  --temperature X, --top-k K   sampling (default 0.8, 20)\n" EX_PROGRESS_HELP
-    "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu (doc/env.md).\n";
+    "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu (doc/reference/env.md).\n";
 
 static int usage(const char *argv0)
 {

@@ -5,7 +5,7 @@
  * classifier. Children are named as torch's state_dict names them
  * (bench/torch/resnet.py builds the same model), so checkpoints pass
  * between the two. Each forward is a few lines: the core derives the
- * backward (doc/autograd.md). */
+ * backward (doc/guide/autograd.md). */
 #ifndef PHX_EXAMPLES_RESNET_MODEL_H
 #define PHX_EXAMPLES_RESNET_MODEL_H
 

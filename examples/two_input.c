@@ -1,5 +1,5 @@
 /* Two inputs, two outputs, two losses, one backward: a plain C function
- * over tensor operations (doc/autograd.md). Each Fashion-MNIST image comes
+ * over tensor operations (doc/guide/autograd.md). Each Fashion-MNIST image comes
  * with a second input computed from it on the device, its profile (the 28
  * row sums and 28 column sums, phx_sum + phx_cat). A convolutional branch
  * reads the image, a linear branch the profile; phx_cat joins them for the
@@ -91,7 +91,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: two_input [--epochs N] [--train-rows N]\n"
                    "Two inputs (image, its profile), two heads, two losses summed, one phx_backward "
-                   "(doc/autograd.md).\n");
+                   "(doc/guide/autograd.md).\n");
             return 0;
         }
         if (i + 1 >= argc) {

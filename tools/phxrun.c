@@ -12,12 +12,12 @@
  * grace period (5 s); phxrun names the root cause (a stopped rank, else the
  * first killed by a signal phxrun did not send, else the first failure),
  * then the other failures, and exits with the root cause's status (128 +
- * signal for a signal). See doc/comm.md.
+ * signal for a signal). See doc/guide/comm.md.
  *
  * The job's store accepts only ranks that know its token: phxrun makes a
  * random PHX_STORE_TOKEN for its ranks when the environment has none (one
  * node), and passes the user's on (several nodes: the same on each). See
- * doc/store.md. */
+ * doc/reference/store.md. */
 #include "config.h"
 #include <dirent.h>
 #include <errno.h>

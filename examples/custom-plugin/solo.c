@@ -1,5 +1,5 @@
 /* phx-comm-solo.so: a communicator plugin built out of tree, against the
- * installed Phalanx headers (see Makefile, doc/plugins.md).
+ * installed Phalanx headers (see Makefile, doc/guide/plugins.md).
  *
  * The world is one rank, so every collective is the identity: all-reduce
  * and broadcast leave the buffer as it is, all-gather and reduce-scatter

@@ -1,5 +1,5 @@
 /* Phalanx — autograd: gradients of tensor operations recorded as they run,
- * and scopes that own the tensors operations return (doc/autograd.md).
+ * and scopes that own the tensors operations return (doc/guide/autograd.md).
  *
  * While grad mode is on, every differentiable operation of phalanx/ops.h
  * and every module forward whose input or parameters require a gradient

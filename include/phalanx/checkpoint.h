@@ -1,4 +1,4 @@
-/* Phalanx — checkpoints in the safetensors format. See doc/formats.md. */
+/* Phalanx — checkpoints in the safetensors format. See doc/reference/formats.md. */
 #ifndef PHALANX_CHECKPOINT_H
 #define PHALANX_CHECKPOINT_H
 
@@ -41,7 +41,7 @@ phx_status phx_checkpoint_save_model(const char *path, phx_module *model);
  * changes nothing. A file that does not fit the model is PHX_EIO with one
  * message listing every missing, unexpected, mis-shaped, mis-typed and
  * doubly held key and bad metadata at once (as torch's load_state_dict;
- * doc/formats.md), and changes nothing either. */
+ * doc/reference/formats.md), and changes nothing either. */
 phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler);
 
 /* Reads one metadata value of a checkpoint into buf (NUL-terminated).

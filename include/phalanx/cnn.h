@@ -1,6 +1,6 @@
 /* Phalanx — convolutional networks: Conv2d, BatchNorm1d/2d and
  * SyncBatchNorm, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Flatten; see
- * doc/cnn.md. PyTorch semantics, initialisation and state_dict names;
+ * doc/guide/cnn.md. PyTorch semantics, initialisation and state_dict names;
  * activations are NCHW in the compute dtype, parameters f32. */
 #ifndef PHALANX_CNN_H
 #define PHALANX_CNN_H

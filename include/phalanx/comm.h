@@ -88,7 +88,7 @@ double phx_comm_timeout(const phx_comm *c);
  * c, the store, until the last is freed), but in the same order on every
  * rank where the backend's free is collective (mpi), and every group
  * before the process exits. Collectives on several communicators: see
- * doc/comm.md, "Process groups". Errors: PHX_EINVAL for a NULL sub, a
+ * doc/guide/comm.md, "Process groups". Errors: PHX_EINVAL for a NULL sub, a
  * color below -1, a communicator already freed; then *sub is NULL and c
  * is unchanged. A failed exchange (a dead or late rank) is the
  * collective's PHX_EPEER / PHX_ETIMEOUT. c NULL (a world of one): *sub is

@@ -29,7 +29,7 @@ typedef struct phx_field {
 size_t phx_field_bytes(const phx_field *f);
 
 typedef struct phx_dataset_vtable {
-    size_t struct_size; /* PHX_DATASET_VTABLE_SIZE (doc/abi.md) */
+    size_t struct_size; /* PHX_DATASET_VTABLE_SIZE (doc/maint/abi.md) */
     const char *type_name; /* (required) for messages */
     /* (required) Writes sample i (0 <= i < len) into out[f], a host buffer
      * of phx_field_bytes(field f) bytes, for every field f. May run on

@@ -42,7 +42,7 @@ typedef struct phx_ddp_opts {
  * no collective (except inside a join). comm NULL or of size 1 is a world
  * of one: the wrapper runs the model and communicates nothing, so one
  * program runs alone and under phxrun. Set the model's precision, device
- * and SyncBatchNorm before wrapping: doc/ddp.md lists what each call does
+ * and SyncBatchNorm before wrapping: doc/guide/ddp.md lists what each call does
  * on the wrapper. Parameter names are the model's. Returns NULL on
  * error. */
 phx_module *phx_ddp_new(phx_module *model, phx_comm *comm, const phx_ddp_opts *opts);

@@ -17,7 +17,7 @@ extern "C" {
  * model's. NULL on error (unknown device, output device not in the list). */
 phx_module *phx_dp_new(phx_module *model, const phx_device *devices, size_t n_devices, const phx_device *output_device);
 /* The wrapped model (owned by the caller), or NULL with PHX_EINVAL when dp
- * is not a DataParallel wrapper. See doc/dp.md. */
+ * is not a DataParallel wrapper. See doc/guide/dp.md. */
 phx_module *phx_dp_model(phx_module *dp);
 /* Replicas = devices of the wrapper (a batch smaller than that uses fewer);
  * 0 with PHX_EINVAL when dp is not a DataParallel wrapper. */

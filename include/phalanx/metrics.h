@@ -35,7 +35,7 @@
  * else the previous record's (0 at first); strings are left out. The file
  * is events.out.tfevents.<seconds>.<hostname>.<pid> in that directory
  * (created when missing), written without TensorFlow or protobuf
- * (doc/formats.md); each record is appended with one write(2), so a crash
+ * (doc/reference/formats.md); each record is appended with one write(2), so a crash
  * loses at most the record being written. phx_metrics_hparams adds the
  * run's hyperparameters (TensorBoard's HPARAMS tab). */
 #ifndef PHALANX_METRICS_H

@@ -25,7 +25,7 @@ typedef struct phx_precision phx_precision;
  *   phalanx/ops.h and its children's phx_module_forward; they are
  *   recorded, their results belong to the module until its next forward
  *   (the core runs forward in a scope it keeps), and the core derives the
- *   backward (doc/autograd.md).
+ *   backward (doc/guide/autograd.md).
  * backward: (optional: NULL derives it from what forward recorded) given
  *   dy = dL/dy of the last forward, ADDS dL/dparam into each
  *   parameter's gradient (gradients accumulate until zero_grad), calls
@@ -39,7 +39,7 @@ typedef struct phx_precision phx_precision;
  *   nothing mutable with self (DataParallel replicas).
  * struct_size: sizeof(phx_module_vtable) as the module's author compiled
  *   it (PHX_MODULE_VTABLE_SIZE); slots appended in later minors read as
- *   NULL for a smaller table (doc/abi.md). */
+ *   NULL for a smaller table (doc/maint/abi.md). */
 typedef struct phx_module_vtable {
     size_t struct_size; /* PHX_MODULE_VTABLE_SIZE */
     const char *type_name;

@@ -1,5 +1,5 @@
 /* Phalanx — the tensor API: shape, elementwise, reduction, matrix and
- * indexing operations with PyTorch's semantics and names (doc/tensors.md).
+ * indexing operations with PyTorch's semantics and names (doc/reference/tensors.md).
  *
  * Every operation here returns a new tensor handle, or NULL with
  * phx_last_error() naming the operation, the operands' shapes and what was
@@ -19,7 +19,7 @@
  * dims). reshape, flatten, squeeze, unsqueeze, and narrow along the first
  * dim whose size is not 1 return views that share storage (no copy);
  * permute, transpose, expand, narrow along an inner dim, cat and stack
- * return contiguous copies (doc/tensors.md says why).
+ * return contiguous copies (doc/reference/tensors.md says why).
  *
  * Autograd: while grad mode is on (phalanx/autograd.h) and an input
  * requires a gradient, each differentiable operation records how to

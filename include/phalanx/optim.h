@@ -19,7 +19,7 @@ typedef struct phx_optimizer phx_optimizer;
  *   returns their count; names[i]/tensors[i] owned by the optimizer; a state
  *   created lazily must exist after the first step. May be NULL (no state).
  * free: releases ctx.
- * struct_size: PHX_OPTIMIZER_VTABLE_SIZE (doc/abi.md). */
+ * struct_size: PHX_OPTIMIZER_VTABLE_SIZE (doc/maint/abi.md). */
 typedef struct phx_optimizer_vtable {
     size_t struct_size; /* PHX_OPTIMIZER_VTABLE_SIZE */
     const char *type_name;

@@ -1,4 +1,4 @@
-/* Phalanx — the plugin descriptor and the loader. See doc/plugins.md. */
+/* Phalanx — the plugin descriptor and the loader. See doc/guide/plugins.md. */
 #ifndef PHALANX_PLUGIN_H
 #define PHALANX_PLUGIN_H
 
@@ -14,7 +14,7 @@ extern "C" {
  * when its major equals PHX_PLUGIN_ABI_MAJOR and its minor is at least
  * PHX_PLUGIN_ABI_MINOR_OLDEST; a minor only appends slots, and the core
  * reads an appended slot only from a plugin whose minor has it (see
- * doc/plugins.md, "Vtables"). A plugin built against these headers
+ * doc/guide/plugins.md, "Vtables"). A plugin built against these headers
  * declares PHX_PLUGIN_ABI_MINOR through PHX_PLUGIN_DESC_INIT.
  *   1.0  the first ABI
  *   1.1  optional slots may be NULL (the core supplies their defaults);

@@ -48,7 +48,7 @@ extern "C" {
 typedef struct phx_progress phx_progress;
 
 typedef struct phx_progress_opts {
-    size_t struct_size; /* PHX_PROGRESS_OPTS_INIT sets it (doc/abi.md) */
+    size_t struct_size; /* PHX_PROGRESS_OPTS_INIT sets it (doc/maint/abi.md) */
     int64_t total_steps; /* the last step's number (0: unknown, no ETA) */
     int64_t first_step; /* steps made before this run (a resumed run); 0 */
     int every; /* a step line every `every` steps (0: none) */

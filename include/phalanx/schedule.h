@@ -1,6 +1,6 @@
 /* Phalanx — training-loop tools: learning-rate schedules that drive any
  * optimizer, gradient-norm clipping, and AdamW weight-decay groups. See
- * doc/transformer.md. */
+ * doc/guide/training.md. */
 #ifndef PHALANX_SCHEDULE_H
 #define PHALANX_SCHEDULE_H
 
@@ -76,10 +76,12 @@ phx_status phx_clip_grad_norm(phx_module *model, double max_norm, double *total_
  * phx_module_param of the optimizer's model) becomes wd. PHX_EINVAL when
  * opt is not Adam/AdamW, i is out of range or wd is not finite and >= 0. */
 phx_status phx_adam_set_weight_decay(phx_optimizer *opt, size_t i, double wd);
-/* nanoGPT's and llm.c's groups: decay only the weight matrices of Linear
- * layers (parameters of two or more dims not owned by an Embedding);
- * biases, LayerNorm and Embedding parameters get weight decay 0.
- * *n_decayed (may be NULL) gets the number still decayed. */
+/* Keeps opt's weight decay on the parameters of two or more dims that no
+ * Embedding owns (Linear and Conv2d weights) and sets 0 on all others:
+ * biases, LayerNorm and BatchNorm parameters and Embedding tables. Not
+ * nanoGPT's or llm.c's grouping, which decays every parameter of two or
+ * more dims, embeddings included (phx_adam_set_weight_decay restores
+ * theirs). *n_decayed (may be NULL) gets the number still decayed. */
 phx_status phx_adam_decay_matrices_only(phx_optimizer *opt, size_t *n_decayed);
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 /* Phalanx — the rendezvous key-value store (like torch.distributed.TCPStore).
  * Rank 0 hosts a TCP server at MASTER_ADDR:MASTER_PORT; every rank (rank 0
  * included) talks to it as a client. An in-process store serves worlds of
- * threads. Protocol: doc/store.md. */
+ * threads. Protocol: doc/reference/store.md. */
 #ifndef PHALANX_STORE_H
 #define PHALANX_STORE_H
 
@@ -25,7 +25,7 @@ typedef struct phx_store phx_store;
  * returned store). Clients retry with backoff until timeout_s (<= 0:
  * PHX_TIMEOUT, default 600; at most 1e6 s, longer is clamped). The job
  * token in PHX_STORE_TOKEN (read here; unset: none) is what the server
- * requires and what the client proves (doc/store.md). Errors: PHX_EIO
+ * requires and what the client proves (doc/reference/store.md). Errors: PHX_EIO
  * "port in use" / "cannot resolve host" / a refused or missing token,
  * PHX_ETIMEOUT "no server at host:port after N s", PHX_EINVAL a token
  * over 1024 bytes. */

@@ -1,6 +1,6 @@
 /* Phalanx — transformer modules: Embedding, Softmax / LogSoftmax,
  * Residual, causal multi-head self-attention, a pre-LN transformer block
- * and a GPT; see doc/transformer.md. PyTorch semantics and
+ * and a GPT; see doc/guide/transformer.md. PyTorch semantics and
  * initialisation; parameter names are the state_dict keys of the same
  * model written with torch.nn (bench/torch/gpt.py). */
 #ifndef PHALANX_TRANSFORMER_H

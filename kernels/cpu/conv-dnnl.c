@@ -1,4 +1,4 @@
-/* f32 convolutions through oneDNN (doc/cnn.md says when conv.c takes
+/* f32 convolutions through oneDNN (doc/maint/kernels.md says when conv.c takes
  * this path): oneDNN picks its blocked layouts (format "any"), the NCHW
  * tensors are reordered in and out, as PyTorch's mkldnn path does. Like
  * gemm-dnnl.c, oneDNN runs on one OpenMP thread per call and the images
@@ -154,7 +154,7 @@ static dnnl_status_t plan_slot(conv_plan *p, int i, const dnnl_memory_desc_t *u,
 /* Whether the primitive works on the user's plain NCHW layouts (oneDNN
  * then runs its GEMM-based convolution, no reorders) rather than layouts
  * of its choosing (its direct convolutions on channel-blocked copies).
- * Chosen by measurement at one thread (doc/cnn.md): plain for 1x1
+ * Chosen by measurement at one thread (doc/maint/kernels.md): plain for 1x1
  * convolutions with stride 1 and no padding, which are GEMMs on NCHW as
  * it stands (128x64x14x14 -> 128: forward 4.75-5.00 ms against 6.59-7.42
  * blocked, forward and backward 17.4-17.7 against 21.3-23.2); blocked

@@ -19,7 +19,7 @@
  * whole chunks (forward), whole images (data) or whole parts of the
  * batch (weight, summed in part order), so every sum runs in the same
  * order on any thread count.
- * The rounding differs from the direct convolution's (doc/cnn.md gives
+ * The rounding differs from the direct convolution's (doc/maint/kernels.md gives
  * the bound t/tensor/conv checks). */
 #include "config.h"
 #include <string.h>

@@ -1,4 +1,4 @@
-/* 2-D convolution on the CPU: im2col + phx GEMM (gemm.c) (doc/cnn.md says
+/* 2-D convolution on the CPU: im2col + phx GEMM (gemm.c) (doc/maint/kernels.md says
  * why this and not oneDNN). Images are taken in chunks whose column
  * matrix fits PX_COL_FLOATS; for each chunk and group g:
  *   col  (C/g kh kw, B oh ow) <- the input windows (0 outside the input)
@@ -214,7 +214,7 @@ enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512, CONV_WINOGRAD, CONV_DIRECT, CONV_FAL
  * winograd|direct forces one (the last three only where the kernels use
  * AVX-512; a pass the forced kernel does not take falls to oneDNN, then
  * im2col). auto (or unset) takes, for f32 where the kernels use AVX-512,
- * what measured fastest on bench/kernels' shapes (doc/cnn.md):
+ * what measured fastest on bench/kernels' shapes (doc/maint/kernels.md):
  *   Winograd for 3 x 3 stride-1 convolutions of 16 or more channels in
  *   and out;
  *   the direct kernel for the forward pass where c kh kw <= 27 and the

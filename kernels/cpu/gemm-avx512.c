@@ -12,7 +12,7 @@
  *   multiplies with vdpbf16ps: each f32 lane adds the products of a pair,
  *   twice the work of an FMA in the same instruction. vdpbf16ps reads
  *   bf16 subnormals as zero and flushes subnormal results to zero, and
- *   rounds to nearest whatever MXCSR says (doc/tensors.md).
+ *   rounds to nearest whatever MXCSR says (doc/reference/tensors.md).
  *
  * Either way half-precision operands need no whole scratch copies, and
  * the copying is split over the threads with the multiplication.
@@ -51,7 +51,7 @@ static int64_t min64(int64_t a, int64_t b)
 
 /* n (0..16) consecutive values of dtype dt at p, widened; lanes from n on
  * are 0. Whole vectors use plain loads (a masked load is slower on some
- * CPUs, doc/tensors.md). */
+ * CPUs, doc/reference/tensors.md). */
 T512 static inline __m512 load16(const void *p, phx_dtype dt, int n)
 {
     if (dt == PHX_F32) return n == 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);

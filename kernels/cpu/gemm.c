@@ -3,10 +3,10 @@
  * without AVX512-BF16) while it packs, bf16 pairs multiplied by vdpbf16ps
  * where the CPU has AVX512-BF16; but bf16 on oneDNN's matmul
  * (gemm-dnnl.c) where the build has it and the CPU multiplies bf16 in
- * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/tensors.md).
+ * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/reference/tensors.md).
  * Elsewhere f32 goes straight to cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
- * rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/env.md). */
+ * rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/reference/env.md). */
 #include "config.h"
 #include <limits.h>
 #include <stdlib.h>
@@ -75,7 +75,7 @@ static int is_float(phx_dtype dt)
  * did not take it, and runs there on vdpbf16ps where the CPU has
  * AVX512-BF16). f32 too: on 1024^3 it ran 1.9x OpenBLAS's sgemm held to
  * AVX2 by OPENBLAS_CORETYPE=Haswell, and 0.9-1.0x its AVX-512 kernels
- * (doc/tensors.md). */
+ * (doc/reference/tensors.md). */
 static int avx512_auto(int64_t m, int64_t n)
 {
     if (px_cpu_isa() != PX_ISA_AVX512) return 0;
@@ -117,7 +117,7 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
      * 2 threads: at 97% of the instruction's peak here), always when forced (then on oneDNN's
      * own fallback ISA); f16 and f32 stay on BLAS (oneDNN has no f16
      * matmul without AVX512-FP16, and its f32 is not clearly faster than
-     * OpenBLAS's sgemm here: doc/tensors.md). */
+     * OpenBLAS's sgemm here: doc/reference/tensors.md). */
     if (adt == PHX_BF16 && k > 0 && (path == GEMM_DNNL || (path == GEMM_AUTO && px_cpu_dnnl_bf16_native()))) {
         st = px_cpu_gemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
         if (st != PHX_EUNSUPPORTED) return st;

@@ -1,5 +1,5 @@
 # src/autograd — the recorded graph, backward, grad mode and the scopes that
-# own operations' results (doc/autograd.md). Tests: t/autograd/.
+# own operations' results (doc/guide/autograd.md). Tests: t/autograd/.
 libphalanx_internal_la_SOURCES += src/autograd/autograd-impl.h src/autograd/node-impl.h src/autograd/node.c \
 	src/autograd/engine.c src/autograd/scope.c src/autograd/grad-mode.c
 

@@ -1,4 +1,4 @@
-/* The library ABI's struct rule (doc/abi.md): every public options or
+/* The library ABI's struct rule (doc/maint/abi.md): every public options or
  * output struct starts with `size_t struct_size`, the size the caller was
  * built with; the library copies min(caller's, its own) bytes in and out,
  * so a program built against older headers runs on a newer library, and a

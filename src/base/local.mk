@@ -31,7 +31,7 @@ t_base_threads_width_LDADD = libphalanx-internal.la
 TESTS += t/base/abi_lib.sh
 EXTRA_DIST += t/base/abi_lib.sh t/base/abi-lib t/base/abi-lib-1.0
 
-# The ABI baseline libabigail diffs against (t/base/abi_diff.sh, doc/abi.md).
+# The ABI baseline libabigail diffs against (t/base/abi_diff.sh, doc/maint/abi.md).
 TESTS += t/base/abi_diff.sh
 EXTRA_DIST += t/base/abi_diff.sh abi/libphalanx.abi
 abi-baseline: libphalanx.la

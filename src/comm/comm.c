@@ -65,7 +65,7 @@ static phx_status resolve_world(const phx_comm_opts *o, phx_world *w)
 
 /* A job whose ranks span hosts (a rank's MASTER_ADDR is not this host, or
  * WORLD_SIZE > LOCAL_WORLD_SIZE) needs a job token: a store without one
- * serves only this host's processes of this user (doc/store.md), so such
+ * serves only this host's processes of this user (doc/reference/store.md), so such
  * a job refuses to start unless PHX_STORE_INSECURE=1. */
 static phx_status check_secret(const phx_world *w)
 {
@@ -298,7 +298,17 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
 
     const char *sel = o.backend ? o.backend : getenv("PHX_COMM");
     phx_probe_ctx ctx = {in_process_world(&o, &w), c->local_size, c->local_rank};
-    if ((st = phx_plugin_load(PHX_PLUGIN_COMM, sel, &ctx, &c->desc))) goto fail;
+    if ((st = phx_plugin_load(PHX_PLUGIN_COMM, sel, &ctx, &c->desc))) {
+        /* Lead with where the name came from: the user set it. */
+        char why[1536];
+        snprintf(why, sizeof why, "%s", phx_last_error());
+        if (sel && *sel)
+            st = phx_error(st, "phx_comm_init: %s='%s' names no usable communicator: %s",
+                           o.backend ? "phx_comm_opts.backend" : "PHX_COMM", sel, why);
+        else
+            st = phx_error(st, "phx_comm_init: no usable communicator (PHX_COMM unset: the best usable): %s", why);
+        goto fail;
+    }
     if ((st = px_abi_adapt(&px_comm_abi, c->desc->vtable, c->desc->abi_minor, &c->v, "phx_comm_init", "comm",
                            c->desc->name)))
         goto fail;

@@ -1,5 +1,5 @@
 # src/comm — the communicator front end over the comm plugins
-# (doc/comm.md). Tests: t/comm/ (also registered by plugins/comm/*).
+# (doc/guide/comm.md). Tests: t/comm/ (also registered by plugins/comm/*).
 libphalanx_internal_la_SOURCES += src/comm/comm.c src/comm/comm-split.c src/comm/comm-work.c src/comm/comm-impl.h
 
 # ---- tests

@@ -1,5 +1,5 @@
 # src/data — safetensors checkpoints, the IDX reader, the loader and the
-# DistributedSampler (doc/formats.md, doc/training.md). Tests: t/data/.
+# DistributedSampler (doc/reference/formats.md, doc/guide/training.md). Tests: t/data/.
 libphalanx_internal_la_SOURCES += src/data/safetensors.c src/data/safetensors-impl.h src/data/safetensors-crc.c \
 	src/data/checkpoint.c \
 	src/data/idx.c src/data/idx-impl.h src/data/loader.c src/data/loader-device.c src/data/loader-device.h \
@@ -7,7 +7,7 @@ libphalanx_internal_la_SOURCES += src/data/safetensors.c src/data/safetensors-im
 	src/data/dataset.c src/data/dataset-impl.h \
 	src/data/zin.c src/data/zin.h
 
-# Datasets and the loader with workers (doc/data.md).
+# Datasets and the loader with workers (doc/guide/data.md).
 check_PROGRAMS += t/data/loader
 TESTS += t/data/loader t/data/valgrind.sh
 t_data_loader_LDADD = libphalanx.la $(ZLIB_LIBS) -lm
@@ -23,14 +23,14 @@ TESTS += t/data/loader_device
 t_data_loader_device_LDADD = libphalanx.la -ldl
 
 # make bench: loading alone and the MLP step from a slow dataset, 0-2
-# workers, beside PyTorch's DataLoader (bench/run.sh, doc/data.md).
+# workers, beside PyTorch's DataLoader (bench/run.sh, doc/guide/data.md).
 noinst_PROGRAMS += bench/loader
 bench_programs += bench/loader
 bench_loader_LDADD = libphalanx.la
 EXTRA_DIST += bench/torch/loader_speed.py
 
 # Failed loads change nothing; killed saves leave no temporary files for
-# long (doc/failures.md).
+# long (doc/guide/failures.md).
 check_PROGRAMS += t/data/ckpt_fail
 TESTS += t/data/ckpt_fail
 t_data_ckpt_fail_SOURCES = t/data/ckpt_fail.c t/ckpt-snapshot.h

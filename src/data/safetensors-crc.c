@@ -1,5 +1,5 @@
 /* Checksums of Phalanx-written safetensors files, kept in "__metadata__"
- * where other readers ignore them (doc/formats.md, "Checksums"): zlib's
+ * where other readers ignore them (doc/reference/formats.md, "Checksums"): zlib's
  * CRC-32 of each tensor's bytes under "phx.crc32.<name>", and of the
  * other metadata under "phx.crc32.__metadata__" (a tensor cannot be named
  * "__metadata__"). A file with none of these keys (torch's, older

@@ -3,7 +3,7 @@
  * optional "__metadata__" of strings, then the raw little-endian data.
  * Reading validates everything before anything is used; writing is
  * atomic (temporary file in the same folder, fsync, rename, fsync of the
- * folder). See doc/formats.md. */
+ * folder). See doc/reference/formats.md. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>

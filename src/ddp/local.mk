@@ -1,4 +1,4 @@
-# src/ddp — DistributedDataParallel (doc/ddp.md). Tests: t/ddp/.
+# src/ddp — DistributedDataParallel (doc/guide/ddp.md). Tests: t/ddp/.
 libphalanx_internal_la_SOURCES += src/ddp/ddp.c src/ddp/ddp-buckets.c src/ddp/ddp-check.c src/ddp/ddp-join.c \
 	src/ddp/ddp-impl.h
 

@@ -1,4 +1,4 @@
-# src/dp — DataParallel (doc/dp.md). Tests: t/dp/.
+# src/dp — DataParallel (doc/guide/dp.md). Tests: t/dp/.
 libphalanx_internal_la_SOURCES += src/dp/dp.c src/dp/dp-buffers.c src/dp/dp-reduce.c src/dp/dp-impl.h
 
 check_PROGRAMS += t/dp/chunk

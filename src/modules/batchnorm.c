@@ -1,4 +1,4 @@
-/* BatchNorm1d/2d and SyncBatchNorm, PyTorch's algorithm (doc/cnn.md):
+/* BatchNorm1d/2d and SyncBatchNorm, PyTorch's algorithm (doc/guide/cnn.md):
  *   training: per-channel batch mean and biased variance normalise x;
  *     running_mean/var move towards the mean and the unbiased variance
  *     by momentum (momentum < 0: a cumulative average over

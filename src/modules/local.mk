@@ -1,13 +1,13 @@
 # src/modules — the module vtable, parameters, hooks and the built-in
-# modules (doc/training.md). Tests: t/modules/.
+# modules (doc/guide/training.md). Tests: t/modules/.
 libphalanx_internal_la_SOURCES += src/modules/module.c src/modules/module-autograd.c src/modules/module-impl.h src/modules/buffers.c src/modules/common.c \
 	src/modules/activation.c src/modules/activation.h \
 	src/modules/linear.c src/modules/relu.c src/modules/gelu.c src/modules/tanh.c \
 	src/modules/sigmoid.c src/modules/dropout.c src/modules/layernorm.c src/modules/sequential.c
-# transformers (doc/transformer.md)
+# transformers (doc/guide/transformer.md)
 libphalanx_internal_la_SOURCES += src/modules/transformer-impl.h src/modules/embedding.c src/modules/softmax.c \
 	src/modules/residual.c src/modules/attention.c src/modules/gpt.c
-# convolutional networks (doc/cnn.md)
+# convolutional networks (doc/guide/cnn.md)
 libphalanx_internal_la_SOURCES += src/modules/cnn-impl.h src/modules/cnn.c src/modules/conv2d.c \
 	src/modules/batchnorm.c src/modules/pool.c
 # Every built-in module against a float64 reference and finite differences.

@@ -49,11 +49,11 @@ phx_tensor *px_sum_to(const phx_tensor *g, int ndim, const int64_t *shape);
 
 /* The compute dtype of the forward-only module whose forward runs on this
  * thread (its precision policy's; PHX_F32 outside one or without a
- * policy): matmul casts its operands to it (doc/precision.md, the
+ * policy): matmul casts its operands to it (doc/guide/precision.md, the
  * autocast table). */
 phx_dtype px_autocast_dtype(void);
 /* Under autocast (a compute dtype other than f32), a low-precision t
- * widened to f32 (recorded): the f32 list of doc/precision.md (softmax,
+ * widened to f32 (recorded): the f32 list of doc/guide/precision.md (softmax,
  * reductions, losses); else t itself. */
 const phx_tensor *px_autocast_f32(const phx_tensor *t);
 /* Sets it; returns the previous (src/modules/module-autograd.c). */

@@ -3,7 +3,7 @@
  * views of the same storage (their gradient is the output gradient
  * reshaped); permute, transpose, expand, inner narrows, slices, cat and
  * stack copy through the copy_strided kernel, so that every other kernel
- * reads contiguous operands only (doc/tensors.md). */
+ * reads contiguous operands only (doc/reference/tensors.md). */
 #include "config.h"
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-# src/plugin — the plugin loader and the kit (doc/plugins.md). Tests:
+# src/plugin — the plugin loader and the kit (doc/guide/plugins.md). Tests:
 # t/plugin/, with the plugins they load built from t/plugins/.
 libphalanx_internal_la_SOURCES += src/plugin/plugin.c src/plugin/plugin-find.c src/plugin/plugin-impl.h
 libphalanx_internal_la_SOURCES += src/plugin/plugin-abi.c src/plugin/plugin-abi.h

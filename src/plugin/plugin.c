@@ -1,5 +1,5 @@
 /* Plugin loader: the registry of opened plugins, the descriptor checks made
- * before any plugin code runs, selection and its errors. doc/plugins.md. */
+ * before any plugin code runs, selection and its errors. doc/guide/plugins.md. */
 #include "config.h"
 #include <dlfcn.h>
 #include <link.h>
@@ -406,7 +406,7 @@ size_t phx_plugin_scan(phx_plugin_info *infos, size_t max, const phx_probe_ctx *
         px_free(dirs);
         return 0;
     }
-    /* The caller's struct_size is the array's stride (doc/abi.md). */
+    /* The caller's struct_size is the array's stride (doc/maint/abi.md). */
     size_t stride = infos && max ? px_abi_size(infos) : 0;
     if (infos && max && stride < sizeof(size_t)) {
         px_abi_out(infos, infos, sizeof *infos, "phx_plugin_scan", "phx_plugin_info", "PHX_PLUGIN_INFO_INIT");

@@ -1,5 +1,5 @@
 # src/tensor — tensors, devices and kernel dispatch (the CPU device: kernels/), RNG
-# (doc/tensors.md). Tests: t/tensor/ (of the CPU device's kernels too).
+# (doc/reference/tensors.md). Tests: t/tensor/ (of the CPU device's kernels too).
 libphalanx_internal_la_SOURCES += src/tensor/tensor.c src/tensor/storage-cache.c src/tensor/tensor-ops.c src/tensor/tensor-impl.h \
 	src/tensor/device.c src/tensor/device-impl.h src/tensor/rng.c
 

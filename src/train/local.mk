@@ -1,9 +1,9 @@
 # src/train — losses, optimizers, LR schedules, clipping, metrics; the
-# first examples and the step benchmark (doc/training.md). Tests: t/train/.
+# first examples and the step benchmark (doc/guide/training.md). Tests: t/train/.
 libphalanx_internal_la_SOURCES += src/train/loss.c src/train/optim.c src/train/optim-impl.h \
 	src/train/sgd.c src/train/adam.c src/train/metrics.c src/train/tensorboard.c src/train/tensorboard.h \
 	src/train/progress.c src/train/metrics-impl.h
-# training-loop tools (doc/transformer.md)
+# training-loop tools (doc/guide/training.md)
 libphalanx_internal_la_SOURCES += src/train/schedule.c src/train/clip.c
 
 train_tests = t/train/parity t/train/api t/train/alloc t/train/sched
@@ -29,7 +29,7 @@ noinst_PROGRAMS += bench/step
 bench_programs += bench/step
 bench_step_LDADD = libphalanx.la
 # make bench: DDP efficiency at 8-512 ranks on paper, from the measured
-# all-reduce and bench/step's GPT and CNN (doc/bench.md).
+# all-reduce and bench/step's GPT and CNN (doc/maint/bench.md).
 noinst_PROGRAMS += bench/scale
 bench_programs += bench/scale
 bench_scale_LDADD = libphalanx.la -lm

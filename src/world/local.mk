@@ -1,5 +1,5 @@
 # src/world — the world from the environment, the TCP store (client,
-# server, key-value table) and phx_spawn (doc/comm.md, doc/store.md).
+# server, key-value table) and phx_spawn (doc/guide/comm.md, doc/reference/store.md).
 # Tests: t/world/.
 libphalanx_internal_la_SOURCES += src/world/world.c src/world/world-impl.h src/world/spawn.c src/world/free-port.h \
 	src/world/master-addr.h $(px_store_sources)
@@ -11,7 +11,7 @@ px_store_sources = src/world/store.c src/world/store-impl.h src/world/store-loca
 libphalanx_internal_la_CPPFLAGS += $(CRYPTO_CFLAGS)
 libphalanx_internal_la_LIBADD += $(CRYPTO_LIBS)
 
-# ---- tests (doc/store.md): t/world/. The store through its public calls,
+# ---- tests (doc/reference/store.md): t/world/. The store through its public calls,
 # the world from the environment, phx_spawn.
 check_PROGRAMS += t/world/store
 TESTS += t/world/store
@@ -25,7 +25,7 @@ check_PROGRAMS += t/world/spawn
 TESTS += t/world/spawn
 t_world_spawn_SOURCES = t/world/spawn.c
 t_world_spawn_LDADD = libphalanx.la
-# More tests (doc/store.md). t/world/store_limits links the internals, for
+# More tests (doc/reference/store.md). t/world/store_limits links the internals, for
 # the server's counters.
 check_PROGRAMS += t/world/store_limits t/world/store_token t/world/store_env t/world/store_client
 TESTS += t/world/store_limits t/world/store_token t/world/store_env t/world/store_phxrun_token.sh \
@@ -60,7 +60,7 @@ TESTS += t/world/slurm
 t_world_slurm_SOURCES = t/world/slurm.c t/env-util.h
 t_world_slurm_LDADD = libphalanx.la
 
-# ---- multi-node (doc/multinode.md): t/multinode/ runs jobs across network
+# ---- multi-node (doc/guide/multinode.md): t/multinode/ runs jobs across network
 # namespaces on a bridge (root; skipped elsewhere), t/slurm/ under a
 # one-node Slurm of its own (skipped without slurm-wlm).
 check_PROGRAMS += t/multinode/loop

@@ -156,7 +156,7 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
         }
         snprintf(port, sizeof port, "%d", p);
     }
-    /* The ranks' store accepts only them (doc/store.md): a job token,
+    /* The ranks' store accepts only them (doc/reference/store.md): a job token,
      * unless the caller set one. */
     char token[2 * PX_STORE_NONCE + 1] = "";
     const char *have = getenv("PHX_STORE_TOKEN");

@@ -4,7 +4,7 @@
  * and the server proves it back, without sending it: each side answers
  * the other's random nonce with HMAC-SHA256(token, label | client nonce |
  * server nonce) from OpenSSL's libcrypto. What this protects and what it
- * does not: doc/store.md. */
+ * does not: doc/reference/store.md. */
 #include "config.h"
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

@@ -20,7 +20,7 @@ struct phx_store {
 };
 
 /* A backend. Every slot is required. The operations get their arguments
- * checked (keys and values within the limits of doc/store.md), who (the
+ * checked (keys and values within the limits of doc/reference/store.md), who (the
  * public function's name, for messages), the key's length kl and, for
  * the waiting ones, the timeout t in seconds already resolved. Each sets
  * phx_last_error with the same message whichever the backend. */

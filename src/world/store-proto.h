@@ -1,4 +1,4 @@
-/* The store's wire protocol (doc/store.md), its key-value table and its
+/* The store's wire protocol (doc/reference/store.md), its key-value table and its
  * server (internal, px_ prefix). */
 #ifndef PHX_CORE_STORE_PROTO_H
 #define PHX_CORE_STORE_PROTO_H

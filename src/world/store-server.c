@@ -2,7 +2,7 @@
  * pipe and every client, and moves bytes between the sockets and the
  * protocol engine (store-conn.c). Each client has at most one request in
  * progress; nothing more is read from it until its reply is sent. A
- * client that breaks the protocol (doc/store.md), or has not completed the
+ * client that breaks the protocol (doc/reference/store.md), or has not completed the
  * handshake PX_STORE_HANDSHAKE_S after it connected, is disconnected with a
  * warning naming it and the reason; the others are not affected. */
 #include "config.h"

@@ -2,7 +2,7 @@
  * connection's bytes into requests and replies (store-conn.c, no sockets:
  * the fuzz target drives it directly), the job token's proofs
  * (store-auth.c), the listening socket (store-listen.c) and the thread
- * that polls the sockets (store-server.c). Limits: doc/store.md. */
+ * that polls the sockets (store-server.c). Limits: doc/reference/store.md. */
 #ifndef PHX_CORE_STORE_SERVER_H
 #define PHX_CORE_STORE_SERVER_H
 

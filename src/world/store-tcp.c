@@ -239,7 +239,7 @@ static int try_connect(const struct addrinfo *ai, double deadline)
     return fd;
 }
 
-/* HELLO, then AUTH when either side has a job token (doc/store.md). */
+/* HELLO, then AUTH when either side has a job token (doc/reference/store.md). */
 static phx_status handshake(tcp_store *s, const char *who, double deadline)
 {
     uint8_t hello[PX_STORE_HELLO_BODY], cnonce[PX_STORE_NONCE], *body = NULL;

@@ -1,4 +1,4 @@
-/* The autocast table (doc/precision.md) inside a forward-only module: under
+/* The autocast table (doc/guide/precision.md) inside a forward-only module: under
  * the bf16 policy phx_matmul runs in bf16 (its f32 parameter cast with a
  * recorded phx_to_dtype, the gradient returning in f32) and softmax in f32;
  * the parameter's gradient is the f32 run's within bf16's rounding; under

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The library's ABI against the committed baseline (abi/libphalanx.abi,
-# doc/abi.md): libabigail's abidiff reports any change to an exported
+# doc/maint/abi.md): libabigail's abidiff reports any change to an exported
 # function or a type reachable from one. A change fails until the
 # baseline is regenerated (make abi-baseline) with the version bump.
 src=${top_srcdir:-.}
@@ -17,6 +17,6 @@ out=$(abidiff --exported-interfaces-only --headers-dir2 "$src/include/phalanx" -
 if [ $rc = 0 ]; then
     echo "ok 1 - libphalanx.so's ABI equals abi/libphalanx.abi"
 else
-    echo "not ok 1 - abidiff exit $rc: the ABI changed (doc/abi.md: bump the version, then make abi-baseline)"
+    echo "not ok 1 - abidiff exit $rc: the ABI changed (doc/maint/abi.md: bump the version, then make abi-baseline)"
     printf '%s\n' "$out" | head -60 | sed 's/^/# /'
 fi

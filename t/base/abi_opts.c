@@ -1,4 +1,4 @@
-/* The named-option constructors that replace positional ones (doc/abi.md):
+/* The named-option constructors that replace positional ones (doc/maint/abi.md):
  * each gives what its positional form gives for the same values, NULL
  * options are the initialiser's (PyTorch's defaults), and a struct
  * without its size is refused naming the initialiser. */

@@ -1,4 +1,4 @@
-/* Kill trials with teeth (doc/failures.md): three gloo ranks (forked here,
+/* Kill trials with teeth (doc/guide/failures.md): three gloo ranks (forked here,
  * ignoring SIGTERM as a rank that does not stop cleanly would), all-reduce
  * 16 MiB in a loop; rank 2 SIGKILLs itself 0-22.5 ms into an all-reduce (a
  * different phase of the ring each trial). Every survivor of every trial

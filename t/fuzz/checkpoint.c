@@ -2,7 +2,7 @@
  * bytes. The model is a Linear(4, 3) with Adam (amsgrad: three state
  * tensors) and an fp16 loss scaler, each holding known odd values. A load
  * that fails must leave parameters, optimizer state, step count and scaler
- * bitwise unchanged (doc/failures.md); a load that succeeds is put back.
+ * bitwise unchanged (doc/guide/failures.md); a load that succeeds is put back.
  * A broken invariant aborts. */
 #include <stdint.h>
 #include <stdio.h>

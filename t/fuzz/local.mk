@@ -1,4 +1,4 @@
-# t/fuzz — fuzz targets (doc/failures.md): the checkpoint loader, the
+# t/fuzz — fuzz targets (doc/guide/failures.md): the checkpoint loader, the
 # safetensors parser, the IDX reader (plain and gzip) and the store server's
 # frame parser. Each target T is t/fuzz/T.c, defining LLVMFuzzerTestOneInput
 # (and optionally LLVMFuzzerInitialize), with a corpus in t/fuzz/corpus/T/.

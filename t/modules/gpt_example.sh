@@ -1,5 +1,5 @@
 #!/bin/sh
-# examples/gpt on a small text (the project's own doc/*.md, so the test
+# examples/gpt on a small text (the project's own doc/**/*.md, so the test
 # does not depend on the fortunes package): a short run prints "step N
 # loss X" lines whose loss falls, a validation loss and a sample; --save
 # then --load --steps 0 gives the same validation loss; phxrun with 2
@@ -10,7 +10,7 @@ s=${top_srcdir:-.}
 prog="$b/examples/gpt"
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-cat "$s"/doc/*.md "$s"/README.md > "$tmp/text"
+cat "$s"/doc/*.md "$s"/doc/*/*.md "$s"/README.md > "$tmp/text"
 small="--batch 8 --context 32 --layers 2 --heads 2 --dim 48 --eval-every 0 --eval-batches 4 --print-every 5 --data $tmp/text"
 n=0
 pass() { n=$((n + 1)); echo "ok $n - $1"; }

@@ -1,5 +1,5 @@
 # Nodes for the multi-node tests: network namespaces on one bridge
-# (sourced by t/multinode/*.sh; doc/multinode.md).
+# (sourced by t/multinode/*.sh; doc/guide/multinode.md).
 #
 #   mn_skip           prints why namespaces cannot be made here (empty: they can)
 #   mn_up N           nodes 0..N-1: namespace $MN-nI, its interface eth0 at

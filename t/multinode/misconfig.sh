@@ -1,6 +1,6 @@
 #!/bin/sh
 # Multi-node misconfigurations fail in seconds, not after PHX_TIMEOUT
-# (doc/multinode.md):
+# (doc/guide/multinode.md):
 #   phxrun --nnodes 2 with no master address;
 #   a master address that is a name resolving to loopback (phxrun, and a
 #     rank started by another launcher: RANK/WORLD_SIZE/LOCAL_WORLD_SIZE),

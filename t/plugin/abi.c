@@ -137,7 +137,7 @@ int main(void)
     }
     setenv("PHX_PLUGIN_PATH", dirs, 1);
     setenv("PHX_PLUGIN_PATH_ONLY", "1", 1);
-    plan(40);
+    plan(44);
 
     check_tables();
 
@@ -164,6 +164,19 @@ int main(void)
          "(since ABI 1.0) is NULL",
          "... naming the plugin and the slot");
     ok(c == NULL, "... and no communicator");
+
+    /* A name that no plugin has: the message names where it came from. */
+    o.backend = "ncl";
+    is_int(phx_comm_init(&o, &c), PHX_ENOTFOUND, "backend 'ncl': PHX_ENOTFOUND");
+    like(phx_last_error(), "phx_comm_init: phx_comm_opts.backend='ncl' names no usable communicator: ",
+         "... naming the option and its value");
+    o.backend = NULL;
+    setenv("PHX_COMM", "ncl", 1);
+    is_int(phx_comm_init(&o, &c), PHX_ENOTFOUND, "PHX_COMM=ncl: PHX_ENOTFOUND");
+    like(phx_last_error(), "phx_comm_init: PHX_COMM='ncl' names no usable communicator: phx_plugin_load: comm plugin 'ncl' is not "
+         "usable; ncl: not found",
+         "... naming the variable, its value and the loader's reason");
+    unsetenv("PHX_COMM");
 
     /* A major-2 plugin. */
     o.backend = "major2";

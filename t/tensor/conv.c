@@ -186,7 +186,7 @@ int main(void)
             e = fmax(e, st == PHX_OK ? worst(dw, t.dw, t.adw, t.nw) : INFINITY);
             if (shapes[s].bias) e = fmax(e, st == PHX_OK ? worst(db, t.db, t.adb, (size_t)d->k) : INFINITY);
             /* f32 sums: a few ulps of the sum of |terms|; Winograd's
-             * transforms add a few more (doc/cnn.md) */
+             * transforms add a few more (doc/maint/kernels.md) */
             if (!ok(e <= 2e-6, "%s: y, dx, dw%s within 2e-6 of the sum of |terms| (worst %.2g)", what,
                     shapes[s].bias ? ", db" : "", e))
                 diag("%s", st == PHX_OK ? "" : phx_last_error());

@@ -1,6 +1,6 @@
 #!/bin/sh
 # phxrun blames the root cause of a failure and ends a job with a stopped
-# rank quickly (doc/failures.md):
+# rank quickly (doc/guide/failures.md):
 #   1-2. rank 0 ignores SIGTERM and is SIGKILLed after rank 1 has already
 #        exited 1: the final line names rank 0 (killed by signal 9) first,
 #        then rank 1, and phxrun exits 137.

@@ -4,7 +4,7 @@
 # or of another uid reads and writes nothing; a store with no secret at
 # all serves only this user's processes on this host; a job-token file
 # others may read is refused; a multi-node job without a secret refuses
-# to start unless PHX_STORE_INSECURE=1 (doc/store.md).
+# to start unless PHX_STORE_INSECURE=1 (doc/reference/store.md).
 src=${top_srcdir:-.}
 b=$(cd "${top_builddir:-.}" && pwd)
 d=$(mktemp -d)

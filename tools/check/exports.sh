@@ -1,5 +1,5 @@
 #!/bin/sh
-# The exported-symbol rule (doc/internals.md, "Conventions"; doc/plugins.md):
+# The exported-symbol rule (doc/maint/internals.md, "Conventions"; doc/guide/plugins.md):
 # libphalanx.so exports only phx_ symbols (and the linker's own _init,
 # _fini, _edata, _end, __bss_start), each plugin .so only its descriptor
 # phx_plugin_v1. Read from the built objects with nm -D --defined-only.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The map's names exist: every `file:function` in doc/internals.md is a
+"""The map's names exist: every `file:function` in doc/maint/internals.md is a
 file of the tree that defines or declares that function, every path named
 (`src/ddp/`, `src/ddp/ddp.c`, a program such as `t/comm/gloo_links`) and
 every bare file name (`ddp-buckets.c`) exists, and in the walks through a
@@ -8,7 +8,7 @@ file named in the same step, or, for a phx_/px_ name, anywhere in the
 sources. "Defined" means a line that starts with a declaration of
 name(...), a #define of it, or a slot of the plugin ABI (a (*name)(...)
 member or a PHX_KERNEL_SLOT(name, ...) line). TAP on stdout.
-Run alone: tools/check/internals-map.py [doc/internals.md]"""
+Run alone: tools/check/internals-map.py [doc/maint/internals.md]"""
 import fnmatch
 import os
 import re
@@ -98,7 +98,7 @@ def sections(doc):
 
 
 def main():
-    doc_path = sys.argv[1] if len(sys.argv) > 1 else "doc/internals.md"
+    doc_path = sys.argv[1] if len(sys.argv) > 1 else "doc/maint/internals.md"
     doc = text(doc_path)
     sources = [f for f in FILES if f.endswith(SOURCE_EXT) and not f.startswith("t/plugin/abi-1.0/")]
     points, seen = [], set()

@@ -1,14 +1,15 @@
-# tools/check — the tree's checks of itself (doc/internals.md, "Checks the
-# tree runs"): formatting, exported symbols, kernel-slot coverage and the
-# map's names. Each is a TAP test of make check; make lint runs only them.
+# tools/check — the tree's checks of itself (doc/maint/internals.md, "Checks the
+# tree runs"): formatting, exported symbols, kernel-slot coverage, the
+# docs' names, links and code blocks, and the map's names. Each is a TAP
+# test of make check; make lint runs only them.
 
-lint_checks = tools/check/format.sh tools/check/exports.sh tools/check/kernel-slots.py \
+lint_checks = tools/check/format.sh tools/check/exports.sh tools/check/kernel-slots.py tools/check/docs.sh \
 	tools/check/internals-map.py
 TESTS += $(lint_checks)
-EXTRA_DIST += $(lint_checks) tools/check/format-exempt
+EXTRA_DIST += $(lint_checks) tools/check/format-exempt tools/check/docs-exceptions
 
 # Builds the library, the plugins and t/cuda/kernels (its coverage table
-# is checked by the compiler), then runs the four scripts; fails on a
+# is checked by the compiler), then runs the five scripts; fails on a
 # "not ok" that is not a TODO.
 .PHONY: lint
 lint: all t/cuda/kernels$(EXEEXT)

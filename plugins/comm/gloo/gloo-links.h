@@ -6,7 +6,7 @@
 // condition variable, about 115 us per 4-byte exchange at world 2 on a
 // 2-core machine against 30 us for a socket written and read by the
 // caller, and a rendezvous per ring segment for large messages
-// (doc/ddp.md, "Profile"). A link message is a header (the op's slot and
+// (doc/guide/ddp.md, "Profile"). A link message is a header (the op's slot and
 // step, the length) and the data: a rank that receives another header
 // than the one it expects knows at once that the ranks went out of step.
 //

@@ -14,7 +14,7 @@
 // before blocking); halving-doubling, broadcast, all-gather and
 // reduce-scatter use gloo's transport (gloo-algos.cc).
 // All-reduce picks its algorithm by
-// message size (doc/comm.md): recursive doubling for small messages
+// message size (doc/guide/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
 // (bandwidth), halving-doubling in between for large worlds. f16 sums use
 // gloo::float16; bf16 (gloo has none) and max/min use phx_kit_reduce
@@ -54,7 +54,7 @@
 namespace
 {
 
-// All-reduce algorithm choice (bytes; doc/comm.md has the measurements):
+// All-reduce algorithm choice (bytes; doc/guide/comm.md has the measurements):
 // recursive doubling up to 64 KiB (log2 n latency-bound exchanges);
 // above that the ring (bandwidth-optimal, 2 (n-1) pipelined steps), except
 // halving-doubling between 64 KiB and 1 MiB in worlds of 8 or more, where

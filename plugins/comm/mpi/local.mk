@@ -1,5 +1,5 @@
 # plugins/comm/mpi — collectives over Open MPI for jobs started by mpirun
-# or srun, shared-memory all-reduce within a node (doc/comm.md). Tests:
+# or srun, shared-memory all-reduce within a node (doc/guide/comm.md). Tests:
 # t/comm/mpi*, t/ddp/mpi.sh.
 EXTRA_DIST += t/comm/mpi.sh t/mpi-util.sh t/comm/mpi_fail.sh t/comm/mpi_async.sh t/ddp/mpi.sh \
 	t/comm/mpi_stop.sh t/comm/split_mpi.sh

@@ -1,5 +1,5 @@
 # plugins/comm/nccl — phx-comm-nccl.so: collectives over NCCL on a
-# dedicated stream, with a timeout watchdog (doc/gpu.md).
+# dedicated stream, with a timeout watchdog (doc/guide/gpu.md).
 if HAVE_NCCL
 pkglib_LTLIBRARIES += plugins/comm/nccl/phx-comm-nccl.la
 plugins_comm_nccl_phx_comm_nccl_la_SOURCES = plugins/comm/nccl/nccl.c plugins/device/cuda/visible.c \

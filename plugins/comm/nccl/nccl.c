@@ -1,4 +1,4 @@
-/* phx-comm-nccl.so: collectives over NCCL (doc/gpu.md).
+/* phx-comm-nccl.so: collectives over NCCL (doc/guide/gpu.md).
  *
  * Rendezvous: rank 0 makes the NCCL unique id and publishes it in the
  * store under <prefix>nccl/uid; every rank reads it and joins with

@@ -1,6 +1,6 @@
 # plugins/device/cuda — phx-device-cuda.so: the CUDA device, its caching
 # allocator and streams, its kernels in kernels/ here (nvcc), GEMM through
-# cuBLAS and convolutions through cuDNN (doc/gpu.md). Only the plugin
+# cuBLAS and convolutions through cuDNN (doc/guide/gpu.md). Only the plugin
 # links CUDA. Tests: t/cuda/.
 
 cuda_kernel_sources = plugins/device/cuda/kernels/elementwise.cu plugins/device/cuda/kernels/activation.cu \
@@ -43,7 +43,7 @@ TESTS += t/cuda/nccl
 t_cuda_nccl_LDADD = libphalanx.la -lm
 
 # The GPU benchmark (run by t/gpu/run; says "no CUDA device" elsewhere)
-# and the GPU check scripts (doc/gpu.md).
+# and the GPU check scripts (doc/guide/gpu.md).
 noinst_PROGRAMS += bench/gpu
 bench_gpu_LDADD = libphalanx.la
 EXTRA_DIST += bench/torch/gpu.py t/gpu/prepare t/gpu/run

@@ -1,7 +1,7 @@
 /* phx-device-cuda.so: the CUDA device (phx_device_v1) — enumeration,
  * memory through the caching allocator, the per-thread compute streams,
  * events, host and peer copies, synchronisation — and its descriptor.
- * Kernels: plugins/device/cuda/kernels. doc/gpu.md. */
+ * Kernels: plugins/device/cuda/kernels. doc/guide/gpu.md. */
 #include "config.h"
 #include <pthread.h>
 #include <stdio.h>
