@@ -59,6 +59,11 @@ check_PROGRAMS += t/world/slurm
 TESTS += t/world/slurm
 t_world_slurm_SOURCES = t/world/slurm.c t/env-util.h
 t_world_slurm_LDADD = libphalanx.la
+# srun --mpi=pmi2 with an Open MPI without PMI-2: the mpi backend left out.
+check_PROGRAMS += t/world/slurm_pmi2
+TESTS += t/world/slurm_pmi2
+t_world_slurm_pmi2_SOURCES = t/world/slurm_pmi2.c t/env-util.h
+t_world_slurm_pmi2_LDADD = libphalanx.la
 
 # ---- multi-node (doc/multinode.md): t/multinode/ runs jobs across network
 # namespaces on a bridge (root; skipped elsewhere), t/slurm/ under a
@@ -70,5 +75,5 @@ TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
 	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
 EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
 	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
-TESTS += t/slurm/slurm.sh t/slurm/slurm2.sh
-EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh t/slurm/slurm2.sh
+TESTS += t/slurm/slurm.sh t/slurm/slurm2.sh t/slurm/token.sh
+EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh t/slurm/slurm2.sh t/slurm/token.sh t/slurm/intruder.py
