@@ -2,8 +2,9 @@
 # then GET and SET of rank 0's communicator count with no AUTH (the wire
 # format of src/world/store-proto.h). Prints "flags N" (1: the server
 # requires the job token), then "read VALUE" / "wrote" for what the server
-# served, or "refused" when it answered otherwise or closed.
-# Usage: python3 intruder.py HOST PORT
+# served, or "refused" when it answered otherwise or closed. With "ro"
+# after the port it only reads (a control where it should be served).
+# Usage: python3 intruder.py HOST PORT [ro]
 import os
 import socket
 import struct
@@ -49,6 +50,8 @@ try:
     send(3, string(key) + struct.pack("<q", 0))
     r = recv()
     print("read %s" % r[1].decode(errors="replace") if r and r[0] == 0 else "refused")
+    if sys.argv[3:] == ["ro"]:
+        sys.exit(0)
     send(2, string(key) + string(b"666"))
     r = recv()
     print("wrote" if r and r[0] == 0 else "refused")

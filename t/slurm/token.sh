@@ -10,7 +10,8 @@
 #     finds rank 0's count unchanged; the job exits 0;
 #   with no home folder (no secret at all) the store serves only this
 #     uid's processes on this host: nobody, and a raw stranger as nobody,
-#     are refused; the job exits 0.
+#     are refused (the stranger as this uid is served: a control); the
+#     job exits 0.
 b=${top_builddir:-.}
 b=$(cd "$b" && pwd)
 src=$(cd "${top_srcdir:-.}" && pwd)
@@ -30,7 +31,7 @@ result() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not
 await() { i=0; while [ ! -e "$1" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done; [ -e "$1" ]; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_PORT PHX_RESTART_COUNT PHX_STORE_TOKEN PHX_STORE_INSECURE
 export PHX_TIMEOUT=30 PHX_COMM=gloo MASTER_ADDR=127.0.0.1
-echo "1..12"
+echo "1..13"
 cat >"$d/prog.c" <<'PROG'
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,13 +141,16 @@ result $? "no secret: a client of another uid is refused, and told why"
 nobody python3 "$src/t/slurm/intruder.py" 127.0.0.1 "$port" >"$d/raw2" 2>&1
 ! grep -q "^read\|^wrote" "$d/raw2" && grep -q "refused" "$d/raw2"
 result $? "no secret: a raw stranger of another uid reads and writes nothing ($(tr '\n' ' ' <"$d/raw2"))"
+python3 "$src/t/slurm/intruder.py" 127.0.0.1 "$port" ro >"$d/raw3" 2>&1
+grep -q "^flags 0$" "$d/raw3" && grep -q "^read 1$" "$d/raw3"
+result $? "no secret: the same stranger as this uid is served (control: it speaks the protocol; $(tr '\n' ' ' <"$d/raw3"))"
 "$d/prog" client $port >"$d/same" 2>&1
 [ $? = 0 ] && grep -q "^read 1$" "$d/same"
 result $? "no secret: a client of the same uid on this host is served (documented; $(cat "$d/same"))"
 end_job nohome
 result $? "the job runs on and both ranks exit 0 (exit $rc)"
 [ $rc = 0 ] || note "$d/nohome.out"
-left=$(ps -eo pid,args | grep "$d/prog" | grep -v grep)
+left=$(slurm_leftovers "$d/prog" "$d/prog")
 [ -z "$left" ]
 result $? "no process of the jobs left"
 [ -z "$left" ] || echo "$left" | sed 's/^/#   /'
