@@ -46,6 +46,12 @@ check_PROGRAMS += t/world/store_stranger
 TESTS += t/world/store_stranger
 t_world_store_stranger_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
 t_world_store_stranger_LDADD = libphalanx-internal.la
+# A store that closes connections before the handshake (stopping): tried
+# again within the timeout.
+check_PROGRAMS += t/world/store_stopping
+TESTS += t/world/store_stopping
+t_world_store_stopping_SOURCES = t/world/store_stopping.c
+t_world_store_stopping_LDADD = libphalanx.la
 
 # ---- make bench: the store server under attack (bench/store_attack.sh)
 noinst_PROGRAMS += bench/store_attack
@@ -72,8 +78,9 @@ check_PROGRAMS += t/multinode/loop
 t_multinode_loop_SOURCES = t/multinode/loop.c
 t_multinode_loop_LDADD = libphalanx.la
 TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
-	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh t/multinode/resume.sh
 EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
-	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh t/multinode/resume.sh \
+	t/multinode/cut_at_save.py
 TESTS += t/slurm/slurm.sh t/slurm/slurm2.sh t/slurm/token.sh
 EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh t/slurm/slurm2.sh t/slurm/token.sh t/slurm/intruder.py

@@ -19,9 +19,9 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RE
 export PHX_TIMEOUT=30 PHX_STORE_TOKEN=mn-outage-$$
 echo "1..6"
 mn_up 2 || { echo "Bail out! cannot set up the namespaces"; exit 1; }
-n=0
-result() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; return "$1"; }
-skip3() { for i in 1 2 3; do n=$((n + 1)); echo "ok $n # SKIP $1"; done; }
+tn=0 # (mn_exec uses n)
+result() { tn=$((tn + 1)); if [ "$1" = 0 ]; then echo "ok $tn - $2"; else echo "not ok $tn - $2"; fi; return "$1"; }
+skip3() { for i in 1 2 3; do tn=$((tn + 1)); echo "ok $tn # SKIP $1"; done; }
 # outage NAME: once node 1's rank has done a round, its cable out for 8 s;
 # then waits for $run0 and $run1 (the two launchers, or one and "")
 outage() {
