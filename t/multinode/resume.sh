@@ -8,7 +8,8 @@
 #     the last epoch's loss line and the test accuracy equal the
 #     uninterrupted run's exactly (the resume is bit-exact: the weights,
 #     AdamW's state and step count come from the checkpoint, the data
-#     order from the epoch number);
+#     order from the epoch number); the same on 2 nodes x 2 ranks with
+#     rank 1 (node 0) and rank 3 (node 1), each a node's second rank;
 #   node 1's cable pulled for 3 s the moment epoch 1's save begins
 #     (t/multinode/cut_at_save.py), PHX_TIMEOUT=30: the job goes on and
 #     ends with the same lines;
@@ -33,7 +34,7 @@ trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
 export PHX_COMM=gloo PHX_STORE_TOKEN=mn-resume-$$ PHX_FASHION_MNIST="$data"
 prog="$b/examples/fashion_mnist"
-echo "1..18"
+echo "1..23"
 mn_up 2 || { echo "Bail out! cannot set up the namespaces"; exit 1; }
 tn=0 # (mn_exec uses n)
 result() { tn=$((tn + 1)); if [ "$1" = 0 ]; then echo "ok $tn - $2"; else echo "not ok $tn - $2"; fi; return "$1"; }
@@ -51,12 +52,13 @@ kill -9 \$pid
 wait \$pid
 RANK
 chmod +x "$d/rank.sh"
-# job NAME VICTIM TIMEOUT RESTARTS: both nodes' phxrun in the background
-# ($run0, $run1); each writes "EXIT SECONDS" to NAME.end<node> when its
-# phxrun ends (the time taken on the node, not by a poll here)
+# job NAME VICTIM TIMEOUT RESTARTS [NPROC]: both nodes' phxrun (NPROC
+# ranks each, default 1) in the background ($run0, $run1); each writes
+# "EXIT SECONDS" to NAME.end<node> when its phxrun ends (the time taken on
+# the node, not by a poll here)
 job() {
     for i in 0 1; do
-        mn_bg $i sh -c "PHX_TIMEOUT=$3 \"$b/tools/phxrun\" --nnodes 2 --node-rank $i --nproc-per-node 1 \
+        mn_bg $i sh -c "PHX_TIMEOUT=$3 \"$b/tools/phxrun\" --nnodes 2 --node-rank $i --nproc-per-node ${5:-1} \
             --max-restarts $4 --master-addr $(mn_addr 0) --master-port 29500 --grace 2 \"$d/rank.sh\" $1 $2 \
             --epochs 3 --resume \"$d/$1.st\" >\"$d/$1.out$i\" 2>&1; echo \$? \$(date +%s.%N) >\"$d/$1.end$i\""
         eval "run$i=\$MN_PID"
@@ -94,6 +96,25 @@ for v in 0 1; do
     [ -n "$ref" ] && [ "$got" = "$ref" ]
     result $? "rank $v killed: the uninterrupted run's lines, exactly ($got)"
     nothing_left "rank $v killed"
+done
+
+# ---- 2 nodes x 2 ranks: the second rank of each node killed in turn
+job ref4 none 30 2 2
+finish
+ref4=$(lines "$d/ref4.out0")
+[ "$(rc_of "$d/ref4.end0")" = 0 ] && [ "$(rc_of "$d/ref4.end1")" = 0 ] && [ -n "$ref4" ]
+result $? "uninterrupted, 2 nodes x 2: $ref4" || { note "$d/ref4.out0"; note "$d/ref4.out1"; }
+for v in 1 3; do
+    job kill4r$v $v 30 2 2
+    finish
+    got=$(lines "$d/kill4r$v.out0")
+    [ "$(rc_of "$d/kill4r$v.end0")" = 0 ] && [ "$(rc_of "$d/kill4r$v.end1")" = 0 ] &&
+        [ "$(grep -c "restarting the ranks" "$d/kill4r$v.out0")" = 1 ] &&
+        [ "$(grep -c "restarting the ranks" "$d/kill4r$v.out1")" = 1 ] &&
+        grep -q "^loaded $d/kill4r$v.st (epoch 1," "$d/kill4r$v.out0" && [ -n "$ref4" ] && [ "$got" = "$ref4" ]
+    result $? "2 x 2, rank $v (node $((v / 2)), local rank 1) killed: one restart per node, resumed from epoch 1, the uninterrupted lines ($got)" ||
+        { note "$d/kill4r$v.out0"; note "$d/kill4r$v.out1"; }
+    nothing_left "2 x 2, rank $v killed"
 done
 
 # ---- a 3 s blip as epoch 1's save begins
