@@ -305,7 +305,10 @@ static int next_entry(const char **p, const char **start, size_t *n)
     }
 }
 
-static int is_mpi(const char *s, size_t n) { return n == 3 && strncmp(s, "mpi", 3) == 0; }
+static int is_mpi(const char *s, size_t n)
+{
+    return n == 3 && strncmp(s, "mpi", 3) == 0;
+}
 
 /* Whether the list names mpi. */
 static int names_mpi(const char *list)

@@ -80,8 +80,7 @@ int main(void)
     task_env("pmix", NULL, NULL);
     setenv("PMIX_RANK", "0", 1);
     st = start("threads", name, sizeof name);
-    ok(st == PHX_OK && strcmp(name, "threads") == 0, "srun --mpi=pmix: a selection without mpi is kept ('%s')",
-       name);
+    ok(st == PHX_OK && strcmp(name, "threads") == 0, "srun --mpi=pmix: a selection without mpi is kept ('%s')", name);
     task_env("none", NULL, NULL);
     st = start("mpi", name, sizeof name);
     ok(!strstr(st ? phx_last_error() : "", "--mpi=pmix"),

@@ -57,7 +57,9 @@ static void *fake_run(void *arg)
         setsockopt(f->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         int c = accept(f->fd, NULL, NULL);
         if (c < 0) continue;
-        if (f->answer && write(c, f->answer, strlen(f->answer)) < 0) {
+        if (f->answer) {
+            ssize_t w = write(c, f->answer, strlen(f->answer)); /* a short write is still not the protocol */
+            (void)w;
         }
         close(c);
         f->closed++;
@@ -94,8 +96,7 @@ int main(void)
     phx_store *c = NULL;
     phx_status st = phx_store_new("127.0.0.1", port, false, 10.0, &c);
     double took = now() - t0;
-    is_int(st, PHX_OK, "a client reaching a store that closes before the handshake joins the next one (%.2f s)",
-           took);
+    is_int(st, PHX_OK, "a client reaching a store that closes before the handshake joins the next one (%.2f s)", took);
     if (st) diag("%s", phx_last_error());
     ok(st == PHX_OK && took >= 0.9, "... after the closing one had gone (1 s; %.2f s)", took);
     ok(st == PHX_OK && phx_store_set(c, "client", "hello", 5) == PHX_OK, "... and uses it");
