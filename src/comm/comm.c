@@ -297,6 +297,8 @@ phx_status phx_comm_init(const phx_comm_opts *opts, phx_comm **out)
     c->debug_detail = dbg && strstr(dbg, "detail") != NULL;
 
     const char *sel = o.backend ? o.backend : getenv("PHX_COMM");
+    char sel_buf[256];
+    if ((st = px_world_comm_selection(sel, sel_buf, sizeof sel_buf, &sel))) goto fail;
     phx_probe_ctx ctx = {in_process_world(&o, &w), c->local_size, c->local_rank};
     if ((st = phx_plugin_load(PHX_PLUGIN_COMM, sel, &ctx, &c->desc))) {
         /* Lead with where the name came from: the user set it. */

@@ -46,6 +46,12 @@ check_PROGRAMS += t/world/store_stranger
 TESTS += t/world/store_stranger
 t_world_store_stranger_CPPFLAGS = $(AM_CPPFLAGS) $(CRYPTO_CFLAGS)
 t_world_store_stranger_LDADD = libphalanx-internal.la
+# A store that closes connections before the handshake (stopping): tried
+# again within the timeout.
+check_PROGRAMS += t/world/store_stopping
+TESTS += t/world/store_stopping
+t_world_store_stopping_SOURCES = t/world/store_stopping.c
+t_world_store_stopping_LDADD = libphalanx.la
 
 # ---- make bench: the store server under attack (bench/store_attack.sh)
 noinst_PROGRAMS += bench/store_attack
@@ -59,6 +65,11 @@ check_PROGRAMS += t/world/slurm
 TESTS += t/world/slurm
 t_world_slurm_SOURCES = t/world/slurm.c t/env-util.h
 t_world_slurm_LDADD = libphalanx.la
+# srun --mpi=pmi2 with an Open MPI without PMI-2: the mpi backend left out.
+check_PROGRAMS += t/world/slurm_pmi2
+TESTS += t/world/slurm_pmi2
+t_world_slurm_pmi2_SOURCES = t/world/slurm_pmi2.c t/env-util.h
+t_world_slurm_pmi2_LDADD = libphalanx.la
 
 # ---- multi-node (doc/guide/multinode.md): t/multinode/ runs jobs across network
 # namespaces on a bridge (root; skipped elsewhere), t/slurm/ under a
@@ -67,8 +78,9 @@ check_PROGRAMS += t/multinode/loop
 t_multinode_loop_SOURCES = t/multinode/loop.c
 t_multinode_loop_LDADD = libphalanx.la
 TESTS += t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
-	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh t/multinode/resume.sh
 EXTRA_DIST += t/multinode/lib.sh t/multinode/run.sh t/multinode/faults.sh t/multinode/misconfig.sh \
-	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh
-TESTS += t/slurm/slurm.sh t/slurm/slurm2.sh
-EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh t/slurm/slurm2.sh
+	t/multinode/outage.sh t/multinode/restart.sh t/multinode/mpirun.sh t/multinode/resume.sh \
+	t/multinode/cut_at_save.py
+TESTS += t/slurm/slurm.sh t/slurm/slurm2.sh t/slurm/token.sh
+EXTRA_DIST += t/slurm/lib.sh t/slurm/slurm.sh t/slurm/slurm2.sh t/slurm/token.sh t/slurm/intruder.py

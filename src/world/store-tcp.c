@@ -262,6 +262,12 @@ static phx_status handshake(tcp_store *s, const char *who, double deadline)
                          "server overloaded or out of file descriptors?",
                          who, s->host, s->port, why);
     }
+    if (st == PHX_EPEER) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", phx_last_error());
+        return phx_error(st, "%s: %s:%d closed the connection before answering the handshake (%s)", who, s->host,
+                         s->port, why);
+    }
     if (st) {
         char why[256];
         snprintf(why, sizeof why, "%s", phx_last_error());
@@ -408,9 +414,13 @@ static int other_attempt(tcp_store *s, const char *mine, char *theirs, size_t le
 }
 
 /* Connects s to s->host:s->port with retry and backoff within the store's
- * timeout, then shakes hands. Under phxrun --max-restarts a client that
- * reaches the store of another attempt hangs up and tries again until the
- * store of its own attempt answers (the old one goes with its rank 0). */
+ * timeout, then shakes hands. A server that closes the connection before
+ * answering the handshake is tried again too: under phxrun
+ * --max-restarts that is the previous attempt's store stopping (its rank
+ * 0 exiting) while this rank of the next attempt connects. And a client
+ * that reaches the store of another attempt hangs up and tries again
+ * until the store of its own attempt answers (the old one goes with its
+ * rank 0). */
 static phx_status tcp_connect(tcp_store *s)
 {
     double deadline = px_now() + s->base.timeout_s, backoff = 0.02;
@@ -419,23 +429,23 @@ static phx_status tcp_connect(tcp_store *s)
     for (;;) {
         phx_status st = connect_loop(s, "phx_store_new", deadline, 1);
         if (st) return st;
-        if ((st = handshake(s, "phx_store_new", deadline))) {
-            close(s->fd);
-            s->fd = -1;
-            return st;
+        int again = 1; /* another attempt's store, or one that closed before answering: stopping */
+        if ((st = handshake(s, "phx_store_new", deadline)) != PHX_OK) {
+            again = st == PHX_EPEER;
+        } else {
+            if (!mine) return PHX_OK;
+            if (s->server) return phx_store_set(&s->base, PX_STORE_ATTEMPT_KEY, mine, strlen(mine));
+            if (!other_attempt(s, mine, theirs, sizeof theirs)) return PHX_OK;
+            st = phx_error(PHX_ETIMEOUT,
+                           "phx_store_new: the store server at %s:%d%s is attempt %s's and this process is "
+                           "attempt %s (PHX_RESTART_COUNT): the previous attempt's store was still there after "
+                           "%.0f s (do all nodes run phxrun with the same --max-restarts?)",
+                           s->host, s->port, s->base.host_of, theirs, mine, s->base.timeout_s);
         }
-        if (!mine) return PHX_OK;
-        if (s->server) return phx_store_set(&s->base, PX_STORE_ATTEMPT_KEY, mine, strlen(mine));
-        if (!other_attempt(s, mine, theirs, sizeof theirs)) return PHX_OK;
         close(s->fd);
         s->fd = -1;
         double now = px_now();
-        if (now >= deadline)
-            return phx_error(PHX_ETIMEOUT,
-                             "phx_store_new: the store server at %s:%d%s is attempt %s's and this process is "
-                             "attempt %s (PHX_RESTART_COUNT): the previous attempt's store was still there after "
-                             "%.0f s (do all nodes run phxrun with the same --max-restarts?)",
-                             s->host, s->port, s->base.host_of, theirs, mine, s->base.timeout_s);
+        if (!again || now >= deadline) return st; /* phx_last_error says why */
         double nap = backoff < deadline - now ? backoff : deadline - now;
         struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
         nanosleep(&ts, NULL);

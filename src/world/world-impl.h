@@ -26,6 +26,22 @@ int px_world_spans_nodes(void);
  * number in 1..4096). */
 int px_world_slurm_cpus(void);
 
+/* Why the mpi backend cannot start under this launcher, as a sentence;
+ * NULL when nothing stands in its way that can be seen before MPI_Init.
+ * Today: a Slurm task started with PMI-2 (srun --mpi=pmi2, MpiDefault=pmi2)
+ * while the Open MPI found at configure time has no PMI-2 support
+ * (PX_MPI_PMI2 unset), where MPI_Init aborts the whole job. */
+const char *px_world_mpi_unusable(void);
+
+/* The comm backend selection to use for sel (PHX_COMM or the options'
+ * backend, plugin.h's syntax) under this launcher: sel itself, or, when
+ * px_world_mpi_unusable says why, one that leaves mpi out: unset becomes
+ * "^mpi" (an info log line says why), "^a" becomes "^a,mpi" and "mpi,b"
+ * becomes "b", written to buf (len bytes). A selection of mpi alone is
+ * PHX_EUNSUPPORTED at once, phx_last_error naming srun --mpi=pmix and
+ * PHX_COMM=gloo. *out points at sel, buf or a constant. */
+phx_status px_world_comm_selection(const char *sel, char *buf, size_t len, const char **out);
+
 /* MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500), checked
  * as phx_world_from_env does. */
 phx_status px_env_master(char *addr, size_t len, int *port);

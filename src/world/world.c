@@ -4,12 +4,14 @@
  * selection, the thread budget and phx-info ask it (world-impl.h). */
 #include "config.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "src/base/util.h"
 #include "src/base/abi.h"
 #include "src/world/world-impl.h"
 #include "phalanx/comm.h"
+#include "phalanx/log.h"
 
 #define PX_DEFAULT_PORT 29500
 
@@ -257,5 +259,101 @@ phx_status px_env_master(char *addr, size_t len, int *port)
     if (env_int("MASTER_PORT", 1, 65535, &p) < 0) return PHX_EINVAL;
     strcpy(addr, a);
     *port = p;
+    return PHX_OK;
+}
+
+/* Whether this Slurm task was started with PMI-2 as its MPI wire-up
+ * (srun --mpi=pmi2, or MpiDefault=pmi2 in slurm.conf): Slurm's mpi/pmi2
+ * plugin gives each task PMI_FD, PMI_RANK and PMI_SIZE, and srun exports
+ * SLURM_MPI_TYPE; a PMIx start (--mpi=pmix) sets PMIX_RANK instead, and
+ * mpirun OMPI_COMM_WORLD_SIZE. */
+static int slurm_pmi2_task(void)
+{
+    if (!slurm_task() || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE")) return 0;
+    const char *type = getenv("SLURM_MPI_TYPE");
+    if (type && strncmp(type, "pmi2", 4) == 0) return 1;
+    return getenv("PMI_FD") && getenv("PMI_RANK");
+}
+
+const char *px_world_mpi_unusable(void)
+{
+#ifdef PX_MPI_PMI2
+    return NULL;
+#else
+    if (!slurm_pmi2_task()) return NULL;
+    return "this task was started by srun with PMI-2 (srun --mpi=pmi2 or MpiDefault=pmi2: PMI_RANK set, no "
+           "PMIX_RANK), and the Open MPI the mpi backend is built on has no PMI-2 support (no pmix s2 "
+           "component; Debian's has none), so MPI_Init would abort the job";
+#endif
+}
+
+/* The next entry of a comma-separated list at *p (blanks trimmed; empty
+ * entries skipped): its start and length, *p moved past it. 0 at the end. */
+static int next_entry(const char **p, const char **start, size_t *n)
+{
+    for (;;) {
+        const char *s = *p;
+        while (*s == ' ' || *s == '\t' || *s == ',') s++;
+        if (!*s) return 0;
+        const char *e = s;
+        while (*e && *e != ',') e++;
+        *p = e;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
+        *start = s;
+        *n = (size_t)(e - s);
+        if (*n) return 1;
+    }
+}
+
+static int is_mpi(const char *s, size_t n)
+{
+    return n == 3 && strncmp(s, "mpi", 3) == 0;
+}
+
+/* Whether the list names mpi. */
+static int names_mpi(const char *list)
+{
+    const char *s;
+    size_t n;
+    while (next_entry(&list, &s, &n))
+        if (is_mpi(s, n)) return 1;
+    return 0;
+}
+
+phx_status px_world_comm_selection(const char *sel, char *buf, size_t len, const char **out)
+{
+    *out = sel;
+    const char *why = px_world_mpi_unusable();
+    if (!why) return PHX_OK;
+    while (sel && (*sel == ' ' || *sel == '\t')) sel++;
+    if (!sel || !*sel) {
+        phx_log(PHX_LOG_INFO, "backend mpi not tried: %s; use srun --mpi=pmix for the mpi backend", why);
+        *out = "^mpi";
+        return PHX_OK;
+    }
+    if (*sel == '^') {
+        if (names_mpi(sel + 1)) return PHX_OK;
+        if ((size_t)snprintf(buf, len, "%s,mpi", sel) >= len) return PHX_OK; /* too long: the loader says so */
+        *out = buf;
+        return PHX_OK;
+    }
+    if (!names_mpi(sel)) return PHX_OK;
+    /* An ordered list naming mpi: the others, in their order. */
+    size_t used = 0, n;
+    const char *p = sel, *s;
+    buf[0] = 0;
+    while (next_entry(&p, &s, &n)) {
+        if (is_mpi(s, n)) continue;
+        int w = snprintf(buf + used, len - used, "%s%.*s", used ? "," : "", (int)n, s);
+        if (w < 0 || (size_t)w >= len - used) return PHX_OK; /* too long: the loader says so */
+        used += (size_t)w;
+    }
+    if (!used)
+        return phx_error(PHX_EUNSUPPORTED,
+                         "phx_comm_init: backend '%s' cannot start here: %s; start the job with srun --mpi=pmix "
+                         "(srun --mpi=list shows what this Slurm has), or set PHX_COMM=gloo",
+                         sel, why);
+    phx_log(PHX_LOG_INFO, "backend mpi not tried: %s; trying '%s'", why, buf);
+    *out = buf;
     return PHX_OK;
 }

@@ -11,6 +11,9 @@
 #   mn_link I up|down cuts or restores node I's cable (the switch's port)
 #   mn_pids I         the processes still running on node I
 #   mn_down           kills what is left on the nodes, removes the namespaces
+#   mn_agent FILE     writes an rsh agent for mpirun (--mca plm_rsh_agent
+#                     FILE): "FILE HOST CMD..." runs CMD on the node whose
+#                     address is HOST
 #
 # Names carry the test's pid, so tests running side by side never meet;
 # nothing is added to the host's own namespace (no address, no route).
@@ -65,6 +68,25 @@ mn_bg() {
     shift
     ip netns exec "$MN-n$n" "$@" &
     MN_PID=$!
+}
+
+mn_agent() {
+    {
+        echo '#!/bin/sh'
+        echo '# rsh agent for mpirun: HOST COMMAND... runs COMMAND on node HOST'
+        echo 'h=$1'
+        echo 'shift'
+        echo 'case $h in'
+        i=0
+        while [ $i -lt "$MN_NODES" ]; do
+            echo "$(mn_addr $i)) n=$i ;;"
+            i=$((i + 1))
+        done
+        echo '*) echo "agent: no node $h" >&2; exit 1 ;;'
+        echo 'esac'
+        echo "exec ip netns exec $MN-n\$n sh -c \"\$*\""
+    } >"$1"
+    chmod +x "$1"
 }
 
 mn_link() { ip -n "$MN-sw" link set "p$1" "$2"; }

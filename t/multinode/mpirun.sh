@@ -28,19 +28,7 @@ fi
 prog="$b/examples/ddp"
 echo "1..4"
 mn_up 2 || { echo "Bail out! cannot set up the namespaces"; exit 1; }
-cat >"$d/agent" <<AGENT
-#!/bin/sh
-# rsh agent for mpirun: HOST COMMAND... runs COMMAND on node HOST
-h=\$1
-shift
-case \$h in
-$(mn_addr 0)) n=0 ;;
-$(mn_addr 1)) n=1 ;;
-*) echo "agent: no node \$h" >&2; exit 1 ;;
-esac
-exec ip netns exec $MN-n\$n sh -c "\$*"
-AGENT
-chmod +x "$d/agent"
+mn_agent "$d/agent"
 mpi() { # output file, mpirun options...
     out=$1
     shift

@@ -87,3 +87,19 @@ slurm_down() {
     done
     SLURM_PIDS=
 }
+
+# slurm_leftovers PROG TEXT: "pid args" of the processes left of this
+# test's jobs: those running PROG (their first word; for a libtool
+# wrapper, the program it runs from .libs/), those whose command
+# line holds TEXT (a path under the test's directory), and the slurmstepd
+# of this test's Slurm (SLURM_CONF in their environment). Other users of
+# the machine (a make naming the program, another test's Slurm) are not
+# counted.
+slurm_leftovers() {
+    ps -eo pid=,args= | awk -v p="$1" -v l="${1%/*}/.libs/${1##*/}" -v lt="${1%/*}/.libs/lt-${1##*/}" -v t="$2" \
+        '$2 == p || $2 == l || $2 == lt || index($0, t) { print }' | grep -v awk
+    for s in $(pgrep -x slurmstepd); do
+        tr '\0' '\n' <"/proc/$s/environ" 2>/dev/null | grep -qx "SLURM_CONF=$SLURM_CONF" &&
+            echo "$s $(tr '\0' ' ' <"/proc/$s/cmdline" 2>/dev/null)"
+    done
+}

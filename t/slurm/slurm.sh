@@ -3,6 +3,9 @@
 # of the test's own, one node; skipped without slurm-wlm or root):
 #   srun -n 2 examples/ddp prints the lines of phxrun --standalone, and
 #     so does srun --mpi=pmix -n 2 (PHX_COMM unset: the mpi backend);
+#   srun --mpi=pmi2 -n 2 (Open MPI without PMI-2): PHX_COMM unset takes
+#     gloo with the same lines; PHX_COMM=mpi is refused at once naming
+#     srun --mpi=pmix and PHX_COMM=gloo (MPI_Init would abort the job);
 #   sbatch -n 2 with srun in the script: the same lines;
 #   sbatch -n 2 running the program without srun: an error naming srun
 #     within 5 s (Slurm sets SLURM_PROCID=0 in the batch script);
@@ -25,7 +28,7 @@ unset OMP_NUM_THREADS
 # a free port: other jobs on this host may hold Slurm's default 29500
 export PHX_TIMEOUT=30 PHX_COMM=gloo MASTER_PORT=$(free_port)
 prog="$b/examples/ddp"
-echo "1..8"
+echo "1..10"
 t=0
 result() { t=$((t + 1)); if [ "$1" = 0 ]; then echo "ok $t - $2"; else echo "not ok $t - $2"; fi; }
 if ! slurm_up "$d/slurm" "$(nproc)" 2>"$d/up"; then
@@ -53,6 +56,30 @@ if [ -e "$b/plugins/comm/mpi/.libs/phx-comm-mpi.so" ] && srun --mpi=list 2>&1 | 
 else
     t=$((t + 1))
     echo "ok $t # SKIP no mpi plugin or no pmix in this Slurm"
+fi
+
+# srun --mpi=pmi2 (MpiDefault=pmi2 on many clusters) with an Open MPI that
+# has no PMI-2 support: PHX_COMM unset takes another backend (an info
+# line says why), PHX_COMM=mpi is refused at once naming --mpi=pmix.
+if srun --mpi=list 2>&1 | grep -q pmi2 && ! grep -q "define PX_MPI_PMI2 1" "$b/config.h"; then
+    (unset PHX_COMM; PHX_LOG=info timeout 60 srun --mpi=pmi2 -n 2 --kill-on-bad-exit=1 "$prog" >"$d/pmi2" 2>"$d/pmi2.err")
+    rc=$?
+    [ $rc = 0 ] && cmp -s "$d/ref" "$d/pmi2" && grep -q "rank 0 of 2, backend gloo" "$d/pmi2.err" &&
+        grep -q "backend mpi not tried: .*PMI-2" "$d/pmi2.err"
+    result $? "srun --mpi=pmi2 -n 2, PHX_COMM unset: gloo, the same lines, a log line saying why (exit $rc)"
+    [ $rc = 0 ] || note "$d/pmi2.err"
+    start=$(mn_now)
+    PHX_COMM=mpi timeout 60 srun --mpi=pmi2 -n 2 --kill-on-bad-exit=1 "$prog" >"$d/pmi2mpi" 2>&1
+    rc=$?
+    took=$(mn_secs "$start" "$(mn_now)")
+    [ $rc != 0 ] && grep -q "srun --mpi=pmix" "$d/pmi2mpi" && grep -q "PHX_COMM=gloo" "$d/pmi2mpi" &&
+        ! grep -q "direct launched\|error occurred in MPI_Init" "$d/pmi2mpi" && mn_le "$took" 10
+    result $? "srun --mpi=pmi2, PHX_COMM=mpi: refused in $took s naming --mpi=pmix and PHX_COMM=gloo (exit $rc)"
+    grep -o "phx_comm_init: .*" "$d/pmi2mpi" | head -1 | cut -c1-200 | sed 's/^/#   /'
+else
+    t=$((t + 2))
+    echo "ok $((t - 1)) # SKIP no pmi2 in this Slurm, or an Open MPI with PMI-2"
+    echo "ok $t # SKIP no pmi2 in this Slurm, or an Open MPI with PMI-2"
 fi
 
 cat >"$d/with.sh" <<JOB
@@ -104,7 +131,7 @@ took=$(mn_secs "$start" "$(mn_now)")
 result $? "scancel: both ranks end in $took s"
 i=0
 while [ $i -lt 100 ] && squeue -h -j "$job" 2>/dev/null | grep -q .; do sleep 0.1; i=$((i + 1)); done
-left=$(ps -eo pid,args | grep -e "multinode/loop" -e "$d/long.sh" -e "slurmstepd: \[$job\." | grep -v grep)
+left=$(slurm_leftovers "$b/t/multinode/loop" "$d/long.sh")
 [ -z "$left" ]
 result $? "no process of the job left"
 [ -z "$left" ] || echo "$left" | sed 's/^/#   /'

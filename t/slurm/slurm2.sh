@@ -133,7 +133,7 @@ took=$(mn_secs "$start" "$(mn_now)")
 result $? "scancel: both ranks end in $took s"
 i=0
 while [ $i -lt 100 ] && on 0 squeue -h -j "$job" 2>/dev/null | grep -q .; do sleep 0.1; i=$((i + 1)); done
-left=$(ps -eo pid,args | grep -e "multinode/loop" -e "$d/long.sh" -e "slurmstepd: \[$job\." | grep -v grep)
+left=$(slurm_leftovers "$b/t/multinode/loop" "$d/long.sh")
 [ -z "$left" ]
 result $? "no process of the job left on either node"
 [ -z "$left" ] || echo "$left" | sed 's/^/#   /'
