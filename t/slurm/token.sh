@@ -1,7 +1,7 @@
 #!/bin/sh
 # A job whose ranks srun starts without PHX_STORE_TOKEN (t/slurm/lib.sh: a
 # Slurm of the test's own; skipped without slurm-wlm or root) runs no open
-# store (doc/store.md, "Job token"):
+# store (doc/reference/store.md, "Job token"):
 #   with a home folder the ranks share the secret in ~/.phalanx/job-token
 #     (made by the first rank, 0600): a client without the token, one of
 #     another uid (nobody), and a raw stranger that skips the client's
