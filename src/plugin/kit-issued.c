@@ -39,6 +39,18 @@ static phx_status issued_get(phx_store *store, const char *prefix, uint64_t seq,
     return PHX_OK;
 }
 
+char *phx_kit_desync_text(char *msg, size_t len, int rank, const char *mine, uint64_t seq, int peer,
+                          const char *theirs)
+{
+    if (len)
+        snprintf(msg, len,
+                 "rank %d issued %s as collective #%" PRIu64 " but rank %d issued %s: the ranks went out of "
+                 "step (a different number of steps, buckets or collectives; uneven inputs need DDP join). "
+                 "PHX_DEBUG=detail checks every collective before it runs",
+                 rank, mine, seq, peer, theirs);
+    return msg;
+}
+
 int phx_kit_issued_differ(phx_store *store, const char *prefix, uint64_t seq, int rank, int size, const char *mine,
                           double wait, char *msg, size_t msg_len)
 {
@@ -52,11 +64,7 @@ int phx_kit_issued_differ(phx_store *store, const char *prefix, uint64_t seq, in
             continue;
         }
         if (strcmp(theirs, mine) == 0) continue;
-        snprintf(msg, msg_len,
-                 "rank %d issued %s as collective #%" PRIu64 " but rank %d issued %s: the ranks went out of "
-                 "step (a different number of steps, buckets or collectives; uneven inputs need DDP join). "
-                 "PHX_DEBUG=detail checks every collective before it runs",
-                 rank, mine, seq, r, theirs);
+        phx_kit_desync_text(msg, msg_len, rank, mine, seq, r, theirs);
         return 1;
     }
     return 0;
