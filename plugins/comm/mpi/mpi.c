@@ -243,7 +243,7 @@ typedef struct mstate {
 static phx_status run_op(void *ctx, const phx_kit_op *o, char *msg, size_t len)
 {
     mstate *s = ctx;
-    atomic_fetch_add(&s->entered, 1);
+    uint64_t seq = atomic_fetch_add(&s->entered, 1); /* the kit's op number */
     const size_t es = phx_dtype_size(o->dt), bytes = (size_t)o->count * es;
     MPI_Datatype t = mpi_type(o->dt);
     const char *call = "";
@@ -252,7 +252,7 @@ static phx_status run_op(void *ctx, const phx_kit_op *o, char *msg, size_t len)
     case PHX_KIT_ALLREDUCE:
         if (!o->count || s->size == 1) break;
         if (s->shm && bytes >= s->shm_min) {
-            px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->op);
+            if (px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->op, seq, msg, len)) return PHX_EDESYNC;
             return PHX_OK; /* divides for avg itself */
         }
         call = "MPI_Allreduce";
