@@ -112,7 +112,16 @@ static void mpi_at_exit(void)
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin) return;
-    if (atomic_load(&g_aborting)) MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+    if (atomic_load(&g_aborting)) {
+        /* The main thread got the watchdog's error and returned: the
+         * watchdog is still waiting for the other ranks in the op to
+         * report, and aborting now would kill them before their lines
+         * are out. It ends the job itself (MPI_Abort, then _exit) when
+         * they have; this is the bound if it cannot. */
+        struct timespec nap = {0, 50 * 1000 * 1000};
+        for (int i = 0; i < (int)((PX_ASK_S + PX_DONE_S + 1.0) / 0.05); i++) nanosleep(&nap, NULL);
+        MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+    }
     MPI_Finalize();
 }
 
@@ -334,7 +343,6 @@ static void answer_queries(mstate *s)
         }
         if (MPI_Irecv(&s->ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, PX_TAG_ASK, s->side, &s->ask_req) != MPI_SUCCESS)
             s->ask_req = MPI_REQUEST_NULL;
-        s->asked_by = -1;
     }
 }
 
