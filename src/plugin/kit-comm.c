@@ -147,39 +147,12 @@ size_t phx_kit_comm_record(phx_kit_comm *kc, char *buf, size_t len)
 
 int phx_kit_comm_compare(phx_kit_comm *kc, int peer, const char *record, char *msg, size_t len)
 {
-    int r;
-    uint64_t their_n;
-    int their_running, off = 0;
-    if (!record || sscanf(record, "phx-kit-record %d %" SCNu64 " %d\n%n", &r, &their_n, &their_running, &off) < 3 ||
-        !off)
-        return 0;
-    (void)their_n;
-    (void)their_running;
-    phx_kit_op hist[KIT_HIST];
-    pthread_mutex_lock(&kc->mu);
-    uint64_t n = kc->nissued, lo = n > KIT_HIST ? n - KIT_HIST : 0;
-    memcpy(hist, kc->hist, sizeof hist);
-    pthread_mutex_unlock(&kc->mu);
-    for (const char *p = record + off; *p;) {
-        const char *eol = strchr(p, '\n');
-        size_t line = eol ? (size_t)(eol - p) : strlen(p);
-        char *end;
-        unsigned long long q = strtoull(p, &end, 10);
-        if (end != p && *end == ' ' && q >= lo && q < n) {
-            char mine[KIT_TEXT], theirs[KIT_TEXT];
-            const char *t = end + 1;
-            size_t tl = line - (size_t)(t - p);
-            snprintf(theirs, sizeof theirs, "%.*s", (int)tl, t);
-            phx_kit_op_text(&hist[q % KIT_HIST], mine, sizeof mine);
-            if (strcmp(mine, theirs) != 0) {
-                phx_kit_desync_text(msg, len, kc->rank, mine, (uint64_t)q, peer, theirs);
-                return 1;
-            }
-        }
-        if (!eol) break;
-        p = eol + 1;
-    }
-    return 0;
+    char *mine = malloc(KIT_REC_MAX);
+    if (!mine) return 0;
+    phx_kit_comm_record(kc, mine, KIT_REC_MAX);
+    int differ = phx_kit_record_compare(kc->rank, mine, peer, record, msg, len);
+    free(mine);
+    return differ;
 }
 
 /* Publishes this rank's record (when publish) and compares the other
@@ -187,33 +160,15 @@ int phx_kit_comm_compare(phx_kit_comm *kc, int peer, const char *record, char *m
  * moved. 1 with msg when a rank differs. */
 static int records_differ(phx_kit_comm *kc, int publish, int64_t *gen, char *msg, size_t len)
 {
-    if (!kc->store || kc->own_exchange || kc->size < 2) return 0;
-    char key[192], gkey[192];
-    snprintf(gkey, sizeof gkey, "%sstall/gen", kc->prefix);
-    char *rec = malloc(KIT_REC_MAX);
-    if (!rec) return 0;
-    int64_t g = 0;
-    if (publish) {
-        size_t n = phx_kit_comm_record(kc, rec, KIT_REC_MAX);
-        snprintf(key, sizeof key, "%sstall/%d", kc->prefix, kc->rank);
-        if (phx_store_set(kc->store, key, rec, n) == PHX_OK) phx_store_add(kc->store, gkey, 1, &g);
-    } else if (phx_store_add(kc->store, gkey, 0, &g) != PHX_OK || (gen && g == *gen)) {
-        free(rec);
-        return 0;
-    }
-    if (gen) *gen = g;
-    int differ = 0;
-    for (int q = 0; q < kc->size && !differ; q++) {
-        void *v = NULL;
-        size_t n = 0;
-        if (q == kc->rank) continue;
-        snprintf(key, sizeof key, "%sstall/%d", kc->prefix, q);
-        if (phx_store_get(kc->store, key, &v, &n, 1e-6) != PHX_OK) continue;
-        snprintf(rec, KIT_REC_MAX, "%.*s", (int)n, (const char *)v);
-        free(v);
-        differ = phx_kit_comm_compare(kc, q, rec, msg, len);
-    }
-    free(rec);
+    pthread_mutex_lock(&kc->mu);
+    int own = kc->own_exchange;
+    pthread_mutex_unlock(&kc->mu);
+    if (!kc->store || own || kc->size < 2) return 0;
+    char *mine = malloc(KIT_REC_MAX);
+    if (!mine) return 0;
+    phx_kit_comm_record(kc, mine, KIT_REC_MAX);
+    int differ = phx_kit_record_exchange(kc->store, kc->prefix, kc->rank, kc->size, mine, publish, gen, msg, len);
+    free(mine);
     return differ;
 }
 
@@ -467,7 +422,7 @@ void phx_kit_comm_free(phx_kit_comm *kc)
 
 double phx_kit_comm_check_s(const phx_kit_comm *kc)
 {
-    return kc ? kc->check_s : 0;
+    return kc ? kc->check_s : check_seconds("kit");
 }
 
 void phx_kit_comm_set_abort(phx_kit_comm *kc, phx_kit_abort_fn abort_fn)

@@ -269,7 +269,7 @@ char *phx_kit_desync_text(char *msg, size_t len, int rank, const char *mine, uin
  * through the store (a->store of phx_kit_comm_new) and polls it every
  * 100 ms while the op is stalled; nothing is exchanged while collectives
  * complete within the check's time. */
-double phx_kit_comm_check_s(const phx_kit_comm *kc);
+double phx_kit_comm_check_s(const phx_kit_comm *kc); /* NULL: what the environment says */
 
 /* This rank's record into buf[0..len) (NUL-terminated, at most about
  * 12 KiB): how many collectives it issued, whether the last still runs,
@@ -282,6 +282,20 @@ size_t phx_kit_comm_record(phx_kit_comm *kc, char *buf, size_t len);
  * phx_kit_desync_text for the first such number. 0 otherwise (an
  * unparsable record included). */
 int phx_kit_comm_compare(phx_kit_comm *kc, int peer, const char *record, char *msg, size_t len);
+
+/* The same comparison on two records as text (a plugin that keeps its
+ * own history, such as nccl, writes the format of phx_kit_comm_record:
+ * a line "phx-kit-record <rank> <ops issued> <1 if the last runs>", then
+ * one line "<op number> <phx_kit_op_text>" per op, oldest first). */
+int phx_kit_record_compare(int rank, const char *mine, int peer, const char *theirs, char *msg, size_t len);
+
+/* The store exchange the kit's stall check runs: when publish, sets mine
+ * under <prefix>stall/<rank> and counts it in <prefix>stall/gen; then,
+ * if that count moved since *gen (always when gen is NULL), reads every
+ * other rank's record and compares it with mine. 1 with msg when a rank
+ * differs. */
+int phx_kit_record_exchange(phx_store *store, const char *prefix, int rank, int size, const char *mine, int publish,
+                            int64_t *gen, char *msg, size_t len);
 
 /* Fails the running op with PHX_EDESYNC: its message becomes "<name>:
  * rank R: <kind> #<seq> failed: <why>" (also written to msg[0..len) when
