@@ -12,7 +12,9 @@
  *     from one run function over the queue, with the failure protocol
  *     (a dead peer is PHX_EPEER naming its rank, ranks out of step are
  *     PHX_EDESYNC naming both collectives, a timeout blames the rank at
- *     the end of the chain of waits) and PHX_DEBUG=detail's check. */
+ *     the end of the chain of waits) and PHX_DEBUG=detail's check;
+ *   (ABI 1.3) the stall check: ranks out of step named within about a
+ *     second (PHX_DESYNC_CHECK_MS), a rank that is only late waited for. */
 #ifndef PHALANX_PLUGIN_KIT_H
 #define PHALANX_PLUGIN_KIT_H
 
