@@ -14,3 +14,8 @@ check_PROGRAMS += t/comm/desync_threads
 TESTS += t/comm/desync_threads
 t_comm_desync_threads_SOURCES = t/comm/desync_threads.c
 t_comm_desync_threads_LDADD = libphalanx.la
+# ... and DDP with a skipped backward (threads and gloo).
+check_PROGRAMS += t/comm/desync_ddp
+TESTS += t/comm/desync_ddp
+t_comm_desync_ddp_SOURCES = t/comm/desync_ddp.c
+t_comm_desync_ddp_LDADD = libphalanx.la
