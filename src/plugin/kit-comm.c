@@ -1,17 +1,29 @@
 /* The kit's communicator (phalanx/plugin/kit.h): the five collective
  * slots queue a phx_kit_op, the queue's thread runs it through the
  * plugin's run function, and the failure protocol turns a failed run into
- * a message that names the op, the peer and the root cause. */
+ * a message that names the op, the peer and the root cause. A monitor
+ * thread runs the stall check: an op that has not completed after
+ * check_s publishes this rank's record of what it issued and compares the
+ * other ranks' records, so ranks out of step are named within about a
+ * second, without waiting for PHX_TIMEOUT. */
 #include "config.h"
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "phalanx/log.h"
 #include "src/plugin/kit-impl.h"
 
 #define KIT_MSG 1024
 #define KIT_REPORTED "another rank reported a failure: "
+#define KIT_HIST 64 /* ops a record holds */
+#define KIT_TEXT 160 /* one op's text */
+#define KIT_REC_MAX (KIT_HIST * (KIT_TEXT + 24) + 64) /* a record's bytes */
+#define KIT_CHECK_MS 1000 /* PHX_DESYNC_CHECK_MS default */
+#define KIT_POLL_S 0.1 /* the stalled op's polls of the others' records */
+#define KIT_IDLE_S 0.25 /* the monitor's nap while no op runs */
 
 struct phx_kit_comm {
     phx_kit_queue *queue;
@@ -34,6 +46,18 @@ struct phx_kit_comm {
     phx_kit_op cur;
     uint64_t cur_seq, published_seq;
     struct timespec since;
+    phx_kit_op hist[KIT_HIST]; /* op #s at hist[s % KIT_HIST] */
+    uint64_t nissued; /* ops started */
+    int desync_set; /* phx_kit_comm_desync: op desync_seq fails */
+    uint64_t desync_seq;
+    char desync_why[KIT_MSG];
+    /* the stall check */
+    double check_s; /* 0: off */
+    int own_exchange; /* phx_kit_comm_set_exchange */
+    phx_kit_abort_fn abort_fn;
+    pthread_cond_t cv; /* the monitor's nap */
+    int stop, monitor_on;
+    pthread_t monitor;
 };
 
 static double since_s(const struct timespec *t)
@@ -99,6 +123,135 @@ static int blame_chain(phx_kit_comm *kc, int peer, char *via, size_t len)
     return q;
 }
 
+/* ---- the stall check: what each rank issued */
+
+size_t phx_kit_comm_record(phx_kit_comm *kc, char *buf, size_t len)
+{
+    if (!len) return 0;
+    phx_kit_op hist[KIT_HIST];
+    pthread_mutex_lock(&kc->mu);
+    uint64_t n = kc->nissued, lo = n > KIT_HIST ? n - KIT_HIST : 0;
+    int running = kc->running;
+    memcpy(hist, kc->hist, sizeof hist);
+    pthread_mutex_unlock(&kc->mu);
+    int w = snprintf(buf, len, "phx-kit-record %d %" PRIu64 " %d\n", kc->rank, n, running);
+    size_t used = w < 0 ? 0 : (size_t)w < len ? (size_t)w : len - 1;
+    for (uint64_t q = lo; q < n && used + KIT_TEXT + 24 < len; q++) {
+        char text[KIT_TEXT];
+        w = snprintf(buf + used, len - used, "%" PRIu64 " %s\n", q,
+                     phx_kit_op_text(&hist[q % KIT_HIST], text, sizeof text));
+        if (w > 0) used += (size_t)w < len - used ? (size_t)w : len - used - 1;
+    }
+    return used;
+}
+
+int phx_kit_comm_compare(phx_kit_comm *kc, int peer, const char *record, char *msg, size_t len)
+{
+    char *mine = malloc(KIT_REC_MAX);
+    if (!mine) return 0;
+    phx_kit_comm_record(kc, mine, KIT_REC_MAX);
+    int differ = phx_kit_record_compare(kc->rank, mine, peer, record, msg, len);
+    free(mine);
+    return differ;
+}
+
+/* Publishes this rank's record (when publish) and compares the other
+ * ranks' published ones with it, if the count of publications (*gen)
+ * moved. 1 with msg when a rank differs. */
+static int records_differ(phx_kit_comm *kc, int publish, int64_t *gen, char *msg, size_t len)
+{
+    pthread_mutex_lock(&kc->mu);
+    int own = kc->own_exchange;
+    pthread_mutex_unlock(&kc->mu);
+    if (!kc->store || own || kc->size < 2) return 0;
+    char *mine = malloc(KIT_REC_MAX);
+    if (!mine) return 0;
+    phx_kit_comm_record(kc, mine, KIT_REC_MAX);
+    int differ = phx_kit_record_exchange(kc->store, kc->prefix, kc->rank, kc->size, mine, publish, gen, msg, len);
+    free(mine);
+    return differ;
+}
+
+int phx_kit_comm_desync(phx_kit_comm *kc, const char *why, char *msg, size_t len)
+{
+    char full[KIT_MSG];
+    pthread_mutex_lock(&kc->mu);
+    if (kc->desync_set) {
+        pthread_mutex_unlock(&kc->mu);
+        return 0;
+    }
+    int running = kc->running;
+    kc->desync_set = 1;
+    kc->desync_seq = running ? kc->cur_seq : kc->nissued;
+    snprintf(kc->desync_why, sizeof kc->desync_why, "%s", why);
+    snprintf(full, sizeof full, "%s: rank %d: %s #%" PRIu64 " failed: %s", kc->name, kc->rank,
+             running ? phx_kit_kind_name(kc->cur.kind) : "collective", kc->desync_seq, why);
+    phx_kit_abort_fn abort_fn = kc->abort_fn;
+    pthread_mutex_unlock(&kc->mu);
+    if (msg && len) snprintf(msg, len, "%s", full);
+    if (running) {
+        if (abort_fn)
+            abort_fn(kc->ctx, PHX_EDESYNC, full);
+        else
+            phx_kit_comm_expire(kc, PHX_EDESYNC, full);
+    }
+    /* the others' waits end too (a plugin's watchdog polls this) */
+    phx_kit_comm_report(kc, full);
+    return running;
+}
+
+/* The monitor: sleeps while ops complete; once the running op has run
+ * check_s, publishes this rank's record and compares the others', then
+ * polls them every KIT_POLL_S while the op stays stalled. */
+static void *monitor_main(void *arg)
+{
+    phx_kit_comm *kc = arg;
+    uint64_t checked = UINT64_MAX;
+    int64_t gen = -1;
+    pthread_mutex_lock(&kc->mu);
+    while (!kc->stop) {
+        double nap = KIT_IDLE_S;
+        if (kc->running && !kc->desync_set && !kc->own_exchange) {
+            double secs = since_s(&kc->since);
+            if (secs < kc->check_s) {
+                nap = kc->check_s - secs;
+            } else {
+                int first = kc->cur_seq != checked;
+                checked = kc->cur_seq;
+                pthread_mutex_unlock(&kc->mu);
+                char d[KIT_MSG];
+                if (records_differ(kc, first, &gen, d, sizeof d)) phx_kit_comm_desync(kc, d, NULL, 0);
+                pthread_mutex_lock(&kc->mu);
+                nap = KIT_POLL_S;
+            }
+        }
+        if (kc->stop) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long ns = ts.tv_nsec + (long)(nap * 1e9);
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&kc->cv, &kc->mu, &ts);
+    }
+    pthread_mutex_unlock(&kc->mu);
+    return NULL;
+}
+
+/* PHX_DESYNC_CHECK_MS in seconds (0: off). */
+static double check_seconds(const char *name)
+{
+    const char *v = getenv("PHX_DESYNC_CHECK_MS");
+    if (!v || !*v) return KIT_CHECK_MS / 1000.0;
+    char *end;
+    long ms = strtol(v, &end, 10);
+    if (*end || ms < 0 || ms > 86400000L) {
+        phx_log(PHX_LOG_WARN, "%s: PHX_DESYNC_CHECK_MS='%s' is not a number of milliseconds (0 to 86400000); using %d",
+                name, v, KIT_CHECK_MS);
+        return KIT_CHECK_MS / 1000.0;
+    }
+    return (double)ms / 1000.0;
+}
+
 /* ---- the failure protocol around one run */
 
 static phx_status execute(phx_kit_comm *kc, const phx_kit_op *op, char *msg, size_t len)
@@ -116,28 +269,54 @@ static phx_status execute(phx_kit_comm *kc, const phx_kit_op *op, char *msg, siz
     char why[KIT_MSG];
     why[0] = '\0';
     pthread_mutex_lock(&kc->mu);
+    if (kc->desync_set) { /* found by the stall check while no op ran */
+        snprintf(msg, len, "%s failed: %s", head, kc->desync_why);
+        pthread_mutex_unlock(&kc->mu);
+        snprintf(kc->broken, sizeof kc->broken, "%s", msg);
+        return PHX_EDESYNC;
+    }
     kc->running = 1;
     kc->cur = *op;
     kc->cur_seq = seq;
+    kc->hist[seq % KIT_HIST] = *op;
+    kc->nissued = seq + 1;
     clock_gettime(CLOCK_MONOTONIC, &kc->since);
     pthread_mutex_unlock(&kc->mu);
     phx_status st = kc->run(kc->ctx, op, why, sizeof why);
     pthread_mutex_lock(&kc->mu);
     kc->running = 0;
+    int desynced = kc->desync_set && kc->desync_seq == seq;
+    if (desynced) snprintf(why, sizeof why, "%s", kc->desync_why);
     pthread_mutex_unlock(&kc->mu);
     kc->seq++;
+    if (desynced) { /* the stall check ended the run */
+        snprintf(msg, len, "%s failed: %s", head, why);
+        snprintf(kc->broken, sizeof kc->broken, "%s", msg);
+        return PHX_EDESYNC;
+    }
     if (st == PHX_OK) return PHX_OK;
     why[sizeof why - 1] = '\0';
     if (!why[0]) snprintf(why, sizeof why, "%s", phx_last_error());
     int peer = kc->peer, timed_out = st == PHX_ETIMEOUT;
     if (timed_out && peer >= 0 && kc->store) publish_waited(kc, peer);
+    if (st == PHX_ETIMEOUT || st == PHX_EPEER || st == PHX_EDESYNC) {
+        /* the others' records, as this rank sees them: the first op
+         * number at which two ranks differ, from this rank's side */
+        char d[KIT_MSG];
+        if (records_differ(kc, 1, NULL, d, sizeof d)) {
+            snprintf(msg, len, "%s failed: %s", head, d);
+            snprintf(kc->broken, sizeof kc->broken, "%s", msg);
+            return PHX_EDESYNC;
+        }
+    }
     if (st == PHX_ETIMEOUT || st == PHX_EPEER) {
         /* the peers of a timeout or of a mismatched header fail at about
          * the same time and publish what they issued: wait for them */
         double wait = timed_out || kc->desync ? (kc->timeout_s < 1 ? kc->timeout_s : 1) : 1e-3;
         char text[160], d[KIT_MSG];
         phx_kit_op_text(op, text, sizeof text);
-        if (phx_kit_issued_differ(kc->store, kc->issued, seq, kc->rank, kc->size, text, wait, d, sizeof d)) {
+        if (phx_kit_issued_differ(kc->store, kc->issued, seq, kc->rank, kc->size, text, wait, d, sizeof d) ||
+            (wait > 1e-3 && records_differ(kc, 0, NULL, d, sizeof d))) {
             snprintf(msg, len, "%s failed: %s", head, d);
             snprintf(kc->broken, sizeof kc->broken, "%s", msg);
             return PHX_EDESYNC;
@@ -182,9 +361,24 @@ phx_status phx_kit_comm_new(const phx_comm_init_args *a, const char *name, phx_k
     snprintf(kc->prefix, sizeof kc->prefix, "%s%s/", a->prefix ? a->prefix : "", kc->name);
     snprintf(kc->issued, sizeof kc->issued, "%sissued/", kc->prefix);
     kc->published_seq = UINT64_MAX;
+    kc->check_s = check_seconds(kc->name);
     pthread_mutex_init(&kc->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&kc->cv, &ca);
+    pthread_condattr_destroy(&ca);
     phx_status st = phx_kit_queue_new(sizeof(phx_kit_op), run_job, kc, kc->name, &kc->queue);
+    if (!st && kc->check_s > 0 && kc->store && kc->size > 1) {
+        if (pthread_create(&kc->monitor, NULL, monitor_main, kc)) {
+            phx_kit_queue_free(kc->queue);
+            st = phx_error(PHX_EIO, "%s: cannot start the kit's stall-check thread", kc->name);
+        } else {
+            kc->monitor_on = 1;
+        }
+    }
     if (st) {
+        pthread_cond_destroy(&kc->cv);
         pthread_mutex_destroy(&kc->mu);
         free(kc);
         return st;
@@ -214,8 +408,37 @@ void phx_kit_comm_free(phx_kit_comm *kc)
 {
     if (!kc) return;
     phx_kit_comm_drain(kc);
+    if (kc->monitor_on) {
+        pthread_mutex_lock(&kc->mu);
+        kc->stop = 1;
+        pthread_cond_broadcast(&kc->cv);
+        pthread_mutex_unlock(&kc->mu);
+        pthread_join(kc->monitor, NULL);
+    }
+    pthread_cond_destroy(&kc->cv);
     pthread_mutex_destroy(&kc->mu);
     free(kc);
+}
+
+double phx_kit_comm_check_s(const phx_kit_comm *kc)
+{
+    return kc ? kc->check_s : check_seconds("kit");
+}
+
+void phx_kit_comm_set_abort(phx_kit_comm *kc, phx_kit_abort_fn abort_fn)
+{
+    if (!kc) return;
+    pthread_mutex_lock(&kc->mu);
+    kc->abort_fn = abort_fn;
+    pthread_mutex_unlock(&kc->mu);
+}
+
+void phx_kit_comm_set_exchange(phx_kit_comm *kc, int own)
+{
+    if (!kc) return;
+    pthread_mutex_lock(&kc->mu);
+    kc->own_exchange = own != 0;
+    pthread_mutex_unlock(&kc->mu);
 }
 
 /* ---- for run and the plugin's watchdog */

@@ -1,6 +1,7 @@
 /* The plugin author's kit (phalanx/plugin/kit.h): reductions of every
  * dtype (f16/bf16 accumulate in f32 and round once), divide, the abort
- * key; the ordered queue through a comm plugin built on it
+ * key; the records the stall check compares (phx_kit_record_compare,
+ * phx_kit_record_exchange); the ordered queue through a comm plugin built on it
  * (t/plugins/abi-comm.c with ABI_KIT), with hundreds of asynchronous
  * collectives in flight, some run inline. */
 #include <limits.h>
@@ -73,7 +74,7 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/t/plugins/abi/.libs", b ? b : ".");
     setenv("PHX_PLUGIN_PATH", dir, 1);
     setenv("PHX_PLUGIN_PATH_ONLY", "1", 1);
-    plan(19);
+    plan(25);
 
     /* f32, three inputs, two outputs, an offset */
     float a[5] = {1, 2, 3, 4, 5}, bb[5] = {10, 20, 30, 40, 50}, cc[5] = {100, 200, 300, 400, 500};
@@ -142,6 +143,36 @@ int main(void)
     ok(phx_kit_aborted(st, why, sizeof why) && strcmp(why, "rank 3 returned 1") == 0,
        "abort key set: 1 and its value (%s)", why);
     phx_store_free(st);
+
+    /* records of what ranks issued: the stall check's comparison. The
+     * texts are made by phx_kit_op_text, as the kit makes them. */
+    {
+        phx_kit_op ar = {.kind = PHX_KIT_ALLREDUCE, .count = 8, .dt = PHX_F32, .op = PHX_SUM};
+        phx_kit_op bc = {.kind = PHX_KIT_BROADCAST, .count = 8, .dt = PHX_F32, .root = 1};
+        char t_ar[160], t_bc[160], r0[1024], r1[1024], late[1024], msg[1024] = "";
+        phx_kit_op_text(&ar, t_ar, sizeof t_ar);
+        phx_kit_op_text(&bc, t_bc, sizeof t_bc);
+        snprintf(r0, sizeof r0, "phx-kit-record 0 3 1\n0 %s\n1 %s\n2 %s\n", t_ar, t_ar, t_ar);
+        snprintf(r1, sizeof r1, "phx-kit-record 1 3 1\n0 %s\n1 %s\n2 %s\n", t_ar, t_ar, t_bc);
+        snprintf(late, sizeof late, "phx-kit-record 1 2 0\n0 %s\n1 %s\n", t_ar, t_ar);
+        char want[400];
+        snprintf(want, sizeof want, "rank 0 issued %s as collective #2 but rank 1 issued %s: the ranks went out of step",
+                 t_ar, t_bc);
+        ok(phx_kit_record_compare(0, r0, 1, r1, msg, sizeof msg) == 1 && strstr(msg, want),
+           "records differing at #2: 1, naming both collectives (%s)", msg);
+        ok(phx_kit_record_compare(0, r0, 1, late, msg, sizeof msg) == 0,
+           "a peer that has not issued #2 yet (late) does not differ");
+        ok(phx_kit_record_compare(0, r0, 1, r0, msg, sizeof msg) == 0, "equal records do not differ");
+        ok(phx_kit_record_compare(0, r0, 1, "garbage\n2 x\n", msg, sizeof msg) == 0, "a malformed record: 0");
+        /* through a store, as the kit's monitor exchanges them */
+        phx_store *rs = phx_store_new_local();
+        int64_t gen = -1;
+        ok(phx_kit_record_exchange(rs, "c0/t/", 1, 2, r1, 1, &gen, msg, sizeof msg) == 0,
+           "the first rank to publish finds nobody to compare with");
+        ok(phx_kit_record_exchange(rs, "c0/t/", 0, 2, r0, 1, &gen, msg, sizeof msg) == 1 && strstr(msg, want),
+           "the second finds the first's record and the collective that differs");
+        phx_store_free(rs);
+    }
 
     /* the queue, through a plugin built on it */
     char so[PATH_MAX + 32];

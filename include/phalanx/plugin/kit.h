@@ -12,7 +12,9 @@
  *     from one run function over the queue, with the failure protocol
  *     (a dead peer is PHX_EPEER naming its rank, ranks out of step are
  *     PHX_EDESYNC naming both collectives, a timeout blames the rank at
- *     the end of the chain of waits) and PHX_DEBUG=detail's check. */
+ *     the end of the chain of waits) and PHX_DEBUG=detail's check;
+ *   (ABI 1.3) the stall check: ranks out of step named within about a
+ *     second (PHX_DESYNC_CHECK_MS), a rank that is only late waited for. */
 #ifndef PHALANX_PLUGIN_KIT_H
 #define PHALANX_PLUGIN_KIT_H
 
@@ -248,6 +250,74 @@ phx_status phx_kit_issued_check(phx_store *store, const char *prefix, uint64_t s
  * running on q's thread now; its own result is dropped. 1 when there was
  * one. */
 int phx_kit_queue_expire(phx_kit_queue *q, phx_status st, const char *msg);
+
+/* ---- ranks out of step, named within about a second (ABI 1.3) ---- */
+
+/* The desync sentence every backend uses: "rank R issued <mine> as
+ * collective #seq but rank P issued <theirs>: the ranks went out of step
+ * (...)". Writes at most len bytes (NUL-terminated); returns msg. */
+char *phx_kit_desync_text(char *msg, size_t len, int rank, const char *mine, uint64_t seq, int peer,
+                          const char *theirs);
+
+/* The stall check. The kit keeps what this rank issued as its last 64
+ * collectives. When one has run for phx_kit_comm_check_s seconds
+ * (PHX_DESYNC_CHECK_MS, default 1000 ms; 0 turns the check off), this
+ * rank's record (phx_kit_comm_record) goes to the other ranks and theirs
+ * are compared with it (phx_kit_comm_compare): a collective number at
+ * which two ranks issued different collectives fails the running op with
+ * PHX_EDESYNC naming both (phx_kit_comm_desync), while a rank that is
+ * merely late (it has not issued the op yet) matches and is waited for up
+ * to PHX_TIMEOUT. By default a thread of the kit exchanges the records
+ * through the store (a->store of phx_kit_comm_new) and polls it every
+ * 100 ms while the op is stalled; nothing is exchanged while collectives
+ * complete within the check's time. */
+double phx_kit_comm_check_s(const phx_kit_comm *kc); /* NULL: what the environment says */
+
+/* This rank's record into buf[0..len) (NUL-terminated, at most about
+ * 12 KiB): how many collectives it issued, whether the last still runs,
+ * and the text of each of the last 64 (phx_kit_op_text). Returns the
+ * length written. */
+size_t phx_kit_comm_record(phx_kit_comm *kc, char *buf, size_t len);
+
+/* 1 when record (rank peer's phx_kit_comm_record) holds a collective
+ * number at which peer issued something else than this rank: msg gets
+ * phx_kit_desync_text for the first such number. 0 otherwise (an
+ * unparsable record included). */
+int phx_kit_comm_compare(phx_kit_comm *kc, int peer, const char *record, char *msg, size_t len);
+
+/* The same comparison on two records as text (a plugin that keeps its
+ * own history, such as nccl, writes the format of phx_kit_comm_record:
+ * a line "phx-kit-record <rank> <ops issued> <1 if the last runs>", then
+ * one line "<op number> <phx_kit_op_text>" per op, oldest first). */
+int phx_kit_record_compare(int rank, const char *mine, int peer, const char *theirs, char *msg, size_t len);
+
+/* The store exchange the kit's stall check runs: when publish, sets mine
+ * under <prefix>stall/<rank> and counts it in <prefix>stall/gen; then,
+ * if that count moved since *gen (always when gen is NULL), reads every
+ * other rank's record and compares it with mine. 1 with msg when a rank
+ * differs. */
+int phx_kit_record_exchange(phx_store *store, const char *prefix, int rank, int size, const char *mine, int publish,
+                            int64_t *gen, char *msg, size_t len);
+
+/* Fails the running op with PHX_EDESYNC: its message becomes "<name>:
+ * rank R: <kind> #<seq> failed: <why>" (also written to msg[0..len) when
+ * msg is not NULL), the communicator is broken, and the op's wait on its
+ * peers is ended through the abort function (phx_kit_comm_set_abort) or,
+ * without one, its work completes now (phx_kit_comm_expire) while the
+ * stuck run ends at its own timeout. 1 when an op was running. */
+int phx_kit_comm_desync(phx_kit_comm *kc, const char *why, char *msg, size_t len);
+
+/* How the plugin ends a run that waits on its peers (called on another
+ * thread than the run's): after it, the run must return soon with an
+ * error (its status and message are then replaced by st and msg). */
+typedef void (*phx_kit_abort_fn)(void *ctx, phx_status st, const char *msg);
+void phx_kit_comm_set_abort(phx_kit_comm *kc, phx_kit_abort_fn abort_fn);
+
+/* own != 0: the plugin's ranks share no store (it makes its own world),
+ * so the kit exchanges no records; the plugin sends phx_kit_comm_record
+ * over its own channel and calls phx_kit_comm_compare and
+ * phx_kit_comm_desync itself. */
+void phx_kit_comm_set_exchange(phx_kit_comm *kc, int own);
 
 #ifdef __cplusplus
 }

@@ -241,6 +241,24 @@ std::string probe_pair(State &s, int peer)
     return "";
 }
 
+// Marks the communicator dead with why and aborts the wait in progress
+// (under c.mu); every later wait then fails at once. links: abort the
+// links even when no link wait runs now (the next one ends at once).
+void stop_waits(State &s, const std::string &why, bool links)
+{
+    if (!s.c.dead) {
+        s.c.dead = true;
+        s.c.why = why;
+    }
+    if (links || s.c.waiting_link) s.links.abort();
+    if (s.c.waiting) {
+        if (s.c.waiting_send)
+            s.c.waiting->abortWaitSend();
+        else
+            s.c.waiting->abortWaitRecv();
+    }
+}
+
 void watchdog(State *s)
 {
     std::unique_lock<std::mutex> lk(s->dog_mu);
@@ -279,16 +297,18 @@ void watchdog(State *s)
         }
         if (m.empty()) continue;
         std::lock_guard<std::mutex> g(s->c.mu);
-        s->c.dead = true;
-        s->c.why = "another rank reported a failure: " + m;
-        if (s->c.waiting_link) s->links.abort();
-        if (s->c.waiting) {
-            if (s->c.waiting_send)
-                s->c.waiting->abortWaitSend();
-            else
-                s->c.waiting->abortWaitRecv();
-        }
+        stop_waits(*s, "another rank reported a failure: " + m, false);
     }
+}
+
+// The kit's abort function (the stall check found the ranks out of
+// step): ends the running op's wait and every later one.
+void abort_run(void *ctx, phx_status st, const char *msg)
+{
+    (void)st;
+    State *s = static_cast<State *>(ctx);
+    std::lock_guard<std::mutex> g(s->c.mu);
+    stop_waits(*s, msg, true);
 }
 
 // The kit's run function: one op, on the kit's queue thread (or inline),
@@ -434,6 +454,7 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     phx_status qst = phx_kit_comm_new(a, "gloo", run_job, s, &s->kit);
     if (!qst) {
         phx_kit_comm_set_inline(s->kit, kInlineMax);
+        phx_kit_comm_set_abort(s->kit, abort_run);
         try {
             s->dog = std::thread(watchdog, s);
         } catch (const std::exception &e) {

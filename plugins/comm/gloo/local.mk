@@ -17,6 +17,10 @@ check_PROGRAMS += t/comm/desync
 TESTS += t/comm/desync
 t_comm_desync_SOURCES = t/comm/desync.c
 t_comm_desync_LDADD = libphalanx.la
+check_PROGRAMS += t/comm/desync_gloo
+TESTS += t/comm/desync_gloo
+t_comm_desync_gloo_SOURCES = t/comm/desync_gloo.c
+t_comm_desync_gloo_LDADD = libphalanx.la
 
 # The links: the same bits as gloo's transport, desync and peer death at
 # once, the timeout kept, bad settings refused.

@@ -15,7 +15,9 @@
  * the ranks share. The two areas alternate between chunks: a rank writes
  * an area again only after every rank has finished reading it (it has
  * seen their step-4 flags of the chunk in between). Flags are monotonic
- * step counters, so there is nothing to reset. */
+ * step counters, so there is nothing to reset. Each rank's flag line also
+ * holds what it issued (count, dtype, reduction): ranks out of step are
+ * named after the first chunk's first wait, before any data is used. */
 #include "config.h"
 #include <sched.h>
 #include <stdio.h>
@@ -147,9 +149,26 @@ static void slice(int64_t count, int n, int r, int64_t *lo, int64_t *hi)
     *hi = b * 16 < count ? b * 16 : count;
 }
 
-void px_shm_allreduce(px_shm *s, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op)
+/* What rank q issued, in the words of the kit's messages. */
+static char *sig_text(const px_shm *s, int q, char *buf, size_t len)
+{
+    const uint64_t *line = &s->flags[(size_t)q * (PX_SHM_LINE / 8)];
+    phx_kit_op o = {.kind = PHX_KIT_ALLREDUCE, .count = (int64_t)line[1], .dt = (phx_dtype)(line[2] & 0xff),
+                    .op = (phx_reduce_op)(line[2] >> 8)};
+    return phx_kit_op_text(&o, buf, len);
+}
+
+int px_shm_allreduce(px_shm *s, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, uint64_t seq, char *why,
+                     size_t len)
 {
     const int n = s->size, r = s->rank;
+    /* what this rank issued, in its flag's line: every rank compares the
+     * others' after the first chunk's first wait (a rank rewrites its
+     * line only in its next call, after every rank has passed here) */
+    uint64_t *line = &s->flags[(size_t)r * (PX_SHM_LINE / 8)];
+    line[1] = (uint64_t)count;
+    line[2] = (uint64_t)dt | (uint64_t)op << 8;
+    int checked = 0;
     const size_t es = phx_dtype_size(dt);
     const int64_t per = (int64_t)(s->slot / es);
     int64_t lo, hi;
@@ -164,6 +183,15 @@ void px_shm_allreduce(px_shm *s, void *buf, int64_t count, phx_dtype dt, phx_red
         }
         publish(s);
         wait_all(s);
+        for (int q = 0; q < n && !checked; q++) {
+            const uint64_t *l = &s->flags[(size_t)q * (PX_SHM_LINE / 8)];
+            if (q == r || (l[1] == line[1] && l[2] == line[2])) continue;
+            char mine_t[160], theirs[160];
+            phx_kit_desync_text(why, len, r, sig_text(s, r, mine_t, sizeof mine_t), seq, q,
+                                sig_text(s, q, theirs, sizeof theirs));
+            return -1;
+        }
+        checked = 1;
         for (int q = 0; q < n; q++) s->in[q] = q == r ? (const void *)mine : area + (size_t)q * s->slot;
         slice(m, n, r, &lo, &hi);
         void *const outs[2] = {mine + (size_t)lo * es, slot + (size_t)lo * es};
@@ -176,4 +204,5 @@ void px_shm_allreduce(px_shm *s, void *buf, int64_t count, phx_dtype dt, phx_red
             memcpy(mine + (size_t)lo * es, area + (size_t)q * s->slot + (size_t)lo * es, (size_t)(hi - lo) * es);
         }
     }
+    return 0;
 }

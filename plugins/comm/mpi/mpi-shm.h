@@ -24,7 +24,10 @@ void px_shm_free(px_shm *s);
  * rank order, f16/bf16 in f32 rounded once, and copied to the others:
  * every rank gets bitwise the same result. avg divides by the world
  * size. Waits on the other ranks without a timeout: the plugin's
- * watchdog ends a stuck call. */
-void px_shm_allreduce(px_shm *s, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op);
+ * watchdog ends a stuck call. 0, or -1 when another rank issued another
+ * count, dtype or reduction (then why gets phx_kit_desync_text, naming
+ * collective seq, and buf is untouched). */
+int px_shm_allreduce(px_shm *s, void *buf, int64_t count, phx_dtype dt, phx_reduce_op op, uint64_t seq, char *why,
+                     size_t len);
 
 #endif

@@ -56,6 +56,8 @@
 #define PX_TAG_ANSWER 2 /* side channel: {op running (-1: none), ops entered, ms since its watchdog last ran} */
 #define PX_TAG_DONE 3 /* side channel: "I reported; the job ends" */
 #define PX_DONE_S 2.0 /* how long the watchdog that ends the job waits for the others to report */
+#define PX_TAG_REC 4 /* side channel: a rank's record of what it issued (the stall check) */
+#define PX_REC_MAX 16384 /* bytes of a record (phx_kit_comm_record) */
 
 /* ------------------------------------------------------------ MPI itself */
 
@@ -110,7 +112,16 @@ static void mpi_at_exit(void)
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin) return;
-    if (atomic_load(&g_aborting)) MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+    if (atomic_load(&g_aborting)) {
+        /* The main thread got the watchdog's error and returned: the
+         * watchdog is still waiting for the other ranks in the op to
+         * report, and aborting now would kill them before their lines
+         * are out. It ends the job itself (MPI_Abort, then _exit) when
+         * they have; this is the bound if it cannot. */
+        struct timespec nap = {0, 50 * 1000 * 1000};
+        for (int i = 0; i < (int)((PX_ASK_S + PX_DONE_S + 1.0) / 0.05); i++) nanosleep(&nap, NULL);
+        MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+    }
     MPI_Finalize();
 }
 
@@ -224,13 +235,24 @@ typedef struct mstate {
     struct timespec last_run; /* the watchdog's last pass */
     int asked_by; /* the first rank that asked while this rank was in an op, or -1 */
     atomic_uint_fast64_t entered; /* ops run_op was called for */
+    /* the stall check over the side channel (phalanx/plugin/kit.h): a
+     * rank whose op runs longer than the check sends its record to every
+     * other rank; a rank that receives one compares it with its own and
+     * answers with its own record if that changed since it last sent it */
+    double check_s; /* 0: off */
+    char *rec_out, *rec_in; /* PX_REC_MAX bytes each */
+    MPI_Request *rec_req; /* per peer: the record being sent from rec_out */
+    MPI_Request rec_in_req; /* the posted receive of a record */
+    uint64_t rec_sent_seq; /* the stalled op whose record went out (UINT64_MAX: none) */
+    int *rec_owed; /* per peer: it sent a record this rank has not answered */
+    int *rec_running; /* per peer: its last record said it was in an op */
 } mstate;
 
 /* Runs o; returns PHX_OK or an error with its message in msg. */
 static phx_status run_op(void *ctx, const phx_kit_op *o, char *msg, size_t len)
 {
     mstate *s = ctx;
-    atomic_fetch_add(&s->entered, 1);
+    uint64_t seq = atomic_fetch_add(&s->entered, 1); /* the kit's op number */
     const size_t es = phx_dtype_size(o->dt), bytes = (size_t)o->count * es;
     MPI_Datatype t = mpi_type(o->dt);
     const char *call = "";
@@ -239,7 +261,7 @@ static phx_status run_op(void *ctx, const phx_kit_op *o, char *msg, size_t len)
     case PHX_KIT_ALLREDUCE:
         if (!o->count || s->size == 1) break;
         if (s->shm && bytes >= s->shm_min) {
-            px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->op);
+            if (px_shm_allreduce(s->shm, o->recv, o->count, o->dt, o->op, seq, msg, len)) return PHX_EDESYNC;
             return PHX_OK; /* divides for avg itself */
         }
         call = "MPI_Allreduce";
@@ -321,7 +343,6 @@ static void answer_queries(mstate *s)
         }
         if (MPI_Irecv(&s->ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, PX_TAG_ASK, s->side, &s->ask_req) != MPI_SUCCESS)
             s->ask_req = MPI_REQUEST_NULL;
-        s->asked_by = -1;
     }
 }
 
@@ -437,6 +458,58 @@ out:
     free(word);
 }
 
+/* Sends this rank's record to the peers in `to` (all when NULL) when the
+ * sends of the previous one are done (else on a later pass); 1 when sent. */
+static int rec_send(mstate *s, const int *to)
+{
+    int done = 1;
+    for (int q = 0; q < s->size && done; q++)
+        if (s->rec_req[q] != MPI_REQUEST_NULL) MPI_Test(&s->rec_req[q], &done, MPI_STATUS_IGNORE);
+    if (!done) return 0;
+    size_t n = phx_kit_comm_record(s->kit, s->rec_out, PX_REC_MAX);
+    for (int q = 0; q < s->size; q++)
+        if (q != s->rank && (!to || to[q]))
+            MPI_Isend(s->rec_out, (int)n + 1, MPI_CHAR, q, PX_TAG_REC, s->side, &s->rec_req[q]);
+    return 1;
+}
+
+/* The stall check's pass (the watchdog's thread): compares the records
+ * that came, sends this rank's when its op has run check_s (once per op)
+ * and answers the ranks that sent theirs. 1 with why when a rank issued
+ * another collective at some op number than this rank. */
+static int rec_pass(mstate *s, char *why, size_t len)
+{
+    if (s->side == MPI_COMM_NULL || s->check_s <= 0) return 0;
+    int differ = 0, owed = 0;
+    for (;;) {
+        int done = 0;
+        MPI_Status st;
+        if (s->rec_in_req == MPI_REQUEST_NULL || MPI_Test(&s->rec_in_req, &done, &st) != MPI_SUCCESS || !done) break;
+        int q = st.MPI_SOURCE, n = 0, r, running = 0;
+        unsigned long long issued;
+        MPI_Get_count(&st, MPI_CHAR, &n);
+        s->rec_in[n > 0 && n <= PX_REC_MAX ? n - 1 : 0] = '\0';
+        if (sscanf(s->rec_in, "phx-kit-record %d %llu %d", &r, &issued, &running) == 3) s->rec_running[q] = running;
+        if (!differ) differ = phx_kit_comm_compare(s->kit, q, s->rec_in, why, len);
+        s->rec_owed[q] = 1;
+        owed = 1;
+        if (MPI_Irecv(s->rec_in, PX_REC_MAX, MPI_CHAR, MPI_ANY_SOURCE, PX_TAG_REC, s->side, &s->rec_in_req) !=
+            MPI_SUCCESS)
+            s->rec_in_req = MPI_REQUEST_NULL;
+    }
+    uint64_t seq;
+    double secs;
+    if (phx_kit_comm_running(s->kit, NULL, &seq, &secs) && secs >= s->check_s && seq != s->rec_sent_seq) {
+        if (rec_send(s, NULL)) {
+            s->rec_sent_seq = seq;
+            memset(s->rec_owed, 0, (size_t)s->size * sizeof *s->rec_owed);
+        }
+    } else if (owed && rec_send(s, s->rec_owed)) {
+        memset(s->rec_owed, 0, (size_t)s->size * sizeof *s->rec_owed);
+    }
+    return differ;
+}
+
 /* Ends the job when the running collective outlives the timeout, or when
  * another rank that timed out in it asks (the job ends anyway: every rank
  * in the op reports then, not only the first). */
@@ -445,6 +518,7 @@ static void *watchdog_main(void *arg)
     mstate *s = arg;
     double nap = s->timeout / 20;
     if (nap > 0.25) nap = 0.25;
+    if (s->check_s > 0 && nap > s->check_s / 10) nap = s->check_s / 10;
     if (nap < 0.005) nap = 0.005;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
@@ -453,6 +527,26 @@ static void *watchdog_main(void *arg)
         double secs;
         if (s->side != MPI_COMM_NULL) answer_queries(s);
         clock_gettime(CLOCK_MONOTONIC, &s->last_run);
+        char d[1024];
+        if (rec_pass(s, d, sizeof d)) {
+            char msg[1200];
+            if (!phx_kit_comm_desync(s->kit, d, msg, sizeof msg)) {
+                /* no op runs: this rank's next one fails with it, and the
+                 * ranks stuck in theirs end the job */
+                phx_log(PHX_LOG_ERROR, "mpi: rank %d: %s", s->rank, d);
+            } else {
+                /* the stuck MPI call cannot be cancelled: as after a
+                 * timeout, the job ends once the ranks in an op reported */
+                atomic_store(&g_aborting, 1);
+                pthread_mutex_unlock(&s->mu);
+                phx_log(PHX_LOG_ERROR, "%s; ending the job with MPI_Abort", msg);
+                wait_reports(s, s->rec_running);
+                struct timespec ts = {0, 300 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+                _exit(PX_ABORT_CODE);
+            }
+        }
         if (phx_kit_comm_running(s->kit, &o, &seq, &secs) && (secs > s->timeout || s->asked_by >= 0)) {
             char msg[1024], why[768], within[96];
             int *same = calloc((size_t)s->size, sizeof *same), by = s->asked_by;
@@ -531,6 +625,21 @@ static void side_free(mstate *s)
         MPI_Cancel(&s->ask_req);
         MPI_Wait(&s->ask_req, MPI_STATUS_IGNORE);
     }
+    if (s->rec_in_req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&s->rec_in_req);
+        MPI_Wait(&s->rec_in_req, MPI_STATUS_IGNORE);
+    }
+    if (s->rec_req)
+        for (int q = 0; q < s->size; q++)
+            if (s->rec_req[q] != MPI_REQUEST_NULL) MPI_Request_free(&s->rec_req[q]);
+    free(s->rec_req);
+    free(s->rec_out);
+    free(s->rec_in);
+    free(s->rec_owed);
+    free(s->rec_running);
+    s->rec_req = NULL;
+    s->rec_out = s->rec_in = NULL;
+    s->rec_owed = s->rec_running = NULL;
     if (s->answer_req)
         for (int q = 0; q < s->size; q++)
             if (s->answer_req[q] != MPI_REQUEST_NULL) MPI_Request_free(&s->answer_req[q]);
@@ -576,8 +685,9 @@ static phx_status m_open(const phx_comm_init_args *a, MPI_Comm base, void **stat
     s->size = size;
     s->timeout = a->timeout_s;
     s->comm = s->side = MPI_COMM_NULL;
-    s->ask_req = MPI_REQUEST_NULL;
+    s->ask_req = s->rec_in_req = MPI_REQUEST_NULL;
     s->asked_by = -1;
+    s->rec_sent_seq = UINT64_MAX;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -628,9 +738,22 @@ static phx_status m_open(const phx_comm_init_args *a, MPI_Comm base, void **stat
         }
         MPI_Comm_set_errhandler(s->side, MPI_ERRORS_RETURN);
         MPI_Irecv(&s->ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, PX_TAG_ASK, s->side, &s->ask_req);
+        s->rec_out = malloc(PX_REC_MAX);
+        s->rec_in = malloc(PX_REC_MAX);
+        s->rec_req = malloc((size_t)size * sizeof *s->rec_req);
+        s->rec_owed = calloc((size_t)size, sizeof *s->rec_owed);
+        s->rec_running = calloc((size_t)size, sizeof *s->rec_running);
+        if (!s->rec_out || !s->rec_in || !s->rec_req || !s->rec_owed || !s->rec_running) {
+            st = phx_error(PHX_ENOMEM, "mpi: out of memory");
+            goto fail;
+        }
+        for (int q = 0; q < size; q++) s->rec_req[q] = MPI_REQUEST_NULL;
+        MPI_Irecv(s->rec_in, PX_REC_MAX, MPI_CHAR, MPI_ANY_SOURCE, PX_TAG_REC, s->side, &s->rec_in_req);
     }
     clock_gettime(CLOCK_MONOTONIC, &s->last_run);
     if ((st = phx_kit_comm_new(a, "mpi", run_op, s, &s->kit))) goto fail;
+    phx_kit_comm_set_exchange(s->kit, 1); /* the ranks share no store: the side channel */
+    s->check_s = size > 1 ? phx_kit_comm_check_s(s->kit) : 0;
     if (pthread_create(&s->watchdog, NULL, watchdog_main, s)) {
         s->watchdog = 0;
         m_finalize(s->kit);

@@ -15,7 +15,12 @@
  * the communicator when an error shows (PHX_EPEER for a remote error,
  * PHX_EDEVICE otherwise) or when the oldest collective has not finished
  * after PHX_TIMEOUT (PHX_ETIMEOUT): every pending work completes with
- * that error and later calls fail at once.
+ * that error and later calls fail at once. The stall check: once the
+ * oldest collective has waited PHX_DESYNC_CHECK_MS, the watchdog
+ * publishes what this rank issued (its last 64 collectives) through the
+ * store and compares the other ranks' records (phx_kit_record_exchange),
+ * so ranks out of step abort with PHX_EDESYNC naming both collectives
+ * within about a second instead of PHX_TIMEOUT.
  *
  * The probe counts GPUs without initialising CUDA (NVML, see
  * plugins/device/cuda/visible.c), so phx_spawn may fork ranks after it.
@@ -38,6 +43,8 @@
 #include "plugins/device/cuda/visible.h"
 
 #define PX_RING 256 /* collectives in flight per communicator */
+#define PX_HIST 64 /* collectives a stall-check record holds */
+#define PX_REC_MAX (PX_HIST * 184 + 64)
 
 typedef struct px_op {
     cudaEvent_t done; /* recorded on the NCCL stream after the collective */
@@ -73,8 +80,16 @@ typedef struct px_nccl {
     long long seq;
     int stop, broken;
     phx_status broken_st;
-    char broken_msg[512];
+    char broken_msg[1024];
     pthread_t watchdog;
+    /* the stall check (phalanx/plugin/kit.h): under mu */
+    phx_store *store;
+    char prefix[128]; /* <comm prefix>nccl/ */
+    double check_s; /* PHX_DESYNC_CHECK_MS; 0: off */
+    phx_kit_op hist[PX_HIST]; /* collective #q (op seq q + 1) at hist[q % PX_HIST] */
+    long long checked; /* the op whose record went out */
+    double next_poll;
+    int64_t gen;
 } px_nccl;
 
 static double now_s(void)
@@ -145,6 +160,47 @@ static void break_locked(px_nccl *s, phx_status st, const char *msg)
     pthread_mutex_lock(&s->mu);
 }
 
+/* This rank's record of what it issued (the format of
+ * phx_kit_comm_record), with mu held. */
+static void record_locked(const px_nccl *s, char *buf, size_t len)
+{
+    long long n = s->seq, lo = n > PX_HIST ? n - PX_HIST : 0;
+    int w = snprintf(buf, len, "phx-kit-record %d %lld 1\n", s->rank, n);
+    size_t used = w < 0 ? 0 : (size_t)w;
+    for (long long q = lo; q < n && used + 184 < len; q++) {
+        char text[160];
+        w = snprintf(buf + used, len - used, "%lld %s\n", q, phx_kit_op_text(&s->hist[q % PX_HIST], text, sizeof text));
+        if (w > 0) used += (size_t)w;
+    }
+}
+
+/* The stall check for the oldest pending op, once it has waited
+ * check_s: publishes this rank's record through the store (once per op)
+ * and compares the other ranks' (every 100 ms while it waits). Called
+ * with mu held; 1 with msg when the ranks went out of step. */
+static int stall_check(px_nccl *s, const px_op *op, char *msg, size_t len)
+{
+    if (s->check_s <= 0 || !s->store || s->size < 2 || now_s() - op->issued < s->check_s) return 0;
+    int first = op->seq != s->checked;
+    if (!first && now_s() < s->next_poll) return 0;
+    s->checked = op->seq;
+    s->next_poll = now_s() + 0.1;
+    char *rec = malloc(PX_REC_MAX), d[768];
+    if (!rec) return 0;
+    record_locked(s, rec, PX_REC_MAX);
+    int64_t gen = s->gen;
+    long long seq = op->seq;
+    const char *what = op->what;
+    pthread_mutex_unlock(&s->mu);
+    int differ = phx_kit_record_exchange(s->store, s->prefix, s->rank, s->size, rec, first, &gen, d, sizeof d);
+    free(rec);
+    pthread_mutex_lock(&s->mu);
+    s->gen = gen;
+    if (differ)
+        snprintf(msg, len, "nccl: rank %d: %s #%lld failed: %s; communicator aborted", s->rank, what, seq - 1, d);
+    return differ;
+}
+
 static void *watchdog_main(void *arg)
 {
     px_nccl *s = arg;
@@ -162,7 +218,7 @@ static void *watchdog_main(void *arg)
         double waited = now_s() - op->issued;
 
         pthread_mutex_lock(&s->mu);
-        char msg[512];
+        char msg[1024];
         if (q == cudaSuccess) {
             if (op->host_out) {
                 memcpy(op->host_out, (char *)s->stage_host + op->out_off, op->out_bytes);
@@ -191,6 +247,8 @@ static void *watchdog_main(void *arg)
                      "communicator aborted",
                      s->rank, op->what, op->seq, s->timeout_s);
             break_locked(s, PHX_ETIMEOUT, msg);
+        } else if (stall_check(s, op, msg, sizeof msg)) {
+            break_locked(s, PHX_EDESYNC, msg);
         } else {
             /* poll fast while the collective is young, then back off */
             pthread_mutex_unlock(&s->mu);
@@ -293,6 +351,9 @@ static phx_status nccl_open(const phx_comm_init_args *a, px_nccl *parent, int co
     s->host_buffers = host;
     s->devt = devt;
     s->timeout_s = a->timeout_s > 0 ? a->timeout_s : 600.0;
+    s->store = a->store;
+    snprintf(s->prefix, sizeof s->prefix, "%snccl/", a->prefix ? a->prefix : "");
+    s->check_s = phx_kit_comm_check_s(NULL);
     pthread_mutex_init(&s->issue_mu, NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
@@ -529,6 +590,7 @@ static phx_status issue(px_nccl *s, const px_call *c, phx_work *work)
         op->work = work;
         op->issued = now_s();
         op->what = phx_kit_kind_name(c->kind);
+        s->hist[s->seq % PX_HIST] = *c;
         op->seq = ++s->seq;
         op->host_out = staged ? c->recv : NULL;
         op->out_bytes = out_bytes;

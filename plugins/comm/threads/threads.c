@@ -18,6 +18,9 @@
  *   large: ranks publish their buffer pointers, barrier, rank r reduces
  *     slice r of all buffers and stores the result into slice r of every
  *     buffer (each byte read once, written once), barrier.
+ * Each op's first barrier also compares what every rank issued: a rank
+ * that issued another collective (kind, count, dtype, reduction, root)
+ * fails every rank's op with PHX_EDESYNC naming both, at once.
  * A barrier that waits longer than the timeout poisons the world: every
  * rank's current and later collectives fail, naming the ranks that did
  * not arrive. phx_spawn's abort key (phx/spawn/abort) does the same as
@@ -43,6 +46,13 @@ typedef struct slot {
     void *recv;
 } slot;
 
+/* What a rank issued, written before an op's first barrier and read by
+ * every rank after it: ranks out of step are named at that barrier. */
+typedef struct opsig {
+    phx_kit_op op;
+    uint64_t seq;
+} opsig;
+
 typedef struct shared {
     int size;
     int attached; /* ranks holding it, under g_live_mu: the last frees */
@@ -57,6 +67,7 @@ typedef struct shared {
     char why[512];
     atomic_uint_fast64_t *arrivals; /* per rank: barriers entered */
     slot *slots; /* per rank: this op's buffers */
+    opsig *sig[2]; /* per rank, by the parity of the barrier it is for */
     uint8_t *stage[2]; /* size * PX_STAGE bytes each */
 } shared;
 
@@ -66,6 +77,7 @@ typedef struct tstate {
     phx_store *store;
     shared *sh;
     uint64_t nsmall; /* small ops run: picks the staging area */
+    uint64_t nops; /* ops run (the kit's op numbers) */
     phx_kit_comm *kit; /* the slots' state: runs this rank's ops in issue
                             order, with the kit's failure protocol */
 } tstate;
@@ -184,6 +196,36 @@ static phx_status barrier(tstate *s, char *msg, size_t len)
     return ok ? PHX_OK : broken_status(sh, msg, len);
 }
 
+static int same_op(const phx_kit_op *a, const phx_kit_op *b)
+{
+    return a->kind == b->kind && a->count == b->count && a->dt == b->dt && a->op == b->op && a->root == b->root;
+}
+
+/* An op's first barrier: every rank has published what it issued, so a
+ * rank that issued another collective is named here, at once (the
+ * barrier itself does not tell one op from another). Writing the
+ * signature for barrier b by parity is safe: a rank writes that parity
+ * again only before barrier b + 2, after every rank has left barrier b
+ * and so has read it. */
+static phx_status op_barrier(tstate *s, const phx_kit_op *o, char *msg, size_t len)
+{
+    shared *sh = s->sh;
+    int par = (int)(atomic_load(&sh->arrivals[s->rank]) & 1);
+    sh->sig[par][s->rank].op = *o;
+    sh->sig[par][s->rank].seq = s->nops;
+    phx_status st = barrier(s, msg, len);
+    if (st) return st;
+    for (int q = 0; q < s->size; q++) {
+        const opsig *g = &sh->sig[par][q];
+        if (q == s->rank || same_op(&g->op, o)) continue;
+        char mine[160], theirs[160];
+        phx_kit_desync_text(msg, len, s->rank, phx_kit_op_text(o, mine, sizeof mine), s->nops, q,
+                            phx_kit_op_text(&g->op, theirs, sizeof theirs));
+        return PHX_EDESYNC;
+    }
+    return PHX_OK;
+}
+
 /* Slice r of count elements split n ways (in multiples of 16 elements,
  * so neighbouring slices do not share cache lines). */
 static void slice(int64_t count, int n, int r, int64_t *lo, int64_t *hi)
@@ -207,7 +249,7 @@ static phx_status run_op(tstate *s, const phx_kit_op *o, char *msg, size_t len)
         return PHX_ENOMEM;
     }
     if (o->kind == PHX_KIT_BARRIER) {
-        st = barrier(s, msg, len);
+        st = op_barrier(s, o, msg, len);
         goto out;
     }
     if (o->count == 0) goto out;
@@ -218,18 +260,18 @@ static phx_status run_op(tstate *s, const phx_kit_op *o, char *msg, size_t len)
         switch (o->kind) {
         case PHX_KIT_ALLREDUCE:
             memcpy(stage + (size_t)r * PX_STAGE, o->recv, bytes);
-            if ((st = barrier(s, msg, len))) break;
+            if ((st = op_barrier(s, o, msg, len))) break;
             for (int q = 0; q < n; q++) inp[q] = stage + (size_t)q * PX_STAGE;
             st = phx_kit_reduce(&o->recv, 1, inp, n, 0, (size_t)o->count, o->dt, o->op, n);
             break;
         case PHX_KIT_BROADCAST:
             if (r == o->root) memcpy(stage, o->recv, bytes);
-            if ((st = barrier(s, msg, len))) break;
+            if ((st = op_barrier(s, o, msg, len))) break;
             if (r != o->root) memcpy(o->recv, stage, bytes);
             break;
         case PHX_KIT_ALLGATHER:
             memcpy(stage + (size_t)r * PX_STAGE, o->send, bytes);
-            if ((st = barrier(s, msg, len))) break;
+            if ((st = op_barrier(s, o, msg, len))) break;
             for (int q = 0; q < n; q++)
                 memcpy((uint8_t *)o->recv + (size_t)q * bytes, stage + (size_t)q * PX_STAGE, bytes);
             break;
@@ -239,7 +281,7 @@ static phx_status run_op(tstate *s, const phx_kit_op *o, char *msg, size_t len)
     }
     sh->slots[r].send = o->send;
     sh->slots[r].recv = o->recv;
-    if ((st = barrier(s, msg, len))) goto out;
+    if ((st = op_barrier(s, o, msg, len))) goto out;
     int64_t lo, hi;
     switch (o->kind) {
     case PHX_KIT_ALLREDUCE: {
@@ -288,7 +330,18 @@ out:
 /* The kit's run function: one op, on the rank's queue thread. */
 static phx_status run_job(void *ctx, const phx_kit_op *o, char *msg, size_t len)
 {
-    return run_op(ctx, o, msg, len);
+    tstate *s = ctx;
+    phx_status st = run_op(s, o, msg, len);
+    s->nops++;
+    return st;
+}
+
+/* The kit's abort function (its stall check found the ranks out of
+ * step): every rank's wait ends with msg. */
+static void abort_run(void *ctx, phx_status st, const char *msg)
+{
+    tstate *s = ctx;
+    poison(s->sh, st, msg);
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -298,6 +351,8 @@ static void shared_free(shared *sh)
     if (!sh) return;
     free(sh->arrivals);
     free(sh->slots);
+    free(sh->sig[0]);
+    free(sh->sig[1]);
     free(sh->stage[0]);
     free(sh->stage[1]);
     pthread_mutex_destroy(&sh->mu);
@@ -314,9 +369,11 @@ static shared *shared_new(int size)
     cond_init(&sh->cv);
     sh->arrivals = calloc((size_t)size, sizeof *sh->arrivals);
     sh->slots = calloc((size_t)size, sizeof *sh->slots);
+    sh->sig[0] = calloc((size_t)size, sizeof *sh->sig[0]);
+    sh->sig[1] = calloc((size_t)size, sizeof *sh->sig[1]);
     sh->stage[0] = malloc((size_t)size * PX_STAGE);
     sh->stage[1] = malloc((size_t)size * PX_STAGE);
-    if (!sh->arrivals || !sh->slots || !sh->stage[0] || !sh->stage[1]) {
+    if (!sh->arrivals || !sh->slots || !sh->sig[0] || !sh->sig[1] || !sh->stage[0] || !sh->stage[1]) {
         shared_free(sh);
         return NULL;
     }
@@ -450,6 +507,7 @@ static phx_status t_init(const phx_comm_init_args *a, void **state)
         detach(s->sh);
         goto fail;
     }
+    phx_kit_comm_set_abort(s->kit, abort_run);
     *state = s->kit;
     return PHX_OK;
 fail:
