@@ -1,0 +1,14 @@
+# src/zero — ZeRO-1 and ZeRO-2 sharded optimizers (doc/sharding.md). Tests: t/zero/.
+libphalanx_internal_la_SOURCES += src/zero/zero.c
+
+zero_tests = t/zero/equiv t/zero/api
+check_PROGRAMS += $(zero_tests)
+TESTS += $(zero_tests)
+zero_test_cppflags = $(AM_CPPFLAGS)
+if HAVE_GLOO
+zero_test_cppflags += -DHAVE_GLOO=1
+endif
+t_zero_equiv_LDADD = libphalanx.la -lm
+t_zero_equiv_CPPFLAGS = $(zero_test_cppflags)
+t_zero_api_LDADD = libphalanx.la -lm
+t_zero_api_CPPFLAGS = $(zero_test_cppflags)
