@@ -1,7 +1,7 @@
 # src/zero — ZeRO-1 and ZeRO-2 sharded optimizers (doc/sharding.md). Tests: t/zero/.
 libphalanx_internal_la_SOURCES += src/zero/zero.c
 
-zero_tests = t/zero/equiv t/zero/api t/zero/peer
+zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch
 check_PROGRAMS += $(zero_tests)
 TESTS += $(zero_tests)
 zero_test_cppflags = $(AM_CPPFLAGS)
@@ -14,3 +14,6 @@ t_zero_api_LDADD = libphalanx.la -lm
 t_zero_api_CPPFLAGS = $(zero_test_cppflags)
 t_zero_peer_LDADD = libphalanx.la
 t_zero_peer_CPPFLAGS = $(zero_test_cppflags)
+t_zero_torch_LDADD = libphalanx.la -lm
+t_zero_torch_CPPFLAGS = $(zero_test_cppflags)
+EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors
