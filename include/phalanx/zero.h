@@ -37,8 +37,9 @@ typedef struct phx_zero_opts {
     int stage;
     /* ZeRO-1: the flat parameter space is cut into regions of at most this
      * many bytes, each split evenly over the ranks (one all-gather per
-     * region and step). 0: 25 MiB. Ignored for stage 2 (regions are the
-     * DDP buckets). */
+     * region and step, through buffers of one region: its block to send
+     * and world blocks to receive). 0: 4 MiB. Ignored for stage 2
+     * (regions are the DDP buckets). */
     size_t region_bytes;
 } phx_zero_opts;
 #define PHX_ZERO_OPTS_INIT \

@@ -17,3 +17,6 @@ t_zero_peer_CPPFLAGS = $(zero_test_cppflags)
 t_zero_torch_LDADD = libphalanx.la -lm
 t_zero_torch_CPPFLAGS = $(zero_test_cppflags)
 EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors
+# bench/zero: per-rank memory and step time, DDP vs ZeRO-1/2 (make bench).
+noinst_PROGRAMS += bench/zero
+bench_zero_LDADD = libphalanx.la -lm

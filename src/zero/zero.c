@@ -23,7 +23,9 @@
 #include "src/base/abi.h"
 
 #define ZERO_MAGIC 0x5a45524fu /* "ZERO" */
-#define ZERO_REGION_BYTES ((size_t)25 << 20)
+/* Regions of 4 MiB: the all-gather buffers (a block to send, world blocks
+ * to receive) stay small beside the state a shard saves. */
+#define ZERO_REGION_BYTES ((size_t)4 << 20)
 
 /* dst <- src, both views made at construction. */
 typedef struct zseg {
@@ -545,7 +547,7 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         st = for_range(z, k, block_lo(g, z->rank), block_hi(g, z->rank), add_shard_piece, NULL);
     }
     if (st == PHX_OK) st = refresh_grads(z);
-    if (st == PHX_OK) st = make_plans(z);
+    if (st == PHX_OK && z->world > 1) st = make_plans(z);
     if (st == PHX_OK && !(z->inner = make(z->shard_mod, arg)))
         st = phx_error(PHX_EINVAL, "phx_zero_optimizer_new: make returned no optimizer for rank %d's shard: %s",
                        z->rank, phx_last_error());
@@ -685,6 +687,9 @@ phx_status phx_zero_consolidate(phx_optimizer *zo, int root)
     if (root < -1 || root >= z->world)
         return phx_error(PHX_EINVAL, "phx_zero_consolidate: root %d, expected -1 or 0 .. %d", root, z->world - 1);
     drop_full(z);
+    /* A world of one makes its gather buffers only now. */
+    if (!z->send_buf && make_plans(z) != PHX_OK)
+        return phx_error(PHX_ENOMEM, "phx_zero_consolidate: no memory for the gather buffers");
     const char **names = NULL;
     phx_tensor **ts = NULL;
     long kinds = state_kinds(z, &names, &ts);
