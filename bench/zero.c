@@ -138,15 +138,17 @@ int main(int argc, char **argv)
 {
     int steps = 8, layers = 4, width = 256;
     const char *worlds = "1 2 4";
-    bench_opt opts[] = {{"--steps", 'i', &steps}, {"--layers", 'i', &layers}, {"--width", 'i', &width},
-                        {"--worlds", 's', &worlds}};
-    if (bench_args(argc, argv, opts, sizeof opts / sizeof opts[0], "[--steps N] [--layers L] [--width C] [--worlds \"1 2 4\"]"))
+    bench_opt opts[] = {
+        {"--steps", 'i', &steps}, {"--layers", 'i', &layers}, {"--width", 'i', &width}, {"--worlds", 's', &worlds}};
+    if (bench_args(argc, argv, opts, sizeof opts / sizeof opts[0],
+                   "[--steps N] [--layers L] [--width C] [--worlds \"1 2 4\"]"))
         return 2;
     if (steps < 1 || steps > MAX_STEPS) steps = 8;
     rank_out *out = mmap(NULL, sizeof(rank_out) * MAX_WORLD, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (out == MAP_FAILED) return 1;
-    printf("GPT: %d layers, d_model %d, vocab %d, %d tokens x %d rows per rank, AdamW; gloo processes; %d timed steps\n",
-           layers, width, VOCAB, SEQ, ROWS, steps);
+    printf(
+        "GPT: %d layers, d_model %d, vocab %d, %d tokens x %d rows per rank, AdamW; gloo processes; %d timed steps\n",
+        layers, width, VOCAB, SEQ, ROWS, steps);
     printf("%-7s %5s %11s %10s %10s %10s %9s %9s %7s\n", "mode", "world", "params MiB", "grads MiB", "optim MiB",
            "total MiB", "RSS MiB", "step ms", "vs DDP");
     char buf[64];

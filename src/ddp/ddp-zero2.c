@@ -124,7 +124,6 @@ phx_status px_ddp_zero2_settle(px_ddp *d)
         if (st == PHX_OK && k->after) st = phx_tensor_fill(k->after, rest);
         if (st == PHX_OK && k->pad) st = phx_tensor_fill(k->pad, 0.0);
     }
-    if (st != PHX_OK)
-        return phx_error(st, "ZeRO-2: settling the reduce-scattered gradients: %s", phx_last_error());
+    if (st != PHX_OK) return phx_error(st, "ZeRO-2: settling the reduce-scattered gradients: %s", phx_last_error());
     return PHX_OK;
 }

@@ -127,8 +127,7 @@ static phx_status regions_flat(zero *z, int64_t cap)
             off += take;
         }
     }
-    for (size_t k = 0; k < z->n_regions; k++)
-        z->regions[k].block = (z->regions[k].numel + z->world - 1) / z->world;
+    for (size_t k = 0; k < z->n_regions; k++) z->regions[k].block = (z->regions[k].numel + z->world - 1) / z->world;
     return PHX_OK;
 }
 
@@ -185,8 +184,9 @@ static int64_t block_hi(const zregion *g, int r)
 static phx_status shard_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
 {
     (void)self, (void)x, (void)y;
-    return phx_error(PHX_EUNSUPPORTED, "ZeroRedundancyOptimizer: the shard module only holds parameters for its "
-                                       "optimizer; run the model instead");
+    return phx_error(PHX_EUNSUPPORTED,
+                     "ZeroRedundancyOptimizer: the shard module only holds parameters for its "
+                     "optimizer; run the model instead");
 }
 static void shard_free(phx_module *self)
 {
@@ -378,8 +378,8 @@ static phx_status zero_step(phx_optimizer *self)
     /* Gathered even after a local failure, keeping the ranks in step. */
     phx_status gs = z->world > 1 ? gather_params(z) : PHX_OK;
     for (size_t i = 0; i < z->n_params; i++) phx_param_touch(z->params[i]);
-    if (st != PHX_OK) return phx_error(st, "ZeroRedundancyOptimizer: the shard's %s step: %s",
-                                       phx_optimizer_type(z->inner), err);
+    if (st != PHX_OK)
+        return phx_error(st, "ZeroRedundancyOptimizer: the shard's %s step: %s", phx_optimizer_type(z->inner), err);
     return gs;
 }
 
@@ -406,8 +406,7 @@ static void zero_release(zero *z)
     for (size_t k = 0; k < z->n_regions; k++) {
         zregion *g = &z->regions[k];
         for (size_t j = 0; j < g->n_pack; j++) phx_tensor_free(g->pack[j].dst), phx_tensor_free(g->pack[j].src);
-        for (size_t j = 0; j < g->n_unpack; j++)
-            phx_tensor_free(g->unpack[j].dst), phx_tensor_free(g->unpack[j].src);
+        for (size_t j = 0; j < g->n_unpack; j++) phx_tensor_free(g->unpack[j].dst), phx_tensor_free(g->unpack[j].src);
         px_free(g->pack);
         px_free(g->unpack);
         px_free(g->pieces);
@@ -553,8 +552,9 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
                        z->rank, phx_last_error());
     phx_optimizer *self = NULL;
     if (st == PHX_OK && z->inner && phx_optimizer_model(z->inner) != z->shard_mod)
-        st = phx_error(PHX_EINVAL, "phx_zero_optimizer_new: make returned an optimizer over another module than the "
-                                   "shard it was given");
+        st = phx_error(PHX_EINVAL,
+                       "phx_zero_optimizer_new: make returned an optimizer over another module than the "
+                       "shard it was given");
     if (st == PHX_OK) self = phx_optimizer_new(&zero_vt, z, model);
     if (!self) {
         /* phx_last_error already says why; releasing keeps it. */
@@ -757,8 +757,9 @@ phx_status phx_zero_load_full_state(phx_optimizer *zo)
     zero *z = zero_of(zo, "phx_zero_load_full_state");
     if (!z) return PHX_EINVAL;
     if (!z->consolidated)
-        return phx_error(PHX_ESTATE, "phx_zero_load_full_state: no consolidated state on rank %d; call "
-                                     "phx_zero_consolidate(zero, -1) before phx_checkpoint_load",
+        return phx_error(PHX_ESTATE,
+                         "phx_zero_load_full_state: no consolidated state on rank %d; call "
+                         "phx_zero_consolidate(zero, -1) before phx_checkpoint_load",
                          z->rank);
     const char **names = NULL;
     phx_tensor **ts = NULL;

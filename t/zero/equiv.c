@@ -276,12 +276,11 @@ static int run_job(phx_comm *c, const phx_precision *fp16, const job *jb)
         if (state != 2 * mine || owned != (double)total || mine > bound || mine == 0) {
             printf("# rank %d: %s ZeRO-%d: state %lld floats for %lld owned elements (expected 2 per element), "
                    "owned over all ranks %.0f of %lld, at most %lld per rank\n",
-                   rank, what, jb->stage, (long long)state, (long long)mine, owned, (long long)total,
-                   (long long)bound);
+                   rank, what, jb->stage, (long long)state, (long long)mine, owned, (long long)total, (long long)bound);
             fails++;
         } else if (rank == 0) {
-            printf("# world %d, %s, ZeRO-%d: %zu regions, rank 0 keeps state for %lld of %lld elements, max rel %.3g\n", world,
-                   what, jb->stage, phx_zero_num_regions(b.opt), (long long)mine, (long long)total, e);
+            printf("# world %d, %s, ZeRO-%d: %zu regions, rank 0 keeps state for %lld of %lld elements, max rel %.3g\n",
+                   world, what, jb->stage, phx_zero_num_regions(b.opt), (long long)mine, (long long)total, e);
         }
     }
     fflush(stdout);

@@ -53,8 +53,9 @@ static int rank_main(int rank, void *arg)
     phx_status cs = fails ? PHX_EINVAL : phx_zero_consolidate(z, 0);
     if (!fails) {
         for (size_t i = 0; i < phx_module_num_params(m); i++)
-            ep = fmax(ep, gu_max_rel(phx_param_value(phx_module_param(m, i)),
-                                     gu_get(&ref, "final.%s", phx_module_param_name(m, i))));
+            ep = fmax(ep,
+                      gu_max_rel(phx_param_value(phx_module_param(m, i)),
+                                 gu_get(&ref, "final.%s", phx_module_param_name(m, i))));
         const char **names;
         phx_tensor **ts;
         size_t n = rank == 0 ? phx_optimizer_state(z, &names, &ts) : 0;
