@@ -36,11 +36,14 @@ typedef struct phx_zero_opts {
      * all-reduced, and each rank's shard is its block of every bucket. */
     int stage;
     /* ZeRO-1: the flat parameter space is cut into regions of at most this
-     * many bytes, each split evenly over the ranks (one all-gather per
-     * region and step, through buffers of one region: its block to send
-     * and world blocks to receive). 0: 4 MiB. Ignored for stage 2
-     * (regions are the DDP buckets). */
+     * many bytes, each split evenly over the ranks. 0: 25 MiB. Ignored for
+     * stage 2 (regions are the DDP buckets). */
     size_t region_bytes;
+    /* The all-gather's receive buffer: each region's blocks are gathered
+     * in chunks of gather_bytes / world bytes per rank (one all-gather
+     * each), so the buffers cost this plus one chunk whatever the model.
+     * 0: 4 MiB. */
+    size_t gather_bytes;
 } phx_zero_opts;
 #define PHX_ZERO_OPTS_INIT \
     { \

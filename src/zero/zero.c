@@ -23,9 +23,10 @@
 #include "src/base/abi.h"
 
 #define ZERO_MAGIC 0x5a45524fu /* "ZERO" */
-/* Regions of 4 MiB: the all-gather buffers (a block to send, world blocks
- * to receive) stay small beside the state a shard saves. */
-#define ZERO_REGION_BYTES ((size_t)4 << 20)
+#define ZERO_REGION_BYTES ((size_t)25 << 20)
+/* The all-gather's receive buffer (world chunks; the send buffer is one):
+ * small beside the state a shard saves. */
+#define ZERO_GATHER_BYTES ((size_t)4 << 20)
 
 /* dst <- src, both views made at construction. */
 typedef struct zseg {
@@ -38,20 +39,27 @@ typedef struct zpiece {
     int64_t off, len;
 } zpiece;
 
+/* Elements [off, off + len) of every rank's block of a region: one
+ * all-gather through the shared buffers. */
+typedef struct zchunk {
+    int64_t off, len;
+    phx_tensor *send, *recv; /* (len), (world * len): views of the shared buffers */
+    zseg *pack, *unpack; /* this rank's elements into send; the others' out of recv */
+    size_t n_pack, n_unpack;
+} zchunk;
+
 typedef struct zregion {
     zpiece *pieces; /* the region's flat order */
     size_t n_pieces;
     int64_t numel, block;
-    phx_tensor *send, *recv; /* (block), (world * block): views of the shared buffers */
-    zseg *pack, *unpack; /* this rank's pieces into send; the other blocks out of recv */
-    size_t n_pack, n_unpack;
+    zchunk *chunks; /* the block in pieces of at most the gather buffer */
+    size_t n_chunks;
 } zregion;
 
 /* One piece of this rank's shard. */
 typedef struct zshard {
     zpiece piece;
     size_t region;
-    int64_t pos; /* in this rank's block of the region */
     phx_param *sp; /* the shard module's parameter */
 } zshard;
 
@@ -60,6 +68,7 @@ typedef struct zero {
     phx_module *model;
     phx_comm *comm;
     int rank, world, stage;
+    int64_t chunk; /* elements per rank and all-gather */
     phx_module *ddp_mod; /* ZeRO-2: the DDP wrapper (a reference) */
     px_ddp *ddp;
     size_t n_params;
@@ -210,15 +219,13 @@ static phx_tensor *piece_view(const zero *z, const zpiece *p, const phx_tensor *
 
 static phx_status add_shard_piece(zero *z, size_t region, const zpiece *part, int64_t at, void *arg)
 {
-    (void)arg;
-    const zregion *g = &z->regions[region];
+    (void)arg, (void)at;
     zshard *ns = px_realloc(z->shard, (z->n_shard + 1) * sizeof *ns);
     if (!ns) return PHX_ENOMEM;
     z->shard = ns;
     zshard *s = &z->shard[z->n_shard];
     s->piece = *part;
     s->region = region;
-    s->pos = at - block_lo(g, z->rank);
     phx_param *src = z->params[part->param];
     /* The leaf name: the dotted name with '_' for '.', and the offset when
      * the piece is not the whole parameter. */
@@ -275,21 +282,57 @@ static phx_status seg_add(zseg **segs, size_t *n, phx_tensor *dst, phx_tensor *s
     return PHX_OK;
 }
 
-static phx_status plan_unpack(zero *z, size_t region, const zpiece *part, int64_t at, void *arg)
+/* The flat range of rank q's part of chunk c of region g. */
+static void chunk_range(const zregion *g, const zchunk *c, int q, int64_t *lo, int64_t *hi)
 {
-    zregion *g = &z->regions[region];
-    int q = *(const int *)arg;
-    int64_t len = part->len;
-    phx_tensor *dst = phx_tensor_view(phx_param_value(z->params[part->param]), part->off, 1, &len);
-    phx_tensor *src = phx_tensor_view(g->recv, (int64_t)q * g->block + (at - block_lo(g, q)), 1, &len);
-    return seg_add(&g->unpack, &g->n_unpack, dst, src);
+    int64_t a = (int64_t)q * g->block + c->off, b = a + c->len;
+    *lo = a < g->numel ? a : g->numel;
+    *hi = b < g->numel ? b : g->numel;
 }
 
+typedef struct plan_arg {
+    zchunk *c;
+    int q; /* the rank whose part is planned */
+    int64_t lo; /* where that part starts in the region */
+} plan_arg;
+
+static phx_status plan_pack(zero *z, size_t region, const zpiece *part, int64_t at, void *arg)
+{
+    (void)region;
+    plan_arg *a = arg;
+    int64_t len = part->len;
+    phx_tensor *dst = phx_tensor_view(a->c->send, at - a->lo, 1, &len);
+    phx_tensor *src = phx_tensor_view(phx_param_value(z->params[part->param]), part->off, 1, &len);
+    return seg_add(&a->c->pack, &a->c->n_pack, dst, src);
+}
+
+static phx_status plan_unpack(zero *z, size_t region, const zpiece *part, int64_t at, void *arg)
+{
+    (void)region;
+    plan_arg *a = arg;
+    int64_t len = part->len;
+    phx_tensor *dst = phx_tensor_view(phx_param_value(z->params[part->param]), part->off, 1, &len);
+    phx_tensor *src = phx_tensor_view(a->c->recv, (int64_t)a->q * a->c->len + (at - a->lo), 1, &len);
+    return seg_add(&a->c->unpack, &a->c->n_unpack, dst, src);
+}
+
+/* The chunks of every region, the shared buffers (one chunk to send,
+ * world chunks to receive) and the copy plans through them. */
 static phx_status make_plans(zero *z)
 {
     int64_t big = 1;
-    for (size_t k = 0; k < z->n_regions; k++)
-        if (z->regions[k].block > big) big = z->regions[k].block;
+    for (size_t k = 0; k < z->n_regions; k++) {
+        zregion *g = &z->regions[k];
+        int64_t per = g->block < z->chunk ? g->block : z->chunk;
+        g->n_chunks = g->block > 0 ? (size_t)((g->block + per - 1) / per) : 0;
+        g->chunks = px_calloc(g->n_chunks ? g->n_chunks : 1, sizeof *g->chunks);
+        if (!g->chunks) return PHX_ENOMEM;
+        for (size_t j = 0; j < g->n_chunks; j++) {
+            g->chunks[j].off = (int64_t)j * per;
+            g->chunks[j].len = g->block - g->chunks[j].off < per ? g->block - g->chunks[j].off : per;
+        }
+        if (per > big) big = per;
+    }
     int64_t all = big * z->world;
     phx_device dev = phx_tensor_device(phx_param_value(z->params[0]));
     z->send_buf = phx_tensor_zeros(PHX_F32, 1, &big, dev);
@@ -297,23 +340,20 @@ static phx_status make_plans(zero *z)
     if (!z->send_buf || !z->recv_buf) return PHX_ENOMEM;
     for (size_t k = 0; k < z->n_regions; k++) {
         zregion *g = &z->regions[k];
-        int64_t b = g->block > 0 ? g->block : 1, wb = b * z->world;
-        g->send = phx_tensor_view(z->send_buf, 0, 1, &b);
-        g->recv = phx_tensor_view(z->recv_buf, 0, 1, &wb);
-        if (!g->send || !g->recv) return PHX_ENOMEM;
-        for (int q = 0; q < z->world; q++) {
-            if (q == z->rank) continue;
-            phx_status st = for_range(z, k, block_lo(g, q), block_hi(g, q), plan_unpack, &q);
-            if (st != PHX_OK) return st;
+        for (size_t j = 0; j < g->n_chunks; j++) {
+            zchunk *c = &g->chunks[j];
+            int64_t wl = c->len * z->world;
+            c->send = phx_tensor_view(z->send_buf, 0, 1, &c->len);
+            c->recv = phx_tensor_view(z->recv_buf, 0, 1, &wl);
+            if (!c->send || !c->recv) return PHX_ENOMEM;
+            for (int q = 0; q < z->world; q++) {
+                plan_arg a = {c, q, 0};
+                int64_t hi;
+                chunk_range(g, c, q, &a.lo, &hi);
+                phx_status st = for_range(z, k, a.lo, hi, q == z->rank ? plan_pack : plan_unpack, &a);
+                if (st != PHX_OK) return st;
+            }
         }
-    }
-    for (size_t k = 0; k < z->n_shard; k++) {
-        zshard *s = &z->shard[k];
-        zregion *g = &z->regions[s->region];
-        int64_t len = s->piece.len;
-        phx_status st = seg_add(&g->pack, &g->n_pack, phx_tensor_view(z->send_buf, s->pos, 1, &len),
-                                phx_tensor_view(phx_param_value(s->sp), 0, 1, &len));
-        if (st != PHX_OK) return st;
     }
     return PHX_OK;
 }
@@ -327,20 +367,25 @@ static phx_status run_segs(const zseg *s, size_t n)
     return PHX_OK;
 }
 
-/* Every rank's updated blocks to every rank. */
+/* Every rank's updated blocks to every rank, chunk by chunk. */
 static phx_status gather_params(zero *z)
 {
     for (size_t k = 0; k < z->n_regions; k++) {
         zregion *g = &z->regions[k];
-        phx_status st = run_segs(g->pack, g->n_pack);
-        if (st == PHX_OK) {
-            st = phx_comm_allgather(z->comm, g->send, g->recv, NULL);
-            if (st != PHX_OK)
-                return phx_error(st, "ZeroRedundancyOptimizer: all-gather of region %zu of %zu (%lld elements): %s", k,
-                                 z->n_regions, (long long)g->numel, phx_last_error());
+        for (size_t j = 0; j < g->n_chunks; j++) {
+            zchunk *c = &g->chunks[j];
+            phx_status st = run_segs(c->pack, c->n_pack);
+            if (st == PHX_OK) {
+                st = phx_comm_allgather(z->comm, c->send, c->recv, NULL);
+                if (st != PHX_OK)
+                    return phx_error(st,
+                                     "ZeroRedundancyOptimizer: all-gather of region %zu of %zu (%lld elements), "
+                                     "chunk %zu of %zu: %s",
+                                     k, z->n_regions, (long long)g->numel, j, g->n_chunks, phx_last_error());
+            }
+            if (st == PHX_OK) st = run_segs(c->unpack, c->n_unpack);
+            if (st != PHX_OK) return st;
         }
-        if (st == PHX_OK) st = run_segs(g->unpack, g->n_unpack);
-        if (st != PHX_OK) return st;
     }
     return PHX_OK;
 }
@@ -405,13 +450,18 @@ static void zero_release(zero *z)
     phx_module_free(z->shard_mod);
     for (size_t k = 0; k < z->n_regions; k++) {
         zregion *g = &z->regions[k];
-        for (size_t j = 0; j < g->n_pack; j++) phx_tensor_free(g->pack[j].dst), phx_tensor_free(g->pack[j].src);
-        for (size_t j = 0; j < g->n_unpack; j++) phx_tensor_free(g->unpack[j].dst), phx_tensor_free(g->unpack[j].src);
-        px_free(g->pack);
-        px_free(g->unpack);
+        for (size_t j = 0; j < g->n_chunks; j++) {
+            zchunk *c = &g->chunks[j];
+            for (size_t i = 0; i < c->n_pack; i++) phx_tensor_free(c->pack[i].dst), phx_tensor_free(c->pack[i].src);
+            for (size_t i = 0; i < c->n_unpack; i++)
+                phx_tensor_free(c->unpack[i].dst), phx_tensor_free(c->unpack[i].src);
+            px_free(c->pack);
+            px_free(c->unpack);
+            phx_tensor_free(c->send);
+            phx_tensor_free(c->recv);
+        }
+        px_free(g->chunks);
         px_free(g->pieces);
-        phx_tensor_free(g->send);
-        phx_tensor_free(g->recv);
     }
     px_free(z->regions);
     phx_tensor_free(z->send_buf);
@@ -535,6 +585,10 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         }
     }
     if (st == PHX_OK) {
+        /* world chunks of this many elements fill the receive buffer */
+        size_t gb = o.gather_bytes ? o.gather_bytes : ZERO_GATHER_BYTES;
+        int64_t per = (int64_t)(gb / sizeof(float)) / z->world;
+        z->chunk = per > 0 ? per : 1;
         size_t cap = o.region_bytes ? o.region_bytes : ZERO_REGION_BYTES;
         int64_t cap_el = (int64_t)(cap / sizeof(float));
         st = z->ddp ? regions_buckets(z) : regions_flat(z, cap_el > 0 ? cap_el : 1);
@@ -636,18 +690,51 @@ static long state_kinds(zero *z, const char ***names, phx_tensor ***ts)
     return (long)kinds;
 }
 
-typedef struct unpack_arg {
+/* Consolidation: one kind of state through chunk c. */
+typedef struct state_arg {
+    zchunk *c;
     int q;
-    size_t kind;
-} unpack_arg;
+    int64_t lo;
+    size_t kind, kinds;
+    phx_tensor **ts; /* the shard optimizer's state tensors */
+} state_arg;
+
+/* The shard piece holding part (same region and parameter). */
+static const zshard *piece_of(const zero *z, size_t region, const zpiece *part, size_t *index)
+{
+    for (size_t i = 0; i < z->n_shard; i++) {
+        const zshard *s = &z->shard[i];
+        if (s->region == region && s->piece.param == part->param && s->piece.off <= part->off &&
+            part->off + part->len <= s->piece.off + s->piece.len) {
+            *index = i;
+            return s;
+        }
+    }
+    return NULL;
+}
+
+static phx_status pack_state(zero *z, size_t region, const zpiece *part, int64_t at, void *arg)
+{
+    const state_arg *a = arg;
+    size_t i;
+    const zshard *s = piece_of(z, region, part, &i);
+    if (!s) return phx_error(PHX_EINVAL, "phx_zero_consolidate: no shard piece holds an owned range (internal)");
+    int64_t len = part->len;
+    phx_tensor *dst = phx_tensor_view(a->c->send, at - a->lo, 1, &len);
+    phx_tensor *src = phx_tensor_view(a->ts[i * a->kinds + a->kind], part->off - s->piece.off, 1, &len);
+    phx_status st = dst && src ? phx_tensor_copy(dst, src) : PHX_ENOMEM;
+    phx_tensor_free(dst);
+    phx_tensor_free(src);
+    return st;
+}
 
 static phx_status unpack_state(zero *z, size_t region, const zpiece *part, int64_t at, void *arg)
 {
-    const unpack_arg *a = arg;
-    zregion *g = &z->regions[region];
+    (void)region;
+    const state_arg *a = arg;
     int64_t len = part->len;
     phx_tensor *dst = phx_tensor_view(z->full[part->param * z->n_kinds + a->kind], part->off, 1, &len);
-    phx_tensor *src = phx_tensor_view(g->recv, (int64_t)a->q * g->block + (at - block_lo(g, a->q)), 1, &len);
+    phx_tensor *src = phx_tensor_view(a->c->recv, (int64_t)a->q * a->c->len + (at - a->lo), 1, &len);
     phx_status st = dst && src ? phx_tensor_copy(dst, src) : PHX_ENOMEM;
     phx_tensor_free(dst);
     phx_tensor_free(src);
@@ -718,30 +805,28 @@ phx_status phx_zero_consolidate(phx_optimizer *zo, int root)
                          "state; consolidate onto rank 0",
                          z->rank);
     if (hold) st = alloc_full(z, names, K);
-    /* One all-gather per kind and region, as the parameters' (collective:
-     * reached by every rank even after a local allocation failure). */
+    /* One all-gather per kind and chunk, as the parameters' (collective:
+     * reached by every rank even after a local failure). */
     for (size_t k = 0; k < K; k++) {
         for (size_t g = 0; g < z->n_regions; g++) {
             zregion *rg = &z->regions[g];
-            phx_status ls = st;
-            for (size_t i = 0; i < z->n_shard && ls == PHX_OK; i++) {
-                if (z->shard[i].region != g) continue;
-                int64_t len = z->shard[i].piece.len;
-                phx_tensor *dst = phx_tensor_view(z->send_buf, z->shard[i].pos, 1, &len);
-                phx_tensor *src = phx_tensor_view(ts[i * K + k], 0, 1, &len);
-                ls = dst && src ? phx_tensor_copy(dst, src) : PHX_ENOMEM;
-                phx_tensor_free(dst);
-                phx_tensor_free(src);
+            for (size_t j = 0; j < rg->n_chunks; j++) {
+                zchunk *c = &rg->chunks[j];
+                state_arg a = {c, z->rank, 0, k, K, ts};
+                int64_t hi;
+                chunk_range(rg, c, z->rank, &a.lo, &hi);
+                phx_status ls = st == PHX_OK ? for_range(z, g, a.lo, hi, pack_state, &a) : st;
+                phx_status cs = z->world > 1 ? phx_comm_allgather(z->comm, c->send, c->recv, NULL)
+                                             : phx_tensor_copy(c->recv, c->send);
+                if (cs != PHX_OK)
+                    return phx_error(cs, "phx_zero_consolidate: all-gather of region %zu: %s", g, phx_last_error());
+                for (int q = 0; q < z->world && hold && ls == PHX_OK; q++) {
+                    a.q = q;
+                    chunk_range(rg, c, q, &a.lo, &hi);
+                    ls = for_range(z, g, a.lo, hi, unpack_state, &a);
+                }
+                if (st == PHX_OK) st = ls;
             }
-            phx_status cs = z->world > 1 ? phx_comm_allgather(z->comm, rg->send, rg->recv, NULL)
-                                         : phx_tensor_copy(rg->recv, rg->send);
-            if (cs != PHX_OK)
-                return phx_error(cs, "phx_zero_consolidate: all-gather of region %zu: %s", g, phx_last_error());
-            for (int q = 0; q < z->world && hold && ls == PHX_OK; q++) {
-                unpack_arg a = {q, k};
-                ls = for_range(z, g, block_lo(rg, q), block_hi(rg, q), unpack_state, &a);
-            }
-            if (st == PHX_OK) st = ls;
         }
     }
     if (st != PHX_OK) {

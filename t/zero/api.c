@@ -75,6 +75,7 @@ int main(void)
 
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
     zo.region_bytes = 40; /* 10 floats: pieces cut across parameters */
+    zo.gather_bytes = 12; /* 3 floats: chunked gathers in the consolidation */
     phx_optimizer *z = phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &zo);
     phx_optimizer *plain = make_adamw(ref, NULL);
     int64_t total = 0;

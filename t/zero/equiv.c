@@ -10,8 +10,9 @@
  * Models: an MLP with parameter counts not divisible by 2, 3 or 4, the
  * BatchNorm CNN of t/ddp-util.h (without the convolution's bias, see
  * small_cnn), and a small GPT; worlds 2, 3 and 4 on
- * threads and gloo. ZeRO-1 uses small regions (many all-gathers, pieces
- * cut across parameters); ZeRO-2 small DDP buckets. */
+ * threads and gloo. ZeRO-1 uses small regions (pieces cut across
+ * parameters); ZeRO-2 small DDP buckets; both gather through small
+ * buffers (several all-gathers per region). */
 #include "t/tap.h"
 #include "t/ddp-util.h"
 
@@ -193,6 +194,7 @@ static int side_init(side *sd, phx_comm *c, const phx_precision *fp16, const job
         phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
         zo.stage = jb->stage;
         zo.region_bytes = 700; /* 175 floats: regions cut parameters */
+        zo.gather_bytes = 240; /* 60 floats: several all-gathers per region */
         sd->opt = phx_zero_optimizer_new(sd->ddp, c, make_adamw, NULL, &zo);
     } else if (sd->ddp) {
         sd->opt = make_adamw(sd->ddp, NULL);
