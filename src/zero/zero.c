@@ -408,11 +408,38 @@ static void drop_full(zero *z)
 
 /* ---- the optimizer ---------------------------------------------------- */
 
+/* The shard's views are of the parameters as they were at construction:
+ * a model changed since (phx_module_to, a parameter added) would be
+ * stepped through stale views. O(pieces), no allocation. */
+static phx_status check_model(zero *z)
+{
+    if (phx_module_num_params(z->model) != z->n_params)
+        return phx_error(PHX_ESTATE,
+                         "ZeroRedundancyOptimizer: the model has %zu parameters, it had %zu when the optimizer was "
+                         "made; change the model first",
+                         phx_module_num_params(z->model), z->n_params);
+    for (size_t k = 0; k < z->n_shard; k++) {
+        const zshard *s = &z->shard[k];
+        const phx_tensor *v = phx_param_value(z->params[s->piece.param]), *sv = phx_param_value(s->sp);
+        if (phx_module_param(z->model, s->piece.param) != z->params[s->piece.param] || v->storage != sv->storage ||
+            v->offset + s->piece.off != sv->offset)
+            return phx_error(PHX_ESTATE,
+                             "ZeroRedundancyOptimizer: parameter '%s' was replaced or moved (phx_module_to?) after "
+                             "the optimizer was made; move the model before phx_zero_optimizer_new",
+                             phx_module_param_name(z->model, s->piece.param));
+    }
+    return PHX_OK;
+}
+
 static phx_status zero_step(phx_optimizer *self)
 {
     zero *z = phx_optimizer_ctx(self);
     drop_full(z);
-    phx_status st = refresh_grads(z);
+    /* A changed model is refused on every rank alike (the same model
+     * change on each), before any collective. */
+    phx_status st = check_model(z);
+    if (st != PHX_OK) return st;
+    st = refresh_grads(z);
     if (st == PHX_OK) st = phx_optimizer_set_lr(z->inner, phx_optimizer_lr(self));
     if (st == PHX_OK) {
         phx_optimizer_set_steps(z->inner, phx_optimizer_steps(self));

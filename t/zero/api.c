@@ -56,7 +56,7 @@ static phx_status train(phx_module *m, phx_optimizer *o, int steps, int first)
 
 int main(void)
 {
-    plan(12);
+    plan(13);
     phx_module *m = tu_mlp(sizes, 3, 7), *ref = tu_mlp(sizes, 3, 7);
 
     ok(phx_zero_optimizer_new(NULL, NULL, make_adamw, NULL, NULL) == NULL && strstr(phx_last_error(), "model"),
@@ -151,6 +151,12 @@ int main(void)
     ok(phx_zero_load_full_state(z2) == PHX_ESTATE, "loading without a consolidated state refused: %s",
        phx_last_error());
     unlink(path);
+    /* A parameter added to the model after the optimizer was made. */
+    int64_t three = 3;
+    phx_module_add_param(m2, "extra", phx_tensor_zeros(PHX_F32, 1, &three, phx_cpu()));
+    st = phx_optimizer_step(z2);
+    ok(st == PHX_ESTATE && strstr(phx_last_error(), "parameters"), "a model changed after construction refused: %s",
+       phx_last_error());
     phx_optimizer_free(z2);
     phx_module_free(m2);
     phx_optimizer_free(z);

@@ -291,6 +291,41 @@ static int run_job(phx_comm *c, const phx_precision *fp16, const job *jb)
     return fails;
 }
 
+/* ZeRO-1 without DDP: every rank computes the gradients of the same rows
+ * (all ranks' rows), so they agree; the ZeRO step must then equal a plain
+ * AdamW's bitwise. */
+static int run_alone(phx_comm *c)
+{
+    int rank = phx_comm_rank(c), world = phx_comm_size(c), fails = 0;
+    phx_module *m = tu_mlp(mlp_sizes, 4, 77), *ref = tu_mlp(mlp_sizes, 4, 77);
+    phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
+    zo.region_bytes = 500;
+    phx_optimizer *z = phx_zero_optimizer_new(m, c, make_adamw, NULL, &zo), *plain = make_adamw(ref, NULL);
+    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    int64_t rows = (int64_t)ROWS * world;
+    phx_tensor *x = tu_new2(rows, mlp_sizes[0]), *y = tu_new2(rows, mlp_sizes[3]);
+    phx_status st = z && plain ? PHX_OK : PHX_EINVAL;
+    for (int s = 0; s < STEPS && st == PHX_OK; s++) {
+        tu_batch(s, 0, rows, x, y);
+        st = tu_step(m, z, loss, x, y);
+        if (st == PHX_OK) st = tu_step(ref, plain, loss, x, y);
+    }
+    double e = st == PHX_OK ? tu_max_rel(m, ref) : INFINITY;
+    if (st != PHX_OK || e != 0) {
+        printf("# rank %d of %d: ZeRO-1 alone: %s, difference to plain AdamW %.3g (expected 0)\n", rank, world,
+               st == PHX_OK ? "ran" : phx_last_error(), e);
+        fails++;
+    }
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_loss_free(loss);
+    phx_optimizer_free(z);
+    phx_optimizer_free(plain);
+    phx_module_free(m);
+    phx_module_free(ref);
+    return fails;
+}
+
 static int rank_main(int rank, void *arg)
 {
     const job *jb = arg;
@@ -302,7 +337,7 @@ static int rank_main(int rank, void *arg)
         phx_comm_free(c);
         return 1;
     }
-    int fails = run_job(c, fp16, jb);
+    int fails = jb->model < 0 ? run_alone(c) : run_job(c, fp16, jb);
     phx_precision_free(fp16);
     phx_comm_free(c);
     return fails ? 1 : 0;
@@ -310,7 +345,7 @@ static int rank_main(int rank, void *arg)
 
 int main(void)
 {
-    plan(N_MODELS * 2 * 3 * 2);
+    plan(N_MODELS * 2 * 3 * 2 + 2 * 2);
     for (int m = 0; m < N_MODELS; m++)
         for (int stage = 1; stage <= 2; stage++)
             for (int n = 2; n <= 4; n++) {
@@ -320,5 +355,12 @@ int main(void)
                               "within 1e-6 after %d steps, state of the shard only",
                               model_names[m], stage, STEPS);
             }
+    for (int n = 2; n <= 3; n++) {
+        job jb = {-1, 1};
+        tu_spawn_both(n, rank_main, &jb,
+                      "ZeRO-1 without DDP (the same gradients on every rank): %d AdamW steps bitwise equal to a "
+                      "plain AdamW",
+                      STEPS);
+    }
     return done_testing();
 }
