@@ -56,7 +56,7 @@ static phx_status train(phx_module *m, phx_optimizer *o, int steps, int first)
 
 int main(void)
 {
-    plan(13);
+    plan(14);
     phx_module *m = tu_mlp(sizes, 3, 7), *ref = tu_mlp(sizes, 3, 7);
 
     ok(phx_zero_optimizer_new(NULL, NULL, make_adamw, NULL, NULL) == NULL && strstr(phx_last_error(), "model"),
@@ -71,6 +71,10 @@ int main(void)
        "stage 2 without a DDP module refused: %s", phx_last_error());
     ok(phx_zero_optimizer_new(m, NULL, make_null, NULL, NULL) == NULL && strstr(phx_last_error(), "no optimizer"),
        "a failing make is reported: %s", phx_last_error());
+    phx_zero_opts unset;
+    memset(&unset, 0, sizeof unset);
+    ok(phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &unset) == NULL && strstr(phx_last_error(), "struct_size"),
+       "options without struct_size refused: %s", phx_last_error());
     ok(phx_zero_inner(NULL) == NULL && phx_zero_consolidate(NULL, 0) == PHX_EINVAL, "NULL optimizer refused");
 
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;

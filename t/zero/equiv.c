@@ -36,6 +36,7 @@ static const int64_t mlp_sizes[] = {7, 13, 11, 5};
 
 typedef struct job {
     int model, stage;
+    bool accum; /* each step accumulates a micro-batch under no_sync first */
 } job;
 
 /* tu_small_cnn without the convolution's bias, as convolutions before a
@@ -171,6 +172,20 @@ static phx_status side_step(side *sd, const phx_tensor *x, const phx_tensor *y, 
     return st;
 }
 
+/* A micro-batch under phx_ddp_set_no_sync: gradients accumulate locally. */
+static phx_status side_micro(side *sd, const phx_tensor *x, const phx_tensor *y)
+{
+    phx_tensor *out;
+    float l;
+    phx_status st = phx_ddp_set_no_sync(sd->ddp, true);
+    if (st == PHX_OK) st = phx_module_forward(sd->ddp, x, &out);
+    if (st == PHX_OK) st = phx_loss_forward(sd->loss, out, y, &l);
+    if (st == PHX_OK) st = phx_scaler_scale_grad(sd->scaler, phx_loss_grad(sd->loss));
+    if (st == PHX_OK) st = phx_module_backward(sd->ddp, phx_loss_grad(sd->loss), NULL);
+    phx_status s2 = phx_ddp_set_no_sync(sd->ddp, false);
+    return st != PHX_OK ? st : s2;
+}
+
 static void side_free(side *sd)
 {
     phx_optimizer_free(sd->opt);
@@ -232,7 +247,16 @@ static int run_job(phx_comm *c, const phx_precision *fp16, const job *jb)
         phx_tensor *x, *y;
         make_batch(jb->model, s, rank, &x, &y);
         bool poison = s == INF_STEP && rank == world - 1, sa = false, sb = false;
-        phx_status st = side_step(&a, x, y, poison, &sa);
+        phx_status st = PHX_OK;
+        if (jb->accum) {
+            phx_tensor *mx, *my;
+            make_batch(jb->model, s + 100, rank, &mx, &my);
+            st = side_micro(&a, mx, my);
+            if (st == PHX_OK) st = side_micro(&b, mx, my);
+            phx_tensor_free(mx);
+            phx_tensor_free(my);
+        }
+        if (st == PHX_OK) st = side_step(&a, x, y, poison, &sa);
         if (st == PHX_OK) st = side_step(&b, x, y, poison, &sb);
         phx_tensor_free(x);
         phx_tensor_free(y);
@@ -345,18 +369,26 @@ static int rank_main(int rank, void *arg)
 
 int main(void)
 {
-    plan(N_MODELS * 2 * 3 * 2 + 2 * 2);
+    plan(N_MODELS * 2 * 3 * 2 + 2 * 3 * 2 + 2 * 2);
     for (int m = 0; m < N_MODELS; m++)
         for (int stage = 1; stage <= 2; stage++)
             for (int n = 2; n <= 4; n++) {
-                job jb = {m, stage};
+                job jb = {m, stage, false};
                 tu_spawn_both(n, rank_main, &jb,
                               "%s, ZeRO-%d AdamW (decay groups) + GradScaler skipping an inf step: equal to DDP "
                               "within 1e-6 after %d steps, state of the shard only",
                               model_names[m], stage, STEPS);
             }
+    for (int stage = 1; stage <= 2; stage++)
+        for (int n = 2; n <= 4; n++) {
+            job jb = {M_MLP, stage, true};
+            tu_spawn_both(n, rank_main, &jb,
+                          "MLP, ZeRO-%d, a micro-batch accumulated under no_sync before each step: equal to DDP "
+                          "within 1e-6",
+                          stage);
+        }
     for (int n = 2; n <= 3; n++) {
-        job jb = {-1, 1};
+        job jb = {-1, 1, false};
         tu_spawn_both(n, rank_main, &jb,
                       "ZeRO-1 without DDP (the same gradients on every rank): %d AdamW steps bitwise equal to a "
                       "plain AdamW",
