@@ -85,6 +85,18 @@ int64_t phx_zero_rank_numel(phx_optimizer *zero, int rank);
 /* Number of regions (all-gathers per step). */
 size_t phx_zero_num_regions(phx_optimizer *zero);
 
+/* torch.nn.utils.clip_grad_norm_ (norm 2) for a sharded model, FSDP's
+ * clip_grad_norm_: each rank sums the squares of its shard's gradients,
+ * one all-reduce adds them, and each rank scales its shard's gradients by
+ * max_norm / (total + 1e-6) when that is below 1; *total_norm (may be
+ * NULL) receives the total. Collective. Under ZeRO-2 it is the only
+ * correct clipping (phx_clip_grad_norm over the model sees zeros outside
+ * this rank's blocks); under ZeRO-1 it equals phx_clip_grad_norm on the
+ * all-reduced gradients and reads only 1/world of them. Call it after
+ * phx_scaler_unscale when a GradScaler is used. A non-finite total
+ * scales nothing. PHX_EINVAL for max_norm not finite and > 0. */
+phx_status phx_zero_clip_grad_norm(phx_optimizer *zero, double max_norm, double *total_norm);
+
 /* Checkpoints. The optimizer's state (phx_optimizer_state, which
  * phx_checkpoint_save and _load use) is the consolidated full state: the
  * tensors a plain optimizer of the same kind would have ("0.weight.exp_avg",

@@ -11,6 +11,7 @@
  * for its pieces only. The all-gather copies every block through one
  * pair of buffers sized for the largest region; the copy plans (views)
  * are made once, so a step allocates nothing. doc/sharding.md. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "src/ddp/ddp-impl.h"
 #include "src/modules/module-impl.h"
 #include "src/tensor/tensor-impl.h"
+#include "src/tensor/device-impl.h"
 #include "src/base/util.h"
 #include "src/base/abi.h"
 
@@ -890,4 +892,63 @@ phx_status phx_zero_load_full_state(phx_optimizer *zo)
             phx_tensor_free(dst);
         }
     return st;
+}
+
+/* ---- clipping --------------------------------------------------------- */
+
+phx_status phx_zero_clip_grad_norm(phx_optimizer *zo, double max_norm, double *total_norm)
+{
+    zero *z = zero_of(zo, "phx_zero_clip_grad_norm");
+    if (!z) return PHX_EINVAL;
+    if (!(max_norm > 0.0) || isinf(max_norm))
+        return phx_error(PHX_EINVAL, "phx_zero_clip_grad_norm: max_norm %g, expected finite and > 0", max_norm);
+    phx_status st = check_model(z);
+    if (st == PHX_OK) st = refresh_grads(z);
+    /* This rank's sum of squares (f64), then the sum over ranks as two f32
+     * halves (hi + lo) so the total keeps about 48 bits. A local failure
+     * still joins the all-reduce, poisoning the sum with NaN. */
+    double sum = 0.0;
+    for (size_t k = 0; k < z->n_shard && st == PHX_OK; k++) {
+        const phx_tensor *g = phx_param_grad(z->shard[k].sp);
+        const phx_kernels_v1 *kern = px_device_kernels(g->storage->device);
+        if (!kern) {
+            st = PHX_ENOTFOUND;
+            break;
+        }
+        PX_NEED_SLOT("phx_zero_clip_grad_norm", g->storage->device, kern, sum_squares);
+        double s = 0.0;
+        st = kern->sum_squares(g->storage->device.index, g->numel, px_tensor_ptr(g), g->dtype, &s);
+        sum += s;
+    }
+    char err[512] = "";
+    if (st != PHX_OK) {
+        snprintf(err, sizeof err, "%s", phx_last_error());
+        sum = NAN;
+    }
+    if (z->world > 1) {
+        float hl[2] = {(float)sum, 0.0f};
+        hl[1] = (float)(sum - (double)hl[0]);
+        int64_t two = 2;
+        phx_tensor *t = phx_tensor_new(PHX_F32, 1, &two, phx_comm_device(z->comm));
+        phx_tensor *h = phx_tensor_from_data(PHX_F32, 1, &two, hl);
+        phx_status cs = t && h ? phx_tensor_copy(t, h) : PHX_ENOMEM;
+        if (cs == PHX_OK) cs = phx_comm_allreduce(z->comm, t, PHX_SUM, NULL);
+        if (cs == PHX_OK) cs = phx_tensor_to_host(t, hl);
+        phx_tensor_free(t);
+        phx_tensor_free(h);
+        if (cs != PHX_OK)
+            return phx_error(cs, "phx_zero_clip_grad_norm: all-reducing the sum of squares: %s", phx_last_error());
+        sum = (double)hl[0] + (double)hl[1];
+    }
+    if (st != PHX_OK) return phx_error(st, "phx_zero_clip_grad_norm: %s", err);
+    double total = sqrt(sum);
+    if (total_norm) *total_norm = total;
+    if (!isfinite(total)) return PHX_OK;
+    float coef = (float)(max_norm / (total + 1e-6)); /* PyTorch's clip_coef, applied when < 1 */
+    if (!(coef < 1.0f)) return PHX_OK;
+    for (size_t k = 0; k < z->n_shard; k++) {
+        st = phx_tensor_axpby(0.0f, NULL, coef, phx_param_grad(z->shard[k].sp));
+        if (st != PHX_OK) return st;
+    }
+    return PHX_OK;
 }

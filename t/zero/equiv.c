@@ -2,7 +2,9 @@
  * AdamW (decay on matrices only, as phx_adam_decay_matrices_only) and a
  * second DDP model of the same start stepped by a ZeRO optimizer wrapping
  * the same AdamW, both driven by a GradScaler, train side by side on the
- * same rows for 10 steps; at step 4 the last rank's loss gradient holds an
+ * same rows for 10 steps, gradients clipped to norm CLIP (DDP:
+ * phx_clip_grad_norm; ZeRO: phx_zero_clip_grad_norm over the shards, the
+ * norms compared at every step); at step 4 the last rank's loss gradient holds an
  * inf, so both scalers must skip that step on every rank. Afterwards the
  * two agree within 1e-6 (relative, per tensor), the ZeRO side is bitwise
  * equal across ranks, and each rank's optimizer state is two f32 tensors
@@ -29,6 +31,7 @@
  * by about 1e-2, four orders above the bound, so a wrong shard, gradient
  * or gather fails the check. */
 #define LR 1e-3
+#define CLIP 0.05 /* max gradient norm: clips most steps */
 
 enum { M_MLP, M_CNN, M_GPT, N_MODELS };
 static const char *const model_names[N_MODELS] = {"MLP", "CNN (BatchNorm)", "GPT"};
@@ -137,6 +140,8 @@ static phx_optimizer *make_adamw(phx_module *m, void *arg)
 typedef struct side {
     phx_module *model, *ddp;
     phx_optimizer *opt;
+    bool zero;
+    double norm; /* the last step's gradient norm before clipping */
     phx_scaler *scaler;
     phx_loss *loss;
 } side;
@@ -167,6 +172,11 @@ static phx_status side_step(side *sd, const phx_tensor *x, const phx_tensor *y, 
     if (st == PHX_OK) st = phx_scaler_scale_grad(sd->scaler, g);
     if (st == PHX_OK && poison) st = poison_first(g);
     if (st == PHX_OK) st = phx_module_backward(sd->ddp, g, NULL);
+    /* Unscaled, clipped (over the shards for ZeRO), then stepped. */
+    if (st == PHX_OK) st = phx_scaler_unscale(sd->scaler, sd->opt, NULL);
+    if (st == PHX_OK)
+        st =
+            sd->zero ? phx_zero_clip_grad_norm(sd->opt, CLIP, &sd->norm) : phx_clip_grad_norm(sd->ddp, CLIP, &sd->norm);
     if (st == PHX_OK) st = phx_scaler_step(sd->scaler, sd->opt, stepped);
     if (st == PHX_OK) st = phx_optimizer_zero_grad(sd->opt);
     return st;
@@ -199,6 +209,7 @@ static int side_init(side *sd, phx_comm *c, const phx_precision *fp16, const job
 {
     int rank = phx_comm_rank(c);
     memset(sd, 0, sizeof *sd);
+    sd->zero = zero;
     /* Ranks start apart (MLP, GPT): DDP's broadcast must bring them together. */
     sd->model = make_model(jb->model, 1000 + (uint64_t)rank);
     phx_ddp_opts o = PHX_DDP_OPTS_INIT;
@@ -262,6 +273,13 @@ static int run_job(phx_comm *c, const phx_precision *fp16, const job *jb)
         phx_tensor_free(y);
         if (st != PHX_OK) {
             printf("# rank %d: %s ZeRO-%d step %d: %s\n", rank, what, jb->stage, s, phx_last_error());
+            fails++;
+        } else if (s != INF_STEP && !(fabs(a.norm - b.norm) <= 1e-6 * a.norm)) {
+            printf("# rank %d: %s ZeRO-%d step %d: gradient norm %.9g, DDP's %.9g\n", rank, what, jb->stage, s, b.norm,
+                   a.norm);
+            fails++;
+        } else if (s == 0 && rank == 0 && !(a.norm > CLIP)) {
+            printf("# %s: the first gradient norm %g does not reach the clipping bound %g\n", what, a.norm, CLIP);
             fails++;
         } else if (sa != (s != INF_STEP) || sb != (s != INF_STEP)) {
             printf("# rank %d: %s ZeRO-%d step %d: DDP %s, ZeRO %s; expected both to %s\n", rank, what, jb->stage, s,
