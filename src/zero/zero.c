@@ -394,6 +394,21 @@ static phx_status gather_params(zero *z)
 
 /* ---- consolidated state ----------------------------------------------- */
 
+/* All-reduces two host floats through a tensor on the comm's device
+ * (blocking; a world of one keeps them). */
+static phx_status allreduce_pair(zero *z, float v[2], phx_reduce_op op)
+{
+    int64_t two = 2;
+    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &two, phx_comm_device(z->comm));
+    phx_tensor *h = phx_tensor_from_data(PHX_F32, 1, &two, v);
+    phx_status st = t && h ? phx_tensor_copy(t, h) : PHX_ENOMEM;
+    if (st == PHX_OK) st = phx_comm_allreduce(z->comm, t, op, NULL);
+    if (st == PHX_OK) st = phx_tensor_to_host(t, v);
+    phx_tensor_free(t);
+    phx_tensor_free(h);
+    return st;
+}
+
 static void drop_full(zero *z)
 {
     for (size_t i = 0; i < z->n_full; i++) {
@@ -812,14 +827,7 @@ phx_status phx_zero_consolidate(phx_optimizer *zo, int root)
     /* Agree on the number of kinds and on whether any rank cannot take
      * part before any rank starts gathering. */
     float agree[2] = {kinds > 0 ? (float)kinds : 0.0f, kinds < 0 ? 1.0f : 0.0f};
-    int64_t two = 2;
-    phx_tensor *flag = phx_tensor_new(PHX_F32, 1, &two, phx_comm_device(z->comm));
-    phx_tensor *hflag = phx_tensor_from_data(PHX_F32, 1, &two, agree);
-    phx_status st = flag && hflag ? phx_tensor_copy(flag, hflag) : PHX_ENOMEM;
-    if (st == PHX_OK) st = phx_comm_allreduce(z->comm, flag, PHX_MAX, NULL);
-    if (st == PHX_OK) st = phx_tensor_to_host(flag, agree);
-    phx_tensor_free(flag);
-    phx_tensor_free(hflag);
+    phx_status st = allreduce_pair(z, agree, PHX_MAX);
     if (st != PHX_OK) return phx_error(st, "phx_zero_consolidate: agreeing on the state layout: %s", phx_last_error());
     if (agree[1] != 0)
         return phx_error(PHX_EUNSUPPORTED,
@@ -928,14 +936,7 @@ phx_status phx_zero_clip_grad_norm(phx_optimizer *zo, double max_norm, double *t
     if (z->world > 1) {
         float hl[2] = {(float)sum, 0.0f};
         hl[1] = (float)(sum - (double)hl[0]);
-        int64_t two = 2;
-        phx_tensor *t = phx_tensor_new(PHX_F32, 1, &two, phx_comm_device(z->comm));
-        phx_tensor *h = phx_tensor_from_data(PHX_F32, 1, &two, hl);
-        phx_status cs = t && h ? phx_tensor_copy(t, h) : PHX_ENOMEM;
-        if (cs == PHX_OK) cs = phx_comm_allreduce(z->comm, t, PHX_SUM, NULL);
-        if (cs == PHX_OK) cs = phx_tensor_to_host(t, hl);
-        phx_tensor_free(t);
-        phx_tensor_free(h);
+        phx_status cs = allreduce_pair(z, hl, PHX_SUM);
         if (cs != PHX_OK)
             return phx_error(cs, "phx_zero_clip_grad_norm: all-reducing the sum of squares: %s", phx_last_error());
         sum = (double)hl[0] + (double)hl[1];
