@@ -66,9 +66,11 @@ typedef struct phx_zero_opts {
  * Collective: every rank calls it with the same model layout (checked:
  * PHX_EDESYNC naming the first rank that differs). comm NULL or of size 1
  * is a world of one: the shard is the whole model and nothing is
- * gathered. All parameters must be f32 on one device. Returns NULL with
- * phx_last_error on error. Free with phx_optimizer_free (under ZeRO-2 the
- * DDP wrapper goes back to all-reduce). */
+ * gathered. All parameters must be f32 on one device. A model changed
+ * afterwards (parameters added, replaced or moved) is refused at the next
+ * step with PHX_ESTATE. Returns NULL with phx_last_error on error. Free
+ * with phx_optimizer_free (under ZeRO-2 the DDP wrapper goes back to
+ * all-reduce, keeping its buckets as they are). */
 phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zero_make_fn make, void *arg,
                                       const phx_zero_opts *opts);
 /* The shard's optimizer made by make (owned by zero), or NULL with
