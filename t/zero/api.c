@@ -54,9 +54,50 @@ static phx_status train(phx_module *m, phx_optimizer *o, int steps, int first)
     return st;
 }
 
+/* ZeRO-2 on 2 thread ranks: a join is refused while it reduce-scatters;
+ * after the optimizer is freed the wrapper all-reduces again (every
+ * rank's gradients equal). */
+static int zero2_rank(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    int fails = 0;
+    phx_module *m = tu_mlp(sizes, 3, 7);
+    phx_module *ddp = phx_ddp_new(m, c, NULL);
+    phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
+    zo.stage = 2;
+    phx_optimizer *z = ddp ? phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &zo) : NULL;
+    if (!z || phx_ddp_join_begin(ddp, true) != PHX_EUNSUPPORTED || !strstr(phx_last_error(), "ZeRO-2")) {
+        printf("# rank %d: join under ZeRO-2: %s\n", rank, phx_last_error());
+        fails++;
+    }
+    phx_optimizer_free(z);
+    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    phx_tensor *x = tu_new2(2, sizes[0]), *y = tu_new2(2, sizes[2]);
+    tu_batch(0, 2 * rank, 2, x, y); /* other rows on each rank */
+    if (tu_step(ddp, NULL, loss, x, y) != PHX_OK) fails++;
+    /* the gradients, as values of a copy, compared across ranks */
+    phx_module *g = tu_mlp(sizes, 3, 7);
+    for (size_t i = 0; i < phx_module_num_params(g); i++)
+        phx_tensor_copy(phx_param_value(phx_module_param(g, i)), phx_param_grad(phx_module_param(ddp, i)));
+    if (!tu_same_bits_across(c, g)) {
+        printf("# rank %d: gradients differ across ranks after the ZeRO-2 optimizer was freed\n", rank);
+        fails++;
+    }
+    phx_module_free(g);
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_loss_free(loss);
+    phx_module_free(ddp);
+    phx_module_free(m);
+    phx_comm_free(c);
+    return fails ? 1 : 0;
+}
+
 int main(void)
 {
-    plan(14);
+    plan(15);
     phx_module *m = tu_mlp(sizes, 3, 7), *ref = tu_mlp(sizes, 3, 7);
 
     ok(phx_zero_optimizer_new(NULL, NULL, make_adamw, NULL, NULL) == NULL && strstr(phx_last_error(), "model"),
@@ -167,5 +208,8 @@ int main(void)
     phx_optimizer_free(plain);
     phx_module_free(m);
     phx_module_free(ref);
+    phx_status zs = tu_spawn("threads", 2, zero2_rank, NULL);
+    ok(zs == PHX_OK, "ZeRO-2 on 2 ranks: a join refused; freed, the DDP wrapper all-reduces again");
+    if (zs != PHX_OK) diag("%s", phx_last_error());
     return done_testing();
 }
