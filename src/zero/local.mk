@@ -1,5 +1,5 @@
 # src/zero — ZeRO-1 and ZeRO-2 sharded optimizers (doc/sharding.md). Tests: t/zero/.
-libphalanx_internal_la_SOURCES += src/zero/zero.c
+libphalanx_internal_la_SOURCES += src/zero/zero.c src/zero/zero-state.c src/zero/zero-impl.h
 
 zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch
 check_PROGRAMS += $(zero_tests)
