@@ -11,6 +11,10 @@ export PHX_BENCH_TSV
 echo "== bench/ddp"
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/ddp --torch "$(dirname "$0")/torch/ddp.py"
+# zero: per-rank bytes of parameters, gradients and optimizer state, peak
+# RSS and step time of a GPT under DDP, ZeRO-1 and ZeRO-2 (doc/sharding.md).
+echo "== bench/zero"
+PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') ./bench/zero
 # amp: training steps/s under fp32, fp16, bf16 beside PyTorch fp32 and CPU
 # autocast bf16 (bench/torch/amp.py; doc/guide/precision.md).
 echo "== bench/amp"

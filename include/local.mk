@@ -13,3 +13,4 @@ phalanxplugin_HEADERS += \
 	include/phalanx/plugin/kit.h
 phalanxinc_HEADERS += include/phalanx/dataset.h include/phalanx/ops.h include/phalanx/autograd.h
 phalanxinc_HEADERS += include/phalanx/progress.h
+phalanxinc_HEADERS += include/phalanx/zero.h

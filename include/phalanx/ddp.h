@@ -62,7 +62,9 @@ phx_status phx_ddp_set_no_sync(phx_module *ddp, bool no_sync);
  * the ranks whose step synchronises (false). At the end every rank holds
  * the parameters and buffers of the rank that joined last (the highest of
  * those); buffers are not broadcast at the end of steps inside a join.
- * Both are collective; PHX_ESTATE for a join begun twice or ended unbegun. */
+ * Both are collective; PHX_ESTATE for a join begun twice or ended unbegun;
+ * PHX_EUNSUPPORTED while a ZeRO-2 optimizer (phalanx/zero.h) has the
+ * wrapper reduce-scatter its buckets. */
 phx_status phx_ddp_join_begin(phx_module *ddp, bool divide_by_initial_world_size);
 phx_status phx_ddp_join_end(phx_module *ddp);
 /* Waits for every launched bucket (the wrapper's backward calls it). */

@@ -30,6 +30,7 @@
 #include "phalanx/schedule.h"
 #include "phalanx/ops.h"
 #include "phalanx/autograd.h"
+#include "phalanx/zero.h"
 
 #ifdef __cplusplus
 extern "C" {

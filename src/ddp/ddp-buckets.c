@@ -79,6 +79,7 @@ void px_ddp_buckets_free(px_ddp *d)
 {
     for (size_t b = 0; b < d->n_buckets; b++) {
         phx_work_free(d->buckets[b].work);
+        px_ddp_zero2_bucket_free(&d->buckets[b]);
         phx_tensor_free(d->buckets[b].flat);
     }
     px_free(d->buckets);
@@ -99,12 +100,14 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
         k->n_members = a->start[b + 1] - a->start[b];
         for (size_t j = 0; j < k->n_members; j++)
             k->numel += phx_tensor_numel(phx_param_grad(d->params[a->order[a->start[b] + j]]));
-        int64_t len = k->numel > 0 ? k->numel : 1;
+        int64_t len = px_ddp_bucket_len(d, k->numel);
         phx_device dev = phx_tensor_device(phx_param_grad(d->params[a->order[a->start[b]]]));
         k->flat = phx_tensor_zeros(PHX_F32, 1, &len, dev);
         if (!k->flat)
             st = phx_error(PHX_ENOMEM, "DistributedDataParallel: cannot allocate bucket %zu (%lld floats): %s", b,
                            (long long)len, phx_last_error());
+        else
+            st = px_ddp_zero2_bucket(d, k);
     }
     /* Point each gradient into its bucket (phx_param_set_grad copies the
      * gradient accumulated so far). */
@@ -130,7 +133,10 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
          * already moved stay valid views of the new storage (their
          * reference keeps it alive), but they no longer match the old
          * buckets: then the wrapper refuses further work. */
-        for (size_t b = 0; b < a->n_buckets; b++) phx_tensor_free(nb[b].flat);
+        for (size_t b = 0; b < a->n_buckets; b++) {
+            px_ddp_zero2_bucket_free(&nb[b]);
+            phx_tensor_free(nb[b].flat);
+        }
         px_free(nb);
         if (moved) d->broken = st;
         return st;

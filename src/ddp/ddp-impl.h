@@ -22,6 +22,13 @@ typedef struct px_bucket {
     int64_t numel;
     size_t pending; /* members whose gradient is not ready yet this backward */
     phx_work *work; /* all-reduce in flight, or NULL */
+    /* ZeRO-2 (px_ddp_zero2_attach): flat holds world * block elements
+     * (zero padded); the bucket is reduce-scattered into out, which is
+     * then copied into mine (this rank's block of flat) while the rest of
+     * flat (before, after: NULL when empty) is cleared; pad (NULL when
+     * empty) is the padding past numel, kept zero. */
+    int64_t block;
+    phx_tensor *out, *mine, *before, *after, *pad;
 } px_bucket;
 
 /* An assignment: buckets as runs of parameter indices. */
@@ -75,6 +82,10 @@ typedef struct px_ddp {
     int join_syncing; /* ranks whose backward of this step all-reduces */
     phx_tensor *join_flag; /* (2) f32: [still training, syncing this step] */
 
+    /* ZeRO-2: buckets reduce-scattered, each rank keeping its block */
+    bool zero2;
+    phx_tensor *zero_flag; /* () f32: a non-finite gradient on some rank */
+
     /* introspection */
     phx_ddp_stats stats;
     phx_ddp_event *trace; /* (trace_cap) events of the current/last backward */
@@ -112,4 +123,27 @@ phx_status px_ddp_broadcast_params(px_ddp *d);
  * backward unless opts.no_broadcast_buffers; from the last rank to join
  * at phx_ddp_join_end. */
 phx_status px_ddp_broadcast_buffers(px_ddp *d, int root);
+
+/* ZeRO-2 (src/zero): the reducer state of a DDP module, or NULL with
+ * PHX_EINVAL naming who. */
+px_ddp *px_ddp_of(phx_module *ddp, const char *who);
+/* Switches d to reduce-scatter: reinstalls the current buckets padded to
+ * a multiple of the world size and turns the arrival-order rebuild off,
+ * so the buckets (the ZeRO-2 partition) stay fixed. Between backwards
+ * only (PHX_ESTATE otherwise); refused inside a join. detach goes back to
+ * all-reduce (the padding stays). */
+phx_status px_ddp_zero2_attach(px_ddp *d);
+void px_ddp_zero2_detach(px_ddp *d);
+/* After the reduce-scatters of a backward: one all-reduce (max) of
+ * whether any rank's block holds a non-finite value, then each bucket's
+ * reduced block copied into place and the other blocks cleared (filled
+ * with NaN when some rank's block was not finite, so every rank's
+ * GradScaler skips the step). */
+phx_status px_ddp_zero2_settle(px_ddp *d);
+/* The padded length of a bucket of numel elements (numel, at least 1,
+ * without ZeRO-2), and its block, out and views once flat exists
+ * (ddp-zero2.c); bucket_free releases them. */
+int64_t px_ddp_bucket_len(const px_ddp *d, int64_t numel);
+phx_status px_ddp_zero2_bucket(px_ddp *d, px_bucket *k);
+void px_ddp_zero2_bucket_free(px_bucket *k);
 #endif

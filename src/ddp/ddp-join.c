@@ -45,6 +45,10 @@ phx_status phx_ddp_join_begin(phx_module *ddp, bool divide_by_initial_world_size
     if (!d) return PHX_EINVAL;
     if (d->join)
         return phx_error(PHX_ESTATE, "phx_ddp_join_begin: already inside a join (call phx_ddp_join_end first)");
+    if (d->zero2)
+        return phx_error(PHX_EUNSUPPORTED,
+                         "phx_ddp_join_begin: the wrapper reduce-scatters for a ZeRO-2 optimizer; joins "
+                         "need all-reduce");
     if (!d->join_flag) {
         phx_device dev = d->n_buckets ? phx_tensor_device(d->buckets[0].flat) : phx_cpu();
         if (!(d->join_flag = phx_tensor_zeros(PHX_F32, 1, (const int64_t[]){2}, dev))) return PHX_ENOMEM;

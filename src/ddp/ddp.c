@@ -30,6 +30,11 @@ static px_ddp *ddp_of(phx_module *m, const char *who)
     return phx_module_ctx(m);
 }
 
+px_ddp *px_ddp_of(phx_module *ddp, const char *who)
+{
+    return ddp_of(ddp, who);
+}
+
 /* ---- trace ---------------------------------------------------------- */
 
 static void trace(px_ddp *d, int kind, size_t index)
@@ -69,7 +74,9 @@ static void launch(px_ddp *d, size_t b)
      * divide_by_initial_world_size, over the ranks still training. */
     int div = d->join && !d->join_initial && d->join_syncing > 0 ? d->join_syncing : d->world;
     if (div > 1) st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)div, k->flat);
-    if (st == PHX_OK) st = phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
+    if (st == PHX_OK)
+        st = d->zero2 ? phx_comm_reduce_scatter(d->comm, k->flat, k->out, PHX_SUM, &k->work)
+                      : phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
     if (st != PHX_OK) {
         k->work = NULL;
         hook_fail(d, st);
@@ -203,6 +210,14 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     d->stats.wait_s += px_now() - t;
     d->stats.synced++;
     reset_backward(d);
+    /* ZeRO-2: issued even after an error, as the broadcast below. */
+    if (d->zero2) {
+        phx_status zs = px_ddp_zero2_settle(d);
+        if (zs != PHX_OK && st == PHX_OK) {
+            st = zs;
+            snprintf(err, sizeof err, "%s", phx_last_error());
+        }
+    }
     /* The step's end: every rank takes rank 0's buffers now, so the next
      * forward (training or evaluation, on any subset of the ranks) needs
      * no collective. Issued even after an error, keeping the ranks'
@@ -338,6 +353,7 @@ static void ddp_free(phx_module *self)
     if (d->model) phx_module_set_grad_hook(d->model, NULL, NULL);
     px_ddp_buckets_free(d);
     phx_tensor_free(d->join_flag);
+    phx_tensor_free(d->zero_flag);
     px_free(d->params);
     px_free(d->buffers);
     px_free(d->by_addr);

@@ -1,5 +1,5 @@
 # src/ddp — DistributedDataParallel (doc/guide/ddp.md). Tests: t/ddp/.
-libphalanx_internal_la_SOURCES += src/ddp/ddp.c src/ddp/ddp-buckets.c src/ddp/ddp-check.c src/ddp/ddp-join.c \
+libphalanx_internal_la_SOURCES += src/ddp/ddp.c src/ddp/ddp-buckets.c src/ddp/ddp-check.c src/ddp/ddp-join.c src/ddp/ddp-zero2.c \
 	src/ddp/ddp-impl.h
 
 ddp_tests = t/ddp/buckets t/ddp/equiv t/ddp/overlap t/ddp/nosync t/ddp/unused \

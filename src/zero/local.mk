@@ -1,0 +1,22 @@
+# src/zero — ZeRO-1 and ZeRO-2 sharded optimizers (doc/guide/sharding.md). Tests: t/zero/.
+libphalanx_internal_la_SOURCES += src/zero/zero.c src/zero/zero-state.c src/zero/zero-impl.h
+
+zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch
+check_PROGRAMS += $(zero_tests)
+TESTS += $(zero_tests)
+zero_test_cppflags = $(AM_CPPFLAGS)
+if HAVE_GLOO
+zero_test_cppflags += -DHAVE_GLOO=1
+endif
+t_zero_equiv_LDADD = libphalanx.la -lm
+t_zero_equiv_CPPFLAGS = $(zero_test_cppflags)
+t_zero_api_LDADD = libphalanx.la -lm
+t_zero_api_CPPFLAGS = $(zero_test_cppflags)
+t_zero_peer_LDADD = libphalanx.la
+t_zero_peer_CPPFLAGS = $(zero_test_cppflags)
+t_zero_torch_LDADD = libphalanx.la -lm
+t_zero_torch_CPPFLAGS = $(zero_test_cppflags)
+EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors
+# bench/zero: per-rank memory and step time, DDP vs ZeRO-1/2 (make bench).
+noinst_PROGRAMS += bench/zero
+bench_zero_LDADD = libphalanx.la -lm
