@@ -12,7 +12,7 @@ echo "== bench/ddp"
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/ddp --torch "$(dirname "$0")/torch/ddp.py"
 # zero: per-rank bytes of parameters, gradients and optimizer state, peak
-# RSS and step time of a GPT under DDP, ZeRO-1 and ZeRO-2 (doc/sharding.md).
+# RSS and step time of a GPT under DDP, ZeRO-1 and ZeRO-2 (doc/guide/sharding.md).
 echo "== bench/zero"
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') ./bench/zero
 # amp: training steps/s under fp32, fp16, bf16 beside PyTorch fp32 and CPU

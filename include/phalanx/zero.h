@@ -1,6 +1,6 @@
 /* Phalanx — ZeRO-1 and ZeRO-2: an optimizer whose state is sharded over
  * the ranks (PyTorch's ZeroRedundancyOptimizer), optionally with the
- * gradients reduce-scattered by DDP instead of all-reduced. doc/sharding.md
+ * gradients reduce-scattered by DDP instead of all-reduced. doc/guide/sharding.md
  * explains the partition and what is not built yet. */
 #ifndef PHALANX_ZERO_H
 #define PHALANX_ZERO_H

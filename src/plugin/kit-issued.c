@@ -39,8 +39,7 @@ static phx_status issued_get(phx_store *store, const char *prefix, uint64_t seq,
     return PHX_OK;
 }
 
-char *phx_kit_desync_text(char *msg, size_t len, int rank, const char *mine, uint64_t seq, int peer,
-                          const char *theirs)
+char *phx_kit_desync_text(char *msg, size_t len, int rank, const char *mine, uint64_t seq, int peer, const char *theirs)
 {
     if (len)
         snprintf(msg, len,

@@ -156,8 +156,8 @@ int main(void)
         snprintf(r1, sizeof r1, "phx-kit-record 1 3 1\n0 %s\n1 %s\n2 %s\n", t_ar, t_ar, t_bc);
         snprintf(late, sizeof late, "phx-kit-record 1 2 0\n0 %s\n1 %s\n", t_ar, t_ar);
         char want[400];
-        snprintf(want, sizeof want, "rank 0 issued %s as collective #2 but rank 1 issued %s: the ranks went out of step",
-                 t_ar, t_bc);
+        snprintf(want, sizeof want,
+                 "rank 0 issued %s as collective #2 but rank 1 issued %s: the ranks went out of step", t_ar, t_bc);
         ok(phx_kit_record_compare(0, r0, 1, r1, msg, sizeof msg) == 1 && strstr(msg, want),
            "records differing at #2: 1, naming both collectives (%s)", msg);
         ok(phx_kit_record_compare(0, r0, 1, late, msg, sizeof msg) == 0,

@@ -153,7 +153,9 @@ static void slice(int64_t count, int n, int r, int64_t *lo, int64_t *hi)
 static char *sig_text(const px_shm *s, int q, char *buf, size_t len)
 {
     const uint64_t *line = &s->flags[(size_t)q * (PX_SHM_LINE / 8)];
-    phx_kit_op o = {.kind = PHX_KIT_ALLREDUCE, .count = (int64_t)line[1], .dt = (phx_dtype)(line[2] & 0xff),
+    phx_kit_op o = {.kind = PHX_KIT_ALLREDUCE,
+                    .count = (int64_t)line[1],
+                    .dt = (phx_dtype)(line[2] & 0xff),
                     .op = (phx_reduce_op)(line[2] >> 8)};
     return phx_kit_op_text(&o, buf, len);
 }

@@ -447,7 +447,7 @@ static phx_status nccl_split(void *state, int color, int key, const phx_comm_ini
     px_nccl *p = state;
     pthread_mutex_lock(&p->mu);
     int broken = p->broken;
-    char why[512];
+    char why[sizeof p->broken_msg];
     snprintf(why, sizeof why, "%s", p->broken_msg);
     pthread_mutex_unlock(&p->mu);
     if (broken)
