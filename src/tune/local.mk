@@ -1,0 +1,12 @@
+# src/tune — per-machine path choice: the CPU's signature, the BLAS core
+# OpenBLAS runs on it, and the tuning cache the kernels' choice points ask
+# (src/tune/tune.h; doc/env.md PHX_TUNE, doc/bench.md). Tests: t/tune/.
+libphalanx_internal_la_SOURCES += src/tune/tune.h src/tune/cpu.c src/tune/cache.c
+
+# The choices: PHX_TUNE=off against the fixed rules, the cache file
+# (measured, read, edited, of another CPU, corrupt), forced paths over it,
+# and OpenBLAS held to its Prescott kernels (from the internals).
+check_PROGRAMS += t/tune/choice
+TESTS += t/tune/choice
+t_tune_choice_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+t_tune_choice_LDADD = libphalanx-internal.la
