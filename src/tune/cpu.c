@@ -130,7 +130,7 @@ const char *px_tune_blas_core_for_cpu(void)
 /* The widest vectors an OpenBLAS 0.3 x86-64 core's kernels use: 2 for
  * AVX-512, 1 for AVX2, 0 for the older ones (Prescott ... Sandybridge,
  * Bulldozer, Piledriver, Steamroller) and "unknown". */
-static int core_level(const char *core)
+int px_tune_blas_core_level(const char *core)
 {
     static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
     static const char *const avx2[] = {"Haswell", "Zen", "Excavator"};
@@ -149,7 +149,7 @@ static void blas_check(void)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     const char *core = px_tune_blas_core(), *want = px_tune_blas_core_for_cpu();
     const px_cpu_id *id = px_tune_cpu();
-    int have = want ? core_level(want) : 0, got = core_level(core);
+    int have = want ? px_tune_blas_core_level(want) : 0, got = px_tune_blas_core_level(core);
     misdetected = want && got < have ? (got == 0 ? 2 : 1) : 0;
     /* at info: the programs still run right, and a warning on every start
      * of every program on such a machine would drown the ones that matter */

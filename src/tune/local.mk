@@ -10,3 +10,9 @@ check_PROGRAMS += t/tune/choice
 TESTS += t/tune/choice
 t_tune_choice_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 t_tune_choice_LDADD = libphalanx-internal.la
+
+# bench/cpu: the CPU, kernel ISA, BLAS and core lines above every make
+# bench table (bench/run.sh, doc/bench.md "Fair peers").
+noinst_PROGRAMS += bench/cpu
+bench_cpu_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+bench_cpu_LDADD = libphalanx-internal.la

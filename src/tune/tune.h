@@ -34,6 +34,11 @@ const char *px_tune_blas_core(void);
  * with AVX2 and FMA; NULL below AVX2. */
 const char *px_tune_blas_core_for_cpu(void);
 
+/* The widest vectors an OpenBLAS x86-64 core's kernels use: 2 for AVX-512
+ * (SkylakeX, Cooperlake, SapphireRapids), 1 for AVX2 (Haswell, Zen,
+ * Excavator), 0 for the older ones and "unknown". */
+int px_tune_blas_core_level(const char *core);
+
 /* 0: the BLAS's kernels use what the CPU has (or the BLAS is not
  * OpenBLAS); 1: OpenBLAS runs AVX2 kernels on an AVX-512 CPU (slower
  * only for large GEMMs; Phalanx's own paths take those);
