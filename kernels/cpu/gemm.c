@@ -23,7 +23,10 @@ static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
 #ifdef HAVE_CBLAS
-    if (k > 0) {
+    /* alpha 0 (C <- beta C, A and B not read, as BLAS defines it) stays on
+     * the loop: OpenBLAS's SkylakeX kernels multiply by it anyway, and
+     * 0 * inf in A gives NaN */
+    if (k > 0 && alpha != 0.0f) {
         if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
             return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld exceed the BLAS int range", (long long)m,
                              (long long)n, (long long)k);
