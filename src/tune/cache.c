@@ -310,43 +310,54 @@ static int world_many(void)
     return local > 1 || px_world_spans_nodes();
 }
 
-/* Times run(arg, i) for each usable candidate: one warm-up, then the best
- * of 3 .. 10 runs (at least 20 ms in all). -1 when none ran. */
+#define TUNE_CANDIDATES_MAX 8
+
+/* Times run(arg, i) for each usable candidate: one warm-up each, then
+ * rounds that run every candidate once in turn (so a load that comes and
+ * goes weighs on all of them alike), 3 to 10 rounds until each has run
+ * 20 ms in all; the best time of each wins. *best -1 when none ran. */
 static phx_status measure(const char *key, const char *const *names, const int *usable, int n, px_tune_run_fn run,
                           void *arg, int *best)
 {
-    double t_best = 0;
-    char line[512];
-    size_t w = 0;
+    double t_min[TUNE_CANDIDATES_MAX], t_all[TUNE_CANDIDATES_MAX];
+    int alive[TUNE_CANDIDATES_MAX];
+    if (n > TUNE_CANDIDATES_MAX) n = TUNE_CANDIDATES_MAX;
     *best = -1;
     measuring = 1;
     void *saved = px_cpu_scratch_push();
     phx_status st = PHX_OK;
     for (int i = 0; i < n && st == PHX_OK; i++) {
+        t_min[i] = 1e30, t_all[i] = 0, alive[i] = 0;
         if (!usable[i]) continue;
         st = run(arg, i);
-        if (st == PHX_EUNSUPPORTED) {
-            st = PHX_OK;
-            continue;
-        }
-        double t_min = 1e30, t_all = 0;
-        for (int r = 0; st == PHX_OK && r < 10 && (r < 3 || t_all < 0.02); r++) {
+        alive[i] = st == PHX_OK;
+        if (st == PHX_EUNSUPPORTED) st = PHX_OK;
+    }
+    for (int r = 0; st == PHX_OK && r < 10; r++) {
+        int enough = r >= 3;
+        for (int i = 0; i < n && st == PHX_OK; i++) {
+            if (!alive[i]) continue;
             double t0 = px_now();
             st = run(arg, i);
             double t = px_now() - t0;
-            t_all += t;
-            if (t < t_min) t_min = t;
+            t_all[i] += t;
+            if (t < t_min[i]) t_min[i] = t;
+            if (t_all[i] < 0.02) enough = 0;
         }
-        if (st != PHX_OK) break;
-        if (w < sizeof line)
-            w += (size_t)snprintf(line + w, sizeof line - w, " %s %.3g ms", names[i], t_min * 1e3);
-        if (*best < 0 || t_min < t_best) *best = i, t_best = t_min;
+        if (enough) break;
     }
     px_cpu_scratch_pop(saved);
     measuring = 0;
-    if (st == PHX_OK && *best >= 0)
-        phx_log(PHX_LOG_INFO, "tuning %s:%s -> %s", key, line, names[*best]);
-    return st;
+    if (st != PHX_OK) return st;
+    char line[512];
+    size_t w = 0;
+    for (int i = 0; i < n; i++) {
+        if (!alive[i]) continue;
+        if (w < sizeof line) w += (size_t)snprintf(line + w, sizeof line - w, " %s %.3g ms", names[i], t_min[i] * 1e3);
+        if (*best < 0 || t_min[i] < t_min[*best]) *best = i;
+    }
+    if (*best >= 0) phx_log(PHX_LOG_INFO, "tuning %s:%s -> %s", key, w ? line : "", names[*best]);
+    return PHX_OK;
 }
 
 phx_status px_tune_choose(const char *key, const char *const *names, const int *usable, int n, int fixed,
