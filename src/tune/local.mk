@@ -16,3 +16,8 @@ t_tune_choice_LDADD = libphalanx-internal.la
 noinst_PROGRAMS += bench/cpu
 bench_cpu_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 bench_cpu_LDADD = libphalanx-internal.la
+
+# make bench's fair peers: OPENBLAS_CORETYPE set where a side's OpenBLAS
+# misdetects the CPU, the header lines and the results.tsv rows.
+TESTS += t/tune/bench_peers.sh
+EXTRA_DIST += t/tune/bench_peers.sh bench/peers.sh bench/torch/peer.py
