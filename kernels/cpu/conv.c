@@ -263,6 +263,19 @@ static phx_status conv_trial_run(void *arg, int path)
 {
     conv_trial *t = arg;
     phx_status st;
+    if (!t->x) { /* at the first run: a lookup that hits allocates nothing */
+        const phx_conv2d_desc *d = t->d;
+        size_t nx = (size_t)(d->n * d->c * d->h * d->w), nw = (size_t)(d->k * (d->c / d->groups) * d->kh * d->kw),
+               ny = (size_t)(d->n * d->k * d->oh * d->ow);
+        t->x = px_calloc(nx, sizeof(float)), t->dx = px_calloc(nx, sizeof(float));
+        t->w = px_calloc(nw, sizeof(float)), t->dw = px_calloc(nw, sizeof(float));
+        t->y = px_calloc(ny, sizeof(float)), t->db = px_calloc((size_t)d->k, sizeof(float));
+        if (!t->x || !t->dx || !t->w || !t->dw || !t->y || !t->db) {
+            px_free(t->x), px_free(t->dx), px_free(t->w), px_free(t->dw), px_free(t->y), px_free(t->db);
+            t->x = t->dx = t->w = t->dw = t->y = t->db = NULL;
+            return PHX_EUNSUPPORTED; /* nothing measured: the fixed rule */
+        }
+    }
     trial_path = path;
     if (t->pass == 0)
         st = px_cpu_conv2d_forward(0, t->d, t->x, t->w, t->db, t->y, PHX_F32);
@@ -332,16 +345,7 @@ phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, 
              (long long)d->kh, (long long)d->kw, (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
              (long long)d->pad_w, (long long)d->dil_h, (long long)d->dil_w, (long long)d->groups);
     conv_trial t = {pass, d, NULL, NULL, NULL, NULL, NULL, NULL};
-    int ok = 1;
-    if (mode == PX_TUNE_MEASURE) {
-        size_t nx = (size_t)(d->n * d->c * d->h * d->w), nw = (size_t)(d->k * (d->c / d->groups) * d->kh * d->kw),
-               ny = (size_t)(d->n * d->k * d->oh * d->ow);
-        t.x = px_calloc(nx, sizeof(float)), t.dx = px_calloc(nx, sizeof(float));
-        t.w = px_calloc(nw, sizeof(float)), t.dw = px_calloc(nw, sizeof(float));
-        t.y = px_calloc(ny, sizeof(float)), t.db = px_calloc((size_t)d->k, sizeof(float));
-        ok = t.x && t.dx && t.w && t.dw && t.y && t.db;
-    }
-    st = px_tune_choose(key, conv_names, usable, CONV_FALLBACK + 1, *path, ok ? conv_trial_run : NULL, &t, path);
+    st = px_tune_choose(key, conv_names, usable, CONV_FALLBACK + 1, *path, conv_trial_run, &t, path);
     px_free(t.x), px_free(t.dx), px_free(t.w), px_free(t.dw), px_free(t.y), px_free(t.db);
     return st;
 }

@@ -157,6 +157,17 @@ typedef struct gemm_trial {
 static phx_status gemm_trial_run(void *arg, int path)
 {
     gemm_trial *t = arg;
+    if (!t->a) { /* at the first run: a lookup that hits allocates nothing */
+        size_t ea = (size_t)phx_dtype_size(t->adt), ec = (size_t)phx_dtype_size(t->cdt);
+        t->a = px_calloc((size_t)(t->m * t->k), ea);
+        t->b = px_calloc((size_t)(t->k * t->n), ea);
+        t->c = px_calloc((size_t)(t->m * t->n), ec);
+        if (!t->a || !t->b || !t->c) {
+            px_free(t->a), px_free(t->b), px_free(t->c);
+            t->a = t->b = t->c = NULL;
+            return PHX_EUNSUPPORTED; /* nothing measured: the fixed rule */
+        }
+    }
     int64_t lda = t->ta ? t->m : t->k, ldb = t->tb ? t->k : t->n;
     if (path == PX_GEMM_DNNL)
         return px_cpu_gemm_dnnl(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n,
@@ -205,14 +216,7 @@ phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int6
              trans_a ? 't' : 'n', trans_b ? 't' : 'n', (long long)pow2_at_least(m), (long long)pow2_at_least(n),
              (long long)pow2_at_least(k));
     gemm_trial t = {trans_a, trans_b, m, n, k, adt, cdt, NULL, NULL, NULL};
-    if (mode == PX_TUNE_MEASURE) {
-        size_t ea = (size_t)phx_dtype_size(adt), ec = (size_t)phx_dtype_size(cdt);
-        t.a = px_calloc((size_t)(m * k), ea);
-        t.b = px_calloc((size_t)(k * n), ea);
-        t.c = px_calloc((size_t)(m * n), ec);
-    }
-    int ok = t.a && t.b && t.c;
-    st = px_tune_choose(key, gemm_names, usable, 3, fixed, ok ? gemm_trial_run : NULL, &t, path);
+    st = px_tune_choose(key, gemm_names, usable, 3, fixed, gemm_trial_run, &t, path);
     px_free(t.a), px_free(t.b), px_free(t.c);
     return st;
 }

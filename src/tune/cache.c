@@ -33,6 +33,7 @@
 typedef struct entry {
     char *key; /* "t2 gemm ..." */
     char *choice;
+    uint64_t hash; /* fnv1a of key */
 } entry;
 
 /* The one cache of the process, for the file and signature it was read
@@ -48,9 +49,18 @@ static struct {
     int foreign; /* the file is another CPU's: entries ignored, never overwritten */
     entry *e;
     size_t n, cap;
+    uint32_t *slot; /* open-addressed index: 1 + entry number, 0 empty */
+    size_t slots; /* a power of two >= 2 cap, or 0 */
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .measure = PTHREAD_MUTEX_INITIALIZER};
 
 static __thread int measuring;
+
+static uint64_t fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
+    return h;
+}
 
 int px_tune_measuring(void)
 {
@@ -69,13 +79,6 @@ phx_status px_tune_mode_get(px_tune_mode *mode)
     else
         return phx_error(PHX_EINVAL, "environment variable PHX_TUNE='%s': expected off, cached or measure", v);
     return PHX_OK;
-}
-
-static uint64_t fnv1a(const char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 0x100000001b3ull;
-    return h;
 }
 
 int px_tune_cache_path(char *buf, size_t len)
@@ -99,12 +102,27 @@ static void entries_clear(void)
 {
     for (size_t i = 0; i < cache.n; i++) px_free(cache.e[i].key), px_free(cache.e[i].choice);
     cache.n = 0;
+    if (cache.slot) memset(cache.slot, 0, cache.slots * sizeof *cache.slot);
 }
 
+static void slot_add(size_t i)
+{
+    size_t mask = cache.slots - 1, h = (size_t)cache.e[i].hash & mask;
+    while (cache.slot[h]) h = (h + 1) & mask;
+    cache.slot[h] = (uint32_t)(i + 1);
+}
+
+/* A lookup costs one hash and, mostly, one string compare: a GEMM of a
+ * training step asks on every call. */
 static entry *entry_find(const char *key)
 {
-    for (size_t i = 0; i < cache.n; i++)
-        if (!strcmp(cache.e[i].key, key)) return &cache.e[i];
+    if (!cache.slots) return NULL;
+    uint64_t h = fnv1a(key, strlen(key));
+    size_t mask = cache.slots - 1;
+    for (size_t j = (size_t)h & mask; cache.slot[j]; j = (j + 1) & mask) {
+        entry *e = &cache.e[cache.slot[j] - 1];
+        if (e->hash == h && !strcmp(e->key, key)) return e;
+    }
     return NULL;
 }
 
@@ -115,6 +133,11 @@ static phx_status entry_put(const char *key, size_t klen, const char *choice, si
         entry *e = px_realloc(cache.e, cap * sizeof *e);
         if (!e) return PHX_ENOMEM;
         cache.e = e, cache.cap = cap;
+        uint32_t *slot = px_calloc(cap * 2, sizeof *slot);
+        if (!slot) return PHX_ENOMEM;
+        px_free(cache.slot);
+        cache.slot = slot, cache.slots = cap * 2;
+        for (size_t i = 0; i < cache.n; i++) slot_add(i);
     }
     char *k = px_malloc(klen + 1), *c = px_malloc(clen + 1);
     if (!k || !c) {
@@ -123,7 +146,8 @@ static phx_status entry_put(const char *key, size_t klen, const char *choice, si
     }
     memcpy(k, key, klen), k[klen] = 0;
     memcpy(c, choice, clen), c[clen] = 0;
-    cache.e[cache.n++] = (entry){k, c};
+    cache.e[cache.n] = (entry){k, c, fnv1a(k, klen)};
+    slot_add(cache.n++);
     return PHX_OK;
 }
 
