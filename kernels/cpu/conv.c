@@ -340,10 +340,18 @@ phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, 
     usable[CONV_DNNL] = 1;
 #endif
     char key[200];
-    snprintf(key, sizeof key, "conv%d f32 n%lld c%lld k%lld %lldx%lld %lldx%lld s%lldx%lld p%lldx%lld d%lldx%lld g%lld",
-             pass, (long long)pow2_at_least(d->n), (long long)d->c, (long long)d->k, (long long)d->h, (long long)d->w,
-             (long long)d->kh, (long long)d->kw, (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h,
-             (long long)d->pad_w, (long long)d->dil_h, (long long)d->dil_w, (long long)d->groups);
+    size_t kl = 0;
+    const struct {
+        const char *sep;
+        int64_t v;
+    } parts[] = {{"conv", pass},      {" f32 n", pow2_at_least(d->n)}, {" c", d->c},       {" k", d->k},
+                 {" ", d->h},         {"x", d->w},                     {" ", d->kh},        {"x", d->kw},
+                 {" s", d->stride_h}, {"x", d->stride_w},              {" p", d->pad_h},    {"x", d->pad_w},
+                 {" d", d->dil_h},    {"x", d->dil_w},                 {" g", d->groups}};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        px_tune_key_str(key, &kl, sizeof key, parts[i].sep);
+        px_tune_key_int(key, &kl, sizeof key, parts[i].v);
+    }
     conv_trial t = {pass, d, NULL, NULL, NULL, NULL, NULL, NULL};
     st = px_tune_choose(key, conv_names, usable, CONV_FALLBACK + 1, *path, conv_trial_run, &t, path);
     px_free(t.x), px_free(t.dx), px_free(t.w), px_free(t.dw), px_free(t.y), px_free(t.db);

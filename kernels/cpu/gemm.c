@@ -212,9 +212,18 @@ phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int6
     usable[PX_GEMM_DNNL] = 1;
 #endif
     char key[160];
-    snprintf(key, sizeof key, "gemm %s>%s %c%c m%lld n%lld k%lld", phx_dtype_name(adt), phx_dtype_name(cdt),
-             trans_a ? 't' : 'n', trans_b ? 't' : 'n', (long long)pow2_at_least(m), (long long)pow2_at_least(n),
-             (long long)pow2_at_least(k));
+    size_t kl = 0;
+    px_tune_key_str(key, &kl, sizeof key, "gemm ");
+    px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(adt));
+    px_tune_key_str(key, &kl, sizeof key, ">");
+    px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(cdt));
+    px_tune_key_str(key, &kl, sizeof key, trans_a ? " t" : " n");
+    px_tune_key_str(key, &kl, sizeof key, trans_b ? "t m" : "n m");
+    px_tune_key_int(key, &kl, sizeof key, pow2_at_least(m));
+    px_tune_key_str(key, &kl, sizeof key, " n");
+    px_tune_key_int(key, &kl, sizeof key, pow2_at_least(n));
+    px_tune_key_str(key, &kl, sizeof key, " k");
+    px_tune_key_int(key, &kl, sizeof key, pow2_at_least(k));
     gemm_trial t = {trans_a, trans_b, m, n, k, adt, cdt, NULL, NULL, NULL};
     st = px_tune_choose(key, gemm_names, usable, 3, fixed, gemm_trial_run, &t, path);
     px_free(t.a), px_free(t.b), px_free(t.c);

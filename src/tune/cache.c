@@ -98,6 +98,25 @@ int px_tune_cache_path(char *buf, size_t len)
     return w >= 0 && (size_t)w < len ? 0 : -1;
 }
 
+/* px_tune_cache_path, remembered per thread while the variables it reads
+ * and the signature stay the same ("" when there is none) */
+static const char *cache_path_now(const char *sig)
+{
+    static __thread char path[4096], env[3][1024], last_sig[512];
+    static __thread int known;
+    const char *v[3] = {getenv("PHX_TUNE_CACHE"), NULL, NULL};
+    if (!v[0] || !*v[0]) v[1] = getenv("XDG_CACHE_HOME"), v[2] = getenv("HOME");
+    int same = known && !strcmp(last_sig, sig);
+    for (int i = 0; i < 3 && same; i++) same = !strcmp(env[i], v[i] ? v[i] : "");
+    if (same) return path;
+    if (px_tune_cache_path(path, sizeof path) != 0) path[0] = 0;
+    for (int i = 0; i < 3; i++) snprintf(env[i], sizeof env[i], "%s", v[i] ? v[i] : "");
+    snprintf(last_sig, sizeof last_sig, "%s", sig);
+    known = strlen(v[0] ? v[0] : "") < sizeof env[0] && strlen(v[1] ? v[1] : "") < sizeof env[1] &&
+            strlen(v[2] ? v[2] : "") < sizeof env[2];
+    return path;
+}
+
 static void entries_clear(void)
 {
     for (size_t i = 0; i < cache.n; i++) px_free(cache.e[i].key), px_free(cache.e[i].choice);
@@ -392,10 +411,13 @@ phx_status px_tune_choose(const char *key, const char *const *names, const int *
     phx_status st = px_tune_mode_get(&mode);
     if (st != PHX_OK || mode == PX_TUNE_OFF || measuring) return st;
     char full[TUNE_KEY_MAX + 16];
-    snprintf(full, sizeof full, "t%d %s", px_threads_budget(), key);
-    char path[4096];
-    if (px_tune_cache_path(path, sizeof path) != 0) path[0] = 0;
+    size_t fl = 0;
+    px_tune_key_str(full, &fl, sizeof full, "t");
+    px_tune_key_int(full, &fl, sizeof full, px_threads_budget());
+    px_tune_key_str(full, &fl, sizeof full, " ");
+    px_tune_key_str(full, &fl, sizeof full, key);
     const char *sig = px_tune_signature();
+    const char *path = cache_path_now(sig);
 
     pthread_mutex_lock(&cache.lock);
     st = load(path, sig);

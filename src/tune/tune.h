@@ -98,6 +98,25 @@ typedef phx_status (*px_tune_run_fn)(void *arg, int candidate);
 phx_status px_tune_choose(const char *key, const char *const *names, const int *usable, int n, int fixed,
                           px_tune_run_fn run, void *arg, int *choice);
 
+/* Key building without printf (a choice is made on every GEMM call):
+ * appends s, or the decimal v, at buf[*len] (capacity cap), keeping buf
+ * NUL-terminated; what does not fit is dropped. */
+static inline void px_tune_key_str(char *buf, size_t *len, size_t cap, const char *s)
+{
+    while (*s && *len + 1 < cap) buf[(*len)++] = *s++;
+    buf[*len] = 0;
+}
+static inline void px_tune_key_int(char *buf, size_t *len, size_t cap, long long v)
+{
+    char d[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do d[n++] = (char)('0' + u % 10); while (u /= 10);
+    if (v < 0) d[n++] = '-';
+    while (n > 0 && *len + 1 < cap) buf[(*len)++] = d[--n];
+    buf[*len] = 0;
+}
+
 /* 1 while the calling thread measures candidates (its nested choices take
  * their fixed rules). */
 int px_tune_measuring(void);

@@ -23,6 +23,7 @@
 #include "src/base/util.h"
 #include "src/tune/tune.h"
 #include "phalanx/log.h"
+#include "phalanx/phalanx.h"
 #include "t/env-util.h"
 #include "t/tap.h"
 
@@ -200,7 +201,7 @@ int main(int argc, char **argv)
         printf("Bail out! mkdtemp %s\n", dir);
         return 1;
     }
-    plan(33);
+    plan(34);
     diag("cpu: %s; BLAS %s core %s (wants %s)", px_tune_signature(), px_tune_blas_name(), px_tune_blas_core(),
          px_tune_blas_core_for_cpu() ? px_tune_blas_core_for_cpu() : "-");
 
@@ -256,7 +257,7 @@ int main(int argc, char **argv)
     /* 2. measure: a file with this CPU's signature, one entry, a checksum */
     int avx = px_cpu_isa() == PX_ISA_AVX512;
     if (!avx) {
-        skip(25, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
+        skip(26, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
         goto prescott;
     }
     char *c1 = path_in("c1.txt");
@@ -300,6 +301,10 @@ int main(int argc, char **argv)
     setenv("PHX_TUNE_CACHE", c2, 1);
     ask_gemm(&q);
     ok(q.st == PHX_OK && q.path == other_path, "cached: the cache's %s is taken (%s)", other, gname(q.path));
+    uint64_t allocs = phx_alloc_count();
+    for (int i = 0; i < 1000; i++) ask_gemm(&q);
+    ok(phx_alloc_count() == allocs && q.path == other_path, "1000 more choices allocate nothing (%llu)",
+       (unsigned long long)(phx_alloc_count() - allocs));
     setenv("PHX_CPU_GEMM", gname(q.path == PX_GEMM_AVX512 ? PX_GEMM_BLAS : PX_GEMM_AVX512), 1);
     ask_gemm(&q);
     ok(q.st == PHX_OK && q.path != other_path, "PHX_CPU_GEMM=%s wins over the cache", getenv("PHX_CPU_GEMM"));
