@@ -6,7 +6,8 @@
  * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/tensors.md).
  * Elsewhere f32 goes straight to cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
- * rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/env.md). */
+ * rounded into C's dtype. PHX_CPU_GEMM forces one path; PHX_TUNE replaces
+ * auto's fixed rule by the tuning cache's choice (src/tune, doc/env.md). */
 #include "config.h"
 #include <limits.h>
 #include <stdlib.h>
