@@ -313,11 +313,49 @@ static int mkdirs(const char *path)
     return mkdir(d, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* Writes the entries to cache.path atomically (cache.lock held); a
- * failure warns and keeps the entries in memory. */
+/* Adds the entries another process wrote to cache.path since this one
+ * read it (same signature, checksum right; anything else is left to be
+ * overwritten), so that processes measuring side by side lose nothing
+ * but a race inside the few microseconds between read and rename. */
+static void merge_disk(void)
+{
+    FILE *f = fopen(cache.path, "rb");
+    if (!f) return;
+    char *buf = px_malloc(TUNE_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, TUNE_MAX_BYTES + 1, f) : 0;
+    fclose(f);
+    char head[600];
+    int hl = snprintf(head, sizeof head, "%s\ncpu %s\n", TUNE_HEADER, cache.sig);
+    size_t last = n ? n - 1 : 0;
+    while (last > 0 && buf[last - 1] != '\n') last--;
+    char got[17];
+    snprintf(got, sizeof got, "%016" PRIx64, n ? fnv1a(buf, last) : 0);
+    if (!buf || n > TUNE_MAX_BYTES || hl < 0 || (size_t)hl >= sizeof head || n < (size_t)hl ||
+        memcmp(buf, head, (size_t)hl) != 0 || buf[n - 1] != '\n' || n - last != 21 ||
+        memcmp(buf + last, "sum ", 4) != 0 || memcmp(buf + last + 4, got, 16) != 0) {
+        px_free(buf);
+        return;
+    }
+    for (const char *p = buf + hl, *end = buf + last; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *sp = nl > p ? memrchr(p, ' ', (size_t)(nl - p)) : NULL;
+        if (sp && sp > p && sp + 1 < nl && printable(p, (size_t)(nl - p)) && (size_t)(sp - p) <= TUNE_KEY_MAX + 16) {
+            char key[TUNE_KEY_MAX + 17];
+            memcpy(key, p, (size_t)(sp - p)), key[sp - p] = 0;
+            if (!entry_find(key) && entry_put(key, (size_t)(sp - p), sp + 1, (size_t)(nl - sp - 1)) != PHX_OK) break;
+        }
+        p = nl + 1;
+    }
+    px_free(buf);
+}
+
+/* Writes the entries to cache.path atomically (cache.lock held), with
+ * those another process added meanwhile; a failure warns and keeps the
+ * entries in memory. */
 static void save(void)
 {
     if (!cache.path[0] || cache.foreign) return;
+    merge_disk();
     size_t cap = strlen(TUNE_HEADER) + strlen(cache.sig) + 32;
     for (size_t i = 0; i < cache.n; i++) cap += strlen(cache.e[i].key) + strlen(cache.e[i].choice) + 2;
     char *buf = px_malloc(cap);
@@ -445,8 +483,9 @@ phx_status px_tune_choose(const char *key, const char *const *names, const int *
         return PHX_OK;
     }
 
-    /* one measurement at a time, process-wide: in-process ranks that miss
-     * together wait for the first and take what it recorded */
+    /* one measurement at a time, process-wide: threads that miss together
+     * (DataParallel's replicas) wait for the first and take what it
+     * recorded */
     pthread_mutex_lock(&cache.measure);
     pthread_mutex_lock(&cache.lock);
     st = load(path, sig);

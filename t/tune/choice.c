@@ -201,7 +201,7 @@ int main(int argc, char **argv)
         printf("Bail out! mkdtemp %s\n", dir);
         return 1;
     }
-    plan(34);
+    plan(35);
     diag("cpu: %s; BLAS %s core %s (wants %s)", px_tune_signature(), px_tune_blas_name(), px_tune_blas_core(),
          px_tune_blas_core_for_cpu() ? px_tune_blas_core_for_cpu() : "-");
 
@@ -257,7 +257,7 @@ int main(int argc, char **argv)
     /* 2. measure: a file with this CPU's signature, one entry, a checksum */
     int avx = px_cpu_isa() == PX_ISA_AVX512;
     if (!avx) {
-        skip(26, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
+        skip(27, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
         goto prescott;
     }
     char *c1 = path_in("c1.txt");
@@ -289,6 +289,25 @@ int main(int argc, char **argv)
     gemm_q again = {100, 120, 70, PHX_F32, -1, 0};
     ask_gemm(&again);
     ok(again.st == PHX_OK && again.path == q.path, "another shape of the class takes the recorded path");
+    /* another process adds an entry meanwhile: the next save keeps it */
+    if (sum) {
+        char other_key[64];
+        snprintf(other_key, sizeof other_key, "t%d gemm f32>f32 nn m4 n4 k4", px_threads_budget());
+        char *w = calloc(1, n + 256);
+        int wl = snprintf(w, n + 256, "%.*s%s blas\n", (int)(sum + 1 - b), b, other_key);
+        wl += snprintf(w + wl, n + 256 - (size_t)wl, "sum %016" PRIx64 "\n", fnv(w, (size_t)wl));
+        spit(c1, w, (size_t)wl);
+        free(w);
+        gemm_q big = {200, 200, 200, PHX_F32, -1, 0};
+        ask_gemm(&big);
+        size_t n3;
+        char *b3 = slurp(c1, &n3);
+        ok(big.st == PHX_OK && b3 && strstr(b3, "nn m256 n256 k256 ") && strstr(b3, other_key) && strstr(b3, key),
+           "a new measurement keeps the entry another process wrote meanwhile");
+        free(b3);
+    } else {
+        ok(0, "no checksum line to edit");
+    }
 
     /* 3. cached reads an edited cache; forced paths win over it */
     const char *other = q.path == PX_GEMM_AVX512 ? "blas" : "avx512";
