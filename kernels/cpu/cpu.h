@@ -141,7 +141,19 @@ void px_avx512_relu_forward(int64_t n, const float *x, float *y, int stream);
  * written with streaming stores when px_cpu_streams() says so. Returns 0
  * when it does not handle the pair (cast-x86.c). */
 int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n);
+/* The same with the streaming stores chosen by the caller (narrowing
+ * casts on AVX-512 only: elsewhere stream is ignored). */
+int px_x86_cast_as(int isa, void *dst, int dt, const void *src, int st, int64_t n, int stream);
 #endif
+/* The variant of an f32 <-> f16/bf16 cast of n elements (cast.c): the
+ * AVX-512 kernel with ordinary stores, with streaming stores (narrowing
+ * only) or the AVX2 kernel. The rule: AVX-512 where the kernels use it,
+ * streaming where px_cpu_streams says; under PHX_TUNE=cached/measure,
+ * casts of at least 1 MiB (input and output) take the tuning cache's
+ * choice for the size class (n rounded up to a power of two). The bits
+ * are the same on every variant. */
+enum { PX_CAST_AVX512, PX_CAST_AVX512_STREAM, PX_CAST_AVX2 };
+phx_status px_cpu_cast_variant(phx_dtype dt, phx_dtype st, int64_t n, int *variant);
 
 /* One case of a switch over phx_activation that runs CALL with ACT the
  * constant K (the activation loops are specialised per kind). */

@@ -95,9 +95,9 @@ static void write_cache(const char *path, const char *sig, const char *key, cons
 
 static char *path_in(const char *name)
 {
-    static char p[8][320];
+    static char p[64][320];
     static int i;
-    i = (i + 1) % 8;
+    i = (i + 1) % 64;
     snprintf(p[i], sizeof p[i], "%s/%s", dir, name);
     return p[i];
 }
@@ -201,7 +201,7 @@ int main(int argc, char **argv)
         printf("Bail out! mkdtemp %s\n", dir);
         return 1;
     }
-    plan(35);
+    plan(38);
     diag("cpu: %s; BLAS %s core %s (wants %s)", px_tune_signature(), px_tune_blas_name(), px_tune_blas_core(),
          px_tune_blas_core_for_cpu() ? px_tune_blas_core_for_cpu() : "-");
 
@@ -257,7 +257,7 @@ int main(int argc, char **argv)
     /* 2. measure: a file with this CPU's signature, one entry, a checksum */
     int avx = px_cpu_isa() == PX_ISA_AVX512;
     if (!avx) {
-        skip(27, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
+        skip(30, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
         goto prescott;
     }
     char *c1 = path_in("c1.txt");
@@ -358,6 +358,47 @@ int main(int argc, char **argv)
     ok(st == PHX_OK && !strcmp(px_cpu_conv2d_path_name(cp), getenv("PHX_CPU_CONV")),
        "PHX_CPU_CONV=%s wins over the cache", getenv("PHX_CPU_CONV"));
     unsetenv("PHX_CPU_CONV");
+
+    /* casts: the rule, a measured entry, and every variant's bits alike */
+    {
+        int64_t cn = 1 << 20;
+        int v = -1;
+        setenv("PHX_TUNE", "off", 1);
+        phx_status vs = px_cpu_cast_variant(PHX_BF16, PHX_F32, cn, &v);
+        ok(vs == PHX_OK && v == (px_cpu_streams(6 * cn) ? PX_CAST_AVX512_STREAM : PX_CAST_AVX512),
+           "PHX_TUNE=off: a 1M-element f32 -> bf16 cast takes the streaming rule (%d)", v);
+        char *c10 = path_in("c10.txt");
+        setenv("PHX_TUNE", "measure", 1);
+        setenv("PHX_TUNE_CACHE", c10, 1);
+        vs = px_cpu_cast_variant(PHX_BF16, PHX_F32, cn, &v);
+        b = slurp(c10, &n);
+        char castkey[80];
+        snprintf(castkey, sizeof castkey, "t%d cast f32>bf16 n1048576 ", px_threads_budget());
+        ok(vs == PHX_OK && b && strstr(b, castkey), "measure: the cast's entry '%s'", castkey);
+        free(b);
+        float *src = malloc((size_t)cn * 4);
+        uint16_t *out[3];
+        for (int64_t i = 0; i < cn; i++) src[i] = (float)((i * 2654435761u) % 100003) * 1e-3f - 50.0f;
+        static const char *const vn[3] = {"avx512", "avx512-stream", "avx2"};
+        int took = 0, same = 1;
+        char ck[80];
+        snprintf(ck, sizeof ck, "t%d cast f32>bf16 n1048576", px_threads_budget());
+        setenv("PHX_TUNE", "cached", 1);
+        for (int k = 0; k < 3; k++) {
+            char name[16];
+            snprintf(name, sizeof name, "c11%d.txt", k);
+            char *cp = path_in(name);
+            write_cache(cp, px_tune_signature(), ck, vn[k]);
+            setenv("PHX_TUNE_CACHE", cp, 1);
+            out[k] = calloc((size_t)cn, 2);
+            took += px_cpu_cast_variant(PHX_BF16, PHX_F32, cn, &v) == PHX_OK && v == k;
+            if (px_cpu_cast(0, out[k], PHX_BF16, src, PHX_F32, cn) != PHX_OK) same = 0;
+            if (k && memcmp(out[k], out[0], (size_t)cn * 2)) same = 0;
+        }
+        ok(took == 3 && same, "cached: each of avx512, avx512-stream, avx2 taken (%d of 3), the same bits", took);
+        for (int k = 0; k < 3; k++) free(out[k]);
+        free(src);
+    }
 
     /* 4. another CPU's cache: ignored, said once */
     char *c5 = path_in("c5.txt");
