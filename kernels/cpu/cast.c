@@ -65,8 +65,8 @@ PX_TARGET_AVX2 static phx_status cast_ff_avx2(void *dst, phx_dtype dt, const voi
 #endif
 
 #if PX_HAVE_X86
-static const char *const cast_names[] = {[PX_CAST_AVX512] = "avx512", [PX_CAST_AVX512_STREAM] = "avx512-stream",
-                                         [PX_CAST_AVX2] = "avx2"};
+static const char *const cast_names[] = {
+    [PX_CAST_AVX512] = "avx512", [PX_CAST_AVX512_STREAM] = "avx512-stream", [PX_CAST_AVX2] = "avx2"};
 
 /* A tuning measurement's operands: zeros of the cast's size. */
 typedef struct cast_trial {

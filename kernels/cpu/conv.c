@@ -220,9 +220,9 @@ enum {
     CONV_FALLBACK = PX_CONV_FALLBACK
 };
 
-static const char *const conv_names[] = {[CONV_IM2COL] = "im2col", [CONV_DNNL] = "dnnl",
-                                         [CONV_AVX512] = "avx512", [CONV_WINOGRAD] = "winograd",
-                                         [CONV_DIRECT] = "direct", [CONV_FALLBACK] = "fallback"};
+static const char *const conv_names[] = {
+    [CONV_IM2COL] = "im2col",     [CONV_DNNL] = "dnnl",     [CONV_AVX512] = "avx512",
+    [CONV_WINOGRAD] = "winograd", [CONV_DIRECT] = "direct", [CONV_FALLBACK] = "fallback"};
 
 const char *px_cpu_conv2d_path_name(int path)
 {
@@ -344,10 +344,14 @@ phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, 
     const struct {
         const char *sep;
         int64_t v;
-    } parts[] = {{"conv", pass},      {" f32 n", pow2_at_least(d->n)}, {" c", d->c},       {" k", d->k},
-                 {" ", d->h},         {"x", d->w},                     {" ", d->kh},        {"x", d->kw},
-                 {" s", d->stride_h}, {"x", d->stride_w},              {" p", d->pad_h},    {"x", d->pad_w},
-                 {" d", d->dil_h},    {"x", d->dil_w},                 {" g", d->groups}};
+    } parts[] = {{"conv", pass},      {" f32 n", pow2_at_least(d->n)},
+                 {" c", d->c},        {" k", d->k},
+                 {" ", d->h},         {"x", d->w},
+                 {" ", d->kh},        {"x", d->kw},
+                 {" s", d->stride_h}, {"x", d->stride_w},
+                 {" p", d->pad_h},    {"x", d->pad_w},
+                 {" d", d->dil_h},    {"x", d->dil_w},
+                 {" g", d->groups}};
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
         px_tune_key_str(key, &kl, sizeof key, parts[i].sep);
         px_tune_key_int(key, &kl, sizeof key, parts[i].v);

@@ -298,8 +298,8 @@ double px_gemm_avx512_fill(int64_t m, int64_t n);
  * product at run time falls to the rule's non-oneDNN path. */
 enum { PX_GEMM_BLAS, PX_GEMM_DNNL, PX_GEMM_AVX512 };
 int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt);
-phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int alpha_nonzero,
-                            phx_dtype adt, phx_dtype cdt, int *path);
+phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt,
+                            phx_dtype cdt, int *path);
 phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                               int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
                               phx_dtype cdt);

@@ -174,8 +174,8 @@ static phx_status gemm_trial_run(void *arg, int path)
         return px_cpu_gemm_dnnl(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n,
                                 t->cdt);
     if (path == PX_GEMM_AVX512)
-        return px_cpu_gemm_avx512(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c,
-                                  t->n, t->cdt);
+        return px_cpu_gemm_avx512(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n,
+                                  t->cdt);
     return blas_path(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n, t->cdt);
 }
 
@@ -187,17 +187,17 @@ static int64_t pow2_at_least(int64_t x)
     return p;
 }
 
-phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int alpha_nonzero,
-                            phx_dtype adt, phx_dtype cdt, int *path)
+phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt,
+                            phx_dtype cdt, int *path)
 {
     gemm_path forced;
     phx_status st = gemm_path_env(&forced);
     if (st != PHX_OK) return st;
     if (forced != GEMM_AUTO) {
         /* (PHX_CPU_GEMM=dnnl takes oneDNN for bf16 operands only) */
-        *path = forced == GEMM_AVX512 ? PX_GEMM_AVX512
-                : forced == GEMM_DNNL && adt == PHX_BF16 ? PX_GEMM_DNNL
-                                                          : PX_GEMM_BLAS;
+        *path = forced == GEMM_AVX512                ? PX_GEMM_AVX512
+            : forced == GEMM_DNNL && adt == PHX_BF16 ? PX_GEMM_DNNL
+                                                     : PX_GEMM_BLAS;
         return PHX_OK;
     }
     int fixed = px_cpu_gemm_rule(m, n, k, alpha_nonzero, adt);

@@ -113,7 +113,7 @@ static const char *cache_path_now(const char *sig)
     for (int i = 0; i < 3; i++) snprintf(env[i], sizeof env[i], "%s", v[i] ? v[i] : "");
     snprintf(last_sig, sizeof last_sig, "%s", sig);
     known = strlen(v[0] ? v[0] : "") < sizeof env[0] && strlen(v[1] ? v[1] : "") < sizeof env[1] &&
-            strlen(v[2] ? v[2] : "") < sizeof env[2];
+        strlen(v[2] ? v[2] : "") < sizeof env[2];
     return path;
 }
 
@@ -224,8 +224,7 @@ static phx_status parse(const char *buf, size_t n)
         line++;
         if (!printable(p, len)) return corrupt(line, "%s%sa byte that is not printable ASCII", "", "");
         if (line == 2) {
-            if (len < 4 || memcmp(p, "cpu ", 4) != 0)
-                return corrupt(line, "%s%sexpected 'cpu <signature>'", "", "");
+            if (len < 4 || memcmp(p, "cpu ", 4) != 0) return corrupt(line, "%s%sexpected 'cpu <signature>'", "", "");
             if (len - 4 != strlen(cache.sig) || memcmp(p + 4, cache.sig, len - 4) != 0) foreign = 1;
         } else if (!foreign) {
             const char *sp = len ? memrchr(p, ' ', len) : NULL;

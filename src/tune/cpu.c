@@ -186,8 +186,8 @@ const char *px_tune_signature(void)
     int isa = px_cpu_isa();
     if (isa == signature_isa && signature[0]) return signature;
     const px_cpu_id *id = px_tune_cpu();
-    snprintf(signature, sizeof signature, "%s %d %d %s isa=%s blas=%s:%s", id->vendor, id->family, id->model,
-             id->flags, px_cpu_isa_name(isa), px_tune_blas_name(), px_tune_blas_core());
+    snprintf(signature, sizeof signature, "%s %d %d %s isa=%s blas=%s:%s", id->vendor, id->family, id->model, id->flags,
+             px_cpu_isa_name(isa), px_tune_blas_name(), px_tune_blas_core());
     for (char *p = signature; *p; p++)
         if (*p < 0x20 || *p > 0x7e) *p = '_';
     signature_isa = isa;

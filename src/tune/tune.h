@@ -111,7 +111,8 @@ static inline void px_tune_key_int(char *buf, size_t *len, size_t cap, long long
     char d[24];
     int n = 0;
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do d[n++] = (char)('0' + u % 10); while (u /= 10);
+    do d[n++] = (char)('0' + u % 10);
+    while (u /= 10);
     if (v < 0) d[n++] = '-';
     while (n > 0 && *len + 1 < cap) buf[(*len)++] = d[--n];
     buf[*len] = 0;

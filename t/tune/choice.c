@@ -49,8 +49,7 @@ static int conv_rule_ref(int pass, const phx_conv2d_desc *d)
     return PX_CONV_FALLBACK;
 }
 
-static phx_conv2d_desc conv_desc(int64_t n, int64_t c, int64_t h, int64_t k, int64_t kern, int64_t stride,
-                                 int64_t pad)
+static phx_conv2d_desc conv_desc(int64_t n, int64_t c, int64_t h, int64_t k, int64_t kern, int64_t stride, int64_t pad)
 {
     phx_conv2d_desc d = {.n = n, .c = c, .h = h, .w = h, .k = k, .kh = kern, .kw = kern};
     d.stride_h = d.stride_w = stride, d.pad_h = d.pad_w = pad, d.dil_h = d.dil_w = 1, d.groups = 1;
