@@ -109,8 +109,6 @@ phx_status px_cpu_cast_variant(phx_dtype dt, phx_dtype st, int64_t n, int *varia
     px_tune_mode mode;
     phx_status ms = px_tune_mode_get(&mode);
     if (ms != PHX_OK || mode == PX_TUNE_OFF) return ms;
-    int64_t cls = 1;
-    while (cls < n) cls <<= 1;
     char key[64];
     size_t kl = 0;
     px_tune_key_str(key, &kl, sizeof key, "cast ");
@@ -118,7 +116,7 @@ phx_status px_cpu_cast_variant(phx_dtype dt, phx_dtype st, int64_t n, int *varia
     px_tune_key_str(key, &kl, sizeof key, ">");
     px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(dt));
     px_tune_key_str(key, &kl, sizeof key, " n");
-    px_tune_key_int(key, &kl, sizeof key, cls);
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(n));
     int usable[3] = {[PX_CAST_AVX512] = 1, [PX_CAST_AVX512_STREAM] = st == PHX_F32, [PX_CAST_AVX2] = 1};
     cast_trial t = {dt, st, n, NULL, NULL};
     phx_status s = px_tune_choose(key, cast_names, usable, 3, *variant, cast_trial_run, &t, variant);

@@ -287,13 +287,6 @@ static phx_status conv_trial_run(void *arg, int path)
     return st;
 }
 
-static int64_t pow2_at_least(int64_t x)
-{
-    int64_t p = 1;
-    while (p < x && p < ((int64_t)1 << 40)) p <<= 1;
-    return p;
-}
-
 /* The path of a convolution pass. PHX_CPU_CONV=im2col|dnnl|avx512|
  * winograd|direct forces one (the last three only where the kernels use
  * AVX-512; a pass the forced kernel does not take falls to oneDNN, then
@@ -344,7 +337,7 @@ phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, 
     const struct {
         const char *sep;
         int64_t v;
-    } parts[] = {{"conv", pass},      {" f32 n", pow2_at_least(d->n)},
+    } parts[] = {{"conv", pass},      {" f32 n", px_tune_pow2(d->n)},
                  {" c", d->c},        {" k", d->k},
                  {" ", d->h},         {"x", d->w},
                  {" ", d->kh},        {"x", d->kw},

@@ -179,14 +179,6 @@ static phx_status gemm_trial_run(void *arg, int path)
     return blas_path(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n, t->cdt);
 }
 
-/* The next power of two at or above x: a shape class's bound. */
-static int64_t pow2_at_least(int64_t x)
-{
-    int64_t p = 1;
-    while (p < x && p < ((int64_t)1 << 40)) p <<= 1;
-    return p;
-}
-
 phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt,
                             phx_dtype cdt, int *path)
 {
@@ -220,11 +212,11 @@ phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int6
     px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(cdt));
     px_tune_key_str(key, &kl, sizeof key, trans_a ? " t" : " n");
     px_tune_key_str(key, &kl, sizeof key, trans_b ? "t m" : "n m");
-    px_tune_key_int(key, &kl, sizeof key, pow2_at_least(m));
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(m));
     px_tune_key_str(key, &kl, sizeof key, " n");
-    px_tune_key_int(key, &kl, sizeof key, pow2_at_least(n));
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(n));
     px_tune_key_str(key, &kl, sizeof key, " k");
-    px_tune_key_int(key, &kl, sizeof key, pow2_at_least(k));
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(k));
     gemm_trial t = {trans_a, trans_b, m, n, k, adt, cdt, NULL, NULL, NULL};
     st = px_tune_choose(key, gemm_names, usable, 3, fixed, gemm_trial_run, &t, path);
     px_free(t.a), px_free(t.b), px_free(t.c);

@@ -106,6 +106,14 @@ static inline void px_tune_key_str(char *buf, size_t *len, size_t cap, const cha
     while (*s && *len + 1 < cap) buf[(*len)++] = *s++;
     buf[*len] = 0;
 }
+/* The next power of two at or above x (at most 2^40): a size class's
+ * bound. */
+static inline long long px_tune_pow2(long long x)
+{
+    long long p = 1;
+    while (p < x && p < (1ll << 40)) p <<= 1;
+    return p;
+}
 static inline void px_tune_key_int(char *buf, size_t *len, size_t cap, long long v)
 {
     char d[24];
