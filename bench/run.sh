@@ -6,57 +6,64 @@ set -e
 PHX_BENCH_TSV=${PHX_BENCH_TSV:-$(pwd)/bench/results.tsv}
 export PHX_BENCH_TSV
 : >"$PHX_BENCH_TSV"
+TORCH_PY=${TORCH_PYTHON:-/usr/bin/python3}
+# Fair peers: OPENBLAS_CORETYPE for both sides where OpenBLAS misdetects
+# the CPU, and table(), which prints the CPU, BLAS and environment lines
+# above each table (bench/peers.sh, doc/maint/bench.md).
+bench_src=$(dirname "$0")
+bench_build=.
+. "$bench_src/peers.sh"
 # ddp: DDP at world 2 on gloo and threads beside PyTorch DDP over gloo
 # (bench/torch/ddp.py), and the gain from overlap (doc/guide/ddp.md).
-echo "== bench/ddp"
+table bench/ddp
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/ddp --torch "$(dirname "$0")/torch/ddp.py"
 # zero: per-rank bytes of parameters, gradients and optimizer state, peak
 # RSS and step time of a GPT under DDP, ZeRO-1 and ZeRO-2 (doc/guide/sharding.md).
-echo "== bench/zero"
+table bench/zero
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') ./bench/zero
 # amp: training steps/s under fp32, fp16, bf16 beside PyTorch fp32 and CPU
 # autocast bf16 (bench/torch/amp.py; doc/guide/precision.md).
-echo "== bench/amp"
+table bench/amp
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/amp --torch "$(dirname "$0")/torch/amp.py"
 # dp: DataParallel over 2 CPU replicas against the unwrapped MLP at 1 BLAS
 # thread and PyTorch's single process at 2 threads (bench/torch/dp.py),
 # plus the BLAS concurrency check (doc/guide/dp.md).
-echo "== bench/dp"
+table bench/dp
 ./bench/dp --torch "$(dirname "$0")/torch/dp.py"
 # train: training steps/s of the seed's Linear(10,1) and an MLP beside
 # PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/guide/training.md).
-echo "== bench/step"
+table bench/step
 ./bench/step --torch "$(dirname "$0")/torch/step.py"
 # The ResNet step's peak memory beside PyTorch's (10 steps, batch 128, each
 # in its own process: ru_maxrss of the whole process).
-echo "== resnet step, peak RSS"
+table "resnet step, peak RSS"
 ./bench/step --rss resnet
-OPENBLAS_NUM_THREADS=2 "${TORCH_PYTHON:-/usr/bin/python3}" "$(dirname "$0")/torch/resnet.py" step --batch 128 --threads 2 --steps 10 |
+OPENBLAS_NUM_THREADS=2 "$TORCH_PY" "$(dirname "$0")/torch/resnet.py" step --batch 128 --threads 2 --steps 10 |
     awk '{ printf "torch resnet_step_rss %s MiB (%s ms per step)\n", $3, $2 }'
 # scale: DDP efficiency at 8, 64 and 512 ranks on paper, from the measured
 # all-reduce and step times (doc/maint/bench.md, "DDP scaling on paper").
-echo "== bench/scale"
+table bench/scale
 ./bench/scale
 # core: the CPU kernel table (GEMM, activations, bias, layernorm, cross
 # entropy, Adam, casts, RNG) beside the same PyTorch ops, one thread each
 # (bench/torch/kernels.py; doc/reference/tensors.md).
-echo "== bench/kernels"
+table bench/kernels
 ./bench/kernels --torch "$(dirname "$0")/torch/kernels.py"
 # data: the loader's samples/s with 0-2 workers from a dataset whose get
 # costs 50 us, and the MLP step fed by it, beside PyTorch's DataLoader
 # (bench/torch/loader_speed.py; doc/guide/data.md).
-echo "== bench/loader"
+table bench/loader
 ./bench/loader --torch "$(dirname "$0")/torch/loader_speed.py"
 # comm: all-reduce bandwidth like nccl-tests (f32 sum, 4 B..256 MiB) on the
 # threads and gloo backends at world 2 and 4, beside torch.distributed gloo
 # (bench/torch/allreduce.py) and the memcpy ceiling (doc/guide/comm.md).
-echo "== bench/allreduce"
+table bench/allreduce
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/allreduce --torch "$(dirname "$0")/torch/allreduce.py"
 # store: the TCP store server's memory and CPU under attacks from local
 # clients (doc/reference/store.md, "Limits").
-echo "== bench/store_attack"
+table bench/store_attack
 "$(dirname "$0")/store_attack.sh" ./bench/store_attack
 echo "== results: $PHX_BENCH_TSV ($(wc -l <"$PHX_BENCH_TSV") rows; make plots draws them)"

@@ -7,6 +7,8 @@
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/cpu.h"
+#include "src/base/util.h"
+#include "src/tune/tune.h"
 
 static int64_t f2i64(double v)
 {
@@ -62,13 +64,79 @@ PX_TARGET_AVX2 static phx_status cast_ff_avx2(void *dst, phx_dtype dt, const voi
 }
 #endif
 
+#if PX_HAVE_X86
+static const char *const cast_names[] = {
+    [PX_CAST_AVX512] = "avx512", [PX_CAST_AVX512_STREAM] = "avx512-stream", [PX_CAST_AVX2] = "avx2"};
+
+/* A tuning measurement's operands: zeros of the cast's size. */
+typedef struct cast_trial {
+    phx_dtype dt, st;
+    int64_t n;
+    void *dst, *src;
+} cast_trial;
+
+static int cast_run_as(int variant, void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    return px_x86_cast_as(variant == PX_CAST_AVX2 ? PX_ISA_AVX2 : PX_ISA_AVX512, dst, dt, src, st, n,
+                          variant == PX_CAST_AVX512_STREAM);
+}
+
+static phx_status cast_trial_run(void *arg, int variant)
+{
+    cast_trial *t = arg;
+    if (!t->src) { /* at the first run: a lookup that hits allocates nothing */
+        t->src = px_calloc((size_t)t->n, phx_dtype_size(t->st));
+        t->dst = px_calloc((size_t)t->n, phx_dtype_size(t->dt));
+        if (!t->src || !t->dst) {
+            px_free(t->src), px_free(t->dst);
+            t->src = t->dst = NULL;
+            return PHX_EUNSUPPORTED;
+        }
+    }
+    return cast_run_as(variant, t->dst, t->dt, t->src, t->st, t->n) ? PHX_OK : PHX_EUNSUPPORTED;
+}
+#endif
+
+phx_status px_cpu_cast_variant(phx_dtype dt, phx_dtype st, int64_t n, int *variant)
+{
+    int isa = px_cpu_isa();
+    *variant = PX_CAST_AVX2;
+    if (isa < PX_ISA_AVX512) return isa < 0 ? PHX_EINVAL : PHX_OK;
+    *variant = st == PHX_F32 && px_cpu_streams(6 * n) ? PX_CAST_AVX512_STREAM : PX_CAST_AVX512;
+#if PX_HAVE_X86
+    int64_t bytes = n * (int64_t)(phx_dtype_size(dt) + phx_dtype_size(st));
+    if (bytes < ((int64_t)1 << 20) || px_tune_measuring()) return PHX_OK; /* below: not worth a lookup */
+    px_tune_mode mode;
+    phx_status ms = px_tune_mode_get(&mode);
+    if (ms != PHX_OK || mode == PX_TUNE_OFF) return ms;
+    char key[64];
+    size_t kl = 0;
+    px_tune_key_str(key, &kl, sizeof key, "cast ");
+    px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(st));
+    px_tune_key_str(key, &kl, sizeof key, ">");
+    px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(dt));
+    px_tune_key_str(key, &kl, sizeof key, " n");
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(n));
+    int usable[3] = {[PX_CAST_AVX512] = 1, [PX_CAST_AVX512_STREAM] = st == PHX_F32, [PX_CAST_AVX2] = 1};
+    cast_trial t = {dt, st, n, NULL, NULL};
+    phx_status s = px_tune_choose(key, cast_names, usable, 3, *variant, cast_trial_run, &t, variant);
+    px_free(t.src), px_free(t.dst);
+    return s;
+#else
+    return PHX_OK;
+#endif
+}
+
 static phx_status cast_ff(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
 {
     int isa = px_cpu_isa();
     if (isa < 0) return PHX_EINVAL;
 #if PX_HAVE_X86
     if (isa >= PX_ISA_AVX2) { /* f32 <-> f16/bf16 by the conversion instructions (cast-x86.c) */
-        if (px_x86_cast(isa, dst, dt, src, st, n)) return PHX_OK;
+        int variant = PX_CAST_AVX2;
+        phx_status vs = isa >= PX_ISA_AVX512 ? px_cpu_cast_variant(dt, st, n, &variant) : PHX_OK;
+        if (vs != PHX_OK) return vs;
+        if (cast_run_as(variant, dst, dt, src, st, n)) return PHX_OK;
         return cast_ff_avx2(dst, dt, src, st, n);
     }
 #endif

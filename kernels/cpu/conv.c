@@ -9,9 +9,12 @@
  * on the way out; all GEMMs are f32. Scratch: slot 0 col, 1 the gathered
  * dY or Y, 2 the f32 weight. */
 #include "config.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/cpu/cpu.h"
+#include "src/base/util.h"
+#include "src/tune/tune.h"
 
 #define PX_COL_FLOATS ((int64_t)4 << 20) /* 16 MiB of column matrix per chunk */
 
@@ -208,13 +211,26 @@ static void run_parts(px_range_fn fn, conv_job j)
 
 /* CONV_FALLBACK: oneDNN, then the implicit GEMM where the kernels use
  * AVX-512 (a build without oneDNN, or a shape oneDNN declines) */
-enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512, CONV_WINOGRAD, CONV_DIRECT, CONV_FALLBACK };
+enum {
+    CONV_IM2COL = PX_CONV_IM2COL,
+    CONV_DNNL = PX_CONV_DNNL,
+    CONV_AVX512 = PX_CONV_AVX512,
+    CONV_WINOGRAD = PX_CONV_WINOGRAD,
+    CONV_DIRECT = PX_CONV_DIRECT,
+    CONV_FALLBACK = PX_CONV_FALLBACK
+};
 
-/* The path of a convolution pass. PHX_CPU_CONV=im2col|dnnl|avx512|
- * winograd|direct forces one (the last three only where the kernels use
- * AVX-512; a pass the forced kernel does not take falls to oneDNN, then
- * im2col). auto (or unset) takes, for f32 where the kernels use AVX-512,
- * what measured fastest on bench/kernels' shapes (doc/maint/kernels.md):
+static const char *const conv_names[] = {
+    [CONV_IM2COL] = "im2col",     [CONV_DNNL] = "dnnl",     [CONV_AVX512] = "avx512",
+    [CONV_WINOGRAD] = "winograd", [CONV_DIRECT] = "direct", [CONV_FALLBACK] = "fallback"};
+
+const char *px_cpu_conv2d_path_name(int path)
+{
+    return path >= 0 && path <= CONV_FALLBACK ? conv_names[path] : "?";
+}
+
+/* PHX_CPU_CONV=auto's fixed rule, for f32 where the kernels use AVX-512,
+ * from what measured fastest on bench/kernels' shapes (doc/guide/cnn.md):
  *   Winograd for 3 x 3 stride-1 convolutions of 16 or more channels in
  *   and out;
  *   the direct kernel for the forward pass where c kh kw <= 27 and the
@@ -223,8 +239,65 @@ enum { CONV_IM2COL, CONV_DNNL, CONV_AVX512, CONV_WINOGRAD, CONV_DIRECT, CONV_FAL
  * kernel, the implicit GEMM (faster than im2col on 7 of those 9 passes)
  * where the kernels use AVX-512, else im2col. f16/bf16 always take
  * im2col. */
-static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, int *path)
+int px_cpu_conv2d_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt)
 {
+    if (dt != PHX_F32) return CONV_IM2COL;
+    if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
+        return CONV_WINOGRAD;
+    if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) && (pass == 0 || d->c * d->kh * d->kw <= 9))
+        return CONV_DIRECT;
+    return CONV_FALLBACK;
+}
+
+/* the path a tuning measurement is timing on this thread; -1: none */
+static __thread int trial_path = -1;
+
+/* A tuning measurement's operands: zeros of the pass's shapes. */
+typedef struct conv_trial {
+    int pass;
+    const phx_conv2d_desc *d;
+    float *x, *w, *y, *dx, *dw, *db; /* y doubles as dy */
+} conv_trial;
+
+static phx_status conv_trial_run(void *arg, int path)
+{
+    conv_trial *t = arg;
+    phx_status st;
+    if (!t->x) { /* at the first run: a lookup that hits allocates nothing */
+        const phx_conv2d_desc *d = t->d;
+        size_t nx = (size_t)(d->n * d->c * d->h * d->w), nw = (size_t)(d->k * (d->c / d->groups) * d->kh * d->kw),
+               ny = (size_t)(d->n * d->k * d->oh * d->ow);
+        t->x = px_calloc(nx, sizeof(float)), t->dx = px_calloc(nx, sizeof(float));
+        t->w = px_calloc(nw, sizeof(float)), t->dw = px_calloc(nw, sizeof(float));
+        t->y = px_calloc(ny, sizeof(float)), t->db = px_calloc((size_t)d->k, sizeof(float));
+        if (!t->x || !t->dx || !t->w || !t->dw || !t->y || !t->db) {
+            px_free(t->x), px_free(t->dx), px_free(t->w), px_free(t->dw), px_free(t->y), px_free(t->db);
+            t->x = t->dx = t->w = t->dw = t->y = t->db = NULL;
+            return PHX_EUNSUPPORTED; /* nothing measured: the fixed rule */
+        }
+    }
+    trial_path = path;
+    if (t->pass == 0)
+        st = px_cpu_conv2d_forward(0, t->d, t->x, t->w, t->db, t->y, PHX_F32);
+    else if (t->pass == 1)
+        st = px_cpu_conv2d_backward_data(0, t->d, t->y, t->w, t->dx, PHX_F32);
+    else
+        st = px_cpu_conv2d_backward_weight(0, t->d, t->x, t->y, t->dw, t->db, PHX_F32);
+    trial_path = -1;
+    return st;
+}
+
+/* The path of a convolution pass. PHX_CPU_CONV=im2col|dnnl|avx512|
+ * winograd|direct forces one (the last three only where the kernels use
+ * AVX-512; a pass the forced kernel does not take falls to oneDNN, then
+ * im2col). auto (or unset): for f32, the tuning cache's choice for the
+ * shape class (PHX_TUNE, src/tune/tune.h), else px_cpu_conv2d_rule. */
+phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, int *path)
+{
+    if (trial_path >= 0) {
+        *path = trial_path;
+        return PHX_OK;
+    }
     const char *e = getenv("PHX_CPU_CONV");
     int force = -1;
     if (e && *e && strcmp(e, "auto") != 0) {
@@ -245,18 +318,41 @@ static phx_status conv_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, in
     if (force >= CONV_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
         return phx_error(PHX_EUNSUPPORTED, "conv2d: PHX_CPU_CONV=%s but the kernels use %s (PHX_CPU_ISA)", e,
                          px_cpu_isa_name(px_cpu_isa()));
-    if (dt != PHX_F32)
-        *path = CONV_IM2COL;
-    else if (force >= 0)
-        *path = force;
-    else if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
-        *path = CONV_WINOGRAD;
-    else if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) &&
-             (pass == 0 || d->c * d->kh * d->kw <= 9))
-        *path = CONV_DIRECT;
-    else
-        *path = CONV_FALLBACK;
-    return PHX_OK;
+    *path = dt != PHX_F32 ? CONV_IM2COL : force >= 0 ? force : px_cpu_conv2d_rule(pass, d, dt);
+    if (dt != PHX_F32 || force >= 0 || px_tune_measuring()) return PHX_OK;
+    px_tune_mode mode;
+    phx_status st = px_tune_mode_get(&mode);
+    if (st != PHX_OK || mode == PX_TUNE_OFF) return st;
+
+    int avx512 = px_cpu_isa() == PX_ISA_AVX512;
+    int usable[CONV_FALLBACK + 1] = {[CONV_IM2COL] = 1,
+                                     [CONV_AVX512] = avx512 && px_cpu_conv2d_avx512_takes(pass, d),
+                                     [CONV_WINOGRAD] = avx512 && px_cpu_conv2d_winograd_takes(pass, d),
+                                     [CONV_DIRECT] = avx512 && px_cpu_conv2d_small_takes(pass, d)};
+#ifdef HAVE_DNNL
+    usable[CONV_DNNL] = 1;
+#endif
+    char key[200];
+    size_t kl = 0;
+    const struct {
+        const char *sep;
+        int64_t v;
+    } parts[] = {{"conv", pass},      {" f32 n", px_tune_pow2(d->n)},
+                 {" c", d->c},        {" k", d->k},
+                 {" ", d->h},         {"x", d->w},
+                 {" ", d->kh},        {"x", d->kw},
+                 {" s", d->stride_h}, {"x", d->stride_w},
+                 {" p", d->pad_h},    {"x", d->pad_w},
+                 {" d", d->dil_h},    {"x", d->dil_w},
+                 {" g", d->groups}};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        px_tune_key_str(key, &kl, sizeof key, parts[i].sep);
+        px_tune_key_int(key, &kl, sizeof key, parts[i].v);
+    }
+    conv_trial t = {pass, d, NULL, NULL, NULL, NULL, NULL, NULL};
+    st = px_tune_choose(key, conv_names, usable, CONV_FALLBACK + 1, *path, conv_trial_run, &t, path);
+    px_free(t.x), px_free(t.dx), px_free(t.w), px_free(t.dw), px_free(t.y), px_free(t.db);
+    return st;
 }
 
 /* The pass on the AVX-512 GEMM or oneDNN as conv_path says: PHX_EUNSUPPORTED
@@ -291,7 +387,7 @@ phx_status px_cpu_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_forward: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
-    if ((st = conv_path(0, d, dt, &path)) != PHX_OK) return st;
+    if ((st = px_cpu_conv2d_path(0, d, dt, &path)) != PHX_OK) return st;
     if ((st = conv_fast(path, 0, d, x, w, bias, NULL, y, NULL, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
@@ -318,7 +414,7 @@ phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const 
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_backward_data: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
-    if ((st = conv_path(1, d, dt, &path)) != PHX_OK) return st;
+    if ((st = px_cpu_conv2d_path(1, d, dt, &path)) != PHX_OK) return st;
     if ((st = conv_fast(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
@@ -353,7 +449,7 @@ phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, cons
     if (!phx_dtype_is_float(dt))
         return phx_error(PHX_EINVAL, "conv2d_backward_weight: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
-    if ((st = conv_path(2, d, dt, &path)) != PHX_OK) return st;
+    if ((st = px_cpu_conv2d_path(2, d, dt, &path)) != PHX_OK) return st;
     if ((st = conv_fast(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED) return st;
     float *col, *blk;
     if ((st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;

@@ -141,7 +141,19 @@ void px_avx512_relu_forward(int64_t n, const float *x, float *y, int stream);
  * written with streaming stores when px_cpu_streams() says so. Returns 0
  * when it does not handle the pair (cast-x86.c). */
 int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n);
+/* The same with the streaming stores chosen by the caller (narrowing
+ * casts on AVX-512 only: elsewhere stream is ignored). */
+int px_x86_cast_as(int isa, void *dst, int dt, const void *src, int st, int64_t n, int stream);
 #endif
+/* The variant of an f32 <-> f16/bf16 cast of n elements (cast.c): the
+ * AVX-512 kernel with ordinary stores, with streaming stores (narrowing
+ * only) or the AVX2 kernel. The rule: AVX-512 where the kernels use it,
+ * streaming where px_cpu_streams says; under PHX_TUNE=cached/measure,
+ * casts of at least 1 MiB (input and output) take the tuning cache's
+ * choice for the size class (n rounded up to a power of two). The bits
+ * are the same on every variant. */
+enum { PX_CAST_AVX512, PX_CAST_AVX512_STREAM, PX_CAST_AVX2 };
+phx_status px_cpu_cast_variant(phx_dtype dt, phx_dtype st, int64_t n, int *variant);
 
 /* One case of a switch over phx_activation that runs CALL with ACT the
  * constant K (the activation loops are specialised per kind). */
@@ -244,6 +256,12 @@ PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, floa
  * NULL with phx_last_error on ENOMEM. Slots 5 and 6 hold the packed
  * panels of gemm-avx512.c. */
 void *px_cpu_scratch(int slot, size_t bytes);
+/* Sets the calling thread's scratch aside (returned) and starts it afresh,
+ * and frees the fresh one and puts the saved one back: a tuning
+ * measurement (src/tune) runs kernels inside a kernel whose scratch holds
+ * its operands. */
+void *px_cpu_scratch_push(void);
+void px_cpu_scratch_pop(void *saved);
 
 /* Plain C SGEMM (row-major, BLAS semantics: beta 0 ignores C's old
  * contents), used when the build has no CBLAS; kept always compiled so
@@ -269,6 +287,19 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
  * fills, 0 .. 1, in the orientation it computes (C, or C^T where C fills
  * under half and C^T more); PHX_CPU_GEMM=auto takes it from 0.5. */
 double px_gemm_avx512_fill(int64_t m, int64_t n);
+/* The paths of px_cpu_gemm (gemm.c). px_cpu_gemm_rule: PHX_CPU_GEMM=auto's
+ * fixed rule (bf16 on oneDNN where the CPU multiplies bf16 in hardware;
+ * the packed AVX-512 GEMM where the kernels use AVX-512 and C fills at
+ * least half its tiles, or OpenBLAS runs pre-AVX2 kernels; else BLAS).
+ * px_cpu_gemm_path: the path a px_cpu_gemm call with these arguments
+ * takes: PHX_CPU_GEMM when forced, else the tuning cache's choice for
+ * the shape class (PHX_TUNE, src/tune/tune.h; measured on a miss under
+ * PHX_TUNE=measure), else the rule. A oneDNN path that declines the
+ * product at run time falls to the rule's non-oneDNN path. */
+enum { PX_GEMM_BLAS, PX_GEMM_DNNL, PX_GEMM_AVX512 };
+int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt);
+phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt,
+                            phx_dtype cdt, int *path);
 phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                               int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
                               phx_dtype cdt);
@@ -296,6 +327,17 @@ phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const floa
 int px_cpu_conv2d_small_takes(int pass, const phx_conv2d_desc *d);
 phx_status px_cpu_conv2d_small(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                                const float *dy, float *y, float *dw, float *db);
+/* The paths of a convolution pass (conv.c; pass 0 forward, 1 backward
+ * data, 2 backward weight). PX_CONV_FALLBACK: oneDNN, then the implicit
+ * GEMM where the kernels use AVX-512, then im2col.
+ * px_cpu_conv2d_rule: PHX_CPU_CONV=auto's fixed rule; px_cpu_conv2d_path:
+ * the path the pass takes (PHX_CPU_CONV when forced, else for f32 the
+ * tuning cache's choice for the shape class, else the rule; f16/bf16
+ * always im2col); px_cpu_conv2d_path_name: "im2col", "dnnl", ... */
+enum { PX_CONV_IM2COL, PX_CONV_DNNL, PX_CONV_AVX512, PX_CONV_WINOGRAD, PX_CONV_DIRECT, PX_CONV_FALLBACK };
+int px_cpu_conv2d_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt);
+phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, int *path);
+const char *px_cpu_conv2d_path_name(int path);
 /* 1 when the build has oneDNN and the CPU has AVX512-BF16 (as oneDNN
  * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
 int px_cpu_dnnl_bf16_native(void);

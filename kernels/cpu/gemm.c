@@ -6,7 +6,8 @@
  * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/reference/tensors.md).
  * Elsewhere f32 goes straight to cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
- * rounded into C's dtype. PHX_CPU_GEMM forces one path (doc/reference/env.md). */
+ * rounded into C's dtype. PHX_CPU_GEMM forces one path; PHX_TUNE replaces
+ * auto's fixed rule by the tuning cache's choice (src/tune, doc/reference/env.md). */
 #include "config.h"
 #include <limits.h>
 #include <stdlib.h>
@@ -16,12 +17,17 @@
 #endif
 #include "kernels/cpu/cpu.h"
 #include "src/base/threads.h"
+#include "src/base/util.h"
+#include "src/tune/tune.h"
 
 static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
 #ifdef HAVE_CBLAS
-    if (k > 0) {
+    /* alpha 0 (C <- beta C, A and B not read, as BLAS defines it) stays on
+     * the loop: OpenBLAS's SkylakeX kernels multiply by it anyway, and
+     * 0 * inf in A gives NaN */
+    if (k > 0 && alpha != 0.0f) {
         if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
             return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld exceed the BLAS int range", (long long)m,
                              (long long)n, (long long)k);
@@ -70,11 +76,12 @@ static int is_float(phx_dtype dt)
     return dt == PHX_F32 || dt == PHX_F16 || dt == PHX_BF16;
 }
 
-/* PHX_CPU_GEMM=auto: the packed AVX-512 GEMM wherever the kernels use
- * AVX-512, for every dtype (bf16 reaches it only where oneDNN's matmul
- * did not take it, and runs there on vdpbf16ps where the CPU has
- * AVX512-BF16). f32 too: on 1024^3 it ran 1.9x OpenBLAS's sgemm held to
- * AVX2 by OPENBLAS_CORETYPE=Haswell, and 0.9-1.0x its AVX-512 kernels
+/* PHX_CPU_GEMM=auto's fixed rule (PHX_TUNE=off, and shapes a tuning cache
+ * lacks). The packed AVX-512 GEMM wherever the kernels use AVX-512, for
+ * every dtype (bf16 reaches it only where oneDNN's matmul did not take
+ * it, and runs there on vdpbf16ps where the CPU has AVX512-BF16). f32
+ * too: on 1024^3 it ran 1.9x OpenBLAS's sgemm held to AVX2 by
+ * OPENBLAS_CORETYPE=Haswell, and 0.9-1.0x its AVX-512 kernels
  * (doc/reference/tensors.md). */
 static int avx512_auto(int64_t m, int64_t n)
 {
@@ -82,54 +89,42 @@ static int avx512_auto(int64_t m, int64_t n)
 #ifdef HAVE_CBLAS
     /* the share of its 8 x 48 tiles that C, or C^T where it computes that,
      * fills: below half (a GEMV-like product, C of 1-3 rows or columns),
-     * OpenBLAS was faster, 0.38-0.74x on 4096x1x1024 and 1x4096x1024 */
-    if (px_gemm_avx512_fill(m, n) < 0.5) return 0;
+     * OpenBLAS was faster, 0.38-0.74x on 4096x1x1024 and 1x4096x1024 --
+     * unless OpenBLAS misdetected the CPU and runs kernels without AVX2
+     * (src/tune/cpu.c), 3-7x slower than its own */
+    if (px_gemm_avx512_fill(m, n) < 0.5 && px_tune_blas_misdetected() < 2) return 0;
 #else
     (void)m, (void)n;
 #endif
     return 1;
 }
 
-PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                                 const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
-                                 void *c, int64_t ldc, phx_dtype cdt)
+int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt)
 {
-    (void)dev;
-    if (m < 0 || n < 0 || k < 0)
-        return phx_error(PHX_EINVAL, "gemm: m=%lld n=%lld k=%lld, expected sizes >= 0", (long long)m, (long long)n,
-                         (long long)k);
-    if (!is_float(adt) || !is_float(cdt))
-        return phx_error(PHX_EINVAL, "gemm: operands %s, result %s, expected f32, f16 or bf16", phx_dtype_name(adt),
-                         phx_dtype_name(cdt));
-    int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
-    int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
-        return phx_error(PHX_EINVAL, "gemm: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, %lld",
-                         (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols, (long long)b_cols,
-                         (long long)n);
-    gemm_path path;
-    phx_status st = gemm_path_env(&path);
-    if (st != PHX_OK) return st;
-    if (m == 0 || n == 0) return PHX_OK;
-
-    /* bf16 on oneDNN: automatically where the CPU has AVX512-BF16 (it ran
-     * 1.0-1.1x our vdpbf16ps kernel on 1024^3 and in bench/amp, at 1 and
-     * 2 threads: at 97% of the instruction's peak here), always when forced (then on oneDNN's
-     * own fallback ISA); f16 and f32 stay on BLAS (oneDNN has no f16
-     * matmul without AVX512-FP16, and its f32 is not clearly faster than
-     * OpenBLAS's sgemm here: doc/reference/tensors.md). */
-    if (adt == PHX_BF16 && k > 0 && (path == GEMM_DNNL || (path == GEMM_AUTO && px_cpu_dnnl_bf16_native()))) {
-        st = px_cpu_gemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
-        if (st != PHX_EUNSUPPORTED) return st;
-    }
-
+    px_tune_blas_misdetected(); /* the first GEMM says what OpenBLAS runs (PHX_LOG=info) */
+    /* bf16 on oneDNN where the CPU has AVX512-BF16 (it ran 1.0-1.1x our
+     * vdpbf16ps kernel on 1024^3 and in bench/amp, at 1 and 2 threads: at
+     * 97% of the instruction's peak here); f16 and f32 stay off it
+     * (oneDNN has no f16 matmul without AVX512-FP16, and its f32 is not
+     * clearly faster than OpenBLAS's sgemm here: doc/reference/tensors.md) */
+    if (adt == PHX_BF16 && k > 0 && px_cpu_dnnl_bf16_native()) return PX_GEMM_DNNL;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
-    if (k > 0 && alpha != 0.0f && (path == GEMM_AVX512 || (path == GEMM_AUTO && avx512_auto(m, n))))
-        return px_cpu_gemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
+    if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;
+    return PX_GEMM_BLAS;
+}
 
+/* f32 C <- alpha op(A) op(B) + beta C on the BLAS, f16/bf16 operands
+ * widened in scratch and a f16/bf16 C computed in f32 scratch and
+ * rounded once. */
+static phx_status blas_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                            int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                            phx_dtype cdt)
+{
+    int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
     const float *af = a, *bf = b;
-    st = PHX_OK; /* oneDNN may have declined above */
+    phx_status st;
     if (adt != PHX_F32 && k > 0) {
         float *sa = px_cpu_scratch(0, (size_t)(a_rows * a_cols) * sizeof(float));
         float *sb = px_cpu_scratch(1, (size_t)(b_rows * b_cols) * sizeof(float));
@@ -148,4 +143,120 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
     if (beta != 0.0f && (st = px_cpu_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
     if ((st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n)) != PHX_OK) return st;
     return px_cpu_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+}
+
+static const char *const gemm_names[] = {[PX_GEMM_BLAS] = "blas", [PX_GEMM_DNNL] = "dnnl", [PX_GEMM_AVX512] = "avx512"};
+
+/* A tuning measurement's operands: zeros of the call's shape and dtypes. */
+typedef struct gemm_trial {
+    int ta, tb;
+    int64_t m, n, k;
+    phx_dtype adt, cdt;
+    void *a, *b, *c;
+} gemm_trial;
+
+static phx_status gemm_trial_run(void *arg, int path)
+{
+    gemm_trial *t = arg;
+    if (!t->a) { /* at the first run: a lookup that hits allocates nothing */
+        size_t ea = (size_t)phx_dtype_size(t->adt), ec = (size_t)phx_dtype_size(t->cdt);
+        t->a = px_calloc((size_t)(t->m * t->k), ea);
+        t->b = px_calloc((size_t)(t->k * t->n), ea);
+        t->c = px_calloc((size_t)(t->m * t->n), ec);
+        if (!t->a || !t->b || !t->c) {
+            px_free(t->a), px_free(t->b), px_free(t->c);
+            t->a = t->b = t->c = NULL;
+            return PHX_EUNSUPPORTED; /* nothing measured: the fixed rule */
+        }
+    }
+    int64_t lda = t->ta ? t->m : t->k, ldb = t->tb ? t->k : t->n;
+    if (path == PX_GEMM_DNNL)
+        return px_cpu_gemm_dnnl(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n,
+                                t->cdt);
+    if (path == PX_GEMM_AVX512)
+        return px_cpu_gemm_avx512(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n,
+                                  t->cdt);
+    return blas_path(t->ta, t->tb, t->m, t->n, t->k, 1.0f, t->a, lda, t->b, ldb, t->adt, 0.0f, t->c, t->n, t->cdt);
+}
+
+phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dtype adt,
+                            phx_dtype cdt, int *path)
+{
+    gemm_path forced;
+    phx_status st = gemm_path_env(&forced);
+    if (st != PHX_OK) return st;
+    if (forced != GEMM_AUTO) {
+        /* (PHX_CPU_GEMM=dnnl takes oneDNN for bf16 operands only) */
+        *path = forced == GEMM_AVX512                ? PX_GEMM_AVX512
+            : forced == GEMM_DNNL && adt == PHX_BF16 ? PX_GEMM_DNNL
+                                                     : PX_GEMM_BLAS;
+        return PHX_OK;
+    }
+    int fixed = px_cpu_gemm_rule(m, n, k, alpha_nonzero, adt);
+    *path = fixed;
+    px_tune_mode mode;
+    if ((st = px_tune_mode_get(&mode)) != PHX_OK) return st;
+    if (mode == PX_TUNE_OFF || k == 0 || !alpha_nonzero || m == 0 || n == 0 || px_tune_measuring()) return PHX_OK;
+    int usable[3] = {[PX_GEMM_BLAS] = 1, [PX_GEMM_DNNL] = 0, [PX_GEMM_AVX512] = px_cpu_isa() == PX_ISA_AVX512};
+#ifndef HAVE_CBLAS
+    usable[PX_GEMM_BLAS] = fixed == PX_GEMM_BLAS; /* the loop GEMM: a fallback, never a contender */
+#endif
+#ifdef HAVE_DNNL
+    usable[PX_GEMM_DNNL] = 1;
+#endif
+    char key[160];
+    size_t kl = 0;
+    px_tune_key_str(key, &kl, sizeof key, "gemm ");
+    px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(adt));
+    px_tune_key_str(key, &kl, sizeof key, ">");
+    px_tune_key_str(key, &kl, sizeof key, phx_dtype_name(cdt));
+    px_tune_key_str(key, &kl, sizeof key, trans_a ? " t" : " n");
+    px_tune_key_str(key, &kl, sizeof key, trans_b ? "t m" : "n m");
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(m));
+    px_tune_key_str(key, &kl, sizeof key, " n");
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(n));
+    px_tune_key_str(key, &kl, sizeof key, " k");
+    px_tune_key_int(key, &kl, sizeof key, px_tune_pow2(k));
+    gemm_trial t = {trans_a, trans_b, m, n, k, adt, cdt, NULL, NULL, NULL};
+    st = px_tune_choose(key, gemm_names, usable, 3, fixed, gemm_trial_run, &t, path);
+    px_free(t.a), px_free(t.b), px_free(t.c);
+    return st;
+}
+
+PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                 const void *a, int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta,
+                                 void *c, int64_t ldc, phx_dtype cdt)
+{
+    (void)dev;
+    if (m < 0 || n < 0 || k < 0)
+        return phx_error(PHX_EINVAL, "gemm: m=%lld n=%lld k=%lld, expected sizes >= 0", (long long)m, (long long)n,
+                         (long long)k);
+    if (!is_float(adt) || !is_float(cdt))
+        return phx_error(PHX_EINVAL, "gemm: operands %s, result %s, expected f32, f16 or bf16", phx_dtype_name(adt),
+                         phx_dtype_name(cdt));
+    int64_t a_cols = trans_a ? m : k;
+    int64_t b_cols = trans_b ? k : n;
+    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
+        return phx_error(PHX_EINVAL, "gemm: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, %lld",
+                         (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols, (long long)b_cols,
+                         (long long)n);
+    int path;
+    phx_status st = px_cpu_gemm_path(trans_a, trans_b, m, n, k, alpha != 0.0f, adt, cdt, &path);
+    if (st != PHX_OK) return st;
+    if (m == 0 || n == 0) return PHX_OK;
+
+    /* bf16 (or any dtype, when tuning chose it) on oneDNN; forced, on
+     * oneDNN's own fallback ISA where the CPU lacks AVX512-BF16. Where
+     * oneDNN declines, the path PHX_CPU_GEMM=auto's rule gives for a
+     * non-oneDNN product (BLAS when forced). */
+    if (path == PX_GEMM_DNNL && k > 0) {
+        st = px_cpu_gemm_dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
+        if (st != PHX_EUNSUPPORTED) return st;
+        gemm_path forced;
+        gemm_path_env(&forced);
+        path = forced == GEMM_AUTO && alpha != 0.0f && avx512_auto(m, n) ? PX_GEMM_AVX512 : PX_GEMM_BLAS;
+    }
+    if (k > 0 && alpha != 0.0f && path == PX_GEMM_AVX512)
+        return px_cpu_gemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
+    return blas_path(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, adt, beta, c, ldc, cdt);
 }

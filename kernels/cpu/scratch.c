@@ -52,3 +52,19 @@ void *px_cpu_scratch(int slot, size_t bytes)
     }
     return (void *)(((uintptr_t)s->raw[slot] + 63) & ~(uintptr_t)63);
 }
+
+void *px_cpu_scratch_push(void)
+{
+    pthread_once(&px_scratch_once, scratch_make_key);
+    void *s = pthread_getspecific(px_scratch_key);
+    pthread_setspecific(px_scratch_key, NULL);
+    return s;
+}
+
+void px_cpu_scratch_pop(void *saved)
+{
+    pthread_once(&px_scratch_once, scratch_make_key);
+    px_scratch *s = pthread_getspecific(px_scratch_key);
+    if (s) scratch_destroy(s);
+    pthread_setspecific(px_scratch_key, saved);
+}
