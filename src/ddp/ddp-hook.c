@@ -9,7 +9,6 @@
 #include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
 #include "src/base/abi.h"
-#include "kernels/math.h"
 
 typedef struct px_ddp_hook {
     phx_comm_hook hook;
@@ -80,7 +79,9 @@ static phx_status need_cpu(const char *who, const phx_comm_hook_bucket *b)
 
 /* 16(16(g) / divisor) into the bucket's 16-bit buffer (PyTorch's
  * buffer.to(dtype).div_(world_size): the division in f32, rounded once),
- * then the sum across ranks in that dtype. */
+ * then the sum across ranks in that dtype. The f32 bucket serves as the
+ * scratch of the division (complete overwrites it), so the casts run
+ * through the vectorised cast kernel. */
 static phx_status compress_launch(void *state, const phx_comm_hook_bucket *b, phx_work **work, phx_dtype dt)
 {
     const char *who = dt == PHX_F16 ? "fp16_compress" : "bf16_compress";
@@ -88,15 +89,15 @@ static phx_status compress_launch(void *state, const phx_comm_hook_bucket *b, ph
     if (st != PHX_OK) return st;
     phx_tensor *t = half_of(state, b, dt);
     if (!t) return phx_error(PHX_ENOMEM, "%s hook: no memory for bucket %zu's 16-bit copy", who, b->index);
-    const float *g = px_tensor_ptr(b->buffer);
-    uint16_t *o = px_tensor_ptr(t);
-    int64_t n = phx_tensor_numel(b->buffer);
-    float div = (float)b->divisor;
-    if (dt == PHX_F16)
-        for (int64_t i = 0; i < n; i++) o[i] = phx_f32_to_f16(phx_f16_to_f32(phx_f32_to_f16(g[i])) / div);
-    else
-        for (int64_t i = 0; i < n; i++) o[i] = phx_f32_to_bf16(phx_bf16_to_f32(phx_f32_to_bf16(g[i])) / div);
-    st = phx_comm_allreduce(b->comm, t, PHX_SUM, work);
+    st = phx_tensor_cast(t, b->buffer);
+    if (st == PHX_OK && b->divisor > 1) {
+        st = phx_tensor_cast(b->buffer, t);
+        float *g = px_tensor_ptr(b->buffer), div = (float)b->divisor;
+        int64_t n = phx_tensor_numel(b->buffer);
+        for (int64_t i = 0; i < n; i++) g[i] /= div;
+        if (st == PHX_OK) st = phx_tensor_cast(t, b->buffer);
+    }
+    if (st == PHX_OK) st = phx_comm_allreduce(b->comm, t, PHX_SUM, work);
     if (st == PHX_OK && b->bytes) *b->bytes += phx_tensor_nbytes(t);
     return st;
 }
@@ -105,16 +106,10 @@ static phx_status compress_launch(void *state, const phx_comm_hook_bucket *b, ph
 static phx_status compress_complete(void *state, const phx_comm_hook_bucket *b, phx_dtype dt)
 {
     px_ddp_hook *h = state;
+    (void)dt;
     if (b->index >= h->n_half || !h->half[b->index])
         return phx_error(PHX_ESTATE, "compress hook: bucket %zu completes without a launch", b->index);
-    const uint16_t *s = px_tensor_ptr(h->half[b->index]);
-    float *g = px_tensor_ptr(b->buffer);
-    int64_t n = phx_tensor_numel(b->buffer);
-    if (dt == PHX_F16)
-        for (int64_t i = 0; i < n; i++) g[i] = phx_f16_to_f32(s[i]);
-    else
-        for (int64_t i = 0; i < n; i++) g[i] = phx_bf16_to_f32(s[i]);
-    return PHX_OK;
+    return phx_tensor_cast(b->buffer, h->half[b->index]);
 }
 
 static phx_status fp16_launch(void *state, const phx_comm_hook_bucket *b, phx_work **work)
