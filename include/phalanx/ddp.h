@@ -98,7 +98,7 @@ typedef struct phx_ddp_stats {
     uint64_t early_launches; /* issued while another gradient of the same
                                   backward was still pending: overlap */
     uint64_t rebuilds; /* bucket rebuilds in arrival order (0 or 1) */
-    uint64_t bytes; /* bytes all-reduced */
+    uint64_t bytes; /* bytes all-reduced (with a communication hook: the payload of its collectives) */
     double wait_s; /* time finish_backward spent waiting */
 } phx_ddp_stats;
 #define PHX_DDP_STATS_INIT \

@@ -8,6 +8,8 @@
  *   ranks' own gradients (all-gathered) with this file's conversions:
  *   16(16(16(g0) / 2) + 16(16(g1) / 2)); half the bytes of the f32 path;
  *   the ranks stay identical over training steps;
+ * - a join with PowerSGD: the rank out of data runs the hook on zero
+ *   buckets (its step count follows), nothing hangs, the ranks end equal;
  * - a world of one rounds through 16 bits;
  * - registration errors: on the model, twice, after a forward, without a
  *   launch slot, PowerSGD without its state, bad PowerSGD options.
@@ -288,6 +290,55 @@ static int rank_compress(int rank, void *arg)
     return bad;
 }
 
+/* ---- a join: the rank out of data runs the hook on zero buckets -------- */
+
+static int rank_join(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    int bad = 0;
+    phx_module *m = tu_mlp(sizes, NSIZES, 11);
+    phx_module *d = phx_ddp_new(m, c, NULL);
+    phx_powersgd_opts po = PHX_POWERSGD_OPTS_INIT;
+    po.start_iter = 2;
+    phx_powersgd_state *ps = phx_powersgd_state_new(&po);
+    phx_sgd_opts so = PHX_SGD_OPTS_INIT;
+    so.lr = 0.1;
+    phx_optimizer *opt = d ? phx_sgd_new(d, &so) : NULL;
+    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    phx_tensor *x = tu_new2(BATCH, sizes[0]), *y = tu_new2(BATCH, sizes[NSIZES - 1]);
+    phx_status st = opt && ps ? phx_ddp_register_comm_hook(d, phx_comm_hook_powersgd(), ps) : PHX_EINVAL;
+    if (st == PHX_OK) st = phx_ddp_join_begin(d, true);
+    for (int s = 0; s < 3 + 3 * rank && st == PHX_OK; s++) {
+        tu_batch(s, (int64_t)rank * BATCH, BATCH, x, y);
+        st = tu_step(d, opt, loss, x, y);
+    }
+    if (st == PHX_OK) st = phx_ddp_join_end(d);
+    if (st != PHX_OK) {
+        printf("# rank %d: %s\n", rank, phx_last_error());
+        bad++;
+    } else if (phx_powersgd_iter(ps) != 6) {
+        printf("# rank %d: PowerSGD counted %lld steps, expected 6 (3 own, 3 shadowed)\n", rank,
+               (long long)phx_powersgd_iter(ps));
+        bad++;
+    }
+    if (!bad && !tu_same_bits_across(c, m)) {
+        printf("# rank %d: parameters differ across ranks after the join\n", rank);
+        bad++;
+    }
+    fflush(stdout);
+    phx_tensor_free(x);
+    phx_tensor_free(y);
+    phx_loss_free(loss);
+    phx_optimizer_free(opt);
+    phx_module_free(d);
+    phx_powersgd_state_free(ps);
+    phx_module_free(m);
+    phx_comm_free(c);
+    return bad;
+}
+
 /* ---- a world of one, and registration errors --------------------------- */
 
 static void world_of_one(void)
@@ -375,7 +426,7 @@ static void errors(void)
 
 int main(void)
 {
-    plan(2 + 2 + 2 + 1 + 9);
+    plan(2 + 2 + 2 + 2 + 1 + 9);
     tu_spawn_both(2, rank_same, NULL,
                   "the allreduce hook and a user hook train bit for bit as the wrapper without a hook "
                   "(several buckets, in order, is_last on the last)");
@@ -389,6 +440,9 @@ int main(void)
     tu_spawn_both(2, rank_compress, &bf16,
                   "bf16_compress: gradients equal the bf16 value bit for bit, 2 bytes per gradient; ranks stay "
                   "identical");
+    tu_spawn_both(2, rank_join, NULL,
+                  "a join with PowerSGD (3 and 6 steps): the joined rank runs the hook on zero buckets, nothing "
+                  "hangs, both count 6 steps and end with the same parameters");
     world_of_one();
     errors();
     return done_testing();
