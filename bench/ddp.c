@@ -28,8 +28,7 @@ static const char *model_names[] = {"seed", "mlp"};
 
 /* Communication hooks of the hook table (HOOK_NONE: the wrapper's own path). */
 enum { HOOK_NONE, HOOK_ALLREDUCE, HOOK_FP16, HOOK_BF16, HOOK_PSGD1, HOOK_PSGD4, N_HOOKS };
-static const char *hook_names[] = {"none", "allreduce", "fp16_compress", "bf16_compress", "powerSGD r1",
-                                   "powerSGD r4"};
+static const char *hook_names[] = {"none", "allreduce", "fp16_compress", "bf16_compress", "powerSGD r1", "powerSGD r4"};
 
 typedef struct bench_arg {
     int model;
@@ -73,7 +72,7 @@ static int rank_main(int rank, void *varg)
         hs = ps ? phx_ddp_register_comm_hook(ddp, phx_comm_hook_powersgd(), ps) : PHX_ENOMEM;
     } else if (ddp && a->hook != HOOK_NONE) {
         const phx_comm_hook *h = a->hook == HOOK_ALLREDUCE ? phx_comm_hook_allreduce()
-                                 : a->hook == HOOK_FP16    ? phx_comm_hook_fp16_compress()
+            : a->hook == HOOK_FP16                         ? phx_comm_hook_fp16_compress()
                                                            : phx_comm_hook_bf16_compress();
         hs = phx_ddp_register_comm_hook(ddp, h, NULL);
     }
@@ -212,7 +211,7 @@ static double measure(const char *backend, int world, int model, bool no_overlap
 static void hook_table(int world, int rounds, double seconds)
 {
     double sps[N_HOOKS], bytes[N_HOOKS], *col = malloc((size_t)rounds * sizeof *col),
-                                          *colb = malloc((size_t)rounds * sizeof *colb);
+                                         *colb = malloc((size_t)rounds * sizeof *colb);
     double(*runs)[N_HOOKS][2] = calloc((size_t)rounds, sizeof *runs);
     if (!col || !colb || !runs) return;
     for (int r = 0; r < rounds; r++)
@@ -268,12 +267,9 @@ int main(int argc, char **argv)
     int world = 2, rounds = 3;
     const char *all_tables = "yes"; /* --hooks-only sets it to NULL */
     const char *script = "bench/torch/ddp.py";
-    const bench_opt opts[] = {{"--seconds", 'd', &seconds},
-                              {"--world", 'i', &world},
-                              {"--rounds", 'i', &rounds},
-                              {"--torch", 's', &script},
-                              {"--no-torch", 'n', &script},
-                              {"--hooks-only", 'n', &all_tables}};
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--world", 'i', &world},
+                              {"--rounds", 'i', &rounds},   {"--torch", 's', &script},
+                              {"--no-torch", 'n', &script}, {"--hooks-only", 'n', &all_tables}};
     if (getenv("OMPI_COMM_WORLD_RANK")) return launched();
     g_self = argv[0];
     if (bench_args(argc, argv, opts, 6,

@@ -73,14 +73,14 @@ phx_powersgd_state *phx_powersgd_state_new(const phx_powersgd_opts *opts)
     if (!o.matrix_approximation_rank) o.matrix_approximation_rank = 1;
     if (!o.start_iter) o.start_iter = 1000;
     if (o.min_compression_rate == 0) o.min_compression_rate = 2;
-    const char *bad = o.matrix_approximation_rank < 0  ? "matrix_approximation_rank is negative"
-                      : o.start_iter < 0               ? "start_iter is negative"
-                      : !(o.min_compression_rate >= 0) ? "min_compression_rate is negative or NaN"
-                      : !(o.orthogonalization_epsilon >= 0) ? "orthogonalization_epsilon is negative or NaN"
-                      : (!o.no_error_feedback || !o.no_warm_start) && o.start_iter < 2
-                          ? "start_iter must be at least 2 with error feedback or warm start (the buckets are "
-                            "rebuilt after the first step)"
-                          : NULL;
+    const char *bad = o.matrix_approximation_rank < 0 ? "matrix_approximation_rank is negative"
+        : o.start_iter < 0                            ? "start_iter is negative"
+        : !(o.min_compression_rate >= 0)              ? "min_compression_rate is negative or NaN"
+        : !(o.orthogonalization_epsilon >= 0)         ? "orthogonalization_epsilon is negative or NaN"
+        : (!o.no_error_feedback || !o.no_warm_start) && o.start_iter < 2
+        ? "start_iter must be at least 2 with error feedback or warm start (the buckets are "
+          "rebuilt after the first step)"
+        : NULL;
     if (bad) {
         phx_error(PHX_EINVAL, "%s: %s", fn, bad);
         return NULL;
@@ -331,7 +331,8 @@ static phx_status powersgd_complete(void *state, const phx_comm_hook_bucket *b)
     if (k->q) {
         for (size_t j = 0; j < k->n; j++) {
             psgd_mat *m = &k->mats[j];
-            if (m->compress) mat_mtp(g + m->off, pu + k->n_unc + m->p_off, q + m->q_off, m->rows, m->cols, m->r, k->acc);
+            if (m->compress)
+                mat_mtp(g + m->off, pu + k->n_unc + m->p_off, q + m->q_off, m->rows, m->cols, m->r, k->acc);
         }
         st = phx_comm_allreduce(b->comm, k->q, PHX_SUM, NULL);
         if (st != PHX_OK) return st;

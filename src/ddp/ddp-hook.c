@@ -72,8 +72,9 @@ static phx_tensor *half_of(px_ddp_hook *h, const phx_comm_hook_bucket *b, phx_dt
 static phx_status need_cpu(const char *who, const phx_comm_hook_bucket *b)
 {
     if (phx_tensor_device(b->buffer).kind != PHX_DEVICE_CPU)
-        return phx_error(PHX_EUNSUPPORTED, "%s hook: bucket %zu is not on the CPU; the built-in hooks compress CPU buckets",
-                         who, b->index);
+        return phx_error(PHX_EUNSUPPORTED,
+                         "%s hook: bucket %zu is not on the CPU; the built-in hooks compress CPU buckets", who,
+                         b->index);
     return PHX_OK;
 }
 
@@ -175,8 +176,9 @@ phx_status phx_ddp_register_comm_hook(phx_module *ddp, const phx_comm_hook *hook
     if (!own.launch) return phx_error(PHX_EINVAL, "%s: hook '%s' has no launch function (required)", fn, name);
     px_ddp *d = phx_module_ctx(ddp);
     if (d->hook)
-        return phx_error(PHX_ESTATE, "%s: hook '%s' is already registered on this wrapper; a hook can be registered once",
-                         fn, d->hook->hook.name ? d->hook->hook.name : "(unnamed)");
+        return phx_error(PHX_ESTATE,
+                         "%s: hook '%s' is already registered on this wrapper; a hook can be registered once", fn,
+                         d->hook->hook.name ? d->hook->hook.name : "(unnamed)");
     if (d->forwarded || d->stats.backwards > 0 || d->n_ready > 0)
         return phx_error(PHX_ESTATE,
                          "%s: the wrapper already ran a forward or backward; register hook '%s' after phx_ddp_new "

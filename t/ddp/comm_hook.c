@@ -176,8 +176,8 @@ static int rank_same(int rank, void *arg)
     phx_ddp_get_stats(d[0], &s0);
     phx_ddp_get_stats(d[1], &s1);
     if (s0.bytes != s1.bytes || s0.bytes == 0) {
-        printf("# rank %d: bytes %llu without hook, %llu with the allreduce hook\n", rank,
-               (unsigned long long)s0.bytes, (unsigned long long)s1.bytes);
+        printf("# rank %d: bytes %llu without hook, %llu with the allreduce hook\n", rank, (unsigned long long)s0.bytes,
+               (unsigned long long)s1.bytes);
         bad++;
     }
     free(a);
@@ -208,8 +208,9 @@ static int rank_compress(int rank, void *arg)
     phx_module *d = phx_ddp_new(m, c, NULL);
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_tensor *x = tu_new2(BATCH, sizes[0]), *y = tu_new2(BATCH, sizes[NSIZES - 1]);
-    if (!d || phx_ddp_register_comm_hook(d, bf16 ? phx_comm_hook_bf16_compress() : phx_comm_hook_fp16_compress(),
-                                         NULL) != PHX_OK) {
+    if (!d ||
+        phx_ddp_register_comm_hook(d, bf16 ? phx_comm_hook_bf16_compress() : phx_comm_hook_fp16_compress(), NULL) !=
+            PHX_OK) {
         printf("# rank %d: %s\n", rank, phx_last_error());
         return 1;
     }
@@ -223,7 +224,8 @@ static int rank_compress(int rank, void *arg)
     grads_flat(ref, mine);
     grads_flat(m, got);
     int64_t len = (int64_t)n, len2 = 2 * len;
-    phx_tensor *in = phx_tensor_from_data(PHX_F32, 1, &len, mine), *out = phx_tensor_zeros(PHX_F32, 1, &len2, phx_cpu());
+    phx_tensor *in = phx_tensor_from_data(PHX_F32, 1, &len, mine),
+               *out = phx_tensor_zeros(PHX_F32, 1, &len2, phx_cpu());
     if (world != 2 || phx_comm_allgather(c, in, out, NULL) != PHX_OK || phx_tensor_to_host(out, all) != PHX_OK) {
         printf("# rank %d: all-gathering the local gradients: %s\n", rank, phx_last_error());
         bad++;
@@ -237,8 +239,8 @@ static int rank_compress(int rank, void *arg)
     }
     if (wrong) {
         float e0 = r16(r16(all[first]) / 2.0f), e1 = r16(r16(all[n + first]) / 2.0f);
-        printf("# rank %d: %zu of %zu gradients differ; element %zu: got %.9g, expected %.9g (g0 %.9g, g1 %.9g)\n", rank,
-               wrong, n, first, got[first], r16(e0 + e1), all[first], all[n + first]);
+        printf("# rank %d: %zu of %zu gradients differ; element %zu: got %.9g, expected %.9g (g0 %.9g, g1 %.9g)\n",
+               rank, wrong, n, first, got[first], r16(e0 + e1), all[first], all[n + first]);
         bad++;
     }
     if (!bad && lossy == 0) {
@@ -432,8 +434,9 @@ int main(void)
                   "(several buckets, in order, is_last on the last)");
     int bf16 = 0;
     if (HAVE_F16)
-        tu_spawn_both(2, rank_compress, &bf16, "fp16_compress: gradients equal 16(16(16(g0)/2) + 16(16(g1)/2)) bit "
-                                               "for bit, 2 bytes per gradient; ranks stay identical");
+        tu_spawn_both(2, rank_compress, &bf16,
+                      "fp16_compress: gradients equal 16(16(16(g0)/2) + 16(16(g1)/2)) bit "
+                      "for bit, 2 bytes per gradient; ranks stay identical");
     else
         skip(2, "the compiler has no _Float16 for the independent fp16 reference");
     bf16 = 1;

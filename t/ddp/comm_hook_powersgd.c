@@ -42,7 +42,8 @@ static double rel(const phx_tensor *a, const phx_tensor *b)
     int64_t n = phx_tensor_numel(b);
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     double diff = 0, scale = 0;
-    if (x && y && phx_tensor_numel(a) == n && phx_tensor_to_host(a, x) == PHX_OK && phx_tensor_to_host(b, y) == PHX_OK) {
+    if (x && y && phx_tensor_numel(a) == n && phx_tensor_to_host(a, x) == PHX_OK &&
+        phx_tensor_to_host(b, y) == PHX_OK) {
         for (int64_t i = 0; i < n; i++) {
             diff = fmax(diff, fabs((double)x[i] - y[i]));
             scale = fmax(scale, fabs((double)y[i]));
@@ -83,8 +84,8 @@ static int rank_main(int rank, void *arg)
     po.init_q_user = &fed;
     phx_powersgd_state *ps = run ? phx_powersgd_state_new(&po) : NULL;
     phx_status st = !ddp || (run && !ps) ? PHX_EINVAL
-                    : run ? phx_ddp_register_comm_hook(ddp, phx_comm_hook_powersgd(), ps)
-                          : phx_ddp_register_comm_hook(ddp, phx_comm_hook_fp16_compress(), NULL);
+        : run                            ? phx_ddp_register_comm_hook(ddp, phx_comm_hook_powersgd(), ps)
+                                         : phx_ddp_register_comm_hook(ddp, phx_comm_hook_fp16_compress(), NULL);
     phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.1;
     phx_optimizer *opt = st == PHX_OK ? phx_sgd_new(ddp, &so) : NULL;
