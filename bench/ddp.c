@@ -15,7 +15,8 @@
  * fp16_compress, bf16_compress, PowerSGD rank 1 and 4 with start_iter 2,
  * so the timed steps are compressed): steps/s and the payload bytes the
  * hook's collectives carry per step and rank (phx_ddp_stats.bytes), median
- * of the rounds. --hooks-only prints just that table.
+ * of the rounds. --hooks-only prints just that table; BENCH_DDP_HOOK=name
+ * runs one hook of it.
  *
  * usage: bench/ddp [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] [--hooks-only] */
 #include <math.h>
@@ -214,9 +215,13 @@ static void hook_table(int world, int rounds, double seconds)
                                          *colb = malloc((size_t)rounds * sizeof *colb);
     double(*runs)[N_HOOKS][2] = calloc((size_t)rounds, sizeof *runs);
     if (!col || !colb || !runs) return;
+    /* BENCH_DDP_HOOK=name: that hook only (profiling). */
+    const char *only = getenv("BENCH_DDP_HOOK");
     for (int r = 0; r < rounds; r++)
         for (int h = 0; h < N_HOOKS; h++)
-            runs[r][h][0] = measure_hook("gloo", world, MLP, false, h, seconds, &runs[r][h][1]);
+            runs[r][h][0] = only && strcmp(only, hook_names[h])
+                ? -1
+                : measure_hook("gloo", world, MLP, false, h, seconds, &runs[r][h][1]);
     for (int h = 0; h < N_HOOKS; h++) {
         for (int r = 0; r < rounds; r++) col[r] = runs[r][h][0], colb[r] = runs[r][h][1];
         sps[h] = bench_median(col, rounds);
