@@ -20,8 +20,9 @@
  * other; here they share one all-reduce (element-wise sums: the same
  * values, one collective fewer). PyTorch orthogonalises with QR above
  * rank 2; Gram-Schmidt is used at every rank here (the same subspace: the
- * product P Q^T does not depend on the columns' signs). Sums of products
- * accumulate in double. */
+ * product P Q^T does not depend on the columns' signs). The products run
+ * through phx_gemm in f32, as torch.bmm; the norms and dot products of
+ * the orthogonalisation accumulate in double. */
 #include <math.h>
 #include <string.h>
 #include "src/ddp/ddp-hook.h"
@@ -39,6 +40,7 @@ typedef struct psgd_mat {
     int64_t unc_off; /* uncompressed: offset in the shared buffer */
     int64_t p_off, q_off; /* compressed: offsets of P (rows, r) and Q (cols, r) */
     size_t param; /* model index */
+    phx_tensor *mv, *pv, *qv; /* compressed: views of M (rows, cols), P (rows, r), Q (cols, r) */
 } psgd_mat;
 
 typedef struct psgd_bucket {
@@ -50,7 +52,7 @@ typedef struct psgd_bucket {
     float *error; /* (numel) error feedback */
     bool has_error;
     float *copy; /* (numel) the input after error feedback */
-    double *acc; /* (max cols * r) sums of M^T P */
+    const void *data; /* the bucket's memory the views point into */
     phx_tensor *pu; /* (n_unc + total_p) f32: uncompressed gradients, then Ps */
     phx_tensor *q; /* (total_q) f32: Qs */
     bool has_q; /* q holds last step's values (warm start) */
@@ -98,10 +100,14 @@ phx_powersgd_state *phx_powersgd_state_new(const phx_powersgd_opts *opts)
 
 static void bucket_clear(psgd_bucket *k)
 {
+    for (size_t j = 0; j < k->n; j++) {
+        phx_tensor_free(k->mats[j].mv);
+        phx_tensor_free(k->mats[j].pv);
+        phx_tensor_free(k->mats[j].qv);
+    }
     px_free(k->mats);
     px_free(k->error);
     px_free(k->copy);
-    px_free(k->acc);
     phx_tensor_free(k->pu);
     phx_tensor_free(k->q);
     memset(k, 0, sizeof *k);
@@ -152,45 +158,6 @@ static void orthogonalize(float *a, int64_t n, int64_t r, float eps)
     }
 }
 
-/* p (rows, r) = m (rows, cols) q (cols, r) */
-static void mat_mq(const float *m, const float *q, float *p, int64_t rows, int64_t cols, int64_t r)
-{
-    double acc[64];
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t c0 = 0; c0 < r; c0 += 64) {
-            int64_t nc = r - c0 < 64 ? r - c0 : 64;
-            memset(acc, 0, sizeof acc);
-            for (int64_t k = 0; k < cols; k++) {
-                double mv = m[i * cols + k];
-                for (int64_t c = 0; c < nc; c++) acc[c] += mv * q[k * r + c0 + c];
-            }
-            for (int64_t c = 0; c < nc; c++) p[i * r + c0 + c] = (float)acc[c];
-        }
-}
-
-/* q (cols, r) = m^T (cols, rows) p (rows, r) */
-static void mat_mtp(const float *m, const float *p, float *q, int64_t rows, int64_t cols, int64_t r, double *acc)
-{
-    memset(acc, 0, (size_t)(cols * r) * sizeof *acc);
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t k = 0; k < cols; k++) {
-            double mv = m[i * cols + k];
-            for (int64_t c = 0; c < r; c++) acc[k * r + c] += mv * p[i * r + c];
-        }
-    for (int64_t k = 0; k < cols * r; k++) q[k] = (float)acc[k];
-}
-
-/* m (rows, cols) = p (rows, r) q^T (r, cols) */
-static void mat_pqt(const float *p, const float *q, float *m, int64_t rows, int64_t cols, int64_t r)
-{
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t k = 0; k < cols; k++) {
-            double s = 0;
-            for (int64_t c = 0; c < r; c++) s += (double)p[i * r + c] * q[k * r + c];
-            m[i * cols + k] = (float)s;
-        }
-}
-
 /* ---- the hook ---------------------------------------------------------- */
 
 static psgd_bucket *bucket_state(phx_powersgd_state *s, size_t index)
@@ -210,7 +177,7 @@ static psgd_bucket *bucket_state(phx_powersgd_state *s, size_t index)
 static phx_status layout(phx_powersgd_state *s, psgd_bucket *k, const phx_comm_hook_bucket *b)
 {
     int64_t numel = phx_tensor_numel(b->buffer), base = phx_tensor_offset(b->buffer);
-    bool same = k->numel == numel && k->n == b->n_grads;
+    bool same = k->numel == numel && k->n == b->n_grads && k->data == px_tensor_ptr(b->buffer);
     for (size_t j = 0; same && j < b->n_grads; j++)
         same = k->mats[j].param == b->params[j] && k->mats[j].off == phx_tensor_offset(b->grads[j]) - base;
     if (same) return PHX_OK;
@@ -242,13 +209,20 @@ static phx_status layout(phx_powersgd_state *s, psgd_bucket *k, const phx_comm_h
             k->n_unc += n;
         }
     }
-    int64_t npu = k->n_unc + k->total_p, nq = k->total_q, nacc = 1;
-    for (size_t j = 0; j < k->n; j++)
-        if (k->mats[j].compress && k->mats[j].cols * k->mats[j].r > nacc) nacc = k->mats[j].cols * k->mats[j].r;
-    if (!(k->acc = px_malloc((size_t)nacc * sizeof *k->acc))) return PHX_ENOMEM;
+    int64_t npu = k->n_unc + k->total_p, nq = k->total_q;
     if (npu > 0 && !(k->pu = phx_tensor_new(PHX_F32, 1, &npu, phx_cpu()))) return PHX_ENOMEM;
     if (nq > 0 && !(k->q = phx_tensor_new(PHX_F32, 1, &nq, phx_cpu()))) return PHX_ENOMEM;
+    for (size_t j = 0; j < k->n; j++) {
+        psgd_mat *m = &k->mats[j];
+        if (!m->compress) continue;
+        int64_t ms[2] = {m->rows, m->cols}, ps[2] = {m->rows, m->r}, qs[2] = {m->cols, m->r};
+        m->mv = phx_tensor_view(b->buffer, m->off, 2, ms);
+        m->pv = phx_tensor_view(k->pu, k->n_unc + m->p_off, 2, ps);
+        m->qv = phx_tensor_view(k->q, m->q_off, 2, qs);
+        if (!m->mv || !m->pv || !m->qv) return PHX_ENOMEM;
+    }
     k->numel = numel;
+    k->data = px_tensor_ptr(b->buffer);
     return PHX_OK;
 }
 
@@ -298,7 +272,7 @@ phx_status px_powersgd_launch(void *state, const phx_comm_hook_bucket *b, phx_wo
         float *qj = q + m->q_off;
         if (fresh && s->o.init_q) s->o.init_q(s->o.init_q_user, b->index, m->param, m->cols, m->r, qj);
         orthogonalize(qj, m->cols, m->r, s->o.orthogonalization_epsilon);
-        mat_mq(g + m->off, qj, pu + k->n_unc + m->p_off, m->rows, m->cols, m->r);
+        if ((st = phx_gemm(false, false, 1.0f, m->mv, m->qv, 0.0f, m->pv)) != PHX_OK) return st; /* P = M Q */
     }
     k->has_q = true;
     if (!k->pu) return PHX_OK;
@@ -331,8 +305,8 @@ static phx_status powersgd_complete(void *state, const phx_comm_hook_bucket *b)
     if (k->q) {
         for (size_t j = 0; j < k->n; j++) {
             psgd_mat *m = &k->mats[j];
-            if (m->compress)
-                mat_mtp(g + m->off, pu + k->n_unc + m->p_off, q + m->q_off, m->rows, m->cols, m->r, k->acc);
+            if (m->compress && (st = phx_gemm(true, false, 1.0f, m->mv, m->pv, 0.0f, m->qv)) != PHX_OK)
+                return st; /* Q = M^T P */
         }
         st = phx_comm_allreduce(b->comm, k->q, PHX_SUM, NULL);
         if (st != PHX_OK) return st;
@@ -340,7 +314,8 @@ static phx_status powersgd_complete(void *state, const phx_comm_hook_bucket *b)
         for (int64_t i = 0; i < k->total_q; i++) q[i] /= world;
         for (size_t j = 0; j < k->n; j++) {
             psgd_mat *m = &k->mats[j];
-            if (m->compress) mat_pqt(pu + k->n_unc + m->p_off, q + m->q_off, g + m->off, m->rows, m->cols, m->r);
+            if (m->compress && (st = phx_gemm(false, true, 1.0f, m->pv, m->qv, 0.0f, m->mv)) != PHX_OK)
+                return st; /* M = P Q^T */
         }
     }
     if (!s->o.no_error_feedback)
