@@ -17,7 +17,11 @@ values through phx_powersgd_opts.init_q.
 Writes t/ref/powersgd.safetensors: the initial parameters (init.<name>),
 every batch (x.<rank>.<step>, y.<rank>.<step>) and the parameters after
 every step (<run>.<step>.<name>, run = psgd1, psgd2, fp16; both
-ranks hold the same, checked here).
+ranks hold the same, checked here); for fp16 also each rank's own step-0
+gradients before the hook (fp16.local.<rank>.<name>, from an undistributed
+copy in the same process) and the gradients the hook left
+(fp16.hooked.<name>), so the test can check its 16-bit formula against
+torch's fp16_compress_hook bit for bit.
 Run from the top of the tree: bench/torch/powersgd.py"""
 import os
 import sys
@@ -69,6 +73,13 @@ def run(rank, name, port, q):
         return q_init(shape)
 
     torch.randn = randn
+    local = None
+    if name == "fp16":
+        # This rank's own gradients of step 0, before any hook.
+        ref = model()
+        x, y = batch(rank, 0)
+        nn.functional.mse_loss(ref(x), y).backward()
+        local = {k: p.grad.detach().tolist() for k, p in ref.named_parameters()}
     m = DDP(model())
     if name.startswith("psgd"):
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=int(name[4:]),
@@ -77,16 +88,18 @@ def run(rank, name, port, q):
     else:
         m.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    after = []
+    after, hooked = [], None
     for s in range(STEPS):
         x, y = batch(rank, s)
         opt.zero_grad()
         nn.functional.mse_loss(m(x), y).backward()
+        if s == 0:
+            hooked = {k: p.grad.detach().tolist() for k, p in m.module.named_parameters()}
         opt.step()
         after.append({k: v.detach().tolist() for k, v in m.module.state_dict().items()})
     # PowerSGD drew its Qs through q_init (once per matrix: warm start).
     assert not name.startswith("psgd") or fed, "the hook did not call torch.randn"
-    q.put((rank, after))
+    q.put((rank, (after, local, hooked)))
     dist.destroy_process_group()
 
 
@@ -100,9 +113,9 @@ def trajectory(name, port):
     for p in ps:
         p.join()
     for s in range(STEPS):
-        for k in got[0][s]:
-            assert got[0][s][k] == got[1][s][k], (name, s, k)
-    return got[0]
+        for k in got[0][0][s]:
+            assert got[0][0][s][k] == got[1][0][s][k], (name, s, k)
+    return got[0][0], [got[r][1] for r in range(WORLD)], got[0][2]
 
 
 def main():
@@ -115,9 +128,17 @@ def main():
             out["x.%d.%d" % (r, s)] = x
             out["y.%d.%d" % (r, s)] = y
     for i, name in enumerate(RUNS):
-        for s, sd in enumerate(trajectory(name, 29741 + i)):
+        after, local, hooked = trajectory(name, 29741 + i)
+        print(name, "done", flush=True)
+        for s, sd in enumerate(after):
             for k, v in sd.items():
                 out["%s.%d.%s" % (name, s, k)] = torch.tensor(v)
+        if name == "fp16":
+            for r in range(WORLD):
+                for k, v in local[r].items():
+                    out["fp16.local.%d.%s" % (r, k)] = torch.tensor(v)
+            for k, v in hooked.items():
+                out["fp16.hooked.%s" % k] = torch.tensor(v)
     st_io.write(OUT, out, {"generator": "bench/torch/powersgd.py", "torch": torch.__version__})
 
 

@@ -10,8 +10,9 @@
  * torch.randn, through phx_powersgd_opts.init_q. The same data with
  * fp16_compress_hook gives torch's parameters within 1e-4 (an f32
  * gradient a few ulps from torch's may round to the neighbouring f16;
- * the bits of the hook itself are checked in t/ddp/comm_hook). Threads
- * and gloo processes. */
+ * the bits of the hook itself are checked in t/ddp/comm_hook against the
+ * formula that torch's hook is checked against here, on torch's own
+ * gradients, bit for bit). Threads and gloo processes. */
 #include "t/tap.h"
 #include "t/ddp-util.h"
 
@@ -134,6 +135,47 @@ static int rank_main(int rank, void *arg)
     return fails;
 }
 
+/* torch's fp16_compress_hook against the 16-bit formula the Phalanx hook
+ * is checked with in t/ddp/comm_hook (16(16(16(g0) / 2) + 16(16(g1) / 2)),
+ * the compiler's _Float16 rounding): on torch's own step-0 gradients of
+ * both ranks, every gradient the hook left is that value, bit for bit. */
+static void torch_fp16_bits(void)
+{
+#ifdef __FLT16_MAX__
+    size_t n = 0, wrong = 0, lossy = 0;
+    for (size_t i = 0; i < 6; i++) {
+        phx_tensor *l0 = find("fp16.local.0.%s", names[i]), *l1 = find("fp16.local.1.%s", names[i]),
+                   *h = find("fp16.hooked.%s", names[i]);
+        if (!l0 || !l1 || !h) {
+            wrong++;
+            break;
+        }
+        int64_t k = phx_tensor_numel(h);
+        float *a = malloc((size_t)k * sizeof *a), *b = malloc((size_t)k * sizeof *b),
+              *w = malloc((size_t)k * sizeof *w);
+        phx_tensor_to_host(l0, a);
+        phx_tensor_to_host(l1, b);
+        phx_tensor_to_host(h, w);
+        for (int64_t j = 0; j < k; j++) {
+            _Float16 e0 = (_Float16)((float)(_Float16)a[j] / 2.0f), e1 = (_Float16)((float)(_Float16)b[j] / 2.0f);
+            float want = (float)(_Float16)((float)e0 + (float)e1);
+            wrong += memcmp(&want, &w[j], sizeof want) != 0;
+            lossy += want != a[j] / 2.0f + b[j] / 2.0f;
+        }
+        n += (size_t)k;
+        free(a);
+        free(b);
+        free(w);
+    }
+    ok(wrong == 0 && n > 0 && lossy > 0,
+       "torch's fp16_compress_hook on its own gradients equals 16(16(16(g0)/2) + 16(16(g1)/2)) bit for bit "
+       "(%zu gradients, %zu wrong, %zu differ from the f32 average)",
+       n, wrong, lossy);
+#else
+    skip(1, "the compiler has no _Float16");
+#endif
+}
+
 int main(void)
 {
     const char *top = getenv("top_srcdir");
@@ -143,7 +185,8 @@ int main(void)
         printf("1..0 # SKIP %s\n", phx_last_error());
         return 0;
     }
-    plan(6);
+    plan(7);
+    torch_fp16_bits();
     for (int run = 1; run <= 2; run++)
         tu_spawn_both(2, rank_main, &run,
                       "PowerSGD rank %d (start_powerSGD_iter 2, error feedback, warm start): parameters after each of "
