@@ -195,8 +195,9 @@ typedef struct phx_powersgd_opts {
     size_t struct_size; /* sizeof (phx_powersgd_opts): PHX_POWERSGD_OPTS_INIT sets it */
     int matrix_approximation_rank; /* 0: 1 */
     int64_t start_iter; /* start_powerSGD_iter; 0: 1000. At least 2 unless both
-                           no_error_feedback and no_warm_start (PyTorch's rule) */
-    double min_compression_rate; /* 0: 2 */
+                           no_error_feedback and no_warm_start (PyTorch's rule); then
+                           1 is the earliest (step 0 is all-reduced plainly) */
+    double min_compression_rate; /* 0: 2 (to compress every matrix, a small positive value) */
     bool no_error_feedback; /* use_error_feedback=False */
     bool no_warm_start; /* warm_start=False: fresh random Q every step */
     float orthogonalization_epsilon; /* 0: none (a zero column stays zero) */
