@@ -139,7 +139,7 @@ typedef struct phx_comm_hook_bucket {
 
 typedef struct phx_comm_hook {
     size_t struct_size; /* sizeof (phx_comm_hook): PHX_COMM_HOOK_INIT sets it */
-    const char *name; /* for messages and logs */
+    const char *name; /* for messages (kept, not copied: a string that outlives the wrapper) */
     /* (required) Starts the reduction of bucket b: either completes it
      * (leaving *work NULL) or issues asynchronous collectives and returns
      * the last one's handle in *work (collectives complete in issue order),
@@ -162,7 +162,7 @@ typedef struct phx_comm_hook {
  * only once, and only before its first forward (as PyTorch); PHX_ESTATE
  * otherwise, PHX_EINVAL for a module that is not a wrapper or a hook
  * without launch. Every rank must register the same hook. The built-ins
- * below take state NULL, except PowerSGD, whose state is a
+ * below ignore state, except PowerSGD, whose state must be a
  * phx_powersgd_state. */
 phx_status phx_ddp_register_comm_hook(phx_module *ddp, const phx_comm_hook *hook, void *state);
 

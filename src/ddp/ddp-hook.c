@@ -200,8 +200,9 @@ phx_status phx_ddp_register_comm_hook(phx_module *ddp, const phx_comm_hook *hook
         return PHX_ENOMEM;
     }
     h->hook = own;
-    /* The compress hooks keep their 16-bit buffers in the registration. */
-    h->state = is_compress(&own) && !state ? h : state;
+    /* The compress hooks keep their 16-bit buffers in the registration
+     * (their state argument is not used). */
+    h->state = is_compress(&own) ? h : state;
     d->hook = h;
     return PHX_OK;
 }
