@@ -11,7 +11,14 @@
  * Each side runs R rounds (alternating, default 3) and reports the median
  * of its rounds; the targets line compares the medians.
  *
- * usage: bench/ddp [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] */
+ * Communication hooks: the MLP on gloo with each built-in hook (allreduce,
+ * fp16_compress, bf16_compress, PowerSGD rank 1 and 4 with start_iter 2,
+ * so the timed steps are compressed): steps/s and the payload bytes the
+ * hook's collectives carry per step and rank (phx_ddp_stats.bytes), median
+ * of the rounds. --hooks-only prints just that table; BENCH_DDP_HOOK=name
+ * runs one hook of it.
+ *
+ * usage: bench/ddp [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] [--hooks-only] */
 #include <math.h>
 #include <unistd.h>
 #define BENCH_NAME "bench/ddp"
@@ -20,8 +27,13 @@
 enum { SEED, MLP };
 static const char *model_names[] = {"seed", "mlp"};
 
+/* Communication hooks of the hook table (HOOK_NONE: the wrapper's own path). */
+enum { HOOK_NONE, HOOK_ALLREDUCE, HOOK_FP16, HOOK_BF16, HOOK_PSGD1, HOOK_PSGD4, N_HOOKS };
+static const char *hook_names[] = {"none", "allreduce", "fp16_compress", "bf16_compress", "powerSGD r1", "powerSGD r4"};
+
 typedef struct bench_arg {
     int model;
+    int hook;
     bool no_overlap;
     double seconds;
     char out[256]; /* rank 0 writes steps/s here */
@@ -51,6 +63,20 @@ static int rank_main(int rank, void *varg)
     phx_module *model = make_model(a->model);
     phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .no_overlap = a->no_overlap};
     phx_module *ddp = phx_ddp_new(model, c, &o);
+    phx_powersgd_state *ps = NULL;
+    phx_status hs = PHX_OK;
+    if (ddp && (a->hook == HOOK_PSGD1 || a->hook == HOOK_PSGD4)) {
+        phx_powersgd_opts po = PHX_POWERSGD_OPTS_INIT;
+        po.matrix_approximation_rank = a->hook == HOOK_PSGD1 ? 1 : 4;
+        po.start_iter = 2; /* compressed from the third warm-up step on */
+        ps = phx_powersgd_state_new(&po);
+        hs = ps ? phx_ddp_register_comm_hook(ddp, phx_comm_hook_powersgd(), ps) : PHX_ENOMEM;
+    } else if (ddp && a->hook != HOOK_NONE) {
+        const phx_comm_hook *h = a->hook == HOOK_ALLREDUCE ? phx_comm_hook_allreduce()
+            : a->hook == HOOK_FP16                         ? phx_comm_hook_fp16_compress()
+                                                           : phx_comm_hook_bf16_compress();
+        hs = phx_ddp_register_comm_hook(ddp, h, NULL);
+    }
     phx_sgd_opts so = PHX_SGD_OPTS_INIT;
     so.lr = 0.01;
     phx_optimizer *opt = phx_sgd_new(ddp, &so);
@@ -71,7 +97,7 @@ static int rank_main(int rank, void *varg)
         free(lab);
         loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     }
-    int rc = ddp && opt && x && y && loss ? 0 : 1;
+    int rc = ddp && opt && x && y && loss && hs == PHX_OK ? 0 : 1;
 #define STEP() \
     do { \
         if (bench_step(ddp, opt, loss, x, y, NULL, NULL) != PHX_OK) rc = 1; \
@@ -91,15 +117,19 @@ static int rank_main(int rank, void *varg)
     double nv;
     phx_tensor_get(n_t, 0, &nv);
     phx_comm_barrier(c, NULL);
+    phx_ddp_stats s0 = PHX_DDP_STATS_INIT, s1 = PHX_DDP_STATS_INIT;
+    phx_ddp_get_stats(ddp, &s0);
     t = bench_now();
     for (int i = 0; i < (int)nv && !rc; i++) STEP();
     phx_comm_barrier(c, NULL);
     double sps = (int)nv / (bench_now() - t);
+    phx_ddp_get_stats(ddp, &s1);
+    double bytes_per_step = (double)(s1.bytes - s0.bytes) / (int)nv;
     if (rc) fprintf(stderr, "bench/ddp: rank %d: %s\n", rank, phx_last_error());
     if (rank == 0 && !rc) {
         FILE *f = fopen(a->out, "w");
         if (f) {
-            fprintf(f, "%.3f\n", sps);
+            fprintf(f, "%.3f %.0f\n", sps, bytes_per_step);
             fclose(f);
         }
     }
@@ -110,6 +140,7 @@ static int rank_main(int rank, void *varg)
     phx_loss_free(loss);
     phx_optimizer_free(opt);
     phx_module_free(ddp);
+    phx_powersgd_state_free(ps);
     phx_module_free(model);
     phx_comm_free(c);
     return rc;
@@ -145,10 +176,12 @@ static int spawn_mpi(const char *self, int world, const bench_arg *a)
 
 static const char *g_self; /* argv[0], for mpirun */
 
-/* steps/s of one configuration, or -1. */
-static double measure(const char *backend, int world, int model, bool no_overlap, double seconds)
+/* steps/s of one configuration, or -1; *bytes (when given): payload bytes
+ * all-reduced per step. */
+static double measure_hook(const char *backend, int world, int model, bool no_overlap, int hook, double seconds,
+                           double *bytes)
 {
-    bench_arg a = {.model = model, .no_overlap = no_overlap, .seconds = seconds};
+    bench_arg a = {.model = model, .hook = hook, .no_overlap = no_overlap, .seconds = seconds};
     snprintf(a.out, sizeof a.out, "/tmp/phx-bench-ddp-%d.txt", (int)getpid());
     remove(a.out);
     setenv("PHX_COMM", backend, 1);
@@ -159,14 +192,60 @@ static double measure(const char *backend, int world, int model, bool no_overlap
         fprintf(stderr, "bench/ddp: %s %s: %s\n", backend, model_names[model], phx_last_error());
         return -1;
     }
-    double v = -1;
+    double v = -1, by = -1;
     FILE *f = fopen(a.out, "r");
     if (f) {
-        if (fscanf(f, "%lf", &v) != 1) v = -1;
+        if (fscanf(f, "%lf %lf", &v, &by) != 2) v = -1;
         fclose(f);
     }
     remove(a.out);
+    if (bytes) *bytes = by;
     return v;
+}
+
+static double measure(const char *backend, int world, int model, bool no_overlap, double seconds)
+{
+    return measure_hook(backend, world, model, no_overlap, HOOK_NONE, seconds, NULL);
+}
+
+/* The hook table: the MLP on gloo with each hook, medians of the rounds. */
+static void hook_table(int world, int rounds, double seconds)
+{
+    double sps[N_HOOKS], bytes[N_HOOKS], *col = malloc((size_t)rounds * sizeof *col),
+                                         *colb = malloc((size_t)rounds * sizeof *colb);
+    double(*runs)[N_HOOKS][2] = calloc((size_t)rounds, sizeof *runs);
+    if (!col || !colb || !runs) return;
+    /* BENCH_DDP_HOOK=name: that hook only (profiling). */
+    const char *only = getenv("BENCH_DDP_HOOK");
+    for (int r = 0; r < rounds; r++)
+        for (int h = 0; h < N_HOOKS; h++)
+            runs[r][h][0] = only && strcmp(only, hook_names[h])
+                ? -1
+                : measure_hook("gloo", world, MLP, false, h, seconds, &runs[r][h][1]);
+    for (int h = 0; h < N_HOOKS; h++) {
+        for (int r = 0; r < rounds; r++) col[r] = runs[r][h][0], colb[r] = runs[r][h][1];
+        sps[h] = bench_median(col, rounds);
+        bytes[h] = bench_median(colb, rounds);
+    }
+    printf("DDP communication hooks, mlp, gloo, world %d (median of %d rounds; bytes: payload all-reduced per step "
+           "and rank)\n",
+           world, rounds);
+    printf("%-14s %10s %10s %14s %10s\n", "hook", "steps/s", "ms/step", "bytes/step", "vs none");
+    for (int h = 0; h < N_HOOKS; h++) {
+        if (sps[h] <= 0) {
+            printf("%-14s %10s\n", hook_names[h], "failed");
+            continue;
+        }
+        printf("%-14s %10.2f %10.2f %14.0f %9.2fx\n", hook_names[h], sps[h], 1e3 / sps[h], bytes[h],
+               sps[0] > 0 ? sps[h] / sps[0] : 0);
+        char row[64];
+        snprintf(row, sizeof row, "mlp gloo %s", hook_names[h]);
+        bench_tsv(BENCH_NAME, "comm hooks", row, "steps/s", sps[h]);
+        bench_tsv(BENCH_NAME, "comm hooks", row, "bytes/step", bytes[h]);
+    }
+    free(runs);
+    free(col);
+    free(colb);
 }
 
 /* Runs the PyTorch counterpart; fills torch_sps[model]. */
@@ -191,15 +270,15 @@ int main(int argc, char **argv)
 {
     double seconds = 2;
     int world = 2, rounds = 3;
+    const char *all_tables = "yes"; /* --hooks-only sets it to NULL */
     const char *script = "bench/torch/ddp.py";
-    const bench_opt opts[] = {{"--seconds", 'd', &seconds},
-                              {"--world", 'i', &world},
-                              {"--rounds", 'i', &rounds},
-                              {"--torch", 's', &script},
-                              {"--no-torch", 'n', &script}};
+    const bench_opt opts[] = {{"--seconds", 'd', &seconds}, {"--world", 'i', &world},
+                              {"--rounds", 'i', &rounds},   {"--torch", 's', &script},
+                              {"--no-torch", 'n', &script}, {"--hooks-only", 'n', &all_tables}};
     if (getenv("OMPI_COMM_WORLD_RANK")) return launched();
     g_self = argv[0];
-    if (bench_args(argc, argv, opts, 5, "[--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch]"))
+    if (bench_args(argc, argv, opts, 6,
+                   "[--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] [--hooks-only]"))
         return 2;
     if (seconds <= 0 || world < 1 || rounds < 1) {
         fprintf(stderr, "bench/ddp: --seconds must be > 0, --world and --rounds >= 1\n");
@@ -209,6 +288,10 @@ int main(int argc, char **argv)
     unsetenv("WORLD_SIZE");
     /* One compute thread per rank, as the PyTorch side. */
     setenv("PHX_NUM_THREADS", "1", 0);
+    if (!all_tables) {
+        hook_table(world, rounds, seconds);
+        return 0;
+    }
     const char *backends[] = {"gloo", "threads", "mpi"};
     enum { NB = 3, MPI = 2 };
     double sps[NB][2], no_ov[NB], torch_sps[2];
@@ -271,5 +354,6 @@ int main(int argc, char **argv)
         printf("targets, mpi: seed >= 20x torch: %s (%.1fx); mlp >= 1.5x torch: %s (%.2fx)\n",
                sps[MPI][SEED] >= 20 * torch_sps[SEED] ? "met" : "NOT met", sps[MPI][SEED] / torch_sps[SEED],
                sps[MPI][MLP] >= 1.5 * torch_sps[MLP] ? "met" : "NOT met", sps[MPI][MLP] / torch_sps[MLP]);
+    hook_table(world, rounds, seconds);
     return 0;
 }

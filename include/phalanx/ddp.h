@@ -100,7 +100,7 @@ typedef struct phx_ddp_stats {
     uint64_t early_launches; /* issued while another gradient of the same
                                   backward was still pending: overlap */
     uint64_t rebuilds; /* bucket rebuilds in arrival order (0 or 1) */
-    uint64_t bytes; /* bytes all-reduced */
+    uint64_t bytes; /* bytes all-reduced (with a communication hook: the payload of its collectives) */
     double wait_s; /* time finish_backward spent waiting */
 } phx_ddp_stats;
 #define PHX_DDP_STATS_INIT \
@@ -114,6 +114,113 @@ phx_status phx_ddp_get_stats(phx_module *ddp, phx_ddp_stats *out);
 /* Events of the last (or current) backward in the order they happened;
  * returns their count and fills up to max. */
 size_t phx_ddp_trace(phx_module *ddp, phx_ddp_event *ev, size_t max);
+
+/* --- Communication hooks (PyTorch's DistributedDataParallel.register_comm_hook).
+ * A hook replaces the average of each gradient bucket: the wrapper hands
+ * it the bucket when the bucket is complete (in bucket order) and, after
+ * the hook's work completed, calls its complete slot; then the bucket must
+ * hold the gradient every rank uses for the step. doc/guide/ddp.md,
+ * "Communication hooks", compares the built-ins with PyTorch's. --- */
+
+/* One bucket as a hook sees it (valid during the call only). */
+typedef struct phx_comm_hook_bucket {
+    size_t struct_size; /* sizeof (phx_comm_hook_bucket), set by the wrapper */
+    phx_tensor *buffer; /* (numel) f32: this rank's gradients of the bucket, flat, not yet averaged */
+    phx_comm *comm; /* the wrapper's communicator (NULL: a world of one) */
+    size_t index; /* bucket index, 0 .. phx_ddp_num_buckets - 1 (PyTorch's GradBucket.index) */
+    bool is_last; /* the last bucket of this backward (GradBucket.is_last) */
+    int divisor; /* average over this many ranks: the world size (under a join without
+                    divide_by_initial_world_size, the ranks whose step synchronises) */
+    size_t n_grads;
+    phx_tensor *const *grads; /* (n_grads) the members' gradients, views of buffer with the
+                                 parameters' shapes, in bucket order (GradBucket.gradients) */
+    const size_t *params; /* (n_grads) their indices into phx_module_param of the model */
+    uint64_t *bytes; /* a hook adds the payload bytes of the collectives it issues here
+                        (phx_ddp_stats.bytes); may be left alone */
+} phx_comm_hook_bucket;
+
+typedef struct phx_comm_hook {
+    size_t struct_size; /* sizeof (phx_comm_hook): PHX_COMM_HOOK_INIT sets it */
+    const char *name; /* for messages (kept, not copied: a string that outlives the wrapper) */
+    /* (required) Starts the reduction of bucket b: either completes it
+     * (leaving *work NULL) or issues asynchronous collectives and returns
+     * the last one's handle in *work (collectives complete in issue order),
+     * as PyTorch's hook returns a future. Every rank must issue the same
+     * collectives. Runs on the thread doing backward, possibly while
+     * earlier layers still compute. */
+    phx_status (*launch)(void *state, const phx_comm_hook_bucket *b, phx_work **work);
+    /* (optional) Runs after *work completed, in bucket order, before the
+     * optimizer may step (PyTorch's future.then): e.g. decompresses into
+     * b->buffer; may issue further (blocking) collectives. NULL: nothing. */
+    phx_status (*complete)(void *state, const phx_comm_hook_bucket *b);
+} phx_comm_hook;
+#define PHX_COMM_HOOK_INIT \
+    { \
+        .struct_size = sizeof(phx_comm_hook) \
+    }
+
+/* Registers hook (copied) with its state (the caller's; it must outlive
+ * the wrapper) on a DistributedDataParallel wrapper: only on the wrapper,
+ * only once, and only before its first forward (as PyTorch); PHX_ESTATE
+ * otherwise, PHX_EINVAL for a module that is not a wrapper or a hook
+ * without launch. Every rank must register the same hook. The built-ins
+ * below ignore state, except PowerSGD, whose state must be a
+ * phx_powersgd_state. */
+phx_status phx_ddp_register_comm_hook(phx_module *ddp, const phx_comm_hook *hook, void *state);
+
+/* Built-in hooks (static descriptors, never freed), as
+ * torch.distributed.algorithms.ddp_comm_hooks:
+ * allreduce: the wrapper's own path (divide by the world size, all-reduce
+ *   the f32 bucket), bit for bit the same as no hook;
+ * fp16_compress / bf16_compress: the bucket is cast to f16 / bf16, divided
+ *   by the world size in that dtype, all-reduced (sum) in that dtype, and
+ *   cast back: half the bytes. Each reduction step of every backend adds
+ *   in f32 and rounds the sum once to 16 bits, so at world 2 the result is
+ *   16(16(16(g0)/2) + 16(16(g1)/2)) computed in f32, as PyTorch's
+ *   fp16_compress_hook / bf16_compress_hook on gloo. CPU buckets only
+ *   (PHX_EUNSUPPORTED otherwise). */
+const phx_comm_hook *phx_comm_hook_allreduce(void);
+const phx_comm_hook *phx_comm_hook_fp16_compress(void);
+const phx_comm_hook *phx_comm_hook_bf16_compress(void);
+
+/* PowerSGD (Vogels et al. 2019) as PyTorch 1.13's powerSGD_hook: the
+ * first start_iter steps all-reduce normally; then each bucket gets its
+ * error feedback added, gradients viewed as (shape[0], numel/shape[0])
+ * matrices M with rank r = min(rows, cols, matrix_approximation_rank) are
+ * compressed when (rows + cols) * r * min_compression_rate < rows * cols
+ * (1-D and small tensors are all-reduced uncompressed, batched with P),
+ * P = M Q is all-reduced, orthogonalised, Q = M^T P all-reduced and
+ * averaged, and M <- P Q^T; the error is the local input minus the
+ * result; Q is kept for the next step (warm start). CPU buckets only. */
+typedef struct phx_powersgd_state phx_powersgd_state;
+typedef struct phx_powersgd_opts {
+    size_t struct_size; /* sizeof (phx_powersgd_opts): PHX_POWERSGD_OPTS_INIT sets it */
+    int matrix_approximation_rank; /* 0: 1 */
+    int64_t start_iter; /* start_powerSGD_iter; 0: 1000. At least 2 unless both
+                           no_error_feedback and no_warm_start (PyTorch's rule); then
+                           1 is the earliest (step 0 is all-reduced plainly) */
+    double min_compression_rate; /* 0: 2 (to compress every matrix, a small positive value) */
+    bool no_error_feedback; /* use_error_feedback=False */
+    bool no_warm_start; /* warm_start=False: fresh random Q every step */
+    float orthogonalization_epsilon; /* 0: none (a zero column stays zero) */
+    uint64_t random_seed; /* seed of the generator of the initial Q (normal(0, 1)) */
+    /* (optional) Fills the initial Q (cols x r, row-major) of the matrix of
+     * parameter `param` (model index) in bucket `bucket` instead of the
+     * generator: tests feed the values PyTorch's generator produced. */
+    void (*init_q)(void *user, size_t bucket, size_t param, int64_t cols, int64_t r, float *q);
+    void *init_q_user;
+} phx_powersgd_opts;
+#define PHX_POWERSGD_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_powersgd_opts) \
+    }
+/* New state (the caller frees it after the wrapper); NULL on error
+ * (PHX_EINVAL naming the option). opts NULL: the defaults. */
+phx_powersgd_state *phx_powersgd_state_new(const phx_powersgd_opts *opts);
+void phx_powersgd_state_free(phx_powersgd_state *s);
+/* Steps counted so far (PowerSGDState.iter). */
+int64_t phx_powersgd_iter(const phx_powersgd_state *s);
+const phx_comm_hook *phx_comm_hook_powersgd(void);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* DistributedDataParallel internals (px_ prefix, not exported): the
  * reducer state shared by src/ddp/ddp.c (wrapper, hooks, launch, wait),
  * src/ddp/ddp-buckets.c (assignment rule, bucket storage, rebuild) and
- * src/ddp/ddp-check.c (cross-rank model check, broadcast). */
+ * src/ddp/ddp-check.c (cross-rank model check, broadcast) and
+ * src/ddp/ddp-hook*.c (communication hooks). */
 #ifndef PHX_CORE_DDP_IMPL_H
 #define PHX_CORE_DDP_IMPL_H
 
@@ -86,6 +87,10 @@ typedef struct px_ddp {
     bool zero2;
     phx_tensor *zero_flag; /* () f32: a non-finite gradient on some rank */
 
+    /* communication hook (ddp-hook.c) */
+    struct px_ddp_hook *hook; /* registered hook, or NULL: the f32 all-reduce */
+    bool forwarded; /* a forward ran: too late to register a hook */
+
     /* introspection */
     phx_ddp_stats stats;
     phx_ddp_event *trace; /* (trace_cap) events of the current/last backward */
@@ -112,6 +117,15 @@ void px_ddp_buckets_free(px_ddp *d);
 phx_status px_ddp_rebuild(px_ddp *d);
 /* The join's count at the start of an active rank's step (ddp-join.c). */
 phx_status px_ddp_join_step(px_ddp *d);
+
+/* Communication hooks (ddp-hook.c). launch starts bucket b's reduction
+ * through the registered hook (averaging over div ranks); complete runs
+ * after its work was waited for; reduce does both and waits (a join's
+ * shadow of a backward); free releases the registration. */
+phx_status px_ddp_hook_launch(px_ddp *d, size_t b, int div, phx_work **work);
+phx_status px_ddp_hook_complete(px_ddp *d, size_t b);
+phx_status px_ddp_hook_reduce(px_ddp *d, size_t b, int div);
+void px_ddp_hook_free(px_ddp *d);
 
 /* Checks that every rank has the same parameter names, shapes and dtypes
  * (PHX_EDESYNC naming the first difference on every rank). */

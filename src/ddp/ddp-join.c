@@ -72,14 +72,16 @@ phx_status px_ddp_join_step(px_ddp *d)
 }
 
 /* Zeros all-reduced for each bucket, as a syncing rank's backward issues
- * them (the result is not used). */
+ * them (the result is not used); through the communication hook when one
+ * is registered, as PyTorch's join runs the hook on zero buckets. */
 static phx_status shadow_backward(px_ddp *d)
 {
     phx_status st = d->rebuild_due ? px_ddp_rebuild(d) : PHX_OK;
     if (st == PHX_OK) d->rebuild_due = false;
     for (size_t b = 0; b < d->n_buckets && st == PHX_OK; b++) {
         if ((st = phx_tensor_fill(d->buckets[b].flat, 0.0)) == PHX_OK)
-            st = phx_comm_allreduce(d->comm, d->buckets[b].flat, PHX_SUM, NULL);
+            st = d->hook ? px_ddp_hook_reduce(d, b, d->world)
+                         : phx_comm_allreduce(d->comm, d->buckets[b].flat, PHX_SUM, NULL);
     }
     return st;
 }

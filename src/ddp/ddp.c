@@ -73,16 +73,20 @@ static void launch(px_ddp *d, size_t b)
     /* The average over the ranks; under a join without
      * divide_by_initial_world_size, over the ranks still training. */
     int div = d->join && !d->join_initial && d->join_syncing > 0 ? d->join_syncing : d->world;
-    if (div > 1) st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)div, k->flat);
-    if (st == PHX_OK)
-        st = d->zero2 ? phx_comm_reduce_scatter(d->comm, k->flat, k->out, PHX_SUM, &k->work)
-                      : phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
+    if (d->hook && !d->zero2) {
+        st = px_ddp_hook_launch(d, b, div, &k->work); /* counts its own bytes */
+    } else {
+        if (div > 1) st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)div, k->flat);
+        if (st == PHX_OK)
+            st = d->zero2 ? phx_comm_reduce_scatter(d->comm, k->flat, k->out, PHX_SUM, &k->work)
+                          : phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
+        d->stats.bytes += (uint64_t)k->numel * sizeof(float);
+    }
     if (st != PHX_OK) {
         k->work = NULL;
         hook_fail(d, st);
     }
     d->stats.launches++;
-    d->stats.bytes += (uint64_t)k->numel * sizeof(float);
     if (d->n_ready < d->n_params) d->stats.early_launches++;
     trace(d, PHX_DDP_EV_LAUNCH, b);
 }
@@ -194,8 +198,9 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     double t = px_now();
     for (size_t b = 0; b < d->n_buckets; b++) {
         px_bucket *k = &d->buckets[b];
-        if (!k->work) continue;
+        if (!k->work && !d->hook) continue;
         phx_status ws = phx_work_wait(k->work, -1);
+        if (ws == PHX_OK && d->hook) ws = px_ddp_hook_complete(d, b);
         if (ws != PHX_OK && st == PHX_OK) {
             st = ws;
             snprintf(err, sizeof err,
@@ -316,6 +321,7 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     phx_status st = check_wrapped(self, d);
     if (st == PHX_OK && d->join && phx_module_is_training(d->model)) st = px_ddp_join_step(d);
     if (st != PHX_OK) return st;
+    d->forwarded = true;
     return phx_module_forward(d->model, x, y);
 }
 
@@ -351,6 +357,7 @@ static void ddp_free(phx_module *self)
     px_ddp *d = phx_module_ctx(self);
     if (!d) return;
     if (d->model) phx_module_set_grad_hook(d->model, NULL, NULL);
+    px_ddp_hook_free(d);
     px_ddp_buckets_free(d);
     phx_tensor_free(d->join_flag);
     phx_tensor_free(d->zero_flag);

@@ -1,6 +1,6 @@
 # src/ddp — DistributedDataParallel (doc/guide/ddp.md). Tests: t/ddp/.
 libphalanx_internal_la_SOURCES += src/ddp/ddp.c src/ddp/ddp-buckets.c src/ddp/ddp-check.c src/ddp/ddp-join.c src/ddp/ddp-zero2.c \
-	src/ddp/ddp-impl.h
+	src/ddp/ddp-impl.h src/ddp/ddp-hook.c src/ddp/ddp-hook.h src/ddp/ddp-hook-powersgd.c
 
 ddp_tests = t/ddp/buckets t/ddp/equiv t/ddp/overlap t/ddp/nosync t/ddp/unused \
 	t/ddp/mismatch t/ddp/join t/ddp/eval t/ddp/solo t/ddp/wrapper
@@ -50,3 +50,14 @@ check_PROGRAMS += t/ddp/free_order
 TESTS += t/ddp/free_order
 t_ddp_free_order_LDADD = libphalanx.la -lm
 t_ddp_free_order_CPPFLAGS = $(ddp_test_cppflags)
+
+# Communication hooks: allreduce/fp16/bf16 bit checks; PowerSGD against
+# PyTorch 1.13 (t/ref/powersgd.safetensors from bench/torch/powersgd.py).
+comm_hook_tests = t/ddp/comm_hook t/ddp/comm_hook_powersgd
+check_PROGRAMS += $(comm_hook_tests)
+TESTS += $(comm_hook_tests)
+t_ddp_comm_hook_LDADD = libphalanx.la -lm
+t_ddp_comm_hook_CPPFLAGS = $(ddp_test_cppflags)
+t_ddp_comm_hook_powersgd_LDADD = libphalanx.la -lm
+t_ddp_comm_hook_powersgd_CPPFLAGS = $(ddp_test_cppflags)
+EXTRA_DIST += bench/torch/powersgd.py t/ref/powersgd.safetensors
