@@ -22,6 +22,11 @@ typedef struct px_ddp_hook {
     size_t n_half;
 } px_ddp_hook;
 
+const char *px_ddp_hook_name(const px_ddp *d)
+{
+    return !d->hook ? NULL : d->hook->hook.name ? d->hook->hook.name : "(unnamed)";
+}
+
 /* ---- built-in: allreduce (the wrapper's own path) -------------------- */
 
 static phx_status allreduce_launch(void *state, const phx_comm_hook_bucket *b, phx_work **work)

@@ -126,6 +126,9 @@ phx_status px_ddp_hook_launch(px_ddp *d, size_t b, int div, phx_work **work);
 phx_status px_ddp_hook_complete(px_ddp *d, size_t b);
 phx_status px_ddp_hook_reduce(px_ddp *d, size_t b, int div);
 void px_ddp_hook_free(px_ddp *d);
+/* The registered hook's name, "(unnamed)" when it gave none; NULL when d
+ * has no hook. */
+const char *px_ddp_hook_name(const px_ddp *d);
 
 /* Checks that every rank has the same parameter names, shapes and dtypes
  * (PHX_EDESYNC naming the first difference on every rank). */

@@ -5,7 +5,6 @@
 #include <math.h>
 #include <string.h>
 #include "src/ddp/ddp-impl.h"
-#include "src/ddp/ddp-hook.h"
 #include "src/tensor/tensor-impl.h"
 #include "src/tensor/device-impl.h"
 #include "src/base/util.h"
@@ -80,7 +79,7 @@ phx_status px_ddp_zero2_attach(px_ddp *d)
         return phx_error(PHX_ESTATE,
                          "ZeRO-2: the DDP wrapper has communication hook '%s', which replaces the all-reduce "
                          "ZeRO-2 would turn into a reduce-scatter; use ZeRO-1 (stage 1) with a hook",
-                         d->hook->hook.name ? d->hook->hook.name : "(unnamed)");
+                         px_ddp_hook_name(d));
     if (!d->zero_flag) {
         phx_device dev = d->n_buckets ? phx_tensor_device(d->buckets[0].flat) : phx_cpu();
         if (!(d->zero_flag = phx_tensor_zeros(PHX_F32, 0, NULL, dev))) return PHX_ENOMEM;
