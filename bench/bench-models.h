@@ -220,4 +220,15 @@ static setup make(const char *name)
     return s;
 }
 
+/* Frees what make() made (the policy after the model). */
+static void setup_free(setup *s)
+{
+    phx_optimizer_free(s->opt);
+    phx_loss_free(s->loss);
+    phx_module_free(s->m);
+    phx_precision_free(s->prec);
+    phx_tensor_free(s->x);
+    phx_tensor_free(s->y);
+}
+
 #endif

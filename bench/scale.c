@@ -153,12 +153,7 @@ static split measure_model(const char *name, double seconds)
     split r = {bench_median(tf, n), bench_median(tb, n), bench_median(to, n), 0};
     for (size_t i = 0; i < phx_module_num_params(s.m); i++)
         r.grad_bytes += (double)phx_tensor_nbytes(phx_param_value(phx_module_param(s.m, i)));
-    phx_optimizer_free(s.opt);
-    phx_loss_free(s.loss);
-    phx_module_free(s.m);
-    phx_precision_free(s.prec);
-    phx_tensor_free(s.x);
-    phx_tensor_free(s.y);
+    setup_free(&s);
     return r;
 }
 

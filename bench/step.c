@@ -81,12 +81,7 @@ static double rate(const char *name, const char *precision, double seconds, int 
         if (n / dt > best) best = n / dt;
         if (dc > 0 && n / dc > *cpu_rate) *cpu_rate = n / dc;
     }
-    phx_optimizer_free(s.opt);
-    phx_loss_free(s.loss);
-    phx_module_free(s.m);
-    phx_precision_free(s.prec);
-    phx_tensor_free(s.x);
-    phx_tensor_free(s.y);
+    setup_free(&s);
     return best;
 }
 
