@@ -44,6 +44,21 @@ typedef struct phx_zero_opts {
      * each), so the buffers cost this plus one chunk whatever the model.
      * 0: 4 MiB. */
     size_t gather_bytes;
+    /* Hybrid sharding (FSDP's HYBRID_SHARD), appended in ABI 1.3: shard
+     * within shard_comm (a group of comm made by phx_comm_split, e.g. the
+     * ranks of one node) and replicate across replicate_comm (the ranks
+     * holding the same shard in the other groups, e.g. one per node).
+     * Both NULL: shard over comm. Stage 1: the partition is over
+     * shard_comm (the caller's gradients, e.g. DDP's all-reduce over the
+     * world, are already the same in every group); replicate_comm may be
+     * NULL. Stage 2: the DDP wrapper's buckets are reduce-scattered within
+     * shard_comm, then each rank's reduced block is all-reduced across
+     * replicate_comm; size(shard_comm) * size(replicate_comm) must be the
+     * DDP wrapper's world (replicate_comm NULL only when shard_comm is the
+     * whole world). The groups must partition the world this way; the
+     * caller keeps them alive as long as the optimizer. */
+    phx_comm *shard_comm;
+    phx_comm *replicate_comm;
 } phx_zero_opts;
 #define PHX_ZERO_OPTS_INIT \
     { \
