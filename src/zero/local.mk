@@ -3,7 +3,8 @@ libphalanx_internal_la_SOURCES += src/zero/zero.c src/zero/zero-state.c src/zero
 
 zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch t/zero/hybrid
 check_PROGRAMS += $(zero_tests)
-TESTS += $(zero_tests)
+TESTS += $(zero_tests) t/zero/hybrid_nodes.sh
+EXTRA_DIST += t/zero/hybrid_nodes.sh
 zero_test_cppflags = $(AM_CPPFLAGS)
 if HAVE_GLOO
 zero_test_cppflags += -DHAVE_GLOO=1
