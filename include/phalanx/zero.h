@@ -1,7 +1,9 @@
 /* Phalanx — ZeRO-1 and ZeRO-2: an optimizer whose state is sharded over
  * the ranks (PyTorch's ZeroRedundancyOptimizer), optionally with the
- * gradients reduce-scattered by DDP instead of all-reduced. doc/guide/sharding.md
- * explains the partition and what is not built yet. */
+ * gradients reduce-scattered by DDP instead of all-reduced, and
+ * optionally sharded within process groups and replicated across them
+ * (hybrid sharding). doc/guide/sharding.md explains the partition and
+ * what is not built yet. */
 #ifndef PHALANX_ZERO_H
 #define PHALANX_ZERO_H
 
@@ -81,7 +83,11 @@ typedef struct phx_zero_opts {
  * Collective: every rank calls it with the same model layout (checked:
  * PHX_EDESYNC naming the first rank that differs). comm NULL or of size 1
  * is a world of one: the shard is the whole model and nothing is
- * gathered. All parameters must be f32 on one device. A model changed
+ * gathered. With opts->shard_comm (hybrid sharding) "world" and "rank"
+ * above and below are those of shard_comm: the partition, the check, the
+ * all-gather, phx_zero_rank_numel, phx_zero_clip_grad_norm and
+ * phx_zero_consolidate's root are all within the group.
+ * All parameters must be f32 on one device. A model changed
  * afterwards (parameters added, replaced or moved) is refused at the next
  * step with PHX_ESTATE. Returns NULL with phx_last_error on error. Free
  * with phx_optimizer_free (under ZeRO-2 the DDP wrapper goes back to
