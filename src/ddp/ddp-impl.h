@@ -156,7 +156,9 @@ px_ddp *px_ddp_of(phx_module *ddp, const char *who);
  * all-reduce (the padding stays). */
 phx_status px_ddp_zero2_attach(px_ddp *d, phx_comm *shard, phx_comm *replicate);
 void px_ddp_zero2_detach(px_ddp *d);
-/* After the reduce-scatters of a backward: one all-reduce (max) of
+/* After the reduce-scatters of a backward: under hybrid sharding each
+ * bucket's reduced block all-reduced (sum, blocking) over zero_rcomm;
+ * then one all-reduce (max) over the world of
  * whether any rank's block holds a non-finite value, then each bucket's
  * reduced block copied into place and the other blocks cleared (filled
  * with NaN when some rank's block was not finite, so every rank's
