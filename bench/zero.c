@@ -1,9 +1,13 @@
 /* ZeRO benchmark: per-rank memory and step time of a GPT trained with
  * AdamW under DDP, ZeRO-1 (sharded optimizer state) and ZeRO-2 (and
- * reduce-scattered gradients) at world 1, 2 and 4 on gloo (processes).
+ * reduce-scattered gradients) at world 1, 2 and 4 on gloo (processes),
+ * and hybrid ZeRO-1/2 (HSDP-1, HSDP-2: sharded within groups of --node
+ * ranks made by phx_comm_split, replicated across them) where the world
+ * is a multiple of --node above it.
  *
  * Per rank: the bytes of parameters, of gradients (the DDP buckets every
- * parameter's gradient is a view of) and of optimizer state (the state
+ * parameter's gradient is a view of; ZeRO-2 adds its reduce-scatter
+ * output, one block per bucket: the rank's elements) and of optimizer state (the state
  * tensors the optimizer lists; for ZeRO the shard optimizer's; not the
  * all-gather buffers, at most 25 MiB per rank plus world times that),
  * the largest over the ranks, beside the peak RSS of
@@ -13,7 +17,7 @@
  * rounds in which the modes alternate, with "vs DDP" the ratio of DDP's
  * time to the row's (> 1: faster than DDP) at the same world.
  *
- * usage: bench/zero [--steps N] [--layers L] [--width C] [--worlds "1 2 4"] [--rounds R] */
+ * usage: bench/zero [--steps N] [--layers L] [--width C] [--worlds "1 2 4"] [--rounds R] [--node N] */
 #include <math.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -22,8 +26,8 @@
 #define BENCH_NAME "bench/zero"
 #include "bench/bench-util.h"
 
-enum { DDP, ZERO1, ZERO2, N_MODES };
-static const char *const mode_names[N_MODES] = {"DDP", "ZeRO-1", "ZeRO-2"};
+enum { DDP, ZERO1, ZERO2, HSDP1, HSDP2, N_MODES };
+static const char *const mode_names[N_MODES] = {"DDP", "ZeRO-1", "ZeRO-2", "HSDP-1", "HSDP-2"};
 
 #define MAX_WORLD 8
 #define MAX_STEPS 64
@@ -39,7 +43,7 @@ typedef struct rank_out {
 } rank_out;
 
 typedef struct job {
-    int mode, steps;
+    int mode, steps, node;
     int64_t layers, width;
     rank_out *out; /* (MAX_WORLD) shared */
 } job;
@@ -88,11 +92,20 @@ static int rank_main(int rank, void *arg)
     phx_module *ddp = phx_ddp_new(m, c, NULL);
     if (!ddp) bench_die("phx_ddp_new");
     phx_optimizer *opt;
+    phx_comm *shard = NULL, *replicate = NULL;
     if (jb->mode == DDP) {
         opt = make_adamw(ddp, NULL);
     } else {
         phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
-        zo.stage = jb->mode == ZERO2 ? 2 : 1;
+        zo.stage = jb->mode == ZERO2 || jb->mode == HSDP2 ? 2 : 1;
+        if (jb->mode == HSDP1 || jb->mode == HSDP2) {
+            /* "Nodes" of jb->node consecutive ranks. */
+            if (phx_comm_split(c, rank / jb->node, rank, &shard) != PHX_OK ||
+                phx_comm_split(c, rank % jb->node, rank, &replicate) != PHX_OK)
+                bench_die("phx_comm_split");
+            zo.shard_comm = shard;
+            zo.replicate_comm = replicate;
+        }
         opt = phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &zo);
     }
     if (!opt) bench_die("optimizer");
@@ -119,6 +132,10 @@ static int rank_main(int rank, void *arg)
         out->state = state_bytes(opt);
     } else {
         out->state = state_bytes(phx_zero_inner(opt));
+        /* ZeRO-2's reduce-scatter output: the rank's block of each bucket. */
+        int srank = shard ? phx_comm_rank(shard) : rank;
+        if ((jb->mode == ZERO2 || jb->mode == HSDP2) && phx_comm_size(shard ? shard : c) > 1)
+            out->grads += (double)phx_zero_rank_numel(opt, srank) * sizeof(float);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -130,6 +147,8 @@ static int rank_main(int rank, void *arg)
     phx_optimizer_free(opt);
     phx_module_free(ddp);
     phx_module_free(m);
+    phx_comm_free(shard);
+    phx_comm_free(replicate);
     phx_comm_free(c);
     return 0;
 }
@@ -168,18 +187,20 @@ static row_out run_row(job *jb, int world)
 
 int main(int argc, char **argv)
 {
-    int steps = 8, layers = 4, width = 256, rounds = 3;
+    int steps = 8, layers = 4, width = 256, rounds = 3, node = 2;
     const char *worlds = "1 2 4";
     bench_opt opts[] = {{"--steps", 'i', &steps},
                         {"--layers", 'i', &layers},
                         {"--width", 'i', &width},
                         {"--worlds", 's', &worlds},
-                        {"--rounds", 'i', &rounds}};
+                        {"--rounds", 'i', &rounds},
+                        {"--node", 'i', &node}};
     if (bench_args(argc, argv, opts, sizeof opts / sizeof opts[0],
-                   "[--steps N] [--layers L] [--width C] [--worlds \"1 2 4\"] [--rounds R]"))
+                   "[--steps N] [--layers L] [--width C] [--worlds \"1 2 4\"] [--rounds R] [--node N]"))
         return 2;
     if (steps < 1 || steps > MAX_STEPS) steps = 8;
     if (rounds < 1 || rounds > 16) rounds = 3;
+    if (node < 1 || node > MAX_WORLD) node = 2;
     rank_out *out = mmap(NULL, sizeof(rank_out) * MAX_WORLD, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (out == MAP_FAILED) return 1;
     printf("GPT: %d layers, d_model %d, vocab %d, %d tokens x %d rows per rank, AdamW; gloo processes; median of %d "
@@ -195,15 +216,17 @@ int main(int argc, char **argv)
         if (world < 1 || world > MAX_WORLD) continue;
         row_out rows[N_MODES];
         double ms[N_MODES][16];
+        /* Hybrid rows where the world is several groups of node ranks. */
+        int n_modes = world > node && world % node == 0 ? N_MODES : HSDP1;
         for (int k = 0; k < rounds; k++)
-            for (int mode = 0; mode < N_MODES; mode++) {
-                job jb = {mode, steps, layers, width, out};
+            for (int mode = 0; mode < n_modes; mode++) {
+                job jb = {mode, steps, node, layers, width, out};
                 row_out r = run_row(&jb, world);
                 ms[mode][k] = r.ms;
                 if (k == 0 || r.rss > rows[mode].rss) rows[mode] = r; /* the largest peak RSS of the rounds */
             }
         double ddp_ms = bench_median(ms[DDP], rounds);
-        for (int mode = 0; mode < N_MODES; mode++) {
+        for (int mode = 0; mode < n_modes; mode++) {
             const row_out *r = &rows[mode];
             double t = mode == DDP ? ddp_ms : bench_median(ms[mode], rounds);
             printf("%-7s %5d %11.2f %10.2f %10.2f %10.2f %9.1f %9.1f %7.2f\n", mode_names[mode], world, r->params / MiB,

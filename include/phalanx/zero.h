@@ -1,7 +1,9 @@
 /* Phalanx — ZeRO-1 and ZeRO-2: an optimizer whose state is sharded over
  * the ranks (PyTorch's ZeroRedundancyOptimizer), optionally with the
- * gradients reduce-scattered by DDP instead of all-reduced. doc/guide/sharding.md
- * explains the partition and what is not built yet. */
+ * gradients reduce-scattered by DDP instead of all-reduced, and
+ * optionally sharded within process groups and replicated across them
+ * (hybrid sharding). doc/guide/sharding.md explains the partition and
+ * what is not built yet. */
 #ifndef PHALANX_ZERO_H
 #define PHALANX_ZERO_H
 
@@ -44,6 +46,21 @@ typedef struct phx_zero_opts {
      * each), so the buffers cost this plus one chunk whatever the model.
      * 0: 4 MiB. */
     size_t gather_bytes;
+    /* Hybrid sharding (FSDP's HYBRID_SHARD), appended in ABI 1.3: shard
+     * within shard_comm (a group of comm made by phx_comm_split, e.g. the
+     * ranks of one node) and replicate across replicate_comm (the ranks
+     * holding the same shard in the other groups, e.g. one per node).
+     * Both NULL: shard over comm. Stage 1: the partition is over
+     * shard_comm (the caller's gradients, e.g. DDP's all-reduce over the
+     * world, are already the same in every group); replicate_comm may be
+     * NULL. Stage 2: the DDP wrapper's buckets are reduce-scattered within
+     * shard_comm, then each rank's reduced block is all-reduced across
+     * replicate_comm; size(shard_comm) * size(replicate_comm) must be the
+     * DDP wrapper's world (replicate_comm NULL only when shard_comm is the
+     * whole world). The groups must partition the world this way; the
+     * caller keeps them alive as long as the optimizer. */
+    phx_comm *shard_comm;
+    phx_comm *replicate_comm;
 } phx_zero_opts;
 #define PHX_ZERO_OPTS_INIT \
     { \
@@ -66,7 +83,11 @@ typedef struct phx_zero_opts {
  * Collective: every rank calls it with the same model layout (checked:
  * PHX_EDESYNC naming the first rank that differs). comm NULL or of size 1
  * is a world of one: the shard is the whole model and nothing is
- * gathered. All parameters must be f32 on one device. A model changed
+ * gathered. With opts->shard_comm (hybrid sharding) "world" and "rank"
+ * above and below are those of shard_comm: the partition, the check, the
+ * all-gather, phx_zero_rank_numel, phx_zero_clip_grad_norm and
+ * phx_zero_consolidate's root are all within the group.
+ * All parameters must be f32 on one device. A model changed
  * afterwards (parameters added, replaced or moved) is refused at the next
  * step with PHX_ESTATE. Returns NULL with phx_last_error on error. Free
  * with phx_optimizer_free (under ZeRO-2 the DDP wrapper goes back to

@@ -85,6 +85,9 @@ typedef struct px_ddp {
 
     /* ZeRO-2: buckets reduce-scattered, each rank keeping its block */
     bool zero2;
+    phx_comm *zero_comm; /* the reduce-scatter's group (d->comm or a shard group) */
+    phx_comm *zero_rcomm; /* hybrid: the blocks' all-reduce across groups, or NULL */
+    int zero_rank, zero_world; /* in zero_comm */
     phx_tensor *zero_flag; /* () f32: a non-finite gradient on some rank */
 
     /* communication hook (ddp-hook.c) */
@@ -144,14 +147,18 @@ phx_status px_ddp_broadcast_buffers(px_ddp *d, int root);
 /* ZeRO-2 (src/zero): the reducer state of a DDP module, or NULL with
  * PHX_EINVAL naming who. */
 px_ddp *px_ddp_of(phx_module *ddp, const char *who);
-/* Switches d to reduce-scatter: reinstalls the current buckets padded to
- * a multiple of the world size and turns the arrival-order rebuild off,
+/* Switches d to reduce-scatter over shard (d->comm when NULL), each
+ * reduced block then all-reduced over replicate (NULL: none; hybrid
+ * sharding): reinstalls the current buckets padded to a multiple of
+ * shard's size and turns the arrival-order rebuild off,
  * so the buckets (the ZeRO-2 partition) stay fixed. Between backwards
  * only (PHX_ESTATE otherwise); refused inside a join. detach goes back to
  * all-reduce (the padding stays). */
-phx_status px_ddp_zero2_attach(px_ddp *d);
+phx_status px_ddp_zero2_attach(px_ddp *d, phx_comm *shard, phx_comm *replicate);
 void px_ddp_zero2_detach(px_ddp *d);
-/* After the reduce-scatters of a backward: one all-reduce (max) of
+/* After the reduce-scatters of a backward: under hybrid sharding each
+ * bucket's reduced block all-reduced (sum, blocking) over zero_rcomm;
+ * then one all-reduce (max) over the world of
  * whether any rank's block holds a non-finite value, then each bucket's
  * reduced block copied into place and the other blocks cleared (filled
  * with NaN when some rank's block was not finite, so every rank's

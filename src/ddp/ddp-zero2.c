@@ -12,7 +12,7 @@
 int64_t px_ddp_bucket_len(const px_ddp *d, int64_t numel)
 {
     if (!d->zero2) return numel > 0 ? numel : 1;
-    int64_t w = d->world, block = (numel + w - 1) / w;
+    int64_t w = d->zero_world, block = (numel + w - 1) / w;
     return (block > 0 ? block : 1) * w;
 }
 
@@ -30,7 +30,7 @@ void px_ddp_zero2_bucket_free(px_bucket *k)
 phx_status px_ddp_zero2_bucket(px_ddp *d, px_bucket *k)
 {
     if (!d->zero2) return PHX_OK;
-    int64_t len = phx_tensor_numel(k->flat), block = len / d->world, r = d->rank;
+    int64_t len = phx_tensor_numel(k->flat), block = len / d->zero_world, r = d->zero_rank;
     int64_t n_before = r * block, n_after = len - (r + 1) * block, n_pad = len - k->numel;
     k->block = block;
     k->out = phx_tensor_zeros(PHX_F32, 1, &block, phx_tensor_device(k->flat));
@@ -68,7 +68,7 @@ static phx_status reinstall(px_ddp *d)
     return st;
 }
 
-phx_status px_ddp_zero2_attach(px_ddp *d)
+phx_status px_ddp_zero2_attach(px_ddp *d, phx_comm *shard, phx_comm *replicate)
 {
     if (d->zero2) return phx_error(PHX_ESTATE, "ZeRO-2: the DDP wrapper already reduce-scatters for an optimizer");
     if (d->n_ready > 0 || d->join)
@@ -84,6 +84,10 @@ phx_status px_ddp_zero2_attach(px_ddp *d)
         phx_device dev = d->n_buckets ? phx_tensor_device(d->buckets[0].flat) : phx_cpu();
         if (!(d->zero_flag = phx_tensor_zeros(PHX_F32, 0, NULL, dev))) return PHX_ENOMEM;
     }
+    d->zero_comm = shard ? shard : d->comm;
+    d->zero_rcomm = replicate;
+    d->zero_rank = phx_comm_rank(d->zero_comm);
+    d->zero_world = phx_comm_size(d->zero_comm);
     d->zero2 = true;
     phx_status st = reinstall(d);
     if (st != PHX_OK) {
@@ -111,7 +115,19 @@ phx_status px_ddp_zero2_settle(px_ddp *d)
     if (!kern) return PHX_ENOTFOUND;
     if (!kern->unscale_check)
         return phx_error(PHX_EUNSUPPORTED, "ZeRO-2: the gradients' device has no unscale_check kernel");
-    phx_status st = phx_tensor_fill(d->zero_flag, 0.0);
+    phx_status st = PHX_OK;
+    /* Hybrid: each block is reduced within its group; add the groups'
+     * sums (each already divided by the whole world). Every rank issues
+     * every all-reduce, whatever happened locally. */
+    if (d->zero_rcomm) {
+        for (size_t b = 0; b < d->n_buckets; b++) {
+            phx_status rs = phx_comm_allreduce(d->zero_rcomm, d->buckets[b].out, PHX_SUM, NULL);
+            if (rs != PHX_OK && st == PHX_OK)
+                st = phx_error(rs, "ZeRO-2: all-reducing bucket %zu's block across the replicas: %s", b,
+                               phx_last_error());
+        }
+    }
+    if (st == PHX_OK) st = phx_tensor_fill(d->zero_flag, 0.0);
     /* Scaling by 1 leaves the block as it is and raises the flag on inf/NaN. */
     for (size_t b = 0; b < d->n_buckets && st == PHX_OK; b++)
         st = kern->unscale_check(dev.index, d->buckets[b].block, px_tensor_ptr(d->buckets[b].out), 1.0f,

@@ -78,7 +78,7 @@ static void launch(px_ddp *d, size_t b)
     } else {
         if (div > 1) st = phx_tensor_axpby(0.0f, NULL, 1.0f / (float)div, k->flat);
         if (st == PHX_OK)
-            st = d->zero2 ? phx_comm_reduce_scatter(d->comm, k->flat, k->out, PHX_SUM, &k->work)
+            st = d->zero2 ? phx_comm_reduce_scatter(d->zero_comm, k->flat, k->out, PHX_SUM, &k->work)
                           : phx_comm_allreduce(d->comm, k->flat, PHX_SUM, &k->work);
         d->stats.bytes += (uint64_t)k->numel * sizeof(float);
     }

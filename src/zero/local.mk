@@ -1,15 +1,18 @@
 # src/zero — ZeRO-1 and ZeRO-2 sharded optimizers (doc/guide/sharding.md). Tests: t/zero/.
 libphalanx_internal_la_SOURCES += src/zero/zero.c src/zero/zero-state.c src/zero/zero-impl.h
 
-zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch
+zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch t/zero/hybrid
 check_PROGRAMS += $(zero_tests)
-TESTS += $(zero_tests)
+TESTS += $(zero_tests) t/zero/hybrid_nodes.sh
+EXTRA_DIST += t/zero/hybrid_nodes.sh
 zero_test_cppflags = $(AM_CPPFLAGS)
 if HAVE_GLOO
 zero_test_cppflags += -DHAVE_GLOO=1
 endif
 t_zero_equiv_LDADD = libphalanx.la -lm
 t_zero_equiv_CPPFLAGS = $(zero_test_cppflags)
+t_zero_hybrid_LDADD = libphalanx.la -lm
+t_zero_hybrid_CPPFLAGS = $(zero_test_cppflags)
 t_zero_api_LDADD = libphalanx.la -lm
 t_zero_api_CPPFLAGS = $(zero_test_cppflags)
 t_zero_peer_LDADD = libphalanx.la

@@ -493,6 +493,10 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         return NULL;
     }
     px_ddp *d = NULL;
+    if (o.replicate_comm && !o.shard_comm) {
+        phx_error(PHX_EINVAL, "phx_zero_optimizer_new: replicate_comm without shard_comm; hybrid sharding needs both");
+        return NULL;
+    }
     if (o.stage == 2) {
         if (!(d = px_ddp_of(model, "phx_zero_optimizer_new (stage 2)"))) return NULL;
         if (comm && comm != d->comm) {
@@ -500,7 +504,17 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
             return NULL;
         }
         comm = d->comm;
+        int ns = phx_comm_size(o.shard_comm), nr = phx_comm_size(o.replicate_comm), nw = phx_comm_size(d->comm);
+        if (o.shard_comm && ns * nr != nw) {
+            phx_error(PHX_EINVAL,
+                      "phx_zero_optimizer_new: hybrid stage 2 with a shard group of %d ranks and a replicate group "
+                      "of %d (%s): expected %d x %d = the DDP wrapper's world of %d",
+                      ns, nr, o.replicate_comm ? "given" : "NULL, a group of one", ns, nw / (ns > 0 ? ns : 1), nw);
+            return NULL;
+        }
     }
+    /* The partition's communicator: the shard group when hybrid. */
+    if (o.shard_comm) comm = o.shard_comm;
     px_zero *z = px_calloc(1, sizeof *z);
     if (!z) return NULL;
     z->magic = PX_ZERO_MAGIC;
@@ -516,7 +530,7 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
     if (st == PHX_OK) st = check_params(z);
     if (st == PHX_OK && d && z->world > 1) {
         /* Reduce-scatter from now on: the partition is the padded buckets. */
-        if ((st = px_ddp_zero2_attach(d)) == PHX_OK) {
+        if ((st = px_ddp_zero2_attach(d, o.shard_comm, o.replicate_comm)) == PHX_OK) {
             z->ddp = d;
             z->ddp_mod = model;
             model->refs++;

@@ -54,9 +54,10 @@ static phx_status train(phx_module *m, phx_optimizer *o, int steps, int first)
     return st;
 }
 
-/* ZeRO-2 on 2 thread ranks: a join is refused while it reduce-scatters;
- * after the optimizer is freed the wrapper all-reduces again (every
- * rank's gradients equal). */
+/* ZeRO-2 on 2 thread ranks: hybrid groups whose sizes do not multiply
+ * to the world are refused, leaving the wrapper as it was; a join is
+ * refused while it reduce-scatters; after the optimizer is freed the
+ * wrapper all-reduces again (every rank's gradients equal). */
 static int zero2_rank(int rank, void *arg)
 {
     (void)arg;
@@ -67,6 +68,14 @@ static int zero2_rank(int rank, void *arg)
     phx_module *ddp = phx_ddp_new(m, c, NULL);
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
     zo.stage = 2;
+    phx_zero_opts hy = zo;
+    hy.shard_comm = c;
+    hy.replicate_comm = c; /* 2 x 2 is not the world of 2 */
+    if (!ddp || phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &hy) != NULL ||
+        !strstr(phx_last_error(), "hybrid stage 2 with a shard group of 2 ranks and a replicate group of 2")) {
+        printf("# rank %d: hybrid groups of the wrong size: %s\n", rank, phx_last_error());
+        fails++;
+    }
     phx_optimizer *z = ddp ? phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &zo) : NULL;
     if (!z || phx_ddp_join_begin(ddp, true) != PHX_EUNSUPPORTED || !strstr(phx_last_error(), "ZeRO-2")) {
         printf("# rank %d: join under ZeRO-2: %s\n", rank, phx_last_error());
@@ -97,7 +106,7 @@ static int zero2_rank(int rank, void *arg)
 
 int main(void)
 {
-    plan(15);
+    plan(16);
     phx_module *m = tu_mlp(sizes, 3, 7), *ref = tu_mlp(sizes, 3, 7);
 
     ok(phx_zero_optimizer_new(NULL, NULL, make_adamw, NULL, NULL) == NULL && strstr(phx_last_error(), "model"),
@@ -117,6 +126,11 @@ int main(void)
     ok(phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &unset) == NULL && strstr(phx_last_error(), "struct_size"),
        "options without struct_size refused: %s", phx_last_error());
     ok(phx_zero_inner(NULL) == NULL && phx_zero_consolidate(NULL, 0) == PHX_EINVAL, "NULL optimizer refused");
+    phx_zero_opts half = PHX_ZERO_OPTS_INIT;
+    half.replicate_comm = (phx_comm *)1; /* never read: refused first */
+    ok(phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &half) == NULL &&
+           strstr(phx_last_error(), "replicate_comm without shard_comm"),
+       "replicate_comm without shard_comm refused: %s", phx_last_error());
 
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
     zo.region_bytes = 40; /* 10 floats: pieces cut across parameters */
@@ -209,7 +223,8 @@ int main(void)
     phx_module_free(m);
     phx_module_free(ref);
     phx_status zs = tu_spawn("threads", 2, zero2_rank, NULL);
-    ok(zs == PHX_OK, "ZeRO-2 on 2 ranks: a join refused; freed, the DDP wrapper all-reduces again");
+    ok(zs == PHX_OK, "ZeRO-2 on 2 ranks: wrong hybrid group sizes and a join refused; freed, the DDP wrapper "
+                     "all-reduces again");
     if (zs != PHX_OK) diag("%s", phx_last_error());
     return done_testing();
 }

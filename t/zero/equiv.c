@@ -40,6 +40,7 @@ static const int64_t mlp_sizes[] = {7, 13, 11, 5};
 typedef struct job {
     int model, stage;
     bool accum; /* each step accumulates a micro-batch under no_sync first */
+    bool hybrid; /* shard within groups of 2 ranks, replicate across them */
 } job;
 
 /* tu_small_cnn without the convolution's bias, as convolutions before a
@@ -144,6 +145,7 @@ typedef struct side {
     double norm; /* the last step's gradient norm before clipping */
     phx_scaler *scaler;
     phx_loss *loss;
+    phx_comm *shard, *replicate; /* hybrid: this rank's groups */
 } side;
 
 /* g[0] = inf. */
@@ -203,6 +205,8 @@ static void side_free(side *sd)
     phx_loss_free(sd->loss);
     phx_module_free(sd->ddp);
     phx_module_free(sd->model);
+    phx_comm_free(sd->shard);
+    phx_comm_free(sd->replicate);
 }
 
 static int side_init(side *sd, phx_comm *c, const phx_precision *fp16, const job *jb, bool zero)
@@ -221,6 +225,17 @@ static int side_init(side *sd, phx_comm *c, const phx_precision *fp16, const job
         zo.stage = jb->stage;
         zo.region_bytes = 700; /* 175 floats: regions cut parameters */
         zo.gather_bytes = 240; /* 60 floats: several all-gathers per region */
+        if (jb->hybrid) {
+            /* "Nodes" of 2 consecutive ranks: shard within a node,
+             * replicate across nodes (rank r's peers hold the same block). */
+            if (phx_comm_split(c, rank / 2, rank, &sd->shard) != PHX_OK ||
+                phx_comm_split(c, rank % 2, rank, &sd->replicate) != PHX_OK) {
+                printf("# rank %d: splitting: %s\n", rank, phx_last_error());
+                return 0;
+            }
+            zo.shard_comm = sd->shard;
+            zo.replicate_comm = sd->replicate;
+        }
         sd->opt = phx_zero_optimizer_new(sd->ddp, c, make_adamw, NULL, &zo);
     } else if (sd->ddp) {
         sd->opt = make_adamw(sd->ddp, NULL);
@@ -311,20 +326,22 @@ static int run_job(phx_comm *c, const phx_precision *fp16, const job *jb)
         phx_tensor **ts;
         phx_optimizer *inner = phx_zero_inner(b.opt);
         size_t ns = phx_optimizer_state(inner, &names, &ts);
-        int64_t state = 0, total = 0, mine = phx_zero_rank_numel(b.opt, rank);
+        /* Hybrid: the shard is 1/2 (the group's), held by every group. */
+        int srank = jb->hybrid ? phx_comm_rank(b.shard) : rank, sworld = jb->hybrid ? phx_comm_size(b.shard) : world;
+        int64_t state = 0, total = 0, mine = phx_zero_rank_numel(b.opt, srank);
         for (size_t i = 0; i < ns; i++) state += phx_tensor_numel(ts[i]);
         for (size_t i = 0; i < phx_module_num_params(b.ddp); i++)
             total += phx_tensor_numel(phx_param_value(phx_module_param(b.ddp, i)));
         double owned = sum_across(c, (double)mine);
-        int64_t bound = total / world + (int64_t)phx_zero_num_regions(b.opt) * 2;
-        if (state != 2 * mine || owned != (double)total || mine > bound || mine == 0) {
+        int64_t bound = total / sworld + (int64_t)phx_zero_num_regions(b.opt) * 2;
+        if (state != 2 * mine || owned != (double)total * (world / sworld) || mine > bound || mine == 0) {
             printf("# rank %d: %s ZeRO-%d: state %lld floats for %lld owned elements (expected 2 per element), "
                    "owned over all ranks %.0f of %lld, at most %lld per rank\n",
                    rank, what, jb->stage, (long long)state, (long long)mine, owned, (long long)total, (long long)bound);
             fails++;
         } else if (rank == 0) {
-            printf("# world %d, %s, ZeRO-%d: %zu regions, rank 0 keeps state for %lld of %lld elements, max rel %.3g\n",
-                   world, what, jb->stage, phx_zero_num_regions(b.opt), (long long)mine, (long long)total, e);
+            printf("# world %d%s, %s, ZeRO-%d: %zu regions, rank 0 keeps state for %lld of %lld elements, max rel %.3g\n",
+                   world, jb->hybrid ? " (2 groups of 2)" : "", what, jb->stage, phx_zero_num_regions(b.opt), (long long)mine, (long long)total, e);
         }
     }
     fflush(stdout);
@@ -385,13 +402,62 @@ static int rank_main(int rank, void *arg)
     return fails ? 1 : 0;
 }
 
+#ifdef ZERO_HYBRID
+/* Under phxrun (RANK set; t/zero/hybrid_nodes.sh: 2 nodes x 2 ranks):
+ * the same hybrid jobs on the one world of the environment, the TAP on
+ * rank 0, each check counting the failures of every rank. */
+static int launched_main(void)
+{
+    phx_comm *c = tu_comm(-1);
+    phx_precision *fp16 = NULL;
+    if (!c || phx_comm_size(c) != 4 || phx_precision_new("fp16", &fp16) != PHX_OK) {
+        printf("Bail out! a world of 4 from the environment: %s\n", phx_last_error());
+        return 1;
+    }
+    int rank = phx_comm_rank(c), bad = 0;
+    if (rank == 0) plan(N_MODELS * 2);
+    for (int m = 0; m < N_MODELS; m++)
+        for (int stage = 1; stage <= 2; stage++) {
+            job jb = {m, stage, false, true};
+            double fails = sum_across(c, run_job(c, fp16, &jb));
+            bad += fails != 0;
+            if (rank == 0)
+                ok(fails == 0, "%s, hybrid ZeRO-%d across 2 nodes (shard within a node, replicate across): equal "
+                               "to DDP within 1e-6 after %d AdamW steps",
+                   model_names[m], stage, STEPS);
+        }
+    phx_precision_free(fp16);
+    phx_comm_free(c);
+    if (rank == 0) return done_testing();
+    return bad ? 1 : 0;
+}
+
+/* t/zero/hybrid: hybrid sharding (FSDP's HYBRID_SHARD) only. */
+int main(void)
+{
+    if (getenv("RANK")) return launched_main();
+    plan(N_MODELS * 2 * 2 + 2);
+    /* World 4 as 2 "nodes" x 2 ranks. */
+    for (int m = 0; m < N_MODELS; m++)
+        for (int stage = 1; stage <= 2; stage++) {
+            job jb = {m, stage, false, true};
+            tu_spawn_both(4, rank_main, &jb,
+                          "%s, hybrid ZeRO-%d (shard within 2 groups of 2, replicate across): equal to DDP within "
+                          "1e-6 after %d AdamW steps with an inf step skipped",
+                          model_names[m], stage, STEPS);
+        }
+    job jb = {M_MLP, 2, true, true};
+    tu_spawn_both(4, rank_main, &jb, "MLP, hybrid ZeRO-2 with no_sync accumulation: equal to DDP within 1e-6");
+    return done_testing();
+}
+#else
 int main(void)
 {
     plan(N_MODELS * 2 * 3 * 2 + 2 * 3 * 2 + 2 * 2);
     for (int m = 0; m < N_MODELS; m++)
         for (int stage = 1; stage <= 2; stage++)
             for (int n = 2; n <= 4; n++) {
-                job jb = {m, stage, false};
+                job jb = {m, stage, false, false};
                 tu_spawn_both(n, rank_main, &jb,
                               "%s, ZeRO-%d AdamW (decay groups) + GradScaler skipping an inf step: equal to DDP "
                               "within 1e-6 after %d steps, state of the shard only",
@@ -399,14 +465,14 @@ int main(void)
             }
     for (int stage = 1; stage <= 2; stage++)
         for (int n = 2; n <= 4; n++) {
-            job jb = {M_MLP, stage, true};
+            job jb = {M_MLP, stage, true, false};
             tu_spawn_both(n, rank_main, &jb,
                           "MLP, ZeRO-%d, a micro-batch accumulated under no_sync before each step: equal to DDP "
                           "within 1e-6",
                           stage);
         }
     for (int n = 2; n <= 3; n++) {
-        job jb = {-1, 1, false};
+        job jb = {-1, 1, false, false};
         tu_spawn_both(n, rank_main, &jb,
                       "ZeRO-1 without DDP (the same gradients on every rank): %d AdamW steps bitwise equal to a "
                       "plain AdamW",
@@ -414,3 +480,4 @@ int main(void)
     }
     return done_testing();
 }
+#endif
