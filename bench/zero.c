@@ -189,12 +189,8 @@ int main(int argc, char **argv)
 {
     int steps = 8, layers = 4, width = 256, rounds = 3, node = 2;
     const char *worlds = "1 2 4";
-    bench_opt opts[] = {{"--steps", 'i', &steps},
-                        {"--layers", 'i', &layers},
-                        {"--width", 'i', &width},
-                        {"--worlds", 's', &worlds},
-                        {"--rounds", 'i', &rounds},
-                        {"--node", 'i', &node}};
+    bench_opt opts[] = {{"--steps", 'i', &steps},   {"--layers", 'i', &layers}, {"--width", 'i', &width},
+                        {"--worlds", 's', &worlds}, {"--rounds", 'i', &rounds}, {"--node", 'i', &node}};
     if (bench_args(argc, argv, opts, sizeof opts / sizeof opts[0],
                    "[--steps N] [--layers L] [--width C] [--worlds \"1 2 4\"] [--rounds R] [--node N]"))
         return 2;

@@ -223,8 +223,9 @@ int main(void)
     phx_module_free(m);
     phx_module_free(ref);
     phx_status zs = tu_spawn("threads", 2, zero2_rank, NULL);
-    ok(zs == PHX_OK, "ZeRO-2 on 2 ranks: wrong hybrid group sizes and a join refused; freed, the DDP wrapper "
-                     "all-reduces again");
+    ok(zs == PHX_OK,
+       "ZeRO-2 on 2 ranks: wrong hybrid group sizes and a join refused; freed, the DDP wrapper "
+       "all-reduces again");
     if (zs != PHX_OK) diag("%s", phx_last_error());
     return done_testing();
 }

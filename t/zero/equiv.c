@@ -340,8 +340,10 @@ static int run_job(phx_comm *c, const phx_precision *fp16, const job *jb)
                    rank, what, jb->stage, (long long)state, (long long)mine, owned, (long long)total, (long long)bound);
             fails++;
         } else if (rank == 0) {
-            printf("# world %d%s, %s, ZeRO-%d: %zu regions, rank 0 keeps state for %lld of %lld elements, max rel %.3g\n",
-                   world, jb->hybrid ? " (2 groups of 2)" : "", what, jb->stage, phx_zero_num_regions(b.opt), (long long)mine, (long long)total, e);
+            printf(
+                "# world %d%s, %s, ZeRO-%d: %zu regions, rank 0 keeps state for %lld of %lld elements, max rel %.3g\n",
+                world, jb->hybrid ? " (2 groups of 2)" : "", what, jb->stage, phx_zero_num_regions(b.opt),
+                (long long)mine, (long long)total, e);
         }
     }
     fflush(stdout);
@@ -422,8 +424,9 @@ static int launched_main(void)
             double fails = sum_across(c, run_job(c, fp16, &jb));
             bad += fails != 0;
             if (rank == 0)
-                ok(fails == 0, "%s, hybrid ZeRO-%d across 2 nodes (shard within a node, replicate across): equal "
-                               "to DDP within 1e-6 after %d AdamW steps",
+                ok(fails == 0,
+                   "%s, hybrid ZeRO-%d across 2 nodes (shard within a node, replicate across): equal "
+                   "to DDP within 1e-6 after %d AdamW steps",
                    model_names[m], stage, STEPS);
         }
     phx_precision_free(fp16);
