@@ -36,12 +36,14 @@ table bench/dp
 # PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/guide/training.md).
 table bench/step
 ./bench/step --torch "$(dirname "$0")/torch/step.py"
-# The ResNet step's peak memory beside PyTorch's (10 steps, batch 128, each
-# in its own process: ru_maxrss of the whole process).
-table "resnet step, peak RSS"
-./bench/step --rss resnet
-OPENBLAS_NUM_THREADS=2 "$TORCH_PY" "$(dirname "$0")/torch/resnet.py" step --batch 128 --threads 2 --steps 10 |
-    awk '{ printf "torch resnet_step_rss %s MiB (%s ms per step)\n", $3, $2 }'
+# Peak memory of each step beside PyTorch's (10 steps of bench/step's
+# model, each side in its own process: ru_maxrss of the whole process, the
+# interpreter and libraries included, since a user pays for them too).
+table "steps, peak RSS"
+for m in mlp cnn gpt resnet; do
+    ./bench/step --rss $m
+    OPENBLAS_NUM_THREADS=2 "$TORCH_PY" "$(dirname "$0")/torch/step.py" --rss $m --threads 2
+done
 # scale: DDP efficiency at 8, 64 and 512 ranks on paper, from the measured
 # all-reduce and step times (doc/maint/bench.md, "DDP scaling on paper").
 table bench/scale

@@ -24,7 +24,7 @@
  *              [--precision fp32|fp16|bf16]
  * --precision puts Phalanx's models under that policy (gpt_bf16 stays bf16;
  * PyTorch's side is unchanged: fp32, autocast bf16 for gpt_bf16).
- *   bench/step --rss resnet   (10 steps of the resnet row; prints its peak RSS)
+ *   bench/step --rss NAME   (10 steps of that row's model; prints its peak RSS)
  */
 #define BENCH_NAME "bench/step"
 #include <sys/resource.h>
@@ -91,14 +91,14 @@ int main(int argc, char **argv)
     double seconds = 1.0;
     int repeats = 3;
     const char *only = NULL; /* one model's rows only (profiling) */
-    const char *rss = NULL; /* --rss resnet: peak RSS of 10 steps */
+    const char *rss = NULL; /* --rss NAME: peak RSS of 10 steps of that model */
     const char *precision = NULL; /* --precision: Phalanx's models under that policy */
     const bench_opt opts[] = {{"--torch", 's', &torch},        {"--python", 's', &py}, {"--seconds", 'd', &seconds},
                               {"--repeats", 'i', &repeats},    {"--only", 's', &only}, {"--rss", 's', &rss},
                               {"--precision", 's', &precision}};
     if (bench_args(argc, argv, opts, 7,
                    "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
-                   "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss resnet] "
+                   "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss NAME] "
                    "[--precision fp32|fp16|bf16]"))
         return 2;
     if (rss) {

@@ -11,8 +11,11 @@ at the thread counts given. A step is zero_grad, forward, loss, backward,
 optimizer step (no .item(), which would only add to torch's time).
 Prints "RESULT <name> <threads> <steps/s> <steps per CPU-second>" (each
 the best of --repeats runs; the second counts the process's CPU time, all
-threads, which a shared machine does not inflate)."""
+threads, which a shared machine does not inflate).
+--rss NAME: 10 steps of that model only, then "torch NAME_step_rss <MiB>":
+the process's peak resident set (ru_maxrss), beside bench/step --rss NAME."""
 import argparse
+import resource
 import time
 
 import os
@@ -102,7 +105,17 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default="linear,mlp,gpt,gpt_bf16,cnn")
+    ap.add_argument("--rss", default=None)
     a = ap.parse_args()
+    if a.rss:
+        torch.set_num_threads(int(a.threads.split(",")[-1]))
+        m, x, y, crit, opt = make(a.rss)
+        for _ in range(10):
+            opt.zero_grad()
+            crit(m(x), y).backward()
+            opt.step()
+        print("torch %s_step_rss %.1f MiB" % (a.rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0))
+        return
     for name in a.only.split(","):
         for t in [int(v) for v in a.threads.split(",")]:
             torch.set_num_threads(t)
