@@ -36,6 +36,10 @@ table bench/dp
 # PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/guide/training.md).
 table bench/step
 ./bench/step --torch "$(dirname "$0")/torch/step.py"
+# growth: the MLP step across batch sizes and widths at 1 and 2 threads
+# (GFLOP/s: where a row stops growing with the batch is the knee).
+table "MLP step growth"
+./bench/step --growth 0.3
 # Peak memory of each step beside PyTorch's (10 steps of bench/step's
 # model, each side in its own process: ru_maxrss of the whole process, the
 # interpreter and libraries included, since a user pays for them too).

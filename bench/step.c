@@ -25,6 +25,9 @@
  * --precision puts Phalanx's models under that policy (gpt_bf16 stays bf16;
  * PyTorch's side is unchanged: fp32, autocast bf16 for gpt_bf16).
  *   bench/step --rss NAME   (10 steps of that row's model; prints its peak RSS)
+ *   bench/step --growth S   (the MLP step across batch sizes and widths at
+ *                            1 and 2 threads, S seconds a point: where
+ *                            GFLOP/s stops growing with the batch)
  */
 #define BENCH_NAME "bench/step"
 #include <sys/resource.h>
@@ -55,6 +58,56 @@ static double cpu_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* --growth: the MLP step (784-w-w-10, SGD) across batch sizes and widths at
+ * the calling thread count, as GFLOP/s of useful work (mlp_step_gflop's
+ * count) and samples/s, the best of 3 runs of `seconds`: where a row stops
+ * growing with the batch is the knee. */
+static void growth(double seconds)
+{
+    const int64_t widths[] = {256, 512, 1024, 2048, 4096}, batches[] = {8, 32, 128, 512, 2048};
+    printf("MLP 784-w-w-10 SGD step, %d thread(s): GFLOP/s (samples/s)\n%6s", phx_num_threads(), "w \\ b");
+    for (int j = 0; j < 5; j++) printf(" %19lld", (long long)batches[j]);
+    printf("\n");
+    for (int i = 0; i < 5; i++) {
+        int64_t w = widths[i];
+        printf("%6lld", (long long)w);
+        for (int j = 0; j < 5; j++) {
+            int64_t b = batches[j], xs[2] = {b, 784};
+            phx_rng *rng = phx_rng_new(0);
+            setup s = {0};
+            s.m = bench_mlp(rng, w, w);
+            classify(&s, rng, 2, xs);
+            phx_sgd_opts o = PHX_SGD_OPTS_INIT;
+            o.lr = 0.01;
+            s.opt = s.m ? phx_sgd_new(s.m, &o) : NULL;
+            if (!s.m || !s.x || !s.y || !s.loss || !s.opt) bench_check(PHX_ENOMEM, "growth setup");
+            for (int k = 0; k < 3; k++) step(&s);
+            double best = 0;
+            for (int r = 0; r < 3; r++) {
+                long n = 0;
+                double t0 = bench_now(), dt;
+                do {
+                    step(&s);
+                    n++;
+                    dt = bench_now() - t0;
+                } while (dt < seconds);
+                if (n / dt > best) best = n / dt;
+            }
+            /* forward 2bw per layer, weight gradient again, input gradient but the first layer's */
+            double gf = 2.0 * (double)b * (784.0 * w * 2 + (double)w * w * 3 + 10.0 * w * 3) * 1e-9;
+            printf(" %8.1f (%8.0f)", gf * best, best * (double)b);
+            char tab[48], row[32], col[32];
+            snprintf(tab, sizeof tab, "growth %d thread(s)", phx_num_threads());
+            snprintf(row, sizeof row, "width %lld", (long long)w);
+            snprintf(col, sizeof col, "batch %lld GFLOP/s", (long long)b);
+            bench_tsv("bench/step", tab, row, col, gf * best);
+            setup_free(&s);
+            phx_rng_free(rng);
+        }
+        printf("\n");
+    }
 }
 
 /* Best steps/s over the repeats; *cpu_rate: best steps per CPU-second.
@@ -92,15 +145,24 @@ int main(int argc, char **argv)
     int repeats = 3;
     const char *only = NULL; /* one model's rows only (profiling) */
     const char *rss = NULL; /* --rss NAME: peak RSS of 10 steps of that model */
+    double grow = 0; /* --growth S: the MLP across batches and widths, S seconds a point */
     const char *precision = NULL; /* --precision: Phalanx's models under that policy */
-    const bench_opt opts[] = {{"--torch", 's', &torch},        {"--python", 's', &py}, {"--seconds", 'd', &seconds},
-                              {"--repeats", 'i', &repeats},    {"--only", 's', &only}, {"--rss", 's', &rss},
-                              {"--precision", 's', &precision}};
-    if (bench_args(argc, argv, opts, 7,
+    const bench_opt opts[] = {{"--torch", 's', &torch},     {"--python", 's', &py},
+                              {"--seconds", 'd', &seconds}, {"--repeats", 'i', &repeats},
+                              {"--only", 's', &only},       {"--rss", 's', &rss},
+                              {"--growth", 'd', &grow},     {"--precision", 's', &precision}};
+    if (bench_args(argc, argv, opts, 8,
                    "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
                    "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss NAME] "
-                   "[--precision fp32|fp16|bf16]"))
+                   "[--precision fp32|fp16|bf16] [--growth S]"))
         return 2;
+    if (grow > 0) {
+        for (int t = 1; t <= 2; t++) {
+            bench_check(phx_set_num_threads(t), "threads");
+            growth(grow);
+        }
+        return 0;
+    }
     if (rss) {
         setup s = make(rss);
         for (int i = 0; i < 10; i++) step(&s);
