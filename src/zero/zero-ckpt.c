@@ -132,7 +132,8 @@ static phx_status index_piece(px_zero *z, size_t region, const px_zpiece *part, 
     return PHX_OK;
 }
 
-static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const char *const *snames, size_t kinds, phx_scaler *scaler)
+static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const char *const *snames, size_t kinds,
+                           phx_scaler *scaler)
 {
     json_t *root = json_object(), *params = json_array(), *bufs = json_array(), *shards = json_array(),
            *ks = json_array();
@@ -153,8 +154,8 @@ static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const cha
         json_t *shape = json_array();
         for (int d = 0; shape && d < phx_tensor_ndim(v); d++)
             json_array_append_new(shape, json_integer(phx_tensor_dim(v, d)));
-        json_t *p = json_pack("{s:s,s:o,s:o}", "name", plain_name(phx_module_param_name(z->model, i)), "shape",
-                              shape, "pieces", pieces[i]);
+        json_t *p = json_pack("{s:s,s:o,s:o}", "name", plain_name(phx_module_param_name(z->model, i)), "shape", shape,
+                              "pieces", pieces[i]);
         pieces[i] = NULL;
         ok = p && json_array_append_new(params, p) == 0;
     }
@@ -164,8 +165,8 @@ static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const cha
         json_t *shape = json_array();
         for (int d = 0; shape && d < phx_tensor_ndim(b); d++)
             json_array_append_new(shape, json_integer(phx_tensor_dim(b, d)));
-        json_t *e = json_pack("{s:s,s:o,s:i}", "name", plain_name(phx_module_buffer_name(z->model, i)), "shape",
-                              shape, "shard", 0);
+        json_t *e = json_pack("{s:s,s:o,s:i}", "name", plain_name(phx_module_buffer_name(z->model, i)), "shape", shape,
+                              "shard", 0);
         ok = e && json_array_append_new(bufs, e) == 0;
     }
     for (size_t k = 0; ok && k < kinds; k++) ok = json_array_append_new(ks, json_string(kind_name(z, snames, k))) == 0;
@@ -175,15 +176,14 @@ static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const cha
     json_t *sc = scaler ? json_pack("{s:f,s:I}", "scale", phx_scaler_get_scale(scaler), "growth_tracker",
                                     (json_int_t)phx_scaler_growth_tracker(scaler))
                         : json_null();
-    ok = ok && optim && sc &&
-         json_object_set_new(root, "format", json_string(CK_FORMAT)) == 0 &&
-         json_object_set_new(root, "version", json_integer(CK_VERSION)) == 0 &&
-         json_object_set_new(root, "generation", json_integer(gen)) == 0 &&
-         json_object_set_new(root, "world", json_integer(z->world)) == 0 &&
-         json_object_set_new(root, "stage", json_integer(z->stage < 2 ? 1 : 2)) == 0 &&
-         json_object_set(root, "shards", shards) == 0 && json_object_set(root, "params", params) == 0 &&
-         json_object_set(root, "buffers", bufs) == 0 && json_object_set_new(root, "optimizer", optim) == 0 &&
-         json_object_set_new(root, "scaler", sc) == 0;
+    ok = ok && optim && sc && json_object_set_new(root, "format", json_string(CK_FORMAT)) == 0 &&
+        json_object_set_new(root, "version", json_integer(CK_VERSION)) == 0 &&
+        json_object_set_new(root, "generation", json_integer(gen)) == 0 &&
+        json_object_set_new(root, "world", json_integer(z->world)) == 0 &&
+        json_object_set_new(root, "stage", json_integer(z->stage < 2 ? 1 : 2)) == 0 &&
+        json_object_set(root, "shards", shards) == 0 && json_object_set(root, "params", params) == 0 &&
+        json_object_set(root, "buffers", bufs) == 0 && json_object_set_new(root, "optimizer", optim) == 0 &&
+        json_object_set_new(root, "scaler", sc) == 0;
     if (!ok) {
         json_decref(optim);
         json_decref(sc);
@@ -215,8 +215,10 @@ static phx_status write_index(const char *who, const char *dir, json_t *root)
     while (st == PHX_OK && done < len) {
         ssize_t w = write(fd, text + done, len - done);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) st = phx_error(PHX_EIO, "%s: writing '%s': %s", who, tmp, strerror(errno));
-        else done += (size_t)w;
+        if (w <= 0)
+            st = phx_error(PHX_EIO, "%s: writing '%s': %s", who, tmp, strerror(errno));
+        else
+            done += (size_t)w;
     }
     if (st == PHX_OK && fsync(fd) != 0) st = phx_error(PHX_EIO, "%s: fsync of '%s': %s", who, tmp, strerror(errno));
     if (fd >= 0) close(fd);
@@ -350,7 +352,8 @@ phx_status phx_zero_checkpoint_save(const char *dir, phx_module *model, phx_opti
         return phx_error(cs, "%s: waiting for every rank's shard (the index was not written): %s", who,
                          phx_last_error());
     if (st != PHX_OK) return phx_error(st, "%s", err);
-    if (fail != 0) return phx_error(PHX_EIO, "%s: another rank failed to write its shard; the index was not written", who);
+    if (fail != 0)
+        return phx_error(PHX_EIO, "%s: another rank failed to write its shard; the index was not written", who);
     if (z->rank == 0) {
         json_t *root = build_index(z, zo, gen, snames, kinds, scaler);
         st = root ? write_index(who, dir, root) : PHX_ENOMEM;
@@ -482,8 +485,8 @@ static phx_status parse_tensor(ck_index *c, json_t *j, ck_tensor *t, bool is_par
     for (size_t i = 0; i < t->n_pieces; i++) {
         if (t->pieces[i].off != at) {
             char why[300];
-            snprintf(why, sizeof why, "the pieces of '%s' do not cover it once (a gap or overlap at element %" PRId64 ")",
-                     t->name, at);
+            snprintf(why, sizeof why,
+                     "the pieces of '%s' do not cover it once (a gap or overlap at element %" PRId64 ")", t->name, at);
             return bad(c, why);
         }
         at += t->pieces[i].len;
@@ -592,8 +595,8 @@ static phx_status ck_check_model(ck_index *c, phx_module *model)
         const char *mn = plain_name(p ? phx_module_param_name(model, i) : phx_module_buffer_name(model, i - np));
         const phx_tensor *v = p ? phx_param_value(phx_module_param(model, i)) : phx_module_buffer(model, i - np);
         if (strcmp(mn, t->name) != 0)
-            return phx_error(PHX_EIO, "%s: '%s' is from another model: %s %zu is '%s' there, '%s' in the model",
-                             c->who, c->index_path, p ? "parameter" : "buffer", p ? i : i - np, t->name, mn);
+            return phx_error(PHX_EIO, "%s: '%s' is from another model: %s %zu is '%s' there, '%s' in the model", c->who,
+                             c->index_path, p ? "parameter" : "buffer", p ? i : i - np, t->name, mn);
         if (!same_shape(t, v) || phx_tensor_dtype(v) != PHX_F32) {
             char a[120], b[120];
             shape_text(a, sizeof a, t->ndim, t->shape);
@@ -609,8 +612,8 @@ static phx_status ck_check_model(ck_index *c, phx_module *model)
 static phx_status ck_check_opt(ck_index *c, const char *type, const char *const *kinds, size_t n_kinds, bool know_kinds)
 {
     if (strcmp(type, c->type) != 0)
-        return phx_error(PHX_EIO, "%s: '%s' holds the state of a %s optimizer, this one is %s", c->who,
-                         c->index_path, c->type, type);
+        return phx_error(PHX_EIO, "%s: '%s' holds the state of a %s optimizer, this one is %s", c->who, c->index_path,
+                         c->type, type);
     if (!know_kinds) return PHX_OK;
     bool same = n_kinds == c->n_kinds;
     for (size_t k = 0; same && k < n_kinds; k++) same = strcmp(kinds[k], c->kinds[k]) == 0;
@@ -661,7 +664,8 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, flo
     char got[16];
     snprintf(got, sizeof got, "%08x", (unsigned)px_st_crc(px_st_data(f, e), (size_t)(e->end - e->begin)));
     if (!want || strcmp(want, got) != 0)
-        return phx_error(PHX_EIO, "%s: shard '%s' is corrupt: tensor '%s' fails its checksum (CRC-32 %s, the header "
+        return phx_error(PHX_EIO,
+                         "%s: shard '%s' is corrupt: tensor '%s' fails its checksum (CRC-32 %s, the header "
                          "says %s)",
                          c->who, f->path, name, got, want ? want : "nothing");
     memcpy(dst, px_st_data(f, e), (size_t)len * sizeof *dst);
@@ -692,8 +696,7 @@ static phx_status ck_load_all(ck_index *c, const px_zero *z)
         if (isp && c->n_kinds) {
             if (!(t->state = px_calloc(c->n_kinds, sizeof *t->state))) return PHX_ENOMEM;
             for (size_t k = 0; k < c->n_kinds; k++)
-                if (!(t->state[k] = px_calloc((size_t)(t->numel ? t->numel : 1), sizeof **t->state)))
-                    return PHX_ENOMEM;
+                if (!(t->state[k] = px_calloc((size_t)(t->numel ? t->numel : 1), sizeof **t->state))) return PHX_ENOMEM;
         }
         for (size_t j = 0; j < t->n_pieces; j++) {
             const ck_piece *p = &t->pieces[j];
@@ -750,12 +753,15 @@ phx_status phx_zero_checkpoint_load(const char *dir, phx_module *model, phx_opti
     phx_tensor **sts = NULL;
     size_t kinds = 0;
     phx_status st = px_zero_check_model(z);
-    if (st == PHX_OK) st = ck_parse(who, dir, &c);
-    else memset(&c, 0, sizeof c);
+    if (st == PHX_OK)
+        st = ck_parse(who, dir, &c);
+    else
+        memset(&c, 0, sizeof c);
     if (st == PHX_OK) st = ck_check_model(&c, z->model);
     if (st == PHX_OK && !shard_kinds(z, &snames, &sts, &kinds))
-        st = phx_error(PHX_EUNSUPPORTED, "%s: the shard optimizer (%s) does not keep one state tensor per piece and kind",
-                       who, phx_optimizer_type(z->inner));
+        st = phx_error(PHX_EUNSUPPORTED,
+                       "%s: the shard optimizer (%s) does not keep one state tensor per piece and kind", who,
+                       phx_optimizer_type(z->inner));
     if (st == PHX_OK) {
         const char **kn = px_calloc(kinds ? kinds : 1, sizeof *kn);
         for (size_t k = 0; kn && k < kinds; k++) kn[k] = kind_name(z, snames, k);
@@ -835,8 +841,9 @@ phx_status phx_zero_checkpoint_load_full(const char *dir, phx_module *model, phx
         }
         for (size_t i = 0; st == PHX_OK && i < c.np * c.n_kinds; i++)
             if (!dst[i])
-                st = phx_error(PHX_EIO, "%s: '%s' holds state '%s.%s' that the optimizer does not keep (another layout)",
-                               who, c.index_path, c.params[i / c.n_kinds].name, c.kinds[i % c.n_kinds]);
+                st =
+                    phx_error(PHX_EIO, "%s: '%s' holds state '%s.%s' that the optimizer does not keep (another layout)",
+                              who, c.index_path, c.params[i / c.n_kinds].name, c.kinds[i % c.n_kinds]);
     }
     if (st == PHX_OK && scaler && !c.has_scaler)
         st = phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", who, c.index_path);
@@ -890,8 +897,7 @@ phx_status phx_zero_checkpoint_export(const char *dir, const char *path)
                        {"optim.type", c.type ? c.type : ""},
                        {"scaler.scale", scale},
                        {"scaler.growth_tracker", tracker}};
-    if (st == PHX_OK)
-        st = phx_safetensors_write(path, (const char *const *)names, ts, k, meta, c.has_scaler ? 4 : 2);
+    if (st == PHX_OK) st = phx_safetensors_write(path, (const char *const *)names, ts, k, meta, c.has_scaler ? 4 : 2);
     for (size_t i = 0; i < k; i++) {
         px_free(names[i]);
         phx_tensor_free(ts[i]);

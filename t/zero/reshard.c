@@ -259,8 +259,8 @@ static void bad_input(void)
     char nodir[128];
     snprintf(nodir, sizeof nodir, "%s/nothing-here", dir);
     st = phx_zero_checkpoint_load_full(nodir, m, o, NULL);
-    ok(st == PHX_ENOTFOUND && strstr(phx_last_error(), "nothing-here/index.json"), "a missing index: PHX_ENOTFOUND (%s)",
-       phx_last_error());
+    ok(st == PHX_ENOTFOUND && strstr(phx_last_error(), "nothing-here/index.json"),
+       "a missing index: PHX_ENOTFOUND (%s)", phx_last_error());
 
     phx_optimizer_free(zams);
     phx_optimizer_free(ams);
