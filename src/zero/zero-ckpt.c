@@ -406,6 +406,7 @@ typedef struct ck_index {
     size_t np, nb;
     const char **shards;
     px_st_file *files;
+    char **paths; /* the open files' paths (px_st_file keeps a pointer) */
     bool *open;
 } ck_index;
 
@@ -423,6 +424,8 @@ static void ck_free(ck_index *c)
     }
     for (int s = 0; c->files && s < c->world; s++)
         if (c->open[s]) px_st_close(&c->files[s]);
+    for (int s = 0; c->paths && s < c->world; s++) px_free(c->paths[s]);
+    px_free(c->paths);
     px_free(c->params);
     px_free(c->bufs);
     px_free(c->kinds);
@@ -523,7 +526,8 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
     c->shards = px_calloc((size_t)c->world, sizeof *c->shards);
     c->files = px_calloc((size_t)c->world, sizeof *c->files);
     c->open = px_calloc((size_t)c->world, sizeof *c->open);
-    if (!c->shards || !c->files || !c->open) return PHX_ENOMEM;
+    c->paths = px_calloc((size_t)c->world, sizeof *c->paths);
+    if (!c->shards || !c->files || !c->open || !c->paths) return PHX_ENOMEM;
     for (int s = 0; s < c->world; s++) {
         json_t *f = json_array_get(shards, (size_t)s);
         if (!json_is_string(f) || strchr(json_string_value(f), '/')) return bad(c, "a shard name is not a file name");
@@ -615,25 +619,27 @@ static phx_status ck_check_opt(ck_index *c, const char *type, const char *const 
         return phx_error(PHX_EIO, "%s: '%s' holds the state of a %s optimizer, this one is %s", c->who, c->index_path,
                          c->type, type);
     if (!know_kinds) return PHX_OK;
-    bool same = n_kinds == c->n_kinds;
-    for (size_t k = 0; same && k < n_kinds; k++) same = strcmp(kinds[k], c->kinds[k]) == 0;
-    if (!same)
-        return phx_error(PHX_EIO,
-                         "%s: '%s' holds %zu kinds of optimizer state (first '%s'), the optimizer keeps %zu (first "
-                         "'%s'): another layout",
-                         c->who, c->index_path, c->n_kinds, c->n_kinds ? c->kinds[0] : "none", n_kinds,
-                         n_kinds ? kinds[0] : "none");
+    size_t k = 0;
+    while (k < n_kinds && k < c->n_kinds && strcmp(kinds[k], c->kinds[k]) == 0) k++;
+    if (k < n_kinds || k < c->n_kinds)
+        return phx_error(
+            PHX_EIO,
+            "%s: '%s' holds another layout of optimizer state: %zu kinds, the optimizer keeps %zu; kind %zu "
+            "is '%s' there, '%s' in the optimizer",
+            c->who, c->index_path, c->n_kinds, n_kinds, k, k < c->n_kinds ? c->kinds[k] : "(none)",
+            k < n_kinds ? kinds[k] : "(none)");
     return PHX_OK;
 }
 
 static phx_status ck_file(ck_index *c, int s, px_st_file **f)
 {
     if (!c->open[s]) {
-        char *p = path_join(c->dir, c->shards[s]);
-        if (!p) return PHX_ENOMEM;
-        phx_status st = px_st_open(c->who, p, &c->files[s]);
-        px_free(p);
-        if (st == PHX_OK) st = px_st_verify(c->who, &c->files[s], false);
+        if (!c->paths[s] && !(c->paths[s] = path_join(c->dir, c->shards[s]))) return PHX_ENOMEM;
+        const char *p = c->paths[s];
+        /* The header (and its metadata's checksum) only: the data is
+         * mapped, and each tensor bounds- and CRC-checked as it is read,
+         * so a rank touches only the tensors it needs. */
+        phx_status st = px_st_open_header(c->who, p, &c->files[s]);
         if (st != PHX_OK && c->files[s].map) px_st_close(&c->files[s]);
         if (st != PHX_OK) return st;
         c->open[s] = true;
@@ -655,7 +661,13 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, flo
     if (!e)
         return phx_error(PHX_EIO, "%s: shard '%s' lacks tensor '%s' that the index '%s' places there", c->who, f->path,
                          name, c->index_path);
-    if (e->dtype != PHX_F32 || e->numel != len)
+    size_t data_len = f->size - (size_t)(f->data - (const uint8_t *)f->map);
+    if (e->begin > e->end || e->end > data_len)
+        return phx_error(PHX_EIO,
+                         "%s: shard '%s' is truncated or corrupt: tensor '%s' lies at bytes %llu..%llu of a "
+                         "data section of %zu",
+                         c->who, f->path, name, (unsigned long long)e->begin, (unsigned long long)e->end, data_len);
+    if (e->dtype != PHX_F32 || e->numel != len || e->end - e->begin != (uint64_t)len * sizeof *dst)
         return phx_error(PHX_EIO, "%s: shard '%s': tensor '%s' is not %" PRId64 " f32 elements as the index says",
                          c->who, f->path, name, len);
     char key[600];

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -32,6 +33,12 @@ static char dir[64];
 static volatile int armed;
 static phx_comm *g_comm;
 static const int64_t sizes[] = {5, 9, 4};
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb, (void)flag, (void)f;
+    return remove(p);
+}
 
 static double now(void)
 {
@@ -228,5 +235,6 @@ int main(void)
     phx_optimizer_free(ro);
     phx_module_free(m);
     phx_module_free(ref);
+    nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
     return done_testing();
 }

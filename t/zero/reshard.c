@@ -15,6 +15,7 @@
  * another model and optimizer state of another kind or layout are
  * refused with a message naming the file and tensor, the model left as
  * it was. */
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "t/tap.h"
@@ -90,7 +91,29 @@ typedef struct job {
     const char *load; /* NULL: start fresh */
     const char *save; /* NULL: no save after the steps */
     uint64_t seed;
+    bool expect_fail; /* the load must fail on every rank, changing nothing */
 } job;
+
+/* expect_fail runs: per rank, whether the load failed leaving the
+ * parameters and the shard's state as they were, and whether its message
+ * says another rank failed (the agreement) or names a checksum. */
+static int refused[4], by_other[4], by_crc[4];
+
+/* The shard optimizer's state, flattened to a malloc'd host array. */
+static float *state_of(phx_optimizer *z, size_t *n)
+{
+    const char **names;
+    phx_tensor **ts;
+    size_t k = phx_optimizer_state(phx_zero_inner(z), &names, &ts), total = 0;
+    for (size_t i = 0; i < k; i++) total += (size_t)phx_tensor_numel(ts[i]);
+    float *h = calloc(total ? total : 1, sizeof *h);
+    for (size_t i = 0, at = 0; h && i < k; i++) {
+        phx_tensor_to_host(ts[i], h + at);
+        at += (size_t)phx_tensor_numel(ts[i]);
+    }
+    *n = total;
+    return h;
+}
 
 static int rank_fn(int rank, void *arg)
 {
@@ -108,6 +131,24 @@ static int rank_fn(int rank, void *arg)
     zo.region_bytes = 100; /* 25 floats: ZeRO-1 regions cut parameters */
     phx_optimizer *z = ddp ? phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &zo) : NULL;
     phx_status st = z ? PHX_OK : PHX_EINVAL;
+    if (st == PHX_OK && jb->expect_fail) {
+        size_t np, ns, np2, ns2;
+        float *p0 = tu_flatten(m, &np), *s0 = state_of(z, &ns);
+        st = phx_zero_checkpoint_load(jb->load, ddp, z, NULL);
+        float *p1 = tu_flatten(m, &np2), *s1 = state_of(z, &ns2);
+        refused[rank] = st == PHX_EIO && np == np2 && ns == ns2 && memcmp(p0, p1, np * sizeof *p0) == 0 &&
+            memcmp(s0, s1, ns * sizeof *s0) == 0;
+        by_other[rank] = strstr(phx_last_error(), "another rank") != NULL;
+        by_crc[rank] = strstr(phx_last_error(), "checksum") != NULL;
+        printf("# rank %d: %s\n", rank, phx_last_error());
+        free(p0), free(p1), free(s0), free(s1);
+        fflush(stdout);
+        phx_optimizer_free(z);
+        phx_module_free(ddp);
+        phx_module_free(m);
+        phx_comm_free(c);
+        return 0;
+    }
     if (st == PHX_OK && jb->load) st = phx_zero_checkpoint_load(jb->load, ddp, z, NULL);
     if (st != PHX_OK) {
         printf("# rank %d: setup/load: %s\n", rank, phx_last_error());
@@ -148,7 +189,7 @@ static void clear_got(void)
 static void run_world(int world, int stage, const char *from, const char *what)
 {
     clear_got();
-    job jb = {stage, SAVE_AT, STEPS, from, NULL, 900 + (uint64_t)world};
+    job jb = {stage, SAVE_AT, STEPS, from, NULL, 900 + (uint64_t)world, false};
     phx_status st = tu_spawn("threads", world, rank_fn, &jb);
     double e = loss_err(SAVE_AT, STEPS);
     ok(st == PHX_OK && e <= 1e-6, "%s: steps %d..%d's losses equal the reference's (max error %.3g)", what, SAVE_AT,
@@ -177,6 +218,12 @@ static int same_params(phx_module *m, const float *before, size_t n)
     int same = k == n && memcmp(now, before, n * sizeof *now) == 0;
     free(now);
     return same;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb, (void)flag, (void)f;
+    return remove(p);
 }
 
 static void file_path(char *buf, size_t len, const char *d, const char *name)
@@ -220,6 +267,16 @@ static void bad_input(void)
     st = z1 ? phx_zero_checkpoint_load(dir, m, z1, NULL) : PHX_EINVAL;
     ok(st == PHX_EIO && strstr(phx_last_error(), "checksum") && same_params(m, before, n),
        "... and through phx_zero_checkpoint_load (%s)", phx_last_error());
+    /* At world 4 with the saving layout (ZeRO-2, the same buckets) only
+     * rank 2 reads shard 2's state, where the corrupt tensor is; every rank
+     * must still refuse, its parameters and shard state unchanged. */
+    job jf = {2, 0, 0, dir, NULL, 7, true};
+    st = tu_spawn("threads", 4, rank_fn, &jf);
+    ok(st == PHX_OK && refused[0] && refused[1] && refused[2] && refused[3],
+       "world 4: every rank refuses the corrupt shard, nothing changed (%d %d %d %d)", refused[0], refused[1],
+       refused[2], refused[3]);
+    ok(by_crc[2] && by_other[0] && by_other[1] && by_other[3],
+       "... rank 2, which reads the tensor, names the checksum, the others say another rank failed");
     f = fopen(shard, "r+b");
     if (f && fseek(f, -1, SEEK_END) == 0) {
         int ch = fgetc(f);
@@ -279,7 +336,7 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/phx-reshard-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
     snprintf(dir2, sizeof dir2, "%s/w2", dir);
-    plan(24);
+    plan(26);
 
     /* the reference: one process, the whole batch, 10 steps */
     phx_module *m = tu_mlp(sizes, 3, 31);
@@ -292,7 +349,7 @@ int main(void)
 
     /* world 4, ZeRO-2: steps 0..4, then the save */
     clear_got();
-    job jb = {2, 0, SAVE_AT, NULL, dir, 31};
+    job jb = {2, 0, SAVE_AT, NULL, dir, 31, false};
     st = tu_spawn("threads", 4, rank_fn, &jb);
     double e = loss_err(0, SAVE_AT);
     ok(st == PHX_OK && e <= 1e-6, "world 4 (ZeRO-2): steps 0..4 equal the reference (max error %.3g), saved", e);
@@ -353,13 +410,13 @@ int main(void)
     /* larger: a world-2 save (ZeRO-1) of the state after step 4, loaded at
      * world 4 */
     clear_got();
-    job j2 = {1, SAVE_AT, SAVE_AT, dir, dir2, 555};
+    job j2 = {1, SAVE_AT, SAVE_AT, dir, dir2, 555, false};
     st = tu_spawn("threads", 2, rank_fn, &j2);
     ok(st == PHX_OK, "world 2 loads and saves again %s", st ? phx_last_error() : "");
     run_world(4, 1, dir2, "world-2 save loaded at world 4 (larger, ZeRO-1)");
 
     /* a second save into the same folder replaces the first generation */
-    job j3 = {2, SAVE_AT, SAVE_AT, dir2, dir2, 556};
+    job j3 = {2, SAVE_AT, SAVE_AT, dir2, dir2, 556, false};
     st = tu_spawn("threads", 2, rank_fn, &j3);
     snprintf(p, sizeof p, "%s/shard-0-of-2.g1.safetensors", dir2);
     int old = stat(p, &sb) == 0;
@@ -368,5 +425,6 @@ int main(void)
     run_world(3, 1, dir2, "generation 2 loaded at world 3");
 
     bad_input();
+    nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
     return done_testing();
 }
