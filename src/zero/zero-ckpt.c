@@ -648,9 +648,9 @@ static phx_status ck_file(ck_index *c, int s, px_st_file **f)
     return PHX_OK;
 }
 
-/* Copies entry `name` of shard s (len f32 elements, its checksum checked)
- * to dst. */
-static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, float *dst)
+/* Copies elements [skip, skip + count) of entry `name` of shard s (len f32
+ * elements, its checksum checked) to dst. */
+static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int64_t skip, int64_t count, float *dst)
 {
     px_st_file *f;
     phx_status st = ck_file(c, s, &f);
@@ -680,32 +680,23 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, flo
                          "%s: shard '%s' is corrupt: tensor '%s' fails its checksum (CRC-32 %s, the header "
                          "says %s)",
                          c->who, f->path, name, got, want ? want : "nothing");
-    memcpy(dst, px_st_data(f, e), (size_t)len * sizeof *dst);
+    memcpy(dst, (const float *)px_st_data(f, e) + skip, (size_t)count * sizeof *dst);
     return PHX_OK;
 }
 
-/* Whether this rank needs elements [off, off + len) of parameter p's
- * state: z NULL needs everything. */
-static bool needs(const px_zero *z, size_t p, int64_t off, int64_t len)
-{
-    if (!z) return true;
-    for (size_t i = 0; i < z->n_shard; i++) {
-        const px_zpiece *q = &z->shard[i].piece;
-        if (q->param == p && q->len > 0 && q->off < off + len && off < q->off + q->len) return true;
-    }
-    return false;
-}
-
-/* Reads every parameter and buffer and the state ranges z needs (all
- * with z NULL) into host scratch. */
-static phx_status ck_load_all(ck_index *c, const px_zero *z)
+/* Reads every parameter and buffer into host scratch, and the optimizer
+ * state: with z NULL all of it (t->state, shaped as the parameters);
+ * otherwise only the ranges of z's shard pieces, into mine[i * kinds + k]
+ * (piece i's len elements), reading just the saved pieces that overlap
+ * them. */
+static phx_status ck_load_all(ck_index *c, const px_zero *z, float **mine)
 {
     for (size_t i = 0; i < c->np + c->nb; i++) {
         bool isp = i < c->np;
         ck_tensor *t = isp ? &c->params[i] : &c->bufs[i - c->np];
         t->val = px_calloc((size_t)(t->numel ? t->numel : 1), sizeof *t->val);
         if (!t->val) return PHX_ENOMEM;
-        if (isp && c->n_kinds) {
+        if (isp && c->n_kinds && !z) {
             if (!(t->state = px_calloc(c->n_kinds, sizeof *t->state))) return PHX_ENOMEM;
             for (size_t k = 0; k < c->n_kinds; k++)
                 if (!(t->state[k] = px_calloc((size_t)(t->numel ? t->numel : 1), sizeof **t->state))) return PHX_ENOMEM;
@@ -713,15 +704,28 @@ static phx_status ck_load_all(ck_index *c, const px_zero *z)
         for (size_t j = 0; j < t->n_pieces; j++) {
             const ck_piece *p = &t->pieces[j];
             char *nm = isp ? fmt_name("param.", t->name, NULL, p->off) : fmt_name("buffer.", t->name, NULL, 0);
-            phx_status st = nm ? ck_read(c, p->shard, nm, p->len, t->val + p->off) : PHX_ENOMEM;
+            phx_status st = nm ? ck_read(c, p->shard, nm, p->len, 0, p->len, t->val + p->off) : PHX_ENOMEM;
             px_free(nm);
             if (st != PHX_OK) return st;
             for (size_t k = 0; isp && k < c->n_kinds; k++) {
-                if (!needs(z, i, p->off, p->len)) continue;
-                nm = fmt_name("optim.", t->name, c->kinds[k], p->off);
-                st = nm ? ck_read(c, p->shard, nm, p->len, t->state[k] + p->off) : PHX_ENOMEM;
-                px_free(nm);
-                if (st != PHX_OK) return st;
+                for (size_t q = 0; q < (z ? z->n_shard : 1); q++) {
+                    int64_t lo = p->off, hi = p->off + p->len;
+                    float *dst = NULL;
+                    if (z) {
+                        const px_zpiece *m = &z->shard[q].piece;
+                        if (m->param != i) continue;
+                        lo = lo > m->off ? lo : m->off;
+                        hi = hi < m->off + m->len ? hi : m->off + m->len;
+                        if (lo >= hi) continue;
+                        dst = mine[q * c->n_kinds + k] + (lo - m->off);
+                    } else {
+                        dst = t->state[k] + p->off;
+                    }
+                    nm = fmt_name("optim.", t->name, c->kinds[k], p->off);
+                    st = nm ? ck_read(c, p->shard, nm, p->len, lo - p->off, hi - lo, dst) : PHX_ENOMEM;
+                    px_free(nm);
+                    if (st != PHX_OK) return st;
+                }
             }
         }
     }
@@ -782,7 +786,14 @@ phx_status phx_zero_checkpoint_load(const char *dir, phx_module *model, phx_opti
     }
     if (st == PHX_OK && scaler && !c.has_scaler)
         st = phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", who, c.index_path);
-    if (st == PHX_OK) st = ck_load_all(&c, z);
+    /* Scratch for this rank's state only (its pieces, every kind). */
+    float **mine = st == PHX_OK ? px_calloc(z->n_shard * kinds + 1, sizeof *mine) : NULL;
+    if (st == PHX_OK && !mine) st = PHX_ENOMEM;
+    for (size_t i = 0; st == PHX_OK && i < z->n_shard * kinds; i++) {
+        int64_t len = z->shard[i / kinds].piece.len;
+        if (!(mine[i] = px_calloc((size_t)(len ? len : 1), sizeof **mine))) st = PHX_ENOMEM;
+    }
+    if (st == PHX_OK) st = ck_load_all(&c, z, mine);
     char err[700] = "";
     if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
     /* Every rank commits or none does. */
@@ -797,9 +808,10 @@ phx_status phx_zero_checkpoint_load(const char *dir, phx_module *model, phx_opti
     if (st == PHX_OK) st = commit_model(&c, z->model);
     for (size_t i = 0; st == PHX_OK && i < z->n_shard; i++) {
         const px_zpiece *p = &z->shard[i].piece;
-        for (size_t k = 0; st == PHX_OK && k < kinds; k++)
-            st = put(sts[i * kinds + k], 0, p->len, c.params[p->param].state[k] + p->off);
+        for (size_t k = 0; st == PHX_OK && k < kinds; k++) st = put(sts[i * kinds + k], 0, p->len, mine[i * kinds + k]);
     }
+    for (size_t i = 0; mine && i < z->n_shard * kinds; i++) px_free(mine[i]);
+    px_free(mine);
     if (st == PHX_OK) {
         phx_optimizer_set_steps(zo, c.steps);
         phx_optimizer_set_steps(z->inner, c.steps);
@@ -859,7 +871,7 @@ phx_status phx_zero_checkpoint_load_full(const char *dir, phx_module *model, phx
     }
     if (st == PHX_OK && scaler && !c.has_scaler)
         st = phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", who, c.index_path);
-    if (st == PHX_OK) st = ck_load_all(&c, NULL);
+    if (st == PHX_OK) st = ck_load_all(&c, NULL, NULL);
     if (st == PHX_OK) st = commit_model(&c, model);
     for (size_t i = 0; st == PHX_OK && opt && i < c.np * c.n_kinds; i++)
         st = put(dst[i], 0, c.params[i / c.n_kinds].numel, c.params[i / c.n_kinds].state[i % c.n_kinds]);
@@ -881,7 +893,7 @@ phx_status phx_zero_checkpoint_export(const char *dir, const char *path)
     if (!dir || !path) return phx_error(PHX_EINVAL, "%s: NULL %s", who, !dir ? "dir" : "path");
     ck_index c;
     phx_status st = ck_parse(who, dir, &c);
-    if (st == PHX_OK) st = ck_load_all(&c, NULL);
+    if (st == PHX_OK) st = ck_load_all(&c, NULL, NULL);
     size_t n = c.np + c.nb + c.np * c.n_kinds;
     char **names = st == PHX_OK ? px_calloc(n ? n : 1, sizeof *names) : NULL;
     phx_tensor **ts = st == PHX_OK ? px_calloc(n ? n : 1, sizeof *ts) : NULL;
