@@ -336,7 +336,7 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/phx-reshard-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
     snprintf(dir2, sizeof dir2, "%s/w2", dir);
-    plan(26);
+    plan(28);
 
     /* the reference: one process, the whole batch, 10 steps */
     phx_module *m = tu_mlp(sizes, 3, 31);
@@ -423,6 +423,31 @@ int main(void)
     snprintf(p, sizeof p, "%s/shard-0-of-2.g2.safetensors", dir2);
     ok(st == PHX_OK && !old && stat(p, &sb) == 0, "a second save writes generation 2 and removes generation 1");
     run_world(3, 1, dir2, "generation 2 loaded at world 3");
+
+    /* the GradScaler's state travels with the checkpoint */
+    phx_precision *fp16 = NULL;
+    phx_scaler *sc = NULL, *sc2 = NULL;
+    phx_scaler_opts sco = PHX_SCALER_OPTS_INIT;
+    char d3[96];
+    snprintf(d3, sizeof d3, "%s/scaler", dir);
+    m = tu_mlp(sizes, 3, 80);
+    o = phx_zero_optimizer_new(m, NULL, make_adamw, NULL, NULL);
+    st = phx_precision_new("fp16", &fp16);
+    if (st == PHX_OK) sc = phx_scaler_new(fp16, &sco), sc2 = phx_scaler_new(fp16, &sco);
+    st = sc && sc2 && o ? phx_scaler_set_state(sc, 512.0, 3) : PHX_EINVAL;
+    if (st == PHX_OK) st = phx_zero_checkpoint_save(d3, m, o, sc);
+    if (st == PHX_OK) st = phx_zero_checkpoint_load(d3, m, o, sc2);
+    ok(st == PHX_OK && phx_scaler_get_scale(sc2) == 512.0 && phx_scaler_growth_tracker(sc2) == 3,
+       "the scaler's scale and growth tracker round-trip (%g, %lld) %s", sc2 ? phx_scaler_get_scale(sc2) : 0.0,
+       sc2 ? (long long)phx_scaler_growth_tracker(sc2) : -1LL, st ? phx_last_error() : "");
+    st = phx_zero_checkpoint_load(dir, m, o, sc2);
+    ok(st == PHX_EIO && strstr(phx_last_error(), "GradScaler") && phx_scaler_get_scale(sc2) == 512.0,
+       "a scaler asked of a checkpoint saved without one is refused (%s)", phx_last_error());
+    phx_scaler_free(sc);
+    phx_scaler_free(sc2);
+    phx_precision_free(fp16);
+    phx_optimizer_free(o);
+    phx_module_free(m);
 
     bad_input();
     nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
