@@ -16,6 +16,7 @@
  * refused with a message naming the file and tensor, the model left as
  * it was. */
 #include <ftw.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "t/tap.h"
@@ -29,7 +30,7 @@
 static const int64_t sizes[] = {5, 9, 4}; /* 94 parameters: not divisible by 3 or 4 */
 static char dir[64], dir2[80];
 static double ref[STEPS];
-static double got[STEPS]; /* global losses of a sharded run (written by rank 0) */
+static double *got; /* [STEPS] global losses of a sharded run (written by rank 0; shared with gloo processes) */
 
 static phx_optimizer *make_adamw(phx_module *m, void *arg)
 {
@@ -97,7 +98,7 @@ typedef struct job {
 /* expect_fail runs: per rank, whether the load failed leaving the
  * parameters and the shard's state as they were, and whether its message
  * says another rank failed (the agreement) or names a checksum. */
-static int refused[4], by_other[4], by_crc[4];
+static int *refused, *by_other, *by_crc; /* [4] each, shared */
 
 /* The shard optimizer's state, flattened to a malloc'd host array. */
 static float *state_of(phx_optimizer *z, size_t *n)
@@ -186,15 +187,20 @@ static void clear_got(void)
     for (int s = 0; s < STEPS; s++) got[s] = NAN;
 }
 
-static void run_world(int world, int stage, const char *from, const char *what)
+static void run_world_on(const char *backend, int world, int stage, const char *from, const char *what)
 {
     clear_got();
     job jb = {stage, SAVE_AT, STEPS, from, NULL, 900 + (uint64_t)world, false};
-    phx_status st = tu_spawn("threads", world, rank_fn, &jb);
+    phx_status st = tu_spawn(backend, world, rank_fn, &jb);
     double e = loss_err(SAVE_AT, STEPS);
     ok(st == PHX_OK && e <= 1e-6, "%s: steps %d..%d's losses equal the reference's (max error %.3g)", what, SAVE_AT,
        STEPS - 1, e);
     if (st != PHX_OK) diag("%s", phx_last_error());
+}
+
+static void run_world(int world, int stage, const char *from, const char *what)
+{
+    run_world_on("threads", world, stage, from, what);
 }
 
 /* Steps 5..9 of a plain AdamW over m (already loaded); losses into got. */
@@ -336,7 +342,15 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/phx-reshard-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
     snprintf(dir2, sizeof dir2, "%s/w2", dir);
-    plan(28);
+    plan(29);
+    got = mmap(NULL, STEPS * sizeof *got + 12 * sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (got == MAP_FAILED) {
+        printf("Bail out! mmap\n");
+        return 1;
+    }
+    refused = (int *)(got + STEPS);
+    by_other = refused + 4;
+    by_crc = refused + 8;
 
     /* the reference: one process, the whole batch, 10 steps */
     phx_module *m = tu_mlp(sizes, 3, 31);
@@ -367,6 +381,11 @@ int main(void)
     run_world(4, 2, dir, "load at world 4 (the same, ZeRO-2)");
     run_world(2, 1, dir, "load at world 2 (ZeRO-1)");
     run_world(3, 2, dir, "load at world 3 (ZeRO-2)");
+#ifdef HAVE_GLOO
+    run_world_on("gloo", 3, 1, dir, "gloo, 3 processes: load at world 3 (ZeRO-1)");
+#else
+    skip(1, "built without Gloo");
+#endif
 
     /* world 1: a ZeRO optimizer without a comm */
     m = tu_mlp(sizes, 3, 77);
