@@ -127,8 +127,8 @@ phx_status phx_zero_load_full_state(phx_optimizer *zero);
  * the buffers); after every rank's shard is on disk rank 0 writes
  * dir/index.json (which shard holds which element range of which tensor,
  * the world, the optimizer's type, state kinds, step count and lr, the
- * scaler) and renames it into place last, then removes the previous
- * generation's shards. Every file is written atomically (temporary file,
+ * scaler) and renames it into place last, then removes every shard
+ * file the index does not name (older generations, a dead save's). Every file is written atomically (temporary file,
  * fsync, rename): a save killed or failed on any rank leaves the previous
  * index and its shards loadable. model is the optimizer's model; scaler
  * may be NULL. dir is created if missing.

@@ -238,22 +238,21 @@ static phx_status write_index(const char *who, const char *dir, json_t *root)
     return st;
 }
 
-/* Removes the shards of other generations than gen (after gen's index
- * was renamed into place). */
-static void remove_old_shards(const char *dir, int64_t gen)
+/* Removes every shard file that gen's index (world ranks, renamed into
+ * place) does not name: older generations, and the shards of a save
+ * that died before its index. */
+static void remove_old_shards(const char *dir, int64_t gen, int world)
 {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
-    char keep[32];
-    snprintf(keep, sizeof keep, ".g%" PRId64 ".safetensors", gen);
     while ((e = readdir(d))) {
         int r, w;
         int64_t g;
         char tail[16];
         if (strncmp(e->d_name, "shard-", 6) != 0 ||
             sscanf(e->d_name, "shard-%d-of-%d.g%" SCNd64 ".%15s", &r, &w, &g, tail) != 4 ||
-            strcmp(tail, "safetensors") != 0 || g == gen)
+            strcmp(tail, "safetensors") != 0 || (g == gen && w == world && r >= 0 && r < world))
             continue;
         char *p = path_join(dir, e->d_name);
         if (p) unlink(p);
@@ -367,7 +366,7 @@ phx_status phx_zero_checkpoint_save(const char *dir, phx_module *model, phx_opti
     if (cs != PHX_OK) return phx_error(cs, "%s: waiting for the index: %s", who, phx_last_error());
     if (st != PHX_OK) return phx_error(st, "%s", err);
     if (fail != 0) return phx_error(PHX_EIO, "%s: rank 0 failed to write the index", who);
-    if (z->rank == 0) remove_old_shards(dir, gen);
+    if (z->rank == 0) remove_old_shards(dir, gen, z->world);
     return PHX_OK;
 }
 

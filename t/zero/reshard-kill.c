@@ -164,9 +164,9 @@ static int gloo_rank(int rank)
 int main(void)
 {
     setenv("PHX_TIMEOUT", "5", 1);
-    plan(8);
+    plan(9);
     if (!h_have("gloo")) {
-        skip(8, "no gloo plugin in this build");
+        skip(9, "no gloo plugin in this build");
         return done_testing();
     }
     snprintf(dir, sizeof dir, "/tmp/phx-reshard-kill-XXXXXX");
@@ -231,6 +231,21 @@ int main(void)
     rs = train(ref, ro, 2, 3);
     e = st == PHX_OK && rs == PHX_OK ? tu_max_rel(m, ref) : INFINITY;
     ok(st == PHX_OK && e <= 1e-6, "... and 3 more steps agree with the uninterrupted run (max rel error %.3g)", e);
+    /* a later save (world 1) replaces generation 1 and clears the dead
+     * save's shards */
+    phx_optimizer *z1 = phx_zero_optimizer_new(m, NULL, make_adamw, NULL, NULL);
+    st = z1 ? phx_zero_checkpoint_save(dir, m, z1, NULL) : PHX_EINVAL;
+    int left_over = 0;
+    for (int r = 0; r < N; r++)
+        for (int g = 1; g <= 2; g++) {
+            snprintf(p, sizeof p, "%s/shard-%d-of-3.g%d.safetensors", dir, r, g);
+            left_over += stat(p, &sb) == 0;
+        }
+    snprintf(p, sizeof p, "%s/shard-0-of-1.g2.safetensors", dir);
+    ok(st == PHX_OK && left_over == 0 && stat(p, &sb) == 0,
+       "a later save writes generation 2 at world 1 and removes the others (%d left) %s", left_over,
+       st ? phx_last_error() : "");
+    phx_optimizer_free(z1);
     phx_optimizer_free(o);
     phx_optimizer_free(ro);
     phx_module_free(m);
