@@ -7,14 +7,17 @@
  * (DDP + ZeRO-2 AdamW) train steps 0..4 and save a sharded checkpoint;
  * then, from models initialised differently, steps 5..9 continue from it
  * at world 4 (ZeRO-2), 2 (ZeRO-1, small regions: pieces cut across
- * parameters), 3 (ZeRO-2), 1 (ZeRO-1 without a comm, and a plain AdamW
- * through phx_zero_checkpoint_load_full), from a world-2 save loaded at
- * world 4 (larger), and from phx_zero_checkpoint_export's single file
- * through phx_checkpoint_load: every loss equals the reference's within
- * 1e-6. Then bad input: a missing shard, a corrupt one, an index of
- * another model and optimizer state of another kind or layout are
- * refused with a message naming the file and tensor, the model left as
- * it was. */
+ * parameters), 3 (ZeRO-2; and ZeRO-1 on 3 gloo processes), 1 (ZeRO-1
+ * without a comm, and a plain AdamW through phx_zero_checkpoint_load_full),
+ * from a world-2 save loaded at world 4 (larger), from a second
+ * generation saved into the same folder, and from
+ * phx_zero_checkpoint_export's single file through phx_checkpoint_load:
+ * every loss equals the reference's within 1e-6. The scaler's state
+ * round-trips. Then bad input: a missing shard, a corrupt one (also at
+ * world 4, where only rank 2 reads the corrupt tensor and every rank must
+ * refuse), an index of another model and optimizer state of another kind
+ * or layout are refused with a message naming the file and tensor, the
+ * model (and the shard state) left as it was. */
 #include <ftw.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
