@@ -333,14 +333,21 @@ phx_status phx_zero_checkpoint_save(const char *dir, phx_module *model, phx_opti
                        who, phx_optimizer_type(z->inner));
     if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
     /* Agree on the generation, the number of kinds and that all can go on. */
-    float agree[3] = {(float)(current_generation(dir) + 1), (float)kinds, st != PHX_OK ? 1.0f : 0.0f};
-    phx_status cs = allreduce_host(z->comm, agree, 3, PHX_MAX);
+    /* Agree on the generation and that all can go on; the state kinds
+     * (the most any rank keeps, the fewest a rank owning pieces keeps, and
+     * rank 0's, which names them in the index) must be one number. */
+    float agree[5] = {(float)(current_generation(dir) + 1), (float)kinds, st != PHX_OK ? 1.0f : 0.0f,
+                      z->rank == 0 ? (float)kinds : 0.0f, z->n_shard > 0 ? -(float)kinds : -1e30f};
+    phx_status cs = allreduce_host(z->comm, agree, 5, PHX_MAX);
     if (cs != PHX_OK) return phx_error(cs, "%s: agreeing on the generation: %s", who, phx_last_error());
     if (st != PHX_OK) return phx_error(st, "%s", err);
     if (agree[2] != 0) return phx_error(PHX_EIO, "%s: another rank failed to prepare its shard; nothing written", who);
+    if (agree[3] != agree[1] || -agree[4] != agree[1])
+        return phx_error(PHX_EUNSUPPORTED,
+                         "%s: the ranks' shard optimizers keep different numbers of state kinds (rank 0: %g, most: "
+                         "%g, fewest: %g); nothing written",
+                         who, (double)agree[3], (double)agree[1], (double)-agree[4]);
     int64_t gen = (int64_t)agree[0];
-    if (z->rank == 0 && (size_t)agree[1] != kinds)
-        return phx_error(PHX_EUNSUPPORTED, "%s: rank 0 owns no optimizer state to name the kinds by", who);
     /* Each rank's shard; then everyone agrees they are all on disk before
      * rank 0 puts the index in place. */
     st = write_shard(who, z, dir, gen, snames, sts, kinds);

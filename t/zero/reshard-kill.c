@@ -64,12 +64,12 @@ static size_t dying_state(phx_optimizer *self, const char ***names, phx_tensor *
     dying *d = phx_optimizer_ctx(self);
     if (armed) {
         /* Join the save's first collective (the agreement on generation
-         * 2, 2 state kinds, no failure: 3 floats, MAX) as the save would,
-         * so that ranks 0 and 1 go on to write their shards; then die
-         * before this rank writes its own. */
-        float v[3] = {2, 2, 0};
-        int64_t three = 3;
-        phx_tensor *t = phx_tensor_from_data(PHX_F32, 1, &three, v);
+         * 2, 2 state kinds, no failure, rank 0's and the fewest kinds: 5
+         * floats, MAX) as the save would, so that ranks 0 and 1 go on to
+         * write their shards; then die before this rank writes its own. */
+        float v[5] = {2, 2, 0, 0, -2};
+        int64_t five = 5;
+        phx_tensor *t = phx_tensor_from_data(PHX_F32, 1, &five, v);
         phx_comm_allreduce(g_comm, t, PHX_MAX, NULL);
         usleep(500000); /* the others write their shards and wait for this one */
         raise(SIGKILL);

@@ -177,6 +177,30 @@ static int rank_fn(int rank, void *arg)
     return fails;
 }
 
+/* Rank 1's shard optimizer keeps AMSGrad's 3 state kinds, rank 0's
+ * AdamW's 2: the save must fail on both ranks (no hang) and write no
+ * index. */
+static phx_optimizer *make_mixed(phx_module *m, void *arg)
+{
+    return *(const int *)arg == 1 ? make_amsgrad(m, NULL) : make_adamw(m, NULL);
+}
+
+static int mixed_rank(int rank, void *arg)
+{
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    phx_module *m = tu_mlp(sizes, 3, 3);
+    phx_optimizer *z = phx_zero_optimizer_new(m, c, make_mixed, &rank, NULL);
+    phx_status st = z ? phx_zero_checkpoint_save((const char *)arg, m, z, NULL) : PHX_EINVAL;
+    refused[rank] = st == PHX_EUNSUPPORTED && strstr(phx_last_error(), "state kinds") != NULL;
+    if (!refused[rank]) printf("# rank %d: %s\n", rank, phx_last_error());
+    fflush(stdout);
+    phx_optimizer_free(z);
+    phx_module_free(m);
+    phx_comm_free(c);
+    return 0;
+}
+
 /* max |got - ref| over steps first..last-1. */
 static double loss_err(int first, int last)
 {
@@ -345,7 +369,7 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/phx-reshard-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
     snprintf(dir2, sizeof dir2, "%s/w2", dir);
-    plan(30);
+    plan(31);
     got = mmap(NULL, STEPS * sizeof *got + 12 * sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (got == MAP_FAILED) {
         printf("Bail out! mmap\n");
@@ -500,6 +524,14 @@ int main(void)
        st ? phx_last_error() : "");
     phx_safetensors_free(rn, rt, rcount);
     phx_tensor_free(pt);
+
+    char dm[96];
+    snprintf(dm, sizeof dm, "%s/mixed", dir);
+    refused[0] = refused[1] = 0;
+    st = tu_spawn("threads", 2, mixed_rank, dm);
+    file_path(p, sizeof p, dm, "index.json");
+    ok(st == PHX_OK && refused[0] && refused[1] && stat(p, &sb) != 0,
+       "ranks whose shard optimizers keep different state kinds: every rank's save refused, no index");
 
     bad_input();
     nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
