@@ -13,6 +13,7 @@
 #include "phalanx/module.h"
 #include "phalanx/comm.h"
 #include "phalanx/optim.h"
+#include "phalanx/precision.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -139,6 +140,45 @@ phx_status phx_zero_clip_grad_norm(phx_optimizer *zero, double max_norm, double 
  * optimizer. Local; PHX_ESTATE without a consolidated state. */
 phx_status phx_zero_consolidate(phx_optimizer *zero, int root);
 phx_status phx_zero_load_full_state(phx_optimizer *zero);
+
+/* Sharded checkpoints (doc/guide/sharding.md "Checkpoints", the format in
+ * doc/reference/formats.md). phx_zero_checkpoint_save (collective): each
+ * rank writes the pieces it owns (parameter values and optimizer state)
+ * to dir/shard-<rank>-of-<world>.g<generation>.safetensors (rank 0 also
+ * the buffers); after every rank's shard is on disk rank 0 writes
+ * dir/index.json (which shard holds which element range of which tensor,
+ * the world, the optimizer's type, state kinds, step count and lr, the
+ * scaler) and renames it into place last, then removes every shard file
+ * the index does not name (older generations, a dead save's). Every file
+ * is written atomically (temporary file, fsync, rename): a save killed or
+ * failed on any rank leaves the previous index and its shards loadable.
+ * model is the optimizer's model; scaler may be NULL. dir, created if
+ * missing, must be one folder every rank sees (a shared filesystem).
+ * PHX_EUNSUPPORTED when the ranks' shard optimizers keep different state
+ * kinds, or on a rank whose shard optimizer does not keep one state tensor
+ * per piece and kind (the other ranks then fail with PHX_EIO); nothing is
+ * written then.
+ * phx_zero_checkpoint_load (collective): loads at any world size (the
+ * saved one, smaller, larger): each rank reads the parameters and
+ * buffers and, of the optimizer state, only the shard tensors overlapping
+ * its own pieces, checking each tensor's CRC-32; then every rank commits
+ * or none does. Refused (PHX_EIO, naming the file and the tensor, nothing
+ * changed; PHX_ENOTFOUND for no index) for a missing or corrupt shard or
+ * index, an index of another model (names, order or shapes differ), or
+ * optimizer state of another type or kinds. Restores the step count, lr and (when scaler is given)
+ * the scaler; drops a consolidated state.
+ * phx_zero_checkpoint_load_full: the same into a plain optimizer of one
+ * process (opt over model, e.g. phx_adam_new; opt and scaler may be
+ * NULL): the state consolidated as "<param>.<kind>" tensors shaped as the
+ * parameters.
+ * phx_zero_checkpoint_export: one ordinary checkpoint at path, as
+ * phx_checkpoint_save would write it for the same model, plain optimizer
+ * and scaler (parameters, buffers, "optim.<param>.<kind>", optim.steps,
+ * optim.type, scaler.*), for phx_checkpoint_load or inference. */
+phx_status phx_zero_checkpoint_save(const char *dir, phx_module *model, phx_optimizer *zero, phx_scaler *scaler);
+phx_status phx_zero_checkpoint_load(const char *dir, phx_module *model, phx_optimizer *zero, phx_scaler *scaler);
+phx_status phx_zero_checkpoint_load_full(const char *dir, phx_module *model, phx_optimizer *opt, phx_scaler *scaler);
+phx_status phx_zero_checkpoint_export(const char *dir, const char *path);
 
 #ifdef __cplusplus
 }

@@ -243,7 +243,11 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
     memcpy(&hlen, f->map, 8);
     phx_status st = PHX_OK;
     const unsigned char *b = f->map;
-    if (memcmp(b, "PK\x03\x04", 4) == 0 || (b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)) {
+    /* A header length whose first bytes look like a zip or pickle magic
+     * (0x0380 is a pickle's 80 03) is still a safetensors file when the
+     * header it points to is a JSON object within the file. */
+    bool plausible = hlen >= 2 && hlen <= f->size - 8 && b[8] == '{';
+    if (!plausible && (memcmp(b, "PK\x03\x04", 4) == 0 || (b[0] == 0x80 && b[1] >= 2 && b[1] <= 5))) {
         st = phx_error(PHX_EIO,
                        "%s: '%s' is not a safetensors file: it is a %s, which looks like a PyTorch "
                        "torch.save() file (.pt/.pth); write the state_dict with "
