@@ -200,9 +200,9 @@ static dnnl_status_t plan_make(conv_plan *p, const conv_key *k)
         dnnl_primitive_attr_destroy(attr);
         return dnnl_out_of_memory;
     }
-    dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
-                                                                  &fs, &fw, k->bias ? &fb : NULL, &fdst, strides, dil,
-                                                                  pl, pr);
+    dnnl_status_t st =
+        dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &fs, &fw,
+                                                   k->bias ? &fb : NULL, &fdst, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL);
     if (st == dnnl_success && pass == 0) {
         st = dnnl_primitive_desc_create(&p->pd, &fd, attr, engine, NULL);
@@ -283,7 +283,8 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
     dnnl_status_t st;
     conv_plan *p = plan_get(&k, &s, &st);
     if (!p) return st;
-    size_t es = phx_dtype_size(c->dt), img = (size_t)(d->c * d->h * d->w) * es, oimg = (size_t)(d->k * d->oh * d->ow) * es;
+    size_t es = phx_dtype_size(c->dt), img = (size_t)(d->c * d->h * d->w) * es,
+           oimg = (size_t)(d->k * d->oh * d->ow) * es;
     void *data[3];
     if (c->pass == 0) {
         data[0] = (void *)(c->x + n0 * img), data[1] = (void *)c->w, data[2] = c->y + n0 * oimg;

@@ -134,7 +134,8 @@ static int half_same(const char *path, phx_dtype dt, const phx_conv2d_desc *d, c
     size_t nx = t->nx, nw = t->nw, ny = t->ny, nk = (size_t)d->k;
     uint16_t *hx = malloc(nx * 2), *hw = malloc(nw * 2), *hdy = malloc(ny * 2), *hy = malloc(ny * 2),
              *hdx = malloc(nx * 2);
-    float *fx = malloc(nx * 4), *fw = malloc(nw * 4), *fdy = malloc(ny * 4), *fy = malloc(ny * 4), *fdx = malloc(nx * 4);
+    float *fx = malloc(nx * 4), *fw = malloc(nw * 4), *fdy = malloc(ny * 4), *fy = malloc(ny * 4),
+          *fdx = malloc(nx * 4);
     float *fdw = malloc(nw * 4), *fdb = malloc(nk * 4), *hdw = malloc(nw * 4), *hdb = malloc(nk * 4);
     int same = hx && hw && hdy && hy && hdx && fx && fw && fdy && fy && fdx && fdw && fdb && hdw && hdb;
     for (size_t i = 0; same && i < nx; i++)
