@@ -1,10 +1,12 @@
-/* f32 convolutions through oneDNN (doc/maint/kernels.md says when conv.c takes
- * this path): oneDNN picks its blocked layouts (format "any"), the NCHW
+/* f32 (and native bf16) convolutions through oneDNN (doc/maint/kernels.md
+ * says when conv.c takes this path): oneDNN picks its blocked layouts (format "any"), the NCHW
  * tensors are reordered in and out, as PyTorch's mkldnn path does. Like
  * gemm-dnnl.c, oneDNN runs on one OpenMP thread per call and the images
  * are split over the thread budget's pool (src/base/threads.h); the
  * weight gradient of each part goes to that thread's scratch and is added
- * into dw after. */
+ * into dw after. In bf16, x, w, y, dy and dx are bf16 and the bias, dw
+ * and db f32: oneDNN multiplies bf16 in hardware (AVX512-BF16, AMX) with
+ * f32 accumulation and rounds each output once. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 
@@ -24,7 +26,7 @@ static pthread_key_t plans_key;
  * count and whether there is a bias (gradient). Zeroed before filling, so
  * keys compare with memcmp. */
 typedef struct conv_key {
-    int64_t pass, n, bias;
+    int64_t pass, n, bias, dt;
     phx_conv2d_desc d;
 } conv_key;
 
@@ -105,28 +107,33 @@ static conv_plans *thread_plans(void)
 typedef struct conv_call {
     int pass; /* 0 forward, 1 backward data, 2 backward weight (cpu.h) */
     const phx_conv2d_desc *d;
-    const float *x, *w, *bias, *dy;
-    float *y, *dx, *dw, *db;
+    const char *x, *w, *dy; /* in dt */
+    const float *bias;
+    char *y, *dx; /* in dt */
+    float *dw, *db;
+    phx_dtype dt;
     int64_t step, parts;
     float *partial; /* backward weights: part i's dW and dB at i (nw + k) */
     size_t nw;
     dnnl_status_t st[64];
 } conv_call;
 
-/* The user's plain layouts of n images. */
-static void plain_mds(const phx_conv2d_desc *d, int64_t n, dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei,
-                      dnnl_memory_desc_t *bia, dnnl_memory_desc_t *dst, dnnl_format_tag_t tag)
+/* The user's plain layouts of n images: the images in dt, the weights
+ * in wdt. */
+static void plain_mds(const phx_conv2d_desc *d, int64_t n, dnnl_data_type_t dt, dnnl_data_type_t wdt,
+                      dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei, dnnl_memory_desc_t *bia,
+                      dnnl_memory_desc_t *dst, dnnl_format_tag_t tag)
 {
     dnnl_dims_t s = {n, d->c, d->h, d->w}, o = {n, d->k, d->oh, d->ow}, b = {d->k};
-    dnnl_memory_desc_init_by_tag(src, 4, s, dnnl_f32, tag);
-    dnnl_memory_desc_init_by_tag(dst, 4, o, dnnl_f32, tag);
+    dnnl_memory_desc_init_by_tag(src, 4, s, dt, tag);
+    dnnl_memory_desc_init_by_tag(dst, 4, o, dt, tag);
     dnnl_memory_desc_init_by_tag(bia, 1, b, dnnl_f32, dnnl_x);
     if (d->groups == 1) {
         dnnl_dims_t wd = {d->k, d->c, d->kh, d->kw};
-        dnnl_memory_desc_init_by_tag(wei, 4, wd, dnnl_f32, tag == dnnl_format_tag_any ? tag : dnnl_oihw);
+        dnnl_memory_desc_init_by_tag(wei, 4, wd, wdt, tag == dnnl_format_tag_any ? tag : dnnl_oihw);
     } else {
         dnnl_dims_t wd = {d->groups, d->k / d->groups, d->c / d->groups, d->kh, d->kw};
-        dnnl_memory_desc_init_by_tag(wei, 5, wd, dnnl_f32, tag == dnnl_format_tag_any ? tag : dnnl_goihw);
+        dnnl_memory_desc_init_by_tag(wei, 5, wd, wdt, tag == dnnl_format_tag_any ? tag : dnnl_goihw);
     }
 }
 
@@ -172,9 +179,13 @@ static dnnl_status_t plan_make(conv_plan *p, const conv_key *k)
     const phx_conv2d_desc *d = &k->d;
     int pass = (int)k->pass;
     p->key = *k;
-    dnnl_memory_desc_t us, uw, ub, ud, as, aw, ab, ad;
-    plain_mds(d, k->n, &us, &uw, &ub, &ud, dnnl_nchw);
-    plain_mds(d, k->n, &as, &aw, &ab, &ad, plain_layouts(k) ? dnnl_nchw : dnnl_format_tag_any);
+    /* bf16 images and weights; the weight gradient f32 */
+    dnnl_data_type_t dt = k->dt == PHX_BF16 ? dnnl_bf16 : dnnl_f32, wdt = pass == 2 ? dnnl_f32 : dt;
+    dnnl_format_tag_t tag = plain_layouts(k) ? dnnl_nchw : dnnl_format_tag_any;
+    dnnl_memory_desc_t us, uw, ub, ud, as, aw, ab, ad, fs, fw, fb, fdst;
+    plain_mds(d, k->n, dt, wdt, &us, &uw, &ub, &ud, dnnl_nchw);
+    plain_mds(d, k->n, dt, wdt, &as, &aw, &ab, &ad, tag);
+    plain_mds(d, k->n, dt, dt, &fs, &fw, &fb, &fdst, tag); /* the forward (hint) */
     dnnl_dims_t strides = {d->stride_h, d->stride_w}, dil = {d->dil_h - 1, d->dil_w - 1};
     dnnl_dims_t pl = {d->pad_h, d->pad_w};
     dnnl_dims_t pr = {(d->oh - 1) * d->stride_h + (d->kh - 1) * d->dil_h + 1 - d->h - d->pad_h,
@@ -189,8 +200,9 @@ static dnnl_status_t plan_make(conv_plan *p, const conv_key *k)
         dnnl_primitive_attr_destroy(attr);
         return dnnl_out_of_memory;
     }
-    dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-        &fd, dnnl_forward_training, dnnl_convolution_direct, &as, &aw, k->bias ? &ab : NULL, &ad, strides, dil, pl, pr);
+    dnnl_status_t st =
+        dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &fs, &fw,
+                                                   k->bias ? &fb : NULL, &fdst, strides, dil, pl, pr);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL);
     if (st == dnnl_success && pass == 0) {
         st = dnnl_primitive_desc_create(&p->pd, &fd, attr, engine, NULL);
@@ -260,7 +272,7 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
     const phx_conv2d_desc *d = c->d;
     conv_key k;
     memset(&k, 0, sizeof k);
-    k.pass = c->pass, k.n = n, k.d = *d;
+    k.pass = c->pass, k.n = n, k.d = *d, k.dt = c->dt;
     k.bias = c->pass == 0 ? c->bias != NULL : c->pass == 2 ? c->db != NULL : 0;
     k.d.n = 0; /* the part's count is k.n */
     /* one OpenMP thread, set before the primitive is made: oneDNN fixes a
@@ -271,7 +283,8 @@ static dnnl_status_t run_part(conv_call *c, int64_t n0, int64_t n)
     dnnl_status_t st;
     conv_plan *p = plan_get(&k, &s, &st);
     if (!p) return st;
-    size_t img = (size_t)(d->c * d->h * d->w), oimg = (size_t)(d->k * d->oh * d->ow);
+    size_t es = phx_dtype_size(c->dt), img = (size_t)(d->c * d->h * d->w) * es,
+           oimg = (size_t)(d->k * d->oh * d->ow) * es;
     void *data[3];
     if (c->pass == 0) {
         data[0] = (void *)(c->x + n0 * img), data[1] = (void *)c->w, data[2] = c->y + n0 * oimg;
@@ -327,14 +340,20 @@ static void parts_run(void *arg, int64_t lo, int64_t hi)
 phx_status px_cpu_conv2d_dnnl(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                               const float *dy, float *y, float *dx, float *dw, float *db)
 {
+    return px_cpu_conv2d_dnnl_dt(pass, d, PHX_F32, x, w, bias, dy, y, dx, dw, db);
+}
+
+phx_status px_cpu_conv2d_dnnl_dt(int pass, const phx_conv2d_desc *d, phx_dtype dt, const void *x, const void *w,
+                                 const float *bias, const void *dy, void *y, void *dx, float *dw, float *db)
+{
     pthread_once(&once, init);
-    if (!engine) return PHX_EUNSUPPORTED;
+    if (!engine || (dt != PHX_F32 && dt != PHX_BF16)) return PHX_EUNSUPPORTED;
     for (int i = 0; i < 2; i++) {
         int64_t k = i ? d->kw : d->kh, in = i ? d->w : d->h, o = i ? d->ow : d->oh, s = i ? d->stride_w : d->stride_h;
         int64_t dl = i ? d->dil_w : d->dil_h, p = i ? d->pad_w : d->pad_h;
         if ((o - 1) * s + (k - 1) * dl + 1 - in - p < 0) return PHX_EUNSUPPORTED; /* negative right padding */
     }
-    conv_call c = {pass, d, x, w, bias, dy, y, dx, dw, db, 0, 0, NULL, 0, {0}};
+    conv_call c = {pass, d, x, w, dy, bias, y, dx, dw, db, dt, 0, 0, NULL, 0, {0}};
     int threads = px_threads_budget();
     if (threads > 64) threads = 64;
     int64_t parts = d->n < threads ? d->n : threads;
@@ -364,6 +383,13 @@ phx_status px_cpu_conv2d_dnnl(int pass, const phx_conv2d_desc *d, const float *x
                               const float *dy, float *y, float *dx, float *dw, float *db)
 {
     (void)pass, (void)d, (void)x, (void)w, (void)bias, (void)dy, (void)y, (void)dx, (void)dw, (void)db;
+    return PHX_EUNSUPPORTED;
+}
+
+phx_status px_cpu_conv2d_dnnl_dt(int pass, const phx_conv2d_desc *d, phx_dtype dt, const void *x, const void *w,
+                                 const float *bias, const void *dy, void *y, void *dx, float *dw, float *db)
+{
+    (void)pass, (void)d, (void)dt, (void)x, (void)w, (void)bias, (void)dy, (void)y, (void)dx, (void)dw, (void)db;
     return PHX_EUNSUPPORTED;
 }
 #endif

@@ -5,7 +5,10 @@
  *   forward:         Y_g (K/g, B oh ow) = W_g col, then scattered to NCHW + bias
  *   backward data:   dcol = W_g^T dY_g, added back into dx (col2im)
  *   backward weight: dW_g += dY_g col^T, db += row sums of dY_g
- * Activations in f16/bf16 are widened while building col and rounded once
+ * f16/bf16 convolutions run the f32 path auto (or PHX_CPU_CONV) picks on
+ * widened copies of their operands, rounded once on the way out
+ * (conv_half); on the im2col path (forced, or where no other kernel takes
+ * the shape) activations are widened while building col and rounded once
  * on the way out; all GEMMs are f32. Scratch: slot 0 col, 1 the gathered
  * dY or Y, 2 the f32 weight. */
 #include "config.h"
@@ -229,24 +232,29 @@ const char *px_cpu_conv2d_path_name(int path)
     return path >= 0 && path <= CONV_FALLBACK ? conv_names[path] : "?";
 }
 
-/* PHX_CPU_CONV=auto's fixed rule, for f32 where the kernels use AVX-512,
- * from what measured fastest on bench/kernels' shapes (doc/guide/cnn.md):
+/* PHX_CPU_CONV=auto's fixed rule, for f32 (and f16, and bf16 without
+ * oneDNN's bf16 kernels, all on f32 kernels: conv_half) where the kernels
+ * use AVX-512, from what measured fastest on bench/kernels' shapes
+ * (doc/guide/cnn.md):
  *   Winograd for 3 x 3 stride-1 convolutions of 16 or more channels in
  *   and out;
  *   the direct kernel for the forward pass where c kh kw <= 27 and the
  *   weight pass where it is <= 9 (a first layer);
  * and oneDNN for the rest; where the build has no oneDNN or oneDNN has no
  * kernel, the implicit GEMM (faster than im2col on 7 of those 9 passes)
- * where the kernels use AVX-512, else im2col. f16/bf16 always take
- * im2col. */
+ * where the kernels use AVX-512, else im2col. bf16 where oneDNN has
+ * bf16 kernels for this CPU (AVX512-BF16, AMX): the direct kernel where
+ * f32 takes it, oneDNN's bf16 convolutions for every other pass (on
+ * bench/step's CNN and ResNet at one thread they measured 1.4x the
+ * widened Winograd per CPU-second, doc/guide/precision.md). */
 int px_cpu_conv2d_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt)
 {
-    if (dt != PHX_F32) return CONV_IM2COL;
-    if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
+    int native = dt == PHX_BF16 && px_cpu_dnnl_bf16_native();
+    if (!native && px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
         return CONV_WINOGRAD;
     if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) && (pass == 0 || d->c * d->kh * d->kw <= 9))
         return CONV_DIRECT;
-    return CONV_FALLBACK;
+    return dt == PHX_BF16 && px_cpu_dnnl_bf16_native() ? CONV_DNNL : CONV_FALLBACK;
 }
 
 /* the path a tuning measurement is timing on this thread; -1: none */
@@ -291,7 +299,8 @@ static phx_status conv_trial_run(void *arg, int path)
  * winograd|direct forces one (the last three only where the kernels use
  * AVX-512; a pass the forced kernel does not take falls to oneDNN, then
  * im2col). auto (or unset): for f32, the tuning cache's choice for the
- * shape class (PHX_TUNE, src/tune/tune.h), else px_cpu_conv2d_rule. */
+ * shape class (PHX_TUNE, src/tune/tune.h), else px_cpu_conv2d_rule;
+ * f16/bf16 always take the rule (the cache times f32 kernels only). */
 phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, int *path)
 {
     if (trial_path >= 0) {
@@ -318,7 +327,7 @@ phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, 
     if (force >= CONV_AVX512 && px_cpu_isa() != PX_ISA_AVX512)
         return phx_error(PHX_EUNSUPPORTED, "conv2d: PHX_CPU_CONV=%s but the kernels use %s (PHX_CPU_ISA)", e,
                          px_cpu_isa_name(px_cpu_isa()));
-    *path = dt != PHX_F32 ? CONV_IM2COL : force >= 0 ? force : px_cpu_conv2d_rule(pass, d, dt);
+    *path = force >= 0 ? force : px_cpu_conv2d_rule(pass, d, dt);
     if (dt != PHX_F32 || force >= 0 || px_tune_measuring()) return PHX_OK;
     px_tune_mode mode;
     phx_status st = px_tune_mode_get(&mode);
@@ -371,6 +380,83 @@ static phx_status conv_fast(int path, int pass, const phx_conv2d_desc *d, const 
     return st;
 }
 
+/* Whether conv_fast may take the path rather than leave it to im2col:
+ * the fallback needs oneDNN or the implicit GEMM. */
+static int fast_possible(int path)
+{
+    if (path == CONV_IM2COL) return 0;
+#ifdef HAVE_DNNL
+    return 1;
+#else
+    return path != CONV_FALLBACK || px_cpu_isa() == PX_ISA_AVX512;
+#endif
+}
+
+/* A cast of n elements split over the thread budget (the conversions of
+ * one batch of images are too long for one core at 2 threads). */
+typedef struct conv_cast {
+    void *dst;
+    const void *src;
+    phx_dtype dt, st;
+    phx_status err;
+} conv_cast;
+
+static void cast_part(void *arg, int64_t lo, int64_t hi)
+{
+    conv_cast *c = arg;
+    size_t od = phx_dtype_size(c->dt), os = phx_dtype_size(c->st);
+    phx_status st =
+        px_cpu_cast(0, (char *)c->dst + (size_t)lo * od, c->dt, (const char *)c->src + (size_t)lo * os, c->st, hi - lo);
+    if (st != PHX_OK) c->err = st; /* only a bug: the dtypes are checked */
+}
+
+static phx_status cast_split(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    conv_cast c = {dst, src, dt, st, PHX_OK};
+    px_cpu_parallel_for(n, (int64_t)1 << 15, cast_part, &c);
+    return c.err;
+}
+
+/* n elements of src (f16/bf16) widened, exactly, into scratch slot */
+static float *widened(int slot, const void *src, phx_dtype dt, int64_t n)
+{
+    float *f = px_cpu_scratch(slot, (size_t)(n > 0 ? n : 1) * sizeof(float));
+    return f && cast_split(f, PHX_F32, src, dt, n) == PHX_OK ? f : NULL;
+}
+
+/* An f16/bf16 pass: bf16 on oneDNN when path is CONV_DNNL and oneDNN
+ * has bf16 kernels for this CPU; otherwise on the f32 kernels of path: x,
+ * w and dy widened into
+ * scratch slots 7, 8 and 9 (the f32 kernels use 0 .. 6), the pass run in
+ * f32, and y or dx rounded to dt once per element; dw and db are f32 and
+ * accumulate as in f32. So the result is the f32 path's on the widened
+ * operands, rounded once (t/tensor/conv checks it bit for bit; oneDNN's
+ * bf16 kernels sum in another order, within a rounding of it).
+ * PHX_EUNSUPPORTED (nothing written) where the kernels decline. */
+static phx_status conv_half(int path, int pass, const phx_conv2d_desc *d, const void *x, const void *w,
+                            const float *bias, const void *dy, void *y, void *dx, float *dw, float *db, phx_dtype dt)
+{
+    /* oneDNN's bf16 kernels: no copies, f32 accumulation, one rounding */
+    if (dt == PHX_BF16 && path == CONV_DNNL && px_cpu_dnnl_bf16_native()) {
+        phx_status st = px_cpu_conv2d_dnnl_dt(pass, d, dt, x, w, bias, dy, y, dx, dw, db);
+        if (st != PHX_EUNSUPPORTED) return st;
+    }
+    int64_t nx = d->n * d->c * d->h * d->w, ny = d->n * d->k * d->oh * d->ow;
+    int64_t nw = d->k * (d->c / d->groups) * d->kh * d->kw;
+    float *xf = NULL, *wf = NULL, *dyf = NULL, *yf = NULL, *dxf = NULL;
+    if (x && !(xf = widened(7, x, dt, nx))) return PHX_ENOMEM;
+    if (w && !(wf = widened(8, w, dt, nw))) return PHX_ENOMEM;
+    if (dy && !(dyf = widened(9, dy, dt, ny))) return PHX_ENOMEM;
+    /* the f32 output in the slot of the operand the pass does not read */
+    if (y && !(yf = px_cpu_scratch(9, (size_t)(ny > 0 ? ny : 1) * sizeof(float)))) return PHX_ENOMEM;
+    if (dx && !(dxf = px_cpu_scratch(7, (size_t)(nx > 0 ? nx : 1) * sizeof(float)))) return PHX_ENOMEM;
+    phx_status st = conv_fast(path, pass, d, xf, wf, bias, dyf, yf, dxf, dw, db);
+    if (st != PHX_OK) return st;
+    if (y) return cast_split(y, dt, yf, PHX_F32, ny);
+    if (dx) return cast_split(dx, dt, dxf, PHX_F32, nx);
+    return PHX_OK;
+}
+
 static phx_status col_scratch(const conv_geom *g, float **col, float **blk)
 {
     *col = px_cpu_scratch(0, (size_t)(g->rows * g->chunk * g->ohw) * sizeof(float));
@@ -388,7 +474,11 @@ phx_status px_cpu_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *
         return phx_error(PHX_EINVAL, "conv2d_forward: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
     if ((st = px_cpu_conv2d_path(0, d, dt, &path)) != PHX_OK) return st;
-    if ((st = conv_fast(path, 0, d, x, w, bias, NULL, y, NULL, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
+    if (dt != PHX_F32 && fast_possible(path) &&
+        (st = conv_half(path, 0, d, x, w, bias, NULL, y, NULL, NULL, NULL, dt)) != PHX_EUNSUPPORTED)
+        return st;
+    if (dt == PHX_F32 && (st = conv_fast(path, 0, d, x, w, bias, NULL, y, NULL, NULL, NULL)) != PHX_EUNSUPPORTED)
+        return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
     if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
@@ -415,7 +505,11 @@ phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const 
         return phx_error(PHX_EINVAL, "conv2d_backward_data: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
     if ((st = px_cpu_conv2d_path(1, d, dt, &path)) != PHX_OK) return st;
-    if ((st = conv_fast(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED) return st;
+    if (dt != PHX_F32 && fast_possible(path) &&
+        (st = conv_half(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL, dt)) != PHX_EUNSUPPORTED)
+        return st;
+    if (dt == PHX_F32 && (st = conv_fast(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED)
+        return st;
     float *col, *blk;
     const float *wf = weight_f32(w, dt, d->k * g.rows);
     if (!wf || (st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
@@ -450,7 +544,11 @@ phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, cons
         return phx_error(PHX_EINVAL, "conv2d_backward_weight: dtype %s, expected f32, f16 or bf16", phx_dtype_name(dt));
     int path;
     if ((st = px_cpu_conv2d_path(2, d, dt, &path)) != PHX_OK) return st;
-    if ((st = conv_fast(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED) return st;
+    if (dt != PHX_F32 && fast_possible(path) &&
+        (st = conv_half(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db, dt)) != PHX_EUNSUPPORTED)
+        return st;
+    if (dt == PHX_F32 && (st = conv_fast(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED)
+        return st;
     float *col, *blk;
     if ((st = col_scratch(&g, &col, &blk)) != PHX_OK) return PHX_ENOMEM;
     for (int64_t b0 = 0; b0 < d->n; b0 += g.chunk) {

@@ -252,9 +252,11 @@ PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, floa
     } while (0)
 
 /* Thread-local scratch of at least bytes (64-byte aligned), grown on
- * demand and kept for the thread's life: slots 0..6 are independent.
+ * demand and kept for the thread's life: slots 0..9 are independent.
  * NULL with phx_last_error on ENOMEM. Slots 5 and 6 hold the packed
- * panels of gemm-avx512.c. */
+ * panels of gemm-avx512.c; 7..9 the f32 copies of an f16/bf16
+ * convolution's operands (conv.c), which the f32 kernels it calls never
+ * touch. */
 void *px_cpu_scratch(int slot, size_t bytes);
 /* Sets the calling thread's scratch aside (returned) and starts it afresh,
  * and frees the fresh one and puts the saved one back: a tuning
@@ -309,6 +311,12 @@ phx_status px_cpu_gemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, in
  * error set, when oneDNN has no kernel or the build has no oneDNN. */
 phx_status px_cpu_conv2d_dnnl(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                               const float *dy, float *y, float *dx, float *dw, float *db);
+/* The same in dt: PHX_F32 as above; PHX_BF16 (x, w, dy, y, dx in bf16;
+ * bias, dw, db f32) on oneDNN's bf16 kernels (AVX512-BF16, AMX), f32
+ * accumulation, each output rounded once; PHX_EUNSUPPORTED for other
+ * dtypes. */
+phx_status px_cpu_conv2d_dnnl_dt(int pass, const phx_conv2d_desc *d, phx_dtype dt, const void *x, const void *w,
+                                 const float *bias, const void *dy, void *y, void *dx, float *dw, float *db);
 /* An f32 convolution on the packed AVX-512 GEMM (conv-avx512.c), the
  * passes and arguments of px_cpu_conv2d_dnnl, for a CPU (and PHX_CPU_ISA)
  * with AVX-512; PHX_EUNSUPPORTED, with nothing written and no error set,
@@ -332,8 +340,11 @@ phx_status px_cpu_conv2d_small(int pass, const phx_conv2d_desc *d, const float *
  * GEMM where the kernels use AVX-512, then im2col.
  * px_cpu_conv2d_rule: PHX_CPU_CONV=auto's fixed rule; px_cpu_conv2d_path:
  * the path the pass takes (PHX_CPU_CONV when forced, else for f32 the
- * tuning cache's choice for the shape class, else the rule; f16/bf16
- * always im2col); px_cpu_conv2d_path_name: "im2col", "dnnl", ... */
+ * tuning cache's choice for the shape class, else the rule). f16/bf16
+ * run the f32 kernels on f32 copies of their operands, rounded once,
+ * except bf16 on CONV_DNNL where oneDNN has bf16 kernels for this CPU
+ * (the rule then takes them for every pass but the direct kernel's);
+ * px_cpu_conv2d_path_name: "im2col", "dnnl", ... */
 enum { PX_CONV_IM2COL, PX_CONV_DNNL, PX_CONV_AVX512, PX_CONV_WINOGRAD, PX_CONV_DIRECT, PX_CONV_FALLBACK };
 int px_cpu_conv2d_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt);
 phx_status px_cpu_conv2d_path(int pass, const phx_conv2d_desc *d, phx_dtype dt, int *path);

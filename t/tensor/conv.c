@@ -12,7 +12,13 @@
  * of the reference, per element. Then: the AVX-512 paths give the same
  * bits on 1 and 3 threads; auto gives Winograd's bits where it takes the
  * pass, the direct kernel's for one input channel and oneDNN's (im2col's)
- * elsewhere; a bad PHX_CPU_CONV names the choices. */
+ * elsewhere; f16 and bf16 passes on every path and auto give the f32
+ * path's result on the widened operands rounded once per output (dx, y),
+ * and its dw and db exactly, bit for bit, except bf16 on oneDNN's bf16
+ * kernels (PHX_CPU_CONV=dnnl, and auto, where oneDNN has them for this
+ * CPU), which sum in their own order: within a bf16 rounding of the f32
+ * result plus 3e-6 of the sum of |terms|; a bad PHX_CPU_CONV names the
+ * choices. */
 #include "config.h"
 #include <math.h>
 #include <stdio.h>
@@ -117,6 +123,71 @@ static phx_status passes(const char *path, const phx_conv2d_desc *d, const data 
     return st;
 }
 
+/* Whether the f16/bf16 passes on path (NULL: auto) give the f32 path's
+ * bits on the same values: x, w, dy rounded to dt, widened for the f32
+ * run; y and dx of the half run against the f32 run's rounded with the
+ * scalar rounding of kernels/math.h; dw and db (f32) equal. */
+static int half_same(const char *path, phx_dtype dt, const phx_conv2d_desc *d, const data *t, int bias, int near)
+{
+    const phx_kernels_v1 *K = cu_kernels();
+    int bf = dt == PHX_BF16;
+    size_t nx = t->nx, nw = t->nw, ny = t->ny, nk = (size_t)d->k;
+    uint16_t *hx = malloc(nx * 2), *hw = malloc(nw * 2), *hdy = malloc(ny * 2), *hy = malloc(ny * 2),
+             *hdx = malloc(nx * 2);
+    float *fx = malloc(nx * 4), *fw = malloc(nw * 4), *fdy = malloc(ny * 4), *fy = malloc(ny * 4),
+          *fdx = malloc(nx * 4);
+    float *fdw = malloc(nw * 4), *fdb = malloc(nk * 4), *hdw = malloc(nw * 4), *hdb = malloc(nk * 4);
+    int same = hx && hw && hdy && hy && hdx && fx && fw && fdy && fy && fdx && fdw && fdb && hdw && hdb;
+    for (size_t i = 0; same && i < nx; i++)
+        hx[i] = bf ? phx_f32_to_bf16(t->x[i]) : phx_f32_to_f16(t->x[i]),
+        fx[i] = bf ? phx_bf16_to_f32(hx[i]) : phx_f16_to_f32(hx[i]);
+    for (size_t i = 0; same && i < nw; i++)
+        hw[i] = bf ? phx_f32_to_bf16(t->w[i]) : phx_f32_to_f16(t->w[i]),
+        fw[i] = bf ? phx_bf16_to_f32(hw[i]) : phx_f16_to_f32(hw[i]);
+    for (size_t i = 0; same && i < ny; i++)
+        hdy[i] = bf ? phx_f32_to_bf16(t->dy[i]) : phx_f32_to_f16(t->dy[i]),
+        fdy[i] = bf ? phx_bf16_to_f32(hdy[i]) : phx_f16_to_f32(hdy[i]);
+    for (int run = 0; same && run < 2; run++) {
+        if (path)
+            setenv("PHX_CPU_CONV", path, 1);
+        else
+            unsetenv("PHX_CPU_CONV");
+        float *dw = run ? hdw : fdw, *db = run ? hdb : fdb;
+        for (size_t i = 0; i < nw; i++) dw[i] = 0.5f;
+        for (size_t i = 0; i < nk; i++) db[i] = 0.5f;
+        phx_dtype rt = run ? dt : PHX_F32;
+        phx_status st = K->conv2d_forward(0, d, run ? (void *)hx : fx, run ? (void *)hw : fw, bias ? t->b : NULL,
+                                          run ? (void *)hy : fy, rt);
+        if (st == PHX_OK)
+            st = K->conv2d_backward_data(0, d, run ? (void *)hdy : fdy, run ? (void *)hw : fw, run ? (void *)hdx : fdx,
+                                         rt);
+        if (st == PHX_OK)
+            st = K->conv2d_backward_weight(0, d, run ? (void *)hx : fx, run ? (void *)hdy : fdy, dw, bias ? db : NULL,
+                                           rt);
+        unsetenv("PHX_CPU_CONV");
+        if (st != PHX_OK) diag("%s %s: %s", path ? path : "auto", phx_dtype_name(rt), phx_last_error());
+        same = st == PHX_OK;
+    }
+    size_t bad = 0;
+    if (near) { /* a bf16 rounding (2^-8 relative covers it) plus sums in another order */
+        for (size_t i = 0; same && i < ny; i++)
+            bad += fabs(phx_bf16_to_f32(hy[i]) - fy[i]) > 0x1p-8 * fabs(fy[i]) + 3e-6 * t->ay[i];
+        for (size_t i = 0; same && i < nx; i++)
+            bad += fabs(phx_bf16_to_f32(hdx[i]) - fdx[i]) > 0x1p-8 * fabs(fdx[i]) + 3e-6 * t->adx[i];
+        for (size_t i = 0; same && i < nw; i++) bad += fabs(hdw[i] - fdw[i]) > 3e-6 * t->adw[i];
+        for (size_t i = 0; same && bias && i < nk; i++) bad += fabs(hdb[i] - fdb[i]) > 3e-6 * t->adb[i];
+    } else {
+        for (size_t i = 0; same && i < ny; i++) bad += hy[i] != (bf ? phx_f32_to_bf16(fy[i]) : phx_f32_to_f16(fy[i]));
+        for (size_t i = 0; same && i < nx; i++)
+            bad += hdx[i] != (bf ? phx_f32_to_bf16(fdx[i]) : phx_f32_to_f16(fdx[i]));
+        if (same) bad += memcmp(hdw, fdw, nw * 4) != 0 || memcmp(hdb, fdb, nk * 4) != 0;
+    }
+    if (bad) diag("%s %s: %zu values differ", path ? path : "auto", phx_dtype_name(dt), bad);
+    free(hx), free(hw), free(hdy), free(hy), free(hdx), free(fx), free(fw), free(fdy), free(fy), free(fdx);
+    free(fdw), free(fdb), free(hdw), free(hdb);
+    return same && !bad;
+}
+
 static int cpu_avx512(void)
 {
     return cu_cpu_has("avx512f") && cu_cpu_has("fma") && cu_cpu_has("f16c") &&
@@ -135,9 +206,21 @@ static int path_available(int p)
     return p < 2 || cpu_avx512();
 }
 
+/* Whether bf16 (h 0) on path p (NPATHS: auto) may run on oneDNN's bf16
+ * kernels: a build with oneDNN on a CPU with AVX512-BF16 */
+static int bf16_native(int h, int p)
+{
+#ifdef HAVE_DNNL
+    return h == 0 && (p == 1 || p == NPATHS) && cu_cpu_has("avx512_bf16");
+#else
+    (void)h, (void)p;
+    return 0;
+#endif
+}
+
 int main(void)
 {
-    plan(NPATHS * NSHAPES + 6);
+    plan(NPATHS * NSHAPES + 6 + 2 * (NPATHS + 1));
     size_t most_x = 0, most_w = 0, most_y = 0;
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
@@ -157,6 +240,7 @@ int main(void)
         return 1;
     }
     int avx = cpu_avx512();
+    int half_bad[2][NPATHS + 1] = {{0}};
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
         t.nx = (size_t)(d->n * d->c * d->h * d->w), t.nw = (size_t)(d->k * d->c / d->groups * d->kh * d->kw);
@@ -191,6 +275,11 @@ int main(void)
                     shapes[s].bias ? ", db" : "", e))
                 diag("%s", st == PHX_OK ? "" : phx_last_error());
         }
+        for (int h = 0; h < 2; h++)
+            for (int p = 0; p <= NPATHS; p++)
+                if (p == NPATHS || path_available(p))
+                    half_bad[h][p] += !half_same(p < NPATHS ? paths[p] : NULL, h ? PHX_F16 : PHX_BF16, d, &t,
+                                                 shapes[s].bias, bf16_native(h, p));
         /* bits on 1 and 3 threads: the implicit GEMM and Winograd on 18
          * tiles a row and several chunks, the direct kernel on one input
          * channel */
@@ -234,6 +323,23 @@ int main(void)
         }
         ok(same, "auto: 16 -> 24 channels, 3x3, stride 1 take Winograd for every pass");
     }
+    for (int h = 0; h < 2; h++)
+        for (int p = 0; p <= NPATHS; p++) {
+            if (p < NPATHS && !path_available(p)) {
+                skip(1, p == 1 ? "built without oneDNN" : "the kernels do not use AVX-512");
+                continue;
+            }
+            if (bf16_native(h, p))
+                ok(half_bad[h][p] == 0,
+                   "PHX_CPU_CONV=%s, bf16 on oneDNN's bf16 kernels: y, dx, dw, db within a bf16 rounding of the f32 "
+                   "path's on the widened operands + 3e-6 of the sum of |terms| (%d of %d shapes differ)",
+                   p < NPATHS ? paths[p] : "auto", half_bad[h][p], NSHAPES);
+            else
+                ok(half_bad[h][p] == 0,
+                   "PHX_CPU_CONV=%s, %s: y and dx are the f32 path's on the widened operands rounded once, dw and "
+                   "db its bits (%d of %d shapes differ)",
+                   p < NPATHS ? paths[p] : "auto", h ? "f16" : "bf16", half_bad[h][p], NSHAPES);
+        }
     setenv("PHX_CPU_CONV", "fast", 1);
     phx_status st = cu_kernels()->conv2d_forward(0, &shapes[0].d, t.x, t.w, NULL, y, PHX_F32);
     unsetenv("PHX_CPU_CONV");
