@@ -346,6 +346,7 @@ int main(int argc, char **argv)
     phx_status st = px_cpu_conv2d_path(0, &cd, PHX_F32, &cp);
     ok(st == PHX_OK && cp >= 0 && cp != PX_CONV_FALLBACK, "measure: a convolution's forward pass chosen (%s)",
        px_cpu_conv2d_path_name(cp));
+    free(b);
     b = slurp(c3, &n);
     char ckey[200];
     snprintf(ckey, sizeof ckey, "t%d conv0 f32 n4 c16 k16 10x10 3x3 s1x1 p1x1 d1x1 g1", px_threads_budget());
