@@ -6,16 +6,13 @@
  * PHX_EPEER (or PHX_ETIMEOUT) from phx_optimizer_step (that one or the
  * next, when the gather had completed for them) in under 10 s, with
  * a message naming the all-gather, and exit normally. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
-#include "src/world/free-port.h"
 #include "t/comm_harness.h"
+#include "t/gloo-procs.h"
 
 #define N 3
 #define WIDTH 1024 /* Linear(1024, 1024): 4 MiB of parameters, one region */
@@ -23,13 +20,6 @@
 static h_shared *H;
 static phx_comm *g_comm;
 static phx_optimizer *g_zero;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Rank 2's shard optimizer: AdamW, except that its third step starts the
  * step's all-gather itself and dies inside it. */
@@ -106,9 +96,9 @@ static int gloo_rank(int rank)
     phx_status st = PHX_OK;
     double dt = 0;
     for (int s = 0; s < 5 && st == PHX_OK; s++) {
-        double t0 = now();
+        double t0 = gp_now();
         st = phx_optimizer_step(g_zero);
-        dt = now() - t0;
+        dt = gp_now() - t0;
     }
     char why[300];
     snprintf(why, sizeof why, "%s after %.2f s at step %lld: %s", phx_status_name(st), dt,
@@ -136,37 +126,8 @@ int main(void)
         return done_testing();
     }
     H = h_new(N);
-    char port[16];
-    snprintf(port, sizeof port, "%d", px_free_port());
-    pid_t pids[N];
-    fflush(NULL);
-    for (int r = 0; r < N; r++) {
-        if ((pids[r] = fork()) == 0) {
-            char b[8];
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            snprintf(b, sizeof b, "%d", r);
-            setenv("RANK", b, 1);
-            setenv("WORLD_SIZE", "3", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", port, 1);
-            _exit(gloo_rank(r));
-        }
-    }
-    double end = now() + 30;
-    int left = N, status[N] = {0};
-    while (left && now() < end) {
-        for (int r = 0; r < N; r++)
-            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
-                pids[r] = -1;
-                left--;
-            }
-        usleep(20000);
-    }
-    for (int r = 0; r < N; r++)
-        if (pids[r] > 0) {
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status[r], 0);
-        }
+    int status[N];
+    int left = gp_run(N, gloo_rank, 30, status);
     ok(left == 0, "every process ended by itself (%d still running after 30 s)", left);
     ok(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL, "rank 2 died by SIGKILL mid-all-gather");
     ok(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0 && WIFEXITED(status[1]) && WEXITSTATUS(status[1]) == 0,

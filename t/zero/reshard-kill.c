@@ -11,18 +11,15 @@
  * index; afterwards index.json is still generation 1 and
  * phx_zero_checkpoint_load_full of the folder gives the parameters and
  * step count of a plain AdamW after 2 steps (within 1e-6). */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <ftw.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
-#include "src/world/free-port.h"
 #include "t/comm_harness.h"
+#include "t/gloo-procs.h"
 #include "t/ddp-util.h"
 
 #define N 3
@@ -38,13 +35,6 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
 {
     (void)sb, (void)flag, (void)f;
     return remove(p);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct dying {
@@ -146,9 +136,9 @@ static int gloo_rank(int rank)
     h_check(H, rank, st == PHX_OK, phx_last_error(), "2 steps and the first save");
     if (st == PHX_OK) st = train(m, z, 2, 1);
     armed = 1;
-    double t0 = now();
+    double t0 = gp_now();
     phx_status s2 = st == PHX_OK ? phx_zero_checkpoint_save(dir, m, z, NULL) : st;
-    double dt = now() - t0;
+    double dt = gp_now() - t0;
     char why[400];
     snprintf(why, sizeof why, "%s after %.2f s: %s", phx_status_name(s2), dt, phx_last_error());
     h_check(H, rank, s2 == PHX_EPEER || s2 == PHX_ETIMEOUT, why,
@@ -172,37 +162,8 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/phx-reshard-kill-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
     H = h_new(N);
-    char port[16];
-    snprintf(port, sizeof port, "%d", px_free_port());
-    pid_t pids[N];
-    fflush(NULL);
-    for (int r = 0; r < N; r++) {
-        if ((pids[r] = fork()) == 0) {
-            char b[8];
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            snprintf(b, sizeof b, "%d", r);
-            setenv("RANK", b, 1);
-            setenv("WORLD_SIZE", "3", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", port, 1);
-            _exit(gloo_rank(r));
-        }
-    }
-    double end = now() + 30;
-    int left = N, status[N] = {0};
-    while (left && now() < end) {
-        for (int r = 0; r < N; r++)
-            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
-                pids[r] = -1;
-                left--;
-            }
-        usleep(20000);
-    }
-    for (int r = 0; r < N; r++)
-        if (pids[r] > 0) {
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status[r], 0);
-        }
+    int status[N];
+    int left = gp_run(N, gloo_rank, 30, status);
     ok(left == 0, "every process ended by itself (%d still running after 30 s)", left);
     ok(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL, "rank 2 died by SIGKILL mid-save");
     H->nranks = 2; /* the survivors' checks */

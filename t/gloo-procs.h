@@ -1,0 +1,65 @@
+/* Tests that kill a rank of a gloo world started by hand: n processes
+ * forked with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (each dies
+ * with the test), then reaped within a deadline. */
+#ifndef PHX_T_GLOO_PROCS_H
+#define PHX_T_GLOO_PROCS_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "src/world/free-port.h"
+
+static inline double gp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs rank(r) as each of n (<= 16) forked processes of one gloo world on
+ * 127.0.0.1 and waits up to `seconds` for them: status[r] gets each wait
+ * status; processes still running then are SIGKILLed and reaped. Returns
+ * how many were still running. */
+static inline int gp_run(int n, int (*rank)(int), double seconds, int *status)
+{
+    char port[16], world[16];
+    snprintf(port, sizeof port, "%d", px_free_port());
+    snprintf(world, sizeof world, "%d", n);
+    pid_t pids[16];
+    fflush(NULL);
+    for (int r = 0; r < n; r++) {
+        status[r] = 0;
+        if ((pids[r] = fork()) == 0) {
+            char b[8];
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            snprintf(b, sizeof b, "%d", r);
+            setenv("RANK", b, 1);
+            setenv("WORLD_SIZE", world, 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", port, 1);
+            _exit(rank(r));
+        }
+    }
+    double end = gp_now() + seconds;
+    int left = n;
+    while (left && gp_now() < end) {
+        for (int r = 0; r < n; r++)
+            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+                pids[r] = -1;
+                left--;
+            }
+        usleep(20000);
+    }
+    for (int r = 0; r < n; r++)
+        if (pids[r] > 0) {
+            kill(pids[r], SIGKILL);
+            waitpid(pids[r], &status[r], 0);
+        }
+    return left;
+}
+
+#endif
