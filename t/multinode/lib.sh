@@ -117,3 +117,33 @@ mn_now() { date +%s.%N | cut -c1-14; }
 mn_secs() { echo "$1 $2" | awk '{ printf "%.1f", $2 - $1 }'; }
 # Whether a <= b (decimals).
 mn_le() { echo "$1 $2" | awk '{ exit !($1 <= $2) }'; }
+
+# One gloo world of 2 nodes x 2 ranks, one phxrun per node, running the
+# TAP program $1 (a path under the build tree) on every rank: node 0's TAP
+# lines (rank 0 prints them for all four), then one more line, ok when
+# both phxruns exit 0 with at least $2 checks passed and none failed, and
+# the plan. Needs the namespaces up (mn_up 2) and a scratch folder $3.
+mn_tap_2x2() {
+    prog=$1 min=$2 dir=$3
+    pids=
+    for i in 0 1; do
+        mn_exec $i timeout -k 5 240 "$b/tools/phxrun" --nnodes 2 --node-rank $i --nproc-per-node 2 \
+            --master-addr "$(mn_addr 0)" --master-port 29500 "$prog" >"$dir/out.$i" 2>&1 &
+        pids="$pids $!"
+    done
+    worst=0
+    for p in $pids; do wait "$p" || worst=$?; done
+    grep -E '^(not )?ok [0-9]+|^1\.\.[0-9]+' "$dir/out.0" | grep -v '^1\.\.' >"$dir/tap"
+    n=$(grep -c '^ok ' "$dir/tap")
+    nn=$(grep -c '^not ok ' "$dir/tap")
+    cat "$dir/tap"
+    k=$(wc -l <"$dir/tap")
+    k=$((k + 1))
+    if [ "$worst" = 0 ] && [ "$n" -ge "$min" ] && [ "$nn" = 0 ]; then
+        echo "ok $k - 2 nodes x 2 ranks: both phxruns exit 0, $n checks passed on rank 0"
+    else
+        echo "not ok $k - 2 nodes x 2 ranks: exit $worst, $n checks passed, $nn failed"
+        for i in 0 1; do sed "s/^/# node $i: /" "$dir/out.$i" | grep -v ' ok [0-9]' | tail -15; done
+    fi
+    echo "1..$k"
+}
