@@ -253,4 +253,48 @@ static inline phx_comm *tu_comm(int rank)
     }
     return c;
 }
+/* Tensors read from a reference file (bench/torch/ scripts write them):
+ * phx_safetensors_read(path, &r.names, &r.t, &r.n). */
+typedef struct tu_ref {
+    char **names;
+    phx_tensor **t;
+    size_t n;
+} tu_ref;
+
+/* The tensor named by the printf format, or NULL (said in a # line). */
+static inline phx_tensor *tu_ref_find(const tu_ref *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline phx_tensor *tu_ref_find(const tu_ref *r, const char *fmt, ...)
+{
+    char key[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(key, sizeof key, fmt, ap);
+    va_end(ap);
+    for (size_t i = 0; i < r->n; i++)
+        if (!strcmp(r->names[i], key)) return r->t[i];
+    printf("# no tensor '%s' in the reference file\n", key);
+    return NULL;
+}
+
+/* max |a - b| / max |b| over one tensor's elements (INFINITY when they
+ * cannot be read or differ in size). */
+static inline double tu_rel(const phx_tensor *a, const phx_tensor *b)
+{
+    int64_t n = phx_tensor_numel(b);
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    double diff = 0, scale = 0;
+    if (x && y && phx_tensor_numel(a) == n && phx_tensor_to_host(a, x) == PHX_OK &&
+        phx_tensor_to_host(b, y) == PHX_OK) {
+        for (int64_t i = 0; i < n; i++) {
+            diff = fmax(diff, fabs((double)x[i] - y[i]));
+            scale = fmax(scale, fabs((double)y[i]));
+        }
+    } else {
+        diff = INFINITY;
+    }
+    free(x);
+    free(y);
+    return diff / fmax(scale, 1e-30);
+}
+
 #endif

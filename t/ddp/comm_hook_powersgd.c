@@ -19,43 +19,7 @@
 #define STEPS 6
 static const int64_t sizes[] = {6, 16, 8, 3};
 static const char *const names[6] = {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"};
-static char **tn;
-static phx_tensor **tt;
-static size_t nt;
-
-static phx_tensor *find(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static phx_tensor *find(const char *fmt, ...)
-{
-    char key[64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(key, sizeof key, fmt, ap);
-    va_end(ap);
-    for (size_t i = 0; i < nt; i++)
-        if (!strcmp(tn[i], key)) return tt[i];
-    printf("# no tensor '%s' in the reference file\n", key);
-    return NULL;
-}
-
-/* max |a - b| / max |b| over one tensor's elements */
-static double rel(const phx_tensor *a, const phx_tensor *b)
-{
-    int64_t n = phx_tensor_numel(b);
-    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-    double diff = 0, scale = 0;
-    if (x && y && phx_tensor_numel(a) == n && phx_tensor_to_host(a, x) == PHX_OK &&
-        phx_tensor_to_host(b, y) == PHX_OK) {
-        for (int64_t i = 0; i < n; i++) {
-            diff = fmax(diff, fabs((double)x[i] - y[i]));
-            scale = fmax(scale, fabs((double)y[i]));
-        }
-    } else {
-        diff = INFINITY;
-    }
-    free(x);
-    free(y);
-    return diff / fmax(scale, 1e-30);
-}
+static tu_ref ref; /* the reference file */
 
 /* The script's replacement of torch.randn for a (1, cols, r) Q. */
 static void init_q(void *user, size_t bucket, size_t param, int64_t cols, int64_t r, float *q)
@@ -74,7 +38,7 @@ static int rank_main(int rank, void *arg)
     if (!c) return 1;
     phx_module *model = tu_mlp(sizes, 4, 1);
     for (size_t i = 0; i < 6; i++) {
-        phx_tensor *init = find("init.%s", names[i]);
+        phx_tensor *init = tu_ref_find(&ref, "init.%s", names[i]);
         if (!init || phx_tensor_copy(phx_param_value(phx_module_param(model, i)), init) != PHX_OK) return 1;
     }
     phx_module *ddp = phx_ddp_new(model, c, NULL);
@@ -98,11 +62,11 @@ static int rank_main(int rank, void *arg)
      * bits may round to the neighbouring f16 (2^-11 relative): 1e-4. */
     double tol = run ? 1e-5 : 1e-4, worst = 0;
     for (int s = 0; s < STEPS && st == PHX_OK; s++) {
-        phx_tensor *x = find("x.%d.%d", rank, s), *y = find("y.%d.%d", rank, s);
+        phx_tensor *x = tu_ref_find(&ref, "x.%d.%d", rank, s), *y = tu_ref_find(&ref, "y.%d.%d", rank, s);
         st = x && y ? tu_step(ddp, opt, loss, x, y) : PHX_ENOTFOUND;
         for (size_t i = 0; i < 6 && st == PHX_OK; i++) {
-            phx_tensor *want = find("%s.%d.%s", tag, s, names[i]);
-            double e = want ? rel(phx_param_value(phx_module_param(model, i)), want) : INFINITY;
+            phx_tensor *want = tu_ref_find(&ref, "%s.%d.%s", tag, s, names[i]);
+            double e = want ? tu_rel(phx_param_value(phx_module_param(model, i)), want) : INFINITY;
             if (!(e <= tol) && !fails++)
                 printf("# rank %d, %s: after step %d, %s differs from torch's by %.3g (relative)\n", rank, tag, s,
                        names[i], e);
@@ -144,8 +108,9 @@ static void torch_fp16_bits(void)
 #ifdef __FLT16_MAX__
     size_t n = 0, wrong = 0, lossy = 0;
     for (size_t i = 0; i < 6; i++) {
-        phx_tensor *l0 = find("fp16.local.0.%s", names[i]), *l1 = find("fp16.local.1.%s", names[i]),
-                   *h = find("fp16.hooked.%s", names[i]);
+        phx_tensor *l0 = tu_ref_find(&ref, "fp16.local.0.%s", names[i]),
+                   *l1 = tu_ref_find(&ref, "fp16.local.1.%s", names[i]),
+                   *h = tu_ref_find(&ref, "fp16.hooked.%s", names[i]);
         if (!l0 || !l1 || !h) {
             wrong++;
             break;
@@ -181,7 +146,7 @@ int main(void)
     const char *top = getenv("top_srcdir");
     char path[1024];
     snprintf(path, sizeof path, "%s/t/ref/powersgd.safetensors", top ? top : ".");
-    if (phx_safetensors_read(path, &tn, &tt, &nt) != PHX_OK) {
+    if (phx_safetensors_read(path, &ref.names, &ref.t, &ref.n) != PHX_OK) {
         printf("1..0 # SKIP %s\n", phx_last_error());
         return 0;
     }

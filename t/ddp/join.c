@@ -9,42 +9,7 @@
 
 static const int batches[3] = {10, 7, 4};
 static const char *const names[4] = {"0.weight", "0.bias", "2.weight", "2.bias"};
-static char **tn;
-static phx_tensor **tt;
-static size_t nt;
-
-static phx_tensor *find(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static phx_tensor *find(const char *fmt, ...)
-{
-    char key[64];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(key, sizeof key, fmt, ap);
-    va_end(ap);
-    for (size_t i = 0; i < nt; i++)
-        if (!strcmp(tn[i], key)) return tt[i];
-    printf("# no tensor '%s' in the reference file\n", key);
-    return NULL;
-}
-
-/* max |a - b| / max |b| over one tensor's elements */
-static double rel(const phx_tensor *a, const phx_tensor *b)
-{
-    int64_t n = phx_tensor_numel(b);
-    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-    double diff = 0, scale = 0;
-    if (x && y && phx_tensor_to_host(a, x) == PHX_OK && phx_tensor_to_host(b, y) == PHX_OK) {
-        for (int64_t i = 0; i < n; i++) {
-            diff = fmax(diff, fabs((double)x[i] - y[i]));
-            scale = fmax(scale, fabs((double)y[i]));
-        }
-    } else {
-        diff = INFINITY;
-    }
-    free(x);
-    free(y);
-    return diff / fmax(scale, 1e-30);
-}
+static tu_ref ref; /* the reference file */
 
 static int rank_main(int rank, void *arg)
 {
@@ -54,7 +19,7 @@ static int rank_main(int rank, void *arg)
     static const int64_t sizes[] = {5, 8, 3};
     phx_module *model = tu_mlp(sizes, 3, 7 + (uint64_t)rank);
     for (size_t i = 0; i < 4; i++) {
-        phx_tensor *init = find("init.%s", names[i]);
+        phx_tensor *init = tu_ref_find(&ref, "init.%s", names[i]);
         if (!init || phx_tensor_copy(phx_param_value(phx_module_param(model, i)), init) != PHX_OK) return 1;
     }
     phx_module *ddp = phx_ddp_new(model, c, NULL);
@@ -64,7 +29,7 @@ static int rank_main(int rank, void *arg)
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_status st = opt && loss ? phx_ddp_join_begin(ddp, div) : PHX_ENOMEM;
     for (int i = 0; i < batches[rank] && st == PHX_OK; i++) {
-        phx_tensor *x = find("x.%d.%d", rank, i), *y = find("y.%d.%d", rank, i);
+        phx_tensor *x = tu_ref_find(&ref, "x.%d.%d", rank, i), *y = tu_ref_find(&ref, "y.%d.%d", rank, i);
         st = x && y ? tu_step(ddp, opt, loss, x, y) : PHX_ENOTFOUND;
     }
     if (st == PHX_OK) st = phx_ddp_join_end(ddp);
@@ -74,8 +39,8 @@ static int rank_main(int rank, void *arg)
     }
     double worst = 0;
     for (size_t i = 0; i < 4 && !fails; i++) {
-        phx_tensor *want = find("div%d.%s", div, names[i]);
-        double e = want ? rel(phx_param_value(phx_module_param(model, i)), want) : INFINITY;
+        phx_tensor *want = tu_ref_find(&ref, "div%d.%s", div, names[i]);
+        double e = want ? tu_rel(phx_param_value(phx_module_param(model, i)), want) : INFINITY;
         worst = fmax(worst, e);
     }
     if (!fails && !(worst <= 1e-6)) {
@@ -99,7 +64,7 @@ int main(void)
     const char *top = getenv("top_srcdir");
     char path[1024];
     snprintf(path, sizeof path, "%s/t/ref/ddp_join.safetensors", top ? top : ".");
-    if (phx_safetensors_read(path, &tn, &tt, &nt) != PHX_OK) {
+    if (phx_safetensors_read(path, &ref.names, &ref.t, &ref.n) != PHX_OK) {
         printf("1..0 # SKIP %s\n", phx_last_error());
         return 0;
     }
