@@ -80,13 +80,17 @@ PROG
 ${CC:-cc} $PHX_SAN_FLAGS -I"$src/include" "$d/prog.c" -L"$b/.libs" -lphalanx -Wl,-rpath,"$b/.libs" -o "$d/prog" ||
     { echo "Bail out! cannot build the test program"; exit 1; }
 chmod 755 "$d/prog"
+# nobody runs the library and the raw client from $d: the build and source
+# trees may be private to this uid (a clone under a 0700 mktemp folder)
+mkdir "$d/lib" && cp -P "$b"/.libs/libphalanx.so* "$d/lib/" && cp "$src/t/slurm/intruder.py" "$d/" &&
+    chmod -R a+rX "$d/lib" "$d/intruder.py"
 if ! slurm_up "$d/slurm" "$(nproc)" 2>"$d/up.log"; then
     echo "Bail out! Slurm did not come up"
     note "$d/up.log"
     exit 1
 fi
 intruder() { python3 "$src/t/slurm/intruder.py" 127.0.0.1 "$port"; }
-nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/nonexistent "$@"; }
+nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/nonexistent LD_LIBRARY_PATH="$d/lib" "$@"; }
 # job NAME: srun -n 2 prog in the background, with this environment; waits
 # until both ranks have joined
 job() {
@@ -121,7 +125,7 @@ result $? "a client of another uid (nobody) reads nothing"
 intruder >"$d/raw" 2>&1
 grep -q "^flags 1$" "$d/raw" && ! grep -q "^read\|^wrote" "$d/raw"
 result $? "a raw stranger skipping AUTH: told a token is required, reads and writes nothing ($(tr '\n' ' ' <"$d/raw"))"
-nobody python3 "$src/t/slurm/intruder.py" 127.0.0.1 "$port" >"$d/rawnobody" 2>&1
+nobody python3 "$d/intruder.py" 127.0.0.1 "$port" >"$d/rawnobody" 2>&1
 grep -q "^flags 1$" "$d/rawnobody" && ! grep -q "^read\|^wrote" "$d/rawnobody"
 result $? "the same stranger as nobody: nothing ($(tr '\n' ' ' <"$d/rawnobody"))"
 PHX_STORE_TOKEN=$(cat "$tok") env -u HOME "$d/prog" client $port >"$d/given" 2>&1
@@ -138,7 +142,7 @@ nobody "$d/prog" client $port >"$d/nobody2" 2>&1
 [ $? != 0 ] && grep -q "^refused: .*belongs to uid" "$d/nobody2" && ! grep -q "^read" "$d/nobody2"
 result $? "no secret: a client of another uid is refused, and told why"
 [ $? = 0 ] || note "$d/nobody2"
-nobody python3 "$src/t/slurm/intruder.py" 127.0.0.1 "$port" >"$d/raw2" 2>&1
+nobody python3 "$d/intruder.py" 127.0.0.1 "$port" >"$d/raw2" 2>&1
 ! grep -q "^read\|^wrote" "$d/raw2" && grep -q "refused" "$d/raw2"
 result $? "no secret: a raw stranger of another uid reads and writes nothing ($(tr '\n' ' ' <"$d/raw2"))"
 python3 "$src/t/slurm/intruder.py" 127.0.0.1 "$port" ro >"$d/raw3" 2>&1

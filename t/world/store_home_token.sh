@@ -63,13 +63,16 @@ PROG
 ${CC:-cc} $PHX_SAN_FLAGS -I"$src/include" "$d/prog.c" -L"$b/.libs" -lphalanx -Wl,-rpath,"$b/.libs" -o "$d/prog" ||
     { echo "Bail out! cannot build the test program"; exit 1; }
 chmod 755 "$d/prog"
+# nobody loads the library from $d: the build tree may be private to this
+# uid (a clone under a 0700 mktemp folder)
+mkdir "$d/lib" && cp -P "$b"/.libs/libphalanx.so* "$d/lib/" && chmod -R a+rX "$d/lib"
 unset PHX_STORE_TOKEN PHX_STORE_INSECURE LOCAL_RANK LOCAL_WORLD_SIZE
 export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 PHX_COMM=gloo PHX_TIMEOUT=10
 port=$((20000 + $$ % 20000))
 # runs a command as nobody; 77 where this test cannot switch uid
 as_nobody() {
     if [ "$(id -u)" = 0 ] && setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
-        setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/nonexistent "$@"
+        setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/nonexistent LD_LIBRARY_PATH="$d/lib" "$@"
     else
         return 77
     fi
