@@ -173,7 +173,10 @@ static phx_status spawn_processes(int n, int (*fn)(int, void *), void *arg)
     int live = 0, nfail = 0;
     for (int r = 0; r < n; r++) {
         pid_t pid = fork();
-        if (pid == 0) child(r, n, fn, arg, port, token);
+        if (pid == 0) {
+            px_free(pids); /* the parent's: the rank neither needs nor frees it (valgrind saw it leak) */
+            child(r, n, fn, arg, port, token);
+        }
         if (pid < 0) {
             snprintf(first, sizeof first, "cannot fork rank %d: %s", r, strerror(errno));
             nfail++;
