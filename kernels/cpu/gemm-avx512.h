@@ -12,7 +12,7 @@ enum {
     PX_NR = 48, /* columns: three zmm */
     PX_KC = 256, /* depth of a packed block */
     PX_MC = 128, /* rows of A packed at once: 128 KiB, held in L2 */
-    PX_NC = 1536, /* columns of B packed at once */
+    PX_NC = 768, /* columns of B packed at once: KC x NC (768 KiB) stays in L2 */
 };
 
 /* Packs rows x kc values of dtype dt (value (r, kk) at src[r + kk * ld]
