@@ -20,19 +20,16 @@ static inline double gp_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Runs rank(r) as each of n (<= 16) forked processes of one gloo world on
- * 127.0.0.1 and waits up to `seconds` for them: status[r] gets each wait
- * status; processes still running then are SIGKILLed and reaped. Returns
- * how many were still running. */
-static inline int gp_run(int n, int (*rank)(int), double seconds, int *status)
+/* Forks rank(r) as each of n (<= 16) processes of one gloo world on
+ * 127.0.0.1 (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; each dies
+ * with the test); pids[r] gets each process id. */
+static inline void gp_start(int n, int (*rank)(int), pid_t *pids)
 {
     char port[16], world[16];
     snprintf(port, sizeof port, "%d", px_free_port());
     snprintf(world, sizeof world, "%d", n);
-    pid_t pids[16];
     fflush(NULL);
     for (int r = 0; r < n; r++) {
-        status[r] = 0;
         if ((pids[r] = fork()) == 0) {
             char b[8];
             prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -44,6 +41,17 @@ static inline int gp_run(int n, int (*rank)(int), double seconds, int *status)
             _exit(rank(r));
         }
     }
+}
+
+/* Runs rank(r) as each of n (<= 16) forked processes (gp_start) and
+ * waits up to `seconds` for them: status[r] gets each wait status;
+ * processes still running then are SIGKILLed and reaped. Returns how
+ * many were still running. */
+static inline int gp_run(int n, int (*rank)(int), double seconds, int *status)
+{
+    pid_t pids[16];
+    gp_start(n, rank, pids);
+    for (int r = 0; r < n; r++) status[r] = 0;
     double end = gp_now() + seconds;
     int left = n;
     while (left && gp_now() < end) {

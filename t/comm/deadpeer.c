@@ -4,40 +4,26 @@
  *     0 and 1 must get PHX_EPEER or PHX_ETIMEOUT in under 10 s.
  *   threads: rank 2 of three thread ranks leaves without joining the
  *     all-reduce; the others get PHX_ETIMEOUT naming rank 2, in under 10 s. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 #include "phalanx/phalanx.h"
-#include "src/world/free-port.h"
 #include "t/comm_harness.h"
+#include "t/gloo-procs.h"
 
 #define N 3
 #define BIG (4 << 20) /* elements: 16 MiB of f32, several ms per all-reduce */
 
 static h_shared *H;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Survivors: all-reduce until one fails; record status, time and message. */
 static void survive(phx_comm *c, int rank, phx_tensor *t, const char *be, const char *needle)
 {
     phx_status st = PHX_OK;
-    double t0 = now(), dt = 0;
+    double t0 = gp_now(), dt = 0;
     for (int i = 0; i < 1000 && st == PHX_OK; i++) {
-        t0 = now();
+        t0 = gp_now();
         st = phx_comm_allreduce(c, t, PHX_SUM, NULL);
-        dt = now() - t0;
+        dt = gp_now() - t0;
     }
     char why[200];
     snprintf(why, sizeof why, "%s after %.2f s: %s", phx_status_name(st), dt, phx_last_error());
@@ -48,9 +34,9 @@ static void survive(phx_comm *c, int rank, phx_tensor *t, const char *be, const 
     H->value[rank] = dt;
     if (rank == 0) snprintf(H->r[0].why[H_MAX_CHECKS - 1], sizeof H->r[0].why[0], "%s", why);
     /* later collectives fail at once instead of hanging */
-    t0 = now();
+    t0 = gp_now();
     st = phx_comm_barrier(c, NULL);
-    h_check(H, rank, st != PHX_OK && now() - t0 < 10.0, phx_last_error(),
+    h_check(H, rank, st != PHX_OK && gp_now() - t0 < 10.0, phx_last_error(),
             "%s: a later collective fails too, without hanging", be);
 }
 
@@ -80,39 +66,9 @@ static int gloo_rank(int rank)
 
 static void run_gloo(void)
 {
-    char port[16];
-    snprintf(port, sizeof port, "%d", px_free_port());
-    pid_t pids[N];
-    fflush(NULL);
-    for (int r = 0; r < N; r++) {
-        if ((pids[r] = fork()) == 0) {
-            char b[8];
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            snprintf(b, sizeof b, "%d", r);
-            setenv("RANK", b, 1);
-            setenv("WORLD_SIZE", "3", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", port, 1);
-            _exit(gloo_rank(r));
-        }
-    }
     /* the survivors must finish well within 30 s; then stop everyone */
-    double end = now() + 30;
-    int left = N, status[N] = {0};
-    while (left && now() < end) {
-        for (int r = 0; r < N; r++) {
-            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
-                pids[r] = -1;
-                left--;
-            }
-        }
-        usleep(20000);
-    }
-    for (int r = 0; r < N; r++)
-        if (pids[r] > 0) {
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status[r], 0);
-        }
+    int status[N];
+    int left = gp_run(N, gloo_rank, 30, status);
     ok(left == 0, "gloo: every process ended by itself (%d still running after 30 s)", left);
     ok(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL, "gloo: rank 2 died by SIGKILL mid-all-reduce");
     ok(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0 && WIFEXITED(status[1]) && WEXITSTATUS(status[1]) == 0,
@@ -153,10 +109,10 @@ int main(void)
     }
     h_reset(H, 2);
     setenv("PHX_COMM", "threads", 1);
-    double t0 = now();
+    double t0 = gp_now();
     phx_status st = phx_spawn(N, thread_rank, NULL);
     is_int(st, PHX_OK, "threads: phx_spawn returns (no rank failed; rank 2 just left)");
-    ok(now() - t0 < 20, "threads: ... in %.2f s", now() - t0);
+    ok(gp_now() - t0 < 20, "threads: ... in %.2f s", gp_now() - t0);
     h_print(H, 0, "");
     return done_testing();
 }

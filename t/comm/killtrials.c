@@ -12,15 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
-#include "src/world/free-port.h"
 #include "t/comm_harness.h"
+#include "t/gloo-procs.h"
 
 #define N 3
 #define BIG (4 << 20)
@@ -32,13 +27,6 @@ typedef struct {
 } trial_out;
 
 static trial_out *T;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int rank_main(int rank, int trial)
 {
@@ -60,11 +48,11 @@ static int rank_main(int rank, int trial)
         raise(SIGKILL);
     }
     phx_status st = PHX_OK;
-    double t0 = now(), dt = 0;
+    double t0 = gp_now(), dt = 0;
     for (int i = 0; i < 1000 && st == PHX_OK; i++) {
-        t0 = now();
+        t0 = gp_now();
         st = phx_comm_allreduce(c, t, PHX_SUM, NULL);
-        dt = now() - t0;
+        dt = gp_now() - t0;
     }
     T->st[rank] = st;
     T->dt[rank] = dt;
@@ -75,41 +63,19 @@ static int rank_main(int rank, int trial)
     return 0;
 }
 
+static int cur_trial;
+static int trial_rank(int rank)
+{
+    return rank_main(rank, cur_trial);
+}
+
 /* One trial; returns 0 when it ran (the survivors' results are in T). */
 static int trial(int k)
 {
-    char port[16];
-    snprintf(port, sizeof port, "%d", px_free_port());
     memset(T, 0, sizeof *T);
-    pid_t pids[N];
-    fflush(NULL);
-    for (int r = 0; r < N; r++) {
-        if ((pids[r] = fork()) == 0) {
-            char b[8];
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            snprintf(b, sizeof b, "%d", r);
-            setenv("RANK", b, 1);
-            setenv("WORLD_SIZE", "3", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", port, 1);
-            _exit(rank_main(r, k));
-        }
-    }
-    double end = now() + 20;
-    int left = N, status[N] = {0};
-    while (left && now() < end) {
-        for (int r = 0; r < N; r++)
-            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
-                pids[r] = -1;
-                left--;
-            }
-        usleep(5000);
-    }
-    for (int r = 0; r < N; r++)
-        if (pids[r] > 0) {
-            kill(pids[r], SIGKILL);
-            waitpid(pids[r], &status[r], 0);
-        }
+    cur_trial = k;
+    int status[N];
+    int left = gp_run(N, trial_rank, 20, status);
     return left == 0 && WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL ? 0 : -1;
 }
 
@@ -127,9 +93,9 @@ int main(void)
         return 99;
     }
     int trials = 0, broken = 0, wrong = 0;
-    double worst = 0, t0 = now();
+    double worst = 0, t0 = gp_now();
     char bad[400] = "";
-    while (trials < 40 && now() - t0 < 25) {
+    while (trials < 40 && gp_now() - t0 < 25) {
         int k = trials++;
         if (trial(k)) {
             broken++;
@@ -144,7 +110,7 @@ int main(void)
             }
         }
     }
-    diag("%d kill trials in %.1f s: worst time to error %.3f s, %d survivors late or not PHX_EPEER", trials, now() - t0,
+    diag("%d kill trials in %.1f s: worst time to error %.3f s, %d survivors late or not PHX_EPEER", trials, gp_now() - t0,
          worst, wrong);
     if (bad[0]) diag("last bad: %s", bad);
     ok(trials >= 15, "at least 15 trials ran (%d)", trials);

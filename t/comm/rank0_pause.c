@@ -12,13 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
-#include "src/world/free-port.h"
 #include "t/comm_harness.h"
+#include "t/gloo-procs.h"
 
 #define N 3
 #define BIG (64 << 10) /* elements: 256 KiB of f32, the ring */
@@ -94,22 +93,8 @@ static int rank_main(int rank)
 
 static void start(pid_t *pids)
 {
-    char port[16];
-    snprintf(port, sizeof port, "%d", px_free_port());
     memset(S, 0, sizeof *S);
-    fflush(NULL);
-    for (int r = 0; r < N; r++) {
-        if ((pids[r] = fork()) == 0) {
-            char b[8];
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            snprintf(b, sizeof b, "%d", r);
-            setenv("RANK", b, 1);
-            setenv("WORLD_SIZE", "3", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", port, 1);
-            _exit(rank_main(r));
-        }
-    }
+    gp_start(N, rank_main, pids);
 }
 
 /* Waits until every rank has done `n` all-reduces (or one ended); 1 when

@@ -161,11 +161,13 @@ static phx_status barrier(tstate *s, char *msg, size_t len)
         pthread_mutex_unlock(&sh->mu);
         return PHX_OK;
     }
+    /* the timeout counts from the arrival: on a loaded machine the spins'
+     * sched_yield calls alone can take seconds */
+    double start = now_s();
     for (int i = 0; i < PX_SPINS; i++) {
         if (atomic_load(&sh->gen) != g) return PHX_OK;
         if ((i & 63) == 63) sched_yield();
     }
-    double start = now_s();
     pthread_mutex_lock(&sh->mu);
     while (atomic_load(&sh->gen) == g && !atomic_load(&sh->broken)) {
         double waited = now_s() - start;
