@@ -3,7 +3,8 @@
 # through phxrun; Fashion-MNIST is a small synthetic set in IDX files, so
 # the test needs no dataset package):
 #   at world 2, --zero 1 and --zero 2 print the per-step losses of
-#     --zero 0 (rank 0's, from --metrics: 17 digits) within 1e-5 relative:
+#     --zero 0 (rank 0's, from --metrics: the f32 loss to 9 digits)
+#     within 1e-5 relative:
 #     the same data order, so they differ only by rounding (ZeRO-2 sums
 #     the gradients in another order, and clips with a norm summed over
 #     the shards), which AdamW carries into the next steps' losses at
