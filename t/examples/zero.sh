@@ -16,7 +16,9 @@
 #     the same world x batch, and the sharded checkpoint brings back the
 #     parameters, AdamW's state and step count; the distance is the
 #     rounding of summing the gradients over 4 ranks rather than 2 or 1;
-#   --zero 3 is refused with "ZeRO-3 is not in this build".
+#   the save writes one shard per rank (and --save DIR2 the same);
+#   --zero 3 is refused with "ZeRO-3 is not in this build", --zero 4 and
+#     --zero x naming the value.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
 run="$b/tools/phxrun"
@@ -53,7 +55,7 @@ close() {
 }
 # moves LOSSFILE: the losses are not all one value (a comparison of numbers that moved)
 moves() { steps "$1" | awk 'NR == 1 { f = $2 } $2 != f { m = 1 } END { exit !m }'; }
-echo "1..11"
+echo "1..12"
 
 # ---- examples/gpt
 cat "$s"/doc/*.md "$s"/README.md >"$tmp/text"
@@ -131,11 +133,13 @@ for z in 1 2; do
     result $rc "fashion_mnist, 2 ranks, --zero $z: the 16 losses of --zero 0 within 1e-5 ($e)"
     [ $rc -eq 0 ] || { note "$tmp/f$z.out"; note "$tmp/f0.out"; }
 done
-"$run" --standalone --nproc-per-node 4 "$fm" --epochs 1 --batch 8 --zero 2 --resume "$tmp/fck" >"$tmp/fs.out" 2>&1
+"$run" --standalone --nproc-per-node 4 "$fm" --epochs 1 --batch 8 --zero 2 --resume "$tmp/fck" --save "$tmp/fsave" \
+    >"$tmp/fs.out" 2>&1
 rc=$?
 cp -r "$tmp/fck" "$tmp/fck1"
-[ $rc -eq 0 ] && [ -e "$tmp/fck/index.json" ] && [ "$(cat "$tmp/fck/epoch")" = 1 ]
-result $? "fashion_mnist --nproc-per-node 4 --zero 2 --resume DIR: epoch 1 saved sharded"
+[ $rc -eq 0 ] && [ -e "$tmp/fck/index.json" ] && [ "$(cat "$tmp/fck/epoch")" = 1 ] && [ -e "$tmp/fsave/index.json" ] &&
+    [ "$(cat "$tmp/fsave/epoch")" = 1 ] && [ "$(ls "$tmp/fck" | grep -c '^shard-[0-3]-of-4\.')" -eq 4 ]
+result $? "fashion_mnist --nproc-per-node 4 --zero 2 --resume DIR --save DIR2: epoch 1 saved sharded (4 shards) in both"
 [ $rc -eq 0 ] || note "$tmp/fs.out"
 "$run" --standalone --nproc-per-node 2 "$fm" --epochs 2 --batch 16 --zero 1 --resume "$tmp/fck" \
     --metrics "$tmp/fr2.jsonl" >"$tmp/fr2.out" 2>&1
@@ -158,3 +162,7 @@ out2=$("$fm" --zero 3 2>&1); rc2=$?
 [ $rc -eq 2 ] && [ $rc2 -eq 2 ] && echo "$out" | grep -q "ZeRO-3 is not in this build" &&
     echo "$out2" | grep -q "ZeRO-3 is not in this build"
 result $? "--zero 3: both examples exit 2 with \"ZeRO-3 is not in this build\""
+out=$("$gpt" --zero 4 --steps 1 2>&1); rc=$?
+out2=$("$fm" --zero x 2>&1); rc2=$?
+[ $rc -eq 2 ] && [ $rc2 -eq 2 ] && echo "$out" | grep -q -- "--zero 4: expected 0" && echo "$out2" | grep -q -- "--zero x: expected 0"
+result $? "--zero 4 and --zero x: exit 2 naming the value and what is expected"
