@@ -19,9 +19,11 @@ table bench/ddp
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/ddp --torch "$(dirname "$0")/torch/ddp.py"
 # zero: per-rank bytes of parameters, gradients and optimizer state, peak
-# RSS and step time of a GPT under DDP, ZeRO-1 and ZeRO-2 (doc/guide/sharding.md).
+# RSS and step time of a GPT under DDP, ZeRO-1 and ZeRO-2 (doc/guide/sharding.md),
+# then the largest GPT each mode fits in 64 MiB per rank.
 table bench/zero
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') ./bench/zero
+./bench/zero --max-rank-bytes 67108864
 # amp: training steps/s under fp32, fp16, bf16 beside PyTorch fp32 and CPU
 # autocast bf16 (bench/torch/amp.py; doc/guide/precision.md).
 table bench/amp

@@ -27,7 +27,15 @@
  * batches as with 0, the default). --uneven (under phxrun) gives rank r a
  * share of the training set proportional to r + 1, so ranks run out of
  * batches at different steps, and trains inside a DDP join
- * (phx_ddp_join_begin/end) so none waits for the others. */
+ * (phx_ddp_join_begin/end) so none waits for the others.
+ *
+ * --zero 1|2 shards AdamW's state (and with 2 the gradients) over the
+ * ranks (examples/args.h, ex_parallel_new); PATH of --save, --load and
+ * --resume is then a folder holding a sharded checkpoint (every rank
+ * writes its shard) and the file PATH/epoch, and loads at any number of
+ * ranks. The global batch of a step (world x B) is the same rows at any
+ * world size with the same world x B (DistributedSampler's rules), so
+ * such a resume continues the run it came from. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +45,45 @@
 #include "examples/args.h"
 #include "examples/fmnist.h"
 
+static phx_optimizer *make_adamw(phx_module *m, void *arg)
+{
+    return phx_adam_new(m, arg);
+}
+
+/* --zero 1|2: a sharded checkpoint in the folder dir (collective), then
+ * dir/epoch written by rank 0 (atomically, after every shard and the index
+ * are in place). */
+static void save_sharded(const char *dir, phx_module *net, phx_optimizer *opt, phx_scaler *scaler, int epoch, int rank,
+                         phx_comm *comm)
+{
+    check(phx_zero_checkpoint_save(dir, net, opt, scaler), dir);
+    if (rank == 0) {
+        char p[4096], tmp[4100];
+        snprintf(p, sizeof p, "%s/epoch", dir);
+        snprintf(tmp, sizeof tmp, "%s.tmp", p);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%d\n", epoch) < 0 || fclose(f) != 0 || rename(tmp, p) != 0) {
+            fprintf(stderr, "fashion_mnist: writing %s failed\n", p);
+            exit(1);
+        }
+    }
+    if (comm) check(phx_comm_barrier(comm, NULL), "barrier after the save");
+}
+
+/* The epoch a sharded checkpoint folder holds (dir/epoch; 0 without it). */
+static int sharded_epoch(const char *dir)
+{
+    char p[4096];
+    int e = 0;
+    snprintf(p, sizeof p, "%s/epoch", dir);
+    FILE *f = fopen(p, "r");
+    if (f) {
+        if (fscanf(f, "%d", &e) != 1) e = 0;
+        fclose(f);
+    }
+    return e;
+}
+
 int main(int argc, char **argv)
 {
     fm_prog = "fashion_mnist";
@@ -45,10 +92,11 @@ int main(int argc, char **argv)
     double lr = 1e-3;
     uint64_t seed = 0;
     const char *save = NULL, *load = NULL, *resume = NULL;
-    int workers = 0, uneven = 0;
+    int workers = 0, uneven = 0, zero = 0;
     static const char usage[] =
         "usage: fashion_mnist [--epochs N] [--batch B] [--lr LR] [--seed S] [--save PATH] [--load PATH]\n"
-        "                     [--resume PATH] [--workers N] [--uneven] " EX_PROGRESS_USAGE "\n"
+        "                     [--resume PATH] [--workers N] [--uneven] " EX_ZERO_USAGE "\n"
+        "                     " EX_PROGRESS_USAGE "\n"
         "An MLP 784-512-256-10 on Fashion-MNIST; under phxrun each rank is a DDP replica.\n"
         "  --epochs N         epochs to train (default 5; with --resume, the total to reach)\n"
         "  --batch B          batch per rank (default 128)\n"
@@ -58,7 +106,8 @@ int main(int argc, char **argv)
         "  --load PATH        restore them before training (--epochs 0: only evaluate)\n"
         "  --resume PATH      continue from PATH when it exists; save it after every epoch\n"
         "  --workers N        threads assembling batches ahead of the step (default 0)\n"
-        "  --uneven           (under phxrun) uneven shards, trained inside a DDP join\n" EX_PROGRESS_HELP
+        "  --uneven           (under phxrun) uneven shards, trained inside a DDP join\n" EX_ZERO_HELP
+        "                     (and the epoch in PATH/epoch)\n" EX_PROGRESS_HELP
         "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu, PHX_FASHION_MNIST=DIR (doc/reference/env.md).\n";
     phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
     if (ex_help(argc, argv, usage)) return 0;
@@ -88,12 +137,18 @@ int main(int argc, char **argv)
             resume = v;
         else if (!strcmp(a, "--workers"))
             workers = atoi(v);
-        else {
+        else if (!strcmp(a, "--zero")) {
+            if (ex_zero_arg("fashion_mnist", v, &zero)) return 2;
+        } else {
             fprintf(stderr, "fashion_mnist: unknown option '%s'\n", a);
             fputs(usage, stderr);
             return 2;
         }
         i++;
+    }
+    if (zero && uneven) {
+        fprintf(stderr, "fashion_mnist: --uneven (a DDP join) is not combined with --zero 1|2 in this example\n");
+        return 2;
     }
     phx_world world = PHX_WORLD_INIT;
     check(phx_world_from_env(&world), "world");
@@ -120,12 +175,14 @@ int main(int argc, char **argv)
     check(phx_module_to(model, dev), "model to device");
     phx_tensor *xdev = NULL, *ydev = NULL;
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
-    /* DDP: the wrapper all-reduces gradient buckets during backward. */
-    phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
-    if (!scaler || !net) die("setup");
+    /* DDP: the wrapper all-reduces gradient buckets during backward;
+     * --zero 1|2 shards the optimizer state over it. */
     phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
     ao.lr = lr;
-    phx_optimizer *opt = phx_adam_new(net, &ao);
+    phx_module *net = NULL;
+    phx_optimizer *opt = NULL;
+    if (!scaler) die("setup");
+    check(ex_parallel_new(zero, model, comm, make_adamw, &ao, &net, &opt), "--zero");
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     /* Each rank's shard of the training set (DistributedSampler rules),
      * reshuffled every epoch; --workers threads assemble batches ahead, and
@@ -156,7 +213,7 @@ int main(int argc, char **argv)
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
     if (!opt || !ce || !train) die("setup");
     int first = 0, total = epochs;
-    if (resume && access(resume, F_OK) == 0) {
+    if (resume && (zero ? ex_sharded_exists(resume) : access(resume, F_OK) == 0)) {
         if (load) {
             fprintf(stderr, "fashion_mnist: --resume %s exists and --load %s is given: give one\n", resume, load);
             return 2;
@@ -165,8 +222,13 @@ int main(int argc, char **argv)
     }
     if (load) {
         char buf[32];
-        check(phx_checkpoint_load(load, net, opt, scaler), "--load");
-        if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
+        if (zero) {
+            check(phx_zero_checkpoint_load(load, net, opt, scaler), load);
+            first = sharded_epoch(load);
+        } else {
+            check(phx_checkpoint_load(load, net, opt, scaler), "--load");
+            if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
+        }
         if (rank == 0)
             printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
     }
@@ -225,7 +287,10 @@ int main(int argc, char **argv)
                    (double)(seen * size) / dt, dt);
             fflush(stdout);
         }
-        if (resume && rank == 0) save_epoch(resume, net, opt, scaler, e + 1, "mlp-784-512-256-10");
+        if (resume && zero)
+            save_sharded(resume, net, opt, scaler, e + 1, rank, comm);
+        else if (resume && rank == 0)
+            save_epoch(resume, net, opt, scaler, e + 1, "mlp-784-512-256-10");
     }
     if (rank == 0) {
         double acc = accuracy(model, xte, yte, dev, 0);
@@ -233,7 +298,10 @@ int main(int argc, char **argv)
         phx_progress_record(prog, first + epochs, "accuracy", acc);
     }
     phx_progress_free(prog);
-    if (save && rank == 0) {
+    if (save && zero) {
+        save_sharded(save, net, opt, scaler, first + epochs, rank, comm);
+        if (rank == 0) printf("saved %s (sharded over %d rank%s)\n", save, size, size > 1 ? "s" : "");
+    } else if (save && rank == 0) {
         save_epoch(save, net, opt, scaler, first + epochs, "mlp-784-512-256-10");
         printf("saved %s\n", save);
     }

@@ -3,6 +3,7 @@
  *   examples/gpt [--steps N] [--data FILE] [--save F] [--load F] [--sample N] ...
  *   phxrun --nproc-per-node 2 examples/gpt --steps 300     DDP, one batch stream per rank
  *   PHX_PRECISION=bf16 examples/gpt                        mixed precision (fp16: loss scaling)
+ *   phxrun --nproc-per-node 4 examples/gpt --zero 2 --steps 100 --resume ck   ZeRO-2, resumable
  *
  * The text's bytes are the vocabulary; 90 % trains, the last 10 %
  * validates. Each step draws --batch windows of --context bytes at random
@@ -15,7 +16,17 @@
  * end, then --sample N bytes generated from --prompt with --temperature
  * and --top-k. --save writes a checkpoint (model, optimizer, scaler, the
  * vocabulary and the shape in its metadata); --load restores one (with
- * --steps 0 it only evaluates and samples). */
+ * --steps 0 it only evaluates and samples).
+ *
+ * --zero 1|2 shards the optimizer state (and with 2 the gradients) over
+ * the ranks (examples/args.h, ex_parallel_new); --save DIR then writes a
+ * sharded checkpoint folder. --resume DIR continues from the sharded
+ * checkpoint in DIR when there is one, at any number of ranks, and saves
+ * it there at the end; --steps is then the total to reach, and each
+ * window of step s is drawn from its own stream of (seed, s, window), so
+ * that step s's global batch (windows 0 .. world * batch - 1, rank r
+ * taking r * batch ..) is the same whether the run was resumed or not,
+ * and at any world size with the same world * batch. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -30,9 +41,10 @@
 
 typedef struct opts {
     int steps, batch, context, layers, heads, dim, print_every, eval_every, eval_batches, sample, top_k;
+    int zero, schedule_steps;
     double lr, dropout, temperature;
     uint64_t seed;
-    const char *data, *save, *load, *prompt;
+    const char *data, *save, *load, *resume, *prompt;
 } opts;
 
 static int rank_ = 0;
@@ -122,6 +134,18 @@ static void draw(const int64_t *tok, int64_t lo, int64_t hi, int B, int T, uint6
         int64_t at = lo + (int64_t)(splitmix64(s) % (uint64_t)(hi - lo - T - 1));
         memcpy(x + (size_t)b * T, tok + at, (size_t)T * sizeof *x);
         memcpy(y + (size_t)b * T, tok + at + 1, (size_t)T * sizeof *y);
+    }
+}
+
+/* Window i of step s for --resume: each from its own stream of (seed, s,
+ * i), so any step's batch can be drawn without the steps before it. */
+static void draw_step(const int64_t *tok, int64_t hi, int B, int T, uint64_t seed, int64_t step, int64_t first,
+                      int64_t *x, int64_t *y)
+{
+    for (int b = 0; b < B; b++) {
+        uint64_t s =
+            seed * 1000003u + (uint64_t)step * 0x9E3779B97F4A7C15ull + (uint64_t)(first + b) * 0xD1B54A32D192ED03ull;
+        draw(tok, 0, hi, 1, T, &s, x + (size_t)b * T, y + (size_t)b * T);
     }
 }
 
@@ -252,6 +276,19 @@ static int read_meta(const char *path, opts *o, unsigned char *vocab, int *V)
 
 /* ---- training ----------------------------------------------------------------- */
 
+/* AdamW as for the whole model (decay on Linear weights only), over
+ * whatever module ex_parallel_new hands it: the model, its DDP wrapper, or
+ * a ZeRO shard. */
+static phx_optimizer *make_adamw(phx_module *m, void *arg)
+{
+    phx_optimizer *opt = phx_adam_new(m, arg);
+    if (opt && phx_adam_decay_matrices_only(opt, NULL) != PHX_OK) {
+        phx_optimizer_free(opt);
+        return NULL;
+    }
+    return opt;
+}
+
 static int run(opts *o)
 {
     phx_comm *comm = NULL;
@@ -304,22 +341,30 @@ static int run(opts *o)
     phx_module *model = phx_gpt_new(&cfg, init);
     phx_rng_free(init);
     if (!model || phx_module_set_precision(model, prec) != PHX_OK) return fail("building the GPT");
-    phx_module *net = comm ? phx_ddp_new(model, comm, NULL) : model;
     phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
     ao.lr = o->lr;
     ao.beta2 = 0.99;
     ao.weight_decay = 0.1;
-    phx_optimizer *opt = net ? phx_adam_new(net, &ao) : NULL;
+    phx_module *net = NULL;
+    phx_optimizer *opt = NULL;
+    if (ex_parallel_new(o->zero, model, comm, make_adamw, &ao, &net, &opt) != PHX_OK) return fail("--zero");
+    /* The schedule's length: --schedule-steps, else this run's --steps
+     * (with --resume the total). */
+    int sched_steps = o->schedule_steps ? o->schedule_steps : o->steps;
     phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts),
                             .kind = PHX_SCHED_WARMUP_COSINE,
-                            .warmup_steps = o->steps / 10 + 1,
-                            .total_steps = o->steps + 2,
+                            .warmup_steps = sched_steps / 10 + 1,
+                            .total_steps = sched_steps + 2,
                             .min_lr = o->lr / 10};
     phx_schedule *sched = opt ? phx_schedule_new(opt, &so) : NULL;
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
     phx_loss *loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    if (!sched || !scaler || !loss || phx_adam_decay_matrices_only(opt, NULL) != PHX_OK) return fail("setup");
+    if (!sched || !scaler || !loss) return fail("setup");
     if (o->load && phx_checkpoint_load(o->load, model, opt, scaler) != PHX_OK) return fail("--load");
+    if (o->resume && ex_sharded_exists(o->resume)) {
+        if (phx_zero_checkpoint_load(o->resume, net, opt, scaler) != PHX_OK) return fail("--resume");
+        if (rank_ == 0) printf("resumed %s at step %lld\n", o->resume, (long long)phx_optimizer_steps(opt));
+    }
     size_t n_params = 0;
     for (size_t i = 0; i < phx_module_num_params(model); i++)
         n_params += (size_t)phx_tensor_numel(phx_param_value(phx_module_param(model, i)));
@@ -335,11 +380,13 @@ static int run(opts *o)
     int64_t one = 1;
     phx_tensor *lt = phx_tensor_new(PHX_F32, 1, &one, phx_cpu());
     uint64_t stream = o->seed * 1000003u + (uint64_t)rank_ * 0x9E3779B97F4A7C15ull;
-    /* a loaded run's steps continue from the optimizer's */
+    /* a loaded run's steps continue from the optimizer's; a resumed one
+     * runs up to --steps in all */
     int64_t start = phx_optimizer_steps(opt);
+    int steps = o->resume ? (o->steps > start ? o->steps - (int)start : 0) : o->steps;
     phx_progress_opts po = progress_opts_;
     po.first_step = start;
-    po.total_steps = start + o->steps;
+    po.total_steps = start + steps;
     po.rank = rank_;
     po.unit = "tokens";
     phx_progress *prog = phx_progress_new(&po);
@@ -356,17 +403,24 @@ static int run(opts *o)
     }
     int rc = 0;
     double t0 = now(), tl = t0, val = 0;
-    for (int s = 1; s <= o->steps && rc == 0; s++) {
+    for (int s = 1; s <= steps && rc == 0; s++) {
         phx_tensor *logits;
         float l;
         double lr, norm;
         bool stepped;
-        draw(tok, 0, split, o->batch, o->context, &stream, phx_tensor_data(x), phx_tensor_data(y));
+        if (o->resume)
+            draw_step(tok, split, o->batch, o->context, o->seed, start + s, (int64_t)rank_ * o->batch,
+                      phx_tensor_data(x), phx_tensor_data(y));
+        else
+            draw(tok, 0, split, o->batch, o->context, &stream, phx_tensor_data(x), phx_tensor_data(y));
+        /* Under ZeRO-2 a rank holds only its shard's reduced gradients:
+         * the norm is summed over the shards. */
         if (phx_optimizer_zero_grad(opt) != PHX_OK || phx_module_forward(net, x, &logits) != PHX_OK ||
             phx_loss_forward(loss, logits, y, &l) != PHX_OK ||
             phx_scaler_scale_grad(scaler, phx_loss_grad(loss)) != PHX_OK ||
             phx_module_backward(net, phx_loss_grad(loss), NULL) != PHX_OK ||
-            phx_scaler_unscale(scaler, opt, NULL) != PHX_OK || phx_clip_grad_norm(net, 1.0, &norm) != PHX_OK ||
+            phx_scaler_unscale(scaler, opt, NULL) != PHX_OK ||
+            (o->zero ? phx_zero_clip_grad_norm(opt, 1.0, &norm) : phx_clip_grad_norm(net, 1.0, &norm)) != PHX_OK ||
             phx_schedule_apply(sched, &lr) != PHX_OK || phx_scaler_step(scaler, opt, &stepped) != PHX_OK) {
             rc = fail("training step");
             break;
@@ -376,7 +430,7 @@ static int run(opts *o)
         if (phx_precision_scaling(prec)) phx_progress_add(prog, "loss_scale", phx_scaler_get_scale(scaler));
         phx_progress_step(prog, 0, l, lr, (double)o->batch * o->context * world / (tn - tl));
         tl = tn;
-        if (s % o->print_every == 0 || s == 1 || s == o->steps) {
+        if (s % o->print_every == 0 || s == 1 || s == steps) {
             float ll = l;
             if (comm &&
                 (phx_tensor_from_host(lt, &ll) != PHX_OK || phx_comm_allreduce(comm, lt, PHX_AVG, NULL) != PHX_OK ||
@@ -391,7 +445,7 @@ static int run(opts *o)
                 fflush(stdout);
             }
         }
-        if (o->eval_every > 0 && s % o->eval_every == 0 && s < o->steps) {
+        if (o->eval_every > 0 && s % o->eval_every == 0 && s < steps) {
             if ((rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) != 0) break;
             if (rank_ == 0) {
                 phx_progress_break(prog);
@@ -406,7 +460,16 @@ static int run(opts *o)
         printf("val loss %.4f after %lld steps (%.1f s)\n", val, (long long)phx_optimizer_steps(opt), now() - t0);
         fflush(stdout);
     }
-    if (rc == 0 && o->save && rank_ == 0) {
+    /* Sharded: every rank writes its shard (collective). */
+    const char *dirs[2] = {o->zero ? o->save : NULL, o->resume};
+    for (int i = 0; i < 2 && rc == 0; i++)
+        if (dirs[i]) {
+            if (phx_zero_checkpoint_save(dirs[i], net, opt, scaler) != PHX_OK)
+                rc = fail(i ? "--resume" : "--save");
+            else if (rank_ == 0)
+                printf("saved %s (sharded over %d rank(s))\n", dirs[i], world);
+        }
+    if (rc == 0 && o->save && !o->zero && rank_ == 0) {
         char vhex[513], shape[128];
         hex(vocab, V, vhex);
         snprintf(shape, sizeof shape, "%d %d %d %d", o->context, o->layers, o->heads, o->dim);
@@ -436,7 +499,8 @@ static const char usage_text[] =
     "usage: gpt [--steps N] [--batch B] [--context T] [--layers L] [--heads H] [--dim C] [--lr X]\n"
     "           [--dropout P] [--seed S] [--data FILE|DIR] [--print-every N] [--eval-every N]\n"
     "           [--eval-batches N] [--save F] [--load F] [--sample N] [--prompt STR]\n"
-    "           [--temperature X] [--top-k K] " EX_PROGRESS_USAGE "\n"
+    "           [--temperature X] [--top-k K] [--resume DIR] [--schedule-steps N]\n"
+    "           " EX_ZERO_USAGE " " EX_PROGRESS_USAGE "\n"
     "A character-level GPT (doc/guide/transformer.md); under phxrun each rank is a DDP replica.\n"
     "  --steps N          optimizer steps (default 300; 0 with --load: evaluate and sample)\n"
     "  --batch B          windows per rank and step (default 32)\n"
@@ -451,6 +515,11 @@ static const char usage_text[] =
     "  --eval-every N     validation loss every N steps (default 100)\n"
     "  --eval-batches N   batches per validation (default 8)\n"
     "  --save F, --load F checkpoint written at the end / restored at the start\n"
+    "                     (with --zero 1|2, --save writes a sharded checkpoint folder)\n"
+    "  --resume DIR       (--zero 1|2) continue from the sharded checkpoint in DIR when there is one,\n"
+    "                     at any number of ranks, and save it there at the end; --steps is then the\n"
+    "                     total to reach and each step's windows depend on the step only\n"
+    "  --schedule-steps N length of the lr schedule (default: --steps)\n" EX_ZERO_HELP
     "  --sample N         bytes to generate at the end (default 300), from --prompt (default \"Q: \")\n"
     "  --temperature X, --top-k K   sampling (default 0.8, 20)\n" EX_PROGRESS_HELP
     "Environment: PHX_PRECISION=fp16|bf16, PHX_DEVICE=cuda|cpu (doc/reference/env.md).\n";
@@ -486,18 +555,19 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        int *iv = !strcmp(a, "--steps")    ? &o.steps
-            : !strcmp(a, "--batch")        ? &o.batch
-            : !strcmp(a, "--context")      ? &o.context
-            : !strcmp(a, "--layers")       ? &o.layers
-            : !strcmp(a, "--heads")        ? &o.heads
-            : !strcmp(a, "--dim")          ? &o.dim
-            : !strcmp(a, "--print-every")  ? &o.print_every
-            : !strcmp(a, "--eval-every")   ? &o.eval_every
-            : !strcmp(a, "--eval-batches") ? &o.eval_batches
-            : !strcmp(a, "--sample")       ? &o.sample
-            : !strcmp(a, "--top-k")        ? &o.top_k
-                                           : NULL;
+        int *iv = !strcmp(a, "--steps")      ? &o.steps
+            : !strcmp(a, "--batch")          ? &o.batch
+            : !strcmp(a, "--context")        ? &o.context
+            : !strcmp(a, "--layers")         ? &o.layers
+            : !strcmp(a, "--heads")          ? &o.heads
+            : !strcmp(a, "--dim")            ? &o.dim
+            : !strcmp(a, "--print-every")    ? &o.print_every
+            : !strcmp(a, "--eval-every")     ? &o.eval_every
+            : !strcmp(a, "--eval-batches")   ? &o.eval_batches
+            : !strcmp(a, "--sample")         ? &o.sample
+            : !strcmp(a, "--top-k")          ? &o.top_k
+            : !strcmp(a, "--schedule-steps") ? &o.schedule_steps
+                                             : NULL;
         double *dv = !strcmp(a, "--lr")   ? &o.lr
             : !strcmp(a, "--dropout")     ? &o.dropout
             : !strcmp(a, "--temperature") ? &o.temperature
@@ -505,10 +575,13 @@ int main(int argc, char **argv)
         const char **sv = !strcmp(a, "--data") ? &o.data
             : !strcmp(a, "--save")             ? &o.save
             : !strcmp(a, "--load")             ? &o.load
+            : !strcmp(a, "--resume")           ? &o.resume
             : !strcmp(a, "--prompt")           ? &o.prompt
                                                : NULL;
-        if (!v || (!iv && !dv && !sv && strcmp(a, "--seed"))) return usage(argv[0]);
-        if (iv) {
+        if (!v || (!iv && !dv && !sv && strcmp(a, "--seed") && strcmp(a, "--zero"))) return usage(argv[0]);
+        if (!strcmp(a, "--zero")) {
+            if (ex_zero_arg("gpt", v, &o.zero)) return 2;
+        } else if (iv) {
             long n = strtol(v, &end, 10);
             if (*end || n < 0 || n > 1000000000) {
                 fprintf(stderr, "gpt: %s %s: expected an integer >= 0\n", a, v);
@@ -534,6 +607,16 @@ int main(int argc, char **argv)
     }
     if (o.batch < 1 || o.context < 1 || o.print_every < 1 || o.eval_batches < 1 || o.temperature <= 0) {
         fprintf(stderr, "gpt: --batch, --context, --print-every, --eval-batches and --temperature must be > 0\n");
+        return 2;
+    }
+    if ((o.resume || o.zero) && o.load) {
+        fprintf(stderr,
+                "gpt: --load takes a checkpoint file of --zero 0 without --resume; with --zero 1|2 use "
+                "--resume DIR\n");
+        return 2;
+    }
+    if (o.resume && !o.zero) {
+        fprintf(stderr, "gpt: --resume DIR keeps a sharded checkpoint: give --zero 1 or 2\n");
         return 2;
     }
     return run(&o);

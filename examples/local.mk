@@ -25,3 +25,7 @@ EXTRA_DIST += examples/resnet-model.h
 noinst_PROGRAMS += examples/two_input
 demo_programs += examples/two_input
 examples_two_input_LDADD = libphalanx.la -lm
+# --zero 1|2 in examples/gpt and examples/fashion_mnist: against --zero 0,
+# and a sharded checkpoint saved at 4 ranks resumed at 2 and 1.
+TESTS += t/examples/zero.sh
+EXTRA_DIST += t/examples/zero.sh

@@ -27,3 +27,9 @@ EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors t/gloo-procs.h
 # bench/zero: per-rank memory and step time, DDP vs ZeRO-1/2 (make bench).
 noinst_PROGRAMS += bench/zero
 bench_zero_LDADD = libphalanx.la -lm
+# ZeRO under mpirun (PHX_COMM=mpi): t/zero/mpi.sh drives t/zero/mpi.
+check_PROGRAMS += t/zero/mpi
+TESTS += t/zero/mpi.sh
+EXTRA_DIST += t/zero/mpi.sh
+t_zero_mpi_LDADD = libphalanx.la -lm
+t_zero_mpi_CPPFLAGS = $(zero_test_cppflags)
