@@ -112,13 +112,6 @@ phx_status px_fsdp_find_units(px_fsdp *f)
     return st;
 }
 
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h & 0x7fffffffffffffffull;
-}
-
 /* Exchanges rows of k int64 values; NULL on failure (*st and the error set). */
 static int64_t *exchange(px_fsdp *f, const int64_t *mine, int64_t k, phx_status *stp)
 {
@@ -165,14 +158,15 @@ phx_status px_fsdp_check_layout(px_fsdp *f)
                                (long long)head[k]);
     px_free(all);
     if (st != PHX_OK) return st;
-    /* Per unit: its elements, parameters and path. */
-    int64_t k = 3 * (int64_t)f->n_units;
+    /* Per unit: its elements, parameters and path (its first bytes). */
+    enum { PATH_WORDS = 8, REC = 2 + PATH_WORDS };
+    int64_t k = REC * (int64_t)f->n_units;
     int64_t *mine = px_calloc((size_t)k, sizeof *mine);
     if (!mine) return PHX_ENOMEM;
     for (size_t u = 0; u < f->n_units; u++) {
-        mine[3 * u] = f->units[u].numel;
-        mine[3 * u + 1] = (int64_t)f->units[u].n_params;
-        mine[3 * u + 2] = (int64_t)hash_str(f->units[u].path);
+        mine[REC * u] = f->units[u].numel;
+        mine[REC * u + 1] = (int64_t)f->units[u].n_params;
+        strncpy((char *)&mine[REC * u + 2], f->units[u].path, PATH_WORDS * sizeof(int64_t) - 1);
     }
     all = exchange(f, mine, k, &st);
     if (!all) {
@@ -181,20 +175,17 @@ phx_status px_fsdp_check_layout(px_fsdp *f)
     }
     for (size_t u = 0; u < f->n_units && st == PHX_OK; u++)
         for (int r = 1; r < f->world && st == PHX_OK; r++) {
-            const int64_t *a = &all[r * k + 3 * (int64_t)u], *z = &all[3 * (int64_t)u];
-            if (a[0] != z[0] || a[1] != z[1] || a[2] != z[2])
-                st = phx_error(PHX_EDESYNC,
-                               "phx_fsdp_new: unit %zu differs between rank 0 and rank %d (%s: %lld and %lld); "
-                               "this rank's (%d) unit %zu is '%s' with %zu parameters, %lld elements; every rank "
-                               "must wrap the same model with the same policy",
-                               u, r,
-                               a[2] != z[2]   ? "path hash"
-                               : a[0] != z[0] ? "elements"
-                                              : "parameters",
-                               (long long)(a[2] != z[2] ? z[2] : a[0] != z[0] ? z[0] : z[1]),
-                               (long long)(a[2] != z[2] ? a[2] : a[0] != z[0] ? a[0] : a[1]), f->rank, u,
-                               f->units[u].path[0] ? f->units[u].path : "(root)", f->units[u].n_params,
-                               (long long)f->units[u].numel);
+            const int64_t *a = &all[r * k + REC * (int64_t)u], *z = &all[REC * (int64_t)u];
+            if (memcmp(a, z, REC * sizeof *a) == 0) continue;
+            char pa[PATH_WORDS * 8 + 1] = "", pz[PATH_WORDS * 8 + 1] = "";
+            memcpy(pa, a + 2, PATH_WORDS * 8);
+            memcpy(pz, z + 2, PATH_WORDS * 8);
+            st = phx_error(PHX_EDESYNC,
+                           "phx_fsdp_new: unit %zu differs between rank 0 and rank %d: '%s' (%lld parameters, %lld "
+                           "elements) on rank 0, '%s' (%lld parameters, %lld elements) on rank %d; every rank must "
+                           "wrap the same model with the same policy",
+                           u, r, pz[0] ? pz : "(root)", (long long)z[1], (long long)z[0], pa[0] ? pa : "(root)",
+                           (long long)a[1], (long long)a[0], r);
         }
     px_free(all);
     px_free(mine);

@@ -1,7 +1,7 @@
 # src/fsdp — fully sharded data parallel (ZeRO-3, doc/guide/sharding.md). Tests: t/fsdp/.
 libphalanx_internal_la_SOURCES += src/fsdp/fsdp.c src/fsdp/fsdp-units.c src/fsdp/fsdp-impl.h
 
-fsdp_tests = t/fsdp/equiv t/fsdp/reshard
+fsdp_tests = t/fsdp/equiv t/fsdp/reshard t/fsdp/peer t/fsdp/api
 check_PROGRAMS += $(fsdp_tests)
 TESTS += $(fsdp_tests)
 fsdp_test_cppflags = $(AM_CPPFLAGS)
@@ -12,3 +12,7 @@ t_fsdp_equiv_LDADD = libphalanx.la -lm
 t_fsdp_equiv_CPPFLAGS = $(fsdp_test_cppflags)
 t_fsdp_reshard_LDADD = libphalanx.la -lm
 t_fsdp_reshard_CPPFLAGS = $(fsdp_test_cppflags)
+t_fsdp_peer_LDADD = libphalanx.la
+t_fsdp_peer_CPPFLAGS = $(fsdp_test_cppflags)
+t_fsdp_api_LDADD = libphalanx.la -lm
+t_fsdp_api_CPPFLAGS = $(fsdp_test_cppflags)
