@@ -51,6 +51,18 @@ typedef struct phx_fsdp_opts {
      * the first forward, and a unit's backward issues the all-gather of
      * the unit whose backward comes next (FSDP's BACKWARD_PRE). */
     bool no_prefetch;
+    /* FSDP's MixedPrecision. param_dtype (PHX_BF16 or PHX_F16; 0 =
+     * PHX_F32: no cast): each rank casts its f32 shard to param_dtype,
+     * the all-gather moves param_dtype, and the result is widened into
+     * the f32 full parameters the modules read, so a forward and backward
+     * compute exactly what they would with param_dtype-rounded weights;
+     * the shards (the optimizer's master weights) stay f32, and
+     * phx_fsdp_gather_full gathers them exactly. reduce_dtype (0 = f32):
+     * the full gradients, divided by the world, are cast to reduce_dtype
+     * before the reduce-scatter (which sums in that dtype), and the
+     * result is widened and added into the f32 shard gradient. */
+    phx_dtype param_dtype;
+    phx_dtype reduce_dtype;
 } phx_fsdp_opts;
 #define PHX_FSDP_OPTS_INIT \
     { \

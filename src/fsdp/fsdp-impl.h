@@ -32,6 +32,12 @@ typedef struct px_funit {
      * views of these storages; their memory is allocated at gather and
      * freed at reshard (data NULL in between). */
     phx_tensor *full_v, *full_g;
+    /* Mixed precision (NULL without): the shard in param_dtype, the
+     * gathered param_dtype values (memory only between gather and
+     * widening), the full gradients and the reduce-scatter's output in
+     * reduce_dtype (memory only while reducing). */
+    phx_tensor *shard_lp, *full_lp, *full_g_lp, *rs_lp;
+    bool exact; /* this gather moves f32 (phx_fsdp_gather_full) */
     phx_work *gwork; /* an all-gather in flight into full_v */
     phx_work *rwork; /* a reduce-scatter in flight out of full_g */
     bool rs_pending; /* rs_out not yet added into shard_g */

@@ -87,19 +87,26 @@ static void full_free(px_fsdp *f, phx_tensor *t, bool grad)
 
 /* ---- gather and reshard ----------------------------------------------- */
 
-/* Issues the all-gather of unit u's parameters (no-op when gathered). */
-static phx_status gather_start(px_fsdp *f, px_funit *u, bool prefetch)
+/* Issues the all-gather of unit u's parameters (no-op when gathered):
+ * of the f32 shard, or (mixed precision, unless exact) of its cast. */
+static phx_status gather_start(px_fsdp *f, px_funit *u, bool prefetch, bool exact)
 {
     if (u->gathered) return PHX_OK;
+    bool lp = u->shard_lp && !exact;
     phx_status st = full_alloc(f, u, u->full_v, false);
-    if (st == PHX_OK) st = phx_comm_allgather(f->comm, u->shard_v, u->full_v, &u->gwork);
+    if (st == PHX_OK && lp) st = full_alloc(f, u, u->full_lp, false);
+    if (st == PHX_OK && lp) st = phx_tensor_cast(u->shard_lp, u->shard_v);
+    if (st == PHX_OK)
+        st = phx_comm_allgather(f->comm, lp ? u->shard_lp : u->shard_v, lp ? u->full_lp : u->full_v, &u->gwork);
     if (st != PHX_OK) {
         u->gwork = NULL;
         full_free(f, u->full_v, false);
+        if (u->full_lp) full_free(f, u->full_lp, false);
         return phx_error(st, "FSDP: all-gather of unit '%s' (%lld elements): %s", unit_name(u), (long long)u->numel,
                          phx_last_error());
     }
     u->gathered = true;
+    u->exact = !lp;
     f->stats.gathers++;
     if (prefetch) f->stats.prefetches++;
     /* New values for the modules' low-precision weight copies. */
@@ -107,14 +114,19 @@ static phx_status gather_start(px_fsdp *f, px_funit *u, bool prefetch)
     return PHX_OK;
 }
 
-/* Unit u's parameters, gathered and complete. */
-static phx_status gather_wait(px_fsdp *f, px_funit *u)
+/* Unit u's parameters, gathered and complete (widened into f32 when
+ * gathered in param_dtype). */
+static phx_status gather_wait_as(px_fsdp *f, px_funit *u, bool exact)
 {
-    phx_status st = gather_start(f, u, false);
-    if (st != PHX_OK || !u->gwork) return st;
-    st = phx_work_wait(u->gwork, -1);
-    phx_work_free(u->gwork);
-    u->gwork = NULL;
+    phx_status st = gather_start(f, u, false, exact);
+    if (st != PHX_OK) return st;
+    if (u->gwork) {
+        st = phx_work_wait(u->gwork, -1);
+        phx_work_free(u->gwork);
+        u->gwork = NULL;
+    }
+    if (st == PHX_OK && !u->exact && u->full_lp->storage->data) st = phx_tensor_cast(u->full_v, u->full_lp);
+    if (u->full_lp) full_free(f, u->full_lp, false);
     if (st != PHX_OK) {
         char err[PX_FSDP_ERR_MAX];
         snprintf(err, sizeof err, "%s", phx_last_error());
@@ -124,6 +136,11 @@ static phx_status gather_wait(px_fsdp *f, px_funit *u)
                          err);
     }
     return PHX_OK;
+}
+
+static phx_status gather_wait(px_fsdp *f, px_funit *u)
+{
+    return gather_wait_as(f, u, false);
 }
 
 /* Frees unit u's full parameters (unless summoned). */
@@ -136,6 +153,7 @@ static void reshard(px_fsdp *f, px_funit *u)
         u->gwork = NULL;
     }
     full_free(f, u->full_v, false);
+    if (u->full_lp) full_free(f, u->full_lp, false);
     u->gathered = false;
 }
 
@@ -155,7 +173,7 @@ static void prefetch(px_fsdp *f, size_t k, bool backward)
         if (next >= f->n_order) return;
     }
     px_funit *u = &f->units[f->order[next]];
-    if (gather_start(f, u, true) != PHX_OK) {
+    if (gather_start(f, u, true, false) != PHX_OK) {
         /* Reported again when the unit gathers for itself. */
         phx_error_clear();
     }
@@ -192,11 +210,13 @@ static phx_status rs_finish(px_fsdp *f, px_funit *u)
         phx_work_free(u->rwork);
         u->rwork = NULL;
     }
+    if (st == PHX_OK && u->rs_lp) st = phx_tensor_cast(u->rs_out, u->rs_lp);
     if (st == PHX_OK) st = phx_tensor_axpby(1.0f, u->rs_out, 1.0f, u->shard_g);
     else
         st = phx_error(st, "FSDP: reduce-scatter of unit '%s' (%lld elements): %s", unit_name(u), (long long)u->numel,
                        phx_last_error());
     full_free(f, u->full_g, true);
+    if (u->full_g_lp) full_free(f, u->full_g_lp, true);
     return st;
 }
 
@@ -218,11 +238,22 @@ static phx_status rs_launch(px_fsdp *f, px_funit *u)
     phx_status st = rs_finish_all(f);
     phx_status s2 = f->world > 1 ? phx_tensor_axpby(0.0f, NULL, 1.0f / (float)f->world, u->full_g) : PHX_OK;
     if (st == PHX_OK) st = s2;
+    /* Mixed precision: reduced in reduce_dtype. */
+    if (u->full_g_lp) {
+        phx_status cs = full_alloc(f, u, u->full_g_lp, true);
+        if (cs == PHX_OK) cs = phx_tensor_cast(u->full_g_lp, u->full_g);
+        if (cs != PHX_OK && st == PHX_OK) st = cs;
+        if (cs != PHX_OK && u->full_g_lp->storage->data) (void)phx_tensor_fill(u->full_g_lp, NAN);
+    }
     /* Issued even after a local failure: the other ranks expect it. */
-    phx_status rs = phx_comm_reduce_scatter(f->comm, u->full_g, u->rs_out, PHX_SUM, &u->rwork);
+    phx_status rs = u->full_g_lp && !u->full_g_lp->storage->data
+                        ? PHX_ENOMEM
+                        : phx_comm_reduce_scatter(f->comm, u->full_g_lp ? u->full_g_lp : u->full_g,
+                                                  u->rs_lp ? u->rs_lp : u->rs_out, PHX_SUM, &u->rwork);
     if (rs != PHX_OK) {
         u->rwork = NULL;
         full_free(f, u->full_g, true);
+        if (u->full_g_lp) full_free(f, u->full_g_lp, true);
         if (st == PHX_OK)
             st = phx_error(rs, "FSDP: reduce-scatter of unit '%s' (%lld elements): %s", unit_name(u),
                            (long long)u->numel, phx_last_error());
@@ -408,7 +439,7 @@ static phx_status fsdp_backward(phx_module *self, const phx_tensor *dy, phx_tens
     phx_status st = gather_wait(f, root);
     /* The root's backward comes first: prefetch the last unit to run forward. */
     if (st == PHX_OK && !f->opts.no_prefetch && f->order_done && f->n_order > 1 &&
-        gather_start(f, &f->units[f->order[f->n_order - 1]], true) != PHX_OK)
+        gather_start(f, &f->units[f->order[f->n_order - 1]], true, false) != PHX_OK)
         phx_error_clear(); /* reported again when the unit gathers for itself */
     if (st == PHX_OK) st = grads_open(f, root);
     if (st == PHX_OK) st = phx_module_backward(f->model, dy, dx);
@@ -483,6 +514,12 @@ static void units_free(px_fsdp *f)
         px_funit *u = &f->units[k];
         if (u->full_v) full_free(f, u->full_v, false);
         if (u->full_g) full_free(f, u->full_g, true);
+        if (u->full_lp) full_free(f, u->full_lp, false);
+        if (u->full_g_lp) full_free(f, u->full_g_lp, true);
+        phx_tensor_free(u->shard_lp);
+        phx_tensor_free(u->full_lp);
+        phx_tensor_free(u->full_g_lp);
+        phx_tensor_free(u->rs_lp);
         phx_tensor_free(u->full_v);
         phx_tensor_free(u->full_g);
         phx_tensor_free(u->shard_v);
@@ -567,6 +604,20 @@ static phx_status shard_unit(px_fsdp *f, size_t k)
     u->shard_g = phx_tensor_zeros(PHX_F32, 1, &u->block, dev);
     u->rs_out = phx_tensor_zeros(PHX_F32, 1, &u->block, dev);
     if (!u->full_v || !u->full_g || !u->shard_v || !u->shard_g || !u->rs_out) return PHX_ENOMEM;
+    if (f->opts.param_dtype != PHX_F32) {
+        u->shard_lp = phx_tensor_new(f->opts.param_dtype, 1, &u->block, dev);
+        u->full_lp = phx_tensor_new(f->opts.param_dtype, 1, &full, dev);
+        if (!u->shard_lp || !u->full_lp) return PHX_ENOMEM;
+        f->stats.gathered_bytes += u->full_lp->storage->bytes; /* uncounted, freed below */
+        full_free(f, u->full_lp, false);
+    }
+    if (f->opts.reduce_dtype != PHX_F32) {
+        u->rs_lp = phx_tensor_new(f->opts.reduce_dtype, 1, &u->block, dev);
+        u->full_g_lp = phx_tensor_new(f->opts.reduce_dtype, 1, &full, dev);
+        if (!u->rs_lp || !u->full_g_lp) return PHX_ENOMEM;
+        f->stats.grad_bytes += u->full_g_lp->storage->bytes;
+        full_free(f, u->full_g_lp, true);
+    }
     phx_status st = PHX_OK;
     for (size_t j = 0; j < u->n_params && st == PHX_OK; j++) {
         phx_tensor *v = f->params[u->params[j]]->value;
@@ -629,6 +680,14 @@ phx_module *phx_fsdp_new(phx_module *model, phx_comm *comm, const phx_fsdp_opts 
         phx_error(PHX_EINVAL, "phx_fsdp_new: sharding %d, expected PHX_FSDP_FULL_SHARD or PHX_FSDP_SHARD_GRAD_OP",
                   (int)o.sharding);
         return NULL;
+    }
+    for (int k = 0; k < 2; k++) {
+        phx_dtype dt = k ? o.reduce_dtype : o.param_dtype;
+        if (dt != PHX_F32 && dt != PHX_BF16 && dt != PHX_F16) {
+            phx_error(PHX_EINVAL, "phx_fsdp_new: %s %d, expected PHX_F32 (0), PHX_BF16 or PHX_F16",
+                      k ? "reduce_dtype" : "param_dtype", (int)dt);
+            return NULL;
+        }
     }
     if (o.min_unit_numel < 0) {
         phx_error(PHX_EINVAL, "phx_fsdp_new: min_unit_numel %lld, expected >= 0 (0: 1e6)",
@@ -716,10 +775,14 @@ phx_status phx_fsdp_gather_full(phx_module *fsdp)
     if (!f) return PHX_EINVAL;
     if (f->in_backward) return phx_error(PHX_ESTATE, "phx_fsdp_gather_full: a backward is running");
     phx_status st = PHX_OK;
+    /* Units left gathered in param_dtype (the root after a forward) are
+     * gathered again exactly. */
+    for (size_t k = 0; k < f->n_units; k++)
+        if (f->units[k].gathered && !f->units[k].exact) reshard(f, &f->units[k]);
     /* Every unit's all-gather is issued, whatever failed before, keeping
      * the ranks' collectives in step. */
     for (size_t k = 0; k < f->n_units; k++) {
-        phx_status s = gather_wait(f, &f->units[k]);
+        phx_status s = gather_wait_as(f, &f->units[k], true);
         if (st == PHX_OK) st = s;
         f->units[k].keep = true;
     }

@@ -263,6 +263,78 @@ static void accumulation(void)
     phx_module_free(ref);
 }
 
+/* x <- x rounded to dt (and back to f32). */
+static void round_to(phx_tensor *x, phx_dtype dt)
+{
+    phx_tensor *lp = phx_tensor_new(dt, phx_tensor_ndim(x), phx_tensor_shape(x), phx_cpu());
+    phx_tensor_cast(lp, x);
+    phx_tensor_cast(x, lp);
+    phx_tensor_free(lp);
+}
+
+/* MixedPrecision, one process: the FSDP model gathering bf16 computes
+ * what the plain model computes with bf16-rounded weights (output and
+ * gradients bitwise); with reduce_dtype bf16 the shard's gradients are
+ * those rounded to bf16; the master shards stay exact f32. */
+static void mixed_precision(void)
+{
+    for (int reduce = 0; reduce < 2; reduce++) {
+        phx_module *m = tu_mlp(mlp_sizes, 4, 8), *ref = tu_mlp(mlp_sizes, 4, 8), *orig = tu_mlp(mlp_sizes, 4, 8);
+        phx_fsdp_opts fo = PHX_FSDP_OPTS_INIT;
+        fo.wrap = wrap_even;
+        fo.param_dtype = PHX_BF16;
+        fo.reduce_dtype = reduce ? PHX_BF16 : PHX_F32;
+        phx_module *f = phx_fsdp_new(m, NULL, &fo);
+        phx_optimizer *z = f ? phx_zero_optimizer_new(f, NULL, make_sgd, NULL, NULL) : NULL;
+        for (size_t i = 0; i < phx_module_num_params(ref); i++) round_to(phx_param_value(phx_module_param(ref, i)), PHX_BF16);
+        phx_loss *la = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN), *lb = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+        phx_tensor *x = tu_new2(4, mlp_sizes[0]), *y = tu_new2(4, mlp_sizes[3]), *oa = NULL, *ob = NULL;
+        tu_batch(0, 0, 4, x, y);
+        float l1 = NAN, l2 = NAN;
+        phx_status st = z ? phx_module_forward(f, x, &oa) : PHX_EINVAL;
+        if (st == PHX_OK) st = phx_loss_forward(la, oa, y, &l1);
+        if (st == PHX_OK) st = phx_module_backward(f, phx_loss_grad(la), NULL);
+        if (st == PHX_OK) st = phx_module_forward(ref, x, &ob);
+        if (st == PHX_OK) st = phx_loss_forward(lb, ob, y, &l2);
+        if (st == PHX_OK) st = phx_module_backward(ref, phx_loss_grad(lb), NULL);
+        /* The shard's pieces are whole parameters (one process): compare
+         * each piece's gradient with the plain model's parameter's. */
+        phx_module *shard = z ? phx_zero_shard(z) : NULL;
+        double gerr = st == PHX_OK ? 0 : INFINITY;
+        for (size_t i = 0; shard && st == PHX_OK && i < phx_module_num_params(shard); i++) {
+            size_t src = phx_zero_shard_source(z, i, NULL);
+            phx_tensor *g = phx_param_grad(phx_module_param(shard, i));
+            phx_tensor *want = phx_tensor_new(PHX_F32, phx_tensor_ndim(g), phx_tensor_shape(g), phx_cpu());
+            phx_tensor_from_host(want, phx_tensor_data(phx_param_grad(phx_module_param(ref, src))));
+            if (reduce) round_to(want, PHX_BF16);
+            int64_t n = phx_tensor_numel(g);
+            for (int64_t k = 0; k < n; k++) {
+                double a, b;
+                phx_tensor_get(g, k, &a);
+                phx_tensor_get(want, k, &b);
+                gerr = fmax(gerr, fabs(a - b));
+            }
+            phx_tensor_free(want);
+        }
+        double master = INFINITY;
+        if (st == PHX_OK && phx_fsdp_gather_full(f) == PHX_OK) master = tu_max_rel(f, orig);
+        ok(st == PHX_OK && l1 == l2 && gerr == 0 && master == 0,
+           "param_dtype bf16%s: loss and gradients bitwise those of bf16-rounded weights%s (loss %.9g vs %.9g, "
+           "gradient difference %g), master shards exact (difference %g)",
+           reduce ? ", reduce_dtype bf16" : "", reduce ? " (gradients rounded to bf16)" : "", l1, l2, gerr, master);
+        if (st != PHX_OK) diag("%s", phx_last_error());
+        phx_tensor_free(x);
+        phx_tensor_free(y);
+        phx_loss_free(la);
+        phx_loss_free(lb);
+        phx_optimizer_free(z);
+        phx_module_free(f);
+        phx_module_free(m);
+        phx_module_free(ref);
+        phx_module_free(orig);
+    }
+}
+
 static void bad_args(void)
 {
     phx_module *m = tu_mlp(mlp_sizes, 4, 1);
@@ -294,7 +366,7 @@ static void bad_args(void)
 
 int main(void)
 {
-    plan(4 + 2 * 3 * 2 + 2 + 7 + 1 + 7);
+    plan(4 + 2 * 3 * 2 + 2 + 7 + 1 + 2 + 7);
     static const char *const only0[] = {"0", NULL}, *const both[] = {"0", "4", NULL}, *const only2[] = {"2", NULL};
     desync_job d1 = {{only0, both}, "units"};
     tu_spawn_both(2, desync_rank, &d1, "rank 1 wraps one unit more: PHX_EDESYNC on every rank naming the unit count");
@@ -313,6 +385,7 @@ int main(void)
     size_policy();
     resharded_access();
     accumulation();
+    mixed_precision();
     bad_args();
     return done_testing();
 }
