@@ -63,6 +63,18 @@ typedef struct phx_fsdp_opts {
      * result is widened and added into the f32 shard gradient. */
     phx_dtype param_dtype;
     phx_dtype reduce_dtype;
+    /* Hybrid sharding (FSDP's HYBRID_SHARD): shard within shard_comm (a
+     * group of comm made by phx_comm_split, e.g. the ranks of one node)
+     * and replicate across replicate_comm (the ranks holding the same
+     * block in the other groups). Each unit is gathered and
+     * reduce-scattered within shard_comm, then each rank's reduced block
+     * is all-reduced across replicate_comm. Both NULL: shard over comm.
+     * size(shard_comm) * size(replicate_comm) must be comm's size
+     * (replicate_comm NULL only when shard_comm is the whole world); the
+     * groups must partition the world this way and outlive the wrapper.
+     * The ZeRO-3 optimizer then shards within shard_comm. */
+    phx_comm *shard_comm;
+    phx_comm *replicate_comm;
 } phx_fsdp_opts;
 #define PHX_FSDP_OPTS_INIT \
     { \

@@ -183,7 +183,9 @@ phx_status phx_zero_checkpoint_export(const char *dir, const char *path);
 /* Stage 3 (ZeRO-3, phalanx/fsdp.h): phx_zero_optimizer_new over an FSDP
  * module (phx_fsdp_new) with opts->stage 3 or 0 (stage 1 or 2 there, or
  * stage 3 over another module, is PHX_EINVAL; comm must be NULL or the
- * FSDP wrapper's; shard_comm and replicate_comm are PHX_EUNSUPPORTED).
+ * FSDP wrapper's; shard_comm and replicate_comm must be NULL: a hybrid
+ * FSDP wrapper (phx_fsdp_opts.shard_comm) makes the optimizer shard
+ * within its group).
  * The regions are the FSDP units (whole parameters in unit order, the
  * unit's blocks) and each piece is a view of the rank's persistent shard
  * of its unit (values and gradients). phx_optimizer_step steps the shard

@@ -50,8 +50,14 @@ typedef struct px_funit {
 typedef struct px_fsdp {
     unsigned magic;
     phx_module *self, *model;
+    /* The sharding group (the whole world unless hybrid): gathers and
+     * reduce-scatters, blocks of world elements, this rank's block rank. */
     phx_comm *comm;
     int rank, world;
+    /* The whole world (layout check, broadcasts, the non-finite flag, the
+     * gradients' average) and, when hybrid, the replicas of this shard. */
+    phx_comm *wcomm, *rcomm;
+    int wrank, wworld;
     phx_fsdp_opts opts;
     size_t n_params;
     phx_param **params;

@@ -115,15 +115,15 @@ phx_status px_fsdp_find_units(px_fsdp *f)
 /* Exchanges rows of k int64 values; NULL on failure (*st and the error set). */
 static int64_t *exchange(px_fsdp *f, const int64_t *mine, int64_t k, phx_status *stp)
 {
-    int64_t all_n = k * f->world;
-    phx_device dev = phx_comm_device(f->comm);
+    int64_t all_n = k * f->wworld;
+    phx_device dev = phx_comm_device(f->wcomm);
     phx_tensor *hin = phx_tensor_from_data(PHX_I64, 1, &k, (void *)mine);
     phx_tensor *in = phx_tensor_new(PHX_I64, 1, &k, dev), *all = phx_tensor_new(PHX_I64, 1, &all_n, dev);
     int64_t *out = px_calloc((size_t)all_n, sizeof *out);
     phx_tensor *host = phx_tensor_new(PHX_I64, 1, &all_n, phx_cpu());
     phx_status st = hin && in && all && host && out ? PHX_OK : PHX_ENOMEM;
     if (st == PHX_OK) st = phx_tensor_copy(in, hin);
-    if (st == PHX_OK) st = phx_comm_allgather(f->comm, in, all, NULL);
+    if (st == PHX_OK) st = phx_comm_allgather(f->wcomm, in, all, NULL);
     if (st == PHX_OK) st = phx_tensor_copy(host, all);
     if (st == PHX_OK) memcpy(out, phx_tensor_data(host), (size_t)all_n * sizeof *out);
     phx_tensor_free(hin);
@@ -140,7 +140,7 @@ static int64_t *exchange(px_fsdp *f, const int64_t *mine, int64_t k, phx_status 
 
 phx_status px_fsdp_check_layout(px_fsdp *f)
 {
-    if (f->world == 1) return PHX_OK;
+    if (f->wworld == 1) return PHX_OK;
     int64_t total = 0;
     for (size_t i = 0; i < f->n_params; i++) total += f->params[i]->value->numel;
     int64_t head[3] = {(int64_t)f->n_params, total, (int64_t)f->n_units};
@@ -148,13 +148,13 @@ phx_status px_fsdp_check_layout(px_fsdp *f)
     int64_t *all = exchange(f, head, 3, &st);
     if (!all) return st;
     static const char *const what[3] = {"parameters", "parameter elements", "units"};
-    for (int r = 1; r < f->world && st == PHX_OK; r++)
+    for (int r = 1; r < f->wworld && st == PHX_OK; r++)
         for (int k = 0; k < 3 && st == PHX_OK; k++)
             if (all[r * 3 + k] != all[k])
                 st = phx_error(PHX_EDESYNC,
                                "phx_fsdp_new: rank %d has %lld %s, rank 0 has %lld (this rank, %d: %lld); every "
                                "rank must wrap the same model with the same policy",
-                               r, (long long)all[r * 3 + k], what[k], (long long)all[k], f->rank,
+                               r, (long long)all[r * 3 + k], what[k], (long long)all[k], f->wrank,
                                (long long)head[k]);
     px_free(all);
     if (st != PHX_OK) return st;
@@ -174,7 +174,7 @@ phx_status px_fsdp_check_layout(px_fsdp *f)
         return st;
     }
     for (size_t u = 0; u < f->n_units && st == PHX_OK; u++)
-        for (int r = 1; r < f->world && st == PHX_OK; r++) {
+        for (int r = 1; r < f->wworld && st == PHX_OK; r++) {
             const int64_t *a = &all[r * k + REC * (int64_t)u], *z = &all[REC * (int64_t)u];
             if (memcmp(a, z, REC * sizeof *a) == 0) continue;
             char pa[PATH_WORDS * 8 + 1] = "", pz[PATH_WORDS * 8 + 1] = "";

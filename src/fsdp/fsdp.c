@@ -210,6 +210,13 @@ static phx_status rs_finish(px_fsdp *f, px_funit *u)
         phx_work_free(u->rwork);
         u->rwork = NULL;
     }
+    /* Hybrid: each group reduced its own ranks; add the groups' blocks. */
+    if (st == PHX_OK && f->rcomm) {
+        st = phx_comm_allreduce(f->rcomm, u->rs_lp ? u->rs_lp : u->rs_out, PHX_SUM, NULL);
+        if (st != PHX_OK)
+            st = phx_error(st, "FSDP: all-reduce of unit '%s''s reduced block across the replicas: %s", unit_name(u),
+                           phx_last_error());
+    }
     if (st == PHX_OK && u->rs_lp) st = phx_tensor_cast(u->rs_out, u->rs_lp);
     if (st == PHX_OK) st = phx_tensor_axpby(1.0f, u->rs_out, 1.0f, u->shard_g);
     else
@@ -236,7 +243,8 @@ static phx_status rs_finish_all(px_fsdp *f)
 static phx_status rs_launch(px_fsdp *f, px_funit *u)
 {
     phx_status st = rs_finish_all(f);
-    phx_status s2 = f->world > 1 ? phx_tensor_axpby(0.0f, NULL, 1.0f / (float)f->world, u->full_g) : PHX_OK;
+    /* The average over the whole world (hybrid: the replicas' sums are added below). */
+    phx_status s2 = f->wworld > 1 ? phx_tensor_axpby(0.0f, NULL, 1.0f / (float)f->wworld, u->full_g) : PHX_OK;
     if (st == PHX_OK) st = s2;
     /* Mixed precision: reduced in reduce_dtype. */
     if (u->full_g_lp) {
@@ -287,7 +295,7 @@ static phx_status settle_nonfinite(px_fsdp *f)
         if (n > 0)
             st = kern->unscale_check(dev.index, n, px_tensor_ptr(f->units[k].shard_g), 1.0f, px_tensor_ptr(f->flag));
     }
-    phx_status cs = f->world > 1 ? phx_comm_allreduce(f->comm, f->flag, PHX_MAX, NULL) : PHX_OK;
+    phx_status cs = f->wworld > 1 ? phx_comm_allreduce(f->wcomm, f->flag, PHX_MAX, NULL) : PHX_OK;
     if (st == PHX_OK) st = cs;
     double found = 0;
     if (st == PHX_OK) st = phx_tensor_get(f->flag, 0, &found);
@@ -305,9 +313,9 @@ static phx_status settle_nonfinite(px_fsdp *f)
 static phx_status broadcast_buffers(px_fsdp *f)
 {
     size_t n = phx_module_num_buffers(f->model);
-    if (f->world == 1) return PHX_OK;
+    if (f->wworld == 1) return PHX_OK;
     for (size_t i = 0; i < n; i++) {
-        phx_status st = phx_comm_broadcast(f->comm, phx_module_buffer(f->model, i), 0, NULL);
+        phx_status st = phx_comm_broadcast(f->wcomm, phx_module_buffer(f->model, i), 0, NULL);
         if (st != PHX_OK)
             return phx_error(st, "FSDP: broadcasting buffer '%s' from rank 0: %s", phx_module_buffer_name(f->model, i),
                              phx_last_error());
@@ -581,9 +589,9 @@ static phx_status check_params(px_fsdp *f)
 
 static phx_status broadcast_params(px_fsdp *f)
 {
-    if (f->world == 1) return PHX_OK;
+    if (f->wworld == 1) return PHX_OK;
     for (size_t i = 0; i < f->n_params; i++) {
-        phx_status st = phx_comm_broadcast(f->comm, f->params[i]->value, 0, NULL);
+        phx_status st = phx_comm_broadcast(f->wcomm, f->params[i]->value, 0, NULL);
         if (st != PHX_OK)
             return phx_error(st, "phx_fsdp_new: broadcasting parameter '%s' from rank 0: %s",
                              phx_module_param_name(f->model, i), phx_last_error());
@@ -689,6 +697,20 @@ phx_module *phx_fsdp_new(phx_module *model, phx_comm *comm, const phx_fsdp_opts 
             return NULL;
         }
     }
+    if (o.replicate_comm && !o.shard_comm) {
+        phx_error(PHX_EINVAL, "phx_fsdp_new: replicate_comm without shard_comm; hybrid sharding needs both");
+        return NULL;
+    }
+    if (o.shard_comm) {
+        int ns = phx_comm_size(o.shard_comm), nr = phx_comm_size(o.replicate_comm), nw = phx_comm_size(comm);
+        if (ns * nr != nw) {
+            phx_error(PHX_EINVAL,
+                      "phx_fsdp_new: hybrid sharding with a shard group of %d ranks and a replicate group of %d "
+                      "(%s): expected %d x %d = the world of %d",
+                      ns, nr, o.replicate_comm ? "given" : "NULL, a group of one", ns, nw / (ns > 0 ? ns : 1), nw);
+            return NULL;
+        }
+    }
     if (o.min_unit_numel < 0) {
         phx_error(PHX_EINVAL, "phx_fsdp_new: min_unit_numel %lld, expected >= 0 (0: 1e6)",
                   (long long)o.min_unit_numel);
@@ -698,9 +720,13 @@ phx_module *phx_fsdp_new(phx_module *model, phx_comm *comm, const phx_fsdp_opts 
     if (!f) return NULL;
     f->magic = PX_FSDP_MAGIC;
     f->model = model;
-    f->comm = comm;
-    f->rank = phx_comm_rank(comm);
-    f->world = phx_comm_size(comm);
+    f->wcomm = comm;
+    f->wrank = phx_comm_rank(comm);
+    f->wworld = phx_comm_size(comm);
+    f->comm = o.shard_comm ? o.shard_comm : comm;
+    f->rank = phx_comm_rank(f->comm);
+    f->world = phx_comm_size(f->comm);
+    f->rcomm = o.replicate_comm;
     f->opts = o;
     f->n_params = phx_module_num_params(model);
     phx_module *self = phx_module_new(&fsdp_vt, f);

@@ -542,17 +542,17 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         return NULL;
     }
     if (fs) {
-        if (comm && comm != fs->comm) {
+        if (comm && comm != fs->wcomm && comm != fs->comm) {
             phx_error(PHX_EINVAL, "phx_zero_optimizer_new: stage 3 needs the FSDP wrapper's communicator");
             return NULL;
         }
         if (o.shard_comm || o.replicate_comm) {
-            phx_error(PHX_EUNSUPPORTED,
-                      "phx_zero_optimizer_new: stage 3 shards over the FSDP wrapper's communicator; hybrid "
-                      "sharding is not built for FSDP");
+            phx_error(PHX_EINVAL,
+                      "phx_zero_optimizer_new: stage 3 shards as its FSDP wrapper does; give shard_comm and "
+                      "replicate_comm to phx_fsdp_new");
             return NULL;
         }
-        comm = fs->comm;
+        comm = fs->comm; /* the sharding group */
         o.stage = 3;
     }
     px_ddp *d = NULL;
