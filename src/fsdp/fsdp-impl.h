@@ -85,4 +85,29 @@ px_fsdp *px_fsdp_get(phx_module *m);
  * difference). Collective. */
 phx_status px_fsdp_find_units(px_fsdp *f);
 phx_status px_fsdp_check_layout(px_fsdp *f);
+
+/* src/fsdp/fsdp-comm.c. Frees t's memory (a unit's full buffer), keeping
+ * the count of bytes held. */
+void px_fsdp_full_free(px_fsdp *f, phx_tensor *t, bool grad);
+/* Issues the all-gather of unit u (no-op when gathered): of the f32
+ * shard when exact or without param_dtype, else of its cast. */
+phx_status px_fsdp_gather_start(px_fsdp *f, px_funit *u, bool prefetch, bool exact);
+/* Unit u gathered and complete (widened into f32 under param_dtype);
+ * px_fsdp_gather_wait is the non-exact form. */
+phx_status px_fsdp_gather_wait_as(px_fsdp *f, px_funit *u, bool exact);
+phx_status px_fsdp_gather_wait(px_fsdp *f, px_funit *u);
+/* Frees unit u's full parameters unless summoned (waits for a gather in flight). */
+void px_fsdp_reshard(px_fsdp *f, px_funit *u);
+/* Unit u's full gradients, zeroed, for its backward. */
+phx_status px_fsdp_grads_open(px_fsdp *f, px_funit *u);
+/* Divides unit u's full gradients by the world and issues their
+ * reduce-scatter, finishing the one in flight first. */
+phx_status px_fsdp_rs_launch(px_fsdp *f, px_funit *u);
+/* Waits for every reduce-scatter, adds it into the shard gradients and
+ * frees the full gradients. */
+phx_status px_fsdp_rs_finish_all(px_fsdp *f);
+/* Makes a non-finite shard gradient on any rank visible on every rank. */
+phx_status px_fsdp_settle_nonfinite(px_fsdp *f);
+/* Broadcasts the model's buffers from rank 0 of the whole world. */
+phx_status px_fsdp_broadcast_buffers(px_fsdp *f);
 #endif

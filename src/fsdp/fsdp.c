@@ -14,7 +14,6 @@
  * phx_module_forward and phx_module_backward to, so parents that call
  * their children directly (built-in modules) and recorded graphs
  * (forward-only modules) both reach it. doc/guide/sharding.md. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,117 +47,11 @@ static px_fsdp *fsdp_of(phx_module *m, const char *who)
     return f;
 }
 
-static const char *unit_name(const px_funit *u)
-{
-    return u->path[0] ? u->path : "(root)";
-}
+/* ---- prefetch --------------------------------------------------------- */
 
-/* ---- full buffers ----------------------------------------------------- */
-
-/* Gives t's storage memory (kept when it has some). */
-static phx_status full_alloc(px_fsdp *f, const px_funit *u, phx_tensor *t, bool grad)
-{
-    px_storage *s = t->storage;
-    if (s->data) return PHX_OK;
-    const phx_device_v1 *tb = phx_device_table(s->device);
-    if (!tb) return PHX_ENOTFOUND;
-    phx_status st = tb->alloc(s->device.index, s->bytes, &s->data);
-    if (st != PHX_OK) {
-        s->data = NULL;
-        return phx_error(st, "FSDP: allocating the full %s of unit '%s' (%zu bytes): %s",
-                         grad ? "gradients" : "parameters", unit_name(u), s->bytes, phx_last_error());
-    }
-    uint64_t *now = grad ? &f->stats.grad_bytes : &f->stats.gathered_bytes;
-    uint64_t *peak = grad ? &f->stats.peak_grad_bytes : &f->stats.peak_gathered_bytes;
-    *now += s->bytes;
-    if (*now > *peak) *peak = *now;
-    return PHX_OK;
-}
-
-static void full_free(px_fsdp *f, phx_tensor *t, bool grad)
-{
-    px_storage *s = t->storage;
-    if (!s->data) return;
-    const phx_device_v1 *tb = phx_device_table(s->device);
-    if (tb) tb->release(s->device.index, s->data);
-    s->data = NULL;
-    *(grad ? &f->stats.grad_bytes : &f->stats.gathered_bytes) -= s->bytes;
-}
-
-/* ---- gather and reshard ----------------------------------------------- */
-
-/* Issues the all-gather of unit u's parameters (no-op when gathered):
- * of the f32 shard, or (mixed precision, unless exact) of its cast. */
-static phx_status gather_start(px_fsdp *f, px_funit *u, bool prefetch, bool exact)
-{
-    if (u->gathered) return PHX_OK;
-    bool lp = u->shard_lp && !exact;
-    phx_status st = full_alloc(f, u, u->full_v, false);
-    if (st == PHX_OK && lp) st = full_alloc(f, u, u->full_lp, false);
-    if (st == PHX_OK && lp) st = phx_tensor_cast(u->shard_lp, u->shard_v);
-    if (st == PHX_OK)
-        st = phx_comm_allgather(f->comm, lp ? u->shard_lp : u->shard_v, lp ? u->full_lp : u->full_v, &u->gwork);
-    if (st != PHX_OK) {
-        u->gwork = NULL;
-        full_free(f, u->full_v, false);
-        if (u->full_lp) full_free(f, u->full_lp, false);
-        return phx_error(st, "FSDP: all-gather of unit '%s' (%lld elements): %s", unit_name(u), (long long)u->numel,
-                         phx_last_error());
-    }
-    u->gathered = true;
-    u->exact = !lp;
-    f->stats.gathers++;
-    if (prefetch) f->stats.prefetches++;
-    /* New values for the modules' low-precision weight copies. */
-    for (size_t j = 0; j < u->n_params; j++) phx_param_touch(f->params[u->params[j]]);
-    return PHX_OK;
-}
-
-/* Unit u's parameters, gathered and complete (widened into f32 when
- * gathered in param_dtype). */
-static phx_status gather_wait_as(px_fsdp *f, px_funit *u, bool exact)
-{
-    phx_status st = gather_start(f, u, false, exact);
-    if (st != PHX_OK) return st;
-    if (u->gwork) {
-        st = phx_work_wait(u->gwork, -1);
-        phx_work_free(u->gwork);
-        u->gwork = NULL;
-    }
-    if (st == PHX_OK && !u->exact && u->full_lp->storage->data) st = phx_tensor_cast(u->full_v, u->full_lp);
-    if (u->full_lp) full_free(f, u->full_lp, false);
-    if (st != PHX_OK) {
-        char err[PX_FSDP_ERR_MAX];
-        snprintf(err, sizeof err, "%s", phx_last_error());
-        u->gathered = false;
-        full_free(f, u->full_v, false);
-        return phx_error(st, "FSDP: all-gather of unit '%s' (%lld elements): %s", unit_name(u), (long long)u->numel,
-                         err);
-    }
-    return PHX_OK;
-}
-
-static phx_status gather_wait(px_fsdp *f, px_funit *u)
-{
-    return gather_wait_as(f, u, false);
-}
-
-/* Frees unit u's full parameters (unless summoned). */
-static void reshard(px_fsdp *f, px_funit *u)
-{
-    if (!u->gathered || u->keep) return;
-    if (u->gwork) {
-        (void)phx_work_wait(u->gwork, -1);
-        phx_work_free(u->gwork);
-        u->gwork = NULL;
-    }
-    full_free(f, u->full_v, false);
-    if (u->full_lp) full_free(f, u->full_lp, false);
-    u->gathered = false;
-}
-
-/* Issues the gather of the unit after (forward) or before (backward)
- * position pos of the first forward's order. */
+/* Unit k runs (its forward, or its backward): issues the gather of the
+ * unit after it (forward) or before it (backward) in the first forward's
+ * order. */
 static void prefetch(px_fsdp *f, size_t k, bool backward)
 {
     if (f->opts.no_prefetch || !f->order_done) return;
@@ -173,7 +66,7 @@ static void prefetch(px_fsdp *f, size_t k, bool backward)
         if (next >= f->n_order) return;
     }
     px_funit *u = &f->units[f->order[next]];
-    if (gather_start(f, u, true, false) != PHX_OK) {
+    if (px_fsdp_gather_start(f, u, true, false) != PHX_OK) {
         /* Reported again when the unit gathers for itself. */
         phx_error_clear();
     }
@@ -185,142 +78,6 @@ static void record_order(px_fsdp *f, size_t k)
     for (size_t i = 0; i < f->n_order; i++)
         if (f->order[i] == k) return;
     f->order[f->n_order++] = k;
-}
-
-/* ---- gradients -------------------------------------------------------- */
-
-/* Unit u's full gradients, zeroed, for its backward. */
-static phx_status grads_open(px_fsdp *f, px_funit *u)
-{
-    if (u->full_g->storage->data) return PHX_OK; /* the same backward reaching it twice */
-    phx_status st = full_alloc(f, u, u->full_g, true);
-    if (st == PHX_OK) st = phx_tensor_fill(u->full_g, 0.0);
-    return st;
-}
-
-/* Waits for unit u's reduce-scatter, adds it into the shard gradient and
- * frees the full gradients. */
-static phx_status rs_finish(px_fsdp *f, px_funit *u)
-{
-    if (!u->rs_pending) return PHX_OK;
-    u->rs_pending = false;
-    phx_status st = PHX_OK;
-    if (u->rwork) {
-        st = phx_work_wait(u->rwork, -1);
-        phx_work_free(u->rwork);
-        u->rwork = NULL;
-    }
-    /* Hybrid: each group reduced its own ranks; add the groups' blocks. */
-    if (st == PHX_OK && f->rcomm) {
-        st = phx_comm_allreduce(f->rcomm, u->rs_lp ? u->rs_lp : u->rs_out, PHX_SUM, NULL);
-        if (st != PHX_OK)
-            st = phx_error(st, "FSDP: all-reduce of unit '%s''s reduced block across the replicas: %s", unit_name(u),
-                           phx_last_error());
-    }
-    if (st == PHX_OK && u->rs_lp) st = phx_tensor_cast(u->rs_out, u->rs_lp);
-    if (st == PHX_OK) st = phx_tensor_axpby(1.0f, u->rs_out, 1.0f, u->shard_g);
-    else
-        st = phx_error(st, "FSDP: reduce-scatter of unit '%s' (%lld elements): %s", unit_name(u), (long long)u->numel,
-                       phx_last_error());
-    full_free(f, u->full_g, true);
-    if (u->full_g_lp) full_free(f, u->full_g_lp, true);
-    return st;
-}
-
-static phx_status rs_finish_all(px_fsdp *f)
-{
-    phx_status st = PHX_OK;
-    for (size_t k = 0; k < f->n_units; k++) {
-        phx_status s = rs_finish(f, &f->units[k]);
-        if (st == PHX_OK) st = s;
-    }
-    return st;
-}
-
-/* Divides unit u's full gradients by the world and issues their
- * reduce-scatter; the one issued before is finished first (one in
- * flight while the next unit's backward runs). */
-static phx_status rs_launch(px_fsdp *f, px_funit *u)
-{
-    phx_status st = rs_finish_all(f);
-    /* The average over the whole world (hybrid: the replicas' sums are added below). */
-    phx_status s2 = f->wworld > 1 ? phx_tensor_axpby(0.0f, NULL, 1.0f / (float)f->wworld, u->full_g) : PHX_OK;
-    if (st == PHX_OK) st = s2;
-    /* Mixed precision: reduced in reduce_dtype. */
-    if (u->full_g_lp) {
-        phx_status cs = full_alloc(f, u, u->full_g_lp, true);
-        if (cs == PHX_OK) cs = phx_tensor_cast(u->full_g_lp, u->full_g);
-        if (cs != PHX_OK && st == PHX_OK) st = cs;
-        if (cs != PHX_OK && u->full_g_lp->storage->data) (void)phx_tensor_fill(u->full_g_lp, NAN);
-    }
-    /* Issued even after a local failure: the other ranks expect it. */
-    phx_status rs = u->full_g_lp && !u->full_g_lp->storage->data
-                        ? PHX_ENOMEM
-                        : phx_comm_reduce_scatter(f->comm, u->full_g_lp ? u->full_g_lp : u->full_g,
-                                                  u->rs_lp ? u->rs_lp : u->rs_out, PHX_SUM, &u->rwork);
-    if (rs != PHX_OK) {
-        u->rwork = NULL;
-        full_free(f, u->full_g, true);
-        if (u->full_g_lp) full_free(f, u->full_g_lp, true);
-        if (st == PHX_OK)
-            st = phx_error(rs, "FSDP: reduce-scatter of unit '%s' (%lld elements): %s", unit_name(u),
-                           (long long)u->numel, phx_last_error());
-        return st;
-    }
-    u->rs_pending = true;
-    f->stats.reduce_scatters++;
-    return st;
-}
-
-/* Elements of unit u's block that rank holds (the rest is padding). */
-static int64_t block_valid(const px_funit *u, int rank)
-{
-    int64_t n = u->numel - (int64_t)rank * u->block;
-    return n < 0 ? 0 : n > u->block ? u->block : n;
-}
-
-/* A non-finite gradient on any rank becomes visible on every rank (the
- * GradScaler then skips the step everywhere): one all-reduce of a flag,
- * and the shards filled with NaN when it is raised (the padding stays 0). */
-static phx_status settle_nonfinite(px_fsdp *f)
-{
-    phx_device dev = phx_tensor_device(f->flag);
-    const phx_kernels_v1 *kern = px_device_kernels(dev);
-    if (!kern) return PHX_ENOTFOUND;
-    if (!kern->unscale_check)
-        return phx_error(PHX_EUNSUPPORTED, "FSDP: the gradients' device has no unscale_check kernel");
-    phx_status st = phx_tensor_fill(f->flag, 0.0);
-    for (size_t k = 0; k < f->n_units && st == PHX_OK; k++) {
-        int64_t n = block_valid(&f->units[k], f->rank);
-        if (n > 0)
-            st = kern->unscale_check(dev.index, n, px_tensor_ptr(f->units[k].shard_g), 1.0f, px_tensor_ptr(f->flag));
-    }
-    phx_status cs = f->wworld > 1 ? phx_comm_allreduce(f->wcomm, f->flag, PHX_MAX, NULL) : PHX_OK;
-    if (st == PHX_OK) st = cs;
-    double found = 0;
-    if (st == PHX_OK) st = phx_tensor_get(f->flag, 0, &found);
-    for (size_t k = 0; k < f->n_units && st == PHX_OK && found != 0; k++) {
-        int64_t n = block_valid(&f->units[k], f->rank);
-        if (n == 0) continue;
-        phx_tensor *v = phx_tensor_view(f->units[k].shard_g, 0, 1, &n);
-        st = v ? phx_tensor_fill(v, NAN) : PHX_ENOMEM;
-        phx_tensor_free(v);
-    }
-    if (st != PHX_OK) return phx_error(st, "FSDP: checking the gradients for inf/NaN: %s", phx_last_error());
-    return PHX_OK;
-}
-
-static phx_status broadcast_buffers(px_fsdp *f)
-{
-    size_t n = phx_module_num_buffers(f->model);
-    if (f->wworld == 1) return PHX_OK;
-    for (size_t i = 0; i < n; i++) {
-        phx_status st = phx_comm_broadcast(f->wcomm, phx_module_buffer(f->model, i), 0, NULL);
-        if (st != PHX_OK)
-            return phx_error(st, "FSDP: broadcasting buffer '%s' from rank 0: %s", phx_module_buffer_name(f->model, i),
-                             phx_last_error());
-    }
-    return PHX_OK;
 }
 
 /* ---- a unit's forward and backward ------------------------------------ */
@@ -339,14 +96,14 @@ static phx_status unit_forward(phx_module *self, const phx_tensor *x, phx_tensor
     px_fsdp *f = c->f;
     px_funit *u = &f->units[c->k];
     record_order(f, c->k);
-    phx_status st = gather_wait(f, u);
+    phx_status st = px_fsdp_gather_wait(f, u);
     if (st != PHX_OK) return st;
     prefetch(f, c->k, false);
     u->inner->redirect_off = true;
     st = phx_module_forward(u->inner, x, y);
     u->inner->redirect_off = false;
     u->forwarded = true;
-    if (f->opts.sharding == PHX_FSDP_FULL_SHARD) reshard(f, u);
+    if (f->opts.sharding == PHX_FSDP_FULL_SHARD) px_fsdp_reshard(f, u);
     return st;
 }
 
@@ -355,9 +112,9 @@ static phx_status unit_backward(phx_module *self, const phx_tensor *dy, phx_tens
     unit_ctx *c = phx_module_ctx(self);
     px_fsdp *f = c->f;
     px_funit *u = &f->units[c->k];
-    phx_status st = gather_wait(f, u);
+    phx_status st = px_fsdp_gather_wait(f, u);
     if (st == PHX_OK) prefetch(f, c->k, true);
-    if (st == PHX_OK) st = grads_open(f, u);
+    if (st == PHX_OK) st = px_fsdp_grads_open(f, u);
     if (st == PHX_OK) {
         u->inner->redirect_off = true;
         st = phx_module_backward(u->inner, dy, dx);
@@ -365,9 +122,9 @@ static phx_status unit_backward(phx_module *self, const phx_tensor *dy, phx_tens
     }
     keep_first(f, st);
     /* Issued whatever happened, keeping the ranks' collectives in step. */
-    if (u->full_g->storage->data) keep_first(f, rs_launch(f, u));
+    if (u->full_g->storage->data) keep_first(f, px_fsdp_rs_launch(f, u));
     u->backwarded = true;
-    reshard(f, u);
+    px_fsdp_reshard(f, u);
     return st;
 }
 
@@ -420,19 +177,19 @@ static phx_status fsdp_forward(phx_module *self, const phx_tensor *x, phx_tensor
     /* A forward without a backward (evaluation) left units gathered. */
     for (size_t k = 0; k < f->n_units; k++) {
         f->units[k].forwarded = false;
-        reshard(f, &f->units[k]);
+        px_fsdp_reshard(f, &f->units[k]);
     }
     size_t r = f->n_units - 1;
     record_order(f, r);
     f->fwd_pos = 0;
-    st = gather_wait(f, root_of(f));
+    st = px_fsdp_gather_wait(f, root_of(f));
     if (st != PHX_OK) return st;
     prefetch(f, r, false);
     st = phx_module_forward(f->model, x, y);
     f->order_done = true;
     root_of(f)->forwarded = true;
     /* The root stays gathered for the backward (FSDP's), unless none follows. */
-    if (!phx_module_is_training(f->model)) reshard(f, root_of(f));
+    if (!phx_module_is_training(f->model)) px_fsdp_reshard(f, root_of(f));
     return st;
 }
 
@@ -444,22 +201,22 @@ static phx_status fsdp_backward(phx_module *self, const phx_tensor *dy, phx_tens
     f->pending_err[0] = '\0';
     f->in_backward = true;
     f->bwd_pos = f->n_order ? f->n_order - 1 : 0;
-    phx_status st = gather_wait(f, root);
+    phx_status st = px_fsdp_gather_wait(f, root);
     /* The root's backward comes first: prefetch the last unit to run forward. */
     if (st == PHX_OK && !f->opts.no_prefetch && f->order_done && f->n_order > 1 &&
-        gather_start(f, &f->units[f->order[f->n_order - 1]], true, false) != PHX_OK)
+        px_fsdp_gather_start(f, &f->units[f->order[f->n_order - 1]], true, false) != PHX_OK)
         phx_error_clear(); /* reported again when the unit gathers for itself */
-    if (st == PHX_OK) st = grads_open(f, root);
+    if (st == PHX_OK) st = px_fsdp_grads_open(f, root);
     if (st == PHX_OK) st = phx_module_backward(f->model, dy, dx);
     keep_first(f, st);
-    if (root->full_g->storage->data) keep_first(f, rs_launch(f, root));
-    keep_first(f, rs_finish_all(f));
+    if (root->full_g->storage->data) keep_first(f, px_fsdp_rs_launch(f, root));
+    keep_first(f, px_fsdp_rs_finish_all(f));
     for (size_t k = 0; k < f->n_units; k++) {
-        reshard(f, &f->units[k]);
+        px_fsdp_reshard(f, &f->units[k]);
         f->units[k].forwarded = f->units[k].backwarded = false;
     }
-    keep_first(f, settle_nonfinite(f));
-    keep_first(f, broadcast_buffers(f));
+    keep_first(f, px_fsdp_settle_nonfinite(f));
+    keep_first(f, px_fsdp_broadcast_buffers(f));
     f->in_backward = false;
     if (f->pending_status != PHX_OK) return phx_error(f->pending_status, "%s", f->pending_err);
     return PHX_OK;
@@ -520,10 +277,10 @@ static void units_free(px_fsdp *f)
     }
     for (size_t k = 0; k < f->n_units; k++) {
         px_funit *u = &f->units[k];
-        if (u->full_v) full_free(f, u->full_v, false);
-        if (u->full_g) full_free(f, u->full_g, true);
-        if (u->full_lp) full_free(f, u->full_lp, false);
-        if (u->full_g_lp) full_free(f, u->full_g_lp, true);
+        if (u->full_v) px_fsdp_full_free(f, u->full_v, false);
+        if (u->full_g) px_fsdp_full_free(f, u->full_g, true);
+        if (u->full_lp) px_fsdp_full_free(f, u->full_lp, false);
+        if (u->full_g_lp) px_fsdp_full_free(f, u->full_g_lp, true);
         phx_tensor_free(u->shard_lp);
         phx_tensor_free(u->full_lp);
         phx_tensor_free(u->full_g_lp);
@@ -596,7 +353,7 @@ static phx_status broadcast_params(px_fsdp *f)
             return phx_error(st, "phx_fsdp_new: broadcasting parameter '%s' from rank 0: %s",
                              phx_module_param_name(f->model, i), phx_last_error());
     }
-    return broadcast_buffers(f);
+    return px_fsdp_broadcast_buffers(f);
 }
 
 /* Unit k's shard (from the parameters' current values) and full buffers;
@@ -617,14 +374,14 @@ static phx_status shard_unit(px_fsdp *f, size_t k)
         u->full_lp = phx_tensor_new(f->opts.param_dtype, 1, &full, dev);
         if (!u->shard_lp || !u->full_lp) return PHX_ENOMEM;
         f->stats.gathered_bytes += u->full_lp->storage->bytes; /* uncounted, freed below */
-        full_free(f, u->full_lp, false);
+        px_fsdp_full_free(f, u->full_lp, false);
     }
     if (f->opts.reduce_dtype != PHX_F32) {
         u->rs_lp = phx_tensor_new(f->opts.reduce_dtype, 1, &u->block, dev);
         u->full_g_lp = phx_tensor_new(f->opts.reduce_dtype, 1, &full, dev);
         if (!u->rs_lp || !u->full_g_lp) return PHX_ENOMEM;
         f->stats.grad_bytes += u->full_g_lp->storage->bytes;
-        full_free(f, u->full_g_lp, true);
+        px_fsdp_full_free(f, u->full_g_lp, true);
     }
     phx_status st = PHX_OK;
     for (size_t j = 0; j < u->n_params && st == PHX_OK; j++) {
@@ -644,8 +401,8 @@ static phx_status shard_unit(px_fsdp *f, size_t k)
     /* The zeros' memory was never counted: free it uncounted. */
     f->stats.gathered_bytes += u->full_v->storage->bytes;
     f->stats.grad_bytes += u->full_g->storage->bytes;
-    full_free(f, u->full_v, false);
-    full_free(f, u->full_g, true);
+    px_fsdp_full_free(f, u->full_v, false);
+    px_fsdp_full_free(f, u->full_g, true);
     return st;
 }
 
@@ -804,11 +561,11 @@ phx_status phx_fsdp_gather_full(phx_module *fsdp)
     /* Units left gathered in param_dtype (the root after a forward) are
      * gathered again exactly. */
     for (size_t k = 0; k < f->n_units; k++)
-        if (f->units[k].gathered && !f->units[k].exact) reshard(f, &f->units[k]);
+        if (f->units[k].gathered && !f->units[k].exact) px_fsdp_reshard(f, &f->units[k]);
     /* Every unit's all-gather is issued, whatever failed before, keeping
      * the ranks' collectives in step. */
     for (size_t k = 0; k < f->n_units; k++) {
-        phx_status s = gather_wait_as(f, &f->units[k], true);
+        phx_status s = px_fsdp_gather_wait_as(f, &f->units[k], true);
         if (st == PHX_OK) st = s;
         f->units[k].keep = true;
     }
@@ -828,7 +585,7 @@ phx_status phx_fsdp_release_full(phx_module *fsdp)
     if (!f) return PHX_EINVAL;
     for (size_t k = 0; k < f->n_units; k++) {
         f->units[k].keep = false;
-        reshard(f, &f->units[k]);
+        px_fsdp_reshard(f, &f->units[k]);
     }
     f->summoned = false;
     return PHX_OK;

@@ -1,5 +1,5 @@
 # src/fsdp — fully sharded data parallel (ZeRO-3, doc/guide/sharding.md). Tests: t/fsdp/.
-libphalanx_internal_la_SOURCES += src/fsdp/fsdp.c src/fsdp/fsdp-units.c src/fsdp/fsdp-impl.h
+libphalanx_internal_la_SOURCES += src/fsdp/fsdp.c src/fsdp/fsdp-comm.c src/fsdp/fsdp-units.c src/fsdp/fsdp-impl.h
 
 fsdp_tests = t/fsdp/equiv t/fsdp/reshard t/fsdp/peer t/fsdp/api
 check_PROGRAMS += $(fsdp_tests)
