@@ -340,6 +340,11 @@ static phx_status check_params(px_fsdp *f)
             if (f->params[j] == p)
                 return phx_error(PHX_EINVAL, "phx_fsdp_new: parameter '%s' appears twice in the model",
                                  phx_module_param_name(f->model, i));
+        if (p->value->numel && (!p->value->storage->data || !p->grad->storage->data))
+            return phx_error(PHX_EINVAL,
+                             "phx_fsdp_new: parameter '%s' holds no memory: part of the model is already sharded "
+                             "by another FSDP wrapper",
+                             phx_module_param_name(f->model, i));
     }
     return PHX_OK;
 }
@@ -418,9 +423,7 @@ static phx_status wrap_unit(px_fsdp *f, size_t k)
         px_free(c);
         return PHX_ENOMEM;
     }
-    if (u->inner->redirect)
-        return phx_error(PHX_EINVAL, "phx_fsdp_new: module '%s' is already a unit of another FSDP wrapper", u->path);
-    u->inner->redirect = u->wrap;
+    u->inner->redirect = u->wrap; /* free of another wrapper: checked before sharding */
     return PHX_OK;
 }
 
@@ -498,6 +501,10 @@ phx_module *phx_fsdp_new(phx_module *model, phx_comm *comm, const phx_fsdp_opts 
     if (st == PHX_OK) st = px_module_adopt_params(self, model);
     if (st == PHX_OK) st = check_params(f);
     if (st == PHX_OK) st = px_fsdp_find_units(f);
+    for (size_t k = 0; st == PHX_OK && k + 1 < f->n_units; k++)
+        if (f->units[k].inner->redirect)
+            st = phx_error(PHX_EINVAL, "phx_fsdp_new: module '%s' is already a unit of another FSDP wrapper",
+                           f->units[k].path);
     if (st == PHX_OK) st = (f->order = px_calloc(f->n_units, sizeof *f->order)) ? PHX_OK : PHX_ENOMEM;
     /* Collectives: reached by every rank with a model of parameters. */
     if (st == PHX_OK) st = px_fsdp_check_layout(f);

@@ -362,11 +362,21 @@ static void bad_args(void)
     phx_module_free(plain);
     phx_module_free(f);
     phx_module_free(m);
+    /* A submodule already sharded by another wrapper: refused before any change. */
+    phx_module *outer = phx_sequential_new(), *inner = tu_mlp(mlp_sizes, 4, 2);
+    phx_sequential_add(outer, inner);
+    phx_sequential_add(outer, phx_tanh_new());
+    phx_module *fi = phx_fsdp_new(inner, NULL, NULL);
+    phx_module *fw = fi ? phx_fsdp_new(outer, NULL, NULL) : NULL;
+    ok(fi && !fw && strstr(phx_last_error(), "already sharded by another FSDP wrapper"),
+       "wrapping a model whose submodule another FSDP wrapper shards: refused (%s)", phx_last_error());
+    phx_module_free(fi);
+    phx_module_free(outer);
 }
 
 int main(void)
 {
-    plan(4 + 2 * 3 * 2 + 2 + 7 + 1 + 2 + 7);
+    plan(4 + 2 * 3 * 2 + 2 + 7 + 1 + 2 + 8);
     static const char *const only0[] = {"0", NULL}, *const both[] = {"0", "4", NULL}, *const only2[] = {"2", NULL};
     desync_job d1 = {{only0, both}, "units"};
     tu_spawn_both(2, desync_rank, &d1, "rank 1 wraps one unit more: PHX_EDESYNC on every rank naming the unit count");
