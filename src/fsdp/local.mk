@@ -16,3 +16,7 @@ t_fsdp_peer_LDADD = libphalanx.la
 t_fsdp_peer_CPPFLAGS = $(fsdp_test_cppflags)
 t_fsdp_api_LDADD = libphalanx.la -lm
 t_fsdp_api_CPPFLAGS = $(fsdp_test_cppflags)
+# FSDP's gathers on the NCCL path (skips without a CUDA device or the nccl plugin).
+check_PROGRAMS += t/cuda/fsdp_gather
+TESTS += t/cuda/fsdp_gather
+t_cuda_fsdp_gather_LDADD = libphalanx.la -lm
