@@ -152,7 +152,8 @@ static phx_status rs_finish(px_fsdp *f, px_funit *u)
                            phx_last_error());
     }
     if (st == PHX_OK && u->rs_lp) st = phx_tensor_cast(u->rs_out, u->rs_lp);
-    if (st == PHX_OK) st = phx_tensor_axpby(1.0f, u->rs_out, 1.0f, u->shard_g);
+    if (st == PHX_OK)
+        st = phx_tensor_axpby(1.0f, u->rs_out, 1.0f, u->shard_g);
     else
         st = phx_error(st, "FSDP: reduce-scatter of unit '%s' (%lld elements): %s", unit_name(u), (long long)u->numel,
                        phx_last_error());
@@ -189,9 +190,9 @@ phx_status px_fsdp_rs_launch(px_fsdp *f, px_funit *u)
     }
     /* Issued even after a local failure: the other ranks expect it. */
     phx_status rs = u->full_g_lp && !u->full_g_lp->storage->data
-                        ? PHX_ENOMEM
-                        : phx_comm_reduce_scatter(f->comm, u->full_g_lp ? u->full_g_lp : u->full_g,
-                                                  u->rs_lp ? u->rs_lp : u->rs_out, PHX_SUM, &u->rwork);
+        ? PHX_ENOMEM
+        : phx_comm_reduce_scatter(f->comm, u->full_g_lp ? u->full_g_lp : u->full_g, u->rs_lp ? u->rs_lp : u->rs_out,
+                                  PHX_SUM, &u->rwork);
     if (rs != PHX_OK) {
         u->rwork = NULL;
         px_fsdp_full_free(f, u->full_g, true);

@@ -154,8 +154,7 @@ phx_status px_fsdp_check_layout(px_fsdp *f)
                 st = phx_error(PHX_EDESYNC,
                                "phx_fsdp_new: rank %d has %lld %s, rank 0 has %lld (this rank, %d: %lld); every "
                                "rank must wrap the same model with the same policy",
-                               r, (long long)all[r * 3 + k], what[k], (long long)all[k], f->wrank,
-                               (long long)head[k]);
+                               r, (long long)all[r * 3 + k], what[k], (long long)all[k], f->wrank, (long long)head[k]);
     px_free(all);
     if (st != PHX_OK) return st;
     /* Per unit: its elements, parameters and path (its first bytes). */

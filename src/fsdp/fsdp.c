@@ -153,8 +153,8 @@ static phx_status check_wrapped(phx_module *self, px_fsdp *f)
     if (self->n_params || self->n_children || self->n_buffers)
         return phx_error(PHX_ESTATE, "FSDP: a %s was added to the wrapper, which runs only the model",
                          self->n_children     ? "child module"
-                         : self->n_params ? "parameter"
-                                          : "buffer");
+                             : self->n_params ? "parameter"
+                                              : "buffer");
     if (phx_module_num_params(f->model) != f->n_params)
         return phx_error(PHX_ESTATE, "FSDP: the model has %zu parameters, it had %zu when wrapped",
                          phx_module_num_params(f->model), f->n_params);
@@ -472,8 +472,7 @@ phx_module *phx_fsdp_new(phx_module *model, phx_comm *comm, const phx_fsdp_opts 
         }
     }
     if (o.min_unit_numel < 0) {
-        phx_error(PHX_EINVAL, "phx_fsdp_new: min_unit_numel %lld, expected >= 0 (0: 1e6)",
-                  (long long)o.min_unit_numel);
+        phx_error(PHX_EINVAL, "phx_fsdp_new: min_unit_numel %lld, expected >= 0 (0: 1e6)", (long long)o.min_unit_numel);
         return NULL;
     }
     px_fsdp *f = px_calloc(1, sizeof *f);
@@ -511,7 +510,7 @@ phx_module *phx_fsdp_new(phx_module *model, phx_comm *comm, const phx_fsdp_opts 
     if (st == PHX_OK) st = broadcast_params(f);
     if (st == PHX_OK)
         st = (f->flag = phx_tensor_zeros(PHX_F32, 0, NULL, phx_tensor_device(f->params[0]->value))) ? PHX_OK
-                                                                                                 : PHX_ENOMEM;
+                                                                                                    : PHX_ENOMEM;
     for (size_t k = 0; st == PHX_OK && k < f->n_units; k++) st = shard_unit(f, k);
     for (size_t k = 0; st == PHX_OK && k + 1 < f->n_units; k++) st = wrap_unit(f, k);
     if (st != PHX_OK) {

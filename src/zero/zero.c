@@ -531,8 +531,8 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
     if (px_abi_in(&o, sizeof o, opts, "phx_zero_optimizer_new", "phx_zero_opts", "PHX_ZERO_OPTS_INIT")) return NULL;
     px_fsdp *fs = px_fsdp_get(model);
     if (o.stage < 0 || o.stage > 3) {
-        phx_error(PHX_EINVAL, "phx_zero_optimizer_new: stage %d, expected 1, 2 or 3 (0 means 1, or 3 for an FSDP model)",
-                  o.stage);
+        phx_error(PHX_EINVAL,
+                  "phx_zero_optimizer_new: stage %d, expected 1, 2 or 3 (0 means 1, or 3 for an FSDP model)", o.stage);
         return NULL;
     }
     if ((o.stage == 3) != (fs != NULL) && !(fs && o.stage == 0)) {
@@ -612,9 +612,7 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         z->chunk = per > 0 ? per : 1;
         size_t cap = o.region_bytes ? o.region_bytes : PX_ZERO_REGION_BYTES;
         int64_t cap_el = (int64_t)(cap / sizeof(float));
-        st = z->fsdp  ? regions_units(z)
-             : z->ddp ? regions_buckets(z)
-                      : regions_flat(z, cap_el > 0 ? cap_el : 1);
+        st = z->fsdp ? regions_units(z) : z->ddp ? regions_buckets(z) : regions_flat(z, cap_el > 0 ? cap_el : 1);
     }
     if (st == PHX_OK && z->world > 1) st = check_layout(z);
     if (st == PHX_OK) st = (z->shard_mod = phx_module_new(&shard_vt, NULL)) ? PHX_OK : PHX_ENOMEM;

@@ -113,9 +113,9 @@ static int mem_rank(int rank, void *arg)
     int64_t unit_numel = W * W + W, block = (unit_numel + world - 1) / world;
     uint64_t U = (uint64_t)block * world * 4, R = (uint64_t)world * 4; /* the root holds nothing: one element each */
     uint64_t want = R + (uint64_t)jb->units_gathered * U;
-    if (st == PHX_OK && (s.units != 7 || s.largest_unit_bytes != U || s.peak_gathered_bytes != want ||
-                         s.peak_grad_bytes > R + 2 * U || s.peak_grad_bytes < U ||
-                         s.shard_bytes != 2 * 4 * (uint64_t)(6 * block + 1))) {
+    if (st == PHX_OK &&
+        (s.units != 7 || s.largest_unit_bytes != U || s.peak_gathered_bytes != want || s.peak_grad_bytes > R + 2 * U ||
+         s.peak_grad_bytes < U || s.shard_bytes != 2 * 4 * (uint64_t)(6 * block + 1))) {
         printf("# rank %d: %zu units, largest %llu bytes (expected %llu), peak gathered %llu (expected %llu), peak "
                "gradients %llu (expected <= %llu), shard %llu\n",
                rank, s.units, (unsigned long long)s.largest_unit_bytes, (unsigned long long)U,
@@ -286,7 +286,8 @@ static void mixed_precision(void)
         fo.reduce_dtype = reduce ? PHX_BF16 : PHX_F32;
         phx_module *f = phx_fsdp_new(m, NULL, &fo);
         phx_optimizer *z = f ? phx_zero_optimizer_new(f, NULL, make_sgd, NULL, NULL) : NULL;
-        for (size_t i = 0; i < phx_module_num_params(ref); i++) round_to(phx_param_value(phx_module_param(ref, i)), PHX_BF16);
+        for (size_t i = 0; i < phx_module_num_params(ref); i++)
+            round_to(phx_param_value(phx_module_param(ref, i)), PHX_BF16);
         phx_loss *la = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN), *lb = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
         phx_tensor *x = tu_new2(4, mlp_sizes[0]), *y = tu_new2(4, mlp_sizes[3]), *oa = NULL, *ob = NULL;
         tu_batch(0, 0, 4, x, y);

@@ -221,7 +221,8 @@ static phx_status side_step(side *sd, const phx_tensor *x, const phx_tensor *y, 
     if (st == PHX_OK) st = phx_module_backward(sd->ddp, g, NULL);
     if (st == PHX_OK) st = phx_scaler_unscale(sd->scaler, sd->opt, NULL);
     if (st == PHX_OK)
-        st = sd->fsdp ? phx_zero_clip_grad_norm(sd->opt, CLIP, &sd->norm) : phx_clip_grad_norm(sd->ddp, CLIP, &sd->norm);
+        st =
+            sd->fsdp ? phx_zero_clip_grad_norm(sd->opt, CLIP, &sd->norm) : phx_clip_grad_norm(sd->ddp, CLIP, &sd->norm);
     if (st == PHX_OK) st = phx_scaler_step(sd->scaler, sd->opt, stepped);
     if (st == PHX_OK) st = phx_optimizer_zero_grad(sd->opt);
     return st;
@@ -295,7 +296,8 @@ static const char *job_name(const job *jb)
 {
     static __thread char buf[64];
     snprintf(buf, sizeof buf, "%s%s%s", jb->hybrid ? "HYBRID_SHARD (2 groups of 2) " : "",
-             jb->sharding == PHX_FSDP_FULL_SHARD ? "FULL_SHARD" : "SHARD_GRAD_OP", jb->no_prefetch ? " no prefetch" : "");
+             jb->sharding == PHX_FSDP_FULL_SHARD ? "FULL_SHARD" : "SHARD_GRAD_OP",
+             jb->no_prefetch ? " no prefetch" : "");
     return buf;
 }
 
@@ -341,8 +343,7 @@ static int run_job(phx_comm *c, const phx_precision *fp16, const job *jb)
     if (!fails) {
         double e = tu_max_rel(b.ddp, a.ddp);
         if (!(e <= 1e-6)) {
-            printf("# rank %d of %d: %s %s: max relative difference to DDP %.3g (> 1e-6)\n", rank, world, what, how,
-                   e);
+            printf("# rank %d of %d: %s %s: max relative difference to DDP %.3g (> 1e-6)\n", rank, world, what, how, e);
             fails++;
         }
         if (!tu_same_bits_across(c, b.ddp)) {
