@@ -20,3 +20,4 @@ t_fsdp_api_CPPFLAGS = $(fsdp_test_cppflags)
 check_PROGRAMS += t/cuda/fsdp_gather
 TESTS += t/cuda/fsdp_gather
 t_cuda_fsdp_gather_LDADD = libphalanx.la -lm
+EXTRA_DIST += t/fsdp/fsdp-util.h

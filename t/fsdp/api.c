@@ -6,22 +6,13 @@
  * readable between phx_fsdp_gather_full and phx_fsdp_release_full;
  * gradient accumulation over two backwards; the model after its wrapper
  * is freed. */
-#include <fnmatch.h>
 #include "t/tap.h"
 #include "t/ddp-util.h"
+#include "t/fsdp/fsdp-util.h"
 
 #define W 16
 static const int64_t equal_sizes[] = {W, W, W, W, W, W, W}; /* 6 Linear(16, 16) at children 0, 2, .., 10 */
 static const int64_t mlp_sizes[] = {7, 13, 11, 5};
-
-static bool wrap_listed(const phx_module *m, const char *path, int64_t numel, void *arg)
-{
-    (void)m, (void)numel;
-    const char *const *pats = arg;
-    for (size_t i = 0; pats[i]; i++)
-        if (fnmatch(pats[i], path, 0) == 0) return true;
-    return false;
-}
 
 static bool wrap_even(const phx_module *m, const char *path, int64_t numel, void *arg)
 {
@@ -51,7 +42,7 @@ static int desync_rank(int rank, void *arg)
     if (!c) return 1;
     phx_module *m = tu_mlp(mlp_sizes, 4, 1);
     phx_fsdp_opts fo = PHX_FSDP_OPTS_INIT;
-    fo.wrap = wrap_listed;
+    fo.wrap = fu_wrap_listed;
     fo.wrap_arg = (void *)jb->pats[rank ? 1 : 0];
     phx_module *f = phx_fsdp_new(m, c, &fo);
     int bad = f != NULL || !strstr(phx_last_error(), jb->want) || !strstr(phx_last_error(), "rank 1");

@@ -16,9 +16,9 @@
  * (autograd) model holding a forward-only unit and a unit nested in it;
  * FULL_SHARD and SHARD_GRAD_OP, prefetch on and off; worlds 2, 3 and 4 on
  * threads and gloo; and hybrid sharding at world 4 (2 groups of 2). */
-#include <fnmatch.h>
 #include "t/tap.h"
 #include "t/ddp-util.h"
+#include "t/fsdp/fsdp-util.h"
 
 #define STEPS 10
 #define ROWS 2 /* per rank */
@@ -45,15 +45,6 @@ typedef struct job {
     bool no_prefetch;
     bool hybrid; /* shard within groups of 2 consecutive ranks, replicate across them */
 } job;
-
-static bool wrap_listed(const phx_module *m, const char *path, int64_t numel, void *arg)
-{
-    (void)m, (void)numel;
-    const char *const *pats = arg;
-    for (size_t i = 0; pats[i]; i++)
-        if (fnmatch(pats[i], path, 0) == 0) return true;
-    return false;
-}
 
 /* A forward-only module running its children in order. */
 static phx_status fo_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
@@ -248,7 +239,7 @@ static int side_init(side *sd, phx_comm *c, const phx_precision *fp16, const job
     sd->model = make_model(jb->model, 1000 + (uint64_t)rank);
     if (fsdp) {
         phx_fsdp_opts fo = PHX_FSDP_OPTS_INIT;
-        fo.wrap = wrap_listed;
+        fo.wrap = fu_wrap_listed;
         fo.wrap_arg = (void *)unit_patterns[jb->model];
         fo.sharding = jb->sharding;
         fo.no_prefetch = jb->no_prefetch;
