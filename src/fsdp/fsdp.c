@@ -270,7 +270,7 @@ static void units_free(px_fsdp *f)
         }
     }
     /* The parameters get their own memory back before the full buffers go. */
-    for (size_t i = 0; f->units && i < f->n_params; i++) {
+    for (size_t i = 0; f->units && f->unit_of && i < f->n_params; i++) {
         px_funit *u = &f->units[f->unit_of[i]];
         if (u->full_v && f->params[i]->value->storage == u->full_v->storage) restore(f->params[i]->value);
         if (u->full_g && f->params[i]->grad->storage == u->full_g->storage) restore(f->params[i]->grad);
