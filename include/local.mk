@@ -14,3 +14,4 @@ phalanxplugin_HEADERS += \
 phalanxinc_HEADERS += include/phalanx/dataset.h include/phalanx/ops.h include/phalanx/autograd.h
 phalanxinc_HEADERS += include/phalanx/progress.h
 phalanxinc_HEADERS += include/phalanx/zero.h
+phalanxinc_HEADERS += include/phalanx/fsdp.h

@@ -31,6 +31,7 @@
 #include "phalanx/ops.h"
 #include "phalanx/autograd.h"
 #include "phalanx/zero.h"
+#include "phalanx/fsdp.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -180,6 +180,23 @@ phx_status phx_zero_checkpoint_load(const char *dir, phx_module *model, phx_opti
 phx_status phx_zero_checkpoint_load_full(const char *dir, phx_module *model, phx_optimizer *opt, phx_scaler *scaler);
 phx_status phx_zero_checkpoint_export(const char *dir, const char *path);
 
+/* Stage 3 (ZeRO-3, phalanx/fsdp.h): phx_zero_optimizer_new over an FSDP
+ * module (phx_fsdp_new) with opts->stage 3 or 0 (stage 1 or 2 there, or
+ * stage 3 over another module, is PHX_EINVAL; comm must be NULL or the
+ * FSDP wrapper's; shard_comm and replicate_comm must be NULL: a hybrid
+ * FSDP wrapper (phx_fsdp_opts.shard_comm) makes the optimizer shard
+ * within its group).
+ * The regions are the FSDP units (whole parameters in unit order, the
+ * unit's blocks) and each piece is a view of the rank's persistent shard
+ * of its unit (values and gradients). phx_optimizer_step steps the shard
+ * and gathers nothing (the next forward gathers each unit).
+ * phx_optimizer_model of the result is the shard module, so
+ * phx_optimizer_zero_grad and the GradScaler see the shard's gradients.
+ * The optimizer holds a reference to the FSDP module. Clipping,
+ * consolidation and the sharded checkpoints (whose format is the same:
+ * a stage-3 checkpoint loads under stages 1 and 2 and at any world size)
+ * work as above. */
+
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,22 @@ static size_t state_dict(phx_module *model, const char ***names, phx_tensor ***t
     return n;
 }
 
+/* PHX_ESTATE when a parameter holds no memory: a model sharded by FSDP
+ * between uses of its units. */
+static phx_status check_resident(phx_module *model, const char *who)
+{
+    size_t np = phx_module_num_params(model);
+    for (size_t i = 0; i < np; i++) {
+        const phx_tensor *v = phx_param_value(phx_module_param(model, i));
+        if (v->numel && !v->storage->data)
+            return phx_error(PHX_ESTATE,
+                             "%s: parameter '%s' holds no memory: the model is sharded (FSDP); call "
+                             "phx_fsdp_gather_full first, or use phx_zero_checkpoint_save/_load",
+                             who, phx_module_param_name(model, i));
+    }
+    return PHX_OK;
+}
+
 phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimizer *opt, phx_scaler *scaler,
                                const phx_meta *meta, size_t n_meta)
 {
@@ -59,6 +75,7 @@ phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimize
         return phx_error(PHX_EINVAL, "phx_checkpoint_save: NULL %s", !path ? "path" : !model ? "model" : "metadata");
     if (opt && phx_optimizer_model(opt) != model)
         return phx_error(PHX_EINVAL, "phx_checkpoint_save: the optimizer belongs to another model");
+    if (check_resident(model, "phx_checkpoint_save") != PHX_OK) return PHX_ESTATE;
     const char **mnames = NULL;
     phx_tensor **mts = NULL;
     size_t np = state_dict(model, &mnames, &mts);
@@ -292,6 +309,7 @@ phx_status phx_checkpoint_load(const char *path, phx_module *model, phx_optimize
     if (!path || !model) return phx_error(PHX_EINVAL, "phx_checkpoint_load: NULL %s", path ? "model" : "path");
     if (opt && phx_optimizer_model(opt) != model)
         return phx_error(PHX_EINVAL, "phx_checkpoint_load: the optimizer belongs to another model");
+    if (check_resident(model, "phx_checkpoint_load") != PHX_OK) return PHX_ESTATE;
     px_st_file f;
     phx_status st = px_st_open("phx_checkpoint_load", path, &f);
     if (st != PHX_OK) return st;

@@ -68,6 +68,11 @@ struct phx_module {
     phx_tensor **owned;
     size_t n_owned, cap_owned;
     phx_tensor *last_x, *last_y;
+    /* A wrapper that phx_module_forward and phx_module_backward call
+     * instead of this module while redirect_off is false (an FSDP unit,
+     * whose parents call the module directly). */
+    phx_module *redirect;
+    bool redirect_off;
 };
 
 /* phx_module_forward of a module with a hand-written backward: runs it

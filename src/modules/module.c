@@ -364,6 +364,7 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
 {
     if (!m || !x || !y)
         return phx_error(PHX_EINVAL, "phx_module_forward: %s is NULL", !m ? "module" : !x ? "input" : "y");
+    if (m->redirect && !m->redirect_off) return phx_module_forward(m->redirect, x, y);
     return m->vt->backward ? px_module_forward_fused(m, x, y) : px_module_forward_traced(m, x, y);
 }
 
@@ -371,6 +372,7 @@ phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor *
 {
     if (!m || !dy) return phx_error(PHX_EINVAL, "phx_module_backward: %s is NULL", !m ? "module" : "dy");
     if (dx) *dx = NULL;
+    if (m->redirect && !m->redirect_off) return phx_module_backward(m->redirect, dy, dx);
     return m->vt->backward ? m->vt->backward(m, dy, dx) : px_module_backward_traced(m, dy, dx);
 }
 
@@ -517,6 +519,9 @@ phx_status phx_module_zero_grad(phx_module *m)
     if (!m) return phx_error(PHX_EINVAL, "phx_module_zero_grad: module is NULL");
     size_t n = phx_module_num_params(m);
     for (size_t i = 0; i < n; i++) {
+        /* A gradient without memory is resharded (FSDP): its shard is
+         * zeroed by its optimizer. */
+        if (!m->flat[i]->grad->storage->data && m->flat[i]->grad->numel) continue;
         phx_status st = phx_tensor_fill(m->flat[i]->grad, 0.0);
         if (st != PHX_OK) return st;
     }

@@ -11,7 +11,14 @@
 
 static phx_status need(const char *fn, const char *what, const phx_tensor *t)
 {
-    return t ? PHX_OK : phx_error(PHX_EINVAL, "%s: %s is NULL", fn, what);
+    if (!t) return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, what);
+    /* A parameter of an FSDP model outside its unit's use holds no memory. */
+    if (t->numel && !t->storage->data)
+        return phx_error(PHX_ESTATE,
+                         "%s: %s holds no memory (a parameter or gradient of an FSDP-sharded model outside its "
+                         "unit's forward and backward; phx_fsdp_gather_full makes them readable)",
+                         fn, what);
+    return PHX_OK;
 }
 
 /* The device table of t's device (never fails for a live tensor). */

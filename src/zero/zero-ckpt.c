@@ -278,7 +278,9 @@ static phx_status write_shard(const char *who, px_zero *z, const char *dir, int6
         const char *pn = plain_name(phx_module_param_name(z->model, p->param));
         int64_t len = p->len;
         names[n] = fmt_name("param.", pn, NULL, p->off);
-        ts[n] = phx_tensor_view(phx_param_value(z->params[p->param]), p->off, 1, &len);
+        /* The shard's view: the parameter's elements (stage 1, 2) or the
+         * FSDP unit's persistent shard (stage 3). */
+        ts[n] = phx_tensor_view(phx_param_value(z->shard[i].sp), 0, 1, &len);
         view[n] = true;
         if (!names[n++] || !ts[n - 1]) st = PHX_ENOMEM;
         for (size_t k = 0; st == PHX_OK && k < kinds; k++) {
@@ -750,11 +752,16 @@ static phx_status put(phx_tensor *t, int64_t off, int64_t len, const float *src)
     return st;
 }
 
-/* Parameters and buffers of model from c (after every check passed). */
-static phx_status commit_model(ck_index *c, phx_module *model)
+/* Parameters and buffers of model from c (after every check passed);
+ * z stage 3 (FSDP): only this rank's pieces, into its shard. */
+static phx_status commit_model(ck_index *c, phx_module *model, px_zero *z)
 {
     phx_status st = PHX_OK;
-    for (size_t i = 0; st == PHX_OK && i < c->np; i++)
+    for (size_t i = 0; z && z->fsdp && st == PHX_OK && i < z->n_shard; i++) {
+        const px_zpiece *p = &z->shard[i].piece;
+        st = put(phx_param_value(z->shard[i].sp), 0, p->len, c->params[p->param].val + p->off);
+    }
+    for (size_t i = 0; !(z && z->fsdp) && st == PHX_OK && i < c->np; i++)
         st = put(phx_param_value(phx_module_param(model, i)), 0, c->params[i].numel, c->params[i].val);
     for (size_t i = 0; st == PHX_OK && i < c->nb; i++)
         st = put(phx_module_buffer(model, i), 0, c->bufs[i].numel, c->bufs[i].val);
@@ -811,7 +818,7 @@ phx_status phx_zero_checkpoint_load(const char *dir, phx_module *model, phx_opti
         st = phx_error(cs, "%s: agreeing that every rank read its part: %s", who, phx_last_error());
     else if (st != PHX_OK)
         phx_error(st, "%s", err);
-    if (st == PHX_OK) st = commit_model(&c, z->model);
+    if (st == PHX_OK) st = commit_model(&c, z->model, z);
     for (size_t i = 0; st == PHX_OK && i < z->n_shard; i++) {
         const px_zpiece *p = &z->shard[i].piece;
         for (size_t k = 0; st == PHX_OK && k < kinds; k++) st = put(sts[i * kinds + k], 0, p->len, mine[i * kinds + k]);
@@ -878,7 +885,7 @@ phx_status phx_zero_checkpoint_load_full(const char *dir, phx_module *model, phx
     if (st == PHX_OK && scaler && !c.has_scaler)
         st = phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", who, c.index_path);
     if (st == PHX_OK) st = ck_load_all(&c, NULL, NULL);
-    if (st == PHX_OK) st = commit_model(&c, model);
+    if (st == PHX_OK) st = commit_model(&c, model, NULL);
     for (size_t i = 0; st == PHX_OK && opt && i < c.np * c.n_kinds; i++)
         st = put(dst[i], 0, c.params[i / c.n_kinds].numel, c.params[i / c.n_kinds].state[i % c.n_kinds]);
     if (st == PHX_OK && opt) {

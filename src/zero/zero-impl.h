@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "phalanx/zero.h"
 #include "src/ddp/ddp-impl.h"
+#include "src/fsdp/fsdp-impl.h"
 
 #define PX_ZERO_MAGIC 0x5a45524fu /* "ZERO" */
 #define PX_ZERO_REGION_BYTES ((size_t)25 << 20)
@@ -49,6 +50,7 @@ typedef struct px_zregion {
 typedef struct px_zshard {
     px_zpiece piece;
     size_t region;
+    int64_t at; /* where the piece starts in its region's flat order */
     phx_param *sp; /* the shard module's parameter */
 } px_zshard;
 
@@ -60,6 +62,7 @@ typedef struct px_zero {
     int64_t chunk; /* elements per rank and all-gather */
     phx_module *ddp_mod; /* ZeRO-2: the DDP wrapper (a reference) */
     px_ddp *ddp;
+    px_fsdp *fsdp; /* stage 3: the FSDP wrapper's state; regions are its units */
     size_t n_params;
     phx_param **params;
     px_zregion *regions;

@@ -95,6 +95,25 @@ static phx_status regions_buckets(px_zero *z)
     return PHX_OK;
 }
 
+/* Stage 3: the FSDP units, whole parameters in unit order, and the
+ * units' blocks. */
+static phx_status regions_units(px_zero *z)
+{
+    px_fsdp *f = z->fsdp;
+    for (size_t k = 0; k < f->n_units; k++) {
+        px_zregion *g = new_region(z);
+        if (!g) return PHX_ENOMEM;
+        const px_funit *u = &f->units[k];
+        for (size_t j = 0; j < u->n_params; j++) {
+            size_t i = u->params[j];
+            phx_status st = add_piece(g, i, 0, phx_tensor_numel(phx_param_value(z->params[i])));
+            if (st != PHX_OK) return st;
+        }
+        g->block = u->block;
+    }
+    return PHX_OK;
+}
+
 /* Calls fn for every piece of region g inside [lo, hi) of its flat order:
  * the parameter, the element range in it and where it starts in the
  * region. */
@@ -144,15 +163,26 @@ static phx_tensor *piece_view(const px_zero *z, const px_zpiece *p, const phx_te
     return phx_tensor_view(t, p->off, matrix ? 2 : 1, matrix ? row : row + 1);
 }
 
+/* Stage 3: the piece's view of its unit's persistent shard (value or
+ * gradient), which holds the rank's block of the unit's flat space. */
+static phx_tensor *shard_view(const px_zero *z, const px_zshard *s, bool grad)
+{
+    const px_funit *u = &z->fsdp->units[s->region];
+    px_zpiece at = s->piece;
+    at.off = s->at - (int64_t)z->rank * u->block;
+    return piece_view(z, &at, grad ? u->shard_g : u->shard_v);
+}
+
 static phx_status add_shard_piece(px_zero *z, size_t region, const px_zpiece *part, int64_t at, void *arg)
 {
-    (void)arg, (void)at;
+    (void)arg;
     px_zshard *ns = px_realloc(z->shard, (z->n_shard + 1) * sizeof *ns);
     if (!ns) return PHX_ENOMEM;
     z->shard = ns;
     px_zshard *s = &z->shard[z->n_shard];
     s->piece = *part;
     s->region = region;
+    s->at = at;
     phx_param *src = z->params[part->param];
     /* The leaf name: the dotted name with '_' for '.', and the offset when
      * the piece is not the whole parameter. */
@@ -165,7 +195,7 @@ static phx_status add_shard_piece(px_zero *z, size_t region, const px_zpiece *pa
         snprintf(name, sizeof name, "%s_%lld", dotted, (long long)part->off);
     for (char *c = name; *c; c++)
         if (*c == '.') *c = '_';
-    phx_tensor *v = piece_view(z, part, phx_param_value(src));
+    phx_tensor *v = z->fsdp ? shard_view(z, s, false) : piece_view(z, part, phx_param_value(src));
     if (!v) return PHX_ENOMEM;
     phx_param *sp = phx_module_add_param(z->shard_mod, name, v);
     if (!sp) return PHX_ENOMEM;
@@ -181,7 +211,12 @@ static phx_status add_shard_piece(px_zero *z, size_t region, const px_zpiece *pa
  * may have moved it into a new bucket since the last step). */
 phx_status px_zero_refresh_grads(px_zero *z)
 {
-    for (size_t k = 0; k < z->n_shard; k++) {
+    for (size_t k = 0; z->fsdp && k < z->n_shard; k++) {
+        px_zshard *s = &z->shard[k];
+        if (s->sp->grad) continue; /* views of the unit's shard, made once */
+        if (!(s->sp->grad = shard_view(z, s, true))) return PHX_ENOMEM;
+    }
+    for (size_t k = 0; !z->fsdp && k < z->n_shard; k++) {
         px_zshard *s = &z->shard[k];
         const phx_tensor *g = phx_param_grad(z->params[s->piece.param]);
         phx_tensor *cur = s->sp->grad;
@@ -329,7 +364,12 @@ phx_status px_zero_check_model(px_zero *z)
                          "ZeroRedundancyOptimizer: the model has %zu parameters, it had %zu when the optimizer was "
                          "made; change the model first",
                          phx_module_num_params(z->model), z->n_params);
-    for (size_t k = 0; k < z->n_shard; k++) {
+    for (size_t k = 0; z->fsdp && k < z->n_params; k++)
+        if (phx_module_param(z->model, k) != z->params[k])
+            return phx_error(PHX_ESTATE,
+                             "ZeroRedundancyOptimizer: parameter '%s' was replaced after the optimizer was made",
+                             phx_module_param_name(z->model, k));
+    for (size_t k = 0; !z->fsdp && k < z->n_shard; k++) {
         const px_zshard *s = &z->shard[k];
         const phx_tensor *v = phx_param_value(z->params[s->piece.param]), *sv = phx_param_value(s->sp);
         if (phx_module_param(z->model, s->piece.param) != z->params[s->piece.param] || v->storage != sv->storage ||
@@ -358,9 +398,10 @@ static phx_status zero_step(phx_optimizer *self)
     }
     char err[512] = "";
     if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
-    /* Gathered even after a local failure, keeping the ranks in step. */
-    phx_status gs = z->world > 1 ? gather_params(z) : PHX_OK;
-    for (size_t i = 0; i < z->n_params; i++) phx_param_touch(z->params[i]);
+    /* Gathered even after a local failure, keeping the ranks in step.
+     * Stage 3 gathers nothing: the next forward gathers each unit. */
+    phx_status gs = z->world > 1 && !z->fsdp ? gather_params(z) : PHX_OK;
+    for (size_t i = 0; !z->fsdp && i < z->n_params; i++) phx_param_touch(z->params[i]);
     if (st != PHX_OK)
         return phx_error(st, "ZeroRedundancyOptimizer: the shard's %s step: %s", phx_optimizer_type(z->inner), err);
     return gs;
@@ -407,7 +448,7 @@ static void zero_release(px_zero *z)
     px_free(z->shard);
     px_free(z->params);
     if (z->ddp) px_ddp_zero2_detach(z->ddp);
-    phx_module_free(z->ddp_mod); /* drops the reference taken at construction */
+    phx_module_free(z->ddp_mod); /* drops the reference taken at construction (ZeRO-2, stage 3) */
     px_free(z);
 }
 
@@ -488,9 +529,31 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
     }
     phx_zero_opts o = PHX_ZERO_OPTS_INIT;
     if (px_abi_in(&o, sizeof o, opts, "phx_zero_optimizer_new", "phx_zero_opts", "PHX_ZERO_OPTS_INIT")) return NULL;
-    if (o.stage < 0 || o.stage > 2) {
-        phx_error(PHX_EINVAL, "phx_zero_optimizer_new: stage %d, expected 1 or 2 (0 means 1)", o.stage);
+    px_fsdp *fs = px_fsdp_get(model);
+    if (o.stage < 0 || o.stage > 3) {
+        phx_error(PHX_EINVAL,
+                  "phx_zero_optimizer_new: stage %d, expected 1, 2 or 3 (0 means 1, or 3 for an FSDP model)", o.stage);
         return NULL;
+    }
+    if ((o.stage == 3) != (fs != NULL) && !(fs && o.stage == 0)) {
+        phx_error(PHX_EINVAL, "phx_zero_optimizer_new: stage %d %s", o.stage,
+                  fs ? "over an FSDP model, which takes stage 3 (or 0)"
+                     : "needs an FSDP model (phx_fsdp_new), whose units are the regions");
+        return NULL;
+    }
+    if (fs) {
+        if (comm && comm != fs->wcomm && comm != fs->comm) {
+            phx_error(PHX_EINVAL, "phx_zero_optimizer_new: stage 3 needs the FSDP wrapper's communicator");
+            return NULL;
+        }
+        if (o.shard_comm || o.replicate_comm) {
+            phx_error(PHX_EINVAL,
+                      "phx_zero_optimizer_new: stage 3 shards as its FSDP wrapper does; give shard_comm and "
+                      "replicate_comm to phx_fsdp_new");
+            return NULL;
+        }
+        comm = fs->comm; /* the sharding group */
+        o.stage = 3;
     }
     px_ddp *d = NULL;
     if (o.replicate_comm && !o.shard_comm) {
@@ -522,7 +585,13 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
     z->comm = comm;
     z->rank = phx_comm_rank(comm);
     z->world = phx_comm_size(comm);
-    z->stage = o.stage == 2 ? 2 : 1;
+    z->stage = o.stage >= 2 ? o.stage : 1;
+    z->fsdp = fs;
+    if (fs) {
+        /* The units and their shards outlive the optimizer's views. */
+        z->ddp_mod = model;
+        model->refs++;
+    }
     z->n_params = phx_module_num_params(model);
     z->params = px_calloc(z->n_params ? z->n_params : 1, sizeof *z->params);
     phx_status st = z->params ? PHX_OK : PHX_ENOMEM;
@@ -543,7 +612,7 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         z->chunk = per > 0 ? per : 1;
         size_t cap = o.region_bytes ? o.region_bytes : PX_ZERO_REGION_BYTES;
         int64_t cap_el = (int64_t)(cap / sizeof(float));
-        st = z->ddp ? regions_buckets(z) : regions_flat(z, cap_el > 0 ? cap_el : 1);
+        st = z->fsdp ? regions_units(z) : z->ddp ? regions_buckets(z) : regions_flat(z, cap_el > 0 ? cap_el : 1);
     }
     if (st == PHX_OK && z->world > 1) st = check_layout(z);
     if (st == PHX_OK) st = (z->shard_mod = phx_module_new(&shard_vt, NULL)) ? PHX_OK : PHX_ENOMEM;
@@ -552,7 +621,7 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         st = px_zero_for_range(z, k, px_zero_block_lo(g, z->rank), px_zero_block_hi(g, z->rank), add_shard_piece, NULL);
     }
     if (st == PHX_OK) st = px_zero_refresh_grads(z);
-    if (st == PHX_OK && z->world > 1) st = px_zero_make_plans(z);
+    if (st == PHX_OK && z->world > 1 && !z->fsdp) st = px_zero_make_plans(z);
     if (st == PHX_OK && !(z->inner = make(z->shard_mod, arg)))
         st = phx_error(PHX_EINVAL, "phx_zero_optimizer_new: make returned no optimizer for rank %d's shard: %s",
                        z->rank, phx_last_error());
@@ -561,7 +630,10 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         st = phx_error(PHX_EINVAL,
                        "phx_zero_optimizer_new: make returned an optimizer over another module than the "
                        "shard it was given");
-    if (st == PHX_OK) self = phx_optimizer_new(&zero_vt, z, model);
+    /* Stage 3: the optimizer's model is the shard, so that zero_grad and
+     * the GradScaler see the shard's gradients (the model's exist only
+     * while a unit runs its backward). */
+    if (st == PHX_OK) self = phx_optimizer_new(&zero_vt, z, z->fsdp ? z->shard_mod : model);
     if (!self) {
         /* phx_last_error already says why; releasing keeps it. */
         char err[512];
