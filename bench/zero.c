@@ -67,6 +67,11 @@ typedef struct built {
  * only; hybrid: sharded within groups of node ranks (shown where the world
  * is several groups). A new mode is one entry and its constructor. */
 enum { GRADS_FULL, GRADS_FULL_SHARD, GRADS_SHARD };
+/* ZeRO-3 (phx_fsdp_new, one unit per transformer block, the rest in the
+ * root): what is gathered beside the shards at the peak, in units of a
+ * block (the root is always there during the step; t/fsdp/api checks
+ * these peaks). */
+enum { FSDP_NONE, FSDP_FULL, FSDP_FULL_NO_PREFETCH, FSDP_GRAD_OP };
 typedef struct mode {
     const char *name;
     int stage; /* 0: DDP */
@@ -74,17 +79,22 @@ typedef struct mode {
     bool params_sharded, state_sharded;
     int grads;
     phx_status (*build)(const struct mode *md, phx_module *ddp, phx_comm *c, int node, built *b);
+    int fsdp; /* FSDP_*: the model is wrapped by phx_fsdp_new instead of phx_ddp_new */
 } mode;
 
 static phx_status build_ddp(const mode *md, phx_module *ddp, phx_comm *c, int node, built *b);
 static phx_status build_zero(const mode *md, phx_module *ddp, phx_comm *c, int node, built *b);
+static phx_status build_zero3(const mode *md, phx_module *fsdp, phx_comm *c, int node, built *b);
 
 static const mode modes[] = {
-    {"DDP", 0, false, false, false, GRADS_FULL, build_ddp},
-    {"ZeRO-1", 1, false, false, true, GRADS_FULL, build_zero},
-    {"ZeRO-2", 2, false, false, true, GRADS_FULL_SHARD, build_zero},
-    {"HSDP-1", 1, true, false, true, GRADS_FULL, build_zero},
-    {"HSDP-2", 2, true, false, true, GRADS_FULL_SHARD, build_zero},
+    {"DDP", 0, false, false, false, GRADS_FULL, build_ddp, FSDP_NONE},
+    {"ZeRO-1", 1, false, false, true, GRADS_FULL, build_zero, FSDP_NONE},
+    {"ZeRO-2", 2, false, false, true, GRADS_FULL_SHARD, build_zero, FSDP_NONE},
+    {"HSDP-1", 1, true, false, true, GRADS_FULL, build_zero, FSDP_NONE},
+    {"HSDP-2", 2, true, false, true, GRADS_FULL_SHARD, build_zero, FSDP_NONE},
+    {"ZeRO-3", 3, false, true, true, GRADS_SHARD, build_zero3, FSDP_FULL},
+    {"Z3 nopf", 3, false, true, true, GRADS_SHARD, build_zero3, FSDP_FULL_NO_PREFETCH},
+    {"Z3 SGO", 3, false, true, true, GRADS_SHARD, build_zero3, FSDP_GRAD_OP},
 };
 #define N_MODES ((int)(sizeof modes / sizeof modes[0]))
 
@@ -92,6 +102,7 @@ typedef struct job {
     int mode, steps, node;
     int64_t layers, width;
     rank_out *out; /* (MAX_WORLD) shared */
+    double block_numel; /* parameters of one transformer block (FSDP's unit) */
 } job;
 
 static phx_optimizer *make_adamw(phx_module *m, void *arg)
@@ -129,15 +140,49 @@ static phx_status build_zero(const mode *md, phx_module *ddp, phx_comm *c, int n
     return b->opt ? PHX_OK : PHX_EINVAL;
 }
 
-/* Per-rank bytes a mode holds for n f32 parameters at world (groups of
- * node ranks when hybrid): the arithmetic of its entry, one element of
- * rounding per rank left out (the regions add at most one per region). */
-static void mode_bytes(const mode *md, double n, int world, int node, double *params, double *grads, double *state)
+static phx_status build_zero3(const mode *md, phx_module *fsdp, phx_comm *c, int node, built *b)
+{
+    (void)md, (void)node;
+    phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
+    zo.stage = 3;
+    b->opt = phx_zero_optimizer_new(fsdp, c, make_adamw, NULL, &zo);
+    return b->opt ? PHX_OK : PHX_EINVAL;
+}
+
+/* The model's wrapper for a mode: DDP's, or FSDP's with one unit per
+ * transformer block (the size policy at a block's parameter count). */
+static phx_module *wrap(const mode *md, phx_module *m, phx_comm *c, double block_numel)
+{
+    if (md->fsdp == FSDP_NONE) return phx_ddp_new(m, c, NULL);
+    phx_fsdp_opts fo = PHX_FSDP_OPTS_INIT;
+    fo.min_unit_numel = (int64_t)block_numel;
+    fo.no_prefetch = md->fsdp == FSDP_FULL_NO_PREFETCH;
+    fo.sharding = md->fsdp == FSDP_GRAD_OP ? PHX_FSDP_SHARD_GRAD_OP : PHX_FSDP_FULL_SHARD;
+    return phx_fsdp_new(m, c, &fo);
+}
+
+/* Per-rank bytes a mode holds for a GPT of n f32 parameters, of which
+ * root are outside the blocks and block in each, at world (groups of node
+ * ranks when hybrid): the arithmetic of its entry, one element of
+ * rounding per rank (per region or unit) left out. ZeRO-3 adds to the
+ * shards the full parameters gathered at the peak (the root and the
+ * running block, and the prefetched one; every block under SHARD_GRAD_OP)
+ * and the full gradients of the root and two blocks (a block's
+ * reduce-scatter is in flight while the next block's backward runs), at
+ * any world (a world of one gathers into buffers as well). */
+static void mode_bytes(const mode *md, double n, double root, double block, int world, int node, double *params,
+                       double *grads, double *state)
 {
     int group = md->hybrid ? node : world;
     double shard = ceil(n / group);
-    *params = 4 * (md->params_sharded ? shard : n);
-    *grads = 4 * (md->grads == GRADS_SHARD ? shard : md->grads == GRADS_FULL_SHARD && group > 1 ? n + shard : n);
+    double gathered = md->fsdp == FSDP_NONE             ? 0
+        : md->fsdp == FSDP_GRAD_OP                      ? n
+        : md->fsdp == FSDP_FULL_NO_PREFETCH || n == root ? fmin(n, root + block)
+                                                         : fmin(n, root + 2 * block);
+    *params = 4 * (md->params_sharded ? shard + gathered : n);
+    *grads = 4 * (md->grads == GRADS_SHARD ? shard + (md->fsdp != FSDP_NONE ? fmin(n, root + 2 * block) : 0)
+                      : md->grads == GRADS_FULL_SHARD && group > 1 ? n + shard
+                                                                    : n);
     *state = 8 * (md->state_sharded ? shard : n);
 }
 
@@ -180,9 +225,9 @@ static int rank_main(int rank, void *arg)
     phx_module *m = phx_gpt_new(&cfg, rng);
     phx_rng_free(rng);
     if (!m) bench_die("phx_gpt_new");
-    phx_module *ddp = phx_ddp_new(m, c, NULL);
-    if (!ddp) bench_die("phx_ddp_new");
     const mode *md = &modes[jb->mode];
+    phx_module *ddp = wrap(md, m, c, jb->block_numel);
+    if (!ddp) bench_die(md->fsdp ? "phx_fsdp_new" : "phx_ddp_new");
     built bt = {0};
     if (md->build(md, ddp, c, jb->node, &bt) != PHX_OK) bench_die(md->name);
     phx_optimizer *opt = bt.opt;
@@ -211,7 +256,14 @@ static int rank_main(int rank, void *arg)
         params += (double)phx_tensor_nbytes(phx_param_value(phx_module_param(ddp, i)));
     out->params = params;
     out->grads = params; /* every gradient is a view into a bucket of the same size */
-    if (md->stage == 0) {
+    if (md->fsdp != FSDP_NONE) {
+        /* the shards, and the full buffers at their peak */
+        phx_fsdp_stats fs = PHX_FSDP_STATS_INIT;
+        if (phx_fsdp_get_stats(ddp, &fs) != PHX_OK) bench_die("phx_fsdp_get_stats");
+        out->params = (double)fs.shard_bytes / 2 + (double)fs.peak_gathered_bytes;
+        out->grads = (double)fs.shard_bytes / 2 + (double)fs.peak_grad_bytes;
+        out->state = state_bytes(phx_zero_inner(opt));
+    } else if (md->stage == 0) {
         out->state = state_bytes(opt);
     } else {
         out->state = state_bytes(phx_zero_inner(opt));
@@ -302,6 +354,12 @@ static double gpt_params(const gpt_count *k, double layers, double width)
     return layers * (k->a * width * width + k->b * width) + k->c * width + k->e;
 }
 
+/* Parameters of one transformer block. */
+static double gpt_block(const gpt_count *k, double width)
+{
+    return k->a * width * width + k->b * width;
+}
+
 static gpt_count gpt_count_fit(void)
 {
     double l16 = gpt_params_built(2, 16) - gpt_params_built(1, 16);
@@ -346,12 +404,15 @@ static void max_rank_bytes(double budget, const char *worlds, int node, int laye
             /* widest: width = step * i, at layers */
             int64_t best_w = 0, best_l = 0;
             for (int64_t i = 1; i < 1 << 20; i++) {
-                mode_bytes(&modes[md], gpt_params(&k, layers, (double)(step * i)), world, node, &p, &g, &s);
+                double c = (double)(step * i);
+                mode_bytes(&modes[md], gpt_params(&k, layers, c), gpt_params(&k, 0, c), gpt_block(&k, c), world, node,
+                           &p, &g, &s);
                 if (p + g + s > budget) break;
                 best_w = step * i;
             }
             for (int64_t l = 1; l < 1 << 24; l++) {
-                mode_bytes(&modes[md], gpt_params(&k, (double)l, width), world, node, &p, &g, &s);
+                mode_bytes(&modes[md], gpt_params(&k, (double)l, width), gpt_params(&k, 0, width),
+                           gpt_block(&k, width), world, node, &p, &g, &s);
                 if (p + g + s > budget) break;
                 best_l = l;
             }
@@ -406,6 +467,7 @@ int main(int argc, char **argv)
     printf("%-7s %5s %11s %10s %10s %10s %9s %9s %7s %7s\n", "mode", "world", "params MiB", "grads MiB", "optim MiB",
            "total MiB", "RSS MiB", "step ms", "vs DDP", "CPU ms");
     double n_params = gpt_params_built(layers, width);
+    gpt_count cnt = gpt_count_fit();
     char buf[64];
     snprintf(buf, sizeof buf, "%s", worlds);
     const double MiB = 1024.0 * 1024.0;
@@ -419,7 +481,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < rounds; k++)
             for (int mode = 0; mode < N_MODES; mode++) {
                 if (modes[mode].hybrid && !hybrid_ok) continue;
-                job jb = {mode, steps, node, layers, width, out};
+                job jb = {mode, steps, node, layers, width, out, gpt_block(&cnt, width)};
                 row_out r = run_row(&jb, world);
                 ms[mode][k] = r.ms;
                 cpu[mode][k] = r.cpu_ms;
@@ -435,7 +497,8 @@ int main(int argc, char **argv)
                    r->rss / MiB, t, ddp_ms / t, tc);
             /* The arithmetic --max-rank-bytes uses, against the tensors held. */
             double p, g, s;
-            mode_bytes(&modes[mode], n_params, world, node, &p, &g, &s);
+            mode_bytes(&modes[mode], n_params, gpt_params(&cnt, 0, width), gpt_block(&cnt, width), world, node, &p,
+                       &g, &s);
             if (fabs(p + g + s - (r->params + r->grads + r->state)) > 64.0 * 12 * world + 1e-3 * (p + g + s))
                 printf("note: %s at world %d holds %.0f bytes, the arithmetic says %.0f\n", modes[mode].name, world,
                        r->params + r->grads + r->state, p + g + s);
