@@ -175,14 +175,15 @@ static void mode_bytes(const mode *md, double n, double root, double block, int 
 {
     int group = md->hybrid ? node : world;
     double shard = ceil(n / group);
-    double gathered = md->fsdp == FSDP_NONE             ? 0
-        : md->fsdp == FSDP_GRAD_OP                      ? n
+    double gathered = md->fsdp == FSDP_NONE              ? 0
+        : md->fsdp == FSDP_GRAD_OP                       ? n
         : md->fsdp == FSDP_FULL_NO_PREFETCH || n == root ? fmin(n, root + block)
                                                          : fmin(n, root + 2 * block);
     *params = 4 * (md->params_sharded ? shard + gathered : n);
-    *grads = 4 * (md->grads == GRADS_SHARD ? shard + (md->fsdp != FSDP_NONE ? fmin(n, root + 2 * block) : 0)
-                      : md->grads == GRADS_FULL_SHARD && group > 1 ? n + shard
-                                                                    : n);
+    *grads = 4 *
+        (md->grads == GRADS_SHARD ? shard + (md->fsdp != FSDP_NONE ? fmin(n, root + 2 * block) : 0)
+             : md->grads == GRADS_FULL_SHARD && group > 1 ? n + shard
+                                                          : n);
     *state = 8 * (md->state_sharded ? shard : n);
 }
 
@@ -411,8 +412,8 @@ static void max_rank_bytes(double budget, const char *worlds, int node, int laye
                 best_w = step * i;
             }
             for (int64_t l = 1; l < 1 << 24; l++) {
-                mode_bytes(&modes[md], gpt_params(&k, (double)l, width), gpt_params(&k, 0, width),
-                           gpt_block(&k, width), world, node, &p, &g, &s);
+                mode_bytes(&modes[md], gpt_params(&k, (double)l, width), gpt_params(&k, 0, width), gpt_block(&k, width),
+                           world, node, &p, &g, &s);
                 if (p + g + s > budget) break;
                 best_l = l;
             }
@@ -497,8 +498,8 @@ int main(int argc, char **argv)
                    r->rss / MiB, t, ddp_ms / t, tc);
             /* The arithmetic --max-rank-bytes uses, against the tensors held. */
             double p, g, s;
-            mode_bytes(&modes[mode], n_params, gpt_params(&cnt, 0, width), gpt_block(&cnt, width), world, node, &p,
-                       &g, &s);
+            mode_bytes(&modes[mode], n_params, gpt_params(&cnt, 0, width), gpt_block(&cnt, width), world, node, &p, &g,
+                       &s);
             if (fabs(p + g + s - (r->params + r->grads + r->state)) > 64.0 * 12 * world + 1e-3 * (p + g + s))
                 printf("note: %s at world %d holds %.0f bytes, the arithmetic says %.0f\n", modes[mode].name, world,
                        r->params + r->grads + r->state, p + g + s);

@@ -110,8 +110,8 @@ int main(void)
             }
         }
     }
-    diag("%d kill trials in %.1f s: worst time to error %.3f s, %d survivors late or not PHX_EPEER", trials, gp_now() - t0,
-         worst, wrong);
+    diag("%d kill trials in %.1f s: worst time to error %.3f s, %d survivors late or not PHX_EPEER", trials,
+         gp_now() - t0, worst, wrong);
     if (bad[0]) diag("last bad: %s", bad);
     ok(trials >= 15, "at least 15 trials ran (%d)", trials);
     ok(broken == 0, "every trial: rank 2 died by SIGKILL and the survivors ended by themselves (%d did not)", broken);
