@@ -72,25 +72,22 @@ static inline int ex_progress_args(int *argc, char **argv, phx_progress_opts *po
 }
 /* --zero N: how the examples shard their training state over the ranks
  * (doc/guide/sharding.md, "Examples"). */
-#define EX_ZERO_USAGE "[--zero 0|1|2]"
+#define EX_ZERO_USAGE "[--zero 0|1|2|3]"
 #define EX_ZERO_HELP \
     "  --zero N           0: DDP, every rank holds the whole optimizer state (default); 1: ZeRO-1,\n" \
     "                     each rank keeps the optimizer state of its 1/world shard; 2: ZeRO-2,\n" \
-    "                     gradients reduce-scattered too. With 1 or 2, --save/--resume take a\n" \
-    "                     folder: a sharded checkpoint that resumes at any number of ranks\n"
+    "                     gradients reduce-scattered too; 3: ZeRO-3 (FSDP), parameters sharded as\n" \
+    "                     well. With 1, 2 or 3, --save/--resume take a folder: a sharded checkpoint\n" \
+    "                     that resumes at any number of ranks and any of those levels\n"
 
 /* Reads --zero's value into *zero. Returns 0, or 2 after saying what is
- * wrong (3, ZeRO-3 / FSDP, is refused until this build has it). */
+ * wrong. */
 static inline int ex_zero_arg(const char *prog, const char *v, int *zero)
 {
     char *end;
     long n = strtol(v, &end, 10);
     if (*end || end == v || n < 0 || n > 3) {
-        fprintf(stderr, "%s: --zero %s: expected 0 (DDP), 1 (ZeRO-1) or 2 (ZeRO-2)\n", prog, v);
-        return 2;
-    }
-    if (n == 3) {
-        fprintf(stderr, "%s: --zero 3: ZeRO-3 is not in this build (FSDP); use --zero 1 or 2\n", prog);
+        fprintf(stderr, "%s: --zero %s: expected 0 (DDP), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3, FSDP)\n", prog, v);
         return 2;
     }
     *zero = (int)n;
@@ -103,27 +100,45 @@ static inline int ex_zero_arg(const char *prog, const char *v, int *zero)
  * wrapper, or under ZeRO the rank's shard). comm NULL: one process, no
  * DDP. zero 0: DDP (when comm) and make's optimizer; 1 and 2: DDP and a
  * ZeRO optimizer of that stage over it (without comm a world of one, where
- * stage 2 has nothing to reduce-scatter and is stage 1). *net is model or
- * its DDP wrapper (free it when it is not model). A ZeRO-3 level would
- * build its FSDP wrapper here. Returns PHX_OK, or the error with
+ * stage 2 has nothing to reduce-scatter and is stage 1); 3: the FSDP
+ * wrapper (phx_fsdp_new; a module with children whose parameters reach
+ * unit_numel elements becomes a unit, 0: the default size policy) and a
+ * stage-3 ZeRO optimizer over its shards. *net is model or its wrapper
+ * (free it when it is not model). Returns PHX_OK, or the error with
  * phx_last_error set and nothing left allocated. */
-static inline phx_status ex_parallel_new(int zero, phx_module *model, phx_comm *comm, phx_zero_make_fn make, void *arg,
-                                         phx_module **net, phx_optimizer **opt)
+static inline phx_status ex_parallel_new(int zero, phx_module *model, phx_comm *comm, int64_t unit_numel,
+                                         phx_zero_make_fn make, void *arg, phx_module **net, phx_optimizer **opt)
 {
-    *net = comm ? phx_ddp_new(model, comm, NULL) : model;
+    phx_fsdp_opts fo = PHX_FSDP_OPTS_INIT;
+    fo.min_unit_numel = unit_numel;
+    *net = zero == 3 ? phx_fsdp_new(model, comm, &fo) : comm ? phx_ddp_new(model, comm, NULL) : model;
     *opt = NULL;
     if (!*net) return PHX_EINVAL;
     if (zero == 0) {
         *opt = make(*net, arg);
     } else {
         phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
-        zo.stage = comm ? zero : 1;
+        zo.stage = comm || zero == 3 ? zero : 1;
         *opt = phx_zero_optimizer_new(*net, comm, make, arg, &zo);
     }
     if (*opt) return PHX_OK;
     if (*net != model) phx_module_free(*net);
     *net = NULL;
     return PHX_EINVAL;
+}
+
+/* Under --zero 3 the model's parameters hold memory only while their unit
+ * runs: ex_full_begin gathers them all (collective: every rank calls it)
+ * so the model can be evaluated, sampled from or saved whole, and
+ * ex_full_end frees them again. Other levels: nothing to do. */
+static inline phx_status ex_full_begin(int zero, phx_module *net)
+{
+    return zero == 3 ? phx_fsdp_gather_full(net) : PHX_OK;
+}
+
+static inline void ex_full_end(int zero, phx_module *net)
+{
+    if (zero == 3) phx_fsdp_release_full(net);
 }
 
 /* Whether dir holds a sharded checkpoint (its index.json). */

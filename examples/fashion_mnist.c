@@ -29,8 +29,8 @@
  * batches at different steps, and trains inside a DDP join
  * (phx_ddp_join_begin/end) so none waits for the others.
  *
- * --zero 1|2 shards AdamW's state (and with 2 the gradients) over the
- * ranks (examples/args.h, ex_parallel_new); PATH of --save, --load and
+ * --zero 1|2|3 shards AdamW's state (with 2 the gradients, with 3 also
+ * the parameters: FSDP) over the ranks (examples/args.h, ex_parallel_new); PATH of --save, --load and
  * --resume is then a folder holding a sharded checkpoint (every rank
  * writes its shard) and the file PATH/epoch, and loads at any number of
  * ranks. The global batch of a step (world x B) is the same rows at any
@@ -182,7 +182,7 @@ int main(int argc, char **argv)
     phx_module *net = NULL;
     phx_optimizer *opt = NULL;
     if (!scaler) die("setup");
-    check(ex_parallel_new(zero, model, comm, make_adamw, &ao, &net, &opt), "--zero");
+    check(ex_parallel_new(zero, model, comm, 0, make_adamw, &ao, &net, &opt), "--zero");
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     /* Each rank's shard of the training set (DistributedSampler rules),
      * reshuffled every epoch; --workers threads assemble batches ahead, and
@@ -292,11 +292,13 @@ int main(int argc, char **argv)
         else if (resume && rank == 0)
             save_epoch(resume, net, opt, scaler, e + 1, "mlp-784-512-256-10");
     }
+    check(ex_full_begin(zero, net), "gathering the model (--zero 3)");
     if (rank == 0) {
         double acc = accuracy(model, xte, yte, dev, 0);
         printf("Test accuracy: %.4f\n", acc);
         phx_progress_record(prog, first + epochs, "accuracy", acc);
     }
+    ex_full_end(zero, net);
     phx_progress_free(prog);
     if (save && zero) {
         save_sharded(save, net, opt, scaler, first + epochs, rank, comm);

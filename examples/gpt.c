@@ -18,8 +18,8 @@
  * vocabulary and the shape in its metadata); --load restores one (with
  * --steps 0 it only evaluates and samples).
  *
- * --zero 1|2 shards the optimizer state (and with 2 the gradients) over
- * the ranks (examples/args.h, ex_parallel_new); --save DIR then writes a
+ * --zero 1|2|3 shards the optimizer state (with 2 the gradients, with 3
+ * also the parameters: FSDP, a unit per block) over the ranks (examples/args.h, ex_parallel_new); --save DIR then writes a
  * sharded checkpoint folder. --resume DIR continues from the sharded
  * checkpoint in DIR when there is one, at any number of ranks, and saves
  * it there at the end; --steps is then the total to reach, and each
@@ -347,7 +347,9 @@ static int run(opts *o)
     ao.weight_decay = 0.1;
     phx_module *net = NULL;
     phx_optimizer *opt = NULL;
-    if (ex_parallel_new(o->zero, model, comm, make_adamw, &ao, &net, &opt) != PHX_OK) return fail("--zero");
+    /* --zero 3: one FSDP unit per transformer block (12 d^2 + 13 d parameters) */
+    int64_t block = 12 * (int64_t)o->dim * o->dim;
+    if (ex_parallel_new(o->zero, model, comm, block, make_adamw, &ao, &net, &opt) != PHX_OK) return fail("--zero");
     /* The schedule's length: --schedule-steps, else this run's --steps
      * (with --resume the total). */
     int sched_steps = o->schedule_steps ? o->schedule_steps : o->steps;
@@ -446,7 +448,13 @@ static int run(opts *o)
             }
         }
         if (o->eval_every > 0 && s % o->eval_every == 0 && s < steps) {
-            if ((rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) != 0) break;
+            if (ex_full_begin(o->zero, net) != PHX_OK) {
+                rc = fail("gathering the model (--zero 3)");
+                break;
+            }
+            rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val);
+            ex_full_end(o->zero, net);
+            if (rc != 0) break;
             if (rank_ == 0) {
                 phx_progress_break(prog);
                 printf("step %lld val loss %.4f\n", (long long)(start + s), val);
@@ -456,10 +464,12 @@ static int run(opts *o)
         }
     }
     phx_progress_free(prog);
+    if (rc == 0 && ex_full_begin(o->zero, net) != PHX_OK) rc = fail("gathering the model (--zero 3)");
     if (rc == 0 && (rc = evaluate(model, loss, tok, split, n_tok, o, x, y, &val)) == 0 && rank_ == 0) {
         printf("val loss %.4f after %lld steps (%.1f s)\n", val, (long long)phx_optimizer_steps(opt), now() - t0);
         fflush(stdout);
     }
+    ex_full_end(o->zero, net);
     /* Sharded: every rank writes its shard (collective). */
     const char *dirs[2] = {o->zero ? o->save : NULL, o->resume};
     for (int i = 0; i < 2 && rc == 0; i++)
@@ -479,7 +489,11 @@ static int run(opts *o)
         else
             printf("saved %s\n", o->save);
     }
-    if (rc == 0 && o->sample > 0 && rank_ == 0) rc = sample(model, vocab, V, o);
+    if (rc == 0 && o->sample > 0) {
+        if (ex_full_begin(o->zero, net) != PHX_OK) rc = fail("gathering the model (--zero 3)");
+        if (rc == 0 && rank_ == 0) rc = sample(model, vocab, V, o);
+        ex_full_end(o->zero, net);
+    }
     phx_tensor_free(x);
     phx_tensor_free(y);
     phx_tensor_free(lt);
