@@ -338,6 +338,8 @@ std::string Shm::setup(phx_store *store, const std::string &key_prefix, int r, i
 namespace
 {
 
+constexpr int kMaxFused = 16; // inputs of the fused reduce (the kit's n-input fold)
+
 // The ring's chunk that holds element i of count split n ways (chunk()).
 int ring_chunk(size_t count, int n, size_t i)
 {
@@ -400,6 +402,9 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
             }
         chunk(m, n, r, &lo, &hi);
         uint8_t *dst = slot(r, g) + lo * es;
+        // the kit's n-input fold is reduce2's chain for f32 and integers
+        // (one rounding per step either way); f16 and bf16 round once there
+        const bool fused = n <= kMaxFused && dt != PHX_F16 && dt != PHX_BF16;
         // element x of the message: this rank's from its buffer, the others' from their slots
         auto src = [&](int i, size_t x) -> const uint8_t * {
             return i == r ? b + x * es : slot(i, g) + (x - e0) * es;
@@ -410,12 +415,21 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
             chunk(count, n, q, &qlo, &qhi);
             const size_t end = qhi < e0 + hi ? qhi : e0 + hi, len = end - x;
             uint8_t *d = dst + (x - e0 - lo) * es;
-            reduce2(d, src(q, x), src((q + 1) % n, x), len, dt, op);
-            for (int t = 2; t < n; t++) reduce2(d, d, src((q + t) % n, x), len, dt, op);
+            if (fused) {
+                // one pass, both outputs written from the kit's accumulator:
+                // the same left fold (and division) as the chain below
+                const void *in[kMaxFused];
+                for (int t = 0; t < n; t++) in[t] = src((q + t) % n, x);
+                void *outs[2] = {d, b + x * es};
+                phx_kit_reduce(outs, 2, in, n, 0, len, dt, div > 1 ? PHX_AVG : op, div);
+            } else {
+                reduce2(d, src(q, x), src((q + 1) % n, x), len, dt, op);
+                for (int t = 2; t < n; t++) reduce2(d, d, src((q + t) % n, x), len, dt, op);
+                if (div > 1) phx_kit_divide(d, len, dt, div);
+                std::memcpy(b + x * es, d, len * es);
+            }
             x = end;
         }
-        if (div > 1) phx_kit_divide(dst, hi - lo, dt, div);
-        std::memcpy(b + (e0 + lo) * es, dst, (hi - lo) * es);
         publish(s, RED, g + 1);
     };
     auto copy_out = [&](size_t k) {
