@@ -12,7 +12,10 @@
 // and the barrier go over the links (gloo-links.h: one plain TCP socket
 // per peer, read and written by the thread that runs the op, a short spin
 // before blocking); halving-doubling, broadcast, all-gather and
-// reduce-scatter use gloo's transport (gloo-algos.cc).
+// reduce-scatter use gloo's transport (gloo-algos.cc). When every rank
+// runs on this host, the all-reduces that take the ring go through a
+// shared-memory segment instead (gloo-shm.h; PHX_GLOO_SHM=0 keeps TCP),
+// with the ring's order of operations.
 // All-reduce picks its algorithm by
 // message size (doc/guide/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
