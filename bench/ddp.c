@@ -159,7 +159,9 @@ static int launched(void)
 }
 
 /* mpi: this program under mpirun (as root in a container mpirun wants to
- * be told). */
+ * be told), unbound as the gloo and PyTorch ranks are (--bind-to none, as
+ * bench/allreduce): mpirun's default for 2 ranks binds each to one core,
+ * where its comm thread's waits take turns with its own backward. */
 static int spawn_mpi(const char *self, int world, const bench_arg *a)
 {
     char cmd[2048];
@@ -169,7 +171,7 @@ static int spawn_mpi(const char *self, int world, const bench_arg *a)
     }
     snprintf(cmd, sizeof cmd,
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BENCH_DDP_MODEL=%d %s "
-             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe -np %d '%s'",
+             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe --bind-to none -np %d '%s'",
              a->model, a->no_overlap ? "BENCH_DDP_NO_OVERLAP=1" : "", a->seconds, a->out, world, self);
     return system(cmd) != 0;
 }

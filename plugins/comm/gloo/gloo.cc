@@ -494,7 +494,7 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
             where.c_str(), s->use_links ? "on" : "off", spin);
     if (s->shm.on())
         phx_log(PHX_LOG_INFO, "gloo: rank %d: all-reduces above %zu bytes go through shared memory (all %d ranks on "
-                "this host)", a->rank, kRdMax, a->size);
+                "this host)", a->rank, a->size >= kHdMinWorld ? kHdMax : kRdMax, a->size);
     else
         phx_log(PHX_LOG_INFO, "gloo: rank %d: all-reduces over TCP only, no shared memory: %s", a->rank,
                 shm_why.c_str());
