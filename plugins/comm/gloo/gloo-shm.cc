@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -52,7 +51,6 @@ namespace
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kCheckEvery = std::chrono::milliseconds(2); // a sleeping wait's checks
-constexpr auto kYieldFor = std::chrono::milliseconds(1); // a wait's yielding phase
 
 enum Field { IN, RED, OUT };
 
@@ -164,14 +162,7 @@ void wait_for(Ctx &c, Links &l, Shm &s, Field f, uint32_t want)
             if (k % 64 == 0 && Clock::now() >= end) break;
         }
     }
-    // Then yield the core for a while, staying runnable: on a busy host a
-    // sleeper, once woken, waits for a core again.
     const auto start = Clock::now();
-    for (unsigned k = 1;; k++) {
-        sched_yield();
-        if ((peer = behind(s, f, want)) < 0) return;
-        if (k % 16 == 0 && Clock::now() - start >= kYieldFor) break;
-    }
     Waiting w(c);
     w.mark(peer);
     ShmHeader *h = s.hdr;
