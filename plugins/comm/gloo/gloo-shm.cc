@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -51,6 +52,8 @@ namespace
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kCheckEvery = std::chrono::milliseconds(2); // a sleeping wait's checks
+constexpr unsigned kYields = 2000; // a wait's yields before it sleeps ...
+constexpr auto kYieldFor = std::chrono::milliseconds(1); // ... or this long
 
 enum Field { IN, RED, OUT };
 
@@ -162,7 +165,16 @@ void wait_for(Ctx &c, Links &l, Shm &s, Field f, uint32_t want)
             if (k % 64 == 0 && Clock::now() >= end) break;
         }
     }
+    // Then yield the core a while, staying runnable: a peer that is a
+    // little late (its thread handing the op over, or preempted) is met
+    // without a futex round trip, which on a busy host costs a wake-up and
+    // a wait for a core (the mpi plugin's window waits do the same).
     const auto start = Clock::now();
+    for (unsigned k = 1; k <= kYields; k++) {
+        sched_yield();
+        if ((peer = behind(s, f, want)) < 0) return;
+        if (k % 16 == 0 && Clock::now() - start >= kYieldFor) break;
+    }
     Waiting w(c);
     w.mark(peer);
     ShmHeader *h = s.hdr;

@@ -16,7 +16,8 @@
 //
 // Each step publishes a per-rank counter (the rounds done); a rank waits
 // for the counters it needs by spinning a short while (the links'
-// spin_us), then sleeping on a futex in the segment, checking its
+// spin_us), then yielding the core (up to 2000 times or 1 ms), then
+// sleeping on a futex in the segment, checking its
 // deadline, the watchdog's abort and its peers' link sockets (a closed
 // socket: the peer died) every few milliseconds. A round's copy-in of the
 // next round runs before the copy-out of this one, and kShmBufs buffers
@@ -43,7 +44,7 @@
 namespace pxg
 {
 
-constexpr size_t kShmRound = 512u << 10; // bytes of the message per round (stays in the shared L3)
+constexpr size_t kShmRound = 1u << 20; // bytes of the message per round (stays in the shared L3)
 constexpr int kShmBufs = 4; // buffers per slot: how many rounds ranks may drift apart
 
 struct ShmHeader;
