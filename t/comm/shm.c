@@ -2,7 +2,9 @@
  *   bits: worlds 2, 3 and 4 (phx_spawn: processes on this host) all-reduce
  *     f32 sum, max and avg, f16 sum and avg, bf16 avg and max of 1, 7,
  *     16411 and 1000003 elements, once with the segment (the default) and
- *     once over TCP (PHX_GLOO_SHM=0); every rank of both runs holds the
+ *     once over TCP (PHX_GLOO_SHM=0); and worlds 3 and 4 again with
+ *     PHX_GLOO_ALGO=ring, where every size (1 element too: empty
+ *     sub-slices) takes the segment, against the ring over TCP; every rank of both runs holds the
  *     same bits (a 64-bit hash of each result), and the f32 results of
  *     1000003 elements agree with a reference computed here from every
  *     rank's inputs (max exactly, sum and avg within rounding);
@@ -280,6 +282,70 @@ static int badenv_rank(int rank, void *varg)
     return 0;
 }
 
+/* One world's bits, paths and reference checks (9 TAP lines); ring:
+ * PHX_GLOO_ALGO=ring, so that every size, 1 and 7 elements too, takes
+ * the segment (and the ring over TCP). */
+static void run_world(int world, int ring)
+{
+    const char *tag = ring ? ", PHX_GLOO_ALGO=ring" : "";
+    if (ring)
+        setenv("PHX_GLOO_ALGO", "ring", 1);
+    else
+        unsetenv("PHX_GLOO_ALGO");
+    memset(R->hash, 0, sizeof R->hash);
+    for (int shm = 1; shm >= 0; shm--) {
+        setenv("PHX_GLOO_SHM", shm ? "1" : "0", 1);
+        h_reset(H, world);
+        arg a = {world, shm};
+        phx_status st = phx_spawn(world, bits_rank, &a);
+        if (st) diag("world %d, PHX_GLOO_SHM=%d: %s", world, shm, phx_last_error());
+        h_print(H, 0, ring ? "PHX_GLOO_ALGO=ring: " : "");
+        for (int r = 0; r < world; r++) read_log(world, shm, r, R->log[shm][r], sizeof R->log[0][0]);
+    }
+    int on = 1, off = 1;
+    for (int r = 0; r < world; r++) {
+        on &= strstr(R->log[1][r], "go through shared memory") != NULL;
+        off &= strstr(R->log[0][r], "no shared memory: PHX_GLOO_SHM=0") != NULL;
+    }
+    ok(on, "world %d%s: every rank's log says the segment is used ('%s')", world, tag, R->log[1][0]);
+    ok(off, "world %d%s, PHX_GLOO_SHM=0: every rank's log says TCP only ('%s')", world, tag, R->log[0][0]);
+    int ranks_same = 1, paths_same = 1, bad_s = -1, bad_k = -1;
+    for (int s = 0; s < NSIZES; s++)
+        for (int k = 0; k < NCASES_ALL; k++)
+            for (int r = 0; r < world; r++) {
+                int rs = R->hash[1][r][s][k] == R->hash[1][0][s][k] && R->hash[0][r][s][k] == R->hash[0][0][s][k];
+                int ps = R->hash[1][r][s][k] == R->hash[0][r][s][k] && R->hash[1][r][s][k] != 0;
+                if ((!rs || !ps) && bad_s < 0) {
+                    bad_s = s;
+                    bad_k = k;
+                }
+                ranks_same &= rs;
+                paths_same &= ps;
+            }
+    ok(ranks_same, "world %d%s: every rank holds the same bits, on both paths", world, tag);
+    ok(paths_same, "world %d%s: shared memory gives TCP's bits (f32 sum/max/avg, f16 sum/avg, bf16 avg/max; "
+                   "1, 7, 16411, 1000003 elements)",
+       world, tag);
+    if (bad_s >= 0)
+        diag("first difference: %lld elements, %s", (long long)sizes[bad_s],
+             bad_k < NCASES ? cases[bad_k].name : "bf16 max");
+    static const char *const what[3] = {"sum", "max", "avg"};
+    for (int k = 0; k < 3; k++) {
+        int all = 1;
+        double worst = 0;
+        for (int r = 0; r < world; r++) {
+            all &= R->ref_ok[r][k];
+            worst = R->ref_err[r][k] > worst ? R->ref_err[r][k] : worst;
+        }
+        if (k == 1)
+            ok(all, "world %d%s: f32 max of 1000003 elements equals the inputs' max computed here", world, tag);
+        else
+            ok(all, "world %d%s: f32 %s of 1000003 elements within rounding of a double sum (max rel. err %.2g)",
+               world, tag, what[k], worst);
+    }
+    unsetenv("PHX_GLOO_ALGO");
+}
+
 int main(void)
 {
     const phx_plugin_desc *d;
@@ -288,7 +354,7 @@ int main(void)
         skip_all("the gloo plugin is not built");
         return 0;
     }
-    plan(3 * 9 + 6 + 1);
+    plan(5 * 9 + 6 + 1);
     H = h_new(MAXW);
     R = mmap(NULL, sizeof *R, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (R == MAP_FAILED) return 99;
@@ -301,60 +367,10 @@ int main(void)
     unsetenv("PHX_GLOO_ALGO");
     unsetenv("PHX_GLOO_LINKS");
 
-    for (int world = 2; world <= MAXW; world++) {
-        memset(R->hash, 0, sizeof R->hash);
-        for (int shm = 1; shm >= 0; shm--) {
-            setenv("PHX_GLOO_SHM", shm ? "1" : "0", 1);
-            h_reset(H, world);
-            arg a = {world, shm};
-            phx_status st = phx_spawn(world, bits_rank, &a);
-            if (st) diag("world %d, PHX_GLOO_SHM=%d: %s", world, shm, phx_last_error());
-            h_print(H, 0, "");
-            for (int r = 0; r < world; r++) read_log(world, shm, r, R->log[shm][r], sizeof R->log[0][0]);
-        }
-        int on = 1, off = 1;
-        for (int r = 0; r < world; r++) {
-            on &= strstr(R->log[1][r], "go through shared memory") != NULL;
-            off &= strstr(R->log[0][r], "no shared memory: PHX_GLOO_SHM=0") != NULL;
-        }
-        ok(on, "world %d: every rank's log says the segment is used ('%s')", world, R->log[1][0]);
-        ok(off, "world %d, PHX_GLOO_SHM=0: every rank's log says TCP only ('%s')", world, R->log[0][0]);
-        int ranks_same = 1, paths_same = 1, bad_s = -1, bad_k = -1;
-        for (int s = 0; s < NSIZES; s++)
-            for (int k = 0; k < NCASES_ALL; k++)
-                for (int r = 0; r < world; r++) {
-                    int rs = R->hash[1][r][s][k] == R->hash[1][0][s][k] && R->hash[0][r][s][k] == R->hash[0][0][s][k];
-                    int ps = R->hash[1][r][s][k] == R->hash[0][r][s][k] && R->hash[1][r][s][k] != 0;
-                    if ((!rs || !ps) && bad_s < 0) {
-                        bad_s = s;
-                        bad_k = k;
-                    }
-                    ranks_same &= rs;
-                    paths_same &= ps;
-                }
-        ok(ranks_same, "world %d: every rank holds the same bits, on both paths", world);
-        ok(paths_same, "world %d: shared memory gives TCP's bits (f32 sum/max/avg, f16 sum/avg, bf16 avg/max; "
-                       "1, 7, 16411, 1000003 elements)",
-           world);
-        if (bad_s >= 0)
-            diag("first difference: %lld elements, %s", (long long)sizes[bad_s],
-                 bad_k < NCASES ? cases[bad_k].name : "bf16 max");
-        static const char *const what[3] = {"sum", "max", "avg"};
-        for (int k = 0; k < 3; k++) {
-            int all = 1;
-            double worst = 0;
-            for (int r = 0; r < world; r++) {
-                all &= R->ref_ok[r][k];
-                worst = R->ref_err[r][k] > worst ? R->ref_err[r][k] : worst;
-            }
-            if (k == 1)
-                ok(all, "world %d: f32 max of 1000003 elements equals the inputs' max computed here", world);
-            else
-                ok(all, "world %d: f32 %s of 1000003 elements within rounding of a double sum (max rel. err %.2g)",
-                   world, what[k], worst);
-        }
-    }
-    /* the checks above: 2 (h_print) + 2 (log) + 2 (bits) + 3 (reference) = 9 per world */
+    for (int world = 2; world <= MAXW; world++) run_world(world, 0);
+    run_world(3, 1);
+    run_world(4, 1);
+    /* run_world: 2 (h_print) + 2 (log) + 2 (bits) + 3 (reference) = 9 lines */
     unsetenv("PHX_GLOO_SHM");
 
     setenv("PHX_TIMEOUT", "20", 1);
