@@ -1,6 +1,7 @@
 /* All-reduce bandwidth, like nccl-tests' all_reduce_perf: f32 sum from
  * 4 B to 256 MiB (x2 steps) on the threads and gloo backends at world 2
- * and 4, on mpi (this program started again under mpirun, when mpirun and
+ * and 4 (gloo twice: as it runs by default, through shared memory on one
+ * host, and over TCP only, PHX_GLOO_SHM=0), on mpi (this program started again under mpirun, when mpirun and
  * the plugin are there), beside torch.distributed's gloo
  * (bench/torch/allreduce.py, run from here in the same session) and the
  * machine's memcpy bandwidth.
@@ -92,11 +93,19 @@ static int rank_main(int rank, void *arg)
     return 0;
 }
 
-static void run_backend(const char *be, int world, table *out)
+/* shm: PHX_GLOO_SHM's value for the run (NULL: the environment's) */
+static void run_backend(const char *be, int world, const char *shm, table *out)
 {
     memset(g_tab, 0, sizeof *g_tab);
     setenv("PHX_COMM", be, 1);
+    char *old = getenv("PHX_GLOO_SHM") ? strdup(getenv("PHX_GLOO_SHM")) : NULL;
+    if (shm) setenv("PHX_GLOO_SHM", shm, 1);
     if (phx_spawn(world, rank_main, NULL)) fprintf(stderr, "%s world %d: %s\n", be, world, phx_last_error());
+    if (shm && old)
+        setenv("PHX_GLOO_SHM", old, 1);
+    else if (shm)
+        unsetenv("PHX_GLOO_SHM");
+    free(old);
     *out = *g_tab;
 }
 
@@ -206,32 +215,37 @@ int main(int argc, char **argv)
         int n = (int)strtol(w, &end, 10);
         if (end == w) break;
         w = end;
-        table th, gl, tg, mp;
-        run_backend("threads", n, &th);
-        run_backend("gloo", n, &gl);
+        table th, gl, gt, tg, mp;
+        run_backend("threads", n, NULL, &th);
+        run_backend("gloo", n, NULL, &gl);
+        run_backend("gloo", n, "0", &gt);
         run_mpi(argv[0], n, &mp);
         if (torch)
             run_torch(torch, n, &tg);
         else
             memset(&tg, 0, sizeof tg);
         printf("\nall-reduce f32 sum, world %d   (time in us, bandwidth in GB/s)\n", n);
-        printf("%10s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %6s %6s\n", "bytes", "threads", "algbw",
-               "busbw", "gloo", "algbw", "busbw", "mpi", "algbw", "busbw", "torch", "algbw", "busbw", "g/t", "m/g");
+        printf("gloo: the default path (shared memory when all ranks share this host); gloo tcp: PHX_GLOO_SHM=0\n");
+        printf("%10s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %6s %6s\n", "bytes",
+               "threads", "algbw", "busbw", "gloo", "algbw", "busbw", "gloo tcp", "algbw", "busbw", "mpi", "algbw",
+               "busbw", "torch", "algbw", "busbw", "g/t", "m/g");
         double lat_g = 0, lat_t = 0, lat_m = 0, ratio_min = 1e30, ratio_log = 0;
         int nlat = 0, nlat_m = 0, nratio = 0;
         for (int i = 0; i < gl.n || i < th.n; i++) {
             size_t b = i < gl.n ? gl.bytes[i] : th.bytes[i];
-            double a = lookup(&th, b), g = lookup(&gl, b), t = lookup(&tg, b), m = lookup(&mp, b);
-            printf("%10zu | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %6.2f "
-                   "%6.2f\n",
-                   b, a, a > 0 ? b / a / 1e3 : 0, busbw(b, a, n), g, g > 0 ? b / g / 1e3 : 0, busbw(b, g, n), m,
-                   m > 0 ? b / m / 1e3 : 0, busbw(b, m, n), t, t > 0 ? b / t / 1e3 : 0, busbw(b, t, n),
-                   g > 0 && t > 0 ? t / g : 0, g > 0 && m > 0 ? g / m : 0);
+            double a = lookup(&th, b), g = lookup(&gl, b), gc = lookup(&gt, b), t = lookup(&tg, b),
+                   m = lookup(&mp, b);
+            printf("%10zu | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f %7.3f %7.3f | %9.1f "
+                   "%7.3f %7.3f | %6.2f %6.2f\n",
+                   b, a, a > 0 ? b / a / 1e3 : 0, busbw(b, a, n), g, g > 0 ? b / g / 1e3 : 0, busbw(b, g, n), gc,
+                   gc > 0 ? b / gc / 1e3 : 0, busbw(b, gc, n), m, m > 0 ? b / m / 1e3 : 0, busbw(b, m, n), t,
+                   t > 0 ? b / t / 1e3 : 0, busbw(b, t, n), g > 0 && t > 0 ? t / g : 0, g > 0 && m > 0 ? g / m : 0);
             char tab[32], row[32];
             snprintf(tab, sizeof tab, "busbw world %d", n);
             snprintf(row, sizeof row, "%zu", b);
             if (a > 0) bench_tsv("bench/allreduce", tab, row, "threads", busbw(b, a, n));
             if (g > 0) bench_tsv("bench/allreduce", tab, row, "gloo", busbw(b, g, n));
+            if (gc > 0) bench_tsv("bench/allreduce", tab, row, "gloo tcp", busbw(b, gc, n));
             if (t > 0) bench_tsv("bench/allreduce", tab, row, "torch gloo", busbw(b, t, n));
             if (m > 0) bench_tsv("bench/allreduce", tab, row, "mpi", busbw(b, m, n));
             if (b <= 1024 && g > 0 && t > 0) {
@@ -250,9 +264,15 @@ int main(int argc, char **argv)
                 nratio++;
             }
         }
-        double th64 = lookup(&th, 64u << 20), m64 = lookup(&mp, 64u << 20), g64 = lookup(&gl, 64u << 20);
+        double th64 = lookup(&th, 64u << 20), m64 = lookup(&mp, 64u << 20), g64 = lookup(&gl, 64u << 20),
+               gt64 = lookup(&gt, 64u << 20);
         printf("world %d: threads busbw at 64 MiB = %.2f GB/s = %.0f%% of memcpy (target >= 50%%)\n", n,
                busbw(64u << 20, th64, n), 100.0 * busbw(64u << 20, th64, n) / mc);
+        if (g64 > 0)
+            printf("world %d: gloo busbw at 64 MiB = %.2f GB/s = %.0f%% of memcpy (target >= 50%% at world 2); "
+                   "over TCP only %.2f GB/s = %.0f%%\n",
+                   n, busbw(64u << 20, g64, n), 100.0 * busbw(64u << 20, g64, n) / mc, busbw(64u << 20, gt64, n),
+                   100.0 * busbw(64u << 20, gt64, n) / mc);
         if (m64 > 0 && g64 > 0)
             printf("world %d: mpi busbw at 64 MiB = %.2f GB/s = %.2fx gloo, %.0f%% of memcpy (targets >= 3x gloo, "
                    ">= 50%% of memcpy at world 2)\n",

@@ -18,6 +18,10 @@
  * of the rounds. --hooks-only prints just that table; BENCH_DDP_HOOK=name
  * runs one hook of it.
  *
+ * BENCH_DDP_PROFILE=1: each rank prints where its step time goes (ms per
+ * step, of which waiting for the all-reduces after the backward; bucket
+ * all-reduces per step) on stderr.
+ *
  * usage: bench/ddp [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] [--hooks-only] */
 #include <math.h>
 #include <unistd.h>
@@ -126,6 +130,15 @@ static int rank_main(int rank, void *varg)
     phx_ddp_get_stats(ddp, &s1);
     double bytes_per_step = (double)(s1.bytes - s0.bytes) / (int)nv;
     if (rc) fprintf(stderr, "bench/ddp: rank %d: %s\n", rank, phx_last_error());
+    /* BENCH_DDP_PROFILE: where the step time goes, per rank (stderr) */
+    if (getenv("BENCH_DDP_PROFILE") && !rc && nv > 0)
+        fprintf(stderr,
+                "bench/ddp profile: %s %s rank %d: %.2f ms/step, of which %.2f ms waiting for all-reduces "
+                "after the backward; %.1f bucket all-reduces/step (%.1f issued during the backward), %.0f "
+                "bytes/step\n",
+                getenv("PHX_COMM") ? getenv("PHX_COMM") : "?", model_names[a->model], rank, 1e3 / sps,
+                1e3 * (s1.wait_s - s0.wait_s) / nv, (double)(s1.launches - s0.launches) / nv,
+                (double)(s1.early_launches - s0.early_launches) / nv, bytes_per_step);
     if (rank == 0 && !rc) {
         FILE *f = fopen(a->out, "w");
         if (f) {
@@ -159,7 +172,9 @@ static int launched(void)
 }
 
 /* mpi: this program under mpirun (as root in a container mpirun wants to
- * be told). */
+ * be told), unbound as the gloo and PyTorch ranks are (--bind-to none, as
+ * bench/allreduce): mpirun's default for 2 ranks binds each to one core,
+ * where its comm thread's waits take turns with its own backward. */
 static int spawn_mpi(const char *self, int world, const bench_arg *a)
 {
     char cmd[2048];
@@ -169,7 +184,7 @@ static int spawn_mpi(const char *self, int world, const bench_arg *a)
     }
     snprintf(cmd, sizeof cmd,
              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BENCH_DDP_MODEL=%d %s "
-             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe -np %d '%s'",
+             "BENCH_DDP_SECONDS=%g BENCH_DDP_OUT='%s' mpirun --oversubscribe --bind-to none -np %d '%s'",
              a->model, a->no_overlap ? "BENCH_DDP_NO_OVERLAP=1" : "", a->seconds, a->out, world, self);
     return system(cmd) != 0;
 }

@@ -97,17 +97,6 @@ void tune(int fd)
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 }
 
-// Registers (or clears) this thread's wait on a link for the watchdog.
-void mark_waiting(Ctx &c, int peer, bool on)
-{
-    std::lock_guard<std::mutex> g(c.mu);
-    c.waiting_link = on;
-    if (on) {
-        c.waiting_peer = peer;
-        c.waiting_since = Clock::now();
-    }
-}
-
 // The watchdog's abort: the failure it recorded (under c.mu).
 PeerError aborted(Ctx &c, int peer)
 {
@@ -231,11 +220,11 @@ void link_step(Ctx &c, Links &l, int to, uint64_t tag, const void *sbuf, size_t 
                 pf[np++] = {sfd, POLLOUT, 0};
         }
         pf[np++] = {l.wake, POLLIN, 0};
-        mark_waiting(c, peer, true);
+        link_waiting(c, peer, true);
         int rv;
         do rv = poll(pf, (nfds_t)np, (int)std::min<long long>(c.timeout.count(), 1000000) + 1);
         while (rv < 0 && errno == EINTR);
-        mark_waiting(c, peer, false);
+        link_waiting(c, peer, false);
         if (rv < 0) throw PeerError(peer, sys_error("poll"));
         if (pf[np - 1].revents & POLLIN) woken = true;
         if (woken) throw aborted(c, peer);
@@ -255,6 +244,16 @@ void link_step(Ctx &c, Links &l, int to, uint64_t tag, const void *sbuf, size_t 
 }
 
 } // namespace
+
+void link_waiting(Ctx &c, int peer, bool on)
+{
+    std::lock_guard<std::mutex> g(c.mu);
+    c.waiting_link = on;
+    if (on) {
+        c.waiting_peer = peer;
+        c.waiting_since = Clock::now();
+    }
+}
 
 Links::~Links()
 {

@@ -56,6 +56,10 @@ struct Links {
     void abort();
 };
 
+// Registers (or clears) this thread's wait on a link (or on the
+// same-host segment, gloo-shm.h) for the watchdog (gloo.cc).
+void link_waiting(Ctx &c, int peer, bool on);
+
 // In-place all-reduce of count elements over the links by recursive
 // doubling, with the fold of a non-power-of-two world: the same order of
 // operations as allreduce_rd, so the same bits.

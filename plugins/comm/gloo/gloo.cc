@@ -12,7 +12,10 @@
 // and the barrier go over the links (gloo-links.h: one plain TCP socket
 // per peer, read and written by the thread that runs the op, a short spin
 // before blocking); halving-doubling, broadcast, all-gather and
-// reduce-scatter use gloo's transport (gloo-algos.cc).
+// reduce-scatter use gloo's transport (gloo-algos.cc). When every rank
+// runs on this host, the all-reduces that take the ring go through a
+// shared-memory segment instead (gloo-shm.h; PHX_GLOO_SHM=0 keeps TCP),
+// with the ring's order of operations.
 // All-reduce picks its algorithm by
 // message size (doc/guide/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
@@ -49,6 +52,7 @@
 #include "phalanx/plugin/comm_v1.h"
 #include "plugins/comm/gloo/gloo-algos.h"
 #include "plugins/comm/gloo/gloo-links.h"
+#include "plugins/comm/gloo/gloo-shm.h"
 #include "phalanx/plugin/kit.h"
 
 namespace
@@ -121,6 +125,7 @@ struct State {
     pxg::Ctx c;
     pxg::Links links; // connected when use_links
     bool use_links = false;
+    pxg::Shm shm; // mapped when every rank runs on this host (gloo-shm.h)
     uint64_t seq = 0; // ops run (tags and slots)
     int32_t token = 0; // the barrier's one-element all-reduce
     // The watchdog: while a wait lasts, polls the store every 50 ms for a
@@ -177,6 +182,11 @@ void run_allreduce(State &s, const Op &o)
             break;
         case HD: pxg::allreduce_hd(s.c, o.recv, n, o.dt, rop, slot); break;
         default:
+            if (s.shm.on()) {
+                // the ring's order of operations, the average divided there
+                pxg::allreduce_shm(s.c, s.links, s.shm, o.recv, n, o.dt, rop, o.op == PHX_AVG ? s.size : 1, slot);
+                return;
+            }
             if (s.use_links)
                 pxg::allreduce_links_ring(s.c, s.links, o.recv, n, o.dt, rop, slot);
             else
@@ -251,6 +261,7 @@ void stop_waits(State &s, const std::string &why, bool links)
         s.c.why = why;
     }
     if (links || s.c.waiting_link) s.links.abort();
+    s.shm.abort();
     if (s.c.waiting) {
         if (s.c.waiting_send)
             s.c.waiting->abortWaitSend();
@@ -409,6 +420,13 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     if (links && *links && std::strcmp(links, "0") && std::strcmp(links, "1"))
         return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_LINKS='%s': expected 1 (small all-reduces over the links) or 0",
                          links);
+    const char *shm = std::getenv("PHX_GLOO_SHM");
+    if (shm && *shm && std::strcmp(shm, "0") && std::strcmp(shm, "1"))
+        return phx_error(PHX_EINVAL,
+                         "gloo: PHX_GLOO_SHM='%s': expected 1 (large all-reduces through shared memory when all "
+                         "ranks share this host) or 0",
+                         shm);
+    const bool want_shm = !shm || !*shm || !std::strcmp(shm, "1");
     int spin = spin_us(a);
     if (spin < 0)
         return phx_error(PHX_EINVAL, "gloo: PHX_GLOO_SPIN_US='%s': expected microseconds (0 to 1000000) or auto",
@@ -420,7 +438,7 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     s->timeout_s = a->timeout_s;
     s->algo = al;
     s->c.timeout = std::chrono::milliseconds((long long)(a->timeout_s * 1000.0));
-    std::string where;
+    std::string where, shm_why = "a world of one";
     // gloo writes to sockets without MSG_NOSIGNAL: a dead peer would kill
     // this process with SIGPIPE. Its loop thread and our worker inherit
     // this thread's mask, so block SIGPIPE while they are created (writes
@@ -442,6 +460,11 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
             s->links.spin_us = spin;
             s->links.connect(s->c, a->store, std::string(a->prefix) + "gloo/links/", a->timeout_s);
             s->use_links = true;
+            s->shm.spin_us = spin;
+            shm_why = s->shm.setup(a->store, std::string(a->prefix) + "gloo/shm/", a->rank, a->size, want_shm,
+                                   a->timeout_s);
+        } else if (a->size > 1) {
+            shm_why = "the links are off (PHX_GLOO_LINKS=0)";
         }
     } catch (const std::exception &e) {
         pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
@@ -469,6 +492,12 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     }
     phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links: %s, spin %d us)", a->rank, a->size,
             where.c_str(), s->use_links ? "on" : "off", spin);
+    if (s->shm.on())
+        phx_log(PHX_LOG_INFO, "gloo: rank %d: all-reduces above %zu bytes go through shared memory (all %d ranks on "
+                "this host)", a->rank, a->size >= kHdMinWorld ? kHdMax : kRdMax, a->size);
+    else
+        phx_log(PHX_LOG_INFO, "gloo: rank %d: all-reduces over TCP only, no shared memory: %s", a->rank,
+                shm_why.c_str());
     *state = s->kit;
     return PHX_OK;
 }

@@ -3,7 +3,8 @@
 if HAVE_GLOO
 pkglib_LTLIBRARIES += plugins/comm/gloo/phx-comm-gloo.la
 plugins_comm_gloo_phx_comm_gloo_la_SOURCES = plugins/comm/gloo/gloo.cc plugins/comm/gloo/gloo-algos.cc \
-	plugins/comm/gloo/gloo-algos.h plugins/comm/gloo/gloo-links.cc plugins/comm/gloo/gloo-links.h
+	plugins/comm/gloo/gloo-algos.h plugins/comm/gloo/gloo-links.cc plugins/comm/gloo/gloo-links.h \
+	plugins/comm/gloo/gloo-shm.cc plugins/comm/gloo/gloo-shm.h
 plugins_comm_gloo_phx_comm_gloo_la_CPPFLAGS = $(AM_CPPFLAGS) $(GLOO_CPPFLAGS)
 plugins_comm_gloo_phx_comm_gloo_la_CXXFLAGS = $(AM_CXXFLAGS) -O3
 plugins_comm_gloo_phx_comm_gloo_la_LIBADD = $(GLOO_LIBS) libphalanx.la
@@ -28,4 +29,15 @@ check_PROGRAMS += t/comm/gloo_links
 TESTS += t/comm/gloo_links
 t_comm_gloo_links_SOURCES = t/comm/gloo_links.c
 t_comm_gloo_links_LDADD = libphalanx.la
+endif
+
+# The same-host segment: TCP's bits at worlds 2-4, the path chosen, a
+# peer killed mid-all-reduce; ranks in two network namespaces keep TCP.
+EXTRA_DIST += t/comm/shm_netns.sh
+if HAVE_GLOO
+check_PROGRAMS += t/comm/shm
+TESTS += t/comm/shm
+t_comm_shm_SOURCES = t/comm/shm.c
+t_comm_shm_LDADD = libphalanx.la
+TESTS += t/comm/shm_netns.sh
 endif

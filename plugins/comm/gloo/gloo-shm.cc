@@ -1,0 +1,469 @@
+// The same-host segment: set-up, the waits and the all-reduce over it.
+#include "config.h"
+
+#include "plugins/comm/gloo/gloo-shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+
+#include "phalanx/plugin/kit.h"
+
+namespace pxg
+{
+
+// One cache-line pair per rank (no false sharing between the ranks'
+// counters, nor with the adjacent-line prefetcher).
+struct alignas(128) ShmRank {
+    std::atomic<uint32_t> in; // rounds whose copy-in this rank finished
+    std::atomic<uint32_t> red; // rounds whose reduce this rank finished
+    std::atomic<uint32_t> out; // rounds whose copy-out this rank finished
+    std::atomic<uint64_t> tag; // the op this rank runs (set before its first copy-in)
+};
+
+struct alignas(128) ShmHeader {
+    std::atomic<uint32_t> bell; // the futex: bumped after every counter update
+    std::atomic<uint32_t> waiters; // ranks asleep (or about to sleep) on bell
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "the segment's counters must be lock-free to be shared between processes");
+
+namespace
+{
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kCheckEvery = std::chrono::milliseconds(2); // a sleeping wait's checks
+constexpr unsigned kYields = 2000; // a wait's yields before it sleeps ...
+constexpr auto kYieldFor = std::chrono::milliseconds(1); // ... or this long
+
+enum Field { IN, RED, OUT };
+
+size_t header_bytes(int size)
+{
+    size_t b = sizeof(ShmHeader) + (size_t)size * sizeof(ShmRank);
+    return (b + 4095) & ~(size_t)4095;
+}
+
+ShmRank *rank_line(Shm &s, int r)
+{
+    return reinterpret_cast<ShmRank *>(reinterpret_cast<uint8_t *>(s.hdr) + sizeof(ShmHeader)) + r;
+}
+
+std::atomic<uint32_t> &counter(Shm &s, int r, Field f)
+{
+    ShmRank *l = rank_line(s, r);
+    return f == IN ? l->in : f == RED ? l->red : l->out;
+}
+
+// v has reached want (the counters wrap: compared as a signed distance)
+bool reached(uint32_t v, uint32_t want)
+{
+    return (int32_t)(v - want) >= 0;
+}
+
+// The first other rank whose counter f is short of want, or -1.
+int behind(Shm &s, Field f, uint32_t want)
+{
+    for (int i = 0; i < s.size; i++)
+        if (i != s.rank && !reached(counter(s, i, f).load(std::memory_order_acquire), want)) return i;
+    return -1;
+}
+
+long futex(std::atomic<uint32_t> *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, reinterpret_cast<uint32_t *>(addr), op, val, ts, nullptr, 0);
+}
+
+void publish(Shm &s, Field f, uint32_t v)
+{
+    counter(s, s.rank, f).store(v, std::memory_order_seq_cst);
+    s.hdr->bell.fetch_add(1, std::memory_order_seq_cst);
+    if (s.hdr->waiters.load(std::memory_order_seq_cst)) futex(&s.hdr->bell, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+inline void cpu_relax()
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+PeerError aborted(Ctx &c, int peer)
+{
+    std::lock_guard<std::mutex> g(c.mu);
+    return PeerError(peer, c.why.empty() ? std::string("the communicator was aborted") : c.why);
+}
+
+// A peer died when its link socket reads end-of-file (the kernel closes a
+// dead process's sockets); the watchdog's eventfd says the wait is aborted.
+void check_peers(Ctx &c, Links &l, Shm &s, int waited)
+{
+    struct pollfd pf[1];
+    if (l.wake >= 0) {
+        pf[0] = {l.wake, POLLIN, 0};
+        if (poll(pf, 1, 0) > 0 && (pf[0].revents & POLLIN)) throw aborted(c, waited);
+    }
+    for (int i = 0; i < s.size; i++) {
+        if (i == s.rank || (size_t)i >= l.fd.size() || l.fd[(size_t)i] < 0) continue;
+        pf[0] = {l.fd[(size_t)i], POLLIN | POLLRDHUP, 0};
+        if (poll(pf, 1, 0) <= 0) continue;
+        char b;
+        ssize_t k = recv(l.fd[(size_t)i], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+            throw PeerError(i, "the connection to rank " + std::to_string(i) +
+                                   " was closed during an all-reduce in shared memory (that rank died or freed "
+                                   "its communicator)");
+    }
+}
+
+// Clears the watchdog's view of the wait when it ends, thrown or not.
+struct Waiting {
+    Ctx &c;
+    bool on = false;
+    explicit Waiting(Ctx &ctx) : c(ctx) {}
+    void mark(int peer)
+    {
+        link_waiting(c, peer, true);
+        on = true;
+    }
+    ~Waiting()
+    {
+        if (on) link_waiting(c, -1, false);
+    }
+};
+
+// Waits until every other rank's counter f reaches want: a spin of
+// s.spin_us, then futex sleeps of kCheckEvery with the checks between.
+void wait_for(Ctx &c, Links &l, Shm &s, Field f, uint32_t want)
+{
+    int peer = behind(s, f, want);
+    if (peer < 0) return;
+    if (s.spin_us > 0) {
+        auto end = Clock::now() + std::chrono::microseconds(s.spin_us);
+        for (unsigned k = 1;; k++) {
+            cpu_relax();
+            if ((peer = behind(s, f, want)) < 0) return;
+            if (k % 64 == 0 && Clock::now() >= end) break;
+        }
+    }
+    // Then yield the core a while, staying runnable: a peer that is a
+    // little late (its thread handing the op over, or preempted) is met
+    // without a futex round trip, which on a busy host costs a wake-up and
+    // a wait for a core (the mpi plugin's window waits do the same).
+    const auto start = Clock::now();
+    for (unsigned k = 1; k <= kYields; k++) {
+        sched_yield();
+        if ((peer = behind(s, f, want)) < 0) return;
+        if (k % 16 == 0 && Clock::now() - start >= kYieldFor) break;
+    }
+    Waiting w(c);
+    w.mark(peer);
+    ShmHeader *h = s.hdr;
+    for (;;) {
+        h->waiters.fetch_add(1, std::memory_order_seq_cst);
+        uint32_t bell = h->bell.load(std::memory_order_seq_cst);
+        peer = behind(s, f, want);
+        if (peer >= 0 && !s.stop.load()) {
+            struct timespec ts = {0, (long)std::chrono::nanoseconds(kCheckEvery).count()};
+            futex(&h->bell, FUTEX_WAIT, bell, &ts);
+            peer = behind(s, f, want);
+        }
+        h->waiters.fetch_sub(1, std::memory_order_seq_cst);
+        if (peer < 0) return;
+        if (s.stop.load()) throw aborted(c, peer);
+        check_peers(c, l, s, peer);
+        if (Clock::now() - start > c.timeout)
+            throw PeerError(peer, "timed out after " + std::to_string(c.timeout.count()) +
+                                      " ms waiting for rank " + std::to_string(peer) +
+                                      " (all-reduce in shared memory)");
+    }
+}
+
+std::string read_line(const char *path)
+{
+    std::ifstream f(path);
+    std::string s;
+    std::getline(f, s);
+    return s;
+}
+
+std::string store_get(phx_store *store, const std::string &key, double timeout_s)
+{
+    void *v = nullptr;
+    size_t n = 0;
+    if (phx_store_get(store, key.c_str(), &v, &n, timeout_s))
+        throw std::runtime_error("store get " + key + ": " + phx_last_error());
+    std::string out(static_cast<char *>(v), n);
+    std::free(v);
+    return out;
+}
+
+void store_set(phx_store *store, const std::string &key, const std::string &val)
+{
+    if (phx_store_set(store, key.c_str(), val.data(), val.size()))
+        throw std::runtime_error("store set " + key + ": " + phx_last_error());
+}
+
+// Maps the segment's descriptor; "" or why not.
+std::string map_fd(Shm &s, int fd, size_t len)
+{
+    struct stat st;
+    if (fstat(fd, &st)) return std::string("fstat: ") + std::strerror(errno);
+    if ((size_t)st.st_size != len)
+        return "the segment has " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(len);
+    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) return std::string("mmap: ") + std::strerror(errno);
+    s.base = p;
+    s.len = len;
+    return "";
+}
+
+} // namespace
+
+std::string host_key()
+{
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1)) host[0] = 0;
+    char net[128] = "";
+    ssize_t n = readlink("/proc/self/ns/net", net, sizeof net - 1);
+    net[n > 0 ? n : 0] = 0;
+    std::string boot = read_line("/proc/sys/kernel/random/boot_id");
+    return std::string(host) + "|" + boot + "|" + net;
+}
+
+Shm::~Shm()
+{
+    if (base) munmap(base, len);
+}
+
+void Shm::abort()
+{
+    stop.store(true);
+    if (hdr) {
+        hdr->bell.fetch_add(1, std::memory_order_seq_cst);
+        futex(&hdr->bell, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+}
+
+std::string Shm::setup(phx_store *store, const std::string &key_prefix, int r, int n, bool want, double timeout_s)
+{
+    rank = r;
+    size = n;
+    const std::string mine = want ? host_key() : "";
+    store_set(store, key_prefix + "key/" + std::to_string(r), mine);
+    std::string why;
+    for (int i = 0; i < n && why.empty(); i++) {
+        std::string k = i == r ? mine : store_get(store, key_prefix + "key/" + std::to_string(i), timeout_s);
+        if (k.empty())
+            why = "PHX_GLOO_SHM=0 on rank " + std::to_string(i);
+        else if (k != mine && !mine.empty())
+            why = "rank " + std::to_string(i) + " runs on another host or network namespace";
+    }
+    if (!mine.empty() && why.empty()) {
+        // every key equal and set: the same decision on every rank
+    } else {
+        return why.empty() ? "PHX_GLOO_SHM=0 on rank " + std::to_string(r) : why;
+    }
+    const size_t hb = header_bytes(n), total = hb + (size_t)n * kShmBufs * kShmRound;
+    std::string name, err;
+    if (r == 0) {
+        std::random_device rd;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "/phx-gloo-%d-%08x%08x", (int)getpid(), rd(), rd());
+        name = buf;
+        int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            err = "shm_open " + name + ": " + std::strerror(errno);
+        } else {
+            if (ftruncate(fd, (off_t)total))
+                err = std::string("ftruncate: ") + std::strerror(errno);
+            else
+                err = map_fd(*this, fd, total);
+            close(fd);
+        }
+        try {
+            store_set(store, key_prefix + "name", err.empty() ? name : "!" + err);
+        } catch (...) {
+            shm_unlink(name.c_str());
+            throw;
+        }
+        if (!err.empty()) shm_unlink(name.c_str());
+    } else {
+        name = store_get(store, key_prefix + "name", timeout_s);
+        if (!name.empty() && name[0] == '!') {
+            err = "rank 0: " + name.substr(1);
+        } else {
+            int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+            if (fd < 0) {
+                err = "shm_open " + name + ": " + std::strerror(errno);
+            } else {
+                err = map_fd(*this, fd, total);
+                close(fd);
+            }
+        }
+    }
+    // Everyone says whether it mapped the segment; rank 0 unlinks it once
+    // all have answered (from then on only the mappings hold it).
+    std::string fail;
+    try {
+        store_set(store, key_prefix + "ok/" + std::to_string(r), err.empty() ? "1" : "0" + err);
+        for (int i = 0; i < n; i++) {
+            std::string ok = store_get(store, key_prefix + "ok/" + std::to_string(i), timeout_s);
+            if (fail.empty() && ok != "1")
+                fail = "rank " + std::to_string(i) + " could not map the segment: " + (ok.empty() ? "" : ok.substr(1));
+        }
+    } catch (...) {
+        if (r == 0 && err.empty()) shm_unlink(name.c_str());
+        throw;
+    }
+    if (r == 0 && err.empty()) shm_unlink(name.c_str());
+    if (!fail.empty()) {
+        if (base) munmap(base, len);
+        base = nullptr;
+        len = 0;
+        return fail;
+    }
+    hdr = static_cast<ShmHeader *>(base);
+    data = static_cast<uint8_t *>(base) + hb;
+    return "";
+}
+
+namespace
+{
+
+constexpr int kMaxFused = 16; // inputs of the fused reduce (the kit's n-input fold)
+
+// The ring's chunk that holds element i of count split n ways (chunk()).
+int ring_chunk(size_t count, int n, size_t i)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n, big = extra * (base + 1);
+    return i < big ? (int)(i / (base + 1)) : (int)(extra + (i - big) / base);
+}
+
+} // namespace
+
+void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, int div,
+                   uint64_t tag)
+{
+    const int n = s.size, r = s.rank;
+    const size_t es = phx_dtype_size(dt), per = kShmRound / es, rounds = (count + per - 1) / per;
+    uint8_t *b = static_cast<uint8_t *>(buf);
+    {
+        std::lock_guard<std::mutex> g(c.mu);
+        if (c.dead) throw PeerError(-1, c.why);
+    }
+    if (s.stop.load()) throw aborted(c, -1);
+    const uint32_t g0 = s.round;
+    s.round += (uint32_t)rounds; // a failed op breaks the communicator: no rank reuses these numbers
+    auto slot = [&](int i, uint32_t g) {
+        return s.data + ((size_t)i * kShmBufs + g % kShmBufs) * kShmRound;
+    };
+    auto span = [&](size_t k, size_t *e0, size_t *m) {
+        *e0 = k * per;
+        *m = count - *e0 < per ? count - *e0 : per;
+    };
+    auto copy_in = [&](size_t k) {
+        const uint32_t g = g0 + (uint32_t)k;
+        size_t e0, m;
+        span(k, &e0, &m);
+        wait_for(c, l, s, OUT, g + 1 - kShmBufs); // everyone is done with this buffer's last round
+        uint8_t *mine = slot(r, g);
+        for (int j = 0; j < n; j++) {
+            size_t lo, hi;
+            if (j == r) continue;
+            chunk(m, n, j, &lo, &hi);
+            std::memcpy(mine + lo * es, b + (e0 + lo) * es, (hi - lo) * es);
+        }
+        if (k == 0) rank_line(s, r)->tag.store(tag, std::memory_order_relaxed);
+        publish(s, IN, g + 1);
+    };
+    auto reduce = [&](size_t k) {
+        const uint32_t g = g0 + (uint32_t)k;
+        size_t e0, m, lo, hi;
+        span(k, &e0, &m);
+        wait_for(c, l, s, IN, g + 1);
+        if (k == 0)
+            for (int i = 0; i < n; i++) {
+                uint64_t t = rank_line(s, i)->tag.load(std::memory_order_relaxed);
+                if (t == tag) continue;
+                char msg[256];
+                std::snprintf(msg, sizeof msg,
+                              "rank %d runs the op tagged %#llx in shared memory where this rank runs %#llx "
+                              "(%zu elements): the ranks issued different collectives",
+                              i, (unsigned long long)t, (unsigned long long)tag, count);
+                throw PeerError(i, msg, true);
+            }
+        chunk(m, n, r, &lo, &hi);
+        uint8_t *dst = slot(r, g) + lo * es;
+        // the kit's n-input fold is reduce2's chain for f32 and integers
+        // (one rounding per step either way); f16 and bf16 round once there
+        const bool fused = n <= kMaxFused && dt != PHX_F16 && dt != PHX_BF16;
+        // element x of the message: this rank's from its buffer, the others' from their slots
+        auto src = [&](int i, size_t x) -> const uint8_t * {
+            return i == r ? b + x * es : slot(i, g) + (x - e0) * es;
+        };
+        for (size_t x = e0 + lo; x < e0 + hi;) {
+            const int q = ring_chunk(count, n, x);
+            size_t qlo, qhi;
+            chunk(count, n, q, &qlo, &qhi);
+            const size_t end = qhi < e0 + hi ? qhi : e0 + hi, len = end - x;
+            uint8_t *d = dst + (x - e0 - lo) * es;
+            if (fused) {
+                // one pass, both outputs written from the kit's accumulator:
+                // the same left fold (and division) as the chain below
+                const void *in[kMaxFused];
+                for (int t = 0; t < n; t++) in[t] = src((q + t) % n, x);
+                void *outs[2] = {d, b + x * es};
+                phx_kit_reduce(outs, 2, in, n, 0, len, dt, div > 1 ? PHX_AVG : op, div);
+            } else {
+                reduce2(d, src(q, x), src((q + 1) % n, x), len, dt, op);
+                for (int t = 2; t < n; t++) reduce2(d, d, src((q + t) % n, x), len, dt, op);
+                if (div > 1) phx_kit_divide(d, len, dt, div);
+                std::memcpy(b + x * es, d, len * es);
+            }
+            x = end;
+        }
+        publish(s, RED, g + 1);
+    };
+    auto copy_out = [&](size_t k) {
+        const uint32_t g = g0 + (uint32_t)k;
+        size_t e0, m;
+        span(k, &e0, &m);
+        wait_for(c, l, s, RED, g + 1);
+        for (int j = 0; j < n; j++) {
+            size_t lo, hi;
+            if (j == r) continue;
+            chunk(m, n, j, &lo, &hi);
+            std::memcpy(b + (e0 + lo) * es, slot(j, g) + lo * es, (hi - lo) * es);
+        }
+        publish(s, OUT, g + 1);
+    };
+    if (!rounds) return;
+    copy_in(0);
+    for (size_t k = 0; k < rounds; k++) {
+        reduce(k);
+        if (k + 1 < rounds) copy_in(k + 1);
+        copy_out(k);
+    }
+}
+
+} // namespace pxg
