@@ -236,8 +236,15 @@ const char *px_cpu_conv2d_path_name(int path)
  * oneDNN's bf16 kernels, all on f32 kernels: conv_half) where the kernels
  * use AVX-512, from what measured fastest on bench/kernels' shapes
  * (doc/guide/cnn.md):
- *   Winograd for 3 x 3 stride-1 convolutions of 16 or more channels in
- *   and out;
+ *   Winograd for the forward and data passes of 3 x 3 stride-1
+ *   convolutions of 16 or more channels in and out, not both 16; with
+ *   oneDNN in the build, oneDNN's f32 kernels take the weight pass and
+ *   the 16-in, 16-out convolutions (at batch 128 they measured 15-35 %
+ *   faster per CPU-second than F(2x2, 3x3) on every weight pass of
+ *   examples/resnet's, examples/cnn's and bench/kernels' shapes, and on
+ *   the forward and data passes of 16 x 16 channels at 28 x 28; the
+ *   Winograd GEMMs' depth of 16 leaves its transforms the larger part);
+ *   without oneDNN Winograd takes every pass of those convolutions;
  *   the direct kernel for the forward pass where c kh kw <= 27 and the
  *   weight pass where it is <= 9 (a first layer);
  * and oneDNN for the rest; where the build has no oneDNN or oneDNN has no
@@ -247,10 +254,21 @@ const char *px_cpu_conv2d_path_name(int path)
  * f32 takes it, oneDNN's bf16 convolutions for every other pass (on
  * bench/step's CNN and ResNet at one thread they measured 1.4x the
  * widened Winograd per CPU-second, doc/guide/precision.md). */
+static int winograd_rule(int pass, const phx_conv2d_desc *d)
+{
+    if (d->c < 16 || d->k < 16) return 0;
+#ifdef HAVE_DNNL
+    return pass != 2 && d->c * d->k > 16 * 16;
+#else
+    (void)pass;
+    return 1;
+#endif
+}
+
 int px_cpu_conv2d_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt)
 {
     int native = dt == PHX_BF16 && px_cpu_dnnl_bf16_native();
-    if (!native && px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
+    if (!native && px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && winograd_rule(pass, d))
         return CONV_WINOGRAD;
     if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) && (pass == 0 || d->c * d->kh * d->kw <= 9))
         return CONV_DIRECT;

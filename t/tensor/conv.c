@@ -220,7 +220,7 @@ static int bf16_native(int h, int p)
 
 int main(void)
 {
-    plan(NPATHS * NSHAPES + 6 + 2 * (NPATHS + 1));
+    plan(NPATHS * NSHAPES + 7 + 2 * (NPATHS + 1));
     size_t most_x = 0, most_w = 0, most_y = 0;
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
@@ -309,19 +309,28 @@ int main(void)
             ok(same, "auto: one input channel takes the direct kernel for forward and weight");
         }
     }
-    /* auto on bench's conv2 shape: Winograd's bits for every pass */
+    /* auto on bench's conv2 shape: Winograd's bits for the forward and
+     * data passes; the weight pass oneDNN's where the build has it, else
+     * Winograd's too */
     {
         const phx_conv2d_desc *d = &shapes[2].d;
         t.nx = (size_t)(d->n * d->c * d->h * d->w), t.nw = (size_t)(d->k * d->c * 9);
         t.ny = (size_t)(d->n * d->k * d->oh * d->ow);
-        int same = 1;
+        int same = 1, wsame = 1;
+#ifdef HAVE_DNNL
+        const char *wpath = "dnnl";
+#else
+        const char *wpath = "winograd";
+#endif
         if (avx) {
             passes(NULL, d, &t, 1, y, dx, dw, db);
             passes("winograd", d, &t, 1, y2, dx2, dw2, db2);
-            same = !memcmp(y, y2, t.ny * 4) && !memcmp(dx, dx2, t.nx * 4) && !memcmp(dw, dw2, t.nw * 4) &&
-                !memcmp(db, db2, (size_t)d->k * 4);
+            same = !memcmp(y, y2, t.ny * 4) && !memcmp(dx, dx2, t.nx * 4);
+            passes(wpath, d, &t, 1, y2, dx2, dw2, db2);
+            wsame = !memcmp(dw, dw2, t.nw * 4) && !memcmp(db, db2, (size_t)d->k * 4);
         }
-        ok(same, "auto: 16 -> 24 channels, 3x3, stride 1 take Winograd for every pass");
+        ok(same, "auto: 16 -> 24 channels, 3x3, stride 1 take Winograd for the forward and data passes");
+        ok(wsame, "auto: and %s for the weight pass", wpath);
     }
     for (int h = 0; h < 2; h++)
         for (int p = 0; p <= NPATHS; p++) {
