@@ -5,7 +5,8 @@
  * backward weight adding into a dW (and dB) that already holds values.
  * The shapes cover narrow images (two tile rows per vector), rows of more
  * than 16 tiles, several chunks, padding 0-2, odd sizes and channel
- * counts, 1x1, 5x5, dilation, stride 2 and groups (which the AVX-512
+ * counts, 1x1 (also with stride 2, which auto runs on a subsampled copy
+ * of the image: checked on its own), 5x5, dilation, stride 2 and groups (which the AVX-512
  * paths hand to oneDNN or im2col), one input channel, and a 4x4 "same"
  * convolution whose output is taller than the formula (padding one more
  * at the bottom and right). The bound: |got - ref| <= tol * sum |terms|
@@ -49,7 +50,9 @@ static const shape shapes[] = {
     {D(2, 4, 8, 8, 6, 3, 3, 8, 8, 1, 1, 1, 2), 1}, /* groups 2 */
     {D(4, 1, 28, 28, 8, 3, 3, 26, 26, 1, 0, 1, 1), 1}, /* one input channel */
     {D(2, 3, 8, 8, 4, 4, 4, 8, 8, 1, 1, 1, 1), 1}, /* 4x4 "same": one more at the bottom and right */
+    {D(3, 8, 11, 10, 12, 1, 1, 6, 5, 2, 0, 1, 1), 1}, /* 1x1 stride 2 (a projection shortcut); column 9 unread */
 };
+#define S1X1 12 /* its index: auto subsamples it and runs the stride-1 1x1 convolution */
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
 static const char *paths[] = {"im2col", "dnnl", "avx512", "winograd", "direct"};
@@ -220,7 +223,7 @@ static int bf16_native(int h, int p)
 
 int main(void)
 {
-    plan(NPATHS * NSHAPES + 7 + 2 * (NPATHS + 1));
+    plan(NPATHS * NSHAPES + 8 + 2 * (NPATHS + 1));
     size_t most_x = 0, most_w = 0, most_y = 0;
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
@@ -273,6 +276,15 @@ int main(void)
              * transforms add a few more (doc/maint/kernels.md) */
             if (!ok(e <= 2e-6, "%s: y, dx, dw%s within 2e-6 of the sum of |terms| (worst %.2g)", what,
                     shapes[s].bias ? ", db" : "", e))
+                diag("%s", st == PHX_OK ? "" : phx_last_error());
+        }
+        if (s == S1X1) { /* auto's own route for it */
+            phx_status st = passes(NULL, d, &t, shapes[s].bias, y, dx, dw, db);
+            double e = st == PHX_OK ? worst(y, t.y, t.ay, t.ny) : INFINITY;
+            e = fmax(e, st == PHX_OK ? worst(dx, t.dx, t.adx, t.nx) : INFINITY);
+            e = fmax(e, st == PHX_OK ? worst(dw, t.dw, t.adw, t.nw) : INFINITY);
+            e = fmax(e, st == PHX_OK ? worst(db, t.db, t.adb, (size_t)d->k) : INFINITY);
+            if (!ok(e <= 2e-6, "auto: 1x1 stride 2: y, dx, dw, db within 2e-6 of the sum of |terms| (worst %.2g)", e))
                 diag("%s", st == PHX_OK ? "" : phx_last_error());
         }
         for (int h = 0; h < 2; h++)
