@@ -236,8 +236,15 @@ const char *px_cpu_conv2d_path_name(int path)
  * oneDNN's bf16 kernels, all on f32 kernels: conv_half) where the kernels
  * use AVX-512, from what measured fastest on bench/kernels' shapes
  * (doc/guide/cnn.md):
- *   Winograd for 3 x 3 stride-1 convolutions of 16 or more channels in
- *   and out;
+ *   Winograd for the forward and data passes of 3 x 3 stride-1
+ *   convolutions of 16 or more channels in and out, not both 16; with
+ *   oneDNN in the build, oneDNN's f32 kernels take the weight pass and
+ *   the 16-in, 16-out convolutions (at batch 128 they measured 15-35 %
+ *   faster per CPU-second than F(2x2, 3x3) on every weight pass of
+ *   examples/resnet's, examples/cnn's and bench/kernels' shapes, and on
+ *   the forward and data passes of 16 x 16 channels at 28 x 28; the
+ *   Winograd GEMMs' depth of 16 leaves its transforms the larger part);
+ *   without oneDNN Winograd takes every pass of those convolutions;
  *   the direct kernel for the forward pass where c kh kw <= 27 and the
  *   weight pass where it is <= 9 (a first layer);
  * and oneDNN for the rest; where the build has no oneDNN or oneDNN has no
@@ -247,10 +254,21 @@ const char *px_cpu_conv2d_path_name(int path)
  * f32 takes it, oneDNN's bf16 convolutions for every other pass (on
  * bench/step's CNN and ResNet at one thread they measured 1.4x the
  * widened Winograd per CPU-second, doc/guide/precision.md). */
+static int winograd_rule(int pass, const phx_conv2d_desc *d)
+{
+    if (d->c < 16 || d->k < 16) return 0;
+#ifdef HAVE_DNNL
+    return pass != 2 && d->c * d->k > 16 * 16;
+#else
+    (void)pass;
+    return 1;
+#endif
+}
+
 int px_cpu_conv2d_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt)
 {
     int native = dt == PHX_BF16 && px_cpu_dnnl_bf16_native();
-    if (!native && px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16)
+    if (!native && px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && winograd_rule(pass, d))
         return CONV_WINOGRAD;
     if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) && (pass == 0 || d->c * d->kh * d->kw <= 9))
         return CONV_DIRECT;
@@ -424,6 +442,118 @@ static float *widened(int slot, const void *src, phx_dtype dt, int64_t n)
     return f && cast_split(f, PHX_F32, src, dt, n) == PHX_OK ? f : NULL;
 }
 
+/* A 1 x 1 convolution with stride s > 1 and no padding (ResNet's
+ * projection shortcuts) reads only every s-th pixel of every s-th row:
+ * under auto (f32, the fixed rule's CONV_FALLBACK, which oneDNN and the
+ * implicit GEMM decline for this shape, leaving im2col), the pixels it
+ * reads are copied into an (n, c, oh, ow) image in scratch slot 7 (which
+ * the f32 kernels never touch) and the pass runs as the stride-1 1 x 1
+ * convolution of that image, on oneDNN's 1 x 1 kernel (CONV_FALLBACK:
+ * the direct kernel the rule gives a stride-1 1 x 1 forward pass of at
+ * most 27 channels was 2x slower on it), on im2col where no fast path
+ * takes it; the data pass writes its gradient back into those pixels of
+ * dx, zeros elsewhere. f16 and bf16 on the f32 kernels do the same on
+ * their widened copies, in place, so they keep the f32 path's bits. At
+ * batch 128 on examples/resnet's two projections (16 -> 32 at 28 x 28,
+ * 32 -> 64 at 14 x 14) the three passes took 1.6 ms of oneDNN plus the
+ * copies, against 5.3 ms on im2col. */
+static int strided_1x1(const phx_conv2d_desc *d)
+{
+    return d->kh == 1 && d->kw == 1 && d->pad_h == 0 && d->pad_w == 0 && d->groups == 1 &&
+        (d->stride_h > 1 || d->stride_w > 1) && d->n >= 1;
+}
+
+typedef struct sub_job {
+    const phx_conv2d_desc *d;
+    const float *src;
+    float *dst;
+} sub_job;
+
+/* planes [lo, hi) of the n c planes: x's strided pixels into the image */
+static void subsample_part(void *arg, int64_t lo, int64_t hi)
+{
+    const sub_job *j = arg;
+    const phx_conv2d_desc *d = j->d;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *x = j->src + p * d->h * d->w;
+        float *o = j->dst + p * d->oh * d->ow;
+        for (int64_t i = 0; i < d->oh; i++) {
+            const float *r = x + i * d->stride_h * d->w;
+            for (int64_t jj = 0; jj < d->ow; jj++) o[i * d->ow + jj] = r[jj * d->stride_w];
+        }
+    }
+}
+
+/* planes [lo, hi): the image's gradient into dx's strided pixels, zeros
+ * elsewhere */
+static void upsample_part(void *arg, int64_t lo, int64_t hi)
+{
+    const sub_job *j = arg;
+    const phx_conv2d_desc *d = j->d;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *g = j->src + p * d->oh * d->ow;
+        float *dx = j->dst + p * d->h * d->w;
+        memset(dx, 0, (size_t)(d->h * d->w) * sizeof(float));
+        for (int64_t i = 0; i < d->oh; i++) {
+            float *r = dx + i * d->stride_h * d->w;
+            for (int64_t jj = 0; jj < d->ow; jj++) r[jj * d->stride_w] = g[i * d->ow + jj];
+        }
+    }
+}
+
+/* The same on one thread, in place (f16/bf16: the widened operand's
+ * buffer): each pixel moves to an index no higher than its own, so
+ * going up the buffer overwrites only pixels already moved ... */
+static void subsample_in_place(const phx_conv2d_desc *d, float *x)
+{
+    for (int64_t p = 0; p < d->n * d->c; p++)
+        for (int64_t i = 0; i < d->oh; i++)
+            for (int64_t jj = 0; jj < d->ow; jj++)
+                x[(p * d->oh + i) * d->ow + jj] = x[p * d->h * d->w + i * d->stride_h * d->w + jj * d->stride_w];
+}
+
+/* ... and going down it, each dx pixel takes its value (or zero) from
+ * an index no higher than its own, not yet overwritten. */
+static void upsample_in_place(const phx_conv2d_desc *d, float *dx)
+{
+    for (int64_t e = d->n * d->c * d->h * d->w - 1; e >= 0; e--) {
+        int64_t p = e / (d->h * d->w), r = e / d->w % d->h, c = e % d->w;
+        int64_t i = r / d->stride_h, jj = c / d->stride_w;
+        int hit = r % d->stride_h == 0 && c % d->stride_w == 0 && i < d->oh && jj < d->ow;
+        dx[e] = hit ? dx[(p * d->oh + i) * d->ow + jj] : 0.0f;
+    }
+}
+
+/* The stride-1 descriptor of the subsampled image. */
+static void subsampled_desc(const phx_conv2d_desc *d, phx_conv2d_desc *d1)
+{
+    *d1 = *d;
+    d1->h = d->oh, d1->w = d->ow, d1->stride_h = d1->stride_w = 1, d1->dil_h = d1->dil_w = 1;
+}
+
+/* That descriptor, and the image of x in scratch slot 7 (x NULL: the
+ * buffer only). */
+static float *subsampled(const phx_conv2d_desc *d, const float *x, phx_conv2d_desc *d1)
+{
+    subsampled_desc(d, d1);
+    float *img = px_cpu_scratch(7, (size_t)(d->n * d->c * d->oh * d->ow) * sizeof(float));
+    if (img && x) {
+        sub_job j = {d, x, img};
+        px_cpu_parallel_for(d->n * d->c, 1, subsample_part, &j);
+    }
+    return img;
+}
+
+static phx_status sub_pass(int dev, int pass, const phx_conv2d_desc *d1, const float *x, const float *w,
+                           const float *bias, const float *dy, float *y, float *dx, float *dw, float *db)
+{
+    phx_status st = conv_fast(CONV_FALLBACK, pass, d1, x, w, bias, dy, y, dx, dw, db);
+    if (st != PHX_EUNSUPPORTED) return st;
+    if (pass == 0) return px_cpu_conv2d_forward(dev, d1, x, w, bias, y, PHX_F32);
+    if (pass == 1) return px_cpu_conv2d_backward_data(dev, d1, dy, w, dx, PHX_F32);
+    return px_cpu_conv2d_backward_weight(dev, d1, x, dy, dw, db, PHX_F32);
+}
+
 /* An f16/bf16 pass: bf16 on oneDNN when path is CONV_DNNL and oneDNN
  * has bf16 kernels for this CPU; otherwise on the f32 kernels of path: x,
  * w and dy widened into
@@ -450,7 +580,16 @@ static phx_status conv_half(int path, int pass, const phx_conv2d_desc *d, const 
     /* the f32 output in the slot of the operand the pass does not read */
     if (y && !(yf = px_cpu_scratch(9, (size_t)(ny > 0 ? ny : 1) * sizeof(float)))) return PHX_ENOMEM;
     if (dx && !(dxf = px_cpu_scratch(7, (size_t)(nx > 0 ? nx : 1) * sizeof(float)))) return PHX_ENOMEM;
-    phx_status st = conv_fast(path, pass, d, xf, wf, bias, dyf, yf, dxf, dw, db);
+    phx_status st;
+    if (path == CONV_FALLBACK && strided_1x1(d)) { /* the f32 pass's route, in place */
+        phx_conv2d_desc d1;
+        subsampled_desc(d, &d1);
+        if (xf) subsample_in_place(d, xf);
+        st = sub_pass(0, pass, &d1, xf, wf, bias, dyf, yf, dxf, dw, db);
+        if (st == PHX_OK && dxf) upsample_in_place(d, dxf);
+    } else {
+        st = conv_fast(path, pass, d, xf, wf, bias, dyf, yf, dxf, dw, db);
+    }
     if (st != PHX_OK) return st;
     if (y) return cast_split(y, dt, yf, PHX_F32, ny);
     if (dx) return cast_split(dx, dt, dxf, PHX_F32, nx);
@@ -477,6 +616,11 @@ phx_status px_cpu_conv2d_forward(int dev, const phx_conv2d_desc *d, const void *
     if (dt != PHX_F32 && fast_possible(path) &&
         (st = conv_half(path, 0, d, x, w, bias, NULL, y, NULL, NULL, NULL, dt)) != PHX_EUNSUPPORTED)
         return st;
+    if (dt == PHX_F32 && path == CONV_FALLBACK && strided_1x1(d)) {
+        phx_conv2d_desc d1;
+        float *img = subsampled(d, x, &d1);
+        return img ? sub_pass(dev, 0, &d1, img, w, bias, NULL, y, NULL, NULL, NULL) : PHX_ENOMEM;
+    }
     if (dt == PHX_F32 && (st = conv_fast(path, 0, d, x, w, bias, NULL, y, NULL, NULL, NULL)) != PHX_EUNSUPPORTED)
         return st;
     float *col, *blk;
@@ -508,6 +652,15 @@ phx_status px_cpu_conv2d_backward_data(int dev, const phx_conv2d_desc *d, const 
     if (dt != PHX_F32 && fast_possible(path) &&
         (st = conv_half(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL, dt)) != PHX_EUNSUPPORTED)
         return st;
+    if (dt == PHX_F32 && path == CONV_FALLBACK && strided_1x1(d)) {
+        phx_conv2d_desc d1;
+        float *img = subsampled(d, NULL, &d1);
+        if (!img) return PHX_ENOMEM;
+        if ((st = sub_pass(dev, 1, &d1, NULL, w, NULL, dy, NULL, img, NULL, NULL)) != PHX_OK) return st;
+        sub_job j = {d, img, dx};
+        px_cpu_parallel_for(d->n * d->c, 1, upsample_part, &j);
+        return PHX_OK;
+    }
     if (dt == PHX_F32 && (st = conv_fast(path, 1, d, NULL, w, NULL, dy, NULL, dx, NULL, NULL)) != PHX_EUNSUPPORTED)
         return st;
     float *col, *blk;
@@ -547,6 +700,11 @@ phx_status px_cpu_conv2d_backward_weight(int dev, const phx_conv2d_desc *d, cons
     if (dt != PHX_F32 && fast_possible(path) &&
         (st = conv_half(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db, dt)) != PHX_EUNSUPPORTED)
         return st;
+    if (dt == PHX_F32 && path == CONV_FALLBACK && strided_1x1(d)) {
+        phx_conv2d_desc d1;
+        float *img = subsampled(d, x, &d1);
+        return img ? sub_pass(dev, 2, &d1, img, NULL, NULL, dy, NULL, NULL, dw, db) : PHX_ENOMEM;
+    }
     if (dt == PHX_F32 && (st = conv_fast(path, 2, d, x, NULL, NULL, dy, NULL, NULL, dw, db)) != PHX_EUNSUPPORTED)
         return st;
     float *col, *blk;

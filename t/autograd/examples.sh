@@ -5,7 +5,9 @@
 # BatchNorm running statistics lagging, so the loss is what is checked),
 # save and --epochs 0 --load (the same accuracy), --dp (DataParallel
 # replicas the core cloned), phxrun with 2 processes, --sync-bn and bf16,
-# --help; two_input's test accuracy above 0.6. Skips without Debian's
+# --help, --augment (the loader collate's flips and crops: the losses still
+# fall, and differ from the same seed's unaugmented run; a padding out of
+# range refused); two_input's test accuracy above 0.6. Skips without Debian's
 # dataset-fashion-mnist.
 b=${top_builddir:-.}
 dir=${PHX_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -24,10 +26,10 @@ falls() { echo "$1" | awk '{exit !(NF == 2 && $2 < $1 && $2 < 2.0)}'; }
 above() { awk -v a="$1" -v m="$2" 'BEGIN{exit !(a != "" && a > m)}'; }
 prog="$b/examples/resnet"
 small="--train-rows 2048 --epochs 2"
-echo "1..7"
+echo "1..9"
 
 out=$("$prog" $small --save "$tmp/r.safetensors" 2>&1); rc=$?
-l=$(losses "$out"); a1=$(acc "$out")
+l=$(losses "$out"); a1=$(acc "$out"); l1=$l
 if [ $rc -eq 0 ] && falls "$l" && [ -n "$a1" ]; then pass "resnet, one process: epoch losses $l fall below 2.0"
 else fail "resnet, one process (status $rc, losses '$l')" "$out"; fi
 
@@ -56,6 +58,17 @@ fi
 out=$("$prog" --help 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q '^usage: resnet'; then pass "resnet --help: the usage, status 0"
 else fail "resnet --help (status $rc)" "$out"; fi
+
+out=$("$prog" $small --augment 2 2>&1); rc=$?
+l=$(losses "$out")
+if [ $rc -eq 0 ] && falls "$l" && [ "$l" != "$l1" ]; then
+    pass "resnet --augment 2: losses $l fall, and differ from the unaugmented run's ($l1)"
+else fail "resnet --augment 2 (status $rc, losses '$l', unaugmented '$l1')" "$out"; fi
+
+out=$("$prog" $small --augment 15 2>&1); rc=$?
+if [ $rc -eq 2 ] && echo "$out" | grep -q 'augment: expected a padding of 0 to 14 pixels'; then
+    pass "resnet --augment 15: refused, status 2"
+else fail "resnet --augment 15 (status $rc)" "$out"; fi
 
 out=$("$b/examples/two_input" --train-rows 8192 2>&1); rc=$?
 a=$(acc "$out")

@@ -3,7 +3,8 @@
  * bench/torch/resnet.py parity), 10 SGD-momentum steps (lr 0.05, momentum
  * 0.9, batch 8) give torch's per-step float32 losses within 1e-5, and the
  * same within 1e-4 of torch's float64 run; then the same model
- * differentiated with retain_graph and a second backward refused. */
+ * differentiated with retain_graph and a second backward refused; a
+ * steady-state step allocates nothing. */
 #include <math.h>
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
@@ -31,7 +32,7 @@ int main(void)
         printf("Bail out! t/ref/resnet_parity.safetensors unreadable\n");
         return 1;
     }
-    plan(5);
+    plan(6);
     phx_rng *rng = phx_rng_new(0);
     phx_module *m = resnet_new(rng);
     ok(m && load_state(&f, m) == 0, "torch's state_dict loads into the model (%zu parameters, %zu buffers)",
@@ -81,6 +82,24 @@ int main(void)
        "retain_graph allows a second backward (fc.bias grad %.6g then %.6g), a third is refused: %s", g1, g2,
        phx_last_error());
     phx_scope_end(sc);
+
+    /* Steady state: forward, loss, backward and SGD allocate nothing (the
+     * convolutions' scratch, the 1x1 stride-2 projections' subsampled
+     * image included, is kept from the first steps). */
+    uint64_t before = 0;
+    failed = 0;
+    for (int s = 0; s < 8 && !failed; s++) {
+        if (s == 3) before = phx_alloc_count();
+        phx_scope *sc2 = phx_scope_begin();
+        phx_tensor *y2 = NULL;
+        failed = phx_optimizer_zero_grad(opt) != PHX_OK || phx_module_forward(m, gu_get(&f, "x.%d", s), &y2) != PHX_OK;
+        phx_tensor *l2 = failed ? NULL : phx_cross_entropy(y2, gu_get(&f, "y.%d", s));
+        failed = failed || !l2 || phx_backward(l2) != PHX_OK || phx_optimizer_step(opt) != PHX_OK;
+        phx_scope_end(sc2);
+    }
+    uint64_t after = phx_alloc_count();
+    ok(!failed && after == before, "8 more steps ran; steps 4-8 allocate nothing (%llu allocations)%s",
+       (unsigned long long)(after - before), failed ? phx_last_error() : "");
 
     phx_optimizer_free(opt);
     phx_module_free(m);

@@ -5,7 +5,8 @@
  * backward weight adding into a dW (and dB) that already holds values.
  * The shapes cover narrow images (two tile rows per vector), rows of more
  * than 16 tiles, several chunks, padding 0-2, odd sizes and channel
- * counts, 1x1, 5x5, dilation, stride 2 and groups (which the AVX-512
+ * counts, 1x1 (also with stride 2, which auto runs on a subsampled copy
+ * of the image: checked on its own), 5x5, dilation, stride 2 and groups (which the AVX-512
  * paths hand to oneDNN or im2col), one input channel, and a 4x4 "same"
  * convolution whose output is taller than the formula (padding one more
  * at the bottom and right). The bound: |got - ref| <= tol * sum |terms|
@@ -49,7 +50,9 @@ static const shape shapes[] = {
     {D(2, 4, 8, 8, 6, 3, 3, 8, 8, 1, 1, 1, 2), 1}, /* groups 2 */
     {D(4, 1, 28, 28, 8, 3, 3, 26, 26, 1, 0, 1, 1), 1}, /* one input channel */
     {D(2, 3, 8, 8, 4, 4, 4, 8, 8, 1, 1, 1, 1), 1}, /* 4x4 "same": one more at the bottom and right */
+    {D(3, 8, 11, 10, 12, 1, 1, 6, 5, 2, 0, 1, 1), 1}, /* 1x1 stride 2 (a projection shortcut); column 9 unread */
 };
+#define S1X1 12 /* its index: auto subsamples it and runs the stride-1 1x1 convolution */
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
 static const char *paths[] = {"im2col", "dnnl", "avx512", "winograd", "direct"};
@@ -220,7 +223,7 @@ static int bf16_native(int h, int p)
 
 int main(void)
 {
-    plan(NPATHS * NSHAPES + 6 + 2 * (NPATHS + 1));
+    plan(NPATHS * NSHAPES + 8 + 2 * (NPATHS + 1));
     size_t most_x = 0, most_w = 0, most_y = 0;
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
@@ -275,6 +278,15 @@ int main(void)
                     shapes[s].bias ? ", db" : "", e))
                 diag("%s", st == PHX_OK ? "" : phx_last_error());
         }
+        if (s == S1X1) { /* auto's own route for it */
+            phx_status st = passes(NULL, d, &t, shapes[s].bias, y, dx, dw, db);
+            double e = st == PHX_OK ? worst(y, t.y, t.ay, t.ny) : INFINITY;
+            e = fmax(e, st == PHX_OK ? worst(dx, t.dx, t.adx, t.nx) : INFINITY);
+            e = fmax(e, st == PHX_OK ? worst(dw, t.dw, t.adw, t.nw) : INFINITY);
+            e = fmax(e, st == PHX_OK ? worst(db, t.db, t.adb, (size_t)d->k) : INFINITY);
+            if (!ok(e <= 2e-6, "auto: 1x1 stride 2: y, dx, dw, db within 2e-6 of the sum of |terms| (worst %.2g)", e))
+                diag("%s", st == PHX_OK ? "" : phx_last_error());
+        }
         for (int h = 0; h < 2; h++)
             for (int p = 0; p <= NPATHS; p++)
                 if (p == NPATHS || path_available(p))
@@ -309,19 +321,28 @@ int main(void)
             ok(same, "auto: one input channel takes the direct kernel for forward and weight");
         }
     }
-    /* auto on bench's conv2 shape: Winograd's bits for every pass */
+    /* auto on bench's conv2 shape: Winograd's bits for the forward and
+     * data passes; the weight pass oneDNN's where the build has it, else
+     * Winograd's too */
     {
         const phx_conv2d_desc *d = &shapes[2].d;
         t.nx = (size_t)(d->n * d->c * d->h * d->w), t.nw = (size_t)(d->k * d->c * 9);
         t.ny = (size_t)(d->n * d->k * d->oh * d->ow);
-        int same = 1;
+        int same = 1, wsame = 1;
+#ifdef HAVE_DNNL
+        const char *wpath = "dnnl";
+#else
+        const char *wpath = "winograd";
+#endif
         if (avx) {
             passes(NULL, d, &t, 1, y, dx, dw, db);
             passes("winograd", d, &t, 1, y2, dx2, dw2, db2);
-            same = !memcmp(y, y2, t.ny * 4) && !memcmp(dx, dx2, t.nx * 4) && !memcmp(dw, dw2, t.nw * 4) &&
-                !memcmp(db, db2, (size_t)d->k * 4);
+            same = !memcmp(y, y2, t.ny * 4) && !memcmp(dx, dx2, t.nx * 4);
+            passes(wpath, d, &t, 1, y2, dx2, dw2, db2);
+            wsame = !memcmp(dw, dw2, t.nw * 4) && !memcmp(db, db2, (size_t)d->k * 4);
         }
-        ok(same, "auto: 16 -> 24 channels, 3x3, stride 1 take Winograd for every pass");
+        ok(same, "auto: 16 -> 24 channels, 3x3, stride 1 take Winograd for the forward and data passes");
+        ok(wsame, "auto: and %s for the weight pass", wpath);
     }
     for (int h = 0; h < 2; h++)
         for (int p = 0; p <= NPATHS; p++) {

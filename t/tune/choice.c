@@ -44,7 +44,14 @@ static int gemm_rule_ref(int64_t m, int64_t n, int64_t k, phx_dtype adt)
 static int conv_rule_ref(int pass, const phx_conv2d_desc *d)
 {
     int avx = px_cpu_isa() == PX_ISA_AVX512;
-    if (avx && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16) return PX_CONV_WINOGRAD;
+    /* Winograd's forward and data passes; with oneDNN, not for 16 x 16
+     * channels, and its weight pass never */
+#ifdef HAVE_DNNL
+    int wino = pass != 2 && d->c * d->k > 16 * 16;
+#else
+    int wino = 1;
+#endif
+    if (avx && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16 && wino) return PX_CONV_WINOGRAD;
     if (avx && px_cpu_conv2d_small_takes(pass, d) && (pass == 0 || d->c * d->kh * d->kw <= 9)) return PX_CONV_DIRECT;
     return PX_CONV_FALLBACK;
 }
