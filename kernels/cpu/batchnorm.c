@@ -120,7 +120,7 @@ PX_INLINE float px_bn_sum_half(const void *x, int dt, int64_t o, int64_t len, fl
     return px_bn_fold(l);
 }
 
-static void px_bn_stats_half(const bn_job *j, int64_t c0, int64_t c1)
+PX_CLONES static void px_bn_stats_half(const bn_job *j, int64_t c0, int64_t c1)
 {
     double cnt = (double)(j->n * j->hw);
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -134,7 +134,7 @@ static void px_bn_stats_half(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
-static void px_bn_apply_half(const bn_job *j, int64_t c0, int64_t c1)
+PX_CLONES static void px_bn_apply_half(const bn_job *j, int64_t c0, int64_t c1)
 {
     float buf[PX_F16_BLOCK];
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -152,7 +152,7 @@ static void px_bn_apply_half(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
-static void px_bn_reduce_half(const bn_job *j, int64_t c0, int64_t c1)
+PX_CLONES static void px_bn_reduce_half(const bn_job *j, int64_t c0, int64_t c1)
 {
     float g[PX_F16_BLOCK], xv[PX_F16_BLOCK];
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -180,7 +180,7 @@ static void px_bn_reduce_half(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
-static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
+PX_CLONES static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
 {
     float g[PX_F16_BLOCK], xv[PX_F16_BLOCK];
     for (int64_t ch = c0; ch < c1; ch++) {

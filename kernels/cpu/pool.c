@@ -98,7 +98,7 @@ static int pool_half(int dt)
     return dt != PHX_F32 && px_cpu_half_chunk((phx_dtype)dt, 1);
 }
 
-static void maxpool_half(const pool_job *j, int64_t lo, int64_t hi)
+PX_CLONES static void maxpool_half(const pool_job *j, int64_t lo, int64_t hi)
 {
     const phx_conv2d_desc *d = j->d;
     int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
@@ -174,7 +174,7 @@ PX_INLINE void px_maxpool_bwd_disjoint(int64_t hw, int64_t ohw, int64_t p, const
 
 /* dx of planes lo .. hi - 1 in f16/bf16: dy's plane widened (slot 1),
  * dx's summed in f32 (slot 0), rounded once */
-static void maxpool_bwd_half(const pool_job *j, int64_t lo, int64_t hi)
+PX_CLONES static void maxpool_bwd_half(const pool_job *j, int64_t lo, int64_t hi)
 {
     int64_t hw = j->d->h * j->d->w, ohw = j->d->oh * j->d->ow;
     float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float)), *g = px_cpu_scratch(1, (size_t)ohw * sizeof(float));
