@@ -267,6 +267,12 @@ PX_INLINE void px_avgpool(const phx_conv2d_desc *d, int cip, const void *x, void
         }
 }
 
+/* the f32 loops of the f16/bf16 average pooling (compiled as the others) */
+PX_CLONES static void avgpool_f32(const phx_conv2d_desc *d, int cip, const float *x, float *y)
+{
+    px_avgpool(d, cip, x, y, PHX_F32);
+}
+
 static phx_status avg_check(const char *who, const phx_conv2d_desc *d, phx_dtype dt)
 {
     phx_status st = pool_check(who, d, dt);
@@ -282,6 +288,15 @@ phx_status px_cpu_avgpool2d_forward(int dev, const phx_conv2d_desc *d, int count
     (void)dev;
     phx_status st = avg_check("avgpool2d_forward", d, dt);
     if (st != PHX_OK) return st;
+    if (pool_half(dt)) { /* widened whole (slot 1), the f32 loop into slot 2, rounded once */
+        int64_t nx = d->n * d->c * d->h * d->w, ny = d->n * d->c * d->oh * d->ow;
+        float *xs = px_cpu_scratch(1, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
+        float *ys = px_cpu_scratch(2, (size_t)(ny > 0 ? ny : 1) * sizeof(float));
+        if (!xs || !ys) return PHX_ENOMEM;
+        if ((st = px_cpu_cast(0, xs, PHX_F32, x, dt, nx)) != PHX_OK) return st;
+        avgpool_f32(d, count_include_pad, xs, ys);
+        return px_cpu_cast(0, y, dt, ys, PHX_F32, ny);
+    }
     PX_FLOAT_DISPATCH("avgpool2d_forward", dt, px_avgpool(d, count_include_pad, x, y, DT));
     return PHX_OK;
 }
@@ -302,6 +317,11 @@ PX_INLINE void px_avgpool_bwd(const phx_conv2d_desc *d, int cip, const void *dy,
     }
 }
 
+PX_CLONES static void avgpool_bwd_f32(const phx_conv2d_desc *d, int cip, const float *dy, float *acc, float *dx)
+{
+    px_avgpool_bwd(d, cip, dy, acc, dx, PHX_F32);
+}
+
 phx_status px_cpu_avgpool2d_backward(int dev, const phx_conv2d_desc *d, int count_include_pad, const void *dy, void *dx,
                                      phx_dtype dt)
 {
@@ -310,6 +330,15 @@ phx_status px_cpu_avgpool2d_backward(int dev, const phx_conv2d_desc *d, int coun
     if (st != PHX_OK) return st;
     float *acc = px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float));
     if (!acc) return PHX_ENOMEM;
+    if (pool_half(dt)) { /* dy widened whole (slot 1), dx in f32 (slot 2), rounded once */
+        int64_t nx = d->n * d->c * d->h * d->w, ny = d->n * d->c * d->oh * d->ow;
+        float *gs = px_cpu_scratch(1, (size_t)(ny > 0 ? ny : 1) * sizeof(float));
+        float *xs = px_cpu_scratch(2, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
+        if (!gs || !xs) return PHX_ENOMEM;
+        if ((st = px_cpu_cast(0, gs, PHX_F32, dy, dt, ny)) != PHX_OK) return st;
+        avgpool_bwd_f32(d, count_include_pad, gs, acc, xs);
+        return px_cpu_cast(0, dx, dt, xs, PHX_F32, nx);
+    }
     PX_FLOAT_DISPATCH("avgpool2d_backward", dt, px_avgpool_bwd(d, count_include_pad, dy, acc, dx, DT));
     return PHX_OK;
 }

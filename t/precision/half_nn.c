@@ -8,7 +8,8 @@
  * within 1e-5 relative (f32 sums in 16 lanes, f64 across planes), BN's y
  * and dx within 2 units of the output format's rounding plus 1e-5 of the
  * terms' scale, max pooling exactly (a max is exact), its gradient within
- * one rounding of the f64 sum. */
+ * one rounding of the f64 sum; average pooling (its f16/bf16 path widens
+ * the whole input) within one rounding of the f64 mean. */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
@@ -154,9 +155,54 @@ static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k,
     for (int q = 0; q < 2; q++) free(y[q]), free(dx[q]), free(am[q]);
 }
 
+/* average pooling (k x k, stride s, padding p, count_include_pad cip):
+ * the same bits on both paths, and y within one rounding of the f64 mean */
+static void check_avgpool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k, int64_t s, int64_t p, int cip)
+{
+    int64_t oh = (h + 2 * p - k) / s + 1;
+    phx_conv2d_desc d = {n, c, h, h, c, k, k, oh, oh, s, s, p, p, 1, 1, c};
+    int64_t nx = n * c * h * h, ny = n * c * oh * oh;
+    uint16_t *x = malloc(2 * nx), *dy = malloc(2 * ny), *y[2], *dx[2];
+    for (int q = 0; q < 2; q++) y[q] = malloc(2 * ny), dx[q] = malloc(2 * nx);
+    for (int64_t i = 0; i < nx; i++) cu_set(x, dt, i, cu_frand(-4, 4));
+    for (int64_t i = 0; i < ny; i++) cu_set(dy, dt, i, cu_frand(-1, 1));
+    phx_status st[2][2];
+    for (int q = 0; q < 2; q++) {
+        px_cpu_isa_set(q ? px_cpu_isa_best() : PX_ISA_GENERIC);
+        st[q][0] = px_cpu_avgpool2d_forward(0, &d, cip, x, y[q], dt);
+        st[q][1] = px_cpu_avgpool2d_backward(0, &d, cip, dy, dx[q], dt);
+    }
+    px_cpu_isa_set(px_cpu_isa_best());
+    int good = st[0][0] == PHX_OK && st[0][1] == PHX_OK && st[1][0] == PHX_OK && st[1][1] == PHX_OK;
+    double worst = 0;
+    for (int64_t pl = 0; pl < n * c && good; pl++)
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < oh; ox++) {
+                double sum = 0, sa = 0;
+                int cnt = 0;
+                for (int64_t r = 0; r < k; r++)
+                    for (int64_t t = 0; t < k; t++) {
+                        int64_t iy = oy * s - p + r, ix = ox * s - p + t;
+                        if (iy < 0 || iy >= h || ix < 0 || ix >= h) continue;
+                        double v = cu_get(x, dt, pl * h * h + iy * h + ix);
+                        sum += v, sa += fabs(v), cnt++;
+                    }
+                int div = cip ? (int)(k * k) : cnt; /* no window here crosses the padded edge */
+                double ref = sum / div, got = cu_get(y[1], dt, pl * oh * oh + oy * oh + ox);
+                worst = fmax(worst, fabs(got - ref) / (cu_eps(dt) * fabs(ref) + 1e-6 * sa / div + 1e-30));
+            }
+    ok(good && same_bits(y[0], y[1], ny) && same_bits(dx[0], dx[1], nx) && worst <= 1.0,
+       "%s avgpool %lldx%lld stride %lld pad %lld%s: %s path's bits = the generic path's, y within one rounding of "
+       "float64 (%.2f of it)",
+       phx_dtype_name(dt), (long long)k, (long long)k, (long long)s, (long long)p, cip ? " (padding counted)" : "",
+       px_cpu_isa_name(px_cpu_isa_best()), worst);
+    free(x), free(dy);
+    for (int q = 0; q < 2; q++) free(y[q]), free(dx[q]);
+}
+
 int main(void)
 {
-    plan(2 * (3 * 2 + 2 * 2));
+    plan(2 * (3 * 2 + 2 * 2 + 2));
     if (px_cpu_isa_best() == PX_ISA_GENERIC) diag("this CPU has no vector path: both runs are the generic one");
     const phx_dtype dts[2] = {PHX_F16, PHX_BF16};
     for (int i = 0; i < 2; i++) {
@@ -165,6 +211,8 @@ int main(void)
         check_bn(dts[i], 2, 2, 7);
         check_pool(dts[i], 3, 4, 28, 2, 2, 0); /* the 2x2 fast path, disjoint backward */
         check_pool(dts[i], 2, 3, 15, 3, 2, 1); /* overlapping windows with padding */
+        check_avgpool(dts[i], 4, 8, 7, 7, 1, 0, 0); /* global average pooling of 7x7 planes */
+        check_avgpool(dts[i], 2, 3, 15, 3, 2, 1, 1);
     }
     return done_testing();
 }
