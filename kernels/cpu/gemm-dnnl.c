@@ -222,9 +222,9 @@ static phx_status matmul_run(gemm_args g)
  * K' = 3k (A' = [hi hi lo], B' = [hi; lo; hi], dropping lo lo, at most
  * 2^-16 |x y|) or 4k (A' = [hi hi lo lo], B' = [hi; lo; hi; lo]: every
  * product exact, only the f32 accumulation rounds) with f32 accumulation.
- * PHX_CPU_F16_SPLIT=4 (the default: f32's accuracy on the f16 values,
- * which t/tensor/gemm holds every path to) or 3 (a quarter faster, within
- * 2^-16 sum |a b| more) picks the term count. An operand
+ * PHX_CPU_F16_SPLIT=3 (the default: 1.2-1.4x the f32 GEMM here, within
+ * 2^-16 sum |a b| more than f32 arithmetic on the f16 values) or 4 (f32's
+ * accuracy, about the f32 GEMM's speed here) picks the term count. An operand
  * holding inf or NaN declines (PHX_EUNSUPPORTED, nothing written): the
  * caller's widening path then gives f32's infinities, where hi lo = inf 0
  * would give NaN. A' and B' live in scratch slots 0 and 1, an f16 C in f32
@@ -232,7 +232,7 @@ static phx_status matmul_run(gemm_args g)
 static int split_terms(void)
 {
     const char *e = getenv("PHX_CPU_F16_SPLIT");
-    return e && !strcmp(e, "3") ? 3 : 4;
+    return e && !strcmp(e, "4") ? 4 : 3;
 }
 
 /* hi and lo of n f16 values; nonzero when one of them is inf or NaN */
