@@ -112,8 +112,13 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
     if (adt == PHX_BF16 && k > 0 && px_cpu_dnnl_bf16_native()) return PX_GEMM_DNNL;
     /* f16 on oneDNN's bf16 matmul, split into bf16 hi and lo parts
      * (gemm-dnnl.c), where it runs on AMX: 3 bf16 products per f16 one
-     * still beat f32 FMA there (doc/guide/precision.md) */
-    if (adt == PHX_F16 && k > 0 && px_cpu_dnnl_amx_bf16()) return PX_GEMM_DNNL;
+     * beat f32 FMA there on the MLP's and the GPT's forward products
+     * (1.2-1.6x), not where C has under 64 rows or columns (10x1024x256:
+     * 2x slower than our widening GEMM) or k is over twice C's larger
+     * side (weight gradients over many tokens, 128x512x2048: 1.5x slower;
+     * one thread, CPU time, doc/guide/precision.md) */
+    if (adt == PHX_F16 && k > 0 && (m < n ? m : n) >= 64 && k <= 2 * (m > n ? m : n) && px_cpu_dnnl_amx_bf16())
+        return PX_GEMM_DNNL;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
     if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;
