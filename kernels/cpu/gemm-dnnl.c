@@ -22,6 +22,7 @@
 #ifdef HAVE_DNNL
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -290,21 +291,47 @@ static int split_row(uint16_t *hi, uint16_t *lo, const uint16_t *x, int64_t n)
  * value: hi, or lo at the positions of lo_mask (bit p: copy p). With
  * k_in_rows the copies are stacked as row blocks (dst (terms rows) x
  * cols), else side by side in each row (dst rows x (terms cols)). */
+typedef struct split_job {
+    uint16_t *dst;
+    const uint16_t *src;
+    int64_t rows, cols, ld;
+    int k_in_rows, terms;
+    unsigned lo_mask;
+    atomic_int bad;
+} split_job;
+
+/* rows lo .. hi - 1 of a split_operand (a part of px_cpu_parallel_for) */
+static void split_part(void *arg, int64_t lo, int64_t hi)
+{
+    split_job *j = arg;
+    int h = 0, l = 0, bad = 0;
+    while (j->lo_mask >> h & 1u) h++;
+    while (!(j->lo_mask >> l & 1u)) l++;
+    for (int64_t r = lo; r < hi && !bad; r++) {
+        uint16_t *at[4];
+        for (int p = 0; p < j->terms; p++)
+            at[p] = j->k_in_rows ? j->dst + (p * j->rows + r) * j->cols : j->dst + (r * j->terms + p) * j->cols;
+        bad = split_row(at[h], at[l], j->src + r * j->ld, j->cols);
+        for (int p = 0; p < j->terms; p++)
+            if (p != h && p != l) memcpy(at[p], at[j->lo_mask >> p & 1u ? l : h], (size_t)j->cols * 2);
+    }
+    if (bad) atomic_store(&j->bad, 1);
+}
+
+/* rows x cols of src (leading dim ld) into dst as terms copies of each
+ * value: hi, or lo at the positions of lo_mask (bit p: copy p). With
+ * k_in_rows the copies are stacked as row blocks (dst (terms rows) x
+ * cols), else side by side in each row (dst rows x (terms cols)). Rows
+ * are split over the thread budget's pool (oneDNN runs there next, so no
+ * other library's threads wait for the cores). Nonzero when a value is
+ * inf or NaN. */
 static int split_operand(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t ld, int k_in_rows,
                          int terms, unsigned lo_mask)
 {
-    int bad = 0;
-    for (int64_t r = 0; r < rows && !bad; r++) {
-        uint16_t *at[4];
-        for (int p = 0; p < terms; p++) at[p] = k_in_rows ? dst + (p * rows + r) * cols : dst + (r * terms + p) * cols;
-        int h = 0, l = 0;
-        while (lo_mask >> h & 1u) h++;
-        while (!(lo_mask >> l & 1u)) l++;
-        bad = split_row(at[h], at[l], src + r * ld, cols);
-        for (int p = 0; p < terms; p++)
-            if (p != h && p != l) memcpy(at[p], at[lo_mask >> p & 1u ? l : h], (size_t)cols * 2);
-    }
-    return bad;
+    split_job j = {dst, src, rows, cols, ld, k_in_rows, terms, lo_mask, 0};
+    int64_t grain = cols > 0 && cols < 65536 ? 65536 / cols : 1;
+    px_cpu_parallel_for(rows, grain, split_part, &j);
+    return atomic_load(&j.bad);
 }
 
 static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
