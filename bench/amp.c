@@ -2,9 +2,12 @@
  * (ReLU, batch 256, cross-entropy, SGD lr 0.01 momentum 0.9, the scaler in
  * the loop) under fp32, fp16 and bf16, beside PyTorch fp32 and CPU
  * autocast bf16 (bench/torch/amp.py, run in the same invocation with the
- * same thread count). On the CPU f16/bf16 are storage formats: operands
- * are widened to f32 for the multiply, so the low-precision policies cost
- * conversions here; they pay off on GPUs (tensor cores, half the bytes).
+ * same thread count). On a CPU with AMX (oneDNN's bf16 matmul on its
+ * tiles) bf16 GEMMs run there, and f16 ones too, each f16 operand split
+ * into exact bf16 hi and lo parts (three bf16 products per f16 product,
+ * f32 accumulation); elsewhere f16, and bf16 without AVX512-BF16, are
+ * widened to f32 for the multiply, so the low-precision policies cost
+ * conversions there (doc/guide/precision.md).
  *
  * Each policy runs --rounds alternating rounds (default 3) of --seconds
  * (default 1) and reports its median.

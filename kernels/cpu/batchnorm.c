@@ -93,6 +93,115 @@ PX_INLINE void px_bn_sum2(const void *x, const void *dy, int dt, int64_t o, int6
     *sgx = px_bn_fold(ax);
 }
 
+/* The f16/bf16 loops (where px_cpu_half_chunk says the cast kernel
+ * converts with the conversion instructions): each plane widened
+ * PX_F16_BLOCK elements at a time on the stack, the f32 arithmetic of the
+ * loops above in the same order (the blocks are whole multiples of the
+ * lanes), results rounded back by the cast kernel: the same bits as
+ * px_ld/px_st's element-by-element conversion, which does not vectorise. */
+PX_INLINE void px_bn_widen(float *buf, const void *x, int dt, int64_t o, int64_t len)
+{
+    px_cpu_cast(0, buf, PHX_F32, (const uint16_t *)x + o, (phx_dtype)dt, len);
+}
+
+/* sum x[o + i] (sq: sum (x[o + i] - m)^2), i < len, in PX_BN_LANES lanes */
+PX_INLINE float px_bn_sum_half(const void *x, int dt, int64_t o, int64_t len, float m, int sq)
+{
+    float l[PX_BN_LANES] = {0}, buf[PX_F16_BLOCK];
+    for (int64_t b = 0; b < len; b += PX_F16_BLOCK) {
+        int64_t k = len - b < PX_F16_BLOCK ? len - b : PX_F16_BLOCK, i = 0;
+        px_bn_widen(buf, x, dt, o + b, k);
+        if (sq)
+            for (int64_t t = 0; t < k; t++) buf[t] -= m, buf[t] *= buf[t];
+        for (; i + PX_BN_LANES <= k; i += PX_BN_LANES)
+            for (int q = 0; q < PX_BN_LANES; q++) l[q] += buf[i + q];
+        for (int q = 0; i + q < k; q++) l[q] += buf[i + q];
+    }
+    return px_bn_fold(l);
+}
+
+PX_CLONES static void px_bn_stats_half(const bn_job *j, int64_t c0, int64_t c1)
+{
+    double cnt = (double)(j->n * j->hw);
+    for (int64_t ch = c0; ch < c1; ch++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < j->n; b++) s += px_bn_sum_half(j->x, j->dt, (b * j->c + ch) * j->hw, j->hw, 0, 0);
+        double m = cnt > 0 ? s / cnt : 0.0, q = 0.0;
+        float mf = (float)m;
+        for (int64_t b = 0; b < j->n; b++) q += px_bn_sum_half(j->x, j->dt, (b * j->c + ch) * j->hw, j->hw, mf, 1);
+        j->mean_out[ch] = mf;
+        j->var_out[ch] = cnt > 0 ? (float)(q / cnt) : 0.0f;
+    }
+}
+
+PX_CLONES static void px_bn_apply_half(const bn_job *j, int64_t c0, int64_t c1)
+{
+    float buf[PX_F16_BLOCK];
+    for (int64_t ch = c0; ch < c1; ch++) {
+        float istd = phx_bn_invstd(j->var[ch], j->eps), m = j->mean[ch];
+        float wc = j->w ? j->w[ch] : 1.0f, bc = j->b ? j->b[ch] : 0.0f;
+        for (int64_t i = 0; i < j->n; i++) {
+            int64_t o = (i * j->c + ch) * j->hw;
+            for (int64_t b = 0; b < j->hw; b += PX_F16_BLOCK) {
+                int64_t k = j->hw - b < PX_F16_BLOCK ? j->hw - b : PX_F16_BLOCK;
+                px_bn_widen(buf, j->x, j->dt, o + b, k);
+                for (int64_t t = 0; t < k; t++) buf[t] = phx_bn_apply(buf[t], m, istd, wc, bc);
+                px_cpu_cast(0, (uint16_t *)j->y + o + b, (phx_dtype)j->dt, buf, PHX_F32, k);
+            }
+        }
+    }
+}
+
+PX_CLONES static void px_bn_reduce_half(const bn_job *j, int64_t c0, int64_t c1)
+{
+    float g[PX_F16_BLOCK], xv[PX_F16_BLOCK];
+    for (int64_t ch = c0; ch < c1; ch++) {
+        double sd = 0.0, sdx = 0.0;
+        float m = j->mean[ch];
+        for (int64_t i = 0; i < j->n; i++) {
+            int64_t o = (i * j->c + ch) * j->hw;
+            float a[PX_BN_LANES] = {0}, ax[PX_BN_LANES] = {0};
+            for (int64_t b = 0; b < j->hw; b += PX_F16_BLOCK) {
+                int64_t k = j->hw - b < PX_F16_BLOCK ? j->hw - b : PX_F16_BLOCK, t = 0;
+                px_bn_widen(g, j->dy, j->dt, o + b, k);
+                px_bn_widen(xv, j->x, j->dt, o + b, k);
+                for (int64_t e = 0; e < k; e++) xv[e] = g[e] * (xv[e] - m);
+                for (; t + PX_BN_LANES <= k; t += PX_BN_LANES)
+                    for (int q = 0; q < PX_BN_LANES; q++) a[q] += g[t + q], ax[q] += xv[t + q];
+                for (int q = 0; t + q < k; q++) a[q] += g[t + q], ax[q] += xv[t + q];
+            }
+            sd += px_bn_fold(a);
+            sdx += px_bn_fold(ax);
+        }
+        j->sum_dy[ch] = (float)sd;
+        j->sum_dy_xmu[ch] = (float)sdx;
+        if (j->dw) j->dw[ch] += (float)sdx * phx_bn_invstd(j->var[ch], j->eps);
+        if (j->db) j->db[ch] += (float)sd;
+    }
+}
+
+PX_CLONES static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
+{
+    float g[PX_F16_BLOCK], xv[PX_F16_BLOCK];
+    for (int64_t ch = c0; ch < c1; ch++) {
+        float istd = phx_bn_invstd(j->var[ch], j->eps);
+        float scale = istd * (j->w ? j->w[ch] : 1.0f);
+        float mdy = j->sum_dy_in ? (float)(j->sum_dy_in[ch] / j->count) : 0.0f;
+        float mdx = j->sum_dy_in ? (float)(j->sum_dy_xmu_in[ch] / j->count) : 0.0f;
+        float m = j->mean[ch];
+        for (int64_t i = 0; i < j->n; i++) {
+            int64_t o = (i * j->c + ch) * j->hw;
+            for (int64_t b = 0; b < j->hw; b += PX_F16_BLOCK) {
+                int64_t k = j->hw - b < PX_F16_BLOCK ? j->hw - b : PX_F16_BLOCK;
+                px_bn_widen(g, j->dy, j->dt, o + b, k);
+                px_bn_widen(xv, j->x, j->dt, o + b, k);
+                for (int64_t t = 0; t < k; t++) g[t] = phx_bn_dx(g[t], xv[t] - m, istd, mdy, mdx, scale);
+                px_cpu_cast(0, (uint16_t *)j->y + o + b, (phx_dtype)j->dt, g, PHX_F32, k);
+            }
+        }
+    }
+}
+
 PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int dt, float *mean, float *var, int64_t c0,
                            int64_t c1)
 {
@@ -111,6 +220,10 @@ PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int 
 PX_CLONES static void stats_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
+        px_bn_stats_half(j, lo, hi);
+        return;
+    }
     PX_FLOAT_CALL(j->dt, px_bn_stats(j->n, j->c, j->hw, j->x, DT, j->mean_out, j->var_out, lo, hi));
 }
 
@@ -140,6 +253,10 @@ PX_INLINE void px_bn_apply(int64_t n, int64_t c, int64_t hw, const void *x, cons
 PX_CLONES static void apply_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
+        px_bn_apply_half(j, lo, hi);
+        return;
+    }
     PX_FLOAT_CALL(j->dt, px_bn_apply(j->n, j->c, j->hw, j->x, j->mean, j->var, j->eps, j->w, j->b, j->y, DT, lo, hi));
 }
 
@@ -179,6 +296,10 @@ PX_INLINE void px_bn_reduce(int64_t n, int64_t c, int64_t hw, const void *x, con
 PX_CLONES static void reduce_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
+        px_bn_reduce_half(j, lo, hi);
+        return;
+    }
     PX_FLOAT_CALL(j->dt,
                   px_bn_reduce(j->n, j->c, j->hw, j->x, j->dy, DT, j->mean, j->var, j->eps, j->sum_dy, j->sum_dy_xmu,
                                j->dw, j->db, lo, hi));
@@ -229,6 +350,10 @@ PX_INLINE void px_bn_dx(int64_t n, int64_t c, int64_t hw, const void *x, const v
 PX_CLONES static void dx_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
+        px_bn_dx_half(j, lo, hi);
+        return;
+    }
     PX_FLOAT_CALL(j->dt,
                   px_bn_dx(j->n, j->c, j->hw, j->x, j->dy, DT, j->mean, j->var, j->eps, j->w, j->sum_dy_in,
                            j->sum_dy_xmu_in, j->count, j->y, lo, hi));

@@ -352,6 +352,11 @@ const char *px_cpu_conv2d_path_name(int path);
 /* 1 when the build has oneDNN and the CPU has AVX512-BF16 (as oneDNN
  * sees it, ONEDNN_MAX_CPU_ISA included), else 0. */
 int px_cpu_dnnl_bf16_native(void);
+/* 1 when the build has oneDNN and it runs bf16 products on AMX tiles
+ * (as oneDNN sees it, ONEDNN_MAX_CPU_ISA included), else 0: f16 GEMMs
+ * then run on oneDNN's bf16 matmul, split into bf16 hi and lo parts
+ * (gemm-dnnl.c). */
+int px_cpu_dnnl_amx_bf16(void);
 
 /* Runs fn(arg, lo, hi) over [0, n) cut into at most one contiguous part
  * per thread of the calling thread's budget (src/base/threads.h), each of

@@ -22,6 +22,9 @@
 #ifdef HAVE_DNNL
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "src/base/threads.h"
 
@@ -29,7 +32,7 @@
 
 static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t dnnl_engine;
-static int dnnl_bf16_isa;
+static int dnnl_bf16_isa, dnnl_amx_isa;
 static pthread_key_t dnnl_stream_key;
 
 static void stream_destroy(void *s)
@@ -42,6 +45,7 @@ static void dnnl_init(void)
     if (dnnl_engine_create(&dnnl_engine, dnnl_cpu, 0) != dnnl_success) dnnl_engine = NULL;
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
     dnnl_bf16_isa = (isa & bf16) == bf16;
+    dnnl_amx_isa = (isa & (unsigned)dnnl_cpu_isa_avx512_core_amx) == (unsigned)dnnl_cpu_isa_avx512_core_amx;
     pthread_key_create(&dnnl_stream_key, stream_destroy);
 }
 
@@ -49,6 +53,12 @@ int px_cpu_dnnl_bf16_native(void)
 {
     pthread_once(&dnnl_once, dnnl_init);
     return dnnl_engine && dnnl_bf16_isa;
+}
+
+int px_cpu_dnnl_amx_bf16(void)
+{
+    pthread_once(&dnnl_once, dnnl_init);
+    return dnnl_engine && dnnl_amx_isa;
 }
 
 static dnnl_data_type_t dnnl_type(phx_dtype dt)
@@ -137,7 +147,8 @@ static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_
     if (s == dnnl_success) s = dnnl_memory_create(&bm, &p.bd, dnnl_engine, (void *)b);
     if (s == dnnl_success) s = dnnl_memory_create(&cm, &p.cd, dnnl_engine, c);
     if (s == dnnl_success) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
+        dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}, {DNNL_ARG_SCRATCHPAD, sm}};
         s = dnnl_primitive_execute(prim, stream, sm ? 4 : 3, args);
         if (s == dnnl_success) s = dnnl_stream_wait(stream);
     }
@@ -165,13 +176,9 @@ static void block_task(void *arg, size_t i)
     j->st[i] = j->by_rows ? block_run(g, lo, len, 0, g->n) : block_run(g, 0, g->m, lo, len);
 }
 
-phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
-                            int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
-                            phx_dtype cdt)
+static phx_status matmul_run(gemm_args g)
 {
-    pthread_once(&dnnl_once, dnnl_init);
-    if (!dnnl_engine) return PHX_EUNSUPPORTED;
-    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt};
+    int64_t m = g.m, n = g.n;
 
     /* blocks of at least 32 rows (or columns), at most one per thread of the budget */
     int threads = px_threads_budget();
@@ -204,7 +211,171 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
     return s == dnnl_success ? PHX_OK
                              : phx_error(PHX_EINTERNAL, "gemm: oneDNN matmul failed (dnnl_status_t %d)", (int)s);
 }
+
+/* f16 products on the bf16 matmul (AMX here), "split bf16": an f16 value
+ * x is hi + lo exactly, hi = bf16(x) (round to nearest even, 8
+ * significant bits) and lo = x - hi, a multiple of x's f16 ulp below half
+ * of hi's bf16 ulp: at most 3 significant bits, so lo is a bf16 too (and
+ * never a bf16 subnormal, which AMX would read as zero: f16's smallest
+ * ulp is 2^-24). Then
+ *   x y = hi_x hi_y + hi_x lo_y + lo_x hi_y + lo_x lo_y,
+ * each product exact in f32, so an f16 GEMM is one bf16 GEMM over
+ * K' = 3k (A' = [hi hi lo], B' = [hi; lo; hi], dropping lo lo, at most
+ * 2^-16 |x y|) or 4k (A' = [hi hi lo lo], B' = [hi; lo; hi; lo]: every
+ * product exact, only the f32 accumulation rounds) with f32 accumulation.
+ * PHX_CPU_F16_SPLIT=3 (the default: 1.2-1.4x the f32 GEMM here, within
+ * 2^-16 sum |a b| more than f32 arithmetic on the f16 values) or 4 (f32's
+ * accuracy, about the f32 GEMM's speed here) picks the term count. An operand
+ * holding inf or NaN declines (PHX_EUNSUPPORTED, nothing written): the
+ * caller's widening path then gives f32's infinities, where hi lo = inf 0
+ * would give NaN. A' and B' live in scratch slots 0 and 1, an f16 C in f32
+ * scratch (slot 2) rounded once. */
+static int split_terms(void)
+{
+    const char *e = getenv("PHX_CPU_F16_SPLIT");
+    return e && !strcmp(e, "4") ? 4 : 3;
+}
+
+/* hi and lo of n f16 values; nonzero when one of them is inf or NaN */
+static int split_row_c(uint16_t *hi, uint16_t *lo, const uint16_t *x, int64_t n)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bad |= (x[i] & 0x7c00) == 0x7c00;
+        float v = phx_f16_to_f32(x[i]);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        uint32_t h = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        float hv, l;
+        memcpy(&hv, &h, 4);
+        l = v - hv;
+        memcpy(&u, &l, 4);
+        hi[i] = (uint16_t)(h >> 16);
+        lo[i] = (uint16_t)(u >> 16);
+    }
+    return bad;
+}
+
+#if PX_HAVE_X86
+#include <immintrin.h>
+__attribute__((target("avx512f,avx512dq,f16c"))) static int split_row_512(uint16_t *hi, uint16_t *lo, const uint16_t *x,
+                                                                          int64_t n)
+{
+    __mmask16 bad = 0;
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
+        bad |= _mm512_fpclass_ps_mask(v, 0x99); /* QNaN, +inf, -inf, SNaN */
+        __m512i u = _mm512_castps_si512(v);
+        __m512i h = _mm512_and_si512(
+            _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), top);
+        __m512 l = _mm512_sub_ps(v, _mm512_castsi512_ps(h));
+        _mm256_storeu_si256((__m256i *)(hi + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+        _mm256_storeu_si256((__m256i *)(lo + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(l), 16)));
+    }
+    return (bad != 0) | split_row_c(hi + i, lo + i, x + i, n - i);
+}
+#endif
+
+static int split_row(uint16_t *hi, uint16_t *lo, const uint16_t *x, int64_t n)
+{
+#if PX_HAVE_X86
+    if (px_cpu_isa() == PX_ISA_AVX512) return split_row_512(hi, lo, x, n);
+#endif
+    return split_row_c(hi, lo, x, n);
+}
+
+/* rows x cols of src (leading dim ld) into dst as terms copies of each
+ * value: hi, or lo at the positions of lo_mask (bit p: copy p). With
+ * k_in_rows the copies are stacked as row blocks (dst (terms rows) x
+ * cols), else side by side in each row (dst rows x (terms cols)). */
+typedef struct split_job {
+    uint16_t *dst;
+    const uint16_t *src;
+    int64_t rows, cols, ld;
+    int k_in_rows, terms;
+    unsigned lo_mask;
+    atomic_int bad;
+} split_job;
+
+/* rows lo .. hi - 1 of a split_operand (a part of px_cpu_parallel_for) */
+static void split_part(void *arg, int64_t lo, int64_t hi)
+{
+    split_job *j = arg;
+    int h = 0, l = 0, bad = 0;
+    while (j->lo_mask >> h & 1u) h++;
+    while (!(j->lo_mask >> l & 1u)) l++;
+    for (int64_t r = lo; r < hi && !bad; r++) {
+        uint16_t *at[4];
+        for (int p = 0; p < j->terms; p++)
+            at[p] = j->k_in_rows ? j->dst + (p * j->rows + r) * j->cols : j->dst + (r * j->terms + p) * j->cols;
+        bad = split_row(at[h], at[l], j->src + r * j->ld, j->cols);
+        for (int p = 0; p < j->terms; p++)
+            if (p != h && p != l) memcpy(at[p], at[j->lo_mask >> p & 1u ? l : h], (size_t)j->cols * 2);
+    }
+    if (bad) atomic_store(&j->bad, 1);
+}
+
+/* rows x cols of src (leading dim ld) into dst as terms copies of each
+ * value: hi, or lo at the positions of lo_mask (bit p: copy p). With
+ * k_in_rows the copies are stacked as row blocks (dst (terms rows) x
+ * cols), else side by side in each row (dst rows x (terms cols)). Rows
+ * are split over the thread budget's pool (oneDNN runs there next, so no
+ * other library's threads wait for the cores). Nonzero when a value is
+ * inf or NaN. */
+static int split_operand(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols, int64_t ld, int k_in_rows,
+                         int terms, unsigned lo_mask)
+{
+    split_job j = {dst, src, rows, cols, ld, k_in_rows, terms, lo_mask, 0};
+    int64_t grain = cols > 0 && cols < 65536 ? 65536 / cols : 1;
+    px_cpu_parallel_for(rows, grain, split_part, &j);
+    return atomic_load(&j.bad);
+}
+
+static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                                 int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc,
+                                 phx_dtype cdt)
+{
+    int t = split_terms();
+    int64_t kk = t * k;
+    /* A' = [hi hi lo (lo)], B' = [hi; lo; hi; (lo)] */
+    unsigned a_lo = t == 4 ? 0xcu : 0x4u, b_lo = t == 4 ? 0xau : 0x2u;
+    uint16_t *sa = px_cpu_scratch(0, (size_t)(m * kk) * 2), *sb = px_cpu_scratch(1, (size_t)(kk * n) * 2);
+    if (!sa || !sb) return PHX_ENOMEM;
+    if (split_operand(sa, a, trans_a ? k : m, trans_a ? m : k, lda, trans_a, t, a_lo) ||
+        split_operand(sb, b, trans_b ? n : k, trans_b ? k : n, ldb, !trans_b, t, b_lo))
+        return PHX_EUNSUPPORTED;
+    gemm_args g = {trans_a,          trans_b,          m,   n,        kk,
+                   trans_a ? m : kk, trans_b ? kk : n, ldc, alpha,    beta,
+                   (const char *)sa, (const char *)sb, c,   PHX_BF16, cdt};
+    if (cdt == PHX_F32) return matmul_run(g);
+    float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
+    if (!sc) return PHX_ENOMEM;
+    phx_status st;
+    if (beta != 0.0f && (st = px_cpu_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+    g.c = (char *)sc, g.ldc = n, g.cdt = PHX_F32;
+    if ((st = matmul_run(g)) != PHX_OK) return st;
+    return px_cpu_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+}
+
+phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                            int64_t lda, const void *b, int64_t ldb, phx_dtype adt, float beta, void *c, int64_t ldc,
+                            phx_dtype cdt)
+{
+    pthread_once(&dnnl_once, dnnl_init);
+    if (!dnnl_engine) return PHX_EUNSUPPORTED;
+    if (adt == PHX_F16) return gemm_f16_split(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, cdt);
+    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt};
+    return matmul_run(g);
+}
 #else
+int px_cpu_dnnl_amx_bf16(void)
+{
+    return 0;
+}
+
 int px_cpu_dnnl_bf16_native(void)
 {
     return 0;

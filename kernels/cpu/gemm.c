@@ -4,6 +4,8 @@
  * where the CPU has AVX512-BF16; but bf16 on oneDNN's matmul
  * (gemm-dnnl.c) where the build has it and the CPU multiplies bf16 in
  * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/reference/tensors.md).
+ * f16 on oneDNN's bf16 matmul too where it runs on AMX, each operand split
+ * into exact bf16 hi and lo parts (gemm-dnnl.c, doc/guide/precision.md).
  * Elsewhere f32 goes straight to cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
  * rounded into C's dtype. PHX_CPU_GEMM forces one path; PHX_TUNE replaces
@@ -108,6 +110,15 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
      * (oneDNN has no f16 matmul without AVX512-FP16, and its f32 is not
      * clearly faster than OpenBLAS's sgemm here: doc/reference/tensors.md) */
     if (adt == PHX_BF16 && k > 0 && px_cpu_dnnl_bf16_native()) return PX_GEMM_DNNL;
+    /* f16 on oneDNN's bf16 matmul, split into bf16 hi and lo parts
+     * (gemm-dnnl.c), where it runs on AMX: 3 bf16 products per f16 one
+     * beat f32 FMA there on the MLP's and the GPT's forward products
+     * (1.2-1.6x), not where C has under 64 rows or columns (10x1024x256:
+     * 2x slower than our widening GEMM) or k is over twice C's larger
+     * side (weight gradients over many tokens, 128x512x2048: 1.5x slower;
+     * one thread, CPU time, doc/guide/precision.md) */
+    if (adt == PHX_F16 && k > 0 && (m < n ? m : n) >= 64 && k <= 2 * (m > n ? m : n) && px_cpu_dnnl_amx_bf16())
+        return PX_GEMM_DNNL;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
     if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;
@@ -186,10 +197,11 @@ phx_status px_cpu_gemm_path(int trans_a, int trans_b, int64_t m, int64_t n, int6
     phx_status st = gemm_path_env(&forced);
     if (st != PHX_OK) return st;
     if (forced != GEMM_AUTO) {
-        /* (PHX_CPU_GEMM=dnnl takes oneDNN for bf16 operands only) */
-        *path = forced == GEMM_AVX512                ? PX_GEMM_AVX512
-            : forced == GEMM_DNNL && adt == PHX_BF16 ? PX_GEMM_DNNL
-                                                     : PX_GEMM_BLAS;
+        /* (PHX_CPU_GEMM=dnnl takes oneDNN for bf16 operands, and f16
+         * ones split into bf16 parts, only) */
+        *path = forced == GEMM_AVX512                                    ? PX_GEMM_AVX512
+            : forced == GEMM_DNNL && (adt == PHX_BF16 || adt == PHX_F16) ? PX_GEMM_DNNL
+                                                                         : PX_GEMM_BLAS;
         return PHX_OK;
     }
     int fixed = px_cpu_gemm_rule(m, n, k, alpha_nonzero, adt);

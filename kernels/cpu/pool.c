@@ -88,9 +88,39 @@ typedef struct pool_job {
     int dt, fast;
 } pool_job;
 
+/* The f16/bf16 planes (where px_cpu_half_chunk says the cast kernel
+ * converts with the conversion instructions): each plane widened into the
+ * worker's scratch (slots 0 and 1, allocated first by the calling
+ * thread), the f32 loop run on it, and the result rounded back: the same
+ * bits as the element-by-element px_ld/px_st, which do not vectorise. */
+static int pool_half(int dt)
+{
+    return dt != PHX_F32 && px_cpu_half_chunk((phx_dtype)dt, 1);
+}
+
+PX_CLONES static void maxpool_half(const pool_job *j, int64_t lo, int64_t hi)
+{
+    const phx_conv2d_desc *d = j->d;
+    int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+    float *xs = px_cpu_scratch(0, (size_t)hw * sizeof(float)), *ys = px_cpu_scratch(1, (size_t)ohw * sizeof(float));
+    for (int64_t p = lo; p < hi && xs && ys; p++) {
+        int32_t *am = j->argmax ? j->argmax + p * ohw : NULL;
+        px_cpu_cast(0, xs, PHX_F32, (const uint16_t *)j->x + p * hw, (phx_dtype)j->dt, hw);
+        if (j->fast)
+            px_maxpool_2x2(d, xs, ys, am, PHX_F32, 0, 1);
+        else
+            px_maxpool(d, xs, ys, am, PHX_F32, 0, 1);
+        px_cpu_cast(0, (uint16_t *)j->y + p * ohw, (phx_dtype)j->dt, ys, PHX_F32, ohw);
+    }
+}
+
 PX_CLONES static void maxpool_part(void *arg, int64_t lo, int64_t hi)
 {
     pool_job *j = arg;
+    if (pool_half(j->dt)) {
+        maxpool_half(j, lo, hi);
+        return;
+    }
     if (j->fast)
         PX_FLOAT_CALL(j->dt, px_maxpool_2x2(j->d, j->x, j->y, j->argmax, DT, lo, hi));
     else
@@ -109,6 +139,10 @@ phx_status px_cpu_maxpool2d_forward(int dev, const phx_conv2d_desc *d, const voi
     bool fast = d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && d->pad_h == 0 && d->pad_w == 0 &&
         d->dil_h == 1 && d->dil_w == 1 && 2 * d->oh <= d->h && 2 * d->ow <= d->w;
     pool_job j = {.d = d, .x = x, .y = y, .argmax = argmax, .dt = dt, .fast = fast};
+    if (pool_half(dt) &&
+        (!px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float)) ||
+         !px_cpu_scratch(1, (size_t)(d->oh * d->ow) * sizeof(float))))
+        return PHX_ENOMEM;
     px_cpu_parallel_for(d->n * d->c, 4, maxpool_part, &j);
     return PHX_OK;
 }
@@ -138,10 +172,35 @@ PX_INLINE void px_maxpool_bwd_disjoint(int64_t hw, int64_t ohw, int64_t p, const
         if (am[o] >= 0) px_st(dx, dt, p * hw + am[o], px_ld(dy, dt, p * ohw + o));
 }
 
+/* dx of planes lo .. hi - 1 in f16/bf16: dy's plane widened (slot 1),
+ * dx's summed in f32 (slot 0), rounded once */
+PX_CLONES static void maxpool_bwd_half(const pool_job *j, int64_t lo, int64_t hi)
+{
+    int64_t hw = j->d->h * j->d->w, ohw = j->d->oh * j->d->ow;
+    float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float)), *g = px_cpu_scratch(1, (size_t)ohw * sizeof(float));
+    for (int64_t p = lo; p < hi && acc && g; p++) {
+        const int32_t *am = j->argmax + p * ohw;
+        px_cpu_cast(0, g, PHX_F32, (const uint16_t *)j->dy + p * ohw, (phx_dtype)j->dt, ohw);
+        memset(acc, 0, (size_t)hw * sizeof(float));
+        if (j->fast) /* disjoint windows: each position gets at most one dy */
+            for (int64_t o = 0; o < ohw; o++) {
+                if (am[o] >= 0) acc[am[o]] = g[o];
+            }
+        else
+            for (int64_t o = 0; o < ohw; o++)
+                if (am[o] >= 0) acc[am[o]] += g[o];
+        px_cpu_cast(0, (uint16_t *)j->dx + p * hw, (phx_dtype)j->dt, acc, PHX_F32, hw);
+    }
+}
+
 PX_CLONES static void maxpool_bwd_part(void *arg, int64_t lo, int64_t hi)
 {
     pool_job *j = arg;
     int64_t hw = j->d->h * j->d->w, ohw = j->d->oh * j->d->ow;
+    if (pool_half(j->dt)) {
+        maxpool_bwd_half(j, lo, hi);
+        return;
+    }
     if (j->fast) {
         for (int64_t p = lo; p < hi; p++)
             PX_FLOAT_CALL(j->dt, px_maxpool_bwd_disjoint(hw, ohw, p, j->argmax, j->dy, j->dx, DT));
@@ -152,14 +211,16 @@ PX_CLONES static void maxpool_bwd_part(void *arg, int64_t lo, int64_t hi)
         PX_FLOAT_CALL(j->dt, px_maxpool_bwd(hw, ohw, p, j->argmax, j->dy, acc, j->dx, DT));
 }
 
-phx_status px_cpu_maxpool2d_backward(int dev, const phx_conv2d_desc *d, const int32_t *argmax, const void *dy,
-                                     void *dx, phx_dtype dt)
+phx_status px_cpu_maxpool2d_backward(int dev, const phx_conv2d_desc *d, const int32_t *argmax, const void *dy, void *dx,
+                                     phx_dtype dt)
 {
     (void)dev;
     phx_status st = pool_check("maxpool2d_backward", d, dt);
     if (st != PHX_OK) return st;
     if (!argmax) return phx_error(PHX_EINVAL, "maxpool2d_backward: argmax is NULL, expected the forward's indices");
-    if (!px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float))) return PHX_ENOMEM;
+    if (!px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float)) ||
+        (pool_half(dt) && !px_cpu_scratch(1, (size_t)(d->oh * d->ow) * sizeof(float))))
+        return PHX_ENOMEM;
     bool disjoint = d->stride_h >= (d->kh - 1) * d->dil_h + 1 && d->stride_w >= (d->kw - 1) * d->dil_w + 1;
     pool_job j = {.d = d, .dy = dy, .dx = dx, .argmax = (int32_t *)argmax, .dt = dt, .fast = disjoint};
     px_cpu_parallel_for(d->n * d->c, 4, maxpool_bwd_part, &j);
@@ -206,6 +267,12 @@ PX_INLINE void px_avgpool(const phx_conv2d_desc *d, int cip, const void *x, void
         }
 }
 
+/* the f32 loops of the f16/bf16 average pooling (compiled as the others) */
+PX_CLONES static void avgpool_f32(const phx_conv2d_desc *d, int cip, const float *x, float *y)
+{
+    px_avgpool(d, cip, x, y, PHX_F32);
+}
+
 static phx_status avg_check(const char *who, const phx_conv2d_desc *d, phx_dtype dt)
 {
     phx_status st = pool_check(who, d, dt);
@@ -221,6 +288,15 @@ phx_status px_cpu_avgpool2d_forward(int dev, const phx_conv2d_desc *d, int count
     (void)dev;
     phx_status st = avg_check("avgpool2d_forward", d, dt);
     if (st != PHX_OK) return st;
+    if (pool_half(dt)) { /* widened whole (slot 1), the f32 loop into slot 2, rounded once */
+        int64_t nx = d->n * d->c * d->h * d->w, ny = d->n * d->c * d->oh * d->ow;
+        float *xs = px_cpu_scratch(1, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
+        float *ys = px_cpu_scratch(2, (size_t)(ny > 0 ? ny : 1) * sizeof(float));
+        if (!xs || !ys) return PHX_ENOMEM;
+        if ((st = px_cpu_cast(0, xs, PHX_F32, x, dt, nx)) != PHX_OK) return st;
+        avgpool_f32(d, count_include_pad, xs, ys);
+        return px_cpu_cast(0, y, dt, ys, PHX_F32, ny);
+    }
     PX_FLOAT_DISPATCH("avgpool2d_forward", dt, px_avgpool(d, count_include_pad, x, y, DT));
     return PHX_OK;
 }
@@ -241,14 +317,28 @@ PX_INLINE void px_avgpool_bwd(const phx_conv2d_desc *d, int cip, const void *dy,
     }
 }
 
-phx_status px_cpu_avgpool2d_backward(int dev, const phx_conv2d_desc *d, int count_include_pad, const void *dy,
-                                     void *dx, phx_dtype dt)
+PX_CLONES static void avgpool_bwd_f32(const phx_conv2d_desc *d, int cip, const float *dy, float *acc, float *dx)
+{
+    px_avgpool_bwd(d, cip, dy, acc, dx, PHX_F32);
+}
+
+phx_status px_cpu_avgpool2d_backward(int dev, const phx_conv2d_desc *d, int count_include_pad, const void *dy, void *dx,
+                                     phx_dtype dt)
 {
     (void)dev;
     phx_status st = avg_check("avgpool2d_backward", d, dt);
     if (st != PHX_OK) return st;
     float *acc = px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float));
     if (!acc) return PHX_ENOMEM;
+    if (pool_half(dt)) { /* dy widened whole (slot 1), dx in f32 (slot 2), rounded once */
+        int64_t nx = d->n * d->c * d->h * d->w, ny = d->n * d->c * d->oh * d->ow;
+        float *gs = px_cpu_scratch(1, (size_t)(ny > 0 ? ny : 1) * sizeof(float));
+        float *xs = px_cpu_scratch(2, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
+        if (!gs || !xs) return PHX_ENOMEM;
+        if ((st = px_cpu_cast(0, gs, PHX_F32, dy, dt, ny)) != PHX_OK) return st;
+        avgpool_bwd_f32(d, count_include_pad, gs, acc, xs);
+        return px_cpu_cast(0, dx, dt, xs, PHX_F32, nx);
+    }
     PX_FLOAT_DISPATCH("avgpool2d_backward", dt, px_avgpool_bwd(d, count_include_pad, dy, acc, dx, DT));
     return PHX_OK;
 }

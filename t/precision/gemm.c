@@ -5,7 +5,15 @@
  * n u / (1 - n u), u = 2^-24; products of f16/bf16 operands are exact in
  * f32) plus, for a low-precision C, one rounding of the result. The
  * roundings f32 -> f16/bf16 are checked first against an independent
- * double-precision rounding (rint on the scaled value). */
+ * double-precision rounding (rint on the scaled value).
+ *
+ * f16 products also run split into bf16 hi and lo parts on oneDNN's bf16
+ * matmul (PHX_CPU_GEMM=dnnl; the default where oneDNN runs bf16 on AMX):
+ * K' = 3k or 4k exact products accumulated in f32, the 3-term split
+ * dropping lo_a lo_b (at most 2^-16 |a b|), so its bound is gamma_{tk+2}
+ * sum |a b| (+ 2^-16 sum |a b|); and against the widened path within the
+ * sum of both bounds. Where oneDNN declines (no oneDNN, no bf16 matmul)
+ * the widened path runs and the same bounds hold. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -87,6 +95,13 @@ static void check_cast(const fmt *f)
     phx_tensor_free(dst);
 }
 
+/* The f16 path under test: its products per f16 product (1 widened, 3 or
+ * 4 split) and the dropped share of |a b| (2^-16 for the 3-term split),
+ * and the largest |c - ref| / sum |a b| seen by the last check_gemm. */
+static int g_terms = 1;
+static double g_drop = 0, g_err_scale;
+static const char *g_path = "";
+
 /* op(A) (m,k) op(B) (k,n) with operands in f->dt, C in cdt. */
 static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int n, int k, float alpha, float beta)
 {
@@ -118,7 +133,9 @@ static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int
     phx_status st = phx_gemm(ta, tb, alpha, a, b, beta, c);
 
     const double u = ldexp(1.0, -24);
-    const int terms = k + 2; /* k products, alpha, beta c */
+    const int tk = f->dt == PHX_F16 ? g_terms : 1, terms = tk * k + 2; /* k products, alpha, beta c */
+    const double drop = f->dt == PHX_F16 ? g_drop : 0;
+    g_err_scale = 0;
     const double gamma = terms * u / (1 - terms * u);
     const fmt *cf = cdt == PHX_F16 ? &F16 : cdt == PHX_BF16 ? &BF16 : NULL;
     const double uc = cf ? ldexp(1.0, -cf->mant) : 0;
@@ -140,7 +157,9 @@ static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int
             phx_tensor_get(c, (int64_t)i * n + j, &got);
             /* accumulation in f32, then (low-precision C) one more rounding;
              * 2^-24 * 2^emin covers a subnormal result */
-            double bound = gamma * s + uc * (fabs(ref) + gamma * s) + (cf ? ldexp(1.0, cf->emin - cf->mant) : 0);
+            double acc = gamma * s + drop * (s - fabs(beta * cin));
+            double bound = acc + uc * (fabs(ref) + acc) + (cf ? ldexp(1.0, cf->emin - cf->mant) : 0);
+            if (!cf && s > 0) g_err_scale = fmax(g_err_scale, fabs(got - ref) / s);
             double r = fabs(got - ref) / bound;
             if (!(r <= worst)) worst = r;
             if (fabs(ref) > 1e-3 * s) max_rel = fmax(max_rel, fabs(got - ref) / fabs(ref));
@@ -148,9 +167,9 @@ static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int
             (void)se;
         }
     ok(st == PHX_OK && worst <= 1.0,
-       "%s x %s -> %s gemm%s%s (%d,%d,%d) alpha %g beta %g: within the f32 accumulation bound (worst %.3f of it)",
-       phx_dtype_name(f->dt), phx_dtype_name(f->dt), phx_dtype_name(cdt), ta ? " A^T" : "", tb ? " B^T" : "", m, n, k,
-       alpha, beta, worst);
+       "%s%s x %s -> %s gemm%s%s (%d,%d,%d) alpha %g beta %g: within the f32 accumulation bound (worst %.3f of it)",
+       f->dt == PHX_F16 ? g_path : "", phx_dtype_name(f->dt), phx_dtype_name(f->dt), phx_dtype_name(cdt),
+       ta ? " A^T" : "", tb ? " B^T" : "", m, n, k, alpha, beta, worst);
     if (st != PHX_OK) diag("%s", phx_last_error());
     diag("  max relative error vs the rounded operands %.3g; vs the unrounded f32 operands %.3g", max_rel, max_rel_f32);
     phx_tensor_free(a);
@@ -162,14 +181,108 @@ static void check_gemm(const fmt *f, phx_dtype cdt, bool ta, bool tb, int m, int
     free(a32), free(b32), free(c0), free(ar), free(br), free(at), free(bt);
 }
 
+/* The 7 f16 products of main under the path PHX_CPU_GEMM / PHX_CPU_F16_SPLIT
+ * pick, and their largest error relative to sum |a b| (f32 C), which f32
+ * arithmetic on the f16 values keeps near 1e-6: at most 1e-5. */
+static void check_f16_path(const char *gemm, const char *split, int terms, double drop, const char *name)
+{
+    setenv("PHX_CPU_GEMM", gemm, 1);
+    if (split) setenv("PHX_CPU_F16_SPLIT", split, 1);
+    g_terms = terms, g_drop = drop, g_path = name;
+    double worst = 0;
+    check_gemm(&F16, PHX_F32, false, false, 37, 19, 257, 1.0f, 0.0f);
+    worst = fmax(worst, g_err_scale);
+    check_gemm(&F16, PHX_F32, true, false, 23, 31, 300, 1.0f, 0.0f);
+    worst = fmax(worst, g_err_scale);
+    check_gemm(&F16, PHX_F32, false, true, 64, 10, 784, 1.0f, 0.0f);
+    worst = fmax(worst, g_err_scale);
+    check_gemm(&F16, PHX_F32, true, true, 8, 9, 1000, 1.0f, 0.0f);
+    worst = fmax(worst, g_err_scale);
+    check_gemm(&F16, PHX_F32, false, false, 16, 16, 128, 0.5f, 2.0f);
+    check_gemm(&F16, PHX_F16, false, false, 37, 19, 257, 1.0f, 0.0f);
+    check_gemm(&F16, PHX_F16, false, true, 64, 33, 512, 1.0f, 1.0f);
+    ok(worst <= 1e-5, "%sf16 gemm: largest error %.3g of sum |a b| (at most 1e-5)", name, worst);
+    unsetenv("PHX_CPU_GEMM");
+    unsetenv("PHX_CPU_F16_SPLIT");
+    g_terms = 1, g_drop = 0, g_path = "";
+}
+
+/* A (m,k) B (k,n) in f16 under PHX_CPU_GEMM=gemm into c (f32, m x n). */
+static phx_status f16_product(const char *gemm, const char *split, int m, int n, int k, const float *a32,
+                              const float *b32, float *c)
+{
+    int64_t sa[2] = {m, k}, sb[2] = {k, n}, sc[2] = {m, n};
+    phx_tensor *af = phx_tensor_from_data(PHX_F32, 2, sa, (void *)a32),
+               *bf = phx_tensor_from_data(PHX_F32, 2, sb, (void *)b32);
+    phx_tensor *a = phx_tensor_new(PHX_F16, 2, sa, phx_cpu()), *b = phx_tensor_new(PHX_F16, 2, sb, phx_cpu());
+    phx_tensor *cc = phx_tensor_zeros(PHX_F32, 2, sc, phx_cpu());
+    phx_tensor_cast(a, af);
+    phx_tensor_cast(b, bf);
+    setenv("PHX_CPU_GEMM", gemm, 1);
+    if (split) setenv("PHX_CPU_F16_SPLIT", split, 1);
+    phx_status st = phx_gemm(false, false, 1.0f, a, b, 0.0f, cc);
+    unsetenv("PHX_CPU_GEMM");
+    unsetenv("PHX_CPU_F16_SPLIT");
+    for (int i = 0; i < m * n && st == PHX_OK; i++) {
+        double v = 0;
+        phx_tensor_get(cc, i, &v);
+        c[i] = (float)v;
+    }
+    phx_tensor_free(af), phx_tensor_free(bf), phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(cc);
+    return st;
+}
+
+/* The split path against the widened one: within the sum of their bounds
+ * (gamma_{3k} + 2^-16 + gamma_k) sum |a b|; and an operand holding inf or
+ * NaN gives the widened BLAS path's bits (the split declines it, and a
+ * forced oneDNN path falls to BLAS). */
+static void check_split_vs_widened(void)
+{
+    enum { M = 96, N = 80, K = 640 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+    float *cs = malloc(sizeof(float) * M * N), *cw = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++) a[i] = (float)round_to(normal(), &F16);
+    for (int i = 0; i < K * N; i++) b[i] = (float)round_to(normal() * 4, &F16);
+    phx_status s1 = f16_product("dnnl", "3", M, N, K, a, b, cs), s2 = f16_product("avx512", NULL, M, N, K, a, b, cw);
+    if (s2 != PHX_OK) s2 = f16_product("blas", NULL, M, N, K, a, b, cw);
+    const double u = ldexp(1.0, -24);
+    double worst = 0, max_rel = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int p = 0; p < K; p++) s += fabs((double)a[i * K + p] * b[p * N + j]);
+            double bound = (3 * K + 2) * u * s + ldexp(1.0, -16) * s + (K + 2) * u * s;
+            double d = fabs((double)cs[i * N + j] - cw[i * N + j]);
+            worst = fmax(worst, d / bound);
+            max_rel = fmax(max_rel, d / s);
+        }
+    ok(s1 == PHX_OK && s2 == PHX_OK && worst <= 1.0,
+       "f16 (%d,%d,%d): split bf16 against widened f32 within both bounds (worst %.3f of it, %.3g of sum |a b|)", M, N,
+       K, worst, max_rel);
+    /* inf and NaN in the operands: the split declines, the bits are the widened path's */
+    a[5] = INFINITY, a[K + 7] = -INFINITY, b[3 * N + 2] = NAN;
+    s1 = f16_product("dnnl", "3", M, N, K, a, b, cs);
+    s2 = f16_product("blas", NULL, M, N, K, a, b, cw); /* where a forced oneDNN path falls */
+    int same = s1 == PHX_OK && s2 == PHX_OK, infs = 0;
+    for (int i = 0; i < M * N && same; i++) {
+        same = isnan(cs[i]) ? isnan(cw[i]) != 0 : cs[i] == cw[i];
+        infs += isinf(cs[i]) != 0;
+    }
+    ok(same && infs > 0,
+       "f16 operands with inf and NaN: PHX_CPU_GEMM=dnnl gives the widened BLAS path's results (%d inf)", infs);
+    free(a), free(b), free(cs), free(cw);
+}
+
 int main(void)
 {
-    plan(2 + 2 * 7 + 2);
+    plan(2 + 2 * 7 + 2 + 2 * 8 + 2);
     check_cast(&F16);
     check_cast(&BF16);
     const fmt *fs[2] = {&F16, &BF16};
     for (int i = 0; i < 2; i++) {
         const fmt *f = fs[i];
+        /* the default path: f16 may take the 3-term split (on AMX), whose bound covers the widened path's too */
+        g_terms = 3, g_drop = ldexp(1.0, -16);
         check_gemm(f, PHX_F32, false, false, 37, 19, 257, 1.0f, 0.0f);
         check_gemm(f, PHX_F32, true, false, 23, 31, 300, 1.0f, 0.0f);
         check_gemm(f, PHX_F32, false, true, 64, 10, 784, 1.0f, 0.0f);
@@ -178,6 +291,10 @@ int main(void)
         check_gemm(f, f->dt, false, false, 37, 19, 257, 1.0f, 0.0f);
         check_gemm(f, f->dt, false, true, 64, 33, 512, 1.0f, 1.0f);
     }
+    g_terms = 1, g_drop = 0;
+    check_f16_path("dnnl", "3", 3, ldexp(1.0, -16), "split-3 ");
+    check_f16_path("dnnl", "4", 4, 0, "split-4 ");
+    check_split_vs_widened();
     /* Mixed operand dtypes are an error, not a silent conversion. */
     int64_t s2[2] = {2, 2};
     phx_tensor *h = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu()), *bf = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu());

@@ -13,13 +13,17 @@
  * bound above holds for it (a pair's two products are added one at a
  * time, each rounded: k roundings in all), as long as no operand,
  * product or partial sum is subnormal: vdpbf16ps reads bf16 subnormals
- * as zero and flushes subnormal results, which a test checks. */
+ * as zero and flushes subnormal results, which a test checks. An f16
+ * product on oneDNN (where it runs bf16 on AMX, or forced) is one bf16
+ * GEMM over 3k split terms with lo_a lo_b dropped (kernels/cpu/gemm-dnnl.c):
+ * its bound adds 2k roundings and 2^-16 sum|alpha a b|. */
 #include "config.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/cpu/cpu.h"
 #include "src/tune/tune.h"
 #include "t/core-util.h"
 
@@ -69,6 +73,10 @@ static double check_result(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
                            int64_t ldc, phx_dtype cdt)
 {
     double worst = 0.0;
+    int path = -1;
+    const char *terms = getenv("PHX_CPU_F16_SPLIT");
+    int split3 = adt == PHX_F16 && k > 0 && !(terms && !strcmp(terms, "4")) &&
+        px_cpu_gemm_path(ta, tb, m, n, k, alpha != 0.0f, adt, cdt, &path) == PHX_OK && path == PX_GEMM_DNNL;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double s = 0.0, sa = 0.0;
@@ -81,6 +89,8 @@ static double check_result(int ta, int tb, int64_t m, int64_t n, int64_t k, floa
             double cv = beta != 0.0f ? cu_get(c0, cdt, i * ldc + j) : 0.0;
             double ref = (double)alpha * s + (double)beta * cv;
             double acc = (double)(k + 3) * ldexp(1, -24) * (fabs((double)alpha) * sa + fabs((double)beta * cv));
+            /* f16 split into bf16 hi + lo on oneDNN (3 terms): 3k products summed, lo lo dropped (2^-16 |ab|) */
+            if (split3) acc += ((double)(2 * k) * ldexp(1, -24) + ldexp(1, -16)) * fabs((double)alpha) * sa;
             /* rounding to C's dtype is relative to the f32 result, within acc of ref */
             double bound = acc + out_rel(cdt) * (fabs(ref) + acc) + out_abs(cdt) + 1e-30;
             double err = fabs((double)cu_get(got, cdt, i * ldc + j) - ref);
@@ -510,6 +520,9 @@ int main(void)
         } else
             is_int(bf16_allocs("dnnl", 300), 0,
                    "PHX_CPU_GEMM=dnnl: bf16 gemm reads its operands in place (no scratch)");
+        /* oneDNN's scratchpad for this size first (its growth depends on
+         * the calls before), then auto: no scratch of its own */
+        bf16_allocs("dnnl", 450);
         is_int(bf16_allocs("auto", 450), 0, "PHX_CPU_GEMM=auto on a CPU with AVX512-BF16: oneDNN (no scratch)");
     } else {
         diag("dnnl with a capped or older ISA: %llu allocations", (unsigned long long)bf16_allocs("dnnl", 300));
