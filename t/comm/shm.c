@@ -265,8 +265,7 @@ static void run_dead(void)
     ok(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL, "dead: rank 2 died by SIGKILL mid-all-reduce");
     char line[300];
     read_log(3, 9, 0, line, sizeof line);
-    ok(strstr(line, "go through shared memory") != NULL, "dead: the all-reduces went through the segment ('%s')",
-       line);
+    ok(strstr(line, "go through shared memory") != NULL, "dead: the all-reduces went through the segment ('%s')", line);
     read_log(3, 9, 1, line, sizeof line);
     read_log(3, 9, 2, line, sizeof line);
 }
@@ -323,8 +322,9 @@ static void run_world(int world, int ring)
                 paths_same &= ps;
             }
     ok(ranks_same, "world %d%s: every rank holds the same bits, on both paths", world, tag);
-    ok(paths_same, "world %d%s: shared memory gives TCP's bits (f32 sum/max/avg, f16 sum/avg, bf16 avg/max; "
-                   "1, 7, 16411, 1000003 elements)",
+    ok(paths_same,
+       "world %d%s: shared memory gives TCP's bits (f32 sum/max/avg, f16 sum/avg, bf16 avg/max; "
+       "1, 7, 16411, 1000003 elements)",
        world, tag);
     if (bad_s >= 0)
         diag("first difference: %lld elements, %s", (long long)sizes[bad_s],
@@ -340,8 +340,8 @@ static void run_world(int world, int ring)
         if (k == 1)
             ok(all, "world %d%s: f32 max of 1000003 elements equals the inputs' max computed here", world, tag);
         else
-            ok(all, "world %d%s: f32 %s of 1000003 elements within rounding of a double sum (max rel. err %.2g)",
-               world, tag, what[k], worst);
+            ok(all, "world %d%s: f32 %s of 1000003 elements within rounding of a double sum (max rel. err %.2g)", world,
+               tag, what[k], worst);
     }
     unsetenv("PHX_GLOO_ALGO");
 }

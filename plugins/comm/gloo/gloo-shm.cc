@@ -129,9 +129,10 @@ void check_peers(Ctx &c, Links &l, Shm &s, int waited)
         char b;
         ssize_t k = recv(l.fd[(size_t)i], &b, 1, MSG_PEEK | MSG_DONTWAIT);
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
-            throw PeerError(i, "the connection to rank " + std::to_string(i) +
-                                   " was closed during an all-reduce in shared memory (that rank died or freed "
-                                   "its communicator)");
+            throw PeerError(i,
+                            "the connection to rank " + std::to_string(i) +
+                                " was closed during an all-reduce in shared memory (that rank died or freed "
+                                "its communicator)");
     }
 }
 
@@ -192,9 +193,9 @@ void wait_for(Ctx &c, Links &l, Shm &s, Field f, uint32_t want)
         if (s.stop.load()) throw aborted(c, peer);
         check_peers(c, l, s, peer);
         if (Clock::now() - start > c.timeout)
-            throw PeerError(peer, "timed out after " + std::to_string(c.timeout.count()) +
-                                      " ms waiting for rank " + std::to_string(peer) +
-                                      " (all-reduce in shared memory)");
+            throw PeerError(peer,
+                            "timed out after " + std::to_string(c.timeout.count()) + " ms waiting for rank " +
+                                std::to_string(peer) + " (all-reduce in shared memory)");
     }
 }
 
@@ -374,9 +375,7 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
     if (s.stop.load()) throw aborted(c, -1);
     const uint32_t g0 = s.round;
     s.round += (uint32_t)rounds; // a failed op breaks the communicator: no rank reuses these numbers
-    auto slot = [&](int i, uint32_t g) {
-        return s.data + ((size_t)i * kShmBufs + g % kShmBufs) * kShmRound;
-    };
+    auto slot = [&](int i, uint32_t g) { return s.data + ((size_t)i * kShmBufs + g % kShmBufs) * kShmRound; };
     auto span = [&](size_t k, size_t *e0, size_t *m) {
         *e0 = k * per;
         *m = count - *e0 < per ? count - *e0 : per;
@@ -418,9 +417,7 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
         // (one rounding per step either way); f16 and bf16 round once there
         const bool fused = n <= kMaxFused && dt != PHX_F16 && dt != PHX_BF16;
         // element x of the message: this rank's from its buffer, the others' from their slots
-        auto src = [&](int i, size_t x) -> const uint8_t * {
-            return i == r ? b + x * es : slot(i, g) + (x - e0) * es;
-        };
+        auto src = [&](int i, size_t x) -> const uint8_t * { return i == r ? b + x * es : slot(i, g) + (x - e0) * es; };
         for (size_t x = e0 + lo; x < e0 + hi;) {
             const int q = ring_chunk(count, n, x);
             size_t qlo, qhi;

@@ -70,8 +70,7 @@ struct Shm {
     // segment. Returns "" when the segment is in use, else why not (the
     // same answer on every rank; then nothing is mapped). Throws
     // std::runtime_error when the store fails.
-    std::string setup(phx_store *store, const std::string &key_prefix, int rank, int size, bool want,
-                      double timeout_s);
+    std::string setup(phx_store *store, const std::string &key_prefix, int rank, int size, bool want, double timeout_s);
 
     bool on() const
     {

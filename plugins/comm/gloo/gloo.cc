@@ -461,8 +461,8 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
             s->links.connect(s->c, a->store, std::string(a->prefix) + "gloo/links/", a->timeout_s);
             s->use_links = true;
             s->shm.spin_us = spin;
-            shm_why = s->shm.setup(a->store, std::string(a->prefix) + "gloo/shm/", a->rank, a->size, want_shm,
-                                   a->timeout_s);
+            shm_why =
+                s->shm.setup(a->store, std::string(a->prefix) + "gloo/shm/", a->rank, a->size, want_shm, a->timeout_s);
         } else if (a->size > 1) {
             shm_why = "the links are off (PHX_GLOO_LINKS=0)";
         }
@@ -493,8 +493,10 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
     phx_log(PHX_LOG_INFO, "gloo: rank %d of %d connected on %s (links: %s, spin %d us)", a->rank, a->size,
             where.c_str(), s->use_links ? "on" : "off", spin);
     if (s->shm.on())
-        phx_log(PHX_LOG_INFO, "gloo: rank %d: all-reduces above %zu bytes go through shared memory (all %d ranks on "
-                "this host)", a->rank, a->size >= kHdMinWorld ? kHdMax : kRdMax, a->size);
+        phx_log(PHX_LOG_INFO,
+                "gloo: rank %d: all-reduces above %zu bytes go through shared memory (all %d ranks on "
+                "this host)",
+                a->rank, a->size >= kHdMinWorld ? kHdMax : kRdMax, a->size);
     else
         phx_log(PHX_LOG_INFO, "gloo: rank %d: all-reduces over TCP only, no shared memory: %s", a->rank,
                 shm_why.c_str());
