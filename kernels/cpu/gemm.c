@@ -119,6 +119,14 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
      * one thread, CPU time, doc/guide/precision.md) */
     if (adt == PHX_F16 && k > 0 && (m < n ? m : n) >= 64 && k <= 2 * (m > n ? m : n) && px_cpu_dnnl_amx_bf16())
         return PX_GEMM_DNNL;
+    /* f32 on OpenBLAS where it runs its AVX-512 kernels on an Intel CPU
+     * (core SkylakeX, Cooperlake or SapphireRapids, detected or set by
+     * OPENBLAS_CORETYPE): on a Xeon of family 6 model 207 its sgemm ran
+     * 1.0-1.3x our packed GEMM on the MLP's, the GPT's and 1024^3's
+     * products (one thread, CPU time, best of 20; 1.18x on the GPT's
+     * 2048x128x512); on the AMD Zen 4 the rule below was measured on, our
+     * GEMM led its AVX2 kernels (doc/reference/tensors.md) */
+    if (adt == PHX_F32 && k > 0 && alpha_nonzero && px_tune_blas_avx512_intel()) return PX_GEMM_BLAS;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
     if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;

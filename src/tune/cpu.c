@@ -176,6 +176,15 @@ int px_tune_blas_misdetected(void)
     return misdetected;
 }
 
+int px_tune_blas_avx512_intel(void)
+{
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    return strcmp(px_tune_cpu()->vendor, "GenuineIntel") == 0 && px_tune_blas_core_level(px_tune_blas_core()) == 2;
+#else
+    return 0;
+#endif
+}
+
 /* rebuilt when the kernels' instruction set changes (px_cpu_isa_set); the
  * BLAS core is fixed once OpenBLAS has loaded */
 static __thread char signature[512];
