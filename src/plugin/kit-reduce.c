@@ -17,6 +17,15 @@
 
 #define BLOCK 256 /* elements per accumulator block */
 
+/* The f32 and half loops also built for AVX2, chosen at load by the CPU
+ * as the kernels' PX_CLONES (kernels/cpu/cpu.h): no FMA, every step
+ * element-wise, so the same bits on either path. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+#define PX_KIT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PX_KIT_CLONES
+#endif
+
 static inline float red_f(float acc, float x, phx_reduce_op op)
 {
     switch (op) {
@@ -52,7 +61,7 @@ RED_INT(int32_t, uint32_t)
 RED_INT(int64_t, uint64_t)
 #undef RED_INT
 
-static void red_float(float *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
+PX_KIT_CLONES static void red_float(float *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
                       phx_reduce_op op, int div)
 {
     float acc[BLOCK];
@@ -74,24 +83,41 @@ static void red_float(float *const *out, int nout, const void *const *in, int n,
     }
 }
 
-/* f16 (bf = 0) or bf16 (bf = 1): accumulate in f32, round once. */
-static void red_half(uint16_t *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
-                     phx_reduce_op op, int div, int bf)
+/* f16 (bf = 0) or bf16 (bf = 1): accumulate in f32, round once. Each
+ * step is its own loop (widen, combine, narrow) so that each vectorises:
+ * the conversions are branch-free (kernels/math.h) and element-wise, so
+ * the bits are those of converting one element at a time. */
+static void widen_half(float *dst, const uint16_t *x, size_t m, int bf)
 {
-    float acc[BLOCK];
+    if (bf)
+        for (size_t i = 0; i < m; i++) dst[i] = phx_bf16_to_f32(x[i]);
+    else
+        for (size_t i = 0; i < m; i++) dst[i] = phx_f16_to_f32(x[i]);
+}
+
+PX_KIT_CLONES static void red_half(uint16_t *const *out, int nout, const void *const *in, int n, size_t off,
+                                   size_t cnt, phx_reduce_op op, int div, int bf)
+{
+    float acc[BLOCK], v[BLOCK];
     uint16_t h[BLOCK];
     for (size_t b = 0; b < cnt; b += BLOCK) {
         size_t m = cnt - b < BLOCK ? cnt - b : BLOCK;
-        for (int q = 0; q < n; q++) {
-            const uint16_t *x = (const uint16_t *)in[q] + off + b;
-            for (size_t i = 0; i < m; i++) {
-                float v = bf ? phx_bf16_to_f32(x[i]) : phx_f16_to_f32(x[i]);
-                acc[i] = q == 0 ? v : red_f(acc[i], v, op);
-            }
+        widen_half(acc, (const uint16_t *)in[0] + off + b, m, bf);
+        for (int q = 1; q < n; q++) {
+            widen_half(v, (const uint16_t *)in[q] + off + b, m, bf);
+            if (op == PHX_MAX)
+                for (size_t i = 0; i < m; i++) acc[i] = red_f(acc[i], v[i], PHX_MAX);
+            else if (op == PHX_MIN)
+                for (size_t i = 0; i < m; i++) acc[i] = red_f(acc[i], v[i], PHX_MIN);
+            else
+                for (size_t i = 0; i < m; i++) acc[i] += v[i];
         }
         if (div > 1)
             for (size_t i = 0; i < m; i++) acc[i] /= (float)div;
-        for (size_t i = 0; i < m; i++) h[i] = bf ? phx_f32_to_bf16(acc[i]) : phx_f32_to_f16(acc[i]);
+        if (bf)
+            for (size_t i = 0; i < m; i++) h[i] = phx_f32_to_bf16(acc[i]);
+        else
+            for (size_t i = 0; i < m; i++) h[i] = phx_f32_to_f16(acc[i]);
         for (int o = 0; o < nout; o++) memcpy(out[o] + b, h, m * sizeof(uint16_t));
     }
 }
