@@ -400,6 +400,7 @@ static int rank_main(int rank, void *arg)
     return fails ? 1 : 0;
 }
 
+#ifndef FSDP_OWN_MAIN /* t/fsdp/mpi.c brings its own */
 int main(void)
 {
     static const job modes[] = {
@@ -429,3 +430,4 @@ int main(void)
     }
     return done_testing();
 }
+#endif
