@@ -1,9 +1,12 @@
 /* ZeRO benchmark: per-rank memory and step time of a GPT trained with
- * AdamW under DDP, ZeRO-1 (sharded optimizer state) and ZeRO-2 (and
- * reduce-scattered gradients) at world 1, 2 and 4 on gloo (processes),
+ * AdamW under DDP, ZeRO-1 (sharded optimizer state), ZeRO-2 (and
+ * reduce-scattered gradients) and ZeRO-3 (phx_fsdp_new, one unit per
+ * transformer block: with prefetch, without it ("Z3 nopf") and
+ * SHARD_GRAD_OP ("Z3 SGO")) at world 1, 2 and 4 on gloo (processes),
  * and hybrid ZeRO-1/2 (HSDP-1, HSDP-2: sharded within groups of --node
  * ranks made by phx_comm_split, replicated across them) where the world
- * is a multiple of --node above it.
+ * is a multiple of --node above it. Each rank's step is --rows sequences
+ * of 64 tokens (default 2: a step that communication dominates).
  *
  * Per rank: the bytes of parameters, of gradients (the DDP buckets every
  * parameter's gradient is a view of; ZeRO-2 adds its reduce-scatter
@@ -29,7 +32,7 @@
  * from it by more than the regions' rounding is reported).
  *
  * usage: bench/zero [--steps N] [--layers L] [--width C] [--worlds "1 2 4"] [--rounds R] [--node N]
- *                   [--max-rank-bytes B] [--width-step S] */
+ *                   [--rows N] [--max-rank-bytes B] [--width-step S] */
 #include <math.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -42,7 +45,6 @@
 #define MAX_STEPS 64
 #define VOCAB 256
 #define SEQ 64
-#define ROWS 2 /* per rank */
 
 typedef struct rank_out {
     double params, grads, state; /* bytes */
@@ -103,6 +105,7 @@ typedef struct job {
     int64_t layers, width;
     rank_out *out; /* (MAX_WORLD) shared */
     double block_numel; /* parameters of one transformer block (FSDP's unit) */
+    int rows; /* sequences of SEQ tokens per rank and step (--rows) */
 } job;
 
 static phx_optimizer *make_adamw(phx_module *m, void *arg)
@@ -234,10 +237,10 @@ static int rank_main(int rank, void *arg)
     phx_optimizer *opt = bt.opt;
     phx_comm *shard = bt.shard, *replicate = bt.replicate;
     phx_loss *loss = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
-    int64_t xs[2] = {ROWS, SEQ};
+    int64_t xs[2] = {jb->rows, SEQ};
     phx_tensor *x = phx_tensor_new(PHX_I64, 2, xs, phx_cpu()), *y = phx_tensor_new(PHX_I64, 2, xs, phx_cpu());
     int64_t *hx = phx_tensor_data(x), *hy = phx_tensor_data(y);
-    for (int64_t i = 0; i < ROWS * SEQ; i++) {
+    for (int64_t i = 0; i < (int64_t)jb->rows * SEQ; i++) {
         hx[i] = (i * 7 + rank * 13) % VOCAB;
         hy[i] = (hx[i] * 3 + 1) % VOCAB;
     }
@@ -433,7 +436,7 @@ static void max_rank_bytes(double budget, const char *worlds, int node, int laye
 
 int main(int argc, char **argv)
 {
-    int steps = 8, layers = 4, width = 256, rounds = 3, node = 2, width_step = 64;
+    int steps = 8, layers = 4, width = 256, rounds = 3, node = 2, width_step = 64, seqs = 2;
     double max_bytes = 0;
     const char *worlds = "1 2 4";
     bench_opt opts[] = {{"--steps", 'i', &steps},
@@ -443,15 +446,17 @@ int main(int argc, char **argv)
                         {"--rounds", 'i', &rounds},
                         {"--node", 'i', &node},
                         {"--max-rank-bytes", 'd', &max_bytes},
-                        {"--width-step", 'i', &width_step}};
+                        {"--width-step", 'i', &width_step},
+                        {"--rows", 'i', &seqs}};
     if (bench_args(argc, argv, opts, sizeof opts / sizeof opts[0],
                    "[--steps N] [--layers L] [--width C] [--worlds \"1 2 4\"] [--rounds R] [--node N] "
-                   "[--max-rank-bytes B] [--width-step S]"))
+                   "[--rows N] [--max-rank-bytes B] [--width-step S]"))
         return 2;
     if (steps < 1 || steps > MAX_STEPS) steps = 8;
     if (rounds < 1 || rounds > 16) rounds = 3;
     if (node < 1 || node > MAX_WORLD) node = 2;
     if (width_step < 4 || width_step % 4) width_step = 64;
+    if (seqs < 1 || seqs > 256) seqs = 2;
     if (layers < 1 || width < 4 || width % 4) {
         fprintf(stderr, "bench/zero: --layers must be >= 1 and --width a multiple of 4 (4 heads)\n");
         return 2;
@@ -464,7 +469,7 @@ int main(int argc, char **argv)
     if (out == MAP_FAILED) return 1;
     printf("GPT: %d layers, d_model %d, vocab %d, %d tokens x %d rows per rank, AdamW; gloo processes; median of %d "
            "steps, then median of %d rounds (the modes alternate)\n",
-           layers, width, VOCAB, SEQ, ROWS, steps, rounds);
+           layers, width, VOCAB, SEQ, seqs, steps, rounds);
     printf("%-7s %5s %11s %10s %10s %10s %9s %9s %7s %7s\n", "mode", "world", "params MiB", "grads MiB", "optim MiB",
            "total MiB", "RSS MiB", "step ms", "vs DDP", "CPU ms");
     double n_params = gpt_params_built(layers, width);
@@ -482,7 +487,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < rounds; k++)
             for (int mode = 0; mode < N_MODES; mode++) {
                 if (modes[mode].hybrid && !hybrid_ok) continue;
-                job jb = {mode, steps, node, layers, width, out, gpt_block(&cnt, width)};
+                job jb = {mode, steps, node, layers, width, out, gpt_block(&cnt, width), seqs};
                 row_out r = run_row(&jb, world);
                 ms[mode][k] = r.ms;
                 cpu[mode][k] = r.cpu_ms;
