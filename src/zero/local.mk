@@ -23,7 +23,7 @@ t_zero_reshard_LDADD = libphalanx.la -lm
 t_zero_reshard_CPPFLAGS = $(zero_test_cppflags)
 t_zero_reshard_kill_LDADD = libphalanx.la -lm
 t_zero_reshard_kill_CPPFLAGS = $(zero_test_cppflags)
-EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors t/gloo-procs.h
+EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors t/gloo-procs.h t/shard-util.h
 # bench/zero: per-rank memory and step time, DDP vs ZeRO-1/2 (make bench).
 noinst_PROGRAMS += bench/zero
 bench_zero_LDADD = libphalanx.la -lm

@@ -26,6 +26,7 @@
 #define V 17
 #define BS 8
 #define LR 1e-3 /* see t/zero/equiv.c: reduce-scatter sums in another order than all-reduce */
+#include "t/shard-util.h"
 #define CLIP 0.05
 
 enum { M_MLP, M_CNN, M_GPT, M_FO, N_MODELS };
@@ -84,22 +85,6 @@ static phx_module *fo_model(uint64_t seed)
     return root;
 }
 
-static phx_module *small_cnn(void)
-{
-    phx_rng *r = phx_rng_new(3);
-    phx_module *m = phx_sequential_new();
-    phx_conv2d_opts co = PHX_CONV2D_OPTS_INIT;
-    co.bias = false;
-    phx_sequential_add(m, phx_conv2d_new(1, 3, 3, 3, &co, r));
-    phx_sequential_add(m, phx_batchnorm2d_new(3, 1e-5f, 0.1f, true, true));
-    phx_sequential_add(m, phx_relu_new());
-    phx_sequential_add(m, phx_maxpool2d_new(2, 0, 0));
-    phx_sequential_add(m, phx_flatten_new());
-    phx_sequential_add(m, phx_linear_new(27, 5, true, r));
-    phx_rng_free(r);
-    return m;
-}
-
 static phx_module *make_model(int kind, uint64_t seed)
 {
     if (kind == M_MLP) return tu_mlp(mlp_sizes, 4, seed);
@@ -132,60 +117,7 @@ static void make_batch(int kind, int s, int rank, phx_tensor **x, phx_tensor **y
         tu_batch(s, first, ROWS, *x, *y);
         return;
     }
-    int64_t xs[2] = {ROWS, BS};
-    *x = phx_tensor_new(PHX_I64, 2, xs, phx_cpu());
-    *y = phx_tensor_new(PHX_I64, 2, xs, phx_cpu());
-    int64_t *hx = phx_tensor_data(*x), *hy = phx_tensor_data(*y);
-    for (int64_t r = 0; r < ROWS; r++)
-        for (int64_t j = 0; j < BS; j++) {
-            uint64_t h = (uint64_t)(s * 7919 + (first + r) * 131 + j * 17) * 2654435761u;
-            hx[r * BS + j] = (int64_t)((h >> 16) % V);
-        }
-    for (int64_t i = 0; i < ROWS * BS; i++) hy[i] = (hx[i] * 3 + (i % BS ? hx[i - 1] : 0)) % V;
-}
-
-/* max |a - b| / max(1, |b|) over two buffers of any dtype (BatchNorm's
- * statistics follow the parameters, so they carry the same rounding);
- * INFINITY when they do not fit. */
-static double buffer_diff(const phx_tensor *a, const phx_tensor *b)
-{
-    int64_t n = phx_tensor_numel(a);
-    if (n != phx_tensor_numel(b) || phx_tensor_dtype(a) != phx_tensor_dtype(b)) return INFINITY;
-    double e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double va, vb;
-        if (phx_tensor_get(a, i, &va) != PHX_OK || phx_tensor_get(b, i, &vb) != PHX_OK) return INFINITY;
-        e = fmax(e, fabs(va - vb) / fmax(1.0, fabs(vb)));
-    }
-    return e;
-}
-
-static phx_optimizer *make_adamw(phx_module *m, void *arg)
-{
-    (void)arg;
-    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
-    o.lr = LR;
-    o.weight_decay = 0.1;
-    phx_optimizer *opt = phx_adam_new(m, &o);
-    if (opt && phx_adam_decay_matrices_only(opt, NULL) != PHX_OK) {
-        phx_optimizer_free(opt);
-        return NULL;
-    }
-    return opt;
-}
-
-/* g[0] = inf. */
-static phx_status poison_first(phx_tensor *g)
-{
-    int64_t n = phx_tensor_numel(g);
-    float *h = malloc((size_t)n * sizeof *h);
-    phx_status st = h ? phx_tensor_to_host(g, h) : PHX_ENOMEM;
-    if (st == PHX_OK) {
-        h[0] = INFINITY;
-        st = phx_tensor_from_host(g, h);
-    }
-    free(h);
-    return st;
+    sh_gpt_batch(s, first, ROWS, BS, V, x, y);
 }
 
 typedef struct side {
@@ -270,17 +202,6 @@ static int side_init(side *sd, phx_comm *c, const phx_precision *fp16, const job
         return 0;
     }
     return 1;
-}
-
-/* Sum over ranks of v (a count below 2^24, exact in f32). */
-static double sum_across(phx_comm *c, double v)
-{
-    float f = (float)v;
-    phx_tensor *t = phx_tensor_from_data(PHX_F32, 0, NULL, &f);
-    double out = NAN;
-    if (t && phx_comm_allreduce(c, t, PHX_SUM, NULL) == PHX_OK) phx_tensor_get(t, 0, &out);
-    phx_tensor_free(t);
-    return out;
 }
 
 static const char *job_name(const job *jb)
