@@ -11,12 +11,7 @@
 # After each, no process is left on either node.
 b=${top_builddir:-.}
 . "${top_srcdir:-.}/t/multinode/lib.sh"
-why=$(mn_skip)
-[ -z "$why" ] || { echo "1..0 # SKIP $why"; exit 0; }
-[ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ] || { echo "1..0 # SKIP built without Gloo"; exit 0; }
-d=$(mktemp -d)
-trap 'mn_down; rm -rf "$d"' EXIT
-trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
+mn_begin
 note() { sed 's/^/# /' "$1" | tail -6; }
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
 export PHX_TIMEOUT=5 PHX_COMM=gloo PHX_STORE_TOKEN=mn-faults-$$

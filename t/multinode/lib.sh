@@ -38,6 +38,18 @@ mn_skip() {
     ip netns del "$MN-probe"
 }
 
+# mn_begin: the start the namespace tests on gloo share (b is the build
+# folder): a TAP skip (exit 0) where namespaces or the gloo plugin are
+# missing, else the scratch folder $d, removed with the namespaces at exit.
+mn_begin() {
+    why=$(mn_skip)
+    [ -z "$why" ] || { echo "1..0 # SKIP $why"; exit 0; }
+    [ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ] || { echo "1..0 # SKIP built without Gloo"; exit 0; }
+    d=$(mktemp -d)
+    trap 'mn_down; rm -rf "$d"' EXIT
+    trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
+}
+
 mn_up() {
     MN_NODES=$1
     ip netns add "$MN-sw" || return 1

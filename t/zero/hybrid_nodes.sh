@@ -6,12 +6,7 @@
 # phxrun per node. Rank 0 (node 0) prints the TAP for all four.
 b=${top_builddir:-.}
 . "${top_srcdir:-.}/t/multinode/lib.sh"
-why=$(mn_skip)
-[ -z "$why" ] || { echo "1..0 # SKIP $why"; exit 0; }
-[ -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ] || { echo "1..0 # SKIP built without Gloo"; exit 0; }
-d=$(mktemp -d)
-trap 'mn_down; rm -rf "$d"' EXIT
-trap 'exit 1' INT TERM HUP # the EXIT trap cleans up then too
+mn_begin
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_RESTART_COUNT
 export PHX_COMM=gloo PHX_TIMEOUT=30 PHX_STORE_TOKEN=zero-hybrid-nodes-$$
 mn_up 2 || { echo "Bail out! cannot set up the namespaces"; exit 1; }
