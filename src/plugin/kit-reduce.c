@@ -62,7 +62,7 @@ RED_INT(int64_t, uint64_t)
 #undef RED_INT
 
 PX_KIT_CLONES static void red_float(float *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
-                      phx_reduce_op op, int div)
+                                    phx_reduce_op op, int div)
 {
     float acc[BLOCK];
     for (size_t b = 0; b < cnt; b += BLOCK) {
@@ -95,8 +95,8 @@ static void widen_half(float *dst, const uint16_t *x, size_t m, int bf)
         for (size_t i = 0; i < m; i++) dst[i] = phx_f16_to_f32(x[i]);
 }
 
-PX_KIT_CLONES static void red_half(uint16_t *const *out, int nout, const void *const *in, int n, size_t off,
-                                   size_t cnt, phx_reduce_op op, int div, int bf)
+PX_KIT_CLONES static void red_half(uint16_t *const *out, int nout, const void *const *in, int n, size_t off, size_t cnt,
+                                   phx_reduce_op op, int div, int bf)
 {
     float acc[BLOCK], v[BLOCK];
     uint16_t h[BLOCK];
