@@ -13,9 +13,10 @@
 // per peer, read and written by the thread that runs the op, a short spin
 // before blocking); halving-doubling, broadcast, all-gather and
 // reduce-scatter use gloo's transport (gloo-algos.cc). When every rank
-// runs on this host, the all-reduces that take the ring go through a
-// shared-memory segment instead (gloo-shm.h; PHX_GLOO_SHM=0 keeps TCP),
-// with the ring's order of operations.
+// runs on this host, the all-reduces that take the ring and the larger
+// reduce-scatters and all-gathers go through a shared-memory segment
+// instead (gloo-shm.h; PHX_GLOO_SHM=0 keeps TCP), with the ring's order
+// of operations.
 // All-reduce picks its algorithm by
 // message size (doc/guide/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
@@ -197,6 +198,16 @@ void run_allreduce(State &s, const Op &o)
     if (o.op == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
 }
 
+// Reduce-scatters and all-gathers whose whole buffer (size blocks) has
+// at least this many bytes go through the segment when it is mapped
+// (every size does with PHX_GLOO_ALGO=ring, as the all-reduce's ring).
+constexpr size_t kShmCollMin = 64u << 10;
+
+bool shm_takes(const State &s, size_t total)
+{
+    return s.size > 1 && s.shm.on() && (total >= kShmCollMin || s.algo == RING);
+}
+
 void run_op(State &s, const Op &o)
 {
     size_t n = (size_t)o.count, es = phx_dtype_size(o.dt);
@@ -209,10 +220,20 @@ void run_op(State &s, const Op &o)
         if (n && s.size > 1) pxg::broadcast_tree(s.c, o.recv, n * es, o.root, slot);
         break;
     case PHX_KIT_ALLGATHER:
-        if (n) pxg::allgather_ring(s.c, o.send, o.recv, n * es, slot);
+        if (!n) break;
+        if (shm_takes(s, n * es * (size_t)s.size))
+            pxg::allgather_shm(s.c, s.links, s.shm, o.send, o.recv, n * es, slot);
+        else
+            pxg::allgather_ring(s.c, o.send, o.recv, n * es, slot);
         break;
     case PHX_KIT_REDUCE_SCATTER:
         if (!n) break;
+        if (shm_takes(s, n * es * (size_t)s.size)) {
+            // the ring's order of operations, the average divided there
+            pxg::reduce_scatter_shm(s.c, s.links, s.shm, o.send, o.recv, n, o.dt, o.op == PHX_AVG ? PHX_SUM : o.op,
+                                    o.op == PHX_AVG ? s.size : 1, slot);
+            break;
+        }
         pxg::reduce_scatter_ring(s.c, o.send, o.recv, n, o.dt, o.op == PHX_AVG ? PHX_SUM : o.op, slot);
         if (o.op == PHX_AVG) phx_kit_divide(o.recv, n, o.dt, s.size);
         break;
@@ -494,9 +515,9 @@ phx_status g_init(const phx_comm_init_args *a, void **state)
             where.c_str(), s->use_links ? "on" : "off", spin);
     if (s->shm.on())
         phx_log(PHX_LOG_INFO,
-                "gloo: rank %d: all-reduces above %zu bytes go through shared memory (all %d ranks on "
-                "this host)",
-                a->rank, a->size >= kHdMinWorld ? kHdMax : kRdMax, a->size);
+                "gloo: rank %d: all-reduces above %zu bytes, reduce-scatters and all-gathers of %zu "
+                "bytes or more go through shared memory (all %d ranks on this host)",
+                a->rank, a->size >= kHdMinWorld ? kHdMax : kRdMax, kShmCollMin, a->size);
     else
         phx_log(PHX_LOG_INFO, "gloo: rank %d: all-reduces over TCP only, no shared memory: %s", a->rank,
                 shm_why.c_str());
