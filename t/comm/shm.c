@@ -10,9 +10,8 @@
  *     rank's inputs (max exactly, sum and avg within rounding);
  *   reduce-scatter and all-gather, in the same worlds: reduce-scatters of
  *     1, 7, 16411 and 1000003 elements per rank (the same seven dtype/op
- *     cases) give each rank the bits PHX_GLOO_SHM=0 gives it (in the
- *     default worlds 1 and 7 elements stay on TCP, with PHX_GLOO_ALGO=ring
- *     they take the segment too), and f32 sum/max/avg of 1000003 agree
+ *     cases) give each rank the bits PHX_GLOO_SHM=0 gives it (every size
+ *     takes the segment), and f32 sum/max/avg of 1000003 agree
  *     with a reference computed here; all-gathers of f32 and f16 blocks
  *     of those sizes hold every rank's input exactly, the same bits on
  *     every rank and on both paths;
