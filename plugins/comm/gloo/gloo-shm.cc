@@ -35,7 +35,10 @@ struct alignas(128) ShmRank {
     std::atomic<uint32_t> in; // rounds whose copy-in this rank finished
     std::atomic<uint32_t> red; // rounds whose reduce this rank finished
     std::atomic<uint32_t> out; // rounds whose copy-out this rank finished
-    std::atomic<uint64_t> tag; // the op this rank runs (set before its first copy-in)
+    // the op this rank runs, set at its first round's copy-in in that
+    // round's buffer's entry (which no rank reuses before every rank has
+    // finished that round, so a fast rank's next op cannot overwrite it)
+    std::atomic<uint64_t> tag[kShmBufs];
 };
 
 struct alignas(128) ShmHeader {
@@ -130,9 +133,8 @@ void check_peers(Ctx &c, Links &l, Shm &s, int waited)
         ssize_t k = recv(l.fd[(size_t)i], &b, 1, MSG_PEEK | MSG_DONTWAIT);
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
             throw PeerError(i,
-                            "the connection to rank " + std::to_string(i) +
-                                " was closed during an all-reduce in shared memory (that rank died or freed "
-                                "its communicator)");
+                            "the connection to rank " + std::to_string(i) + " was closed during " + s.what +
+                                " in shared memory (that rank died or freed its communicator)");
     }
 }
 
@@ -195,7 +197,7 @@ void wait_for(Ctx &c, Links &l, Shm &s, Field f, uint32_t want)
         if (Clock::now() - start > c.timeout)
             throw PeerError(peer,
                             "timed out after " + std::to_string(c.timeout.count()) + " ms waiting for rank " +
-                                std::to_string(peer) + " (all-reduce in shared memory)");
+                                std::to_string(peer) + " (" + s.what + " in shared memory)");
     }
 }
 
@@ -360,6 +362,77 @@ int ring_chunk(size_t count, int n, size_t i)
     return i < big ? (int)(i / (base + 1)) : (int)(extra + (i - big) / base);
 }
 
+// Buffer g % kShmBufs of rank i's slot.
+uint8_t *slot(Shm &s, int i, uint32_t g)
+{
+    return s.data + ((size_t)i * kShmBufs + g % kShmBufs) * kShmRound;
+}
+
+// Starts an op of `rounds` rounds: fails at once on a broken communicator,
+// else returns the first round's number (the same on every rank).
+uint32_t begin(Ctx &c, Shm &s, size_t rounds, const char *what)
+{
+    {
+        std::lock_guard<std::mutex> g(c.mu);
+        if (c.dead) throw PeerError(-1, c.why);
+    }
+    if (s.stop.load()) throw aborted(c, -1);
+    s.what = what;
+    const uint32_t g0 = s.round;
+    s.round += (uint32_t)rounds; // a failed op breaks the communicator: no rank reuses these numbers
+    return g0;
+}
+
+// Copy-in's first step: every rank is done with this buffer's last round
+// (the OUT counter: every op publishes it once it no longer reads the
+// round's buffers), and on the op's first round this rank's tag is set.
+void claim(Ctx &c, Links &l, Shm &s, uint32_t g, bool first, uint64_t tag)
+{
+    wait_for(c, l, s, OUT, g + 1 - kShmBufs);
+    if (first) rank_line(s, s.rank)->tag[g % kShmBufs].store(tag, std::memory_order_relaxed);
+}
+
+// After the first round's (g) copy-ins: every rank runs the op tagged tag.
+void check_tags(Shm &s, uint32_t g, uint64_t tag, size_t count, const char *unit)
+{
+    for (int i = 0; i < s.size; i++) {
+        uint64_t t = rank_line(s, i)->tag[g % kShmBufs].load(std::memory_order_relaxed);
+        if (t == tag) continue;
+        char msg[256];
+        std::snprintf(msg, sizeof msg,
+                      "rank %d runs the op tagged %#llx in shared memory where this rank runs %#llx "
+                      "(%s of %zu %s): the ranks issued different collectives",
+                      i, (unsigned long long)t, (unsigned long long)tag, s.what, count, unit);
+        throw PeerError(i, msg, true);
+    }
+}
+
+// Reduces len elements of n operands, src(t) the t-th (t = 0..n-1), as
+// the ring does: the left fold reduce2(acc, acc, src(t)), then the
+// division by div (div > 1), into out and, when keep, into scratch too;
+// scratch (len elements, not aliasing any operand) holds the chain.
+template <class Src>
+void fold(uint8_t *scratch, uint8_t *out, bool keep, Src src, int n, size_t len, phx_dtype dt, phx_reduce_op op,
+          int div)
+{
+    // the kit's n-input fold is reduce2's chain for f32 and integers
+    // (one rounding per step either way); f16 and bf16 round once there
+    if (n <= kMaxFused && dt != PHX_F16 && dt != PHX_BF16) {
+        // one pass, the outputs written from the kit's accumulator: the
+        // same left fold (and division) as the chain below
+        const void *in[kMaxFused];
+        for (int t = 0; t < n; t++) in[t] = src(t);
+        void *outs[2] = {out, scratch};
+        phx_kit_reduce(outs, keep ? 2 : 1, in, n, 0, len, dt, div > 1 ? PHX_AVG : op, div);
+        return;
+    }
+    const size_t es = phx_dtype_size(dt);
+    reduce2(scratch, src(0), src(1), len, dt, op);
+    for (int t = 2; t < n; t++) reduce2(scratch, scratch, src(t), len, dt, op);
+    if (div > 1) phx_kit_divide(scratch, len, dt, div);
+    std::memcpy(out, scratch, len * es);
+}
+
 } // namespace
 
 void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, int div,
@@ -368,14 +441,7 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
     const int n = s.size, r = s.rank;
     const size_t es = phx_dtype_size(dt), per = kShmRound / es, rounds = (count + per - 1) / per;
     uint8_t *b = static_cast<uint8_t *>(buf);
-    {
-        std::lock_guard<std::mutex> g(c.mu);
-        if (c.dead) throw PeerError(-1, c.why);
-    }
-    if (s.stop.load()) throw aborted(c, -1);
-    const uint32_t g0 = s.round;
-    s.round += (uint32_t)rounds; // a failed op breaks the communicator: no rank reuses these numbers
-    auto slot = [&](int i, uint32_t g) { return s.data + ((size_t)i * kShmBufs + g % kShmBufs) * kShmRound; };
+    const uint32_t g0 = begin(c, s, rounds, "an all-reduce");
     auto span = [&](size_t k, size_t *e0, size_t *m) {
         *e0 = k * per;
         *m = count - *e0 < per ? count - *e0 : per;
@@ -384,15 +450,14 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
         const uint32_t g = g0 + (uint32_t)k;
         size_t e0, m;
         span(k, &e0, &m);
-        wait_for(c, l, s, OUT, g + 1 - kShmBufs); // everyone is done with this buffer's last round
-        uint8_t *mine = slot(r, g);
+        claim(c, l, s, g, k == 0, tag);
+        uint8_t *mine = slot(s, r, g);
         for (int j = 0; j < n; j++) {
             size_t lo, hi;
             if (j == r) continue;
             chunk(m, n, j, &lo, &hi);
             std::memcpy(mine + lo * es, b + (e0 + lo) * es, (hi - lo) * es);
         }
-        if (k == 0) rank_line(s, r)->tag.store(tag, std::memory_order_relaxed);
         publish(s, IN, g + 1);
     };
     auto reduce = [&](size_t k) {
@@ -400,43 +465,21 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
         size_t e0, m, lo, hi;
         span(k, &e0, &m);
         wait_for(c, l, s, IN, g + 1);
-        if (k == 0)
-            for (int i = 0; i < n; i++) {
-                uint64_t t = rank_line(s, i)->tag.load(std::memory_order_relaxed);
-                if (t == tag) continue;
-                char msg[256];
-                std::snprintf(msg, sizeof msg,
-                              "rank %d runs the op tagged %#llx in shared memory where this rank runs %#llx "
-                              "(%zu elements): the ranks issued different collectives",
-                              i, (unsigned long long)t, (unsigned long long)tag, count);
-                throw PeerError(i, msg, true);
-            }
+        if (k == 0) check_tags(s, g, tag, count, "elements");
         chunk(m, n, r, &lo, &hi);
-        uint8_t *dst = slot(r, g) + lo * es;
-        // the kit's n-input fold is reduce2's chain for f32 and integers
-        // (one rounding per step either way); f16 and bf16 round once there
-        const bool fused = n <= kMaxFused && dt != PHX_F16 && dt != PHX_BF16;
-        // element x of the message: this rank's from its buffer, the others' from their slots
-        auto src = [&](int i, size_t x) -> const uint8_t * { return i == r ? b + x * es : slot(i, g) + (x - e0) * es; };
+        uint8_t *dst = slot(s, r, g) + lo * es;
         for (size_t x = e0 + lo; x < e0 + hi;) {
             const int q = ring_chunk(count, n, x);
             size_t qlo, qhi;
             chunk(count, n, q, &qlo, &qhi);
             const size_t end = qhi < e0 + hi ? qhi : e0 + hi, len = end - x;
-            uint8_t *d = dst + (x - e0 - lo) * es;
-            if (fused) {
-                // one pass, both outputs written from the kit's accumulator:
-                // the same left fold (and division) as the chain below
-                const void *in[kMaxFused];
-                for (int t = 0; t < n; t++) in[t] = src((q + t) % n, x);
-                void *outs[2] = {d, b + x * es};
-                phx_kit_reduce(outs, 2, in, n, 0, len, dt, div > 1 ? PHX_AVG : op, div);
-            } else {
-                reduce2(d, src(q, x), src((q + 1) % n, x), len, dt, op);
-                for (int t = 2; t < n; t++) reduce2(d, d, src((q + t) % n, x), len, dt, op);
-                if (div > 1) phx_kit_divide(d, len, dt, div);
-                std::memcpy(b + x * es, d, len * es);
-            }
+            // element x of the message: this rank's from its buffer, the
+            // others' from their slots; ranks q, q+1, ... in turn
+            auto src = [&](int t) -> const uint8_t * {
+                const int i = (q + t) % n;
+                return i == r ? b + x * es : slot(s, i, g) + (x - e0) * es;
+            };
+            fold(dst + (x - e0 - lo) * es, b + x * es, true, src, n, len, dt, op, div);
             x = end;
         }
         publish(s, RED, g + 1);
@@ -450,7 +493,7 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
             size_t lo, hi;
             if (j == r) continue;
             chunk(m, n, j, &lo, &hi);
-            std::memcpy(b + (e0 + lo) * es, slot(j, g) + lo * es, (hi - lo) * es);
+            std::memcpy(b + (e0 + lo) * es, slot(s, j, g) + lo * es, (hi - lo) * es);
         }
         publish(s, OUT, g + 1);
     };
@@ -458,6 +501,93 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
     copy_in(0);
     for (size_t k = 0; k < rounds; k++) {
         reduce(k);
+        if (k + 1 < rounds) copy_in(k + 1);
+        copy_out(k);
+    }
+}
+
+void reduce_scatter_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_t count, phx_dtype dt,
+                        phx_reduce_op op, int div, uint64_t tag)
+{
+    const int n = s.size, r = s.rank;
+    // per round: per elements of every block, block j's at j * per in the slot
+    const size_t es = phx_dtype_size(dt), per = kShmRound / es / (size_t)n, rounds = (count + per - 1) / per;
+    const uint8_t *in = static_cast<const uint8_t *>(send);
+    uint8_t *out = static_cast<uint8_t *>(recv);
+    const uint32_t g0 = begin(c, s, rounds, "a reduce-scatter");
+    auto span = [&](size_t k, size_t *e0, size_t *m) {
+        *e0 = k * per;
+        *m = count - *e0 < per ? count - *e0 : per;
+    };
+    auto copy_in = [&](size_t k) {
+        const uint32_t g = g0 + (uint32_t)k;
+        size_t e0, m;
+        span(k, &e0, &m);
+        claim(c, l, s, g, k == 0, tag);
+        uint8_t *mine = slot(s, r, g);
+        for (int j = 0; j < n; j++)
+            if (j != r) std::memcpy(mine + (size_t)j * per * es, in + ((size_t)j * count + e0) * es, m * es);
+        publish(s, IN, g + 1);
+    };
+    auto reduce = [&](size_t k) {
+        const uint32_t g = g0 + (uint32_t)k;
+        size_t e0, m;
+        span(k, &e0, &m);
+        wait_for(c, l, s, IN, g + 1);
+        if (k == 0) check_tags(s, g, tag, count, "elements");
+        // block r travels the ring from rank r+1: ranks r+1, ..., r in turn;
+        // this rank's own part of its slot is the chain's scratch
+        auto src = [&](int t) -> const uint8_t * {
+            const int i = (r + 1 + t) % n;
+            return i == r ? in + ((size_t)r * count + e0) * es : slot(s, i, g) + (size_t)r * per * es;
+        };
+        fold(slot(s, r, g) + (size_t)r * per * es, out + e0 * es, false, src, n, m, dt, op, div);
+        // done with the round's buffers: RED and OUT (the buffers' reuse)
+        counter(s, r, RED).store(g + 1, std::memory_order_seq_cst);
+        publish(s, OUT, g + 1);
+    };
+    if (!rounds) return;
+    copy_in(0);
+    for (size_t k = 0; k < rounds; k++) {
+        if (k + 1 < rounds) copy_in(k + 1);
+        reduce(k);
+    }
+}
+
+void allgather_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_t bytes, uint64_t tag)
+{
+    const int n = s.size, r = s.rank;
+    const size_t per = kShmRound, rounds = (bytes + per - 1) / per;
+    const uint8_t *in = static_cast<const uint8_t *>(send);
+    uint8_t *out = static_cast<uint8_t *>(recv);
+    const uint32_t g0 = begin(c, s, rounds, "an all-gather");
+    if (out + (size_t)r * bytes != in) std::memcpy(out + (size_t)r * bytes, in, bytes);
+    auto span = [&](size_t k, size_t *e0, size_t *m) {
+        *e0 = k * per;
+        *m = bytes - *e0 < per ? bytes - *e0 : per;
+    };
+    auto copy_in = [&](size_t k) {
+        const uint32_t g = g0 + (uint32_t)k;
+        size_t e0, m;
+        span(k, &e0, &m);
+        claim(c, l, s, g, k == 0, tag);
+        std::memcpy(slot(s, r, g), in + e0, m);
+        publish(s, IN, g + 1);
+    };
+    auto copy_out = [&](size_t k) {
+        const uint32_t g = g0 + (uint32_t)k;
+        size_t e0, m;
+        span(k, &e0, &m);
+        wait_for(c, l, s, IN, g + 1);
+        if (k == 0) check_tags(s, g, tag, bytes, "bytes");
+        for (int j = 0; j < n; j++)
+            if (j != r) std::memcpy(out + (size_t)j * bytes + e0, slot(s, j, g), m);
+        counter(s, r, RED).store(g + 1, std::memory_order_seq_cst);
+        publish(s, OUT, g + 1);
+    };
+    if (!rounds) return;
+    copy_in(0);
+    for (size_t k = 0; k < rounds; k++) {
         if (k + 1 < rounds) copy_in(k + 1);
         copy_out(k);
     }

@@ -1,6 +1,7 @@
 // The gloo plugin's same-host path: when every rank of a communicator
 // runs on one host (same hostname, boot id and network namespace), large
-// all-reduces go through a shared-memory segment instead of the TCP links.
+// all-reduces, reduce-scatters and all-gathers go through a shared-memory
+// segment instead of the TCP links (or gloo's transport).
 //
 // The segment (shm_open, created by rank 0, opened by the others and
 // unlinked as soon as all have it) holds a slot per rank, each of kShmBufs
@@ -22,6 +23,10 @@
 // socket: the peer died) every few milliseconds. A round's copy-in of the
 // next round runs before the copy-out of this one, and kShmBufs buffers
 // per slot let the ranks drift apart by that many rounds.
+// Reduce-scatter and all-gather (below) run the same rounds without a
+// copy-out or a reduce; every op publishes each round's out counter once
+// it no longer reads that round's buffers, which is what a copy-in waits
+// for before it reuses them.
 //
 // Reduction order: element i of an all-reduce of count elements lies in
 // the ring's chunk q (chunk(count, size, q)); it is reduced as the ring
@@ -57,6 +62,7 @@ struct Shm {
     uint8_t *data = nullptr; // slots: (size, kShmBufs, kShmRound)
     uint32_t round = 0; // the next round's number, the same on every rank
     int spin_us = 0;
+    const char *what = "an all-reduce"; // the op in progress, for the messages
     std::atomic<bool> stop{false}; // set by abort()
 
     Shm() = default;
@@ -92,6 +98,22 @@ std::string host_key();
 // PeerError.
 void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, int div,
                    uint64_t tag);
+
+// Reduce-scatter through the segment: send holds size blocks of count
+// elements, recv gets block `rank` reduced over the ranks in the TCP
+// ring's order (reduce_scatter_ring: block b's left fold starts at rank
+// b+1 and runs b+2, ..., b), then divided by div when div > 1. Rounds of
+// kShmRound / size bytes of every block: copy-in (rank r copies its
+// blocks j != r into its slot), reduce (rank r folds block r from the
+// others' slots and its own send buffer into recv). Throws PeerError.
+void reduce_scatter_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_t count, phx_dtype dt,
+                        phx_reduce_op op, int div, uint64_t tag);
+
+// All-gather through the segment: recv holds size blocks of bytes, block
+// `rank` = send (which may already be that block: in place). Rounds of
+// kShmRound bytes of the block: copy-in (its piece into its slot),
+// copy-out (the others' pieces from their slots). Throws PeerError.
+void allgather_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_t bytes, uint64_t tag);
 
 } // namespace pxg
 
