@@ -20,8 +20,8 @@
 // All-reduce picks its algorithm by
 // message size (doc/guide/comm.md): recursive doubling for small messages
 // (latency: log2 n exchanges), a pipelined ring for large ones
-// (bandwidth), halving-doubling in between for large worlds. f16 sums use
-// gloo::float16; bf16 (gloo has none) and max/min use phx_kit_reduce
+// (bandwidth), halving-doubling in between for large worlds. f16 and
+// bf16 (gloo has none), max and min use phx_kit_reduce
 // (phalanx/plugin/kit.h: f32 arithmetic, rounded per step); avg = sum
 // then divide. A gloo exception becomes PHX_EPEER or PHX_ETIMEOUT with its
 // message and the rank of the peer the failed wait was on, and the kit's
