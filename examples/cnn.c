@@ -193,8 +193,13 @@ int main(int argc, char **argv)
             warmup = atof(v);
         else if (!strcmp(a, "--wd"))
             wd = atof(v);
-        else if (!strcmp(a, "--augment"))
-            pad = atoi(v) >= 0 ? atoi(v) : 99; /* refused below */
+        else if (!strcmp(a, "--augment")) {
+            pad = atoi(v);
+            if (pad < 0 || pad > 14) { /* refused before anything is allocated */
+                fprintf(stderr, "%s: --augment: expected a padding of 0 to 14 pixels\n", fm_prog);
+                return 2;
+            }
+        }
 #else
         else if (!strcmp(a, "--dropout"))
             dropout = atof(v);
@@ -284,10 +289,6 @@ int main(int argc, char **argv)
 #ifdef EXAMPLE_RESNET
     augment aug = {.state = seed * 0x100000001b3ull + (uint64_t)rank, .pad = pad};
     if (pad >= 0) {
-        if (pad > 14) {
-            fprintf(stderr, "%s: --augment: expected a padding of 0 to 14 pixels\n", fm_prog);
-            return 2;
-        }
         lo.collate = augment_collate;
         lo.collate_user = &aug;
     }
