@@ -154,6 +154,11 @@ phx_status phx_zero_load_full_state(phx_optimizer *zero);
  * failed on any rank leaves the previous index and its shards loadable.
  * model is the optimizer's model; scaler may be NULL. dir, created if
  * missing, must be one folder every rank sees (a shared filesystem).
+ * Hybrid sharding: the shard groups hold the same shards, so only the
+ * group of the ranks first in their replicate group writes (the others
+ * wait for it and return its outcome); a hybrid ZeRO-1 given shard_comm
+ * without replicate_comm (over a larger world) cannot say which group
+ * writes and is refused with PHX_EINVAL, nothing written.
  * PHX_EUNSUPPORTED when the ranks' shard optimizers keep different state
  * kinds, or on a rank whose shard optimizer does not keep one state tensor
  * per piece and kind (the other ranks then fail with PHX_EIO); nothing is

@@ -313,13 +313,9 @@ static phx_status write_shard(const char *who, px_zero *z, const char *dir, int6
     return st;
 }
 
-phx_status phx_zero_checkpoint_save(const char *dir, phx_module *model, phx_optimizer *zo, phx_scaler *scaler)
+/* The save within one shard group (the whole world unless hybrid). */
+static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_optimizer *zo, phx_scaler *scaler)
 {
-    static const char who[] = "phx_zero_checkpoint_save";
-    px_zero *z = px_zero_of(zo, who);
-    if (!z) return PHX_EINVAL;
-    if (!dir || !model) return phx_error(PHX_EINVAL, "%s: NULL %s", who, !dir ? "dir" : "model");
-    if (model != z->model) return phx_error(PHX_EINVAL, "%s: the ZeRO optimizer belongs to another model", who);
     /* Local preparation; any failure still joins the agreement below. */
     char err[600] = "";
     phx_status st = px_zero_check_model(z);
@@ -376,6 +372,42 @@ phx_status phx_zero_checkpoint_save(const char *dir, phx_module *model, phx_opti
     if (st != PHX_OK) return phx_error(st, "%s", err);
     if (fail != 0) return phx_error(PHX_EIO, "%s: rank 0 failed to write the index", who);
     if (z->rank == 0) remove_old_shards(dir, gen, z->world);
+    return PHX_OK;
+}
+
+/* Under hybrid sharding every shard group holds the same shards, so only
+ * the group whose ranks are first in their replicate group writes; the
+ * others wait for its outcome (several groups writing the same files
+ * would race on the temporary index and the generation). */
+phx_status phx_zero_checkpoint_save(const char *dir, phx_module *model, phx_optimizer *zo, phx_scaler *scaler)
+{
+    static const char who[] = "phx_zero_checkpoint_save";
+    px_zero *z = px_zero_of(zo, who);
+    if (!z) return PHX_EINVAL;
+    if (!dir || !model) return phx_error(PHX_EINVAL, "%s: NULL %s", who, !dir ? "dir" : "model");
+    if (model != z->model) return phx_error(PHX_EINVAL, "%s: the ZeRO optimizer belongs to another model", who);
+    if (z->replicas_unknown)
+        return phx_error(PHX_EINVAL,
+                         "%s: hybrid sharding without a replicate group: every shard group would write the same "
+                         "files into '%s'; give phx_zero_opts.replicate_comm (the ranks holding the same shard) to "
+                         "phx_zero_optimizer_new",
+                         who, dir);
+    if (!z->rcomm || phx_comm_size(z->rcomm) <= 1) return save_group(who, dir, z, zo, scaler);
+    bool writer = phx_comm_rank(z->rcomm) == 0;
+    phx_status st = writer ? save_group(who, dir, z, zo, scaler) : PHX_OK;
+    char err[600] = "";
+    if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
+    float fail = st != PHX_OK ? 1.0f : 0.0f;
+    phx_status cs = allreduce_host(z->rcomm, &fail, 1, PHX_MAX);
+    if (st != PHX_OK) return phx_error(st, "%s", err);
+    if (cs != PHX_OK)
+        return phx_error(cs, "%s: waiting for the shard group that writes (replicate rank 0): %s", who,
+                         phx_last_error());
+    if (fail != 0)
+        return phx_error(PHX_EIO,
+                         "%s: the shard group that writes (replicate rank 0) failed; the previous checkpoint in '%s' "
+                         "stays loadable",
+                         who, dir);
     return PHX_OK;
 }
 

@@ -58,6 +58,11 @@ typedef struct px_zero {
     unsigned magic;
     phx_module *model;
     phx_comm *comm;
+    /* Hybrid: the replicate group (borrowed; NULL when not hybrid or not
+     * given), and whether the world is larger than comm with no replicate
+     * group to say which copy of a shard saves. */
+    phx_comm *rcomm;
+    bool replicas_unknown;
     int rank, world, stage;
     int64_t chunk; /* elements per rank and all-gather */
     phx_module *ddp_mod; /* ZeRO-2: the DDP wrapper (a reference) */

@@ -577,12 +577,15 @@ phx_optimizer *phx_zero_optimizer_new(phx_module *model, phx_comm *comm, phx_zer
         }
     }
     /* The partition's communicator: the shard group when hybrid. */
+    phx_comm *world_comm = comm;
     if (o.shard_comm) comm = o.shard_comm;
     px_zero *z = px_calloc(1, sizeof *z);
     if (!z) return NULL;
     z->magic = PX_ZERO_MAGIC;
     z->model = model;
     z->comm = comm;
+    z->rcomm = fs ? fs->rcomm : o.replicate_comm;
+    z->replicas_unknown = !z->rcomm && o.shard_comm && phx_comm_size(world_comm) > phx_comm_size(o.shard_comm);
     z->rank = phx_comm_rank(comm);
     z->world = phx_comm_size(comm);
     z->stage = o.stage >= 2 ? o.stage : 1;

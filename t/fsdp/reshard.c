@@ -12,6 +12,7 @@
  * reference's within 1e-6. phx_checkpoint_save of the resharded FSDP
  * model is refused with a message saying what to do, and works after
  * phx_fsdp_gather_full. */
+#include <dirent.h>
 #include <ftw.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -77,11 +78,26 @@ static double mean_across(phx_comm *c, double v)
 }
 
 typedef struct job {
-    int stage; /* 3: FSDP; 1: DDP + ZeRO-1 */
+    int stage; /* 3: FSDP; 1, 2: DDP + ZeRO-1, ZeRO-2 */
     int first, last;
     const char *load, *save;
     uint64_t seed;
+    /* Hybrid: shard within groups of 2 ranks, replicate across them; with
+     * perturb, the second replica's parameters are moved off before the
+     * save, so a checkpoint of the first's proves who wrote it. */
+    bool hybrid, perturb;
+    bool no_replicate; /* hybrid ZeRO-1 given shard_comm only */
 } job;
+
+/* Adds 1 to every parameter of m (the replica that must not save). */
+static void perturb(phx_module *m)
+{
+    for (size_t i = 0; i < phx_module_num_params(m); i++) {
+        phx_tensor *v = phx_param_value(phx_module_param(m, i));
+        float *d = phx_tensor_data(v);
+        for (int64_t k = 0; d && k < phx_tensor_numel(v); k++) d[k] += 1.0f;
+    }
+}
 
 static int rank_fn(int rank, void *arg)
 {
@@ -91,15 +107,26 @@ static int rank_fn(int rank, void *arg)
     int world = phx_comm_size(c), fails = 0;
     if (rank < 0) rank = 0;
     phx_module *m = tu_mlp(sizes, 3, jb->seed), *w = NULL;
+    phx_comm *shard = NULL, *replicate = NULL;
+    if (jb->hybrid &&
+        (phx_comm_split(c, rank / 2, rank, &shard) != PHX_OK ||
+         phx_comm_split(c, rank % 2, rank, &replicate) != PHX_OK)) {
+        printf("# rank %d: phx_comm_split: %s\n", rank, phx_last_error());
+        fails++;
+    }
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
     zo.stage = jb->stage;
     if (jb->stage == 3) {
         phx_fsdp_opts fo = PHX_FSDP_OPTS_INIT;
         fo.wrap = wrap_first;
+        fo.shard_comm = shard;
+        fo.replicate_comm = replicate;
         w = m ? phx_fsdp_new(m, c, &fo) : NULL;
     } else {
         w = m ? phx_ddp_new(m, c, NULL) : NULL;
         zo.region_bytes = 100;
+        zo.shard_comm = shard;
+        zo.replicate_comm = jb->no_replicate ? NULL : replicate;
     }
     phx_optimizer *z = w ? phx_zero_optimizer_new(w, c, make_adamw, NULL, &zo) : NULL;
     phx_status st = z ? PHX_OK : PHX_EINVAL;
@@ -116,13 +143,23 @@ static int rank_fn(int rank, void *arg)
         if (rank == 0) got[s] = g;
         if (st != PHX_OK) printf("# rank %d step %d: %s\n", rank, s, phx_last_error());
     }
-    if (st == PHX_OK && jb->save && (st = phx_zero_checkpoint_save(jb->save, w, z, NULL)) != PHX_OK)
+    if (st == PHX_OK && jb->perturb && phx_comm_rank(replicate) == 1) perturb(phx_optimizer_model(z));
+    if (st == PHX_OK && jb->save && jb->no_replicate) {
+        /* refused on every rank, nothing written */
+        phx_status sv = phx_zero_checkpoint_save(jb->save, w, z, NULL);
+        if (sv != PHX_EINVAL || !strstr(phx_last_error(), "replicate_comm")) {
+            printf("# rank %d: save without a replicate group: %s (%s)\n", rank, phx_status_name(sv), phx_last_error());
+            fails++;
+        }
+    } else if (st == PHX_OK && jb->save && (st = phx_zero_checkpoint_save(jb->save, w, z, NULL)) != PHX_OK)
         printf("# rank %d save: %s\n", rank, phx_last_error());
     fails += st != PHX_OK;
     fflush(stdout);
     phx_optimizer_free(z);
     phx_module_free(w);
     phx_module_free(m);
+    phx_comm_free(shard);
+    phx_comm_free(replicate);
     phx_comm_free(c);
     return fails;
 }
@@ -142,7 +179,7 @@ static void clear_got(void)
 static void run_world_on(const char *backend, int world, int stage, const char *what)
 {
     clear_got();
-    job jb = {stage, SAVE_AT, STEPS, dir, NULL, 900 + (uint64_t)world};
+    job jb = {stage, SAVE_AT, STEPS, dir, NULL, 900 + (uint64_t)world, false, false, false};
     phx_status st = world == 1 ? (rank_fn(-1, &jb) ? PHX_EINVAL : PHX_OK) : tu_spawn(backend, world, rank_fn, &jb);
     double e = loss_err(SAVE_AT, STEPS);
     ok(st == PHX_OK && e <= 1e-6, "%s: steps %d..%d's losses equal the uninterrupted world-1 run's (max error %.3g)",
@@ -154,6 +191,68 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
 {
     (void)sb, (void)flag, (void)f;
     return remove(p);
+}
+
+/* A plain AdamW of one process continues from the checkpoint in d. */
+static void load_full_check(const char *d, const char *what)
+{
+    clear_got();
+    phx_module *m = tu_mlp(sizes, 3, 77);
+    phx_optimizer *o = make_adamw(m, NULL);
+    phx_status st = phx_zero_checkpoint_load_full(d, m, o, NULL);
+    for (int s = SAVE_AT; s < STEPS && st == PHX_OK; s++) st = step_rows(m, o, s, 0, ROWS, &got[s]);
+    double e = loss_err(SAVE_AT, STEPS);
+    ok(st == PHX_OK && e <= 1e-6, "%s: losses equal (max error %.3g)", what, e);
+    if (st != PHX_OK) diag("%s", phx_last_error());
+    phx_optimizer_free(o);
+    phx_module_free(m);
+}
+
+/* Files in d whose names start with prefix. */
+static int count_files(const char *d, const char *prefix)
+{
+    DIR *dd = opendir(d);
+    int n = 0;
+    for (struct dirent *e; dd && (e = readdir(dd));) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (dd) closedir(dd);
+    return n;
+}
+
+/* Hybrid sharding (world 4: 2 groups of 2 shard, {0, 2} and {1, 3}
+ * replicate): only the first replica's group writes, once; the second,
+ * moved off on purpose before the save, leaves no trace in the
+ * checkpoint. A hybrid ZeRO-1 given no replicate group is refused. */
+static void hybrid_saves(void)
+{
+    static const int stages[] = {3, 2};
+    for (int k = 0; k < 2; k++) {
+        char hd[96];
+        snprintf(hd, sizeof hd, "%s/hybrid-%d", dir, stages[k]);
+        clear_got();
+        job jb = {stages[k], 0, SAVE_AT, NULL, hd, 31, true, true, false};
+        phx_status st = tu_spawn("threads", 4, rank_fn, &jb);
+        double e = loss_err(0, SAVE_AT);
+        int shards = count_files(hd, "shard-"),
+            of2 = count_files(hd, "shard-0-of-2.") + count_files(hd, "shard-1-of-2.");
+        ok(st == PHX_OK && e <= 1e-6 && shards == 2 && of2 == 2,
+           "hybrid %s at world 4 (2 groups of 2): steps 0..4 equal the reference (max error %.3g), saved as %d "
+           "shard files of 2 (expected 2)",
+           stages[k] == 3 ? "FSDP" : "ZeRO-2", e, shards);
+        if (st != PHX_OK) diag("%s", phx_last_error());
+        char what[96];
+        snprintf(what, sizeof what, "hybrid %s's checkpoint, the first replica's (the second was moved off)",
+                 stages[k] == 3 ? "FSDP" : "ZeRO-2");
+        load_full_check(hd, what);
+    }
+    char hd[96];
+    snprintf(hd, sizeof hd, "%s/hybrid-none", dir);
+    job jb = {1, 0, 1, NULL, hd, 31, true, false, true};
+    phx_status st = tu_spawn("threads", 4, rank_fn, &jb);
+    struct stat sb;
+    ok(st == PHX_OK && stat(hd, &sb) != 0,
+       "hybrid ZeRO-1 without replicate_comm: the save is refused on every rank naming replicate_comm, nothing "
+       "written");
+    if (st != PHX_OK) diag("%s", phx_last_error());
 }
 
 /* phx_checkpoint_save of a resharded FSDP model: refused naming the
@@ -190,7 +289,7 @@ int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-fsdp-reshard-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
-    plan(11);
+    plan(16);
     got = mmap(NULL, STEPS * sizeof *got, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (got == MAP_FAILED) {
         printf("Bail out! mmap\n");
@@ -205,7 +304,7 @@ int main(void)
     phx_module_free(m);
 
     clear_got();
-    job jb = {3, 0, SAVE_AT, NULL, dir, 31};
+    job jb = {3, 0, SAVE_AT, NULL, dir, 31, false, false, false};
     st = tu_spawn("threads", 4, rank_fn, &jb);
     double e = loss_err(0, SAVE_AT);
     ok(st == PHX_OK && e <= 1e-6, "world 4 (FSDP): steps 0..4 equal the reference (max error %.3g), saved", e);
@@ -222,18 +321,8 @@ int main(void)
     run_world_on("threads", 1, 3, "load at world 1 (FSDP without a comm)");
     run_world_on("threads", 2, 1, "load at world 2 (DDP + ZeRO-1)");
 
-    /* a plain AdamW of one process */
-    clear_got();
-    m = tu_mlp(sizes, 3, 77);
-    o = make_adamw(m, NULL);
-    st = phx_zero_checkpoint_load_full(dir, m, o, NULL);
-    for (int s = SAVE_AT; s < STEPS && st == PHX_OK; s++) st = step_rows(m, o, s, 0, ROWS, &got[s]);
-    e = loss_err(SAVE_AT, STEPS);
-    ok(st == PHX_OK && e <= 1e-6, "plain AdamW via phx_zero_checkpoint_load_full: losses equal (max error %.3g)", e);
-    if (st != PHX_OK) diag("%s", phx_last_error());
-    phx_optimizer_free(o);
-    phx_module_free(m);
-
+    load_full_check(dir, "plain AdamW via phx_zero_checkpoint_load_full");
+    hybrid_saves();
     plain_save();
     nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
     return done_testing();
