@@ -7,6 +7,12 @@
  * ranks made by phx_comm_split, replicated across them) where the world
  * is a multiple of --node above it. Each rank's step is --rows sequences
  * of 64 tokens (default 2: a step that communication dominates).
+ * --modes "ZeRO-2,Z3 nopf" runs only those rows (comma-separated names as
+ * the table prints them; DDP always runs: the ratios are to it). --tcp
+ * sets PHX_GLOO_SHM=0 in the ranks: the collectives go over TCP (loopback)
+ * as between hosts, where a gather leaves the CPU free for compute (the
+ * case prefetch is for), instead of gloo's same-host shared memory, whose
+ * copies are CPU work themselves.
  *
  * Per rank: the bytes of parameters, of gradients (the DDP buckets every
  * parameter's gradient is a view of; ZeRO-2 adds its reduce-scatter
@@ -32,7 +38,7 @@
  * from it by more than the regions' rounding is reported).
  *
  * usage: bench/zero [--steps N] [--layers L] [--width C] [--worlds "1 2 4"] [--rounds R] [--node N]
- *                   [--rows N] [--max-rank-bytes B] [--width-step S] */
+ *                   [--rows N] [--modes LIST] [--tcp] [--max-rank-bytes B] [--width-step S] */
 #include <math.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -299,10 +305,11 @@ typedef struct row_out {
     double params, grads, state, rss, ms, cpu_ms;
 } row_out;
 
-static row_out run_row(job *jb, int world)
+static row_out run_row(job *jb, int world, bool tcp)
 {
     memset(jb->out, 0, sizeof(rank_out) * MAX_WORLD);
     setenv("PHX_COMM", "gloo", 1);
+    if (tcp) setenv("PHX_GLOO_SHM", "0", 1);
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     unsetenv("MASTER_PORT");
@@ -434,11 +441,22 @@ static void max_rank_bytes(double budget, const char *worlds, int node, int laye
     }
 }
 
+/* Whether the table runs mode md: DDP always, the others when --modes
+ * (comma-separated names) is not given or names them. */
+static bool mode_wanted(int md, const char *list)
+{
+    if (md == 0 || !list || !*list) return true;
+    size_t n = strlen(modes[md].name);
+    for (const char *p = list; (p = strstr(p, modes[md].name)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     int steps = 8, layers = 4, width = 256, rounds = 3, node = 2, width_step = 64, seqs = 2;
     double max_bytes = 0;
-    const char *worlds = "1 2 4";
+    const char *worlds = "1 2 4", *mode_list = NULL, *shm = "shm";
     bench_opt opts[] = {{"--steps", 'i', &steps},
                         {"--layers", 'i', &layers},
                         {"--width", 'i', &width},
@@ -447,10 +465,12 @@ int main(int argc, char **argv)
                         {"--node", 'i', &node},
                         {"--max-rank-bytes", 'd', &max_bytes},
                         {"--width-step", 'i', &width_step},
-                        {"--rows", 'i', &seqs}};
+                        {"--rows", 'i', &seqs},
+                        {"--modes", 's', &mode_list},
+                        {"--tcp", 'n', &shm}};
     if (bench_args(argc, argv, opts, sizeof opts / sizeof opts[0],
                    "[--steps N] [--layers L] [--width C] [--worlds \"1 2 4\"] [--rounds R] [--node N] "
-                   "[--rows N] [--max-rank-bytes B] [--width-step S]"))
+                   "[--rows N] [--modes LIST] [--tcp] [--max-rank-bytes B] [--width-step S]"))
         return 2;
     if (steps < 1 || steps > MAX_STEPS) steps = 8;
     if (rounds < 1 || rounds > 16) rounds = 3;
@@ -467,9 +487,19 @@ int main(int argc, char **argv)
     }
     rank_out *out = mmap(NULL, sizeof(rank_out) * MAX_WORLD, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (out == MAP_FAILED) return 1;
-    printf("GPT: %d layers, d_model %d, vocab %d, %d tokens x %d rows per rank, AdamW; gloo processes; median of %d "
-           "steps, then median of %d rounds (the modes alternate)\n",
-           layers, width, VOCAB, SEQ, seqs, steps, rounds);
+    bool any = false;
+    for (int md = 1; md < N_MODES; md++) any |= mode_list && mode_wanted(md, mode_list);
+    if (mode_list && !any) {
+        fprintf(stderr, "bench/zero: --modes '%s' names no mode; the modes:", mode_list);
+        for (int md = 1; md < N_MODES; md++) fprintf(stderr, "%s '%s'", md > 1 ? "," : "", modes[md].name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    bool tcp = shm == NULL;
+    printf("GPT: %d layers, d_model %d, vocab %d, %d tokens x %d rows per rank, AdamW; gloo processes (%s); median "
+           "of %d steps, then median of %d rounds (the modes alternate)\n",
+           layers, width, VOCAB, SEQ, seqs,
+           tcp ? "PHX_GLOO_SHM=0: collectives over TCP, as between hosts" : "same-host shared memory", steps, rounds);
     printf("%-7s %5s %11s %10s %10s %10s %9s %9s %7s %7s\n", "mode", "world", "params MiB", "grads MiB", "optim MiB",
            "total MiB", "RSS MiB", "step ms", "vs DDP", "CPU ms");
     double n_params = gpt_params_built(layers, width);
@@ -486,16 +516,16 @@ int main(int argc, char **argv)
         bool hybrid_ok = world > node && world % node == 0;
         for (int k = 0; k < rounds; k++)
             for (int mode = 0; mode < N_MODES; mode++) {
-                if (modes[mode].hybrid && !hybrid_ok) continue;
+                if ((modes[mode].hybrid && !hybrid_ok) || !mode_wanted(mode, mode_list)) continue;
                 job jb = {mode, steps, node, layers, width, out, gpt_block(&cnt, width), seqs};
-                row_out r = run_row(&jb, world);
+                row_out r = run_row(&jb, world, tcp);
                 ms[mode][k] = r.ms;
                 cpu[mode][k] = r.cpu_ms;
                 if (k == 0 || r.rss > rows[mode].rss) rows[mode] = r; /* the largest peak RSS of the rounds */
             }
         double ddp_ms = bench_median(ms[0], rounds);
         for (int mode = 0; mode < N_MODES; mode++) {
-            if (modes[mode].hybrid && !hybrid_ok) continue;
+            if ((modes[mode].hybrid && !hybrid_ok) || !mode_wanted(mode, mode_list)) continue;
             const row_out *r = &rows[mode];
             double t = mode == 0 ? ddp_ms : bench_median(ms[mode], rounds), tc = bench_median(cpu[mode], rounds);
             printf("%-7s %5d %11.2f %10.2f %10.2f %10.2f %9.1f %9.1f %7.2f %7.1f\n", modes[mode].name, world,
@@ -509,7 +539,7 @@ int main(int argc, char **argv)
                 printf("note: %s at world %d holds %.0f bytes, the arithmetic says %.0f\n", modes[mode].name, world,
                        r->params + r->grads + r->state, p + g + s);
             char row[64];
-            snprintf(row, sizeof row, "%s world %d", modes[mode].name, world);
+            snprintf(row, sizeof row, "%s world %d%s", modes[mode].name, world, tcp ? " tcp" : "");
             bench_tsv(BENCH_NAME, "per-rank MiB", row, "params", r->params / MiB);
             bench_tsv(BENCH_NAME, "per-rank MiB", row, "grads", r->grads / MiB);
             bench_tsv(BENCH_NAME, "per-rank MiB", row, "optim", r->state / MiB);
