@@ -93,6 +93,7 @@ typedef struct phx_fsdp_stats {
     uint64_t largest_unit_bytes; /* the largest unit's full (padded) parameters */
     uint64_t shard_bytes; /* this rank's persistent shard: values + gradients */
     uint64_t gathers, reduce_scatters, prefetches;
+    uint64_t unsynced_backwards; /* appended in ABI 1.5: backwards run under no_sync */
 } phx_fsdp_stats;
 #define PHX_FSDP_STATS_INIT \
     { \
@@ -136,6 +137,19 @@ const char *phx_fsdp_unit_path(phx_module *fsdp, size_t i, int64_t *numel);
 phx_status phx_fsdp_gather_full(phx_module *fsdp);
 /* Frees what phx_fsdp_gather_full gathered (local). */
 phx_status phx_fsdp_release_full(phx_module *fsdp);
+/* FSDP's no_sync (gradient accumulation without communication; ABI
+ * 1.5): while set, each backward keeps every unit's full gradients and
+ * adds into them, reduce-scattering nothing (no non-finite check, no
+ * buffer broadcast either); the first backward after it is cleared adds
+ * its gradients to the kept ones and reduce-scatters the sum, so the
+ * shards get the same average as micro-batches reduced one by one. It
+ * costs the full gradients of every unit per rank meanwhile (the
+ * parameters are still gathered for each forward and backward). A
+ * ZeRO-3 step while kept gradients are not yet reduced is refused
+ * (PHX_ESTATE): end each accumulation with a backward outside no_sync,
+ * as with DDP. Refused during a backward. Local: every rank sets it
+ * alike. */
+phx_status phx_fsdp_set_no_sync(phx_module *fsdp, bool no_sync);
 phx_status phx_fsdp_get_stats(phx_module *fsdp, phx_fsdp_stats *out);
 /* Sets the peaks to the current values. */
 phx_status phx_fsdp_reset_peak(phx_module *fsdp);

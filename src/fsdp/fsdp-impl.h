@@ -71,6 +71,9 @@ typedef struct px_fsdp {
     size_t fwd_pos, bwd_pos; /* position in order of the running forward / backward */
     bool summoned; /* phx_fsdp_gather_full */
     bool in_backward;
+    /* phx_fsdp_set_no_sync: backwards keep each unit's full gradients
+     * (accumulating) instead of reduce-scattering them. */
+    bool no_sync;
     phx_tensor *flag; /* the non-finite gradient flag, a scalar */
     phx_status pending_status; /* a failure inside a unit's backward */
     char pending_err[PX_FSDP_ERR_MAX];
@@ -106,6 +109,9 @@ phx_status px_fsdp_rs_launch(px_fsdp *f, px_funit *u);
 /* Waits for every reduce-scatter, adds it into the shard gradients and
  * frees the full gradients. */
 phx_status px_fsdp_rs_finish_all(px_fsdp *f);
+/* Whether a unit keeps full gradients accumulated under no_sync, not
+ * yet reduced into the shards (outside a backward). */
+bool px_fsdp_unsynced(const px_fsdp *f);
 /* Makes a non-finite shard gradient on any rank visible on every rank. */
 phx_status px_fsdp_settle_nonfinite(px_fsdp *f);
 /* Broadcasts the model's buffers from rank 0 of the whole world. */

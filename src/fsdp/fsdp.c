@@ -121,8 +121,9 @@ static phx_status unit_backward(phx_module *self, const phx_tensor *dy, phx_tens
         u->inner->redirect_off = false;
     }
     keep_first(f, st);
-    /* Issued whatever happened, keeping the ranks' collectives in step. */
-    if (u->full_g->storage->data) keep_first(f, px_fsdp_rs_launch(f, u));
+    /* Issued whatever happened, keeping the ranks' collectives in step;
+     * under no_sync the full gradients stay and accumulate. */
+    if (u->full_g->storage->data && !f->no_sync) keep_first(f, px_fsdp_rs_launch(f, u));
     u->backwarded = true;
     px_fsdp_reshard(f, u);
     return st;
@@ -209,14 +210,19 @@ static phx_status fsdp_backward(phx_module *self, const phx_tensor *dy, phx_tens
     if (st == PHX_OK) st = px_fsdp_grads_open(f, root);
     if (st == PHX_OK) st = phx_module_backward(f->model, dy, dx);
     keep_first(f, st);
-    if (root->full_g->storage->data) keep_first(f, px_fsdp_rs_launch(f, root));
+    if (root->full_g->storage->data && !f->no_sync) keep_first(f, px_fsdp_rs_launch(f, root));
     keep_first(f, px_fsdp_rs_finish_all(f));
     for (size_t k = 0; k < f->n_units; k++) {
         px_fsdp_reshard(f, &f->units[k]);
         f->units[k].forwarded = f->units[k].backwarded = false;
     }
-    keep_first(f, px_fsdp_settle_nonfinite(f));
-    keep_first(f, px_fsdp_broadcast_buffers(f));
+    /* No communication under no_sync (the synced backward does both). */
+    if (!f->no_sync) {
+        keep_first(f, px_fsdp_settle_nonfinite(f));
+        keep_first(f, px_fsdp_broadcast_buffers(f));
+    } else {
+        f->stats.unsynced_backwards++;
+    }
     f->in_backward = false;
     if (f->pending_status != PHX_OK) return phx_error(f->pending_status, "%s", f->pending_err);
     return PHX_OK;
@@ -595,6 +601,23 @@ phx_status phx_fsdp_release_full(phx_module *fsdp)
     }
     f->summoned = false;
     return PHX_OK;
+}
+
+phx_status phx_fsdp_set_no_sync(phx_module *fsdp, bool no_sync)
+{
+    px_fsdp *f = fsdp_of(fsdp, "phx_fsdp_set_no_sync");
+    if (!f) return PHX_EINVAL;
+    if (f->in_backward)
+        return phx_error(PHX_ESTATE, "phx_fsdp_set_no_sync: a backward is running; set it between backwards");
+    f->no_sync = no_sync;
+    return PHX_OK;
+}
+
+bool px_fsdp_unsynced(const px_fsdp *f)
+{
+    for (size_t k = 0; k < f->n_units; k++)
+        if (f->units[k].full_g->storage->data) return true;
+    return false;
 }
 
 phx_status phx_fsdp_get_stats(phx_module *fsdp, phx_fsdp_stats *out)

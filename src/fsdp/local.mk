@@ -1,7 +1,7 @@
 # src/fsdp — fully sharded data parallel (ZeRO-3, doc/guide/sharding.md). Tests: t/fsdp/.
 libphalanx_internal_la_SOURCES += src/fsdp/fsdp.c src/fsdp/fsdp-comm.c src/fsdp/fsdp-units.c src/fsdp/fsdp-impl.h
 
-fsdp_tests = t/fsdp/equiv t/fsdp/reshard t/fsdp/peer t/fsdp/api
+fsdp_tests = t/fsdp/equiv t/fsdp/reshard t/fsdp/peer t/fsdp/api t/fsdp/nosync
 check_PROGRAMS += $(fsdp_tests)
 TESTS += $(fsdp_tests)
 fsdp_test_cppflags = $(AM_CPPFLAGS)
@@ -27,3 +27,5 @@ TESTS += t/fsdp/mpi.sh
 EXTRA_DIST += t/fsdp/mpi.sh
 t_fsdp_mpi_LDADD = libphalanx.la -lm
 t_fsdp_mpi_CPPFLAGS = $(fsdp_test_cppflags)
+t_fsdp_nosync_LDADD = libphalanx.la -lm
+t_fsdp_nosync_CPPFLAGS = $(fsdp_test_cppflags)

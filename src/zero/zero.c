@@ -390,6 +390,10 @@ static phx_status zero_step(phx_optimizer *self)
      * change on each), before any collective. */
     phx_status st = px_zero_check_model(z);
     if (st != PHX_OK) return st;
+    if (z->fsdp && px_fsdp_unsynced(z->fsdp))
+        return phx_error(PHX_ESTATE,
+                         "ZeroRedundancyOptimizer: gradients accumulated under phx_fsdp_set_no_sync are not reduced "
+                         "yet; run the accumulation's last backward with no_sync cleared before the step");
     st = px_zero_refresh_grads(z);
     if (st == PHX_OK) st = phx_optimizer_set_lr(z->inner, phx_optimizer_lr(self));
     if (st == PHX_OK) {
