@@ -13,68 +13,17 @@
  * model is refused with a message saying what to do, and works after
  * phx_fsdp_gather_full. */
 #include <dirent.h>
-#include <ftw.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "t/tap.h"
-#include "t/ddp-util.h"
+#include "t/reshard-util.h"
 
-#define ROWS 12
-#define STEPS 10
-#define SAVE_AT 5
-#define LR 1e-2
-
-static const int64_t sizes[] = {5, 9, 4}; /* 94 parameters: not divisible by 3 or 4 */
 static char dir[64];
-static double ref[STEPS];
-static double *got; /* [STEPS] global losses (written by rank 0; shared with gloo processes) */
-
-static phx_optimizer *make_adamw(phx_module *m, void *arg)
-{
-    (void)arg;
-    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
-    o.lr = LR;
-    phx_optimizer *opt = phx_adam_new(m, &o);
-    if (opt) phx_adam_decay_matrices_only(opt, NULL);
-    return opt;
-}
 
 static bool wrap_first(const phx_module *m, const char *path, int64_t numel, void *arg)
 {
     (void)m, (void)numel, (void)arg;
     return strcmp(path, "0") == 0;
-}
-
-static phx_status step_rows(phx_module *m, phx_optimizer *o, int s, int64_t first, int64_t rows, double *l)
-{
-    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    phx_tensor *x = tu_new2(rows, sizes[0]), *y = tu_new2(rows, sizes[2]), *out = NULL;
-    float lv = NAN;
-    tu_batch(s, first, rows, x, y);
-    phx_status st = loss && x && y ? phx_module_forward(m, x, &out) : PHX_ENOMEM;
-    if (st == PHX_OK) st = phx_loss_forward(loss, out, y, &lv);
-    if (st == PHX_OK) st = phx_module_backward(m, phx_loss_grad(loss), NULL);
-    if (st == PHX_OK) st = phx_optimizer_step(o);
-    if (st == PHX_OK) st = phx_optimizer_zero_grad(o);
-    *l = lv;
-    phx_tensor_free(x);
-    phx_tensor_free(y);
-    phx_loss_free(loss);
-    return st;
-}
-
-static double mean_across(phx_comm *c, double v)
-{
-    int world = phx_comm_size(c);
-    if (world <= 1) return v;
-    int64_t one = 1;
-    float f = (float)v;
-    phx_tensor *t = phx_tensor_from_data(PHX_F32, 1, &one, &f);
-    phx_comm_allreduce(c, t, PHX_SUM, NULL);
-    phx_tensor_to_host(t, &f);
-    phx_tensor_free(t);
-    return (double)f / world;
 }
 
 typedef struct job {
@@ -164,18 +113,6 @@ static int rank_fn(int rank, void *arg)
     return fails;
 }
 
-static double loss_err(int first, int last)
-{
-    double e = 0;
-    for (int s = first; s < last; s++) e = fmax(e, fabs(got[s] - ref[s]));
-    return e;
-}
-
-static void clear_got(void)
-{
-    for (int s = 0; s < STEPS; s++) got[s] = NAN;
-}
-
 static void run_world_on(const char *backend, int world, int stage, const char *what)
 {
     clear_got();
@@ -185,12 +122,6 @@ static void run_world_on(const char *backend, int world, int stage, const char *
     ok(st == PHX_OK && e <= 1e-6, "%s: steps %d..%d's losses equal the uninterrupted world-1 run's (max error %.3g)",
        what, SAVE_AT, STEPS - 1, e);
     if (st != PHX_OK) diag("%s", phx_last_error());
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
-{
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
 }
 
 /* A plain AdamW of one process continues from the checkpoint in d. */
@@ -324,6 +255,6 @@ int main(void)
     load_full_check(dir, "plain AdamW via phx_zero_checkpoint_load_full");
     hybrid_saves();
     plain_save();
-    nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+    rm_tree(dir);
     return done_testing();
 }

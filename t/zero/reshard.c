@@ -18,32 +18,12 @@
  * refuse), an index of another model and optimizer state of another kind
  * or layout are refused with a message naming the file and tensor, the
  * model (and the shard state) left as it was. */
-#include <ftw.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "t/tap.h"
-#include "t/ddp-util.h"
+#include "t/reshard-util.h"
 
-#define ROWS 12
-#define STEPS 10
-#define SAVE_AT 5 /* steps done before the save */
-#define LR 1e-2
-
-static const int64_t sizes[] = {5, 9, 4}; /* 94 parameters: not divisible by 3 or 4 */
 static char dir[64], dir2[80];
-static double ref[STEPS];
-static double *got; /* [STEPS] global losses of a sharded run (written by rank 0; shared with gloo processes) */
-
-static phx_optimizer *make_adamw(phx_module *m, void *arg)
-{
-    (void)arg;
-    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
-    o.lr = LR;
-    phx_optimizer *opt = phx_adam_new(m, &o);
-    if (opt) phx_adam_decay_matrices_only(opt, NULL);
-    return opt;
-}
 
 static phx_optimizer *make_amsgrad(phx_module *m, void *arg)
 {
@@ -52,41 +32,6 @@ static phx_optimizer *make_amsgrad(phx_module *m, void *arg)
     o.lr = LR;
     o.amsgrad = true;
     return phx_adam_new(m, &o);
-}
-
-/* Forward, loss, backward, step on rows [first, first + rows) of step s;
- * the local loss in *l. */
-static phx_status step_rows(phx_module *m, phx_optimizer *o, int s, int64_t first, int64_t rows, double *l)
-{
-    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
-    phx_tensor *x = tu_new2(rows, sizes[0]), *y = tu_new2(rows, sizes[2]), *out = NULL;
-    float lv = NAN;
-    tu_batch(s, first, rows, x, y);
-    phx_status st = loss && x && y ? phx_module_forward(m, x, &out) : PHX_ENOMEM;
-    if (st == PHX_OK) st = phx_loss_forward(loss, out, y, &lv);
-    if (st == PHX_OK) st = phx_module_backward(m, phx_loss_grad(loss), NULL);
-    if (st == PHX_OK) st = phx_optimizer_step(o);
-    if (st == PHX_OK) st = phx_optimizer_zero_grad(o);
-    *l = lv;
-    phx_tensor_free(x);
-    phx_tensor_free(y);
-    phx_loss_free(loss);
-    return st;
-}
-
-/* The mean over ranks of v (f32 is enough for a loss compared to 1e-6
- * only after the division; the sum of W values of similar size). */
-static double mean_across(phx_comm *c, double v)
-{
-    int world = phx_comm_size(c);
-    if (world <= 1) return v;
-    int64_t one = 1;
-    float f = (float)v;
-    phx_tensor *t = phx_tensor_from_data(PHX_F32, 1, &one, &f);
-    phx_comm_allreduce(c, t, PHX_SUM, NULL);
-    phx_tensor_to_host(t, &f);
-    phx_tensor_free(t);
-    return (double)f / world;
 }
 
 typedef struct job {
@@ -201,19 +146,6 @@ static int mixed_rank(int rank, void *arg)
     return 0;
 }
 
-/* max |got - ref| over steps first..last-1. */
-static double loss_err(int first, int last)
-{
-    double e = 0;
-    for (int s = first; s < last; s++) e = fmax(e, fabs(got[s] - ref[s]));
-    return e;
-}
-
-static void clear_got(void)
-{
-    for (int s = 0; s < STEPS; s++) got[s] = NAN;
-}
-
 static void run_world_on(const char *backend, int world, int stage, const char *from, const char *what)
 {
     clear_got();
@@ -251,12 +183,6 @@ static int same_params(phx_module *m, const float *before, size_t n)
     int same = k == n && memcmp(now, before, n * sizeof *now) == 0;
     free(now);
     return same;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
-{
-    (void)sb, (void)flag, (void)f;
-    return remove(p);
 }
 
 static void file_path(char *buf, size_t len, const char *d, const char *name)
@@ -534,6 +460,6 @@ int main(void)
        "ranks whose shard optimizers keep different state kinds: every rank's save refused, no index");
 
     bad_input();
-    nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+    rm_tree(dir);
     return done_testing();
 }
