@@ -70,4 +70,22 @@ static inline int gp_run(int n, int (*rank)(int), double seconds, int *status)
     return left;
 }
 
+#ifdef PHX_TAP_H
+/* Runs rank(r) as a gloo world of 3 (gp_run, 30 s) whose rank 2 kills
+ * itself `when`, with the TAP checks (t/tap.h included first): every
+ * process ended by itself, rank 2 died by SIGKILL, and, when
+ * survivors_exit, ranks 0 and 1 exited with status 0. prefix ("" or
+ * "gloo: ") starts each description. */
+static inline void gp_run_rank2_killed(int (*rank)(int), const char *prefix, const char *when, int survivors_exit)
+{
+    int status[3];
+    int left = gp_run(3, rank, 30, status);
+    ok(left == 0, "%severy process ended by itself (%d still running after 30 s)", prefix, left);
+    ok(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL, "%srank 2 died by SIGKILL %s", prefix, when);
+    if (survivors_exit)
+        ok(WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 0 && WIFEXITED(status[1]) && WEXITSTATUS(status[1]) == 0,
+           "%sthe survivors exit normally (wait status %d, %d)", prefix, status[0], status[1]);
+}
+#endif
+
 #endif
