@@ -1,5 +1,6 @@
 /* t/fsdp/equiv's checks on the world of the environment, for mpirun with
- * PHX_COMM=mpi (t/fsdp/mpi.sh): in one world of N ranks, for the MLP, the
+ * PHX_COMM=mpi (t/fsdp/mpi.sh) or phxrun across network namespaces with
+ * PHX_COMM=gloo (t/fsdp/hybrid_nodes.sh): in one world of N ranks, for the MLP, the
  * BatchNorm CNN, the GPT (a unit per block) and the forward-only MLP,
  * FSDP FULL_SHARD (with and without prefetch) and SHARD_GRAD_OP with a
  * ZeRO-3 AdamW (decay groups, clipping, a GradScaler skipping an inf
@@ -40,9 +41,9 @@ int main(void)
             double all = sum_across(c, fails);
             if (rank == 0)
                 ok(all == 0,
-                   "mpi, %d ranks: %s, FSDP %s + ZeRO-3 AdamW + GradScaler skipping an inf step: equal to DDP within "
+                   "%s, %d ranks: %s, FSDP %s + ZeRO-3 AdamW + GradScaler skipping an inf step: equal to DDP within "
                    "1e-6 after %d steps",
-                   world, model_names[m], job_name(&jb), STEPS);
+                   phx_comm_backend(c), world, model_names[m], job_name(&jb), STEPS);
             bad += all != 0;
         }
     phx_precision_free(fp16);
