@@ -20,8 +20,8 @@ PX_INLINE float lanes_sum(const float acc[8])
 
 /* rows r0 .. r0 + rows - 1 of the softmax, with x, y (and dy, dx below)
  * pointing at row r0 (the causal mask depends on the row's index) */
-PX_INLINE void px_softmax_fwd_loop(int64_t r0, int64_t rows, int64_t cols, float scale, int causal, int lg, const void *x,
-                                   void *y, float *e, int dt)
+PX_INLINE void px_softmax_fwd_loop(int64_t r0, int64_t rows, int64_t cols, float scale, int causal, int lg,
+                                   const void *x, void *y, float *e, int dt)
 {
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r * cols, lim = causal ? (r0 + r) % cols + 1 : cols, c;
@@ -82,50 +82,90 @@ static phx_status softmax_check(const char *who, int64_t rows, int64_t cols)
     return PHX_OK;
 }
 
-/* The f32 loop of one pass on rows r0 .. r0 + rows - 1, for the half
- * path (px_cpu_half_rows): in0 x or y, in1 dy (backward) */
-typedef struct softmax_args {
+/* One pass (forward or backward) over rows [0, rows): in0 is x (forward)
+ * or y (backward), in1 dy. Rows are independent, so the parts of
+ * px_cpu_parallel_for give the bits of one serial pass. */
+typedef struct softmax_job {
     int backward, causal, log;
-    int64_t cols;
-    float scale, *e;
+    int64_t rows, cols;
+    float scale;
+    phx_dtype dt;
+    const void *in0, *in1;
+    void *out;
+    phx_status st; /* the first failure of any part */
+} softmax_job;
+
+/* The f32 loop of a part's rows base + r0 .. base + r0 + rows - 1, for
+ * the half path (px_cpu_half_rows numbers the part's rows from 0; the
+ * causal mask needs the whole's). */
+typedef struct softmax_args {
+    const softmax_job *j;
+    int64_t base;
+    float *e;
 } softmax_args;
 
 PX_CLONES static void softmax_f32(const void *arg, int64_t r0, int64_t rows, const float *in0, const float *in1,
                                   float *out)
 {
-    const softmax_args *s = arg;
-    if (s->backward)
-        px_softmax_bwd_loop(r0, rows, s->cols, s->scale, s->causal, s->log, in0, in1, out, PHX_F32);
+    const softmax_args *a = arg;
+    const softmax_job *j = a->j;
+    if (j->backward)
+        px_softmax_bwd_loop(a->base + r0, rows, j->cols, j->scale, j->causal, j->log, in0, in1, out, PHX_F32);
     else
-        px_softmax_fwd_loop(r0, rows, s->cols, s->scale, s->causal, s->log, in0, out, s->e, PHX_F32);
+        px_softmax_fwd_loop(a->base + r0, rows, j->cols, j->scale, j->causal, j->log, in0, out, a->e, PHX_F32);
 }
 
-PX_CLONES phx_status px_cpu_softmax_forward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
-                                            const void *x, void *y, phx_dtype dt)
+PX_CLONES static void softmax_part(void *arg, int64_t lo, int64_t hi)
+{
+    softmax_job *j = arg;
+    size_t es = phx_dtype_size(j->dt);
+    int64_t off = lo * j->cols;
+    const char *in0 = (const char *)j->in0 + off * (int64_t)es;
+    const char *in1 = j->in1 ? (const char *)j->in1 + off * (int64_t)es : NULL;
+    char *out = (char *)j->out + off * (int64_t)es;
+    float *e = j->backward ? NULL : px_cpu_scratch(3, (size_t)j->cols * sizeof(float));
+    phx_status st = j->backward || e ? PHX_OK : PHX_ENOMEM;
+    if (st == PHX_OK && px_cpu_half_chunk(j->dt, j->cols)) {
+        softmax_args a = {j, lo, e};
+        st = px_cpu_half_rows(hi - lo, j->cols, j->dt, in0, in1, out, softmax_f32, &a);
+    } else if (st == PHX_OK && j->backward) {
+        PX_FLOAT_CALL(j->dt, px_softmax_bwd_loop(lo, hi - lo, j->cols, j->scale, j->causal, j->log, in0, in1, out, DT));
+    } else if (st == PHX_OK) {
+        PX_FLOAT_CALL(j->dt, px_softmax_fwd_loop(lo, hi - lo, j->cols, j->scale, j->causal, j->log, in0, out, e, DT));
+    }
+    phx_status ok = PHX_OK;
+    if (st != PHX_OK) __atomic_compare_exchange_n(&j->st, &ok, st, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* A part is at least this many elements (a row of 128 takes ~0.3 us). */
+#define PX_SOFTMAX_GRAIN 16384
+
+static phx_status softmax_run(softmax_job *j)
+{
+    if (j->dt != PHX_F32 && j->dt != PHX_F16 && j->dt != PHX_BF16)
+        return phx_error(PHX_EINVAL, "softmax_%s: dtype %s, expected f32, f16 or bf16",
+                         j->backward ? "backward" : "forward", phx_dtype_name(j->dt));
+    int64_t grain = PX_SOFTMAX_GRAIN / j->cols;
+    px_cpu_parallel_for(j->rows, grain > 0 ? grain : 1, softmax_part, j);
+    return j->st;
+}
+
+phx_status px_cpu_softmax_forward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log, const void *x,
+                                  void *y, phx_dtype dt)
 {
     (void)dev;
     phx_status st = softmax_check("softmax_forward", rows, cols);
     if (st != PHX_OK) return st;
-    float *e = px_cpu_scratch(3, (size_t)cols * sizeof(float));
-    if (!e) return PHX_ENOMEM;
-    if (px_cpu_half_chunk(dt, cols)) {
-        softmax_args s = {0, causal, log, cols, scale, e};
-        return px_cpu_half_rows(rows, cols, dt, x, NULL, y, softmax_f32, &s);
-    }
-    PX_FLOAT_DISPATCH("softmax_forward", dt, px_softmax_fwd_loop(0, rows, cols, scale, causal, log, x, y, e, DT));
-    return PHX_OK;
+    softmax_job j = {0, causal, log, rows, cols, scale, dt, x, NULL, y, PHX_OK};
+    return softmax_run(&j);
 }
 
-PX_CLONES phx_status px_cpu_softmax_backward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log,
-                                             const void *y, const void *dy, void *dx, phx_dtype dt)
+phx_status px_cpu_softmax_backward(int dev, int64_t rows, int64_t cols, float scale, int causal, int log, const void *y,
+                                   const void *dy, void *dx, phx_dtype dt)
 {
     (void)dev;
     phx_status st = softmax_check("softmax_backward", rows, cols);
     if (st != PHX_OK) return st;
-    if (px_cpu_half_chunk(dt, cols)) {
-        softmax_args s = {1, causal, log, cols, scale, NULL};
-        return px_cpu_half_rows(rows, cols, dt, y, dy, dx, softmax_f32, &s);
-    }
-    PX_FLOAT_DISPATCH("softmax_backward", dt, px_softmax_bwd_loop(0, rows, cols, scale, causal, log, y, dy, dx, DT));
-    return PHX_OK;
+    softmax_job j = {1, causal, log, rows, cols, scale, dt, y, dy, dx, PHX_OK};
+    return softmax_run(&j);
 }

@@ -1,7 +1,9 @@
 /* LayerNorm and loss kernels against float64 references and central
  * finite differences of float64 forwards: layernorm (affine or not, short
  * rows, a large mean offset, f16), mse (sum, mean), cross entropy (huge
- * logits stay finite), nll, bad labels changing nothing. */
+ * logits stay finite), nll, bad labels changing nothing; softmax forward
+ * and backward cut into parts across threads give the bits of one
+ * thread. */
 #include "config.h"
 #include <string.h>
 #include "t/core-util.h"
@@ -109,9 +111,47 @@ static double xent_loss(int rows, int classes, const double *x, const int64_t *l
     return s / rows;
 }
 
+/* Softmax over rows in parts on 2 threads (rows > cols, so the causal
+ * mask of a later part depends on its first row's index) against 1
+ * thread: forward and backward, plain and log, causal or not, in dt;
+ * bitwise equal. */
+static void softmax_threads(const phx_kernels_v1 *K, phx_dtype dt)
+{
+    enum { SR = 1000, SC = 64 };
+    size_t es = phx_dtype_size(dt), n = (size_t)SR * SC;
+    float *xf = malloc(n * sizeof *xf);
+    char *x = malloc(n * es), *dy = malloc(n * es), *y[2], *dx[2];
+    for (int t = 0; t < 2; t++) y[t] = malloc(n * es), dx[t] = malloc(n * es);
+    for (size_t i = 0; i < n; i++) xf[i] = cu_frand(-4, 4);
+    K->cast(0, x, dt, xf, PHX_F32, (int64_t)n);
+    for (size_t i = 0; i < n; i++) xf[i] = cu_frand(-1, 1);
+    K->cast(0, dy, dt, xf, PHX_F32, (int64_t)n);
+    int same = 1, cases = 0;
+    phx_status st = PHX_OK;
+    for (int causal = 0; causal < 2; causal++)
+        for (int lg = 0; lg < 2; lg++) {
+            for (int t = 0; t < 2 && st == PHX_OK; t++) {
+                phx_set_num_threads(t + 1);
+                st = K->softmax_forward(0, SR, SC, 0.5f, causal, lg, x, y[t], dt);
+                if (st == PHX_OK) st = K->softmax_backward(0, SR, SC, 0.5f, causal, lg, y[t], dy, dx[t], dt);
+            }
+            same &= st == PHX_OK && memcmp(y[0], y[1], n * es) == 0 && memcmp(dx[0], dx[1], n * es) == 0;
+            cases++;
+        }
+    phx_set_num_threads(1);
+    ok(same && cases == 4,
+       "softmax %s (%d x %d) on 2 threads: forward and backward, plain and log, causal or not, "
+       "bitwise those of 1 thread",
+       phx_dtype_name(dt), SR, SC);
+    free(xf), free(x), free(dy);
+    for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]);
+}
+
 int main(void)
 {
-    plan(6 + 4 + 6 + 5);
+    plan(6 + 4 + 6 + 5 + 2);
+    softmax_threads(cu_kernels(), PHX_F32);
+    softmax_threads(cu_kernels(), PHX_BF16);
     const phx_kernels_v1 *K = cu_kernels();
     /* 1-6: layernorm */
     ln_case(K, 7, 64, 1, 0.0f, PHX_F32);
