@@ -6,8 +6,8 @@
  * dataset-fashion-mnist, or $PHX_FASHION_MNIST).
  *
  *   cnn [--epochs N] [--batch B] [--lr LR] [--dropout P] [--seed S] [--save PATH]
- *       [--load PATH] [--dp] [--sync-bn] [--train-rows N] [--metrics FILE]
- *       [--tensorboard DIR] [--log-every N] [--help]
+ *       [--load PATH] [--resume PATH] [--schedule-epochs N] [--zero 0|1|2|3] [--dp] [--sync-bn]
+ *       [--train-rows N] [--metrics FILE] [--tensorboard DIR] [--log-every N] [--help]
  *
  * The same binary runs
  *   - in one process (the default);
@@ -18,7 +18,13 @@
  *   - in mixed precision under PHX_PRECISION=fp16|bf16, and on a GPU
  *     under PHX_DEVICE=cuda (the default when one is usable).
  * --load restores model, optimizer and the epoch count; --epochs 0 --load
- * only evaluates. --train-rows N trains on the first N images only (quick
+ * only evaluates. --resume PATH continues from PATH when it exists and
+ * saves it after every epoch (--epochs is then the total). --zero 1|2|3
+ * shards AdamW's state (2: and the gradients; 3: and the parameters,
+ * FSDP with a unit per module subtree of EX_UNIT_NUMEL parameters or
+ * more) over the ranks (examples/args.h); --save, --load and --resume
+ * then take a folder holding a sharded checkpoint, which resumes at any
+ * number of ranks and any of those levels. --train-rows N trains on the first N images only (quick
  * runs: t/modules/cnn_example.sh, make demo).
  *
  * Built a second time with -DEXAMPLE_RESNET as examples/resnet: the same
@@ -35,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <phalanx/phalanx.h>
 #include "examples/args.h"
 #include "examples/fmnist.h"
@@ -46,6 +53,8 @@
 #define EX_WHAT "A ResNet of forward-only blocks on Fashion-MNIST (doc/guide/autograd.md)"
 #define EX_TITLE "ResNet 16-32-64 (forward-only blocks)"
 #define EX_TAG "resnet-16-32-64"
+/* --zero 3: a unit per residual block (4.6 k to 57 k parameters) */
+#define EX_UNIT_NUMEL 4000
 #define EX_BATCH 32
 #define EX_LR 4e-3
 #define EX_WARMUP 0.5
@@ -99,6 +108,8 @@ static phx_status augment_collate(void *user, int64_t n, const void *const *samp
 #define EX_WHAT "A CNN with BatchNorm on Fashion-MNIST (doc/guide/cnn.md)"
 #define EX_TITLE "CNN conv32-conv64-fc128"
 #define EX_TAG "cnn-conv32-conv64-fc128"
+/* --zero 3: FSDP's default size policy (the whole model is one unit) */
+#define EX_UNIT_NUMEL 0
 #define EX_BATCH 128
 #define EX_LR 2e-3
 #define EX_WARMUP 0.0
@@ -125,6 +136,21 @@ static phx_module *cnn(phx_rng *rng, uint64_t seed, float dropout)
 }
 #endif
 
+/* AdamW over m (the model, its DDP wrapper, or under --zero the rank's
+ * shard); the ResNet's decays only the conv and linear weights. */
+static phx_optimizer *make_adamw(phx_module *m, void *arg)
+{
+    phx_optimizer *opt = phx_adam_new(m, arg);
+#ifdef EXAMPLE_RESNET
+    /* no decay on the BatchNorms' weights and the biases */
+    if (opt && phx_adam_decay_matrices_only(opt, NULL) != PHX_OK) {
+        phx_optimizer_free(opt);
+        return NULL;
+    }
+#endif
+    return opt;
+}
+
 int main(int argc, char **argv)
 {
     fm_prog = EX_NAME;
@@ -143,11 +169,13 @@ int main(int argc, char **argv)
      * recipe: the file's head. */
     double lr = EX_LR, dropout = 0.25;
     uint64_t seed = 0;
-    const char *save = NULL, *load = NULL;
+    const char *save = NULL, *load = NULL, *resume = NULL;
+    int zero = 0, sched_epochs = 0;
     static const char usage[] =
         "usage: " EX_NAME " [--epochs N] [--batch B] [--lr LR]" EX_USAGE_DROPOUT
         " [--seed S] [--save PATH] [--load PATH]\n"
-        "           [--dp] [--sync-bn] [--train-rows N] " EX_PROGRESS_USAGE "\n" EX_WHAT
+        "           [--resume PATH] [--schedule-epochs N] " EX_ZERO_USAGE
+        " [--dp] [--sync-bn] [--train-rows N] " EX_PROGRESS_USAGE "\n" EX_WHAT
         "; under phxrun each rank is a DDP replica.\n"
         "  --epochs N         epochs to train (default 5; 0 with --load only evaluates)\n"
 #ifdef EXAMPLE_RESNET
@@ -166,6 +194,10 @@ int main(int argc, char **argv)
         "  --seed S           initialisation, shuffling and dropout seed (default 0)\n"
         "  --save PATH        save model, optimizer and epoch (safetensors) at the end\n"
         "  --load PATH        restore them before training\n"
+        "  --resume PATH      continue from PATH when it exists; save it after every epoch\n"
+        "                     (--epochs is then the total)\n"
+        "  --schedule-epochs N the learning-rate schedule's length in epochs (default: the run's), so\n"
+        "                     a run stopped early saves the schedule it will resume\n" EX_ZERO_HELP
         "  --dp               DataParallel over every GPU, or a CPU replica per thread\n"
         "  --sync-bn          SyncBatchNorm across ranks (under phxrun)\n"
         "  --train-rows N     train on the first N images only\n" EX_PROGRESS_HELP
@@ -212,7 +244,13 @@ int main(int argc, char **argv)
             save = v;
         else if (!strcmp(a, "--load"))
             load = v;
-        else {
+        else if (!strcmp(a, "--resume"))
+            resume = v;
+        else if (!strcmp(a, "--schedule-epochs"))
+            sched_epochs = atoi(v);
+        else if (!strcmp(a, "--zero")) {
+            if (ex_zero_arg(fm_prog, v, &zero)) return 2;
+        } else {
             fprintf(stderr, "%s: unknown option '%s'\n", fm_prog, a);
             fputs(usage, stderr);
             return 2;
@@ -225,6 +263,10 @@ int main(int argc, char **argv)
     if (world.size > 1) check(phx_comm_init(NULL, &comm), "phx_comm_init");
     if (comm && use_dp) {
         fprintf(stderr, "%s: --dp runs in one process; under phxrun every rank is already a replica (DDP)\n", fm_prog);
+        return 2;
+    }
+    if (zero && use_dp) {
+        fprintf(stderr, "%s: --zero shards over phxrun's ranks; --dp (one process) is not combined with it\n", fm_prog);
         return 2;
     }
     if (sync_bn && !comm && world.size <= 1 && !use_dp)
@@ -249,10 +291,18 @@ int main(int argc, char **argv)
     check(phx_device_default(&dev), "PHX_DEVICE");
     check(phx_module_to(model, dev), "model to device");
     phx_module *net = model;
+    phx_optimizer *opt = NULL;
+    phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
+    ao.lr = lr;
+    ao.weight_decay = wd;
     char how[64] = "single process";
-    if (comm) {
-        net = phx_ddp_new(model, comm, NULL);
-        snprintf(how, sizeof how, "DDP over %s%s", phx_comm_backend(comm), sync_bn ? ", SyncBatchNorm" : "");
+    if (comm || zero) {
+        /* DDP, or the --zero level's wrapper and sharded AdamW */
+        check(ex_parallel_new(zero, model, comm, EX_UNIT_NUMEL, make_adamw, &ao, &net, &opt), "--zero");
+        char level[16] = "DDP";
+        if (zero) snprintf(level, sizeof level, "ZeRO-%d", zero);
+        snprintf(how, sizeof how, "%s over %s%s", level, comm ? phx_comm_backend(comm) : "one process",
+                 sync_bn ? ", SyncBatchNorm" : "");
     } else if (use_dp) {
         int available = dev.kind == PHX_DEVICE_CPU ? phx_num_threads() : phx_device_count(dev.kind);
         if (available > 1) net = phx_dp_new(model, NULL, 0, NULL);
@@ -261,14 +311,7 @@ int main(int argc, char **argv)
     }
     phx_scaler *scaler = phx_scaler_new(prec, NULL);
     if (!scaler || !net) die("setup");
-    phx_adam_opts ao = PHX_ADAMW_OPTS_INIT;
-    ao.lr = lr;
-    ao.weight_decay = wd;
-    phx_optimizer *opt = phx_adam_new(net, &ao);
-#ifdef EXAMPLE_RESNET
-    /* no decay on the BatchNorms' weights and the biases */
-    if (opt) check(phx_adam_decay_matrices_only(opt, NULL), "weight decay");
-#endif
+    if (!opt) opt = make_adamw(net, &ao);
     phx_loss *ce = phx_loss_new(PHX_LOSS_CROSS_ENTROPY, PHX_REDUCE_MEAN);
     if (train_rows > 0 && train_rows < phx_tensor_dim(xtr, 0)) {
         int64_t xs[2] = {train_rows, 784};
@@ -295,17 +338,34 @@ int main(int argc, char **argv)
 #endif
     phx_loader *train = train_set ? phx_loader_new_opts(train_set, &lo) : NULL;
     if (!opt || !ce || !train) die("setup");
-    int first = 0;
+    int first = 0, total_epochs = epochs;
     int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
+    if (resume && (zero ? ex_sharded_exists(resume) : access(resume, F_OK) == 0)) {
+        if (load) {
+            fprintf(stderr, "%s: --resume %s exists and --load %s is given: give one\n", fm_prog, resume, load);
+            return 2;
+        }
+        load = resume;
+    }
     if (load) {
         char buf[32];
-        check(phx_checkpoint_load(load, net, opt, scaler), "--load");
-        if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
-        if (rank == 0) printf("loaded %s (epoch %d)\n", load, first);
+        if (zero) {
+            check(phx_zero_checkpoint_load(load, net, opt, scaler), load);
+            first = sharded_epoch(load);
+        } else {
+            check(phx_checkpoint_load(load, net, opt, scaler), "--load");
+            if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
+        }
+        if (rank == 0)
+            printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
     }
+    /* --resume: --epochs is the total; --load: that many more. */
+    if (resume) epochs = total_epochs > first ? total_epochs - first : 0;
     /* the schedule's step is the optimizer's (restored by --load): the
-     * decay spans every epoch, the loaded ones included */
-    int64_t total = (int64_t)(first + epochs) * per_epoch;
+     * decay spans every epoch, the loaded ones included; its base is the
+     * configured peak, not the scheduled lr a sharded checkpoint restored */
+    check(phx_optimizer_set_lr(opt, lr), "lr");
+    int64_t total = (int64_t)(sched_epochs > 0 ? sched_epochs : first + epochs) * per_epoch;
     phx_schedule_opts so = {.struct_size = sizeof(phx_schedule_opts),
                             .kind = PHX_SCHED_WARMUP_COSINE,
                             .warmup_steps = (int64_t)(warmup * (double)per_epoch),
@@ -376,14 +436,23 @@ int main(int argc, char **argv)
                    (double)(seen * size) / dt, dt);
             fflush(stdout);
         }
+        if (resume && zero)
+            save_sharded(resume, net, opt, scaler, e + 1, rank, comm);
+        else if (resume && rank == 0)
+            save_epoch(resume, net, opt, scaler, e + 1, EX_TAG);
     }
+    check(ex_full_begin(zero, net), "gathering the model (--zero 3)");
     if (rank == 0) {
         double acc = accuracy(model, xte, yte, dev, 1);
         printf("Test accuracy: %.4f\n", acc);
         phx_progress_record(prog, first + epochs, "accuracy", acc);
     }
+    ex_full_end(zero, net);
     phx_progress_free(prog);
-    if (save && rank == 0) {
+    if (save && zero) {
+        save_sharded(save, net, opt, scaler, first + epochs, rank, comm);
+        if (rank == 0) printf("saved %s (sharded over %d rank%s)\n", save, size, size > 1 ? "s" : "");
+    } else if (save && rank == 0) {
         save_epoch(save, net, opt, scaler, first + epochs, EX_TAG);
         printf("saved %s\n", save);
     }

@@ -116,4 +116,38 @@ static inline void save_epoch(const char *path, phx_module *net, phx_optimizer *
     phx_meta meta[] = {{"epoch", ep}, {"model", model_name}};
     check(phx_checkpoint_save(path, net, opt, scaler, meta, 2), path);
 }
+
+/* --zero 1|2|3: a sharded checkpoint in the folder dir (collective), then
+ * dir/epoch written by rank 0 (atomically, after every shard and the index
+ * are in place). */
+static inline void save_sharded(const char *dir, phx_module *net, phx_optimizer *opt, phx_scaler *scaler, int epoch,
+                                int rank, phx_comm *comm)
+{
+    check(phx_zero_checkpoint_save(dir, net, opt, scaler), dir);
+    if (rank == 0) {
+        char p[4096], tmp[4100];
+        snprintf(p, sizeof p, "%s/epoch", dir);
+        snprintf(tmp, sizeof tmp, "%s.tmp", p);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%d\n", epoch) < 0 || fclose(f) != 0 || rename(tmp, p) != 0) {
+            fprintf(stderr, "%s: writing %s failed\n", fm_prog, p);
+            exit(1);
+        }
+    }
+    if (comm) check(phx_comm_barrier(comm, NULL), "barrier after the save");
+}
+
+/* The epoch a sharded checkpoint folder holds (dir/epoch; 0 without it). */
+static inline int sharded_epoch(const char *dir)
+{
+    char p[4096];
+    int e = 0;
+    snprintf(p, sizeof p, "%s/epoch", dir);
+    FILE *f = fopen(p, "r");
+    if (f) {
+        if (fscanf(f, "%d", &e) != 1) e = 0;
+        fclose(f);
+    }
+    return e;
+}
 #endif

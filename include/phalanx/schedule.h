@@ -49,7 +49,10 @@ typedef struct phx_schedule phx_schedule;
 /* A schedule for opt; base_lr is opt's learning rate now. The schedule
  * keeps no counter of its own: the step is phx_optimizer_steps(opt),
  * which checkpoints save ("optim.steps") and restore, so a resumed run
- * continues the schedule where it stopped. NULL with phx_last_error on
+ * continues the schedule where it stopped. Make it before loading a
+ * checkpoint that restores the learning rate (phx_zero_checkpoint_load
+ * does: the scheduled lr of the saved step), or set opt's lr back to the
+ * peak first; else that lr becomes base_lr. NULL with phx_last_error on
  * bad options (total_steps <= warmup_steps for cosine, min_lr < 0,
  * step_size < 1, gamma <= 0, no fn). Caller owns it; opt must outlive it. */
 phx_schedule *phx_schedule_new(phx_optimizer *opt, const phx_schedule_opts *o);

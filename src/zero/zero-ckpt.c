@@ -165,8 +165,8 @@ static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const cha
         json_t *shape = json_array();
         for (int d = 0; shape && d < phx_tensor_ndim(b); d++)
             json_array_append_new(shape, json_integer(phx_tensor_dim(b, d)));
-        json_t *e = json_pack("{s:s,s:o,s:i}", "name", plain_name(phx_module_buffer_name(z->model, i)), "shape", shape,
-                              "shard", 0);
+        json_t *e = json_pack("{s:s,s:o,s:i,s:s}", "name", plain_name(phx_module_buffer_name(z->model, i)), "shape",
+                              shape, "shard", 0, "dtype", phx_dtype_name(phx_tensor_dtype(b)));
         ok = e && json_array_append_new(bufs, e) == 0;
     }
     for (size_t k = 0; ok && k < kinds; k++) ok = json_array_append_new(ks, json_string(kind_name(z, snames, k))) == 0;
@@ -423,9 +423,10 @@ typedef struct ck_tensor {
     int ndim;
     int64_t shape[PHX_MAX_DIMS];
     int64_t numel;
+    phx_dtype dtype; /* f32 for parameters; a buffer's as saved (f32 in indexes without "dtype") */
     ck_piece *pieces;
     size_t n_pieces;
-    float *val; /* numel */
+    float *val; /* numel elements of dtype (a buffer of another dtype keeps its bytes here) */
     float **state; /* kinds arrays of numel (parameters only) */
 } ck_tensor;
 
@@ -502,10 +503,17 @@ static phx_status parse_tensor(ck_index *c, json_t *j, ck_tensor *t, bool is_par
         t->shape[d] = (int64_t)json_integer_value(v);
         t->numel *= t->shape[d];
     }
+    t->dtype = PHX_F32;
     if (!is_param) {
-        json_t *s = json_object_get(j, "shard");
+        json_t *s = json_object_get(j, "shard"), *dt = json_object_get(j, "dtype");
         if (!json_is_integer(s) || json_integer_value(s) < 0 || json_integer_value(s) >= c->world)
             return bad(c, "a buffer's shard out of range");
+        if (dt) {
+            int d = 0;
+            while (d < PHX_NUM_DTYPES && !(json_is_string(dt) && !strcmp(json_string_value(dt), phx_dtype_name(d)))) d++;
+            if (d == PHX_NUM_DTYPES) return bad(c, "a buffer of an unknown dtype");
+            t->dtype = (phx_dtype)d;
+        }
         t->pieces = px_calloc(1, sizeof *t->pieces);
         if (!t->pieces) return PHX_ENOMEM;
         t->pieces[0] = (ck_piece){(int)json_integer_value(s), 0, t->numel};
@@ -641,12 +649,13 @@ static phx_status ck_check_model(ck_index *c, phx_module *model)
         if (strcmp(mn, t->name) != 0)
             return phx_error(PHX_EIO, "%s: '%s' is from another model: %s %zu is '%s' there, '%s' in the model", c->who,
                              c->index_path, p ? "parameter" : "buffer", p ? i : i - np, t->name, mn);
-        if (!same_shape(t, v) || phx_tensor_dtype(v) != PHX_F32) {
+        if (!same_shape(t, v) || phx_tensor_dtype(v) != t->dtype) {
             char a[120], b[120];
             shape_text(a, sizeof a, t->ndim, t->shape);
             shape_text(b, sizeof b, phx_tensor_ndim(v), phx_tensor_shape(v));
-            return phx_error(PHX_EIO, "%s: '%s' is from another model: tensor '%s' is %s there, %s%s in the model",
-                             c->who, c->index_path, t->name, a, b, phx_tensor_dtype(v) != PHX_F32 ? " (not f32)" : "");
+            return phx_error(PHX_EIO, "%s: '%s' is from another model: tensor '%s' is %s %s there, %s %s in the model",
+                             c->who, c->index_path, t->name, phx_dtype_name(t->dtype), a,
+                             phx_dtype_name(phx_tensor_dtype(v)), b);
         }
     }
     return PHX_OK;
@@ -688,10 +697,12 @@ static phx_status ck_file(ck_index *c, int s, px_st_file **f)
     return PHX_OK;
 }
 
-/* Copies elements [skip, skip + count) of entry `name` of shard s (len f32
- * elements, its checksum checked) to dst. */
-static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int64_t skip, int64_t count, float *dst)
+/* Copies elements [skip, skip + count) of entry `name` of shard s (len
+ * elements of dt, its checksum checked) to dst. */
+static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int64_t skip, int64_t count, void *dst,
+                          phx_dtype dt)
 {
+    size_t es = phx_dtype_size(dt);
     px_st_file *f;
     phx_status st = ck_file(c, s, &f);
     if (st != PHX_OK) return st;
@@ -707,9 +718,9 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int
                          "%s: shard '%s' is truncated or corrupt: tensor '%s' lies at bytes %llu..%llu of a "
                          "data section of %zu",
                          c->who, f->path, name, (unsigned long long)e->begin, (unsigned long long)e->end, data_len);
-    if (e->dtype != PHX_F32 || e->numel != len || e->end - e->begin != (uint64_t)len * sizeof *dst)
-        return phx_error(PHX_EIO, "%s: shard '%s': tensor '%s' is not %" PRId64 " f32 elements as the index says",
-                         c->who, f->path, name, len);
+    if (e->dtype != dt || e->numel != len || e->end - e->begin != (uint64_t)len * es)
+        return phx_error(PHX_EIO, "%s: shard '%s': tensor '%s' is not %" PRId64 " %s elements as the index says",
+                         c->who, f->path, name, len, phx_dtype_name(dt));
     char key[600];
     snprintf(key, sizeof key, "%s%s", PX_ST_CRC_PREFIX, name);
     const char *want = px_st_meta(f, key);
@@ -720,7 +731,7 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int
                          "%s: shard '%s' is corrupt: tensor '%s' fails its checksum (CRC-32 %s, the header "
                          "says %s)",
                          c->who, f->path, name, got, want ? want : "nothing");
-    memcpy(dst, (const float *)px_st_data(f, e) + skip, (size_t)count * sizeof *dst);
+    memcpy(dst, (const uint8_t *)px_st_data(f, e) + (size_t)skip * es, (size_t)count * es);
     return PHX_OK;
 }
 
@@ -734,7 +745,8 @@ static phx_status ck_load_all(ck_index *c, const px_zero *z, float **mine)
     for (size_t i = 0; i < c->np + c->nb; i++) {
         bool isp = i < c->np;
         ck_tensor *t = isp ? &c->params[i] : &c->bufs[i - c->np];
-        t->val = px_calloc((size_t)(t->numel ? t->numel : 1), sizeof *t->val);
+        /* parameters f32; a buffer's bytes in its dtype */
+        t->val = px_calloc((size_t)(t->numel ? t->numel : 1), phx_dtype_size(t->dtype));
         if (!t->val) return PHX_ENOMEM;
         if (isp && c->n_kinds && !z) {
             if (!(t->state = px_calloc(c->n_kinds, sizeof *t->state))) return PHX_ENOMEM;
@@ -744,7 +756,8 @@ static phx_status ck_load_all(ck_index *c, const px_zero *z, float **mine)
         for (size_t j = 0; j < t->n_pieces; j++) {
             const ck_piece *p = &t->pieces[j];
             char *nm = isp ? fmt_name("param.", t->name, NULL, p->off) : fmt_name("buffer.", t->name, NULL, 0);
-            phx_status st = nm ? ck_read(c, p->shard, nm, p->len, 0, p->len, t->val + p->off) : PHX_ENOMEM;
+            void *to = (uint8_t *)t->val + (size_t)p->off * phx_dtype_size(t->dtype);
+            phx_status st = nm ? ck_read(c, p->shard, nm, p->len, 0, p->len, to, t->dtype) : PHX_ENOMEM;
             px_free(nm);
             if (st != PHX_OK) return st;
             for (size_t k = 0; isp && k < c->n_kinds; k++) {
@@ -762,7 +775,7 @@ static phx_status ck_load_all(ck_index *c, const px_zero *z, float **mine)
                         dst = t->state[k] + p->off;
                     }
                     nm = fmt_name("optim.", t->name, c->kinds[k], p->off);
-                    st = nm ? ck_read(c, p->shard, nm, p->len, lo - p->off, hi - lo, dst) : PHX_ENOMEM;
+                    st = nm ? ck_read(c, p->shard, nm, p->len, lo - p->off, hi - lo, dst, PHX_F32) : PHX_ENOMEM;
                     px_free(nm);
                     if (st != PHX_OK) return st;
                 }
@@ -772,12 +785,13 @@ static phx_status ck_load_all(ck_index *c, const px_zero *z, float **mine)
     return PHX_OK;
 }
 
-/* dst[0 .. len) <- src (host), dst being elements [off, off + len) of t. */
-static phx_status put(phx_tensor *t, int64_t off, int64_t len, const float *src)
+/* dst[0 .. len) <- src (host, t's dtype), dst being elements [off, off +
+ * len) of t. */
+static phx_status put(phx_tensor *t, int64_t off, int64_t len, const void *src)
 {
     if (len == 0) return PHX_OK;
     phx_tensor *dst = phx_tensor_view(t, off, 1, &len);
-    phx_tensor *h = phx_tensor_from_data(PHX_F32, 1, &len, src);
+    phx_tensor *h = phx_tensor_from_data(phx_tensor_dtype(t), 1, &len, src);
     phx_status st = dst && h ? phx_tensor_copy(dst, h) : PHX_ENOMEM;
     phx_tensor_free(dst);
     phx_tensor_free(h);
@@ -947,7 +961,7 @@ phx_status phx_zero_checkpoint_export(const char *dir, const char *path)
     for (size_t i = 0; st == PHX_OK && i < c.np + c.nb; i++) {
         ck_tensor *t = i < c.np ? &c.params[i] : &c.bufs[i - c.np];
         names[k] = px_strdup(t->name);
-        ts[k] = phx_tensor_from_data(PHX_F32, t->ndim, t->shape, t->val);
+        ts[k] = phx_tensor_from_data(t->dtype, t->ndim, t->shape, t->val);
         if (!names[k++] || !ts[k - 1]) st = PHX_ENOMEM;
     }
     for (size_t i = 0; st == PHX_OK && i < c.np; i++)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# examples/gpt and examples/fashion_mnist with --zero (gloo processes
+# examples/gpt, fashion_mnist, cnn and resnet with --zero (gloo processes
 # through phxrun; Fashion-MNIST is a small synthetic set in IDX files, so
 # the test needs no dataset package):
 #   at world 2, --zero 1, 2 and 3 print the per-step losses of
@@ -19,6 +19,12 @@
 #   the save writes one shard per rank (and --save DIR2 the same);
 #   gpt saved at world 4 under --zero 3 (FSDP, a unit per block) resumes
 #     at world 2 under --zero 3 with the uninterrupted run's losses;
+#   examples/cnn and examples/resnet (BatchNorm, whose num_batches_tracked
+#     buffers are i64) at world 2: --zero 1, 2 and 3 print --zero 0's
+#     losses; resnet --zero 3 saved after epoch 1 of 2 and resumed prints
+#     the uninterrupted run's losses, and saved at 4 ranks (--sync-bn)
+#     resumes at 2 with the uninterrupted 2-rank run's first loss (later
+#     ones part by rounding that the network amplifies);
 #   --zero 4 and --zero x are refused naming the value.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
@@ -56,7 +62,7 @@ close() {
 }
 # moves LOSSFILE: the losses are not all one value (a comparison of numbers that moved)
 moves() { steps "$1" | awk 'NR == 1 { f = $2 } $2 != f { m = 1 } END { exit !m }'; }
-echo "1..14"
+echo "1..18"
 
 # ---- examples/gpt
 cat "$s"/doc/*.md "$s"/README.md >"$tmp/text"
@@ -166,6 +172,59 @@ e=$(close "$tmp/fr1.jsonl" "$tmp/fref1.jsonl" 9 16) || rc=1
 grep -q "loaded $tmp/fck1 (epoch 1, 8 optimizer steps)" "$tmp/fr1.out" || rc=1
 result $rc "fashion_mnist: resumed in 1 process: epoch 2 prints the uninterrupted run's losses within 1e-5 ($e)"
 [ $rc -eq 0 ] || { note "$tmp/fr1.out"; note "$tmp/fref1.out"; }
+
+# ---- examples/cnn and examples/resnet (BatchNorm: i64 num_batches_tracked buffers) on the same images
+cnn="$b/examples/cnn"
+rn="$b/examples/resnet"
+for ex in cnn resnet; do
+    for z in 0 1 2 3; do
+        "$run" --standalone --nproc-per-node 2 "$b/examples/$ex" --epochs 1 --batch 16 --zero $z \
+            --metrics "$tmp/$ex$z.jsonl" >"$tmp/$ex$z.out" 2>&1
+        echo $? >"$tmp/$ex$z.rc"
+    done
+    rc=0
+    worst=
+    for z in 1 2 3; do
+        e=$(close "$tmp/$ex$z.jsonl" "$tmp/${ex}0.jsonl" 1 8) || rc=1
+        [ "$(cat "$tmp/$ex$z.rc")" = 0 ] || rc=1
+        worst="${worst:+$worst }$e"
+    done
+    [ "$(cat "$tmp/${ex}0.rc")" = 0 ] && moves "$tmp/${ex}0.jsonl" || rc=1
+    result $rc "$ex, 2 ranks, --zero 1, 2 and 3: the 8 losses of --zero 0 within 1e-5 ($worst)"
+    [ $rc -eq 0 ] || for z in 0 1 2 3; do note "$tmp/$ex$z.out"; done
+done
+# resnet --zero 3: epoch 1 of a 2-epoch schedule saved, resumed for epoch 2 at the same world: the
+# uninterrupted run's losses (the schedule's base is the configured lr, not the restored one)
+"$run" --standalone --nproc-per-node 2 "$rn" --epochs 1 --schedule-epochs 2 --batch 16 --zero 3 --resume "$tmp/rck" \
+    >"$tmp/rs.out" 2>&1 &&
+    "$run" --standalone --nproc-per-node 2 "$rn" --epochs 2 --batch 16 --zero 3 --resume "$tmp/rck" \
+        --metrics "$tmp/rr.jsonl" >"$tmp/rr.out" 2>&1 &&
+    "$run" --standalone --nproc-per-node 2 "$rn" --epochs 2 --batch 16 --zero 3 --metrics "$tmp/rref.jsonl" \
+        >"$tmp/rref.out" 2>&1
+rc=$?
+e=$(close "$tmp/rr.jsonl" "$tmp/rref.jsonl" 9 16) || rc=1
+grep -q "loaded $tmp/rck (epoch 1, 8 optimizer steps)" "$tmp/rr.out" && [ "$(cat "$tmp/rck/epoch")" = 2 ] || rc=1
+result $rc "resnet --zero 3: epoch 1 saved, resumed for epoch 2: the uninterrupted run's 8 losses within 1e-5 ($e)"
+[ $rc -eq 0 ] || { note "$tmp/rs.out"; note "$tmp/rr.out"; }
+# saved at 4 ranks (--sync-bn: batch statistics over the global batch at any world), resumed at 2:
+# the first loss after the resume (the restored parameters; later steps part by rounding, which this
+# BatchNorm network amplifies) is the uninterrupted 2-rank run's within 1e-4
+"$run" --standalone --nproc-per-node 4 "$rn" --sync-bn --epochs 1 --schedule-epochs 2 --batch 8 --zero 3 \
+    --resume "$tmp/rck4" >"$tmp/rs4.out" 2>&1 &&
+    [ "$(ls "$tmp/rck4" | grep -c '^shard-[0-3]-of-4\.')" -eq 4 ] &&
+    "$run" --standalone --nproc-per-node 2 "$rn" --sync-bn --epochs 2 --batch 16 --zero 3 --resume "$tmp/rck4" \
+        --metrics "$tmp/rr4.jsonl" >"$tmp/rr4.out" 2>&1 &&
+    "$run" --standalone --nproc-per-node 2 "$rn" --sync-bn --epochs 2 --batch 16 --zero 3 \
+        --metrics "$tmp/rref4.jsonl" >"$tmp/rref4.out" 2>&1
+rc=$?
+steps "$tmp/rr4.jsonl" >"$tmp/a4"
+steps "$tmp/rref4.jsonl" >"$tmp/b4"
+e=$(awk 'NR == FNR { a[$1] = $2; next } { b[$1] = $2 }
+    END { if (!(9 in a) || !(9 in b)) { print -1; exit 1 } d = a[9] - b[9]; if (d < 0) d = -d
+          printf "%.2g\n", d / b[9]; exit !(d / b[9] <= 1e-4) }' "$tmp/a4" "$tmp/b4") || rc=1
+grep -q "loaded $tmp/rck4 (epoch 1, 8 optimizer steps)" "$tmp/rr4.out" || rc=1
+result $rc "resnet --zero 3 --sync-bn: saved at 4 ranks (4 shards), resumed at 2: the first loss after it within 1e-4 ($e)"
+[ $rc -eq 0 ] || { note "$tmp/rs4.out"; note "$tmp/rr4.out"; }
 
 # ---- bad levels
 out=$("$gpt" --zero 4 --steps 1 2>&1); rc=$?
