@@ -9,7 +9,9 @@
  * steps 5..9 continue from it under FSDP at world 4, 2, 3 (threads; and 3
  * gloo processes) and 1 (no comm), under ZeRO-1 at world 2, and in a
  * plain AdamW through phx_zero_checkpoint_load_full: every loss equals the
- * reference's within 1e-6. phx_checkpoint_save of the resharded FSDP
+ * reference's within 1e-6. Under hybrid sharding one replica's group
+ * writes, once (hybrid_saves); a BatchNorm CNN's f32 and i64 buffers
+ * round-trip bitwise. phx_checkpoint_save of the resharded FSDP
  * model is refused with a message saying what to do, and works after
  * phx_fsdp_gather_full. */
 #include <dirent.h>
@@ -186,6 +188,54 @@ static void hybrid_saves(void)
     if (st != PHX_OK) diag("%s", phx_last_error());
 }
 
+/* The buffers of a sharded checkpoint keep their dtype: a BatchNorm
+ * CNN's running statistics (f32) and num_batches_tracked (i64) after 3
+ * steps of an FSDP model with a ZeRO-3 AdamW in one process, saved and
+ * loaded into a fresh one, come back bitwise. */
+static void bn_buffers(void)
+{
+    char d[96];
+    snprintf(d, sizeof d, "%s/bn", dir);
+    phx_module *m = tu_small_cnn(), *m2 = tu_small_cnn();
+    phx_module *w = m ? phx_fsdp_new(m, NULL, NULL) : NULL, *w2 = m2 ? phx_fsdp_new(m2, NULL, NULL) : NULL;
+    phx_optimizer *z = w ? phx_zero_optimizer_new(w, NULL, make_adamw, NULL, NULL) : NULL;
+    phx_optimizer *z2 = w2 ? phx_zero_optimizer_new(w2, NULL, make_adamw, NULL, NULL) : NULL;
+    phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    phx_status st = z && z2 && loss ? PHX_OK : PHX_ENOMEM;
+    for (int s = 0; s < 3 && st == PHX_OK; s++) {
+        phx_tensor *x, *t;
+        tu_cnn_batch(s, 0, 4, &x, &t);
+        st = tu_step(w, z, loss, x, t);
+        phx_tensor_free(x);
+        phx_tensor_free(t);
+    }
+    if (st == PHX_OK) st = phx_zero_checkpoint_save(d, w, z, NULL);
+    if (st == PHX_OK) st = phx_zero_checkpoint_load(d, w2, z2, NULL);
+    size_t nb = phx_module_num_buffers(m), same = 0, i64 = 0;
+    for (size_t i = 0; st == PHX_OK && i < nb; i++) {
+        const phx_tensor *a = phx_module_buffer(m, i), *b = phx_module_buffer(m2, i);
+        size_t n = phx_tensor_nbytes(a);
+        char *ha = malloc(n ? n : 1), *hb = malloc(n ? n : 1);
+        phx_tensor_to_host(a, ha);
+        phx_tensor_to_host(b, hb);
+        same += phx_tensor_dtype(a) == phx_tensor_dtype(b) && phx_tensor_nbytes(b) == n && memcmp(ha, hb, n) == 0;
+        if (phx_tensor_dtype(a) == PHX_I64) i64 += *(const int64_t *)ha == 3;
+        free(ha), free(hb);
+    }
+    ok(st == PHX_OK && nb == 3 && same == nb && i64 == 1,
+       "a BatchNorm CNN's buffers (f32 running statistics, i64 num_batches_tracked = 3) round-trip a sharded "
+       "checkpoint bitwise (%zu of %zu)",
+       same, nb);
+    if (st != PHX_OK) diag("%s", phx_last_error());
+    phx_loss_free(loss);
+    phx_optimizer_free(z);
+    phx_optimizer_free(z2);
+    phx_module_free(w);
+    phx_module_free(w2);
+    phx_module_free(m);
+    phx_module_free(m2);
+}
+
 /* phx_checkpoint_save of a resharded FSDP model: refused naming the
  * way out; after phx_fsdp_gather_full it writes the full parameters. */
 static void plain_save(void)
@@ -220,7 +270,7 @@ int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-fsdp-reshard-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
-    plan(16);
+    plan(17);
     got = mmap(NULL, STEPS * sizeof *got, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (got == MAP_FAILED) {
         printf("Bail out! mmap\n");
@@ -254,6 +304,7 @@ int main(void)
 
     load_full_check(dir, "plain AdamW via phx_zero_checkpoint_load_full");
     hybrid_saves();
+    bn_buffers();
     plain_save();
     rm_tree(dir);
     return done_testing();
