@@ -365,6 +365,8 @@ int px_cpu_dnnl_amx_bf16(void);
  * write disjoint memory. */
 typedef void (*px_range_fn)(void *arg, int64_t lo, int64_t hi);
 void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg);
+/* How many parts px_cpu_parallel_for(n, grain, ...) would run (1: inline). */
+int64_t px_cpu_parallel_parts(int64_t n, int64_t grain);
 
 /* The kernel slots, px_cpu_<name> for each line of kernels_v1.def (one
  * op family per file: gemm.c, cast.c, elementwise.c, ...). */

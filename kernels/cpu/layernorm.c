@@ -41,8 +41,9 @@ PX_INLINE void px_ln_fwd_loop(int64_t rows, int64_t cols, float eps, const void 
     }
 }
 
-/* The f32 loops on rows r0 .. r0 + rows - 1, for the half path
- * (px_cpu_half_rows): forward in0 x; backward in0 x, in1 dy */
+/* The f32 loops on rows r0 .. r0 + rows - 1 of a part, for the half path
+ * (px_cpu_half_rows): forward in0 x; backward in0 x, in1 dy. The row
+ * statistics arrays start at the part's first row. */
 typedef struct ln_args {
     int64_t cols;
     float eps;
@@ -61,20 +62,30 @@ PX_CLONES static void ln_fwd_f32(const void *arg, int64_t r0, int64_t rows, cons
                    a->rstd_out ? a->rstd_out + r0 : NULL, PHX_F32);
 }
 
-PX_CLONES phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x,
-                                              const float *w, const float *b, void *y, float *mean, float *rstd,
-                                              phx_dtype dt)
+/* One LayerNorm pass over rows [0, rows) cut into parts of whole rows
+ * (px_cpu_parallel_for): each row's output is computed alone, so the
+ * parts give the bits of one serial pass. The backward's parts compute dx
+ * only; dw and db, sums over the rows, are then added column range by
+ * column range in row order (ln_param_part), the order of the serial
+ * pass, whatever the number of parts. */
+typedef struct ln_job {
+    int backward;
+    int64_t rows, cols;
+    float eps;
+    phx_dtype dt;
+    const void *x, *dy;
+    void *out; /* y or dx */
+    const float *w, *b;
+    float *mean_out, *rstd_out;
+    const float *mean, *rstd;
+    float *dw, *db; /* the serial pass's (one part), else NULL */
+    phx_status st; /* the first failure of any part */
+} ln_job;
+
+static void ln_fail(ln_job *j, phx_status st)
 {
-    (void)dev;
-    PX_CHECK_N("layernorm_forward", rows);
-    if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_forward: %lld columns, expected >= 1", (long long)cols);
-    if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "layernorm_forward: eps=%g, expected >= 0", (double)eps);
-    if (px_cpu_half_chunk(dt, cols)) {
-        ln_args a = {cols, eps, w, b, mean, rstd, NULL, NULL, NULL, NULL};
-        return px_cpu_half_rows(rows, cols, dt, x, NULL, y, ln_fwd_f32, &a);
-    }
-    PX_FLOAT_DISPATCH("layernorm_forward", dt, px_ln_fwd_loop(rows, cols, eps, x, w, b, y, mean, rstd, DT));
-    return PHX_OK;
+    phx_status ok = PHX_OK;
+    if (st != PHX_OK) __atomic_compare_exchange_n(&j->st, &ok, st, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const float *w, const float *mean,
@@ -104,26 +115,107 @@ PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const f
     }
 }
 
-PX_CLONES static void ln_bwd_f32(const void *arg, int64_t r0, int64_t rows, const float *x, const float *dy,
-                                 float *dx)
+PX_CLONES static void ln_bwd_f32(const void *arg, int64_t r0, int64_t rows, const float *x, const float *dy, float *dx)
 {
     const ln_args *a = arg;
     px_ln_bwd_loop(rows, a->cols, x, a->w, a->mean + r0, a->rstd + r0, dy, dx, a->dw, a->db, PHX_F32);
 }
 
-PX_CLONES phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
-                                               const float *mean, const float *rstd, const void *dy, void *dx,
-                                               float *dw, float *db, phx_dtype dt)
+PX_CLONES static void ln_part(void *arg, int64_t lo, int64_t hi)
+{
+    ln_job *j = arg;
+    size_t es = phx_dtype_size(j->dt);
+    int64_t off = lo * j->cols, n = hi - lo;
+    const char *x = (const char *)j->x + off * (int64_t)es;
+    const char *dy = j->dy ? (const char *)j->dy + off * (int64_t)es : NULL;
+    char *out = (char *)j->out + off * (int64_t)es;
+    float *mo = j->mean_out ? j->mean_out + lo : NULL, *ro = j->rstd_out ? j->rstd_out + lo : NULL;
+    const float *mu = j->mean ? j->mean + lo : NULL, *rs = j->rstd ? j->rstd + lo : NULL;
+    if (px_cpu_half_chunk(j->dt, j->cols)) {
+        ln_args a = {j->cols, j->eps, j->w, j->b, mo, ro, mu, rs, j->dw, j->db};
+        ln_fail(j, px_cpu_half_rows(n, j->cols, j->dt, x, dy, out, j->backward ? ln_bwd_f32 : ln_fwd_f32, &a));
+    } else if (j->backward) {
+        PX_FLOAT_CALL(j->dt, px_ln_bwd_loop(n, j->cols, x, j->w, mu, rs, dy, out, j->dw, j->db, DT));
+    } else {
+        PX_FLOAT_CALL(j->dt, px_ln_fwd_loop(n, j->cols, j->eps, x, j->w, j->b, out, mo, ro, DT));
+    }
+}
+
+/* dw, db over columns [c0, c1): every row in order, as the serial pass. */
+PX_INLINE void px_ln_param_loop(const ln_job *j, int64_t c0, int64_t c1, int dt)
+{
+    for (int64_t r = 0; r < j->rows; r++) {
+        int64_t o = r * j->cols;
+        float mu = j->mean[r], rs = j->rstd[r];
+        for (int64_t c = c0; c < c1; c++) {
+            float d = px_ld(j->dy, dt, o + c);
+            float xhat = (px_ld(j->x, dt, o + c) - mu) * rs;
+            if (j->dw) j->dw[c] += d * xhat;
+            if (j->db) j->db[c] += d;
+        }
+    }
+}
+
+typedef struct ln_param_job {
+    const ln_job *j;
+    float *dw, *db;
+} ln_param_job;
+
+PX_CLONES static void ln_param_part(void *arg, int64_t c0, int64_t c1)
+{
+    const ln_param_job *p = arg;
+    ln_job j = *p->j;
+    j.dw = p->dw;
+    j.db = p->db;
+    PX_FLOAT_CALL(j.dt, px_ln_param_loop(&j, c0, c1, DT));
+}
+
+/* A part is at least this many elements. */
+#define PX_LN_GRAIN 16384
+
+static phx_status ln_run(ln_job *j, float *dw, float *db)
+{
+    if (j->dt != PHX_F32 && j->dt != PHX_F16 && j->dt != PHX_BF16)
+        return phx_error(PHX_EINVAL, "layernorm_%s: dtype %s, expected f32, f16 or bf16",
+                         j->backward ? "backward" : "forward", phx_dtype_name(j->dt));
+    int64_t grain = PX_LN_GRAIN / j->cols;
+    if (grain < 1) grain = 1;
+    /* One part: the fused serial pass (dw, db in it). */
+    if (px_cpu_parallel_parts(j->rows, grain) <= 1) {
+        j->dw = dw;
+        j->db = db;
+        ln_part(j, 0, j->rows);
+        return j->st;
+    }
+    px_cpu_parallel_for(j->rows, grain, ln_part, j);
+    if (j->st == PHX_OK && j->backward && (dw || db)) {
+        ln_param_job p = {j, dw, db};
+        int64_t cgrain = PX_LN_GRAIN / (j->rows > 0 ? j->rows : 1);
+        px_cpu_parallel_for(j->cols, cgrain > 16 ? cgrain : 16, ln_param_part, &p);
+    }
+    return j->st;
+}
+
+phx_status px_cpu_layernorm_forward(int dev, int64_t rows, int64_t cols, float eps, const void *x, const float *w,
+                                    const float *b, void *y, float *mean, float *rstd, phx_dtype dt)
+{
+    (void)dev;
+    PX_CHECK_N("layernorm_forward", rows);
+    if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_forward: %lld columns, expected >= 1", (long long)cols);
+    if (!(eps >= 0.0f)) return phx_error(PHX_EINVAL, "layernorm_forward: eps=%g, expected >= 0", (double)eps);
+    ln_job j = {0, rows, cols, eps, dt, x, NULL, y, w, b, mean, rstd, NULL, NULL, NULL, NULL, PHX_OK};
+    return ln_run(&j, NULL, NULL);
+}
+
+phx_status px_cpu_layernorm_backward(int dev, int64_t rows, int64_t cols, const void *x, const float *w,
+                                     const float *mean, const float *rstd, const void *dy, void *dx, float *dw,
+                                     float *db, phx_dtype dt)
 {
     (void)dev;
     PX_CHECK_N("layernorm_backward", rows);
     if (cols < 1) return phx_error(PHX_EINVAL, "layernorm_backward: %lld columns, expected >= 1", (long long)cols);
     if (rows > 0 && (!mean || !rstd))
         return phx_error(PHX_EINVAL, "layernorm_backward: mean/rstd are NULL, expected forward's statistics");
-    if (px_cpu_half_chunk(dt, cols)) {
-        ln_args a = {cols, 0.0f, w, NULL, NULL, NULL, mean, rstd, dw, db};
-        return px_cpu_half_rows(rows, cols, dt, x, dy, dx, ln_bwd_f32, &a);
-    }
-    PX_FLOAT_DISPATCH("layernorm_backward", dt, px_ln_bwd_loop(rows, cols, x, w, mean, rstd, dy, dx, dw, db, DT));
-    return PHX_OK;
+    ln_job j = {1, rows, cols, 0.0f, dt, x, dy, dx, w, NULL, NULL, NULL, mean, rstd, NULL, NULL, PHX_OK};
+    return ln_run(&j, dw, db);
 }

@@ -19,11 +19,22 @@ static void range_task(void *arg, size_t i)
     if (lo < hi) j->fn(j->arg, lo, hi);
 }
 
-void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg)
+static int64_t parts_of(int64_t n, int64_t grain)
 {
     int threads = px_threads_budget();
     int64_t parts = grain > 0 ? n / grain : n;
-    if (parts > threads) parts = threads;
+    return parts > threads ? threads : parts;
+}
+
+int64_t px_cpu_parallel_parts(int64_t n, int64_t grain)
+{
+    int64_t parts = parts_of(n, grain);
+    return parts > 1 && px_threads_pool() ? parts : 1;
+}
+
+void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg)
+{
+    int64_t parts = parts_of(n, grain);
     px_pool *pool = parts > 1 ? px_threads_pool() : NULL;
     if (!pool) { /* one part, or no pool (out of memory): inline */
         if (n > 0) fn(arg, 0, n);

@@ -1,9 +1,9 @@
 /* LayerNorm and loss kernels against float64 references and central
  * finite differences of float64 forwards: layernorm (affine or not, short
  * rows, a large mean offset, f16), mse (sum, mean), cross entropy (huge
- * logits stay finite), nll, bad labels changing nothing; softmax forward
- * and backward cut into parts across threads give the bits of one
- * thread. */
+ * logits stay finite), nll, bad labels changing nothing; softmax and
+ * layernorm, forward and backward, cut into parts across threads give
+ * the bits of one thread. */
 #include "config.h"
 #include <string.h>
 #include "t/core-util.h"
@@ -147,9 +147,45 @@ static void softmax_threads(const phx_kernels_v1 *K, phx_dtype dt)
     for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]);
 }
 
+/* LayerNorm over rows in parts on 2 threads against 1 thread: y, mean,
+ * rstd, dx, and dw, db (sums over every row, added in row order either
+ * way), in dt; bitwise equal. */
+static void layernorm_threads(const phx_kernels_v1 *K, phx_dtype dt)
+{
+    enum { LR = 1000, LC = 64 };
+    size_t es = phx_dtype_size(dt), n = (size_t)LR * LC;
+    float *xf = malloc(n * sizeof *xf), w[LC], b[LC];
+    char *x = malloc(n * es), *dy = malloc(n * es), *y[2], *dx[2];
+    float *mean[2], *rstd[2], *dw[2], *db[2];
+    for (size_t i = 0; i < n; i++) xf[i] = cu_frand(-3, 3);
+    K->cast(0, x, dt, xf, PHX_F32, (int64_t)n);
+    for (size_t i = 0; i < n; i++) xf[i] = cu_frand(-1, 1);
+    K->cast(0, dy, dt, xf, PHX_F32, (int64_t)n);
+    for (int c = 0; c < LC; c++) w[c] = cu_frand(0.5f, 1.5f), b[c] = cu_frand(-1, 1);
+    phx_status st = PHX_OK;
+    for (int t = 0; t < 2; t++) {
+        y[t] = malloc(n * es), dx[t] = malloc(n * es);
+        mean[t] = malloc(LR * sizeof(float)), rstd[t] = malloc(LR * sizeof(float));
+        dw[t] = calloc(LC, sizeof(float)), db[t] = calloc(LC, sizeof(float));
+        phx_set_num_threads(t + 1);
+        if (st == PHX_OK) st = K->layernorm_forward(0, LR, LC, 1e-5f, x, w, b, y[t], mean[t], rstd[t], dt);
+        if (st == PHX_OK) st = K->layernorm_backward(0, LR, LC, x, w, mean[t], rstd[t], dy, dx[t], dw[t], db[t], dt);
+    }
+    phx_set_num_threads(1);
+    int same = st == PHX_OK && !memcmp(y[0], y[1], n * es) && !memcmp(dx[0], dx[1], n * es) &&
+        !memcmp(mean[0], mean[1], LR * sizeof(float)) && !memcmp(rstd[0], rstd[1], LR * sizeof(float)) &&
+        !memcmp(dw[0], dw[1], sizeof w) && !memcmp(db[0], db[1], sizeof b);
+    ok(same, "layernorm %s (%d x %d) on 2 threads: y, statistics, dx, dw and db bitwise those of 1 thread",
+       phx_dtype_name(dt), LR, LC);
+    free(xf), free(x), free(dy);
+    for (int t = 0; t < 2; t++) free(y[t]), free(dx[t]), free(mean[t]), free(rstd[t]), free(dw[t]), free(db[t]);
+}
+
 int main(void)
 {
-    plan(6 + 4 + 6 + 5 + 2);
+    plan(6 + 4 + 6 + 5 + 4);
+    layernorm_threads(cu_kernels(), PHX_F32);
+    layernorm_threads(cu_kernels(), PHX_BF16);
     softmax_threads(cu_kernels(), PHX_F32);
     softmax_threads(cu_kernels(), PHX_BF16);
     const phx_kernels_v1 *K = cu_kernels();
