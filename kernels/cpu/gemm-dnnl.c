@@ -354,10 +354,10 @@ static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n,
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
     phx_status st;
-    if (beta != 0.0f && (st = px_cpu_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+    if (beta != 0.0f && (st = px_cpu_half_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
     g.c = (char *)sc, g.ldc = n, g.cdt = PHX_F32;
     if ((st = matmul_run(g)) != PHX_OK) return st;
-    return px_cpu_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+    return px_cpu_half_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
 }
 
 phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
