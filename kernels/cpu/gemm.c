@@ -6,7 +6,10 @@
  * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/reference/tensors.md).
  * f16 on oneDNN's bf16 matmul too where it runs on AMX, each operand split
  * into exact bf16 hi and lo parts (gemm-dnnl.c, doc/guide/precision.md).
- * Elsewhere f32 goes straight to cblas_sgemm (no copies), and f16/bf16
+ * On an Intel CPU where OpenBLAS runs its AVX-512 kernels, f32, and the
+ * f16 products the split does not take (widened), go to OpenBLAS instead
+ * of our GEMM (px_cpu_gemm_rule). Elsewhere f32 goes straight to
+ * cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
  * rounded into C's dtype. PHX_CPU_GEMM forces one path; PHX_TUNE replaces
  * auto's fixed rule by the tuning cache's choice (src/tune, doc/reference/env.md). */
