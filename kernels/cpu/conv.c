@@ -452,8 +452,9 @@ static float *widened(int slot, const void *src, phx_dtype dt, int64_t n)
  * the direct kernel the rule gives a stride-1 1 x 1 forward pass of at
  * most 27 channels was 2x slower on it), on im2col where no fast path
  * takes it; the data pass writes its gradient back into those pixels of
- * dx, zeros elsewhere. f16 and bf16 on the f32 kernels do the same on
- * their widened copies, in place, so they keep the f32 path's bits. At
+ * dx, zeros elsewhere. f16 and bf16 on the f32 kernels do the same,
+ * gathering from and scattering into their tensors (conv_half_strided_1x1),
+ * so they keep the f32 path's bits. At
  * batch 128 on examples/resnet's two projections (16 -> 32 at 28 x 28,
  * 32 -> 64 at 14 x 14) the three passes took 1.6 ms of oneDNN plus the
  * copies, against 5.3 ms on im2col. */
@@ -501,29 +502,6 @@ static void upsample_part(void *arg, int64_t lo, int64_t hi)
     }
 }
 
-/* The same on one thread, in place (f16/bf16: the widened operand's
- * buffer): each pixel moves to an index no higher than its own, so
- * going up the buffer overwrites only pixels already moved ... */
-static void subsample_in_place(const phx_conv2d_desc *d, float *x)
-{
-    for (int64_t p = 0; p < d->n * d->c; p++)
-        for (int64_t i = 0; i < d->oh; i++)
-            for (int64_t jj = 0; jj < d->ow; jj++)
-                x[(p * d->oh + i) * d->ow + jj] = x[p * d->h * d->w + i * d->stride_h * d->w + jj * d->stride_w];
-}
-
-/* ... and going down it, each dx pixel takes its value (or zero) from
- * an index no higher than its own, not yet overwritten. */
-static void upsample_in_place(const phx_conv2d_desc *d, float *dx)
-{
-    for (int64_t e = d->n * d->c * d->h * d->w - 1; e >= 0; e--) {
-        int64_t p = e / (d->h * d->w), r = e / d->w % d->h, c = e % d->w;
-        int64_t i = r / d->stride_h, jj = c / d->stride_w;
-        int hit = r % d->stride_h == 0 && c % d->stride_w == 0 && i < d->oh && jj < d->ow;
-        dx[e] = hit ? dx[(p * d->oh + i) * d->ow + jj] : 0.0f;
-    }
-}
-
 /* The stride-1 descriptor of the subsampled image. */
 static void subsampled_desc(const phx_conv2d_desc *d, phx_conv2d_desc *d1)
 {
@@ -554,6 +532,100 @@ static phx_status sub_pass(int dev, int pass, const phx_conv2d_desc *d1, const f
     return px_cpu_conv2d_backward_weight(dev, d1, x, dy, dw, db, PHX_F32);
 }
 
+/* The strided 1 x 1 route for f16/bf16: x's strided pixels gathered
+ * straight from the f16/bf16 tensor and widened into the subsampled image
+ * (scratch slot 7), and the image's f32 gradient rounded straight into
+ * dx's strided pixels, zeros elsewhere -- instead of widening all of x
+ * (stride^2 times the pixels the pass reads) and moving pixels in place
+ * one at a time. Planes split over the pool. The values are those of the
+ * in-place route (widening is exact, rounding is per element), so the
+ * bits are too. */
+typedef struct half_sub_job {
+    const phx_conv2d_desc *d;
+    phx_dtype dt;
+    const uint16_t *x; /* gather: x into img */
+    float *img;
+    const float *g; /* scatter: g into dx */
+    uint16_t *dx;
+    phx_status st;
+} half_sub_job;
+
+#define HALF_SUB_CHUNK 1024
+
+static void half_subsample_part(void *arg, int64_t lo, int64_t hi)
+{
+    half_sub_job *j = arg;
+    const phx_conv2d_desc *d = j->d;
+    uint16_t t[HALF_SUB_CHUNK];
+    int64_t ohw = d->oh * d->ow;
+    for (int64_t p = lo; p < hi; p++) {
+        const uint16_t *x = j->x + p * d->h * d->w;
+        float *o = j->img + p * ohw;
+        for (int64_t e0 = 0; e0 < ohw; e0 += HALF_SUB_CHUNK) {
+            int64_t e1 = ohw - e0 < HALF_SUB_CHUNK ? ohw : e0 + HALF_SUB_CHUNK;
+            for (int64_t e = e0, r = e0 / d->ow, c = e0 % d->ow; e < e1; e++) {
+                t[e - e0] = x[r * d->stride_h * d->w + c * d->stride_w];
+                if (++c == d->ow) c = 0, r++;
+            }
+            phx_status st = px_cpu_cast(0, o + e0, PHX_F32, t, j->dt, e1 - e0);
+            if (st != PHX_OK) j->st = st;
+        }
+    }
+}
+
+static void half_upsample_part(void *arg, int64_t lo, int64_t hi)
+{
+    half_sub_job *j = arg;
+    const phx_conv2d_desc *d = j->d;
+    uint16_t t[HALF_SUB_CHUNK];
+    int64_t ohw = d->oh * d->ow;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *g = j->g + p * ohw;
+        uint16_t *dx = j->dx + p * d->h * d->w;
+        memset(dx, 0, (size_t)(d->h * d->w) * 2); /* +0 in f16 and bf16 */
+        for (int64_t e0 = 0; e0 < ohw; e0 += HALF_SUB_CHUNK) {
+            int64_t e1 = ohw - e0 < HALF_SUB_CHUNK ? ohw : e0 + HALF_SUB_CHUNK;
+            phx_status st = px_cpu_cast(0, t, j->dt, g + e0, PHX_F32, e1 - e0);
+            if (st != PHX_OK) j->st = st;
+            for (int64_t e = e0, r = e0 / d->ow, c = e0 % d->ow; e < e1; e++) {
+                dx[r * d->stride_h * d->w + c * d->stride_w] = t[e - e0];
+                if (++c == d->ow) c = 0, r++;
+            }
+        }
+    }
+}
+
+static phx_status conv_half_strided_1x1(int pass, const phx_conv2d_desc *d, const void *x, const void *w,
+                                        const float *bias, const void *dy, void *y, void *dx, float *dw, float *db,
+                                        phx_dtype dt)
+{
+    phx_conv2d_desc d1;
+    subsampled_desc(d, &d1);
+    int64_t planes = d->n * d->c, n1 = planes * d->oh * d->ow, ny = d->n * d->k * d->oh * d->ow;
+    int64_t nw = d->k * (d->c / d->groups) * d->kh * d->kw;
+    float *img = NULL, *wf = NULL, *dyf = NULL, *yf = NULL;
+    half_sub_job j = {d, dt, x, NULL, NULL, dx, PHX_OK};
+    int64_t grain = d->oh * d->ow >= 4096 ? 1 : 4096 / (d->oh * d->ow > 0 ? d->oh * d->ow : 1);
+    if ((x || dx) && !(img = px_cpu_scratch(7, (size_t)(n1 > 0 ? n1 : 1) * sizeof(float)))) return PHX_ENOMEM;
+    if (w && !(wf = widened(8, w, dt, nw))) return PHX_ENOMEM;
+    if (dy && !(dyf = widened(9, dy, dt, ny))) return PHX_ENOMEM;
+    if (y && !(yf = px_cpu_scratch(9, (size_t)(ny > 0 ? ny : 1) * sizeof(float)))) return PHX_ENOMEM;
+    if (x) {
+        j.img = img;
+        px_cpu_parallel_for(planes, grain, half_subsample_part, &j);
+        if (j.st != PHX_OK) return j.st;
+    }
+    phx_status st = sub_pass(0, pass, &d1, x ? img : NULL, wf, bias, dyf, yf, dx ? img : NULL, dw, db);
+    if (st != PHX_OK) return st;
+    if (y) return cast_split(y, dt, yf, PHX_F32, ny);
+    if (dx) {
+        j.g = img;
+        px_cpu_parallel_for(planes, grain, half_upsample_part, &j);
+        return j.st;
+    }
+    return PHX_OK;
+}
+
 /* An f16/bf16 pass: bf16 on oneDNN when path is CONV_DNNL and oneDNN
  * has bf16 kernels for this CPU; otherwise on the f32 kernels of path: x,
  * w and dy widened into
@@ -571,6 +643,8 @@ static phx_status conv_half(int path, int pass, const phx_conv2d_desc *d, const 
         phx_status st = px_cpu_conv2d_dnnl_dt(pass, d, dt, x, w, bias, dy, y, dx, dw, db);
         if (st != PHX_EUNSUPPORTED) return st;
     }
+    if (path == CONV_FALLBACK && strided_1x1(d)) /* the f32 pass's route, on the pixels it reads */
+        return conv_half_strided_1x1(pass, d, x, w, bias, dy, y, dx, dw, db, dt);
     int64_t nx = d->n * d->c * d->h * d->w, ny = d->n * d->k * d->oh * d->ow;
     int64_t nw = d->k * (d->c / d->groups) * d->kh * d->kw;
     float *xf = NULL, *wf = NULL, *dyf = NULL, *yf = NULL, *dxf = NULL;
@@ -580,16 +654,7 @@ static phx_status conv_half(int path, int pass, const phx_conv2d_desc *d, const 
     /* the f32 output in the slot of the operand the pass does not read */
     if (y && !(yf = px_cpu_scratch(9, (size_t)(ny > 0 ? ny : 1) * sizeof(float)))) return PHX_ENOMEM;
     if (dx && !(dxf = px_cpu_scratch(7, (size_t)(nx > 0 ? nx : 1) * sizeof(float)))) return PHX_ENOMEM;
-    phx_status st;
-    if (path == CONV_FALLBACK && strided_1x1(d)) { /* the f32 pass's route, in place */
-        phx_conv2d_desc d1;
-        subsampled_desc(d, &d1);
-        if (xf) subsample_in_place(d, xf);
-        st = sub_pass(0, pass, &d1, xf, wf, bias, dyf, yf, dxf, dw, db);
-        if (st == PHX_OK && dxf) upsample_in_place(d, dxf);
-    } else {
-        st = conv_fast(path, pass, d, xf, wf, bias, dyf, yf, dxf, dw, db);
-    }
+    phx_status st = conv_fast(path, pass, d, xf, wf, bias, dyf, yf, dxf, dw, db);
     if (st != PHX_OK) return st;
     if (y) return cast_split(y, dt, yf, PHX_F32, ny);
     if (dx) return cast_split(dx, dt, dxf, PHX_F32, nx);

@@ -95,6 +95,11 @@ phx_status px_cpu_half_rows(int64_t rows, int64_t cols, phx_dtype dt, const void
  * from OpenBLAS's threads. */
 phx_status px_cpu_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
                             int64_t rows, int64_t cols);
+/* The same, f16 <-> f32 strided rows converted in one loop where the
+ * kernels use AVX-512 (half.c): the same bits without a px_cpu_cast call
+ * per row; the GEMMs' widened copies (gemm.c, gemm-dnnl.c). */
+phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                                 int64_t rows, int64_t cols);
 
 /* Streaming (non-temporal) stores for the output of an elementwise
  * kernel whose output is no larger than its input (relu, narrowing casts),

@@ -236,8 +236,10 @@ static int split_terms(void)
     return e && !strcmp(e, "4") ? 4 : 3;
 }
 
-/* hi and lo of n f16 values; nonzero when one of them is inf or NaN */
-static int split_row_c(uint16_t *hi, uint16_t *lo, const uint16_t *x, int64_t n)
+/* hi and lo of n f16 values, hi also into hi2 and lo into lo2 where not
+ * NULL (the operand's second copies, written here rather than copied
+ * after); nonzero when one of them is inf or NaN */
+static int split_row_c(uint16_t *hi, uint16_t *hi2, uint16_t *lo, uint16_t *lo2, const uint16_t *x, int64_t n)
 {
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -252,14 +254,16 @@ static int split_row_c(uint16_t *hi, uint16_t *lo, const uint16_t *x, int64_t n)
         memcpy(&u, &l, 4);
         hi[i] = (uint16_t)(h >> 16);
         lo[i] = (uint16_t)(u >> 16);
+        if (hi2) hi2[i] = hi[i];
+        if (lo2) lo2[i] = lo[i];
     }
     return bad;
 }
 
 #if PX_HAVE_X86
 #include <immintrin.h>
-__attribute__((target("avx512f,avx512dq,f16c"))) static int split_row_512(uint16_t *hi, uint16_t *lo, const uint16_t *x,
-                                                                          int64_t n)
+__attribute__((target("avx512f,avx512dq,f16c"))) static int split_row_512(uint16_t *hi, uint16_t *hi2, uint16_t *lo,
+                                                                          uint16_t *lo2, const uint16_t *x, int64_t n)
 {
     __mmask16 bad = 0;
     const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
@@ -272,19 +276,23 @@ __attribute__((target("avx512f,avx512dq,f16c"))) static int split_row_512(uint16
         __m512i h = _mm512_and_si512(
             _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))), top);
         __m512 l = _mm512_sub_ps(v, _mm512_castsi512_ps(h));
-        _mm256_storeu_si256((__m256i *)(hi + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
-        _mm256_storeu_si256((__m256i *)(lo + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(l), 16)));
+        __m256i hv = _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16));
+        __m256i lv = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(l), 16));
+        _mm256_storeu_si256((__m256i *)(hi + i), hv);
+        _mm256_storeu_si256((__m256i *)(lo + i), lv);
+        if (hi2) _mm256_storeu_si256((__m256i *)(hi2 + i), hv);
+        if (lo2) _mm256_storeu_si256((__m256i *)(lo2 + i), lv);
     }
-    return (bad != 0) | split_row_c(hi + i, lo + i, x + i, n - i);
+    return (bad != 0) | split_row_c(hi + i, hi2 ? hi2 + i : NULL, lo + i, lo2 ? lo2 + i : NULL, x + i, n - i);
 }
 #endif
 
-static int split_row(uint16_t *hi, uint16_t *lo, const uint16_t *x, int64_t n)
+static int split_row(uint16_t *hi, uint16_t *hi2, uint16_t *lo, uint16_t *lo2, const uint16_t *x, int64_t n)
 {
 #if PX_HAVE_X86
-    if (px_cpu_isa() == PX_ISA_AVX512) return split_row_512(hi, lo, x, n);
+    if (px_cpu_isa() == PX_ISA_AVX512) return split_row_512(hi, hi2, lo, lo2, x, n);
 #endif
-    return split_row_c(hi, lo, x, n);
+    return split_row_c(hi, hi2, lo, lo2, x, n);
 }
 
 /* rows x cols of src (leading dim ld) into dst as terms copies of each
@@ -304,16 +312,18 @@ typedef struct split_job {
 static void split_part(void *arg, int64_t lo, int64_t hi)
 {
     split_job *j = arg;
-    int h = 0, l = 0, bad = 0;
-    while (j->lo_mask >> h & 1u) h++;
-    while (!(j->lo_mask >> l & 1u)) l++;
+    int bad = 0;
     for (int64_t r = lo; r < hi && !bad; r++) {
-        uint16_t *at[4];
-        for (int p = 0; p < j->terms; p++)
-            at[p] = j->k_in_rows ? j->dst + (p * j->rows + r) * j->cols : j->dst + (r * j->terms + p) * j->cols;
-        bad = split_row(at[h], at[l], j->src + r * j->ld, j->cols);
-        for (int p = 0; p < j->terms; p++)
-            if (p != h && p != l) memcpy(at[p], at[j->lo_mask >> p & 1u ? l : h], (size_t)j->cols * 2);
+        uint16_t *his[2] = {NULL, NULL}, *los[2] = {NULL, NULL};
+        int nh = 0, nl = 0;
+        for (int p = 0; p < j->terms; p++) {
+            uint16_t *at = j->k_in_rows ? j->dst + (p * j->rows + r) * j->cols : j->dst + (r * j->terms + p) * j->cols;
+            if (j->lo_mask >> p & 1u)
+                los[nl++] = at;
+            else
+                his[nh++] = at;
+        }
+        bad = split_row(his[0], his[1], los[0], los[1], j->src + r * j->ld, j->cols);
     }
     if (bad) atomic_store(&j->bad, 1);
 }
@@ -354,10 +364,10 @@ static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n,
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
     phx_status st;
-    if (beta != 0.0f && (st = px_cpu_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+    if (beta != 0.0f && (st = px_cpu_half_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
     g.c = (char *)sc, g.ldc = n, g.cdt = PHX_F32;
     if ((st = matmul_run(g)) != PHX_OK) return st;
-    return px_cpu_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+    return px_cpu_half_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
 }
 
 phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,

@@ -6,7 +6,10 @@
  * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/reference/tensors.md).
  * f16 on oneDNN's bf16 matmul too where it runs on AMX, each operand split
  * into exact bf16 hi and lo parts (gemm-dnnl.c, doc/guide/precision.md).
- * Elsewhere f32 goes straight to cblas_sgemm (no copies), and f16/bf16
+ * On an Intel CPU where OpenBLAS runs its AVX-512 kernels, f32, and the
+ * f16 products the split does not take (widened), go to OpenBLAS instead
+ * of our GEMM (px_cpu_gemm_rule). Elsewhere f32 goes straight to
+ * cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
  * rounded into C's dtype. PHX_CPU_GEMM forces one path; PHX_TUNE replaces
  * auto's fixed rule by the tuning cache's choice (src/tune, doc/reference/env.md). */
@@ -114,10 +117,14 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
      * (gemm-dnnl.c), where it runs on AMX: 3 bf16 products per f16 one
      * beat f32 FMA there on the MLP's and the GPT's forward products
      * (1.2-1.6x), not where C has under 64 rows or columns (10x1024x256:
-     * 2x slower than our widening GEMM) or k is over twice C's larger
-     * side (weight gradients over many tokens, 128x512x2048: 1.5x slower;
+     * 2x slower than our widening GEMM), k is under 64 (attention scores,
+     * 128x128x32: 1.1x slower than BLAS on widened copies) or k is over
+     * twice C's larger side with C under 128 wide (65x128x2048: 1.1-1.3x
+     * slower; from 128 up the split was the fastest f16 path for those
+     * weight gradients, 384x128x2048: 1.5-1.6 ms against 1.7-1.9 ms;
      * one thread, CPU time, doc/guide/precision.md) */
-    if (adt == PHX_F16 && k > 0 && (m < n ? m : n) >= 64 && k <= 2 * (m > n ? m : n) && px_cpu_dnnl_amx_bf16())
+    int64_t small = m < n ? m : n, large = m > n ? m : n;
+    if (adt == PHX_F16 && k >= 64 && small >= 64 && (k <= 2 * large || small >= 128) && px_cpu_dnnl_amx_bf16())
         return PX_GEMM_DNNL;
     /* f32 on OpenBLAS where it runs its AVX-512 kernels on an Intel CPU
      * (core SkylakeX, Cooperlake or SapphireRapids, detected or set by
@@ -127,6 +134,11 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
      * 2048x128x512); on the AMD Zen 4 the rule below was measured on, our
      * GEMM led its AVX2 kernels (doc/reference/tensors.md) */
     if (adt == PHX_F32 && k > 0 && alpha_nonzero && px_tune_blas_avx512_intel()) return PX_GEMM_BLAS;
+    /* f16 products the split does not take, there too, on widened copies:
+     * 1.05-1.9x our GEMM widening while it packs (attention's 128x32x128:
+     * 0.60 against 1.14 ms for 64 of them; 65x128x2048: 0.32-0.38 against
+     * 0.37-0.55 ms) */
+    if (adt == PHX_F16 && k > 0 && alpha_nonzero && px_tune_blas_avx512_intel()) return PX_GEMM_BLAS;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
     if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;
@@ -148,8 +160,8 @@ static phx_status blas_path(int trans_a, int trans_b, int64_t m, int64_t n, int6
         float *sa = px_cpu_scratch(0, (size_t)(a_rows * a_cols) * sizeof(float));
         float *sb = px_cpu_scratch(1, (size_t)(b_rows * b_cols) * sizeof(float));
         if (!sa || !sb) return PHX_ENOMEM;
-        if ((st = px_cpu_cast_rows(sa, PHX_F32, a_cols, a, adt, lda, a_rows, a_cols)) != PHX_OK ||
-            (st = px_cpu_cast_rows(sb, PHX_F32, b_cols, b, adt, ldb, b_rows, b_cols)) != PHX_OK)
+        if ((st = px_cpu_half_cast_rows(sa, PHX_F32, a_cols, a, adt, lda, a_rows, a_cols)) != PHX_OK ||
+            (st = px_cpu_half_cast_rows(sb, PHX_F32, b_cols, b, adt, ldb, b_rows, b_cols)) != PHX_OK)
             return st;
         af = sa, lda = a_cols;
         bf = sb, ldb = b_cols;
@@ -159,9 +171,9 @@ static phx_status blas_path(int trans_a, int trans_b, int64_t m, int64_t n, int6
     /* a f16/bf16 C: computed in f32 scratch, rounded once */
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
-    if (beta != 0.0f && (st = px_cpu_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+    if (beta != 0.0f && (st = px_cpu_half_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
     if ((st = sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, sc, n)) != PHX_OK) return st;
-    return px_cpu_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+    return px_cpu_half_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
 }
 
 static const char *const gemm_names[] = {[PX_GEMM_BLAS] = "blas", [PX_GEMM_DNNL] = "dnnl", [PX_GEMM_AVX512] = "avx512"};

@@ -30,3 +30,79 @@ phx_status px_cpu_half_rows(int64_t rows, int64_t cols, phx_dtype dt, const void
     }
     return st;
 }
+
+/* Strided f16 <-> f32 rows for the GEMMs' widened copies: one call for
+ * all the rows, where px_cpu_cast_rows makes one px_cpu_cast call (and
+ * its kernel choice) per row -- the attention GEMMs' rows are 32 values
+ * long (head size), and those calls cost more than the conversion. The
+ * conversion instructions round to nearest even like phx_f32_to_f16;
+ * NaN lanes go through phx_f16_to_f32 / phx_f32_to_f16, as in the cast
+ * kernel (cast-x86.c), so the bits are px_cpu_cast's. */
+#if PX_HAVE_X86
+#include <immintrin.h>
+#include <string.h>
+#define HALF_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+__attribute__((target("avx512f,f16c"))) static void widen_rows_512(float *d, int64_t ldd, const uint16_t *s,
+                                                                             int64_t lds, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++, d += ldd, s += lds)
+        for (int64_t i = 0; i < cols; i += 16) {
+            __mmask16 m = cols - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - i)) - 1);
+            __m256i h;
+            if (m == 0xffff)
+                h = _mm256_loadu_si256((const __m256i *)(s + i));
+            else { /* the tail through a buffer: masked 16-bit loads need AVX512BW */
+                uint16_t t[16] = {0};
+                memcpy(t, s + i, (size_t)(cols - i) * 2);
+                h = _mm256_loadu_si256((const __m256i *)t);
+            }
+            __m512 v = _mm512_cvtph_ps(h);
+            __mmask16 nan = _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+            _mm512_mask_storeu_ps(d + i, m, v);
+            for (int64_t j = 0; nan; j++, nan >>= 1)
+                if (nan & 1u) d[i + j] = phx_f16_to_f32(s[i + j]);
+        }
+}
+
+__attribute__((target("avx512f,f16c"))) static void narrow_rows_512(uint16_t *d, int64_t ldd, const float *s,
+                                                                              int64_t lds, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++, d += ldd, s += lds)
+        for (int64_t i = 0; i < cols; i += 16) {
+            __mmask16 m = cols - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - i)) - 1);
+            __m512 v = _mm512_maskz_loadu_ps(m, s + i);
+            __mmask16 nan = _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+            __m256i h = _mm512_cvtps_ph(v, HALF_RNE);
+            if (m == 0xffff)
+                _mm256_storeu_si256((__m256i *)(d + i), h);
+            else {
+                uint16_t t[16];
+                _mm256_storeu_si256((__m256i *)t, h);
+                memcpy(d + i, t, (size_t)(cols - i) * 2);
+            }
+            for (int64_t j = 0; nan; j++, nan >>= 1)
+                if (nan & 1u) d[i + j] = phx_f32_to_f16(s[i + j]);
+        }
+}
+#endif
+
+phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                                 int64_t rows, int64_t cols)
+{
+#if PX_HAVE_X86
+    /* contiguous: px_cpu_cast's one call (streaming stores, tuning) */
+    int strided = !(ldd == cols && lds == cols);
+    if (strided && rows > 0 && cols > 0 && px_cpu_isa() == PX_ISA_AVX512) {
+        if (dt == PHX_F32 && st == PHX_F16) {
+            widen_rows_512(dst, ldd, src, lds, rows, cols);
+            return PHX_OK;
+        }
+        if (dt == PHX_F16 && st == PHX_F32) {
+            narrow_rows_512(dst, ldd, src, lds, rows, cols);
+            return PHX_OK;
+        }
+    }
+#endif
+    return px_cpu_cast_rows(dst, dt, ldd, src, st, lds, rows, cols);
+}
