@@ -14,7 +14,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE2__)
 #include <immintrin.h>
+#endif
 
 #include <chrono>
 #include <climits>
@@ -441,23 +443,12 @@ struct Round {
     uint32_t g;
 };
 
-// EXPERIMENT (temporary): round bytes and NT copy-out from the environment
-size_t exp_round()
-{
-    static size_t v = [] {
-        const char *e = std::getenv("PHX_GLOO_SHM_ROUND_EXP");
-        size_t x = e ? (size_t)std::strtoull(e, nullptr, 10) : kShmRound;
-        return x >= 4096 && x <= kShmRound ? x : kShmRound;
-    }();
-    return v;
-}
-bool exp_nt()
-{
-    static bool v = std::getenv("PHX_GLOO_SHM_NT_EXP") != nullptr;
-    return v;
-}
+// memcpy with non-temporal stores (the destination's lines go to memory
+// without being read first or kept in the caches): the all-reduce's
+// copy-out of messages of kShmStream bytes and more.
 void copy_nt(uint8_t *dst, const uint8_t *src, size_t n)
 {
+#if defined(__SSE2__)
     size_t head = (64 - ((uintptr_t)dst & 63)) & 63;
     if (head > n) head = n;
     std::memcpy(dst, src, head);
@@ -474,7 +465,15 @@ void copy_nt(uint8_t *dst, const uint8_t *src, size_t n)
         _mm_stream_si128((__m128i *)(dst + i + 48), d);
     }
     std::memcpy(dst + body, src + body, n - body);
-    _mm_sfence();
+    _mm_sfence(); // the streamed lines ordered before the counters that follow
+#else
+    std::memcpy(dst, src, n);
+#endif
+}
+
+void copy(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    std::memcpy(dst, src, n);
 }
 
 void (*const kNoReduce)(const Round &) = nullptr; // rounds() without a reduce step
@@ -564,18 +563,17 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
         }
     };
     // copy-out: the reduced sub-slices j != r, from slot j into the buffer
+    // (streamed past the caches when the message is too big to stay there)
+    const bool stream = count * es >= kShmStream;
     auto drain = [&](const Round &q) {
         for (int j = 0; j < n; j++) {
             size_t lo, hi;
             if (j == r) continue;
             chunk(q.m, n, j, &lo, &hi);
-            if (exp_nt())
-                copy_nt(b + (q.e0 + lo) * es, slot(s, j, q.g) + lo * es, (hi - lo) * es);
-            else
-                std::memcpy(b + (q.e0 + lo) * es, slot(s, j, q.g) + lo * es, (hi - lo) * es);
+            (stream ? copy_nt : copy)(b + (q.e0 + lo) * es, slot(s, j, q.g) + lo * es, (hi - lo) * es);
         }
     };
-    rounds(c, l, s, count, exp_round() / es, tag, "an all-reduce", "elements", fill, &reduce, drain);
+    rounds(c, l, s, count, kShmRound / es, tag, "an all-reduce", "elements", fill, &reduce, drain);
 }
 
 void reduce_scatter_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_t count, phx_dtype dt,
@@ -583,7 +581,7 @@ void reduce_scatter_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, 
 {
     const int n = s.size, r = s.rank;
     // per round: per elements of every block, block j's at j * per in the slot
-    const size_t es = phx_dtype_size(dt), per = exp_round() / es / (size_t)n;
+    const size_t es = phx_dtype_size(dt), per = kShmRound / es / (size_t)n;
     const uint8_t *in = static_cast<const uint8_t *>(send);
     uint8_t *out = static_cast<uint8_t *>(recv);
     auto fill = [&](const Round &q, uint8_t *mine) {
@@ -612,7 +610,7 @@ void allgather_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_
         for (int j = 0; j < n; j++)
             if (j != r) std::memcpy(out + (size_t)j * bytes + q.e0, slot(s, j, q.g), q.m);
     };
-    rounds(c, l, s, bytes, exp_round(), tag, "an all-gather", "bytes", fill, kNoReduce, drain);
+    rounds(c, l, s, bytes, kShmRound, tag, "an all-gather", "bytes", fill, kNoReduce, drain);
     if (out + (size_t)r * bytes != in) std::memcpy(out + (size_t)r * bytes, in, bytes);
 }
 
