@@ -14,7 +14,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__SSE2__)
+#if defined(__x86_64__) || defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
@@ -414,6 +414,44 @@ void check_tags(Shm &s, uint32_t g, uint64_t tag, size_t count, const char *unit
 // the ring does: the left fold reduce2(acc, acc, src(t)), then the
 // division by div (div > 1), into out and, when keep, into scratch too;
 // scratch (len elements, not aliasing any operand) holds the chain.
+// The f32 sum of n operands (then / div when div > 1) in one pass per
+// vector, into out and, when keep is not null, keep: the kit's left fold
+// and division element by element (the same bits), without its block
+// buffer and copies. out may be one of the operands (in place).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void sum_f32_avx512(float *out, float *keep, const float *const *src, int n,
+                                                         size_t len, int div)
+{
+    const __m512 d = _mm512_set1_ps((float)div);
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m512 a = _mm512_loadu_ps(src[0] + i);
+        for (int t = 1; t < n; t++) a = _mm512_add_ps(a, _mm512_loadu_ps(src[t] + i));
+        if (div > 1) a = _mm512_div_ps(a, d);
+        _mm512_storeu_ps(out + i, a);
+        if (keep) _mm512_storeu_ps(keep + i, a);
+    }
+    for (; i < len; i++) {
+        float a = src[0][i];
+        for (int t = 1; t < n; t++) a += src[t][i];
+        if (div > 1) a /= (float)div;
+        out[i] = a;
+        if (keep) keep[i] = a;
+    }
+}
+#endif
+
+// sum_f32_avx512 runs here (else the kit's fold)
+bool have_avx512()
+{
+#if defined(__x86_64__)
+    static const bool v = __builtin_cpu_supports("avx512f");
+    return v;
+#else
+    return false;
+#endif
+}
+
 template <class Src>
 void fold(uint8_t *scratch, uint8_t *out, bool keep, Src src, int n, size_t len, phx_dtype dt, phx_reduce_op op,
           int div)
@@ -425,6 +463,13 @@ void fold(uint8_t *scratch, uint8_t *out, bool keep, Src src, int n, size_t len,
         // same left fold (and division) as the chain below
         const void *in[kMaxFused];
         for (int t = 0; t < n; t++) in[t] = src(t);
+#if defined(__x86_64__)
+        if (dt == PHX_F32 && (op == PHX_SUM || op == PHX_AVG) && have_avx512()) {
+            sum_f32_avx512(reinterpret_cast<float *>(out), keep ? reinterpret_cast<float *>(scratch) : nullptr,
+                           reinterpret_cast<const float *const *>(in), n, len, div);
+            return;
+        }
+#endif
         void *outs[2] = {out, scratch};
         phx_kit_reduce(outs, keep ? 2 : 1, in, n, 0, len, dt, div > 1 ? PHX_AVG : op, div);
         return;
