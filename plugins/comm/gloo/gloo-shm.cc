@@ -521,6 +521,17 @@ void copy(uint8_t *dst, const uint8_t *src, size_t n)
     std::memcpy(dst, src, n);
 }
 
+// f(j, lo, hi) for every other rank j's sub-slice [lo, hi) of m elements.
+template <class F>
+void others(const Shm &s, size_t m, F f)
+{
+    for (int j = 0; j < s.size; j++) {
+        size_t lo, hi;
+        chunk(m, s.size, j, &lo, &hi);
+        if (j != s.rank) f(j, lo, hi);
+    }
+}
+
 void (*const kNoReduce)(const Round &) = nullptr; // rounds() without a reduce step
 
 // The round skeleton of the three ops: `total` units in rounds of `per`.
@@ -579,12 +590,9 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
     uint8_t *b = static_cast<uint8_t *>(buf);
     // copy-in: the round's sub-slices j != r, from the buffer into the slot
     auto fill = [&](const Round &q, uint8_t *mine) {
-        for (int j = 0; j < n; j++) {
-            size_t lo, hi;
-            if (j == r) continue;
-            chunk(q.m, n, j, &lo, &hi);
+        others(s, q.m, [&](int, size_t lo, size_t hi) {
             std::memcpy(mine + lo * es, b + (q.e0 + lo) * es, (hi - lo) * es);
-        }
+        });
     };
     // reduce: sub-slice r over every rank, into the slot and the buffer
     auto reduce = [&](const Round &q) {
@@ -611,12 +619,9 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
     // (streamed past the caches when the message is too big to stay there)
     const bool stream = count * es >= kShmStream;
     auto drain = [&](const Round &q) {
-        for (int j = 0; j < n; j++) {
-            size_t lo, hi;
-            if (j == r) continue;
-            chunk(q.m, n, j, &lo, &hi);
+        others(s, q.m, [&](int j, size_t lo, size_t hi) {
             (stream ? copy_nt : copy)(b + (q.e0 + lo) * es, slot(s, j, q.g) + lo * es, (hi - lo) * es);
-        }
+        });
     };
     rounds(c, l, s, count, kShmRound / es, tag, "an all-reduce", "elements", fill, &reduce, drain);
 }
