@@ -459,8 +459,9 @@ void fold(uint8_t *scratch, uint8_t *out, bool keep, Src src, int n, size_t len,
     // the kit's n-input fold is reduce2's chain for f32 and integers
     // (one rounding per step either way); f16 and bf16 round once there
     if (n <= kMaxFused && dt != PHX_F16 && dt != PHX_BF16) {
-        // one pass, the outputs written from the kit's accumulator: the
-        // same left fold (and division) as the chain below
+        // one pass, the outputs written from the accumulator (the f32
+        // sum's AVX-512 loop, else the kit's): the same left fold (and
+        // division) as the chain below
         const void *in[kMaxFused];
         for (int t = 0; t < n; t++) in[t] = src(t);
 #if defined(__x86_64__)
