@@ -16,10 +16,11 @@
  * 64 MiB.
  *
  * The memcpy ceiling is measured inside every run, interleaved with the
- * collective: at every size >= 1 MiB, before each timed loop (the other
- * ranks wait in the barrier), rank 0 copies the collective's own tensor
- * (the same pages, as warm as the loops leave them) into a buffer of the
- * same size, faulted in beforehand: once "cold" (both ranges flushed from
+ * collective: at every size >= 1 MiB, before each timed loop, rank 0
+ * copies the collective's own tensor (the same pages, as warm as the
+ * loops leave them) into a buffer of the same size, faulted in
+ * beforehand, while the other ranks sleep (4 ns a byte, not polling in a
+ * barrier): once "cold" (both ranges flushed from
  * the caches with clflush first) and once "warm" (right after). The
  * percentage of memcpy at 64 MiB is the collective's median busbw over
  * the warm memcpy's median in the same run; the spread (min..max over the
@@ -128,13 +129,23 @@ static int rank_main(int rank, void *arg)
         if (bytes < (16u << 20)) st = st ? st : phx_comm_allreduce(c, v, PHX_SUM, NULL);
         double dts[REPS], warm[REPS], cold[REPS];
         int reps = 0;
-        const int mc = copy && bytes >= MC_MIN;
+        const int mc = g_max >= MC_MIN && bytes >= MC_MIN; /* on every rank */
         for (int rep = 0; rep < REPS && !st; rep++) {
             if (mc) {
-                cold[rep] = copy_gbs(copy, phx_tensor_data(v), bytes, 1);
-                warm[rep] = copy_gbs(copy, phx_tensor_data(v), bytes, 0);
+                /* rank 0 copies while the others sleep (not polling in a
+                 * barrier for a core): 4 ns a byte covers the flush and
+                 * both copies at >= 0.5 GB/s */
+                st = phx_comm_barrier(c, NULL);
+                if (copy) {
+                    cold[rep] = copy_gbs(copy, phx_tensor_data(v), bytes, 1);
+                    warm[rep] = copy_gbs(copy, phx_tensor_data(v), bytes, 0);
+                } else if (!st) {
+                    double s = 4e-9 * (double)bytes;
+                    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+                    nanosleep(&ts, NULL);
+                }
             }
-            st = phx_comm_barrier(c, NULL);
+            st = st ? st : phx_comm_barrier(c, NULL);
             double t0 = now();
             for (int i = 0; i < it && !st; i++) st = phx_comm_allreduce(c, v, PHX_SUM, NULL);
             st = st ? st : phx_comm_barrier(c, NULL);
@@ -149,7 +160,7 @@ static int rank_main(int rank, void *arg)
             g_tab->bytes[k] = bytes;
             g_tab->us_med[k] = median(dts, reps) / it * 1e6;
             g_tab->us[k] = dts[0] / it * 1e6; /* sorted by median() */
-            if (mc) {
+            if (mc && copy) {
                 g_tab->mc_cold[k] = median(cold, reps);
                 g_tab->mc_warm[k][0] = median(warm, reps);
                 g_tab->mc_warm[k][1] = warm[0];
