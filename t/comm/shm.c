@@ -496,7 +496,7 @@ static void run_world(int world, int ring)
             st_exact &= R->st_exact[r];
             for (int k = 0; k < 2; k++)
                 st_same &= R->st_hash[1][r][k] == R->st_hash[0][r][k] && R->st_hash[1][r][k] == R->st_hash[1][0][k] &&
-                           R->st_hash[1][r][k] != 0;
+                    R->st_hash[1][r][k] != 0;
         }
         ok(st_same,
            "world %d: all-reduces of %d MiB + %d elements (non-temporal copy-out; f32 sum, f16 avg) give TCP's bits "

@@ -420,7 +420,7 @@ void check_tags(Shm &s, uint32_t g, uint64_t tag, size_t count, const char *unit
 // buffer and copies. out may be one of the operands (in place).
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) void sum_f32_avx512(float *out, float *keep, const float *const *src, int n,
-                                                         size_t len, int div)
+                                                       size_t len, int div)
 {
     const __m512 d = _mm512_set1_ps((float)div);
     size_t i = 0;
@@ -504,7 +504,8 @@ void copy_nt(uint8_t *dst, const uint8_t *src, size_t n)
     size_t body = n & ~(size_t)63;
     for (size_t i = 0; i < body; i += 64) {
         __m128i a = _mm_loadu_si128((const __m128i *)(src + i)), b = _mm_loadu_si128((const __m128i *)(src + i + 16)),
-                c = _mm_loadu_si128((const __m128i *)(src + i + 32)), d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+                c = _mm_loadu_si128((const __m128i *)(src + i + 32)),
+                d = _mm_loadu_si128((const __m128i *)(src + i + 48));
         _mm_stream_si128((__m128i *)(dst + i), a);
         _mm_stream_si128((__m128i *)(dst + i + 16), b);
         _mm_stream_si128((__m128i *)(dst + i + 32), c);
@@ -523,8 +524,7 @@ void copy(uint8_t *dst, const uint8_t *src, size_t n)
 }
 
 // f(j, lo, hi) for every other rank j's sub-slice [lo, hi) of m elements.
-template <class F>
-void others(const Shm &s, size_t m, F f)
+template <class F> void others(const Shm &s, size_t m, F f)
 {
     for (int j = 0; j < s.size; j++) {
         size_t lo, hi;
@@ -591,9 +591,8 @@ void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype 
     uint8_t *b = static_cast<uint8_t *>(buf);
     // copy-in: the round's sub-slices j != r, from the buffer into the slot
     auto fill = [&](const Round &q, uint8_t *mine) {
-        others(s, q.m, [&](int, size_t lo, size_t hi) {
-            std::memcpy(mine + lo * es, b + (q.e0 + lo) * es, (hi - lo) * es);
-        });
+        others(s, q.m,
+               [&](int, size_t lo, size_t hi) { std::memcpy(mine + lo * es, b + (q.e0 + lo) * es, (hi - lo) * es); });
     };
     // reduce: sub-slice r over every rank, into the slot and the buffer
     auto reduce = [&](const Round &q) {
