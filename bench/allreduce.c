@@ -10,8 +10,21 @@
  *
  * (busbw is what each rank's links carry in a bandwidth-optimal
  * all-reduce, comparable across world sizes.) Each point: 1-2 warm-up
- * calls, then `iters` blocking all-reduces between two barriers; the time
- * is rank 0's wall time divided by iters.
+ * calls, then REPS timed loops of `iters` blocking all-reduces between two
+ * barriers; a loop's time is rank 0's wall time divided by iters; the
+ * fastest loop is the table's time, the median is printed beside it at
+ * 64 MiB.
+ *
+ * The memcpy ceiling is measured inside every run, interleaved with the
+ * collective: at every size >= 1 MiB, before each timed loop, rank 0
+ * copies the collective's own tensor (the same pages, as warm as the
+ * loops leave them) into a buffer of the same size, faulted in
+ * beforehand, while the other ranks sleep (4 ns a byte, not polling in a
+ * barrier): once "cold" (both ranges flushed from
+ * the caches with clflush first) and once "warm" (right after). The
+ * percentage of memcpy at 64 MiB is the collective's median busbw over
+ * the warm memcpy's median in the same run; the spread (min..max over the
+ * REPS copies) and the cold median are printed beside it.
  *
  *   bench/allreduce [--torch bench/torch/allreduce.py | --no-torch] [--max BYTES] [--worlds "2 4"]
  */
@@ -27,12 +40,16 @@
 #include "bench/bench-util.h"
 
 #define MAX_SIZES 32
-#define REPS 3 /* timed loops per point; the fastest counts (shared machines) */
+#define REPS 5 /* timed loops per point; the fastest counts (shared machines) */
+#define MC_MIN (1u << 20) /* memcpy measured beside the collective from this size */
 
 typedef struct table {
     int n;
     size_t bytes[MAX_SIZES];
-    double us[MAX_SIZES]; /* per all-reduce; < 0: not measured */
+    double us[MAX_SIZES]; /* per all-reduce, the fastest loop; < 0: not measured */
+    double us_med[MAX_SIZES]; /* the median loop */
+    double mc_warm[MAX_SIZES][3]; /* memcpy GB/s of that size in the run: median, min, max; 0: none */
+    double mc_cold[MAX_SIZES]; /* the cold copies' median */
 } table;
 
 static double now(void)
@@ -51,6 +68,44 @@ static int iters_for(size_t bytes)
 static size_t g_max = 256u << 20;
 static table *g_tab; /* shared with the ranks (mmap) */
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Evicts [p, p + n) from every cache level (x86 clflush; elsewhere a
+ * no-op, and the "cold" copies are as warm as the others). */
+static void flush_range(const void *p, size_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    for (size_t i = 0; i < n; i += 64) __builtin_ia32_clflush((const char *)p + i);
+    __builtin_ia32_mfence();
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+/* GB/s of one memcpy of n bytes from src to dst (cold: both flushed first). */
+static double copy_gbs(void *dst, const void *src, size_t n, int cold)
+{
+    if (cold) {
+        flush_range(src, n);
+        flush_range(dst, n);
+    }
+    double t0 = now();
+    memcpy(dst, src, n);
+    double dt = now() - t0;
+    return dt > 0 ? (double)n / dt / 1e9 : 0;
+}
+
 static int rank_main(int rank, void *arg)
 {
     (void)arg;
@@ -62,6 +117,9 @@ static int rank_main(int rank, void *arg)
     int64_t maxn = (int64_t)(g_max / 4);
     phx_tensor *t = phx_tensor_new(PHX_F32, 1, &maxn, phx_cpu());
     phx_tensor_fill(t, 1.0);
+    /* rank 0's memcpy destination, faulted in (as the tensor is) */
+    char *copy = rank == 0 && g_max >= MC_MIN ? malloc(g_max) : NULL;
+    if (copy) memset(copy, 3, g_max);
     int k = 0;
     for (size_t bytes = 4; bytes <= g_max && k < MAX_SIZES; bytes *= 2, k++) {
         int64_t cnt = (int64_t)(bytes / 4);
@@ -69,13 +127,29 @@ static int rank_main(int rank, void *arg)
         int it = iters_for(bytes);
         phx_status st = phx_comm_allreduce(c, v, PHX_SUM, NULL);
         if (bytes < (16u << 20)) st = st ? st : phx_comm_allreduce(c, v, PHX_SUM, NULL);
-        double dt = 1e30;
+        double dts[REPS], warm[REPS], cold[REPS];
+        int reps = 0;
+        const int mc = g_max >= MC_MIN && bytes >= MC_MIN; /* on every rank */
         for (int rep = 0; rep < REPS && !st; rep++) {
-            st = phx_comm_barrier(c, NULL);
+            if (mc) {
+                /* rank 0 copies while the others sleep (not polling in a
+                 * barrier for a core): 4 ns a byte covers the flush and
+                 * both copies at >= 0.5 GB/s */
+                st = phx_comm_barrier(c, NULL);
+                if (copy) {
+                    cold[rep] = copy_gbs(copy, phx_tensor_data(v), bytes, 1);
+                    warm[rep] = copy_gbs(copy, phx_tensor_data(v), bytes, 0);
+                } else if (!st) {
+                    double s = 4e-9 * (double)bytes;
+                    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+                    nanosleep(&ts, NULL);
+                }
+            }
+            st = st ? st : phx_comm_barrier(c, NULL);
             double t0 = now();
             for (int i = 0; i < it && !st; i++) st = phx_comm_allreduce(c, v, PHX_SUM, NULL);
             st = st ? st : phx_comm_barrier(c, NULL);
-            if (now() - t0 < dt) dt = now() - t0;
+            dts[reps++] = now() - t0;
         }
         phx_tensor_free(v);
         if (st) {
@@ -84,10 +158,18 @@ static int rank_main(int rank, void *arg)
         }
         if (rank == 0) {
             g_tab->bytes[k] = bytes;
-            g_tab->us[k] = dt / it * 1e6;
+            g_tab->us_med[k] = median(dts, reps) / it * 1e6;
+            g_tab->us[k] = dts[0] / it * 1e6; /* sorted by median() */
+            if (mc && copy) {
+                g_tab->mc_cold[k] = median(cold, reps);
+                g_tab->mc_warm[k][0] = median(warm, reps);
+                g_tab->mc_warm[k][1] = warm[0];
+                g_tab->mc_warm[k][2] = warm[reps - 1];
+            }
             g_tab->n = k + 1;
         }
     }
+    free(copy);
     phx_tensor_free(t);
     phx_comm_free(c);
     return 0;
@@ -109,8 +191,9 @@ static void run_backend(const char *be, int world, const char *shm, table *out)
     *out = *g_tab;
 }
 
-/* "bytes us" lines from a command (the torch script, or this program
- * under mpirun). */
+/* "bytes us" lines from a command (the torch script), or "bytes us
+ * us_median memcpy_median memcpy_min memcpy_max memcpy_cold_median"
+ * (this program under mpirun). */
 static void run_lines(const char *cmd, table *out)
 {
     memset(out, 0, sizeof *out);
@@ -118,12 +201,21 @@ static void run_lines(const char *cmd, table *out)
     if (!p) return;
     char line[256];
     size_t b;
-    double us;
-    while (fgets(line, sizeof line, p))
-        if (sscanf(line, "%zu %lf", &b, &us) == 2 && out->n < MAX_SIZES) {
-            out->bytes[out->n] = b;
-            out->us[out->n++] = us;
+    double us, f[5];
+    while (fgets(line, sizeof line, p)) {
+        int got = sscanf(line, "%zu %lf %lf %lf %lf %lf %lf", &b, &us, &f[0], &f[1], &f[2], &f[3], &f[4]);
+        if (got < 2 || out->n >= MAX_SIZES) continue;
+        int i = out->n++;
+        out->bytes[i] = b;
+        out->us[i] = us;
+        if (got == 7) { /* this program under mpirun: the median time and the memcpy */
+            out->us_med[i] = f[0];
+            out->mc_warm[i][0] = f[1];
+            out->mc_warm[i][1] = f[2];
+            out->mc_warm[i][2] = f[3];
+            out->mc_cold[i] = f[4];
         }
+    }
     pclose(p);
 }
 
@@ -156,7 +248,9 @@ static int launched(void)
     int rank = atoi(getenv("OMPI_COMM_WORLD_RANK"));
     int rc = rank_main(rank, NULL);
     if (rank == 0)
-        for (int i = 0; i < g_tab->n; i++) printf("%zu %.3f\n", g_tab->bytes[i], g_tab->us[i]);
+        for (int i = 0; i < g_tab->n; i++)
+            printf("%zu %.3f %.3f %.4f %.4f %.4f %.4f\n", g_tab->bytes[i], g_tab->us[i], g_tab->us_med[i],
+                   g_tab->mc_warm[i][0], g_tab->mc_warm[i][1], g_tab->mc_warm[i][2], g_tab->mc_cold[i]);
     return rc;
 }
 
@@ -182,11 +276,42 @@ static double busbw(size_t bytes, double us, int n)
     return us > 0 ? (double)bytes / us / 1e3 * 2.0 * (n - 1) / n : 0;
 }
 
-static double lookup(const table *t, size_t bytes)
+static int index_of(const table *t, size_t bytes)
 {
     for (int i = 0; i < t->n; i++)
-        if (t->bytes[i] == bytes) return t->us[i];
+        if (t->bytes[i] == bytes) return i;
     return -1;
+}
+
+static double lookup(const table *t, size_t bytes)
+{
+    int i = index_of(t, bytes);
+    return i < 0 ? -1 : t->us[i];
+}
+
+/* One backend's busbw at `bytes` against the memcpy measured in the same
+ * run (the median loop over the warm copies' median; the spread and the
+ * cold copies beside it), and its bench/results.tsv rows. */
+static void against_memcpy(const char *be, const table *t, int n, size_t bytes)
+{
+    int i = index_of(t, bytes);
+    if (i < 0 || t->us_med[i] <= 0) return;
+    double med = busbw(bytes, t->us_med[i], n), best = busbw(bytes, t->us[i], n);
+    const double *w = t->mc_warm[i];
+    printf("world %d: %s busbw at %zu MiB: median %.2f GB/s (fastest %.2f)", n, be, bytes >> 20, med, best);
+    if (w[0] > 0)
+        printf(" = %.0f%% of memcpy in the same run: warm median %.2f GB/s (%.2f..%.2f over %d copies), cold "
+               "median %.2f",
+               100.0 * med / w[0], w[0], w[1], w[2], REPS, t->mc_cold[i]);
+    printf("\n");
+    char tab[48];
+    snprintf(tab, sizeof tab, "vs memcpy world %d, %zu MiB", n, bytes >> 20);
+    bench_tsv("bench/allreduce", tab, be, "busbw median GB/s", med);
+    if (w[0] > 0) {
+        bench_tsv("bench/allreduce", tab, be, "memcpy warm median GB/s", w[0]);
+        bench_tsv("bench/allreduce", tab, be, "memcpy cold median GB/s", t->mc_cold[i]);
+        bench_tsv("bench/allreduce", tab, be, "% of memcpy", 100.0 * med / w[0]);
+    }
 }
 
 int main(int argc, char **argv)
@@ -208,7 +333,9 @@ int main(int argc, char **argv)
     if (getenv("OMPI_COMM_WORLD_RANK")) return launched(); /* started by run_mpi with --max */
     g_tab = mmap(NULL, sizeof *g_tab, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double mc = memcpy_gbs(64u << 20);
-    printf("memcpy ceiling: %.2f GB/s (one thread, 64 MiB)\n", mc);
+    printf("memcpy alone: %.2f GB/s (one thread, 64 MiB, fastest of 5; the percentages below use the copies "
+           "measured inside each run)\n",
+           mc);
     bench_tsv("bench/allreduce", "memcpy", "64 MiB", "GB/s", mc);
     for (const char *w = worlds; *w;) {
         char *end;
@@ -264,19 +391,14 @@ int main(int argc, char **argv)
                 nratio++;
             }
         }
-        double th64 = lookup(&th, 64u << 20), m64 = lookup(&mp, 64u << 20), g64 = lookup(&gl, 64u << 20),
-               gt64 = lookup(&gt, 64u << 20);
-        printf("world %d: threads busbw at 64 MiB = %.2f GB/s = %.0f%% of memcpy (target >= 50%%)\n", n,
-               busbw(64u << 20, th64, n), 100.0 * busbw(64u << 20, th64, n) / mc);
-        if (g64 > 0)
-            printf("world %d: gloo busbw at 64 MiB = %.2f GB/s = %.0f%% of memcpy (target >= 50%% at world 2); "
-                   "over TCP only %.2f GB/s = %.0f%%\n",
-                   n, busbw(64u << 20, g64, n), 100.0 * busbw(64u << 20, g64, n) / mc, busbw(64u << 20, gt64, n),
-                   100.0 * busbw(64u << 20, gt64, n) / mc);
-        if (m64 > 0 && g64 > 0)
-            printf("world %d: mpi busbw at 64 MiB = %.2f GB/s = %.2fx gloo, %.0f%% of memcpy (targets >= 3x gloo, "
-                   ">= 50%% of memcpy at world 2)\n",
-                   n, busbw(64u << 20, m64, n), g64 / m64, 100.0 * busbw(64u << 20, m64, n) / mc);
+        const size_t b64 = 64u << 20;
+        against_memcpy("threads", &th, n, b64);
+        against_memcpy("gloo", &gl, n, b64);
+        against_memcpy("gloo tcp", &gt, n, b64);
+        against_memcpy("mpi", &mp, n, b64);
+        double m64 = lookup(&mp, b64), g64 = lookup(&gl, b64);
+        if (m64 > 0 && g64 > 0) printf("world %d: mpi / gloo busbw at 64 MiB (fastest loops): %.2fx\n", n, g64 / m64);
+        printf("(targets at world 2, 64 MiB: gloo and mpi busbw >= 50%% of memcpy)\n");
         if (nratio)
             printf("world %d: gloo busbw / torch gloo busbw at >= 1 MiB: min %.2f, geomean %.2f (target >= 0.95)\n", n,
                    ratio_min, exp(ratio_log / nratio));

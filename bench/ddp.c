@@ -20,7 +20,9 @@
  *
  * BENCH_DDP_PROFILE=1: each rank prints where its step time goes (ms per
  * step, of which waiting for the all-reduces after the backward; bucket
- * all-reduces per step) on stderr.
+ * all-reduces per step) on stderr. BENCH_DDP_FIRST_BUCKET and
+ * BENCH_DDP_BUCKET (bytes) set phx_ddp_opts' first_bucket_bytes and
+ * bucket_bytes for experiments (unset: the defaults, 1 and 25 MiB).
  *
  * usage: bench/ddp [--seconds S] [--world N] [--rounds R] [--torch SCRIPT | --no-torch] [--hooks-only] */
 #include <math.h>
@@ -66,6 +68,9 @@ static int rank_main(int rank, void *varg)
     rank = phx_comm_rank(c);
     phx_module *model = make_model(a->model);
     phx_ddp_opts o = {.struct_size = sizeof(phx_ddp_opts), .no_overlap = a->no_overlap};
+    /* bucket caps for experiments (bytes; unset: the defaults) */
+    if (getenv("BENCH_DDP_FIRST_BUCKET")) o.first_bucket_bytes = strtoull(getenv("BENCH_DDP_FIRST_BUCKET"), NULL, 10);
+    if (getenv("BENCH_DDP_BUCKET")) o.bucket_bytes = strtoull(getenv("BENCH_DDP_BUCKET"), NULL, 10);
     phx_module *ddp = phx_ddp_new(model, c, &o);
     phx_powersgd_state *ps = NULL;
     phx_status hs = PHX_OK;

@@ -15,6 +15,10 @@
  *     with a reference computed here; all-gathers of f32 and f16 blocks
  *     of those sizes hold every rank's input exactly, the same bits on
  *     every rank and on both paths;
+ *   streamed: worlds 2, 3 and 4, all-reduces just above 32 MiB (where the
+ *     copy-out uses non-temporal stores; an odd count, unaligned ends):
+ *     f32 sum of small integers equal to the sum computed here, and f32
+ *     sum and f16 avg with TCP's bits on every rank;
  *   path: PHX_LOG=info's connect lines say the segment was chosen (and not,
  *     with PHX_GLOO_SHM=0), on every rank;
  *   dead: world 3 forked by hand, rank 2 SIGKILLs itself in the middle of a
@@ -44,6 +48,11 @@
 #define NSIZES 4
 #define NCASES 6
 #define BIG (16 << 20) /* elements of the dead-peer all-reduce: 64 MiB of f32 */
+/* Bytes from which the segment's all-reduce copies out with non-temporal
+ * stores (kShmStream in plugins/comm/gloo/gloo-shm.h); the streamed case
+ * runs just above it, an odd count so the sub-slices' ends are unaligned. */
+#define STREAM_BYTES (32 << 20)
+#define STREAM_EXTRA 13
 
 static const int64_t sizes[NSIZES] = {1, 7, 16411, 1000003};
 static const struct {
@@ -64,6 +73,8 @@ typedef struct result {
     int ag_ok[2][MAXW]; /* every all-gather held every rank's input */
     int rs_ref_ok[MAXW][3];
     double rs_ref_err[MAXW][3];
+    uint64_t st_hash[2][MAXW][2]; /* the streamed all-reduces: f32 sum, f16 avg */
+    int st_exact[MAXW]; /* the f32 sum equals the sum computed here */
 } result;
 
 static h_shared *H;
@@ -243,6 +254,33 @@ static void read_log(int world, int shm, int rank, char *out, size_t len)
     unlink(p);
 }
 
+/* All-reduces above STREAM_BYTES (the copy-out with non-temporal stores):
+ * f32 sum of small integers (exact in any order: checked against the sum
+ * computed here) and f16 avg of normals; hashes into R. */
+static phx_status streamed(phx_comm *c, int rank, int world, int shm)
+{
+    int64_t n = STREAM_BYTES / 4 + STREAM_EXTRA;
+    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &n, phx_cpu());
+    float *v = phx_tensor_data(t);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)((rank + 1) * (i % 1009) - 500);
+    phx_status st = phx_comm_allreduce(c, t, PHX_SUM, NULL);
+    R->st_hash[shm][rank][0] = fnv(v, phx_tensor_nbytes(t));
+    int exact = !st;
+    for (int64_t i = 0; i < n && exact; i++) {
+        double want = 0;
+        for (int r = 0; r < world; r++) want += (double)((r + 1) * (i % 1009) - 500);
+        exact = v[i] == (float)want;
+    }
+    if (shm) R->st_exact[rank] = exact;
+    phx_tensor_free(t);
+    if (st) return st;
+    t = input(rank, PHX_F16, STREAM_BYTES / 2 + STREAM_EXTRA, 77);
+    st = phx_comm_allreduce(c, t, PHX_AVG, NULL);
+    R->st_hash[shm][rank][1] = fnv(phx_tensor_data(t), phx_tensor_nbytes(t));
+    phx_tensor_free(t);
+    return st;
+}
+
 typedef struct arg {
     int world, shm;
 } arg;
@@ -272,6 +310,7 @@ static int bits_rank(int rank, void *varg)
             }
             phx_tensor_free(t);
         }
+    if (!st && !getenv("PHX_GLOO_ALGO")) st = streamed(c, rank, a->world, a->shm);
     if (!st) st = phx_comm_barrier(c, NULL);
     h_check(H, rank, st == PHX_OK, phx_last_error(), "world %d, PHX_GLOO_SHM=%d: the all-reduces succeed", a->world,
             a->shm);
@@ -397,7 +436,7 @@ static int badenv_rank(int rank, void *varg)
     return 0;
 }
 
-/* One world's bits, paths and reference checks (15 TAP lines); ring:
+/* One world's bits, paths and reference checks (15 TAP lines, 17 without ring); ring:
  * PHX_GLOO_ALGO=ring, so that every size, 1 and 7 elements too, takes
  * the segment (and the ring over TCP). */
 static void run_world(int world, int ring)
@@ -412,6 +451,8 @@ static void run_world(int world, int ring)
     memset(R->ag_hash, 0, sizeof R->ag_hash);
     memset(R->ag_ok, 0, sizeof R->ag_ok);
     memset(R->rs_ref_ok, 0, sizeof R->rs_ref_ok);
+    memset(R->st_hash, 0, sizeof R->st_hash);
+    memset(R->st_exact, 0, sizeof R->st_exact);
     for (int shm = 1; shm >= 0; shm--) {
         setenv("PHX_GLOO_SHM", shm ? "1" : "0", 1);
         h_reset(H, world);
@@ -449,6 +490,20 @@ static void run_world(int world, int ring)
     if (bad_s >= 0)
         diag("first difference: %lld elements, %s", (long long)sizes[bad_s],
              bad_k < NCASES ? cases[bad_k].name : "bf16 max");
+    if (!ring) {
+        int st_same = 1, st_exact = 1;
+        for (int r = 0; r < world; r++) {
+            st_exact &= R->st_exact[r];
+            for (int k = 0; k < 2; k++)
+                st_same &= R->st_hash[1][r][k] == R->st_hash[0][r][k] && R->st_hash[1][r][k] == R->st_hash[1][0][k] &&
+                    R->st_hash[1][r][k] != 0;
+        }
+        ok(st_same,
+           "world %d: all-reduces of %d MiB + %d elements (non-temporal copy-out; f32 sum, f16 avg) give TCP's bits "
+           "on every rank",
+           world, STREAM_BYTES >> 20, STREAM_EXTRA);
+        ok(st_exact, "world %d: ... the f32 sum of small integers equals the sum computed here on every rank", world);
+    }
     static const char *const what[3] = {"sum", "max", "avg"};
     for (int k = 0; k < 3; k++) {
         int all = 1;
@@ -510,7 +565,7 @@ int main(void)
         skip_all("the gloo plugin is not built");
         return 0;
     }
-    plan(5 * 15 + 2 * 6 + 1);
+    plan(5 * 15 + 3 * 2 + 2 * 6 + 1);
     H = h_new(MAXW);
     R = mmap(NULL, sizeof *R, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (R == MAP_FAILED) return 99;

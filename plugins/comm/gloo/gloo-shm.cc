@@ -14,6 +14,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <chrono>
 #include <climits>
@@ -411,6 +414,44 @@ void check_tags(Shm &s, uint32_t g, uint64_t tag, size_t count, const char *unit
 // the ring does: the left fold reduce2(acc, acc, src(t)), then the
 // division by div (div > 1), into out and, when keep, into scratch too;
 // scratch (len elements, not aliasing any operand) holds the chain.
+// The f32 sum of n operands (then / div when div > 1) in one pass per
+// vector, into out and, when keep is not null, keep: the kit's left fold
+// and division element by element (the same bits), without its block
+// buffer and copies. out may be one of the operands (in place).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void sum_f32_avx512(float *out, float *keep, const float *const *src, int n,
+                                                       size_t len, int div)
+{
+    const __m512 d = _mm512_set1_ps((float)div);
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m512 a = _mm512_loadu_ps(src[0] + i);
+        for (int t = 1; t < n; t++) a = _mm512_add_ps(a, _mm512_loadu_ps(src[t] + i));
+        if (div > 1) a = _mm512_div_ps(a, d);
+        _mm512_storeu_ps(out + i, a);
+        if (keep) _mm512_storeu_ps(keep + i, a);
+    }
+    for (; i < len; i++) {
+        float a = src[0][i];
+        for (int t = 1; t < n; t++) a += src[t][i];
+        if (div > 1) a /= (float)div;
+        out[i] = a;
+        if (keep) keep[i] = a;
+    }
+}
+#endif
+
+// sum_f32_avx512 runs here (else the kit's fold)
+bool have_avx512()
+{
+#if defined(__x86_64__)
+    static const bool v = __builtin_cpu_supports("avx512f");
+    return v;
+#else
+    return false;
+#endif
+}
+
 template <class Src>
 void fold(uint8_t *scratch, uint8_t *out, bool keep, Src src, int n, size_t len, phx_dtype dt, phx_reduce_op op,
           int div)
@@ -418,10 +459,18 @@ void fold(uint8_t *scratch, uint8_t *out, bool keep, Src src, int n, size_t len,
     // the kit's n-input fold is reduce2's chain for f32 and integers
     // (one rounding per step either way); f16 and bf16 round once there
     if (n <= kMaxFused && dt != PHX_F16 && dt != PHX_BF16) {
-        // one pass, the outputs written from the kit's accumulator: the
-        // same left fold (and division) as the chain below
+        // one pass, the outputs written from the accumulator (the f32
+        // sum's AVX-512 loop, else the kit's): the same left fold (and
+        // division) as the chain below
         const void *in[kMaxFused];
         for (int t = 0; t < n; t++) in[t] = src(t);
+#if defined(__x86_64__)
+        if (dt == PHX_F32 && (op == PHX_SUM || op == PHX_AVG) && have_avx512()) {
+            sum_f32_avx512(reinterpret_cast<float *>(out), keep ? reinterpret_cast<float *>(scratch) : nullptr,
+                           reinterpret_cast<const float *const *>(in), n, len, div);
+            return;
+        }
+#endif
         void *outs[2] = {out, scratch};
         phx_kit_reduce(outs, keep ? 2 : 1, in, n, 0, len, dt, div > 1 ? PHX_AVG : op, div);
         return;
@@ -433,77 +482,148 @@ void fold(uint8_t *scratch, uint8_t *out, bool keep, Src src, int n, size_t len,
     std::memcpy(out, scratch, len * es);
 }
 
+// One round of an op: its number g (the same on every rank) and the
+// units [e0, e0 + m) of the message it covers (elements or bytes).
+struct Round {
+    size_t k, e0, m;
+    uint32_t g;
+};
+
+// memcpy with non-temporal stores (the destination's lines go to memory
+// without being read first or kept in the caches): the all-reduce's
+// copy-out of messages of kShmStream bytes and more.
+void copy_nt(uint8_t *dst, const uint8_t *src, size_t n)
+{
+#if defined(__SSE2__)
+    size_t head = (64 - ((uintptr_t)dst & 63)) & 63;
+    if (head > n) head = n;
+    std::memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    size_t body = n & ~(size_t)63;
+    for (size_t i = 0; i < body; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i)), b = _mm_loadu_si128((const __m128i *)(src + i + 16)),
+                c = _mm_loadu_si128((const __m128i *)(src + i + 32)),
+                d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    std::memcpy(dst + body, src + body, n - body);
+    _mm_sfence(); // the streamed lines ordered before the counters that follow
+#else
+    std::memcpy(dst, src, n);
+#endif
+}
+
+void copy(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    std::memcpy(dst, src, n);
+}
+
+// f(j, lo, hi) for every other rank j's sub-slice [lo, hi) of m elements.
+template <class F> void others(const Shm &s, size_t m, F f)
+{
+    for (int j = 0; j < s.size; j++) {
+        size_t lo, hi;
+        chunk(m, s.size, j, &lo, &hi);
+        if (j != s.rank) f(j, lo, hi);
+    }
+}
+
+void (*const kNoReduce)(const Round &) = nullptr; // rounds() without a reduce step
+
+// The round skeleton of the three ops: `total` units in rounds of `per`.
+// Round k's copy-in claims its buffers (every rank done with them) and
+// runs fill(round, this rank's slot), then publishes IN. Once every rank's
+// copy-in is in (the tags checked at the first round), an op with a
+// reduce (reduce != nullptr) runs it and publishes RED, then runs the
+// next round's copy-in and waits for every rank's RED; an op without one
+// runs the next round's copy-in first. Then drain(round) reads the
+// others' slots, and OUT says this rank is done with the round's buffers.
+template <class Fill, class Reduce, class Drain>
+void rounds(Ctx &c, Links &l, Shm &s, size_t total, size_t per, uint64_t tag, const char *what, const char *unit,
+            Fill fill, Reduce *reduce, Drain drain)
+{
+    const size_t nr = (total + per - 1) / per;
+    const uint32_t g0 = begin(c, s, nr, what);
+    auto at = [&](size_t k) {
+        const size_t e0 = k * per;
+        return Round{k, e0, total - e0 < per ? total - e0 : per, g0 + (uint32_t)k};
+    };
+    auto copy_in = [&](const Round &q) {
+        claim(c, l, s, q.g, q.k == 0, tag);
+        fill(q, slot(s, s.rank, q.g));
+        publish(s, IN, q.g + 1);
+    };
+    auto inputs = [&](const Round &q) {
+        wait_for(c, l, s, IN, q.g + 1);
+        if (q.k == 0) check_tags(s, q.g, tag, total, unit);
+    };
+    if (nr) copy_in(at(0));
+    for (size_t k = 0; k < nr; k++) {
+        const Round q = at(k);
+        if (reduce) {
+            inputs(q);
+            (*reduce)(q);
+            publish(s, RED, q.g + 1);
+        }
+        if (k + 1 < nr) copy_in(at(k + 1));
+        if (reduce)
+            wait_for(c, l, s, RED, q.g + 1);
+        else
+            inputs(q);
+        drain(q);
+        if (!reduce) counter(s, s.rank, RED).store(q.g + 1, std::memory_order_seq_cst);
+        publish(s, OUT, q.g + 1);
+    }
+}
+
 } // namespace
 
 void allreduce_shm(Ctx &c, Links &l, Shm &s, void *buf, size_t count, phx_dtype dt, phx_reduce_op op, int div,
                    uint64_t tag)
 {
     const int n = s.size, r = s.rank;
-    const size_t es = phx_dtype_size(dt), per = kShmRound / es, rounds = (count + per - 1) / per;
+    const size_t es = phx_dtype_size(dt);
     uint8_t *b = static_cast<uint8_t *>(buf);
-    const uint32_t g0 = begin(c, s, rounds, "an all-reduce");
-    auto span = [&](size_t k, size_t *e0, size_t *m) {
-        *e0 = k * per;
-        *m = count - *e0 < per ? count - *e0 : per;
+    // copy-in: the round's sub-slices j != r, from the buffer into the slot
+    auto fill = [&](const Round &q, uint8_t *mine) {
+        others(s, q.m,
+               [&](int, size_t lo, size_t hi) { std::memcpy(mine + lo * es, b + (q.e0 + lo) * es, (hi - lo) * es); });
     };
-    auto copy_in = [&](size_t k) {
-        const uint32_t g = g0 + (uint32_t)k;
-        size_t e0, m;
-        span(k, &e0, &m);
-        claim(c, l, s, g, k == 0, tag);
-        uint8_t *mine = slot(s, r, g);
-        for (int j = 0; j < n; j++) {
-            size_t lo, hi;
-            if (j == r) continue;
-            chunk(m, n, j, &lo, &hi);
-            std::memcpy(mine + lo * es, b + (e0 + lo) * es, (hi - lo) * es);
-        }
-        publish(s, IN, g + 1);
-    };
-    auto reduce = [&](size_t k) {
-        const uint32_t g = g0 + (uint32_t)k;
-        size_t e0, m, lo, hi;
-        span(k, &e0, &m);
-        wait_for(c, l, s, IN, g + 1);
-        if (k == 0) check_tags(s, g, tag, count, "elements");
-        chunk(m, n, r, &lo, &hi);
-        uint8_t *dst = slot(s, r, g) + lo * es;
+    // reduce: sub-slice r over every rank, into the slot and the buffer
+    auto reduce = [&](const Round &q) {
+        size_t lo, hi;
+        chunk(q.m, n, r, &lo, &hi);
+        const size_t e0 = q.e0;
+        uint8_t *dst = slot(s, r, q.g) + lo * es;
         for (size_t x = e0 + lo; x < e0 + hi;) {
-            const int q = ring_chunk(count, n, x);
-            size_t qlo, qhi;
-            chunk(count, n, q, &qlo, &qhi);
-            const size_t end = qhi < e0 + hi ? qhi : e0 + hi, len = end - x;
+            const int p = ring_chunk(count, n, x);
+            size_t plo, phi;
+            chunk(count, n, p, &plo, &phi);
+            const size_t end = phi < e0 + hi ? phi : e0 + hi, len = end - x;
             // element x of the message: this rank's from its buffer, the
-            // others' from their slots; ranks q, q+1, ... in turn
+            // others' from their slots; ranks p, p+1, ... in turn
             auto src = [&](int t) -> const uint8_t * {
-                const int i = (q + t) % n;
-                return i == r ? b + x * es : slot(s, i, g) + (x - e0) * es;
+                const int i = (p + t) % n;
+                return i == r ? b + x * es : slot(s, i, q.g) + (x - e0) * es;
             };
             fold(dst + (x - e0 - lo) * es, b + x * es, true, src, n, len, dt, op, div);
             x = end;
         }
-        publish(s, RED, g + 1);
     };
-    auto copy_out = [&](size_t k) {
-        const uint32_t g = g0 + (uint32_t)k;
-        size_t e0, m;
-        span(k, &e0, &m);
-        wait_for(c, l, s, RED, g + 1);
-        for (int j = 0; j < n; j++) {
-            size_t lo, hi;
-            if (j == r) continue;
-            chunk(m, n, j, &lo, &hi);
-            std::memcpy(b + (e0 + lo) * es, slot(s, j, g) + lo * es, (hi - lo) * es);
-        }
-        publish(s, OUT, g + 1);
+    // copy-out: the reduced sub-slices j != r, from slot j into the buffer
+    // (streamed past the caches when the message is too big to stay there)
+    const bool stream = count * es >= kShmStream;
+    auto drain = [&](const Round &q) {
+        others(s, q.m, [&](int j, size_t lo, size_t hi) {
+            (stream ? copy_nt : copy)(b + (q.e0 + lo) * es, slot(s, j, q.g) + lo * es, (hi - lo) * es);
+        });
     };
-    if (!rounds) return;
-    copy_in(0);
-    for (size_t k = 0; k < rounds; k++) {
-        reduce(k);
-        if (k + 1 < rounds) copy_in(k + 1);
-        copy_out(k);
-    }
+    rounds(c, l, s, count, kShmRound / es, tag, "an all-reduce", "elements", fill, &reduce, drain);
 }
 
 void reduce_scatter_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_t count, phx_dtype dt,
@@ -511,86 +631,37 @@ void reduce_scatter_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, 
 {
     const int n = s.size, r = s.rank;
     // per round: per elements of every block, block j's at j * per in the slot
-    const size_t es = phx_dtype_size(dt), per = kShmRound / es / (size_t)n, rounds = (count + per - 1) / per;
+    const size_t es = phx_dtype_size(dt), per = kShmRound / es / (size_t)n;
     const uint8_t *in = static_cast<const uint8_t *>(send);
     uint8_t *out = static_cast<uint8_t *>(recv);
-    const uint32_t g0 = begin(c, s, rounds, "a reduce-scatter");
-    auto span = [&](size_t k, size_t *e0, size_t *m) {
-        *e0 = k * per;
-        *m = count - *e0 < per ? count - *e0 : per;
-    };
-    auto copy_in = [&](size_t k) {
-        const uint32_t g = g0 + (uint32_t)k;
-        size_t e0, m;
-        span(k, &e0, &m);
-        claim(c, l, s, g, k == 0, tag);
-        uint8_t *mine = slot(s, r, g);
+    auto fill = [&](const Round &q, uint8_t *mine) {
         for (int j = 0; j < n; j++)
-            if (j != r) std::memcpy(mine + (size_t)j * per * es, in + ((size_t)j * count + e0) * es, m * es);
-        publish(s, IN, g + 1);
+            if (j != r) std::memcpy(mine + (size_t)j * per * es, in + ((size_t)j * count + q.e0) * es, q.m * es);
     };
-    auto reduce = [&](size_t k) {
-        const uint32_t g = g0 + (uint32_t)k;
-        size_t e0, m;
-        span(k, &e0, &m);
-        wait_for(c, l, s, IN, g + 1);
-        if (k == 0) check_tags(s, g, tag, count, "elements");
-        // block r travels the ring from rank r+1: ranks r+1, ..., r in turn;
-        // this rank's own part of its slot is the chain's scratch
+    // block r travels the ring from rank r+1: ranks r+1, ..., r in turn;
+    // this rank's own part of its slot is the chain's scratch
+    auto drain = [&](const Round &q) {
         auto src = [&](int t) -> const uint8_t * {
             const int i = (r + 1 + t) % n;
-            return i == r ? in + ((size_t)r * count + e0) * es : slot(s, i, g) + (size_t)r * per * es;
+            return i == r ? in + ((size_t)r * count + q.e0) * es : slot(s, i, q.g) + (size_t)r * per * es;
         };
-        fold(slot(s, r, g) + (size_t)r * per * es, out + e0 * es, false, src, n, m, dt, op, div);
-        // done with the round's buffers: RED and OUT (the buffers' reuse)
-        counter(s, r, RED).store(g + 1, std::memory_order_seq_cst);
-        publish(s, OUT, g + 1);
+        fold(slot(s, r, q.g) + (size_t)r * per * es, out + q.e0 * es, false, src, n, q.m, dt, op, div);
     };
-    if (!rounds) return;
-    copy_in(0);
-    for (size_t k = 0; k < rounds; k++) {
-        if (k + 1 < rounds) copy_in(k + 1);
-        reduce(k);
-    }
+    rounds(c, l, s, count, per, tag, "a reduce-scatter", "elements", fill, kNoReduce, drain);
 }
 
 void allgather_shm(Ctx &c, Links &l, Shm &s, const void *send, void *recv, size_t bytes, uint64_t tag)
 {
     const int n = s.size, r = s.rank;
-    const size_t per = kShmRound, rounds = (bytes + per - 1) / per;
     const uint8_t *in = static_cast<const uint8_t *>(send);
     uint8_t *out = static_cast<uint8_t *>(recv);
-    const uint32_t g0 = begin(c, s, rounds, "an all-gather");
-    if (out + (size_t)r * bytes != in) std::memcpy(out + (size_t)r * bytes, in, bytes);
-    auto span = [&](size_t k, size_t *e0, size_t *m) {
-        *e0 = k * per;
-        *m = bytes - *e0 < per ? bytes - *e0 : per;
-    };
-    auto copy_in = [&](size_t k) {
-        const uint32_t g = g0 + (uint32_t)k;
-        size_t e0, m;
-        span(k, &e0, &m);
-        claim(c, l, s, g, k == 0, tag);
-        std::memcpy(slot(s, r, g), in + e0, m);
-        publish(s, IN, g + 1);
-    };
-    auto copy_out = [&](size_t k) {
-        const uint32_t g = g0 + (uint32_t)k;
-        size_t e0, m;
-        span(k, &e0, &m);
-        wait_for(c, l, s, IN, g + 1);
-        if (k == 0) check_tags(s, g, tag, bytes, "bytes");
+    auto fill = [&](const Round &q, uint8_t *mine) { std::memcpy(mine, in + q.e0, q.m); };
+    auto drain = [&](const Round &q) {
         for (int j = 0; j < n; j++)
-            if (j != r) std::memcpy(out + (size_t)j * bytes + e0, slot(s, j, g), m);
-        counter(s, r, RED).store(g + 1, std::memory_order_seq_cst);
-        publish(s, OUT, g + 1);
+            if (j != r) std::memcpy(out + (size_t)j * bytes + q.e0, slot(s, j, q.g), q.m);
     };
-    if (!rounds) return;
-    copy_in(0);
-    for (size_t k = 0; k < rounds; k++) {
-        if (k + 1 < rounds) copy_in(k + 1);
-        copy_out(k);
-    }
+    rounds(c, l, s, bytes, kShmRound, tag, "an all-gather", "bytes", fill, kNoReduce, drain);
+    if (out + (size_t)r * bytes != in) std::memcpy(out + (size_t)r * bytes, in, bytes);
 }
 
 } // namespace pxg

@@ -13,7 +13,8 @@
 //   reduce    rank r reduces sub-slice r over all ranks (its own values
 //             from its buffer, the others' from their slots) into its slot
 //             and its buffer;
-//   copy-out  rank r copies the reduced sub-slices j != r from slot j.
+//   copy-out  rank r copies the reduced sub-slices j != r from slot j
+//             (with non-temporal stores from kShmStream bytes on).
 //
 // Each step publishes a per-rank counter (the rounds done); a rank waits
 // for the counters it needs by spinning a short while (the links'
@@ -49,7 +50,16 @@
 namespace pxg
 {
 
-constexpr size_t kShmRound = 1u << 20; // bytes of the message per round (stays in the shared L3)
+// Bytes of the message per round: 2 MiB (a round's slot and its slice of
+// the buffer stay in the caches; on the 2-core Xeon development VM 2 MiB
+// rounds cost less CPU per all-reduce than 1 MiB or smaller, whose extra
+// waits cost more than the smaller working set saves).
+constexpr size_t kShmRound = 2u << 20;
+// All-reduces of this many bytes and more copy out with non-temporal
+// stores (the output goes to memory, not through the caches it could not
+// stay in): about 7% less CPU per 64 MiB all-reduce there, none of the
+// gain at 8-16 MiB, where the output still fits in the caches.
+constexpr size_t kShmStream = 32u << 20;
 constexpr int kShmBufs = 4; // buffers per slot: how many rounds ranks may drift apart
 
 struct ShmHeader;
