@@ -44,7 +44,7 @@ phx_status px_cpu_half_rows(int64_t rows, int64_t cols, phx_dtype dt, const void
 #define HALF_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
 __attribute__((target("avx512f,f16c"))) static void widen_rows_512(float *d, int64_t ldd, const uint16_t *s,
-                                                                             int64_t lds, int64_t rows, int64_t cols)
+                                                                   int64_t lds, int64_t rows, int64_t cols)
 {
     for (int64_t r = 0; r < rows; r++, d += ldd, s += lds)
         for (int64_t i = 0; i < cols; i += 16) {
@@ -66,7 +66,7 @@ __attribute__((target("avx512f,f16c"))) static void widen_rows_512(float *d, int
 }
 
 __attribute__((target("avx512f,f16c"))) static void narrow_rows_512(uint16_t *d, int64_t ldd, const float *s,
-                                                                              int64_t lds, int64_t rows, int64_t cols)
+                                                                    int64_t lds, int64_t rows, int64_t cols)
 {
     for (int64_t r = 0; r < rows; r++, d += ldd, s += lds)
         for (int64_t i = 0; i < cols; i += 16) {

@@ -510,7 +510,8 @@ static phx_status parse_tensor(ck_index *c, json_t *j, ck_tensor *t, bool is_par
             return bad(c, "a buffer's shard out of range");
         if (dt) {
             int d = 0;
-            while (d < PHX_NUM_DTYPES && !(json_is_string(dt) && !strcmp(json_string_value(dt), phx_dtype_name(d)))) d++;
+            while (d < PHX_NUM_DTYPES && !(json_is_string(dt) && !strcmp(json_string_value(dt), phx_dtype_name(d))))
+                d++;
             if (d == PHX_NUM_DTYPES) return bad(c, "a buffer of an unknown dtype");
             t->dtype = (phx_dtype)d;
         }

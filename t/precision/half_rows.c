@@ -83,9 +83,13 @@ int main(void)
             }
     }
     if (st != PHX_OK) diag("px_cpu_half_cast_rows: %s", phx_last_error());
-    ok(st == PHX_OK && bad_w == 0, "f16 -> f32 strided rows of 1-40 values: phx_f16_to_f32's bits, padding untouched (%d differ)", bad_w);
+    ok(st == PHX_OK && bad_w == 0,
+       "f16 -> f32 strided rows of 1-40 values: phx_f16_to_f32's bits, padding untouched (%d differ)", bad_w);
     ok(st == PHX_OK && bad_wold == 0, "f16 -> f32: px_cpu_cast_rows's bits (%d differ)", bad_wold);
-    ok(st == PHX_OK && bad_n == 0, "f32 -> f16 strided rows (NaN, inf, ties, overflow, subnormals): phx_f32_to_f16's bits, padding untouched (%d differ)", bad_n);
+    ok(st == PHX_OK && bad_n == 0,
+       "f32 -> f16 strided rows (NaN, inf, ties, overflow, subnormals): phx_f32_to_f16's bits, padding untouched (%d "
+       "differ)",
+       bad_n);
     ok(st == PHX_OK && bad_nold == 0, "f32 -> f16: px_cpu_cast_rows's bits (%d differ)", bad_nold);
     free(h), free(h2), free(h3), free(f), free(f2), free(f3);
     return done_testing();
