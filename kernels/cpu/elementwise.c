@@ -62,7 +62,7 @@ PX_INLINE void px_bias_add_loop(int64_t rows, int64_t cols, void *y, int dt, con
 
 /* f32: the same loop compiled for AVX-512 too */
 __attribute__((noinline)) PX_CLONES_512 static void px_bias_add_f32(int64_t rows, int64_t cols, float *y,
-                                                                   const float *restrict bias)
+                                                                    const float *restrict bias)
 {
     for (int64_t r = 0; r < rows; r++) {
         float *restrict row = y + r * cols;
@@ -143,7 +143,7 @@ PX_INLINE void px_bias_rows_f32(float *restrict acc, const float *restrict dy, i
 }
 
 __attribute__((noinline)) PX_CLONES_512 static void px_bias_grad_f32(int64_t rows, int64_t cols, const float *dy,
-                                                                    float beta, float *db)
+                                                                     float beta, float *db)
 {
     float lv[PX_BIAS_LEVELS][PX_BIAS_F32_TILE], p[PX_BIAS_F32_TILE];
     for (int64_t c0 = 0; c0 < cols; c0 += PX_BIAS_F32_TILE) {

@@ -1,7 +1,7 @@
 /* Elementwise and reduction kernels against float64 references: fill,
  * axpby (every float dtype pair), mul, bias_add, bias_grad (long batches,
- * across the column tile, the f32 summation order), reduce, unscale_check with inf/NaN/overflow,
- * dropout backward; error messages. */
+ * across the column tiles, f32's summation order bit for bit), reduce,
+ * unscale_check with inf/NaN/overflow, dropout backward; error messages. */
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/cpu.h"
@@ -9,7 +9,7 @@
 
 #define N 5003
 #define ROWS 301
-#define COLS 2100 /* spans the 2048-column tile of bias_grad */
+#define COLS 2100 /* spans bias_grad's column tiles (1024 for f32, 2048 for f16 and bf16) */
 
 #define LONG_ROWS (16 * 4096 + 5) /* past bias_grad's 2^11-block counter, a tail of 5 */
 
@@ -198,7 +198,8 @@ int main(void)
      * that order's rounding bound of the float64 sums */
     for (int c = 0; c < COLS; c++) db[c] = NAN;
     K->bias_grad(0, ROWS, COLS, y0, PHX_F32, 0.0f, db);
-    ok(f32_order_matches(ROWS, COLS, y0, 0.0f, NAN, db), "bias_grad f32 beta 0: blocks of 16 rows, pairwise, bit for bit");
+    ok(f32_order_matches(ROWS, COLS, y0, 0.0f, NAN, db),
+       "bias_grad f32 beta 0: blocks of 16 rows, pairwise, bit for bit");
     good = f32_within_bound(ROWS, COLS, y0, 0.0f, NAN, db, &w);
     ok(good, "bias_grad f32 beta 0: %d rows within the bound (worst %.3g)", ROWS, w);
     for (int c = 0; c < COLS; c++) db[c] = 2.0f;
