@@ -227,6 +227,11 @@ VI void fwd_loop(int act, int64_t n, const float *x, float *y)
  * not once per vector holding one; each lane gets the same bits whatever
  * its neighbours. y may be x. */
 #define GELU_BLOCK 1024
+/* x is prefetched this many floats ahead (two blocks): on 4M normal
+ * values (16 MiB, past L2) the forward ran 0.42-0.43 ns a value against
+ * 0.46-0.47 without (0.43 with x in L2: the loads then hide behind the
+ * arithmetic) */
+#define GELU_PREFETCH 2048
 
 VI void gelu_fwd_loop(int64_t n, const float *x, float *y)
 {
@@ -237,6 +242,7 @@ VI void gelu_fwd_loop(int64_t n, const float *x, float *y)
         int m = n - b < GELU_BLOCK ? (int)(n - b) : GELU_BLOCK, k = 0;
         for (int i = 0; i < m; i += 16) {
             __mmask16 lm = i + 16 <= m ? (__mmask16)0xffff : (__mmask16)((1u << (m - i)) - 1u);
+            _mm_prefetch((const char *)(x + b + i + GELU_PREFETCH), _MM_HINT_T0);
             __m512 xv = lm == 0xffff ? _mm512_loadu_ps(x + b + i) : _mm512_maskz_loadu_ps(lm, x + b + i);
             __m512 u = _mm512_mul_ps(xv, C(PHX_SQRT1_2)), xc = erf_xc(u);
             __mmask16 in = _mm512_cmp_ps_mask(xc, C(1.0f), _CMP_LT_OQ); /* NaN: not in */

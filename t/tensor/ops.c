@@ -1,7 +1,7 @@
 /* Elementwise and reduction kernels against float64 references: fill,
  * axpby (every float dtype pair), mul, bias_add, bias_grad (long batches,
- * across the column tile), reduce, unscale_check with inf/NaN/overflow,
- * dropout backward; error messages. */
+ * across the column tiles, f32's summation order bit for bit), reduce,
+ * unscale_check with inf/NaN/overflow, dropout backward; error messages. */
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/cpu.h"
@@ -9,14 +9,81 @@
 
 #define N 5003
 #define ROWS 301
-#define COLS 2100 /* spans the 2048-column tile of bias_grad */
+#define COLS 2100 /* spans bias_grad's column tiles (1024 for f32, 2048 for f16 and bf16) */
+
+#define LONG_ROWS (16 * 4096 + 5) /* past bias_grad's 2^11-block counter, a tail of 5 */
 
 static float a[N], b[N], o[N];
 static double ref[N];
 
+/* bias_grad's f32 order (kernels/cpu/elementwise.c), one column at a
+ * time in scalar code: blocks of 16 rows summed in row order, a binary
+ * counter of 12 levels combining them pairwise (the top level adds in
+ * row order), the levels added from the top down, then beta db + sum in
+ * double rounded once. */
+static float f32_order_col(int64_t rows, int64_t cols, const float *dy, int64_t c)
+{
+    float lv[12], p;
+    unsigned full = 0;
+    for (int64_t r = 0; r < rows; r += 16) {
+        p = dy[r * cols + c];
+        for (int64_t i = r + 1; i < r + 16 && i < rows; i++) p = p + dy[i * cols + c];
+        int k = 0;
+        while (k < 11 && (full >> k & 1u)) {
+            p = lv[k] + p;
+            full &= ~(1u << k++);
+        }
+        if (full >> k & 1u) {
+            lv[k] = lv[k] + p;
+        } else {
+            lv[k] = p;
+            full |= 1u << k;
+        }
+    }
+    p = 0.0f;
+    for (int k = 11; k >= 0; k--)
+        if (full >> k & 1u) p = p + lv[k];
+    return p;
+}
+
+static int f32_order_matches(int64_t rows, int64_t cols, const float *dy, float beta, float db0, const float *db)
+{
+    int good = 1;
+    for (int64_t c = 0; c < cols; c++) {
+        float s = f32_order_col(rows, cols, dy, c);
+        float want = beta == 0.0f ? s : (float)((double)beta * db0 + (double)s);
+        good &= memcmp(&want, &db[c], sizeof want) == 0;
+    }
+    return good;
+}
+
+/* |db - exact| <= gamma_k sum |dy| (+ the final rounding), k the most
+ * roundings an element meets: 15 in its block, one per merge and one
+ * per level in the last sum (at most 12), and the partials the top
+ * level adds after its first; *worst: the largest error / bound */
+static int f32_within_bound(int64_t rows, int64_t cols, const float *dy, float beta, float db0, const float *db,
+                            double *worst)
+{
+    int64_t blocks = (rows + 15) / 16, top = blocks >> 11;
+    int lg = 0;
+    while (((int64_t)1 << lg) < blocks) lg++;
+    double k = 15 + (lg < 11 ? lg : 11) + 12 + (top > 1 ? top - 1 : 0) + 1;
+    double u = ldexp(1, -24), gamma = k * u / (1 - k * u);
+    *worst = 0;
+    for (int64_t c = 0; c < cols; c++) {
+        double sum = 0, mag = 0;
+        for (int64_t r = 0; r < rows; r++) sum += dy[r * cols + c], mag += fabs(dy[r * cols + c]);
+        double exact = beta == 0.0f ? sum : (double)beta * db0 + sum;
+        double bound = gamma * mag + u * fabs(exact) + 1e-30;
+        double e = fabs((double)db[c] - exact) / bound;
+        if (!(e <= *worst)) *worst = e; /* NaN: worst NaN, fails */
+    }
+    return *worst <= 1;
+}
+
 int main(void)
 {
-    plan(36);
+    plan(38);
     const phx_kernels_v1 *K = cu_kernels();
     for (int i = 0; i < N; i++) a[i] = cu_frand(-3, 3), b[i] = cu_frand(-3, 3);
 
@@ -126,18 +193,28 @@ int main(void)
         }
     px_cpu_isa_set(px_cpu_isa_best());
     ok(good, "bias_grad f16, bf16: the column sums in double, exactly, on each instruction set");
-    for (int c = 0; c < COLS; c++) {
-        dref[c] = 0;
-        for (int r = 0; r < ROWS; r++) dref[c] += y0[r * COLS + c];
-    }
+    double w = 0;
+    /* f32: the documented order (elementwise.c) bit for bit, and within
+     * that order's rounding bound of the float64 sums */
     for (int c = 0; c < COLS; c++) db[c] = NAN;
     K->bias_grad(0, ROWS, COLS, y0, PHX_F32, 0.0f, db);
-    double w = cu_worst(db, PHX_F32, dref, COLS, 1e-6, 1e-6, NULL);
-    ok(w <= 1, "bias_grad beta 0: column sums over %d rows (worst %.3g), NaN in db ignored", ROWS, w);
-    for (int c = 0; c < COLS; c++) db[c] = 2.0f, dref[c] += 0.5 * 2.0;
+    ok(f32_order_matches(ROWS, COLS, y0, 0.0f, NAN, db),
+       "bias_grad f32 beta 0: blocks of 16 rows, pairwise, bit for bit");
+    good = f32_within_bound(ROWS, COLS, y0, 0.0f, NAN, db, &w);
+    ok(good, "bias_grad f32 beta 0: %d rows within the bound (worst %.3g)", ROWS, w);
+    for (int c = 0; c < COLS; c++) db[c] = 2.0f;
     K->bias_grad(0, ROWS, COLS, y0, PHX_F32, 0.5f, db);
-    w = cu_worst(db, PHX_F32, dref, COLS, 1e-6, 1e-6, NULL);
-    ok(w <= 1, "bias_grad beta 0.5: db = 0.5 db + sums (worst %.3g)", w);
+    good = f32_order_matches(ROWS, COLS, y0, 0.5f, 2.0f, db) && f32_within_bound(ROWS, COLS, y0, 0.5f, 2.0f, db, &w);
+    ok(good, "bias_grad f32 beta 0.5: db = 0.5 db + sums, bit for bit, within the bound (worst %.3g)", w);
+    /* past the counter's top level (2^11 blocks), with a tail block, and
+     * values of mixed magnitude */
+    static float ylong[LONG_ROWS * 3];
+    for (int i = 0; i < LONG_ROWS * 3; i++) ylong[i] = cu_frand(-1, 1) * (i % 7 == 0 ? 100.0f : 1.0f);
+    float dbl[3];
+    K->bias_grad(0, LONG_ROWS, 3, ylong, PHX_F32, 0.0f, dbl);
+    good = f32_order_matches(LONG_ROWS, 3, ylong, 0.0f, NAN, dbl) &&
+        f32_within_bound(LONG_ROWS, 3, ylong, 0.0f, NAN, dbl, &w);
+    ok(good, "bias_grad f32 over %d rows: bit for bit, within the bound (worst %.3g)", LONG_ROWS, w);
     static uint16_t yb[ROWS * COLS];
     for (int i = 0; i < ROWS * COLS; i++) yb[i] = phx_f32_to_bf16(y0[i]);
     for (int c = 0; c < COLS; c++) {
