@@ -257,16 +257,25 @@ int main(int argc, char **argv)
         }
         i++;
     }
+    /* refused before anything is allocated */
+    if (zero && use_dp) {
+        fprintf(stderr, "%s: --zero shards over phxrun's ranks; --dp (one process) is not combined with it\n", fm_prog);
+        return 2;
+    }
+    /* --resume PATH that exists: the run continues from it */
+    if (resume && (zero ? ex_sharded_exists(resume) : access(resume, F_OK) == 0)) {
+        if (load) {
+            fprintf(stderr, "%s: --resume %s exists and --load %s is given: give one\n", fm_prog, resume, load);
+            return 2;
+        }
+        load = resume;
+    }
     phx_world world = PHX_WORLD_INIT;
     check(phx_world_from_env(&world), "world");
     phx_comm *comm = NULL;
     if (world.size > 1) check(phx_comm_init(NULL, &comm), "phx_comm_init");
     if (comm && use_dp) {
         fprintf(stderr, "%s: --dp runs in one process; under phxrun every rank is already a replica (DDP)\n", fm_prog);
-        return 2;
-    }
-    if (zero && use_dp) {
-        fprintf(stderr, "%s: --zero shards over phxrun's ranks; --dp (one process) is not combined with it\n", fm_prog);
         return 2;
     }
     if (sync_bn && !comm && world.size <= 1 && !use_dp)
@@ -340,13 +349,6 @@ int main(int argc, char **argv)
     if (!opt || !ce || !train) die("setup");
     int first = 0, total_epochs = epochs;
     int64_t per_epoch = (int64_t)phx_loader_num_batches(train);
-    if (resume && (zero ? ex_sharded_exists(resume) : access(resume, F_OK) == 0)) {
-        if (load) {
-            fprintf(stderr, "%s: --resume %s exists and --load %s is given: give one\n", fm_prog, resume, load);
-            return 2;
-        }
-        load = resume;
-    }
     if (load) {
         char buf[32];
         if (zero) {

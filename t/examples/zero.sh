@@ -25,7 +25,8 @@
 #     the uninterrupted run's losses, and saved at 4 ranks (--sync-bn)
 #     resumes at 2 with the uninterrupted 2-rank run's first loss (later
 #     ones part by rounding that the network amplifies);
-#   --zero 4 and --zero x are refused naming the value.
+#   --zero 4 and --zero x are refused naming the value, and --zero with
+#     --dp (one process) naming both.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
 run="$b/tools/phxrun"
@@ -229,5 +230,7 @@ result $rc "resnet --zero 3 --sync-bn: saved at 4 ranks (4 shards), resumed at 2
 # ---- bad levels
 out=$("$gpt" --zero 4 --steps 1 2>&1); rc=$?
 out2=$("$fm" --zero x 2>&1); rc2=$?
-[ $rc -eq 2 ] && [ $rc2 -eq 2 ] && echo "$out" | grep -q -- "--zero 4: expected 0" && echo "$out2" | grep -q -- "--zero x: expected 0"
-result $? "--zero 4 and --zero x: exit 2 naming the value and what is expected"
+out3=$("$rn" --zero 1 --dp 2>&1); rc3=$?
+[ $rc -eq 2 ] && [ $rc2 -eq 2 ] && [ $rc3 -eq 2 ] && echo "$out" | grep -q -- "--zero 4: expected 0" &&
+    echo "$out2" | grep -q -- "--zero x: expected 0" && echo "$out3" | grep -q -- "--dp (one process) is not combined"
+result $? "--zero 4, --zero x and resnet --zero 1 --dp: exit 2 naming what is wrong"
