@@ -210,51 +210,8 @@ PX_CLONES static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
  * buffer and a px_cpu_cast call per block. Vectors holding a NaN lane go
  * through math.h's conversions, as in the cast kernel (cast-x86.c). */
 #if PX_HAVE_X86
-#include <immintrin.h>
-#include <string.h>
-#define T512 __attribute__((target("avx512f,f16c")))
-#define BN_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#include "kernels/cpu/half-x86.h"
 _Static_assert(PX_BN_LANES == 16, "one 16-lane vector per PX_BN_LANES");
-
-/* the first k (1..16) values of s widened, lanes k.. zero */
-T512 static inline __m512 bn_ld16(const uint16_t *s, int64_t k)
-{
-    __m256i h;
-    if (k == 16)
-        h = _mm256_loadu_si256((const __m256i *)s);
-    else { /* through a buffer: masked 16-bit loads need AVX512BW */
-        uint16_t t[16] = {0};
-        memcpy(t, s, (size_t)k * 2);
-        h = _mm256_loadu_si256((const __m256i *)t);
-    }
-    __m512 v = _mm512_cvtph_ps(h);
-    if (__builtin_expect(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0, 0)) {
-        float f[16] = {0};
-        for (int64_t i = 0; i < k; i++) f[i] = phx_f16_to_f32(s[i]);
-        v = _mm512_loadu_ps(f);
-    }
-    return v;
-}
-
-/* the first k (1..16) lanes of v rounded to d */
-T512 static inline void bn_st16(uint16_t *d, __m512 v, int64_t k)
-{
-    __mmask16 m = k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
-    if (__builtin_expect(_mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q) != 0, 0)) {
-        float f[16];
-        _mm512_storeu_ps(f, v);
-        for (int64_t i = 0; i < k; i++) d[i] = phx_f32_to_f16(f[i]);
-        return;
-    }
-    __m256i h = _mm512_cvtps_ph(v, BN_RNE);
-    if (k == 16)
-        _mm256_storeu_si256((__m256i *)d, h);
-    else {
-        uint16_t t[16];
-        _mm256_storeu_si256((__m256i *)t, h);
-        memcpy(d, t, (size_t)k * 2);
-    }
-}
 
 PX_INLINE float bn_fold512(__m512 acc)
 {
@@ -264,20 +221,20 @@ PX_INLINE float bn_fold512(__m512 acc)
 }
 
 /* sum x[i] (sq: sum (x[i] - m)^2), i < len */
-T512 static float bn_sum_f16(const uint16_t *x, int64_t len, float m, int sq)
+PX_T512 static float bn_sum_f16(const uint16_t *x, int64_t len, float m, int sq)
 {
     __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     int64_t i = 0;
     for (; i < len; i += 16) {
         int64_t k = len - i < 16 ? len - i : 16;
-        __m512 v = bn_ld16(x + i, k);
+        __m512 v = px_h16_ld(x + i, k);
         if (sq) v = _mm512_sub_ps(v, vm), v = _mm512_mul_ps(v, v);
         acc = _mm512_mask_add_ps(acc, k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1), acc, v);
     }
     return bn_fold512(acc);
 }
 
-T512 static void bn_stats_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_stats_f16(const bn_job *j, int64_t c0, int64_t c1)
 {
     const uint16_t *x = j->x;
     double cnt = (double)(j->n * j->hw);
@@ -292,7 +249,7 @@ T512 static void bn_stats_f16(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
-T512 static void bn_apply_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_apply_f16(const bn_job *j, int64_t c0, int64_t c1)
 {
     const uint16_t *x = j->x;
     uint16_t *y = j->y;
@@ -304,15 +261,15 @@ T512 static void bn_apply_f16(const bn_job *j, int64_t c0, int64_t c1)
             int64_t o = (i * j->c + ch) * j->hw;
             for (int64_t t = 0; t < j->hw; t += 16) {
                 int64_t k = j->hw - t < 16 ? j->hw - t : 16;
-                __m512 v = bn_ld16(x + o + t, k); /* (x - mean) istd w + b, as phx_bn_apply */
+                __m512 v = px_h16_ld(x + o + t, k); /* (x - mean) istd w + b, as phx_bn_apply */
                 v = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(v, m), is), wc), bc);
-                bn_st16(y + o + t, v, k);
+                px_h16_st(y + o + t, v, k);
             }
         }
     }
 }
 
-T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
 {
     const uint16_t *x = j->x, *dy = j->dy;
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -324,7 +281,7 @@ T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
             for (int64_t t = 0; t < j->hw; t += 16) {
                 int64_t k = j->hw - t < 16 ? j->hw - t : 16;
                 __mmask16 km = k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
-                __m512 g = bn_ld16(dy + o + t, k), xv = bn_ld16(x + o + t, k);
+                __m512 g = px_h16_ld(dy + o + t, k), xv = px_h16_ld(x + o + t, k);
                 a = _mm512_mask_add_ps(a, km, a, g);
                 ax = _mm512_mask_add_ps(ax, km, ax, _mm512_mul_ps(g, _mm512_sub_ps(xv, m)));
             }
@@ -338,7 +295,7 @@ T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
-T512 static void bn_dx_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_dx_f16(const bn_job *j, int64_t c0, int64_t c1)
 {
     const uint16_t *x = j->x, *dy = j->dy;
     uint16_t *dx = j->y;
@@ -354,9 +311,9 @@ T512 static void bn_dx_f16(const bn_job *j, int64_t c0, int64_t c1)
             int64_t o = (i * j->c + ch) * j->hw;
             for (int64_t t = 0; t < j->hw; t += 16) {
                 int64_t k = j->hw - t < 16 ? j->hw - t : 16;
-                __m512 g = bn_ld16(dy + o + t, k), xmu = _mm512_sub_ps(bn_ld16(x + o + t, k), m);
+                __m512 g = px_h16_ld(dy + o + t, k), xmu = _mm512_sub_ps(px_h16_ld(x + o + t, k), m);
                 g = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(g, vmdy), _mm512_mul_ps(xmu, kx)), sc);
-                bn_st16(dx + o + t, g, k);
+                px_h16_st(dx + o + t, g, k);
             }
         }
     }
