@@ -324,12 +324,12 @@ static int bn_f16_512(const bn_job *j)
 {
     return j->dt == PHX_F16 && px_cpu_isa() == PX_ISA_AVX512 && !getenv("PHX_CPU_F16_BLOCKS");
 }
-#define BN_F16_512(j, fn, lo, hi)                                                                                      \
-    do {                                                                                                               \
-        if (bn_f16_512(j)) {                                                                                           \
-            fn(j, lo, hi);                                                                                             \
-            return;                                                                                                    \
-        }                                                                                                              \
+#define BN_F16_512(j, fn, lo, hi) \
+    do { \
+        if (bn_f16_512(j)) { \
+            fn(j, lo, hi); \
+            return; \
+        } \
     } while (0)
 #else
 #define BN_F16_512(j, fn, lo, hi) ((void)0)

@@ -50,7 +50,10 @@ int main(void)
             uint16_t *x = malloc((size_t)len * 2), *dy = malloc((size_t)len * 2);
             out a = {.y = malloc((size_t)len * 2), .dx = malloc((size_t)len * 2)};
             out r = {.y = malloc((size_t)len * 2), .dx = malloc((size_t)len * 2)};
-            if (!x || !dy || !a.y || !a.dx || !r.y || !r.dx) { diag("out of memory"); return 1; }
+            if (!x || !dy || !a.y || !a.dx || !r.y || !r.dx) {
+                diag("out of memory");
+                return 1;
+            }
             for (int64_t i = 0; i < len; i++) {
                 x[i] = phx_f32_to_f16(cu_frand(-3.0f, 5.0f));
                 dy[i] = phx_f32_to_f16(cu_frand(-1.0f, 1.0f));
@@ -65,8 +68,8 @@ int main(void)
             bad_stats += memcmp(a.mean, r.mean, (size_t)c * 4) != 0 || memcmp(a.var, r.var, (size_t)c * 4) != 0;
             bad_y += memcmp(a.y, r.y, (size_t)len * 2) != 0;
             bad_back += memcmp(a.sd, r.sd, (size_t)c * 4) != 0 || memcmp(a.sdx, r.sdx, (size_t)c * 4) != 0 ||
-                        memcmp(a.dw, r.dw, (size_t)c * 4) != 0 || memcmp(a.db, r.db, (size_t)c * 4) != 0 ||
-                        memcmp(a.dx, r.dx, (size_t)len * 2) != 0;
+                memcmp(a.dw, r.dw, (size_t)c * 4) != 0 || memcmp(a.db, r.db, (size_t)c * 4) != 0 ||
+                memcmp(a.dx, r.dx, (size_t)len * 2) != 0;
             for (int64_t ch = 0; ch < c - 1; ch++) { /* float64 reference, the finite channels */
                 double s = 0, q = 0, cnt = (double)(n * hw);
                 for (int64_t i = 0; i < n; i++)
@@ -76,17 +79,21 @@ int main(void)
                         double d = phx_f16_to_f32(x[(i * c + ch) * hw + k]) - s / cnt;
                         q += d * d;
                     }
-                if (fabs(a.mean[ch] - s / cnt) > 1e-5 * (1 + fabs(s / cnt)) || fabs(a.var[ch] - q / cnt) > 1e-5 * (1 + q / cnt))
-                    bad_ref++, diag("hw %lld ch %lld: mean %g var %g, float64 %g %g", (long long)hw, (long long)ch,
-                                    (double)a.mean[ch], (double)a.var[ch], s / cnt, q / cnt);
+                if (fabs(a.mean[ch] - s / cnt) > 1e-5 * (1 + fabs(s / cnt)) ||
+                    fabs(a.var[ch] - q / cnt) > 1e-5 * (1 + q / cnt))
+                    bad_ref++,
+                        diag("hw %lld ch %lld: mean %g var %g, float64 %g %g", (long long)hw, (long long)ch,
+                             (double)a.mean[ch], (double)a.var[ch], s / cnt, q / cnt);
             }
-            if (special && !isnan(a.mean[c - 1])) bad_ref++, diag("hw %lld: the NaN channel's mean %g", (long long)hw, (double)a.mean[c - 1]);
+            if (special && !isnan(a.mean[c - 1]))
+                bad_ref++, diag("hw %lld: the NaN channel's mean %g", (long long)hw, (double)a.mean[c - 1]);
             free(x), free(dy), free(a.y), free(a.dx), free(r.y), free(r.dx);
         }
     if (st != PHX_OK) diag("batchnorm: %s", phx_last_error());
     ok(st == PHX_OK && bad_stats == 0, "f16 stats: the block path's bits (%d runs differ)", bad_stats);
     ok(st == PHX_OK && bad_y == 0, "f16 apply: the block path's bits (%d runs differ)", bad_y);
-    ok(st == PHX_OK && bad_back == 0, "f16 backward reduce and apply: the block path's bits (%d runs differ)", bad_back);
+    ok(st == PHX_OK && bad_back == 0, "f16 backward reduce and apply: the block path's bits (%d runs differ)",
+       bad_back);
     ok(st == PHX_OK && bad_ref == 0, "f16 mean and variance: float64's to f32 error, NaN propagated (%d off)", bad_ref);
     return done_testing();
 }

@@ -15,8 +15,8 @@
 
 enum { LR = 1000, MAXC = 100 };
 
-static phx_status run(int64_t cols, const uint16_t *x, const uint16_t *dy, const float *w, const float *b,
-                      uint16_t *y, uint16_t *dx, float *mean, float *rstd, float *dw, float *db)
+static phx_status run(int64_t cols, const uint16_t *x, const uint16_t *dy, const float *w, const float *b, uint16_t *y,
+                      uint16_t *dx, float *mean, float *rstd, float *dw, float *db)
 {
     for (int64_t c = 0; c < cols; c++) dw[c] = 0.25f, db[c] = -0.5f;
     phx_status st = px_cpu_layernorm_forward(0, LR, cols, 1e-5f, x, w, b, y, mean, rstd, PHX_F16);
@@ -61,10 +61,12 @@ int main(void)
         int same1 = 1, same_old = 1;
         for (int t = 1; t < 3; t++) {
             int s = st == PHX_OK && !memcmp(y[0], y[t], m * 2) && !memcmp(dx[0], dx[t], m * 2) &&
-                    !memcmp(mean[0], mean[t], LR * 4) && !memcmp(rstd[0], rstd[t], LR * 4) &&
-                    !memcmp(dw[0], dw[t], (size_t)cols * 4) && !memcmp(db[0], db[t], (size_t)cols * 4);
-            if (t == 1) same1 = s;
-            else same_old = s;
+                !memcmp(mean[0], mean[t], LR * 4) && !memcmp(rstd[0], rstd[t], LR * 4) &&
+                !memcmp(dw[0], dw[t], (size_t)cols * 4) && !memcmp(db[0], db[t], (size_t)cols * 4);
+            if (t == 1)
+                same1 = s;
+            else
+                same_old = s;
         }
         int far = 0;
         for (int64_t c = 0; c < cols && st == PHX_OK; c++) {
