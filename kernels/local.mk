@@ -12,7 +12,7 @@ kernels_libphx_kernels_cpu_la_SOURCES = kernels/math.h kernels/cpu/cpu.h kernels
 	kernels/cpu/cast-x86.c kernels/cpu/isa.c kernels/cpu/dropout.c kernels/cpu/layernorm.c \
 	kernels/cpu/loss.c kernels/cpu/optim.c kernels/cpu/reduce.c kernels/cpu/rng.c \
 	kernels/cpu/attention.c kernels/cpu/softmax.c kernels/cpu/embedding.c kernels/cpu/residual.c \
-	kernels/cpu/conv.c kernels/cpu/conv-avx512.h kernels/cpu/conv-avx512.c kernels/cpu/conv-winograd.c kernels/cpu/conv-small.c kernels/cpu/conv-dnnl.c kernels/cpu/batchnorm.c kernels/cpu/pool.c kernels/cpu/parallel.c
+	kernels/cpu/conv.c kernels/cpu/conv-avx512.h kernels/cpu/half-x86.h kernels/cpu/conv-avx512.c kernels/cpu/conv-winograd.c kernels/cpu/conv-small.c kernels/cpu/conv-dnnl.c kernels/cpu/batchnorm.c kernels/cpu/pool.c kernels/cpu/parallel.c
 kernels_libphx_kernels_cpu_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 kernels_libphx_kernels_cpu_la_CFLAGS = $(AM_CFLAGS) -fno-math-errno
 libphalanx_internal_la_LIBADD += kernels/libphx-kernels-cpu.la

@@ -202,6 +202,139 @@ PX_CLONES static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
+/* The f16 loops on AVX-512: each plane read as f16 and widened 16 values
+ * at a time in registers (vcvtph2ps), the arithmetic of the loops above
+ * with lane k of one vector as lane k of PX_BN_LANES (the same adds in the
+ * same order), and each result rounded once on its store (vcvtps2ph):
+ * the bits of the block path above, without its passes through a stack
+ * buffer and a px_cpu_cast call per block. Vectors holding a NaN lane go
+ * through math.h's conversions, as in the cast kernel (cast-x86.c). */
+#if PX_HAVE_X86
+#include "kernels/cpu/half-x86.h"
+_Static_assert(PX_BN_LANES == 16, "one 16-lane vector per PX_BN_LANES");
+
+PX_INLINE float bn_fold512(__m512 acc)
+{
+    float l[PX_BN_LANES];
+    memcpy(l, &acc, sizeof l);
+    return px_bn_fold(l);
+}
+
+/* sum x[i] (sq: sum (x[i] - m)^2), i < len */
+PX_T512 static float bn_sum_f16(const uint16_t *x, int64_t len, float m, int sq)
+{
+    __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
+    int64_t i = 0;
+    for (; i < len; i += 16) {
+        int64_t k = len - i < 16 ? len - i : 16;
+        __m512 v = px_h16_ld(x + i, k);
+        if (sq) v = _mm512_sub_ps(v, vm), v = _mm512_mul_ps(v, v);
+        acc = _mm512_mask_add_ps(acc, k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1), acc, v);
+    }
+    return bn_fold512(acc);
+}
+
+PX_T512 static void bn_stats_f16(const bn_job *j, int64_t c0, int64_t c1)
+{
+    const uint16_t *x = j->x;
+    double cnt = (double)(j->n * j->hw);
+    for (int64_t ch = c0; ch < c1; ch++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < j->n; b++) s += bn_sum_f16(x + (b * j->c + ch) * j->hw, j->hw, 0, 0);
+        double m = cnt > 0 ? s / cnt : 0.0, q = 0.0;
+        float mf = (float)m;
+        for (int64_t b = 0; b < j->n; b++) q += bn_sum_f16(x + (b * j->c + ch) * j->hw, j->hw, mf, 1);
+        j->mean_out[ch] = mf;
+        j->var_out[ch] = cnt > 0 ? (float)(q / cnt) : 0.0f;
+    }
+}
+
+PX_T512 static void bn_apply_f16(const bn_job *j, int64_t c0, int64_t c1)
+{
+    const uint16_t *x = j->x;
+    uint16_t *y = j->y;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        float istd = phx_bn_invstd(j->var[ch], j->eps);
+        __m512 m = _mm512_set1_ps(j->mean[ch]), is = _mm512_set1_ps(istd);
+        __m512 wc = _mm512_set1_ps(j->w ? j->w[ch] : 1.0f), bc = _mm512_set1_ps(j->b ? j->b[ch] : 0.0f);
+        for (int64_t i = 0; i < j->n; i++) {
+            int64_t o = (i * j->c + ch) * j->hw;
+            for (int64_t t = 0; t < j->hw; t += 16) {
+                int64_t k = j->hw - t < 16 ? j->hw - t : 16;
+                __m512 v = px_h16_ld(x + o + t, k); /* (x - mean) istd w + b, as phx_bn_apply */
+                v = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(v, m), is), wc), bc);
+                px_h16_st(y + o + t, v, k);
+            }
+        }
+    }
+}
+
+PX_T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
+{
+    const uint16_t *x = j->x, *dy = j->dy;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        double sd = 0.0, sdx = 0.0;
+        __m512 m = _mm512_set1_ps(j->mean[ch]);
+        for (int64_t i = 0; i < j->n; i++) {
+            int64_t o = (i * j->c + ch) * j->hw;
+            __m512 a = _mm512_setzero_ps(), ax = _mm512_setzero_ps();
+            for (int64_t t = 0; t < j->hw; t += 16) {
+                int64_t k = j->hw - t < 16 ? j->hw - t : 16;
+                __mmask16 km = k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
+                __m512 g = px_h16_ld(dy + o + t, k), xv = px_h16_ld(x + o + t, k);
+                a = _mm512_mask_add_ps(a, km, a, g);
+                ax = _mm512_mask_add_ps(ax, km, ax, _mm512_mul_ps(g, _mm512_sub_ps(xv, m)));
+            }
+            sd += bn_fold512(a);
+            sdx += bn_fold512(ax);
+        }
+        j->sum_dy[ch] = (float)sd;
+        j->sum_dy_xmu[ch] = (float)sdx;
+        if (j->dw) j->dw[ch] += (float)sdx * phx_bn_invstd(j->var[ch], j->eps);
+        if (j->db) j->db[ch] += (float)sd;
+    }
+}
+
+PX_T512 static void bn_dx_f16(const bn_job *j, int64_t c0, int64_t c1)
+{
+    const uint16_t *x = j->x, *dy = j->dy;
+    uint16_t *dx = j->y;
+    for (int64_t ch = c0; ch < c1; ch++) {
+        float istd = phx_bn_invstd(j->var[ch], j->eps);
+        float scale = istd * (j->w ? j->w[ch] : 1.0f);
+        float mdy = j->sum_dy_in ? (float)(j->sum_dy_in[ch] / j->count) : 0.0f;
+        float mdx = j->sum_dy_in ? (float)(j->sum_dy_xmu_in[ch] / j->count) : 0.0f;
+        /* phx_bn_dx: (dy - mean_dy - xmu (istd istd mean_dy_xmu)) scale */
+        __m512 m = _mm512_set1_ps(j->mean[ch]), vmdy = _mm512_set1_ps(mdy);
+        __m512 kx = _mm512_set1_ps(istd * istd * mdx), sc = _mm512_set1_ps(scale);
+        for (int64_t i = 0; i < j->n; i++) {
+            int64_t o = (i * j->c + ch) * j->hw;
+            for (int64_t t = 0; t < j->hw; t += 16) {
+                int64_t k = j->hw - t < 16 ? j->hw - t : 16;
+                __m512 g = px_h16_ld(dy + o + t, k), xmu = _mm512_sub_ps(px_h16_ld(x + o + t, k), m);
+                g = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(g, vmdy), _mm512_mul_ps(xmu, kx)), sc);
+                px_h16_st(dx + o + t, g, k);
+            }
+        }
+    }
+}
+
+/* 1 where the job runs the loops above */
+static int bn_f16_512(const bn_job *j)
+{
+    return j->dt == PHX_F16 && px_cpu_isa() == PX_ISA_AVX512 && !getenv("PHX_CPU_F16_BLOCKS");
+}
+#define BN_F16_512(j, fn, lo, hi) \
+    do { \
+        if (bn_f16_512(j)) { \
+            fn(j, lo, hi); \
+            return; \
+        } \
+    } while (0)
+#else
+#define BN_F16_512(j, fn, lo, hi) ((void)0)
+#endif
+
 PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int dt, float *mean, float *var, int64_t c0,
                            int64_t c1)
 {
@@ -220,6 +353,7 @@ PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int 
 PX_CLONES static void stats_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    BN_F16_512(j, bn_stats_f16, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_stats_half(j, lo, hi);
         return;
@@ -253,6 +387,7 @@ PX_INLINE void px_bn_apply(int64_t n, int64_t c, int64_t hw, const void *x, cons
 PX_CLONES static void apply_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    BN_F16_512(j, bn_apply_f16, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_apply_half(j, lo, hi);
         return;
@@ -296,6 +431,7 @@ PX_INLINE void px_bn_reduce(int64_t n, int64_t c, int64_t hw, const void *x, con
 PX_CLONES static void reduce_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    BN_F16_512(j, bn_reduce_f16, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_reduce_half(j, lo, hi);
         return;
@@ -350,6 +486,7 @@ PX_INLINE void px_bn_dx(int64_t n, int64_t c, int64_t hw, const void *x, const v
 PX_CLONES static void dx_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
+    BN_F16_512(j, bn_dx_f16, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_dx_half(j, lo, hi);
         return;

@@ -2,7 +2,7 @@
 # scaler and the mixed-precision example. Tests: t/precision/.
 libphalanx_internal_la_SOURCES += src/precision/precision.c src/precision/scaler.c src/precision/precision-impl.h
 
-amp_tests = t/precision/policy t/precision/scaler t/precision/gemm t/precision/overflow t/precision/checkpoint t/precision/ddp t/precision/mnist t/precision/half_nn t/precision/half_rows
+amp_tests = t/precision/policy t/precision/scaler t/precision/gemm t/precision/overflow t/precision/checkpoint t/precision/ddp t/precision/mnist t/precision/half_nn t/precision/half_rows t/precision/half_bn t/precision/half_ln
 check_PROGRAMS += $(amp_tests)
 TESTS += $(amp_tests) t/precision/example.sh
 t_precision_policy_LDADD = libphalanx.la
@@ -17,6 +17,10 @@ t_precision_half_nn_SOURCES = t/precision/half_nn.c t/core-util.h
 t_precision_half_nn_LDADD = libphalanx-internal.la -lm
 t_precision_half_rows_SOURCES = t/precision/half_rows.c t/core-util.h
 t_precision_half_rows_LDADD = libphalanx-internal.la -lm
+t_precision_half_bn_SOURCES = t/precision/half_bn.c t/core-util.h
+t_precision_half_bn_LDADD = libphalanx-internal.la -lm
+t_precision_half_ln_SOURCES = t/precision/half_ln.c t/core-util.h
+t_precision_half_ln_LDADD = libphalanx-internal.la -lm
 EXTRA_DIST += t/precision/example.sh t/ref/amp_scales.txt bench/torch/scaler.py
 
 # The seed's mixed-precision program (make demo runs it).
