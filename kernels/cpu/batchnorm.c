@@ -213,10 +213,12 @@ PX_CLONES static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
 #include "kernels/cpu/half-x86.h"
 _Static_assert(PX_BN_LANES == 16, "one 16-lane vector per PX_BN_LANES");
 
-PX_INLINE float bn_fold512(__m512 acc)
+/* Taken by address: a __m512 passed by value to a function compiled
+ * without AVX-512 draws GCC's -Wpsabi note. */
+PX_INLINE float bn_fold512(const __m512 *acc)
 {
     float l[PX_BN_LANES];
-    memcpy(l, &acc, sizeof l);
+    memcpy(l, acc, sizeof l);
     return px_bn_fold(l);
 }
 
@@ -231,7 +233,7 @@ PX_T512 static float bn_sum_f16(const uint16_t *x, int64_t len, float m, int sq)
         if (sq) v = _mm512_sub_ps(v, vm), v = _mm512_mul_ps(v, v);
         acc = _mm512_mask_add_ps(acc, k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1), acc, v);
     }
-    return bn_fold512(acc);
+    return bn_fold512(&acc);
 }
 
 PX_T512 static void bn_stats_f16(const bn_job *j, int64_t c0, int64_t c1)
@@ -285,8 +287,8 @@ PX_T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
                 a = _mm512_mask_add_ps(a, km, a, g);
                 ax = _mm512_mask_add_ps(ax, km, ax, _mm512_mul_ps(g, _mm512_sub_ps(xv, m)));
             }
-            sd += bn_fold512(a);
-            sdx += bn_fold512(ax);
+            sd += bn_fold512(&a);
+            sdx += bn_fold512(&ax);
         }
         j->sum_dy[ch] = (float)sd;
         j->sum_dy_xmu[ch] = (float)sdx;
