@@ -186,18 +186,7 @@ int main(int argc, char **argv)
         }
         load = resume;
     }
-    if (load) {
-        char buf[32];
-        if (zero) {
-            check(phx_zero_checkpoint_load(load, net, opt, scaler), load);
-            first = sharded_epoch(load);
-        } else {
-            check(phx_checkpoint_load(load, net, opt, scaler), "--load");
-            if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
-        }
-        if (rank == 0)
-            printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
-    }
+    if (load) first = load_epoch(load, zero, net, opt, scaler, rank);
     /* --resume: --epochs is the total; --load: that many more. */
     if (resume) epochs = total > first ? total - first : 0;
     /* a resumed run's steps continue from its epoch's */

@@ -150,4 +150,23 @@ static inline int sharded_epoch(const char *dir)
     }
     return e;
 }
+/* Restores the run in load (collective under --zero 1|2|3: a sharded
+ * checkpoint folder; else one checkpoint file) and returns the epoch it
+ * holds; rank 0 says so. */
+static inline int load_epoch(const char *load, int zero, phx_module *net, phx_optimizer *opt, phx_scaler *scaler,
+                             int rank)
+{
+    int first = 0;
+    char buf[32];
+    if (zero) {
+        check(phx_zero_checkpoint_load(load, net, opt, scaler), load);
+        first = sharded_epoch(load);
+    } else {
+        check(phx_checkpoint_load(load, net, opt, scaler), "--load");
+        if (phx_checkpoint_meta(load, "epoch", buf, sizeof buf) == PHX_OK) first = atoi(buf);
+    }
+    if (rank == 0)
+        printf("loaded %s (epoch %d, %lld optimizer steps)\n", load, first, (long long)phx_optimizer_steps(opt));
+    return first;
+}
 #endif
