@@ -21,7 +21,8 @@
  *
  *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
  *              [--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo]
- *              [--precision fp32|fp16|bf16]
+ *              [--precision fp32|fp16|bf16] [--threads 1|2]
+ * --threads runs that thread count's rows only (for a profiler).
  * --precision puts Phalanx's models under that policy (gpt_bf16 stays bf16;
  * PyTorch's side is unchanged: fp32, autocast bf16 for gpt_bf16).
  *   bench/step --rss NAME   (10 steps of that row's model; prints its peak RSS)
@@ -147,14 +148,15 @@ int main(int argc, char **argv)
     const char *rss = NULL; /* --rss NAME: peak RSS of 10 steps of that model */
     double grow = 0; /* --growth S: the MLP across batches and widths, S seconds a point */
     const char *precision = NULL; /* --precision: Phalanx's models under that policy */
-    const bench_opt opts[] = {{"--torch", 's', &torch},     {"--python", 's', &py},
-                              {"--seconds", 'd', &seconds}, {"--repeats", 'i', &repeats},
-                              {"--only", 's', &only},       {"--rss", 's', &rss},
-                              {"--growth", 'd', &grow},     {"--precision", 's', &precision}};
-    if (bench_args(argc, argv, opts, 8,
+    int threads = 0; /* --threads T: that thread count's rows only (profiling); 0: 1 and 2 */
+    const bench_opt opts[] = {
+        {"--torch", 's', &torch},     {"--python", 's', &py},           {"--seconds", 'd', &seconds},
+        {"--repeats", 'i', &repeats}, {"--only", 's', &only},           {"--rss", 's', &rss},
+        {"--growth", 'd', &grow},     {"--precision", 's', &precision}, {"--threads", 'i', &threads}};
+    if (bench_args(argc, argv, opts, 9,
                    "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
                    "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss NAME] "
-                   "[--precision fp32|fp16|bf16] [--growth S]"))
+                   "[--precision fp32|fp16|bf16] [--growth S] [--threads 1|2]"))
         return 2;
     if (grow > 0) {
         for (int t = 1; t <= 2; t++) {
@@ -188,7 +190,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < NM; k++)
         for (int t = 0; t < 2; t++) {
             phx[k][t] = phx_c[k][t] = 0;
-            if (only && strcmp(only, names[k])) continue;
+            if ((only && strcmp(only, names[k])) || (threads && threads != t + 1)) continue;
             bench_check(phx_set_num_threads(t + 1), "threads");
             phx[k][t] = rate(names[k], precision, seconds, repeats, &phx_c[k][t]);
             if (!torch) continue;

@@ -1,5 +1,6 @@
-/* The built-in CPU device: 64-byte aligned host memory through the
- * counting allocator, statistics, memcpy copies. Everything is
+/* The built-in CPU device: 64-byte aligned host memory (2 MiB aligned on
+ * huge pages from 2 MiB up: kernels/cpu/hugepage.c) through the counting
+ * allocator, statistics, memcpy copies. Everything is
  * synchronous, so the stream and event slots stay NULL and get the core's
  * defaults for a synchronous device (src/tensor/device.c). */
 #include "config.h"
@@ -8,8 +9,6 @@
 #include "src/tensor/device-impl.h"
 #include "src/base/util.h"
 #include "kernels/cpu/cpu.h"
-
-#define PX_CPU_ALIGN 64
 
 /* Lives just before each aligned block. */
 typedef struct px_cpu_block {
@@ -27,11 +26,12 @@ static int cpu_count(void)
 static phx_status cpu_alloc(int dev, size_t bytes, void **ptr)
 {
     (void)dev;
-    size_t head = sizeof(px_cpu_block);
-    if (bytes > SIZE_MAX - head - PX_CPU_ALIGN) return phx_error(PHX_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
-    char *raw = px_malloc(bytes + head + PX_CPU_ALIGN);
+    size_t head = sizeof(px_cpu_block), align = px_cpu_block_align(bytes);
+    if (bytes > SIZE_MAX - head - align) return phx_error(PHX_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
+    char *raw = px_malloc(bytes + head + align);
     if (!raw) return phx_error(PHX_ENOMEM, "cpu: out of memory allocating %zu bytes", bytes);
-    uintptr_t p = ((uintptr_t)raw + head + PX_CPU_ALIGN - 1) & ~(uintptr_t)(PX_CPU_ALIGN - 1);
+    uintptr_t p = ((uintptr_t)raw + head + align - 1) & ~(uintptr_t)(align - 1);
+    px_cpu_block_advise((void *)p, bytes);
     px_cpu_block *blk = (px_cpu_block *)p - 1;
     blk->raw = raw;
     blk->bytes = bytes;

@@ -4,7 +4,7 @@ libphalanx_internal_la_SOURCES += src/tensor/tensor.c src/tensor/storage-cache.c
 	src/tensor/device.c src/tensor/device-impl.h src/tensor/rng.c
 
 # tests
-tensor_tests = t/tensor/half t/tensor/gemm t/tensor/tensor t/tensor/device t/tensor/rng t/tensor/act t/tensor/isa t/tensor/ops t/tensor/nn t/tensor/optim t/tensor/torch t/tensor/cuda t/tensor/conv
+tensor_tests = t/tensor/half t/tensor/gemm t/tensor/tensor t/tensor/device t/tensor/rng t/tensor/act t/tensor/isa t/tensor/ops t/tensor/nn t/tensor/optim t/tensor/torch t/tensor/cuda t/tensor/conv t/tensor/hugepage
 check_PROGRAMS += $(tensor_tests)
 TESTS += $(tensor_tests)
 # The compute-bound kernels on each instruction set this CPU has.
@@ -22,6 +22,7 @@ t_tensor_rng_LDADD = libphalanx.la -lm
 # call px_ kernels directly link the internals (one copy of the library).
 t_tensor_act_SOURCES = t/tensor/act.c t/core-util.h
 t_tensor_act_LDADD = libphalanx-internal.la -lm
+t_tensor_hugepage_LDADD = libphalanx-internal.la -lm
 t_tensor_isa_SOURCES = t/tensor/isa.c t/core-util.h
 t_tensor_isa_LDADD = libphalanx-internal.la -lm
 t_tensor_ops_SOURCES = t/tensor/ops.c t/core-util.h
