@@ -260,10 +260,39 @@ static int split_row_c(uint16_t *hi, uint16_t *hi2, uint16_t *lo, uint16_t *lo2,
     return bad;
 }
 
+/* rows x cols of src (leading dim ld) into dst as terms copies of each
+ * value: hi, or lo at the positions of lo_mask (bit p: copy p). With
+ * k_in_rows the copies are stacked as row blocks (dst (terms rows) x
+ * cols), else side by side in each row (dst rows x (terms cols)). */
+typedef struct split_job {
+    uint16_t *dst;
+    const uint16_t *src;
+    int64_t rows, cols, ld;
+    int k_in_rows, terms;
+    unsigned lo_mask;
+    atomic_int bad;
+} split_job;
+
+/* the hi, hi2, lo and lo2 destinations of row r (hi2, lo2 NULL where the
+ * terms have one copy) */
+static inline void split_dests(const split_job *j, int64_t r, uint16_t **d)
+{
+    uint16_t *his[2] = {NULL, NULL}, *los[2] = {NULL, NULL};
+    int nh = 0, nl = 0;
+    for (int p = 0; p < j->terms; p++) {
+        uint16_t *at = j->k_in_rows ? j->dst + (p * j->rows + r) * j->cols : j->dst + (r * j->terms + p) * j->cols;
+        if (j->lo_mask >> p & 1u)
+            los[nl++] = at;
+        else
+            his[nh++] = at;
+    }
+    d[0] = his[0], d[1] = his[1], d[2] = los[0], d[3] = los[1];
+}
+
 #if PX_HAVE_X86
 #include <immintrin.h>
-__attribute__((target("avx512f,avx512dq,f16c"))) static int split_row_512(uint16_t *hi, uint16_t *hi2, uint16_t *lo,
-                                                                          uint16_t *lo2, const uint16_t *x, int64_t n)
+__attribute__((target("avx512f,avx512dq,f16c"))) static inline int
+split_row_512(uint16_t *hi, uint16_t *hi2, uint16_t *lo, uint16_t *lo2, const uint16_t *x, int64_t n)
 {
     __mmask16 bad = 0;
     const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
@@ -285,46 +314,37 @@ __attribute__((target("avx512f,avx512dq,f16c"))) static int split_row_512(uint16
     }
     return (bad != 0) | split_row_c(hi + i, hi2 ? hi2 + i : NULL, lo + i, lo2 ? lo2 + i : NULL, x + i, n - i);
 }
-#endif
 
-static int split_row(uint16_t *hi, uint16_t *hi2, uint16_t *lo, uint16_t *lo2, const uint16_t *x, int64_t n)
+/* rows lo .. hi - 1 in one call: the AVX-512 code is entered once per
+ * part, not once per row (entered per row of 128 values, the fp16 GPT
+ * step spent half of the split on the entry) */
+__attribute__((target("avx512f,avx512dq,f16c"))) static int split_rows_512(const split_job *j, int64_t lo, int64_t hi)
 {
-#if PX_HAVE_X86
-    if (px_cpu_isa() == PX_ISA_AVX512) return split_row_512(hi, hi2, lo, lo2, x, n);
-#endif
-    return split_row_c(hi, hi2, lo, lo2, x, n);
+    int bad = 0;
+    for (int64_t r = lo; r < hi && !bad; r++) {
+        uint16_t *d[4];
+        split_dests(j, r, d);
+        bad = split_row_512(d[0], d[1], d[2], d[3], j->src + r * j->ld, j->cols);
+    }
+    return bad;
 }
-
-/* rows x cols of src (leading dim ld) into dst as terms copies of each
- * value: hi, or lo at the positions of lo_mask (bit p: copy p). With
- * k_in_rows the copies are stacked as row blocks (dst (terms rows) x
- * cols), else side by side in each row (dst rows x (terms cols)). */
-typedef struct split_job {
-    uint16_t *dst;
-    const uint16_t *src;
-    int64_t rows, cols, ld;
-    int k_in_rows, terms;
-    unsigned lo_mask;
-    atomic_int bad;
-} split_job;
+#endif
 
 /* rows lo .. hi - 1 of a split_operand (a part of px_cpu_parallel_for) */
 static void split_part(void *arg, int64_t lo, int64_t hi)
 {
     split_job *j = arg;
     int bad = 0;
-    for (int64_t r = lo; r < hi && !bad; r++) {
-        uint16_t *his[2] = {NULL, NULL}, *los[2] = {NULL, NULL};
-        int nh = 0, nl = 0;
-        for (int p = 0; p < j->terms; p++) {
-            uint16_t *at = j->k_in_rows ? j->dst + (p * j->rows + r) * j->cols : j->dst + (r * j->terms + p) * j->cols;
-            if (j->lo_mask >> p & 1u)
-                los[nl++] = at;
-            else
-                his[nh++] = at;
+#if PX_HAVE_X86
+    if (px_cpu_isa() == PX_ISA_AVX512)
+        bad = split_rows_512(j, lo, hi);
+    else
+#endif
+        for (int64_t r = lo; r < hi && !bad; r++) {
+            uint16_t *d[4];
+            split_dests(j, r, d);
+            bad = split_row_c(d[0], d[1], d[2], d[3], j->src + r * j->ld, j->cols);
         }
-        bad = split_row(his[0], his[1], los[0], los[1], j->src + r * j->ld, j->cols);
-    }
     if (bad) atomic_store(&j->bad, 1);
 }
 
@@ -344,9 +364,11 @@ static int split_operand(uint16_t *dst, const uint16_t *src, int64_t rows, int64
     return atomic_load(&j.bad);
 }
 
-static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
-                                 int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc,
-                                 phx_dtype cdt)
+/* One block of an f16 GEMM: C (m x n, f32 or rounded into f16 via f32
+ * scratch slot 2) = alpha A B + beta C over k, A and B split here. */
+static phx_status split_block(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                              int64_t lda, const uint16_t *b, int64_t ldb, float beta, void *c, int64_t ldc,
+                              phx_dtype cdt, int split_b)
 {
     int t = split_terms();
     int64_t kk = t * k;
@@ -355,7 +377,7 @@ static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n,
     uint16_t *sa = px_cpu_scratch(0, (size_t)(m * kk) * 2), *sb = px_cpu_scratch(1, (size_t)(kk * n) * 2);
     if (!sa || !sb) return PHX_ENOMEM;
     if (split_operand(sa, a, trans_a ? k : m, trans_a ? m : k, lda, trans_a, t, a_lo) ||
-        split_operand(sb, b, trans_b ? n : k, trans_b ? k : n, ldb, !trans_b, t, b_lo))
+        (split_b && split_operand(sb, b, trans_b ? n : k, trans_b ? k : n, ldb, !trans_b, t, b_lo)))
         return PHX_EUNSUPPORTED;
     gemm_args g = {trans_a,          trans_b,          m,   n,        kk,
                    trans_a ? m : kk, trans_b ? kk : n, ldc, alpha,    beta,
@@ -368,6 +390,63 @@ static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n,
     g.c = (char *)sc, g.ldc = n, g.cdt = PHX_F32;
     if ((st = matmul_run(g)) != PHX_OK) return st;
     return px_cpu_half_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+}
+
+/* nonzero when one of rows x cols f16 values (leading dim ld) is inf or NaN */
+static int any_nonfinite(const uint16_t *x, int64_t rows, int64_t cols, int64_t ld)
+{
+    int bad = 0;
+    for (int64_t r = 0; r < rows && !bad; r++)
+        for (int64_t i = 0; i < cols; i++) bad |= (x[r * ld + i] & 0x7c00) == 0x7c00;
+    return bad;
+}
+
+/* The split operands are 3 (or 4) times the f16 ones in bytes; whole, an
+ * activation's (2048 x 512) leaves the cache before oneDNN reads it back,
+ * and the split and the matmul then run at the memory's speed (the fp16
+ * GPT step split 0.86 G values/s). So a long k (a weight gradient, k =
+ * tokens) is split and multiplied in blocks of PX_SPLIT_KC, each block's
+ * product added into an f32 copy of C (scratch slot 3) that is written to
+ * C once at the end; a long A in blocks of rows whose A' fits
+ * PX_SPLIT_BLOCK bytes, B' made once. The blocks depend on the shape only,
+ * so the bits do not depend on the thread count. An operand with inf or
+ * NaN still declines before C is written: a row block after the first
+ * would find it late, so with beta != 0 (C read) A is checked first. */
+#define PX_SPLIT_BLOCK ((int64_t)1 << 20)
+#define PX_SPLIT_KC 256
+
+static phx_status gemm_f16_split(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                                 int64_t lda, const void *b, int64_t ldb, float beta, void *c, int64_t ldc,
+                                 phx_dtype cdt)
+{
+    const uint16_t *a16 = a, *b16 = b;
+    phx_status st;
+    if (m == 0 || n == 0) return PHX_OK;
+    if (k >= 4 * PX_SPLIT_KC) {
+        float *acc = px_cpu_scratch(3, (size_t)(m * n) * sizeof(float));
+        if (!acc) return PHX_ENOMEM;
+        if (beta != 0.0f && (st = px_cpu_half_cast_rows(acc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+        for (int64_t k0 = 0; k0 < k; k0 += PX_SPLIT_KC) {
+            int64_t kc = k - k0 < PX_SPLIT_KC ? k - k0 : PX_SPLIT_KC;
+            const uint16_t *ak = a16 + (trans_a ? k0 * lda : k0), *bk = b16 + (trans_b ? k0 : k0 * ldb);
+            if ((st = split_block(trans_a, trans_b, m, n, kc, alpha, ak, lda, bk, ldb, k0 ? 1.0f : beta, acc, n,
+                                  PHX_F32, 1)) != PHX_OK)
+                return st;
+        }
+        return px_cpu_half_cast_rows(c, cdt, ldc, acc, PHX_F32, n, m, n);
+    }
+    int64_t rows = PX_SPLIT_BLOCK / ((int64_t)split_terms() * 2 * (k > 0 ? k : 1)) / 16 * 16;
+    if (rows < 64) rows = 64;
+    if (m > rows && beta != 0.0f && any_nonfinite(a16, trans_a ? k : m, trans_a ? m : k, lda)) return PHX_EUNSUPPORTED;
+    for (int64_t i0 = 0; i0 == 0 || i0 < m; i0 += rows) {
+        int64_t mb = m - i0 < rows ? m - i0 : rows;
+        const uint16_t *ai = a16 + (trans_a ? i0 : i0 * lda);
+        char *ci = (char *)c + (size_t)(i0 * ldc) * phx_dtype_size(cdt);
+        if ((st = split_block(trans_a, trans_b, mb, n, k, alpha, ai, lda, b16, ldb, beta, ci, ldc, cdt, i0 == 0)) !=
+            PHX_OK)
+            return st;
+    }
+    return PHX_OK;
 }
 
 phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,

@@ -201,26 +201,36 @@ static void check_f16_path(const char *gemm, const char *split, int terms, doubl
     check_gemm(&F16, PHX_F32, false, false, 16, 16, 128, 0.5f, 2.0f);
     check_gemm(&F16, PHX_F16, false, false, 37, 19, 257, 1.0f, 0.0f);
     check_gemm(&F16, PHX_F16, false, true, 64, 33, 512, 1.0f, 1.0f);
+    /* the split's blocks (gemm-dnnl.c): k of 1,024 and more in blocks of
+     * 256 added up, A of more rows than a 1 MiB A' holds in row blocks */
+    check_gemm(&F16, PHX_F32, true, false, 40, 24, 1100, 1.0f, 0.0f);
+    worst = fmax(worst, g_err_scale);
+    check_gemm(&F16, PHX_F16, false, true, 20, 17, 1030, 1.0f, 1.0f);
+    check_gemm(&F16, PHX_F32, false, false, 2800, 8, 64, 1.0f, 0.0f);
+    worst = fmax(worst, g_err_scale);
+    check_gemm(&F16, PHX_F16, true, false, 2800, 5, 64, 0.5f, 2.0f);
     ok(worst <= 1e-5, "%sf16 gemm: largest error %.3g of sum |a b| (at most 1e-5)", name, worst);
     unsetenv("PHX_CPU_GEMM");
     unsetenv("PHX_CPU_F16_SPLIT");
     g_terms = 1, g_drop = 0, g_path = "";
 }
 
-/* A (m,k) B (k,n) in f16 under PHX_CPU_GEMM=gemm into c (f32, m x n). */
-static phx_status f16_product(const char *gemm, const char *split, int m, int n, int k, const float *a32,
-                              const float *b32, float *c)
+/* A (m,k) B (k,n) in f16 under PHX_CPU_GEMM=gemm into c (f32, m x n):
+ * c = A B + beta c. */
+static phx_status f16_product_beta(const char *gemm, const char *split, int m, int n, int k, const float *a32,
+                                   const float *b32, float beta, float *c)
 {
     int64_t sa[2] = {m, k}, sb[2] = {k, n}, sc[2] = {m, n};
     phx_tensor *af = phx_tensor_from_data(PHX_F32, 2, sa, (void *)a32),
                *bf = phx_tensor_from_data(PHX_F32, 2, sb, (void *)b32);
     phx_tensor *a = phx_tensor_new(PHX_F16, 2, sa, phx_cpu()), *b = phx_tensor_new(PHX_F16, 2, sb, phx_cpu());
-    phx_tensor *cc = phx_tensor_zeros(PHX_F32, 2, sc, phx_cpu());
+    phx_tensor *cc =
+        beta != 0.0f ? phx_tensor_from_data(PHX_F32, 2, sc, c) : phx_tensor_zeros(PHX_F32, 2, sc, phx_cpu());
     phx_tensor_cast(a, af);
     phx_tensor_cast(b, bf);
     setenv("PHX_CPU_GEMM", gemm, 1);
     if (split) setenv("PHX_CPU_F16_SPLIT", split, 1);
-    phx_status st = phx_gemm(false, false, 1.0f, a, b, 0.0f, cc);
+    phx_status st = phx_gemm(false, false, 1.0f, a, b, beta, cc);
     unsetenv("PHX_CPU_GEMM");
     unsetenv("PHX_CPU_F16_SPLIT");
     for (int i = 0; i < m * n && st == PHX_OK; i++) {
@@ -230,6 +240,36 @@ static phx_status f16_product(const char *gemm, const char *split, int m, int n,
     }
     phx_tensor_free(af), phx_tensor_free(bf), phx_tensor_free(a), phx_tensor_free(b), phx_tensor_free(cc);
     return st;
+}
+
+static phx_status f16_product(const char *gemm, const char *split, int m, int n, int k, const float *a32,
+                              const float *b32, float *c)
+{
+    return f16_product_beta(gemm, split, m, n, k, a32, b32, 0.0f, c);
+}
+
+/* inf in the last rows of an A that the split takes in row blocks, C read
+ * (beta 1): the split declines before any block writes C, so C is the
+ * widened BLAS path's, not a first block's sum added twice. */
+static void check_late_inf(void)
+{
+    enum { M = 2800, N = 8, K = 64 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+    float *cs = malloc(sizeof(float) * M * N), *cw = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++) a[i] = (float)round_to(normal(), &F16);
+    for (int i = 0; i < K * N; i++) b[i] = (float)round_to(normal(), &F16);
+    a[(M - 3) * K + 1] = INFINITY;
+    for (int i = 0; i < M * N; i++) cs[i] = cw[i] = (float)(i % 7);
+    phx_status s1 = f16_product_beta("dnnl", "3", M, N, K, a, b, 1.0f, cs);
+    phx_status s2 = f16_product_beta("blas", NULL, M, N, K, a, b, 1.0f, cw);
+    int same = s1 == PHX_OK && s2 == PHX_OK, infs = 0;
+    for (int i = 0; i < M * N && same; i++) {
+        same = isnan(cs[i]) ? isnan(cw[i]) != 0 : cs[i] == cw[i];
+        infs += isinf(cs[i]) != 0;
+    }
+    ok(same && infs > 0, "f16 (%d,%d,%d) with inf in its last rows, beta 1: the widened path's C (%d inf)", M, N, K,
+       infs);
+    free(a), free(b), free(cs), free(cw);
 }
 
 /* The split path against the widened one: within the sum of their bounds
@@ -275,7 +315,7 @@ static void check_split_vs_widened(void)
 
 int main(void)
 {
-    plan(2 + 2 * 7 + 2 + 2 * 8 + 2);
+    plan(2 + 2 * 7 + 2 + 2 * 12 + 1 + 2);
     check_cast(&F16);
     check_cast(&BF16);
     const fmt *fs[2] = {&F16, &BF16};
@@ -295,6 +335,7 @@ int main(void)
     check_f16_path("dnnl", "3", 3, ldexp(1.0, -16), "split-3 ");
     check_f16_path("dnnl", "4", 4, 0, "split-4 ");
     check_split_vs_widened();
+    check_late_inf();
     /* Mixed operand dtypes are an error, not a silent conversion. */
     int64_t s2[2] = {2, 2};
     phx_tensor *h = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu()), *bf = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu());
