@@ -568,7 +568,7 @@ static void half_subsample_part(void *arg, int64_t lo, int64_t hi)
                 if (++c == d->ow) c = 0, r++;
             }
             phx_status st = px_cpu_cast(0, o + e0, PHX_F32, t, j->dt, e1 - e0);
-            if (st != PHX_OK) j->st = st;
+            px_cpu_part_fail(&j->st, st);
         }
     }
 }
@@ -586,7 +586,7 @@ static void half_upsample_part(void *arg, int64_t lo, int64_t hi)
         for (int64_t e0 = 0; e0 < ohw; e0 += HALF_SUB_CHUNK) {
             int64_t e1 = ohw - e0 < HALF_SUB_CHUNK ? ohw : e0 + HALF_SUB_CHUNK;
             phx_status st = px_cpu_cast(0, t, j->dt, g + e0, PHX_F32, e1 - e0);
-            if (st != PHX_OK) j->st = st;
+            px_cpu_part_fail(&j->st, st);
             for (int64_t e = e0, r = e0 / d->ow, c = e0 % d->ow; e < e1; e++) {
                 dx[r * d->stride_h * d->w + c * d->stride_w] = t[e - e0];
                 if (++c == d->ow) c = 0, r++;

@@ -378,6 +378,9 @@ typedef void (*px_range_fn)(void *arg, int64_t lo, int64_t hi);
 void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg);
 /* How many parts px_cpu_parallel_for(n, grain, ...) would run (1: inline). */
 int64_t px_cpu_parallel_parts(int64_t n, int64_t grain);
+/* A part's failure: *first (PHX_OK before the run) keeps the first status
+ * other than PHX_OK that any part reports, whichever thread ran it. */
+void px_cpu_part_fail(phx_status *first, phx_status st);
 
 /* The kernel slots, px_cpu_<name> for each line of kernels_v1.def (one
  * op family per file: gemm.c, cast.c, elementwise.c, ...). */

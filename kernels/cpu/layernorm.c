@@ -82,12 +82,6 @@ typedef struct ln_job {
     phx_status st; /* the first failure of any part */
 } ln_job;
 
-static void ln_fail(ln_job *j, phx_status st)
-{
-    phx_status ok = PHX_OK;
-    if (st != PHX_OK) __atomic_compare_exchange_n(&j->st, &ok, st, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-}
-
 PX_INLINE void px_ln_bwd_loop(int64_t rows, int64_t cols, const void *x, const float *w, const float *mean,
                               const float *rstd, const void *dy, void *dx, float *dw, float *db, int dt)
 {
@@ -133,7 +127,8 @@ PX_CLONES static void ln_part(void *arg, int64_t lo, int64_t hi)
     const float *mu = j->mean ? j->mean + lo : NULL, *rs = j->rstd ? j->rstd + lo : NULL;
     if (px_cpu_half_chunk(j->dt, j->cols)) {
         ln_args a = {j->cols, j->eps, j->w, j->b, mo, ro, mu, rs, j->dw, j->db};
-        ln_fail(j, px_cpu_half_rows(n, j->cols, j->dt, x, dy, out, j->backward ? ln_bwd_f32 : ln_fwd_f32, &a));
+        px_cpu_part_fail(&j->st,
+                         px_cpu_half_rows(n, j->cols, j->dt, x, dy, out, j->backward ? ln_bwd_f32 : ln_fwd_f32, &a));
     } else if (j->backward) {
         PX_FLOAT_CALL(j->dt, px_ln_bwd_loop(n, j->cols, x, j->w, mu, rs, dy, out, j->dw, j->db, DT));
     } else {

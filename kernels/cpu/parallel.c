@@ -43,3 +43,9 @@ void px_cpu_parallel_for(int64_t n, int64_t grain, px_range_fn fn, void *arg)
     range_job j = {fn, arg, n, (n + parts - 1) / parts};
     px_pool_run(pool, (size_t)((n + j.step - 1) / j.step), range_task, &j);
 }
+
+void px_cpu_part_fail(phx_status *first, phx_status st)
+{
+    phx_status ok = PHX_OK;
+    if (st != PHX_OK) __atomic_compare_exchange_n(first, &ok, st, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}

@@ -133,8 +133,7 @@ PX_CLONES static void softmax_part(void *arg, int64_t lo, int64_t hi)
     } else if (st == PHX_OK) {
         PX_FLOAT_CALL(j->dt, px_softmax_fwd_loop(lo, hi - lo, j->cols, j->scale, j->causal, j->log, in0, out, e, DT));
     }
-    phx_status ok = PHX_OK;
-    if (st != PHX_OK) __atomic_compare_exchange_n(&j->st, &ok, st, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    px_cpu_part_fail(&j->st, st);
 }
 
 /* A part is at least this many elements (a row of 128 takes ~0.3 us). */
