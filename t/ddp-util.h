@@ -54,6 +54,18 @@ static inline void tu_batch(int s, int64_t first, int64_t rows, phx_tensor *x, p
     free(hy);
 }
 
+/* AdamW with lr 1e-2, weight decay on the matrices only: the ZeRO and
+ * FSDP tests' optimizer (a phx_zero_optimizer_new maker; arg unused). */
+static inline phx_optimizer *tu_make_adamw(phx_module *m, void *arg)
+{
+    (void)arg;
+    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
+    o.lr = 1e-2;
+    phx_optimizer *opt = phx_adam_new(m, &o);
+    if (opt) phx_adam_decay_matrices_only(opt, NULL);
+    return opt;
+}
+
 static inline phx_tensor *tu_new2(int64_t a, int64_t b)
 {
     int64_t shape[2] = {a, b};

@@ -24,16 +24,6 @@ static const int64_t sizes[] = {5, 9, 4}; /* 94 parameters: not divisible by 3 o
 static double ref[STEPS];
 static double *got; /* [STEPS] global losses of a sharded run (written by rank 0) */
 
-static phx_optimizer *make_adamw(phx_module *m, void *arg)
-{
-    (void)arg;
-    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
-    o.lr = LR;
-    phx_optimizer *opt = phx_adam_new(m, &o);
-    if (opt) phx_adam_decay_matrices_only(opt, NULL);
-    return opt;
-}
-
 /* Forward, loss, backward, step on rows [first, first + rows) of step s;
  * the local loss in *l. */
 static phx_status step_rows(phx_module *m, phx_optimizer *o, int s, int64_t first, int64_t rows, double *l)

@@ -17,16 +17,6 @@
 
 static const int64_t sizes[] = {7, 13, 5};
 
-static phx_optimizer *make_adamw(phx_module *m, void *arg)
-{
-    (void)arg;
-    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
-    o.lr = 1e-2;
-    phx_optimizer *opt = phx_adam_new(m, &o);
-    if (opt) phx_adam_decay_matrices_only(opt, NULL);
-    return opt;
-}
-
 static bool wrap_first(const phx_module *m, const char *path, int64_t numel, void *arg)
 {
     (void)m, (void)numel, (void)arg;
@@ -66,10 +56,10 @@ static int rank_fn(int rank, void *arg)
     phx_fsdp_opts fo = PHX_FSDP_OPTS_INIT;
     fo.wrap = wrap_first;
     phx_module *fs = b ? phx_fsdp_new(b, c, &fo) : NULL;
-    phx_optimizer *oa = ddp ? make_adamw(ddp, NULL) : NULL;
+    phx_optimizer *oa = ddp ? tu_make_adamw(ddp, NULL) : NULL;
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
     zo.stage = 3;
-    phx_optimizer *ob = fs ? phx_zero_optimizer_new(fs, c, make_adamw, NULL, &zo) : NULL;
+    phx_optimizer *ob = fs ? phx_zero_optimizer_new(fs, c, tu_make_adamw, NULL, &zo) : NULL;
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_tensor *x = tu_new2(ROWS, sizes[0]), *y = tu_new2(ROWS, sizes[2]);
     phx_status st = oa && ob && loss && x && y ? PHX_OK : PHX_ENOMEM;

@@ -79,7 +79,7 @@ static int rank_fn(int rank, void *arg)
         zo.shard_comm = shard;
         zo.replicate_comm = jb->no_replicate ? NULL : replicate;
     }
-    phx_optimizer *z = w ? phx_zero_optimizer_new(w, c, make_adamw, NULL, &zo) : NULL;
+    phx_optimizer *z = w ? phx_zero_optimizer_new(w, c, tu_make_adamw, NULL, &zo) : NULL;
     phx_status st = z ? PHX_OK : PHX_EINVAL;
     if (st == PHX_OK && jb->load) st = phx_zero_checkpoint_load(jb->load, w, z, NULL);
     if (st != PHX_OK) {
@@ -131,7 +131,7 @@ static void load_full_check(const char *d, const char *what)
 {
     clear_got();
     phx_module *m = tu_mlp(sizes, 3, 77);
-    phx_optimizer *o = make_adamw(m, NULL);
+    phx_optimizer *o = tu_make_adamw(m, NULL);
     phx_status st = phx_zero_checkpoint_load_full(d, m, o, NULL);
     for (int s = SAVE_AT; s < STEPS && st == PHX_OK; s++) st = step_rows(m, o, s, 0, ROWS, &got[s]);
     double e = loss_err(SAVE_AT, STEPS);
@@ -198,8 +198,8 @@ static void bn_buffers(void)
     snprintf(d, sizeof d, "%s/bn", dir);
     phx_module *m = tu_small_cnn(), *m2 = tu_small_cnn();
     phx_module *w = m ? phx_fsdp_new(m, NULL, NULL) : NULL, *w2 = m2 ? phx_fsdp_new(m2, NULL, NULL) : NULL;
-    phx_optimizer *z = w ? phx_zero_optimizer_new(w, NULL, make_adamw, NULL, NULL) : NULL;
-    phx_optimizer *z2 = w2 ? phx_zero_optimizer_new(w2, NULL, make_adamw, NULL, NULL) : NULL;
+    phx_optimizer *z = w ? phx_zero_optimizer_new(w, NULL, tu_make_adamw, NULL, NULL) : NULL;
+    phx_optimizer *z2 = w2 ? phx_zero_optimizer_new(w2, NULL, tu_make_adamw, NULL, NULL) : NULL;
     phx_loss *loss = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
     phx_status st = z && z2 && loss ? PHX_OK : PHX_ENOMEM;
     for (int s = 0; s < 3 && st == PHX_OK; s++) {
@@ -277,7 +277,7 @@ int main(void)
         return 1;
     }
     phx_module *m = tu_mlp(sizes, 3, 31);
-    phx_optimizer *o = make_adamw(m, NULL);
+    phx_optimizer *o = tu_make_adamw(m, NULL);
     phx_status st = PHX_OK;
     for (int s = 0; s < STEPS && st == PHX_OK; s++) st = step_rows(m, o, s, 0, ROWS, &ref[s]);
     ok(st == PHX_OK && ref[STEPS - 1] < ref[0], "reference: 10 steps, loss %.6f -> %.6f", ref[0], ref[STEPS - 1]);

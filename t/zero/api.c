@@ -8,16 +8,6 @@
 
 static const int64_t sizes[] = {5, 9, 3};
 
-static phx_optimizer *make_adamw(phx_module *m, void *arg)
-{
-    (void)arg;
-    phx_adam_opts o = PHX_ADAMW_OPTS_INIT;
-    o.lr = 1e-2;
-    phx_optimizer *opt = phx_adam_new(m, &o);
-    if (opt) phx_adam_decay_matrices_only(opt, NULL);
-    return opt;
-}
-
 static phx_optimizer *make_null(phx_module *m, void *arg)
 {
     (void)m, (void)arg;
@@ -71,12 +61,12 @@ static int zero2_rank(int rank, void *arg)
     phx_zero_opts hy = zo;
     hy.shard_comm = c;
     hy.replicate_comm = c; /* 2 x 2 is not the world of 2 */
-    if (!ddp || phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &hy) != NULL ||
+    if (!ddp || phx_zero_optimizer_new(ddp, c, tu_make_adamw, NULL, &hy) != NULL ||
         !strstr(phx_last_error(), "hybrid stage 2 with a shard group of 2 ranks and a replicate group of 2")) {
         printf("# rank %d: hybrid groups of the wrong size: %s\n", rank, phx_last_error());
         fails++;
     }
-    phx_optimizer *z = ddp ? phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &zo) : NULL;
+    phx_optimizer *z = ddp ? phx_zero_optimizer_new(ddp, c, tu_make_adamw, NULL, &zo) : NULL;
     if (!z || phx_ddp_join_begin(ddp, true) != PHX_EUNSUPPORTED || !strstr(phx_last_error(), "ZeRO-2")) {
         printf("# rank %d: join under ZeRO-2: %s\n", rank, phx_last_error());
         fails++;
@@ -109,34 +99,34 @@ int main(void)
     plan(16);
     phx_module *m = tu_mlp(sizes, 3, 7), *ref = tu_mlp(sizes, 3, 7);
 
-    ok(phx_zero_optimizer_new(NULL, NULL, make_adamw, NULL, NULL) == NULL && strstr(phx_last_error(), "model"),
+    ok(phx_zero_optimizer_new(NULL, NULL, tu_make_adamw, NULL, NULL) == NULL && strstr(phx_last_error(), "model"),
        "NULL model refused: %s", phx_last_error());
     phx_zero_opts bad = PHX_ZERO_OPTS_INIT;
     bad.stage = 3;
-    ok(phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &bad) == NULL && strstr(phx_last_error(), "stage 3"),
+    ok(phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, &bad) == NULL && strstr(phx_last_error(), "stage 3"),
        "stage 3 refused: %s", phx_last_error());
     bad.stage = 2;
-    ok(phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &bad) == NULL &&
+    ok(phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, &bad) == NULL &&
            strstr(phx_last_error(), "DistributedDataParallel"),
        "stage 2 without a DDP module refused: %s", phx_last_error());
     ok(phx_zero_optimizer_new(m, NULL, make_null, NULL, NULL) == NULL && strstr(phx_last_error(), "no optimizer"),
        "a failing make is reported: %s", phx_last_error());
     phx_zero_opts unset;
     memset(&unset, 0, sizeof unset);
-    ok(phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &unset) == NULL && strstr(phx_last_error(), "struct_size"),
+    ok(phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, &unset) == NULL && strstr(phx_last_error(), "struct_size"),
        "options without struct_size refused: %s", phx_last_error());
     ok(phx_zero_inner(NULL) == NULL && phx_zero_consolidate(NULL, 0) == PHX_EINVAL, "NULL optimizer refused");
     phx_zero_opts half = PHX_ZERO_OPTS_INIT;
     half.replicate_comm = (phx_comm *)1; /* never read: refused first */
-    ok(phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &half) == NULL &&
+    ok(phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, &half) == NULL &&
            strstr(phx_last_error(), "replicate_comm without shard_comm"),
        "replicate_comm without shard_comm refused: %s", phx_last_error());
 
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
     zo.region_bytes = 40; /* 10 floats: pieces cut across parameters */
     zo.gather_bytes = 12; /* 3 floats: chunked gathers in the consolidation */
-    phx_optimizer *z = phx_zero_optimizer_new(m, NULL, make_adamw, NULL, &zo);
-    phx_optimizer *plain = make_adamw(ref, NULL);
+    phx_optimizer *z = phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, &zo);
+    phx_optimizer *plain = tu_make_adamw(ref, NULL);
     int64_t total = 0;
     for (size_t i = 0; i < phx_module_num_params(m); i++)
         total += phx_tensor_numel(phx_param_value(phx_module_param(m, i)));
@@ -197,7 +187,7 @@ int main(void)
     snprintf(path, sizeof path, "zero-api-%d.safetensors", (int)getpid());
     st = phx_checkpoint_save(path, m, z, NULL, NULL, 0);
     phx_module *m2 = tu_mlp(sizes, 3, 99);
-    phx_optimizer *z2 = phx_zero_optimizer_new(m2, NULL, make_adamw, NULL, &zo);
+    phx_optimizer *z2 = phx_zero_optimizer_new(m2, NULL, tu_make_adamw, NULL, &zo);
     if (st == PHX_OK) st = phx_zero_consolidate(z2, -1);
     if (st == PHX_OK) st = phx_checkpoint_load(path, m2, z2, NULL);
     if (st == PHX_OK) st = phx_zero_load_full_state(z2);

@@ -78,7 +78,7 @@ static int rank_fn(int rank, void *arg)
     phx_zero_opts zo = PHX_ZERO_OPTS_INIT;
     zo.stage = jb->stage;
     zo.region_bytes = 100; /* 25 floats: ZeRO-1 regions cut parameters */
-    phx_optimizer *z = ddp ? phx_zero_optimizer_new(ddp, c, make_adamw, NULL, &zo) : NULL;
+    phx_optimizer *z = ddp ? phx_zero_optimizer_new(ddp, c, tu_make_adamw, NULL, &zo) : NULL;
     phx_status st = z ? PHX_OK : PHX_EINVAL;
     if (st == PHX_OK && jb->expect_fail) {
         size_t np, ns, np2, ns2;
@@ -127,7 +127,7 @@ static int rank_fn(int rank, void *arg)
  * index. */
 static phx_optimizer *make_mixed(phx_module *m, void *arg)
 {
-    return *(const int *)arg == 1 ? make_amsgrad(m, NULL) : make_adamw(m, NULL);
+    return *(const int *)arg == 1 ? make_amsgrad(m, NULL) : tu_make_adamw(m, NULL);
 }
 
 static int mixed_rank(int rank, void *arg)
@@ -193,7 +193,7 @@ static void file_path(char *buf, size_t len, const char *d, const char *name)
 static void bad_input(void)
 {
     phx_module *m = tu_mlp(sizes, 3, 4242);
-    phx_optimizer *o = make_adamw(m, NULL);
+    phx_optimizer *o = tu_make_adamw(m, NULL);
     size_t n;
     float *before = params_of(m, &n);
     char shard[160], moved[170];
@@ -222,7 +222,7 @@ static void bad_input(void)
            strstr(phx_last_error(), "checksum") && strstr(phx_last_error(), "tensor '") && same_params(m, before, n),
        "a corrupt shard is refused naming the file and tensor, nothing changed (%s)", phx_last_error());
     /* a ZeRO load at world 1 reads the corrupt tensor too (it needs every piece) */
-    phx_optimizer *z1 = phx_zero_optimizer_new(m, NULL, make_adamw, NULL, NULL);
+    phx_optimizer *z1 = phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, NULL);
     st = z1 ? phx_zero_checkpoint_load(dir, m, z1, NULL) : PHX_EINVAL;
     ok(st == PHX_EIO && strstr(phx_last_error(), "checksum") && same_params(m, before, n),
        "... and through phx_zero_checkpoint_load (%s)", phx_last_error());
@@ -247,7 +247,7 @@ static void bad_input(void)
     /* an index of another model */
     static const int64_t other[] = {5, 8, 4};
     phx_module *m2 = tu_mlp(other, 3, 4242);
-    phx_optimizer *o2 = make_adamw(m2, NULL);
+    phx_optimizer *o2 = tu_make_adamw(m2, NULL);
     size_t n2;
     float *before2 = params_of(m2, &n2);
     st = phx_zero_checkpoint_load_full(dir, m2, o2, NULL);
@@ -307,7 +307,7 @@ int main(void)
 
     /* the reference: one process, the whole batch, 10 steps */
     phx_module *m = tu_mlp(sizes, 3, 31);
-    phx_optimizer *o = make_adamw(m, NULL);
+    phx_optimizer *o = tu_make_adamw(m, NULL);
     phx_status st = PHX_OK;
     for (int s = 0; s < STEPS && st == PHX_OK; s++) st = step_rows(m, o, s, 0, ROWS, &ref[s]);
     ok(st == PHX_OK && ref[STEPS - 1] < ref[0], "reference: 10 steps, loss %.6f -> %.6f", ref[0], ref[STEPS - 1]);
@@ -342,7 +342,7 @@ int main(void)
 
     /* world 1: a ZeRO optimizer without a comm */
     m = tu_mlp(sizes, 3, 77);
-    o = phx_zero_optimizer_new(m, NULL, make_adamw, NULL, NULL);
+    o = phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, NULL);
     st = o ? phx_zero_checkpoint_load(dir, m, o, NULL) : PHX_EINVAL;
     if (st == PHX_OK) st = continue_plain(m, o);
     e = loss_err(SAVE_AT, STEPS);
@@ -353,7 +353,7 @@ int main(void)
 
     /* world 1: a plain AdamW */
     m = tu_mlp(sizes, 3, 78);
-    o = make_adamw(m, NULL);
+    o = tu_make_adamw(m, NULL);
     st = phx_zero_checkpoint_load_full(dir, m, o, NULL);
     int64_t steps = phx_optimizer_steps(o);
     if (st == PHX_OK) st = continue_plain(m, o);
@@ -370,7 +370,7 @@ int main(void)
     st = phx_zero_checkpoint_export(dir, one);
     ok(st == PHX_OK, "phx_zero_checkpoint_export writes one file %s", st ? phx_last_error() : "");
     m = tu_mlp(sizes, 3, 79);
-    o = make_adamw(m, NULL);
+    o = tu_make_adamw(m, NULL);
     st = phx_checkpoint_load(one, m, o, NULL);
     if (st == PHX_OK) st = continue_plain(m, o);
     e = loss_err(SAVE_AT, STEPS);
@@ -403,7 +403,7 @@ int main(void)
     char d3[96];
     snprintf(d3, sizeof d3, "%s/scaler", dir);
     m = tu_mlp(sizes, 3, 80);
-    o = phx_zero_optimizer_new(m, NULL, make_adamw, NULL, NULL);
+    o = phx_zero_optimizer_new(m, NULL, tu_make_adamw, NULL, NULL);
     st = phx_precision_new("fp16", &fp16);
     if (st == PHX_OK) sc = phx_scaler_new(fp16, &sco), sc2 = phx_scaler_new(fp16, &sco);
     st = sc && sc2 && o ? phx_scaler_set_state(sc, 512.0, 3) : PHX_EINVAL;
