@@ -1,5 +1,5 @@
 # bench — owned by its area; see Makefile.am
-EXTRA_DIST += bench/run.sh
+EXTRA_DIST += bench/run.sh bench/precision.sh
 
 # gloo_pingpong: the exchange latency of gloo's transports and a plain
 # socket (doc/guide/ddp.md, "Profile"); built with the gloo plugin, not run by

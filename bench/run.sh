@@ -29,6 +29,10 @@ PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') ./bench
 table bench/amp
 PHX_PLUGIN_PATH=$(find plugins -type d -name .libs | sort | tr '\n' ':') \
     ./bench/amp --torch "$(dirname "$0")/torch/amp.py"
+# precision: fp16 and bf16 against our own fp32 on the GPT, CNN and ResNet
+# of bench/step, alternating rounds (bench/precision.sh; doc/guide/precision.md).
+table bench/precision
+"$(dirname "$0")/precision.sh"
 # dp: DataParallel over 2 CPU replicas against the unwrapped MLP at 1 BLAS
 # thread and PyTorch's single process at 2 threads (bench/torch/dp.py),
 # plus the BLAS concurrency check (doc/guide/dp.md).
