@@ -81,6 +81,13 @@ typedef struct {
     const char *a, *b;
     char *c;
     phx_dtype adt, cdt;
+    /* where not NULL: C is f32 scratch standing for out (dtype odt,
+     * leading dim ldo), and each block is rounded into out by the thread
+     * that computed it, while it is in that core's cache (widened from
+     * out first where beta != 0) */
+    char *out;
+    int64_t ldo;
+    phx_dtype odt;
 } gemm_args;
 
 typedef struct {
@@ -160,6 +167,23 @@ static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_
     return s;
 }
 
+/* block_run, with the block's rounding into g->out (and widening first
+ * where C is read) */
+static dnnl_status_t block_exec(const gemm_args *g, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+    if (!g->out) return block_run(g, i0, m, j0, n);
+    size_t eo = phx_dtype_size(g->odt);
+    float *c = (float *)g->c + i0 * g->ldc + j0;
+    char *o = g->out + (size_t)(i0 * g->ldo + j0) * eo;
+    /* f16 <-> f32 casts fail only on a dtype they lack, which odt is not */
+    if (g->beta != 0.0f && px_cpu_half_cast_rows(c, PHX_F32, g->ldc, o, g->odt, g->ldo, m, n) != PHX_OK)
+        return dnnl_runtime_error;
+    dnnl_status_t s = block_run(g, i0, m, j0, n);
+    if (s == dnnl_success && px_cpu_half_cast_rows(o, g->odt, g->ldo, c, PHX_F32, g->ldc, m, n) != PHX_OK)
+        return dnnl_runtime_error;
+    return s;
+}
+
 typedef struct {
     const gemm_args *g;
     int by_rows;
@@ -173,7 +197,7 @@ static void block_task(void *arg, size_t i)
     const gemm_args *g = j->g;
     int64_t total = j->by_rows ? g->m : g->n, lo = (int64_t)i * j->step;
     int64_t len = total - lo < j->step ? total - lo : j->step;
-    j->st[i] = j->by_rows ? block_run(g, lo, len, 0, g->n) : block_run(g, 0, g->m, lo, len);
+    j->st[i] = j->by_rows ? block_exec(g, lo, len, 0, g->n) : block_exec(g, 0, g->m, lo, len);
 }
 
 static phx_status matmul_run(gemm_args g)
@@ -190,7 +214,7 @@ static phx_status matmul_run(gemm_args g)
     dnnl_status_t s;
     if (!pool) {
         /* no kernel for these dtypes or strides: the caller widens */
-        s = block_run(&g, 0, m, 0, n);
+        s = block_exec(&g, 0, m, 0, n);
         if (s == dnnl_unimplemented) return PHX_EUNSUPPORTED;
     } else {
         /* the same check before any block writes C */
@@ -379,17 +403,30 @@ static phx_status split_block(int trans_a, int trans_b, int64_t m, int64_t n, in
     if (split_operand(sa, a, trans_a ? k : m, trans_a ? m : k, lda, trans_a, t, a_lo) ||
         (split_b && split_operand(sb, b, trans_b ? n : k, trans_b ? k : n, ldb, !trans_b, t, b_lo)))
         return PHX_EUNSUPPORTED;
-    gemm_args g = {trans_a,          trans_b,          m,   n,        kk,
-                   trans_a ? m : kk, trans_b ? kk : n, ldc, alpha,    beta,
-                   (const char *)sa, (const char *)sb, c,   PHX_BF16, cdt};
+    gemm_args g = {trans_a,
+                   trans_b,
+                   m,
+                   n,
+                   kk,
+                   trans_a ? m : kk,
+                   trans_b ? kk : n,
+                   ldc,
+                   alpha,
+                   beta,
+                   (const char *)sa,
+                   (const char *)sb,
+                   c,
+                   PHX_BF16,
+                   cdt,
+                   NULL,
+                   0,
+                   PHX_F32};
     if (cdt == PHX_F32) return matmul_run(g);
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
-    phx_status st;
-    if (beta != 0.0f && (st = px_cpu_half_cast_rows(sc, PHX_F32, n, c, cdt, ldc, m, n)) != PHX_OK) return st;
+    g.out = c, g.ldo = ldc, g.odt = cdt;
     g.c = (char *)sc, g.ldc = n, g.cdt = PHX_F32;
-    if ((st = matmul_run(g)) != PHX_OK) return st;
-    return px_cpu_half_cast_rows(c, cdt, ldc, sc, PHX_F32, n, m, n);
+    return matmul_run(g);
 }
 
 /* nonzero when one of rows x cols f16 values (leading dim ld) is inf or NaN */
@@ -456,7 +493,7 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
     pthread_once(&dnnl_once, dnnl_init);
     if (!dnnl_engine) return PHX_EUNSUPPORTED;
     if (adt == PHX_F16) return gemm_f16_split(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, cdt);
-    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt};
+    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt, NULL, 0, PHX_F32};
     return matmul_run(g);
 }
 #else
