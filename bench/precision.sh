@@ -6,9 +6,9 @@
 # and its ratio to fp32's at the same count and best against best. The MLP's
 # rows are bench/amp's. Appends "bench/precision<TAB>policy/fp32<TAB>row
 # <TAB>ratio<TAB>value" lines to $PHX_BENCH_TSV when it is set.
-#   bench/precision.sh [ROUNDS] [MODELS]   (defaults: 2, "gpt cnn resnet")
+#   bench/precision.sh [ROUNDS] [MODELS]   (defaults: 3, "gpt cnn resnet")
 set -e
-rounds=${1:-2}
+rounds=${1:-3}
 models=${2:-gpt cnn resnet}
 step=${PHX_BENCH_STEP:-./bench/step}
 out=$(mktemp)

@@ -60,9 +60,10 @@ table bench/scale
 ./bench/scale
 # core: the CPU kernel table (GEMM, activations, bias, layernorm, cross
 # entropy, Adam, casts, RNG) beside the same PyTorch ops, one thread each
-# (bench/torch/kernels.py; doc/reference/tensors.md).
+# (bench/torch/kernels.py; doc/reference/tensors.md); 3 alternating passes, each
+# side's best.
 table bench/kernels
-./bench/kernels --torch "$(dirname "$0")/torch/kernels.py"
+./bench/kernels --passes 3 --torch "$(dirname "$0")/torch/kernels.py"
 # data: the loader's samples/s with 0-2 workers from a dataset whose get
 # costs 50 us, and the MLP step fed by it, beside PyTorch's DataLoader
 # (bench/torch/loader_speed.py; doc/guide/data.md).
