@@ -206,6 +206,7 @@ static void check_f16_path(const char *gemm, const char *split, int terms, doubl
     check_gemm(&F16, PHX_F32, true, false, 40, 24, 1100, 1.0f, 0.0f);
     worst = fmax(worst, g_err_scale);
     check_gemm(&F16, PHX_F16, false, true, 20, 17, 1030, 1.0f, 1.0f);
+    check_gemm(&F16, PHX_F32, false, false, 24, 20, 1040, 0.5f, 2.0f);
     check_gemm(&F16, PHX_F32, false, false, 2800, 8, 64, 1.0f, 0.0f);
     worst = fmax(worst, g_err_scale);
     check_gemm(&F16, PHX_F16, true, false, 2800, 5, 64, 0.5f, 2.0f);
@@ -315,7 +316,7 @@ static void check_split_vs_widened(void)
 
 int main(void)
 {
-    plan(2 + 2 * 7 + 2 + 2 * 12 + 1 + 2);
+    plan(2 + 2 * 7 + 2 + 2 * 13 + 1 + 2);
     check_cast(&F16);
     check_cast(&BF16);
     const fmt *fs[2] = {&F16, &BF16};
