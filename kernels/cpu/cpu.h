@@ -257,10 +257,11 @@ PX_INLINE float px_sum_shifted(const void *x, int dt, int64_t o, int64_t n, floa
     } while (0)
 
 /* Host blocks (kernels/cpu/hugepage.c): the alignment a block of bytes
- * gets (2 MiB for 2 MiB and more, where huge pages are on; else 64), and
- * the huge-page advice for the whole 2 MiB pages inside [p, p + bytes). */
+ * gets (2 MiB for 2 MiB and more, where huge pages are on; else 64); and
+ * the block's start in raw memory of at least head + align + bytes, past
+ * head bytes, aligned, its whole 2 MiB pages advised for huge pages. */
 size_t px_cpu_block_align(size_t bytes);
-void px_cpu_block_advise(void *p, size_t bytes);
+void *px_cpu_block_start(void *raw, size_t head, size_t bytes);
 
 /* Thread-local scratch of at least bytes (64-byte aligned), grown on
  * demand and kept for the thread's life: slots 0..9 are independent.

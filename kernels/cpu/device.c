@@ -30,8 +30,7 @@ static phx_status cpu_alloc(int dev, size_t bytes, void **ptr)
     if (bytes > SIZE_MAX - head - align) return phx_error(PHX_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
     char *raw = px_malloc(bytes + head + align);
     if (!raw) return phx_error(PHX_ENOMEM, "cpu: out of memory allocating %zu bytes", bytes);
-    uintptr_t p = ((uintptr_t)raw + head + align - 1) & ~(uintptr_t)(align - 1);
-    px_cpu_block_advise((void *)p, bytes);
+    char *p = px_cpu_block_start(raw, head, bytes);
     px_cpu_block *blk = (px_cpu_block *)p - 1;
     blk->raw = raw;
     blk->bytes = bytes;

@@ -340,8 +340,8 @@ split_row_512(uint16_t *hi, uint16_t *hi2, uint16_t *lo, uint16_t *lo2, const ui
 }
 
 /* rows lo .. hi - 1 in one call: the AVX-512 code is entered once per
- * part, not once per row (entered per row of 128 values, the fp16 GPT
- * step spent half of the split on the entry) */
+ * part, not once per row (entered per row of 128 values, half of the
+ * split's samples in the fp16 GPT step fell on the entry) */
 __attribute__((target("avx512f,avx512dq,f16c"))) static int split_rows_512(const split_job *j, int64_t lo, int64_t hi)
 {
     int bad = 0;
@@ -403,24 +403,21 @@ static phx_status split_block(int trans_a, int trans_b, int64_t m, int64_t n, in
     if (split_operand(sa, a, trans_a ? k : m, trans_a ? m : k, lda, trans_a, t, a_lo) ||
         (split_b && split_operand(sb, b, trans_b ? n : k, trans_b ? k : n, ldb, !trans_b, t, b_lo)))
         return PHX_EUNSUPPORTED;
-    gemm_args g = {trans_a,
-                   trans_b,
-                   m,
-                   n,
-                   kk,
-                   trans_a ? m : kk,
-                   trans_b ? kk : n,
-                   ldc,
-                   alpha,
-                   beta,
-                   (const char *)sa,
-                   (const char *)sb,
-                   c,
-                   PHX_BF16,
-                   cdt,
-                   NULL,
-                   0,
-                   PHX_F32};
+    gemm_args g = {.trans_a = trans_a,
+                   .trans_b = trans_b,
+                   .m = m,
+                   .n = n,
+                   .k = kk,
+                   .lda = trans_a ? m : kk,
+                   .ldb = trans_b ? kk : n,
+                   .ldc = ldc,
+                   .alpha = alpha,
+                   .beta = beta,
+                   .a = (const char *)sa,
+                   .b = (const char *)sb,
+                   .c = c,
+                   .adt = PHX_BF16,
+                   .cdt = cdt};
     if (cdt == PHX_F32) return matmul_run(g);
     float *sc = px_cpu_scratch(2, (size_t)(m * n) * sizeof(float));
     if (!sc) return PHX_ENOMEM;
@@ -494,7 +491,7 @@ phx_status px_cpu_gemm_dnnl(int trans_a, int trans_b, int64_t m, int64_t n, int6
     pthread_once(&dnnl_once, dnnl_init);
     if (!dnnl_engine) return PHX_EUNSUPPORTED;
     if (adt == PHX_F16) return gemm_f16_split(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, cdt);
-    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt, NULL, 0, PHX_F32};
+    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, adt, cdt, .out = NULL};
     return matmul_run(g);
 }
 #else

@@ -13,6 +13,7 @@
  * page and 4 KiB pages for the rest. PHX_CPU_HUGEPAGES=0 turns it off
  * (64-byte alignment, no advice), read once. */
 #include "config.h"
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +26,14 @@
 
 static int huge_on(void)
 {
-    static int on = -1; /* racy first read: every thread computes the same */
-    if (on < 0) {
+    static atomic_int on = -1; /* every thread that reads it first computes the same */
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
         const char *e = getenv("PHX_CPU_HUGEPAGES");
-        on = !(e && !strcmp(e, "0"));
+        v = !(e && !strcmp(e, "0"));
+        atomic_store_explicit(&on, v, memory_order_relaxed);
     }
-    return on;
+    return v;
 }
 
 size_t px_cpu_block_align(size_t bytes)
@@ -42,7 +45,8 @@ size_t px_cpu_block_align(size_t bytes)
     return 64;
 }
 
-void px_cpu_block_advise(void *p, size_t bytes)
+/* the huge-page advice for the whole 2 MiB pages inside [p, p + bytes) */
+static void block_advise(void *p, size_t bytes)
 {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     uintptr_t lo = ((uintptr_t)p + PX_HUGE - 1) & ~(uintptr_t)(PX_HUGE - 1);
@@ -52,4 +56,12 @@ void px_cpu_block_advise(void *p, size_t bytes)
 #else
     (void)p, (void)bytes;
 #endif
+}
+
+void *px_cpu_block_start(void *raw, size_t head, size_t bytes)
+{
+    uintptr_t align = px_cpu_block_align(bytes);
+    void *p = (void *)(((uintptr_t)raw + head + align - 1) & ~(align - 1));
+    block_advise(p, bytes);
+    return p;
 }

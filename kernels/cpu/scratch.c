@@ -12,7 +12,7 @@
 typedef struct px_scratch {
     void *raw[PX_SCRATCH_SLOTS];
     size_t cap[PX_SCRATCH_SLOTS];
-    size_t align[PX_SCRATCH_SLOTS]; /* px_cpu_block_align of cap */
+    void *at[PX_SCRATCH_SLOTS]; /* the aligned block in raw */
 } px_scratch;
 
 static pthread_key_t px_scratch_key;
@@ -44,17 +44,15 @@ void *px_cpu_scratch(int slot, size_t bytes)
         pthread_setspecific(px_scratch_key, s);
     }
     if (s->cap[slot] < bytes) {
-        size_t cap = s->cap[slot] * 2 > bytes ? s->cap[slot] * 2 : bytes, align = px_cpu_block_align(cap);
-        void *raw = px_malloc(cap + align);
+        size_t cap = s->cap[slot] * 2 > bytes ? s->cap[slot] * 2 : bytes;
+        void *raw = px_malloc(cap + px_cpu_block_align(cap));
         if (!raw) return NULL;
         px_free(s->raw[slot]);
         s->raw[slot] = raw;
         s->cap[slot] = cap;
-        s->align[slot] = align;
-        px_cpu_block_advise((void *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1)), cap);
+        s->at[slot] = px_cpu_block_start(raw, 0, cap);
     }
-    uintptr_t a = s->align[slot] ? s->align[slot] : 64;
-    return (void *)(((uintptr_t)s->raw[slot] + a - 1) & ~(a - 1));
+    return s->at[slot];
 }
 
 void *px_cpu_scratch_push(void)
