@@ -264,11 +264,12 @@ size_t px_cpu_block_align(size_t bytes);
 void *px_cpu_block_start(void *raw, size_t head, size_t bytes);
 
 /* Thread-local scratch of at least bytes (64-byte aligned), grown on
- * demand and kept for the thread's life: slots 0..9 are independent.
+ * demand and kept for the thread's life: slots 0..12 are independent.
  * NULL with phx_last_error on ENOMEM. Slots 5 and 6 hold the packed
  * panels of gemm-avx512.c; 7..9 the f32 copies of an f16/bf16
  * convolution's operands (conv.c), which the f32 kernels it calls never
- * touch. */
+ * touch; 10..12 the dense copies of a oneDNN matmul block's operands
+ * (gemm-dnnl.c). */
 void *px_cpu_scratch(int slot, size_t bytes);
 /* Sets the calling thread's scratch aside (returned) and starts it afresh,
  * and frees the fresh one and puts the saved one back: a tuning

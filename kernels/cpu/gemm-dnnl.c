@@ -9,8 +9,9 @@
  * round): on a machine with as many threads as cores each library then
  * loses half its cores. So oneDNN always runs on one OpenMP thread, and
  * with a thread budget of n (src/base/threads.h) C is cut into n blocks
- * of rows (or of columns when C is short) run on the calling thread's
- * pool of n - 1 workers that sleep when idle. DataParallel's replicas,
+ * of rows or of columns (whichever moves fewer bytes: split_by_rows) run
+ * on the calling thread's pool of n - 1 workers that sleep when idle; a
+ * block's strided operands are copied dense first (dense()). DataParallel's replicas,
  * with a budget of one thread each, call oneDNN directly.
  *
  * oneDNN's primitive cache keeps a primitive per shape, so creating one
@@ -97,13 +98,14 @@ typedef struct {
 
 /* The primitive descriptor of an m x n block; dnnl_unimplemented when
  * oneDNN has no kernel for these dtypes and strides. */
-static dnnl_status_t block_pd(const gemm_args *g, int64_t m, int64_t n, matmul_pd *p)
+static dnnl_status_t block_pd(const gemm_args *g, int64_t m, int64_t n, int64_t lda, int64_t ldb, int64_t ldc,
+                              matmul_pd *p)
 {
     dnnl_matmul_desc_t desc;
     dnnl_status_t s;
-    if ((s = matrix_desc(&p->ad, g->trans_a, m, g->k, g->lda, g->adt)) ||
-        (s = matrix_desc(&p->bd, g->trans_b, g->k, n, g->ldb, g->adt)) ||
-        (s = matrix_desc(&p->cd, 0, m, n, g->ldc, g->cdt)) ||
+    if ((s = matrix_desc(&p->ad, g->trans_a, m, g->k, lda, g->adt)) ||
+        (s = matrix_desc(&p->bd, g->trans_b, g->k, n, ldb, g->adt)) ||
+        (s = matrix_desc(&p->cd, 0, m, n, ldc, g->cdt)) ||
         (s = dnnl_matmul_desc_init(&desc, &p->ad, &p->bd, NULL, &p->cd)))
         return s;
     dnnl_primitive_attr_t attr = NULL;
@@ -123,18 +125,42 @@ static dnnl_status_t block_pd(const gemm_args *g, int64_t m, int64_t n, matmul_p
     return s;
 }
 
-/* C rows i0 .. i0+m-1, columns j0 .. j0+n-1 on the calling thread */
+/* rows x cols at p with leading dim *ld, or a dense copy of it in
+ * scratch slot (*ld then cols). oneDNN 2.6's AMX and AVX512-BF16 matmul
+ * (brgemm) takes dense operands only: given a strided one (a column block
+ * of C, a row block of a transposed A) it fell back to its gemm:jit, which
+ * took 0.35 ms for half of the MLP's 256x784x512 bf16 product where brgemm
+ * took 0.29 ms for all of it (ONEDNN_VERBOSE). */
+static char *dense(const char *p, int64_t rows, int64_t cols, int64_t *ld, phx_dtype dt, int slot, int fill)
+{
+    int64_t from = *ld;
+    *ld = cols;
+    if (from == cols || rows == 1) return (char *)p;
+    char *d = px_cpu_scratch(slot, (size_t)(rows * cols) * phx_dtype_size(dt));
+    /* a copy of one dtype fails only on a NULL pointer: none here */
+    if (d && fill) (void)px_cpu_cast_rows(d, dt, cols, p, dt, from, rows, cols);
+    return d;
+}
+
+/* C rows i0 .. i0+m-1, columns j0 .. j0+n-1 on the calling thread, each
+ * operand made dense first where it is not (slots 10-12: the split's
+ * A' and B' in slots 0 and 1 are being read by the other blocks) */
 static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
     size_t ea = phx_dtype_size(g->adt), ec = phx_dtype_size(g->cdt);
-    const char *a = g->a + (size_t)(g->trans_a ? i0 : i0 * g->lda) * ea;
-    const char *b = g->b + (size_t)(g->trans_b ? j0 * g->ldb : j0) * ea;
-    char *c = g->c + (size_t)(i0 * g->ldc + j0) * ec;
+    int64_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+    const char *a = dense(g->a + (size_t)(g->trans_a ? i0 : i0 * lda) * ea, g->trans_a ? g->k : m,
+                          g->trans_a ? m : g->k, &lda, g->adt, 10, 1);
+    const char *b = dense(g->b + (size_t)(g->trans_b ? j0 * ldb : j0) * ea, g->trans_b ? n : g->k,
+                          g->trans_b ? g->k : n, &ldb, g->adt, 11, 1);
+    char *c0 = g->c + (size_t)(i0 * ldc + j0) * ec;
+    char *c = dense(c0, m, n, &ldc, g->cdt, 12, g->beta != 0.0f);
+    if (!a || !b || !c) return dnnl_out_of_memory;
     matmul_pd p;
     /* one OpenMP thread before the primitive is made (oneDNN fixes its
      * thread count then; conv-dnnl.c) */
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-    dnnl_status_t s = block_pd(g, m, n, &p);
+    dnnl_status_t s = block_pd(g, m, n, lda, ldb, ldc, &p);
     if (s != dnnl_success) return s;
     dnnl_primitive_t prim = NULL;
     dnnl_memory_t am = NULL, bm = NULL, cm = NULL, sm = NULL;
@@ -164,6 +190,7 @@ static dnnl_status_t block_run(const gemm_args *g, int64_t i0, int64_t m, int64_
     dnnl_memory_destroy(cm);
     dnnl_memory_destroy(sm);
     dnnl_primitive_destroy(prim);
+    if (s == dnnl_success && c != c0) (void)px_cpu_cast_rows(c0, g->cdt, g->ldc, c, g->cdt, n, m, n);
     return s;
 }
 
@@ -200,6 +227,40 @@ static void block_task(void *arg, size_t i)
     j->st[i] = j->by_rows ? block_exec(g, lo, len, 0, g->n) : block_exec(g, 0, g->m, lo, len);
 }
 
+/* Bytes one block of a split of C into `blocks` moves besides the
+ * product: its operands' dense copies (dense(); C's both ways where beta
+ * reads it) and brgemm's own packing of B (all of B in each block of rows,
+ * its part in a block of columns) and of a transposed A. */
+static double block_bytes(const gemm_args *g, int by_rows, int64_t blocks)
+{
+    double ea = (double)phx_dtype_size(g->adt), ec = (double)phx_dtype_size(g->cdt);
+    double m = (double)g->m, n = (double)g->n, k = (double)g->k;
+    double mb = by_rows ? m / (double)blocks : m, nb = by_rows ? n : n / (double)blocks;
+    int a_dense = g->trans_a ? g->lda == (int64_t)mb : g->lda == g->k;
+    int b_dense = g->trans_b ? g->ldb == g->k : g->ldb == (int64_t)nb;
+    int c_dense = g->ldc == (int64_t)nb;
+    double bytes = k * nb * ea; /* B packed */
+    if (!a_dense)
+        bytes += mb * k * ea;
+    else if (g->trans_a)
+        bytes += mb * k * ea; /* packed by brgemm instead */
+    if (!b_dense) bytes += k * nb * ea;
+    if (!c_dense) bytes += mb * nb * ec * (g->beta != 0.0f ? 2 : 1);
+    return bytes;
+}
+
+/* Blocks of rows or of columns of C, whichever moves fewer bytes besides
+ * the product (block_bytes), with at least 32 rows or columns in each.
+ * The bf16 MLP's products at 2 threads, 256x784x512 and its gradients:
+ * rows for dX and dW (a transposed A copied, not C and B), columns for
+ * the forward one (B^T's columns are dense rows). */
+static int split_by_rows(const gemm_args *g, int threads)
+{
+    int64_t rb = g->m / 32 < threads ? g->m / 32 : threads, cb = g->n / 32 < threads ? g->n / 32 : threads;
+    if (rb < 2 || cb < 2) return rb >= cb;
+    return block_bytes(g, 1, rb) <= block_bytes(g, 0, cb);
+}
+
 static phx_status matmul_run(gemm_args g)
 {
     int64_t m = g.m, n = g.n;
@@ -207,7 +268,7 @@ static phx_status matmul_run(gemm_args g)
     /* blocks of at least 32 rows (or columns), at most one per thread of the budget */
     int threads = px_threads_budget();
     if (threads > PX_DNNL_MAX_BLOCKS) threads = PX_DNNL_MAX_BLOCKS;
-    int by_rows = m >= n;
+    int by_rows = split_by_rows(&g, threads);
     int64_t span = by_rows ? m : n, blocks = span / 32;
     if (blocks > threads) blocks = threads;
     px_pool *pool = blocks > 1 ? px_threads_pool() : NULL;
@@ -219,7 +280,7 @@ static phx_status matmul_run(gemm_args g)
     } else {
         /* the same check before any block writes C */
         matmul_pd probe;
-        s = block_pd(&g, m, n, &probe);
+        s = block_pd(&g, m, n, g.lda, g.ldb, g.ldc, &probe);
         if (s == dnnl_unimplemented) return PHX_EUNSUPPORTED;
         if (s != dnnl_success)
             return phx_error(PHX_EINTERNAL, "gemm: oneDNN matmul setup failed (dnnl_status_t %d)", (int)s);

@@ -7,7 +7,7 @@
 #include "src/base/util.h"
 #include "kernels/cpu/cpu.h"
 
-#define PX_SCRATCH_SLOTS 10
+#define PX_SCRATCH_SLOTS 13
 
 typedef struct px_scratch {
     void *raw[PX_SCRATCH_SLOTS];

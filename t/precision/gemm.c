@@ -216,6 +216,28 @@ static void check_f16_path(const char *gemm, const char *split, int terms, doubl
     g_terms = 1, g_drop = 0, g_path = "";
 }
 
+/* oneDNN's matmul cut into blocks at 2 threads (gemm-dnnl.c): blocks of
+ * columns (C wide and short), and of rows with a transposed A, take dense
+ * copies of the strided parts (C both ways where beta reads it), without
+ * which oneDNN ran its slower gemm:jit. Each product checked within its
+ * bound; the path is the default one (bf16 and the f16 split on oneDNN
+ * where the CPU has the instructions, the widened path elsewhere). */
+static void check_blocks(void)
+{
+    int prev = phx_num_threads();
+    phx_set_num_threads(2);
+    const fmt *fs[2] = {&BF16, &F16};
+    for (int i = 0; i < 2; i++) {
+        g_terms = fs[i]->dt == PHX_F16 ? 3 : 1, g_drop = fs[i]->dt == PHX_F16 ? ldexp(1.0, -16) : 0;
+        check_gemm(fs[i], PHX_F32, false, false, 40, 256, 96, 1.0f, 1.0f); /* columns: B and C copied */
+        check_gemm(fs[i], fs[i]->dt, false, true, 64, 200, 128, 1.0f, 0.0f); /* columns: C copied */
+        check_gemm(fs[i], PHX_F32, true, false, 256, 96, 64, 0.5f, 2.0f); /* rows: A^T copied */
+        check_gemm(fs[i], fs[i]->dt, true, true, 160, 64, 72, 1.0f, 1.0f);
+    }
+    g_terms = 1, g_drop = 0;
+    phx_set_num_threads(prev);
+}
+
 /* A (m,k) B (k,n) in f16 under PHX_CPU_GEMM=gemm into c (f32, m x n):
  * c = A B + beta c. */
 static phx_status f16_product_beta(const char *gemm, const char *split, int m, int n, int k, const float *a32,
@@ -316,7 +338,7 @@ static void check_split_vs_widened(void)
 
 int main(void)
 {
-    plan(2 + 2 * 7 + 2 + 2 * 13 + 1 + 2);
+    plan(2 + 2 * 7 + 2 + 2 * 13 + 1 + 2 + 8);
     check_cast(&F16);
     check_cast(&BF16);
     const fmt *fs[2] = {&F16, &BF16};
@@ -337,6 +359,7 @@ int main(void)
     check_f16_path("dnnl", "4", 4, 0, "split-4 ");
     check_split_vs_widened();
     check_late_inf();
+    check_blocks();
     /* Mixed operand dtypes are an error, not a silent conversion. */
     int64_t s2[2] = {2, 2};
     phx_tensor *h = phx_tensor_zeros(PHX_F16, 2, s2, phx_cpu()), *bf = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu());
