@@ -147,6 +147,15 @@ void px_threads_blas_sync(void)
     }
 }
 
+void px_threads_blas_serial(void)
+{
+    pthread_once(&init_once, init);
+    if (atomic_load_explicit(&blas_count, memory_order_relaxed) != 1) {
+        px_threads_blas_set(1);
+        atomic_store_explicit(&blas_count, 1, memory_order_relaxed);
+    }
+}
+
 /* ---- each thread's kernel pool ---- */
 
 px_pool *px_threads_pool(void)

@@ -9,7 +9,8 @@
  * of the caller's), and each pool worker (1: a kernel's part runs inline).
  * Nothing here is process-wide state that two ranks could race on, except
  * the BLAS's own counter, which px_threads_blas_sync sets from the calling
- * thread's budget before each BLAS call. */
+ * thread's budget before each BLAS call (px_threads_blas_serial to 1, for
+ * the f32 GEMM's blocks on the pool). */
 #ifndef PHX_CORE_BASE_THREADS_H
 #define PHX_CORE_BASE_THREADS_H
 
@@ -47,6 +48,11 @@ px_pool *px_threads_pool(void);
  * differs from the count last set. Called before every BLAS call. */
 void px_threads_blas_sync(void);
 
+/* Sets the BLAS's thread count to 1 (when last set otherwise), for calls
+ * that each compute a block of the product on the caller's own pool
+ * (kernels/cpu/gemm.c): no BLAS thread then waits for work beside it. */
+void px_threads_blas_serial(void);
+
 /* The BLAS adapter: sets the BLAS's own (process-wide) thread count. A
  * no-op when the BLAS has no such control (reference CBLAS, no BLAS).
  * PX_BLAS_FORK_SAFE: the BLAS's threads survive fork (OpenBLAS restarts
@@ -58,8 +64,10 @@ void px_threads_blas_sync(void);
 #define PX_BLAS_FORK_SAFE 1
 #endif
 #if defined(HAVE_OPENBLAS_SET_NUM_THREADS) || defined(HAVE_BLI_THREAD_SET_NUM_THREADS)
+#define PX_BLAS_THREADS_SET 1
 void px_threads_blas_set(int n);
 #else
+#define PX_BLAS_THREADS_SET 0
 static inline void px_threads_blas_set(int n)
 {
     (void)n;

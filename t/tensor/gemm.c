@@ -263,7 +263,7 @@ static int bf16_orientations_agree(int64_t m, int64_t k)
 
 int main(void)
 {
-    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 7 + 3 + 3);
+    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 2 + 7 + 3 + 3);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -441,6 +441,22 @@ int main(void)
 #endif
     } else
         skip(4, "the kernels do not use AVX-512: no avx512 path");
+
+    /* f32 on the BLAS at 2 threads: C cut into blocks of columns (wide)
+     * and of rows (tall) on the pool, one single-threaded BLAS call each
+     * (gemm.c), transposed operands and beta included */
+    {
+        shape3 wide = {150, 1600, 300}, tall = {1600, 150, 300};
+        int before = phx_num_threads();
+        phx_set_num_threads(2);
+        setenv("PHX_CPU_GEMM", "blas", 1);
+        double w1 = run_case(0, 1, wide, 0.5f, 0.25f, PHX_F32, PHX_F32);
+        double w2 = run_case(1, 0, tall, 1.0f, -2.0f, PHX_F32, PHX_F32);
+        unsetenv("PHX_CPU_GEMM");
+        phx_set_num_threads(before);
+        ok(w1 <= 1.0, "PHX_CPU_GEMM=blas, 2 threads: f32 150x1600x300, B^T, beta 0.25, within the bound (%.3g)", w1);
+        ok(w2 <= 1.0, "PHX_CPU_GEMM=blas, 2 threads: f32 1600x150x300, A^T, beta -2, within the bound (%.3g)", w2);
+    }
 
     /* 64-70: the vdpbf16ps kernel of the packed GEMM (bf16 pairs), which
      * PHX_CPU_GEMM=avx512 takes for bf16 where the CPU has AVX512-BF16 */
