@@ -97,7 +97,9 @@ phx_status px_cpu_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *sr
                             int64_t rows, int64_t cols);
 /* The same, f16 <-> f32 strided rows converted in one loop where the
  * kernels use AVX-512 (half.c): the same bits without a px_cpu_cast call
- * per row; the GEMMs' widened copies (gemm.c, gemm-dnnl.c). */
+ * per row; the GEMMs' widened copies (gemm.c, gemm-dnnl.c). Rows split
+ * over the pool in parts of 32 K values or more (the f32 products they
+ * feed run there too now, with no BLAS threads waiting beside them). */
 phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
                                  int64_t rows, int64_t cols);
 

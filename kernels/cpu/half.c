@@ -87,8 +87,43 @@ __attribute__((target("avx512f,f16c"))) static void narrow_rows_512(uint16_t *d,
 }
 #endif
 
+static phx_status cast_rows_inline(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                                   int64_t rows, int64_t cols);
+
+typedef struct rows_job {
+    void *dst;
+    const void *src;
+    phx_dtype dt, st;
+    int64_t ldd, lds, cols;
+    phx_status first;
+} rows_job;
+
+static void rows_part(void *arg, int64_t lo, int64_t hi)
+{
+    rows_job *j = arg;
+    size_t ed = phx_dtype_size(j->dt), es = phx_dtype_size(j->st);
+    px_cpu_part_fail(&j->first,
+                     cast_rows_inline((char *)j->dst + (size_t)(lo * j->ldd) * ed, j->dt, j->ldd,
+                                      (const char *)j->src + (size_t)(lo * j->lds) * es, j->st, j->lds, hi - lo,
+                                      j->cols));
+}
+
+/* Rows split over the thread budget's pool, parts of at least 32 K values:
+ * the widened copies of an f16 GEMM's operands on the BLAS path, and its
+ * f32 result rounded, which the f32 product itself now runs on the pool
+ * too (gemm.c) */
 phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
                                  int64_t rows, int64_t cols)
+{
+    if (cols <= 0 || px_cpu_parallel_parts(rows, ((int64_t)1 << 15) / cols + 1) < 2)
+        return cast_rows_inline(dst, dt, ldd, src, st, lds, rows, cols);
+    rows_job j = {dst, src, dt, st, ldd, lds, cols, PHX_OK};
+    px_cpu_parallel_for(rows, ((int64_t)1 << 15) / cols + 1, rows_part, &j);
+    return j.first;
+}
+
+static phx_status cast_rows_inline(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                                   int64_t rows, int64_t cols)
 {
 #if PX_HAVE_X86
     /* contiguous: px_cpu_cast's one call (streaming stores, tuning) */

@@ -40,6 +40,7 @@ struct px_pool {
     atomic_int caller_sleeping;
     atomic_size_t pending; /* workers of the current run not finished */
     unsigned gen; /* last posted generation (caller only) */
+    int running; /* 1 inside a run (caller only): a nested run goes inline */
     atomic_bool stop;
     /* The current run; written before the go stores that publish it. */
     px_pool_fn fn;
@@ -145,10 +146,11 @@ void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg)
 {
     if (k > p->n) k = p->n;
     if (k == 0) return;
-    if (k == 1) {
-        fn(arg, 0);
+    if (k == 1 || p->running) { /* one task, or a run from inside task 0: the workers are busy */
+        for (size_t i = 0; i < k; i++) fn(arg, i);
         return;
     }
+    p->running = 1;
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->pending, k - 1);
@@ -171,4 +173,5 @@ void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg)
         atomic_store(&p->caller_sleeping, 0);
         pthread_mutex_unlock(&p->mu);
     }
+    p->running = 0;
 }

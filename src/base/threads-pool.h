@@ -24,7 +24,9 @@ void px_pool_free(px_pool *p);
 /* Tasks the pool can run at once (n of px_pool_new). */
 size_t px_pool_size(const px_pool *p);
 /* Runs fn(arg, i) for i in [0, k), k <= px_pool_size(p); waits for all.
- * Not reentrant: one run at a time per pool. */
+ * A run started from inside task 0 of a run of the same pool (a kernel
+ * that splits its work, called by a part of another) runs its k tasks
+ * one after another on the caller: the workers are busy. */
 void px_pool_run(px_pool *p, size_t k, px_pool_fn fn, void *arg);
 /* 1 on a worker thread of any pool, else 0. */
 int px_pool_in_worker(void);

@@ -45,9 +45,41 @@ static int run_rounds(px_pool *p, long rounds, int pause_us, job *j)
     return 1;
 }
 
+/* Task 0 of an outer run starts an inner run of the same pool, as a
+ * kernel that splits its work does when a part of another calls it
+ * (kernels/cpu/gemm.c inside attention.c's parts): the inner run's
+ * tasks all run, on the caller, and the outer run completes. */
+typedef struct nest {
+    px_pool *p;
+    job inner;
+    atomic_int outer_calls;
+} nest;
+
+static void outer_task(void *arg, size_t i)
+{
+    nest *n = arg;
+    if (i == 0) {
+        n->inner.round = 7;
+        px_pool_run(n->p, N, task, &n->inner);
+    }
+    atomic_fetch_add(&n->outer_calls, 1);
+}
+
+static int nested_runs(px_pool *p, int rounds)
+{
+    for (int r = 0; r < rounds; r++) {
+        nest n = {p, {0}, 0};
+        px_pool_run(p, N, outer_task, &n);
+        if (atomic_load(&n.outer_calls) != N || atomic_load(&n.inner.calls) != N) return 0;
+        for (size_t i = 0; i < N; i++)
+            if (n.inner.slot[i] != 70 + (long)i || !pthread_equal(n.inner.who[i], pthread_self())) return 0;
+    }
+    return 1;
+}
+
 int main(void)
 {
-    plan(5);
+    plan(6);
     px_pool *p = px_pool_new(N);
     job j = {0};
     ok(p && px_pool_size(p) == N, "a pool of %d", N);
@@ -57,6 +89,7 @@ int main(void)
     for (int a = 0; a < N; a++)
         for (int b = a + 1; b < N; b++) distinct = distinct && !pthread_equal(j.who[a], j.who[b]);
     ok(distinct, "the %d tasks of a run ran on %d different threads", N, N);
+    ok(p && nested_runs(p, 100), "100 runs whose task 0 runs the same pool: the inner tasks all ran, on the caller");
     px_pool_free(p);
     px_pool *one = px_pool_new(1);
     atomic_store(&j.calls, 0);
