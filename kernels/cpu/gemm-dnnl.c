@@ -240,10 +240,7 @@ static double block_bytes(const gemm_args *g, int by_rows, int64_t blocks)
     int b_dense = g->trans_b ? g->ldb == g->k : g->ldb == (int64_t)nb;
     int c_dense = g->ldc == (int64_t)nb;
     double bytes = k * nb * ea; /* B packed */
-    if (!a_dense)
-        bytes += mb * k * ea;
-    else if (g->trans_a)
-        bytes += mb * k * ea; /* packed by brgemm instead */
+    if (!a_dense || g->trans_a) bytes += mb * k * ea; /* copied, or a transposed A packed by brgemm */
     if (!b_dense) bytes += k * nb * ea;
     if (!c_dense) bytes += mb * nb * ec * (g->beta != 0.0f ? 2 : 1);
     return bytes;

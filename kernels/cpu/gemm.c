@@ -78,10 +78,11 @@ static phx_status sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
             return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld exceed the BLAS int range", (long long)m,
                              (long long)n, (long long)k);
         sgemm_job j = {ta, tb, m >= n, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
-        int64_t units = ((m >= n ? m : n) + 15) / 16, grain = SGEMM_PART_FMAS / (16 * (m >= n ? n : m) * k) + 1;
         if (PX_BLAS_THREADS_SET && px_threads_budget() > 1) {
+            /* in 16s along C's longer side; each part gets the whole shorter one */
+            int64_t span = j.by_rows ? m : n, across = j.by_rows ? n : m;
             px_threads_blas_serial();
-            px_cpu_parallel_for(units, grain, sgemm_part, &j);
+            px_cpu_parallel_for((span + 15) / 16, SGEMM_PART_FMAS / (16 * across * k) + 1, sgemm_part, &j);
         } else {
             px_threads_blas_sync();
             blas_call(&j, 0, m, 0, n);

@@ -115,8 +115,7 @@ static void rows_part(void *arg, int64_t lo, int64_t hi)
 phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
                                  int64_t rows, int64_t cols)
 {
-    if (cols <= 0 || px_cpu_parallel_parts(rows, ((int64_t)1 << 15) / cols + 1) < 2)
-        return cast_rows_inline(dst, dt, ldd, src, st, lds, rows, cols);
+    if (cols <= 0) return cast_rows_inline(dst, dt, ldd, src, st, lds, rows, cols);
     rows_job j = {dst, src, dt, st, ldd, lds, cols, PHX_OK};
     px_cpu_parallel_for(rows, ((int64_t)1 << 15) / cols + 1, rows_part, &j);
     return j.first;
