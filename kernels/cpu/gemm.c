@@ -6,9 +6,9 @@
  * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/reference/tensors.md).
  * f16 on oneDNN's bf16 matmul too where it runs on AMX, each operand split
  * into exact bf16 hi and lo parts (gemm-dnnl.c, doc/guide/precision.md).
- * On an Intel CPU where OpenBLAS runs its AVX-512 kernels, f32, and the
- * f16 products the split does not take (widened), go to OpenBLAS instead
- * of our GEMM (px_cpu_gemm_rule). Elsewhere f32 goes straight to
+ * Where OpenBLAS runs its AVX-512 kernels, f32, and the f16 products the
+ * split does not take (widened), go to OpenBLAS instead of our GEMM
+ * (px_cpu_gemm_rule). Elsewhere f32 goes straight to
  * cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
  * rounded into C's dtype. PHX_CPU_GEMM forces one path; PHX_TUNE replaces
@@ -174,19 +174,21 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
     int64_t small = m < n ? m : n, large = m > n ? m : n;
     if (adt == PHX_F16 && k >= 64 && small >= 64 && (k <= 2 * large || small >= 128) && px_cpu_dnnl_amx_bf16())
         return PX_GEMM_DNNL;
-    /* f32 on OpenBLAS where it runs its AVX-512 kernels on an Intel CPU
-     * (core SkylakeX, Cooperlake or SapphireRapids, detected or set by
-     * OPENBLAS_CORETYPE): on a Xeon of family 6 model 207 its sgemm ran
-     * 1.0-1.3x our packed GEMM on the MLP's, the GPT's and 1024^3's
-     * products (one thread, CPU time, best of 20; 1.18x on the GPT's
-     * 2048x128x512); on the AMD Zen 4 the rule below was measured on, our
-     * GEMM led its AVX2 kernels (doc/reference/tensors.md) */
-    if (adt == PHX_F32 && k > 0 && alpha_nonzero && px_tune_blas_avx512_intel()) return PX_GEMM_BLAS;
+    /* f32 on OpenBLAS where it runs its AVX-512 kernels (core SkylakeX,
+     * Cooperlake or SapphireRapids, detected or set by OPENBLAS_CORETYPE):
+     * on a Xeon of family 6 model 207 its sgemm ran 1.0-1.3x our packed
+     * GEMM on the MLP's, the GPT's and 1024^3's products (one thread, CPU
+     * time, best of 20; 1.18x on the GPT's 2048x128x512), on an AMD Zen 4
+     * (family 25 model 17, core Cooperlake) 0.96-1.17x at one thread and
+     * 0.98-1.16x at two (7 of 10 shapes ahead); where OpenBLAS runs AVX2
+     * kernels (a Zen 4 it calls Zen) our GEMM led (doc/reference/tensors.md) */
+    if (adt == PHX_F32 && k > 0 && alpha_nonzero && px_tune_blas_avx512()) return PX_GEMM_BLAS;
     /* f16 products the split does not take, there too, on widened copies:
-     * 1.05-1.9x our GEMM widening while it packs (attention's 128x32x128:
-     * 0.60 against 1.14 ms for 64 of them; 65x128x2048: 0.32-0.38 against
-     * 0.37-0.55 ms) */
-    if (adt == PHX_F16 && k > 0 && alpha_nonzero && px_tune_blas_avx512_intel()) return PX_GEMM_BLAS;
+     * 1.05-1.9x our GEMM widening while it packs on the Xeon (attention's
+     * 128x32x128: 0.60 against 1.14 ms for 64 of them; 65x128x2048:
+     * 0.32-0.38 against 0.37-0.55 ms), 0.95-1.10x on the Zen 4 (7 of 10
+     * shapes ahead) */
+    if (adt == PHX_F16 && k > 0 && alpha_nonzero && px_tune_blas_avx512()) return PX_GEMM_BLAS;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
     if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;

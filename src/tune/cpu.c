@@ -176,10 +176,10 @@ int px_tune_blas_misdetected(void)
     return misdetected;
 }
 
-int px_tune_blas_avx512_intel(void)
+int px_tune_blas_avx512(void)
 {
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-    return strcmp(px_tune_cpu()->vendor, "GenuineIntel") == 0 && px_tune_blas_core_level(px_tune_blas_core()) == 2;
+    return px_tune_blas_core_level(px_tune_blas_core()) == 2;
 #else
     return 0;
 #endif

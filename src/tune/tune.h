@@ -49,10 +49,10 @@ int px_tune_blas_core_level(const char *core);
  * <px_tune_blas_core_for_cpu()> (the first GEMM makes that call). */
 int px_tune_blas_misdetected(void);
 
-/* 1 when OpenBLAS runs its AVX-512 kernels (px_tune_blas_core_level 2) on
- * an Intel CPU, where its sgemm measured faster than the packed AVX-512
- * GEMM (kernels/cpu/gemm.c), else 0. */
-int px_tune_blas_avx512_intel(void);
+/* 1 when OpenBLAS runs its AVX-512 kernels (px_tune_blas_core_level 2),
+ * where its sgemm measured faster than the packed AVX-512 GEMM on an
+ * Intel Xeon and an AMD Zen 4 (kernels/cpu/gemm.c), else 0. */
+int px_tune_blas_avx512(void);
 
 /* The CPU signature a tuning cache is keyed by: vendor, family, model,
  * flags, the kernels' instruction set (PHX_CPU_ISA) and the BLAS core,
