@@ -202,13 +202,15 @@ PX_CLONES static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
-/* The f16 loops on AVX-512: each plane read as f16 and widened 16 values
- * at a time in registers (vcvtph2ps), the arithmetic of the loops above
- * with lane k of one vector as lane k of PX_BN_LANES (the same adds in the
- * same order), and each result rounded once on its store (vcvtps2ph):
- * the bits of the block path above, without its passes through a stack
- * buffer and a px_cpu_cast call per block. Vectors holding a NaN lane go
- * through math.h's conversions, as in the cast kernel (cast-x86.c). */
+/* The f16 and bf16 loops on AVX-512: each plane read as f16 or bf16 and
+ * widened 16 values at a time in registers (vcvtph2ps; bf16 by a shift),
+ * the arithmetic of the loops above with lane k of one vector as lane k
+ * of PX_BN_LANES (the same adds in the same order), and each result
+ * rounded once on its store (vcvtps2ph; bf16 by math.h's formula in
+ * integer lanes, half-x86.h): the bits of the block path above, without
+ * its passes through a stack buffer and a px_cpu_cast call per block.
+ * f16 vectors holding a NaN lane go through math.h's conversions, as in
+ * the cast kernel (cast-x86.c). */
 #if PX_HAVE_X86
 #include "kernels/cpu/half-x86.h"
 _Static_assert(PX_BN_LANES == 16, "one 16-lane vector per PX_BN_LANES");
@@ -223,36 +225,38 @@ PX_INLINE float bn_fold512(const __m512 *acc)
 }
 
 /* sum x[i] (sq: sum (x[i] - m)^2), i < len */
-PX_T512 static float bn_sum_f16(const uint16_t *x, int64_t len, float m, int sq)
+PX_T512 static float bn_sum_h512(int bf, const uint16_t *x, int64_t len, float m, int sq)
 {
     __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     int64_t i = 0;
     for (; i < len; i += 16) {
         int64_t k = len - i < 16 ? len - i : 16;
-        __m512 v = px_h16_ld(x + i, k);
+        __m512 v = px_half_ld(bf, x + i, k);
         if (sq) v = _mm512_sub_ps(v, vm), v = _mm512_mul_ps(v, v);
         acc = _mm512_mask_add_ps(acc, k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1), acc, v);
     }
     return bn_fold512(&acc);
 }
 
-PX_T512 static void bn_stats_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_stats_h512(const bn_job *j, int64_t c0, int64_t c1)
 {
+    int bf = j->dt == PHX_BF16;
     const uint16_t *x = j->x;
     double cnt = (double)(j->n * j->hw);
     for (int64_t ch = c0; ch < c1; ch++) {
         double s = 0.0;
-        for (int64_t b = 0; b < j->n; b++) s += bn_sum_f16(x + (b * j->c + ch) * j->hw, j->hw, 0, 0);
+        for (int64_t b = 0; b < j->n; b++) s += bn_sum_h512(bf, x + (b * j->c + ch) * j->hw, j->hw, 0, 0);
         double m = cnt > 0 ? s / cnt : 0.0, q = 0.0;
         float mf = (float)m;
-        for (int64_t b = 0; b < j->n; b++) q += bn_sum_f16(x + (b * j->c + ch) * j->hw, j->hw, mf, 1);
+        for (int64_t b = 0; b < j->n; b++) q += bn_sum_h512(bf, x + (b * j->c + ch) * j->hw, j->hw, mf, 1);
         j->mean_out[ch] = mf;
         j->var_out[ch] = cnt > 0 ? (float)(q / cnt) : 0.0f;
     }
 }
 
-PX_T512 static void bn_apply_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_apply_h512(const bn_job *j, int64_t c0, int64_t c1)
 {
+    int bf = j->dt == PHX_BF16;
     const uint16_t *x = j->x;
     uint16_t *y = j->y;
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -263,16 +267,17 @@ PX_T512 static void bn_apply_f16(const bn_job *j, int64_t c0, int64_t c1)
             int64_t o = (i * j->c + ch) * j->hw;
             for (int64_t t = 0; t < j->hw; t += 16) {
                 int64_t k = j->hw - t < 16 ? j->hw - t : 16;
-                __m512 v = px_h16_ld(x + o + t, k); /* (x - mean) istd w + b, as phx_bn_apply */
+                __m512 v = px_half_ld(bf, x + o + t, k); /* (x - mean) istd w + b, as phx_bn_apply */
                 v = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(v, m), is), wc), bc);
-                px_h16_st(y + o + t, v, k);
+                px_half_st(bf, y + o + t, v, k);
             }
         }
     }
 }
 
-PX_T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_reduce_h512(const bn_job *j, int64_t c0, int64_t c1)
 {
+    int bf = j->dt == PHX_BF16;
     const uint16_t *x = j->x, *dy = j->dy;
     for (int64_t ch = c0; ch < c1; ch++) {
         double sd = 0.0, sdx = 0.0;
@@ -283,7 +288,7 @@ PX_T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
             for (int64_t t = 0; t < j->hw; t += 16) {
                 int64_t k = j->hw - t < 16 ? j->hw - t : 16;
                 __mmask16 km = k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
-                __m512 g = px_h16_ld(dy + o + t, k), xv = px_h16_ld(x + o + t, k);
+                __m512 g = px_half_ld(bf, dy + o + t, k), xv = px_half_ld(bf, x + o + t, k);
                 a = _mm512_mask_add_ps(a, km, a, g);
                 ax = _mm512_mask_add_ps(ax, km, ax, _mm512_mul_ps(g, _mm512_sub_ps(xv, m)));
             }
@@ -297,8 +302,9 @@ PX_T512 static void bn_reduce_f16(const bn_job *j, int64_t c0, int64_t c1)
     }
 }
 
-PX_T512 static void bn_dx_f16(const bn_job *j, int64_t c0, int64_t c1)
+PX_T512 static void bn_dx_h512(const bn_job *j, int64_t c0, int64_t c1)
 {
+    int bf = j->dt == PHX_BF16;
     const uint16_t *x = j->x, *dy = j->dy;
     uint16_t *dx = j->y;
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -313,28 +319,28 @@ PX_T512 static void bn_dx_f16(const bn_job *j, int64_t c0, int64_t c1)
             int64_t o = (i * j->c + ch) * j->hw;
             for (int64_t t = 0; t < j->hw; t += 16) {
                 int64_t k = j->hw - t < 16 ? j->hw - t : 16;
-                __m512 g = px_h16_ld(dy + o + t, k), xmu = _mm512_sub_ps(px_h16_ld(x + o + t, k), m);
+                __m512 g = px_half_ld(bf, dy + o + t, k), xmu = _mm512_sub_ps(px_half_ld(bf, x + o + t, k), m);
                 g = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(g, vmdy), _mm512_mul_ps(xmu, kx)), sc);
-                px_h16_st(dx + o + t, g, k);
+                px_half_st(bf, dx + o + t, g, k);
             }
         }
     }
 }
 
 /* 1 where the job runs the loops above */
-static int bn_f16_512(const bn_job *j)
+static int bn_h512(const bn_job *j)
 {
-    return j->dt == PHX_F16 && px_cpu_isa() == PX_ISA_AVX512 && !getenv("PHX_CPU_F16_BLOCKS");
+    return (j->dt == PHX_F16 || j->dt == PHX_BF16) && px_cpu_isa() == PX_ISA_AVX512 && !getenv("PHX_CPU_F16_BLOCKS");
 }
-#define BN_F16_512(j, fn, lo, hi) \
+#define BN_H512(j, fn, lo, hi) \
     do { \
-        if (bn_f16_512(j)) { \
+        if (bn_h512(j)) { \
             fn(j, lo, hi); \
             return; \
         } \
     } while (0)
 #else
-#define BN_F16_512(j, fn, lo, hi) ((void)0)
+#define BN_H512(j, fn, lo, hi) ((void)0)
 #endif
 
 PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int dt, float *mean, float *var, int64_t c0,
@@ -355,7 +361,7 @@ PX_INLINE void px_bn_stats(int64_t n, int64_t c, int64_t hw, const void *x, int 
 PX_CLONES static void stats_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
-    BN_F16_512(j, bn_stats_f16, lo, hi);
+    BN_H512(j, bn_stats_h512, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_stats_half(j, lo, hi);
         return;
@@ -389,7 +395,7 @@ PX_INLINE void px_bn_apply(int64_t n, int64_t c, int64_t hw, const void *x, cons
 PX_CLONES static void apply_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
-    BN_F16_512(j, bn_apply_f16, lo, hi);
+    BN_H512(j, bn_apply_h512, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_apply_half(j, lo, hi);
         return;
@@ -433,7 +439,7 @@ PX_INLINE void px_bn_reduce(int64_t n, int64_t c, int64_t hw, const void *x, con
 PX_CLONES static void reduce_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
-    BN_F16_512(j, bn_reduce_f16, lo, hi);
+    BN_H512(j, bn_reduce_h512, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_reduce_half(j, lo, hi);
         return;
@@ -488,7 +494,7 @@ PX_INLINE void px_bn_dx(int64_t n, int64_t c, int64_t hw, const void *x, const v
 PX_CLONES static void dx_part(void *arg, int64_t lo, int64_t hi)
 {
     bn_job *j = arg;
-    BN_F16_512(j, bn_dx_f16, lo, hi);
+    BN_H512(j, bn_dx_h512, lo, hi);
     if (j->dt != PHX_F32 && px_cpu_half_chunk(j->dt, 1)) {
         px_bn_dx_half(j, lo, hi);
         return;

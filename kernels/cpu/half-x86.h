@@ -1,5 +1,5 @@
-/* f16 <-> f32 in registers for the AVX-512 f16 loops of the CPU kernels
- * (batchnorm.c, layernorm.c): 16 values widened with vcvtph2ps and rounded
+/* f16 and bf16 <-> f32 in registers for the AVX-512 half loops of the CPU
+ * kernels (batchnorm.c, layernorm.c). f16: 16 values widened with vcvtph2ps and rounded
  * with vcvtps2ph (round to nearest even), the bits of kernels/math.h's
  * phx_f16_to_f32 / phx_f32_to_f16 and of the cast kernel (cast-x86.c):
  * vectors holding a NaN lane go through math.h's formulas (the
@@ -60,6 +60,61 @@ PX_T512 static inline void px_h16_st(uint16_t *d, __m512 v, int64_t k)
         _mm256_storeu_si256((__m256i *)t, h);
         memcpy(d, t, (size_t)k * 2);
     }
+}
+
+/* bf16: the first k (1..16) values of s widened (exact: the bits shifted
+ * up, as phx_bf16_to_f32), lanes k.. zero */
+PX_T512 static inline __m512 px_b16_ld(const uint16_t *s, int64_t k)
+{
+    __m256i h;
+    if (k == 16)
+        h = _mm256_loadu_si256((const __m256i *)s);
+    else {
+        uint16_t t[16] = {0};
+        memcpy(t, s, (size_t)k * 2);
+        h = _mm256_loadu_si256((const __m256i *)t);
+    }
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* bf16: the first k (1..16) lanes of v rounded to d by phx_f32_to_bf16's
+ * formula in integer lanes (round to nearest even; a NaN keeps its top
+ * bits, quieted where they would read as inf): no AVX512-BF16 needed, and
+ * subnormals round as math.h rounds them */
+PX_T512 static inline void px_b16_st(uint16_t *d, __m512 v, int64_t k)
+{
+    __m512i x = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    if (__builtin_expect(nan != 0, 0)) {
+        __m512i hi = _mm512_srli_epi32(x, 16);
+        __mmask16 bare = _mm512_mask_testn_epi32_mask(nan, hi, _mm512_set1_epi32(0x7f));
+        r = _mm512_mask_mov_epi32(r, nan, hi);
+        r = _mm512_mask_or_epi32(r, bare, hi, _mm512_set1_epi32(0x40));
+    }
+    __m256i h = _mm512_cvtepi32_epi16(r);
+    if (k == 16)
+        _mm256_storeu_si256((__m256i *)d, h);
+    else {
+        uint16_t t[16];
+        _mm256_storeu_si256((__m256i *)t, h);
+        memcpy(d, t, (size_t)k * 2);
+    }
+}
+
+/* either format: bf 1 for bf16, 0 for f16 */
+PX_T512 static inline __m512 px_half_ld(int bf, const uint16_t *s, int64_t k)
+{
+    return bf ? px_b16_ld(s, k) : px_h16_ld(s, k);
+}
+PX_T512 static inline void px_half_st(int bf, uint16_t *d, __m512 v, int64_t k)
+{
+    if (bf)
+        px_b16_st(d, v, k);
+    else
+        px_h16_st(d, v, k);
 }
 
 #endif
