@@ -22,18 +22,32 @@ PX_INLINE __mmask16 px_h16_mask(int64_t k)
     return k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
 }
 
+/* the first k (1..16) 16-bit values of s, lanes k.. zero; short vectors
+ * through a buffer (masked 16-bit loads need AVX512BW) */
+PX_T512 static inline __m256i px_u16_ld(const uint16_t *s, int64_t k)
+{
+    if (k == 16) return _mm256_loadu_si256((const __m256i *)s);
+    uint16_t t[16] = {0};
+    memcpy(t, s, (size_t)k * 2);
+    return _mm256_loadu_si256((const __m256i *)t);
+}
+
+/* the first k (1..16) 16-bit lanes of h stored to d */
+PX_T512 static inline void px_u16_st(uint16_t *d, __m256i h, int64_t k)
+{
+    if (k == 16) {
+        _mm256_storeu_si256((__m256i *)d, h);
+        return;
+    }
+    uint16_t t[16];
+    _mm256_storeu_si256((__m256i *)t, h);
+    memcpy(d, t, (size_t)k * 2);
+}
+
 /* the first k (1..16) values of s widened, lanes k.. zero */
 PX_T512 static inline __m512 px_h16_ld(const uint16_t *s, int64_t k)
 {
-    __m256i h;
-    if (k == 16)
-        h = _mm256_loadu_si256((const __m256i *)s);
-    else { /* through a buffer: masked 16-bit loads need AVX512BW */
-        uint16_t t[16] = {0};
-        memcpy(t, s, (size_t)k * 2);
-        h = _mm256_loadu_si256((const __m256i *)t);
-    }
-    __m512 v = _mm512_cvtph_ps(h);
+    __m512 v = _mm512_cvtph_ps(px_u16_ld(s, k));
     if (__builtin_expect(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0, 0)) {
         float f[16] = {0};
         for (int64_t i = 0; i < k; i++) f[i] = phx_f16_to_f32(s[i]);
@@ -52,29 +66,14 @@ PX_T512 static inline void px_h16_st(uint16_t *d, __m512 v, int64_t k)
         for (int64_t i = 0; i < k; i++) d[i] = phx_f32_to_f16(f[i]);
         return;
     }
-    __m256i h = _mm512_cvtps_ph(v, PX_H16_RNE);
-    if (k == 16)
-        _mm256_storeu_si256((__m256i *)d, h);
-    else {
-        uint16_t t[16];
-        _mm256_storeu_si256((__m256i *)t, h);
-        memcpy(d, t, (size_t)k * 2);
-    }
+    px_u16_st(d, _mm512_cvtps_ph(v, PX_H16_RNE), k);
 }
 
 /* bf16: the first k (1..16) values of s widened (exact: the bits shifted
  * up, as phx_bf16_to_f32), lanes k.. zero */
 PX_T512 static inline __m512 px_b16_ld(const uint16_t *s, int64_t k)
 {
-    __m256i h;
-    if (k == 16)
-        h = _mm256_loadu_si256((const __m256i *)s);
-    else {
-        uint16_t t[16] = {0};
-        memcpy(t, s, (size_t)k * 2);
-        h = _mm256_loadu_si256((const __m256i *)t);
-    }
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(px_u16_ld(s, k)), 16));
 }
 
 /* bf16: the first k (1..16) lanes of v rounded to d by phx_f32_to_bf16's
@@ -94,14 +93,7 @@ PX_T512 static inline void px_b16_st(uint16_t *d, __m512 v, int64_t k)
         r = _mm512_mask_mov_epi32(r, nan, hi);
         r = _mm512_mask_or_epi32(r, bare, hi, _mm512_set1_epi32(0x40));
     }
-    __m256i h = _mm512_cvtepi32_epi16(r);
-    if (k == 16)
-        _mm256_storeu_si256((__m256i *)d, h);
-    else {
-        uint16_t t[16];
-        _mm256_storeu_si256((__m256i *)t, h);
-        memcpy(d, t, (size_t)k * 2);
-    }
+    px_u16_st(d, _mm512_cvtepi32_epi16(r), k);
 }
 
 /* either format: bf 1 for bf16, 0 for f16 */
