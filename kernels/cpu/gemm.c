@@ -182,13 +182,12 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
      * (family 25 model 17, core Cooperlake) 0.95-1.17x at one thread (6 of
      * 10 shapes ahead) and 0.98-1.17x at two (6 of 7); where OpenBLAS runs AVX2
      * kernels (a Zen 4 it calls Zen) our GEMM led (doc/reference/tensors.md) */
-    if (adt == PHX_F32 && k > 0 && alpha_nonzero && px_tune_blas_avx512()) return PX_GEMM_BLAS;
     /* f16 products the split does not take, there too, on widened copies:
      * 1.05-1.9x our GEMM widening while it packs on the Xeon (attention's
      * 128x32x128: 0.60 against 1.14 ms for 64 of them; 65x128x2048:
      * 0.32-0.38 against 0.37-0.55 ms), 0.93-1.09x on the Zen 4 (7 of 10
      * shapes ahead at two threads, 5 of 10 at one) */
-    if (adt == PHX_F16 && k > 0 && alpha_nonzero && px_tune_blas_avx512()) return PX_GEMM_BLAS;
+    if ((adt == PHX_F32 || adt == PHX_F16) && k > 0 && alpha_nonzero && px_tune_blas_avx512()) return PX_GEMM_BLAS;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
     if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;

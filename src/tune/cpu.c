@@ -141,7 +141,8 @@ int px_tune_blas_core_level(const char *core)
     return 0;
 }
 
-static int misdetected;
+/* read once: OpenBLAS picks its core when it loads and keeps it */
+static int misdetected, avx512_core;
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_check(void)
@@ -151,6 +152,7 @@ static void blas_check(void)
     const px_cpu_id *id = px_tune_cpu();
     int have = want ? px_tune_blas_core_level(want) : 0, got = px_tune_blas_core_level(core);
     misdetected = want && got < have ? (got == 0 ? 2 : 1) : 0;
+    avx512_core = got == 2;
     /* at info: the programs still run right, and a warning on every start
      * of every program on such a machine would drown the ones that matter */
     if (misdetected == 2)
@@ -178,11 +180,8 @@ int px_tune_blas_misdetected(void)
 
 int px_tune_blas_avx512(void)
 {
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-    return px_tune_blas_core_level(px_tune_blas_core()) == 2;
-#else
-    return 0;
-#endif
+    pthread_once(&blas_once, blas_check);
+    return avx512_core;
 }
 
 /* rebuilt when the kernels' instruction set changes (px_cpu_isa_set); the
