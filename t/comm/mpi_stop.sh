@@ -11,8 +11,13 @@
 #     #4;
 # (a survivor's message: its PHX_ETIMEOUT, or the line its watchdog logs
 # first, which is all mpirun forwards when the job ends before the waiting
-# thread prints); each time the job ends with MPI_Abort's 124 within PHX_TIMEOUT + 10 s
-# and no rank is left running.
+# thread prints); each time the job ends with MPI_Abort's 124 within PHX_TIMEOUT + 15 s
+# and no rank is left running;
+#   - the same stall with Open MPI's MPI_Abort held up for 60 s
+#     (mpi_abort_delay): a survivor's main thread returns while its
+#     watchdog's MPI_Abort waits, and there Open MPI's MPI_Abort returns at
+#     once; the process must still end (not wait in MPI_Finalize for the
+#     stalled rank), so the job ends within the same bound.
 . "${top_srcdir:-.}/t/mpi-util.sh"
 mpi_need
 PHX_COMM=mpi
@@ -51,6 +56,18 @@ n=$(echo "$out" | sed -n 's/.*mpi: rank \([02]\): allreduce(count=4194304, f32) 
 [ "$n" -eq 2 ]
 tap_ok $? "... each survivor names rank 1 as in no collective, its last op #4 ($n of 2)"
 note "survivors naming rank 1: $n of 2"
+sleep 0.2
+[ "$(left)" -eq 0 ]
+tap_ok $? "... no rank is left running"
+[ "$n" -eq 2 ] || echo "$out" | sed 's/^/# /'
+
+s=$(now); out=$(OMPI_MCA_mpi_abort_delay=60 mpi_run 3 "$b/t/comm/mpi_fail" stall "$tag" 2>&1); rc=$?; e=$(now); t=$(took "$s" "$e")
+tap_ok $((rc != 124)) "MPI_Abort held up 60 s: the job ends with errorcode 124 (got $rc)"
+within "$t" 3 18
+tap_ok $? "... after PHX_TIMEOUT (3 s) and within 15 s more, not after the 60 s (took $t s)"
+n=$(echo "$out" | grep -c "rank [02]: allreduce 5: PHX_ETIMEOUT: .*rank 1 is in no collective")
+[ "$n" -eq 2 ]
+tap_ok $? "... each survivor's own error line is out before its process ends ($n of 2)"
 sleep 0.2
 [ "$(left)" -eq 0 ]
 tap_ok $? "... no rank is left running"

@@ -102,11 +102,18 @@ PX_USER_OP(op_f32_max, PHX_F32, PHX_MAX)
 PX_USER_OP(op_f32_min, PHX_F32, PHX_MIN)
 #undef PX_USER_OP
 
-/* Set by a watchdog that is about to end the job: a collective is stuck,
- * so MPI_Finalize at exit could block for ever (and hold the lock the
- * watchdog's MPI_Abort needs); the exiting thread aborts instead. */
+/* Set by a watchdog that is about to end the job (1), and that called
+ * MPI_Abort (2): a collective is stuck, so MPI_Finalize at exit could
+ * block for ever (its fence waits for the stuck rank); the exiting thread
+ * ends the process instead. */
 static atomic_int g_aborting;
 
+/* The exit of a process whose watchdog ends the job. Open MPI's
+ * MPI_Abort returns at once in a second thread while the first one's is
+ * under way (its guard against recursion), so the exiting thread never
+ * calls MPI_Finalize then: it ends the process with the same errorcode,
+ * and mpirun ends the job on that exit if the watchdog's abort has not
+ * yet (t/comm/mpi_stop.sh runs one with MPI's abort slowed down). */
 static void mpi_at_exit(void)
 {
     int fin = 0;
@@ -118,11 +125,25 @@ static void mpi_at_exit(void)
          * report, and aborting now would kill them before their lines
          * are out. It ends the job itself (MPI_Abort, then _exit) when
          * they have; this is the bound if it cannot. */
+        fflush(NULL);
         struct timespec nap = {0, 50 * 1000 * 1000};
         for (int i = 0; i < (int)((PX_ASK_S + PX_DONE_S + 1.0) / 0.05); i++) nanosleep(&nap, NULL);
-        MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+        if (atomic_load(&g_aborting) < 2) MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+        _exit(PX_ABORT_CODE);
     }
     MPI_Finalize();
+}
+
+/* A watchdog ends the job, after a moment for the waiting thread to
+ * report its error. */
+static _Noreturn void end_job(void)
+{
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    fflush(NULL);
+    atomic_store(&g_aborting, 2);
+    MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+    _exit(PX_ABORT_CODE); /* MPI_Abort does not return */
 }
 
 /* MPI_Init_thread(MPI_THREAD_MULTIPLE) once per process (or accepts an
@@ -541,10 +562,7 @@ static void *watchdog_main(void *arg)
                 pthread_mutex_unlock(&s->mu);
                 phx_log(PHX_LOG_ERROR, "%s; ending the job with MPI_Abort", msg);
                 wait_reports(s, s->rec_running);
-                struct timespec ts = {0, 300 * 1000 * 1000};
-                nanosleep(&ts, NULL);
-                MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
-                _exit(PX_ABORT_CODE);
+                end_job();
             }
         }
         if (phx_kit_comm_running(s->kit, &o, &seq, &secs) && (secs > s->timeout || s->asked_by >= 0)) {
@@ -569,11 +587,7 @@ static void *watchdog_main(void *arg)
             phx_kit_comm_expire(s->kit, PHX_ETIMEOUT, msg);
             if (same) wait_reports(s, same);
             free(same);
-            /* a moment for the waiting thread to report it */
-            struct timespec ts = {0, 300 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
-            _exit(PX_ABORT_CODE); /* MPI_Abort does not return */
+            end_job();
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
