@@ -31,8 +31,15 @@ static void batched_part(void *arg, int64_t lo, int64_t hi)
 }
 
 /* The matrices split over the thread budget's pool, parts of at least
- * 2^20 multiply-adds: the GPT's 64 attention products per pass
- * (128x128x32) are each too small to split themselves (gemm.c). */
+ * 2^20 multiply-adds: the GPT's attention products (128x128x32, 2^19
+ * each, one call of 4 heads per sequence) are each too small to split
+ * themselves (gemm.c), so 2 heads a part. The grain was 2^20 / fmas + 1,
+ * 3 matrices: 4 heads made one part, and at 2 threads every attention
+ * product ran on the calling thread (OpenBLAS) or was cut into two
+ * 64-row oneDNN blocks of 2^18 multiply-adds, a pool dispatch each (bf16:
+ * 20% of the step's samples in the pool's waits). The GPT step at 2
+ * threads ran 1.10-1.16x (f32), 1.12-1.14x (bf16) and 1.10-1.21x (f16)
+ * faster with 2 heads a part (doc/maint/kernels.md). */
 phx_status px_cpu_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb,
                                int64_t stride_b, phx_dtype adt, float beta, void *c, int64_t ldc, int64_t stride_c,
@@ -42,6 +49,6 @@ phx_status px_cpu_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, int
     batched_job j = {dev,      trans_a,  trans_b, m,    n, k, lda, ldb, ldc, stride_a,
                      stride_b, stride_c, alpha,   beta, a, b, c,   adt, cdt, PHX_OK};
     int64_t fmas = m * n * (k > 0 ? k : 1);
-    px_cpu_parallel_for(batch, fmas > 0 ? ((int64_t)1 << 20) / fmas + 1 : batch, batched_part, &j);
+    px_cpu_parallel_for(batch, fmas > 0 ? (((int64_t)1 << 20) + fmas - 1) / fmas : batch, batched_part, &j);
     return j.first;
 }
