@@ -102,11 +102,11 @@ PX_USER_OP(op_f32_max, PHX_F32, PHX_MAX)
 PX_USER_OP(op_f32_min, PHX_F32, PHX_MIN)
 #undef PX_USER_OP
 
-/* Set by a watchdog that is about to end the job (1), and that called
- * MPI_Abort (2): a collective is stuck, so MPI_Finalize at exit could
- * block for ever (its fence waits for the stuck rank); the exiting thread
- * ends the process instead. */
-static atomic_int g_aborting;
+/* What a watchdog did to end the job: a collective is stuck, so
+ * MPI_Finalize at exit could block for ever (its fence waits for the
+ * stuck rank); the exiting thread ends the process instead. */
+enum { PX_RUNNING, PX_ENDING /* about to end the job */, PX_ABORTED /* called MPI_Abort */ };
+static atomic_int g_aborting = PX_RUNNING;
 
 /* The exit of a process whose watchdog ends the job. Open MPI's
  * MPI_Abort returns at once in a second thread while the first one's is
@@ -119,7 +119,7 @@ static void mpi_at_exit(void)
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin) return;
-    if (atomic_load(&g_aborting)) {
+    if (atomic_load(&g_aborting) != PX_RUNNING) {
         /* The main thread got the watchdog's error and returned: the
          * watchdog is still waiting for the other ranks in the op to
          * report, and aborting now would kill them before their lines
@@ -128,7 +128,7 @@ static void mpi_at_exit(void)
         fflush(NULL);
         struct timespec nap = {0, 50 * 1000 * 1000};
         for (int i = 0; i < (int)((PX_ASK_S + PX_DONE_S + 1.0) / 0.05); i++) nanosleep(&nap, NULL);
-        if (atomic_load(&g_aborting) < 2) MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
+        if (atomic_load(&g_aborting) != PX_ABORTED) MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
         _exit(PX_ABORT_CODE);
     }
     MPI_Finalize();
@@ -141,7 +141,7 @@ static _Noreturn void end_job(void)
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
     fflush(NULL);
-    atomic_store(&g_aborting, 2);
+    atomic_store(&g_aborting, PX_ABORTED);
     MPI_Abort(MPI_COMM_WORLD, PX_ABORT_CODE);
     _exit(PX_ABORT_CODE); /* MPI_Abort does not return */
 }
@@ -558,7 +558,7 @@ static void *watchdog_main(void *arg)
             } else {
                 /* the stuck MPI call cannot be cancelled: as after a
                  * timeout, the job ends once the ranks in an op reported */
-                atomic_store(&g_aborting, 1);
+                atomic_store(&g_aborting, PX_ENDING);
                 pthread_mutex_unlock(&s->mu);
                 phx_log(PHX_LOG_ERROR, "%s; ending the job with MPI_Abort", msg);
                 wait_reports(s, s->rec_running);
@@ -568,7 +568,7 @@ static void *watchdog_main(void *arg)
         if (phx_kit_comm_running(s->kit, &o, &seq, &secs) && (secs > s->timeout || s->asked_by >= 0)) {
             char msg[1024], why[768], within[96];
             int *same = calloc((size_t)s->size, sizeof *same), by = s->asked_by;
-            atomic_store(&g_aborting, 1);
+            atomic_store(&g_aborting, PX_ENDING);
             pthread_mutex_unlock(&s->mu);
             if (secs > s->timeout)
                 snprintf(within, sizeof within, "%.3g s (PHX_TIMEOUT)", s->timeout);
