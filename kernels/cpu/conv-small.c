@@ -107,15 +107,16 @@ T512 static void fwd_part(void *arg, int64_t lo, int64_t hi)
 /* s[kr][lane] += dY . col[kr] of one channel of one image, lane by lane,
  * and s[kd][lane] += dY (kd a constant where the caller can make it one:
  * the sums stay in registers) */
-T512 static inline __attribute__((always_inline)) void wgt_channel(int64_t kd, const float *dyc, const float *col,
-                                                                   int64_t vecs, const int64_t *at, const __mmask16 *mk,
-                                                                   double *s)
+T512 static inline __attribute__((always_inline)) void wgt_channel(int64_t kd, int64_t ohw, const float *dyc,
+                                                                   const float *col, int64_t vecs, const int64_t *at,
+                                                                   const __mmask16 *mk, double *s)
 {
     __m512 acc[TAPS_MOST + 1];
 #pragma GCC unroll 28
     for (int kr = 0; kr <= TAPS_MOST; kr++) acc[kr] = _mm512_setzero_ps();
     for (int64_t v = 0; v < vecs; v++, col += kd * 16) {
         __m512 g = _mm512_maskz_loadu_ps(mk[v], dyc + at[v]);
+        _mm_prefetch((const char *)(dyc + ohw + at[v]), _MM_HINT_T0); /* the next channel's */
         acc[TAPS_MOST] = _mm512_add_ps(acc[TAPS_MOST], g);
 #pragma GCC unroll 27
         for (int kr = 0; kr < TAPS_MOST; kr++)
@@ -168,14 +169,12 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
         for (int64_t co = lo; co < hi; co++) {
             double *s = sum + (co - lo) * (kd + 1) * 16;
             const float *dyc = j->dy + (b * d->k + co) * ohw;
-            for (int64_t f = 0; f < ohw; f += 16) /* the next channel's dY, in while this one is summed */
-                _mm_prefetch((const char *)(dyc + ohw + f), _MM_HINT_T0);
             if (kd == 9) /* one input channel, 3 x 3 */
-                wgt_channel(9, dyc, col, vecs, at, mk, s);
+                wgt_channel(9, ohw, dyc, col, vecs, at, mk, s);
             else if (kd == 27) /* three, 3 x 3 */
-                wgt_channel(27, dyc, col, vecs, at, mk, s);
+                wgt_channel(27, ohw, dyc, col, vecs, at, mk, s);
             else
-                wgt_channel(kd, dyc, col, vecs, at, mk, s);
+                wgt_channel(kd, ohw, dyc, col, vecs, at, mk, s);
         }
     }
     for (int64_t co = lo; co < hi; co++)
