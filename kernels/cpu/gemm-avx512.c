@@ -220,6 +220,11 @@ T512 static inline __attribute__((always_inline)) void tile_store(__m512 acc[MR]
         for (int col = 0; col < cols; col++) c[col * ldc + r] = buf[r * NR + col];
 }
 
+/* fn(..., nv), nv the column vectors (1-3) a tile of cols columns needs:
+ * a constant in each call, so that the inlined kernel is unrolled for it */
+#define BY_VECTORS(cols, fn, ...) \
+    ((cols) > 32 ? fn(__VA_ARGS__, 3) : (cols) > 16 ? fn(__VA_ARGS__, 2) : fn(__VA_ARGS__, 1))
+
 /* the FMA micro-kernel on the first nv column vectors of the tile (an
  * edge tile of 16 or 32 columns does no more: a C 128 wide is 48 + 48 +
  * 32, and the third tile multiplying a third of zeros cost our GEMM
@@ -249,12 +254,7 @@ T512 static void micro(int64_t kc, const float *ap, const float *bp, float *c, i
                        int rows, int cols, int ct)
 {
     __m512 acc[MR][3];
-    if (cols > 32)
-        micro_nv(kc, ap, bp, acc, 3);
-    else if (cols > 16)
-        micro_nv(kc, ap, bp, acc, 2);
-    else
-        micro_nv(kc, ap, bp, acc, 1);
+    BY_VECTORS(cols, micro_nv, kc, ap, bp, acc);
     tile_store(acc, c, ldc, alpha, beta, rows, cols, ct);
 }
 
@@ -287,12 +287,7 @@ TBF16 static void micro_pairs(int64_t kp, const float *ap, const float *bp, floa
                               float beta, int rows, int cols, int ct)
 {
     __m512 acc[MR][3];
-    if (cols > 32)
-        micro_pairs_nv(kp, ap, bp, acc, 3);
-    else if (cols > 16)
-        micro_pairs_nv(kp, ap, bp, acc, 2);
-    else
-        micro_pairs_nv(kp, ap, bp, acc, 1);
+    BY_VECTORS(cols, micro_pairs_nv, kp, ap, bp, acc);
     tile_store(acc, c, ldc, alpha, beta, rows, cols, ct);
 }
 
