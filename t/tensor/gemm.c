@@ -128,7 +128,14 @@ static const float alphas[] = {1.0f, 0.5f, -1.5f, 2.0f};
 static const float betas[] = {0.0f, -2.0f, 1.0f, 0.25f};
 
 static const shape3 odd[] = {
-    {1, 1, 1}, {7, 33, 1}, {33, 7, 1000}, {1000, 33, 7}, {7, 1000, 33}, {1, 1000, 1}, {33, 33, 33}, {1, 7, 1000},
+    {1, 1, 1},
+    {7, 33, 1},
+    {33, 7, 1000},
+    {1000, 33, 7},
+    {7, 1000, 33},
+    {1, 1000, 1},
+    {33, 33, 33},
+    {1, 7, 1000},
     /* C 128 wide: two 48-column tiles and one of 32 (the micro-kernel's
      * two-vector edge) */
     {100, 128, 70},
