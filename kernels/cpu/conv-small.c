@@ -106,8 +106,9 @@ T512 static void fwd_part(void *arg, int64_t lo, int64_t hi)
 
 /* s[kr][lane] += dY . col[kr] of one channel of one image, lane by lane,
  * and s[kd][lane] += dY (kd a constant where the caller can make it one:
- * the sums stay in registers) */
-T512 static inline __attribute__((always_inline)) void wgt_channel(int64_t kd, int64_t ohw, const float *dyc,
+ * the sums stay in registers); next, the next channel's dY, is
+ * prefetched a vector at a time meanwhile */
+T512 static inline __attribute__((always_inline)) void wgt_channel(int64_t kd, const float *next, const float *dyc,
                                                                    const float *col, int64_t vecs, const int64_t *at,
                                                                    const __mmask16 *mk, double *s)
 {
@@ -116,7 +117,7 @@ T512 static inline __attribute__((always_inline)) void wgt_channel(int64_t kd, i
     for (int kr = 0; kr <= TAPS_MOST; kr++) acc[kr] = _mm512_setzero_ps();
     for (int64_t v = 0; v < vecs; v++, col += kd * 16) {
         __m512 g = _mm512_maskz_loadu_ps(mk[v], dyc + at[v]);
-        _mm_prefetch((const char *)(dyc + ohw + at[v]), _MM_HINT_T0); /* the next channel's */
+        _mm_prefetch((const char *)(next + at[v]), _MM_HINT_T0);
         acc[TAPS_MOST] = _mm512_add_ps(acc[TAPS_MOST], g);
 #pragma GCC unroll 27
         for (int kr = 0; kr < TAPS_MOST; kr++)
@@ -170,11 +171,11 @@ T512 static void wgt_part(void *arg, int64_t lo, int64_t hi)
             double *s = sum + (co - lo) * (kd + 1) * 16;
             const float *dyc = j->dy + (b * d->k + co) * ohw;
             if (kd == 9) /* one input channel, 3 x 3 */
-                wgt_channel(9, ohw, dyc, col, vecs, at, mk, s);
+                wgt_channel(9, dyc + ohw, dyc, col, vecs, at, mk, s);
             else if (kd == 27) /* three, 3 x 3 */
-                wgt_channel(27, ohw, dyc, col, vecs, at, mk, s);
+                wgt_channel(27, dyc + ohw, dyc, col, vecs, at, mk, s);
             else
-                wgt_channel(kd, ohw, dyc, col, vecs, at, mk, s);
+                wgt_channel(kd, dyc + ohw, dyc, col, vecs, at, mk, s);
         }
     }
     for (int64_t co = lo; co < hi; co++)
