@@ -102,6 +102,13 @@ phx_status px_cpu_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *sr
  * feed run there too now, with no BLAS threads waiting beside them). */
 phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
                                  int64_t rows, int64_t cols);
+/* The same on the calling thread, for callers already on the pool (our
+ * GEMM's half-precision C, the row kernels' blocks): the conversion loop
+ * also for contiguous rows under 1 MiB read and written, where
+ * px_cpu_cast would neither stream nor look up the tuning cache and its
+ * dispatch cost more than converting a 128-value row. */
+phx_status px_cpu_half_cast_rows_here(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st,
+                                      int64_t lds, int64_t rows, int64_t cols);
 
 /* Streaming (non-temporal) stores for the output of an elementwise
  * kernel whose output is no larger than its input (relu, narrowing casts),

@@ -1,5 +1,6 @@
 /* The half-dtype path of the CPU row kernels: f16 and bf16 values widened
- * a chunk of rows at a time by the cast kernel (F16C, AVX-512, shifts),
+ * a chunk of rows at a time (AVX-512 conversion loops below, else the
+ * cast kernel: F16C, shifts),
  * run through the kernel's f32 loop, and rounded back. The compiled half
  * loops convert each element in software and do not vectorise; widening
  * is exact and both round to nearest even, so the bits are the same. */
@@ -22,11 +23,12 @@ phx_status px_cpu_half_rows(int64_t rows, int64_t cols, phx_dtype dt, const void
     phx_status st = PHX_OK;
     for (int64_t r = 0; r < rows && st == PHX_OK; r += chunk) {
         int64_t k = rows - r < chunk ? rows - r : chunk, off = r * cols;
-        st = px_cpu_cast(0, a, PHX_F32, (const uint16_t *)in0 + off, dt, k * cols);
-        if (st == PHX_OK && in1) st = px_cpu_cast(0, b, PHX_F32, (const uint16_t *)in1 + off, dt, k * cols);
+        int64_t n = k * cols;
+        st = px_cpu_half_cast_rows_here(a, PHX_F32, n, (const uint16_t *)in0 + off, dt, n, 1, n);
+        if (st == PHX_OK && in1) st = px_cpu_half_cast_rows_here(b, PHX_F32, n, (const uint16_t *)in1 + off, dt, n, 1, n);
         if (st != PHX_OK) break;
         fn(arg, r, k, a, b, o);
-        st = px_cpu_cast(0, (uint16_t *)out + off, dt, o, PHX_F32, k * cols);
+        st = px_cpu_half_cast_rows_here((uint16_t *)out + off, dt, n, o, PHX_F32, n, 1, n);
     }
     return st;
 }
@@ -87,9 +89,6 @@ __attribute__((target("avx512f,f16c"))) static void narrow_rows_512(uint16_t *d,
 }
 #endif
 
-static phx_status cast_rows_inline(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
-                                   int64_t rows, int64_t cols);
-
 typedef struct rows_job {
     void *dst;
     const void *src;
@@ -103,7 +102,7 @@ static void rows_part(void *arg, int64_t lo, int64_t hi)
     rows_job *j = arg;
     size_t ed = phx_dtype_size(j->dt), es = phx_dtype_size(j->st);
     px_cpu_part_fail(&j->first,
-                     cast_rows_inline((char *)j->dst + (size_t)(lo * j->ldd) * ed, j->dt, j->ldd,
+                     px_cpu_half_cast_rows_here((char *)j->dst + (size_t)(lo * j->ldd) * ed, j->dt, j->ldd,
                                       (const char *)j->src + (size_t)(lo * j->lds) * es, j->st, j->lds, hi - lo,
                                       j->cols));
 }
@@ -115,19 +114,19 @@ static void rows_part(void *arg, int64_t lo, int64_t hi)
 phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
                                  int64_t rows, int64_t cols)
 {
-    if (cols <= 0) return cast_rows_inline(dst, dt, ldd, src, st, lds, rows, cols);
+    if (cols <= 0) return px_cpu_half_cast_rows_here(dst, dt, ldd, src, st, lds, rows, cols);
     rows_job j = {dst, src, dt, st, ldd, lds, cols, PHX_OK};
     px_cpu_parallel_for(rows, ((int64_t)1 << 15) / cols + 1, rows_part, &j);
     return j.first;
 }
 
-static phx_status cast_rows_inline(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
-                                   int64_t rows, int64_t cols)
+phx_status px_cpu_half_cast_rows_here(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                                      int64_t rows, int64_t cols)
 {
 #if PX_HAVE_X86
-    /* contiguous: px_cpu_cast's one call (streaming stores, tuning) */
-    int strided = !(ldd == cols && lds == cols);
-    if (strided && rows > 0 && cols > 0 && px_cpu_isa() == PX_ISA_AVX512) {
+    /* contiguous and big: px_cpu_cast's one call (streaming stores, tuning) */
+    int big = ldd == cols && lds == cols && rows * cols * 6 >= ((int64_t)1 << 20);
+    if (!big && rows > 0 && cols > 0 && px_cpu_isa() == PX_ISA_AVX512) {
         if (dt == PHX_F32 && st == PHX_F16) {
             widen_rows_512(dst, ldd, src, lds, rows, cols);
             return PHX_OK;

@@ -6,7 +6,11 @@
  * signed zeros, f16 subnormals, overflow to inf and ties included -- and
  * of px_cpu_cast_rows, the per-row path it replaces; it must write only
  * the cols of each row (the padding between rows keeps its sentinel).
- * Row lengths 1-40 cover empty, partial and full 16-lane blocks. */
+ * Row lengths 1-40 cover empty, partial and full 16-lane blocks. The
+ * calling-thread form (px_cpu_half_cast_rows_here) also converts
+ * contiguous runs in its loop below 1 MiB read and written, and through
+ * px_cpu_cast above: lengths on both sides of that line give the same
+ * bits. */
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +48,7 @@ static float narrow_case(void)
 int main(void)
 {
     const int64_t rows = 7, pad = 5, maxc = 40;
-    plan(4);
+    plan(6);
     if (px_cpu_isa() != PX_ISA_AVX512) diag("the kernels do not use AVX-512 here: this checks px_cpu_cast_rows");
     int64_t ld = maxc + pad;
     uint16_t *h = malloc((size_t)(rows * ld) * 2), *h2 = malloc((size_t)(rows * ld) * 2),
@@ -92,5 +96,36 @@ int main(void)
        bad_n);
     ok(st == PHX_OK && bad_nold == 0, "f32 -> f16: px_cpu_cast_rows's bits (%d differ)", bad_nold);
     free(h), free(h2), free(h3), free(f), free(f2), free(f3);
+
+    /* contiguous runs: the loop (under 1 MiB read and written) and px_cpu_cast */
+    const int64_t lens[] = {1, 15, 16, 17, 1000, 1024, 174761, 174763, 300001};
+    const int64_t maxn = 300001 + 1;
+    h = malloc((size_t)maxn * 2), h2 = malloc((size_t)maxn * 2);
+    f = malloc((size_t)maxn * 4), f3 = malloc((size_t)maxn * 4);
+    if (!h || !h2 || !f || !f3) {
+        diag("out of memory");
+        return 1;
+    }
+    int bad_cw = 0, bad_cn = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0] && st == PHX_OK; li++) {
+        int64_t n = lens[li];
+        for (int64_t i = 0; i < maxn; i++) h[i] = (uint16_t)(cu_urand() * 65536), f3[i] = narrow_case();
+        f[n] = -12345.0f, h2[n] = 0xabcd; /* past the end: untouched */
+        st = px_cpu_half_cast_rows_here(f, PHX_F32, n, h, PHX_F16, n, 1, n);
+        if (st == PHX_OK) st = px_cpu_half_cast_rows_here(h2, PHX_F16, n, f3, PHX_F32, n, 1, n);
+        for (int64_t i = 0; i < n; i++) {
+            float want = phx_f16_to_f32(h[i]);
+            bad_cw += memcmp(&f[i], &want, 4) != 0;
+            bad_cn += h2[i] != phx_f32_to_f16(f3[i]);
+        }
+        bad_cw += f[n] != -12345.0f;
+        bad_cn += h2[n] != 0xabcd;
+    }
+    if (st != PHX_OK) diag("px_cpu_half_cast_rows_here: %s", phx_last_error());
+    ok(st == PHX_OK && bad_cw == 0, "f16 -> f32 contiguous runs of 1 to 300001 values on the calling thread: "
+       "phx_f16_to_f32's bits (%d differ)", bad_cw);
+    ok(st == PHX_OK && bad_cn == 0, "f32 -> f16 contiguous runs of 1 to 300001 values on the calling thread: "
+       "phx_f32_to_f16's bits (%d differ)", bad_cn);
+    free(h), free(h2), free(f), free(f3);
     return done_testing();
 }
