@@ -89,9 +89,9 @@ static phx_status fwd_half_blocks(phx_activation act, int64_t n, const uint16_t 
     float a[PX_F16_BLOCK], b[PX_F16_BLOCK];
     for (int64_t i = 0; i < n; i += PX_F16_BLOCK) {
         int64_t k = n - i < PX_F16_BLOCK ? n - i : PX_F16_BLOCK;
-        phx_status st = px_cpu_cast(0, a, PHX_F32, x + i, dt, k);
+        phx_status st = px_cpu_half_cast_here(a, PHX_F32, x + i, dt, k);
         if (st == PHX_OK) st = px_cpu_act_forward(0, act, k, a, b, PHX_F32);
-        if (st == PHX_OK) st = px_cpu_cast(0, y + i, dt, b, PHX_F32, k);
+        if (st == PHX_OK) st = px_cpu_half_cast_here(y + i, dt, b, PHX_F32, k);
         if (st != PHX_OK) return st;
     }
     return PHX_OK;
@@ -103,11 +103,11 @@ static phx_status bwd_half_blocks(phx_activation act, int64_t n, const uint16_t 
     float a[PX_F16_BLOCK], b[PX_F16_BLOCK], g[PX_F16_BLOCK], d[PX_F16_BLOCK];
     for (int64_t i = 0; i < n; i += PX_F16_BLOCK) {
         int64_t k = n - i < PX_F16_BLOCK ? n - i : PX_F16_BLOCK;
-        phx_status st = x ? px_cpu_cast(0, a, PHX_F32, x + i, dt, k) : PHX_OK;
-        if (st == PHX_OK && y) st = px_cpu_cast(0, b, PHX_F32, y + i, dt, k);
-        if (st == PHX_OK) st = px_cpu_cast(0, g, PHX_F32, dy + i, dt, k);
+        phx_status st = x ? px_cpu_half_cast_here(a, PHX_F32, x + i, dt, k) : PHX_OK;
+        if (st == PHX_OK && y) st = px_cpu_half_cast_here(b, PHX_F32, y + i, dt, k);
+        if (st == PHX_OK) st = px_cpu_half_cast_here(g, PHX_F32, dy + i, dt, k);
         if (st == PHX_OK) st = px_cpu_act_backward(0, act, k, x ? a : NULL, y ? b : NULL, g, d, PHX_F32);
-        if (st == PHX_OK) st = px_cpu_cast(0, dx + i, dt, d, PHX_F32, k);
+        if (st == PHX_OK) st = px_cpu_half_cast_here(dx + i, dt, d, PHX_F32, k);
         if (st != PHX_OK) return st;
     }
     return PHX_OK;

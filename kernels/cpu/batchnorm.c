@@ -101,7 +101,7 @@ PX_INLINE void px_bn_sum2(const void *x, const void *dy, int dt, int64_t o, int6
  * px_ld/px_st's element-by-element conversion, which does not vectorise. */
 PX_INLINE void px_bn_widen(float *buf, const void *x, int dt, int64_t o, int64_t len)
 {
-    px_cpu_cast(0, buf, PHX_F32, (const uint16_t *)x + o, (phx_dtype)dt, len);
+    px_cpu_half_cast_here(buf, PHX_F32, (const uint16_t *)x + o, (phx_dtype)dt, len);
 }
 
 /* sum x[o + i] (sq: sum (x[o + i] - m)^2), i < len, in PX_BN_LANES lanes */
@@ -146,7 +146,7 @@ PX_CLONES static void px_bn_apply_half(const bn_job *j, int64_t c0, int64_t c1)
                 int64_t k = j->hw - b < PX_F16_BLOCK ? j->hw - b : PX_F16_BLOCK;
                 px_bn_widen(buf, j->x, j->dt, o + b, k);
                 for (int64_t t = 0; t < k; t++) buf[t] = phx_bn_apply(buf[t], m, istd, wc, bc);
-                px_cpu_cast(0, (uint16_t *)j->y + o + b, (phx_dtype)j->dt, buf, PHX_F32, k);
+                px_cpu_half_cast_here((uint16_t *)j->y + o + b, (phx_dtype)j->dt, buf, PHX_F32, k);
             }
         }
     }
@@ -196,7 +196,7 @@ PX_CLONES static void px_bn_dx_half(const bn_job *j, int64_t c0, int64_t c1)
                 px_bn_widen(g, j->dy, j->dt, o + b, k);
                 px_bn_widen(xv, j->x, j->dt, o + b, k);
                 for (int64_t t = 0; t < k; t++) g[t] = phx_bn_dx(g[t], xv[t] - m, istd, mdy, mdx, scale);
-                px_cpu_cast(0, (uint16_t *)j->y + o + b, (phx_dtype)j->dt, g, PHX_F32, k);
+                px_cpu_half_cast_here((uint16_t *)j->y + o + b, (phx_dtype)j->dt, g, PHX_F32, k);
             }
         }
     }

@@ -102,7 +102,7 @@ PX_INLINE const float *half_in(const void *x, int dt, int64_t o, int64_t s, int6
     if (s == 0) {
         buf[0] = px_ld(x, dt, o);
     } else if (s == 1) {
-        px_cpu_cast(0, buf, PHX_F32, (const uint16_t *)x + o, (phx_dtype)dt, len);
+        px_cpu_half_cast_here(buf, PHX_F32, (const uint16_t *)x + o, (phx_dtype)dt, len);
     } else {
         for (int64_t i = 0; i < len; i++) buf[i] = px_ld(x, dt, o + i * s);
     }
@@ -117,7 +117,7 @@ PX_INLINE void bin_run_half(int op, int dt, int64_t n, void *out, int64_t oo, co
         int64_t len = n - i < PX_F16_BLOCK ? n - i : PX_F16_BLOCK;
         const float *x = half_in(a, dt, ao + i * sa, sa, len, ab), *y = half_in(b, dt, bo + i * sb, sb, len, bb);
         bin_run(op, PHX_F32, len, ob, 0, x, 0, sa ? 1 : 0, y, 0, sb ? 1 : 0);
-        px_cpu_cast(0, (uint16_t *)out + oo + i, (phx_dtype)dt, ob, PHX_F32, len);
+        px_cpu_half_cast_here((uint16_t *)out + oo + i, (phx_dtype)dt, ob, PHX_F32, len);
     }
 }
 
@@ -335,9 +335,9 @@ PX_INLINE void un_range(int op, int dt, const un_job *j, int64_t lo, int64_t hi)
     float buf[PX_F16_BLOCK];
     for (int64_t i = lo; i < hi; i += PX_F16_BLOCK) { /* f32 blocks, as the binary kernel */
         int64_t len = hi - i < PX_F16_BLOCK ? hi - i : PX_F16_BLOCK;
-        px_cpu_cast(0, buf, PHX_F32, (const uint16_t *)j->x + i, (phx_dtype)dt, len);
+        px_cpu_half_cast_here(buf, PHX_F32, (const uint16_t *)j->x + i, (phx_dtype)dt, len);
         for (int64_t k = 0; k < len; k++) buf[k] = un_apply(op, buf[k], alpha, beta);
-        px_cpu_cast(0, (uint16_t *)j->y + i, (phx_dtype)dt, buf, PHX_F32, len);
+        px_cpu_half_cast_here((uint16_t *)j->y + i, (phx_dtype)dt, buf, PHX_F32, len);
     }
 }
 

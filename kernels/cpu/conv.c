@@ -424,7 +424,7 @@ static void cast_part(void *arg, int64_t lo, int64_t hi)
     conv_cast *c = arg;
     size_t od = phx_dtype_size(c->dt), os = phx_dtype_size(c->st);
     phx_status st =
-        px_cpu_cast(0, (char *)c->dst + (size_t)lo * od, c->dt, (const char *)c->src + (size_t)lo * os, c->st, hi - lo);
+        px_cpu_half_cast_here((char *)c->dst + (size_t)lo * od, c->dt, (const char *)c->src + (size_t)lo * os, c->st, hi - lo);
     if (st != PHX_OK) c->err = st; /* only a bug: the dtypes are checked */
 }
 
@@ -567,7 +567,7 @@ static void half_subsample_part(void *arg, int64_t lo, int64_t hi)
                 t[e - e0] = x[r * d->stride_h * d->w + c * d->stride_w];
                 if (++c == d->ow) c = 0, r++;
             }
-            phx_status st = px_cpu_cast(0, o + e0, PHX_F32, t, j->dt, e1 - e0);
+            phx_status st = px_cpu_half_cast_here(o + e0, PHX_F32, t, j->dt, e1 - e0);
             px_cpu_part_fail(&j->st, st);
         }
     }
@@ -585,7 +585,7 @@ static void half_upsample_part(void *arg, int64_t lo, int64_t hi)
         memset(dx, 0, (size_t)(d->h * d->w) * 2); /* +0 in f16 and bf16 */
         for (int64_t e0 = 0; e0 < ohw; e0 += HALF_SUB_CHUNK) {
             int64_t e1 = ohw - e0 < HALF_SUB_CHUNK ? ohw : e0 + HALF_SUB_CHUNK;
-            phx_status st = px_cpu_cast(0, t, j->dt, g + e0, PHX_F32, e1 - e0);
+            phx_status st = px_cpu_half_cast_here(t, j->dt, g + e0, PHX_F32, e1 - e0);
             px_cpu_part_fail(&j->st, st);
             for (int64_t e = e0, r = e0 / d->ow, c = e0 % d->ow; e < e1; e++) {
                 dx[r * d->stride_h * d->w + c * d->stride_w] = t[e - e0];

@@ -109,6 +109,12 @@ phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const voi
  * dispatch cost more than converting a 128-value row. */
 phx_status px_cpu_half_cast_rows_here(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st,
                                       int64_t lds, int64_t rows, int64_t cols);
+/* n contiguous values so (px_cpu_cast's arguments without the device):
+ * the row kernels' widened and rounded blocks. */
+static inline phx_status px_cpu_half_cast_here(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)
+{
+    return px_cpu_half_cast_rows_here(dst, dt, n, src, st, n, 1, n);
+}
 
 /* Streaming (non-temporal) stores for the output of an elementwise
  * kernel whose output is no larger than its input (relu, narrowing casts),

@@ -81,9 +81,9 @@ static phx_status bias_add_half_blocks(int64_t rows, int64_t cols, uint16_t *y, 
         for (int64_t c = 0; c < cols; c += PX_F16_BLOCK) {
             int64_t k = cols - c < PX_F16_BLOCK ? cols - c : PX_F16_BLOCK;
             uint16_t *row = y + r * cols + c;
-            phx_status st = px_cpu_cast(0, a, PHX_F32, row, dt, k);
+            phx_status st = px_cpu_half_cast_here(a, PHX_F32, row, dt, k);
             for (int64_t j = 0; j < k; j++) a[j] += bias[c + j];
-            if (st == PHX_OK) st = px_cpu_cast(0, row, dt, a, PHX_F32, k);
+            if (st == PHX_OK) st = px_cpu_half_cast_here(row, dt, a, PHX_F32, k);
             if (st != PHX_OK) return st;
         }
     return PHX_OK;
@@ -187,7 +187,7 @@ PX_INLINE void px_bias_grad_loop(int64_t rows, int64_t cols, const void *dy, int
         for (int64_t r = 0; r < rows; r++) {
             int64_t o = r * cols + c0;
             if (dt != PHX_F32 && widen) {
-                px_cpu_cast(0, row, PHX_F32, (const uint16_t *)dy + o, (phx_dtype)dt, w);
+                px_cpu_half_cast_here(row, PHX_F32, (const uint16_t *)dy + o, (phx_dtype)dt, w);
                 for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];
             } else {
                 for (int64_t j = 0; j < w; j++) acc[j] += (double)px_ld(dy, dt, o + j);

@@ -24,11 +24,11 @@ phx_status px_cpu_half_rows(int64_t rows, int64_t cols, phx_dtype dt, const void
     for (int64_t r = 0; r < rows && st == PHX_OK; r += chunk) {
         int64_t k = rows - r < chunk ? rows - r : chunk, off = r * cols;
         int64_t n = k * cols;
-        st = px_cpu_half_cast_rows_here(a, PHX_F32, n, (const uint16_t *)in0 + off, dt, n, 1, n);
-        if (st == PHX_OK && in1) st = px_cpu_half_cast_rows_here(b, PHX_F32, n, (const uint16_t *)in1 + off, dt, n, 1, n);
+        st = px_cpu_half_cast_here(a, PHX_F32, (const uint16_t *)in0 + off, dt, n);
+        if (st == PHX_OK && in1) st = px_cpu_half_cast_here(b, PHX_F32, (const uint16_t *)in1 + off, dt, n);
         if (st != PHX_OK) break;
         fn(arg, r, k, a, b, o);
-        st = px_cpu_half_cast_rows_here((uint16_t *)out + off, dt, n, o, PHX_F32, n, 1, n);
+        st = px_cpu_half_cast_here((uint16_t *)out + off, dt, o, PHX_F32, n);
     }
     return st;
 }

@@ -105,12 +105,12 @@ PX_CLONES static void maxpool_half(const pool_job *j, int64_t lo, int64_t hi)
     float *xs = px_cpu_scratch(0, (size_t)hw * sizeof(float)), *ys = px_cpu_scratch(1, (size_t)ohw * sizeof(float));
     for (int64_t p = lo; p < hi && xs && ys; p++) {
         int32_t *am = j->argmax ? j->argmax + p * ohw : NULL;
-        px_cpu_cast(0, xs, PHX_F32, (const uint16_t *)j->x + p * hw, (phx_dtype)j->dt, hw);
+        px_cpu_half_cast_here(xs, PHX_F32, (const uint16_t *)j->x + p * hw, (phx_dtype)j->dt, hw);
         if (j->fast)
             px_maxpool_2x2(d, xs, ys, am, PHX_F32, 0, 1);
         else
             px_maxpool(d, xs, ys, am, PHX_F32, 0, 1);
-        px_cpu_cast(0, (uint16_t *)j->y + p * ohw, (phx_dtype)j->dt, ys, PHX_F32, ohw);
+        px_cpu_half_cast_here((uint16_t *)j->y + p * ohw, (phx_dtype)j->dt, ys, PHX_F32, ohw);
     }
 }
 
@@ -180,7 +180,7 @@ PX_CLONES static void maxpool_bwd_half(const pool_job *j, int64_t lo, int64_t hi
     float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float)), *g = px_cpu_scratch(1, (size_t)ohw * sizeof(float));
     for (int64_t p = lo; p < hi && acc && g; p++) {
         const int32_t *am = j->argmax + p * ohw;
-        px_cpu_cast(0, g, PHX_F32, (const uint16_t *)j->dy + p * ohw, (phx_dtype)j->dt, ohw);
+        px_cpu_half_cast_here(g, PHX_F32, (const uint16_t *)j->dy + p * ohw, (phx_dtype)j->dt, ohw);
         memset(acc, 0, (size_t)hw * sizeof(float));
         if (j->fast) /* disjoint windows: each position gets at most one dy */
             for (int64_t o = 0; o < ohw; o++) {
@@ -189,7 +189,7 @@ PX_CLONES static void maxpool_bwd_half(const pool_job *j, int64_t lo, int64_t hi
         else
             for (int64_t o = 0; o < ohw; o++)
                 if (am[o] >= 0) acc[am[o]] += g[o];
-        px_cpu_cast(0, (uint16_t *)j->dx + p * hw, (phx_dtype)j->dt, acc, PHX_F32, hw);
+        px_cpu_half_cast_here((uint16_t *)j->dx + p * hw, (phx_dtype)j->dt, acc, PHX_F32, hw);
     }
 }
 
@@ -293,9 +293,9 @@ phx_status px_cpu_avgpool2d_forward(int dev, const phx_conv2d_desc *d, int count
         float *xs = px_cpu_scratch(1, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
         float *ys = px_cpu_scratch(2, (size_t)(ny > 0 ? ny : 1) * sizeof(float));
         if (!xs || !ys) return PHX_ENOMEM;
-        if ((st = px_cpu_cast(0, xs, PHX_F32, x, dt, nx)) != PHX_OK) return st;
+        if ((st = px_cpu_half_cast_here(xs, PHX_F32, x, dt, nx)) != PHX_OK) return st;
         avgpool_f32(d, count_include_pad, xs, ys);
-        return px_cpu_cast(0, y, dt, ys, PHX_F32, ny);
+        return px_cpu_half_cast_here(y, dt, ys, PHX_F32, ny);
     }
     PX_FLOAT_DISPATCH("avgpool2d_forward", dt, px_avgpool(d, count_include_pad, x, y, DT));
     return PHX_OK;
@@ -335,9 +335,9 @@ phx_status px_cpu_avgpool2d_backward(int dev, const phx_conv2d_desc *d, int coun
         float *gs = px_cpu_scratch(1, (size_t)(ny > 0 ? ny : 1) * sizeof(float));
         float *xs = px_cpu_scratch(2, (size_t)(nx > 0 ? nx : 1) * sizeof(float));
         if (!gs || !xs) return PHX_ENOMEM;
-        if ((st = px_cpu_cast(0, gs, PHX_F32, dy, dt, ny)) != PHX_OK) return st;
+        if ((st = px_cpu_half_cast_here(gs, PHX_F32, dy, dt, ny)) != PHX_OK) return st;
         avgpool_bwd_f32(d, count_include_pad, gs, acc, xs);
-        return px_cpu_cast(0, dx, dt, xs, PHX_F32, nx);
+        return px_cpu_half_cast_here(dx, dt, xs, PHX_F32, nx);
     }
     PX_FLOAT_DISPATCH("avgpool2d_backward", dt, px_avgpool_bwd(d, count_include_pad, dy, acc, dx, DT));
     return PHX_OK;
