@@ -2,8 +2,10 @@
 #ifndef PHX_CORE_UTIL_H
 #define PHX_CORE_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "phalanx/error.h"
 
 /* Counting allocators: every host allocation libphalanx makes goes through
@@ -14,6 +16,17 @@ void *px_calloc(size_t count, size_t size);
 void *px_realloc(void *p, size_t n);
 void px_free(void *p);
 char *px_strdup(const char *s);
+/* a followed by b in a new px_malloc'd string (px_free it); NULL on ENOMEM. */
+char *px_concat(const char *a, const char *b);
+
+/* Opens path for reading, as open(O_RDONLY | O_CLOEXEC) / fopen("rb"),
+ * but never blocks on a FIFO with no writer and never reads a device, a
+ * socket or a directory: the path is opened with O_NONBLOCK, must be a
+ * regular file, and O_NONBLOCK is cleared. -1 / NULL with errno set on
+ * failure; *irregular is true when the path exists but is no regular
+ * file (the message to give: "is not a regular file"). */
+int px_open_regular(const char *path, bool *irregular);
+FILE *px_fopen_regular(const char *path, bool *irregular);
 
 /* Monotonic clock in seconds. */
 double px_now(void);

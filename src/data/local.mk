@@ -84,3 +84,10 @@ check_PROGRAMS += t/data/ckpt_bitflip
 TESTS += t/data/ckpt_bitflip
 t_data_ckpt_bitflip_SOURCES = t/data/ckpt_bitflip.c t/ckpt-snapshot.h
 t_data_ckpt_bitflip_LDADD = libphalanx.la
+
+# The header's tensor entries are checksummed; long names round-trip; a
+# FIFO or a directory is refused at once.
+check_PROGRAMS += t/data/st_entries
+TESTS += t/data/st_entries
+t_data_st_entries_SOURCES = t/data/st_entries.c
+t_data_st_entries_LDADD = libphalanx.la

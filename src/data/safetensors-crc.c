@@ -1,9 +1,11 @@
 /* Checksums of Phalanx-written safetensors files, kept in "__metadata__"
  * where other readers ignore them (doc/reference/formats.md, "Checksums"): zlib's
- * CRC-32 of each tensor's bytes under "phx.crc32.<name>", and of the
- * other metadata under "phx.crc32.__metadata__" (a tensor cannot be named
- * "__metadata__"). A file with none of these keys (torch's, older
- * Phalanx's) is not checked; a file with any must have them all. */
+ * CRC-32 of each tensor's bytes under "phx.crc32.<name>", of the tensor
+ * entries (dtype, shape, offsets) under "phx.entries.crc32", and of the
+ * other metadata, that one included, under "phx.crc32.__metadata__" (a
+ * tensor cannot be named "__metadata__"). A file with none of these keys
+ * (torch's, older Phalanx's) is not checked; a file with any must have
+ * them all, the entries' checksum only from Phalanx 1.6 on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,15 +46,43 @@ phx_status px_st_meta_crc(const json_t *meta, uint32_t *out)
     return PHX_OK;
 }
 
-/* The stored checksum under key, parsed; false when absent or malformed. */
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(const px_st_entry *const *)a)->name, (*(const px_st_entry *const *)b)->name);
+}
+
+phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out)
+{
+    const px_st_entry **s = px_malloc((n ? n : 1) * sizeof *s);
+    if (!s) return PHX_ENOMEM;
+    for (size_t i = 0; i < n; i++) s[i] = &e[i];
+    qsort(s, n, sizeof *s, by_name);
+    uLong crc = crc32_z(0, NULL, 0);
+    char buf[32];
+    for (size_t i = 0; i < n; i++) {
+        const char *dn = px_st_dtype_name(s[i]->dtype);
+        crc = crc32_z(crc, (const Bytef *)s[i]->name, strlen(s[i]->name) + 1);
+        crc = crc32_z(crc, (const Bytef *)(dn ? dn : "?"), strlen(dn ? dn : "?") + 1);
+        for (int d = 0; d < s[i]->ndim; d++) {
+            int l = snprintf(buf, sizeof buf, "%lld,", (long long)s[i]->shape[d]);
+            crc = crc32_z(crc, (const Bytef *)buf, (size_t)l);
+        }
+        int l = snprintf(buf, sizeof buf, "%c%llu,%llu", 0, (unsigned long long)s[i]->begin,
+                         (unsigned long long)s[i]->end);
+        crc = crc32_z(crc, (const Bytef *)buf, (size_t)l + 1);
+    }
+    px_free(s);
+    *out = (uint32_t)crc;
+    return PHX_OK;
+}
+
+/* The stored checksum under key, parsed; false when absent or malformed
+ * (exactly 8 hex digits, as written: no sign, space or 0x). */
 static bool stored(const px_st_file *f, const char *key, uint32_t *v)
 {
     const char *s = px_st_meta(f, key);
-    if (!s || strlen(s) != 8) return false;
-    char *end;
-    unsigned long x = strtoul(s, &end, 16);
-    if (*end) return false;
-    *v = (uint32_t)x;
+    if (!s || strlen(s) != 8 || strspn(s, "0123456789abcdefABCDEF") != 8) return false;
+    *v = (uint32_t)strtoul(s, NULL, 16);
     return true;
 }
 
@@ -82,14 +112,25 @@ phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data)
                          who, f->path, (unsigned)got,
                          px_st_meta(f, PX_ST_CRC_PREFIX "__metadata__") ? px_st_meta(f, PX_ST_CRC_PREFIX "__metadata__")
                                                                         : "nothing");
+    if (px_st_meta(f, PX_ST_ENTRIES_KEY)) { /* the metadata's checksum covered this value */
+        if ((st = px_st_entries_crc(f->e, f->n, &got)) != PHX_OK) return st;
+        if (!stored(f, PX_ST_ENTRIES_KEY, &want) || want != got)
+            return phx_error(PHX_EIO,
+                             "%s: '%s' is corrupt: its tensor entries (names, dtypes, shapes, offsets) fail the "
+                             "checksum " PX_ST_ENTRIES_KEY " (CRC-32 %08x, the header says %s)",
+                             who, f->path, (unsigned)got, px_st_meta(f, PX_ST_ENTRIES_KEY));
+    }
     for (size_t i = 0; with_data && i < f->n; i++) {
         const px_st_entry *e = &f->e[i];
-        char k[512];
-        snprintf(k, sizeof k, "%s%s", PX_ST_CRC_PREFIX, e->name);
-        if (!stored(f, k, &want))
-            return phx_error(PHX_EIO,
-                             "%s: '%s' is corrupt: tensor '%s' has no valid checksum '%s' (the file has others)", who,
-                             f->path, e->name, k);
+        char *k = px_concat(PX_ST_CRC_PREFIX, e->name);
+        if (!k) return PHX_ENOMEM;
+        if (!stored(f, k, &want)) {
+            st = phx_error(PHX_EIO, "%s: '%s' is corrupt: tensor '%s' has no valid checksum '%s' (the file has others)",
+                           who, f->path, e->name, k);
+            px_free(k);
+            return st;
+        }
+        px_free(k);
         got = px_st_crc(px_st_data(f, e), (size_t)(e->end - e->begin));
         if (got != want)
             return phx_error(PHX_EIO,

@@ -57,8 +57,17 @@ uint32_t px_st_crc(const void *p, size_t len);
 /* The CRC-32 of a metadata object's pairs other than the checksums: keys
  * in strcmp order, each key and value with its NUL. */
 phx_status px_st_meta_crc(const json_t *meta, uint32_t *out);
-/* Checks the checksums of f, if it has any: the metadata's, and with_data
- * each tensor's. PHX_EIO naming the file and the tensor otherwise. */
+/* The metadata key of the tensor entries' checksum: outside
+ * PX_ST_CRC_PREFIX, so no tensor's key can collide with it and the
+ * metadata's checksum covers it. */
+#define PX_ST_ENTRIES_KEY "phx.entries.crc32"
+/* The CRC-32 of n tensor entries: names in strcmp order, each as name,
+ * dtype name, shape ("3,5,"), offsets ("0,60"), each with its NUL. */
+phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out);
+/* Checks the checksums of f, if it has any: the metadata's, the tensor
+ * entries' where the file has PX_ST_ENTRIES_KEY (files of Phalanx 1.5
+ * and before do not), and with_data each tensor's. PHX_EIO naming the
+ * file and the tensor otherwise. */
 phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data);
 
 /* "F32" etc.; NULL for dtypes safetensors cannot name. */

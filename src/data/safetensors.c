@@ -216,14 +216,16 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
     memset(f, 0, sizeof *f);
     f->path = path;
     if (!path) return phx_error(PHX_EINVAL, "%s: path is NULL", who);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    bool irregular;
+    int fd = px_open_regular(path, &irregular); /* a FIFO would block open() */
+    if (fd < 0 && irregular) return phx_error(PHX_EIO, "%s: '%s' is not a regular file", who, path);
     if (fd < 0)
         return phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open '%s': %s", who, path,
                          strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         close(fd);
-        return phx_error(PHX_EIO, "%s: '%s' is not a regular file", who, path);
+        return phx_error(PHX_EIO, "%s: cannot read '%s': %s", who, path, strerror(errno));
     }
     f->size = (size_t)sb.st_size;
     if (f->size < 8) {
@@ -379,6 +381,26 @@ static phx_status write_all(int fd, const void *p, size_t len, const char *who, 
     return PHX_OK;
 }
 
+/* px_st_entries_crc of the entries build_header writes (checked by then):
+ * the tensors back to back in the order given. */
+static phx_status entries_crc(const char *const *names, phx_tensor *const *ts, size_t n, uint32_t *out)
+{
+    px_st_entry *e = px_calloc(n ? n : 1, sizeof *e);
+    if (!e) return PHX_ENOMEM;
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        e[i].name = names[i];
+        e[i].dtype = ts[i]->dtype;
+        e[i].ndim = ts[i]->ndim;
+        memcpy(e[i].shape, ts[i]->shape, sizeof e[i].shape);
+        e[i].begin = at;
+        e[i].end = at += (uint64_t)phx_tensor_nbytes(ts[i]);
+    }
+    phx_status st = px_st_entries_crc(e, n, out);
+    px_free(e);
+    return st;
+}
+
 static json_t *build_header(const char *who, const char *const *names, phx_tensor *const *ts, size_t n,
                             const phx_meta *meta, size_t n_meta, const uint32_t *crc, phx_status *st)
 {
@@ -433,13 +455,19 @@ static json_t *build_header(const char *who, const char *const *names, phx_tenso
         if (!off || json_object_set_new(e, "data_offsets", off) != 0) goto fail;
         at += len;
     }
-    char key[512], hex[16];
-    uint32_t mcrc;
+    /* the entries' checksum, then the metadata's (which covers it), then the tensors' */
+    char hex[16];
+    uint32_t ecrc, mcrc;
+    if (entries_crc(names, ts, n, &ecrc) != PHX_OK) goto fail;
+    snprintf(hex, sizeof hex, "%08x", (unsigned)ecrc);
+    if (json_object_set_new(m, PX_ST_ENTRIES_KEY, json_string(hex)) != 0) goto fail;
     if (px_st_meta_crc(m, &mcrc) != PHX_OK) goto fail;
     for (size_t i = 0; i <= n; i++) {
-        snprintf(key, sizeof key, "%s%s", PX_ST_CRC_PREFIX, i < n ? names[i] : "__metadata__");
+        char *key = px_concat(PX_ST_CRC_PREFIX, i < n ? names[i] : "__metadata__");
         snprintf(hex, sizeof hex, "%08x", (unsigned)(i < n ? crc[i] : mcrc));
-        if (json_object_set_new(m, key, json_string(hex)) != 0) goto fail;
+        int bad = !key || json_object_set_new(m, key, json_string(hex)) != 0;
+        px_free(key);
+        if (bad) goto fail;
     }
     *st = PHX_OK;
     return root;
