@@ -4,6 +4,7 @@
  * u8 with 2+ dims (images) -> f32 in [0,1] shaped (N, rest); u8 with 1 dim
  * (labels) -> i64 (N); i32 -> i32 and f32 -> f32 with the file's shape
  * (up to 4 dims). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,8 +103,12 @@ static phx_status read_body(px_zin *g, const char *path, uint8_t type, int nd, c
 phx_status px_idx_open(const char *who, const char *path, px_zin **gp, uint8_t *type, int *ndp, int64_t *dims,
                        int64_t *totalp)
 {
-    px_zin *g = px_zin_open(path);
-    if (!g) return phx_error(PHX_ENOTFOUND, "%s: cannot open '%s'", who, path);
+    bool irregular;
+    px_zin *g = px_zin_open(path, &irregular);
+    if (!g && irregular) return phx_error(PHX_EIO, "%s: '%s' is not a regular file", who, path);
+    if (!g)
+        return phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open '%s': %s", who, path,
+                         strerror(errno));
     uint8_t magic[4], db[4 * 255];
     phx_status st = px_idx_rd(who, g, magic, 4, path, "the magic number");
     if (st == PHX_OK &&

@@ -18,9 +18,9 @@ struct px_zin {
     unsigned char in[PX_ZIN_BUF];
 };
 
-px_zin *px_zin_open(const char *path)
+px_zin *px_zin_open(const char *path, bool *irregular)
 {
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = px_fopen_regular(path, irregular);
     if (!fp) return NULL;
     px_zin *z = px_calloc(1, sizeof *z);
     if (!z) {

@@ -12,8 +12,9 @@
 typedef struct px_zin px_zin;
 
 /* Opens path: gzip (one member or several, concatenated) when it starts
- * with the gzip magic, else plain bytes. NULL with errno set. */
-px_zin *px_zin_open(const char *path);
+ * with the gzip magic, else plain bytes. NULL with errno set, and
+ * *irregular true when path is no regular file (a FIFO is not waited on). */
+px_zin *px_zin_open(const char *path, bool *irregular);
 /* Whether the file is gzip-compressed. */
 bool px_zin_compressed(const px_zin *z);
 /* Reads up to len bytes into buf and sets *got; fewer only at the end of

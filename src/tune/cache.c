@@ -197,6 +197,8 @@ static int printable(const char *p, size_t n)
 static phx_status parse(const char *buf, size_t n)
 {
     size_t hl = strlen(TUNE_HEADER);
+    if (n == hl && memcmp(buf, TUNE_HEADER, hl) == 0)
+        return corrupt(1, "%s%struncated: 'phalanx-tune 1' and nothing after it, not even a newline", "", "");
     if (n < hl + 1 || memcmp(buf, TUNE_HEADER "\n", hl + 1) != 0) {
         char first[41];
         size_t fl = 0;
@@ -211,7 +213,8 @@ static phx_status parse(const char *buf, size_t n)
     if (n - last != 4 + 16 + 1 || memcmp(buf + last, "sum ", 4) != 0)
         return corrupt(0, "%s%struncated or edited: its last line is not 'sum <16 hex digits>'", "", "");
     char want[17], got[17];
-    memcpy(want, buf + last + 4, 16), want[16] = 0;
+    for (int i = 0; i < 16; i++) want[i] = printable(buf + last + 4 + i, 1) ? buf[last + 4 + i] : '?';
+    want[16] = 0;
     snprintf(got, sizeof got, "%016" PRIx64, fnv1a(buf, last));
     if (strcmp(want, got) != 0) return corrupt(0, "checksum %s, but the contents give %s", want, got);
 
@@ -260,7 +263,9 @@ static phx_status load(const char *path, const char *sig)
     snprintf(cache.path, sizeof cache.path, "%s", path);
     snprintf(cache.sig, sizeof cache.sig, "%s", sig);
     if (!*path) return PHX_OK;
-    FILE *f = fopen(path, "rb");
+    bool irregular;
+    FILE *f = px_fopen_regular(path, &irregular); /* fopen would wait on a FIFO */
+    if (!f && irregular) return corrupt(0, "%s%sis not a regular file", "", "");
     if (!f) {
         if (errno == ENOENT) {
             phx_log(PHX_LOG_INFO, "tuning cache %s: none yet; the fixed rules choose", path);
@@ -275,11 +280,11 @@ static phx_status load(const char *path, const char *sig)
         return PHX_ENOMEM;
     }
     size_t n = fread(buf, 1, TUNE_MAX_BYTES + 1, f);
-    int bad = ferror(f);
+    int bad = ferror(f) ? errno : 0;
     fclose(f);
     phx_status st;
     if (bad)
-        st = corrupt(0, "%s%scannot be read", "", "");
+        st = corrupt(0, "cannot be read (%s)%s", strerror(bad), "");
     else if (n > TUNE_MAX_BYTES)
         st = corrupt(0, "%s%sis larger than 4 MiB", "", "");
     else if (n == 0)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "phalanx/phalanx.h"
@@ -96,7 +97,23 @@ static void test_small(void)
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
     ok(phx_idx_read(file("cut.gz", buf, n / 2, false), &t) == PHX_EIO, "a gzip stream cut in half is EIO");
-    ok(phx_idx_read("/nonexistent/x.idx", &t) == PHX_ENOTFOUND, "missing file is ENOTFOUND");
+    ok(phx_idx_read("/nonexistent/x.idx", &t) == PHX_ENOTFOUND && strstr(phx_last_error(), "No such file"),
+       "missing file is ENOTFOUND, with the reason (%s)", phx_last_error());
+    /* not a regular file: a directory, a FIFO nobody writes (not waited on), a file below a file */
+    ok(phx_idx_read(dir, &t) == PHX_EIO && strstr(phx_last_error(), "not a regular file"), "a directory: %s",
+       phx_last_error());
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    alarm(10); /* a hang ends the test */
+    ok(mkfifo(fifo, 0600) == 0 && phx_idx_read(fifo, &t) == PHX_EIO &&
+           strstr(phx_last_error(), "not a regular file"),
+       "a FIFO, at once: %s", phx_last_error());
+    alarm(0);
+    unlink(fifo);
+    char below[160];
+    snprintf(below, sizeof below, "%s/x.idx", file("i32", i32, sizeof i32, false));
+    ok(phx_idx_read(below, &t) == PHX_EIO && strstr(phx_last_error(), "Not a directory"), "ENOTDIR: %s",
+       phx_last_error());
 }
 
 static void test_fashion(void)
@@ -197,7 +214,7 @@ static void test_loader(void)
 int main(void)
 {
     if (!mkdtemp(dir)) skip_all("no temporary folder");
-    plan(45);
+    plan(48);
     test_small();
     test_fashion();
     test_loader();

@@ -212,7 +212,7 @@ int main(int argc, char **argv)
         printf("Bail out! mkdtemp %s\n", dir);
         return 1;
     }
-    plan(38);
+    plan(42);
     diag("cpu: %s; BLAS %s core %s (wants %s)", px_tune_signature(), px_tune_blas_name(), px_tune_blas_core(),
          px_tune_blas_core_for_cpu() ? px_tune_blas_core_for_cpu() : "-");
 
@@ -466,6 +466,40 @@ int main(int argc, char **argv)
     ask_gemm(&q);
     ok(q.st == PHX_EIO && strstr(phx_last_error(), c8) && strstr(phx_last_error(), "not a Phalanx tuning cache"),
        "garbage: PHX_EIO naming the file (%s)", phx_last_error());
+    char *c10 = path_in("c10.txt");
+    spit(c10, "phalanx-tune 1", 14);
+    setenv("PHX_TUNE_CACHE", c10, 1);
+    ask_gemm(&q);
+    ok(q.st == PHX_EIO && strstr(phx_last_error(), c10) && strstr(phx_last_error(), "truncated") &&
+           !strstr(phx_last_error(), "expected 'phalanx-tune 1'"),
+       "its first line alone, without a newline: truncated (%s)", phx_last_error());
+    char *c11 = path_in("c11.txt");
+    char *ctl = strdup(good);
+    char *sl = strstr(ctl, "\nsum ");
+    if (sl) sl[6] = '\001', sl[7] = '\033';
+    spit(c11, ctl, n2);
+    setenv("PHX_TUNE_CACHE", c11, 1);
+    ask_gemm(&q);
+    int clean = 1;
+    for (const char *e = phx_last_error(); *e; e++) clean &= (unsigned char)*e >= 0x20;
+    ok(sl && q.st == PHX_EIO && strstr(phx_last_error(), "checksum") && clean,
+       "control bytes in the sum line are not echoed (%s)", phx_last_error());
+    free(ctl);
+    /* not a regular file: a directory, and a FIFO nobody writes (not waited on) */
+    char *c12 = path_in("c12.d");
+    mkdir(c12, 0700);
+    setenv("PHX_TUNE_CACHE", c12, 1);
+    ask_gemm(&q);
+    ok(q.st == PHX_EIO && strstr(phx_last_error(), c12) && strstr(phx_last_error(), "not a regular file"),
+       "a directory: %s", phx_last_error());
+    char *c13 = path_in("c13.fifo");
+    int fifo = mkfifo(c13, 0600) == 0;
+    setenv("PHX_TUNE_CACHE", c13, 1);
+    alarm(10); /* a hang ends the test */
+    if (fifo) ask_gemm(&q);
+    alarm(0);
+    ok(fifo && q.st == PHX_EIO && strstr(phx_last_error(), "not a regular file"), "a FIFO, at once: %s",
+       phx_last_error());
     setenv("PHX_TUNE", "off", 1);
     ask_gemm(&q);
     ok(q.st == PHX_OK, "PHX_TUNE=off does not read it");
