@@ -225,9 +225,11 @@ static void check_entry(mismatches *mm, const px_st_entry *e, const char *key, c
     *slot = e; /* matched: not missing, even when it mismatches */
 }
 
+/* A decimal integer >= 0 as the writer prints it: digits only (strtoll
+ * alone takes a leading space or sign). */
 static bool parse_i64(const char *s, int64_t *out)
 {
-    if (!s || !*s) return false;
+    if (!s || *s < '0' || *s > '9') return false;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -281,17 +283,20 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
     if (opt) {
         for (size_t j = 0; j < ns; j++)
             if (!p->state[j]) mm_add(mm, MM_MISSING, "optimizer state 'optim.%s'", snames[j]);
-        const char *s = px_st_meta(f, "optim.steps");
+        const char *s = px_st_meta(f, "optim.steps"), *type = px_st_meta(f, "optim.type");
         if (!parse_i64(s, &p->steps))
             mm_add(mm, MM_META, "optim.steps is %s%s%s, expected an integer >= 0", s ? "'" : "", s ? s : "missing",
                    s ? "'" : "");
+        if (!type || strcmp(type, phx_optimizer_type(opt)) != 0)
+            mm_add(mm, MM_META, "optim.type is %s%s%s: the state of another optimizer than this %s", type ? "'" : "",
+                   type ? type : "missing", type ? "'" : "", phx_optimizer_type(opt));
     }
     if (scaler) {
         const char *s = px_st_meta(f, "scaler.scale"), *g = px_st_meta(f, "scaler.growth_tracker");
         char *end = NULL;
         p->scale = s ? strtod(s, &end) : 0.0;
         char why[160];
-        if (!s || *end || !(p->scale > 0.0) || isinf(p->scale) || !parse_i64(g, &p->tracker))
+        if (!s || *end || *s < '0' || *s > '9' || strpbrk(s, "xX") || !(p->scale > 0.0) || isinf(p->scale) || !parse_i64(g, &p->tracker))
             mm_add(mm, MM_META,
                    "scaler.scale '%s' / scaler.growth_tracker '%s' missing or invalid (need a finite scale > 0 and "
                    "an integer >= 0)",

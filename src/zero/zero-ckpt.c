@@ -722,9 +722,10 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int
     if (e->dtype != dt || e->numel != len || e->end - e->begin != (uint64_t)len * es)
         return phx_error(PHX_EIO, "%s: shard '%s': tensor '%s' is not %" PRId64 " %s elements as the index says",
                          c->who, f->path, name, len, phx_dtype_name(dt));
-    char key[600];
-    snprintf(key, sizeof key, "%s%s", PX_ST_CRC_PREFIX, name);
+    char *key = px_concat(PX_ST_CRC_PREFIX, name);
+    if (!key) return PHX_ENOMEM;
     const char *want = px_st_meta(f, key);
+    px_free(key);
     char got[16];
     snprintf(got, sizeof got, "%08x", (unsigned)px_st_crc(px_st_data(f, e), (size_t)(e->end - e->begin)));
     if (!want || strcmp(want, got) != 0)

@@ -187,18 +187,21 @@ static phx_status add_shard_piece(px_zero *z, size_t region, const px_zpiece *pa
     /* The leaf name: the dotted name with '_' for '.', and the offset when
      * the piece is not the whole parameter. */
     const char *dotted = phx_module_param_name(z->model, part->param);
-    char name[512];
+    size_t nl = strlen(dotted) + 24; /* never cut: a cut name could repeat another */
+    char *name = px_malloc(nl);
+    if (!name) return PHX_ENOMEM;
     bool whole = part->off == 0 && part->len == phx_tensor_numel(phx_param_value(src));
     if (whole)
-        snprintf(name, sizeof name, "%s", dotted);
+        snprintf(name, nl, "%s", dotted);
     else
-        snprintf(name, sizeof name, "%s_%lld", dotted, (long long)part->off);
+        snprintf(name, nl, "%s_%lld", dotted, (long long)part->off);
     for (char *c = name; *c; c++)
         if (*c == '.') *c = '_';
     phx_tensor *v = z->fsdp ? shard_view(z, s, false) : piece_view(z, part, phx_param_value(src));
-    if (!v) return PHX_ENOMEM;
-    phx_param *sp = phx_module_add_param(z->shard_mod, name, v);
-    if (!sp) return PHX_ENOMEM;
+    phx_param *sp = v ? phx_module_add_param(z->shard_mod, name, v) : NULL;
+    px_free(name);
+    if (!sp) phx_tensor_free(v); /* (NULL-safe) kept only by a parameter made */
+    if (!v || !sp) return PHX_ENOMEM;
     sp->owner = src->owner; /* type-based rules see the parameter's module */
     phx_tensor_free(sp->grad);
     sp->grad = NULL;

@@ -112,8 +112,35 @@ static void test_optimizer_mismatches(void)
     like(e, "optimizer state 'optim.0.weight.momentum_buffer'", "... naming the first missing state");
     like(e, "optimizer state 'optim.3.bias.momentum_buffer'", "... and the last");
     like(e, "optim.steps is missing", "... and the missing step count");
-    like(e, "(7 problems)", "6 states and the step count: 7 problems");
+    like(e, "optim.type is missing", "... and the missing optimizer type");
+    like(e, "(8 problems)", "6 states, the step count and the type: 8 problems");
     phx_optimizer_free(opt);
+    phx_module_free(m);
+}
+
+/* The state of another optimizer with the same state names: AdamW's
+ * into Adam (both exp_avg, exp_avg_sq) is refused, nothing changed. */
+static void test_optimizer_type(void)
+{
+    phx_module *m = model(4);
+    phx_adam_opts wo = phx_adamw_defaults(), ao = PHX_ADAM_OPTS_INIT;
+    phx_optimizer *w = phx_adam_new(m, &wo), *a = phx_adam_new(m, &ao);
+    char path[128];
+    snprintf(path, sizeof path, "%s/adamw.safetensors", dir);
+    phx_optimizer_set_steps(w, 5);
+    phx_status st = phx_checkpoint_save(path, m, w, NULL, NULL, 0);
+    size_t len0, len1;
+    char *before = state_bytes(m, &len0);
+    st = st == PHX_OK ? phx_checkpoint_load(path, m, a, NULL) : st;
+    char *after = state_bytes(m, &len1);
+    ok(st == PHX_EIO && strstr(phx_last_error(), "optim.type is 'AdamW'") && strstr(phx_last_error(), "Adam"),
+       "AdamW's state into Adam: PHX_EIO naming both (%s)", phx_last_error());
+    ok(phx_optimizer_steps(a) == 0 && len0 == len1 && memcmp(before, after, len0) == 0,
+       "... the model and the optimizer unchanged");
+    ok(phx_checkpoint_load(path, m, w, NULL) == PHX_OK && phx_optimizer_steps(w) == 5,
+       "the same file into AdamW loads (%s)", phx_last_error());
+    free(before), free(after);
+    phx_optimizer_free(w), phx_optimizer_free(a);
     phx_module_free(m);
 }
 
@@ -144,9 +171,10 @@ int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-ckpt-mm-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
-    plan(21);
+    plan(25);
     test_model_mismatches();
     test_optimizer_mismatches();
+    test_optimizer_type();
     test_many();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
