@@ -270,8 +270,16 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
     json_error_t jerr;
     f->root = json_loadb((const char *)f->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!f->root) {
-        st = phx_error(PHX_EIO, "%s: '%s': header is not valid JSON: %s (line %d, column %d)", who, path, jerr.text,
-                       jerr.line, jerr.column);
+        /* jansson ends the text at a NUL and then reports "end of file" */
+        const char *nul = memchr((const char *)f->map + 8, 0, (size_t)hlen);
+        if (nul)
+            st = phx_error(PHX_EIO,
+                           "%s: '%s': header is not valid JSON: a NUL byte at byte %zu of its %llu (JSON and the "
+                           "space padding after it hold none)",
+                           who, path, (size_t)(nul - ((const char *)f->map + 8)), (unsigned long long)hlen);
+        else
+            st = phx_error(PHX_EIO, "%s: '%s': header is not valid JSON: %s (line %d, column %d)", who, path,
+                           jerr.text, jerr.line, jerr.column);
         goto fail;
     }
     if (!json_is_object(f->root)) {

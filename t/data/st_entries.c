@@ -7,7 +7,8 @@
  *   before) still loads, with the same values;
  * - tensor names longer than the old 512-byte key buffers round-trip,
  *   also two that share their first 600 bytes;
- * - a checksum with a leading space is not a valid checksum;
+ * - a checksum with a leading space is not a valid checksum; a NUL in
+ *   the header is named (jansson said "end of file expected");
  * - a FIFO with no writer is refused as not a regular file, at once,
  *   by phx_safetensors_read and phx_checkpoint_meta (alarm: a hang fails). */
 #include <signal.h>
@@ -99,7 +100,7 @@ static void on_alarm(int sig)
 
 int main(void)
 {
-    plan(12);
+    plan(13);
     char dir[64] = "/tmp/phx-stent-XXXXXX", path[128], bad[128];
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
@@ -162,6 +163,17 @@ int main(void)
     st = ca ? read_back(bad, &same) : PHX_EINVAL;
     ok(ca && st == PHX_EIO && strstr(phx_last_error(), "fails its checksum"),
        "that file with a's checksum changed is refused: %s", phx_last_error());
+
+    /* a NUL in the header's space padding: named as such */
+    memcpy(b, orig, len);
+    uint64_t hl;
+    memcpy(&hl, b, 8);
+    int padded = b[8 + hl - 1] == ' ';
+    if (padded) b[8 + hl - 1] = 0;
+    put(bad, b, len);
+    st = padded ? read_back(bad, &same) : PHX_EINVAL;
+    ok(padded && st == PHX_EIO && strstr(phx_last_error(), "a NUL byte at byte"), "a NUL in the padding: %s",
+       phx_last_error());
 
     /* a checksum value with a leading space: not 8 hex digits */
     memcpy(b, orig, len);
