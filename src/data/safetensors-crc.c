@@ -5,7 +5,7 @@
  * other metadata, that one included, under "phx.crc32.__metadata__" (a
  * tensor cannot be named "__metadata__"). A file with none of these keys
  * (torch's, older Phalanx's) is not checked; a file with any must have
- * them all, the entries' checksum only from Phalanx 1.6 on. */
+ * them all but the entries' one, which earlier builds did not write. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

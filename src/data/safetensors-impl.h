@@ -65,8 +65,8 @@ phx_status px_st_meta_crc(const json_t *meta, uint32_t *out);
  * dtype name, shape ("3,5,"), offsets ("0,60"), each with its NUL. */
 phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out);
 /* Checks the checksums of f, if it has any: the metadata's, the tensor
- * entries' where the file has PX_ST_ENTRIES_KEY (files of Phalanx 1.5
- * and before do not), and with_data each tensor's. PHX_EIO naming the
+ * entries' where the file has PX_ST_ENTRIES_KEY (files written before
+ * it existed have none), and with_data each tensor's. PHX_EIO naming the
  * file and the tensor otherwise. */
 phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data);
 

@@ -3,8 +3,8 @@
  * - a dtype or shape edited so the byte size stays the same (F32 -> I32,
  *   [3, 5] -> [5, 3]) is refused naming the entries' checksum, where it
  *   used to load the same bytes as another tensor;
- * - a file without that checksum but with the others (Phalanx 1.5 and
- *   before) still loads, with the same values;
+ * - a file without that checksum but with the others (written before it
+ *   existed) still loads, with the same values;
  * - tensor names longer than the old 512-byte key buffers round-trip,
  *   also two that share their first 600 bytes;
  * - a checksum with a leading space is not a valid checksum; a NUL in
@@ -138,7 +138,7 @@ int main(void)
     ok(s && st == PHX_EIO && strstr(phx_last_error(), "tensor entries"), "a's shape [3,5] -> [5,3] is refused: %s",
        phx_last_error());
 
-    /* a Phalanx 1.5 file: no entries checksum (blanked to spaces), the
+    /* a file of an earlier build: no entries checksum (blanked to spaces), the
      * metadata's checksum over "epoch" alone */
     memcpy(b, orig, len);
     uint8_t *k = find(b, len, "\"phx.entries.crc32\":\"");
