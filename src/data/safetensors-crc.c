@@ -76,9 +76,7 @@ phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out)
     return PHX_OK;
 }
 
-/* The stored checksum under key, parsed; false when absent or malformed
- * (exactly 8 hex digits, as written: no sign, space or 0x). */
-static bool stored(const px_st_file *f, const char *key, uint32_t *v)
+bool px_st_stored_crc(const px_st_file *f, const char *key, uint32_t *v)
 {
     const char *s = px_st_meta(f, key);
     if (!s || strlen(s) != 8 || strspn(s, "0123456789abcdefABCDEF") != 8) return false;
@@ -105,7 +103,7 @@ phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data)
     uint32_t want, got;
     phx_status st = px_st_meta_crc(f->meta, &got);
     if (st != PHX_OK) return st;
-    if (!stored(f, PX_ST_CRC_PREFIX "__metadata__", &want) || want != got)
+    if (!px_st_stored_crc(f, PX_ST_CRC_PREFIX "__metadata__", &want) || want != got)
         return phx_error(PHX_EIO,
                          "%s: '%s' is corrupt: its metadata fails the checksum " PX_ST_CRC_PREFIX "__metadata__ "
                          "(CRC-32 %08x, the header says %s)",
@@ -114,7 +112,7 @@ phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data)
                                                                         : "nothing");
     if (px_st_meta(f, PX_ST_ENTRIES_KEY)) { /* the metadata's checksum covered this value */
         if ((st = px_st_entries_crc(f->e, f->n, &got)) != PHX_OK) return st;
-        if (!stored(f, PX_ST_ENTRIES_KEY, &want) || want != got)
+        if (!px_st_stored_crc(f, PX_ST_ENTRIES_KEY, &want) || want != got)
             return phx_error(PHX_EIO,
                              "%s: '%s' is corrupt: its tensor entries (names, dtypes, shapes, offsets) fail the "
                              "checksum " PX_ST_ENTRIES_KEY " (CRC-32 %08x, the header says %s)",
@@ -124,7 +122,7 @@ phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data)
         const px_st_entry *e = &f->e[i];
         char *k = px_concat(PX_ST_CRC_PREFIX, e->name);
         if (!k) return PHX_ENOMEM;
-        if (!stored(f, k, &want)) {
+        if (!px_st_stored_crc(f, k, &want)) {
             st = phx_error(PHX_EIO, "%s: '%s' is corrupt: tensor '%s' has no valid checksum '%s' (the file has others)",
                            who, f->path, e->name, k);
             px_free(k);

@@ -312,7 +312,10 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
         if ((st = parse_entry(who, f, key, val, &f->e[f->n])) != PHX_OK) goto fail;
         f->n++;
     }
-    if (with_data && (st = check_layout(who, f, f->size - 8 - hlen)) != PHX_OK) goto fail;
+    /* the layout too when only the header is wanted: a ZeRO shard is read
+     * tensor by tensor, and bytes after the data, holes or overlapping
+     * tensors mean a damaged file there as well */
+    if ((st = check_layout(who, f, f->size - 8 - hlen)) != PHX_OK) goto fail;
     if ((st = px_st_verify(who, f, with_data)) != PHX_OK) goto fail;
     return PHX_OK;
 fail:

@@ -1,7 +1,8 @@
 # src/zero — ZeRO-1 and ZeRO-2 sharded optimizers (doc/guide/sharding.md). Tests: t/zero/.
 libphalanx_internal_la_SOURCES += src/zero/zero.c src/zero/zero-state.c src/zero/zero-ckpt.c src/zero/zero-impl.h
 
-zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch t/zero/hybrid t/zero/reshard t/zero/reshard-kill
+zero_tests = t/zero/equiv t/zero/api t/zero/peer t/zero/torch t/zero/hybrid t/zero/reshard t/zero/reshard-kill \
+	t/zero/ckpt_bad
 check_PROGRAMS += $(zero_tests)
 TESTS += $(zero_tests) t/zero/hybrid_nodes.sh
 EXTRA_DIST += t/zero/hybrid_nodes.sh
@@ -23,6 +24,7 @@ t_zero_reshard_LDADD = libphalanx.la -lm
 t_zero_reshard_CPPFLAGS = $(zero_test_cppflags)
 t_zero_reshard_kill_LDADD = libphalanx.la -lm
 t_zero_reshard_kill_CPPFLAGS = $(zero_test_cppflags)
+t_zero_ckpt_bad_LDADD = libphalanx.la -lm
 EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors t/gloo-procs.h t/shard-util.h
 # bench/zero: per-rank memory and step time, DDP vs ZeRO-1/2 (make bench).
 noinst_PROGRAMS += bench/zero

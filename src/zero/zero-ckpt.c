@@ -5,19 +5,24 @@
  * Format: doc/reference/formats.md ("Sharded ZeRO checkpoints"). */
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <jansson.h>
 #include "src/zero/zero-impl.h"
 #include "src/data/safetensors-impl.h"
 #include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
+#include "src/train/optim-impl.h"
+#include "src/precision/precision-impl.h"
 
 #define CK_FORMAT "phalanx.zero-checkpoint"
 #define CK_VERSION 1
@@ -97,16 +102,50 @@ static const char *kind_name(px_zero *z, const char *const *names, size_t k)
     return names[k] + strlen(phx_param_name(z->shard[0].sp)) + 1;
 }
 
-/* The generation of the index in dir, 0 when there is none. */
-static int64_t current_generation(const char *dir)
+/* The generation of the index in dir into *gen: 0 when there is none or
+ * it does not parse (the save replaces it); PHX_EIO when the index is no
+ * regular file (fopen would wait on a FIFO) or at the last generation. */
+static phx_status current_generation(const char *who, const char *dir, int64_t *gen)
 {
+    *gen = 0;
     char *p = path_join(dir, CK_INDEX);
-    json_t *root = p ? json_load_file(p, 0, NULL) : NULL;
-    px_free(p);
+    if (!p) return PHX_ENOMEM;
+    bool irregular;
+    FILE *f = px_fopen_regular(p, &irregular);
+    json_t *root = f ? json_loadf(f, 0, NULL) : NULL;
+    if (f) fclose(f);
+    phx_status st = PHX_OK;
+    if (irregular) st = phx_error(PHX_EIO, "%s: the index '%s' is not a regular file", who, p);
     json_t *g = root ? json_object_get(root, "generation") : NULL;
-    int64_t gen = json_is_integer(g) ? (int64_t)json_integer_value(g) : 0;
+    if (json_is_integer(g) && json_integer_value(g) > 0) *gen = (int64_t)json_integer_value(g);
+    if (*gen == INT64_MAX)
+        st = phx_error(PHX_EIO, "%s: the index '%s' is at generation %" PRId64 ", the last one", who, p, *gen);
     json_decref(root);
-    return gen > 0 ? gen : 0;
+    px_free(p);
+    return st;
+}
+
+/* A random positive name for a save (rank 0's; the others send 0). */
+static int64_t save_nonce(void)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    r &= (uint64_t)INT64_MAX;
+    return r ? (int64_t)r : 1;
+}
+
+/* The largest v[i] over comm's ranks, exactly (allreduce_host is f32). */
+static phx_status allreduce_max_i64(phx_comm *comm, int64_t *v, int64_t n)
+{
+    if (!comm || phx_comm_size(comm) <= 1) return PHX_OK;
+    phx_tensor *t = phx_tensor_new(PHX_I64, 1, &n, phx_comm_device(comm));
+    phx_tensor *h = phx_tensor_from_data(PHX_I64, 1, &n, v);
+    phx_status st = t && h ? phx_tensor_copy(t, h) : PHX_ENOMEM;
+    if (st == PHX_OK) st = phx_comm_allreduce(comm, t, PHX_MAX, NULL);
+    if (st == PHX_OK) st = phx_tensor_to_host(t, v);
+    phx_tensor_free(t);
+    phx_tensor_free(h);
+    return st;
 }
 
 static void shard_file(char *buf, size_t len, int rank, int world, int64_t gen)
@@ -132,8 +171,8 @@ static phx_status index_piece(px_zero *z, size_t region, const px_zpiece *part, 
     return PHX_OK;
 }
 
-static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const char *const *snames, size_t kinds,
-                           phx_scaler *scaler)
+static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const char *save_id,
+                           const char *const *snames, size_t kinds, phx_scaler *scaler)
 {
     json_t *root = json_object(), *params = json_array(), *bufs = json_array(), *shards = json_array(),
            *ks = json_array();
@@ -179,6 +218,7 @@ static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const cha
     ok = ok && optim && sc && json_object_set_new(root, "format", json_string(CK_FORMAT)) == 0 &&
         json_object_set_new(root, "version", json_integer(CK_VERSION)) == 0 &&
         json_object_set_new(root, "generation", json_integer(gen)) == 0 &&
+        json_object_set_new(root, "save", json_string(save_id)) == 0 &&
         json_object_set_new(root, "world", json_integer(z->world)) == 0 &&
         json_object_set_new(root, "stage", json_integer(z->stage < 2 ? 1 : 2)) == 0 &&
         json_object_set(root, "shards", shards) == 0 && json_object_set(root, "params", params) == 0 &&
@@ -201,12 +241,32 @@ static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const cha
     return root;
 }
 
-/* Writes the index as a temporary file, fsync, rename, fsync of dir. */
+/* The CRC-32 of the index's contents but its "crc32": the object written
+ * compact with sorted keys (what jansson writes again for what it read). */
+static phx_status index_crc(const json_t *root, uint32_t *crc)
+{
+    json_t *copy = json_deep_copy(root);
+    if (copy) json_object_del(copy, "crc32");
+    char *text = copy ? json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(copy);
+    if (!text) return PHX_ENOMEM;
+    *crc = px_st_crc(text, strlen(text));
+    free(text);
+    return PHX_OK;
+}
+
+/* Writes the index (with its "crc32") as a temporary file, fsync, rename,
+ * fsync of dir. */
 static phx_status write_index(const char *who, const char *dir, json_t *root)
 {
     char *path = path_join(dir, CK_INDEX);
     char *tmp = path_join(dir, ".index.json.tmp");
     phx_status st = path && tmp ? PHX_OK : PHX_ENOMEM;
+    uint32_t crc;
+    char hex[16];
+    if (st == PHX_OK) st = index_crc(root, &crc);
+    if (st == PHX_OK) snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+    if (st == PHX_OK && json_object_set_new(root, "crc32", json_string(hex)) != 0) st = PHX_ENOMEM;
     char *text = st == PHX_OK ? json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
     if (st == PHX_OK && !text) st = PHX_ENOMEM;
     int fd = st == PHX_OK ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
@@ -263,7 +323,8 @@ static void remove_old_shards(const char *dir, int64_t gen, int world)
 
 /* This rank's shard file: its pieces' values and state, rank 0 also the
  * buffers. */
-static phx_status write_shard(const char *who, px_zero *z, const char *dir, int64_t gen, const char *const *snames,
+static phx_status write_shard(const char *who, px_zero *z, const char *dir, int64_t gen, const char *save_id,
+                              const char *const *snames,
                               phx_tensor *const *sts, size_t kinds)
 {
     size_t nb = z->rank == 0 ? phx_module_num_buffers(z->model) : 0;
@@ -299,8 +360,8 @@ static phx_status write_shard(const char *who, px_zero *z, const char *dir, int6
     snprintf(g, sizeof g, "%" PRId64, gen);
     char *path = path_join(dir, f);
     if (st == PHX_OK && !path) st = PHX_ENOMEM;
-    phx_meta meta[] = {{"zero.generation", g}};
-    if (st == PHX_OK) st = phx_safetensors_write(path, (const char *const *)names, ts, n, meta, 1);
+    phx_meta meta[] = {{"zero.generation", g}, {"zero.save", save_id}};
+    if (st == PHX_OK) st = phx_safetensors_write(path, (const char *const *)names, ts, n, meta, 2);
     if (st != PHX_OK) st = phx_error(st, "%s: rank %d writing its shard: %s", who, z->rank, phx_last_error());
     for (size_t i = 0; i < n; i++) {
         px_free(names[i]);
@@ -329,26 +390,36 @@ static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_o
                        "%s: the shard optimizer (%s) does not keep one state tensor per piece and kind; it cannot be "
                        "saved sharded",
                        who, phx_optimizer_type(z->inner));
+    int64_t gen = 0;
+    if (st == PHX_OK) st = current_generation(who, dir, &gen);
     if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
-    /* Agree on the generation, the number of kinds and that all can go on. */
-    /* Agree on the generation and that all can go on; the state kinds
-     * (the most any rank keeps, the fewest a rank owning pieces keeps, and
-     * rank 0's, which names them in the index) must be one number. */
-    float agree[5] = {(float)(current_generation(dir) + 1), (float)kinds, st != PHX_OK ? 1.0f : 0.0f,
-                      z->rank == 0 ? (float)kinds : 0.0f, z->n_shard > 0 ? -(float)kinds : -1e30f};
-    phx_status cs = allreduce_host(z->comm, agree, 5, PHX_MAX);
+    /* Agree on the generation (the largest any rank sees, plus one, as
+     * an exact integer) and that all can go on; the state kinds (the most
+     * any rank keeps, the fewest a rank owning pieces keeps, and rank 0's,
+     * which names them in the index) must be one number. */
+    float agree[4] = {(float)kinds, st != PHX_OK ? 1.0f : 0.0f, z->rank == 0 ? (float)kinds : 0.0f,
+                      z->n_shard > 0 ? -(float)kinds : -1e30f};
+    phx_status cs = allreduce_host(z->comm, agree, 4, PHX_MAX);
+    /* and on rank 0's random name for this save, which every shard and
+     * the index carry (a shard of another save of the same generation
+     * is then refused at load) */
+    int64_t agreed[2] = {gen, z->rank == 0 ? save_nonce() : 0};
+    if (cs == PHX_OK) cs = allreduce_max_i64(z->comm, agreed, 2);
     if (cs != PHX_OK) return phx_error(cs, "%s: agreeing on the generation: %s", who, phx_last_error());
+    gen = agreed[0];
+    char save_id[24];
+    snprintf(save_id, sizeof save_id, "%016" PRIx64, (uint64_t)agreed[1]);
     if (st != PHX_OK) return phx_error(st, "%s", err);
-    if (agree[2] != 0) return phx_error(PHX_EIO, "%s: another rank failed to prepare its shard; nothing written", who);
-    if (agree[3] != agree[1] || -agree[4] != agree[1])
+    if (agree[1] != 0) return phx_error(PHX_EIO, "%s: another rank failed to prepare its shard; nothing written", who);
+    if (agree[2] != agree[0] || -agree[3] != agree[0])
         return phx_error(PHX_EUNSUPPORTED,
                          "%s: the ranks' shard optimizers keep different numbers of state kinds (rank 0: %g, most: "
                          "%g, fewest: %g); nothing written",
-                         who, (double)agree[3], (double)agree[1], (double)-agree[4]);
-    int64_t gen = (int64_t)agree[0];
+                         who, (double)agree[2], (double)agree[0], (double)-agree[3]);
+    gen++; /* below INT64_MAX: current_generation refused the last one */
     /* Each rank's shard; then everyone agrees they are all on disk before
      * rank 0 puts the index in place. */
-    st = write_shard(who, z, dir, gen, snames, sts, kinds);
+    st = write_shard(who, z, dir, gen, save_id, snames, sts, kinds);
     if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
     float fail = st != PHX_OK ? 1.0f : 0.0f;
     cs = allreduce_host(z->comm, &fail, 1, PHX_MAX);
@@ -359,7 +430,7 @@ static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_o
     if (fail != 0)
         return phx_error(PHX_EIO, "%s: another rank failed to write its shard; the index was not written", who);
     if (z->rank == 0) {
-        json_t *root = build_index(z, zo, gen, snames, kinds, scaler);
+        json_t *root = build_index(z, zo, gen, save_id, snames, kinds, scaler);
         st = root ? write_index(who, dir, root) : PHX_ENOMEM;
         json_decref(root);
         if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
@@ -435,6 +506,8 @@ typedef struct ck_index {
     char *index_path;
     json_t *root;
     int world;
+    int64_t generation; /* 0: the index names none */
+    const char *save; /* the save's name; NULL in indexes of earlier builds */
     int64_t steps;
     double lr;
     const char *type;
@@ -501,6 +574,8 @@ static phx_status parse_tensor(ck_index *c, json_t *j, ck_tensor *t, bool is_par
         json_t *v = json_array_get(shape, (size_t)d);
         if (!json_is_integer(v) || json_integer_value(v) < 0) return bad(c, "a negative or non-integer dimension");
         t->shape[d] = (int64_t)json_integer_value(v);
+        if (t->shape[d] > 0 && t->numel > ((int64_t)1 << 40) / t->shape[d])
+            return bad(c, "a tensor of more than 2^40 elements");
         t->numel *= t->shape[d];
     }
     t->dtype = PHX_F32;
@@ -560,9 +635,32 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
     c->dir = dir;
     if (!(c->index_path = path_join(dir, CK_INDEX))) return PHX_ENOMEM;
     json_error_t je;
-    if (!(c->root = json_load_file(c->index_path, 0, &je)))
-        return phx_error(access(c->index_path, F_OK) == 0 ? PHX_EIO : PHX_ENOTFOUND,
-                         "%s: cannot read the index '%s': %s (line %d)", who, c->index_path, je.text, je.line);
+    bool irregular;
+    FILE *fp = px_fopen_regular(c->index_path, &irregular); /* fopen would wait on a FIFO */
+    if (!fp && irregular) return phx_error(PHX_EIO, "%s: the index '%s' is not a regular file", who, c->index_path);
+    if (!fp)
+        return phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot read the index '%s': %s", who,
+                         c->index_path, strerror(errno));
+    c->root = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
+    fclose(fp);
+    if (!c->root)
+        return phx_error(PHX_EIO, "%s: cannot read the index '%s': %s (line %d)", who, c->index_path, je.text,
+                         je.line);
+    /* an index without "crc32" is of an earlier build: not checked */
+    json_t *cj = json_object_get(c->root, "crc32");
+    if (cj) {
+        uint32_t got;
+        const char *want = json_string_value(cj);
+        phx_status cs = index_crc(c->root, &got);
+        if (cs != PHX_OK) return cs;
+        if (!want || strlen(want) != 8 || strspn(want, "0123456789abcdefABCDEF") != 8 ||
+            (uint32_t)strtoul(want, NULL, 16) != got) {
+            char why[160];
+            snprintf(why, sizeof why, "it fails its checksum (CRC-32 %08x of its other contents, \"crc32\" says %s)",
+                     (unsigned)got, want && strlen(want) < 20 ? want : "no 8 hex digits");
+            return bad(c, why);
+        }
+    }
     json_t *fmt = json_object_get(c->root, "format"), *ver = json_object_get(c->root, "version");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), CK_FORMAT) != 0)
         return bad(c, "\"format\" is not \"" CK_FORMAT "\"");
@@ -572,6 +670,12 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
         json_array_size(shards) != (size_t)json_integer_value(w))
         return bad(c, "\"world\" and \"shards\" disagree");
     c->world = (int)json_integer_value(w);
+    json_t *gj = json_object_get(c->root, "generation");
+    if (gj && (!json_is_integer(gj) || json_integer_value(gj) < 1)) return bad(c, "\"generation\" is not an integer >= 1");
+    c->generation = gj ? (int64_t)json_integer_value(gj) : 0;
+    json_t *sj = json_object_get(c->root, "save");
+    if (sj && !json_is_string(sj)) return bad(c, "\"save\" is not a string");
+    c->save = json_string_value(sj);
     c->shards = px_calloc((size_t)c->world, sizeof *c->shards);
     c->files = px_calloc((size_t)c->world, sizeof *c->files);
     c->open = px_calloc((size_t)c->world, sizeof *c->open);
@@ -588,6 +692,7 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
         !json_is_array(ks) || steps < 0)
         return bad(c, "\"optimizer\" is not {type, kinds, steps, lr}");
     c->steps = (int64_t)steps;
+    if (!px_hparam_ok(c->lr)) return bad(c, "\"optimizer\".lr is not a finite value >= 0");
     c->n_kinds = json_array_size(ks);
     c->kinds = px_calloc(c->n_kinds ? c->n_kinds : 1, sizeof *c->kinds);
     if (!c->kinds) return PHX_ENOMEM;
@@ -602,6 +707,9 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
             return bad(c, "\"scaler\" is not {scale, growth_tracker}");
         c->tracker = (int64_t)g;
         c->has_scaler = true;
+        /* as phx_scaler_set_state will check them (the growth interval is the scaler's, checked at load) */
+        if (!(c->scale > 0) || !(c->scale <= FLT_MAX) || !((float)c->scale > 0) || c->tracker < 0)
+            return bad(c, "\"scaler\" holds a scale that is no finite f32 value > 0 or a negative growth_tracker");
     }
     json_t *ps = json_object_get(c->root, "params"), *bs = json_object_get(c->root, "buffers");
     if (!json_is_array(ps) || !json_is_array(bs)) return bad(c, "no \"params\" or \"buffers\" array");
@@ -662,6 +770,19 @@ static phx_status ck_check_model(ck_index *c, phx_module *model)
     return PHX_OK;
 }
 
+/* The index's scaler state against the scaler that will take it (before
+ * anything is loaded: phx_scaler_set_state must not fail after the
+ * commit). */
+static phx_status ck_check_scaler(ck_index *c, const phx_scaler *scaler)
+{
+    char why[160];
+    if (!c->has_scaler) return phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", c->who, c->index_path);
+    if (px_scaler_check_state(scaler, c->scale, c->tracker, why, sizeof why))
+        return phx_error(PHX_EIO, "%s: '%s' holds a GradScaler state this scaler refuses: %s", c->who,
+                         c->index_path, why);
+    return PHX_OK;
+}
+
 /* The optimizer kind and state kinds against an optimizer's. */
 static phx_status ck_check_opt(ck_index *c, const char *type, const char *const *kinds, size_t n_kinds, bool know_kinds)
 {
@@ -690,6 +811,18 @@ static phx_status ck_file(ck_index *c, int s, px_st_file **f)
          * mapped, and each tensor bounds- and CRC-checked as it is read,
          * so a rank touches only the tensors it needs. */
         phx_status st = px_st_open_header(c->who, p, &c->files[s]);
+        /* a shard of another save under this index's name: refused */
+        const char *g = st == PHX_OK ? px_st_meta(&c->files[s], "zero.generation") : NULL;
+        char want[24];
+        snprintf(want, sizeof want, "%" PRId64, c->generation);
+        const char *sv = st == PHX_OK ? px_st_meta(&c->files[s], "zero.save") : NULL;
+        if (st == PHX_OK && c->generation && (!g || strcmp(g, want) != 0))
+            st = phx_error(PHX_EIO,
+                           "%s: shard '%s' is of generation %s, the index '%s' of %s: a shard of another save",
+                           c->who, p, g ? g : "(none)", c->index_path, want);
+        else if (st == PHX_OK && c->save && (!sv || strcmp(sv, c->save) != 0))
+            st = phx_error(PHX_EIO, "%s: shard '%s' is of save %s, the index '%s' of save %s: a shard of another save",
+                           c->who, p, sv ? sv : "(none)", c->index_path, c->save);
         if (st != PHX_OK && c->files[s].map) px_st_close(&c->files[s]);
         if (st != PHX_OK) return st;
         c->open[s] = true;
@@ -724,15 +857,15 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int
                          c->who, f->path, name, len, phx_dtype_name(dt));
     char *key = px_concat(PX_ST_CRC_PREFIX, name);
     if (!key) return PHX_ENOMEM;
-    const char *want = px_st_meta(f, key);
+    uint32_t want, got = px_st_crc(px_st_data(f, e), (size_t)(e->end - e->begin));
+    bool has = px_st_stored_crc(f, key, &want);
+    const char *text = px_st_meta(f, key);
     px_free(key);
-    char got[16];
-    snprintf(got, sizeof got, "%08x", (unsigned)px_st_crc(px_st_data(f, e), (size_t)(e->end - e->begin)));
-    if (!want || strcmp(want, got) != 0)
+    if (!has || want != got)
         return phx_error(PHX_EIO,
-                         "%s: shard '%s' is corrupt: tensor '%s' fails its checksum (CRC-32 %s, the header "
+                         "%s: shard '%s' is corrupt: tensor '%s' fails its checksum (CRC-32 %08x, the header "
                          "says %s)",
-                         c->who, f->path, name, got, want ? want : "nothing");
+                         c->who, f->path, name, (unsigned)got, !text ? "nothing" : has ? text : "no 8 hex digits");
     memcpy(dst, (const uint8_t *)px_st_data(f, e) + (size_t)skip * es, (size_t)count * es);
     return PHX_OK;
 }
@@ -845,8 +978,7 @@ phx_status phx_zero_checkpoint_load(const char *dir, phx_module *model, phx_opti
         st = kn ? ck_check_opt(&c, phx_optimizer_type(z->inner), kn, kinds, z->n_shard > 0) : PHX_ENOMEM;
         px_free(kn);
     }
-    if (st == PHX_OK && scaler && !c.has_scaler)
-        st = phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", who, c.index_path);
+    if (st == PHX_OK && scaler) st = ck_check_scaler(&c, scaler);
     /* Scratch for this rank's state only (its pieces, every kind). */
     float **mine = st == PHX_OK ? px_calloc(z->n_shard * kinds + 1, sizeof *mine) : NULL;
     if (st == PHX_OK && !mine) st = PHX_ENOMEM;
@@ -930,8 +1062,7 @@ phx_status phx_zero_checkpoint_load_full(const char *dir, phx_module *model, phx
                     phx_error(PHX_EIO, "%s: '%s' holds state '%s.%s' that the optimizer does not keep (another layout)",
                               who, c.index_path, c.params[i / c.n_kinds].name, c.kinds[i % c.n_kinds]);
     }
-    if (st == PHX_OK && scaler && !c.has_scaler)
-        st = phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", who, c.index_path);
+    if (st == PHX_OK && scaler) st = ck_check_scaler(&c, scaler);
     if (st == PHX_OK) st = ck_load_all(&c, NULL, NULL);
     if (st == PHX_OK) st = commit_model(&c, model, NULL);
     for (size_t i = 0; st == PHX_OK && opt && i < c.np * c.n_kinds; i++)

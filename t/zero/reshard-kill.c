@@ -53,14 +53,18 @@ static size_t dying_state(phx_optimizer *self, const char ***names, phx_tensor *
 {
     dying *d = phx_optimizer_ctx(self);
     if (armed) {
-        /* Join the save's first collective (the agreement on generation
-         * 2, 2 state kinds, no failure, rank 0's and the fewest kinds: 5
-         * floats, MAX) as the save would, so that ranks 0 and 1 go on to
-         * write their shards; then die before this rank writes its own. */
-        float v[5] = {2, 2, 0, 0, -2};
-        int64_t five = 5;
-        phx_tensor *t = phx_tensor_from_data(PHX_F32, 1, &five, v);
+        /* Join the save's opening agreement as the save would (2 state
+         * kinds, no failure, rank 0's and the fewest kinds: 4 floats, MAX;
+         * then the index's generation, 1, and rank 0's name for the save,
+         * to which the others send 0, as two i64, MAX), so that ranks 0
+         * and 1 go on to write their shards of generation 2; then die
+         * before this rank writes its own. */
+        float v[4] = {2, 0, 0, -2};
+        int64_t four = 4, two = 2, gen[2] = {1, 0};
+        phx_tensor *t = phx_tensor_from_data(PHX_F32, 1, &four, v);
         phx_comm_allreduce(g_comm, t, PHX_MAX, NULL);
+        phx_tensor *g = phx_tensor_from_data(PHX_I64, 1, &two, gen);
+        phx_comm_allreduce(g_comm, g, PHX_MAX, NULL);
         usleep(500000); /* the others write their shards and wait for this one */
         raise(SIGKILL);
     }
