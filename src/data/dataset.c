@@ -2,6 +2,7 @@
  * of in-memory tensors, IDX files decoded per sample, and byte-token
  * windows of a text file. */
 #include <stdatomic.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include "src/data/idx-impl.h"
@@ -395,9 +396,14 @@ phx_dataset *phx_dataset_text(const char *path, int64_t context, int64_t stride)
                   path ? "path given" : "path NULL", (long long)context, (long long)stride);
         return NULL;
     }
-    FILE *fp = fopen(path, "rb");
+    bool irregular;
+    FILE *fp = px_fopen_regular(path, &irregular); /* not a FIFO (fopen would wait), /dev/zero or a folder */
     if (!fp) {
-        phx_error(PHX_ENOTFOUND, "%s: cannot open '%s'", who, path);
+        if (irregular)
+            phx_error(PHX_EIO, "%s: '%s' is not a regular file", who, path);
+        else
+            phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open '%s': %s", who, path,
+                      strerror(errno));
         return NULL;
     }
     text_ctx *c = px_calloc(1, sizeof *c);

@@ -83,22 +83,32 @@ static phx_status home_secret(const char *who, uint8_t *buf, size_t *len, char *
                          "%s: refusing %s: the folder of the job secret must belong to this user (uid %ld) and be "
                          "writable by nobody else (it is uid %ld, mode %04o): chmod 700 %s",
                          who, path, (long)geteuid(), (long)sb.st_uid, (unsigned)(sb.st_mode & 07777), dir);
-    int fd = -1;
-    for (int tries = 0; fd < 0 && tries < 3; tries++) {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT && make_secret(dir, path) < 0) {
+    int fd = -1, e = 0;
+    bool irregular = false;
+    for (int tries = 0; fd < 0 && !irregular && tries < 3; tries++) {
+        fd = px_open_regular(path, &irregular); /* open() would wait on a FIFO */
+        e = errno; /* the open's, not make_secret's */
+        if (fd < 0 && !irregular && e == ENOENT && make_secret(dir, path) < 0) {
             snprintf(src, srclen, "cannot create %s: %s", path, strerror(errno));
             return PHX_OK;
         }
     }
+    if (irregular) return phx_error(PHX_EIO, "%s: refusing %s: not a regular file", who, path);
     if (fd < 0) {
-        snprintf(src, srclen, "cannot open %s: %s", path, strerror(errno));
+        struct stat lb;
+        if (e == ELOOP || (e == ENOENT && lstat(path, &lb) == 0))
+            return phx_error(PHX_EIO,
+                             "%s: refusing %s: a symbolic link that leads to no file (%s); delete it to get a new "
+                             "secret",
+                             who, path, strerror(e));
+        snprintf(src, srclen, "cannot open %s: %s", path, strerror(e));
         return PHX_OK;
     }
     phx_status st = PHX_OK;
     ssize_t n = 0;
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
-        st = phx_error(PHX_EIO, "%s: refusing %s: not a regular file", who, path);
+    uint8_t raw[PX_STORE_MAX_TOKEN + 2];
+    if (fstat(fd, &sb) < 0)
+        st = phx_error(PHX_EIO, "%s: cannot read %s: %s", who, path, strerror(errno));
     else if (sb.st_uid != geteuid())
         st = phx_error(PHX_EIO,
                        "%s: refusing %s: it belongs to uid %ld, not to this user (uid %ld); the job secret "
@@ -109,13 +119,26 @@ static phx_status home_secret(const char *who, uint8_t *buf, size_t *len, char *
                        "%s: refusing %s: its mode %04o lets others read or change the job secret; "
                        "chmod 600 %s (or delete it to get a new one)",
                        who, path, (unsigned)(sb.st_mode & 07777), path);
-    else if ((n = read(fd, buf, PX_STORE_MAX_TOKEN)) < 0)
-        st = phx_error(PHX_EIO, "%s: cannot read %s: %s", who, path, strerror(errno));
+    else if (sb.st_size > PX_STORE_MAX_TOKEN + 2) /* (a secret and its line end) */
+        st = phx_error(PHX_EIO, "%s: refusing %s: it is %lld bytes long, a job secret at most %u", who, path,
+                       (long long)sb.st_size, PX_STORE_MAX_TOKEN);
+    else
+        while (n < PX_STORE_MAX_TOKEN + 2) {
+            ssize_t r = read(fd, raw + n, PX_STORE_MAX_TOKEN + 2 - (size_t)n);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) st = phx_error(PHX_EIO, "%s: cannot read %s: %s", who, path, strerror(errno));
+            if (r <= 0) break;
+            n += r;
+        }
     close(fd);
     if (st) return st;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) n--;
+    while (n > 0 && (raw[n - 1] == '\n' || raw[n - 1] == '\r' || raw[n - 1] == ' ')) n--;
     if (n == 0)
         return phx_error(PHX_EIO, "%s: refusing %s: it holds no secret (delete it to get a new one)", who, path);
+    if (n > PX_STORE_MAX_TOKEN) /* never cut: a cut secret would let in whoever knows its first part */
+        return phx_error(PHX_EIO, "%s: refusing %s: it holds %zd bytes, a job secret at most %u", who, path, n,
+                         PX_STORE_MAX_TOKEN);
+    memcpy(buf, raw, (size_t)n);
     *len = (size_t)n;
     snprintf(src, srclen, "job token from %s", path);
     return PHX_OK;

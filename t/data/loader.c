@@ -7,6 +7,7 @@
  * no allocation in steady state; bad options refused with a message. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "t/tap.h"
@@ -255,6 +256,18 @@ static void builtins(void)
     phx_dataset_free(ds);
     ok(!phx_dataset_text(txt, 11, 1) && strstr(phx_last_error(), "needs at least 12"), "text shorter than a window: %s",
        phx_last_error());
+    /* not a regular file: /dev/zero (read until out of memory before), a
+     * folder, a FIFO nobody writes (waited on before) */
+    char fifo[sizeof txt + 8];
+    snprintf(fifo, sizeof fifo, "%s.fifo", txt);
+    alarm(10); /* a hang ends the test */
+    int made = mkfifo(fifo, 0600) == 0;
+    ok(!phx_dataset_text("/dev/zero", 4, 1) && strstr(phx_last_error(), "not a regular file") &&
+           !phx_dataset_text("/tmp", 4, 1) && strstr(phx_last_error(), "not a regular file") && made &&
+           !phx_dataset_text(fifo, 4, 1) && strstr(phx_last_error(), "not a regular file"),
+       "text from /dev/zero, a folder or a FIFO: refused at once (%s)", phx_last_error());
+    alarm(0);
+    unlink(fifo);
     ok(!phx_dataset_new(&(phx_dataset_vtable){.struct_size = PHX_DATASET_VTABLE_SIZE, .type_name = "broken"}, NULL, 3,
                         1, &(phx_field){.dtype = PHX_F32, .ndim = 0}) &&
            strstr(phx_last_error(), "get is required"),
@@ -391,7 +404,7 @@ static void errors(void)
 
 int main(void)
 {
-    plan(21 + 5 + 9 + 1 + 14);
+    plan(21 + 5 + 9 + 1 + 15);
     torch_lists();
     determinism();
     builtins();

@@ -3,7 +3,8 @@
 # ~/.phalanx/job-token (made on first use, 0600), so a process without it
 # or of another uid reads and writes nothing; a store with no secret at
 # all serves only this user's processes on this host; a job-token file
-# others may read is refused; a multi-node job without a secret refuses
+# others may read, a FIFO, a symlink to nothing or a secret over 1024 bytes
+# is refused; a multi-node job without a secret refuses
 # to start unless PHX_STORE_INSECURE=1 (doc/reference/store.md).
 src=${top_srcdir:-.}
 b=$(cd "${top_builddir:-.}" && pwd)
@@ -15,9 +16,9 @@ ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok 
 check() { if eval "$1"; then ok 0 "$2"; else ok 1 "$2"; fi; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
 await() { i=0; while [ ! -e "$1" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done; [ -e "$1" ]; }
-echo "1..20"
+echo "1..23"
 if [ ! -e "$b/plugins/comm/gloo/.libs/phx-comm-gloo.so" ]; then
-    i=0; while [ $i -lt 20 ]; do skip "no gloo plugin"; i=$((i + 1)); done; exit 0
+    i=0; while [ $i -lt 23 ]; do skip "no gloo plugin"; i=$((i + 1)); done; exit 0
 fi
 cat >"$d/prog.c" <<'PROG'
 #include <stdio.h>
@@ -150,6 +151,22 @@ if [ "$(id -u)" = 0 ] && chown nobody "$d/bad/.phalanx/job-token" 2>/dev/null; t
   check '[ $? != 0 ] && grep -q "refusing $d/bad/.phalanx/job-token: it belongs to uid" "$d/d2"' \
     "a job-token file of another owner is refused, naming it"
 else skip "cannot give a file to nobody (not root)"; fi
+
+# (d2) a FIFO (not waited on), a symbolic link to nothing, a secret too long to use whole
+for k in fifo dangling long; do mkdir -p "$d/$k/.phalanx" && chmod 700 "$d/$k/.phalanx"; done
+mkfifo -m 600 "$d/fifo/.phalanx/job-token"
+ln -s "$d/nowhere" "$d/dangling/.phalanx/job-token"
+head -c 1030 /dev/zero | tr '\0' a >"$d/long/.phalanx/job-token" && chmod 600 "$d/long/.phalanx/job-token"
+port=$((port + 1))
+HOME="$d/fifo" RANK=0 MASTER_PORT=$port timeout 20 "$d/prog" "$d" >"$d/d3" 2>&1
+check '[ $? = 1 ] && grep -q "refusing $d/fifo/.phalanx/job-token: not a regular file" "$d/d3"' \
+  "a FIFO as the job-token file is refused at once"
+HOME="$d/dangling" RANK=0 MASTER_PORT=$port timeout 20 "$d/prog" "$d" >"$d/d4" 2>&1
+check '[ $? = 1 ] && grep -q "refusing $d/dangling/.phalanx/job-token: a symbolic link that leads to no file" "$d/d4"' \
+  "a job-token symlink to nothing is refused (it gave a store without a secret)"
+HOME="$d/long" RANK=0 MASTER_PORT=$port timeout 20 "$d/prog" "$d" >"$d/d5" 2>&1
+check '[ $? = 1 ] && grep -q "refusing $d/long/.phalanx/job-token: it is 1030 bytes long, a job secret at most 1024" "$d/d5"' \
+  "a 1030-byte job-token file is refused, not cut to 1024"
 
 # (e) several hosts without a secret: refused unless PHX_STORE_INSECURE=1
 port=$((port + 1))
