@@ -89,5 +89,5 @@ t_data_ckpt_bitflip_LDADD = libphalanx.la
 # FIFO or a directory is refused at once.
 check_PROGRAMS += t/data/st_entries
 TESTS += t/data/st_entries
-t_data_st_entries_SOURCES = t/data/st_entries.c
+t_data_st_entries_SOURCES = t/data/st_entries.c t/file-util.h
 t_data_st_entries_LDADD = libphalanx.la

@@ -56,19 +56,24 @@ static char *fmt_name(const char *a, const char *b, const char *c, int64_t off)
     return s;
 }
 
-/* All-reduces v (host floats) with op through the comm's device; a world
- * of one keeps them. */
-static phx_status allreduce_host(phx_comm *comm, float *v, int64_t n, phx_reduce_op op)
+/* All-reduces n host values v of dtype dt with op through the comm's
+ * device; a world of one keeps them. */
+static phx_status allreduce_host_as(phx_comm *comm, void *v, int64_t n, phx_dtype dt, phx_reduce_op op)
 {
     if (!comm || phx_comm_size(comm) <= 1) return PHX_OK;
-    phx_tensor *t = phx_tensor_new(PHX_F32, 1, &n, phx_comm_device(comm));
-    phx_tensor *h = phx_tensor_from_data(PHX_F32, 1, &n, v);
+    phx_tensor *t = phx_tensor_new(dt, 1, &n, phx_comm_device(comm));
+    phx_tensor *h = phx_tensor_from_data(dt, 1, &n, v);
     phx_status st = t && h ? phx_tensor_copy(t, h) : PHX_ENOMEM;
     if (st == PHX_OK) st = phx_comm_allreduce(comm, t, op, NULL);
     if (st == PHX_OK) st = phx_tensor_to_host(t, v);
     phx_tensor_free(t);
     phx_tensor_free(h);
     return st;
+}
+
+static phx_status allreduce_host(phx_comm *comm, float *v, int64_t n, phx_reduce_op op)
+{
+    return allreduce_host_as(comm, v, n, PHX_F32, op);
 }
 
 /* The shard optimizer's state as kinds per piece (as zero-state.c reads
@@ -137,15 +142,7 @@ static int64_t save_nonce(void)
 /* The largest v[i] over comm's ranks, exactly (allreduce_host is f32). */
 static phx_status allreduce_max_i64(phx_comm *comm, int64_t *v, int64_t n)
 {
-    if (!comm || phx_comm_size(comm) <= 1) return PHX_OK;
-    phx_tensor *t = phx_tensor_new(PHX_I64, 1, &n, phx_comm_device(comm));
-    phx_tensor *h = phx_tensor_from_data(PHX_I64, 1, &n, v);
-    phx_status st = t && h ? phx_tensor_copy(t, h) : PHX_ENOMEM;
-    if (st == PHX_OK) st = phx_comm_allreduce(comm, t, PHX_MAX, NULL);
-    if (st == PHX_OK) st = phx_tensor_to_host(t, v);
-    phx_tensor_free(t);
-    phx_tensor_free(h);
-    return st;
+    return allreduce_host_as(comm, v, n, PHX_I64, PHX_MAX);
 }
 
 static void shard_file(char *buf, size_t len, int rank, int world, int64_t gen)

@@ -11,7 +11,6 @@
  *   the header is named (jansson said "end of file expected");
  * - a FIFO with no writer is refused as not a regular file, at once,
  *   by phx_safetensors_read and phx_checkpoint_meta (alarm: a hang fails). */
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,29 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "phalanx/phalanx.h"
+#include "t/file-util.h"
 #include "t/tap.h"
 
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    rewind(f);
-    uint8_t *b = malloc(*len);
-    if (b && fread(b, 1, *len, f) != *len) b = NULL;
-    fclose(f);
-    return b;
-}
-
-static void put(const char *path, const uint8_t *b, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(b, 1, len, f) != len || fclose(f) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
 
 /* zlib's CRC-32 (reflected, polynomial 0xEDB88320), computed here */
 static uint32_t crc32_of(uint32_t crc, const void *p, size_t n)
@@ -90,14 +69,6 @@ static phx_status read_back(const char *path, int *same)
     return st;
 }
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char m[] = "not ok - a read of a FIFO hung (10 s)\n";
-    if (write(1, m, sizeof m - 1) < 0) _exit(2);
-    _exit(1);
-}
-
 int main(void)
 {
     plan(13);
@@ -118,13 +89,13 @@ int main(void)
     ok(st == PHX_OK && read_back(path, &same) == PHX_OK && same, "written and read back (%s)",
        st ? phx_last_error() : "ok");
     size_t len;
-    uint8_t *orig = slurp(path, &len), *b = malloc(len);
+    uint8_t *orig = (uint8_t *)tf_slurp(path, &len), *b = malloc(len);
 
     /* F32 -> I32 for tensor a: the same 60 bytes */
     memcpy(b, orig, len);
     uint8_t *e = find(b, len, "\"a\":{"), *d = e ? find(e, len - (size_t)(e - b), "\"F32\"") : NULL;
     if (d) d[1] = 'I';
-    put(bad, b, len);
+    tf_put(bad, b, len);
     st = d ? read_back(bad, &same) : PHX_EINVAL;
     ok(d && st == PHX_EIO && strstr(phx_last_error(), "tensor entries") && strstr(phx_last_error(), bad),
        "a's dtype F32 -> I32 (same size) is refused: %s", phx_last_error());
@@ -133,7 +104,7 @@ int main(void)
     memcpy(b, orig, len);
     uint8_t *s = find(b, len, "[3,5]");
     if (s) s[1] = '5', s[3] = '3';
-    put(bad, b, len);
+    tf_put(bad, b, len);
     st = s ? read_back(bad, &same) : PHX_EINVAL;
     ok(s && st == PHX_EIO && strstr(phx_last_error(), "tensor entries"), "a's shape [3,5] -> [5,3] is refused: %s",
        phx_last_error());
@@ -152,14 +123,14 @@ int main(void)
         snprintf(hex, sizeof hex, "%08x", (unsigned)crc32_of(crc32_of(0, "epoch", 6), "3", 2));
         memcpy(m, hex, 8);
     }
-    put(bad, b, len);
+    tf_put(bad, b, len);
     st = shaped ? read_back(bad, &same) : PHX_EINVAL;
     ok(shaped && st == PHX_OK && same, "a file with the other checksums but no entries checksum loads the same (%s)",
        st ? phx_last_error() : "ok");
     /* ... and it is no loophole for a changed checksum of a tensor */
     uint8_t *ca = shaped ? find(b, len, "\"phx.crc32.a\":\"") : NULL;
     if (ca) ca[strlen("\"phx.crc32.a\":\"")] ^= 1;
-    put(bad, b, len);
+    tf_put(bad, b, len);
     st = ca ? read_back(bad, &same) : PHX_EINVAL;
     ok(ca && st == PHX_EIO && strstr(phx_last_error(), "fails its checksum"),
        "that file with a's checksum changed is refused: %s", phx_last_error());
@@ -170,7 +141,7 @@ int main(void)
     memcpy(&hl, b, 8);
     int padded = b[8 + hl - 1] == ' ';
     if (padded) b[8 + hl - 1] = 0;
-    put(bad, b, len);
+    tf_put(bad, b, len);
     st = padded ? read_back(bad, &same) : PHX_EINVAL;
     ok(padded && st == PHX_EIO && strstr(phx_last_error(), "a NUL byte at byte"), "a NUL in the padding: %s",
        phx_last_error());
@@ -179,7 +150,7 @@ int main(void)
     memcpy(b, orig, len);
     ca = find(b, len, "\"phx.crc32.b\":\"");
     if (ca) ca[strlen("\"phx.crc32.b\":\"")] = ' ';
-    put(bad, b, len);
+    tf_put(bad, b, len);
     st = ca ? read_back(bad, &same) : PHX_EINVAL;
     ok(ca && st == PHX_EIO && strstr(phx_last_error(), "no valid checksum"),
        "a checksum with a leading space is no valid checksum: %s", phx_last_error());
@@ -207,19 +178,18 @@ int main(void)
     if (rs == PHX_OK) phx_safetensors_free(rn, rt, rc);
     /* their checksums are told apart: b's bytes under a's name fail */
     size_t ll;
-    b = slurp(bad, &ll);
+    b = (uint8_t *)tf_slurp(bad, &ll);
     char *want = malloc(800);
     snprintf(want, 800, "\"phx.crc32.%s\":\"", n1);
     uint8_t *c1 = b ? find(b, ll, want) : NULL;
     if (c1) c1[strlen(want)] = c1[strlen(want)] == '0' ? '1' : '0';
-    put(bad, b, ll);
+    tf_put(bad, b, ll);
     rs = c1 ? phx_safetensors_read(bad, &rn, &rt, &rc) : PHX_EINVAL;
     ok(c1 && rs == PHX_EIO && strstr(phx_last_error(), "fails its checksum"),
        "the first long name's checksum changed is refused (%.60s...)", phx_last_error());
     free(b), free(want), free(n1), free(n2);
 
     /* a FIFO: refused, not waited on */
-    signal(SIGALRM, on_alarm);
     alarm(10);
     snprintf(bad, sizeof bad, "%s/fifo", dir);
     int made = mkfifo(bad, 0600) == 0;

@@ -13,7 +13,6 @@
  * - an index that is a FIFO is refused at once by load and by save;
  * - the generation counts exactly past 2^24 (it went through a float),
  *   and a save at the last generation is refused. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,33 +20,12 @@
 #include <unistd.h>
 #include "phalanx/phalanx.h"
 #include "t/ddp-util.h"
+#include "t/file-util.h"
 #include "t/tap.h"
 
 static const int64_t sizes[] = {5, 9, 4};
 static char dir[64];
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    rewind(f);
-    char *b = malloc(*len + 1);
-    if (b && fread(b, 1, *len, f) != *len) b = NULL;
-    if (b) b[*len] = 0;
-    fclose(f);
-    return b;
-}
-
-static void put(const char *path, const char *b, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(b, 1, len, f) != len || fclose(f) != 0) {
-        perror(path);
-        exit(1);
-    }
-}
 
 static char *in(const char *d, const char *name)
 {
@@ -99,14 +77,6 @@ static float params_sum(phx_module *m)
     return s;
 }
 
-static void hang(int sig)
-{
-    (void)sig;
-    static const char m[] = "not ok - a FIFO index hung (10 s)\n";
-    if (write(1, m, sizeof m - 1) < 0) _exit(2);
-    _exit(1);
-}
-
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-zbad-XXXXXX");
@@ -142,12 +112,12 @@ int main(void)
      phx_scaler_growth_tracker(sc2) == 0)
 
     size_t len;
-    char *good = slurp(in(a, "index.json"), &len);
+    char *good = tf_slurp(in(a, "index.json"), &len);
     ok(good && strstr(good, "\"crc32\": ") && strstr(good, "\"save\": "), "the index has \"crc32\" and \"save\"");
 
     /* an edited value fails the index's checksum */
     char *t = with_value(good, "lr", "0.02");
-    put(in(a, "index.json"), t, strlen(t));
+    tf_put(in(a, "index.json"), t, strlen(t));
     st = phx_zero_checkpoint_load(a, m2, o2, sc2);
     ok(st == PHX_EIO && strstr(phx_last_error(), "fails its checksum") && UNCHANGED,
        "lr 0.01 -> 0.02: the index fails its checksum, nothing changed (%s)", phx_last_error());
@@ -155,7 +125,7 @@ int main(void)
 
     /* without "crc32" (an earlier build's index) the values are checked */
     char *old = without_crc(good);
-    put(in(a, "index.json"), old, strlen(old));
+    tf_put(in(a, "index.json"), old, strlen(old));
     st = phx_zero_checkpoint_load(a, m2, o2, sc2);
     ok(st == PHX_OK && params_sum(m2) == params_sum(m) && phx_optimizer_lr(o2) == 0.01 &&
            phx_scaler_get_scale(sc2) == 1024.0,
@@ -173,7 +143,7 @@ int main(void)
                       {"growth_tracker", "2000", "growth tracker 2000 (the interval)"}};
     for (size_t i = 0; i < sizeof bad_values / sizeof bad_values[0]; i++) {
         t = with_value(old, bad_values[i].key, bad_values[i].value);
-        put(in(a, "index.json"), t, strlen(t));
+        tf_put(in(a, "index.json"), t, strlen(t));
         st = phx_zero_checkpoint_load(a, m2, o2, sc2);
         phx_optimizer *plain = tu_make_adamw(m2, NULL);
         phx_status sf = phx_zero_checkpoint_load_full(a, m2, plain, sc2);
@@ -185,29 +155,29 @@ int main(void)
     /* a duplicate key */
     t = malloc(strlen(old) + 32);
     sprintf(t, "{\n \"world\": 1,%s", old + 1);
-    put(in(a, "index.json"), t, strlen(t));
+    tf_put(in(a, "index.json"), t, strlen(t));
     st = phx_zero_checkpoint_load(a, m2, o2, sc2);
     ok(st == PHX_EIO && strstr(phx_last_error(), "duplicate") && UNCHANGED, "a duplicate key is refused (%s)",
        phx_last_error());
     free(t);
-    put(in(a, "index.json"), good, len);
+    tf_put(in(a, "index.json"), good, len);
 
     /* shards of another save: a's generation-1 shard under the name of
      * b's generation-2 one; then b's index set back to generation 1 by
      * hand, so that only the save's name differs */
     size_t sl;
-    char *shard1 = slurp(in(a, "shard-0-of-1.g1.safetensors"), &sl);
+    char *shard1 = tf_slurp(in(a, "shard-0-of-1.g1.safetensors"), &sl);
     size_t bl;
-    char *b2 = slurp(in(b, "shard-0-of-1.g2.safetensors"), &bl);
-    put(in(b, "shard-0-of-1.g2.safetensors"), shard1, sl);
+    char *b2 = tf_slurp(in(b, "shard-0-of-1.g2.safetensors"), &bl);
+    tf_put(in(b, "shard-0-of-1.g2.safetensors"), shard1, sl);
     st = phx_zero_checkpoint_load(b, m2, o2, sc2);
     ok(st == PHX_EIO && strstr(phx_last_error(), "another save") && strstr(phx_last_error(), "generation") &&
            UNCHANGED,
        "a generation-1 shard under generation 2's name: refused (%s)", phx_last_error());
-    char *bi = slurp(in(b, "index.json"), &len);
+    char *bi = tf_slurp(in(b, "index.json"), &len);
     char *bo = bi ? without_crc(bi) : NULL;
     char *g1 = bo ? with_value(bo, "generation", "1") : NULL;
-    if (g1) put(in(b, "index.json"), g1, strlen(g1)); /* its shard file: still a's, of generation 1 */
+    if (g1) tf_put(in(b, "index.json"), g1, strlen(g1)); /* its shard file: still a's, of generation 1 */
     st = phx_zero_checkpoint_load(b, m2, o2, sc2);
     ok(g1 && st == PHX_EIO && strstr(phx_last_error(), "of save") && UNCHANGED,
        "a shard of another save of the same generation: refused (%s)", phx_last_error());
@@ -217,15 +187,14 @@ int main(void)
     char *longer = malloc(sl + 4);
     memcpy(longer, shard1, sl);
     memcpy(longer + sl, "\0\0\0\0", 4);
-    put(in(a, "shard-0-of-1.g1.safetensors"), longer, sl + 4);
+    tf_put(in(a, "shard-0-of-1.g1.safetensors"), longer, sl + 4);
     st = phx_zero_checkpoint_load(a, m2, o2, sc2);
     ok(st == PHX_EIO && strstr(phx_last_error(), "belong to no tensor") && UNCHANGED,
        "4 bytes appended to the shard: refused (%s)", phx_last_error());
-    put(in(a, "shard-0-of-1.g1.safetensors"), shard1, sl);
+    tf_put(in(a, "shard-0-of-1.g1.safetensors"), shard1, sl);
     free(longer), free(b2), free(shard1);
 
     /* a FIFO index: load and save refused at once */
-    signal(SIGALRM, hang);
     alarm(10);
     unlink(in(a, "index.json"));
     int fifo = mkfifo(in(a, "index.json"), 0600) == 0;
@@ -237,22 +206,22 @@ int main(void)
        phx_last_error());
     alarm(0);
     unlink(in(a, "index.json"));
-    put(in(a, "index.json"), good, strlen(good));
+    tf_put(in(a, "index.json"), good, strlen(good));
 
     /* the generation, exactly: 16777216 (2^24) -> 16777217; the last one refused */
     t = with_value(old, "generation", "16777216");
-    put(in(a, "index.json"), t, strlen(t));
+    tf_put(in(a, "index.json"), t, strlen(t));
     free(t);
     st = phx_zero_checkpoint_save(a, m, o, sc);
     struct stat sb;
     ok(st == PHX_OK && stat(in(a, "shard-0-of-1.g16777217.safetensors"), &sb) == 0,
        "after generation 16777216 the save writes 16777217 %s", st ? phx_last_error() : "");
-    char *now = slurp(in(a, "index.json"), &len), *nowo = now ? without_crc(now) : NULL;
+    char *now = tf_slurp(in(a, "index.json"), &len), *nowo = now ? without_crc(now) : NULL;
     t = nowo ? with_value(nowo, "generation", "9223372036854775807") : NULL;
-    if (t) put(in(a, "index.json"), t, strlen(t));
+    if (t) tf_put(in(a, "index.json"), t, strlen(t));
     st = phx_zero_checkpoint_save(a, m, o, sc);
     size_t l2;
-    char *after = slurp(in(a, "index.json"), &l2);
+    char *after = tf_slurp(in(a, "index.json"), &l2);
     ok(st == PHX_EIO && strstr(phx_last_error(), "the last one") && after && t && !strcmp(after, t),
        "at generation 2^63-1 the save is refused, the index untouched (%s)", phx_last_error());
     free(t), free(now), free(nowo), free(after), free(old), free(good);
