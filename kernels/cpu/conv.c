@@ -423,8 +423,8 @@ static void cast_part(void *arg, int64_t lo, int64_t hi)
 {
     conv_cast *c = arg;
     size_t od = phx_dtype_size(c->dt), os = phx_dtype_size(c->st);
-    phx_status st =
-        px_cpu_half_cast_here((char *)c->dst + (size_t)lo * od, c->dt, (const char *)c->src + (size_t)lo * os, c->st, hi - lo);
+    phx_status st = px_cpu_half_cast_here((char *)c->dst + (size_t)lo * od, c->dt,
+                                          (const char *)c->src + (size_t)lo * os, c->st, hi - lo);
     if (st != PHX_OK) c->err = st; /* only a bug: the dtypes are checked */
 }
 

@@ -107,8 +107,8 @@ phx_status px_cpu_half_cast_rows(void *dst, phx_dtype dt, int64_t ldd, const voi
  * also for contiguous rows under 1 MiB read and written, where
  * px_cpu_cast would neither stream nor look up the tuning cache and its
  * dispatch cost more than converting a 128-value row. */
-phx_status px_cpu_half_cast_rows_here(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st,
-                                      int64_t lds, int64_t rows, int64_t cols);
+phx_status px_cpu_half_cast_rows_here(void *dst, phx_dtype dt, int64_t ldd, const void *src, phx_dtype st, int64_t lds,
+                                      int64_t rows, int64_t cols);
 /* n contiguous values so (px_cpu_cast's arguments without the device):
  * the row kernels' widened and rounded blocks. */
 static inline phx_status px_cpu_half_cast_here(void *dst, phx_dtype dt, const void *src, phx_dtype st, int64_t n)

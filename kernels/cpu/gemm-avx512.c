@@ -386,9 +386,11 @@ static void part(void *arg, int64_t lo, int64_t hi)
     float *c32 = j->c + r0 * j->ldc + c0;
     char *cu = j->cu ? (char *)j->cu + (size_t)(r0 * j->ldcu + c0) * phx_dtype_size(j->cdt) : NULL;
     phx_status st = PHX_OK;
-    if (cu && j->beta != 0.0f) st = px_cpu_half_cast_rows_here(c32, PHX_F32, j->ldc, cu, j->cdt, j->ldcu, r1 - r0, c1 - c0);
+    if (cu && j->beta != 0.0f)
+        st = px_cpu_half_cast_rows_here(c32, PHX_F32, j->ldc, cu, j->cdt, j->ldcu, r1 - r0, c1 - c0);
     if (st == PHX_OK) st = block(j, i0, i1, j0, j1);
-    if (st == PHX_OK && cu) st = px_cpu_half_cast_rows_here(cu, j->cdt, j->ldcu, c32, PHX_F32, j->ldc, r1 - r0, c1 - c0);
+    if (st == PHX_OK && cu)
+        st = px_cpu_half_cast_rows_here(cu, j->cdt, j->ldcu, c32, PHX_F32, j->ldc, r1 - r0, c1 - c0);
     if (st != PHX_OK) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 

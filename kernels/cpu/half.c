@@ -103,8 +103,8 @@ static void rows_part(void *arg, int64_t lo, int64_t hi)
     size_t ed = phx_dtype_size(j->dt), es = phx_dtype_size(j->st);
     px_cpu_part_fail(&j->first,
                      px_cpu_half_cast_rows_here((char *)j->dst + (size_t)(lo * j->ldd) * ed, j->dt, j->ldd,
-                                      (const char *)j->src + (size_t)(lo * j->lds) * es, j->st, j->lds, hi - lo,
-                                      j->cols));
+                                                (const char *)j->src + (size_t)(lo * j->lds) * es, j->st, j->lds,
+                                                hi - lo, j->cols));
 }
 
 /* Rows split over the thread budget's pool, parts of at least 32 K values:

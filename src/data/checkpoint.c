@@ -296,7 +296,8 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
         char *end = NULL;
         p->scale = s ? strtod(s, &end) : 0.0;
         char why[160];
-        if (!s || *end || *s < '0' || *s > '9' || strpbrk(s, "xX") || !(p->scale > 0.0) || isinf(p->scale) || !parse_i64(g, &p->tracker))
+        if (!s || *end || *s < '0' || *s > '9' || strpbrk(s, "xX") || !(p->scale > 0.0) || isinf(p->scale) ||
+            !parse_i64(g, &p->tracker))
             mm_add(mm, MM_META,
                    "scaler.scale '%s' / scaler.growth_tracker '%s' missing or invalid (need a finite scale > 0 and "
                    "an integer >= 0)",

@@ -67,8 +67,8 @@ phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out)
             int l = snprintf(buf, sizeof buf, "%lld,", (long long)s[i]->shape[d]);
             crc = crc32_z(crc, (const Bytef *)buf, (size_t)l);
         }
-        int l = snprintf(buf, sizeof buf, "%c%llu,%llu", 0, (unsigned long long)s[i]->begin,
-                         (unsigned long long)s[i]->end);
+        int l =
+            snprintf(buf, sizeof buf, "%c%llu,%llu", 0, (unsigned long long)s[i]->begin, (unsigned long long)s[i]->end);
         crc = crc32_z(crc, (const Bytef *)buf, (size_t)l + 1);
     }
     px_free(s);

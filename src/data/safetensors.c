@@ -278,8 +278,8 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
                            "space padding after it hold none)",
                            who, path, (size_t)(nul - ((const char *)f->map + 8)), (unsigned long long)hlen);
         else
-            st = phx_error(PHX_EIO, "%s: '%s': header is not valid JSON: %s (line %d, column %d)", who, path,
-                           jerr.text, jerr.line, jerr.column);
+            st = phx_error(PHX_EIO, "%s: '%s': header is not valid JSON: %s (line %d, column %d)", who, path, jerr.text,
+                           jerr.line, jerr.column);
         goto fail;
     }
     if (!json_is_object(f->root)) {

@@ -168,8 +168,8 @@ static phx_status index_piece(px_zero *z, size_t region, const px_zpiece *part, 
     return PHX_OK;
 }
 
-static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const char *save_id,
-                           const char *const *snames, size_t kinds, phx_scaler *scaler)
+static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const char *save_id, const char *const *snames,
+                           size_t kinds, phx_scaler *scaler)
 {
     json_t *root = json_object(), *params = json_array(), *bufs = json_array(), *shards = json_array(),
            *ks = json_array();
@@ -321,8 +321,7 @@ static void remove_old_shards(const char *dir, int64_t gen, int world)
 /* This rank's shard file: its pieces' values and state, rank 0 also the
  * buffers. */
 static phx_status write_shard(const char *who, px_zero *z, const char *dir, int64_t gen, const char *save_id,
-                              const char *const *snames,
-                              phx_tensor *const *sts, size_t kinds)
+                              const char *const *snames, phx_tensor *const *sts, size_t kinds)
 {
     size_t nb = z->rank == 0 ? phx_module_num_buffers(z->model) : 0;
     size_t cap = z->n_shard * (1 + kinds) + nb, n = 0;
@@ -641,8 +640,7 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
     c->root = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
     fclose(fp);
     if (!c->root)
-        return phx_error(PHX_EIO, "%s: cannot read the index '%s': %s (line %d)", who, c->index_path, je.text,
-                         je.line);
+        return phx_error(PHX_EIO, "%s: cannot read the index '%s': %s (line %d)", who, c->index_path, je.text, je.line);
     /* an index without "crc32" is of an earlier build: not checked */
     json_t *cj = json_object_get(c->root, "crc32");
     if (cj) {
@@ -668,7 +666,8 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
         return bad(c, "\"world\" and \"shards\" disagree");
     c->world = (int)json_integer_value(w);
     json_t *gj = json_object_get(c->root, "generation");
-    if (gj && (!json_is_integer(gj) || json_integer_value(gj) < 1)) return bad(c, "\"generation\" is not an integer >= 1");
+    if (gj && (!json_is_integer(gj) || json_integer_value(gj) < 1))
+        return bad(c, "\"generation\" is not an integer >= 1");
     c->generation = gj ? (int64_t)json_integer_value(gj) : 0;
     json_t *sj = json_object_get(c->root, "save");
     if (sj && !json_is_string(sj)) return bad(c, "\"save\" is not a string");
@@ -775,8 +774,8 @@ static phx_status ck_check_scaler(ck_index *c, const phx_scaler *scaler)
     char why[160];
     if (!c->has_scaler) return phx_error(PHX_EIO, "%s: '%s' holds no GradScaler state", c->who, c->index_path);
     if (px_scaler_check_state(scaler, c->scale, c->tracker, why, sizeof why))
-        return phx_error(PHX_EIO, "%s: '%s' holds a GradScaler state this scaler refuses: %s", c->who,
-                         c->index_path, why);
+        return phx_error(PHX_EIO, "%s: '%s' holds a GradScaler state this scaler refuses: %s", c->who, c->index_path,
+                         why);
     return PHX_OK;
 }
 
@@ -814,8 +813,7 @@ static phx_status ck_file(ck_index *c, int s, px_st_file **f)
         snprintf(want, sizeof want, "%" PRId64, c->generation);
         const char *sv = st == PHX_OK ? px_st_meta(&c->files[s], "zero.save") : NULL;
         if (st == PHX_OK && c->generation && (!g || strcmp(g, want) != 0))
-            st = phx_error(PHX_EIO,
-                           "%s: shard '%s' is of generation %s, the index '%s' of %s: a shard of another save",
+            st = phx_error(PHX_EIO, "%s: shard '%s' is of generation %s, the index '%s' of %s: a shard of another save",
                            c->who, p, g ? g : "(none)", c->index_path, want);
         else if (st == PHX_OK && c->save && (!sv || strcmp(sv, c->save) != 0))
             st = phx_error(PHX_EIO, "%s: shard '%s' is of save %s, the index '%s' of save %s: a shard of another save",
@@ -862,7 +860,10 @@ static phx_status ck_read(ck_index *c, int s, const char *name, int64_t len, int
         return phx_error(PHX_EIO,
                          "%s: shard '%s' is corrupt: tensor '%s' fails its checksum (CRC-32 %08x, the header "
                          "says %s)",
-                         c->who, f->path, name, (unsigned)got, !text ? "nothing" : has ? text : "no 8 hex digits");
+                         c->who, f->path, name, (unsigned)got,
+                         !text     ? "nothing"
+                             : has ? text
+                                   : "no 8 hex digits");
     memcpy(dst, (const uint8_t *)px_st_data(f, e) + (size_t)skip * es, (size_t)count * es);
     return PHX_OK;
 }

@@ -105,8 +105,7 @@ static void test_small(void)
     char fifo[128];
     snprintf(fifo, sizeof fifo, "%s/fifo", dir);
     alarm(10); /* a hang ends the test */
-    ok(mkfifo(fifo, 0600) == 0 && phx_idx_read(fifo, &t) == PHX_EIO &&
-           strstr(phx_last_error(), "not a regular file"),
+    ok(mkfifo(fifo, 0600) == 0 && phx_idx_read(fifo, &t) == PHX_EIO && strstr(phx_last_error(), "not a regular file"),
        "a FIFO, at once: %s", phx_last_error());
     alarm(0);
     unlink(fifo);

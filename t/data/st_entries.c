@@ -21,7 +21,6 @@
 #include "t/file-util.h"
 #include "t/tap.h"
 
-
 /* zlib's CRC-32 (reflected, polynomial 0xEDB88320), computed here */
 static uint32_t crc32_of(uint32_t crc, const void *p, size_t n)
 {

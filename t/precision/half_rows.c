@@ -122,10 +122,14 @@ int main(void)
         bad_cn += h2[n] != 0xabcd;
     }
     if (st != PHX_OK) diag("px_cpu_half_cast_rows_here: %s", phx_last_error());
-    ok(st == PHX_OK && bad_cw == 0, "f16 -> f32 contiguous runs of 1 to 300001 values on the calling thread: "
-       "phx_f16_to_f32's bits (%d differ)", bad_cw);
-    ok(st == PHX_OK && bad_cn == 0, "f32 -> f16 contiguous runs of 1 to 300001 values on the calling thread: "
-       "phx_f32_to_f16's bits (%d differ)", bad_cn);
+    ok(st == PHX_OK && bad_cw == 0,
+       "f16 -> f32 contiguous runs of 1 to 300001 values on the calling thread: "
+       "phx_f16_to_f32's bits (%d differ)",
+       bad_cw);
+    ok(st == PHX_OK && bad_cn == 0,
+       "f32 -> f16 contiguous runs of 1 to 300001 values on the calling thread: "
+       "phx_f32_to_f16's bits (%d differ)",
+       bad_cn);
     free(h), free(h2), free(f), free(f3);
     return done_testing();
 }

@@ -26,7 +26,6 @@
 static const int64_t sizes[] = {5, 9, 4};
 static char dir[64];
 
-
 static char *in(const char *d, const char *name)
 {
     static char p[8][200];
@@ -107,8 +106,8 @@ int main(void)
     phx_optimizer_set_lr(o2, 0.5);
     phx_scaler_set_state(sc2, 64.0, 0);
     float before = params_sum(m2);
-#define UNCHANGED                                                                                             \
-    (params_sum(m2) == before && phx_optimizer_lr(o2) == 0.5 && phx_scaler_get_scale(sc2) == 64.0 &&        \
+#define UNCHANGED \
+    (params_sum(m2) == before && phx_optimizer_lr(o2) == 0.5 && phx_scaler_get_scale(sc2) == 64.0 && \
      phx_scaler_growth_tracker(sc2) == 0)
 
     size_t len;
@@ -171,8 +170,7 @@ int main(void)
     char *b2 = tf_slurp(in(b, "shard-0-of-1.g2.safetensors"), &bl);
     tf_put(in(b, "shard-0-of-1.g2.safetensors"), shard1, sl);
     st = phx_zero_checkpoint_load(b, m2, o2, sc2);
-    ok(st == PHX_EIO && strstr(phx_last_error(), "another save") && strstr(phx_last_error(), "generation") &&
-           UNCHANGED,
+    ok(st == PHX_EIO && strstr(phx_last_error(), "another save") && strstr(phx_last_error(), "generation") && UNCHANGED,
        "a generation-1 shard under generation 2's name: refused (%s)", phx_last_error());
     char *bi = tf_slurp(in(b, "index.json"), &len);
     char *bo = bi ? without_crc(bi) : NULL;
