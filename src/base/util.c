@@ -160,3 +160,10 @@ FILE *px_fopen_regular(const char *path, bool *irregular)
     }
     return f;
 }
+
+phx_status px_open_error(const char *who, const char *what, const char *path, bool irregular)
+{
+    if (irregular) return phx_error(PHX_EIO, "%s: %s'%s' is not a regular file", who, what, path);
+    int e = errno;
+    return phx_error(e == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open %s'%s': %s", who, what, path, strerror(e));
+}

@@ -27,6 +27,11 @@ char *px_concat(const char *a, const char *b);
  * file (the message to give: "is not a regular file"). */
 int px_open_regular(const char *path, bool *irregular);
 FILE *px_fopen_regular(const char *path, bool *irregular);
+/* The error for a failed px_open_regular / px_fopen_regular of path (what:
+ * "" or a noun such as "the index "), errno as it left it: "who: what'path'
+ * is not a regular file" (PHX_EIO), or "who: cannot open what'path':
+ * strerror" (PHX_ENOTFOUND for ENOENT, else PHX_EIO). */
+phx_status px_open_error(const char *who, const char *what, const char *path, bool irregular);
 
 /* Monotonic clock in seconds. */
 double px_now(void);

@@ -399,11 +399,7 @@ phx_dataset *phx_dataset_text(const char *path, int64_t context, int64_t stride)
     bool irregular;
     FILE *fp = px_fopen_regular(path, &irregular); /* not a FIFO (fopen would wait), /dev/zero or a folder */
     if (!fp) {
-        if (irregular)
-            phx_error(PHX_EIO, "%s: '%s' is not a regular file", who, path);
-        else
-            phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open '%s': %s", who, path,
-                      strerror(errno));
+        px_open_error(who, "", path, irregular);
         return NULL;
     }
     text_ctx *c = px_calloc(1, sizeof *c);

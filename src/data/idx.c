@@ -105,10 +105,7 @@ phx_status px_idx_open(const char *who, const char *path, px_zin **gp, uint8_t *
 {
     bool irregular;
     px_zin *g = px_zin_open(path, &irregular);
-    if (!g && irregular) return phx_error(PHX_EIO, "%s: '%s' is not a regular file", who, path);
-    if (!g)
-        return phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open '%s': %s", who, path,
-                         strerror(errno));
+    if (!g) return px_open_error(who, "", path, irregular);
     uint8_t magic[4], db[4 * 255];
     phx_status st = px_idx_rd(who, g, magic, 4, path, "the magic number");
     if (st == PHX_OK &&

@@ -67,8 +67,8 @@ phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out)
             int l = snprintf(buf, sizeof buf, "%lld,", (long long)s[i]->shape[d]);
             crc = crc32_z(crc, (const Bytef *)buf, (size_t)l);
         }
-        int l =
-            snprintf(buf, sizeof buf, "%c%llu,%llu", 0, (unsigned long long)s[i]->begin, (unsigned long long)s[i]->end);
+        crc = crc32_z(crc, (const Bytef *)"", 1); /* the shape's NUL */
+        int l = snprintf(buf, sizeof buf, "%llu,%llu", (unsigned long long)s[i]->begin, (unsigned long long)s[i]->end);
         crc = crc32_z(crc, (const Bytef *)buf, (size_t)l + 1);
     }
     px_free(s);
@@ -76,12 +76,16 @@ phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out)
     return PHX_OK;
 }
 
-bool px_st_stored_crc(const px_st_file *f, const char *key, uint32_t *v)
+bool px_st_parse_crc(const char *s, uint32_t *v)
 {
-    const char *s = px_st_meta(f, key);
     if (!s || strlen(s) != 8 || strspn(s, "0123456789abcdefABCDEF") != 8) return false;
     *v = (uint32_t)strtoul(s, NULL, 16);
     return true;
+}
+
+bool px_st_stored_crc(const px_st_file *f, const char *key, uint32_t *v)
+{
+    return px_st_parse_crc(px_st_meta(f, key), v);
 }
 
 phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data)

@@ -64,8 +64,10 @@ phx_status px_st_meta_crc(const json_t *meta, uint32_t *out);
 /* The CRC-32 of n tensor entries: names in strcmp order, each as name,
  * dtype name, shape ("3,5,"), offsets ("0,60"), each with its NUL. */
 phx_status px_st_entries_crc(const px_st_entry *e, size_t n, uint32_t *out);
-/* The checksum stored under metadata key, parsed; false when absent or
- * malformed (exactly 8 hex digits, as written: no sign, space or 0x). */
+/* A checksum as written, exactly 8 hex digits (no sign, space or 0x),
+ * parsed; false when s is NULL or malformed. */
+bool px_st_parse_crc(const char *s, uint32_t *v);
+/* The checksum stored under metadata key, so parsed. */
 bool px_st_stored_crc(const px_st_file *f, const char *key, uint32_t *v);
 /* Checks the checksums of f, if it has any: the metadata's, the tensor
  * entries' where the file has PX_ST_ENTRIES_KEY (files written before

@@ -218,10 +218,7 @@ static phx_status st_open(const char *who, const char *path, px_st_file *f, bool
     if (!path) return phx_error(PHX_EINVAL, "%s: path is NULL", who);
     bool irregular;
     int fd = px_open_regular(path, &irregular); /* a FIFO would block open() */
-    if (fd < 0 && irregular) return phx_error(PHX_EIO, "%s: '%s' is not a regular file", who, path);
-    if (fd < 0)
-        return phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open '%s': %s", who, path,
-                         strerror(errno));
+    if (fd < 0) return px_open_error(who, "", path, irregular);
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         close(fd);

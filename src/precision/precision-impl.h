@@ -1,7 +1,10 @@
-/* Precision policy internals shared by src/precision/precision.c and src/precision/scaler.c. */
+/* Precision policy internals shared by src/precision/precision.c and src/precision/scaler.c
+ * (the scale rule also by src/zero/zero-ckpt.c). */
 #ifndef PHX_CORE_PRECISION_IMPL_H
 #define PHX_CORE_PRECISION_IMPL_H
 
+#include <float.h>
+#include <stdbool.h>
 #include "phalanx/precision.h"
 
 /* Fills o with the policy's scaler defaults (PyTorch's GradScaler values
@@ -12,6 +15,13 @@ void px_precision_scaler_defaults(const phx_precision *p, phx_scaler_opts *o);
  * loader's plan both use it, the loader before it changes anything): NULL
  * when scale and growth_tracker are acceptable for s, else why not, written
  * into buf. */
+/* A loss scale a scaler can hold: a finite f32 value > 0 (compared as
+ * doubles: converting an out-of-range double to float is undefined
+ * behaviour, 1e300, and a value below FLT_TRUE_MIN becomes 0). */
+static inline bool px_scaler_scale_ok(double scale)
+{
+    return scale > 0 && scale <= FLT_MAX && (float)scale > 0;
+}
 const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf, size_t len);
 
 #endif

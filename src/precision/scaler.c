@@ -238,9 +238,7 @@ int64_t phx_scaler_growth_tracker(const phx_scaler *s)
 
 const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf, size_t len)
 {
-    /* Compared as doubles: converting an out-of-range double to float is
-     * undefined behaviour (1e300), and a value below FLT_TRUE_MIN becomes 0. */
-    if (!(scale > 0) || !(scale <= FLT_MAX) || !((float)scale > 0)) {
+    if (!px_scaler_scale_ok(scale)) {
         snprintf(buf, len, "scale %g, expected a finite f32 value > 0", scale);
         return buf;
     }

@@ -5,7 +5,6 @@
  * Format: doc/reference/formats.md ("Sharded ZeRO checkpoints"). */
 #include <dirent.h>
 #include <errno.h>
-#include <float.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
@@ -120,7 +119,7 @@ static phx_status current_generation(const char *who, const char *dir, int64_t *
     json_t *root = f ? json_loadf(f, 0, NULL) : NULL;
     if (f) fclose(f);
     phx_status st = PHX_OK;
-    if (irregular) st = phx_error(PHX_EIO, "%s: the index '%s' is not a regular file", who, p);
+    if (irregular) st = px_open_error(who, "the index ", p, true);
     json_t *g = root ? json_object_get(root, "generation") : NULL;
     if (json_is_integer(g) && json_integer_value(g) > 0) *gen = (int64_t)json_integer_value(g);
     if (*gen == INT64_MAX)
@@ -633,10 +632,7 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
     json_error_t je;
     bool irregular;
     FILE *fp = px_fopen_regular(c->index_path, &irregular); /* fopen would wait on a FIFO */
-    if (!fp && irregular) return phx_error(PHX_EIO, "%s: the index '%s' is not a regular file", who, c->index_path);
-    if (!fp)
-        return phx_error(errno == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot read the index '%s': %s", who,
-                         c->index_path, strerror(errno));
+    if (!fp) return px_open_error(who, "the index ", c->index_path, irregular);
     c->root = json_loadf(fp, JSON_REJECT_DUPLICATES, &je);
     fclose(fp);
     if (!c->root)
@@ -644,12 +640,11 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
     /* an index without "crc32" is of an earlier build: not checked */
     json_t *cj = json_object_get(c->root, "crc32");
     if (cj) {
-        uint32_t got;
+        uint32_t got, stored;
         const char *want = json_string_value(cj);
         phx_status cs = index_crc(c->root, &got);
         if (cs != PHX_OK) return cs;
-        if (!want || strlen(want) != 8 || strspn(want, "0123456789abcdefABCDEF") != 8 ||
-            (uint32_t)strtoul(want, NULL, 16) != got) {
+        if (!px_st_parse_crc(want, &stored) || stored != got) {
             char why[160];
             snprintf(why, sizeof why, "it fails its checksum (CRC-32 %08x of its other contents, \"crc32\" says %s)",
                      (unsigned)got, want && strlen(want) < 20 ? want : "no 8 hex digits");
@@ -704,7 +699,7 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
         c->tracker = (int64_t)g;
         c->has_scaler = true;
         /* as phx_scaler_set_state will check them (the growth interval is the scaler's, checked at load) */
-        if (!(c->scale > 0) || !(c->scale <= FLT_MAX) || !((float)c->scale > 0) || c->tracker < 0)
+        if (!px_scaler_scale_ok(c->scale) || c->tracker < 0)
             return bad(c, "\"scaler\" holds a scale that is no finite f32 value > 0 or a negative growth_tracker");
     }
     json_t *ps = json_object_get(c->root, "params"), *bs = json_object_get(c->root, "buffers");
