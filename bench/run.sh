@@ -39,9 +39,11 @@ table bench/precision
 table bench/dp
 ./bench/dp --torch "$(dirname "$0")/torch/dp.py"
 # train: training steps/s of the seed's Linear(10,1) and an MLP beside
-# PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/guide/training.md).
+# PyTorch (bench/torch/step.py), at 1 and 2 threads (doc/guide/training.md);
+# two rounds over every row, each side's best, so that one slow minute of a
+# shared host does not decide a ratio.
 table bench/step
-./bench/step --torch "$(dirname "$0")/torch/step.py"
+./bench/step --rounds 2 --torch "$(dirname "$0")/torch/step.py"
 # growth: the MLP step across batch sizes and widths at 1 and 2 threads
 # (GFLOP/s: where a row stops growing with the batch is the knee).
 table "MLP step growth"

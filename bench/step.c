@@ -15,12 +15,15 @@
  *           cross entropy, SGD momentum (bench/torch/resnet.py's model)
  * each at 1 and 2 threads. A step is zero_grad, forward, loss, backward,
  * optimizer step. Each figure is the best of --repeats timed runs of
- * --seconds. Two measures: steps per wall-clock second, and steps per
+ * --seconds, and of --rounds passes over every row: a round runs each row
+ * on our side and then on PyTorch's, so both sides of a row (and a
+ * forward-only row and its fused one) meet the host's slow minutes in
+ * every round instead of one side catching one. Two measures: steps per wall-clock second, and steps per
  * second of the process's CPU time (all its threads) -- on a shared
  * machine the wall clock also counts the time other processes took.
  *
  *   bench/step [--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R]
- *              [--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo]
+ *              [--rounds N] [--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo]
  *              [--precision fp32|fp16|bf16] [--threads 1|2]
  * --threads runs that thread count's rows only (for a profiler).
  * --precision puts Phalanx's models under that policy (gpt_bf16 stays bf16;
@@ -139,25 +142,64 @@ static double rate(const char *name, const char *precision, double seconds, int 
     return best;
 }
 
+/* Each side's best over the rounds, wall clock and CPU time apart. */
+static void keep_best(double *best, double *best_cpu, double v, double cpu)
+{
+    if (v > *best) *best = v;
+    if (cpu > *best_cpu) *best_cpu = cpu;
+}
+
+/* PyTorch's rate for model at threads (bench/torch/step.py in its own
+ * process); 0 when it printed no RESULT line (its output goes to stderr). */
+static int torch_rate(const char *py, const char *torch, const char *model, int threads, double seconds, int repeats,
+                      double *v, double *cpu)
+{
+    /* torch.set_num_threads does not reach OpenBLAS's own pool:
+     * pin both so "t threads" means t threads on either side. */
+    char cmd[2048], line[256];
+    snprintf(cmd, sizeof cmd,
+             "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d '%s' '%s' --only %s --threads %d --seconds %g "
+             "--repeats %d 2>&1",
+             threads, threads, py, torch, model, threads, seconds, repeats);
+    int got = 0;
+    FILE *p = popen(cmd, "r");
+    while (p && fgets(line, sizeof line, p)) {
+        char nm[32];
+        int th;
+        double a, b;
+        if (sscanf(line, "RESULT %31s %d %lf %lf", nm, &th, &a, &b) == 4)
+            *v = a, *cpu = b, got = 1;
+        else
+            fprintf(stderr, "torch: %s", line);
+    }
+    if (p) pclose(p);
+    return got;
+}
+
 int main(int argc, char **argv)
 {
     const char *torch = NULL, *py = bench_python();
     double seconds = 1.0;
-    int repeats = 3;
+    int repeats = 3, rounds = 1;
     const char *only = NULL; /* one model's rows only (profiling) */
     const char *rss = NULL; /* --rss NAME: peak RSS of 10 steps of that model */
     double grow = 0; /* --growth S: the MLP across batches and widths, S seconds a point */
     const char *precision = NULL; /* --precision: Phalanx's models under that policy */
     int threads = 0; /* --threads T: that thread count's rows only (profiling); 0: 1 and 2 */
-    const bench_opt opts[] = {
-        {"--torch", 's', &torch},     {"--python", 's', &py},           {"--seconds", 'd', &seconds},
-        {"--repeats", 'i', &repeats}, {"--only", 's', &only},           {"--rss", 's', &rss},
-        {"--growth", 'd', &grow},     {"--precision", 's', &precision}, {"--threads", 'i', &threads}};
-    if (bench_args(argc, argv, opts, 9,
-                   "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] "
+    const bench_opt opts[] = {{"--torch", 's', &torch},     {"--python", 's', &py},
+                              {"--seconds", 'd', &seconds}, {"--repeats", 'i', &repeats},
+                              {"--only", 's', &only},       {"--rss", 's', &rss},
+                              {"--growth", 'd', &grow},     {"--precision", 's', &precision},
+                              {"--threads", 'i', &threads}, {"--rounds", 'i', &rounds}};
+    if (bench_args(argc, argv, opts, 10,
+                   "[--torch PATH/step.py] [--python PY] [--seconds S] [--repeats R] [--rounds N] "
                    "[--only linear|mlp|gpt|gpt_bf16|cnn|mlp_fo|cnn_fo|resnet|gpt_fo] [--rss NAME] "
                    "[--precision fp32|fp16|bf16] [--growth S] [--threads 1|2]"))
         return 2;
+    if (rounds < 1 || repeats < 1) {
+        fprintf(stderr, "bench/step: --rounds and --repeats take a count of at least 1\n");
+        return 2;
+    }
     if (grow > 0) {
         for (int t = 1; t <= 2; t++) {
             bench_check(phx_set_num_threads(t), "threads");
@@ -182,40 +224,23 @@ int main(int argc, char **argv)
                              "CNN forward-only, images",  "ResNet b128 SGD, images",       "GPT forward-only, tokens"};
     /* a GPT step is 16 x 128 tokens, a CNN step 128 images: their rows count those */
     const double per_step[NM] = {1, 1, 16 * 128, 16 * 128, 128, 1, 128, 128, 16 * 128};
-    double phx[NM][2], pt[NM][2] = {{0}}, phx_c[NM][2], pt_c[NM][2] = {{0}};
+    double phx[NM][2] = {{0}}, pt[NM][2] = {{0}}, phx_c[NM][2] = {{0}}, pt_c[NM][2] = {{0}};
     int have_torch = 0;
     /* The sgemm peak (as bench/dp measures it), before the MLP rows. */
     bench_peak peak = {0};
     if (!only || !strcmp(only, "mlp")) peak = bench_sgemm_peak();
-    for (int k = 0; k < NM; k++)
-        for (int t = 0; t < 2; t++) {
-            phx[k][t] = phx_c[k][t] = 0;
-            if ((only && strcmp(only, names[k])) || (threads && threads != t + 1)) continue;
-            bench_check(phx_set_num_threads(t + 1), "threads");
-            phx[k][t] = rate(names[k], precision, seconds, repeats, &phx_c[k][t]);
-            if (!torch) continue;
-            /* torch.set_num_threads does not reach OpenBLAS's own pool:
-             * pin both so "t threads" means t threads on either side. */
-            char cmd[2048], line[256];
-            snprintf(cmd, sizeof cmd,
-                     "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d '%s' '%s' --only %s --threads %d --seconds %g "
-                     "--repeats %d 2>&1",
-                     t + 1, t + 1, py, torch, torch_names[k], t + 1, seconds, repeats);
-            FILE *p = popen(cmd, "r");
-            while (p && fgets(line, sizeof line, p)) {
-                char nm[32];
-                int th;
-                double v, vc;
-                if (sscanf(line, "RESULT %31s %d %lf %lf", nm, &th, &v, &vc) == 4) {
-                    pt[k][t] = v;
-                    pt_c[k][t] = vc;
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < NM; k++)
+            for (int t = 0; t < 2; t++) {
+                if ((only && strcmp(only, names[k])) || (threads && threads != t + 1)) continue;
+                bench_check(phx_set_num_threads(t + 1), "threads");
+                double c, v = rate(names[k], precision, seconds, repeats, &c);
+                keep_best(&phx[k][t], &phx_c[k][t], v, c);
+                if (torch && torch_rate(py, torch, torch_names[k], t + 1, seconds, repeats, &v, &c)) {
+                    keep_best(&pt[k][t], &pt_c[k][t], v, c);
                     have_torch = 1;
-                } else {
-                    fprintf(stderr, "torch: %s", line);
                 }
             }
-            if (p) pclose(p);
-        }
     printf("%-30s %3s | %11s %11s %7s | %11s %11s %7s\n", "training step", "thr", "Phalanx/s", "PyTorch/s", "ratio",
            "Phx/cpu-s", "Torch/cpu-s", "ratio");
     for (int k = 0; k < NM; k++)
