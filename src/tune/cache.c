@@ -233,6 +233,11 @@ static phx_status parse(const char *buf, size_t n)
             const char *sp = len ? memrchr(p, ' ', len) : NULL;
             if (!sp || sp == p || sp + 1 == nl || len > TUNE_KEY_MAX + 64)
                 return corrupt(line, "%s%sexpected '<key> <choice>'", "", "");
+            /* the writer keeps one line per key: a second one is an edit */
+            char key[TUNE_KEY_MAX + 65];
+            memcpy(key, p, (size_t)(sp - p));
+            key[sp - p] = 0;
+            if (entry_find(key)) return corrupt(line, "key '%.200s' is on an earlier line too%s", key, "");
             phx_status st = entry_put(p, (size_t)(sp - p), sp + 1, (size_t)(nl - sp - 1));
             if (st != PHX_OK) return st;
         }

@@ -212,7 +212,7 @@ int main(int argc, char **argv)
         printf("Bail out! mkdtemp %s\n", dir);
         return 1;
     }
-    plan(42);
+    plan(43);
     diag("cpu: %s; BLAS %s core %s (wants %s)", px_tune_signature(), px_tune_blas_name(), px_tune_blas_core(),
          px_tune_blas_core_for_cpu() ? px_tune_blas_core_for_cpu() : "-");
 
@@ -274,7 +274,7 @@ int main(int argc, char **argv)
     /* 2. measure: a file with this CPU's signature, one entry, a checksum */
     int avx = px_cpu_isa() == PX_ISA_AVX512;
     if (!avx) {
-        skip(30, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
+        skip(31, "the kernels do not use AVX-512: one GEMM path, nothing to choose");
         goto prescott;
     }
     char *c1 = path_in("c1.txt");
@@ -485,6 +485,16 @@ int main(int argc, char **argv)
     ok(sl && q.st == PHX_EIO && strstr(phx_last_error(), "checksum") && clean,
        "control bytes in the sum line are not echoed (%s)", phx_last_error());
     free(ctl);
+    /* a key on two lines, summed right: the writer never makes one, so an edit */
+    char *c14 = path_in("c14.txt"), dup[2048];
+    int dn = snprintf(dup, sizeof dup, "phalanx-tune 1\ncpu %s\n%s blas\n%s avx512\n", px_tune_signature(), k2, k2);
+    dn += snprintf(dup + dn, sizeof dup - (size_t)dn, "sum %016" PRIx64 "\n", fnv(dup, (size_t)dn));
+    spit(c14, dup, (size_t)dn);
+    setenv("PHX_TUNE_CACHE", c14, 1);
+    ask_gemm(&q);
+    ok(q.st == PHX_EIO && strstr(phx_last_error(), c14) && strstr(phx_last_error(), "line 4") &&
+           strstr(phx_last_error(), k2) && strstr(phx_last_error(), "earlier line"),
+       "a key on two lines: PHX_EIO naming the file, the line and the key (%s)", phx_last_error());
     /* not a regular file: a directory, and a FIFO nobody writes (not waited on) */
     char *c12 = path_in("c12.d");
     mkdir(c12, 0700);
