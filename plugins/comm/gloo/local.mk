@@ -8,7 +8,9 @@ plugins_comm_gloo_phx_comm_gloo_la_SOURCES = plugins/comm/gloo/gloo.cc plugins/c
 plugins_comm_gloo_phx_comm_gloo_la_CPPFLAGS = $(AM_CPPFLAGS) $(GLOO_CPPFLAGS)
 plugins_comm_gloo_phx_comm_gloo_la_CXXFLAGS = $(AM_CXXFLAGS) -O3
 plugins_comm_gloo_phx_comm_gloo_la_LIBADD = $(GLOO_LIBS) libphalanx.la
-plugins_comm_gloo_phx_comm_gloo_la_LDFLAGS = $(plugin_ldflags)
+plugins_comm_gloo_phx_comm_gloo_la_LDFLAGS = $(plugin_ldflags) -Wl,--version-script=$(srcdir)/plugins/comm/gloo/gloo.map
+EXTRA_DIST += plugins/comm/gloo/gloo.map
+plugins_comm_gloo_phx_comm_gloo_la_DEPENDENCIES = $(srcdir)/plugins/comm/gloo/gloo.map libphalanx.la
 TEST_PLUGIN_DIRS += $(abs_top_builddir)/plugins/comm/gloo/.libs
 endif
 
