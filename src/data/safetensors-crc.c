@@ -5,7 +5,8 @@
  * other metadata, that one included, under "phx.crc32.__metadata__" (a
  * tensor cannot be named "__metadata__"). A file with none of these keys
  * (torch's, older Phalanx's) is not checked; a file with any must have
- * them all but the entries' one, which earlier builds did not write. */
+ * them all but the entries' one, which earlier builds did not write (and
+ * a file with the entries' one is of a build that writes them all). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,7 @@ phx_status px_st_verify(const char *who, const px_st_file *f, bool with_data)
     bool any = false;
     if (f->meta) json_object_foreach(f->meta, key, v)
         {
+            if (!strcmp(key, PX_ST_ENTRIES_KEY)) any = true;
             if (strncmp(key, PX_ST_CRC_PREFIX, pl) != 0) continue;
             any = true;
             const char *name = key + pl;

@@ -38,7 +38,9 @@ typedef struct px_st_file {
  * dtypes, shapes, offsets in range, sizes matching shapes, no overlap and
  * no hole. `who` prefixes the error messages. */
 phx_status px_st_open(const char *who, const char *path, px_st_file *f);
-/* Only the header (for metadata): the data section is not mapped. */
+/* As px_st_open (the file is mapped whole) but without the tensors' data
+ * checksums: the header's are checked; a reader checks each tensor it reads
+ * (the sharded checkpoint's shards) or needs only the metadata. */
 phx_status px_st_open_header(const char *who, const char *path, px_st_file *f);
 void px_st_close(px_st_file *f);
 /* A metadata string, or NULL. */

@@ -409,6 +409,17 @@ static phx_status entries_crc(const char *const *names, phx_tensor *const *ts, s
     return st;
 }
 
+/* name for a message: bytes outside printable ASCII as \xNN, cut to fit */
+static const char *shown_name(char *out, size_t cap, const char *name)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && o + 5 < cap; p++)
+        o += (size_t)(*p >= 0x20 && *p < 0x7f && *p != '\\' ? snprintf(out + o, cap - o, "%c", *p)
+                                                            : snprintf(out + o, cap - o, "\\x%02x", *p));
+    out[o] = 0;
+    return out;
+}
+
 static json_t *build_header(const char *who, const char *const *names, phx_tensor *const *ts, size_t n,
                             const phx_meta *meta, size_t n_meta, const uint32_t *crc, phx_status *st)
 {
@@ -435,7 +446,9 @@ static json_t *build_header(const char *who, const char *const *names, phx_tenso
         }
         json_t *s = json_string(meta[i].value);
         if (!s || json_object_set_new(m, meta[i].key, s) != 0) {
-            *st = phx_error(PHX_EINVAL, "%s: metadata '%s' is not valid UTF-8", who, meta[i].key);
+            char shown[256];
+            *st = phx_error(PHX_EINVAL, "%s: metadata '%s' (its key or value) is not valid UTF-8", who,
+                            shown_name(shown, sizeof shown, meta[i].key));
             goto fail;
         }
     }
@@ -453,10 +466,23 @@ static json_t *build_header(const char *who, const char *const *names, phx_tenso
         }
         json_t *e = json_object(), *shape = json_array();
         uint64_t len = (uint64_t)phx_tensor_nbytes(ts[i]);
-        if (e) json_object_set_new(root, names[i], e);
-        if (!e || !shape || json_object_set_new(e, "dtype", json_string(dn)) != 0 ||
-            json_object_set_new(e, "shape", shape) != 0)
+        if (!e || !shape) {
+            json_decref(e), json_decref(shape);
             goto fail;
+        }
+        /* a refused key frees e (jansson's _new); the header's keys are UTF-8 */
+        if (json_object_set_new(root, names[i], e) != 0) {
+            json_decref(shape);
+            char shown[256];
+            *st = phx_error(PHX_EINVAL, "%s: tensor name '%s' is not valid UTF-8 (a safetensors header is JSON)", who,
+                            shown_name(shown, sizeof shown, names[i]));
+            goto fail;
+        }
+        if (json_object_set_new(e, "dtype", json_string(dn)) != 0) {
+            json_decref(shape);
+            goto fail;
+        }
+        if (json_object_set_new(e, "shape", shape) != 0) goto fail;
         for (int d = 0; d < ts[i]->ndim; d++)
             if (json_array_append_new(shape, json_integer(ts[i]->shape[d])) != 0) goto fail;
         json_t *off = json_pack("[II]", (json_int_t)at, (json_int_t)(at + len));

@@ -11,10 +11,6 @@
  * for NULL). */
 void px_precision_scaler_defaults(const phx_precision *p, phx_scaler_opts *o);
 
-/* The one rule for a scaler state (phx_scaler_set_state and the checkpoint
- * loader's plan both use it, the loader before it changes anything): NULL
- * when scale and growth_tracker are acceptable for s, else why not, written
- * into buf. */
 /* A loss scale a scaler can hold: a finite f32 value > 0 (compared as
  * doubles: converting an out-of-range double to float is undefined
  * behaviour, 1e300, and a value below FLT_TRUE_MIN becomes 0). */
@@ -22,6 +18,10 @@ static inline bool px_scaler_scale_ok(double scale)
 {
     return scale > 0 && scale <= FLT_MAX && (float)scale > 0;
 }
+/* The one rule for a scaler state (phx_scaler_set_state and the checkpoint
+ * loader's plan both use it, the loader before it changes anything): NULL
+ * when scale and growth_tracker are acceptable for s, else why not, written
+ * into buf. */
 const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf, size_t len);
 
 #endif

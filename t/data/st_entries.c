@@ -10,7 +10,11 @@
  * - a checksum with a leading space is not a valid checksum; a NUL in
  *   the header is named (jansson said "end of file expected");
  * - a FIFO with no writer is refused as not a regular file, at once,
- *   by phx_safetensors_read and phx_checkpoint_meta (alarm: a hang fails). */
+ *   by phx_safetensors_read and phx_checkpoint_meta (alarm: a hang fails);
+ * - a file whose only checksum left is the entries' one (a build that
+ *   writes them all wrote it) is refused, not loaded unchecked;
+ * - a tensor name that is not UTF-8 is refused by the writer, which used
+ *   to go on filling the entry jansson had freed. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +46,21 @@ static uint8_t *find(uint8_t *b, size_t len, const char *s)
     return NULL;
 }
 
+/* blanks (to JSON spaces) every ',"phx.crc32.<x>":"<value>"' of the header,
+ * leaving phx.entries.crc32 the one checksum; len, or 0 if one is not so */
+static size_t keep_entries_crc_only(uint8_t *b, size_t len)
+{
+    int n = 0;
+    for (uint8_t *k; (k = find(b, len, "\"phx.crc32.")) != NULL; n++) {
+        uint8_t *q = k, *end = b + len;
+        int quotes = 0;
+        while (q < end && quotes < 4) quotes += *q++ == '"';
+        if (quotes < 4 || k[-1] != ',') return 0;
+        memset(k - 1, ' ', (size_t)(q - (k - 1)));
+    }
+    return n ? len : 0;
+}
+
 /* reads path; PHX_OK with a[0..14] and b[0..3] as written, else the status */
 static phx_status read_back(const char *path, int *same)
 {
@@ -70,7 +89,7 @@ static phx_status read_back(const char *path, int *same)
 
 int main(void)
 {
-    plan(13);
+    plan(16);
     char dir[64] = "/tmp/phx-stent-XXXXXX", path[128], bad[128];
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
@@ -154,7 +173,6 @@ int main(void)
     ok(ca && st == PHX_EIO && strstr(phx_last_error(), "no valid checksum"),
        "a checksum with a leading space is no valid checksum: %s", phx_last_error());
     free(b);
-    free(orig);
 
     /* long names: 600 bytes, two sharing their first 600 */
     char *n1 = malloc(702), *n2 = malloc(702);
@@ -208,6 +226,44 @@ int main(void)
     rs = phx_safetensors_read(bad, &rn, &rt, &rc);
     ok(rs == PHX_ENOTFOUND, "a missing file: PHX_ENOTFOUND (%s)", phx_last_error());
 
+    /* the entries' checksum alone (the others removed, a shape swapped):
+     * of a build that writes them all, so refused, not loaded unchecked */
+    uint8_t *b2 = malloc(len);
+    memcpy(b2, orig, len);
+    size_t kept = keep_entries_crc_only(b2, len);
+    uint8_t *sw = kept ? find(b2, kept, "[3,5]") : NULL;
+    if (sw) sw[1] = '5', sw[3] = '3';
+    if (sw) tf_put(bad, b2, kept);
+    free(b2);
+    rs = sw ? phx_safetensors_read(bad, &rn, &rt, &rc) : PHX_EINVAL;
+    if (rs == PHX_OK) phx_safetensors_free(rn, rt, rc);
+    ok(sw && rs == PHX_EIO && strstr(phx_last_error(), "metadata fails the checksum"),
+       "only phx.entries.crc32 left, a shape swapped: refused (%s)", phx_last_error());
+
+    /* a tensor name that is not UTF-8: PHX_EINVAL naming it (escaped), the
+     * file at the path untouched (jansson refused the key and freed the
+     * entry the writer went on filling: valgrind saw the reads) */
+    snprintf(bad, sizeof bad, "%s/w.safetensors", dir);
+    size_t before_len;
+    char *before = tf_slurp(bad, &before_len);
+    const char *latin1[2] = {"a", "gewicht\xe4"};
+    rs = phx_safetensors_write(bad, latin1, t, 2, NULL, 0);
+    size_t after_len;
+    char *after = tf_slurp(bad, &after_len);
+    ok(rs == PHX_EINVAL && strstr(phx_last_error(), "'gewicht\\xe4' is not valid UTF-8") && before && after &&
+           before_len == after_len && !memcmp(before, after, before_len),
+       "a Latin-1 tensor name: PHX_EINVAL, the old file kept (%s)", phx_last_error());
+    free(before), free(after);
+    /* the same name in UTF-8 round-trips */
+    const char *utf8[2] = {"a", "gewicht\xc3\xa4"};
+    rs = phx_safetensors_write(bad, utf8, t, 2, NULL, 0);
+    if (rs == PHX_OK) rs = phx_safetensors_read(bad, &rn, &rt, &rc);
+    int found = 0;
+    for (size_t i = 0; rs == PHX_OK && i < rc; i++) found |= !strcmp(rn[i], utf8[1]) && phx_tensor_numel(rt[i]) == 4;
+    if (rs == PHX_OK) phx_safetensors_free(rn, rt, rc);
+    ok(rs == PHX_OK && found, "the name in UTF-8 round-trips (%s)", rs ? phx_last_error() : "ok");
+
+    free(orig);
     phx_tensor_free(t[0]), phx_tensor_free(t[1]);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
