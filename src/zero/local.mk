@@ -25,7 +25,7 @@ t_zero_reshard_CPPFLAGS = $(zero_test_cppflags)
 t_zero_reshard_kill_LDADD = libphalanx.la -lm
 t_zero_reshard_kill_CPPFLAGS = $(zero_test_cppflags)
 t_zero_ckpt_bad_SOURCES = t/zero/ckpt_bad.c t/file-util.h
-t_zero_ckpt_bad_LDADD = libphalanx.la -lm
+t_zero_ckpt_bad_LDADD = libphalanx.la $(JANSSON_LIBS) -lm
 EXTRA_DIST += bench/torch/zero1.py t/ref/zero1.safetensors t/gloo-procs.h t/shard-util.h
 # bench/zero: per-rank memory and step time, DDP vs ZeRO-1/2 (make bench).
 noinst_PROGRAMS += bench/zero

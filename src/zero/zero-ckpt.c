@@ -598,8 +598,15 @@ static phx_status parse_tensor(ck_index *c, json_t *j, ck_tensor *t, bool is_par
     if (!t->pieces) return PHX_ENOMEM;
     for (size_t i = 0; i < t->n_pieces; i++) {
         json_int_t s, o, l;
-        if (json_unpack(json_array_get(ps, i), "[III]", &s, &o, &l) != 0 || s < 0 || s >= c->world || o < 0 || l <= 0)
-            return bad(c, "a piece that is not [shard, offset, length] in range");
+        /* o + l <= numel (at most 2^40 elements), so the sums below cannot overflow */
+        if (json_unpack(json_array_get(ps, i), "[III]", &s, &o, &l) != 0 || s < 0 || s >= c->world || o < 0 || l <= 0 ||
+            o > t->numel || l > t->numel - o) {
+            char why[300];
+            snprintf(why, sizeof why,
+                     "piece %zu of '%s' is not [shard < %d, offset, length > 0] inside its %" PRId64 " elements", i,
+                     t->name, c->world, t->numel);
+            return bad(c, why);
+        }
         t->pieces[i] = (ck_piece){(int)s, (int64_t)o, (int64_t)l};
     }
     qsort(t->pieces, t->n_pieces, sizeof *t->pieces, by_off);
@@ -637,8 +644,11 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
     fclose(fp);
     if (!c->root)
         return phx_error(PHX_EIO, "%s: cannot read the index '%s': %s (line %d)", who, c->index_path, je.text, je.line);
-    /* an index without "crc32" is of an earlier build: not checked */
+    /* an index without "crc32" is of an earlier build: not checked; but the
+     * builds that write "save" write "crc32" too, so one without it lost it */
     json_t *cj = json_object_get(c->root, "crc32");
+    if (!cj && json_object_get(c->root, "save"))
+        return bad(c, "it has a \"save\" id but no \"crc32\" (a build that writes one writes both): edited");
     if (cj) {
         uint32_t got, stored;
         const char *want = json_string_value(cj);

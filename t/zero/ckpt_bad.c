@@ -2,6 +2,8 @@
  * from another save, is refused before anything changes (defects a
  * fuzzing run found), at world 1 (a ZeRO optimizer without a comm):
  * - the index carries "crc32": an edited value (lr 0.01 -> 0.02) fails it;
+ *   one with "save" but no "crc32" (only an edit drops one) is refused;
+ * - pieces whose lengths overflow int64 when added are refused;
  * - with "crc32" dropped (an index of an earlier build): a negative lr,
  *   a scale of -1 or a growth tracker past the scaler's interval are
  *   refused, and the model, the optimizer and the scaler stay as they
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <jansson.h>
 #include "phalanx/phalanx.h"
 #include "t/ddp-util.h"
 #include "t/file-util.h"
@@ -52,14 +55,49 @@ static char *with_value(const char *text, const char *key, const char *v)
     return out;
 }
 
-/* text without its "crc32" line (an index of an earlier build) */
-static char *without_crc(const char *text)
+/* text without the line of key */
+static char *without(const char *text, const char *key)
 {
-    char *out = strdup(text), *at = strstr(out, "\"crc32\": ");
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    char *out = strdup(text), *at = strstr(out, k);
     if (!at) return out;
     char *nl = strchr(at, '\n');
     memmove(at, nl + 1, strlen(nl + 1) + 1);
     return out;
+}
+
+/* text without its "crc32" and "save" lines (an index of an earlier build) */
+static char *without_crc(const char *text)
+{
+    char *a = without(text, "crc32"), *b = without(a, "save");
+    free(a);
+    return b;
+}
+
+/* zlib's CRC-32 (reflected, polynomial 0xEDB88320), computed here */
+static uint32_t crc32_of(const char *p, size_t n)
+{
+    uint32_t crc = ~0u;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= (uint8_t)p[i];
+        for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ 0xEDB88320u : crc >> 1;
+    }
+    return ~crc;
+}
+
+/* r as an index with a right "crc32" (doc/reference/formats.md: the CRC-32
+ * of the index without it, compact, keys sorted); takes r */
+static char *resummed(json_t *r)
+{
+    json_object_del(r, "crc32");
+    char *compact = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS), hex[16];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)crc32_of(compact, strlen(compact)));
+    free(compact);
+    json_object_set_new(r, "crc32", json_string(hex));
+    char *text = json_dumps(r, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_decref(r);
+    return text;
 }
 
 static float params_sum(phx_module *m)
@@ -80,7 +118,7 @@ int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-zbad-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
-    plan(16);
+    plan(18);
     char a[96], b[96];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -121,6 +159,28 @@ int main(void)
     ok(st == PHX_EIO && strstr(phx_last_error(), "fails its checksum") && UNCHANGED,
        "lr 0.01 -> 0.02: the index fails its checksum, nothing changed (%s)", phx_last_error());
     free(t);
+
+    /* "crc32" dropped but "save" kept: only an edit makes that */
+    t = without(good, "crc32");
+    tf_put(in(a, "index.json"), t, strlen(t));
+    st = phx_zero_checkpoint_load(a, m2, o2, sc2);
+    ok(st == PHX_EIO && strstr(phx_last_error(), "no \"crc32\"") && UNCHANGED,
+       "\"save\" without \"crc32\": refused, nothing changed (%s)", phx_last_error());
+    free(t);
+    /* piece lengths whose sum overflows int64, under a right "crc32" */
+    json_t *r = json_loads(good, 0, NULL), *p0 = json_array_get(json_object_get(r, "params"), 0);
+    char *ov = p0 &&
+            !json_object_set_new(p0, "pieces",
+                                 json_pack("[[iII][iII]]", 0, (json_int_t)0, (json_int_t)INT64_MAX, 0,
+                                           (json_int_t)INT64_MAX, (json_int_t)INT64_MAX))
+        ? resummed(r)
+        : NULL;
+    if (ov) tf_put(in(a, "index.json"), ov, strlen(ov));
+    st = ov ? phx_zero_checkpoint_load(a, m2, o2, sc2) : PHX_EINVAL;
+    ok(st == PHX_EIO && strstr(phx_last_error(), "piece 0 of '0.weight'") && strstr(phx_last_error(), "inside its") &&
+           UNCHANGED,
+       "pieces of length 2^63-1: refused naming the piece and the parameter (%s)", phx_last_error());
+    free(ov);
 
     /* without "crc32" (an earlier build's index) the values are checked */
     char *old = without_crc(good);
@@ -173,13 +233,13 @@ int main(void)
     ok(st == PHX_EIO && strstr(phx_last_error(), "another save") && strstr(phx_last_error(), "generation") && UNCHANGED,
        "a generation-1 shard under generation 2's name: refused (%s)", phx_last_error());
     char *bi = tf_slurp(in(b, "index.json"), &len);
-    char *bo = bi ? without_crc(bi) : NULL;
-    char *g1 = bo ? with_value(bo, "generation", "1") : NULL;
+    json_t *br = bi ? json_loads(bi, 0, NULL) : NULL;
+    char *g1 = br && !json_object_set_new(br, "generation", json_integer(1)) ? resummed(br) : NULL;
     if (g1) tf_put(in(b, "index.json"), g1, strlen(g1)); /* its shard file: still a's, of generation 1 */
     st = phx_zero_checkpoint_load(b, m2, o2, sc2);
     ok(g1 && st == PHX_EIO && strstr(phx_last_error(), "of save") && UNCHANGED,
        "a shard of another save of the same generation: refused (%s)", phx_last_error());
-    free(g1), free(bo), free(bi);
+    free(g1), free(bi);
 
     /* bytes appended to a shard */
     char *longer = malloc(sl + 4);
