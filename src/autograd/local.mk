@@ -4,7 +4,8 @@ libphalanx_internal_la_SOURCES += src/autograd/autograd-impl.h src/autograd/node
 	src/autograd/engine.c src/autograd/scope.c src/autograd/grad-mode.c
 
 # tests
-autograd_tests = t/autograd/module_graph t/autograd/ddp t/autograd/errors t/autograd/autocast t/autograd/resnet_parity t/autograd/resnet_ddp
+autograd_tests = t/autograd/module_graph t/autograd/ddp t/autograd/errors t/autograd/autocast t/autograd/autocast_child \
+	t/autograd/resnet_parity t/autograd/resnet_ddp
 check_PROGRAMS += $(autograd_tests)
 TESTS += $(autograd_tests)
 t_autograd_module_graph_LDADD = libphalanx.la -lm
@@ -19,5 +20,6 @@ t_autograd_resnet_ddp_LDADD = libphalanx.la -lm
 t_autograd_resnet_ddp_CPPFLAGS = $(ddp_test_cppflags)
 EXTRA_DIST += t/ref/resnet_parity.safetensors bench/torch/resnet.py
 t_autograd_autocast_LDADD = libphalanx.la -lm
+t_autograd_autocast_child_LDADD = libphalanx.la -lm
 TESTS += t/autograd/examples.sh
 EXTRA_DIST += t/autograd/examples.sh

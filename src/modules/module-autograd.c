@@ -30,8 +30,25 @@ static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_t
     phx_tensor *dx = NULL;
     bool want = px_node_needs(n, 0);
     phx_status st = c->m->vt->backward(c->m, grad, want ? &dx : NULL);
-    if (st == PHX_OK && want && dx) in_grads[0] = px_scope_own(phx_tensor_retain(dx));
-    return st;
+    if (st != PHX_OK || !want || !dx) return st;
+    /* A module casts its input to its compute dtype (an f32 input with a
+     * history into an fp16 Linear: a reshape, a mean) and gives dx in
+     * that dtype; the gradient goes back through the cast, as autocast's
+     * recorded cast does in PyTorch. */
+    phx_tensor *g = phx_tensor_retain(dx);
+    if (g && g->dtype != n->in[0].dtype) {
+        phx_tensor *c2 = px_tensor_cached("phx_backward", n->in[0].dtype, g->ndim, g->shape, g->storage->device);
+        st = c2 ? phx_tensor_cast(c2, g) : PHX_ENOMEM;
+        phx_tensor_free(g);
+        g = c2;
+        if (st != PHX_OK) {
+            phx_tensor_free(g);
+            return st;
+        }
+    }
+    if (!g) return PHX_ENOMEM;
+    in_grads[0] = px_scope_own(g);
+    return PHX_OK;
 }
 
 static void release_call(phx_module *m);
