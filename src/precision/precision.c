@@ -25,6 +25,7 @@ static void list_policies(char *buf, size_t len)
     size_t used = 0;
     buf[0] = '\0';
     if (!infos) return;
+    infos[0].struct_size = sizeof *infos; /* the array's stride for phx_plugin_scan */
     phx_probe_ctx ctx = {0, 1, 0};
     size_t n = phx_plugin_scan(infos, MAX_FOUND, &ctx);
     if (n > MAX_FOUND) n = MAX_FOUND;
