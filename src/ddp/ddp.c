@@ -17,6 +17,7 @@
 #include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
 #include "src/base/abi.h"
+#include "phalanx/log.h"
 
 static const phx_module_vtable ddp_vtable;
 
@@ -129,6 +130,7 @@ static void on_grad_ready(phx_param *p, void *user)
     px_ddp *d = user;
     size_t i = param_index(d, p);
     if (i == (size_t)-1) return;
+    d->finished = false;
     if (d->ready[i]) {
         phx_error(PHX_ESTATE,
                   "DistributedDataParallel: parameter '%s' was marked ready twice in one "
@@ -178,6 +180,13 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
         return phx_error(d->broken,
                          "phx_ddp_finish_backward: the wrapper is unusable after a failed bucket "
                          "rebuild");
+    if (d->finished) { /* phx_backward or the wrapper's backward finished it */
+        phx_log(PHX_LOG_INFO,
+                "phx_ddp_finish_backward: this backward is finished already (the wrapper's "
+                "backward finishes its own): nothing to do");
+        return PHX_OK;
+    }
+    d->finished = true;
     size_t n_unused = 0, unused = settle_unused(d, &n_unused);
     phx_status st = d->hook_status;
     char err[PX_DDP_ERR_MAX];
@@ -322,6 +331,7 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     if (st == PHX_OK && d->join && phx_module_is_training(d->model)) st = px_ddp_join_step(d);
     if (st != PHX_OK) return st;
     d->forwarded = true;
+    d->finished = false;
     return phx_module_forward(d->model, x, y);
 }
 

@@ -132,6 +132,42 @@ static int solo_equals_bare(phx_comm *c, const char *what)
     return fails;
 }
 
+/* phx_backward from the wrapper's output finishes the backward; a
+ * phx_ddp_finish_backward after it does nothing (it used to report every
+ * parameter as having received no gradient), and after the next forward
+ * it finishes again. */
+static void test_finish_after_phx_backward(void)
+{
+    static const int64_t sizes[] = {4, 6, 2};
+    phx_module *model = tu_mlp(sizes, 3, 7), *ddp = phx_ddp_new(model, NULL, NULL);
+    phx_tensor *x = tu_new2(3, 4), *t = tu_new2(3, 2), *y = NULL;
+    phx_tensor_fill(x, 1.0), phx_tensor_fill(t, 2.0);
+    phx_status st = ddp ? phx_module_forward(ddp, x, &y) : PHX_ENOMEM;
+    phx_tensor *loss = st == PHX_OK ? phx_mse_loss(y, t) : NULL;
+    st = loss ? phx_backward(loss) : PHX_EINVAL;
+    phx_ddp_stats a = PHX_DDP_STATS_INIT, b = PHX_DDP_STATS_INIT;
+    float g1[64], g2[64];
+    phx_tensor *gw = phx_param_grad(phx_module_param(model, 0));
+    if (st == PHX_OK) st = phx_ddp_get_stats(ddp, &a);
+    if (st == PHX_OK) st = phx_tensor_to_host(gw, g1);
+    phx_status again = st == PHX_OK ? phx_ddp_finish_backward(ddp) : st;
+    phx_ddp_get_stats(ddp, &b);
+    phx_tensor_to_host(gw, g2);
+    ok(st == PHX_OK && again == PHX_OK && a.synced == 1 && b.synced == 1 && b.backwards == a.backwards &&
+           !memcmp(g1, g2, (size_t)phx_tensor_numel(gw) * sizeof *g1),
+       "phx_ddp_finish_backward after phx_backward: PHX_OK, nothing all-reduced again (%s)",
+       again ? phx_last_error() : "ok");
+    /* the next step: a forward, the model's own backward, then finish */
+    st = phx_module_forward(ddp, x, &y);
+    if (st == PHX_OK) st = phx_module_backward(model, y, NULL); /* dy: any tensor of y's shape */
+    phx_status fin = st == PHX_OK ? phx_ddp_finish_backward(ddp) : st;
+    phx_ddp_get_stats(ddp, &b);
+    ok(fin == PHX_OK && b.synced == 2, "after the next forward it finishes again (synced %llu)",
+       (unsigned long long)b.synced);
+    phx_tensor_free(loss), phx_tensor_free(x), phx_tensor_free(t);
+    phx_module_free(ddp), phx_module_free(model);
+}
+
 static int size1_rank(int rank, void *arg)
 {
     (void)arg;
@@ -145,8 +181,9 @@ static int size1_rank(int rank, void *arg)
 
 int main(void)
 {
-    plan(23);
+    plan(25);
     test_null_comm();
+    test_finish_after_phx_backward();
     fflush(stdout);
     ok(solo_equals_bare(NULL, "comm NULL") == 0,
        "comm NULL: SyncBatchNorm convert (1 converted) + DDP train a BatchNorm CNN as the bare model, bit for bit");
