@@ -6,7 +6,8 @@
  * classifier, and the profile branch also feeds an auxiliary head whose
  * loss is added with weight 0.3. Adam, batch 128, test accuracy at the end.
  *
- *   two_input [--epochs N] [--train-rows N] [--help]
+ *   two_input [--epochs N] [--train-rows N] [--metrics FILE] [--tensorboard DIR]
+ *             [--log-every N] [--help]
  *
  * The parameters live in one module (children registered by name, no
  * forward of its own is needed), so the optimizer, checkpoints and
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <phalanx/phalanx.h>
 #include "examples/fmnist.h"
+#include "examples/args.h"
 
 static phx_tensor *fwd(phx_module *m, const phx_tensor *x)
 {
@@ -87,13 +89,15 @@ int main(int argc, char **argv)
     fm_prog = "two_input";
     int epochs = 1;
     int64_t train_rows = 0, batch = 128;
+    const char *usage = "usage: two_input [--epochs N] [--train-rows N] " EX_PROGRESS_USAGE "\n"
+                        "Two inputs (image, its profile), two heads, two losses summed, one phx_backward "
+                        "(doc/guide/autograd.md).\n"
+                        "  --epochs N         passes over the training set (default 1)\n"
+                        "  --train-rows N     train on the first N images only\n" EX_PROGRESS_HELP;
+    phx_progress_opts po = PHX_PROGRESS_OPTS_INIT;
+    if (ex_help(argc, argv, usage)) return 0;
+    if (ex_progress_args(&argc, argv, &po)) return 2;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: two_input [--epochs N] [--train-rows N]\n"
-                   "Two inputs (image, its profile), two heads, two losses summed, one phx_backward "
-                   "(doc/guide/autograd.md).\n");
-            return 0;
-        }
         if (i + 1 >= argc) {
             fprintf(stderr, "two_input: %s needs a value (see --help)\n", argv[i]);
             return 2;
@@ -118,6 +122,10 @@ int main(int argc, char **argv)
     if (!opt) die("model");
     phx_loader *train = phx_loader_new(xtr, ytr, batch, true, 0, false, NULL, 0);
     if (!train) die("loader");
+    int64_t per_epoch = (n + batch - 1) / batch;
+    po.total_steps = (int64_t)epochs * per_epoch;
+    phx_progress *prog = phx_progress_new(&po);
+    if (!prog) die("--metrics/--tensorboard");
     printf("two inputs (image, profile), two heads, loss = CE(head) + 0.3 CE(aux), Adam lr 1e-3, batch %lld\n",
            (long long)batch);
     for (int e = 0; e < epochs; e++) {
@@ -137,7 +145,9 @@ int main(int argc, char **argv)
             check(phx_optimizer_step(opt), "step");
             phx_scope_end(s);
             sum += l, steps++, seen += phx_tensor_dim(xb, 0);
+            phx_progress_step(prog, e + 1, l, ao.lr, (double)seen / (now() - t0));
         }
+        phx_progress_break(prog);
         printf("Epoch [%d/%d], Loss: %.4f, %.0f samples/s\n", e + 1, epochs, sum / (double)steps,
                (double)seen / (now() - t0));
     }
@@ -160,6 +170,8 @@ int main(int argc, char **argv)
     }
     phx_set_grad_enabled(prev);
     printf("Test accuracy: %.4f\n", total > 0 ? right / total : 0.0);
+    phx_progress_record(prog, epochs, "accuracy", total > 0 ? right / total : 0.0);
+    phx_progress_free(prog);
     phx_loader_free(test);
     phx_loader_free(train);
     phx_optimizer_free(opt);

@@ -3,7 +3,7 @@
 # PyTorch's format with a falling loss; the custom module passes its
 # finite-difference check and trains.
 b=${top_builddir:-.}
-echo "1..10"
+echo "1..11"
 out=$("$b/examples/linear_regression" 2>&1)
 out1=$out
 n=$(printf '%s\n' "$out" | grep -cE '^Epoch \[([1-9]|10)/10\], Loss: [0-9]+\.[0-9]{4}$')
@@ -51,3 +51,14 @@ if command -v script >/dev/null; then
 else
     echo "ok 10 # SKIP no script(1) for a pseudo-terminal"
 fi
+# Every example takes --help and the progress options (README.md): its
+# usage names --log-every, --metrics and --tensorboard, and it exits 0.
+missing=""
+for e in linear_regression custom_module fashion_mnist data_parallel ddp amp cnn gpt resnet two_input; do
+    u=$("$b/examples/$e" --help 2>&1) || { missing="$missing $e(--help failed)"; continue; }
+    for o in --log-every --metrics --tensorboard; do
+        printf '%s\n' "$u" | grep -q -- "$o" || missing="$missing $e($o)"
+    done
+done
+if [ -z "$missing" ]; then echo "ok 11 - every example's --help names --log-every, --metrics and --tensorboard"
+else echo "not ok 11 - options missing from --help:$missing"; fi
