@@ -36,7 +36,10 @@ phx_status px_op_same(const char *fn, const char *an, const phx_tensor *a, const
 phx_status px_op_float(const char *fn, const char *name, const phx_tensor *t)
 {
     if (phx_dtype_is_float(t->dtype)) return PHX_OK;
-    return phx_error(PHX_EINVAL, "%s: %s is %s, expected f32, f16 or bf16", fn, name, phx_dtype_name(t->dtype));
+    return phx_error(PHX_EINVAL,
+                     "%s: %s is %s, expected f32, f16 or bf16 (phx_to_dtype converts: class indices from "
+                     "phx_argmax compare as PHX_F32)",
+                     fn, name, phx_dtype_name(t->dtype));
 }
 
 phx_status px_op_dim(const char *fn, const phx_tensor *t, int ndim, int dim, int *out)

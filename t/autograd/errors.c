@@ -25,7 +25,7 @@ static int says(const char *a, const char *b)
 
 int main(void)
 {
-    plan(11);
+    plan(12);
     phx_scope *sc = phx_scope_begin();
     phx_tensor *a = leaf(2, 3, 2.0), *b = leaf(2, 3, 3.0);
 
@@ -75,6 +75,11 @@ int main(void)
     int64_t s23[2] = {2, 3};
     phx_tensor *h = phx_tensor_zeros(PHX_BF16, 2, s23, phx_cpu());
     ok(!phx_add(a, h) && says("f32", "bf16"), "f32 + bf16: %s", phx_last_error());
+    /* 10. class indices compared as PyTorch's (argmax == y): the message says how */
+    phx_tensor *idx = phx_argmax(a, 1, false), *lab = phx_tensor_zeros(PHX_I64, 1, (int64_t[]){2}, phx_cpu());
+    ok(idx && !phx_eq(idx, lab) && says("i64", "phx_to_dtype converts"), "argmax == labels (i64): %s",
+       phx_last_error());
+    phx_tensor_free(lab);
 
     phx_scope_end(sc);
     phx_tensor_free(a);
