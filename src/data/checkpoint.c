@@ -83,7 +83,7 @@ phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimize
     const char **snames = NULL;
     phx_tensor **stens = NULL;
     size_t ns = opt ? phx_optimizer_state(opt, &snames, &stens) : 0;
-    size_t n = np + ns, nm = n_meta + 5;
+    size_t n = np + ns, nm = n_meta + 6;
     const char **names = px_calloc(n ? n : 1, sizeof *names);
     phx_tensor **ts = px_calloc(n ? n : 1, sizeof *ts);
     phx_meta *all = px_calloc(nm, sizeof *all);
@@ -124,6 +124,7 @@ phx_status phx_checkpoint_save(const char *path, phx_module *model, phx_optimize
         snprintf(tracker, sizeof tracker, "%" PRId64, phx_scaler_growth_tracker(scaler));
         all[k++] = (phx_meta){"scaler.scale", scale};
         all[k++] = (phx_meta){"scaler.growth_tracker", tracker};
+        all[k++] = (phx_meta){"scaler.enabled", px_scaler_enabled(scaler) ? "1" : "0"};
     }
     st = phx_safetensors_write(path, names, ts, n, all, k);
 out:
@@ -304,6 +305,12 @@ static phx_status make_plan(px_st_file *f, phx_module *model, phx_optimizer *opt
                    s ? s : "(none)", g ? g : "(none)");
         else if (px_scaler_check_state(scaler, p->scale, p->tracker, why, sizeof why))
             mm_add(mm, MM_META, "scaler.scale '%s' / scaler.growth_tracker '%s': %s", s, g, why);
+        /* files of earlier builds have no scaler.enabled */
+        const char *en = px_st_meta(f, "scaler.enabled");
+        if (en && strcmp(en, "0") != 0 && strcmp(en, "1") != 0)
+            mm_add(mm, MM_META, "scaler.enabled is '%s', expected 0 or 1", en);
+        else if (en && *en == '0' && px_scaler_enabled(scaler))
+            mm_add(mm, MM_META, "%s", PX_SCALER_DISABLED_STATE);
     }
     phx_status st = mm_report(mm, f->path);
     px_free(mm);

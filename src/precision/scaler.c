@@ -231,6 +231,11 @@ double phx_scaler_get_scale(const phx_scaler *s)
     return s->scale;
 }
 
+bool px_scaler_enabled(const phx_scaler *s)
+{
+    return s && s->enabled;
+}
+
 int64_t phx_scaler_growth_tracker(const phx_scaler *s)
 {
     return s && s->enabled ? s->growth_tracker : 0;

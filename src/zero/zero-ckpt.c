@@ -208,8 +208,8 @@ static json_t *build_index(px_zero *z, phx_optimizer *zo, int64_t gen, const cha
     json_t *optim = ok ? json_pack("{s:s,s:O,s:I,s:f}", "type", phx_optimizer_type(z->inner), "kinds", ks, "steps",
                                    (json_int_t)phx_optimizer_steps(zo), "lr", phx_optimizer_lr(zo))
                        : NULL;
-    json_t *sc = scaler ? json_pack("{s:f,s:I}", "scale", phx_scaler_get_scale(scaler), "growth_tracker",
-                                    (json_int_t)phx_scaler_growth_tracker(scaler))
+    json_t *sc = scaler ? json_pack("{s:f,s:I,s:b}", "scale", phx_scaler_get_scale(scaler), "growth_tracker",
+                                    (json_int_t)phx_scaler_growth_tracker(scaler), "enabled", px_scaler_enabled(scaler))
                         : json_null();
     ok = ok && optim && sc && json_object_set_new(root, "format", json_string(CK_FORMAT)) == 0 &&
         json_object_set_new(root, "version", json_integer(CK_VERSION)) == 0 &&
@@ -509,6 +509,7 @@ typedef struct ck_index {
     const char **kinds;
     size_t n_kinds;
     bool has_scaler;
+    bool scaler_disabled; /* its "enabled" is false */
     double scale;
     int64_t tracker;
     ck_tensor *params, *bufs;
@@ -708,6 +709,9 @@ static phx_status ck_parse(const char *who, const char *dir, ck_index *c)
             return bad(c, "\"scaler\" is not {scale, growth_tracker}");
         c->tracker = (int64_t)g;
         c->has_scaler = true;
+        json_t *en = json_object_get(sc, "enabled"); /* indexes of earlier builds have none */
+        if (en && !json_is_boolean(en)) return bad(c, "\"scaler\".\"enabled\" is not true or false");
+        c->scaler_disabled = en && json_is_false(en);
         /* as phx_scaler_set_state will check them (the growth interval is the scaler's, checked at load) */
         if (!px_scaler_scale_ok(c->scale) || c->tracker < 0)
             return bad(c, "\"scaler\" holds a scale that is no finite f32 value > 0 or a negative growth_tracker");
@@ -781,6 +785,8 @@ static phx_status ck_check_scaler(ck_index *c, const phx_scaler *scaler)
     if (px_scaler_check_state(scaler, c->scale, c->tracker, why, sizeof why))
         return phx_error(PHX_EIO, "%s: '%s' holds a GradScaler state this scaler refuses: %s", c->who, c->index_path,
                          why);
+    if (c->scaler_disabled && px_scaler_enabled(scaler))
+        return phx_error(PHX_EIO, "%s: '%s': %s", c->who, c->index_path, PX_SCALER_DISABLED_STATE);
     return PHX_OK;
 }
 

@@ -1,6 +1,7 @@
 /* The scaler's state (scale, growth tracker) survives phx_checkpoint_save
  * and phx_checkpoint_load; a checkpoint with an invalid scale is refused
- * and changes nothing. */
+ * and changes nothing; the state of a scaler that does not scale (fp32)
+ * is refused by one that does. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 
 int main(void)
 {
-    plan(12);
+    plan(15);
     char dir[] = "/tmp/phx-amp-ckpt-XXXXXX", path[256], bad[256];
     if (!mkdtemp(dir)) {
         printf("Bail out! mkdtemp\n");
@@ -52,6 +53,23 @@ int main(void)
     ok(phx_checkpoint_load(path, m, NULL, s32) == PHX_OK && phx_scaler_get_scale(s32) == 1.0,
        "an fp32 scaler loads it and keeps scale 1");
     ok(phx_checkpoint_load(path, m, NULL, NULL) == PHX_OK, "the checkpoint loads without a scaler too");
+    ok(phx_checkpoint_meta(path, "scaler.enabled", buf, sizeof buf) == PHX_OK && !strcmp(buf, "1"),
+       "metadata scaler.enabled = '%s' (an fp16 scaler)", buf);
+
+    /* An fp32 run's scaler state (scale 1) into an fp16 scaler: refused, as
+     * PyTorch's GradScaler refuses a disabled scaler's state; it would
+     * have set the scale to 1. Without the scaler it loads. */
+    char p32[300];
+    snprintf(p32, sizeof p32, "%s/fp32.safetensors", dir);
+    st = phx_checkpoint_save(p32, m, NULL, s32, NULL, 0);
+    char en[8] = "";
+    phx_checkpoint_meta(p32, "scaler.enabled", en, sizeof en);
+    phx_status l16 = st == PHX_OK ? phx_checkpoint_load(p32, m, NULL, s2) : st;
+    ok(st == PHX_OK && !strcmp(en, "0") && l16 == PHX_EIO && strstr(phx_last_error(), "does not scale") &&
+           phx_scaler_get_scale(s2) == odd,
+       "an fp32 run's scaler state into an fp16 scaler: refused, the scale kept (%s)", phx_last_error());
+    ok(phx_checkpoint_load(p32, m, NULL, NULL) == PHX_OK, "... and it loads without the scaler");
+    unlink(p32);
 
     /* A scale of -5 in the metadata: refused, nothing changed. */
     const char *names[2] = {"weight", "bias"};

@@ -4,6 +4,7 @@
  * - the index carries "crc32": an edited value (lr 0.01 -> 0.02) fails it;
  *   one with "save" but no "crc32" (only an edit drops one) is refused;
  * - pieces whose lengths overflow int64 when added are refused;
+ * - an fp32 run's scaler state is refused by an fp16 scaler;
  * - with "crc32" dropped (an index of an earlier build): a negative lr,
  *   a scale of -1 or a growth tracker past the scaler's interval are
  *   refused, and the model, the optimizer and the scaler stay as they
@@ -118,7 +119,7 @@ int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-zbad-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
-    plan(18);
+    plan(19);
     char a[96], b[96];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -251,6 +252,19 @@ int main(void)
        "4 bytes appended to the shard: refused (%s)", phx_last_error());
     tf_put(in(a, "shard-0-of-1.g1.safetensors"), shard1, sl);
     free(longer), free(b2), free(shard1);
+
+    /* an fp32 run's scaler state (scale 1, "enabled": false) into an fp16
+     * scaler: refused, as PyTorch's GradScaler refuses a disabled one's */
+    char c32[96];
+    snprintf(c32, sizeof c32, "%s/c32", dir);
+    phx_precision *fp32 = NULL;
+    st = phx_precision_new("fp32", &fp32);
+    phx_scaler *s32 = st == PHX_OK ? phx_scaler_new(fp32, NULL) : NULL;
+    st = s32 ? phx_zero_checkpoint_save(c32, m, o, s32) : PHX_EINVAL;
+    phx_status l16 = st == PHX_OK ? phx_zero_checkpoint_load(c32, m2, o2, sc2) : st;
+    ok(l16 == PHX_EIO && strstr(phx_last_error(), "does not scale") && UNCHANGED,
+       "an fp32 run's scaler state into an fp16 scaler: refused, nothing changed (%s)", phx_last_error());
+    phx_scaler_free(s32), phx_precision_free(fp32);
 
     /* a FIFO index: load and save refused at once */
     alarm(10);
