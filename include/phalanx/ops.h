@@ -67,7 +67,10 @@ phx_tensor *phx_narrow(const phx_tensor *t, int dim, int64_t start, int64_t leng
  * t[..., start:end:step] (negative start/end count from the end; step
  * >= 1). A copy unless step is 1 and narrow would give a view. */
 phx_tensor *phx_slice(const phx_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
-/* The n tensors joined along dim (same shape except along dim). */
+/* The n tensors joined along dim (same shape except along dim), of one
+ * dtype; inside a forward-only module under fp16 or bf16, float inputs of
+ * several dtypes join in the widest (autocast's promote list; so does
+ * phx_stack). */
 phx_tensor *phx_cat(int n, const phx_tensor *const *ts, int dim);
 /* The n tensors (one shape) stacked along a new dim. */
 phx_tensor *phx_stack(int n, const phx_tensor *const *ts, int dim);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "src/ops/ops-impl.h"
+#include "src/base/util.h"
 
 /* Node state of the shape operations (fits PX_NODE_CTX_BYTES). */
 typedef struct shape_ctx {
@@ -433,7 +434,7 @@ static phx_tensor *join(const char *fn, const char *name, int n, const phx_tenso
     return out;
 }
 
-phx_tensor *phx_cat(int n, const phx_tensor *const *ts, int dim)
+static phx_tensor *cat(int n, const phx_tensor *const *ts, int dim)
 {
     const char *fn = "phx_cat";
     if (check_many(fn, n, ts)) return NULL;
@@ -470,7 +471,7 @@ phx_tensor *phx_cat(int n, const phx_tensor *const *ts, int dim)
     return join(fn, "cat", n, ts, t0->ndim, s, d, false);
 }
 
-phx_tensor *phx_stack(int n, const phx_tensor *const *ts, int dim)
+static phx_tensor *stack(int n, const phx_tensor *const *ts, int dim)
 {
     const char *fn = "phx_stack";
     if (check_many(fn, n, ts)) return NULL;
@@ -492,6 +493,47 @@ phx_tensor *phx_stack(int n, const phx_tensor *const *ts, int dim)
     int64_t s[PHX_MAX_DIMS];
     for (int i = 0, j = 0; i <= t0->ndim; i++) s[i] = i == d ? n : t0->shape[j++];
     return join(fn, "stack", n, ts, t0->ndim + 1, s, d, true);
+}
+
+/* Autocast's "promote" ops (PyTorch's cat and stack): inside a
+ * forward-only module under fp16 or bf16, float inputs of different
+ * dtypes (a mean, which autocast runs in f32, beside a max in f16) join
+ * in the widest, f32 where any is f32 or they mix f16 and bf16, each
+ * converted with a recorded phx_to_dtype; elsewhere they must agree. */
+static phx_tensor *joined(phx_tensor *(*op)(int, const phx_tensor *const *, int), int n, const phx_tensor *const *ts,
+                          int dim)
+{
+    if (px_autocast_dtype() == PHX_F32 || n < 2 || !ts) return op(n, ts, dim);
+    phx_dtype wide = PHX_NUM_DTYPES;
+    bool mixed = false;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i] || !phx_dtype_is_float(ts[i]->dtype)) return op(n, ts, dim);
+        if (wide != PHX_NUM_DTYPES && ts[i]->dtype != wide) mixed = true;
+        if (wide == PHX_NUM_DTYPES || ts[i]->dtype == PHX_F32) wide = ts[i]->dtype;
+    }
+    if (!mixed) return op(n, ts, dim);
+    if (wide != PHX_F32) wide = PHX_F32; /* f16 beside bf16: neither holds the other */
+    const phx_tensor **conv = px_malloc((size_t)n * sizeof *conv);
+    if (!conv) {
+        phx_error(PHX_ENOMEM, "phx_cat/phx_stack: out of memory");
+        return NULL;
+    }
+    phx_tensor *out = NULL;
+    int i = 0;
+    for (; i < n && (conv[i] = ts[i]->dtype == wide ? ts[i] : phx_to_dtype(ts[i], wide)) != NULL; i++) {}
+    if (i == n) out = op(n, conv, dim);
+    px_free(conv);
+    return out;
+}
+
+phx_tensor *phx_cat(int n, const phx_tensor *const *ts, int dim)
+{
+    return joined(cat, n, ts, dim);
+}
+
+phx_tensor *phx_stack(int n, const phx_tensor *const *ts, int dim)
+{
+    return joined(stack, n, ts, dim);
 }
 
 /* ---- Splitting: pieces are narrows ---- */
