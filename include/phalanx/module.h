@@ -91,7 +91,9 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
 /* Given dy = dL/dy of m's last forward: adds the parameters' gradients,
  * announces each (phx_param_grad_ready) and sets *dx = dL/dx (owned by m;
  * dx NULL: not wanted). For a forward-only module this is
- * phx_backward_with(y, dy) over the graph its last forward recorded. */
+ * phx_backward_with(y, dy) over the graph its last forward recorded. A
+ * second call for one forward is PHX_ESTATE (it would add the gradients
+ * again), as a second backward through one graph is. */
 phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx);
 /* Train (default) or eval mode, recursively. */
 phx_status phx_module_train(phx_module *m, bool training);

@@ -29,7 +29,9 @@ static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_t
                          c->name);
     phx_tensor *dx = NULL;
     bool want = px_node_needs(n, 0);
+    px_module_backward_depth++;
     phx_status st = c->m->vt->backward(c->m, grad, want ? &dx : NULL);
+    px_module_backward_depth--;
     if (st != PHX_OK || !want || !dx) return st;
     /* A module casts its input to its compute dtype (an f32 input with a
      * history into an fp16 Linear: a reshape, a mean) and gives dx in

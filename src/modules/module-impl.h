@@ -64,6 +64,7 @@ struct phx_module {
      * call: the tensors its operations returned (released at its next
      * forward), its input as seen by the graph and its output. */
     uint64_t calls;
+    uint64_t backward_call; /* calls when the user's phx_module_backward last ran its hand-written backward */
     struct px_node *last_node;
     phx_tensor **owned;
     size_t n_owned, cap_owned;
@@ -95,6 +96,10 @@ typedef struct px_buf {
     phx_tensor *store; /* 1-D capacity */
     phx_tensor *view; /* the shape last asked for */
 } px_buf;
+
+/* Hand-written backwards running on this thread (phx_module_backward and
+ * the graph's module nodes): only a call at depth 0 is the user's. */
+extern _Thread_local int px_module_backward_depth;
 
 phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out);
 /* As px_buf_get with the shape of t and its last dim replaced by last. */

@@ -368,12 +368,29 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
     return m->vt->backward ? px_module_forward_fused(m, x, y) : px_module_forward_traced(m, x, y);
 }
 
+_Thread_local int px_module_backward_depth;
+
 phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx)
 {
     if (!m || !dy) return phx_error(PHX_EINVAL, "phx_module_backward: %s is NULL", !m ? "module" : "dy");
     if (dx) *dx = NULL;
     if (m->redirect && !m->redirect_off) return phx_module_backward(m->redirect, dy, dx);
-    return m->vt->backward ? m->vt->backward(m, dy, dx) : px_module_backward_traced(m, dy, dx);
+    if (!m->vt->backward) return px_module_backward_traced(m, dy, dx);
+    /* A second backward of one forward, called by the user, would add its
+     * gradients again; PyTorch refuses it too. Calls from inside another
+     * backward (a container's children; a graph kept with retain_graph)
+     * are the caller's to count. */
+    bool top = px_module_backward_depth == 0;
+    if (top && m->calls > 0 && m->backward_call == m->calls)
+        return phx_error(PHX_ESTATE,
+                         "phx_module_backward: this %s ran its backward for its last forward already (a second one "
+                         "would add the gradients again); run the forward again first",
+                         phx_module_type(m));
+    px_module_backward_depth++;
+    phx_status st = m->vt->backward(m, dy, dx);
+    px_module_backward_depth--;
+    if (st == PHX_OK && top) m->backward_call = m->calls;
+    return st;
 }
 
 phx_status phx_module_train(phx_module *m, bool training)

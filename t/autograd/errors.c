@@ -25,7 +25,7 @@ static int says(const char *a, const char *b)
 
 int main(void)
 {
-    plan(12);
+    plan(14);
     phx_scope *sc = phx_scope_begin();
     phx_tensor *a = leaf(2, 3, 2.0), *b = leaf(2, 3, 3.0);
 
@@ -80,6 +80,24 @@ int main(void)
     ok(idx && !phx_eq(idx, lab) && says("i64", "phx_to_dtype converts"), "argmax == labels (i64): %s",
        phx_last_error());
     phx_tensor_free(lab);
+
+    /* 11. a second phx_module_backward of one forward: refused (it would add the gradients again) */
+    phx_module *lin = phx_linear_new(3, 2, true, NULL);
+    phx_tensor *lx = leaf(4, 3, 1.0), *ly = NULL, *ldy = leaf(4, 2, 1.0);
+    float gb1[2] = {0}, gb2[2] = {1, 1};
+    phx_tensor *bg = phx_param_grad(phx_module_find_param(lin, "bias"));
+    phx_status b1 = phx_module_forward(lin, lx, &ly);
+    if (b1 == PHX_OK) b1 = phx_module_backward(lin, ldy, NULL);
+    phx_tensor_to_host(bg, gb1);
+    phx_status b2 = phx_module_backward(lin, ldy, NULL);
+    phx_tensor_to_host(bg, gb2);
+    ok(b1 == PHX_OK && b2 == PHX_ESTATE && says("Linear", "forward again") && !memcmp(gb1, gb2, sizeof gb1),
+       "a second phx_module_backward of one forward: refused, the gradients as they were: %s", phx_last_error());
+    phx_status b3 = phx_module_forward(lin, lx, &ly);
+    if (b3 == PHX_OK) b3 = phx_module_backward(lin, ldy, NULL);
+    ok(b3 == PHX_OK, "after the next forward it runs (%s)", b3 ? phx_last_error() : "ok");
+    phx_module_free(lin);
+    phx_tensor_free(lx), phx_tensor_free(ldy);
 
     phx_scope_end(sc);
     phx_tensor_free(a);
