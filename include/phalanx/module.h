@@ -91,9 +91,11 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
 /* Given dy = dL/dy of m's last forward: adds the parameters' gradients,
  * announces each (phx_param_grad_ready) and sets *dx = dL/dx (owned by m;
  * dx NULL: not wanted). For a forward-only module this is
- * phx_backward_with(y, dy) over the graph its last forward recorded. A
- * second call for one forward is PHX_ESTATE (it would add the gradients
- * again), as a second backward through one graph is. */
+ * phx_backward_with(y, dy) over the graph its last forward recorded. For
+ * a module with a hand-written backward, a call after its backward already
+ * ran for this forward (this function, or phx_backward through it) is
+ * PHX_ESTATE: it would add the gradients again. Backwards a wrapper or a
+ * container runs, and a graph kept with retain_graph, are not refused. */
 phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx);
 /* Train (default) or eval mode, recursively. */
 phx_status phx_module_train(phx_module *m, bool training);

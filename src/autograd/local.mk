@@ -5,7 +5,7 @@ libphalanx_internal_la_SOURCES += src/autograd/autograd-impl.h src/autograd/node
 
 # tests
 autograd_tests = t/autograd/module_graph t/autograd/ddp t/autograd/errors t/autograd/autocast t/autograd/autocast_child \
-	t/autograd/resnet_parity t/autograd/resnet_ddp
+	t/autograd/resnet_parity t/autograd/resnet_ddp t/autograd/retain_wrappers
 check_PROGRAMS += $(autograd_tests)
 TESTS += $(autograd_tests)
 t_autograd_module_graph_LDADD = libphalanx.la -lm
@@ -21,5 +21,8 @@ t_autograd_resnet_ddp_CPPFLAGS = $(ddp_test_cppflags)
 EXTRA_DIST += t/ref/resnet_parity.safetensors bench/torch/resnet.py
 t_autograd_autocast_LDADD = libphalanx.la -lm
 t_autograd_autocast_child_LDADD = libphalanx.la -lm
+t_autograd_retain_wrappers_SOURCES = t/autograd/retain_wrappers.c t/ddp-util.h
+t_autograd_retain_wrappers_LDADD = libphalanx.la -lm
+t_autograd_retain_wrappers_CPPFLAGS = $(ddp_test_cppflags)
 TESTS += t/autograd/examples.sh
 EXTRA_DIST += t/autograd/examples.sh

@@ -93,7 +93,7 @@ typedef struct px_ddp {
     /* communication hook (ddp-hook.c) */
     struct px_ddp_hook *hook; /* registered hook, or NULL: the f32 all-reduce */
     bool forwarded; /* a forward ran: too late to register a hook */
-    bool finished; /* the last backward was finished, and no forward or gradient came since */
+    bool finished; /* a finish succeeded, and no forward, gradient or wrapper backward came since */
 
     /* introspection */
     phx_ddp_stats stats;

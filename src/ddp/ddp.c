@@ -186,7 +186,6 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
                 "backward finishes its own): nothing to do");
         return PHX_OK;
     }
-    d->finished = true;
     size_t n_unused = 0, unused = settle_unused(d, &n_unused);
     phx_status st = d->hook_status;
     char err[PX_DDP_ERR_MAX];
@@ -199,6 +198,7 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     if (d->no_sync) {
         reset_backward(d);
         if (st != PHX_OK) return phx_error(st, "%s", err);
+        d->finished = true;
         return PHX_OK;
     }
     if (d->opts.no_overlap)
@@ -250,6 +250,7 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
                          "DistributedDataParallel: parameter '%s'%s received no gradient in this "
                          "backward; set phx_ddp_opts.find_unused when parts of the model may be unused",
                          phx_module_param_name(d->model, unused), n_unused > 1 ? " (and others)" : "");
+    d->finished = true; /* only a finish that succeeded: a failed one is reported again */
     return PHX_OK;
 }
 
@@ -338,6 +339,9 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
 static phx_status ddp_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
 {
     px_ddp *d = phx_module_ctx(self);
+    /* the wrapper's own backward always finishes one (a graph kept with
+     * retain_graph runs it again: every rank must take part again) */
+    d->finished = false;
     phx_status st = rebuild_if_due(d);
     if (st != PHX_OK) return st;
     st = phx_module_backward(d->model, dy, dx);

@@ -313,7 +313,10 @@ static void backward_task(void *arg, size_t i)
     px_dp_rep *r = &d->reps[i];
     r->out[PX_DP_BWD] = NULL;
     phx_status st = stage_in(r, PX_DP_BWD);
+    /* the wrapper's call, not the user's (on a pool thread: depth 0 there) */
+    px_module_backward_depth++;
     if (st == PHX_OK) st = phx_module_backward(r->m, r->in[PX_DP_BWD], d->want_dx ? &r->out[PX_DP_BWD] : NULL);
+    px_module_backward_depth--;
     if (st == PHX_OK && d->want_dx && !r->out[PX_DP_BWD])
         st = phx_error(PHX_EINTERNAL, "module %s returned no input gradient", phx_module_type(r->m));
     if (st == PHX_OK) st = put_rows(r, PX_DP_BWD);

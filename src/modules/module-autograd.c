@@ -32,6 +32,7 @@ static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_t
     px_module_backward_depth++;
     phx_status st = c->m->vt->backward(c->m, grad, want ? &dx : NULL);
     px_module_backward_depth--;
+    if (st == PHX_OK) c->m->backward_call = c->m->calls; /* a user's phx_module_backward after it is refused */
     if (st != PHX_OK || !want || !dx) return st;
     /* A module casts its input to its compute dtype (an f32 input with a
      * history into an fp16 Linear: a reshape, a mean) and gives dx in

@@ -64,7 +64,7 @@ struct phx_module {
      * call: the tensors its operations returned (released at its next
      * forward), its input as seen by the graph and its output. */
     uint64_t calls;
-    uint64_t backward_call; /* calls when the user's phx_module_backward last ran its hand-written backward */
+    uint64_t backward_call; /* calls when its hand-written backward last ran (any caller) */
     struct px_node *last_node;
     phx_tensor **owned;
     size_t n_owned, cap_owned;

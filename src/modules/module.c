@@ -389,7 +389,7 @@ phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor *
     px_module_backward_depth++;
     phx_status st = m->vt->backward(m, dy, dx);
     px_module_backward_depth--;
-    if (st == PHX_OK && top) m->backward_call = m->calls;
+    if (st == PHX_OK) m->backward_call = m->calls;
     return st;
 }
 

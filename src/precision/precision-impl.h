@@ -18,10 +18,6 @@ static inline bool px_scaler_scale_ok(double scale)
 {
     return scale > 0 && scale <= FLT_MAX && (float)scale > 0;
 }
-/* The one rule for a scaler state (phx_scaler_set_state and the checkpoint
- * loader's plan both use it, the loader before it changes anything): NULL
- * when scale and growth_tracker are acceptable for s, else why not, written
- * into buf. */
 /* Whether s scales (its policy has loss scaling: fp16). */
 bool px_scaler_enabled(const phx_scaler *s);
 /* The message of a checkpoint whose scaler state a disabled scaler saved
@@ -31,6 +27,10 @@ bool px_scaler_enabled(const phx_scaler *s);
     "the scaler state was saved by a scaler that does not scale (an fp32 or bf16 run, scale 1): it would set " \
     "this fp16 scaler's scale to 1; load without the scaler to start from its initial scale"
 
+/* The one rule for a scaler state (phx_scaler_set_state and the checkpoint
+ * loader's plan both use it, the loader before it changes anything): NULL
+ * when scale and growth_tracker are acceptable for s, else why not, written
+ * into buf. */
 const char *px_scaler_check_state(const phx_scaler *s, double scale, int64_t growth_tracker, char *buf, size_t len);
 
 #endif

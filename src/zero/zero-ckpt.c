@@ -370,11 +370,29 @@ static phx_status write_shard(const char *who, px_zero *z, const char *dir, int6
 }
 
 /* The save within one shard group (the whole world unless hybrid). */
+/* Every parameter and buffer name as JSON takes it (UTF-8): a name in no
+ * shard (zero elements) reaches only the index, whose writer would fail
+ * after the shards are on disk. */
+static phx_status check_names(const char *who, phx_module *m)
+{
+    size_t np = phx_module_num_params(m), nb = phx_module_num_buffers(m);
+    for (size_t i = 0; i < np + nb; i++) {
+        const char *name = i < np ? phx_module_param_name(m, i) : phx_module_buffer_name(m, i - np);
+        json_t *s = name ? json_string(name) : NULL;
+        if (!s)
+            return phx_error(PHX_EINVAL, "%s: %s %zu's name is not valid UTF-8 (the index is JSON)", who,
+                             i < np ? "parameter" : "buffer", i < np ? i : i - np);
+        json_decref(s);
+    }
+    return PHX_OK;
+}
+
 static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_optimizer *zo, phx_scaler *scaler)
 {
     /* Local preparation; any failure still joins the agreement below. */
     char err[600] = "";
     phx_status st = px_zero_check_model(z);
+    if (st == PHX_OK) st = check_names(who, z->model);
     if (st == PHX_OK && mkdir(dir, 0777) != 0 && errno != EEXIST)
         st = phx_error(PHX_EIO, "%s: cannot create the folder '%s': %s", who, dir, strerror(errno));
     const char **snames = NULL;

@@ -119,7 +119,7 @@ int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-zbad-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
-    plan(19);
+    plan(20);
     char a[96], b[96];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -265,6 +265,19 @@ int main(void)
     ok(l16 == PHX_EIO && strstr(phx_last_error(), "does not scale") && UNCHANGED,
        "an fp32 run's scaler state into an fp16 scaler: refused, nothing changed (%s)", phx_last_error());
     phx_scaler_free(s32), phx_precision_free(fp32);
+
+    /* a parameter name that is not UTF-8, of 0 elements (in no shard: only
+     * the index names it): refused before anything is written */
+    char cl[96];
+    snprintf(cl, sizeof cl, "%s/latin1", dir);
+    phx_module *ml = tu_mlp(sizes, 3, 1);
+    phx_module_add_param(ml, "caf\xe9", phx_tensor_zeros(PHX_F32, 1, (int64_t[]){0}, phx_cpu()));
+    phx_optimizer *ol = phx_zero_optimizer_new(ml, NULL, tu_make_adamw, NULL, NULL);
+    st = ol ? phx_zero_checkpoint_save(cl, ml, ol, NULL) : PHX_EINVAL;
+    struct stat lsb;
+    ok(st == PHX_EINVAL && strstr(phx_last_error(), "not valid UTF-8") && stat(in(cl, "index.json"), &lsb) != 0,
+       "a 0-element parameter named in Latin-1: PHX_EINVAL, no index (%s)", phx_last_error());
+    phx_optimizer_free(ol), phx_module_free(ml);
 
     /* a FIFO index: load and save refused at once */
     alarm(10);

@@ -1,0 +1,144 @@
+/* Backwards run again through a kept graph (retain_graph) reach the
+ * wrappers as PyTorch's do, and the rules against a second backward of
+ * one forward do not stop them:
+ * - DataParallel over a Linear: two backwards through one graph both run
+ *   (its replicas run on pool threads) and the gradients double;
+ * - DDP with find_unused, a model whose rank-1 batch bypasses its Linear
+ *   (no gradient there): the second backward all-reduces on every rank
+ *   (a rank that skipped it left the other waiting at the collective);
+ * - phx_backward through a Linear, then phx_module_backward of the same
+ *   forward: refused, the gradients kept (it would add them again). */
+#include <stdlib.h>
+#include <string.h>
+#include "t/tap.h"
+#include "t/ddp-util.h"
+
+/* sum of y over a kept graph, backward twice; the first bias gradient after each */
+static int twice(phx_module *m, const phx_tensor *x, phx_param *bias, double *g1, double *g2)
+{
+    phx_scope *s = phx_scope_begin();
+    phx_tensor *y = NULL;
+    phx_status st = phx_module_forward(m, x, &y);
+    phx_tensor *loss = st == PHX_OK ? phx_sum(y, 0, NULL, false) : NULL;
+    phx_status b1 = loss ? phx_backward_retain(loss, NULL, true) : PHX_EINVAL;
+    phx_tensor_get(phx_param_grad(bias), 0, g1);
+    phx_status b2 = b1 == PHX_OK ? phx_backward(loss) : b1;
+    phx_tensor_get(phx_param_grad(bias), 0, g2);
+    if (b2 != PHX_OK) diag("%s", phx_last_error());
+    phx_scope_end(s);
+    return b2 == PHX_OK;
+}
+
+/* The gate: rank 0's batch goes through lin, rank 1's around it. */
+typedef struct gate {
+    phx_module *lin;
+    int use;
+    phx_tensor *buf;
+} gate;
+
+static phx_status gate_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    gate *g = phx_module_ctx(self);
+    if (g->use) return phx_module_forward(g->lin, x, y);
+    if (!g->buf) g->buf = phx_tensor_new(phx_tensor_dtype(x), phx_tensor_ndim(x), phx_tensor_shape(x), phx_cpu());
+    *y = g->buf;
+    return g->buf ? phx_tensor_copy(g->buf, x) : PHX_ENOMEM;
+}
+
+static phx_status gate_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    gate *g = phx_module_ctx(self);
+    if (g->use) return phx_module_backward(g->lin, dy, dx);
+    if (dx) *dx = NULL;
+    return PHX_OK;
+}
+
+static void gate_free(phx_module *self)
+{
+    gate *g = phx_module_ctx(self);
+    phx_tensor_free(g->buf);
+    free(g);
+}
+
+static const phx_module_vtable gate_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
+                                          .type_name = "Gate",
+                                          .forward = gate_forward,
+                                          .backward = gate_backward,
+                                          .free = gate_free};
+
+static int gate_rank(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    phx_rng *rng = phx_rng_new(1);
+    gate *g = calloc(1, sizeof *g);
+    g->use = rank == 0;
+    g->lin = phx_linear_new(2, 2, true, rng);
+    phx_module *m = phx_module_new(&gate_vt, g);
+    phx_module_add_child(m, "lin", g->lin);
+    phx_ddp_opts o = PHX_DDP_OPTS_INIT;
+    o.find_unused = true;
+    phx_module *ddp = phx_ddp_new(m, c, &o);
+    int64_t xs[2] = {3, 2};
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu());
+    phx_tensor_fill(x, 1.0);
+    double g1 = 0, g2 = 0;
+    int good = ddp && twice(ddp, x, phx_module_param(m, 1), &g1, &g2);
+    phx_ddp_stats s = PHX_DDP_STATS_INIT;
+    if (good) phx_ddp_get_stats(ddp, &s);
+    /* both backwards all-reduced; the bias gradient is the average of
+     * rank 0's 3 rows and rank 1's none, each time: 1.5, then 3 */
+    good = good && s.synced == 2 && g1 == 1.5 && g2 == 3.0;
+    if (!good)
+        printf("# rank %d: synced %llu, bias gradient %g then %g (want 2, 1.5, 3)\n", rank,
+               (unsigned long long)s.synced, g1, g2);
+    phx_tensor_free(x);
+    phx_module_free(ddp), phx_module_free(m);
+    phx_rng_free(rng);
+    phx_comm_free(c);
+    return !good;
+}
+
+int main(void)
+{
+    plan(4);
+    phx_set_num_threads(2);
+    phx_rng *rng = phx_rng_new(0);
+    int64_t xs[2] = {8, 4};
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu());
+    phx_tensor_fill(x, 0.5);
+
+    phx_module *lin = phx_linear_new(4, 3, true, rng), *dp = phx_dp_new(lin, NULL, 0, NULL);
+    double g1 = 0, g2 = 0;
+    int ran = dp && twice(dp, x, phx_module_find_param(lin, "bias"), &g1, &g2);
+    ok(ran && g1 == 8.0 && g2 == 16.0, "DataParallel (%zu replicas): retain_graph backwards both run (bias %g, %g)",
+       dp ? phx_dp_num_replicas(dp) : 0, g1, g2);
+    phx_module_free(dp), phx_module_free(lin);
+
+    tu_spawn_both(2, gate_rank, NULL,
+                  "DDP, find_unused, rank 1 without gradients: the retain_graph backward all-reduces on both ranks");
+
+    phx_module *l2 = phx_linear_new(4, 3, true, rng);
+    phx_param *b = phx_module_find_param(l2, "bias");
+    phx_scope *s = phx_scope_begin();
+    phx_tensor *y = NULL;
+    phx_status st = phx_module_forward(l2, x, &y);
+    phx_tensor *loss = st == PHX_OK ? phx_sum(y, 0, NULL, false) : NULL;
+    st = loss ? phx_backward(loss) : PHX_EINVAL;
+    double before = 0, after = 0;
+    phx_tensor_get(phx_param_grad(b), 0, &before);
+    phx_tensor *dy = phx_tensor_zeros(PHX_F32, 2, (int64_t[]){8, 3}, phx_cpu());
+    phx_tensor_fill(dy, 1.0);
+    phx_status again = st == PHX_OK ? phx_module_backward(l2, dy, NULL) : st;
+    phx_tensor_get(phx_param_grad(b), 0, &after);
+    ok(st == PHX_OK && again == PHX_ESTATE && before == 8.0 && after == 8.0,
+       "phx_backward, then phx_module_backward of the same forward: refused, the gradient kept (%g): %s", after,
+       phx_last_error());
+    phx_scope_end(s);
+    phx_tensor_free(dy);
+    phx_module_free(l2);
+    phx_tensor_free(x);
+    phx_rng_free(rng);
+    return done_testing();
+}
