@@ -574,9 +574,14 @@ static int run_group(const opts *o, const char *addr, int port, int attempt, sig
         for (int l = 0; l < o->nproc; l++)
             if (pids[l] > 0) kill(-pids[l], SIGKILL);
     wait_tees(o, out);
-    if (exit_code && first[0] && strncmp(first, "cannot", 6))
-        fprintf(stderr, "phxrun: %s%s (exit status %d)\n",
-                *by_signal && !strncmp(first, "stopped by", 10) ? "" : "failed: ", first, exit_code);
+    if (exit_code && first[0] && strncmp(first, "cannot", 6)) {
+        char head[64] = "failed: "; /* with restarts: which attempt, as more may follow */
+        if (*by_signal && !strncmp(first, "stopped by", 10))
+            head[0] = '\0';
+        else if (o->max_restarts > 0)
+            snprintf(head, sizeof head, "attempt %d of %d failed: ", attempt + 1, o->max_restarts + 1);
+        fprintf(stderr, "phxrun: %s%s (exit status %d)\n", head, first, exit_code);
+    }
     free(pids);
     free(done);
     free(out);
@@ -635,6 +640,10 @@ int main(int argc, char **argv)
     for (int attempt = 0;; attempt++) {
         int by_signal = 0;
         rc = run_group(&o, addr, port, attempt, &set, &orig, &by_signal);
+        if (rc == 0 && attempt > 0)
+            fprintf(stderr, "phxrun: succeeded after %d restart%s\n", attempt, attempt > 1 ? "s" : "");
+        if (rc != 0 && !by_signal && attempt >= o.max_restarts && o.max_restarts > 0)
+            fprintf(stderr, "phxrun: no restarts left (--max-restarts %d): exit status %d\n", o.max_restarts, rc);
         if (rc == 0 || by_signal || attempt >= o.max_restarts) return rc;
         fprintf(stderr, "phxrun: restarting the ranks (restart %d of at most %d, PHX_RESTART_COUNT=%d)\n", attempt + 1,
                 o.max_restarts, attempt + 1);

@@ -114,6 +114,7 @@ phx_module *px_module_new_typed(const phx_module_vtable *vt, const void *type, v
     m->refs = 1;
     m->training = true;
     m->compute_dtype = PHX_F32;
+    px_error_ok();
     return m;
 }
 

@@ -37,6 +37,7 @@ VICTIM
     rc=$?
     [ $rc = 0 ] && grep -Eq "rank 1 \(pid [0-9]+\) (was killed by signal 9|exited with status 137)" "$d/be" &&
         grep -q "restarting the ranks (restart 1 of at most 1, PHX_RESTART_COUNT=1)" "$d/be" &&
+        grep -qx "phxrun: succeeded after 1 restart" "$d/be" &&
         echo "ok 2 - a rank killed in attempt 0: phxrun restarts the ranks once and the job succeeds" ||
         { echo "not ok 2 - exit $rc"; note "$d/be"; }
     grep -q "^\[rank0\]: loaded $d/b.st (epoch 1," "$d/b" &&
@@ -67,7 +68,10 @@ fi
 rc=$?
 [ $rc = 3 ] && [ "$(grep 'rank 1$' "$d/c" | tr '\n' ' ')" = "attempt 0 rank 1 attempt 1 rank 1 attempt 2 rank 1 " ] &&
     [ "$(grep -c restarting "$d/ce")" = 2 ] &&
-    echo "ok 8 - --max-restarts 2: three attempts, then the rank's status (3)" || { echo "not ok 8 - exit $rc"; note "$d/ce"; }
+    grep -q "^phxrun: attempt 1 of 3 failed: rank 1 " "$d/ce" && grep -q "^phxrun: attempt 3 of 3 failed: " "$d/ce" &&
+    grep -qx "phxrun: no restarts left (--max-restarts 2): exit status 3" "$d/ce" &&
+    echo "ok 8 - --max-restarts 2: three attempts (each named), no restarts left, then the rank's status (3)" ||
+    { echo "not ok 8 - exit $rc"; note "$d/ce"; }
 
 "$run" --standalone --nproc-per-node 2 --max-restarts 3 --grace 1 sh -c 'echo started; exec sleep 30' >"$d/e" 2>&1 &
 pid=$!
