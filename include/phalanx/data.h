@@ -56,7 +56,9 @@ typedef struct phx_loader_opts {
     bool shuffle; /* order torch.randperm(n, seed + epoch) each epoch */
     uint64_t seed;
     bool drop_last; /* drop the last partial batch */
-    /* This rank's DistributedSampler share; num_replicas 0 or 1: all samples. */
+    /* This rank's DistributedSampler share; num_replicas 0 or 1: all samples.
+     * shuffle above is also the sampler's: set it, as DistributedSampler
+     * shuffles by default where this struct, zero-initialised, does not. */
     int num_replicas, rank;
     bool sampler_drop_last; /* drop the tail instead of padding by repetition */
     /* (optional) the samples to draw from, in order, instead of 0..len-1
