@@ -94,8 +94,10 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
  * phx_backward_with(y, dy) over the graph its last forward recorded. For
  * a module with a hand-written backward, a call after its backward already
  * ran for this forward (this function, or phx_backward through it) is
- * PHX_ESTATE: it would add the gradients again. Backwards a wrapper or a
- * container runs, and a graph kept with retain_graph, are not refused. */
+ * PHX_ESTATE: it would add the gradients again; so is phx_backward through
+ * it after this call. Backwards a wrapper or a container runs, and a graph
+ * kept with retain_graph run again, are not refused; after phx_backward
+ * with retain_graph, run a second gradient through phx_backward_with. */
 phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx);
 /* Train (default) or eval mode, recursively. */
 phx_status phx_module_train(phx_module *m, bool training);

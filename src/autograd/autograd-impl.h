@@ -4,6 +4,7 @@
 #define PHX_SRC_AUTOGRAD_IMPL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include "phalanx/autograd.h"
 #include "phalanx/module.h"
 
@@ -23,6 +24,17 @@ typedef phx_status (*px_backward_fn)(px_node *n, const phx_tensor *grad, phx_ten
 /* 1 when grad mode is on and one of the n inputs requires a gradient:
  * only then must the caller record. NULL inputs count as not requiring. */
 bool px_grad_needed(int n, const phx_tensor *const *in);
+
+/* Inside a backward's sweep: whether it keeps the graph (retain_graph), so
+ * a backward run within it (a forward-only module's, under a wrapper)
+ * keeps its own too. */
+bool px_backward_retaining(void);
+/* A pool thread running part of a sweep (DataParallel's replicas): takes
+ * the sweep's retain_graph; returns the value it replaces. */
+bool px_backward_inherit(bool retain);
+/* Backwards started on this thread (phx_backward and its kin): a DDP
+ * wrapper tells a finish already done for this backward from a new one. */
+uint64_t px_backward_started(void);
 
 /* Records that `out` was made by operation `name` from the n inputs, and
  * is differentiated by fn: out becomes a non-leaf that requires a

@@ -122,6 +122,27 @@ typedef struct px_sweep {
 #define PX_MAX_NESTING 16
 static _Thread_local px_sweep sweeps[PX_MAX_NESTING];
 static _Thread_local int depth;
+/* each sweep's retain_graph, and the backwards started on this thread */
+static _Thread_local bool retaining[PX_MAX_NESTING];
+static _Thread_local bool inherited; /* a pool thread working for a sweep */
+static _Thread_local uint64_t started;
+
+bool px_backward_retaining(void)
+{
+    return depth > 0 ? retaining[depth - 1] : inherited;
+}
+
+bool px_backward_inherit(bool retain)
+{
+    bool prev = inherited;
+    inherited = retain;
+    return prev;
+}
+
+uint64_t px_backward_started(void)
+{
+    return started;
+}
 static atomic_ullong next_visit = 1;
 static pthread_key_t sweeps_key;
 static pthread_once_t sweeps_once = PTHREAD_ONCE_INIT;
@@ -320,6 +341,7 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
     if (depth == PX_MAX_NESTING)
         return phx_error(PHX_ESTATE, "%s: backward nested %d deep inside modules' backward", fn, depth);
     bool mode = phx_set_grad_enabled(false);
+    started++;
     phx_tensor *seed = (phx_tensor *)grad;
     phx_status st = PHX_OK;
     if (!seed) {
@@ -337,6 +359,7 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
         if (!st && t->param) phx_param_grad_ready(t->param);
     } else if (!st) {
         px_node *root = px_node_retain(t->grad_fn);
+        retaining[depth] = retain_graph;
         px_sweep *w = &sweeps[depth++];
         unsigned long long visit = atomic_fetch_add(&next_visit, 1);
         st = reach(w, root, visit);

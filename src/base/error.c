@@ -10,14 +10,6 @@
 
 /* One buffer per thread: two threads failing at once never mix messages. */
 static _Thread_local char px_last_error[PX_ERROR_LEN];
-/* Errors raised on this thread, and their count when a tensor or module
- * was last made: an error older than that was not what gave a NULL. */
-static _Thread_local unsigned long px_errors, px_errors_at_ok;
-
-void px_error_ok(void)
-{
-    px_errors_at_ok = px_errors;
-}
 
 const char *phx_last_error(void)
 {
@@ -60,7 +52,6 @@ phx_status phx_error(phx_status st, const char *fmt, ...)
     va_end(ap);
     if (n < 0) snprintf(buf, sizeof buf, "%s (unformattable message '%s')", phx_status_name(st), fmt);
     memcpy(px_last_error, buf, sizeof buf);
-    px_errors++;
     phx_log(PHX_LOG_DEBUG, "%s: %s", phx_status_name(st), px_last_error);
     return st;
 }
@@ -69,11 +60,13 @@ phx_status px_error_null(const char *fn, const char *what)
 {
     /* A NULL argument is most often the result of a constructor that just
      * failed (phx_sequential_add(m, phx_linear_new(-3, ...))): keep its
-     * message, which names the real cause, after ours. */
-    if (px_last_error[0] && px_errors != px_errors_at_ok)
+     * message, which names the real cause, after ours. It may also be an
+     * error handled long before (nothing here tells which), so the words
+     * say only where it came from. */
+    if (px_last_error[0])
         return phx_error(PHX_EINVAL,
-                         "%s: %s is NULL; the last error before this call, likely from the "
-                         "constructor that returned it: %s",
+                         "%s: %s is NULL; the last error on this thread (perhaps from the constructor that "
+                         "returned the NULL, perhaps from an earlier call): %s",
                          fn, what, px_last_error);
     return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, what);
 }

@@ -50,12 +50,9 @@ double px_timeout(double t);
 int px_env_int(const char *name, int def);
 
 /* PHX_EINVAL "fn: what is NULL", followed by the error set before the call
- * (if any, and raised after the last tensor or module was made): a NULL
- * argument usually comes from a constructor that just failed, and its
- * message names the real cause; an older error, handled since, is not. */
+ * (if any): a NULL argument usually comes from a constructor that failed,
+ * and its message names the real cause. */
 phx_status px_error_null(const char *fn, const char *what);
-/* A tensor or module was made: the errors before it are not a later NULL's cause. */
-void px_error_ok(void);
 
 #define PX_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #endif

@@ -18,6 +18,7 @@
 #include "src/base/util.h"
 #include "src/base/abi.h"
 #include "phalanx/log.h"
+#include "src/autograd/autograd-impl.h"
 
 static const phx_module_vtable ddp_vtable;
 
@@ -172,6 +173,8 @@ static size_t settle_unused(px_ddp *d, size_t *count)
     return first;
 }
 
+static phx_status finish(px_ddp *d);
+
 phx_status phx_ddp_finish_backward(phx_module *ddp)
 {
     px_ddp *d = ddp_of(ddp, "phx_ddp_finish_backward");
@@ -180,12 +183,29 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
         return phx_error(d->broken,
                          "phx_ddp_finish_backward: the wrapper is unusable after a failed bucket "
                          "rebuild");
-    if (d->finished) { /* phx_backward or the wrapper's backward finished it */
+    /* This backward was finished already (phx_backward runs the wrapper's
+     * backward, which finishes its own): its collectives ran, on every
+     * rank; running them again here would run them on this rank alone.
+     * The outcome stands, an error included. */
+    if (d->finished && d->finished_at == px_backward_started()) {
+        if (d->finish_status != PHX_OK) return phx_error(d->finish_status, "%s", d->finish_err);
         phx_log(PHX_LOG_INFO,
                 "phx_ddp_finish_backward: this backward is finished already (the wrapper's "
                 "backward finishes its own): nothing to do");
         return PHX_OK;
     }
+    phx_status st = finish(d);
+    d->finished = true;
+    d->finished_at = px_backward_started();
+    d->finish_status = st;
+    snprintf(d->finish_err, sizeof d->finish_err, "%s", st != PHX_OK ? phx_last_error() : "");
+    return st;
+}
+
+/* The finish itself: the bucket all-reduces (or none under no_sync), the
+ * ZeRO-2 settle and the buffer broadcast. */
+static phx_status finish(px_ddp *d)
+{
     size_t n_unused = 0, unused = settle_unused(d, &n_unused);
     phx_status st = d->hook_status;
     char err[PX_DDP_ERR_MAX];
@@ -198,7 +218,6 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     if (d->no_sync) {
         reset_backward(d);
         if (st != PHX_OK) return phx_error(st, "%s", err);
-        d->finished = true;
         return PHX_OK;
     }
     if (d->opts.no_overlap)
@@ -250,7 +269,6 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
                          "DistributedDataParallel: parameter '%s'%s received no gradient in this "
                          "backward; set phx_ddp_opts.find_unused when parts of the model may be unused",
                          phx_module_param_name(d->model, unused), n_unused > 1 ? " (and others)" : "");
-    d->finished = true; /* only a finish that succeeded: a failed one is reported again */
     return PHX_OK;
 }
 

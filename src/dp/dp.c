@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "src/dp/dp-impl.h"
+#include "src/autograd/autograd-impl.h"
 #include "src/base/util.h"
 #include "kernels/cpu/cpu.h"
 
@@ -328,13 +329,16 @@ typedef struct rep_run {
     px_dp *d;
     px_pool_fn task;
     int budget; /* each CPU replica's threads (0: GPU replicas, unchanged) */
+    bool retain; /* the caller's backward keeps its graph: so do the replicas' */
 } rep_run;
 
 static void rep_task(void *arg, size_t i)
 {
     rep_run *r = arg;
     int prev = r->budget ? px_threads_set_local(r->budget) : 0;
+    bool kept = px_backward_inherit(r->retain);
     r->task(r->d, i);
+    px_backward_inherit(kept);
     if (r->budget) px_threads_set_local(prev);
 }
 
@@ -342,7 +346,8 @@ static void rep_task(void *arg, size_t i)
  * the caller's thread budget (src/base/threads.h). */
 static phx_status run_replicas(px_dp *d, px_pool_fn task, const char *who)
 {
-    rep_run run = {d, task, d->devices[0].kind == PHX_DEVICE_CPU ? px_threads_share((int)d->k) : 0};
+    rep_run run = {d, task, d->devices[0].kind == PHX_DEVICE_CPU ? px_threads_share((int)d->k) : 0,
+                   px_backward_retaining()};
     px_pool_run(d->pool, d->k, rep_task, &run);
     for (size_t i = 0; i < d->k; i++) {
         px_dp_rep *r = &d->reps[i];

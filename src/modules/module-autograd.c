@@ -29,10 +29,20 @@ static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_t
                          c->name);
     phx_tensor *dx = NULL;
     bool want = px_node_needs(n, 0);
+    /* the user ran this forward's backward already (phx_module_backward):
+     * a graph's run adds nothing twice; its own rerun (retain_graph) does */
+    if (c->m->backward_by_user && c->m->backward_call == c->call)
+        return phx_error(PHX_ESTATE,
+                         "backward of %s: phx_module_backward ran this forward's backward already (a second one "
+                         "would add the gradients again); run the forward again first",
+                         c->name);
     px_module_backward_depth++;
     phx_status st = c->m->vt->backward(c->m, grad, want ? &dx : NULL);
     px_module_backward_depth--;
-    if (st == PHX_OK) c->m->backward_call = c->m->calls; /* a user's phx_module_backward after it is refused */
+    if (st == PHX_OK) { /* a user's phx_module_backward after it is refused */
+        c->m->backward_call = c->m->calls;
+        c->m->backward_by_user = false;
+    }
     if (st != PHX_OK || !want || !dx) return st;
     /* A module casts its input to its compute dtype (an f32 input with a
      * history into an fp16 Linear: a reshape, a mean) and gives dx in
@@ -165,7 +175,9 @@ phx_status px_module_backward_traced(phx_module *m, const phx_tensor *dy, phx_te
     phx_tensor *x = m->last_x;
     if (dx && x->capture) phx_tensor_zero_grad(x);
     const phx_tensor *prev = px_engine_want_capture(dx ? x : NULL);
-    phx_status st = phx_backward_retain(m->last_y, dy, false);
+    /* under a wrapper inside a backward that keeps its graph (retain_graph),
+     * this one keeps its own too, for that backward's next run */
+    phx_status st = phx_backward_retain(m->last_y, dy, px_backward_retaining());
     px_engine_want_capture(prev);
     if (st == PHX_OK && dx) *dx = x->capture ? phx_tensor_grad(x) : NULL;
     return st;

@@ -65,6 +65,7 @@ struct phx_module {
      * forward), its input as seen by the graph and its output. */
     uint64_t calls;
     uint64_t backward_call; /* calls when its hand-written backward last ran (any caller) */
+    bool backward_by_user; /* and that one was the user's phx_module_backward */
     struct px_node *last_node;
     phx_tensor **owned;
     size_t n_owned, cap_owned;

@@ -114,7 +114,6 @@ phx_module *px_module_new_typed(const phx_module_vtable *vt, const void *type, v
     m->refs = 1;
     m->training = true;
     m->compute_dtype = PHX_F32;
-    px_error_ok();
     return m;
 }
 
@@ -390,7 +389,7 @@ phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor *
     px_module_backward_depth++;
     phx_status st = m->vt->backward(m, dy, dx);
     px_module_backward_depth--;
-    if (st == PHX_OK) m->backward_call = m->calls;
+    if (st == PHX_OK) m->backward_call = m->calls, m->backward_by_user = top;
     return st;
 }
 

@@ -190,7 +190,6 @@ static phx_tensor *tensor_alloc(const char *fn, phx_dtype dt, int ndim, const in
     }
     phx_tensor *t = handle(s, dt, 0, ndim, shape, numel);
     if (!t) storage_drop(s);
-    if (t) px_error_ok();
     return t;
 }
 

@@ -369,30 +369,41 @@ static phx_status write_shard(const char *who, px_zero *z, const char *dir, int6
     return st;
 }
 
-/* The save within one shard group (the whole world unless hybrid). */
-/* Every parameter and buffer name as JSON takes it (UTF-8): a name in no
- * shard (zero elements) reaches only the index, whose writer would fail
- * after the shards are on disk. */
-static phx_status check_names(const char *who, phx_module *m)
+/* 0 when s is no valid UTF-8 (or NULL): JSON's strings */
+static int utf8_ok(const char *s)
 {
+    json_t *j = s ? json_string(s) : NULL;
+    json_decref(j);
+    return j != NULL;
+}
+
+/* Every name the index will hold as JSON takes it (UTF-8): parameters and
+ * buffers (a name in no shard, zero elements, reaches only the index),
+ * the optimizer's type and its state kinds; else the index's writer would
+ * fail after the shards are on disk. */
+static phx_status check_names(const char *who, px_zero *z, const char *const *snames, size_t kinds)
+{
+    phx_module *m = z->model;
     size_t np = phx_module_num_params(m), nb = phx_module_num_buffers(m);
-    for (size_t i = 0; i < np + nb; i++) {
-        const char *name = i < np ? phx_module_param_name(m, i) : phx_module_buffer_name(m, i - np);
-        json_t *s = name ? json_string(name) : NULL;
-        if (!s)
+    for (size_t i = 0; i < np + nb; i++)
+        if (!utf8_ok(i < np ? phx_module_param_name(m, i) : phx_module_buffer_name(m, i - np)))
             return phx_error(PHX_EINVAL, "%s: %s %zu's name is not valid UTF-8 (the index is JSON)", who,
                              i < np ? "parameter" : "buffer", i < np ? i : i - np);
-        json_decref(s);
-    }
+    if (!utf8_ok(phx_optimizer_type(z->inner)))
+        return phx_error(PHX_EINVAL, "%s: the shard optimizer's type name is not valid UTF-8 (the index is JSON)", who);
+    for (size_t k = 0; k < kinds; k++)
+        if (!utf8_ok(kind_name(z, snames, k)))
+            return phx_error(PHX_EINVAL, "%s: optimizer state kind %zu's name is not valid UTF-8 (the index is JSON)",
+                             who, k);
     return PHX_OK;
 }
 
+/* The save within one shard group (the whole world unless hybrid). */
 static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_optimizer *zo, phx_scaler *scaler)
 {
     /* Local preparation; any failure still joins the agreement below. */
     char err[600] = "";
     phx_status st = px_zero_check_model(z);
-    if (st == PHX_OK) st = check_names(who, z->model);
     if (st == PHX_OK && mkdir(dir, 0777) != 0 && errno != EEXIST)
         st = phx_error(PHX_EIO, "%s: cannot create the folder '%s': %s", who, dir, strerror(errno));
     const char **snames = NULL;
@@ -403,6 +414,7 @@ static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_o
                        "%s: the shard optimizer (%s) does not keep one state tensor per piece and kind; it cannot be "
                        "saved sharded",
                        who, phx_optimizer_type(z->inner));
+    if (st == PHX_OK) st = check_names(who, z, snames, kinds);
     int64_t gen = 0;
     if (st == PHX_OK) st = current_generation(who, dir, &gen);
     if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());

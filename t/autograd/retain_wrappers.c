@@ -6,8 +6,16 @@
  * - DDP with find_unused, a model whose rank-1 batch bypasses its Linear
  *   (no gradient there): the second backward all-reduces on every rank
  *   (a rank that skipped it left the other waiting at the collective);
+ * - the same over a forward-only model (y = x * w), whose own graph the
+ *   wrapper's backward used to free: DataParallel and DDP;
+ * - DDP, rank 1's loss not using the wrapper's output, each backward
+ *   followed by the user's phx_ddp_finish_backward: every finish pairs
+ *   with the other rank's (a finish skipped as "done" hung rank 0);
+ * - DDP without find_unused, rank 1 without gradients: its finish fails,
+ *   and a second phx_ddp_finish_backward says so again instead of running
+ *   the collectives on that rank alone;
  * - phx_backward through a Linear, then phx_module_backward of the same
- *   forward: refused, the gradients kept (it would add them again). */
+ *   forward, and the reverse: the second refused, the gradients kept. */
 #include <stdlib.h>
 #include <string.h>
 #include "t/tap.h"
@@ -100,9 +108,133 @@ static int gate_rank(int rank, void *arg)
     return !good;
 }
 
+/* A forward-only y = x * w (w: one row, broadcast) */
+static phx_status mulw_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    *y = phx_mul(x, phx_param_value(phx_module_param(self, 0)));
+    return *y ? PHX_OK : PHX_EINVAL;
+}
+
+static void no_ctx(phx_module *self)
+{
+    (void)self;
+}
+
+static const phx_module_vtable mulw_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "MulW", .forward = mulw_forward, .free = no_ctx};
+
+static phx_module *mulw_new(int64_t width)
+{
+    phx_module *m = phx_module_new(&mulw_vt, NULL);
+    phx_tensor *w = phx_tensor_zeros(PHX_F32, 1, &width, phx_cpu());
+    phx_tensor_fill(w, 2.0);
+    phx_module_add_param(m, "w", w);
+    return m;
+}
+
+/* DDP over the forward-only model: two retain_graph backwards, w's
+ * gradient sum(x) = 3 per element each time, averaged: 3, then 6 */
+static int fo_rank(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    phx_module *m = mulw_new(2), *ddp = phx_ddp_new(m, c, NULL);
+    int64_t xs[2] = {3, 2};
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu());
+    phx_tensor_fill(x, 1.0);
+    double g1 = 0, g2 = 0;
+    int good = ddp && twice(ddp, x, phx_module_param(m, 0), &g1, &g2) && g1 == 3.0 && g2 == 6.0;
+    if (!good) printf("# rank %d: w gradient %g then %g (want 3, 6)\n", rank, g1, g2);
+    phx_tensor_free(x);
+    phx_module_free(ddp), phx_module_free(m);
+    phx_comm_free(c);
+    return !good;
+}
+
+/* rank 1's loss uses only a leaf of its own, not the wrapper's output */
+static int nonode_rank(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    phx_rng *rng = phx_rng_new(1);
+    phx_module *lin = phx_linear_new(2, 2, true, rng);
+    phx_ddp_opts o = PHX_DDP_OPTS_INIT;
+    o.find_unused = true;
+    /* the bucket rebuild after the first backward runs in the wrapper's
+     * backward, which rank 1 never reaches: it would have no partner */
+    o.no_rebuild = true;
+    phx_module *ddp = phx_ddp_new(lin, c, &o);
+    int64_t xs[2] = {3, 2};
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu()), *y = NULL;
+    phx_tensor *aux = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu());
+    phx_tensor_fill(x, 1.0);
+    phx_tensor_set_requires_grad(aux, true);
+    phx_scope *s = phx_scope_begin();
+    int good = ddp && phx_module_forward(ddp, x, &y) == PHX_OK;
+    phx_tensor *loss = rank == 0 ? phx_sum(phx_add(y, aux), 0, NULL, false) : phx_sum(aux, 0, NULL, false);
+    for (int k = 1; k <= 2 && good; k++) {
+        phx_status st = k == 1 ? phx_backward_retain(loss, NULL, true) : phx_backward(loss);
+        phx_status f = st == PHX_OK ? phx_ddp_finish_backward(ddp) : st;
+        phx_ddp_stats ds = PHX_DDP_STATS_INIT;
+        phx_ddp_get_stats(ddp, &ds);
+        good = f == PHX_OK && ds.synced == (uint64_t)k;
+        if (!good)
+            printf("# rank %d: backward %d: %s, synced %llu: %s\n", rank, k, phx_status_name(f),
+                   (unsigned long long)ds.synced, phx_last_error());
+    }
+    phx_scope_end(s);
+    phx_tensor_free(x), phx_tensor_free(aux);
+    phx_module_free(ddp), phx_module_free(lin);
+    phx_rng_free(rng);
+    phx_comm_free(c);
+    return !good;
+}
+
+/* the gate without find_unused: rank 1's finish fails, and says so again */
+static int refinish_rank(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    phx_rng *rng = phx_rng_new(1);
+    gate *g = calloc(1, sizeof *g);
+    g->use = rank == 0;
+    g->lin = phx_linear_new(2, 2, true, rng);
+    phx_module *m = phx_module_new(&gate_vt, g);
+    phx_module_add_child(m, "lin", g->lin);
+    phx_module *ddp = phx_ddp_new(m, c, NULL);
+    int64_t xs[2] = {3, 2};
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu()), *y = NULL;
+    phx_tensor_fill(x, 1.0);
+    phx_scope *s = phx_scope_begin();
+    int good = ddp && phx_module_forward(ddp, x, &y) == PHX_OK;
+    phx_tensor *loss = good ? phx_sum(y, 0, NULL, false) : NULL;
+    phx_status b = loss ? phx_backward(loss) : PHX_EINVAL;
+    char first[200];
+    snprintf(first, sizeof first, "%s", phx_last_error());
+    phx_status f = phx_ddp_finish_backward(ddp);
+    if (rank == 0)
+        good = good && b == PHX_OK && f == PHX_OK;
+    else
+        good = good && b == PHX_ESTATE && strstr(first, "received no gradient") && f == PHX_ESTATE &&
+            strstr(phx_last_error(), "received no gradient");
+    if (!good)
+        printf("# rank %d: backward %s, finish again %s: %s\n", rank, phx_status_name(b), phx_status_name(f),
+               phx_last_error());
+    phx_scope_end(s);
+    phx_tensor_free(x);
+    phx_module_free(ddp), phx_module_free(m);
+    phx_rng_free(rng);
+    phx_comm_free(c);
+    return !good;
+}
+
 int main(void)
 {
-    plan(4);
+    plan(12);
+    setenv("PHX_TIMEOUT", "30", 1); /* a rank left waiting fails the test, not the suite's clock */
     phx_set_num_threads(2);
     phx_rng *rng = phx_rng_new(0);
     int64_t xs[2] = {8, 4};
@@ -119,6 +251,18 @@ int main(void)
     tu_spawn_both(2, gate_rank, NULL,
                   "DDP, find_unused, rank 1 without gradients: the retain_graph backward all-reduces on both ranks");
 
+    phx_module *fo = mulw_new(4), *dpfo = phx_dp_new(fo, NULL, 0, NULL);
+    ran = dpfo && twice(dpfo, x, phx_module_param(fo, 0), &g1, &g2);
+    ok(ran && g1 == 4.0 && g2 == 8.0,
+       "DataParallel over a forward-only model: retain_graph backwards both run (w %g, %g)", g1, g2);
+    phx_module_free(dpfo), phx_module_free(fo);
+    tu_spawn_both(2, fo_rank, NULL, "DDP over a forward-only model: retain_graph backwards both run");
+    tu_spawn_both(2, nonode_rank, NULL,
+                  "DDP, rank 1's loss not through the wrapper, phx_ddp_finish_backward after each of two backwards: "
+                  "every finish pairs up");
+    tu_spawn_both(2, refinish_rank, NULL,
+                  "DDP, a finish that failed on rank 1: phx_ddp_finish_backward again says so, runs nothing");
+
     phx_module *l2 = phx_linear_new(4, 3, true, rng);
     phx_param *b = phx_module_find_param(l2, "bias");
     phx_scope *s = phx_scope_begin();
@@ -134,6 +278,18 @@ int main(void)
     phx_tensor_get(phx_param_grad(b), 0, &after);
     ok(st == PHX_OK && again == PHX_ESTATE && before == 8.0 && after == 8.0,
        "phx_backward, then phx_module_backward of the same forward: refused, the gradient kept (%g): %s", after,
+       phx_last_error());
+    phx_scope_end(s);
+    /* the reverse order */
+    s = phx_scope_begin();
+    st = phx_module_forward(l2, x, &y);
+    loss = st == PHX_OK ? phx_sum(y, 0, NULL, false) : NULL;
+    if (st == PHX_OK) st = phx_module_backward(l2, dy, NULL);
+    phx_tensor_get(phx_param_grad(b), 0, &before);
+    again = st == PHX_OK && loss ? phx_backward(loss) : st;
+    phx_tensor_get(phx_param_grad(b), 0, &after);
+    ok(st == PHX_OK && again == PHX_ESTATE && before == 16.0 && after == 16.0,
+       "phx_module_backward, then phx_backward through the same forward: refused, the gradient kept (%g): %s", after,
        phx_last_error());
     phx_scope_end(s);
     phx_tensor_free(dy);

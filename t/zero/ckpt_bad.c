@@ -101,6 +101,24 @@ static char *resummed(json_t *r)
     return text;
 }
 
+/* a shard optimizer whose type name is Latin-1 (it reaches only the index) */
+static phx_status noop_step(phx_optimizer *self)
+{
+    (void)self;
+    return PHX_OK;
+}
+static void noop_free(phx_optimizer *self)
+{
+    (void)self;
+}
+static const phx_optimizer_vtable latin1_vt = {
+    .struct_size = PHX_OPTIMIZER_VTABLE_SIZE, .type_name = "Caf\xe9SGD", .step = noop_step, .free = noop_free};
+static phx_optimizer *make_latin1(phx_module *shard, void *arg)
+{
+    (void)arg;
+    return phx_optimizer_new(&latin1_vt, NULL, shard);
+}
+
 static float params_sum(phx_module *m)
 {
     float s = 0;
@@ -119,7 +137,7 @@ int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/phx-zbad-XXXXXX");
     if (!mkdtemp(dir)) skip_all("cannot create a temporary folder");
-    plan(20);
+    plan(21);
     char a[96], b[96];
     snprintf(a, sizeof a, "%s/a", dir);
     snprintf(b, sizeof b, "%s/b", dir);
@@ -277,6 +295,15 @@ int main(void)
     struct stat lsb;
     ok(st == PHX_EINVAL && strstr(phx_last_error(), "not valid UTF-8") && stat(in(cl, "index.json"), &lsb) != 0,
        "a 0-element parameter named in Latin-1: PHX_EINVAL, no index (%s)", phx_last_error());
+    phx_optimizer_free(ol), phx_module_free(ml);
+    /* ... and an optimizer type named in Latin-1 */
+    snprintf(cl, sizeof cl, "%s/latin1-opt", dir);
+    ml = tu_mlp(sizes, 3, 1);
+    ol = phx_zero_optimizer_new(ml, NULL, make_latin1, NULL, NULL);
+    st = ol ? phx_zero_checkpoint_save(cl, ml, ol, NULL) : PHX_EINVAL;
+    ok(st == PHX_EINVAL && strstr(phx_last_error(), "type name is not valid UTF-8") &&
+           stat(in(cl, "shard-0-of-1.g1.safetensors"), &lsb) != 0,
+       "an optimizer type named in Latin-1: PHX_EINVAL, no shard written (%s)", phx_last_error());
     phx_optimizer_free(ol), phx_module_free(ml);
 
     /* a FIFO index: load and save refused at once */
