@@ -74,17 +74,24 @@ static const phx_module_vtable gate_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
                                           .backward = gate_backward,
                                           .free = gate_free};
 
+/* the gate of rank: its Linear(2, 2) as child "lin", used on rank 0 only */
+static phx_module *gate_new(int rank, phx_rng *rng)
+{
+    gate *g = calloc(1, sizeof *g);
+    g->use = rank == 0;
+    g->lin = phx_linear_new(2, 2, true, rng);
+    phx_module *m = phx_module_new(&gate_vt, g);
+    phx_module_add_child(m, "lin", g->lin);
+    return m;
+}
+
 static int gate_rank(int rank, void *arg)
 {
     (void)arg;
     phx_comm *c = tu_comm(rank);
     if (!c) return 1;
     phx_rng *rng = phx_rng_new(1);
-    gate *g = calloc(1, sizeof *g);
-    g->use = rank == 0;
-    g->lin = phx_linear_new(2, 2, true, rng);
-    phx_module *m = phx_module_new(&gate_vt, g);
-    phx_module_add_child(m, "lin", g->lin);
+    phx_module *m = gate_new(rank, rng);
     phx_ddp_opts o = PHX_DDP_OPTS_INIT;
     o.find_unused = true;
     phx_module *ddp = phx_ddp_new(m, c, &o);
@@ -199,11 +206,7 @@ static int refinish_rank(int rank, void *arg)
     phx_comm *c = tu_comm(rank);
     if (!c) return 1;
     phx_rng *rng = phx_rng_new(1);
-    gate *g = calloc(1, sizeof *g);
-    g->use = rank == 0;
-    g->lin = phx_linear_new(2, 2, true, rng);
-    phx_module *m = phx_module_new(&gate_vt, g);
-    phx_module_add_child(m, "lin", g->lin);
+    phx_module *m = gate_new(rank, rng);
     phx_module *ddp = phx_ddp_new(m, c, NULL);
     int64_t xs[2] = {3, 2};
     phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu()), *y = NULL;
