@@ -32,9 +32,6 @@ bool px_backward_retaining(void);
 /* A pool thread running part of a sweep (DataParallel's replicas): takes
  * the sweep's retain_graph; returns the value it replaces. */
 bool px_backward_inherit(bool retain);
-/* Backwards started on this thread (phx_backward and its kin): a DDP
- * wrapper tells a finish already done for this backward from a new one. */
-uint64_t px_backward_started(void);
 
 /* Records that `out` was made by operation `name` from the n inputs, and
  * is differentiated by fn: out becomes a non-leaf that requires a

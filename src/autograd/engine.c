@@ -122,10 +122,9 @@ typedef struct px_sweep {
 #define PX_MAX_NESTING 16
 static _Thread_local px_sweep sweeps[PX_MAX_NESTING];
 static _Thread_local int depth;
-/* each sweep's retain_graph, and the backwards started on this thread */
+/* each sweep's retain_graph */
 static _Thread_local bool retaining[PX_MAX_NESTING];
 static _Thread_local bool inherited; /* a pool thread working for a sweep */
-static _Thread_local uint64_t started;
 
 bool px_backward_retaining(void)
 {
@@ -139,10 +138,6 @@ bool px_backward_inherit(bool retain)
     return prev;
 }
 
-uint64_t px_backward_started(void)
-{
-    return started;
-}
 static atomic_ullong next_visit = 1;
 static pthread_key_t sweeps_key;
 static pthread_once_t sweeps_once = PTHREAD_ONCE_INIT;
@@ -341,7 +336,6 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
     if (depth == PX_MAX_NESTING)
         return phx_error(PHX_ESTATE, "%s: backward nested %d deep inside modules' backward", fn, depth);
     bool mode = phx_set_grad_enabled(false);
-    started++;
     phx_tensor *seed = (phx_tensor *)grad;
     phx_status st = PHX_OK;
     if (!seed) {

@@ -93,11 +93,10 @@ typedef struct px_ddp {
     /* communication hook (ddp-hook.c) */
     struct px_ddp_hook *hook; /* registered hook, or NULL: the f32 all-reduce */
     bool forwarded; /* a forward ran: too late to register a hook */
-    /* A finish ran (its collectives on every rank), and no forward, gradient,
-     * wrapper backward or new backward (px_backward_started) came since:
-     * a user's phx_ddp_finish_backward then returns its outcome again. */
+    /* The wrapper's own backward finished (its collectives ran), and no
+     * forward, gradient or wrapper backward came since: a user's
+     * phx_ddp_finish_backward then returns that outcome again. */
     bool finished;
-    uint64_t finished_at; /* px_backward_started() then */
     phx_status finish_status;
     char finish_err[PX_DDP_ERR_MAX];
 

@@ -18,7 +18,6 @@
 #include "src/base/util.h"
 #include "src/base/abi.h"
 #include "phalanx/log.h"
-#include "src/autograd/autograd-impl.h"
 
 static const phx_module_vtable ddp_vtable;
 
@@ -175,28 +174,44 @@ static size_t settle_unused(px_ddp *d, size_t *count)
 
 static phx_status finish(px_ddp *d);
 
-phx_status phx_ddp_finish_backward(phx_module *ddp)
+static phx_status check_usable(px_ddp *d)
 {
-    px_ddp *d = ddp_of(ddp, "phx_ddp_finish_backward");
-    if (!d) return PHX_EINVAL;
     if (d->broken != PHX_OK)
         return phx_error(d->broken,
                          "phx_ddp_finish_backward: the wrapper is unusable after a failed bucket "
                          "rebuild");
-    /* This backward was finished already (phx_backward runs the wrapper's
-     * backward, which finishes its own): its collectives ran, on every
-     * rank; running them again here would run them on this rank alone.
-     * The outcome stands, an error included. */
-    if (d->finished && d->finished_at == px_backward_started()) {
+    return PHX_OK;
+}
+
+phx_status phx_ddp_finish_backward(phx_module *ddp)
+{
+    px_ddp *d = ddp_of(ddp, "phx_ddp_finish_backward");
+    if (!d) return PHX_EINVAL;
+    phx_status st = check_usable(d);
+    if (st != PHX_OK) return st;
+    /* The wrapper's own backward (phx_backward through its output) finished
+     * this one already: its collectives ran on every rank that ran it, and
+     * running them again here would run them on this rank alone. The
+     * outcome stands, an error included, until the wrapper's next forward,
+     * gradient or backward. */
+    if (d->finished) {
         if (d->finish_status != PHX_OK) return phx_error(d->finish_status, "%s", d->finish_err);
         phx_log(PHX_LOG_INFO,
                 "phx_ddp_finish_backward: this backward is finished already (the wrapper's "
                 "backward finishes its own): nothing to do");
         return PHX_OK;
     }
-    phx_status st = finish(d);
+    return finish(d);
+}
+
+/* The wrapper's backward's finish: as a user's, and remembered (with its
+ * outcome) for a user's call after it. */
+static phx_status finish_own(px_ddp *d)
+{
+    phx_status st = check_usable(d);
+    if (st != PHX_OK) return st;
+    st = finish(d);
     d->finished = true;
-    d->finished_at = px_backward_started();
     d->finish_status = st;
     snprintf(d->finish_err, sizeof d->finish_err, "%s", st != PHX_OK ? phx_last_error() : "");
     return st;
@@ -360,6 +375,12 @@ static phx_status ddp_backward(phx_module *self, const phx_tensor *dy, phx_tenso
     /* the wrapper's own backward always finishes one (a graph kept with
      * retain_graph runs it again: every rank must take part again) */
     d->finished = false;
+    /* the user ran the model's backward for this forward already */
+    phx_module *in = d->model;
+    if (in->vt->backward && in->backward_by_user && in->backward_call == in->calls)
+        return phx_error(PHX_ESTATE,
+                         "backward of DistributedDataParallel: phx_module_backward ran the model's backward for this "
+                         "forward already (a second one would add the gradients again); run the forward again first");
     phx_status st = rebuild_if_due(d);
     if (st != PHX_OK) return st;
     st = phx_module_backward(d->model, dy, dx);
@@ -371,11 +392,11 @@ static phx_status ddp_backward(phx_module *self, const phx_tensor *dy, phx_tenso
         snprintf(err, sizeof err, "%s", phx_last_error());
         bool fu = d->opts.find_unused;
         d->opts.find_unused = true;
-        (void)phx_ddp_finish_backward(self);
+        (void)finish_own(d);
         d->opts.find_unused = fu;
         return phx_error(st, "%s", err);
     }
-    return phx_ddp_finish_backward(self);
+    return finish_own(d);
 }
 
 static phx_status ddp_set_train(phx_module *self, bool training)

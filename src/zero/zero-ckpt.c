@@ -404,8 +404,6 @@ static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_o
     /* Local preparation; any failure still joins the agreement below. */
     char err[600] = "";
     phx_status st = px_zero_check_model(z);
-    if (st == PHX_OK && mkdir(dir, 0777) != 0 && errno != EEXIST)
-        st = phx_error(PHX_EIO, "%s: cannot create the folder '%s': %s", who, dir, strerror(errno));
     const char **snames = NULL;
     phx_tensor **sts = NULL;
     size_t kinds = 0;
@@ -415,6 +413,8 @@ static phx_status save_group(const char *who, const char *dir, px_zero *z, phx_o
                        "saved sharded",
                        who, phx_optimizer_type(z->inner));
     if (st == PHX_OK) st = check_names(who, z, snames, kinds);
+    if (st == PHX_OK && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        st = phx_error(PHX_EIO, "%s: cannot create the folder '%s': %s", who, dir, strerror(errno));
     int64_t gen = 0;
     if (st == PHX_OK) st = current_generation(who, dir, &gen);
     if (st != PHX_OK) snprintf(err, sizeof err, "%s", phx_last_error());
