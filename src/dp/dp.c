@@ -218,6 +218,22 @@ static phx_status plan_sync(px_dp *d)
     return PHX_OK;
 }
 
+/* Replica parameter rp takes a view of the model's value mv: the same
+ * storage (the values in step without a copy) in a tensor of its own,
+ * whose gradient goes to rp. Handing rp mv itself pointed mv's parameter
+ * at the last replica's: every replica's gradient of a forward-only model
+ * then went into one buffer from several threads at once (now and then a
+ * replica's part was lost), and the model's own went there too. */
+static phx_status share_value(phx_param *rp, phx_tensor *mv)
+{
+    if (rp->value->storage == mv->storage && rp->value->offset == mv->offset) return PHX_OK;
+    phx_tensor *v = phx_tensor_view(mv, 0, mv->ndim, mv->shape);
+    if (!v) return PHX_ENOMEM;
+    phx_status st = phx_param_set_value(rp, v);
+    phx_tensor_free(v);
+    return st;
+}
+
 /* Worker side: replica r takes the model's current values. */
 static phx_status sync_replica(px_dp *d, px_dp_rep *r)
 {
@@ -227,8 +243,8 @@ static phx_status sync_replica(px_dp *d, px_dp_rep *r)
         phx_param *mp = d->params[j], *rp = r->params[j];
         phx_status st;
         if (r->shares) {
-            if (rp->value != mp->value)
-                st = phx_param_set_value(rp, mp->value); /* takes a reference, bumps the version */
+            if (rp->value->storage != mp->value->storage || rp->value->offset != mp->value->offset)
+                st = share_value(rp, mp->value); /* bumps the version */
             else {
                 phx_param_touch(rp); /* same storage, new values: refresh low-precision copies */
                 st = PHX_OK;
@@ -581,8 +597,8 @@ static phx_status pick_devices(const phx_device *devices, size_t n_devices, cons
 }
 
 /* Replica i: the model itself with one device, else a clone on its device
- * whose values are the model's own tensors when it shares the model's
- * device. Its gradients are the model's (replica 0 on the model's device)
+ * whose values are views of the model's own tensors when it shares the
+ * model's device. Its gradients are the model's (replica 0 on the model's device)
  * or views of one flat zeroed buffer. */
 static phx_status make_replica(px_dp *d, size_t i)
 {
@@ -606,7 +622,7 @@ static phx_status make_replica(px_dp *d, size_t i)
     for (size_t j = 0; j < d->n_params; j++) r->params[j] = phx_module_param(r->m, j);
     if (r->m == d->model) return PHX_OK;
     for (size_t j = 0; j < d->n_params && r->shares; j++) {
-        phx_status st = phx_param_set_value(r->params[j], d->params[j]->value);
+        phx_status st = share_value(r->params[j], d->params[j]->value);
         if (st != PHX_OK) return st;
     }
     int64_t total = d->off[d->n_params];

@@ -7,7 +7,9 @@
  *   (no gradient there): the second backward all-reduces on every rank
  *   (a rank that skipped it left the other waiting at the collective);
  * - the same over a forward-only model (y = x * w), whose own graph the
- *   wrapper's backward used to free: DDP;
+ *   wrapper's backward used to free: DataParallel and DDP; and 300 fresh
+ *   DataParallel models over it, one backward each, every gradient exact
+ *   (both replicas' gradients used to go into one buffer at once);
  * - DDP, rank 1's loss not using the wrapper's output, each backward
  *   followed by the user's phx_ddp_finish_backward: every finish pairs
  *   with the other rank's (a finish skipped as "done" hung rank 0);
@@ -272,7 +274,7 @@ static int aux_rank(int rank, void *arg)
 
 int main(void)
 {
-    plan(13);
+    plan(16);
     setenv("PHX_TIMEOUT", "30", 1); /* a rank left waiting fails the test, not the suite's clock */
     phx_set_num_threads(2);
     phx_rng *rng = phx_rng_new(0);
@@ -290,9 +292,40 @@ int main(void)
     tu_spawn_both(2, gate_rank, NULL,
                   "DDP, find_unused, rank 1 without gradients: the retain_graph backward all-reduces on both ranks");
 
-    /* DataParallel over a forward-only model is left out: about one first
-     * backward in 300 gave half its gradient there (a replica's part
-     * missing), with or without retain_graph, a race not yet found */
+    /* DataParallel over a forward-only model: the replicas' values were the
+     * model's own tensor, whose parameter pointed at the last replica, so
+     * both replicas' gradients went into one buffer from two threads and
+     * about one backward in 300 lost a replica's part: 300 fresh models,
+     * one backward each, every gradient exact */
+    phx_module *fo = mulw_new(4), *dpfo = phx_dp_new(fo, NULL, 0, NULL);
+    ran = dpfo && twice(dpfo, x, phx_module_param(fo, 0), &g1, &g2);
+    ok(ran && g1 == 4.0 && g2 == 8.0,
+       "DataParallel over a forward-only model: retain_graph backwards both run (w %g, %g)", g1, g2);
+    phx_module_free(dpfo), phx_module_free(fo);
+    int exact = 0;
+    for (int it = 0; it < 300; it++) {
+        phx_module *f1 = mulw_new(4), *d1 = phx_dp_new(f1, NULL, 0, NULL);
+        phx_scope *s1 = phx_scope_begin();
+        phx_tensor *y1 = NULL;
+        double gw = 0;
+        if (d1 && phx_module_forward(d1, x, &y1) == PHX_OK && phx_backward(phx_sum(y1, 0, NULL, false)) == PHX_OK &&
+            phx_tensor_get(phx_param_grad(phx_module_param(f1, 0)), 0, &gw) == PHX_OK && gw == 4.0)
+            exact++;
+        phx_scope_end(s1);
+        phx_module_free(d1), phx_module_free(f1);
+    }
+    ok(exact == 300, "DataParallel over a forward-only model: %d of 300 fresh models' gradients exact", exact);
+    /* and the model run alone beside its DataParallel still gets its own
+     * gradient (its value's parameter pointed at a replica's: 0 here) */
+    phx_module *f2 = mulw_new(4), *d2 = phx_dp_new(f2, NULL, 0, NULL);
+    phx_scope *s2 = phx_scope_begin();
+    phx_tensor *y2 = NULL;
+    double alone = 0;
+    if (d2 && phx_module_forward(f2, x, &y2) == PHX_OK && phx_backward(phx_sum(y2, 0, NULL, false)) == PHX_OK)
+        phx_tensor_get(phx_param_grad(phx_module_param(f2, 0)), 0, &alone);
+    ok(alone == 4.0, "the model alone beside its DataParallel: its own gradient (w %g)", alone);
+    phx_scope_end(s2);
+    phx_module_free(d2), phx_module_free(f2);
     tu_spawn_both(2, fo_rank, NULL, "DDP over a forward-only model: retain_graph backwards both run");
     tu_spawn_both(2, nonode_rank, NULL,
                   "DDP, rank 1's loss not through the wrapper, phx_ddp_finish_backward after each of two backwards: "
