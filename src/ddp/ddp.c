@@ -377,10 +377,10 @@ static phx_status ddp_backward(phx_module *self, const phx_tensor *dy, phx_tenso
     d->finished = false;
     /* the user ran the model's backward for this forward already */
     phx_module *in = d->model;
-    if (in->vt->backward && in->backward_by_user && in->backward_call == in->calls)
-        return phx_error(PHX_ESTATE,
-                         "backward of DistributedDataParallel: phx_module_backward ran the model's backward for this "
-                         "forward already (a second one would add the gradients again); run the forward again first");
+    if (in->vt->backward) {
+        phx_status st = px_module_refuse_second_backward(in, in->calls, true, "backward of DistributedDataParallel");
+        if (st != PHX_OK) return st;
+    }
     phx_status st = rebuild_if_due(d);
     if (st != PHX_OK) return st;
     st = phx_module_backward(d->model, dy, dx);

@@ -29,20 +29,10 @@ static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_t
                          c->name);
     phx_tensor *dx = NULL;
     bool want = px_node_needs(n, 0);
-    /* the user ran this forward's backward already (phx_module_backward):
-     * a graph's run adds nothing twice; its own rerun (retain_graph) does */
-    if (c->m->backward_by_user && c->m->backward_call == c->call)
-        return phx_error(PHX_ESTATE,
-                         "backward of %s: phx_module_backward ran this forward's backward already (a second one "
-                         "would add the gradients again); run the forward again first",
-                         c->name);
-    px_module_backward_depth++;
-    phx_status st = c->m->vt->backward(c->m, grad, want ? &dx : NULL);
-    px_module_backward_depth--;
-    if (st == PHX_OK) { /* a user's phx_module_backward after it is refused */
-        c->m->backward_call = c->m->calls;
-        c->m->backward_by_user = false;
-    }
+    /* the user ran this forward's backward already: a graph's run adds
+     * nothing twice; its own rerun (retain_graph) does */
+    phx_status st = px_module_refuse_second_backward(c->m, c->call, true, "phx_backward");
+    if (st == PHX_OK) st = px_module_run_backward(c->m, grad, want ? &dx : NULL, false);
     if (st != PHX_OK || !want || !dx) return st;
     /* A module casts its input to its compute dtype (an f32 input with a
      * history into an fp16 Linear: a reshape, a mean) and gives dx in

@@ -101,6 +101,15 @@ typedef struct px_buf {
 /* Hand-written backwards running on this thread (phx_module_backward and
  * the graph's module nodes): only a call at depth 0 is the user's. */
 extern _Thread_local int px_module_backward_depth;
+/* PHX_ESTATE naming `who` when the hand-written backward of m's forward
+ * number `call` ran already (only the user's phx_module_backward when
+ * user_only: a graph's own rerun with retain_graph is allowed), else
+ * PHX_OK. A second backward of one forward would add its gradients
+ * again; PyTorch refuses it too. */
+phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, bool user_only, const char *who);
+/* Runs m's hand-written backward one level deeper and records it (as the
+ * user's when by_user). */
+phx_status px_module_run_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx, bool by_user);
 
 phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out);
 /* As px_buf_get with the shape of t and its last dim replaced by last. */

@@ -376,20 +376,32 @@ phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor *
     if (dx) *dx = NULL;
     if (m->redirect && !m->redirect_off) return phx_module_backward(m->redirect, dy, dx);
     if (!m->vt->backward) return px_module_backward_traced(m, dy, dx);
-    /* A second backward of one forward, called by the user, would add its
-     * gradients again; PyTorch refuses it too. Calls from inside another
-     * backward (a container's children; a graph kept with retain_graph)
-     * are the caller's to count. */
+    /* Calls from inside another backward (a container's children; a graph
+     * kept with retain_graph) are the caller's to count. */
     bool top = px_module_backward_depth == 0;
-    if (top && m->calls > 0 && m->backward_call == m->calls)
-        return phx_error(PHX_ESTATE,
-                         "phx_module_backward: this %s ran its backward for its last forward already (a second one "
-                         "would add the gradients again); run the forward again first",
-                         phx_module_type(m));
+    if (top && m->calls > 0) {
+        phx_status st = px_module_refuse_second_backward(m, m->calls, false, "phx_module_backward");
+        if (st != PHX_OK) return st;
+    }
+    return px_module_run_backward(m, dy, dx, top);
+}
+
+phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, bool user_only, const char *who)
+{
+    if (m->backward_call != call || (user_only && !m->backward_by_user)) return PHX_OK;
+    return phx_error(PHX_ESTATE,
+                     "%s: %s ran the backward of this %s's last forward already (a second one would add the "
+                     "gradients again); run the forward again first",
+                     who, m->backward_by_user ? "phx_module_backward" : "a phx_backward through it",
+                     phx_module_type(m));
+}
+
+phx_status px_module_run_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx, bool by_user)
+{
     px_module_backward_depth++;
     phx_status st = m->vt->backward(m, dy, dx);
     px_module_backward_depth--;
-    if (st == PHX_OK) m->backward_call = m->calls, m->backward_by_user = top;
+    if (st == PHX_OK) m->backward_call = m->calls, m->backward_by_user = by_user;
     return st;
 }
 
