@@ -94,12 +94,23 @@ slurm_down() {
 # line holds TEXT (a path under the test's directory), and the slurmstepd
 # of this test's Slurm (SLURM_CONF in their environment). Other users of
 # the machine (a make naming the program, another test's Slurm) are not
-# counted.
-slurm_leftovers() {
+# counted. A step daemon may still be exiting when its job has ended
+# (its command line already empty): it looks for up to 10 s before it
+# reports what is left.
+slurm_leftovers_now() {
     ps -eo pid=,args= | awk -v p="$1" -v l="${1%/*}/.libs/${1##*/}" -v lt="${1%/*}/.libs/lt-${1##*/}" -v t="$2" \
         '$2 == p || $2 == l || $2 == lt || index($0, t) { print }' | grep -v awk
     for s in $(pgrep -x slurmstepd); do
         tr '\0' '\n' <"/proc/$s/environ" 2>/dev/null | grep -qx "SLURM_CONF=$SLURM_CONF" &&
             echo "$s $(tr '\0' ' ' <"/proc/$s/cmdline" 2>/dev/null)"
     done
+}
+slurm_leftovers() {
+    local i left
+    for i in $(seq 20); do
+        left=$(slurm_leftovers_now "$1" "$2")
+        [ -z "$left" ] && return 0
+        sleep 0.5
+    done
+    echo "$left"
 }
