@@ -83,7 +83,10 @@ phx_dtype phx_module_compute_dtype(const phx_module *m);
 
 /* --- Using a module --- */
 
-/* *y <- m(x), owned by m until its next forward. With grad mode on
+/* *y <- m(x), owned by m until its next forward (a module with a
+ * hand-written backward returns the same tensor from each call, with the
+ * new call's values: two calls' outputs in one loss are not weight
+ * sharing, doc/guide/autograd.md). With grad mode on
  * (phalanx/autograd.h) the call is recorded: a module with a hand-written
  * backward as one node, a forward-only module as the operations it ran;
  * phx_backward on a tensor made from *y reaches m's parameters. */

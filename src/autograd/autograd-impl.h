@@ -18,6 +18,13 @@ typedef struct px_node px_node;
  * phx_tensor_retain). in_grads[i] left NULL means a zero gradient. */
 typedef phx_status (*px_backward_fn)(px_node *n, const phx_tensor *grad, phx_tensor **in_grads);
 
+/* A node's check before a backward's sweep runs any node: an error
+ * (PHX_ESTATE naming what) refuses the whole backward while it has
+ * changed nothing, where the node's backward would fail after others had
+ * added their gradients. */
+typedef phx_status (*px_check_fn)(px_node *n);
+void px_node_set_check(px_node *n, px_check_fn check);
+
 /* Bytes of zeroed op-private state each node carries (px_node_ctx). */
 #define PX_NODE_CTX_BYTES 128
 

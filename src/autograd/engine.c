@@ -357,6 +357,9 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
         px_sweep *w = &sweeps[depth++];
         unsigned long long visit = atomic_fetch_add(&next_visit, 1);
         st = reach(w, root, visit);
+        /* what would fail midway fails first, before any gradient moved */
+        for (size_t i = 0; i < w->n && !st; i++)
+            if (w->nodes[i]->check) st = w->nodes[i]->check(w->nodes[i]);
         if (!st) root->grad = phx_tensor_retain(seed);
         for (size_t i = 0; i < w->n && !st; i++) st = run_node(w->nodes[i], retain_graph);
         if (st) /* drop what a failed sweep left behind */

@@ -29,6 +29,7 @@ struct px_node {
     atomic_long refs; /* the tensor it made + consumers' edges + sweeps */
     const char *name;
     px_backward_fn fn;
+    px_check_fn check; /* NULL, or run on every node before a sweep runs any */
     unsigned long long seq; /* recording order: consumers have larger seq */
     int n_in;
     px_node_input *in; /* in_inline or heap when n_in > PX_NODE_INLINE */

@@ -249,6 +249,11 @@ const phx_tensor *px_node_saved(px_node *n, int i)
     return t;
 }
 
+void px_node_set_check(px_node *n, px_check_fn check)
+{
+    n->check = check;
+}
+
 void *px_node_ctx(px_node *n)
 {
     return n->ctx;

@@ -12,27 +12,38 @@
 #include "src/ops/ops-impl.h"
 
 typedef struct module_node {
-    phx_module *m; /* NULL once the module was freed */
+    phx_module *m; /* NULL once the module was freed or ran forward again */
     uint64_t call; /* m->calls when recorded */
+    bool superseded; /* the module ran forward again after this call */
     char name[64]; /* the module's type: the node's name */
 } module_node;
 
-static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_tensor **in_grads)
+/* Whether the module can still run this call's backward: the engine asks
+ * before a sweep runs any node (a module called twice in one graph, or
+ * its backward run already, refuses the whole backward unchanged). */
+static phx_status module_node_check(px_node *n)
 {
     module_node *c = px_node_ctx(n);
-    if (!c->m) return phx_error(PHX_ESTATE, "backward of %s: the module was freed after its forward", c->name);
-    if (c->m->calls != c->call)
+    if (c->superseded || (c->m && c->m->calls != c->call))
         return phx_error(PHX_ESTATE,
                          "backward of %s: the module ran forward again after the call this graph recorded; a "
                          "module with a hand-written backward keeps one call's state (call it once per graph, "
                          "or give each use its own module)",
                          c->name);
-    phx_tensor *dx = NULL;
-    bool want = px_node_needs(n, 0);
+    if (!c->m) return phx_error(PHX_ESTATE, "backward of %s: the module was freed after its forward", c->name);
     /* the user ran this forward's backward already: a graph's run adds
      * nothing twice; its own rerun (retain_graph) does */
-    phx_status st = px_module_refuse_second_backward(c->m, c->call, true, "phx_backward");
-    if (st == PHX_OK) st = px_module_run_backward(c->m, grad, want ? &dx : NULL, false);
+    return px_module_refuse_second_backward(c->m, c->call, true, "phx_backward");
+}
+
+static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_tensor **in_grads)
+{
+    module_node *c = px_node_ctx(n);
+    phx_status st = module_node_check(n);
+    if (st != PHX_OK) return st;
+    phx_tensor *dx = NULL;
+    bool want = px_node_needs(n, 0);
+    st = px_module_run_backward(c->m, grad, want ? &dx : NULL, false);
     if (st != PHX_OK || !want || !dx) return st;
     /* A module casts its input to its compute dtype (an f32 input with a
      * history into an fp16 Linear: a reshape, a mean) and gives dx in
@@ -88,12 +99,13 @@ phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tenso
     module_node *c = px_node_ctx(n);
     c->m = m;
     c->call = m->calls;
+    px_node_set_check(n, module_node_check);
     snprintf(c->name, sizeof c->name, "%s", phx_module_type(m));
     n->name = c->name;
     /* The module remembers its last node, to cut it loose when freed. */
     if (m->last_node) {
         module_node *old = px_node_ctx(m->last_node);
-        if (old->m == m) old->m = NULL;
+        if (old->m == m) old->m = NULL, old->superseded = true;
         px_node_unref(m->last_node);
     }
     m->last_node = px_node_retain(n);

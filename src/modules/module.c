@@ -386,14 +386,38 @@ phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor *
     return px_module_run_backward(m, dy, dx, top);
 }
 
+/* A child of a module with a hand-written backward, whose backward the
+ * user ran for the child's last forward (part of the parent's): NULL if
+ * none. */
+static const phx_module *child_run_by_user(const phx_module *m)
+{
+    for (size_t i = 0; i < m->n_children; i++) {
+        const phx_module *c = m->children[i].m;
+        if (!c->vt->backward) continue;
+        if (c->calls > 0 && c->backward_by_user && c->backward_call == c->calls) return c;
+        const phx_module *g = child_run_by_user(c);
+        if (g) return g;
+    }
+    return NULL;
+}
+
 phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, bool user_only, const char *who)
 {
-    if (m->backward_call != call || (user_only && !m->backward_by_user)) return PHX_OK;
-    return phx_error(PHX_ESTATE,
-                     "%s: %s ran the backward of this %s's last forward already (a second one would add the "
-                     "gradients again); run the forward again first",
-                     who, m->backward_by_user ? "phx_module_backward" : "a phx_backward through it",
-                     phx_module_type(m));
+    if (m->backward_call == call && (!user_only || m->backward_by_user))
+        return phx_error(PHX_ESTATE,
+                         "%s: %s ran the backward of this %s's last forward already (a second one would add the "
+                         "gradients again); run the forward again first",
+                         who, m->backward_by_user ? "phx_module_backward" : "a phx_backward through it",
+                         phx_module_type(m));
+    /* its children run inside its backward: one the user ran already
+     * would add its gradients again halfway through */
+    const phx_module *c = child_run_by_user(m);
+    if (c)
+        return phx_error(PHX_ESTATE,
+                         "%s: phx_module_backward ran the backward of this %s's child %s for its last forward "
+                         "already (a second one would add the gradients again); run the forward again first",
+                         who, phx_module_type(m), phx_module_type(c));
+    return PHX_OK;
 }
 
 phx_status px_module_run_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx, bool by_user)

@@ -3,7 +3,8 @@
  * second backward, requires_grad on an integer tensor, a non-
  * differentiable op on the path, a backward of a tensor with no history,
  * an implicit gradient of many elements, a gradient of the wrong shape,
- * broadcasting that cannot work, mixed dtypes. */
+ * broadcasting that cannot work, mixed dtypes, a module with a
+ * hand-written backward twice in one graph. */
 #include <string.h>
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
@@ -25,7 +26,7 @@ static int says(const char *a, const char *b)
 
 int main(void)
 {
-    plan(14);
+    plan(17);
     phx_scope *sc = phx_scope_begin();
     phx_tensor *a = leaf(2, 3, 2.0), *b = leaf(2, 3, 3.0);
 
@@ -98,6 +99,47 @@ int main(void)
     ok(b3 == PHX_OK, "after the next forward it runs (%s)", b3 ? phx_last_error() : "ok");
     phx_module_free(lin);
     phx_tensor_free(lx), phx_tensor_free(ldy);
+
+    /* 12. a module with a hand-written backward called twice in one graph
+     * (lin(tanh(lin(x)))): refused before any node ran, so neither the
+     * outer call's gradients nor x's are half added */
+    phx_module *sq = phx_linear_new(3, 3, true, NULL);
+    phx_tensor *sx = leaf(2, 3, 0.5), *q1 = NULL, *q2 = NULL;
+    phx_tensor *wg = phx_param_grad(phx_module_find_param(sq, "weight"));
+    phx_tensor *sbg = phx_param_grad(phx_module_find_param(sq, "bias"));
+    float w0[9], w1[9], sb0[3], sb1[3];
+    phx_tensor_to_host(wg, w0), phx_tensor_to_host(sbg, sb0);
+    phx_status t1 = phx_module_forward(sq, sx, &q1);
+    phx_tensor *mid = t1 == PHX_OK ? phx_tanh(q1) : NULL;
+    phx_status t2 = mid ? phx_module_forward(sq, mid, &q2) : PHX_EINVAL;
+    phx_status tb = t2 == PHX_OK ? phx_backward(phx_sum(q2, 0, NULL, false)) : PHX_EINVAL;
+    ok(tb == PHX_ESTATE && says("Linear", "ran forward again after the call this graph recorded"),
+       "one Linear twice in one graph: %s", phx_last_error());
+    phx_tensor_to_host(wg, w1), phx_tensor_to_host(sbg, sb1);
+    ok(!memcmp(w0, w1, sizeof w0) && !memcmp(sb0, sb1, sizeof sb0) && !phx_tensor_grad(sx),
+       "and nothing changed: the outer call's weight and bias gradients as before, no gradient for x");
+    phx_module_free(sq);
+    phx_tensor_free(sx);
+
+    /* 13. the user's phx_module_backward of a container's child, then
+     * phx_backward through the container: the child's gradients would be
+     * added twice; refused, nothing changed */
+    phx_module *seq = phx_sequential_new(), *child = phx_linear_new(3, 2, true, NULL);
+    phx_sequential_add(seq, child);
+    phx_tensor *cx = leaf(4, 3, 1.0), *cy = NULL, *cdy = leaf(4, 2, 1.0);
+    phx_tensor *cbg = phx_param_grad(phx_module_find_param(child, "bias"));
+    float cb1[2] = {0}, cb2[2] = {1, 1};
+    phx_status c1 = phx_module_forward(seq, cx, &cy);
+    phx_tensor *closs = c1 == PHX_OK ? phx_sum(cy, 0, NULL, false) : NULL;
+    if (c1 == PHX_OK) c1 = phx_module_backward(child, cdy, NULL);
+    phx_tensor_to_host(cbg, cb1);
+    phx_status c2 = closs ? phx_backward(closs) : PHX_EINVAL;
+    phx_tensor_to_host(cbg, cb2);
+    ok(c1 == PHX_OK && c2 == PHX_ESTATE && says("child Linear", "forward again") && !memcmp(cb1, cb2, sizeof cb1),
+       "the child's backward by the user, then phx_backward through its Sequential: refused, unchanged: %s",
+       phx_last_error());
+    phx_module_free(seq);
+    phx_tensor_free(cx), phx_tensor_free(cdy);
 
     phx_scope_end(sc);
     phx_tensor_free(a);
