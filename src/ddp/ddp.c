@@ -17,6 +17,7 @@
 #include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
 #include "src/base/abi.h"
+#include "phalanx/autograd.h"
 #include "phalanx/log.h"
 
 static const phx_module_vtable ddp_vtable;
@@ -192,7 +193,7 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     /* The wrapper's own backward (phx_backward through its output) finished
      * this one already: its collectives ran on every rank that ran it, and
      * running them again here would run them on this rank alone. The
-     * outcome stands, an error included, until the wrapper's next forward,
+     * outcome stands, an error included, until the wrapper's next forward with grad mode on,
      * gradient or backward. */
     if (d->finished) {
         if (d->finish_status != PHX_OK) return phx_error(d->finish_status, "%s", d->finish_err);
@@ -365,7 +366,11 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     if (st == PHX_OK && d->join && phx_module_is_training(d->model)) st = px_ddp_join_step(d);
     if (st != PHX_OK) return st;
     d->forwarded = true;
-    d->finished = false;
+    /* a forward that records starts a new backward pass (PyTorch's DDP
+     * prepares for backward only with grad enabled too); one run without
+     * grad mode (rank 0 evaluating alone between phx_backward and the
+     * user's finish) leaves the finish done */
+    if (phx_grad_enabled()) d->finished = false;
     return phx_module_forward(d->model, x, y);
 }
 

@@ -272,9 +272,55 @@ static int aux_rank(int rank, void *arg)
     return !good;
 }
 
+/* rank 0 evaluates alone (grad mode off) between phx_backward through
+ * the wrapper and phx_ddp_finish_backward, at step 1 of 4: the finish
+ * stays done on both ranks (a forward cleared it and rank 0 ran an extra
+ * all-reduce: every later step paired rank 0's step k with rank 1's k+1) */
+static int evalgap_rank(int rank, void *arg)
+{
+    (void)arg;
+    phx_comm *c = tu_comm(rank);
+    if (!c) return 1;
+    phx_rng *rng = phx_rng_new(1);
+    phx_module *lin = phx_linear_new(2, 2, true, rng), *ddp = phx_ddp_new(lin, c, NULL);
+    int64_t xs[2] = {3, 2};
+    phx_tensor *x = phx_tensor_zeros(PHX_F32, 2, xs, phx_cpu()), *y = NULL, *ye = NULL;
+    phx_tensor_fill(x, rank + 1.0);
+    int good = ddp != NULL;
+    for (int step = 0; step < 4 && good; step++) {
+        phx_module_zero_grad(ddp);
+        phx_scope *s = phx_scope_begin();
+        phx_status st = phx_module_forward(ddp, x, &y);
+        if (st == PHX_OK) st = phx_backward(phx_sum(y, 0, NULL, false));
+        if (st == PHX_OK && rank == 0 && step == 1) {
+            bool g = phx_set_grad_enabled(false);
+            phx_module_train(ddp, false);
+            st = phx_module_forward(ddp, x, &ye);
+            phx_module_train(ddp, true);
+            phx_set_grad_enabled(g);
+        }
+        phx_status f = st == PHX_OK ? phx_ddp_finish_backward(ddp) : st;
+        /* d(sum y)/dW[0][0] = x's column sum averaged over the ranks: 3 and 6 */
+        double gw = 0;
+        phx_tensor_get(phx_param_grad(phx_module_find_param(lin, "weight")), 0, &gw);
+        phx_ddp_stats ds = PHX_DDP_STATS_INIT;
+        phx_ddp_get_stats(ddp, &ds);
+        good = f == PHX_OK && gw == (3.0 + 6.0) / 2 && ds.synced == (unsigned long long)step + 1;
+        if (!good)
+            printf("# rank %d step %d: finish %s, synced %llu, weight grad %g (want 4.5): %s\n", rank, step,
+                   phx_status_name(f), (unsigned long long)ds.synced, gw, phx_last_error());
+        phx_scope_end(s);
+    }
+    phx_tensor_free(x);
+    phx_module_free(ddp), phx_module_free(lin);
+    phx_rng_free(rng);
+    phx_comm_free(c);
+    return !good;
+}
+
 int main(void)
 {
-    plan(16);
+    plan(18);
     setenv("PHX_TIMEOUT", "30", 1); /* a rank left waiting fails the test, not the suite's clock */
     phx_set_num_threads(2);
     phx_rng *rng = phx_rng_new(0);
@@ -334,6 +380,9 @@ int main(void)
                   "DDP, rank 0 runs a backward of its own before phx_ddp_finish_backward: the finish stays done");
     tu_spawn_both(2, refinish_rank, NULL,
                   "DDP, a finish that failed on rank 1: phx_ddp_finish_backward again says so, runs nothing");
+    tu_spawn_both(2, evalgap_rank, NULL,
+                  "DDP: rank 0 evaluates alone (grad mode off) between phx_backward and phx_ddp_finish_backward: "
+                  "4 steps in step, gradients exact");
 
     phx_module *l2 = phx_linear_new(4, 3, true, rng);
     phx_param *b = phx_module_find_param(l2, "bias");
