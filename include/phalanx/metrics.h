@@ -94,8 +94,9 @@ phx_status phx_metrics_begin(phx_metrics *m);
  * digits, '_', '.' or '-', not starting with a digit, and unique within
  * the record ("time" is the library's). A non-finite double is written as
  * null (JSON has no NaN). A string is escaped as JSON requires.
- * PHX_EINVAL: no record begun, a bad or repeated key, or the record would
- * pass 4096 bytes (the record is then dropped whole). */
+ * PHX_EINVAL: no record begun, a bad or repeated key, a string that is
+ * not valid UTF-8, or the record would pass 4096 bytes (the record is
+ * then dropped whole). */
 phx_status phx_metrics_add_i64(phx_metrics *m, const char *key, int64_t value);
 phx_status phx_metrics_add_f64(phx_metrics *m, const char *key, double value);
 phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *value);

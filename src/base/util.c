@@ -167,3 +167,44 @@ phx_status px_open_error(const char *who, const char *what, const char *path, bo
     int e = errno;
     return phx_error(e == ENOENT ? PHX_ENOTFOUND : PHX_EIO, "%s: cannot open %s'%s': %s", who, what, path, strerror(e));
 }
+
+phx_status px_append_record(int fd, const void *p, size_t len, const char *who, const char *path)
+{
+    off_t before = lseek(fd, 0, SEEK_END);
+    const char *c = p;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, c, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int err = w < 0 ? errno : 0;
+            bool cut = before >= 0 && ftruncate(fd, before) == 0;
+            return phx_error(PHX_EIO, "%s: writing '%s': %s (%s)", who, path,
+                             err ? strerror(err) : "short write (disk full?)",
+                             cut ? "the partial record was removed" : "a partial record may remain");
+        }
+        c += w;
+        left -= (size_t)w;
+    }
+    return PHX_OK;
+}
+
+bool px_utf8_valid(const char *s)
+{
+    if (!s) return false;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        unsigned c = *p++;
+        if (c < 0x80) continue;
+        int more = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : -1;
+        if (more < 0) return false; /* a continuation byte, an overlong lead (c0, c1) or past f4 */
+        unsigned cp = c & (0x3fu >> more);
+        for (int i = 0; i < more; i++, p++) {
+            if ((*p & 0xc0) != 0x80) return false;
+            cp = cp << 6 | (*p & 0x3fu);
+        }
+        if ((more == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            (more == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return false;
+    }
+    return true;
+}

@@ -33,6 +33,16 @@ FILE *px_fopen_regular(const char *path, bool *irregular);
  * strerror" (PHX_ENOTFOUND for ENOENT, else PHX_EIO). */
 phx_status px_open_error(const char *who, const char *what, const char *path, bool irregular);
 
+/* Appends len bytes to fd (a file opened with O_APPEND) whole or not at
+ * all: a failed or short write (a full disk) is cut off again, so a log
+ * never holds half a record that the next one would be glued onto.
+ * PHX_EIO "who: writing 'path': reason". */
+phx_status px_append_record(int fd, const void *p, size_t len, const char *who, const char *path);
+
+/* Whether s (NUL-terminated) is valid UTF-8: no overlong forms,
+ * surrogates or code points past U+10FFFF (JSON's strings). NULL: false. */
+bool px_utf8_valid(const char *s);
+
 /* Monotonic clock in seconds. */
 double px_now(void);
 /* The largest timeout in seconds (11.6 days): every timeout, from

@@ -18,6 +18,7 @@
 #include "src/base/util.h"
 #include "src/train/metrics-impl.h"
 #include "src/train/tensorboard.h"
+#include "phalanx/log.h"
 #include "phalanx/metrics.h"
 
 #define RECORD_MAX 4096
@@ -88,6 +89,20 @@ phx_metrics *phx_metrics_open(const char *path, int rank)
         return NULL;
     }
     m->t_base = last_time(m->fd);
+    /* a record cut off (a crash mid-write by an older writer): the next
+     * one starts on a line of its own, not glued onto it */
+    struct stat sb;
+    char last = '\n';
+    if (fstat(m->fd, &sb) == 0 && sb.st_size > 0 && pread(m->fd, &last, 1, sb.st_size - 1) == 1 && last != '\n') {
+        phx_log(PHX_LOG_WARN, "phx_metrics_open: '%s' ends in an incomplete line; new records start on the next line",
+                path);
+        if (px_append_record(m->fd, "\n", 1, "phx_metrics_open", path) != PHX_OK) {
+            close(m->fd);
+            px_free(m->path);
+            px_free(m);
+            return NULL;
+        }
+    }
     return m;
 }
 
@@ -216,6 +231,8 @@ phx_status phx_metrics_add_f64(phx_metrics *m, const char *key, double value)
 static phx_status put_string(phx_metrics *m, const char *fn, const char *key, const char *value)
 {
     if (!value) return put(m, fn, key, "null");
+    /* JSON is UTF-8: a Latin-1 name would make the whole file unreadable */
+    if (!px_utf8_valid(value)) return drop(m, fn, "value is not valid UTF-8, for key", key);
     phx_status st = put(m, fn, key, "\"");
     for (const unsigned char *p = (const unsigned char *)value; st == PHX_OK && *p; p++) {
         if (*p == '"' || *p == '\\')
@@ -240,11 +257,7 @@ phx_status phx_metrics_add_str(phx_metrics *m, const char *key, const char *valu
 static phx_status write_line(phx_metrics *m, const char *fn)
 {
     if (m->fd < 0) return PHX_OK;
-    ssize_t n = write(m->fd, m->buf, m->len);
-    if (n != (ssize_t)m->len)
-        return phx_error(PHX_EIO, "%s: writing '%s': %s", fn, m->path,
-                         n < 0 ? strerror(errno) : "short write (disk full?)");
-    return PHX_OK;
+    return px_append_record(m->fd, m->buf, m->len, fn, m->path);
 }
 
 static double wall_now(void)

@@ -130,11 +130,7 @@ static void pb_string(pb *e, int field, const void *p, size_t n)
 static phx_status append(px_tb *t, size_t n, const char *fn)
 {
     size_t len = px_tfrecord_frame(t->rec, t->event, n);
-    ssize_t w = write(t->fd, t->rec, len);
-    if (w != (ssize_t)len)
-        return phx_error(PHX_EIO, "%s: writing '%s': %s", fn, t->path,
-                         w < 0 ? strerror(errno) : "short write (disk full?)");
-    return PHX_OK;
+    return px_append_record(t->fd, t->rec, len, fn, t->path);
 }
 
 /* Starts an Event: wall_time (field 1) and step (field 2). */

@@ -369,14 +369,6 @@ static phx_status write_shard(const char *who, px_zero *z, const char *dir, int6
     return st;
 }
 
-/* 0 when s is no valid UTF-8 (or NULL): JSON's strings */
-static int utf8_ok(const char *s)
-{
-    json_t *j = s ? json_string(s) : NULL;
-    json_decref(j);
-    return j != NULL;
-}
-
 /* Every name the index will hold as JSON takes it (UTF-8): parameters and
  * buffers (a name in no shard, zero elements, reaches only the index),
  * the optimizer's type and its state kinds; else the index's writer would
@@ -386,13 +378,13 @@ static phx_status check_names(const char *who, px_zero *z, const char *const *sn
     phx_module *m = z->model;
     size_t np = phx_module_num_params(m), nb = phx_module_num_buffers(m);
     for (size_t i = 0; i < np + nb; i++)
-        if (!utf8_ok(i < np ? phx_module_param_name(m, i) : phx_module_buffer_name(m, i - np)))
+        if (!px_utf8_valid(i < np ? phx_module_param_name(m, i) : phx_module_buffer_name(m, i - np)))
             return phx_error(PHX_EINVAL, "%s: %s %zu's name is not valid UTF-8 (the index is JSON)", who,
                              i < np ? "parameter" : "buffer", i < np ? i : i - np);
-    if (!utf8_ok(phx_optimizer_type(z->inner)))
+    if (!px_utf8_valid(phx_optimizer_type(z->inner)))
         return phx_error(PHX_EINVAL, "%s: the shard optimizer's type name is not valid UTF-8 (the index is JSON)", who);
     for (size_t k = 0; k < kinds; k++)
-        if (!utf8_ok(kind_name(z, snames, k)))
+        if (!px_utf8_valid(kind_name(z, snames, k)))
             return phx_error(PHX_EINVAL, "%s: optimizer state kind %zu's name is not valid UTF-8 (the index is JSON)",
                              who, k);
     return PHX_OK;

@@ -1,11 +1,15 @@
 /* Metrics as JSON Lines: every record parses (jansson, an independent
  * parser) with the values written, only rank 0 writes, bad keys and
  * over-long records are refused whole, concurrent appenders never split a
- * line, and the file mode follows the umask. */
+ * line, the file mode follows the umask, a full disk leaves no half
+ * record, a string that is not UTF-8 is refused, and a file ending in a
+ * cut-off line gets the next record on a line of its own. */
 #include "config.h"
 
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -203,6 +207,77 @@ static void test_resume_time(void)
     ok(strncmp(last, "{\"time\":0.0", 11) == 0, "after a foreign last line the time starts at 0 (%s)", last);
 }
 
+/* A record that does not fit the disk (RLIMIT_FSIZE as a full disk) is
+ * refused whole, and the next one, once there is room, parses: a half
+ * record would have glued the two into one broken line. */
+static void test_full_disk(void)
+{
+    unlink(path);
+    phx_metrics *m = phx_metrics_open(path, 0);
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 1);
+    is_int(phx_metrics_end(m), PHX_OK, "full disk: record 1 written");
+    struct stat sb;
+    stat(path, &sb);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = (rlim_t)sb.st_size + 10; /* room for 10 more bytes */
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 2);
+    phx_metrics_add_str(m, "note", "a record longer than ten bytes");
+    phx_status st = phx_metrics_end(m);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    is_int(st, PHX_EIO, "full disk: record 2 fails with PHX_EIO");
+    like(phx_last_error(), "partial record was removed", "and says the partial record was removed");
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 3);
+    is_int(phx_metrics_end(m), PHX_OK, "full disk: record 3 written once there is room");
+    phx_metrics_close(m);
+    json_t *l[2] = {0};
+    int n = read_lines(l, 2);
+    ok(n == 2 && json_integer_value(json_object_get(l[0], "step")) == 1 &&
+           json_integer_value(json_object_get(l[1], "step")) == 3,
+       "full disk: the file holds records 1 and 3, each a whole JSON line (%d lines)", n);
+    for (int i = 0; i < 2 && i < n; i++) json_decref(l[i]);
+}
+
+/* A Latin-1 string is refused (the file must stay UTF-8 JSON); a file
+ * ending in a cut-off line gets the next record on a line of its own. */
+static void test_utf8_and_cut_line(void)
+{
+    unlink(path);
+    phx_metrics *m = phx_metrics_open(path, 0);
+    phx_metrics_begin(m);
+    is_int(phx_metrics_add_str(m, "name", "caf\xe9"), PHX_EINVAL, "a Latin-1 string is refused");
+    like(phx_last_error(), "not valid UTF-8", "and the message says why");
+    is_int(phx_metrics_end(m), PHX_EINVAL, "its record is dropped");
+    phx_metrics_begin(m);
+    phx_metrics_add_str(m, "name", "caf\xc3\xa9");
+    is_int(phx_metrics_end(m), PHX_OK, "the same name in UTF-8 is written");
+    phx_metrics_close(m);
+    FILE *f = fopen(path, "a");
+    fputs("{\"time\":1.5,\"st", f); /* a writer killed mid-record */
+    fclose(f);
+    m = phx_metrics_open(path, 0);
+    phx_metrics_begin(m);
+    phx_metrics_add_i64(m, "step", 7);
+    is_int(phx_metrics_end(m), PHX_OK, "after a cut-off line: the next record written");
+    phx_metrics_close(m);
+    f = fopen(path, "r");
+    char line[3][256] = {{0}};
+    for (int i = 0; i < 3 && f && fgets(line[i], sizeof line[i], f); i++) {}
+    if (f) fclose(f);
+    json_error_t err;
+    json_t *j = json_loads(line[2], 0, &err);
+    ok(strncmp(line[1], "{\"time\":1.5,\"st\n", 16) == 0 && j && json_integer_value(json_object_get(j, "step")) == 7,
+       "and it is a whole line of its own after the cut-off one (%s)", line[2]);
+    json_decref(j);
+}
+
 int main(void)
 {
     snprintf(path, sizeof path, "t/metrics-%d.jsonl", (int)getpid());
@@ -212,6 +287,8 @@ int main(void)
     test_concurrent();
     test_mode();
     test_resume_time();
+    test_full_disk();
+    test_utf8_and_cut_line();
     unlink(path);
     return done_testing();
 }
