@@ -60,7 +60,7 @@ static void usage(FILE *f)
           "  --tee [0-3]        also (or, without --log-dir, only) to the terminal, lines prefixed [rankR]:\n"
           "                     torchrun's values: 3 both streams (--tee alone), 1 stdout, 2 stderr, 0 none\n"
           "  --max-restarts R   when a rank fails, stop the ranks and start them again, up to R times\n"
-          "  --grace S          seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
+          "  --grace S          seconds between SIGTERM and SIGKILL when stopping ranks (0-1000000, default 5)\n"
           "PHX_STORE_TOKEN: the job's store token; unset, phxrun makes a random one (one node) or\n"
           "warns (several nodes: export the same token on each).\n"
           "Defaults: --nnodes 1, --node-rank 0, MASTER_ADDR/MASTER_PORT from the environment,\n"
@@ -85,7 +85,8 @@ static int parse_int(const char *name, const char *v, long lo, long hi, int *out
     char *end;
     errno = 0;
     long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi) {
+    /* digits only (as every integer variable of the launchers): no blank, sign or 0x */
+    if (!v || !*v || (*v < '0' || *v > '9') || *end || errno || x < lo || x > hi) {
         fprintf(stderr, "phxrun: %s '%s': expected an integer in %ld..%ld\n", name, v ? v : "", lo, hi);
         return -1;
     }
@@ -143,7 +144,7 @@ static int parse_nproc(const char *v, int *out)
     }
     char *end;
     long x = strtol(v, &end, 10);
-    if (!*v || *end || x < 1 || x > 4096) {
+    if (!*v || *v < '0' || *v > '9' || *end || x < 1 || x > 4096) {
         fprintf(stderr, "phxrun: --nproc-per-node '%s': expected 1..4096, gpu, cpu or auto\n", v);
         return -1;
     }
@@ -245,7 +246,10 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(name, "grace")) {
             char *end;
             o->grace = strtod(val, &end);
-            if (*end || !(o->grace >= 0)) return die("--grace '%s': expected seconds >= 0", val);
+            /* bounded as PHX_TIMEOUT is: 'inf' would never escalate to SIGKILL */
+            if (!*val || ((*val < '0' || *val > '9') && *val != '.') || strpbrk(val, "xX") || *end ||
+                !(o->grace >= 0 && o->grace <= 1e6))
+                return die("--grace '%s': expected seconds from 0 to 1000000", val);
         } else {
             usage(stderr);
             return die("unknown option --%s", name);

@@ -1,5 +1,6 @@
 /* Counting allocators, clock, environment helpers. */
 #include "config.h"
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -92,7 +93,8 @@ double px_env_timeout(void)
     if (!v || !*v) return 600.0;
     char *end;
     double t = strtod(v, &end);
-    if (*end || !(t > 0)) {
+    /* a decimal number (or inf: the largest) only: no blank, sign or 0x */
+    if (isspace((unsigned char)*v) || *v == '+' || strpbrk(v, "xX") || *end || !(t > 0)) {
         phx_log(PHX_LOG_WARN, "PHX_TIMEOUT='%s' is not a positive number of seconds; using 600", v);
         return 600.0;
     }

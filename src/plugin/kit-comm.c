@@ -244,7 +244,7 @@ static double check_seconds(const char *name)
     if (!v || !*v) return KIT_CHECK_MS / 1000.0;
     char *end;
     long ms = strtol(v, &end, 10);
-    if (*end || ms < 0 || ms > 86400000L) {
+    if (*v < '0' || *v > '9' || *end || ms < 0 || ms > 86400000L) {
         phx_log(PHX_LOG_WARN, "%s: PHX_DESYNC_CHECK_MS='%s' is not a number of milliseconds (0 to 86400000); using %d",
                 name, v, KIT_CHECK_MS);
         return KIT_CHECK_MS / 1000.0;

@@ -49,12 +49,12 @@ static int slurm_local_size(int *out)
     while (*p) {
         char *end;
         long n = strtol(p, &end, 10), rep = 1;
-        if (end == p || n < 1) goto bad;
+        if (end == p || *p < '0' || *p > '9' || n < 1 || n > 1000000) goto bad;
         p = end;
         if (*p == '(') {
             if (p[1] != 'x') goto bad;
             rep = strtol(p + 2, &end, 10);
-            if (end == p + 2 || *end != ')' || rep < 1) goto bad;
+            if (end == p + 2 || p[2] < '0' || p[2] > '9' || *end != ')' || rep < 1 || rep > 1000000) goto bad;
             p = end + 1;
         }
         if (node < rep) {
@@ -165,7 +165,10 @@ int px_world_slurm_cpus(void)
         return 0;
     char *end;
     long n = strtol(v, &end, 10);
-    return *end || n < 1 || n > 4096 ? 0 : (int)n;
+    if (*v >= '0' && *v <= '9' && !*end && n >= 1 && n <= 4096) return (int)n;
+    phx_log(PHX_LOG_WARN,
+            "SLURM_CPUS_PER_TASK='%s' is not an integer in 1..4096; ignored (threads: cores / local ranks)", v);
+    return 0;
 }
 
 /* A Slurm batch script or salloc shell (SLURM_NTASKS > 1 in a job but not a

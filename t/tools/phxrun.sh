@@ -27,7 +27,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.2f", a - b }'; }
 lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 
-echo "1..23"
+echo "1..31"
 
 # --- the environment of each rank
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PHX_NUM_THREADS OMP_NUM_THREADS
@@ -112,6 +112,23 @@ check '[ $? = 2 ] && grep -q "node-rank 2 must be below --nnodes 2" "$T/err"' "n
 "$PHXRUN" --nproc-per-node 1 --standalone /no/such/program 2> "$T/err"
 rc=$?
 check '[ $rc = 127 ] && grep -q "cannot run ./no/such/program." "$T/err"' "a program that cannot run: exit 127, named"
+# numbers are digits only, as the environment's; a grace period is bounded
+# (--grace inf never escalated to SIGKILL)
+for bad in "--nproc-per-node  2" "--nproc-per-node +2" "--master-port  29501" "--grace inf" "--grace 1e30" \
+  "--grace 0x3"; do
+  opt=${bad%% *} val=${bad#* }
+  "$PHXRUN" --standalone "$opt" "$val" sh -c 'touch "$0/started"' "$T" 2> "$T/err"
+  rc=$?
+  check '[ $rc = 2 ] && grep -q -- "$opt .$val.: expected" "$T/err" && [ ! -e "$T/started" ]' \
+    "$opt '$val': exit 2 naming the option, no rank started ($(head -c 120 "$T/err"))"
+done
+MASTER_PORT=' 29501' "$PHXRUN" --nproc-per-node 1 sh -c 'touch "$0/started"' "$T" 2> "$T/err"
+rc=$?
+check '[ $rc = 2 ] && grep -q "MASTER_PORT . 29501.: expected" "$T/err" && [ ! -e "$T/started" ]' \
+  "MASTER_PORT=' 29501': exit 2 naming it"
+"$PHXRUN" --nproc-per-node 1 --standalone --grace 2.5 sh -c 'touch "$0/started"' "$T" 2> "$T/err"
+check '[ $? = 0 ] && [ -e "$T/started" ]' "--grace 2.5 is taken"
+rm -f "$T/started"
 
 # --- a port another job's store holds: exit 2 before starting any rank
 mkdir "$T/busy"

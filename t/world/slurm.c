@@ -23,7 +23,7 @@ static const char *first_host(const char *var, const char *list)
 
 int main(void)
 {
-    plan(18);
+    plan(20);
     /* First, before anything resolves the thread budget: srun -c 1 with
      * one task per node gets 1 thread, not cores / 1. */
     tu_env("SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_LOCALID=0",
@@ -71,5 +71,10 @@ int main(void)
            "SLURM_NODEID=0", NULL);
     ok(phx_world_from_env(&w) == PHX_OK && !strcmp(w.master_addr, "127.0.0.1") && w.rank == 1,
        "a task without a node list: 127.0.0.1");
+    /* a count past int was truncated: 4294967298 read as 2, silently */
+    tu_env("SLURM_JOB_ID=77", "SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_TASKS_PER_NODE=4294967298",
+           NULL);
+    is_int(phx_world_from_env(&w), PHX_EINVAL, "SLURM_TASKS_PER_NODE=4294967298: an error");
+    like(phx_last_error(), "SLURM_TASKS_PER_NODE='4294967298'", "... naming the variable");
     return done_testing();
 }

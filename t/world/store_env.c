@@ -80,7 +80,7 @@ static void threads_warn(void *arg)
 
 int main(void)
 {
-    plan(17);
+    plan(20);
     char log[4096];
     unsetenv("PHX_STORE_TOKEN");
 
@@ -95,6 +95,14 @@ int main(void)
     setenv("PHX_TIMEOUT", "3e6", 1);
     capture(comm_inf, &t, log, sizeof log);
     ok(t == 1e6, "PHX_TIMEOUT=3e6 (over 2^31 ms): 1e6 s (got %g)", t);
+    /* digits only: ' 3' and 0x3 were taken as 3 s */
+    const char *odd[] = {" 3", "0x3", "+3"};
+    for (int i = 0; i < 3; i++) {
+        setenv("PHX_TIMEOUT", odd[i], 1);
+        capture(comm_inf, &t, log, sizeof log);
+        ok(t == 600 && strstr(log, "is not a positive number of seconds; using 600"),
+           "PHX_TIMEOUT='%s': refused with a warning, 600 s (got %g)", odd[i], t);
+    }
     setenv("PHX_TIMEOUT", "120", 1);
     t = comm_timeout(1e300);
     ok(t == 1e6, "an API timeout of 1e300 s: 1e6 s (got %g)", t);

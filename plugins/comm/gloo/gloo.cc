@@ -408,7 +408,7 @@ int spin_us(const phx_comm_init_args *a)
     if (e && *e && std::strcmp(e, "auto")) {
         char *end;
         long v = std::strtol(e, &end, 10);
-        return *end || v < 0 || v > 1000000 ? -1 : (int)v;
+        return *e < '0' || *e > '9' || *end || v < 0 || v > 1000000 ? -1 : (int)v;
     }
     cpu_set_t set;
     int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;

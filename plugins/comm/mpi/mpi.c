@@ -39,6 +39,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -622,8 +623,9 @@ static size_t shm_threshold(void)
     const char *v = getenv("PHX_MPI_SHM_BYTES");
     if (!v || !*v) return PX_SHM_DEFAULT;
     char *end;
+    errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
-    if (*end || *v == '-') {
+    if (*v < '0' || *v > '9' || *end || errno) {
         phx_log(PHX_LOG_WARN, "PHX_MPI_SHM_BYTES='%s' is not a number of bytes; using %u", v, PX_SHM_DEFAULT);
         return PX_SHM_DEFAULT;
     }
