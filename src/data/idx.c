@@ -73,7 +73,16 @@ static phx_status read_body(px_zin *g, const char *path, uint8_t type, int nd, c
     phx_tensor *t = NULL;
     phx_status st = PHX_OK;
     if (type == 0x08) {
-        int64_t shape[2] = {dims[0], dims[0] ? total / dims[0] : 0};
+        /* a sample's size from its own dims: with 0 samples it is still
+         * 28 x 28 = 784 wide, as PyTorch's (0, 784) */
+        int64_t per = 1;
+        for (int i = 1; i < nd; i++) {
+            if (dims[i] > 0 && per > ((int64_t)1 << 40) / dims[i])
+                return phx_error(PHX_EIO, "phx_idx_read: '%s': dims 1..%d describe samples of over 2^40 elements", path,
+                                 nd - 1);
+            per *= dims[i];
+        }
+        int64_t shape[2] = {dims[0], per};
         t = nd == 1 ? phx_tensor_new(PHX_I64, 1, dims, phx_cpu()) : phx_tensor_new(PHX_F32, 2, shape, phx_cpu());
         if (!t) return PHX_ENOMEM;
         st = read_u8(g, path, t, total);

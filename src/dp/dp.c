@@ -3,8 +3,9 @@
  * replicate.py, parallel_apply.py).
  *
  * forward:  scatter the input along dim 0 in torch.chunk's sizes, bring
- *           the replicas' parameters up to date (CPU: they ARE the model's
- *           tensors, so only the version is bumped; elsewhere: copied), run
+ *           the replicas' parameters up to date (CPU: views of the model's
+ *           tensors' storage, so only the version is bumped; elsewhere:
+ *           copied), run
  *           the replicas on the pool (the caller runs replica 0), gather the
  *           outputs in order on the output device.
  * backward: scatter dy the same way, run the replicas' backwards, sum their

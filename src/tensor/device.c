@@ -357,6 +357,15 @@ static phx_status device_default(const char *sel, phx_device *out)
     /* "cuda:1", or a list "cuda,cpu" (first usable wins), or exclusions
      * "^cuda" (the best remaining: cuda before cpu). */
     char buf[256], why[1024] = "";
+    size_t sl = strlen(sel);
+    /* as PHX_COMM and PHX_PRECISION: "cpu," is a typo, not a list */
+    if (sel[0] == ',' || sel[sl - 1] == ',' || strstr(sel, ",,") || strstr(sel, "^,"))
+        return phx_error(PHX_EINVAL,
+                         "PHX_DEVICE='%s' has an empty entry (expected cpu, cuda, cuda:N, a list "
+                         "'cuda,cpu' or exclusions '^cuda')",
+                         sel);
+    if (sl >= sizeof buf)
+        return phx_error(PHX_EINVAL, "PHX_DEVICE='%.40s...' is longer than %zu characters", sel, sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", sel);
     if (buf[0] == '^') {
         int no_cpu = 0, no_cuda = 0;

@@ -55,6 +55,20 @@ static void test_small(void)
         ok(l && l[0] == 7 && l[1] == 0 && l[2] == 9, "%s label values", kind);
         phx_tensor_free(t);
     }
+    /* 0 images of 28x28: (0, 784), as PyTorch's reshape(0, -1) of (0, 28, 28) is not (0, 0);
+     * 0 images of 2^32-1 cubed describe samples of over 2^40 elements */
+    const uint8_t none[] = {0, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28};
+    phx_tensor *z = NULL;
+    ok(phx_idx_read(file("none", none, sizeof none, false), &z) == PHX_OK && phx_tensor_ndim(z) == 2 &&
+           phx_tensor_dim(z, 0) == 0 && phx_tensor_dim(z, 1) == 784,
+       "0 images of 28x28: f32 (0, 784)");
+    phx_tensor_free(z);
+    z = NULL;
+    const uint8_t huge[] = {0,    0,    8,    4,    0,    0,    0,    0,    0xff, 0xff,
+                            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    ok(phx_idx_read(file("huge", huge, sizeof huge, false), &z) == PHX_EIO && !z &&
+           strstr(phx_last_error(), "over 2^40"),
+       "0 images of (2^32-1)^3: refused (%s)", phx_last_error());
     const uint8_t i32[] = {0, 0, 0x0C, 1, 0, 0, 0, 2, 0, 0, 1, 2, 0xff, 0xff, 0xff, 0xfe};
     phx_tensor *t = NULL;
     ok(phx_idx_read(file("i32", i32, sizeof i32, true), &t) == PHX_OK && phx_tensor_dtype(t) == PHX_I32 &&
@@ -213,7 +227,7 @@ static void test_loader(void)
 int main(void)
 {
     if (!mkdtemp(dir)) skip_all("no temporary folder");
-    plan(48);
+    plan(50);
     test_small();
     test_fashion();
     test_loader();

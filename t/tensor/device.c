@@ -15,7 +15,7 @@ int openblas_get_num_threads(void);
 
 int main(void)
 {
-    plan(37);
+    plan(40);
     /* before any device use: the BLAS thread count comes from PHX_NUM_THREADS */
     setenv("PHX_NUM_THREADS", "1", 1);
     unsetenv("PHX_DEVICE");
@@ -88,6 +88,12 @@ int main(void)
     setenv("PHX_DEVICE", "npu", 1);
     is_int(phx_device_default(&out), PHX_EINVAL, "PHX_DEVICE=npu: EINVAL");
     like(phx_last_error(), "PHX_DEVICE='npu'", "message names the setting");
+    const char *empty[] = {"cpu,", ",cpu", "cuda,,cpu"};
+    for (int i = 0; i < 3; i++) {
+        setenv("PHX_DEVICE", empty[i], 1);
+        ok(phx_device_default(&out) == PHX_EINVAL && strstr(phx_last_error(), "has an empty entry"),
+           "PHX_DEVICE='%s': EINVAL, an empty entry (as PHX_COMM's)", empty[i]);
+    }
     unsetenv("PHX_DEVICE");
 
     /* statistics */
