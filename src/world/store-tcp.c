@@ -258,9 +258,10 @@ static phx_status handshake(tcp_store *s, const char *who, double deadline)
         char why[256];
         snprintf(why, sizeof why, "%s", phx_last_error());
         return phx_error(st,
-                         "%s: %s:%d accepted the connection but did not answer the handshake (%s); is the "
-                         "server overloaded or out of file descriptors?",
-                         who, s->host, s->port, why);
+                         "%s: %s:%d accepted the connection but did not answer the handshake within the "
+                         "store's timeout of %g s (%s); is the server overloaded or out of file descriptors, or "
+                         "PHX_TIMEOUT too short?",
+                         who, s->host, s->port, s->base.timeout_s, why);
     }
     if (st == PHX_EPEER) {
         char why[256];
