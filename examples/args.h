@@ -1,11 +1,16 @@
 /* Options every example shares: --help (usage on stdout, exit 0) and the
  * progress options --metrics FILE, --tensorboard DIR and --log-every N,
  * which fill a phx_progress_opts (include/phalanx/progress.h: the step
- * lines with ETA, the JSON Lines file and the TensorBoard event files).
- * Header-only: each example includes it. */
+ * lines with ETA, the JSON Lines file and the TensorBoard event files),
+ * and the readers of options' numbers, which refuse a bad value before
+ * any work. Header-only: each example includes it. */
 #ifndef PHX_EXAMPLES_ARGS_H
 #define PHX_EXAMPLES_ARGS_H
 
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +39,111 @@ static inline int ex_help(int argc, char **argv, const char *usage)
     return 0;
 }
 
+/* Options' numbers. Each reader takes the program's name, the option and
+ * its value, and stores the number only when the whole value is one and
+ * lies in the option's range; otherwise it says so on stderr, naming the
+ * option, the value and what the option takes, in argparse's words
+ * ("cnn: --lr: 'abc' is not a number", "two_input: --epochs: -3, expected a
+ * positive integer"), and returns 2, the status every example exits with
+ * on a bad option. */
+
+/* Reads a decimal integer into *n. Returns 0, or 2 after saying that v is
+ * not an integer (a value beyond long long's range is LLONG_MIN or
+ * LLONG_MAX, for the caller's range to refuse). */
+static inline int ex_integer_parse(const char *prog, const char *opt, const char *v, long long *n)
+{
+    char *end;
+    errno = 0;
+    *n = strtoll(v, &end, 10);
+    if (end == v || *end) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer\n", prog, opt, v);
+        return 2;
+    }
+    return 0;
+}
+
+/* An integer in lo..hi into *out (hi INT64_MAX: as large as it takes). */
+static inline int ex_int64_arg(const char *prog, const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    long long n;
+    if (ex_integer_parse(prog, opt, v, &n)) return 2;
+    if (n >= lo && n <= hi && errno != ERANGE) {
+        *out = n;
+        return 0;
+    }
+    if (n < lo && hi >= INT_MAX && lo == 1) /* below an open-ended range */
+        fprintf(stderr, "%s: %s: %s, expected a positive integer\n", prog, opt, v);
+    else if (n < lo && hi >= INT_MAX)
+        fprintf(stderr, "%s: %s: %s, expected an integer >= %lld\n", prog, opt, v, (long long)lo);
+    else
+        fprintf(stderr, "%s: %s: %s, expected an integer in %lld..%lld\n", prog, opt, v, (long long)lo, (long long)hi);
+    return 2;
+}
+
+/* An integer in lo..hi into *out (hi INT_MAX: as large as an int takes). */
+static inline int ex_int_arg(const char *prog, const char *opt, const char *v, int lo, int hi, int *out)
+{
+    int64_t n;
+    if (ex_int64_arg(prog, opt, v, lo, hi, &n)) return 2;
+    *out = (int)n;
+    return 0;
+}
+
+/* A seed: any unsigned 64-bit integer, 0 to 18446744073709551615. */
+static inline int ex_u64_arg(const char *prog, const char *opt, const char *v, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (end == v || *end) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer\n", prog, opt, v);
+        return 2;
+    }
+    if (errno == ERANGE || strchr(v, '-')) { /* strtoull takes -1 as its largest value */
+        fprintf(stderr, "%s: %s: %s, expected an integer in 0..%llu\n", prog, opt, v, (unsigned long long)UINT64_MAX);
+        return 2;
+    }
+    *out = n;
+    return 0;
+}
+
+/* The range of a real option: lo to hi, each end included or not; never
+ * an infinity or a NaN. */
+typedef struct {
+    double lo, hi;
+    int lo_open, hi_open;
+} ex_range;
+#define EX_POSITIVE ((ex_range){0.0, INFINITY, 1, 1}) /* > 0: a learning rate */
+#define EX_NONNEGATIVE ((ex_range){0.0, INFINITY, 0, 1}) /* >= 0 */
+#define EX_PROBABILITY ((ex_range){0.0, 1.0, 0, 1}) /* [0, 1): a dropout */
+
+/* A finite number in r into *out. */
+static inline int ex_double_arg(const char *prog, const char *opt, const char *v, ex_range r, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "%s: %s: '%s' is not a number\n", prog, opt, v);
+        return 2;
+    }
+    if (isfinite(x) && (r.lo_open ? x > r.lo : x >= r.lo) && (r.hi_open ? x < r.hi : x <= r.hi)) {
+        *out = x;
+        return 0;
+    }
+    if (isinf(r.hi))
+        fprintf(stderr, "%s: %s: %s, expected a finite number %s %g\n", prog, opt, v, r.lo_open ? ">" : ">=", r.lo);
+    else
+        fprintf(stderr, "%s: %s: %s, expected a number in %c%g, %g%c\n", prog, opt, v, r.lo_open ? '(' : '[', r.lo,
+                r.hi, r.hi_open ? ')' : ']');
+    return 2;
+}
+
 /* Takes --metrics FILE, --tensorboard DIR and --log-every N out of argv
  * (updating *argc) into *po, so the example parses the rest. Returns 0,
  * or 2 after saying what is wrong. */
 static inline int ex_progress_args(int *argc, char **argv, phx_progress_opts *po)
 {
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     int out = 1;
     for (int i = 1; i < *argc; i++) {
         int m = !strcmp(argv[i], "--metrics"), t = !strcmp(argv[i], "--tensorboard"),
@@ -48,7 +153,7 @@ static inline int ex_progress_args(int *argc, char **argv, phx_progress_opts *po
             continue;
         }
         if (i + 1 >= *argc) {
-            fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
+            fprintf(stderr, "%s: %s needs a value\n", prog, argv[i]);
             return 2;
         }
         const char *v = argv[++i];
@@ -56,14 +161,8 @@ static inline int ex_progress_args(int *argc, char **argv, phx_progress_opts *po
             po->metrics = v;
         } else if (t) {
             po->tensorboard = v;
-        } else {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || n < 0 || n > 1000000000) {
-                fprintf(stderr, "%s: --log-every %s: expected a number of steps >= 0\n", argv[0], v);
-                return 2;
-            }
-            po->every = (int)n;
+        } else if (ex_int_arg(prog, "--log-every", v, 0, INT_MAX, &po->every)) {
+            return 2;
         }
     }
     *argc = out;
@@ -84,10 +183,10 @@ static inline int ex_progress_args(int *argc, char **argv, phx_progress_opts *po
  * wrong. */
 static inline int ex_zero_arg(const char *prog, const char *v, int *zero)
 {
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (*end || end == v || n < 0 || n > 3) {
-        fprintf(stderr, "%s: --zero %s: expected 0 (DDP), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3, FSDP)\n", prog, v);
+    long long n;
+    if (ex_integer_parse(prog, "--zero", v, &n)) return 2;
+    if (n < 0 || n > 3) {
+        fprintf(stderr, "%s: --zero: %s, expected 0 (DDP), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3, FSDP)\n", prog, v);
         return 2;
     }
     *zero = (int)n;

@@ -214,41 +214,39 @@ int main(int argc, char **argv)
         if (!v) {
             fprintf(stderr, "%s: %s needs a value\n", fm_prog, a);
             return 2;
-        } else if (!strcmp(a, "--epochs"))
-            epochs = atoi(v);
-        else if (!strcmp(a, "--batch"))
-            batch = atoll(v);
-        else if (!strcmp(a, "--lr"))
-            lr = atof(v);
+        } else if (!strcmp(a, "--epochs")) { /* 0: only evaluate (with --load) */
+            if (ex_int_arg(fm_prog, a, v, 0, INT_MAX, &epochs)) return 2;
+        } else if (!strcmp(a, "--batch")) {
+            if (ex_int64_arg(fm_prog, a, v, 1, INT64_MAX, &batch)) return 2;
+        } else if (!strcmp(a, "--lr")) {
+            if (ex_double_arg(fm_prog, a, v, EX_POSITIVE, &lr)) return 2;
+        }
 #ifdef EXAMPLE_RESNET
-        else if (!strcmp(a, "--warmup"))
-            warmup = atof(v);
-        else if (!strcmp(a, "--wd"))
-            wd = atof(v);
-        else if (!strcmp(a, "--augment")) {
-            pad = atoi(v);
-            if (pad < 0 || pad > 14) { /* refused before anything is allocated */
-                fprintf(stderr, "%s: --augment: expected a padding of 0 to 14 pixels\n", fm_prog);
-                return 2;
-            }
+        else if (!strcmp(a, "--warmup")) {
+            if (ex_double_arg(fm_prog, a, v, EX_NONNEGATIVE, &warmup)) return 2;
+        } else if (!strcmp(a, "--wd")) {
+            if (ex_double_arg(fm_prog, a, v, EX_NONNEGATIVE, &wd)) return 2;
+        } else if (!strcmp(a, "--augment")) {
+            if (ex_int_arg(fm_prog, a, v, 0, 14, &pad)) return 2; /* pixels of padding */
         }
 #else
-        else if (!strcmp(a, "--dropout"))
-            dropout = atof(v);
+        else if (!strcmp(a, "--dropout")) {
+            if (ex_double_arg(fm_prog, a, v, EX_PROBABILITY, &dropout)) return 2;
+        }
 #endif
-        else if (!strcmp(a, "--seed"))
-            seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--train-rows"))
-            train_rows = atoll(v);
-        else if (!strcmp(a, "--save"))
+        else if (!strcmp(a, "--seed")) {
+            if (ex_u64_arg(fm_prog, a, v, &seed)) return 2;
+        } else if (!strcmp(a, "--train-rows")) { /* 0: all */
+            if (ex_int64_arg(fm_prog, a, v, 0, INT64_MAX, &train_rows)) return 2;
+        } else if (!strcmp(a, "--save"))
             save = v;
         else if (!strcmp(a, "--load"))
             load = v;
         else if (!strcmp(a, "--resume"))
             resume = v;
-        else if (!strcmp(a, "--schedule-epochs"))
-            sched_epochs = atoi(v);
-        else if (!strcmp(a, "--zero")) {
+        else if (!strcmp(a, "--schedule-epochs")) { /* 0: the run's */
+            if (ex_int_arg(fm_prog, a, v, 0, INT_MAX, &sched_epochs)) return 2;
+        } else if (!strcmp(a, "--zero")) {
             if (ex_zero_arg(fm_prog, v, &zero)) return 2;
         } else {
             fprintf(stderr, "%s: unknown option '%s'\n", fm_prog, a);

@@ -92,13 +92,7 @@ int main(int argc, char **argv)
     if (ex_progress_args(&argc, argv, &progress_opts)) return 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--world") && i + 1 < argc) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 1024) {
-                fprintf(stderr, "ddp: --world %s: expected a number of ranks in 1..1024\n", argv[i]);
-                return 2;
-            }
-            world = (int)n;
+            if (ex_int_arg("ddp", "--world", argv[++i], 1, 1024, &world)) return 2;
         } else {
             fputs(usage, stderr);
             return 2;

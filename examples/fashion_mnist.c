@@ -87,24 +87,24 @@ int main(int argc, char **argv)
         if (!v) {
             fprintf(stderr, "fashion_mnist: %s needs a value\n", a);
             return 2;
-        } else if (!strcmp(a, "--epochs"))
-            epochs = atoi(v);
-        else if (!strcmp(a, "--batch"))
-            batch = atoll(v);
-        else if (!strcmp(a, "--lr"))
-            lr = atof(v);
-        else if (!strcmp(a, "--seed"))
-            seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--save"))
+        } else if (!strcmp(a, "--epochs")) { /* 0: only evaluate (with --load) */
+            if (ex_int_arg(fm_prog, a, v, 0, INT_MAX, &epochs)) return 2;
+        } else if (!strcmp(a, "--batch")) {
+            if (ex_int64_arg(fm_prog, a, v, 1, INT64_MAX, &batch)) return 2;
+        } else if (!strcmp(a, "--lr")) {
+            if (ex_double_arg(fm_prog, a, v, EX_POSITIVE, &lr)) return 2;
+        } else if (!strcmp(a, "--seed")) {
+            if (ex_u64_arg(fm_prog, a, v, &seed)) return 2;
+        } else if (!strcmp(a, "--save"))
             save = v;
         else if (!strcmp(a, "--load"))
             load = v;
         else if (!strcmp(a, "--resume"))
             resume = v;
-        else if (!strcmp(a, "--workers"))
-            workers = atoi(v);
-        else if (!strcmp(a, "--zero")) {
-            if (ex_zero_arg("fashion_mnist", v, &zero)) return 2;
+        else if (!strcmp(a, "--workers")) {
+            if (ex_int_arg(fm_prog, a, v, 0, INT_MAX, &workers)) return 2;
+        } else if (!strcmp(a, "--zero")) {
+            if (ex_zero_arg(fm_prog, v, &zero)) return 2;
         } else {
             fprintf(stderr, "fashion_mnist: unknown option '%s'\n", a);
             fputs(usage, stderr);

@@ -566,26 +566,41 @@ int main(int argc, char **argv)
               .prompt = "Q: "};
     if (ex_help(argc, argv, usage_text)) return 0;
     if (ex_progress_args(&argc, argv, &progress_opts_)) return 2;
+    /* each number's option and range (0 steps with --load: evaluate and
+     * sample; 0 eval-every: never; 0 top-k: every byte; 0 schedule-steps:
+     * --steps) */
+    const struct {
+        const char *name;
+        int *v;
+        int lo;
+    } ints[] = {{"--steps", &o.steps, 0},
+                {"--batch", &o.batch, 1},
+                {"--context", &o.context, 1},
+                {"--layers", &o.layers, 1},
+                {"--heads", &o.heads, 1},
+                {"--dim", &o.dim, 1},
+                {"--print-every", &o.print_every, 1},
+                {"--eval-every", &o.eval_every, 0},
+                {"--eval-batches", &o.eval_batches, 1},
+                {"--sample", &o.sample, 0},
+                {"--top-k", &o.top_k, 0},
+                {"--schedule-steps", &o.schedule_steps, 0}};
+    const struct {
+        const char *name;
+        double *v;
+        ex_range r;
+    } reals[] = {{"--lr", &o.lr, EX_POSITIVE},
+                 {"--dropout", &o.dropout, EX_PROBABILITY},
+                 {"--temperature", &o.temperature, EX_POSITIVE}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        int *iv = !strcmp(a, "--steps")      ? &o.steps
-            : !strcmp(a, "--batch")          ? &o.batch
-            : !strcmp(a, "--context")        ? &o.context
-            : !strcmp(a, "--layers")         ? &o.layers
-            : !strcmp(a, "--heads")          ? &o.heads
-            : !strcmp(a, "--dim")            ? &o.dim
-            : !strcmp(a, "--print-every")    ? &o.print_every
-            : !strcmp(a, "--eval-every")     ? &o.eval_every
-            : !strcmp(a, "--eval-batches")   ? &o.eval_batches
-            : !strcmp(a, "--sample")         ? &o.sample
-            : !strcmp(a, "--top-k")          ? &o.top_k
-            : !strcmp(a, "--schedule-steps") ? &o.schedule_steps
-                                             : NULL;
-        double *dv = !strcmp(a, "--lr")   ? &o.lr
-            : !strcmp(a, "--dropout")     ? &o.dropout
-            : !strcmp(a, "--temperature") ? &o.temperature
-                                          : NULL;
+        int *iv = NULL, lo = 0;
+        double *dv = NULL;
+        ex_range r = EX_POSITIVE;
+        for (size_t k = 0; k < sizeof ints / sizeof *ints; k++)
+            if (!strcmp(a, ints[k].name)) iv = ints[k].v, lo = ints[k].lo;
+        for (size_t k = 0; k < sizeof reals / sizeof *reals; k++)
+            if (!strcmp(a, reals[k].name)) dv = reals[k].v, r = reals[k].r;
         const char **sv = !strcmp(a, "--data") ? &o.data
             : !strcmp(a, "--save")             ? &o.save
             : !strcmp(a, "--load")             ? &o.load
@@ -593,35 +608,18 @@ int main(int argc, char **argv)
             : !strcmp(a, "--prompt")           ? &o.prompt
                                                : NULL;
         if (!v || (!iv && !dv && !sv && strcmp(a, "--seed") && strcmp(a, "--zero"))) return usage(argv[0]);
-        if (!strcmp(a, "--zero")) {
-            if (ex_zero_arg("gpt", v, &o.zero)) return 2;
-        } else if (iv) {
-            long n = strtol(v, &end, 10);
-            if (*end || n < 0 || n > 1000000000) {
-                fprintf(stderr, "gpt: %s %s: expected an integer >= 0\n", a, v);
-                return 2;
-            }
-            *iv = (int)n;
+        if (iv) {
+            if (ex_int_arg("gpt", a, v, lo, INT_MAX, iv)) return 2;
         } else if (dv) {
-            *dv = strtod(v, &end);
-            if (*end || !(*dv >= 0) || isinf(*dv)) {
-                fprintf(stderr, "gpt: %s %s: expected a number >= 0\n", a, v);
-                return 2;
-            }
+            if (ex_double_arg("gpt", a, v, r, dv)) return 2;
         } else if (sv) {
             *sv = v;
-        } else {
-            o.seed = strtoull(v, &end, 10);
-            if (*end) {
-                fprintf(stderr, "gpt: --seed %s: expected an integer >= 0\n", v);
-                return 2;
-            }
+        } else if (!strcmp(a, "--zero")) {
+            if (ex_zero_arg("gpt", v, &o.zero)) return 2;
+        } else if (ex_u64_arg("gpt", a, v, &o.seed)) {
+            return 2;
         }
         i++;
-    }
-    if (o.batch < 1 || o.context < 1 || o.print_every < 1 || o.eval_batches < 1 || o.temperature <= 0) {
-        fprintf(stderr, "gpt: --batch, --context, --print-every, --eval-batches and --temperature must be > 0\n");
-        return 2;
     }
     if ((o.resume || o.zero) && o.load) {
         fprintf(stderr,

@@ -102,14 +102,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "two_input: %s needs a value (see --help)\n", argv[i]);
             return 2;
         }
-        if (!strcmp(argv[i], "--epochs"))
-            epochs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--train-rows"))
-            train_rows = atoll(argv[++i]);
-        else {
+        if (!strcmp(argv[i], "--epochs")) {
+            if (ex_int_arg(fm_prog, argv[i], argv[i + 1], 1, INT_MAX, &epochs)) return 2;
+        } else if (!strcmp(argv[i], "--train-rows")) { /* 0: all */
+            if (ex_int64_arg(fm_prog, argv[i], argv[i + 1], 0, INT64_MAX, &train_rows)) return 2;
+        } else {
             fprintf(stderr, "two_input: unknown option '%s' (see --help)\n", argv[i]);
             return 2;
         }
+        i++;
     }
     phx_tensor *xtr = read_idx("train-images-idx3-ubyte.gz"), *ytr = read_idx("train-labels-idx1-ubyte.gz");
     phx_tensor *xte = read_idx("t10k-images-idx3-ubyte.gz"), *yte = read_idx("t10k-labels-idx1-ubyte.gz");

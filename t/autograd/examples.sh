@@ -66,7 +66,7 @@ if [ $rc -eq 0 ] && falls "$l" && [ "$l" != "$l1" ]; then
 else fail "resnet --augment 2 (status $rc, losses '$l', unaugmented '$l1')" "$out"; fi
 
 out=$("$prog" $small --augment 15 2>&1); rc=$?
-if [ $rc -eq 2 ] && echo "$out" | grep -q 'augment: expected a padding of 0 to 14 pixels'; then
+if [ $rc -eq 2 ] && echo "$out" | grep -q 'resnet: --augment: 15, expected an integer in 0..14'; then
     pass "resnet --augment 15: refused, status 2"
 else fail "resnet --augment 15 (status $rc)" "$out"; fi
 

@@ -40,5 +40,5 @@ else
 fi
 n=$((n + 1))
 out=$("$prog" --world 0 2>&1); rc=$?
-if [ $rc -ne 0 ] && echo "$out" | grep -q "expected a number of ranks"; then echo "ok $n - --world 0 is refused"
+if [ $rc -ne 0 ] && echo "$out" | grep -q "ddp: --world: 0, expected an integer in 1..1024"; then echo "ok $n - --world 0 is refused"
 else echo "not ok $n - --world 0 is refused (status $rc)"; echo "$out" | sed 's/^/# /'; fi

@@ -231,6 +231,6 @@ result $rc "resnet --zero 3 --sync-bn: saved at 4 ranks (4 shards), resumed at 2
 out=$("$gpt" --zero 4 --steps 1 2>&1); rc=$?
 out2=$("$fm" --zero x 2>&1); rc2=$?
 out3=$("$rn" --zero 1 --dp 2>&1); rc3=$?
-[ $rc -eq 2 ] && [ $rc2 -eq 2 ] && [ $rc3 -eq 2 ] && echo "$out" | grep -q -- "--zero 4: expected 0" &&
-    echo "$out2" | grep -q -- "--zero x: expected 0" && echo "$out3" | grep -q -- "--dp (one process) is not combined"
+[ $rc -eq 2 ] && [ $rc2 -eq 2 ] && [ $rc3 -eq 2 ] && echo "$out" | grep -q -- "--zero: 4, expected 0" &&
+    echo "$out2" | grep -q -- "--zero: 'x' is not an integer" && echo "$out3" | grep -q -- "--dp (one process) is not combined"
 result $? "--zero 4, --zero x and resnet --zero 1 --dp: exit 2 naming what is wrong"

@@ -1,9 +1,10 @@
 #!/bin/sh
 # The first examples run: the seed program prints its 10 epoch lines in
 # PyTorch's format with a falling loss; the custom module passes its
-# finite-difference check and trains.
+# finite-difference check and trains; a bad number for an option is
+# refused before any work, and valid ones still run.
 b=${top_builddir:-.}
-echo "1..11"
+echo "1..43"
 out=$("$b/examples/linear_regression" 2>&1)
 out1=$out
 n=$(printf '%s\n' "$out" | grep -cE '^Epoch \[([1-9]|10)/10\], Loss: [0-9]+\.[0-9]{4}$')
@@ -62,3 +63,52 @@ for e in linear_regression custom_module fashion_mnist data_parallel ddp amp cnn
 done
 if [ -z "$missing" ]; then echo "ok 11 - every example's --help names --log-every, --metrics and --tensorboard"
 else echo "not ok 11 - options missing from --help:$missing"; fi
+# A bad number is refused before any work: exit status 2 and one line
+# naming the option, the value and what it takes. The data folder does not
+# exist, so a run that got past its options would say something else.
+n=11
+nodata=$(mktemp -d)
+refused() { # example, its expected message, options
+    e=$1 msg=$2
+    shift 2
+    n=$((n + 1))
+    out=$(PHX_FASHION_MNIST=$nodata/none "$b/examples/$e" "$@" 2>&1); rc=$?
+    if [ $rc = 2 ] && [ "$out" = "$e: $msg" ]; then echo "ok $n - $e $*: status 2, '$msg'"
+    else echo "not ok $n - $e $*: status $rc, expected 2 and '$e: $msg'"; printf '%s\n' "$out" | sed 's/^/# /'; fi
+}
+for e in fashion_mnist cnn; do
+    refused $e "--lr: 'abc' is not a number" --epochs 1 --lr abc
+    refused $e "--lr: 0, expected a finite number > 0" --lr 0
+    refused $e "--lr: inf, expected a finite number > 0" --lr inf
+    refused $e "--epochs: 'abc' is not an integer" --epochs abc
+    refused $e "--epochs: -3, expected an integer >= 0" --epochs -3
+    refused $e "--batch: '64x' is not an integer" --batch 64x
+    refused $e "--batch: 0, expected a positive integer" --batch 0
+    refused $e "--seed: 'xyz' is not an integer" --seed xyz
+    refused $e "--seed: -1, expected an integer in 0..18446744073709551615" --seed -1
+    refused $e "--zero: 'x' is not an integer" --zero x
+done
+refused fashion_mnist "--workers: 'abc' is not an integer" --workers abc
+refused fashion_mnist "--workers: -1, expected an integer >= 0" --workers -1
+refused cnn "--epochs: 'abc' is not an integer" --epochs abc --lr xyz --dropout oops
+refused cnn "--dropout: 'oops' is not a number" --dropout oops
+refused cnn "--dropout: 1, expected a number in [0, 1)" --dropout 1
+refused cnn "--train-rows: -5, expected an integer >= 0" --train-rows -5
+refused cnn "--schedule-epochs: '2.5' is not an integer" --schedule-epochs 2.5
+refused two_input "--epochs: 0, expected a positive integer" --epochs 0
+refused two_input "--train-rows: '1k' is not an integer" --train-rows 1k
+refused gpt "--dropout: 1, expected a number in [0, 1)" --dropout 1
+rmdir "$nodata"
+# Values at the ends of their ranges still run: the largest seed, --epochs
+# 0 (evaluation only), a dropout of 0.
+out=$("$b/examples/fashion_mnist" --epochs 0 --seed 18446744073709551615 --lr 1e-3 --batch 256 --workers 1 2>&1); rc=$?
+if printf '%s\n' "$out" | grep -q 'install Debian'; then echo "ok 42 # SKIP no Fashion-MNIST"
+elif [ $rc = 0 ] && printf '%s\n' "$out" | grep -q '^Test accuracy: 0\.[0-9]*$'; then
+    echo "ok 42 - fashion_mnist --epochs 0 --seed 18446744073709551615 evaluates"
+else echo "not ok 42 - fashion_mnist --epochs 0 (status $rc)"; printf '%s\n' "$out" | sed 's/^/# /'; fi
+out=$("$b/examples/cnn" --epochs 1 --train-rows 512 --batch 64 --lr 1e-3 --dropout 0 --seed 3 2>&1); rc=$?
+if printf '%s\n' "$out" | grep -q 'install Debian'; then echo "ok 43 # SKIP no Fashion-MNIST"
+elif [ $rc = 0 ] && printf '%s\n' "$out" | grep -q '^Epoch \[1/1\], Loss: [0-9.]*,' &&
+    printf '%s\n' "$out" | grep -q '^Test accuracy: 0\.[0-9]*$'; then
+    echo "ok 43 - cnn --train-rows 512 --dropout 0 trains one epoch and evaluates"
+else echo "not ok 43 - cnn --dropout 0 (status $rc)"; printf '%s\n' "$out" | sed 's/^/# /'; fi
