@@ -224,10 +224,15 @@ static phx_status plan_sync(px_dp *d)
  * whose gradient goes to rp. Handing rp mv itself pointed mv's parameter
  * at the last replica's: every replica's gradient of a forward-only model
  * then went into one buffer from several threads at once (now and then a
- * replica's part was lost), and the model's own went there too. */
+ * replica's part was lost), and the model's own went there too. When
+ * rp already views mv's storage, it is only touched (new values: a
+ * low-precision copy of it is refreshed). */
 static phx_status share_value(phx_param *rp, phx_tensor *mv)
 {
-    if (rp->value->storage == mv->storage && rp->value->offset == mv->offset) return PHX_OK;
+    if (rp->value->storage == mv->storage && rp->value->offset == mv->offset) {
+        phx_param_touch(rp); /* same storage, new values: refresh low-precision copies */
+        return PHX_OK;
+    }
     phx_tensor *v = phx_tensor_view(mv, 0, mv->ndim, mv->shape);
     if (!v) return PHX_ENOMEM;
     phx_status st = phx_param_set_value(rp, v);
@@ -243,14 +248,9 @@ static phx_status sync_replica(px_dp *d, px_dp_rep *r)
         if (!d->dirty[j]) continue;
         phx_param *mp = d->params[j], *rp = r->params[j];
         phx_status st;
-        if (r->shares) {
-            if (rp->value->storage != mp->value->storage || rp->value->offset != mp->value->offset)
-                st = share_value(rp, mp->value); /* bumps the version */
-            else {
-                phx_param_touch(rp); /* same storage, new values: refresh low-precision copies */
-                st = PHX_OK;
-            }
-        } else {
+        if (r->shares)
+            st = share_value(rp, mp->value); /* bumps the version either way */
+        else {
             st = phx_tensor_copy(rp->value, mp->value);
             phx_param_touch(rp);
         }
