@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <stdatomic.h>
@@ -172,23 +173,32 @@ phx_status px_open_error(const char *who, const char *what, const char *path, bo
 
 phx_status px_append_record(int fd, const void *p, size_t len, const char *who, const char *path)
 {
+    /* Other writers (processes, or threads with their own descriptor)
+     * append to the same file: the lock keeps them out between the end
+     * found here and a cut back to it, which would take their records. */
+    int locked = flock(fd, LOCK_EX) == 0;
     off_t before = lseek(fd, 0, SEEK_END);
     const char *c = p;
     size_t left = len;
+    phx_status st = PHX_OK;
     while (left > 0) {
         ssize_t w = write(fd, c, left);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int err = w < 0 ? errno : 0;
-            bool cut = before >= 0 && ftruncate(fd, before) == 0;
-            return phx_error(PHX_EIO, "%s: writing '%s': %s (%s)", who, path,
-                             err ? strerror(err) : "short write (disk full?)",
-                             cut ? "the partial record was removed" : "a partial record may remain");
+            /* nothing written: nothing to cut; else only under the lock */
+            const char *state = left == len                           ? "nothing was written"
+                : locked && before >= 0 && ftruncate(fd, before) == 0 ? "the partial record was removed"
+                                                                      : "a partial record may remain";
+            st = phx_error(PHX_EIO, "%s: writing '%s': %s (%s)", who, path,
+                           err ? strerror(err) : "short write (disk full?)", state);
+            break;
         }
         c += w;
         left -= (size_t)w;
     }
-    return PHX_OK;
+    if (locked) flock(fd, LOCK_UN);
+    return st;
 }
 
 bool px_utf8_valid(const char *s)

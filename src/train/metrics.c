@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,6 +94,7 @@ phx_metrics *phx_metrics_open(const char *path, int rank)
      * one starts on a line of its own, not glued onto it */
     struct stat sb;
     char last = '\n';
+    flock(m->fd, LOCK_EX); /* one opener adds the newline, not each (px_append_record unlocks) */
     if (fstat(m->fd, &sb) == 0 && sb.st_size > 0 && pread(m->fd, &last, 1, sb.st_size - 1) == 1 && last != '\n') {
         phx_log(PHX_LOG_WARN, "phx_metrics_open: '%s' ends in an incomplete line; new records start on the next line",
                 path);
@@ -103,6 +105,7 @@ phx_metrics *phx_metrics_open(const char *path, int rank)
             return NULL;
         }
     }
+    flock(m->fd, LOCK_UN);
     return m;
 }
 

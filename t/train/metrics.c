@@ -129,6 +129,41 @@ static void test_errors(void)
     like(phx_last_error(), "/nonexistent-dir/m.jsonl", "error names the path");
 }
 
+/* One appender on a full disk (every write fails) beside one that
+ * appends freely: the failing one's cleanup never cuts the other's
+ * records (it cut back to an end it had read before the other wrote). */
+static void test_failing_neighbour(void)
+{
+    unlink(path);
+    enum { RECS = 20000 };
+    pid_t kid[2];
+    for (int k = 0; k < 2; k++) {
+        if ((kid[k] = fork()) == 0) {
+            if (k == 1) {
+                signal(SIGXFSZ, SIG_IGN);
+                struct rlimit one = {1, 1};
+                setrlimit(RLIMIT_FSIZE, &one);
+            }
+            phx_metrics *m = phx_metrics_open(path, 0);
+            int failed = 0;
+            for (int i = 0; i < RECS; i++) {
+                phx_metrics_begin(m);
+                phx_metrics_add_i64(m, k ? "full" : "free", i);
+                failed += phx_metrics_end(m) != PHX_OK;
+            }
+            phx_metrics_close(m);
+            _exit(k ? failed != RECS : failed != 0);
+        }
+    }
+    int st0 = 0, st1 = 0;
+    waitpid(kid[0], &st0, 0);
+    waitpid(kid[1], &st1, 0);
+    json_t *l[1];
+    int n = read_lines(l, 0);
+    ok(WIFEXITED(st0) && !WEXITSTATUS(st0) && WIFEXITED(st1) && !WEXITSTATUS(st1) && n == RECS,
+       "an appender whose every write fails beside one writing %d records: all %d whole in the file", RECS, n);
+}
+
 static void test_concurrent(void)
 {
     unlink(path);
@@ -289,6 +324,7 @@ int main(void)
     test_resume_time();
     test_full_disk();
     test_utf8_and_cut_line();
+    test_failing_neighbour();
     unlink(path);
     return done_testing();
 }
