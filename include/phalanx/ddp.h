@@ -69,9 +69,9 @@ phx_status phx_ddp_join_begin(phx_module *ddp, bool divide_by_initial_world_size
 phx_status phx_ddp_join_end(phx_module *ddp);
 /* Waits for every launched bucket (the wrapper's backward calls it, and
  * so phx_backward from the wrapper's output). Called after the wrapper's
- * own backward finished (no forward with grad mode on, gradient or
- * wrapper backward since: a rank may evaluate alone in between under
- * phx_set_grad_enabled(false)),
+ * own backward finished (no training-mode forward with grad mode on,
+ * gradient or wrapper backward since: a rank may evaluate alone in
+ * between, in eval mode or with grad mode off),
  * it runs nothing and returns that finish's outcome, its error included;
  * after a backward of the inner model it finishes that one. */
 phx_status phx_ddp_finish_backward(phx_module *ddp);

@@ -94,7 +94,7 @@ typedef struct px_ddp {
     struct px_ddp_hook *hook; /* registered hook, or NULL: the f32 all-reduce */
     bool forwarded; /* a forward ran: too late to register a hook */
     /* The wrapper's own backward finished (its collectives ran), and no
-     * forward with grad mode on, gradient or wrapper backward came since: a user's
+     * training forward with grad mode on, gradient or wrapper backward came since: a user's
      * phx_ddp_finish_backward then returns that outcome again. */
     bool finished;
     phx_status finish_status;

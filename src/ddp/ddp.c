@@ -193,7 +193,7 @@ phx_status phx_ddp_finish_backward(phx_module *ddp)
     /* The wrapper's own backward (phx_backward through its output) finished
      * this one already: its collectives ran on every rank that ran it, and
      * running them again here would run them on this rank alone. The
-     * outcome stands, an error included, until the wrapper's next forward with grad mode on,
+     * outcome stands, an error included, until the wrapper's next training forward with grad mode on,
      * gradient or backward. */
     if (d->finished) {
         if (d->finish_status != PHX_OK) return phx_error(d->finish_status, "%s", d->finish_err);
@@ -366,11 +366,11 @@ static phx_status ddp_forward(phx_module *self, const phx_tensor *x, phx_tensor 
     if (st == PHX_OK && d->join && phx_module_is_training(d->model)) st = px_ddp_join_step(d);
     if (st != PHX_OK) return st;
     d->forwarded = true;
-    /* a forward that records starts a new backward pass (PyTorch's DDP
-     * prepares for backward only with grad enabled too); one run without
-     * grad mode (rank 0 evaluating alone between phx_backward and the
-     * user's finish) leaves the finish done */
-    if (phx_grad_enabled()) d->finished = false;
+    /* a training forward that records starts a new backward pass
+     * (PyTorch's DDP prepares for backward only with grad enabled too);
+     * an evaluation in between (rank 0 alone, after phx_backward and before
+     * the user's finish; eval mode or grad mode off) leaves it done */
+    if (phx_grad_enabled() && phx_module_is_training(d->model)) d->finished = false;
     return phx_module_forward(d->model, x, y);
 }
 

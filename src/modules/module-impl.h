@@ -66,6 +66,10 @@ struct phx_module {
     uint64_t calls;
     uint64_t backward_call; /* calls when its hand-written backward last ran (any caller) */
     bool backward_by_user; /* and that one was the user's phx_module_backward */
+    /* its last phx_module_forward's start and end on a clock all modules
+     * share: a child's forward lies inside its parent's when it ran as
+     * part of it */
+    uint64_t fwd_begin, fwd_end;
     struct px_node *last_node;
     phx_tensor **owned;
     size_t n_owned, cap_owned;

@@ -2,6 +2,7 @@
  * names in PyTorch's named_parameters() order, the gradient-ready hook,
  * train/eval, clone, to(device), precision, and the reusable buffers the
  * built-in modules keep their activations in. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "src/modules/module-impl.h"
@@ -365,7 +366,11 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
     if (!m || !x || !y)
         return phx_error(PHX_EINVAL, "phx_module_forward: %s is NULL", !m ? "module" : !x ? "input" : "y");
     if (m->redirect && !m->redirect_off) return phx_module_forward(m->redirect, x, y);
-    return m->vt->backward ? px_module_forward_fused(m, x, y) : px_module_forward_traced(m, x, y);
+    static atomic_ullong clock = 1;
+    m->fwd_begin = atomic_fetch_add(&clock, 1);
+    phx_status st = m->vt->backward ? px_module_forward_fused(m, x, y) : px_module_forward_traced(m, x, y);
+    m->fwd_end = atomic_fetch_add(&clock, 1);
+    return st;
 }
 
 _Thread_local int px_module_backward_depth;
@@ -386,16 +391,18 @@ phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor *
     return px_module_run_backward(m, dy, dx, top);
 }
 
-/* A child of a module with a hand-written backward, whose backward the
- * user ran for the child's last forward (part of the parent's): NULL if
- * none. */
-static const phx_module *child_run_by_user(const phx_module *m)
+/* A descendant of `top` with a hand-written backward whose last forward
+ * ran inside top's last forward, and whose backward the user ran for it
+ * already: NULL if none. Forward-only children are searched through (a
+ * hand-written grandchild under one), and a child whose last forward was
+ * its own, outside top's, is not top's business. */
+static const phx_module *child_run_by_user(const phx_module *top, const phx_module *m)
 {
     for (size_t i = 0; i < m->n_children; i++) {
         const phx_module *c = m->children[i].m;
-        if (!c->vt->backward) continue;
-        if (c->calls > 0 && c->backward_by_user && c->backward_call == c->calls) return c;
-        const phx_module *g = child_run_by_user(c);
+        bool inside = c->fwd_begin > top->fwd_begin && c->fwd_end < top->fwd_end;
+        if (inside && c->vt->backward && c->calls > 0 && c->backward_by_user && c->backward_call == c->calls) return c;
+        const phx_module *g = child_run_by_user(top, c);
         if (g) return g;
     }
     return NULL;
@@ -411,7 +418,7 @@ phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, 
                          phx_module_type(m));
     /* its children run inside its backward: one the user ran already
      * would add its gradients again halfway through */
-    const phx_module *c = child_run_by_user(m);
+    const phx_module *c = child_run_by_user(m, m);
     if (c)
         return phx_error(PHX_ESTATE,
                          "%s: phx_module_backward ran the backward of this %s's child %s for its last forward "

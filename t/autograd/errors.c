@@ -24,9 +24,45 @@ static int says(const char *a, const char *b)
     return strstr(e, a) && (!b || strstr(e, b));
 }
 
+/* P: a hand-written container of children a and b whose forward uses a only */
+typedef struct pair {
+    phx_module *a, *b;
+} pair;
+static phx_status p_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    return phx_module_forward(((pair *)phx_module_ctx(self))->a, x, y);
+}
+static phx_status p_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    return phx_module_backward(((pair *)phx_module_ctx(self))->a, dy, dx);
+}
+static void no_free(phx_module *m)
+{
+    (void)m;
+}
+static const phx_module_vtable p_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
+                                       .type_name = "P",
+                                       .forward = p_forward,
+                                       .backward = p_backward,
+                                       .free = no_free};
+/* F: a forward-only module around its one child */
+static phx_status f_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    return phx_module_forward(phx_module_child(self, 0), x, y);
+}
+static const phx_module_vtable f_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "F", .forward = f_forward, .free = no_free};
+
+static double grad0(phx_module *m)
+{
+    double d = 0;
+    phx_tensor_get(phx_param_grad(phx_module_param(m, 0)), 0, &d);
+    return d;
+}
+
 int main(void)
 {
-    plan(17);
+    plan(19);
     phx_scope *sc = phx_scope_begin();
     phx_tensor *a = leaf(2, 3, 2.0), *b = leaf(2, 3, 3.0);
 
@@ -140,6 +176,39 @@ int main(void)
        phx_last_error());
     phx_module_free(seq);
     phx_tensor_free(cx), phx_tensor_free(cdy);
+
+    /* 14. a child the user ran standalone (forward and backward) and its
+     * container's forward that does not use it: the container's backward
+     * is not the child's business, and runs */
+    pair pc = {phx_linear_new(3, 3, true, NULL), phx_linear_new(3, 3, true, NULL)};
+    phx_module *p = phx_module_new(&p_vt, &pc);
+    phx_module_add_child(p, "a", pc.a), phx_module_add_child(p, "b", pc.b);
+    phx_tensor *px = leaf(2, 3, 1.0), *pdy = leaf(2, 3, 1.0), *py = NULL, *pb = NULL;
+    phx_status pa = phx_module_forward(pc.b, px, &pb);
+    if (pa == PHX_OK) pa = phx_module_backward(pc.b, pdy, NULL);
+    if (pa == PHX_OK) pa = phx_module_forward(p, px, &py);
+    if (pa == PHX_OK) pa = phx_backward(phx_sum(py, 0, NULL, false));
+    ok(pa == PHX_OK, "a child's own backward, then phx_backward through a container that did not use it: runs (%s)",
+       pa ? phx_last_error() : "ok");
+    phx_module_free(p);
+
+    /* 15. Sequential(F(l1), l2), F forward-only: the user's backward of l1
+     * is found before l2's backward adds anything */
+    phx_module *l1 = phx_linear_new(3, 3, true, NULL), *l2 = phx_linear_new(3, 3, true, NULL);
+    phx_module *fo = phx_module_new(&f_vt, NULL), *seq2 = phx_sequential_new();
+    phx_module_add_child(fo, "l1", l1);
+    phx_sequential_add(seq2, fo), phx_sequential_add(seq2, l2);
+    phx_status fa = phx_module_forward(seq2, px, &py);
+    phx_tensor *floss = fa == PHX_OK ? phx_sum(py, 0, NULL, false) : NULL;
+    if (fa == PHX_OK) fa = phx_module_backward(l1, pdy, NULL);
+    double l2_before = grad0(l2);
+    phx_status fb = floss ? phx_backward(floss) : PHX_EINVAL;
+    ok(fa == PHX_OK && fb == PHX_ESTATE && grad0(l2) == l2_before,
+       "a grandchild under a forward-only child, its backward run by the user: refused before l2's gradient moved "
+       "(%g, %g): %s",
+       l2_before, grad0(l2), phx_last_error());
+    phx_module_free(seq2);
+    phx_tensor_free(px), phx_tensor_free(pdy);
 
     phx_scope_end(sc);
     phx_tensor_free(a);

@@ -272,8 +272,9 @@ static int aux_rank(int rank, void *arg)
     return !good;
 }
 
-/* rank 0 evaluates alone (grad mode off) between phx_backward through
- * the wrapper and phx_ddp_finish_backward, at step 1 of 4: the finish
+/* rank 0 evaluates alone between phx_backward through the wrapper and
+ * phx_ddp_finish_backward, with grad mode off at step 1 of 4 and in eval
+ * mode with grad mode on at step 2: the finish
  * stays done on both ranks (a forward cleared it and rank 0 ran an extra
  * all-reduce: every later step paired rank 0's step k with rank 1's k+1) */
 static int evalgap_rank(int rank, void *arg)
@@ -292,9 +293,10 @@ static int evalgap_rank(int rank, void *arg)
         phx_scope *s = phx_scope_begin();
         phx_status st = phx_module_forward(ddp, x, &y);
         if (st == PHX_OK) st = phx_backward(phx_sum(y, 0, NULL, false));
-        if (st == PHX_OK && rank == 0 && step == 1) {
-            bool g = phx_set_grad_enabled(false);
-            phx_module_train(ddp, false);
+        if (st == PHX_OK && rank == 0 && (step == 1 || step == 2)) {
+            /* step 1: grad mode off (training mode kept); step 2: eval mode with grad mode on */
+            bool g = phx_set_grad_enabled(step != 1);
+            if (step == 2) phx_module_train(ddp, false);
             st = phx_module_forward(ddp, x, &ye);
             phx_module_train(ddp, true);
             phx_set_grad_enabled(g);
@@ -381,7 +383,7 @@ int main(void)
     tu_spawn_both(2, refinish_rank, NULL,
                   "DDP, a finish that failed on rank 1: phx_ddp_finish_backward again says so, runs nothing");
     tu_spawn_both(2, evalgap_rank, NULL,
-                  "DDP: rank 0 evaluates alone (grad mode off) between phx_backward and phx_ddp_finish_backward: "
+                  "DDP: rank 0 evaluates alone (grad off; eval mode) between phx_backward and phx_ddp_finish_backward: "
                   "4 steps in step, gradients exact");
 
     phx_module *l2 = phx_linear_new(4, 3, true, rng);
