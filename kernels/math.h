@@ -232,14 +232,17 @@ PHX_HD PHX_FI static inline float phx_erf1p(float u)
 #define PHX_GELU_BETA 0.79788456080286535588f /* sqrt(2/pi) */
 #define PHX_GELU_KAPPA 0.044715f
 
+/* 0 where x <= 0 (-0 gives +0); a NaN passes through, as in PyTorch, so
+ * a diverged activation stays visible. */
 PHX_HD PHX_FI static inline float phx_f_relu(float x)
 {
-    return x > 0.0f ? x : 0.0f;
+    return x <= 0.0f ? 0.0f : x;
 }
-/* PyTorch's threshold_backward: zero where x <= 0. */
+/* PyTorch's threshold_backward: zero where x <= 0, so a NaN x passes the
+ * gradient. */
 PHX_HD PHX_FI static inline float phx_f_relu_grad(float x)
 {
-    return phx_self_f32(x > 0.0f, 1.0f, 0.0f);
+    return phx_self_f32(x <= 0.0f, 0.0f, 1.0f);
 }
 
 PHX_HD PHX_FI static inline float phx_f_gelu(float x)

@@ -82,7 +82,7 @@ static inline const char *cu_act_name(int act)
 static inline double cu_act_ref(int act, double x)
 {
     switch (act) {
-    case PHX_ACT_RELU: return x > 0 ? x : 0;
+    case PHX_ACT_RELU: return x <= 0 ? 0 : x; /* NaN stays NaN */
     case PHX_ACT_GELU: return 0.5 * x * erfc(-x / sqrt(2.0));
     case PHX_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     case PHX_ACT_TANH: return tanh(x);
@@ -93,7 +93,7 @@ static inline double cu_act_ref(int act, double x)
 static inline double cu_act_dref(int act, double x)
 {
     switch (act) {
-    case PHX_ACT_RELU: return x > 0 ? 1 : 0;
+    case PHX_ACT_RELU: return x <= 0 ? 0 : 1; /* NaN passes dy */
     case PHX_ACT_GELU: return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-x * x / 2) / sqrt(2 * M_PI);
     case PHX_ACT_GELU_TANH: {
         double k = sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);

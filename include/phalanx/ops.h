@@ -136,7 +136,9 @@ phx_tensor *phx_abs(const phx_tensor *t);
 /* min(max(t, lo), hi); NAN for a bound means none. The gradient passes
  * where lo <= t <= hi. */
 phx_tensor *phx_clamp(const phx_tensor *t, double lo, double hi);
-/* Activations (the kernels of the built-in modules). */
+/* Activations (the kernels of the built-in modules). relu is 0 where
+ * t <= 0 and keeps a NaN (PyTorch's relu); its gradient is 0 where
+ * t <= 0 and passes at a NaN. */
 phx_tensor *phx_relu(const phx_tensor *t);
 phx_tensor *phx_gelu(const phx_tensor *t, bool tanh_approx);
 phx_tensor *phx_tanh(const phx_tensor *t);

@@ -311,20 +311,27 @@ TARGET void px_avx512_act_forward(int act, int64_t n, const float *x, float *y)
         EACH_ACT(act, fwd_loop(ACT, n, x, y));
 }
 
+/* x where !(x <= 0), else +0: vmaxps would return its second operand for
+ * a NaN and for -0, so a compare (unordered: true for NaN) and a
+ * zero-masked move give phx_f_relu's bits. */
+VI __m512 relu16(__m512 x)
+{
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NLE_UQ), x);
+}
+
 TARGET void px_avx512_relu_forward(int64_t n, const float *x, float *y, int stream)
 {
     int64_t i = 0;
-    const __m512 z = _mm512_setzero_ps();
     if (stream) /* up to y's first 64-byte line, then whole lines */
         for (; i < n && ((uintptr_t)(y + i) & 63); i++) y[i] = phx_f_relu(x[i]);
     if (stream && !((uintptr_t)(y + i) & 63)) {
-        for (; i + 16 <= n; i += 16) _mm512_stream_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), z));
+        for (; i + 16 <= n; i += 16) _mm512_stream_ps(y + i, relu16(_mm512_loadu_ps(x + i)));
         _mm_sfence(); /* ordered before whatever the caller publishes next */
     }
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), z));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, relu16(_mm512_loadu_ps(x + i)));
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_max_ps(_mm512_maskz_loadu_ps(m, x + i), z));
+        _mm512_mask_storeu_ps(y + i, m, relu16(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
 

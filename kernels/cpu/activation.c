@@ -114,16 +114,22 @@ static phx_status bwd_half_blocks(phx_activation act, int64_t n, const uint16_t 
 }
 
 #if PX_HAVE_X86
-/* relu on f16 and bf16 bits, without widening: x > 0 exactly when the bits
- * less one are below +inf's (sign clear, not zero, not NaN), so the
- * forward keeps x or writes +0, and the backward passes dy or writes dy
- * times 0 (zero of dy's sign; NaN for an infinite or NaN dy), the bits of
- * the f32 kernels rounded back (a NaN's payload aside). 16-bit integer
- * lanes, compiled for AVX2. */
+/* relu on f16 and bf16 bits, without widening: relu keeps x exactly when
+ * x > 0 or x is NaN, that is when the bits less one are below +inf's
+ * (sign clear, not zero, not NaN) or the magnitude's bits are above
+ * +inf's (a NaN of either sign). The forward keeps x or writes +0, and the
+ * backward passes dy or writes dy times 0 (zero of dy's sign; NaN for an
+ * infinite or NaN dy), the bits of the f32 kernels rounded back (a NaN's
+ * payload aside). 16-bit integer lanes, compiled for AVX2. */
+PX_TARGET_AVX2 static inline int relu_half_keeps(uint16_t x, uint16_t inf)
+{
+    return (uint16_t)(x - 1u) < inf || (uint16_t)(x & 0x7fff) > inf;
+}
+
 PX_TARGET_AVX2 static void relu_half_fwd(int64_t n, const uint16_t *x, uint16_t *y, phx_dtype dt)
 {
     const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80;
-    for (int64_t i = 0; i < n; i++) y[i] = (uint16_t)(x[i] - 1u) < inf ? x[i] : 0;
+    for (int64_t i = 0; i < n; i++) y[i] = relu_half_keeps(x[i], inf) ? x[i] : 0;
 }
 
 PX_TARGET_AVX2 static void relu_half_bwd(int64_t n, const uint16_t *x, const uint16_t *dy, uint16_t *dx, phx_dtype dt)
@@ -131,7 +137,7 @@ PX_TARGET_AVX2 static void relu_half_bwd(int64_t n, const uint16_t *x, const uin
     const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80, nan = dt == PHX_F16 ? 0xfe00 : 0xffc0;
     for (int64_t i = 0; i < n; i++) {
         uint16_t d = dy[i], zero = (uint16_t)(d & 0x7fff) >= inf ? nan : (uint16_t)(d & 0x8000);
-        dx[i] = (uint16_t)(x[i] - 1u) < inf ? d : zero;
+        dx[i] = relu_half_keeps(x[i], inf) ? d : zero;
     }
 }
 #endif

@@ -152,8 +152,8 @@ void px_avx512_act_backward(int act, int64_t n, const float *x, const float *y, 
 /* The vector exp (fn 0), tanh (1) and 1 + erf (2) those use, over n
  * floats (t/tensor/isa sweeps them). */
 void px_avx512_math(int fn, int64_t n, const float *in, float *out);
-/* relu on f32, 16 lanes at a time (the same bits as phx_relu: NaN and
- * -0 give +0), with streaming stores when stream is set (activation-avx512.c). */
+/* relu on f32, 16 lanes at a time (the same bits as phx_f_relu: NaN
+ * stays NaN, -0 gives +0), with streaming stores when stream is set (activation-avx512.c). */
 void px_avx512_relu_forward(int64_t n, const float *x, float *y, int stream);
 /* f32 <-> f16/bf16 with the conversion instructions, the same bits as
  * phx_f32_to_f16 and friends (NaN payloads and subnormals fixed up);

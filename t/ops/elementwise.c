@@ -178,6 +178,40 @@ static void where_int_cond(void)
     phx_tensor_free(c), phx_tensor_free(a), phx_tensor_free(b);
 }
 
+/* relu keeps a NaN (PyTorch's relu): a diverged activation is not
+ * hidden as 0; the gradient passes at NaN as threshold_backward does. The
+ * op in each float dtype, and the ReLU module. */
+static void relu_nan(void)
+{
+    int64_t s5[1] = {5}, s15[2] = {1, 5};
+    float xv[5] = {NAN, -NAN, 1, -1, 0}, wv[5] = {2, 3, 4, 5, 6};
+    phx_dtype dts[3] = {PHX_F32, PHX_F16, PHX_BF16};
+    phx_scope *s = phx_scope_begin();
+    for (int d = 0; d < 3; d++) {
+        phx_tensor *x = phx_to_dtype(phx_tensor_from_data(PHX_F32, 1, s5, xv), dts[d]);
+        phx_tensor *w = phx_to_dtype(phx_tensor_from_data(PHX_F32, 1, s5, wv), dts[d]);
+        phx_tensor_set_requires_grad(x, true);
+        phx_tensor *y = phx_relu(x);
+        phx_status st = phx_backward(phx_sum(phx_mul(y, w), 0, NULL, false));
+        double v[5] = {0}, g[5] = {0};
+        for (int i = 0; y && i < 5; i++) phx_tensor_get(y, i, &v[i]);
+        for (int i = 0; st == PHX_OK && i < 5; i++) phx_tensor_get(phx_tensor_grad(x), i, &g[i]);
+        ok(y && isnan(v[0]) && isnan(v[1]) && v[2] == 1 && v[3] == 0 && v[4] == 0,
+           "%s relu(NaN, -NaN, 1, -1, 0) = NaN NaN 1 0 0: %g %g %g %g %g", phx_dtype_name(dts[d]), v[0], v[1], v[2],
+           v[3], v[4]);
+        ok(st == PHX_OK && g[0] == 2 && g[1] == 3 && g[2] == 4 && g[3] == 0 && g[4] == 0,
+           "%s relu's gradient passes at NaN: %g %g %g %g %g", phx_dtype_name(dts[d]), g[0], g[1], g[2], g[3], g[4]);
+    }
+    phx_module *m = phx_relu_new();
+    phx_tensor *y = NULL;
+    phx_module_forward(m, phx_tensor_from_data(PHX_F32, 2, s15, xv), &y);
+    double v0 = 0, v1 = 0;
+    if (y) phx_tensor_get(y, 0, &v0), phx_tensor_get(y, 1, &v1);
+    ok(y && isnan(v0) && isnan(v1), "the ReLU module keeps NaN: %g %g", v0, v1);
+    phx_module_free(m);
+    phx_scope_end(s);
+}
+
 static void errors(void)
 {
     int64_t s23[2] = {2, 3}, s4[1] = {4};
@@ -215,6 +249,7 @@ int main(void)
     half_dtypes();
     large();
     where_int_cond();
+    relu_nan();
     errors();
     gc_ref_free(r);
     return done_testing();

@@ -1,7 +1,8 @@
 /* Activation kernels, forward and backward, against float64 references
  * (the formulas from their definitions) and central finite differences of
  * the float64 forward; f16/bf16 within an ulp of the rounded reference;
- * in-place use; split over 2 threads, the bits of 1; and errors. */
+ * in-place use; split over 2 threads, the bits of 1; relu on NaN on
+ * every path; and errors. */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 #include <stdlib.h>
@@ -55,9 +56,60 @@ static double d_erf1p(double v)
 static float x[N], y[N], dy[N], dx[N];
 static double ref[N];
 
+/* relu as PyTorch: NaN in, NaN out, and the gradient passes there; -0
+ * and 0 give +0 and no gradient. 37 elements: a vector body and a masked
+ * tail, NaNs in both; f32 on each ISA path (AVX-512 also with streaming
+ * stores), f16 and bf16 on the bits. */
+static void relu_nan(const phx_kernels_v1 *K)
+{
+    enum { M = 37 };
+    float xn[M], yn[M], dyn[M], dxn[M];
+    for (int i = 0; i < M; i++) xn[i] = (float)(i % 5) - 2.0f, dyn[i] = 1.0f + (float)i;
+    xn[3] = NAN, xn[20] = -NAN, xn[35] = NAN, xn[7] = -0.0f;
+    for (int path = PX_ISA_GENERIC; path <= PX_ISA_AVX512 + 1; path++) {
+        int p = path > PX_ISA_AVX512 ? PX_ISA_AVX512 : path;
+        const char *pn = path > PX_ISA_AVX512 ? "avx512+streaming" : px_cpu_isa_name(p);
+        if (p > px_cpu_isa_best()) {
+            skip(3, p == PX_ISA_AVX2 ? "this CPU has no AVX2" : "this CPU has no AVX-512");
+            continue;
+        }
+        px_cpu_isa_set(p);
+        px_cpu_stream_set(path > PX_ISA_AVX512 ? 0 : INT64_MAX);
+        int good = 1, gradgood = 1, halfgood = 1;
+        K->act_forward(0, PHX_ACT_RELU, M, xn, yn, PHX_F32);
+        K->act_backward(0, PHX_ACT_RELU, M, xn, yn, dyn, dxn, PHX_F32);
+        for (int i = 0; i < M; i++) {
+            if (isnan(xn[i])) {
+                good &= isnan(yn[i]);
+                gradgood &= dxn[i] == dyn[i];
+            } else {
+                good &= yn[i] == (xn[i] > 0 ? xn[i] : 0.0f) && !signbit(yn[i]);
+                gradgood &= dxn[i] == (xn[i] > 0 ? dyn[i] : 0.0f);
+            }
+        }
+        for (int d = 0; d < 2; d++) {
+            phx_dtype dt = d ? PHX_BF16 : PHX_F16;
+            uint16_t xh[M], yh[M], dyh[M], dxh[M];
+            for (int i = 0; i < M; i++) cu_set(xh, dt, i, xn[i]), cu_set(dyh, dt, i, dyn[i]);
+            K->act_forward(0, PHX_ACT_RELU, M, xh, yh, dt);
+            K->act_backward(0, PHX_ACT_RELU, M, xh, yh, dyh, dxh, dt);
+            for (int i = 0; i < M; i++) {
+                double yv = cu_get(yh, dt, i), gv = cu_get(dxh, dt, i);
+                halfgood &= isnan(xn[i]) ? isnan(yv) && gv == dyn[i]
+                                         : yv == (xn[i] > 0 ? xn[i] : 0.0) && gv == (xn[i] > 0 ? dyn[i] : 0.0);
+            }
+        }
+        ok(good, "%s relu f32: NaN gives NaN, -0 and negatives +0", pn);
+        ok(gradgood, "%s relu backward f32: a NaN input passes dy (PyTorch's threshold_backward)", pn);
+        ok(halfgood, "%s relu f16 and bf16: NaN gives NaN and passes dy", pn);
+    }
+    px_cpu_stream_set(-1);
+    px_cpu_isa_set(px_cpu_isa_best());
+}
+
 int main(void)
 {
-    plan(5 * 5 + 2 * 5 + 4 + 3 + 6);
+    plan(5 * 5 + 2 * 5 + 4 + 3 + 6 + 3 * 4);
     const phx_kernels_v1 *K = cu_kernels();
     /* inputs: a grid over [-8, 8], then extremes and values near 0 */
     for (int i = 0; i < N; i++) x[i] = -8.0f + 16.0f * (float)i / (N - 1), dy[i] = cu_frand(-2, 2);
@@ -188,6 +240,7 @@ int main(void)
         px_threads_set_local(0);
         free(bx), free(bdy), free(o1), free(o2), free(hx), free(h1), free(h2);
     }
+    relu_nan(K);
     /* errors */
     is_int(K->act_forward(0, (phx_activation)7, N, x, y, PHX_F32), PHX_EINVAL, "activation kind 7: EINVAL");
     like(phx_last_error(), "kind 7, expected 0..4", "message names the kind");
