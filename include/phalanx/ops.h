@@ -166,7 +166,8 @@ phx_tensor *phx_log_softmax(const phx_tensor *t, int dim);
 /* ---- Matrices and indexing ---- */
 
 /* torch.matmul: 1-D and 2-D operands as dot/matrix products; batched
- * operands (ndim > 2) broadcast their batch dims. */
+ * operands (ndim > 2) broadcast their batch dims. An empty contracted dim
+ * gives zeros ((2,0) @ (0,3): (2,3) zeros; (0) @ (0): a 0-dim 0). */
 phx_tensor *phx_matmul(const phx_tensor *a, const phx_tensor *b);
 /* Entries idx[j] (i64, 1-D) along dim. */
 phx_tensor *phx_index_select(const phx_tensor *t, int dim, const phx_tensor *idx);

@@ -51,16 +51,18 @@ static phx_tensor *mm_raw(const char *fn, const phx_tensor *x, bool tx, const ph
     if (!c) return NULL;
     int64_t batch = 1, xbatch = 1, ybatch = 1;
     for (int i = 0; i < nb; i++) batch *= shape[i], xbatch *= bx[i], ybatch *= by[i];
-    int64_t lda = xc, ldb = yc, xs = xr * xc, ys = yr * yc;
+    /* leading dims of at least 1: the gemm slot holds an empty operand
+     * ((m, 0), (0, n)) to BLAS's rule too */
+    int64_t lda = xc > 1 ? xc : 1, ldb = yc > 1 ? yc : 1, ldc = n > 1 ? n : 1, xs = xr * xc, ys = yr * yc;
     const char *px = px_tensor_ptr(x), *py = px_tensor_ptr(y);
     char *pc = px_tensor_ptr(c);
     size_t es = phx_dtype_size(x->dtype);
     phx_status st = PHX_OK;
     if (ybatch == 1 && !tx) { /* y has no batch: x's batch folds into its rows */
-        st = k->gemm(dev.index, 0, ty, batch * m, n, kx, 1.0f, px, lda, py, ldb, x->dtype, 0.0f, pc, n, x->dtype);
+        st = k->gemm(dev.index, 0, ty, batch * m, n, kx, 1.0f, px, lda, py, ldb, x->dtype, 0.0f, pc, ldc, x->dtype);
     } else if (xbatch == batch && ybatch == batch && k->gemm_batched) {
-        st = k->gemm_batched(dev.index, tx, ty, m, n, kx, 1.0f, px, lda, xs, py, ldb, ys, x->dtype, 0.0f, pc, n, m * n,
-                             x->dtype, batch);
+        st = k->gemm_batched(dev.index, tx, ty, m, n, kx, 1.0f, px, lda, xs, py, ldb, ys, x->dtype, 0.0f, pc, ldc,
+                             m * n, x->dtype, batch);
     } else {
         int64_t sx[PHX_MAX_DIMS], sy[PHX_MAX_DIMS], acc_x = 1, acc_y = 1;
         for (int i = nb - 1; i >= 0; i--) { /* batch strides in matrices, 0 where broadcast */
@@ -75,8 +77,9 @@ static phx_tensor *mm_raw(const char *fn, const phx_tensor *x, bool tx, const ph
                 r /= shape[i];
                 ox += ci * sx[i], oy += ci * sy[i];
             }
-            st = k->gemm(dev.index, tx, ty, m, n, kx, 1.0f, px + (size_t)(ox * xs) * es, lda,
-                         py + (size_t)(oy * ys) * es, ldb, x->dtype, 0.0f, pc + (size_t)(b * m * n) * es, n, x->dtype);
+            st =
+                k->gemm(dev.index, tx, ty, m, n, kx, 1.0f, px + (size_t)(ox * xs) * es, lda,
+                        py + (size_t)(oy * ys) * es, ldb, x->dtype, 0.0f, pc + (size_t)(b * m * n) * es, ldc, x->dtype);
         }
     }
     if (st) {
@@ -115,8 +118,9 @@ static phx_status matmul_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_gr
     if (px_node_needs(n, 1)) {
         phx_tensor *db;
         if (B->ndim == 2 && nb > 0) { /* B has no batch, so A's is the result's: fold it into rows */
-            int64_t as[2] = {A->numel / A->shape[nb + 1], A->shape[nb + 1]};
-            int64_t gs2[2] = {G->numel / G->shape[nb + 1], G->shape[nb + 1]};
+            int64_t rows = 1; /* A's and G's rows: the batch times m (a product: k or n may be 0) */
+            for (int i = 0; i <= nb; i++) rows *= gs[i];
+            int64_t as[2] = {rows, A->shape[nb + 1]}, gs2[2] = {rows, G->shape[nb + 1]};
             db = mm_raw("matmul", px_view_as(A, 2, as), true, px_view_as(G, 2, gs2), false);
         } else {
             db = mm_raw("matmul", A, true, G, false);

@@ -1,7 +1,7 @@
 /* torch.matmul's cases (dot, vector-matrix, matrix-vector, matrix,
  * batched, batch broadcasting both ways, the folded Linear case): values
  * and gradients against PyTorch 1.13 (t/ref/ops_math.txt) and central
- * differences; bf16; errors. */
+ * differences; bf16; empty operands; errors. */
 #include "t/ops/gradcheck.h"
 
 static phx_tensor *run(void *ctx, int k, phx_tensor *const *in)
@@ -127,6 +127,69 @@ static void steady_state(void)
     phx_rng_free(rng);
 }
 
+/* An empty contracted dim gives zeros, an empty outer dim an empty
+ * result, as torch.matmul (shapes from PyTorch 1.13); the gradients have
+ * the operands' shapes and are zero. Every gemm route: one call (2-D, and
+ * a batch folded into rows), batched, per batch entry (broadcast). */
+static void empty(void)
+{
+    static const struct {
+        int na, nb;
+        int64_t a[4], b[4];
+        const char *want;
+    } cs[] = {
+        {2, 2, {2, 0}, {0, 3}, "(2, 3)"},
+        {2, 2, {2, 3}, {3, 0}, "(2, 0)"},
+        {1, 1, {0}, {0}, "()"},
+        {2, 1, {2, 0}, {0}, "(2,)"},
+        {1, 2, {0}, {0, 3}, "(3,)"},
+        {3, 3, {2, 2, 0}, {2, 0, 3}, "(2, 2, 3)"},
+        {3, 2, {2, 2, 0}, {0, 3}, "(2, 2, 3)"},
+        {3, 2, {2, 2, 3}, {3, 0}, "(2, 2, 0)"},
+        {4, 3, {2, 1, 2, 0}, {3, 0, 4}, "(2, 3, 2, 4)"},
+    };
+    phx_dtype dts[2] = {PHX_F32, PHX_BF16};
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+            phx_scope *s = phx_scope_begin();
+            phx_tensor *a = phx_full(cs[i].na, cs[i].a, 1.0, dts[d], phx_cpu());
+            phx_tensor *b = phx_full(cs[i].nb, cs[i].b, 1.0, dts[d], phx_cpu());
+            phx_tensor_set_requires_grad(a, true), phx_tensor_set_requires_grad(b, true);
+            char sa[64] = "", sb[64] = "", sc[64] = "?", ga[64] = "?", gb[64] = "?";
+            phx_tensor_shape_str(a, sa, sizeof sa), phx_tensor_shape_str(b, sb, sizeof sb);
+            phx_tensor *c = phx_matmul(a, b);
+            const char *err = c ? "" : phx_last_error();
+            int zero = c != NULL;
+            for (int64_t j = 0; c && j < phx_tensor_numel(c); j++) {
+                double v = 1;
+                phx_tensor_get(c, j, &v);
+                zero &= v == 0;
+            }
+            phx_status st = c ? phx_backward(phx_sum(c, 0, NULL, false)) : PHX_EINVAL;
+            phx_tensor *gra = phx_tensor_grad(a), *grb = phx_tensor_grad(b);
+            int gzero = st == PHX_OK && gra && grb;
+            for (int64_t j = 0; gzero && j < phx_tensor_numel(gra); j++) {
+                double v = 1;
+                phx_tensor_get(gra, j, &v);
+                gzero &= v == 0;
+            }
+            for (int64_t j = 0; gzero && j < phx_tensor_numel(grb); j++) {
+                double v = 1;
+                phx_tensor_get(grb, j, &v);
+                gzero &= v == 0;
+            }
+            if (c) phx_tensor_shape_str(c, sc, sizeof sc);
+            if (gra) phx_tensor_shape_str(gra, ga, sizeof ga);
+            if (grb) phx_tensor_shape_str(grb, gb, sizeof gb);
+            ok(c && !strcmp(sc, cs[i].want) && zero, "%s %s @ %s: zeros of shape %s (got %s%s)", phx_dtype_name(dts[d]),
+               sa, sb, cs[i].want, sc, err);
+            ok(gzero && !strcmp(ga, sa) && !strcmp(gb, sb),
+               "%s %s @ %s: zero gradients of shapes %s and %s (got %s, %s)", phx_dtype_name(dts[d]), sa, sb, sa, sb,
+               ga, gb);
+            phx_scope_end(s);
+        }
+}
+
 static void errors(void)
 {
     int64_t s23[2] = {2, 3}, s43[2] = {4, 3}, b1[3] = {2, 2, 3}, b2[3] = {3, 3, 4}, s34[2] = {3, 4};
@@ -150,6 +213,7 @@ int main(void)
     composite();
     bf16();
     steady_state();
+    empty();
     errors();
     gc_ref_free(r);
     return done_testing();

@@ -273,7 +273,7 @@ static int bf16_orientations_agree(int64_t m, int64_t k)
 
 int main(void)
 {
-    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 2 + 7 + 3 + 3);
+    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 2 + 7 + 3 + 3 + 2);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -571,6 +571,16 @@ int main(void)
         is_int(phx_gemm(false, false, 1.0f, A, A, 0.0f, C), PHX_OK, "PHX_CPU_GEMM=auto: accepted");
         unsetenv("PHX_CPU_GEMM");
         phx_tensor_free(A), phx_tensor_free(C);
+    }
+
+    /* 77-78: a leading dim below BLAS's bound, max(1, row length), is
+     * refused naming that bound, also for an empty A (2,0) */
+    {
+        float a0[1] = {0}, b0[6] = {0}, c0[6] = {5, 5, 5, 5, 5, 5};
+        is_int(K->gemm(0, 0, 0, 2, 3, 0, 1.0f, a0, 0, b0, 3, PHX_F32, 0.0f, c0, 3, PHX_F32), PHX_EINVAL,
+               "kernel gemm (2,0) x (0,3) with lda 0: EINVAL");
+        like(phx_last_error(), "lda=0 ldb=3 ldc=3, expected >= 1, 3, 3",
+             "message gives the bound it checks (1 for an empty row)");
     }
     return done_testing();
 }
