@@ -148,7 +148,10 @@ phx_tensor *phx_sigmoid(const phx_tensor *t);
 
 phx_tensor *phx_sum(const phx_tensor *t, int ndim, const int *dims, bool keepdim);
 phx_tensor *phx_mean(const phx_tensor *t, int ndim, const int *dims, bool keepdim);
-/* Variance with `correction` (1: unbiased, PyTorch's default; 0: biased). */
+/* Variance with `correction` (1: unbiased, PyTorch's default; 0: biased):
+ * the sum of squared deviations over max(0, N - correction), so a
+ * correction of N or more gives inf (NaN where the deviations are all 0,
+ * and for an empty reduction), as PyTorch. */
 phx_tensor *phx_var(const phx_tensor *t, int ndim, const int *dims, int64_t correction, bool keepdim);
 /* log(sum(exp(t))) over the dims, computed stably. */
 phx_tensor *phx_logsumexp(const phx_tensor *t, int ndim, const int *dims, bool keepdim);

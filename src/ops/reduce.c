@@ -174,7 +174,8 @@ phx_tensor *phx_logsumexp(const phx_tensor *t, int ndim, const int *dims, bool k
     return reduce("logsumexp", PHX_RED_LOGSUMEXP, t, ndim, dims, keepdim);
 }
 
-/* sum((t - mean(t))^2) / (N - correction), from recorded operations. */
+/* sum((t - mean(t))^2) / max(0, N - correction), from recorded
+ * operations: a correction of N or more divides by 0, as PyTorch. */
 phx_tensor *phx_var(const phx_tensor *t, int ndim, const int *dims, int64_t correction, bool keepdim)
 {
     t = px_autocast_f32(t);
@@ -192,7 +193,7 @@ phx_tensor *phx_var(const phx_tensor *t, int ndim, const int *dims, int64_t corr
     if (!sc) return NULL;
     phx_tensor *d = phx_sub(t, phx_mean(t, ndim, dims, true));
     phx_tensor *s = phx_sum(phx_mul(d, d), ndim, dims, keepdim);
-    s = s ? phx_mul_scalar(s, denom > 0 ? 1.0 / denom : (denom == 0 ? INFINITY : NAN)) : NULL;
+    s = s ? phx_mul_scalar(s, denom > 0 ? 1.0 / denom : INFINITY) : NULL;
     return px_scope_keep(sc, s);
 }
 

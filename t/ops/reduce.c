@@ -187,6 +187,32 @@ static void half_dtypes(void)
     phx_rng_free(rng);
 }
 
+/* torch.var divides by max(0, N - correction): a correction of N or more
+ * gives inf for spread values, NaN for equal ones (0 / 0); values from
+ * PyTorch 1.13. */
+static void var_large_correction(void)
+{
+    int64_t s3[1] = {3}, s23[2] = {2, 2};
+    float xv[3] = {1, 2, 4}, cv[3] = {3, 3, 3}, mv[4] = {1, 2, 1, 5};
+    phx_scope *s = phx_scope_begin();
+    phx_tensor *x = phx_tensor_from_data(PHX_F32, 1, s3, xv), *c = phx_tensor_from_data(PHX_F32, 1, s3, cv);
+    phx_tensor *m = phx_tensor_from_data(PHX_F32, 2, s23, mv);
+    double v[6] = {0, 0, 0, 0, 0, 0};
+    int64_t corr[4] = {2, 3, 4, 5};
+    for (int i = 0; i < 4; i++) {
+        phx_tensor *y = phx_var(x, 0, NULL, corr[i], false);
+        if (y) phx_tensor_get(y, 0, &v[i]);
+    }
+    ok(fabs(v[0] - 14.0 / 3) < 1e-5 && isinf(v[1]) && v[1] > 0 && isinf(v[2]) && v[2] > 0 && isinf(v[3]) && v[3] > 0,
+       "var of (1, 2, 4) with correction 2, 3, 4, 5: 4.667 inf inf inf (got %g %g %g %g)", v[0], v[1], v[2], v[3]);
+    phx_tensor *yc = phx_var(c, 0, NULL, 4, false), *ym = phx_var(m, 1, (int[]){1}, 3, false);
+    if (yc) phx_tensor_get(yc, 0, &v[4]);
+    ok(yc && isnan(v[4]), "var of (3, 3, 3) with correction 4: NaN (0 / 0; got %g)", v[4]);
+    if (ym) phx_tensor_get(ym, 0, &v[4]), phx_tensor_get(ym, 1, &v[5]);
+    ok(ym && isinf(v[4]) && isinf(v[5]), "var over dim 1 of (2,2) with correction 3: inf inf (got %g %g)", v[4], v[5]);
+    phx_scope_end(s);
+}
+
 static void errors(void)
 {
     int64_t sh[2] = {2, 3}, z[2] = {2, 0};
@@ -215,6 +241,7 @@ int main(void)
     nan_and_ties();
     large();
     half_dtypes();
+    var_large_correction();
     errors();
     gc_ref_free(r);
     return done_testing();
