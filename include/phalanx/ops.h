@@ -60,8 +60,9 @@ phx_tensor *phx_transpose(const phx_tensor *t, int d0, int d1);
 /* t itself, with one more reference handed to the scope (every tensor is
  * contiguous): for code written against PyTorch's idiom. */
 phx_tensor *phx_contiguous(const phx_tensor *t);
-/* Elements start .. start+length-1 along dim. A view when every dim
- * before dim has size 1, else a copy. */
+/* Elements start .. start+length-1 along dim; start in -size .. size (a
+ * negative start counts from the end), 0 <= length <= size - start. A
+ * view when every dim before dim has size 1, else a copy. */
 phx_tensor *phx_narrow(const phx_tensor *t, int dim, int64_t start, int64_t length);
 /* Every step-th element from start up to end (exclusive) along dim, as
  * t[..., start:end:step] (negative start/end count from the end; step
@@ -144,7 +145,10 @@ phx_tensor *phx_gelu(const phx_tensor *t, bool tanh_approx);
 phx_tensor *phx_tanh(const phx_tensor *t);
 phx_tensor *phx_sigmoid(const phx_tensor *t);
 
-/* ---- Reductions over dims (ndim 0: every dim), keepdim as PyTorch ---- */
+/* ---- Reductions over dims (ndim 0: every dim), keepdim as PyTorch ----
+ *
+ * Here a 0-dim t takes dim 0 or -1 as PyTorch: the result is 0-dim (the
+ * value itself; index 0; softmax 1, log_softmax 0). */
 
 phx_tensor *phx_sum(const phx_tensor *t, int ndim, const int *dims, bool keepdim);
 phx_tensor *phx_mean(const phx_tensor *t, int ndim, const int *dims, bool keepdim);

@@ -45,7 +45,8 @@ phx_status px_op_float(const char *fn, const char *name, const phx_tensor *t)
 phx_status px_op_dim(const char *fn, const phx_tensor *t, int ndim, int dim, int *out)
 {
     int d = dim < 0 ? dim + ndim : dim;
-    if (d < 0 || d >= ndim || ndim == 0) {
+    if (ndim == 0) return phx_error(PHX_EINVAL, "%s: dim %d given for a 0-dim tensor, which has no dims", fn, dim);
+    if (d < 0 || d >= ndim) {
         char s[64];
         return phx_error(PHX_EINVAL, "%s: dim %d is out of range for a tensor of shape %s (expected %d .. %d)", fn, dim,
                          phx_tensor_shape_str(t, s, sizeof s), -ndim, ndim - 1);

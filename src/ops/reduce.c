@@ -13,13 +13,13 @@ phx_status px_dims_mask(const char *fn, const phx_tensor *t, int ndim, const int
     unsigned m = 0;
     if (ndim < 0 || (ndim > 0 && !dims))
         return phx_error(PHX_EINVAL, "%s: %d dims given (dims %s), expected >= 0", fn, ndim, dims ? "set" : "NULL");
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++) { /* a 0-dim t takes dim 0 or -1, as PyTorch: its one element */
         int d;
-        if (px_op_dim(fn, t, t->ndim, dims[i], &d)) return PHX_EINVAL;
+        if (px_op_dim(fn, t, t->ndim ? t->ndim : 1, dims[i], &d)) return PHX_EINVAL;
         if (m & (1u << d)) return phx_error(PHX_EINVAL, "%s: dim %d appears twice in the dims", fn, dims[i]);
         m |= 1u << d;
     }
-    *mask = ndim == 0 ? (t->ndim ? (1u << t->ndim) - 1 : 0) : m;
+    *mask = t->ndim == 0 ? 0 : ndim == 0 ? (1u << t->ndim) - 1 : m;
     return PHX_OK;
 }
 
@@ -279,11 +279,41 @@ static phx_status select_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_gr
     return in_grads[0] ? PHX_OK : PHX_EINVAL;
 }
 
+/* A 0-dim t as the (1,) it holds (a recorded reshape), for the ops along
+ * one dim: PyTorch takes dim 0 or -1 there and gives a 0-dim result.
+ * *is_scalar: 0 when t is not 0-dim (NULL returned), 1 when it is and dim
+ * is one of those, -1 (NULL, error set) otherwise. */
+static phx_tensor *scalar_as_1d(const char *fn, const phx_tensor *t, int dim, int *is_scalar)
+{
+    int d;
+    *is_scalar = 0;
+    if (!t || t->ndim != 0) return NULL;
+    if (px_op_dim(fn, t, 1, dim, &d)) {
+        *is_scalar = -1;
+        return NULL;
+    }
+    int64_t one = 1;
+    phx_tensor *v = phx_reshape(t, 1, &one);
+    *is_scalar = v ? 1 : -1;
+    return v;
+}
+
 static phx_tensor *select_op(const char *fn, int op, const phx_tensor *t, int dim, bool keepdim, phx_tensor **indices)
 {
     phx_tensor *ix = NULL;
     int d = 0;
     if (indices) *indices = NULL;
+    if (t && t->ndim == 0) { /* the scalar itself, index 0 */
+        phx_scope *s = phx_scope_begin();
+        if (!s) return NULL;
+        int is_scalar;
+        phx_tensor *v = scalar_as_1d(fn, t, dim, &is_scalar);
+        phx_tensor *y = v ? select_op(fn, op, v, 0, false, indices) : NULL;
+        if (y && indices) phx_tensor_retain(*indices);
+        y = px_scope_keep(s, y);
+        if (y && indices) px_scope_own(*indices);
+        return y;
+    }
     phx_scope *s = phx_scope_begin(); /* ix goes with it unless wanted or saved */
     if (!s) return NULL;
     phx_tensor *y = select_raw(fn, op, t, dim, keepdim, &ix, &d);
@@ -314,10 +344,13 @@ phx_tensor *phx_min_dim(const phx_tensor *t, int dim, bool keepdim, phx_tensor *
 phx_tensor *phx_argmax(const phx_tensor *t, int dim, bool keepdim)
 {
     phx_tensor *ix = NULL;
-    int d;
+    int d, is_scalar;
     phx_scope *s = phx_scope_begin(); /* the values go with it */
     if (!s) return NULL;
-    if (!select_raw("argmax", PHX_RED_MAX, t, dim, keepdim, &ix, &d))
+    phx_tensor *v = scalar_as_1d("argmax", t, dim, &is_scalar); /* a 0-dim t: index 0 */
+    if (is_scalar < 0 ||
+        !select_raw("argmax", PHX_RED_MAX, is_scalar ? v : t, is_scalar ? 0 : dim, is_scalar ? false : keepdim, &ix,
+                    &d))
         ix = NULL;
     else if (ix)
         px_mark_nondiff("argmax", 1, &t, ix);
@@ -354,6 +387,13 @@ static phx_status softmax_bwd(px_node *n, const phx_tensor *g, phx_tensor **in_g
 
 static phx_tensor *softmax(const char *fn, int log, const phx_tensor *t, int dim)
 {
+    if (t && t->ndim == 0) { /* over its one element: 1 (log: 0), gradient 0 */
+        phx_scope *s = phx_scope_begin();
+        if (!s) return NULL;
+        int is_scalar;
+        phx_tensor *v = scalar_as_1d(fn, t, dim, &is_scalar);
+        return px_scope_keep(s, v ? phx_reshape(softmax(fn, log, v, 0), 0, NULL) : NULL);
+    }
     const phx_tensor *in[1] = {t};
     int d;
     if (px_op_inputs(fn, 1, in, (const char *const[]){"t"}) || px_op_float(fn, "t", t) ||

@@ -234,7 +234,12 @@ phx_tensor *phx_permute(const phx_tensor *t, int ndim, const int *dims)
     static const char *const names[] = {"t"};
     if (px_op_inputs(fn, 1, &t, names)) return NULL;
     char a[64];
-    if (ndim != t->ndim || (ndim > 0 && !dims)) {
+    if (ndim > 0 && !dims) {
+        phx_error(PHX_EINVAL, "%s: dims is NULL with ndim %d, expected an array of %d dims for a tensor of shape %s",
+                  fn, ndim, t->ndim, phx_tensor_shape_str(t, a, sizeof a));
+        return NULL;
+    }
+    if (ndim != t->ndim) {
         phx_error(PHX_EINVAL, "%s: %d dims given for a tensor of shape %s, expected %d", fn, ndim,
                   phx_tensor_shape_str(t, a, sizeof a), t->ndim);
         return NULL;
@@ -333,15 +338,23 @@ phx_tensor *phx_narrow(const phx_tensor *t, int dim, int64_t start, int64_t leng
     int d;
     if (px_op_inputs(fn, 1, &t, names) || px_op_dim(fn, t, t->ndim, dim, &d)) return NULL;
     int64_t size = t->shape[d];
-    if (start < 0 && start >= -size) start += size; /* torch counts a negative start from the end */
-    if (start < 0 || start > size || length < 0 || length > size - start) {
-        char a[64];
+    char a[64];
+    if (start < -size || start > size) {
         phx_error(PHX_EINVAL,
-                  "%s: start %" PRId64 ", length %" PRId64 " along dim %d of a tensor of shape %s, expected "
-                  "0 <= start <= start + length <= %" PRId64,
-                  fn, start, length, dim, phx_tensor_shape_str(t, a, sizeof a), size);
+                  "%s: start %" PRId64 " along dim %d of a tensor of shape %s, expected -%" PRId64
+                  " <= start <= %" PRId64 " (a negative start counts from the end)",
+                  fn, start, dim, phx_tensor_shape_str(t, a, sizeof a), size, size);
         return NULL;
     }
+    int64_t from = start < 0 ? start + size : start; /* torch counts a negative start from the end */
+    if (length < 0 || length > size - from) {
+        phx_error(PHX_EINVAL,
+                  "%s: length %" PRId64 " from start %" PRId64 " along dim %d of a tensor of shape %s, expected "
+                  "0 <= length <= %" PRId64,
+                  fn, length, start, dim, phx_tensor_shape_str(t, a, sizeof a), size - from);
+        return NULL;
+    }
+    start = from;
     return slice_impl(fn, "narrow", t, d, start, length, 1);
 }
 
@@ -370,7 +383,8 @@ phx_tensor *phx_slice(const phx_tensor *t, int dim, int64_t start, int64_t end, 
 /* PHX_OK when every ts[i] is there, on ts[0]'s device with its dtype. */
 static phx_status check_many(const char *fn, int n, const phx_tensor *const *ts)
 {
-    if (n < 1 || !ts) return phx_error(PHX_EINVAL, "%s: %d tensors, expected at least 1", fn, n);
+    if (!ts) return phx_error(PHX_EINVAL, "%s: ts is NULL (n %d), expected an array of n tensors", fn, n);
+    if (n < 1) return phx_error(PHX_EINVAL, "%s: %d tensors, expected at least 1", fn, n);
     for (int i = 0; i < n; i++)
         if (!ts[i]) return phx_last_error()[0] ? PHX_EINVAL : phx_error(PHX_EINVAL, "%s: ts[%d] is NULL", fn, i);
     for (int i = 1; i < n; i++) {
@@ -545,12 +559,18 @@ static int split_impl(const char *fn, const phx_tensor *t, int64_t size, int d, 
 {
     int64_t len = t->shape[d];
     int64_t count = len == 0 ? empty : (len + size - 1) / size;
-    if (count > max_out || (count > 0 && !out)) {
-        char a[64];
+    char a[64];
+    if (count > 0 && !out) {
+        phx_error(PHX_EINVAL,
+                  "%s: out is NULL, expected room for the %" PRId64 " pieces of a tensor of shape %s along dim %d", fn,
+                  count, phx_tensor_shape_str(t, a, sizeof a), d);
+        return -1;
+    }
+    if (count > max_out) {
         phx_error(PHX_EINVAL,
                   "%s: a tensor of shape %s splits into %" PRId64 " pieces along dim %d, out has room "
                   "for %d",
-                  fn, phx_tensor_shape_str(t, a, sizeof a), count, d, out ? max_out : 0);
+                  fn, phx_tensor_shape_str(t, a, sizeof a), count, d, max_out);
         return -1;
     }
     for (int64_t i = 0; i < count; i++) {

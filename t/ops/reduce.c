@@ -213,6 +213,51 @@ static void var_large_correction(void)
     phx_scope_end(s);
 }
 
+/* A 0-dim tensor takes dim 0 and -1 as PyTorch (its one element): sum and
+ * mean give it back (gradient 1), softmax 1 and log_softmax 0 (gradient
+ * 0), max_dim the value and index 0, argmax 0; another dim is refused
+ * with the range -1 .. 0. */
+static void scalar_dims(void)
+{
+    phx_scope *s = phx_scope_begin();
+    int d0 = 0, dm1 = -1, d1 = 1, dd[2] = {0, -1};
+    const char *names[6] = {"sum(dim 0)",          "mean(dim -1, keepdim)",   "softmax(dim 0)",
+                            "log_softmax(dim -1)", "max_dim(dim 0, keepdim)", "min_dim(dim -1)"};
+    double want[6] = {2.5, 2.5, 1, 0, 2.5, 2.5}, wantg[6] = {1, 1, 0, 0, 1, 1};
+    for (int k = 0; k < 6; k++) {
+        phx_tensor *x = phx_full(0, NULL, 2.5, PHX_F32, phx_cpu()), *ix = NULL;
+        phx_tensor_set_requires_grad(x, true);
+        phx_tensor *y = k == 0 ? phx_sum(x, 1, &d0, false)
+            : k == 1           ? phx_mean(x, 1, &dm1, true)
+            : k == 2           ? phx_softmax(x, 0)
+            : k == 3           ? phx_log_softmax(x, -1)
+            : k == 4           ? phx_max_dim(x, 0, true, &ix)
+                               : phx_min_dim(x, -1, false, NULL);
+        double v = NAN, g = NAN, iv = 0;
+        const char *err = y ? "" : phx_last_error();
+        if (y) phx_tensor_get(y, 0, &v);
+        if (ix) phx_tensor_get(ix, 0, &iv);
+        if (y && phx_backward(y) == PHX_OK && phx_tensor_grad(x)) phx_tensor_get(phx_tensor_grad(x), 0, &g);
+        ok(y && phx_tensor_ndim(y) == 0 && v == want[k] && g == wantg[k] &&
+               (!ix || (phx_tensor_ndim(ix) == 0 && iv == 0)),
+           "0-dim %s: %g, gradient %g (got %g, %g%s)", names[k], want[k], wantg[k], v, g, err);
+    }
+    phx_tensor *x = phx_full(0, NULL, 2.5, PHX_F32, phx_cpu());
+    phx_tensor *am = phx_argmax(x, 0, true);
+    double iv = -1;
+    if (am) phx_tensor_get(am, 0, &iv);
+    ok(am && phx_tensor_ndim(am) == 0 && iv == 0, "0-dim argmax(dim 0): index 0");
+    ok(!phx_sum(x, 1, &d1, false) && strstr(phx_last_error(), "dim 1") && strstr(phx_last_error(), "expected -1 .. 0"),
+       "0-dim sum over dim 1 is refused with the range taken: %s", phx_last_error());
+    ok(!phx_sum(x, 2, dd, false) && strstr(phx_last_error(), "twice"),
+       "0-dim sum over dims 0 and -1: the same dim twice: %s", phx_last_error());
+    ok(!phx_softmax(x, 1) && strstr(phx_last_error(), "expected -1 .. 0"), "0-dim softmax over dim 1 is refused: %s",
+       phx_last_error());
+    ok(!phx_argmax(x, -2, false) && strstr(phx_last_error(), "expected -1 .. 0"),
+       "0-dim argmax over dim -2 is refused: %s", phx_last_error());
+    phx_scope_end(s);
+}
+
 static void errors(void)
 {
     int64_t sh[2] = {2, 3}, z[2] = {2, 0};
@@ -242,6 +287,7 @@ int main(void)
     large();
     half_dtypes();
     var_large_correction();
+    scalar_dims();
     errors();
     gc_ref_free(r);
     return done_testing();

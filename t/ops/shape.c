@@ -159,6 +159,26 @@ int main(void)
     phx_tensor *pieces[2];
     ok(phx_split(x, 1, 2, pieces, 2) == -1 && strstr(phx_last_error(), "4 pieces"), "split with too little room: %s",
        phx_last_error());
+    /* messages say what is wrong: a NULL array, the bounds accepted */
+    phx_error_clear();
+    ok(!phx_cat(2, NULL, 0) && strstr(phx_last_error(), "ts is NULL"), "cat of a NULL array says so: %s",
+       phx_last_error());
+    phx_error_clear();
+    ok(!phx_permute(x, 3, NULL) && strstr(phx_last_error(), "dims is NULL"), "permute with NULL dims says so: %s",
+       phx_last_error());
+    ok(phx_split(x, 1, 2, NULL, 4) == -1 && strstr(phx_last_error(), "out is NULL"),
+       "split into a NULL out says so: %s", phx_last_error());
+    ok(!phx_narrow(x, 0, 5, 1) && strstr(phx_last_error(), "expected -2 <= start <= 2"),
+       "narrow's start error gives the range accepted, negatives included: %s", phx_last_error());
+    ok(!phx_narrow(x, 2, -3, 4) && strstr(phx_last_error(), "length 4 from start -3") &&
+           strstr(phx_last_error(), "0 <= length <= 3"),
+       "narrow's length error gives the room left after start: %s", phx_last_error());
+    phx_tensor *n3 = phx_narrow(x, 2, -3, 3);
+    ok(n3 && phx_tensor_dim(n3, 2) == 3, "narrow from start -3 of 4, length 3, is accepted (torch)");
+    phx_tensor *s0 = phx_tensor_zeros(PHX_F32, 0, NULL, phx_cpu());
+    ok(!phx_transpose(s0, 0, 0) && strstr(phx_last_error(), "0-dim tensor, which has no dims"),
+       "a dim of a 0-dim tensor where none is taken: %s", phx_last_error());
+    phx_tensor_free(s0);
     phx_tensor *pc[4];
     ok(phx_chunk(x, 3, 2, pc, 4) == 2 && phx_tensor_dim(pc[1], 2) == 2, "chunk(3) of 4 gives 2 pieces of 2 (torch)");
     phx_tensor *empty = phx_tensor_zeros(PHX_F32, 2, (int64_t[]){0, 2}, phx_cpu());
