@@ -187,6 +187,7 @@ static int sample(phx_module *m, const unsigned char *vocab, int V, const opts *
     phx_module_train(m, false);
     printf("--- sample (temperature %.2f, top-k %d) ---\n%s", o->temperature, o->top_k, o->prompt);
     int rc = 0;
+    bool grad_was = phx_set_grad_enabled(false); /* no graph while sampling (and a plain view of the logits) */
     for (int i = 0; i < o->sample && rc == 0; i++) {
         int64_t T = (int64_t)n < o->context ? (int64_t)n : o->context, shape[2] = {1, T};
         memcpy(idx, ctx + n - (size_t)T, (size_t)T * sizeof *idx);
@@ -234,6 +235,7 @@ static int sample(phx_module *m, const unsigned char *vocab, int V, const opts *
         ctx[n++] = pick;
         putchar(vocab[pick]);
     }
+    phx_set_grad_enabled(grad_was);
     printf("\n--- end of sample ---\n");
     fflush(stdout);
     free(ctx);

@@ -39,7 +39,12 @@ phx_tensor *phx_tensor_from_data(phx_dtype dt, int ndim, const int64_t *shape, c
 
 /* A view of base's storage: numel(shape) elements starting offset elements
  * past base's first element; must lie inside base. The view keeps the
- * storage alive: base and view may be freed in any order. */
+ * storage alive: base and view may be freed in any order. It records no
+ * gradient (requires_grad 0), so a base that requires a gradient is
+ * refused (NULL, PHX_EINVAL) while grad mode is on, rather than cut the
+ * graph silently: use the differentiable views phx_reshape, phx_narrow or
+ * phx_slice, or view under phx_set_grad_enabled(false) or a
+ * phx_tensor_detach of base. */
 phx_tensor *phx_tensor_view(const phx_tensor *base, int64_t offset, int ndim, const int64_t *shape);
 
 /* Adds a reference to the handle; returns t. */

@@ -64,7 +64,7 @@ phx_tensor *phx_tensor_detach(const phx_tensor *t)
         if (!phx_last_error()[0]) phx_error(PHX_EINVAL, "phx_tensor_detach: tensor is NULL");
         return NULL;
     }
-    return px_scope_own(phx_tensor_view(t, 0, t->ndim, t->shape));
+    return px_scope_own(px_tensor_view(t, 0, t->ndim, t->shape));
 }
 
 void px_tensor_bump_version(const phx_tensor *t)

@@ -19,7 +19,7 @@ phx_status px_ldev_init(px_ldev *d, phx_device dev, const phx_field *fields, int
             if (!(d->full[b][f] = phx_tensor_new(fields[f].dtype, fields[f].ndim + 1, shape, dev)))
                 return PHX_ENOMEM; /* phx_tensor_new's message says which */
             shape[0] = last;
-            if (last && !(d->part[b][f] = phx_tensor_view(d->full[b][f], 0, fields[f].ndim + 1, shape)))
+            if (last && !(d->part[b][f] = px_tensor_view(d->full[b][f], 0, fields[f].ndim + 1, shape)))
                 return PHX_ENOMEM;
         }
     phx_status st = d->t->stream_create(dev.index, &d->stream);

@@ -209,7 +209,7 @@ static phx_status alloc_slots(phx_loader *l)
             if (l->last) {
                 int64_t shape[PHX_MAX_DIMS] = {l->last};
                 for (int d = 0; d < fl->ndim; d++) shape[d + 1] = fl->shape[d];
-                if (!(s->part[f] = phx_tensor_view(s->full[f], 0, fl->ndim + 1, shape))) return PHX_ENOMEM;
+                if (!(s->part[f] = px_tensor_view(s->full[f], 0, fl->ndim + 1, shape))) return PHX_ENOMEM;
             }
         }
         for (int f = 0; l->o.collate && f < l->nf_in; f++)

@@ -119,7 +119,7 @@ phx_status px_ddp_install(px_ddp *d, const px_assignment *a)
             size_t i = a->order[a->start[b] + j];
             phx_tensor *g = phx_param_grad(d->params[i]);
             int64_t numel = phx_tensor_numel(g); /* set_grad below releases g */
-            phx_tensor *v = phx_tensor_view(k->flat, off, phx_tensor_ndim(g), phx_tensor_shape(g));
+            phx_tensor *v = px_tensor_view(k->flat, off, phx_tensor_ndim(g), phx_tensor_shape(g));
             if (!v)
                 st = PHX_ENOMEM;
             else if ((st = phx_param_set_grad(d->params[i], v)) == PHX_OK)

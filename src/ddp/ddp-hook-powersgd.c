@@ -216,9 +216,9 @@ static phx_status layout(phx_powersgd_state *s, psgd_bucket *k, const phx_comm_h
         psgd_mat *m = &k->mats[j];
         if (!m->compress) continue;
         int64_t ms[2] = {m->rows, m->cols}, ps[2] = {m->rows, m->r}, qs[2] = {m->cols, m->r};
-        m->mv = phx_tensor_view(b->buffer, m->off, 2, ms);
-        m->pv = phx_tensor_view(k->pu, k->n_unc + m->p_off, 2, ps);
-        m->qv = phx_tensor_view(k->q, m->q_off, 2, qs);
+        m->mv = px_tensor_view(b->buffer, m->off, 2, ms);
+        m->pv = px_tensor_view(k->pu, k->n_unc + m->p_off, 2, ps);
+        m->qv = px_tensor_view(k->q, m->q_off, 2, qs);
         if (!m->mv || !m->pv || !m->qv) return PHX_ENOMEM;
     }
     k->numel = numel;

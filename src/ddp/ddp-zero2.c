@@ -34,10 +34,10 @@ phx_status px_ddp_zero2_bucket(px_ddp *d, px_bucket *k)
     int64_t n_before = r * block, n_after = len - (r + 1) * block, n_pad = len - k->numel;
     k->block = block;
     k->out = phx_tensor_zeros(PHX_F32, 1, &block, phx_tensor_device(k->flat));
-    k->mine = phx_tensor_view(k->flat, n_before, 1, &block);
-    if (n_before > 0) k->before = phx_tensor_view(k->flat, 0, 1, &n_before);
-    if (n_after > 0) k->after = phx_tensor_view(k->flat, (r + 1) * block, 1, &n_after);
-    if (n_pad > 0) k->pad = phx_tensor_view(k->flat, k->numel, 1, &n_pad);
+    k->mine = px_tensor_view(k->flat, n_before, 1, &block);
+    if (n_before > 0) k->before = px_tensor_view(k->flat, 0, 1, &n_before);
+    if (n_after > 0) k->after = px_tensor_view(k->flat, (r + 1) * block, 1, &n_after);
+    if (n_pad > 0) k->pad = px_tensor_view(k->flat, k->numel, 1, &n_pad);
     if (!k->out || !k->mine || (n_before > 0 && !k->before) || (n_after > 0 && !k->after) || (n_pad > 0 && !k->pad)) {
         px_ddp_zero2_bucket_free(k);
         return PHX_ENOMEM;

@@ -120,7 +120,7 @@ static phx_status make_rows(px_dp *d, const phx_tensor *base, bool out, int pass
         int64_t shape[PHX_MAX_DIMS];
         memcpy(shape, base->shape, sizeof shape);
         shape[0] = r->rows;
-        if (!(*rows_slot(r, out, pass) = phx_tensor_view(base, r->row0 * row, base->ndim, shape))) return PHX_ENOMEM;
+        if (!(*rows_slot(r, out, pass) = px_tensor_view(base, r->row0 * row, base->ndim, shape))) return PHX_ENOMEM;
     }
     key_set(key, base);
     return PHX_OK;
@@ -233,7 +233,7 @@ static phx_status share_value(phx_param *rp, phx_tensor *mv)
         phx_param_touch(rp); /* same storage, new values: refresh low-precision copies */
         return PHX_OK;
     }
-    phx_tensor *v = phx_tensor_view(mv, 0, mv->ndim, mv->shape);
+    phx_tensor *v = px_tensor_view(mv, 0, mv->ndim, mv->shape);
     if (!v) return PHX_ENOMEM;
     phx_status st = phx_param_set_value(rp, v);
     phx_tensor_free(v);
@@ -634,7 +634,7 @@ static phx_status make_replica(px_dp *d, size_t i)
     if (total > 0 && !(r->grad = phx_tensor_zeros(PHX_F32, 1, &total, r->dev))) return PHX_ENOMEM;
     for (size_t j = 0; j < d->n_params; j++) {
         phx_param *rp = r->params[j];
-        phx_tensor *g = phx_tensor_view(r->grad, d->off[j], rp->value->ndim, rp->value->shape);
+        phx_tensor *g = px_tensor_view(r->grad, d->off[j], rp->value->ndim, rp->value->shape);
         phx_status st = g ? phx_param_set_grad(rp, g) : PHX_ENOMEM;
         phx_tensor_free(g);
         if (st != PHX_OK) return st;

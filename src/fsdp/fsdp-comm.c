@@ -237,7 +237,7 @@ phx_status px_fsdp_settle_nonfinite(px_fsdp *f)
     for (size_t k = 0; k < f->n_units && st == PHX_OK && found != 0; k++) {
         int64_t n = block_valid(&f->units[k], f->rank);
         if (n == 0) continue;
-        phx_tensor *v = phx_tensor_view(f->units[k].shard_g, 0, 1, &n);
+        phx_tensor *v = px_tensor_view(f->units[k].shard_g, 0, 1, &n);
         st = v ? phx_tensor_fill(v, NAN) : PHX_ENOMEM;
         phx_tensor_free(v);
     }

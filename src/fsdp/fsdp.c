@@ -238,7 +238,7 @@ static phx_status fsdp_set_train(phx_module *self, bool training)
  * element off, dropping its own. */
 static phx_status repoint(phx_tensor *t, phx_tensor *full, int64_t off)
 {
-    phx_tensor *tmp = phx_tensor_view(full, 0, 1, &full->numel);
+    phx_tensor *tmp = px_tensor_view(full, 0, 1, &full->numel);
     if (!tmp) return PHX_ENOMEM;
     px_storage *old = t->storage;
     t->storage = tmp->storage;
@@ -397,11 +397,11 @@ static phx_status shard_unit(px_fsdp *f, size_t k)
     phx_status st = PHX_OK;
     for (size_t j = 0; j < u->n_params && st == PHX_OK; j++) {
         phx_tensor *v = f->params[u->params[j]]->value;
-        phx_tensor *dst = phx_tensor_view(u->full_v, u->offs[j], 1, &v->numel);
+        phx_tensor *dst = px_tensor_view(u->full_v, u->offs[j], 1, &v->numel);
         st = dst ? phx_tensor_copy(dst, v) : PHX_ENOMEM;
         phx_tensor_free(dst);
     }
-    phx_tensor *mine = st == PHX_OK ? phx_tensor_view(u->full_v, (int64_t)f->rank * u->block, 1, &u->block) : NULL;
+    phx_tensor *mine = st == PHX_OK ? px_tensor_view(u->full_v, (int64_t)f->rank * u->block, 1, &u->block) : NULL;
     if (st == PHX_OK) st = mine ? phx_tensor_copy(u->shard_v, mine) : PHX_ENOMEM;
     phx_tensor_free(mine);
     for (size_t j = 0; j < u->n_params && st == PHX_OK; j++) {

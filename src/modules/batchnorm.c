@@ -110,8 +110,8 @@ static phx_status ensure_stats(batchnorm *B, phx_device dev)
     phx_tensor_free(B->mean), phx_tensor_free(B->var), phx_tensor_free(B->stats);
     B->mean = B->var = NULL;
     int64_t row = 2 * B->c + 1;
-    if (!(B->stats = phx_tensor_zeros(PHX_F32, 1, &row, dev)) || !(B->mean = phx_tensor_view(B->stats, 0, 1, &B->c)) ||
-        !(B->var = phx_tensor_view(B->stats, B->c, 1, &B->c)))
+    if (!(B->stats = phx_tensor_zeros(PHX_F32, 1, &row, dev)) || !(B->mean = px_tensor_view(B->stats, 0, 1, &B->c)) ||
+        !(B->var = px_tensor_view(B->stats, B->c, 1, &B->c)))
         return PHX_ENOMEM;
     return PHX_OK;
 }

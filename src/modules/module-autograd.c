@@ -84,7 +84,7 @@ phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tenso
          * forward-only model: that output's graph is the model's, which
          * the wrapper's backward runs. The wrapper's node goes on an
          * alias it keeps until its next forward. */
-        phx_tensor *alias = phx_tensor_view(*y, 0, (*y)->ndim, (*y)->shape);
+        phx_tensor *alias = px_tensor_view(*y, 0, (*y)->ndim, (*y)->shape);
         if (!alias || px_scope_take_one(alias, &m->owned, &m->n_owned, &m->cap_owned) != PHX_OK) return PHX_ENOMEM;
         *y = alias;
     } else if (*y != x && !(*y)->param) {
@@ -133,7 +133,7 @@ phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tens
     if (px_recording() && !x->requires_grad && phx_dtype_is_float(x->dtype)) {
         /* A leaf standing for the input, so phx_module_backward can give
          * dx; its gradient is computed only when dx is asked for. */
-        cap = phx_tensor_view(x, 0, x->ndim, x->shape);
+        cap = px_tensor_view(x, 0, x->ndim, x->shape);
         if (!cap) {
             px_recording_restore(prev);
             phx_scope_end(s);

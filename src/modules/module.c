@@ -36,7 +36,7 @@ phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, p
         b->view = NULL;
         b->store = s = ns;
     }
-    phx_tensor *nv = phx_tensor_view(s, 0, ndim, shape);
+    phx_tensor *nv = px_tensor_view(s, 0, ndim, shape);
     if (!nv) return PHX_ENOMEM;
     phx_tensor_free(b->view);
     b->view = nv;

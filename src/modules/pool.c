@@ -213,7 +213,7 @@ static phx_status flat_view(phx_tensor **slot, const phx_tensor *t, int ndim, co
     if (v && v->storage == t->storage && v->offset == t->offset && v->ndim == ndim &&
         memcmp(v->shape, shape, (size_t)ndim * sizeof *shape) == 0 && v->dtype == t->dtype)
         return PHX_OK;
-    if (!(v = phx_tensor_view(t, 0, ndim, shape))) return PHX_ENOMEM;
+    if (!(v = px_tensor_view(t, 0, ndim, shape))) return PHX_ENOMEM;
     phx_tensor_free(*slot);
     *slot = v;
     return PHX_OK;

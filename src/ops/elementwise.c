@@ -45,7 +45,7 @@ phx_tensor *px_scope_keep(phx_scope *s, phx_tensor *y)
 
 int px_node_save_out(px_node *n, const phx_tensor *y)
 {
-    phx_tensor *v = phx_tensor_view(y, 0, y->ndim, y->shape);
+    phx_tensor *v = px_tensor_view(y, 0, y->ndim, y->shape);
     if (!v) return -1;
     int i = px_node_save(n, v);
     phx_tensor_free(v);
@@ -64,7 +64,7 @@ phx_tensor *px_scalar_new(const char *fn, double v, phx_dtype dt, phx_device dev
 
 phx_tensor *px_view_as(const phx_tensor *t, int ndim, const int64_t *shape)
 {
-    return t ? px_scope_own(phx_tensor_view(t, 0, ndim, shape)) : NULL;
+    return t ? px_scope_own(px_tensor_view(t, 0, ndim, shape)) : NULL;
 }
 
 /* The forward of a binary op, not recorded and not yet scope-owned. */

@@ -157,7 +157,7 @@ static phx_tensor *matmul(const phx_tensor *a, const phx_tensor *b)
         for (int i = 0; i < C->ndim - 2; i++) os[nd++] = C->shape[i];
         if (a->ndim != 1) os[nd++] = C->shape[C->ndim - 2];
         if (b->ndim != 1) os[nd++] = C->shape[C->ndim - 1];
-        out = phx_tensor_view(C, 0, nd, os);
+        out = px_tensor_view(C, 0, nd, os);
         phx_tensor_free(C);
         if (!out) return NULL;
     }

@@ -76,7 +76,7 @@ static phx_status view_backward(px_node *n, const phx_tensor *grad, phx_tensor *
 /* t's storage seen as shape (same element count), recorded as `name`. */
 static phx_tensor *view_as(const char *name, const phx_tensor *t, int ndim, const int64_t *shape)
 {
-    return finish(name, view_backward, 1, &t, phx_tensor_view(t, 0, ndim, shape), NULL);
+    return finish(name, view_backward, 1, &t, px_tensor_view(t, 0, ndim, shape), NULL);
 }
 
 phx_tensor *phx_reshape(const phx_tensor *t, int ndim, const int64_t *shape)
@@ -308,7 +308,7 @@ static phx_tensor *slice_impl(const char *fn, const char *name, const phx_tensor
     for (int i = 0; i < d; i++) view = view && t->shape[i] == 1;
     phx_tensor *out;
     if (view)
-        out = phx_tensor_view(t, length ? start * st[d] : 0, t->ndim, s);
+        out = px_tensor_view(t, length ? start * st[d] : 0, t->ndim, s);
     else {
         out = px_op_new(fn, t->dtype, t->ndim, s, t->storage->device);
         memcpy(src, st, sizeof src);

@@ -52,6 +52,12 @@ static inline void *px_tensor_ptr(const phx_tensor *t)
  * while the host goes on. NULL with phx_last_error on failure. */
 phx_tensor *px_tensor_pinned(phx_dtype dt, int ndim, const int64_t *shape, phx_device accel);
 
+/* phx_tensor_view without its autograd check: a view of any base, with
+ * no gradient recorded, for the library's own aliases of tensors that
+ * require one (a module output's alias, a saved output, the storage
+ * carved into parameters and buckets). Messages name phx_tensor_view. */
+phx_tensor *px_tensor_view(const phx_tensor *base, int64_t offset, int ndim, const int64_t *shape);
+
 /* A new tensor whose storage comes from (and returns to) the cache of
  * operation results on the CPU (src/tensor/storage-cache.c); as
  * phx_tensor_new elsewhere. NULL with phx_last_error naming fn. */

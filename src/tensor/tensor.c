@@ -229,6 +229,20 @@ phx_tensor *phx_tensor_from_data(phx_dtype dt, int ndim, const int64_t *shape, c
 
 phx_tensor *phx_tensor_view(const phx_tensor *base, int64_t offset, int ndim, const int64_t *shape)
 {
+    if (base && base->requires_grad && phx_grad_enabled()) {
+        char b[64];
+        phx_error(PHX_EINVAL,
+                  "phx_tensor_view: base %s requires a gradient and grad mode is on, but a view records no "
+                  "gradient; expected phx_reshape, phx_narrow or phx_slice (differentiable views), or a view "
+                  "under phx_set_grad_enabled(false) or of phx_tensor_detach(base)",
+                  phx_tensor_shape_str(base, b, sizeof b));
+        return NULL;
+    }
+    return px_tensor_view(base, offset, ndim, shape);
+}
+
+phx_tensor *px_tensor_view(const phx_tensor *base, int64_t offset, int ndim, const int64_t *shape)
+{
     if (!base) {
         px_error_null("phx_tensor_view", "base");
         return NULL;

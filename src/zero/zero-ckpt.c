@@ -336,7 +336,7 @@ static phx_status write_shard(const char *who, px_zero *z, const char *dir, int6
         names[n] = fmt_name("param.", pn, NULL, p->off);
         /* The shard's view: the parameter's elements (stage 1, 2) or the
          * FSDP unit's persistent shard (stage 3). */
-        ts[n] = phx_tensor_view(phx_param_value(z->shard[i].sp), 0, 1, &len);
+        ts[n] = px_tensor_view(phx_param_value(z->shard[i].sp), 0, 1, &len);
         view[n] = true;
         if (!names[n++] || !ts[n - 1]) st = PHX_ENOMEM;
         for (size_t k = 0; st == PHX_OK && k < kinds; k++) {
@@ -956,7 +956,7 @@ static phx_status ck_load_all(ck_index *c, const px_zero *z, float **mine)
 static phx_status put(phx_tensor *t, int64_t off, int64_t len, const void *src)
 {
     if (len == 0) return PHX_OK;
-    phx_tensor *dst = phx_tensor_view(t, off, 1, &len);
+    phx_tensor *dst = px_tensor_view(t, off, 1, &len);
     phx_tensor *h = phx_tensor_from_data(phx_tensor_dtype(t), 1, &len, src);
     phx_status st = dst && h ? phx_tensor_copy(dst, h) : PHX_ENOMEM;
     phx_tensor_free(dst);

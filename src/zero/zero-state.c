@@ -95,8 +95,8 @@ static phx_status pack_state(px_zero *z, size_t region, const px_zpiece *part, i
     const px_zshard *s = piece_of(z, region, part, &i);
     if (!s) return phx_error(PHX_EINVAL, "phx_zero_consolidate: no shard piece holds an owned range (internal)");
     int64_t len = part->len;
-    phx_tensor *dst = phx_tensor_view(a->c->send, at - a->lo, 1, &len);
-    phx_tensor *src = phx_tensor_view(a->ts[i * a->kinds + a->kind], part->off - s->piece.off, 1, &len);
+    phx_tensor *dst = px_tensor_view(a->c->send, at - a->lo, 1, &len);
+    phx_tensor *src = px_tensor_view(a->ts[i * a->kinds + a->kind], part->off - s->piece.off, 1, &len);
     phx_status st = dst && src ? phx_tensor_copy(dst, src) : PHX_ENOMEM;
     phx_tensor_free(dst);
     phx_tensor_free(src);
@@ -108,8 +108,8 @@ static phx_status unpack_state(px_zero *z, size_t region, const px_zpiece *part,
     (void)region;
     const state_arg *a = arg;
     int64_t len = part->len;
-    phx_tensor *dst = phx_tensor_view(z->full[part->param * z->n_kinds + a->kind], part->off, 1, &len);
-    phx_tensor *src = phx_tensor_view(a->c->recv, (int64_t)a->q * a->c->len + (at - a->lo), 1, &len);
+    phx_tensor *dst = px_tensor_view(z->full[part->param * z->n_kinds + a->kind], part->off, 1, &len);
+    phx_tensor *src = px_tensor_view(a->c->recv, (int64_t)a->q * a->c->len + (at - a->lo), 1, &len);
     phx_status st = dst && src ? phx_tensor_copy(dst, src) : PHX_ENOMEM;
     phx_tensor_free(dst);
     phx_tensor_free(src);
@@ -224,8 +224,8 @@ phx_status phx_zero_load_full_state(phx_optimizer *zo)
         for (size_t k = 0; k < (size_t)kinds && st == PHX_OK; k++) {
             int64_t len = z->shard[i].piece.len;
             phx_tensor *src =
-                phx_tensor_view(z->full[z->shard[i].piece.param * z->n_kinds + k], z->shard[i].piece.off, 1, &len);
-            phx_tensor *dst = phx_tensor_view(ts[i * kinds + k], 0, 1, &len);
+                px_tensor_view(z->full[z->shard[i].piece.param * z->n_kinds + k], z->shard[i].piece.off, 1, &len);
+            phx_tensor *dst = px_tensor_view(ts[i * kinds + k], 0, 1, &len);
             st = src && dst ? phx_tensor_copy(dst, src) : PHX_ENOMEM;
             phx_tensor_free(src);
             phx_tensor_free(dst);

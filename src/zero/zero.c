@@ -160,7 +160,7 @@ static phx_tensor *piece_view(const px_zero *z, const px_zpiece *p, const phx_te
 {
     int64_t row[2] = {1, p->len};
     bool matrix = phx_tensor_ndim(phx_param_value(z->params[p->param])) >= 2;
-    return phx_tensor_view(t, p->off, matrix ? 2 : 1, matrix ? row : row + 1);
+    return px_tensor_view(t, p->off, matrix ? 2 : 1, matrix ? row : row + 1);
 }
 
 /* Stage 3: the piece's view of its unit's persistent shard (value or
@@ -266,8 +266,8 @@ static phx_status plan_pack(px_zero *z, size_t region, const px_zpiece *part, in
     (void)region;
     plan_arg *a = arg;
     int64_t len = part->len;
-    phx_tensor *dst = phx_tensor_view(a->c->send, at - a->lo, 1, &len);
-    phx_tensor *src = phx_tensor_view(phx_param_value(z->params[part->param]), part->off, 1, &len);
+    phx_tensor *dst = px_tensor_view(a->c->send, at - a->lo, 1, &len);
+    phx_tensor *src = px_tensor_view(phx_param_value(z->params[part->param]), part->off, 1, &len);
     return seg_add(&a->c->pack, &a->c->n_pack, dst, src);
 }
 
@@ -276,8 +276,8 @@ static phx_status plan_unpack(px_zero *z, size_t region, const px_zpiece *part, 
     (void)region;
     plan_arg *a = arg;
     int64_t len = part->len;
-    phx_tensor *dst = phx_tensor_view(phx_param_value(z->params[part->param]), part->off, 1, &len);
-    phx_tensor *src = phx_tensor_view(a->c->recv, (int64_t)a->q * a->c->len + (at - a->lo), 1, &len);
+    phx_tensor *dst = px_tensor_view(phx_param_value(z->params[part->param]), part->off, 1, &len);
+    phx_tensor *src = px_tensor_view(a->c->recv, (int64_t)a->q * a->c->len + (at - a->lo), 1, &len);
     return seg_add(&a->c->unpack, &a->c->n_unpack, dst, src);
 }
 
@@ -308,8 +308,8 @@ phx_status px_zero_make_plans(px_zero *z)
         for (size_t j = 0; j < g->n_chunks; j++) {
             px_zchunk *c = &g->chunks[j];
             int64_t wl = c->len * z->world;
-            c->send = phx_tensor_view(z->send_buf, 0, 1, &c->len);
-            c->recv = phx_tensor_view(z->recv_buf, 0, 1, &wl);
+            c->send = px_tensor_view(z->send_buf, 0, 1, &c->len);
+            c->recv = px_tensor_view(z->recv_buf, 0, 1, &wl);
             if (!c->send || !c->recv) return PHX_ENOMEM;
             for (int q = 0; q < z->world; q++) {
                 plan_arg a = {c, q, 0};

@@ -29,7 +29,7 @@ static void *churn(void *arg)
 
 int main(void)
 {
-    plan(62);
+    plan(66);
     char buf[64];
     uint64_t base_use = in_use();
 
@@ -197,5 +197,37 @@ int main(void)
     phx_tensor *all[] = {sc, em, b12, a, flat, lo, hi, h, c5, i64, x, y};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) phx_tensor_free(all[i]);
     is_int(in_use(), base_use, "every storage released at the end");
+
+    /* 63-66 (after the storage count: operations keep a cache of result
+     * storage): a view records no gradient, so a base that requires one
+     * is refused in grad mode (PyTorch's view would carry it); without
+     * grad mode, or of a detached base, it is a plain view; phx_narrow is
+     * the differentiable one */
+    {
+        phx_scope *vs = phx_scope_begin();
+        phx_tensor *r = phx_tensor_zeros(PHX_F32, 2, s34, phx_cpu());
+        phx_tensor_set_requires_grad(r, true);
+        phx_tensor *v = phx_tensor_view(r, 4, 1, s2);
+        ok(!v && strstr(phx_last_error(), "requires a gradient") && strstr(phx_last_error(), "phx_narrow"),
+           "view of a leaf that requires a gradient, grad mode on: refused naming the alternatives: %s",
+           phx_last_error());
+        bool prev = phx_set_grad_enabled(false);
+        v = phx_tensor_view(r, 4, 1, s2);
+        phx_set_grad_enabled(prev);
+        ok(v && !phx_tensor_requires_grad(v) && phx_tensor_same_storage(v, r), "the same view with grad mode off");
+        phx_tensor_free(v);
+        v = phx_tensor_view(phx_tensor_detach(r), 4, 1, s2);
+        ok(v && !phx_tensor_requires_grad(v), "a view of phx_tensor_detach(base)");
+        phx_tensor_free(v);
+        phx_tensor *n = phx_narrow(phx_reshape(r, 1, s12), 0, 4, 2);
+        double g4 = 0, g6 = 1;
+        if (n && phx_backward(phx_sum(n, 0, NULL, false)) == PHX_OK) {
+            phx_tensor_get(phx_tensor_grad(r), 4, &g4);
+            phx_tensor_get(phx_tensor_grad(r), 6, &g6);
+        }
+        ok(g4 == 1 && g6 == 0, "phx_narrow of the base is differentiable: its gradient reaches the base");
+        phx_tensor_free(r);
+        phx_scope_end(vs);
+    }
     return done_testing();
 }
