@@ -6,7 +6,7 @@ libphalanx_internal_la_SOURCES += kernels/cpu/device.c
 # take -fno-math-errno (sqrtf in the Adam update may then vectorise; the
 # library never reads errno after a math call).
 noinst_LTLIBRARIES += kernels/libphx-kernels-cpu.la
-kernels_libphx_kernels_cpu_la_SOURCES = kernels/math.h kernels/cpu/cpu.h kernels/cpu/scratch.c kernels/cpu/hugepage.c \
+kernels_libphx_kernels_cpu_la_SOURCES = kernels/math.h kernels/gemm-check.h kernels/cpu/cpu.h kernels/cpu/scratch.c kernels/cpu/hugepage.c \
 	kernels/cpu/table.c kernels/cpu/gemm.c kernels/cpu/gemm-avx512.h kernels/cpu/gemm-avx512.c kernels/cpu/gemm-dnnl.c kernels/cpu/half.c kernels/cpu/gemm-loop.c kernels/cpu/cast.c \
 	kernels/cpu/elementwise.c kernels/cpu/strided.c kernels/cpu/broadcast.c kernels/cpu/reduce-dim.c kernels/cpu/activation.c kernels/cpu/activation-avx512.c \
 	kernels/cpu/cast-x86.c kernels/cpu/isa.c kernels/cpu/dropout.c kernels/cpu/layernorm.c \

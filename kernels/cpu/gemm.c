@@ -21,6 +21,7 @@
 #include <cblas.h>
 #endif
 #include "kernels/cpu/cpu.h"
+#include "kernels/gemm-check.h"
 #include "src/base/threads.h"
 #include "src/base/util.h"
 #include "src/tune/tune.h"
@@ -315,18 +316,10 @@ PX_CLONES phx_status px_cpu_gemm(int dev, int trans_a, int trans_b, int64_t m, i
     if (!is_float(adt) || !is_float(cdt))
         return phx_error(PHX_EINVAL, "gemm: operands %s, result %s, expected f32, f16 or bf16", phx_dtype_name(adt),
                          phx_dtype_name(cdt));
-    /* BLAS's rule: a leading dim is at least the row length and at least
-     * 1, also for an empty matrix */
-    int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-    int64_t lda_min = a_cols > 1 ? a_cols : 1, ldb_min = b_cols > 1 ? b_cols : 1, ldc_min = n > 1 ? n : 1;
-    if (lda < lda_min || ldb < ldb_min || ldc < ldc_min)
-        return phx_error(PHX_EINVAL,
-                         "gemm: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, %lld (the row "
-                         "lengths, at least 1)",
-                         (long long)lda, (long long)ldb, (long long)ldc, (long long)lda_min, (long long)ldb_min,
-                         (long long)ldc_min);
+    phx_status st = px_gemm_check_ld("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    if (st != PHX_OK) return st;
     int path;
-    phx_status st = px_cpu_gemm_path(trans_a, trans_b, m, n, k, alpha != 0.0f, adt, cdt, &path);
+    st = px_cpu_gemm_path(trans_a, trans_b, m, n, k, alpha != 0.0f, adt, cdt, &path);
     if (st != PHX_OK) return st;
     if (m == 0 || n == 0) return PHX_OK;
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cublas_v2.h>
+#include "kernels/gemm-check.h"
 #include "plugins/device/cuda/kernels/kernels.h"
 #include "plugins/device/cuda/cuda-impl.h"
 
@@ -130,16 +131,8 @@ phx_status px_cuda_gemm(int dev, int trans_a, int trans_b, int64_t m, int64_t n,
     if (!phx_dtype_is_float(adt) || !phx_dtype_is_float(cdt))
         return phx_error(PHX_EINVAL, "gemm: operands %s, result %s, expected f32, f16 or bf16", phx_dtype_name(adt),
                          phx_dtype_name(cdt));
-    /* BLAS's rule: a leading dim is at least the row length and at least
-     * 1, also for an empty matrix */
-    int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-    int64_t lda_min = a_cols > 1 ? a_cols : 1, ldb_min = b_cols > 1 ? b_cols : 1, ldc_min = n > 1 ? n : 1;
-    if (lda < lda_min || ldb < ldb_min || ldc < ldc_min)
-        return phx_error(PHX_EINVAL,
-                         "gemm: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, %lld (the row "
-                         "lengths, at least 1)",
-                         (long long)lda, (long long)ldb, (long long)ldc, (long long)lda_min, (long long)ldb_min,
-                         (long long)ldc_min);
+    phx_status ck = px_gemm_check_ld("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    if (ck != PHX_OK) return ck;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
         return phx_error(PHX_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld (or a leading dim) exceed cuBLAS's int range",
                          (long long)m, (long long)n, (long long)k);
@@ -194,15 +187,8 @@ phx_status px_cuda_gemm_batched(int dev, int trans_a, int trans_b, int64_t m, in
         }
         return PHX_OK;
     }
-    /* the same argument checks as one gemm */
-    int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-    int64_t lda_min = a_cols > 1 ? a_cols : 1, ldb_min = b_cols > 1 ? b_cols : 1, ldc_min = n > 1 ? n : 1;
-    if (lda < lda_min || ldb < ldb_min || ldc < ldc_min)
-        return phx_error(PHX_EINVAL,
-                         "gemm_batched: leading dims lda=%lld ldb=%lld ldc=%lld, expected >= %lld, %lld, %lld (the "
-                         "row lengths, at least 1)",
-                         (long long)lda, (long long)ldb, (long long)ldc, (long long)lda_min, (long long)ldb_min,
-                         (long long)ldc_min);
+    phx_status ck = px_gemm_check_ld("gemm_batched", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+    if (ck != PHX_OK) return ck;
     int tf32 = 0;
     phx_status st = px_cuda_tf32(&tf32);
     px_cuda_ctx *ctx;
