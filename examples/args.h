@@ -249,4 +249,24 @@ static inline int ex_sharded_exists(const char *dir)
     if (f) fclose(f);
     return f != NULL;
 }
+/* The options fashion_mnist and cnn share: --epochs (0: only evaluate,
+ * with --load), --batch, --lr and --seed. 1 when a is one of them and v
+ * was taken, -1 when v is bad (said on stderr), 0 when a is another. */
+static inline int ex_common_arg(const char *prog, const char *a, const char *v, int *epochs, int64_t *batch, double *lr,
+                                uint64_t *seed)
+{
+    int bad;
+    if (!strcmp(a, "--epochs"))
+        bad = ex_int_arg(prog, a, v, 0, INT_MAX, epochs);
+    else if (!strcmp(a, "--batch"))
+        bad = ex_int64_arg(prog, a, v, 1, INT64_MAX, batch);
+    else if (!strcmp(a, "--lr"))
+        bad = ex_double_arg(prog, a, v, EX_POSITIVE, lr);
+    else if (!strcmp(a, "--seed"))
+        bad = ex_u64_arg(prog, a, v, seed);
+    else
+        return 0;
+    return bad ? -1 : 1;
+}
+
 #endif

@@ -207,6 +207,7 @@ int main(int argc, char **argv)
     if (ex_progress_args(&argc, argv, &po)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int common;
         if (!strcmp(a, "--dp") || !strcmp(a, "--sync-bn")) {
             *(a[2] == 'd' ? &use_dp : &sync_bn) = 1;
             continue;
@@ -214,12 +215,8 @@ int main(int argc, char **argv)
         if (!v) {
             fprintf(stderr, "%s: %s needs a value\n", fm_prog, a);
             return 2;
-        } else if (!strcmp(a, "--epochs")) { /* 0: only evaluate (with --load) */
-            if (ex_int_arg(fm_prog, a, v, 0, INT_MAX, &epochs)) return 2;
-        } else if (!strcmp(a, "--batch")) {
-            if (ex_int64_arg(fm_prog, a, v, 1, INT64_MAX, &batch)) return 2;
-        } else if (!strcmp(a, "--lr")) {
-            if (ex_double_arg(fm_prog, a, v, EX_POSITIVE, &lr)) return 2;
+        } else if ((common = ex_common_arg(fm_prog, a, v, &epochs, &batch, &lr, &seed)) != 0) {
+            if (common < 0) return 2;
         }
 #ifdef EXAMPLE_RESNET
         else if (!strcmp(a, "--warmup")) {
@@ -234,9 +231,7 @@ int main(int argc, char **argv)
             if (ex_double_arg(fm_prog, a, v, EX_PROBABILITY, &dropout)) return 2;
         }
 #endif
-        else if (!strcmp(a, "--seed")) {
-            if (ex_u64_arg(fm_prog, a, v, &seed)) return 2;
-        } else if (!strcmp(a, "--train-rows")) { /* 0: all */
+        else if (!strcmp(a, "--train-rows")) { /* 0: all */
             if (ex_int64_arg(fm_prog, a, v, 0, INT64_MAX, &train_rows)) return 2;
         } else if (!strcmp(a, "--save"))
             save = v;
