@@ -238,8 +238,8 @@ PHX_HD PHX_FI static inline float phx_f_relu(float x)
 {
     return x <= 0.0f ? 0.0f : x;
 }
-/* PyTorch's threshold_backward: zero where x <= 0, so a NaN x passes the
- * gradient. */
+/* Zero where x <= 0, so a NaN x passes the gradient (the backward
+ * itself selects: phx_act_bwd). */
 PHX_HD PHX_FI static inline float phx_f_relu_grad(float x)
 {
     return phx_self_f32(x <= 0.0f, 0.0f, 1.0f);
@@ -310,6 +310,15 @@ PHX_HD PHX_FI static inline float phx_act_grad(int act, float x, float y)
     case 3: return phx_f_tanh_grad(y);
     default: return phx_f_sigmoid_grad(y);
     }
+}
+
+/* dx from dy: dy times the derivative, but relu selects (PyTorch's
+ * threshold_backward): 0 where x <= 0 even for an infinite or NaN dy,
+ * which a product would turn into NaN. */
+PHX_HD PHX_FI static inline float phx_act_bwd(int act, float x, float y, float dy)
+{
+    if (act == 0) return x <= 0.0f ? 0.0f : dy;
+    return dy * phx_act_grad(act, x, y);
 }
 
 /* ---------------------------------------------------------------------

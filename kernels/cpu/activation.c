@@ -14,9 +14,9 @@ PX_INLINE void px_act_bwd_loop(int act, int64_t n, const void *x, const void *y,
 {
     /* relu and the gelus read x; tanh and sigmoid read y */
     if (act == PHX_ACT_TANH || act == PHX_ACT_SIGMOID)
-        for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, px_ld(dy, dt, i) * phx_act_grad(act, 0.0f, px_ld(y, dt, i)));
+        for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, phx_act_bwd(act, 0.0f, px_ld(y, dt, i), px_ld(dy, dt, i)));
     else
-        for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, px_ld(dy, dt, i) * phx_act_grad(act, px_ld(x, dt, i), 0.0f));
+        for (int64_t i = 0; i < n; i++) px_st(dx, dt, i, phx_act_bwd(act, px_ld(x, dt, i), 0.0f, px_ld(dy, dt, i)));
 }
 
 #define PX_ACT_DISPATCH(act, CALL) \
@@ -118,9 +118,9 @@ static phx_status bwd_half_blocks(phx_activation act, int64_t n, const uint16_t 
  * x > 0 or x is NaN, that is when the bits less one are below +inf's
  * (sign clear, not zero, not NaN) or the magnitude's bits are above
  * +inf's (a NaN of either sign). The forward keeps x or writes +0, and the
- * backward passes dy or writes dy times 0 (zero of dy's sign; NaN for an
- * infinite or NaN dy), the bits of the f32 kernels rounded back (a NaN's
- * payload aside). 16-bit integer lanes, compiled for AVX2. */
+ * backward passes dy or writes +0 (phx_act_bwd's select, whatever dy is),
+ * the bits of the f32 kernels rounded back (a NaN's payload aside). 16-bit
+ * integer lanes, compiled for AVX2. */
 PX_TARGET_AVX2 static inline int relu_half_keeps(uint16_t x, uint16_t inf)
 {
     return (uint16_t)(x - 1u) < inf || (uint16_t)(x & 0x7fff) > inf;
@@ -134,11 +134,8 @@ PX_TARGET_AVX2 static void relu_half_fwd(int64_t n, const uint16_t *x, uint16_t 
 
 PX_TARGET_AVX2 static void relu_half_bwd(int64_t n, const uint16_t *x, const uint16_t *dy, uint16_t *dx, phx_dtype dt)
 {
-    const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80, nan = dt == PHX_F16 ? 0xfe00 : 0xffc0;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t d = dy[i], zero = (uint16_t)(d & 0x7fff) >= inf ? nan : (uint16_t)(d & 0x8000);
-        dx[i] = relu_half_keeps(x[i], inf) ? d : zero;
-    }
+    const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80;
+    for (int64_t i = 0; i < n; i++) dx[i] = relu_half_keeps(x[i], inf) ? dy[i] : 0; /* phx_act_bwd's select */
 }
 #endif
 

@@ -57,7 +57,7 @@ static float x[N], y[N], dy[N], dx[N];
 static double ref[N];
 
 /* relu as PyTorch: NaN in, NaN out, and the gradient passes there; -0
- * and 0 give +0 and no gradient. 37 elements: a vector body and a masked
+ * and 0 give +0 and no gradient, even for an infinite or NaN dy. 37 elements: a vector body and a masked
  * tail, NaNs in both; f32 on each ISA path (AVX-512 also with streaming
  * stores), f16 and bf16 on the bits. */
 static void relu_nan(const phx_kernels_v1 *K)
@@ -66,6 +66,8 @@ static void relu_nan(const phx_kernels_v1 *K)
     float xn[M], yn[M], dyn[M], dxn[M];
     for (int i = 0; i < M; i++) xn[i] = (float)(i % 5) - 2.0f, dyn[i] = 1.0f + (float)i;
     xn[3] = NAN, xn[20] = -NAN, xn[35] = NAN, xn[7] = -0.0f;
+    /* an infinite or NaN dy where x <= 0 still gives 0 (a select, not dy * 0) */
+    dyn[0] = INFINITY, dyn[2] = NAN, dyn[7] = -INFINITY, dyn[31] = NAN;
     for (int path = PX_ISA_GENERIC; path <= PX_ISA_AVX512 + 1; path++) {
         int p = path > PX_ISA_AVX512 ? PX_ISA_AVX512 : path;
         const char *pn = path > PX_ISA_AVX512 ? "avx512+streaming" : px_cpu_isa_name(p);
@@ -100,8 +102,11 @@ static void relu_nan(const phx_kernels_v1 *K)
             }
         }
         ok(good, "%s relu f32: NaN gives NaN, -0 and negatives +0", pn);
-        ok(gradgood, "%s relu backward f32: a NaN input passes dy (PyTorch's threshold_backward)", pn);
-        ok(halfgood, "%s relu f16 and bf16: NaN gives NaN and passes dy", pn);
+        ok(gradgood,
+           "%s relu backward f32: a NaN input passes dy, x <= 0 gives 0 for an infinite or NaN dy (PyTorch's "
+           "threshold_backward)",
+           pn);
+        ok(halfgood, "%s relu f16 and bf16: NaN gives NaN and passes dy; x <= 0 gives 0 for any dy", pn);
     }
     px_cpu_stream_set(-1);
     px_cpu_isa_set(px_cpu_isa_best());

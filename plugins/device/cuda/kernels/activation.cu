@@ -28,13 +28,13 @@ __global__ void k_act_bwd(int64_t n, int64_t ng, const void *x, const void *y, c
         px_ld8<DT>(in, g, v);
 #pragma unroll
         for (int j = 0; j < PX_G; j++)
-            d[j] = d[j] * (use_y ? phx_act_grad(ACT, 0.0f, v[j]) : phx_act_grad(ACT, v[j], 0.0f));
+            d[j] = use_y ? phx_act_bwd(ACT, 0.0f, v[j], d[j]) : phx_act_bwd(ACT, v[j], 0.0f, d[j]);
         px_st8<DT>(dx, g, d);
     }
     for (int64_t i = ng * PX_G + px_tid(); i < n; i += px_nthreads()) {
         float v = px_ld<DT>(in, i);
-        float gr = use_y ? phx_act_grad(ACT, 0.0f, v) : phx_act_grad(ACT, v, 0.0f);
-        px_st<DT>(dx, i, px_ld<DT>(dy, i) * gr);
+        float d = px_ld<DT>(dy, i);
+        px_st<DT>(dx, i, use_y ? phx_act_bwd(ACT, 0.0f, v, d) : phx_act_bwd(ACT, v, 0.0f, d));
     }
 }
 
