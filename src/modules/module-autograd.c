@@ -36,14 +36,14 @@ static phx_status module_node_check(px_node *n)
     return px_module_refuse_second_backward(c->m, c->call, true, "phx_backward");
 }
 
+/* Runs only in a sweep, whose engine ran module_node_check on this node
+ * before any node ran: c->m is there and may run this call's backward. */
 static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_tensor **in_grads)
 {
     module_node *c = px_node_ctx(n);
-    phx_status st = module_node_check(n);
-    if (st != PHX_OK) return st;
     phx_tensor *dx = NULL;
     bool want = px_node_needs(n, 0);
-    st = px_module_run_backward(c->m, grad, want ? &dx : NULL, false);
+    phx_status st = px_module_run_backward(c->m, grad, want ? &dx : NULL, false);
     if (st != PHX_OK || !want || !dx) return st;
     /* A module casts its input to its compute dtype (an f32 input with a
      * history into an fp16 Linear: a reshape, a mean) and gives dx in
