@@ -20,7 +20,10 @@ typedef struct phx_precision phx_precision;
  * optional (NULL) and the public wrappers handle their absence.
  *
  * forward: *y <- f(x). The module owns *y (a buffer reused across calls with
- *   the same batch shape) and keeps what backward needs. A forward-only
+ *   the same batch shape) and keeps what backward needs. (Built-in
+ *   modules write to fresh memory while a scope keeps their last output,
+ *   phx_module_forward below; a module of your own that reuses its buffer
+ *   then gives the earlier output the new call's values.) A forward-only
  *   module (backward NULL) computes *y with the operations of
  *   phalanx/ops.h and its children's phx_module_forward; they are
  *   recorded, their results belong to the module until its next forward
@@ -85,8 +88,10 @@ phx_dtype phx_module_compute_dtype(const phx_module *m);
 
 /* *y <- m(x), owned by m until its next forward (a module with a
  * hand-written backward returns the same tensor from each call, with the
- * new call's values: two calls' outputs in one loss are not weight
- * sharing, doc/guide/autograd.md). With grad mode on
+ * new call's values), except that while a scope is open and *y's graph
+ * has not run its backward, the next call writes elsewhere and the scope
+ * keeps *y until it ends (y1 = m(x1); y2 = m(x2) in one loss:
+ * doc/guide/autograd.md). With grad mode on
  * (phalanx/autograd.h) the call is recorded: a module with a hand-written
  * backward as one node, a forward-only module as the operations it ran;
  * phx_backward on a tensor made from *y reaches m's parameters. */

@@ -5,7 +5,7 @@ libphalanx_internal_la_SOURCES += src/autograd/autograd-impl.h src/autograd/node
 
 # tests
 autograd_tests = t/autograd/module_graph t/autograd/ddp t/autograd/errors t/autograd/autocast t/autograd/autocast_child \
-	t/autograd/resnet_parity t/autograd/resnet_ddp t/autograd/retain_wrappers
+	t/autograd/resnet_parity t/autograd/resnet_ddp t/autograd/retain_wrappers t/autograd/shared_calls
 check_PROGRAMS += $(autograd_tests)
 TESTS += $(autograd_tests)
 t_autograd_module_graph_LDADD = libphalanx.la -lm
@@ -13,6 +13,7 @@ t_autograd_ddp_SOURCES = t/autograd/ddp.c t/ddp-util.h
 t_autograd_ddp_LDADD = libphalanx.la -lm
 t_autograd_ddp_CPPFLAGS = $(ddp_test_cppflags)
 t_autograd_errors_LDADD = libphalanx.la -lm
+t_autograd_shared_calls_LDADD = libphalanx.la -lm
 t_autograd_resnet_parity_SOURCES = t/autograd/resnet_parity.c t/gpt-util.h examples/resnet-model.h
 t_autograd_resnet_parity_LDADD = libphalanx.la -lm
 t_autograd_resnet_ddp_SOURCES = t/autograd/resnet_ddp.c t/ddp-util.h t/gpt-util.h examples/resnet-model.h

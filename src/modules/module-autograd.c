@@ -65,7 +65,7 @@ static phx_status module_node_backward(px_node *n, const phx_tensor *grad, phx_t
     return PHX_OK;
 }
 
-static void release_call(phx_module *m);
+static phx_status release_call(phx_module *m);
 
 phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tensor **y)
 {
@@ -73,9 +73,10 @@ phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tenso
         m->calls++;
         return m->vt->forward(m, x, y);
     }
-    release_call(m);
+    phx_status st = release_call(m);
+    if (st != PHX_OK) return st;
     int prev = px_recording_suspend();
-    phx_status st = m->vt->forward(m, x, y);
+    st = m->vt->forward(m, x, y);
     px_recording_restore(prev);
     m->calls++;
     if (st != PHX_OK || !*y) return st;
@@ -112,18 +113,39 @@ phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tenso
     return PHX_OK;
 }
 
-static void release_call(phx_module *m)
+bool px_module_output_kept(const phx_tensor *t)
 {
-    if (!m->n_owned && !m->last_x && !m->last_y) return;
-    while (m->n_owned) phx_tensor_free(m->owned[--m->n_owned]);
-    phx_tensor_free(m->last_x);
-    phx_tensor_free(m->last_y);
+    px_node *n = t ? t->grad_fn : NULL;
+    if (!n || n->freed || !px_scope_open()) return false;
+    if (n->fn != module_node_backward) return true;
+    const module_node *c = px_node_ctx(n);
+    return c->m && !c->superseded && c->m->calls == c->call && c->m->backward_call != c->call;
+}
+
+/* Drops the last call's tensors before the next call, or hands them to
+ * the open scope while the last output's graph has not run backward. */
+static phx_status release_call(phx_module *m)
+{
+    if (!m->n_owned && !m->last_x && !m->last_y) return PHX_OK;
+    bool keep = px_module_output_kept(m->last_y) || (m->n_owned && px_module_output_kept(m->owned[m->n_owned - 1]));
+    phx_status st = PHX_OK;
+    while (m->n_owned) {
+        phx_tensor *t = m->owned[--m->n_owned];
+        if (!keep)
+            phx_tensor_free(t);
+        else if (!px_scope_own(t))
+            st = PHX_ENOMEM;
+    }
+    if (keep && ((m->last_x && !px_scope_own(m->last_x)) || (m->last_y && !px_scope_own(m->last_y)))) st = PHX_ENOMEM;
+    if (!keep) phx_tensor_free(m->last_x), phx_tensor_free(m->last_y);
     m->last_x = m->last_y = NULL;
+    return st;
 }
 
 phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tensor **y)
 {
-    release_call(m);
+    phx_status rel = release_call(m);
+    if (rel != PHX_OK) return rel;
     m->calls++;
     phx_scope *s = phx_scope_begin();
     if (!s) return PHX_ENOMEM;

@@ -91,6 +91,12 @@ phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tens
 /* phx_module_backward of a forward-only module: backward from its last
  * output with dy; *dx (when dx) the gradient of its last input. */
 phx_status px_module_backward_traced(phx_module *m, const phx_tensor *dy, phx_tensor **dx);
+/* Whether a scope keeps t, a module's output, at the module's next call:
+ * a scope is open and t's graph has not run its backward (a hand-written
+ * module's node: the module's last call, not yet differentiated). The
+ * next call then writes to fresh memory, so an output the user still
+ * holds (y1 = m(x1); y2 = m(x2)) keeps its values and its own node. */
+bool px_module_output_kept(const phx_tensor *t);
 /* Releases what the module's autograd fields hold (at phx_module_free). */
 void px_module_autograd_free(phx_module *m);
 

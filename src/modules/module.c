@@ -17,6 +17,13 @@
 phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out)
 {
     phx_tensor *v = b->view;
+    if (px_module_output_kept(v)) {
+        /* the last call's output: the open scope keeps it and its memory */
+        phx_tensor_free(b->store);
+        b->view = b->store = NULL;
+        if (!px_scope_own(v)) return PHX_ENOMEM;
+        v = NULL;
+    }
     if (v && v->dtype == dt && v->ndim == ndim && phx_device_equal(v->storage->device, dev) &&
         memcmp(v->shape, shape, (size_t)ndim * sizeof *shape) == 0) {
         *out = v;

@@ -4,6 +4,7 @@
  * parameters. */
 #include <string.h>
 #include "src/modules/module-impl.h"
+#include "src/autograd/autograd-impl.h"
 #include "src/modules/cnn-impl.h"
 #include "src/tensor/tensor-impl.h"
 #include "src/base/util.h"
@@ -210,6 +211,11 @@ typedef struct flatten {
 static phx_status flat_view(phx_tensor **slot, const phx_tensor *t, int ndim, const int64_t *shape)
 {
     phx_tensor *v = *slot;
+    if (px_module_output_kept(v)) {
+        *slot = NULL; /* the last call's output: the open scope keeps it */
+        if (!px_scope_own(v)) return PHX_ENOMEM;
+        v = NULL;
+    }
     if (v && v->storage == t->storage && v->offset == t->offset && v->ndim == ndim &&
         memcmp(v->shape, shape, (size_t)ndim * sizeof *shape) == 0 && v->dtype == t->dtype)
         return PHX_OK;

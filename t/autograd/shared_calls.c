@@ -1,0 +1,250 @@
+/* A module called again before the backward of its last call (a shared
+ * encoder: y1 = m(x1); y2 = m(x2); loss(y1, y2)). Inside a scope the
+ * first output keeps its values and its own node: a forward-only module
+ * made of operations differentiates both calls; a module with a
+ * hand-written backward, which keeps one call's state, refuses the
+ * backward and changes nothing. A training loop's forward after a
+ * backward still reuses the module's output buffer. */
+#include <math.h>
+#include <string.h>
+#include "phalanx/phalanx.h"
+#include "t/tap.h"
+
+static phx_tensor *input(int64_t r, int64_t c, double base)
+{
+    int64_t s[2] = {r, c};
+    phx_tensor *t = phx_tensor_new(PHX_F32, 2, s, phx_cpu());
+    float v[64];
+    for (int64_t i = 0; i < r * c; i++) v[i] = (float)(base + 0.25 * (double)i);
+    phx_tensor_from_host(t, v);
+    return t;
+}
+
+static int says(const char *a, const char *b)
+{
+    const char *e = phx_last_error();
+    return strstr(e, a) && (!b || strstr(e, b));
+}
+
+static double at(const phx_tensor *t, int64_t i)
+{
+    double v = NAN;
+    phx_tensor_get(t, i, &v);
+    return v;
+}
+
+/* Lin: y = x W, W (3, 2), made of operations (forward-only) */
+static phx_status lin_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    *y = phx_matmul(x, phx_param_value(phx_module_param(self, 0)));
+    return *y ? PHX_OK : PHX_EINVAL;
+}
+/* Wrap: relu of its one child */
+static phx_status wrap_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    phx_tensor *h = NULL;
+    phx_status st = phx_module_forward(phx_module_child(self, 0), x, &h);
+    if (st != PHX_OK) return st;
+    *y = phx_relu(h);
+    return *y ? PHX_OK : PHX_EINVAL;
+}
+static void no_free(phx_module *m)
+{
+    (void)m;
+}
+static const phx_module_vtable lin_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "Lin", .forward = lin_forward, .free = no_free};
+static const phx_module_vtable wrap_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "Wrap", .forward = wrap_forward, .free = no_free};
+
+static phx_module *ops_lin(void)
+{
+    int64_t s[2] = {3, 2};
+    phx_tensor *w = phx_tensor_new(PHX_F32, 2, s, phx_cpu());
+    float v[6];
+    for (int i = 0; i < 6; i++) v[i] = (float)(0.5 - 0.3 * i);
+    phx_tensor_from_host(w, v);
+    phx_module *m = phx_module_new(&lin_vt, NULL);
+    phx_module_add_param(m, "weight", w);
+    return m;
+}
+
+/* (x W)[r][c] for x (rows, 3), W (3, 2) row-major, computed here */
+static double xw(const phx_tensor *x, const phx_tensor *w, int64_t r, int64_t c)
+{
+    double s = 0;
+    for (int64_t k = 0; k < 3; k++) s += at(x, r * 3 + k) * at(w, k * 2 + c);
+    return s;
+}
+
+/* Linear's y[r][o] = sum_k x[r][k] W[o][k] + b[o], computed here */
+static double linear_at(phx_module *l, const phx_tensor *x, int64_t in, int64_t out, int64_t r, int64_t o)
+{
+    const phx_tensor *w = phx_param_value(phx_module_find_param(l, "weight"));
+    const phx_tensor *b = phx_param_value(phx_module_find_param(l, "bias"));
+    double s = at(b, o);
+    for (int64_t k = 0; k < in; k++) s += at(x, r * in + k) * at(w, o * in + k);
+    (void)out;
+    return s;
+}
+
+static int all_zero(const phx_tensor *g)
+{
+    for (int64_t i = 0; i < phx_tensor_numel(g); i++)
+        if (at(g, i) != 0.0) return 0;
+    return 1;
+}
+
+int main(void)
+{
+    plan(16);
+    phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
+
+    /* 1. Linear (hand-written backward) twice, both outputs in one loss */
+    phx_scope *s = phx_scope_begin();
+    phx_module *lin = phx_linear_new(3, 2, true, NULL);
+    phx_tensor *y1 = NULL, *y2 = NULL;
+    phx_status st = phx_module_forward(lin, x1, &y1);
+    double want1 = linear_at(lin, x1, 3, 2, 1, 1);
+    if (st == PHX_OK) st = phx_module_forward(lin, x2, &y2);
+    ok(st == PHX_OK && y1 != y2 && fabs(at(y1, 3) - want1) < 1e-5 &&
+           fabs(at(y2, 3) - linear_at(lin, x2, 3, 2, 1, 1)) < 1e-5,
+       "Linear twice: y1 keeps the first call's values (%g, expected %g), y2 the second's", at(y1, 3), want1);
+    st = phx_backward(phx_sum(phx_sub(y1, y2), 0, NULL, false));
+    ok(st == PHX_ESTATE && says("Linear", "ran forward again"), "a loss of both: refused: %s", phx_last_error());
+    ok(all_zero(phx_param_grad(phx_module_find_param(lin, "weight"))) &&
+           all_zero(phx_param_grad(phx_module_find_param(lin, "bias"))),
+       "and no gradient was added");
+    st = phx_backward(phx_sum(y2, 0, NULL, false));
+    ok(st == PHX_OK, "a loss of the second output alone runs (%s)", st ? phx_last_error() : "ok");
+    double gb = at(phx_param_grad(phx_module_find_param(lin, "bias")), 0);
+    ok(fabs(gb - 2.0) < 1e-6, "its bias gradient is the batch size, 2 (%g)", gb);
+    phx_scope_end(s);
+
+    /* 2. a training loop: forward, backward, forward reuses the buffer */
+    s = phx_scope_begin();
+    phx_tensor *ya = NULL, *yb = NULL;
+    st = phx_module_forward(lin, x1, &ya);
+    if (st == PHX_OK) st = phx_backward(phx_sum(ya, 0, NULL, false));
+    if (st == PHX_OK) st = phx_module_forward(lin, x2, &yb);
+    ok(st == PHX_OK && ya == yb, "after a backward the next forward reuses the output buffer (%s)",
+       st ? phx_last_error() : "ok");
+    phx_scope_end(s);
+    phx_module_free(lin);
+
+    /* 3. a forward-only module of operations, three calls (a triplet) */
+    s = phx_scope_begin();
+    phx_module *ol = ops_lin();
+    const phx_tensor *w = phx_param_value(phx_module_param(ol, 0));
+    phx_tensor *o1 = NULL, *o2 = NULL, *o3 = NULL;
+    st = phx_module_forward(ol, x1, &o1);
+    if (st == PHX_OK) st = phx_module_forward(ol, x2, &o2);
+    if (st == PHX_OK) st = phx_module_forward(ol, x3, &o3);
+    int vals = st == PHX_OK;
+    for (int64_t i = 0; vals && i < 4; i++)
+        vals = fabs(at(o1, i) - xw(x1, w, i / 2, i % 2)) < 1e-5 && fabs(at(o2, i) - xw(x2, w, i / 2, i % 2)) < 1e-5 &&
+            fabs(at(o3, i) - xw(x3, w, i / 2, i % 2)) < 1e-5;
+    ok(vals, "three calls of a forward-only module: each output keeps its own values");
+    /* L = sum(o1) - 2 sum(o2) + sum(o3): dL/dW[k][c] = sum_r x1 - 2 x2 + x3 */
+    phx_tensor *l = phx_add(phx_sub(phx_sum(o1, 0, NULL, false), phx_mul_scalar(phx_sum(o2, 0, NULL, false), 2.0)),
+                            phx_sum(o3, 0, NULL, false));
+    st = phx_backward(l);
+    const phx_tensor *gw = phx_param_grad(phx_module_param(ol, 0));
+    int grads = st == PHX_OK;
+    for (int64_t k = 0; grads && k < 3; k++)
+        for (int64_t c = 0; c < 2; c++) {
+            double want = 0;
+            for (int64_t r = 0; r < 2; r++) want += at(x1, r * 3 + k) - 2 * at(x2, r * 3 + k) + at(x3, r * 3 + k);
+            grads = grads && fabs(at(gw, k * 2 + c) - want) < 1e-5;
+        }
+    ok(grads, "a loss of all three: the weight gradient sums the three calls' (%s)", st ? phx_last_error() : "ok");
+    phx_scope_end(s);
+    phx_module_free(ol);
+
+    /* 4. a forward-only module around a Linear: the first output keeps
+     * its values; the Linear inside refuses the backward */
+    s = phx_scope_begin();
+    phx_module *wr = phx_module_new(&wrap_vt, NULL), *inner = phx_linear_new(3, 2, true, NULL);
+    phx_module_add_child(wr, "l", inner);
+    phx_tensor *r1 = NULL, *r2 = NULL;
+    st = phx_module_forward(wr, x1, &r1);
+    double keep = fmax(linear_at(inner, x1, 3, 2, 0, 0), 0.0);
+    if (st == PHX_OK) st = phx_module_forward(wr, x2, &r2);
+    ok(st == PHX_OK && r1 != r2 && fabs(at(r1, 0) - keep) < 1e-5, "Wrap(Linear) twice: r1 kept (%g, expected %g)",
+       at(r1, 0), keep);
+    st = phx_backward(phx_sum(phx_add(r1, r2), 0, NULL, false));
+    ok(st == PHX_ESTATE && says("Linear", "ran forward again") &&
+           all_zero(phx_param_grad(phx_module_find_param(inner, "weight"))),
+       "a loss of both: refused, no gradient: %s", phx_last_error());
+    phx_scope_end(s);
+    phx_module_free(wr);
+
+    /* 5. Linear on its own output (lin(lin(x))), square: the second call
+     * reads the first output and writes elsewhere; its values are right */
+    s = phx_scope_begin();
+    phx_module *sq = phx_linear_new(3, 3, true, NULL);
+    phx_tensor *h = NULL, *z = NULL;
+    st = phx_module_forward(sq, x1, &h);
+    double hv[6];
+    for (int i = 0; i < 6; i++) hv[i] = linear_at(sq, x1, 3, 3, i / 3, i % 3);
+    if (st == PHX_OK) st = phx_module_forward(sq, h, &z);
+    int zok = st == PHX_OK && z != h;
+    for (int i = 0; zok && i < 6; i++) {
+        const phx_tensor *wt = phx_param_value(phx_module_find_param(sq, "weight"));
+        double want = at(phx_param_value(phx_module_find_param(sq, "bias")), i % 3);
+        for (int k = 0; k < 3; k++) want += hv[(i / 3) * 3 + k] * at(wt, (i % 3) * 3 + k);
+        zok = fabs(at(z, i) - want) < 1e-5 && fabs(at(h, i) - hv[i]) < 1e-5;
+    }
+    ok(zok, "lin(lin(x)): the first output kept, the second computed from it");
+    ok(phx_backward(phx_sum(z, 0, NULL, false)) == PHX_ESTATE && says("Linear", "ran forward again"),
+       "its backward refused: %s", phx_last_error());
+    phx_scope_end(s);
+    phx_module_free(sq);
+
+    /* 6. Flatten (its output a view of its input) twice */
+    s = phx_scope_begin();
+    phx_module *fl = phx_flatten_new();
+    phx_tensor *q1 = input(2, 3, 4.0), *q2 = input(2, 3, 9.0), *f1 = NULL, *f2 = NULL;
+    phx_tensor_set_requires_grad(q1, true), phx_tensor_set_requires_grad(q2, true);
+    st = phx_module_forward(fl, q1, &f1);
+    if (st == PHX_OK) st = phx_module_forward(fl, q2, &f2);
+    ok(st == PHX_OK && f1 != f2 && at(f1, 5) == at(q1, 5) && at(f2, 5) == at(q2, 5),
+       "Flatten twice: each output views its own input (%g, %g)", at(f1, 5), at(f2, 5));
+    ok(phx_backward(phx_sum(phx_add(f1, f2), 0, NULL, false)) == PHX_ESTATE && !phx_tensor_grad(q1) &&
+           !phx_tensor_grad(q2),
+       "a loss of both: refused, no gradient: %s", phx_last_error());
+    phx_scope_end(s);
+    phx_module_free(fl);
+    phx_tensor_free(q1), phx_tensor_free(q2);
+
+    /* 7. grad mode off: nothing is recorded and the buffer is reused as
+     * documented (the output is the module's until its next forward) */
+    s = phx_scope_begin();
+    phx_module *ev = phx_linear_new(3, 2, true, NULL);
+    bool was = phx_set_grad_enabled(false);
+    phx_tensor *e1 = NULL, *e2 = NULL;
+    st = phx_module_forward(ev, x1, &e1);
+    if (st == PHX_OK) st = phx_module_forward(ev, x2, &e2);
+    phx_set_grad_enabled(was);
+    ok(st == PHX_OK && e1 == e2 && fabs(at(e2, 0) - linear_at(ev, x2, 3, 2, 0, 0)) < 1e-5,
+       "with grad mode off two calls share the buffer (nothing to keep)");
+    phx_scope_end(s);
+
+    /* 8. eval with grad mode on and no backward, in a scope per batch:
+     * each batch's output is kept only until its scope ends */
+    uint64_t before = 0;
+    for (int i = 0; i < 3; i++) {
+        s = phx_scope_begin();
+        phx_tensor *e = NULL;
+        st = phx_module_forward(ev, i % 2 ? x2 : x1, &e);
+        if (i == 1) before = phx_alloc_count();
+        phx_scope_end(s);
+    }
+    ok(st == PHX_OK && phx_alloc_count() - before <= 2,
+       "an evaluation loop with grad mode on allocates at most 2 tensors per batch once warm (%llu)",
+       (unsigned long long)(phx_alloc_count() - before));
+    phx_module_free(ev);
+
+    phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
+    return done_testing();
+}
