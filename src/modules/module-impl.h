@@ -70,6 +70,9 @@ struct phx_module {
      * share: a child's forward lies inside its parent's when it ran as
      * part of it */
     uint64_t fwd_begin, fwd_end;
+    /* its parent's fwd_begin when it last ran inside the parent's forward,
+     * and its calls then: a parent's backward uses that call's state */
+    uint64_t parent_call, calls_in_parent;
     struct px_node *last_node;
     phx_tensor **owned;
     size_t n_owned, cap_owned;

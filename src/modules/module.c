@@ -377,6 +377,8 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
     m->fwd_begin = atomic_fetch_add(&clock, 1);
     phx_status st = m->vt->backward ? px_module_forward_fused(m, x, y) : px_module_forward_traced(m, x, y);
     m->fwd_end = atomic_fetch_add(&clock, 1);
+    phx_module *p = m->parent;
+    if (st == PHX_OK && p && p->fwd_begin > p->fwd_end) m->parent_call = p->fwd_begin, m->calls_in_parent = m->calls;
     return st;
 }
 
@@ -415,6 +417,21 @@ static const phx_module *child_run_by_user(const phx_module *top, const phx_modu
     return NULL;
 }
 
+/* A descendant that ran inside its parent's last forward, as part of m's
+ * last forward, and ran forward again since (on its own): m's backward
+ * would use the newer call's state. NULL if none. */
+static const phx_module *child_run_again(const phx_module *m)
+{
+    for (size_t i = 0; i < m->n_children; i++) {
+        const phx_module *c = m->children[i].m;
+        if (c->parent_call != m->fwd_begin) continue; /* m's last forward did not use it */
+        if (c->calls != c->calls_in_parent) return c;
+        const phx_module *g = child_run_again(c);
+        if (g) return g;
+    }
+    return NULL;
+}
+
 phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, bool user_only, const char *who)
 {
     if (m->backward_call == call && (!user_only || m->backward_by_user))
@@ -431,6 +448,12 @@ phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, 
                          "%s: phx_module_backward ran the backward of this %s's child %s for its last forward "
                          "already (a second one would add the gradients again); run the forward again first",
                          who, phx_module_type(m), phx_module_type(c));
+    if ((c = child_run_again(m)))
+        return phx_error(PHX_ESTATE,
+                         "%s: this %s's child %s ran forward again after the %s's last forward (its backward "
+                         "would use the newer call's state, not the one this forward used); run the %s's forward "
+                         "again first",
+                         who, phx_module_type(m), phx_module_type(c), phx_module_type(m), phx_module_type(m));
     return PHX_OK;
 }
 

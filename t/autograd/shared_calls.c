@@ -4,7 +4,8 @@
  * made of operations differentiates both calls; a module with a
  * hand-written backward, which keeps one call's state, refuses the
  * backward and changes nothing. A training loop's forward after a
- * backward still reuses the module's output buffer. */
+ * backward still reuses the module's output buffer. A container's child
+ * run again on its own before the container's backward is refused too. */
 #include <math.h>
 #include <string.h>
 #include "phalanx/phalanx.h"
@@ -48,10 +49,27 @@ static phx_status wrap_forward(phx_module *self, const phx_tensor *x, phx_tensor
     *y = phx_relu(h);
     return *y ? PHX_OK : PHX_EINVAL;
 }
+/* Pair: a hand-written container of children a and b whose forward uses a only */
+typedef struct pair {
+    phx_module *a, *b;
+} pair;
+static phx_status pair_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    return phx_module_forward(((pair *)phx_module_ctx(self))->a, x, y);
+}
+static phx_status pair_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    return phx_module_backward(((pair *)phx_module_ctx(self))->a, dy, dx);
+}
 static void no_free(phx_module *m)
 {
     (void)m;
 }
+static const phx_module_vtable pair_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
+                                          .type_name = "Pair",
+                                          .forward = pair_forward,
+                                          .backward = pair_backward,
+                                          .free = no_free};
 static const phx_module_vtable lin_vt = {
     .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "Lin", .forward = lin_forward, .free = no_free};
 static const phx_module_vtable wrap_vt = {
@@ -97,7 +115,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(16);
+    plan(20);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -244,6 +262,55 @@ int main(void)
        "an evaluation loop with grad mode on allocates at most 2 tensors per batch once warm (%llu)",
        (unsigned long long)(phx_alloc_count() - before));
     phx_module_free(ev);
+
+    /* 9. a container's child run again on its own (grad mode off)
+     * between the container's forward and its backward: the container's
+     * backward would use the child's newer state; refused, nothing added */
+    s = phx_scope_begin();
+    phx_module *seq = phx_sequential_new(), *child = phx_linear_new(3, 2, true, NULL);
+    phx_sequential_add(seq, child);
+    phx_tensor *sy = NULL, *cy = NULL;
+    st = phx_module_forward(seq, x1, &sy);
+    phx_tensor *sl = st == PHX_OK ? phx_sum(sy, 0, NULL, false) : NULL;
+    was = phx_set_grad_enabled(false);
+    if (st == PHX_OK) st = phx_module_forward(child, x2, &cy);
+    phx_set_grad_enabled(was);
+    phx_status sb = sl ? phx_backward(sl) : PHX_EINVAL;
+    ok(st == PHX_OK && sb == PHX_ESTATE &&
+           says("child Linear", "ran forward again after the Sequential's last forward") &&
+           all_zero(phx_param_grad(phx_module_find_param(child, "weight"))),
+       "Sequential(Linear), the Linear run alone before the backward: refused, no gradient: %s", phx_last_error());
+    /* the user's phx_module_backward of the container: refused the same way */
+    phx_tensor *dy = input(2, 2, 1.0);
+    ok(phx_module_backward(seq, dy, NULL) == PHX_ESTATE && says("child Linear", "ran forward again"),
+       "and phx_module_backward of the Sequential: %s", phx_last_error());
+    /* its next forward makes the backward right again */
+    st = phx_module_forward(seq, x1, &sy);
+    if (st == PHX_OK) st = phx_backward(phx_sum(sy, 0, NULL, false));
+    double gw1 = at(phx_param_grad(phx_module_find_param(child, "weight")), 0), want = at(x1, 0) + at(x1, 3);
+    ok(st == PHX_OK && fabs(gw1 - want) < 1e-5,
+       "after the Sequential's next forward the backward runs: W[0][0] grad %g, "
+       "expected %g",
+       gw1, want);
+    phx_scope_end(s);
+    phx_module_free(seq);
+
+    /* 10. a child the container's last forward did not use, run on its own
+     * in between: not the container's business, its backward runs */
+    s = phx_scope_begin();
+    pair pc = {phx_linear_new(3, 2, true, NULL), phx_linear_new(3, 2, true, NULL)};
+    phx_module *pm = phx_module_new(&pair_vt, &pc);
+    phx_module_add_child(pm, "a", pc.a), phx_module_add_child(pm, "b", pc.b);
+    phx_tensor *py = NULL, *pb = NULL;
+    st = phx_module_forward(pm, x1, &py);
+    if (st == PHX_OK) st = phx_module_forward(pc.b, x2, &pb);
+    if (st == PHX_OK) st = phx_backward(phx_sum(py, 0, NULL, false));
+    double gw2 = at(phx_param_grad(phx_module_find_param(pc.a, "weight")), 0);
+    ok(st == PHX_OK && fabs(gw2 - want) < 1e-5,
+       "Pair(a, b) using a, b run alone in between: the backward runs (%s, %g)", st ? phx_last_error() : "ok", gw2);
+    phx_scope_end(s);
+    phx_module_free(pm);
+    phx_tensor_free(dy);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
