@@ -21,7 +21,7 @@ typedef struct phx_precision phx_precision;
  *
  * forward: *y <- f(x). The module owns *y (a buffer reused across calls with
  *   the same batch shape) and keeps what backward needs. (Built-in
- *   modules write to fresh memory while a scope keeps their last output,
+ *   modules write to fresh memory while their last output is kept,
  *   phx_module_forward below; a module of your own that reuses its buffer
  *   then gives the earlier output the new call's values.) A forward-only
  *   module (backward NULL) computes *y with the operations of
@@ -88,10 +88,11 @@ phx_dtype phx_module_compute_dtype(const phx_module *m);
 
 /* *y <- m(x), owned by m until its next forward (a module with a
  * hand-written backward returns the same tensor from each call, with the
- * new call's values), except that while a scope is open and *y's graph
- * has not run its backward, the next call writes elsewhere and the scope
- * keeps *y until it ends (y1 = m(x1); y2 = m(x2) in one loss:
- * doc/guide/autograd.md). With grad mode on
+ * new call's values), except that when *y was made in a scope and its
+ * graph has not run its backward, the next call writes elsewhere and that
+ * scope keeps *y until it ends (y1 = m(x1); y2 = m(x2) in one loss), and
+ * a call on m's own last output writes elsewhere too
+ * (doc/guide/autograd.md). With grad mode on
  * (phalanx/autograd.h) the call is recorded: a module with a hand-written
  * backward as one node, a forward-only module as the operations it ran;
  * phx_backward on a tensor made from *y reaches m's parameters. */

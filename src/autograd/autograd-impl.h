@@ -81,6 +81,21 @@ void px_tensor_bump_version(const phx_tensor *t);
 phx_tensor *px_scope_own(phx_tensor *t);
 /* 1 when a scope is open on this thread. */
 bool px_scope_open(void);
+/* A scope of this thread, by depth (0: none) and the number it got when
+ * it opened (unique in the process), so a scope opened later at the same
+ * depth is another. */
+typedef struct px_scope_id {
+    size_t depth;
+    uint64_t serial;
+} px_scope_id;
+/* The innermost open scope ({0, 0}: none). */
+px_scope_id px_scope_current(void);
+/* Whether scope id is still open on this thread. */
+bool px_scope_alive(px_scope_id id);
+/* Hands t to scope id (which need not be the innermost) when it is still
+ * open and returns t; else returns t (the caller keeps it). NULL on
+ * ENOMEM, after freeing t. */
+phx_tensor *px_scope_own_in(px_scope_id id, phx_tensor *t);
 
 /* The parameter whose value t is (phx_module_add_param marks it), or NULL. */
 phx_param *px_tensor_param(const phx_tensor *t);

@@ -4,6 +4,8 @@
  * opens and ends one scope per step stops allocating once warm. */
 #include "config.h"
 #include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
 #include "src/autograd/node-impl.h"
 #include "src/base/util.h"
 
@@ -11,6 +13,7 @@ typedef struct px_scope_stack {
     phx_tensor **owned; /* every open scope's handles, oldest first */
     size_t n, cap;
     size_t *marks; /* marks[i]: owned count when scope i opened */
+    uint64_t *serials; /* serials[i]: scope i's number (px_scope_id) */
     size_t depth, cap_marks;
 } px_scope_stack;
 
@@ -26,6 +29,7 @@ static void stack_release(void *unused)
     while (stack.n) phx_tensor_free(stack.owned[--stack.n]);
     px_free(stack.owned);
     px_free(stack.marks);
+    px_free(stack.serials);
     stack = (px_scope_stack){0};
 }
 
@@ -51,17 +55,21 @@ static void stack_arm(void)
 /* A token is the scope's depth + 1, so it is never NULL. */
 phx_scope *phx_scope_begin(void)
 {
+    static atomic_ullong next_serial = 1;
     if (stack.depth == stack.cap_marks) {
         size_t cap = stack.cap_marks ? 2 * stack.cap_marks : 16;
         size_t *m = px_realloc(stack.marks, cap * sizeof *m);
-        if (!m) {
+        if (m) stack.marks = m;
+        uint64_t *sr = m ? px_realloc(stack.serials, cap * sizeof *sr) : NULL;
+        if (!sr) {
             phx_error(PHX_ENOMEM, "phx_scope_begin: out of memory for %zu nested scopes", cap);
             return NULL;
         }
-        if (!stack.marks) stack_arm();
-        stack.marks = m;
+        if (!stack.serials) stack_arm();
+        stack.serials = sr;
         stack.cap_marks = cap;
     }
+    stack.serials[stack.depth] = atomic_fetch_add(&next_serial, 1);
     stack.marks[stack.depth++] = stack.n;
     return (phx_scope *)(uintptr_t)stack.depth;
 }
@@ -79,6 +87,30 @@ void phx_scope_end(phx_scope *s)
 bool px_scope_open(void)
 {
     return stack.depth > 0;
+}
+
+px_scope_id px_scope_current(void)
+{
+    return stack.depth ? (px_scope_id){stack.depth, stack.serials[stack.depth - 1]} : (px_scope_id){0, 0};
+}
+
+bool px_scope_alive(px_scope_id id)
+{
+    return id.depth && id.depth <= stack.depth && stack.serials[id.depth - 1] == id.serial;
+}
+
+phx_tensor *px_scope_own_in(px_scope_id id, phx_tensor *t)
+{
+    if (!t || !px_scope_alive(id)) return t;
+    if (id.depth == stack.depth) return px_scope_own(t);
+    if (!px_scope_own(t)) return NULL; /* room for one more */
+    /* move it from the end to the end of scope id's handles: after them
+     * come the inner scopes', whose marks shift by one */
+    size_t at = stack.marks[id.depth];
+    memmove(stack.owned + at + 1, stack.owned + at, (stack.n - 1 - at) * sizeof *stack.owned);
+    stack.owned[at] = t;
+    for (size_t i = id.depth; i < stack.depth; i++) stack.marks[i]++;
+    return t;
 }
 
 phx_tensor *px_scope_own(phx_tensor *t)

@@ -407,9 +407,11 @@ static phx_status gather(px_dp *d, int pass, phx_device dev, phx_tensor **out)
     shape[0] = d->batch;
     phx_tensor *all;
     phx_status st = px_buf_get(&d->out_buf[pass], y0->dtype, y0->ndim, shape, dev, &all);
+    /* rows a worker copied went into the views of another tensor */
+    bool moved = st == PHX_OK && !key_same(&d->out_key[pass], all);
     if (st == PHX_OK) st = make_rows(d, all, true, pass);
     for (size_t i = 0; i < d->k && st == PHX_OK; i++)
-        if (!d->reps[i].out_done[pass]) st = phx_tensor_copy(d->reps[i].out_rows[pass], d->reps[i].out[pass]);
+        if (moved || !d->reps[i].out_done[pass]) st = phx_tensor_copy(d->reps[i].out_rows[pass], d->reps[i].out[pass]);
     if (st == PHX_OK && dev.kind != PHX_DEVICE_CPU) st = phx_device_synchronize(dev);
     *out = all;
     return st;
@@ -445,6 +447,9 @@ static phx_status dp_forward(phx_module *self, const phx_tensor *x, phx_tensor *
     if (st == PHX_OK) st = plan_sync(d);
     if (st != PHX_OK) return st;
     plan_batch(d, x->shape[0]);
+    /* the last output is kept (by a scope, or for the next call when it is
+     * x): the workers must not write their rows into it */
+    if (px_module_keeping(d->out_buf[PX_DP_FWD].view)) drop_rows(d, true, PX_DP_FWD);
     if ((st = px_dp_buffers_in(d)) == PHX_OK && (st = scatter(d, x, PX_DP_FWD)) == PHX_OK)
         st = run_replicas(d, forward_task, who);
     if (st == PHX_OK) st = px_dp_buffers_out(d);

@@ -1,6 +1,6 @@
 # src/modules — the module vtable, parameters, hooks and the built-in
 # modules (doc/guide/training.md). Tests: t/modules/.
-libphalanx_internal_la_SOURCES += src/modules/module.c src/modules/module-autograd.c src/modules/module-impl.h src/modules/buffers.c src/modules/common.c \
+libphalanx_internal_la_SOURCES += src/modules/module.c src/modules/module-autograd.c src/modules/module-keep.c src/modules/module-impl.h src/modules/buffers.c src/modules/common.c \
 	src/modules/activation.c src/modules/activation.h \
 	src/modules/linear.c src/modules/relu.c src/modules/gelu.c src/modules/tanh.c \
 	src/modules/sigmoid.c src/modules/dropout.c src/modules/layernorm.c src/modules/sequential.c

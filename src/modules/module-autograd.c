@@ -113,32 +113,33 @@ phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tenso
     return PHX_OK;
 }
 
-bool px_module_output_kept(const phx_tensor *t)
+bool px_module_output_pending(const phx_tensor *t)
 {
     px_node *n = t ? t->grad_fn : NULL;
-    if (!n || n->freed || !px_scope_open()) return false;
+    if (!n || n->freed) return false;
     if (n->fn != module_node_backward) return true;
     const module_node *c = px_node_ctx(n);
     return c->m && !c->superseded && c->m->calls == c->call && c->m->backward_call != c->call;
 }
 
 /* Drops the last call's tensors before the next call, or hands them to
- * the open scope while the last output's graph has not run backward. */
+ * the keeper this call chose (src/modules/module-keep.c). */
 static phx_status release_call(phx_module *m)
 {
-    if (!m->n_owned && !m->last_x && !m->last_y) return PHX_OK;
-    bool keep = px_module_output_kept(m->last_y) || (m->n_owned && px_module_output_kept(m->owned[m->n_owned - 1]));
-    phx_status st = PHX_OK;
-    while (m->n_owned) {
-        phx_tensor *t = m->owned[--m->n_owned];
-        if (!keep)
-            phx_tensor_free(t);
-        else if (!px_scope_own(t))
-            st = PHX_ENOMEM;
-    }
-    if (keep && ((m->last_x && !px_scope_own(m->last_x)) || (m->last_y && !px_scope_own(m->last_y)))) st = PHX_ENOMEM;
-    if (!keep) phx_tensor_free(m->last_x), phx_tensor_free(m->last_y);
+    phx_tensor *last[2] = {m->last_x, m->last_y};
     m->last_x = m->last_y = NULL;
+    phx_status st = PHX_OK;
+    for (size_t i = 0; i < m->n_owned + 2; i++) {
+        phx_tensor *t = i < m->n_owned ? m->owned[m->n_owned - 1 - i] : last[i - m->n_owned];
+        if (!t) continue;
+        phx_status s = PHX_OK;
+        if (m->keep == PX_KEEP_NONE)
+            phx_tensor_free(t);
+        else
+            s = px_module_keep_tensor(m, t);
+        if (st == PHX_OK) st = s;
+    }
+    m->n_owned = 0;
     return st;
 }
 
@@ -209,7 +210,9 @@ phx_status px_module_backward_traced(phx_module *m, const phx_tensor *dy, phx_te
 
 void px_module_autograd_free(phx_module *m)
 {
+    m->keep = PX_KEEP_NONE;
     release_call(m);
+    px_module_keep_free(m);
     px_free(m->owned);
     m->owned = NULL;
     m->cap_owned = 0;

@@ -7,6 +7,7 @@
 #include "phalanx/module.h"
 #include "phalanx/plugin/device_v1.h"
 #include "src/tensor/device-impl.h"
+#include "src/autograd/autograd-impl.h"
 
 struct phx_param {
     char *name; /* leaf name, "weight" */
@@ -74,6 +75,14 @@ struct phx_module {
      * and its calls then: a parent's backward uses that call's state */
     uint64_t parent_call, calls_in_parent;
     struct px_node *last_node;
+    /* src/modules/module-keep.c: a reference to its last forward's
+     * output, the scope that call ran in, this call's decision about it,
+     * and what it keeps itself until its next call */
+    phx_tensor *last_out;
+    px_scope_id out_scope;
+    int keep;
+    phx_tensor **spare;
+    size_t n_spare, cap_spare;
     phx_tensor **owned;
     size_t n_owned, cap_owned;
     phx_tensor *last_x, *last_y;
@@ -94,12 +103,30 @@ phx_status px_module_forward_traced(phx_module *m, const phx_tensor *x, phx_tens
 /* phx_module_backward of a forward-only module: backward from its last
  * output with dy; *dx (when dx) the gradient of its last input. */
 phx_status px_module_backward_traced(phx_module *m, const phx_tensor *dy, phx_tensor **dx);
-/* Whether a scope keeps t, a module's output, at the module's next call:
- * a scope is open and t's graph has not run its backward (a hand-written
- * module's node: the module's last call, not yet differentiated). The
- * next call then writes to fresh memory, so an output the user still
- * holds (y1 = m(x1); y2 = m(x2)) keeps its values and its own node. */
-bool px_module_output_kept(const phx_tensor *t);
+/* Whether t, a module's output, is part of a graph whose backward has
+ * not run (a hand-written module's node: the module's last call, not yet
+ * differentiated). */
+bool px_module_output_pending(const phx_tensor *t);
+
+/* ---- src/modules/module-keep.c --------------------------------------- */
+
+/* What a module's call does with its last output: reuse its memory, hand
+ * it to the scope it was made in, or keep it until the module's next call. */
+enum { PX_KEEP_NONE, PX_KEEP_SCOPE, PX_KEEP_SPARE };
+/* Decides for m's call on x (phx_module_forward, before the module runs);
+ * returns a mark for px_module_keep_end. */
+int px_module_keep_begin(phx_module *m, const phx_tensor *x);
+/* After the call: y (on success) becomes m's last output. */
+void px_module_keep_end(phx_module *m, int mark, phx_status st, phx_tensor *y);
+/* When *slot (a module's buffer) holds an output a running forward must
+ * not write over: hands it to its keeper and sets *slot NULL. */
+phx_status px_module_keep_slot(phx_tensor **slot);
+/* Hands t (a reference) to the keeper this call of m chose. */
+phx_status px_module_keep_tensor(phx_module *m, phx_tensor *t);
+/* Whether t is an output a running forward must not write over. */
+bool px_module_keeping(const phx_tensor *t);
+/* Releases m's last output and spares (phx_module_free). */
+void px_module_keep_free(phx_module *m);
 /* Releases what the module's autograd fields hold (at phx_module_free). */
 void px_module_autograd_free(phx_module *m);
 

@@ -16,14 +16,14 @@
 
 phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out)
 {
-    phx_tensor *v = b->view;
-    if (px_module_output_kept(v)) {
-        /* the last call's output: the open scope keeps it and its memory */
+    if (b->view && px_module_keeping(b->view)) {
+        /* the last call's output: its keeper takes it and its memory */
         phx_tensor_free(b->store);
-        b->view = b->store = NULL;
-        if (!px_scope_own(v)) return PHX_ENOMEM;
-        v = NULL;
+        b->store = NULL;
+        phx_status st = px_module_keep_slot(&b->view);
+        if (st != PHX_OK) return st;
     }
+    phx_tensor *v = b->view;
     if (v && v->dtype == dt && v->ndim == ndim && phx_device_equal(v->storage->device, dev) &&
         memcmp(v->shape, shape, (size_t)ndim * sizeof *shape) == 0) {
         *out = v;
@@ -374,11 +374,17 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
         return phx_error(PHX_EINVAL, "phx_module_forward: %s is NULL", !m ? "module" : !x ? "input" : "y");
     if (m->redirect && !m->redirect_off) return phx_module_forward(m->redirect, x, y);
     static atomic_ullong clock = 1;
+    int mark = px_module_keep_begin(m, x);
     m->fwd_begin = atomic_fetch_add(&clock, 1);
     phx_status st = m->vt->backward ? px_module_forward_fused(m, x, y) : px_module_forward_traced(m, x, y);
     m->fwd_end = atomic_fetch_add(&clock, 1);
+    px_module_keep_end(m, mark, st, st == PHX_OK ? *y : NULL);
+    /* inside its parent's forward: the parent's backward will use this
+     * call's state (a second call within the same forward leaves the
+     * first's count, so that backward is refused) */
     phx_module *p = m->parent;
-    if (st == PHX_OK && p && p->fwd_begin > p->fwd_end) m->parent_call = p->fwd_begin, m->calls_in_parent = m->calls;
+    if (st == PHX_OK && p && p->fwd_begin > p->fwd_end && m->parent_call != p->fwd_begin)
+        m->parent_call = p->fwd_begin, m->calls_in_parent = m->calls;
     return st;
 }
 
@@ -450,9 +456,8 @@ phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, 
                          who, phx_module_type(m), phx_module_type(c));
     if ((c = child_run_again(m)))
         return phx_error(PHX_ESTATE,
-                         "%s: this %s's child %s ran forward again after the %s's last forward (its backward "
-                         "would use the newer call's state, not the one this forward used); run the %s's forward "
-                         "again first",
+                         "%s: this %s's child %s ran forward again after the %s's last forward used it, or twice "
+                         "in it (its backward keeps one call's state); run the %s's forward again first",
                          who, phx_module_type(m), phx_module_type(c), phx_module_type(m), phx_module_type(m));
     return PHX_OK;
 }

@@ -65,6 +65,26 @@ static void no_free(phx_module *m)
 {
     (void)m;
 }
+/* Twice: a hand-written container running its child a twice, a(a(x)) */
+static phx_status twice_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    phx_module *a = ((pair *)phx_module_ctx(self))->a;
+    phx_tensor *h = NULL;
+    phx_status st = phx_module_forward(a, x, &h);
+    return st != PHX_OK ? st : phx_module_forward(a, h, y);
+}
+static phx_status twice_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    phx_module *a = ((pair *)phx_module_ctx(self))->a;
+    phx_tensor *g = NULL;
+    phx_status st = phx_module_backward(a, dy, &g);
+    return st != PHX_OK ? st : phx_module_backward(a, g, dx);
+}
+static const phx_module_vtable twice_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
+                                           .type_name = "Twice",
+                                           .forward = twice_forward,
+                                           .backward = twice_backward,
+                                           .free = no_free};
 static const phx_module_vtable pair_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
                                           .type_name = "Pair",
                                           .forward = pair_forward,
@@ -115,7 +135,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(20);
+    plan(28);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -311,6 +331,131 @@ int main(void)
     phx_scope_end(s);
     phx_module_free(pm);
     phx_tensor_free(dy);
+
+    /* 11. nested scopes: the outer scope's output outlives the inner one */
+    phx_scope *outer = phx_scope_begin();
+    phx_module *nl = phx_linear_new(3, 2, true, NULL);
+    st = phx_module_forward(nl, x1, &y1);
+    want1 = linear_at(nl, x1, 3, 2, 1, 1);
+    s = phx_scope_begin();
+    if (st == PHX_OK) st = phx_module_forward(nl, x2, &y2);
+    phx_scope_end(s);
+    ok(st == PHX_OK && fabs(at(y1, 3) - want1) < 1e-5,
+       "y1 in an outer scope, y2 in an inner one that ended: y1 intact (%g, expected %g)", at(y1, 3), want1);
+
+    /* 12. the same module inside a forward-only container (whose call has
+     * a scope of its own) keeps the user's output in the user's scope */
+    phx_module *ow = phx_module_new(&wrap_vt, NULL), *wl = phx_linear_new(3, 2, true, NULL);
+    phx_module_add_child(ow, "l", wl);
+    phx_tensor *yl = NULL, *w1 = NULL, *w3 = NULL;
+    st = phx_module_forward(wl, x1, &yl);
+    double wantl = linear_at(wl, x1, 3, 2, 0, 0);
+    if (st == PHX_OK) st = phx_module_forward(ow, x2, &w1);
+    if (st == PHX_OK) st = phx_backward(phx_sum(w1, 0, NULL, false));
+    if (st == PHX_OK) st = phx_module_forward(ow, x3, &w3);
+    ok(st == PHX_OK && fabs(at(yl, 0) - wantl) < 1e-5 && yl != w3,
+       "Linear's own output, then Wrap(Linear) twice with a backward between: the output intact (%g, expected %g)",
+       at(yl, 0), wantl);
+
+    /* 13. a module's output, then the module inside a hand-written container */
+    phx_module *cs = phx_sequential_new(), *cl = phx_linear_new(3, 2, true, NULL);
+    phx_sequential_add(cs, cl);
+    phx_tensor *feats = NULL, *co = NULL;
+    st = phx_module_forward(cl, x1, &feats);
+    double wantf = linear_at(cl, x1, 3, 2, 1, 0), wanto = linear_at(cl, x2, 3, 2, 1, 0);
+    if (st == PHX_OK) st = phx_module_forward(cs, x2, &co);
+    if (st == PHX_OK) st = phx_backward(phx_sum(co, 0, NULL, false));
+    double cb = at(phx_param_grad(phx_module_find_param(cl, "bias")), 0);
+    ok(st == PHX_OK && fabs(at(feats, 2) - wantf) < 1e-5 && fabs(at(co, 2) - wanto) < 1e-5 && fabs(cb - 2.0) < 1e-6,
+       "Linear's output, then Sequential(Linear): both outputs right (%g, %g), the backward runs (bias grad %g)",
+       at(feats, 2), at(co, 2), cb);
+    phx_scope_end(outer);
+    phx_module_free(nl), phx_module_free(ow), phx_module_free(cs);
+
+    /* 14. DataParallel over two CPU replicas: an evaluation loop with grad
+     * mode on and a scope per batch, then two outputs in one scope */
+    phx_module *dl = phx_linear_new(3, 2, true, NULL);
+    phx_device devs[2] = {phx_cpu(), phx_cpu()};
+    phx_module *dp = phx_dp_new(dl, devs, 2, NULL);
+    phx_tensor *b4[3] = {input(4, 3, 1.0), input(4, 3, -2.0), input(4, 3, 0.5)};
+    int dp_ok = dp != NULL;
+    for (int i = 0; dp_ok && i < 3; i++) {
+        s = phx_scope_begin();
+        phx_tensor *dy4 = NULL;
+        dp_ok = phx_module_forward(dp, b4[i], &dy4) == PHX_OK;
+        for (int64_t e = 0; dp_ok && e < 8; e++)
+            dp_ok = fabs(at(dy4, e) - linear_at(dl, b4[i], 3, 2, e / 2, e % 2)) < 1e-5;
+        phx_scope_end(s);
+    }
+    ok(dp_ok, "DataParallel (2 replicas), 3 batches with grad mode on: every output right (%s)",
+       dp_ok ? "ok" : phx_last_error());
+    s = phx_scope_begin();
+    phx_tensor *d1 = NULL, *d2 = NULL;
+    st = dp ? phx_module_forward(dp, b4[0], &d1) : PHX_EINVAL;
+    if (st == PHX_OK) st = phx_module_forward(dp, b4[1], &d2);
+    dp_ok = st == PHX_OK && d1 != d2;
+    for (int64_t e = 0; dp_ok && e < 8; e++)
+        dp_ok = fabs(at(d1, e) - linear_at(dl, b4[0], 3, 2, e / 2, e % 2)) < 1e-5 &&
+            fabs(at(d2, e) - linear_at(dl, b4[1], 3, 2, e / 2, e % 2)) < 1e-5;
+    ok(dp_ok, "DataParallel: y1 = dp(x1); y2 = dp(x2) in one scope: both right");
+    phx_scope_end(s);
+    phx_module_free(dp), phx_module_free(dl);
+    for (int i = 0; i < 3; i++) phx_tensor_free(b4[i]);
+
+    /* 15. a hand-written container running its child twice: right values,
+     * and its backward (the child keeps one call's state) refused */
+    s = phx_scope_begin();
+    pair tc = {phx_linear_new(3, 3, true, NULL), NULL};
+    phx_module *tw = phx_module_new(&twice_vt, &tc);
+    phx_module_add_child(tw, "a", tc.a);
+    phx_tensor *ty = NULL;
+    double th[6], tz[6];
+    for (int i = 0; i < 6; i++) th[i] = linear_at(tc.a, x1, 3, 3, i / 3, i % 3);
+    const phx_tensor *tw_w = phx_param_value(phx_module_find_param(tc.a, "weight"));
+    for (int i = 0; i < 6; i++) {
+        tz[i] = at(phx_param_value(phx_module_find_param(tc.a, "bias")), i % 3);
+        for (int k = 0; k < 3; k++) tz[i] += th[(i / 3) * 3 + k] * at(tw_w, (i % 3) * 3 + k);
+    }
+    st = phx_module_forward(tw, x1, &ty);
+    int tv = st == PHX_OK;
+    for (int i = 0; tv && i < 6; i++) tv = fabs(at(ty, i) - tz[i]) < 1e-5;
+    ok(tv, "Twice(a) = a(a(x)): the values of two calls (%g, expected %g)", at(ty, 0), tz[0]);
+    st = phx_backward(phx_sum(ty, 0, NULL, false));
+    ok(st == PHX_ESTATE && says("child Linear", "twice in it") &&
+           all_zero(phx_param_grad(phx_module_find_param(tc.a, "weight"))),
+       "its backward refused, no gradient: %s", phx_last_error());
+    phx_scope_end(s);
+    phx_module_free(tw);
+
+    /* 16. a module on its own output with no scope open: the second call
+     * writes elsewhere (Linear, grad mode off; Wrap, grad mode on) */
+    phx_module *q = phx_linear_new(3, 3, true, NULL);
+    was = phx_set_grad_enabled(false);
+    phx_tensor *qa = NULL, *qb = NULL;
+    st = phx_module_forward(q, x1, &qa);
+    if (st == PHX_OK) st = phx_module_forward(q, qa, &qb);
+    phx_set_grad_enabled(was);
+    double qbv[6]; /* read before q runs again */
+    for (int i = 0; i < 6; i++) qbv[i] = at(qb, i);
+    phx_module *qw = phx_module_new(&wrap_vt, NULL);
+    phx_module_add_child(qw, "l", q);
+    phx_tensor *ra = NULL, *rb = NULL;
+    if (st == PHX_OK) st = phx_module_forward(qw, x1, &ra);
+    if (st == PHX_OK) st = phx_module_forward(qw, ra, &rb);
+    int qv = st == PHX_OK;
+    const phx_tensor *qwt = phx_param_value(phx_module_find_param(q, "weight"));
+    for (int i = 0; qv && i < 6; i++) {
+        double h1[3], lin2 = at(phx_param_value(phx_module_find_param(q, "bias")), i % 3), relu2;
+        for (int o = 0; o < 3; o++) h1[o] = linear_at(q, x1, 3, 3, i / 3, o);
+        for (int k = 0; k < 3; k++) lin2 += h1[k] * at(qwt, (i % 3) * 3 + k);
+        relu2 = at(phx_param_value(phx_module_find_param(q, "bias")), i % 3);
+        for (int k = 0; k < 3; k++) relu2 += fmax(h1[k], 0.0) * at(qwt, (i % 3) * 3 + k);
+        qv = fabs(qbv[i] - lin2) < 1e-5 && fabs(at(rb, i) - fmax(relu2, 0.0)) < 1e-5;
+    }
+    ok(qv, "no scope: lin(lin(x)) with grad mode off and Wrap(Wrap(x)) with it on give the values of two calls (%s)",
+       st ? phx_last_error() : "ok");
+    phx_tensor_free(rb); /* an operation's result made with no scope open: the caller's */
+    phx_module_free(qw);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();

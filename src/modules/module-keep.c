@@ -1,0 +1,89 @@
+/* Outputs a module's next forward must not write over
+ * (doc/guide/autograd.md, "A module called again before its backward").
+ * Before each phx_module_forward the module decides what happens to its
+ * last output: while that output's graph has not run its backward and
+ * the scope it was made in is still open, the scope keeps it; when the
+ * new input is that output (m(m(x))), the module keeps it until its next
+ * call. Its buffers (px_buf_get, Flatten's view) and a forward-only
+ * module's call tensors then go to the keeper instead of being reused. */
+#include "config.h"
+#include "src/autograd/node-impl.h"
+#include "src/base/util.h"
+#include "src/modules/module-impl.h"
+
+enum { KEEP_MAX = 64 }; /* nested forwards tracked; deeper ones keep nothing */
+
+typedef struct keep {
+    const phx_tensor *t; /* NULL once handed over */
+    phx_module *m;
+} keep;
+
+static _Thread_local keep keeps[KEEP_MAX];
+static _Thread_local int n_keeps;
+static _Thread_local int depth; /* phx_module_forward calls running on this thread */
+static _Thread_local px_scope_id user_scope; /* the scope the outermost one runs in */
+
+int px_module_keep_begin(phx_module *m, const phx_tensor *x)
+{
+    if (depth++ == 0) user_scope = px_scope_current();
+    /* what the call before the last handed over: nothing uses it now */
+    while (m->n_spare) phx_tensor_free(m->spare[--m->n_spare]);
+    m->keep = PX_KEEP_NONE;
+    const phx_tensor *last = m->last_out;
+    if (last && px_module_output_pending(last) && px_scope_alive(m->out_scope))
+        m->keep = PX_KEEP_SCOPE;
+    else if (last && x->storage == last->storage)
+        m->keep = PX_KEEP_SPARE;
+    int mark = n_keeps;
+    if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX) keeps[n_keeps++] = (keep){last, m};
+    return mark;
+}
+
+void px_module_keep_end(phx_module *m, int mark, phx_status st, phx_tensor *y)
+{
+    n_keeps = mark;
+    depth--;
+    m->keep = PX_KEEP_NONE;
+    if (st != PHX_OK || !y) return;
+    if (y != m->last_out) {
+        phx_tensor_free(m->last_out);
+        m->last_out = phx_tensor_retain(y);
+    }
+    m->out_scope = user_scope;
+}
+
+phx_status px_module_keep_tensor(phx_module *m, phx_tensor *t)
+{
+    if (m->keep == PX_KEEP_SCOPE && px_scope_alive(m->out_scope))
+        return px_scope_own_in(m->out_scope, t) ? PHX_OK : PHX_ENOMEM;
+    return px_scope_take_one(t, &m->spare, &m->n_spare, &m->cap_spare);
+}
+
+bool px_module_keeping(const phx_tensor *t)
+{
+    for (int i = 0; t && i < n_keeps; i++)
+        if (keeps[i].t == t) return true;
+    return false;
+}
+
+phx_status px_module_keep_slot(phx_tensor **slot)
+{
+    phx_tensor *t = *slot;
+    for (int i = n_keeps - 1; t && i >= 0; i--) {
+        if (keeps[i].t != t) continue;
+        keeps[i].t = NULL;
+        *slot = NULL;
+        return px_module_keep_tensor(keeps[i].m, t);
+    }
+    return PHX_OK;
+}
+
+void px_module_keep_free(phx_module *m)
+{
+    while (m->n_spare) phx_tensor_free(m->spare[--m->n_spare]);
+    px_free(m->spare);
+    m->spare = NULL;
+    m->cap_spare = 0;
+    phx_tensor_free(m->last_out);
+    m->last_out = NULL;
+}
