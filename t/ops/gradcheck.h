@@ -289,7 +289,8 @@ static inline int gc_close(const phx_tensor *t, const gc_ref_tensor *r, double r
     for (int64_t j = 0; v && j < r->n; j++) {
         double a = v[j], b = r->v[j];
         int good = (isnan(a) && isnan(b)) || (isinf(b) && a == b) || fabs(a - b) <= atol + rtol * fabs(b);
-        if (!good && fabs(a - b) > worst) worst = fabs(a - b), got = a, want = b, wj = j;
+        /* the first mismatch counts even when its difference is NaN */
+        if (!good && (wj < 0 || fabs(a - b) > worst)) worst = fabs(a - b), got = a, want = b, wj = j;
     }
     int res = ok(v && wj < 0, "%s (rtol %g, atol %g)", what, rtol, atol);
     if (wj >= 0) diag("element %lld: got %.9g, expected %.9g", (long long)wj, got, want);
