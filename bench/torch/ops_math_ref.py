@@ -35,11 +35,14 @@ def f32(*shape, lo=None, hi=None, away=None):
     return x.float()
 
 
-def case(name, fn, ins, grad_of=None):
+def case(name, fn, ins, grad_of=None, args=()):
     """ins: list of (name, tensor); tensors that are float and listed in
-    grad_of (default: every float input) get gradients."""
+    grad_of (default: every float input) get gradients. args: (name,
+    tensor) pairs written as "arg" lines for the test (fn has them bound)."""
     out.write("case %s\n" % name)
     xs = []
+    for n, t in args:
+        emit("arg", n, t)
     for n, t in ins:
         emit("in", n, t)
         if t.dtype == torch.float32:
@@ -143,6 +146,61 @@ def main():
          [("a", f32(4, 5)), ("target", torch.tensor([1, 0, 4, 2]))])
     case("mse_loss", lambda a, t: torch.nn.functional.mse_loss(a, t), [("a", f32(3, 4)), ("target", f32(3, 4))],
          grad_of=["a"])
+    # ---- cross_entropy with its keyword arguments (t/ops/cross_entropy.c):
+    # weight, ignore_index, reduction, label_smoothing, alone and together
+    ce_cases()
+
+
+REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}  # phx_reduction
+
+
+def ce_case(name, logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """F.cross_entropy(logits, target, ...); the options as arg lines
+    (ignore_index and reduction i64, label_smoothing f32), the weight as an
+    input without a gradient."""
+    args = [("ignore_index", torch.tensor(ignore_index)), ("reduction", torch.tensor(REDUCTIONS[reduction])),
+            ("label_smoothing", torch.tensor(label_smoothing, dtype=torch.float32))]
+    ins = [("a", logits), ("target", target)] + ([("weight", weight)] if weight is not None else [])
+
+    def fn(a, t, w=None):
+        return torch.nn.functional.cross_entropy(a, t, weight=w, ignore_index=ignore_index, reduction=reduction,
+                                                 label_smoothing=label_smoothing)
+
+    case(name, fn, ins, grad_of=["a"], args=args)
+
+
+def ce_cases():
+    x = f32(6, 5)
+    t = torch.tensor([1, -100, 4, 0, -100, 2])
+    tk = torch.tensor([3, 0, 4, 0, 1, 2])  # no -100: weights and smoothing alone
+    w = f32(5, lo=0.2, hi=2.0)
+    ce_case("ce_default", x, tk)
+    for red in ("mean", "sum", "none"):
+        ce_case("ce_ignore_" + red, x, t, reduction=red)
+        ce_case("ce_weight_" + red, x, tk, weight=w, reduction=red)
+        ce_case("ce_weight_ignore_" + red, x, t, weight=w, reduction=red)
+        ce_case("ce_smooth_" + red, x, tk, reduction=red, label_smoothing=0.1)
+        ce_case("ce_smooth_ignore_" + red, x, t, reduction=red, label_smoothing=0.15)
+        ce_case("ce_combined_" + red, x, t, weight=w, reduction=red, label_smoothing=0.2)
+    ce_case("ce_smooth_weight_mean", x, tk, weight=w, label_smoothing=0.3)
+    ce_case("ce_smooth_one", x, t, weight=w, label_smoothing=1.0)
+    # ignore_index a real class (0, the usual padding token)
+    ce_case("ce_ignore_class0", x, tk, weight=w, ignore_index=0, label_smoothing=0.1)
+    # every target ignored: mean is NaN (0/0) with a zero gradient; sum 0
+    ti = torch.full((6,), -100)
+    ce_case("ce_every_ignored_mean", x, ti)
+    ce_case("ce_every_ignored_smooth_weight_mean", x, ti, weight=w, label_smoothing=0.2)
+    ce_case("ce_every_ignored_sum", x, ti, reduction="sum", label_smoothing=0.2)
+    # PyTorch's K-dim form (n, classes, d1, ...) and the unbatched (classes)
+    xk = f32(2, 4, 3)
+    tk3 = torch.tensor([[1, -100, 3], [0, 2, -100]])
+    wk = f32(4, lo=0.2, hi=2.0)
+    ce_case("ce_kdim_mean", xk, tk3, weight=wk, label_smoothing=0.1)
+    ce_case("ce_kdim_none", xk, tk3, weight=wk, reduction="none", label_smoothing=0.1)
+    ce_case("ce_kdim2_sum", f32(2, 3, 2, 2), torch.tensor([[[0, 2], [1, -100]], [[2, 2], [0, 1]]]), reduction="sum",
+            label_smoothing=0.05)
+    ce_case("ce_unbatched", f32(5), torch.tensor(3), weight=w, label_smoothing=0.1)
+    ce_case("ce_unbatched_none", f32(5), torch.tensor(-100), reduction="none")
 
 
 main()

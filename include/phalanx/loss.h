@@ -9,7 +9,9 @@ extern "C" {
 #endif
 
 typedef enum phx_loss_kind { PHX_LOSS_MSE = 0, PHX_LOSS_CROSS_ENTROPY = 1, PHX_LOSS_NLL = 2 } phx_loss_kind;
-typedef enum phx_reduction { PHX_REDUCE_MEAN = 0, PHX_REDUCE_SUM = 1 } phx_reduction;
+/* PHX_REDUCE_NONE (no reduction, one loss per position) is for
+ * phx_cross_entropy_ex (phalanx/ops.h); phx_loss_new refuses it. */
+typedef enum phx_reduction { PHX_REDUCE_MEAN = 0, PHX_REDUCE_SUM = 1, PHX_REDUCE_NONE = 2 } phx_reduction;
 
 typedef struct phx_loss phx_loss;
 

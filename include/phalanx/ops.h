@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "phalanx/tensor.h"
+#include "phalanx/loss.h"
 #include "phalanx/rng.h"
 
 #ifdef __cplusplus
@@ -187,10 +188,64 @@ phx_tensor *phx_scatter_add(const phx_tensor *t, int dim, const phx_tensor *idx,
 /* idx (i64, any shape) -> f32 (..., num_classes) of 1 at each index. */
 phx_tensor *phx_one_hot(const phx_tensor *idx, int64_t num_classes);
 
-/* ---- Losses as tensor operations (0-dim results, the built-in kernels) ---- */
+/* ---- Losses as tensor operations (0-dim results but for reduction none) ---- */
 
 /* Mean cross entropy of logits (n, classes) against i64 targets (n). */
 phx_tensor *phx_cross_entropy(const phx_tensor *logits, const phx_tensor *target);
+
+/* F.cross_entropy's keyword arguments (phx_cross_entropy_ex).
+ *
+ * ignore_index is the one field whose default is not zero: PyTorch's
+ * -100, which the initialiser writes. Zero could not stand for -100
+ * without making class 0, the usual padding token, impossible to ignore;
+ * and the zero-default rule is for fields appended in later minors (an
+ * older library must read a newer caller's untouched tail as zeros), not
+ * for the layout's first fields, which take PyTorch's defaults from the
+ * initialiser as phx_conv2d_opts' stride does. A struct not made by
+ * PHX_CROSS_ENTROPY_OPTS_INIT ignores class 0: always start from it. */
+typedef struct phx_cross_entropy_opts {
+    size_t struct_size; /* sizeof (phx_cross_entropy_opts): PHX_CROSS_ENTROPY_OPTS_INIT sets it */
+    /* (classes) f32 on the logits' device: class c's weight, as
+     * weight=; NULL: every class weighs 1. A constant: it must not
+     * require a gradient while grad mode is on (PyTorch refuses it too). */
+    const phx_tensor *weight;
+    /* Targets equal to it add nothing to the loss or the gradient and do
+     * not count in the mean; any value, a class in [0, classes) too.
+     * -100 (the initialiser's). */
+    int64_t ignore_index;
+    phx_reduction reduction; /* PHX_REDUCE_MEAN (0), PHX_REDUCE_SUM or PHX_REDUCE_NONE */
+    double label_smoothing; /* in [0, 1]; 0 */
+} phx_cross_entropy_opts;
+#define PHX_CROSS_ENTROPY_OPTS_INIT \
+    { \
+        .struct_size = sizeof(phx_cross_entropy_opts), .ignore_index = -100 \
+    }
+
+/* F.cross_entropy(logits, target, weight, ignore_index, reduction,
+ * label_smoothing) with class-index targets, for logits (n, classes) and
+ * target (n), PyTorch's K-dimensional form logits (n, classes, d1, ...)
+ * with target (n, d1, ...) (classes in dim 1, up to PHX_MAX_DIMS dims),
+ * and the unbatched logits (classes) with a 0-dim target. opts NULL:
+ * PHX_CROSS_ENTROPY_OPTS_INIT's values. Each position i with target t_i
+ * not ignore_index gives
+ *     l_i = (1 - s) w[t_i] (-log p_i[t_i]) + (s / classes) sum_c w[c] (-log p_i[c])
+ * (p_i = softmax over the classes, s = label_smoothing, w = weight or 1);
+ * an ignored position gives 0. PHX_REDUCE_NONE returns the l_i in
+ * target's shape; PHX_REDUCE_SUM their sum; PHX_REDUCE_MEAN their sum
+ * divided by sum w[t_i] over the positions not ignored (their count
+ * without weight), so a batch whose every target is ignored gives NaN
+ * and a zero gradient, as PyTorch 1.13 does. The result is f32 (f16 and
+ * bf16 logits are widened first; their gradient is converted back),
+ * differentiable in logits. With the defaults and no ignored target it
+ * is phx_cross_entropy (one fused node). NULL with phx_last_error naming
+ * the operand and what was expected for: a NULL or non-float logits, a
+ * target that is not i64 or not of the matching shape, a target outside
+ * [0, classes) that is not ignore_index (its value and position named),
+ * a weight not (classes) f32 on the logits' device, label_smoothing
+ * outside [0, 1], an unknown reduction, no position at all; PHX_EABI for a
+ * struct_size of 0 or a newer layout's unknown field set. */
+phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *target,
+                                 const phx_cross_entropy_opts *opts);
 /* Mean squared error of y against target (one shape). */
 phx_tensor *phx_mse_loss(const phx_tensor *y, const phx_tensor *target);
 

@@ -4,7 +4,7 @@
 
 /* ABI of the public headers: major changes break callers, minor adds. */
 #define PHX_ABI_VERSION_MAJOR 1
-#define PHX_ABI_VERSION_MINOR 5
+#define PHX_ABI_VERSION_MINOR 6
 
 #include "phalanx/error.h"
 #include "phalanx/log.h"

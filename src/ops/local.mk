@@ -16,11 +16,12 @@ t_ops_print_LDADD = libphalanx.la -lm
 # -- elementwise, reductions, matmul, losses (ops2) --
 libphalanx_internal_la_SOURCES += src/ops/math-impl.h src/ops/elementwise.c src/ops/unary.c src/ops/reduce.c \
 	src/ops/matmul.c src/ops/loss.c
-ops_math_tests = t/ops/elementwise t/ops/reduce t/ops/matmul t/ops/loss
+ops_math_tests = t/ops/elementwise t/ops/reduce t/ops/matmul t/ops/loss t/ops/cross_entropy
 check_PROGRAMS += $(ops_math_tests)
 TESTS += $(ops_math_tests)
 t_ops_elementwise_LDADD = libphalanx.la -lm
 t_ops_reduce_LDADD = libphalanx.la -lm
 t_ops_matmul_LDADD = libphalanx.la -lm
 t_ops_loss_LDADD = libphalanx.la -lm
+t_ops_cross_entropy_LDADD = libphalanx.la -lm
 EXTRA_DIST += t/ops/gradcheck.h t/ref/ops_math.txt bench/torch/ops_math_ref.py

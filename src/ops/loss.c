@@ -1,8 +1,15 @@
 /* Losses as tensor operations: one node each, with the fused kernels of
  * the built-in losses (cross_entropy and mse slots), which give the loss
  * and its gradient in one pass; backward scales the saved gradient by the
- * incoming one. Results are 0-dim f32 tensors. */
+ * incoming one. Results are 0-dim f32 tensors. cross_entropy_ex (weight,
+ * ignore_index, reduction, label_smoothing) composes recorded operations
+ * instead, so autograd differentiates it, and falls back to the fused
+ * node when none of its options is in play. */
 #include "config.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "src/base/abi.h"
 #include "src/ops/math-impl.h"
 
 /* t in dtype dt (t itself when it already is), scope-owned. */
@@ -82,6 +89,158 @@ phx_tensor *phx_cross_entropy(const phx_tensor *logits, const phx_tensor *target
         return NULL;
     }
     return loss_finish(fn, logits, target, out, grad);
+}
+
+/* ---- cross_entropy_ex ---- */
+
+/* A scope-owned tensor of shape on dev holding host's values (dt). */
+static phx_tensor *from_host(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev,
+                             const void *host)
+{
+    phx_tensor *t = px_op_new(fn, dt, ndim, shape, dev);
+    if (t && phx_tensor_from_host(t, host) != PHX_OK) {
+        phx_tensor_free(t);
+        return NULL;
+    }
+    return t ? px_scope_own(t) : NULL;
+}
+
+/* Where position i of target is, for a message: " of row i" (1-D), " at
+ * (i0, i1, ...)" (K-dim) or "" (0-dim). */
+static const char *position_str(const phx_tensor *target, int64_t i, char *buf, size_t len)
+{
+    int64_t idx[PHX_MAX_DIMS];
+    for (int d = target->ndim - 1; d >= 0; d--) idx[d] = i % target->shape[d], i /= target->shape[d];
+    size_t at = (size_t)snprintf(buf, len, "%s", target->ndim == 1 ? " of row " : target->ndim ? " at (" : "");
+    for (int d = 0; d < target->ndim && at < len; d++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? ", " : "", (long long)idx[d]);
+    if (target->ndim > 1 && at < len) snprintf(buf + at, len - at, ")");
+    return buf;
+}
+
+/* The arguments' checks, in the order the header lists them; cd is the
+ * classes' dim. */
+static phx_status ce_check(const char *fn, const phx_tensor *logits, const phx_tensor *target,
+                           const phx_cross_entropy_opts *o, int *cd)
+{
+    const phx_tensor *in[2] = {logits, target};
+    phx_status st;
+    if ((st = px_op_inputs(fn, 2, in, (const char *const[]){"logits", "target"})) ||
+        (st = px_op_same(fn, "logits", logits, "target", target, false)) || (st = px_op_float(fn, "logits", logits)))
+        return st;
+    char sl[64], st_[64], sw[64];
+    *cd = logits->ndim == 1 ? 0 : 1;
+    bool fits = logits->ndim >= 1 && target->ndim == logits->ndim - 1 && logits->numel > 0;
+    for (int d = 0, j = 0; fits && d < logits->ndim; d++)
+        if (d != *cd) fits = target->shape[j++] == logits->shape[d];
+    if (target->dtype != PHX_I64 || !fits)
+        return phx_error(PHX_EINVAL,
+                         "%s: logits %s and target %s %s, expected logits (n, classes, d1, ...) or (classes), "
+                         "non-empty, and an i64 target of their shape without the classes' dim, "
+                         "(n, d1, ...) or () (class indices: probability targets are not supported)",
+                         fn, phx_tensor_shape_str(logits, sl, sizeof sl), phx_dtype_name(target->dtype),
+                         phx_tensor_shape_str(target, st_, sizeof st_));
+    if (o->reduction != PHX_REDUCE_MEAN && o->reduction != PHX_REDUCE_SUM && o->reduction != PHX_REDUCE_NONE)
+        return phx_error(PHX_EINVAL,
+                         "%s: reduction %d, expected PHX_REDUCE_MEAN (0), PHX_REDUCE_SUM (1) or PHX_REDUCE_NONE (2)",
+                         fn, (int)o->reduction);
+    if (!(o->label_smoothing >= 0 && o->label_smoothing <= 1))
+        return phx_error(PHX_EINVAL, "%s: label_smoothing %g, expected a value in [0, 1]", fn, o->label_smoothing);
+    const phx_tensor *w = o->weight;
+    int64_t classes = logits->shape[*cd];
+    if (w && (w->dtype != PHX_F32 || w->ndim != 1 || w->shape[0] != classes))
+        return phx_error(PHX_EINVAL, "%s: weight %s %s, expected f32 (%lld,): one weight per class of logits %s", fn,
+                         phx_dtype_name(w->dtype), phx_tensor_shape_str(w, sw, sizeof sw), (long long)classes,
+                         phx_tensor_shape_str(logits, sl, sizeof sl));
+    if (w && (st = px_op_same(fn, "logits", logits, "weight", w, false))) return st;
+    if (w && phx_tensor_requires_grad(w) && phx_grad_enabled())
+        return phx_error(PHX_EINVAL,
+                         "%s: weight requires a gradient, expected a constant: cross entropy is not "
+                         "differentiable in its class weights (detach it, or turn grad mode off)",
+                         fn);
+    return PHX_OK;
+}
+
+phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *target, const phx_cross_entropy_opts *opts)
+{
+    const char *fn = "cross_entropy_ex";
+    phx_cross_entropy_opts o = PHX_CROSS_ENTROPY_OPTS_INIT;
+    int cd;
+    if (px_abi_in(&o, sizeof o, opts, "phx_cross_entropy_ex", "phx_cross_entropy_opts",
+                  "PHX_CROSS_ENTROPY_OPTS_INIT") ||
+        ce_check(fn, logits = px_autocast_f32(logits), target, &o, &cd))
+        return NULL;
+    phx_device dev = logits->storage->device;
+    int64_t classes = logits->shape[cd], m = target->numel;
+    int64_t *t = malloc(sizeof *t * (size_t)m), ignored = 0;
+    float *w = o.weight ? malloc(sizeof *w * (size_t)classes) : NULL, *a = malloc(sizeof *a * (size_t)m),
+          *b = malloc(sizeof *b * (size_t)m), *keep = malloc(sizeof *keep * (size_t)m);
+    phx_tensor *out = NULL;
+    phx_scope *s = NULL;
+    if (!t || !a || !b || !keep || (o.weight && !w)) {
+        phx_error(PHX_ENOMEM, "%s: no memory for %lld targets", fn, (long long)m);
+        goto done;
+    }
+    if (phx_tensor_to_host(target, t) || (w && phx_tensor_to_host(o.weight, w))) goto done;
+    double den = 0; /* the mean's divisor: sum of w[t_i] over the kept positions */
+    for (int64_t i = 0; i < m; i++) {
+        if (t[i] == o.ignore_index) {
+            ignored++;
+            continue;
+        }
+        if (t[i] < 0 || t[i] >= classes) {
+            char pos[96], sl[64];
+            phx_error(PHX_EINVAL,
+                      "%s: target %lld%s is outside [0, %lld), the classes of logits %s, and is not "
+                      "ignore_index %lld",
+                      fn, (long long)t[i], position_str(target, i, pos, sizeof pos), (long long)classes,
+                      phx_tensor_shape_str(logits, sl, sizeof sl), (long long)o.ignore_index);
+            goto done;
+        }
+        den += w ? w[t[i]] : 1;
+    }
+    double sm = o.label_smoothing;
+    if (o.reduction == PHX_REDUCE_MEAN && !w && sm == 0 && !ignored && logits->ndim == 2) {
+        out = phx_cross_entropy(logits, target);
+        goto done;
+    }
+    /* l_i = a_i log p_i[t_i] + b_i sum_c w[c] log p_i[c], a and b carrying
+     * the minus, the weight of the target and the mean's 1 / den. A zero
+     * den with kept positions (their weights all 0) makes a and b NaN
+     * there, as PyTorch's 0/0; with none kept the NaN is added below. */
+    double scale = o.reduction == PHX_REDUCE_MEAN ? 1.0 / den : 1.0;
+    for (int64_t i = 0; i < m; i++) {
+        bool kept = t[i] != o.ignore_index;
+        keep[i] = kept;
+        a[i] = kept ? (float)(-(1 - sm) * (w ? w[t[i]] : 1) * scale) : 0;
+        b[i] = kept ? (float)(-sm / (double)classes * scale) : 0;
+        if (!kept) t[i] = 0; /* any class: its pick is multiplied by 0 and masked */
+    }
+    if (!(s = phx_scope_begin())) goto done;
+    const phx_tensor *x = logits->dtype == PHX_F32 ? logits : phx_to_dtype(logits, PHX_F32);
+    phx_tensor *lp = phx_log_softmax(x, cd);
+    phx_tensor *idx = phx_unsqueeze(from_host(fn, PHX_I64, target->ndim, target->shape, dev, t), cd);
+    phx_tensor *l =
+        phx_mul(phx_squeeze(phx_gather(lp, cd, idx), cd), from_host(fn, PHX_F32, target->ndim, target->shape, dev, a));
+    if (sm > 0) {
+        phx_tensor *wl = lp;
+        if (w) { /* weight as (1, classes, 1, ...) against lp */
+            int64_t ws[PHX_MAX_DIMS];
+            for (int d = 0; d < logits->ndim; d++) ws[d] = d == cd ? classes : 1;
+            wl = phx_mul(lp, from_host(fn, PHX_F32, logits->ndim, ws, dev, w));
+        }
+        phx_tensor *bt = from_host(fn, PHX_F32, target->ndim, target->shape, dev, b);
+        l = phx_add(l, phx_mul(phx_sum(wl, 1, &cd, false), bt));
+    }
+    if (ignored) /* exact zeros there, whatever log p holds (-inf of a masked class) */
+        l = phx_where(from_host(fn, PHX_F32, target->ndim, target->shape, dev, keep), l,
+                      px_scalar_new(fn, 0, PHX_F32, dev));
+    out = o.reduction == PHX_REDUCE_NONE ? l : phx_sum(l, 0, NULL, false);
+    if (out && o.reduction == PHX_REDUCE_MEAN && ignored == m) out = phx_add_scalar(out, NAN);
+    out = px_scope_keep(s, out);
+done:
+    free(t), free(w), free(a), free(b), free(keep);
+    return out;
 }
 
 phx_tensor *phx_mse_loss(const phx_tensor *y, const phx_tensor *target)

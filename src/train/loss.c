@@ -25,6 +25,12 @@ phx_loss *phx_loss_new(phx_loss_kind kind, phx_reduction red)
         phx_error(PHX_EINVAL, "phx_loss_new: unknown loss kind %d", (int)kind);
         return NULL;
     }
+    if (red == PHX_REDUCE_NONE) {
+        phx_error(PHX_EINVAL,
+                  "phx_loss_new: reduction none gives a loss per position: a loss object gives one "
+                  "value (use phx_cross_entropy_ex)");
+        return NULL;
+    }
     if (red != PHX_REDUCE_MEAN && red != PHX_REDUCE_SUM) {
         phx_error(PHX_EINVAL, "phx_loss_new: unknown reduction %d", (int)red);
         return NULL;
