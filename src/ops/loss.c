@@ -8,8 +8,8 @@
 #include "config.h"
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include "src/base/abi.h"
+#include "src/base/util.h"
 #include "src/ops/math-impl.h"
 
 /* t in dtype dt (t itself when it already is), scope-owned. */
@@ -172,9 +172,9 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
         return NULL;
     phx_device dev = logits->storage->device;
     int64_t classes = logits->shape[cd], m = target->numel;
-    int64_t *t = malloc(sizeof *t * (size_t)m), ignored = 0;
-    float *w = o.weight ? malloc(sizeof *w * (size_t)classes) : NULL, *a = malloc(sizeof *a * (size_t)m),
-          *b = malloc(sizeof *b * (size_t)m), *keep = malloc(sizeof *keep * (size_t)m);
+    int64_t *t = px_malloc(sizeof *t * (size_t)m), ignored = 0;
+    float *w = o.weight ? px_malloc(sizeof *w * (size_t)classes) : NULL, *a = px_malloc(sizeof *a * (size_t)m),
+          *b = px_malloc(sizeof *b * (size_t)m), *keep = px_malloc(sizeof *keep * (size_t)m);
     phx_tensor *out = NULL;
     phx_scope *s = NULL;
     if (!t || !a || !b || !keep || (o.weight && !w)) {
@@ -239,7 +239,7 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
     if (out && o.reduction == PHX_REDUCE_MEAN && ignored == m) out = phx_add_scalar(out, NAN);
     out = px_scope_keep(s, out);
 done:
-    free(t), free(w), free(a), free(b), free(keep);
+    px_free(t), px_free(w), px_free(a), px_free(b), px_free(keep);
     return out;
 }
 
