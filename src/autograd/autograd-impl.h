@@ -81,17 +81,21 @@ void px_tensor_bump_version(const phx_tensor *t);
 phx_tensor *px_scope_own(phx_tensor *t);
 /* 1 when a scope is open on this thread. */
 bool px_scope_open(void);
-/* A scope of this thread, by depth (0: none) and the number it got when
- * it opened (unique in the process), so a scope opened later at the same
+/* A scope, by its thread, depth (0: none) and the number it got when it
+ * opened (unique in the process), so a scope opened later at the same
  * depth is another. */
 typedef struct px_scope_id {
     size_t depth;
     uint64_t serial;
+    const void *thread; /* its thread's scope stack (compared, never read) */
 } px_scope_id;
 /* The innermost open scope ({0, 0}: none). */
 px_scope_id px_scope_current(void);
-/* Whether scope id is still open on this thread. */
+/* Whether scope id is this thread's and still open. */
 bool px_scope_alive(px_scope_id id);
+/* Whether scope id is another thread's (open or not: that thread's
+ * stack cannot be read from here). */
+bool px_scope_elsewhere(px_scope_id id);
 /* Hands t to scope id (which need not be the innermost) when it is still
  * open and returns t; else returns t (the caller keeps it). NULL on
  * ENOMEM, after freeing t. */

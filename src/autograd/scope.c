@@ -91,12 +91,17 @@ bool px_scope_open(void)
 
 px_scope_id px_scope_current(void)
 {
-    return stack.depth ? (px_scope_id){stack.depth, stack.serials[stack.depth - 1]} : (px_scope_id){0, 0};
+    return stack.depth ? (px_scope_id){stack.depth, stack.serials[stack.depth - 1], &stack} : (px_scope_id){0};
 }
 
 bool px_scope_alive(px_scope_id id)
 {
-    return id.depth && id.depth <= stack.depth && stack.serials[id.depth - 1] == id.serial;
+    return id.depth && id.thread == &stack && id.depth <= stack.depth && stack.serials[id.depth - 1] == id.serial;
+}
+
+bool px_scope_elsewhere(px_scope_id id)
+{
+    return id.depth && id.thread != &stack;
 }
 
 phx_tensor *px_scope_own_in(px_scope_id id, phx_tensor *t)

@@ -2,9 +2,9 @@
  * (doc/guide/autograd.md, "A module called again before its backward").
  * Before each phx_module_forward the module decides what happens to its
  * last output: while that output's graph has not run its backward and
- * the scope it was made in is still open, the scope keeps it; when the
- * new input is that output (m(m(x))), the module keeps it until its next
- * call. Its buffers (px_buf_get, Flatten's view) and a forward-only
+ * the scope it was made in is still open, the scope keeps it; when that
+ * scope is another thread's, or the new input is that output (m(m(x))),
+ * the module keeps it until its next call. Its buffers (px_buf_get, Flatten's view) and a forward-only
  * module's call tensors then go to the keeper instead of being reused. */
 #include "config.h"
 #include "src/autograd/node-impl.h"
@@ -30,10 +30,11 @@ int px_module_keep_begin(phx_module *m, const phx_tensor *x)
     while (m->n_spare) phx_tensor_free(m->spare[--m->n_spare]);
     m->keep = PX_KEEP_NONE;
     const phx_tensor *last = m->last_out;
-    if (last && px_module_output_pending(last) && px_scope_alive(m->out_scope))
+    bool pending = last && px_module_output_pending(last);
+    if (pending && px_scope_alive(m->out_scope))
         m->keep = PX_KEEP_SCOPE;
-    else if (last && x->storage == last->storage)
-        m->keep = PX_KEEP_SPARE;
+    else if ((pending && px_scope_elsewhere(m->out_scope)) || (last && x->storage == last->storage))
+        m->keep = PX_KEEP_SPARE; /* another thread's scope may hold it; or it is x */
     int mark = n_keeps;
     if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX) keeps[n_keeps++] = (keep){last, m};
     return mark;

@@ -380,10 +380,11 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
     m->fwd_end = atomic_fetch_add(&clock, 1);
     px_module_keep_end(m, mark, st, st == PHX_OK ? *y : NULL);
     /* inside its parent's forward: the parent's backward will use this
-     * call's state (a second call within the same forward leaves the
-     * first's count, so that backward is refused) */
+     * call's state. A second call within a hand-written parent's forward
+     * leaves the first's count, so that backward is refused; a forward-
+     * only parent's graph holds every call. */
     phx_module *p = m->parent;
-    if (st == PHX_OK && p && p->fwd_begin > p->fwd_end && m->parent_call != p->fwd_begin)
+    if (st == PHX_OK && p && p->fwd_begin > p->fwd_end && (m->parent_call != p->fwd_begin || !p->vt->backward))
         m->parent_call = p->fwd_begin, m->calls_in_parent = m->calls;
     return st;
 }

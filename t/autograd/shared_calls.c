@@ -7,6 +7,7 @@
  * backward still reuses the module's output buffer. A container's child
  * run again on its own before the container's backward is refused too. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
@@ -80,6 +81,31 @@ static phx_status twice_backward(phx_module *self, const phx_tensor *dy, phx_ten
     phx_status st = phx_module_backward(a, dy, &g);
     return st != PHX_OK ? st : phx_module_backward(a, g, dx);
 }
+/* FoTwice: a forward-only module running its child twice, c(c(x)) */
+static phx_status fo_twice_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    phx_module *c = phx_module_child(self, 0);
+    phx_tensor *h = NULL;
+    phx_status st = phx_module_forward(c, x, &h);
+    return st != PHX_OK ? st : phx_module_forward(c, h, y);
+}
+static const phx_module_vtable fo_twice_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "FoTwice", .forward = fo_twice_forward, .free = no_free};
+
+/* a call of a module on another thread, with no scope open there */
+typedef struct other_call {
+    phx_module *m;
+    const phx_tensor *x;
+    phx_tensor *y;
+    phx_status st;
+} other_call;
+static void *call_elsewhere(void *arg)
+{
+    other_call *c = arg;
+    c->st = phx_module_forward(c->m, c->x, &c->y);
+    return NULL;
+}
+
 static const phx_module_vtable twice_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
                                            .type_name = "Twice",
                                            .forward = twice_forward,
@@ -135,7 +161,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(28);
+    plan(30);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -456,6 +482,58 @@ int main(void)
        st ? phx_last_error() : "ok");
     phx_tensor_free(rb); /* an operation's result made with no scope open: the caller's */
     phx_module_free(qw);
+
+    /* 17. a forward-only module running a child of operations twice
+     * (shared weights) inside a Sequential: its graph holds both calls,
+     * so the Sequential's backward runs; dL/dW of sum(x W W) computed
+     * here: x^T (1 W^T) + (x W)^T 1 */
+    s = phx_scope_begin();
+    phx_module *gq = phx_module_new(&lin_vt, NULL), *fq = phx_module_new(&fo_twice_vt, NULL);
+    int64_t s33[2] = {3, 3};
+    phx_tensor *wq = phx_tensor_new(PHX_F32, 2, s33, phx_cpu());
+    float wv[9];
+    for (int i = 0; i < 9; i++) wv[i] = (float)(0.5 + 0.1 * i);
+    phx_tensor_from_host(wq, wv);
+    phx_module_add_param(gq, "weight", wq);
+    phx_module_add_child(fq, "g", gq);
+    phx_module *sq2 = phx_sequential_new();
+    phx_sequential_add(sq2, fq);
+    phx_tensor *fy = NULL;
+    st = phx_module_forward(sq2, x1, &fy);
+    if (st == PHX_OK) st = phx_backward(phx_sum(fy, 0, NULL, false));
+    const phx_tensor *gq_g = phx_param_grad(phx_module_param(gq, 0));
+    int fq_ok = st == PHX_OK;
+    for (int i = 0; fq_ok && i < 3; i++)
+        for (int k = 0; k < 3; k++) {
+            double want = 0;
+            for (int r = 0; r < 2; r++) {
+                double g1 = 0, hk = 0;
+                for (int c = 0; c < 3; c++) g1 += wv[k * 3 + c], hk += at(x1, r * 3 + c) * wv[c * 3 + i];
+                want += at(x1, r * 3 + i) * g1 + hk;
+            }
+            fq_ok = fq_ok && fabs(at(gq_g, i * 3 + k) - want) < 1e-4 * fmax(1.0, fabs(want));
+        }
+    ok(fq_ok, "Sequential(FoTwice(G)), G of operations: the backward runs, dL/dW that of both calls (%s)",
+       st ? phx_last_error() : "ok");
+    phx_scope_end(s);
+    phx_module_free(sq2);
+
+    /* 18. a call on another thread while this thread's scope holds the
+     * last output: that output keeps its values */
+    s = phx_scope_begin();
+    phx_module *tl = phx_linear_new(3, 2, true, NULL);
+    phx_tensor *ty1 = NULL;
+    st = phx_module_forward(tl, x1, &ty1);
+    double tw1 = linear_at(tl, x1, 3, 2, 1, 1);
+    other_call oc = {tl, x2, NULL, PHX_EINVAL};
+    pthread_t thr;
+    if (st == PHX_OK && pthread_create(&thr, NULL, call_elsewhere, &oc) == 0) pthread_join(thr, NULL);
+    ok(oc.st == PHX_OK && oc.y != ty1 && fabs(at(ty1, 3) - tw1) < 1e-5 &&
+           fabs(at(oc.y, 3) - linear_at(tl, x2, 3, 2, 1, 1)) < 1e-5,
+       "Linear on this thread in a scope, then on another thread: the first output intact (%g, expected %g)",
+       at(ty1, 3), tw1);
+    phx_scope_end(s);
+    phx_module_free(tl);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
