@@ -201,6 +201,11 @@ def ce_cases():
             label_smoothing=0.05)
     ce_case("ce_unbatched", f32(5), torch.tensor(3), weight=w, label_smoothing=0.1)
     ce_case("ce_unbatched_none", f32(5), torch.tensor(-100), reduction="none")
+    # the mean divides once: kept weights summing to 0 give +-inf, and
+    # denormal weights with smoothing stay finite
+    ce_case("ce_weight_sum_zero_mean", f32(3, 3), torch.tensor([0, 1, 2]), weight=torch.tensor([1.0, -1.0, 0.0]))
+    ce_case("ce_denormal_weight_smooth_mean", f32(2, 2), torch.tensor([0, 1]),
+            weight=torch.tensor([1e-40, 1e-40]), label_smoothing=1.0)
 
 
 main()

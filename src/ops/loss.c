@@ -175,9 +175,10 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
     int64_t *t = px_malloc(sizeof *t * (size_t)m), ignored = 0;
     float *w = o.weight ? px_malloc(sizeof *w * (size_t)classes) : NULL, *a = px_malloc(sizeof *a * (size_t)m),
           *b = px_malloc(sizeof *b * (size_t)m), *keep = px_malloc(sizeof *keep * (size_t)m);
+    float *ws = o.weight ? px_malloc(sizeof *ws * (size_t)classes) : NULL; /* w / den */
     phx_tensor *out = NULL;
     phx_scope *s = NULL;
-    if (!t || !a || !b || !keep || (o.weight && !w)) {
+    if (!t || !a || !b || !keep || (o.weight && (!w || !ws))) {
         phx_error(PHX_ENOMEM, "%s: no memory for %lld targets", fn, (long long)m);
         goto done;
     }
@@ -205,17 +206,21 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
         goto done;
     }
     /* l_i = a_i log p_i[t_i] + b_i sum_c w[c] log p_i[c], a and b carrying
-     * the minus, the weight of the target and the mean's 1 / den. A zero
-     * den with kept positions (their weights all 0) makes a and b NaN
-     * there, as PyTorch's 0/0; with none kept the NaN is added below. */
-    double scale = o.reduction == PHX_REDUCE_MEAN ? 1.0 / den : 1.0;
+     * the minus and the weight of the target. The mean's 1 / den goes into
+     * the weights in double (w / den stays finite for denormal weights,
+     * where 1 / den alone would overflow f32); a den of 0 (every target
+     * ignored, or kept weights summing to 0) divides the sum once instead,
+     * giving PyTorch's 0/0 or +-inf. */
+    bool divide = o.reduction == PHX_REDUCE_MEAN && den == 0;
+    double per = o.reduction == PHX_REDUCE_MEAN && !divide ? den : 1.0; /* what the mean divides by */
     for (int64_t i = 0; i < m; i++) {
         bool kept = t[i] != o.ignore_index;
         keep[i] = kept;
-        a[i] = kept ? (float)(-(1 - sm) * (w ? w[t[i]] : 1) * scale) : 0;
-        b[i] = kept ? (float)(-sm / (double)classes * scale) : 0;
+        a[i] = kept ? (float)(w ? -(1 - sm) * (w[t[i]] / per) : -(1 - sm) / per) : 0;
+        b[i] = kept ? (float)(w ? -sm / (double)classes : -sm / (double)classes / per) : 0;
         if (!kept) t[i] = 0; /* any class: its pick is multiplied by 0 and masked */
     }
+    for (int64_t c = 0; w && c < classes; c++) ws[c] = (float)(w[c] / per);
     if (!(s = phx_scope_begin())) goto done;
     const phx_tensor *x = logits->dtype == PHX_F32 ? logits : phx_to_dtype(logits, PHX_F32);
     phx_tensor *lp = phx_log_softmax(x, cd);
@@ -225,9 +230,9 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
     if (sm > 0) {
         phx_tensor *wl = lp;
         if (w) { /* weight as (1, classes, 1, ...) against lp */
-            int64_t ws[PHX_MAX_DIMS];
-            for (int d = 0; d < logits->ndim; d++) ws[d] = d == cd ? classes : 1;
-            wl = phx_mul(lp, from_host(fn, PHX_F32, logits->ndim, ws, dev, w));
+            int64_t wshape[PHX_MAX_DIMS];
+            for (int d = 0; d < logits->ndim; d++) wshape[d] = d == cd ? classes : 1;
+            wl = phx_mul(lp, from_host(fn, PHX_F32, logits->ndim, wshape, dev, ws));
         }
         phx_tensor *bt = from_host(fn, PHX_F32, target->ndim, target->shape, dev, b);
         l = phx_add(l, phx_mul(phx_sum(wl, 1, &cd, false), bt));
@@ -236,10 +241,10 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
         l = phx_where(from_host(fn, PHX_F32, target->ndim, target->shape, dev, keep), l,
                       px_scalar_new(fn, 0, PHX_F32, dev));
     out = o.reduction == PHX_REDUCE_NONE ? l : phx_sum(l, 0, NULL, false);
-    if (out && o.reduction == PHX_REDUCE_MEAN && ignored == m) out = phx_add_scalar(out, NAN);
+    if (divide) out = phx_div(out, px_scalar_new(fn, 0, PHX_F32, dev));
     out = px_scope_keep(s, out);
 done:
-    px_free(t), px_free(w), px_free(a), px_free(b), px_free(keep);
+    px_free(t), px_free(w), px_free(ws), px_free(a), px_free(b), px_free(keep);
     return out;
 }
 

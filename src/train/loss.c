@@ -26,9 +26,8 @@ phx_loss *phx_loss_new(phx_loss_kind kind, phx_reduction red)
         return NULL;
     }
     if (red == PHX_REDUCE_NONE) {
-        phx_error(PHX_EINVAL,
-                  "phx_loss_new: reduction none gives a loss per position: a loss object gives one "
-                  "value (use phx_cross_entropy_ex)");
+        phx_error(PHX_EINVAL, "phx_loss_new: reduction none gives a loss per position: a loss object gives one value%s",
+                  kind == PHX_LOSS_CROSS_ENTROPY ? " (use phx_cross_entropy_ex)" : "");
         return NULL;
     }
     if (red != PHX_REDUCE_MEAN && red != PHX_REDUCE_SUM) {
