@@ -14,8 +14,9 @@
 enum { KEEP_MAX = 64 }; /* nested forwards tracked; deeper ones keep nothing */
 
 typedef struct keep {
-    const phx_tensor *t; /* NULL once handed over */
+    const phx_tensor *t;
     phx_module *m;
+    bool handed; /* t went to its keeper (which holds it alive) */
 } keep;
 
 static _Thread_local keep keeps[KEEP_MAX];
@@ -36,7 +37,7 @@ int px_module_keep_begin(phx_module *m, const phx_tensor *x)
     else if ((pending && px_scope_elsewhere(m->out_scope)) || (last && x->storage == last->storage))
         m->keep = PX_KEEP_SPARE; /* another thread's scope may hold it; or it is x */
     int mark = n_keeps;
-    if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX) keeps[n_keeps++] = (keep){last, m};
+    if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX) keeps[n_keeps++] = (keep){last, m, false};
     return mark;
 }
 
@@ -60,23 +61,32 @@ phx_status px_module_keep_tensor(phx_module *m, phx_tensor *t)
     return px_scope_take_one(t, &m->spare, &m->n_spare, &m->cap_spare);
 }
 
+/* The kept output t is, or shares memory with (a container's output may
+ * be Flatten's view of a child's buffer): -1 if none. */
+static int kept_index(const phx_tensor *t)
+{
+    for (int i = n_keeps - 1; t && i >= 0; i--)
+        if (keeps[i].t == t || keeps[i].t->storage == t->storage) return i;
+    return -1;
+}
+
 bool px_module_keeping(const phx_tensor *t)
 {
-    for (int i = 0; t && i < n_keeps; i++)
-        if (keeps[i].t == t) return true;
-    return false;
+    return kept_index(t) >= 0;
 }
 
 phx_status px_module_keep_slot(phx_tensor **slot)
 {
     phx_tensor *t = *slot;
-    for (int i = n_keeps - 1; t && i >= 0; i--) {
-        if (keeps[i].t != t) continue;
-        keeps[i].t = NULL;
-        *slot = NULL;
-        return px_module_keep_tensor(keeps[i].m, t);
+    int i = kept_index(t);
+    if (i < 0) return PHX_OK;
+    *slot = NULL;
+    if (keeps[i].t != t || keeps[i].handed) {
+        phx_tensor_free(t); /* another handle on the kept memory, which its keeper holds */
+        return PHX_OK;
     }
-    return PHX_OK;
+    keeps[i].handed = true;
+    return px_module_keep_tensor(keeps[i].m, t);
 }
 
 void px_module_keep_free(phx_module *m)

@@ -16,8 +16,10 @@
 
 phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out)
 {
-    if (b->view && px_module_keeping(b->view)) {
-        /* the last call's output: its keeper takes it and its memory */
+    bool kept = b->view && px_module_keeping(b->view);
+    if (kept) {
+        /* the last call's output, or a view of it: its keeper takes it and
+         * its memory */
         phx_tensor_free(b->store);
         b->store = NULL;
         phx_status st = px_module_keep_slot(&b->view);
@@ -34,7 +36,10 @@ phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, p
     phx_tensor *s = b->store;
     if (!s || s->dtype != dt || !phx_device_equal(s->storage->device, dev) || s->numel < numel) {
         int64_t cap = numel > 0 ? numel : 1;
-        phx_tensor *ns = phx_tensor_new(dt, 1, &cap, dev);
+        /* a replacement for kept memory comes from the storage cache, to
+         * which the kept one returns when its scope ends: a loop that
+         * keeps an output every step allocates nothing once warm */
+        phx_tensor *ns = kept ? px_tensor_cached("module buffer", dt, 1, &cap, dev) : phx_tensor_new(dt, 1, &cap, dev);
         if (!ns)
             return phx_error(PHX_ENOMEM, "module buffer: cannot allocate %lld elements of %s: %s", (long long)cap,
                              phx_dtype_name(dt), phx_last_error());

@@ -161,7 +161,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(30);
+    plan(32);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -534,6 +534,39 @@ int main(void)
        at(ty1, 3), tw1);
     phx_scope_end(s);
     phx_module_free(tl);
+
+    /* 19. a container whose output is a view of a child's buffer
+     * (Sequential(Linear, Flatten)): the first output keeps its values */
+    s = phx_scope_begin();
+    phx_module *vf = phx_sequential_new(), *vl = phx_linear_new(3, 2, true, NULL);
+    phx_sequential_add(vf, vl), phx_sequential_add(vf, phx_flatten_new());
+    phx_tensor *v1 = NULL, *v2 = NULL;
+    st = phx_module_forward(vf, x1, &v1);
+    double vw = linear_at(vl, x1, 3, 2, 1, 0);
+    if (st == PHX_OK) st = phx_module_forward(vf, x2, &v2);
+    ok(st == PHX_OK && fabs(at(v1, 2) - vw) < 1e-5 && fabs(at(v2, 2) - linear_at(vl, x2, 3, 2, 1, 0)) < 1e-5,
+       "Sequential(Linear, Flatten) twice: y1 (a view of the Linear's buffer) intact (%g, expected %g)", at(v1, 2), vw);
+    phx_scope_end(s);
+
+    /* 20. a step that evaluates with grad mode on before its training
+     * forward, in one scope: the kept output's memory comes back through
+     * the storage cache, so the loop allocates nothing once warm */
+    uint64_t warm = 0;
+    phx_module *al = phx_linear_new(3, 2, true, NULL);
+    for (int step = 0; step < 8; step++) {
+        if (step == 3) warm = phx_alloc_count();
+        s = phx_scope_begin();
+        phx_tensor *ev1 = NULL, *tr = NULL;
+        st = phx_module_forward(al, x1, &ev1);
+        if (st == PHX_OK) st = phx_module_forward(al, x2, &tr);
+        if (st == PHX_OK) st = phx_backward(phx_sum(tr, 0, NULL, false));
+        phx_scope_end(s);
+    }
+    ok(st == PHX_OK && phx_alloc_count() == warm,
+       "an evaluation with grad mode on, then a training step, in one scope per step: no allocation in steps 3-7 "
+       "(%llu)",
+       (unsigned long long)(phx_alloc_count() - warm));
+    phx_module_free(vf), phx_module_free(al);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
