@@ -4,8 +4,9 @@
  * last output: while that output's graph has not run its backward and
  * the scope it was made in is still open, the scope keeps it; when that
  * scope is another thread's, or the new input is that output (m(m(x))),
- * the module keeps it until its next call. Its buffers (px_buf_get, Flatten's view) and a forward-only
- * module's call tensors then go to the keeper instead of being reused. */
+ * the module keeps it until its next call. Its buffers (px_buf_get,
+ * Flatten's view) and a forward-only module's call tensors then go to the
+ * keeper instead of being reused. */
 #include "config.h"
 #include "src/autograd/node-impl.h"
 #include "src/base/util.h"

@@ -210,10 +210,9 @@ typedef struct flatten {
 
 static phx_status flat_view(phx_tensor **slot, const phx_tensor *t, int ndim, const int64_t *shape)
 {
-    phx_tensor *v = *slot;
     phx_status st = px_module_keep_slot(slot); /* the last call's output, kept */
     if (st != PHX_OK) return st;
-    v = *slot;
+    phx_tensor *v = *slot;
     if (v && v->storage == t->storage && v->offset == t->offset && v->ndim == ndim &&
         memcmp(v->shape, shape, (size_t)ndim * sizeof *shape) == 0 && v->dtype == t->dtype)
         return PHX_OK;
