@@ -206,6 +206,11 @@ def ce_cases():
     ce_case("ce_weight_sum_zero_mean", f32(3, 3), torch.tensor([0, 1, 2]), weight=torch.tensor([1.0, -1.0, 0.0]))
     ce_case("ce_denormal_weight_smooth_mean", f32(2, 2), torch.tensor([0, 1]),
             weight=torch.tensor([1e-40, 1e-40]), label_smoothing=1.0)
+    # a den of 0 with smoothing: PyTorch divides each part, then weighs
+    ce_case("ce_weight_zero_smooth_mean", f32(4, 3), torch.tensor([1, 1, 1, 1]),
+            weight=torch.tensor([1.0, 0.0, 3.0]), label_smoothing=0.3)
+    ce_case("ce_weight_sum_zero_smooth_one", f32(4, 3), torch.tensor([0, 1, 2, 2]),
+            weight=torch.tensor([1.0, -1.0, 0.0]), label_smoothing=1.0)
 
 
 main()

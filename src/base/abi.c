@@ -10,9 +10,10 @@ size_t px_abi_size(const void *s)
     return n;
 }
 
-/* Larger than any options or output struct will be: a struct_size above
- * it is an uninitialised struct, whose bytes past the caller's struct
- * must not be read. */
+/* Larger than any struct that comes through here will be (the largest,
+ * phx_world, has 288 bytes; phx_plugin_info, larger, is an array stride
+ * and does not): a struct_size above it is an uninitialised struct, whose
+ * bytes past the caller's struct must not be read. */
 #define PX_ABI_MAX_STRUCT 4096
 
 static phx_status too_large(size_t n, const char *fn, const char *type, const char *init)

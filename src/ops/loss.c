@@ -206,18 +206,20 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
         goto done;
     }
     /* l_i = a_i log p_i[t_i] + b_i sum_c w[c] log p_i[c], a and b carrying
-     * the minus and the weight of the target. The mean's 1 / den goes into
-     * the weights in double (w / den stays finite for denormal weights,
-     * where 1 / den alone would overflow f32); a den of 0 (every target
-     * ignored, or kept weights summing to 0) divides the sum once instead,
-     * giving PyTorch's 0/0 or +-inf. */
+     * the minus, the weight of the target, 1 - s and s / C. The mean's
+     * 1 / den goes into the weights in double (w / den stays finite for
+     * denormal weights, where 1 / den alone would overflow f32). A den of
+     * 0 (every target ignored, or kept weights summing to 0) divides the
+     * class and smoothing sums by 0 each, then weighs them by 1 - s and s,
+     * as PyTorch does: its 0/0, +-inf and inf - inf. */
     bool divide = o.reduction == PHX_REDUCE_MEAN && den == 0;
     double per = o.reduction == PHX_REDUCE_MEAN && !divide ? den : 1.0; /* what the mean divides by */
+    double fa = divide ? 1 : 1 - sm, fb = divide ? 1 : sm; /* the weights of the two parts, before the sum */
     for (int64_t i = 0; i < m; i++) {
         bool kept = t[i] != o.ignore_index;
         keep[i] = kept;
-        a[i] = kept ? (float)(w ? -(1 - sm) * (w[t[i]] / per) : -(1 - sm) / per) : 0;
-        b[i] = kept ? (float)(w ? -sm / (double)classes : -sm / (double)classes / per) : 0;
+        a[i] = kept ? (float)(w ? -fa * (w[t[i]] / per) : -fa / per) : 0;
+        b[i] = kept ? (float)(w ? -fb / (double)classes : -fb / (double)classes / per) : 0;
         if (!kept) t[i] = 0; /* any class: its pick is multiplied by 0 and masked */
     }
     for (int64_t c = 0; w && c < classes; c++) ws[c] = (float)(w[c] / per);
@@ -225,8 +227,9 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
     const phx_tensor *x = logits->dtype == PHX_F32 ? logits : phx_to_dtype(logits, PHX_F32);
     phx_tensor *lp = phx_log_softmax(x, cd);
     phx_tensor *idx = phx_unsqueeze(from_host(fn, PHX_I64, target->ndim, target->shape, dev, t), cd);
-    phx_tensor *l =
+    phx_tensor *lc =
         phx_mul(phx_squeeze(phx_gather(lp, cd, idx), cd), from_host(fn, PHX_F32, target->ndim, target->shape, dev, a));
+    phx_tensor *ls = NULL;
     if (sm > 0) {
         phx_tensor *wl = lp;
         if (w) { /* weight as (1, classes, 1, ...) against lp */
@@ -234,14 +237,22 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
             for (int d = 0; d < logits->ndim; d++) wshape[d] = d == cd ? classes : 1;
             wl = phx_mul(lp, from_host(fn, PHX_F32, logits->ndim, wshape, dev, ws));
         }
-        phx_tensor *bt = from_host(fn, PHX_F32, target->ndim, target->shape, dev, b);
-        l = phx_add(l, phx_mul(phx_sum(wl, 1, &cd, false), bt));
+        ls = phx_mul(phx_sum(wl, 1, &cd, false), from_host(fn, PHX_F32, target->ndim, target->shape, dev, b));
     }
-    if (ignored) /* exact zeros there, whatever log p holds (-inf of a masked class) */
-        l = phx_where(from_host(fn, PHX_F32, target->ndim, target->shape, dev, keep), l,
-                      px_scalar_new(fn, 0, PHX_F32, dev));
-    out = o.reduction == PHX_REDUCE_NONE ? l : phx_sum(l, 0, NULL, false);
-    if (divide) out = phx_div(out, px_scalar_new(fn, 0, PHX_F32, dev));
+    if (ignored) { /* exact zeros there, whatever log p holds (-inf of a masked class) */
+        phx_tensor *kt = from_host(fn, PHX_F32, target->ndim, target->shape, dev, keep),
+                   *zero = px_scalar_new(fn, 0, PHX_F32, dev);
+        lc = phx_where(kt, lc, zero);
+        if (ls) ls = phx_where(kt, ls, zero);
+    }
+    if (divide) {
+        phx_tensor *zero = px_scalar_new(fn, 0, PHX_F32, dev);
+        out = phx_mul_scalar(phx_div(phx_sum(lc, 0, NULL, false), zero), 1 - sm);
+        if (ls) out = phx_add(out, phx_mul_scalar(phx_div(phx_sum(ls, 0, NULL, false), zero), sm));
+    } else {
+        phx_tensor *l = ls ? phx_add(lc, ls) : lc;
+        out = o.reduction == PHX_REDUCE_NONE ? l : phx_sum(l, 0, NULL, false);
+    }
     out = px_scope_keep(s, out);
 done:
     px_free(t), px_free(w), px_free(ws), px_free(a), px_free(b), px_free(keep);
