@@ -25,6 +25,21 @@ static _Thread_local int n_keeps;
 static _Thread_local int depth; /* phx_module_forward calls running on this thread */
 static _Thread_local px_scope_id user_scope; /* the scope the outermost one runs in */
 
+/* A child run on its own whose last output is (a view of which is) a
+ * container's pending output (v1 = Sequential(lin, Flatten)(x1), then
+ * lin(x2)): the container's scope takes a reference to that output now,
+ * and the child's buffers holding its memory write elsewhere. */
+static void keep_ancestors(const phx_module *m, const phx_tensor *last)
+{
+    for (phx_module *p = m->parent; p; p = p->parent) {
+        phx_tensor *o = p->last_out;
+        if (!o || o->storage != last->storage || !px_module_output_pending(o) || !px_scope_alive(p->out_scope))
+            continue;
+        if (px_scope_own_in(p->out_scope, phx_tensor_retain(o))) keeps[n_keeps++] = (keep){o, p, true};
+        return;
+    }
+}
+
 int px_module_keep_begin(phx_module *m, const phx_tensor *x)
 {
     if (depth++ == 0) user_scope = px_scope_current();
@@ -38,7 +53,10 @@ int px_module_keep_begin(phx_module *m, const phx_tensor *x)
     else if ((pending && px_scope_elsewhere(m->out_scope)) || (last && x->storage == last->storage))
         m->keep = PX_KEEP_SPARE; /* another thread's scope may hold it; or it is x */
     int mark = n_keeps;
-    if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX) keeps[n_keeps++] = (keep){last, m, false};
+    if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX)
+        keeps[n_keeps++] = (keep){last, m, false};
+    else if (last && n_keeps < KEEP_MAX)
+        keep_ancestors(m, last);
     return mark;
 }
 

@@ -161,7 +161,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(32);
+    plan(34);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -567,6 +567,28 @@ int main(void)
        "(%llu)",
        (unsigned long long)(phx_alloc_count() - warm));
     phx_module_free(vf), phx_module_free(al);
+
+    /* 21. a container's output, then its child run on its own: the
+     * container's output (the child's buffer, or Flatten's view of it)
+     * keeps its values, and the container's backward is refused */
+    for (int flat = 0; flat < 2; flat++) {
+        s = phx_scope_begin();
+        phx_module *cq = phx_sequential_new(), *ql = phx_linear_new(3, 2, true, NULL);
+        phx_sequential_add(cq, ql);
+        if (flat) phx_sequential_add(cq, phx_flatten_new());
+        phx_tensor *c1 = NULL, *c2 = NULL;
+        st = phx_module_forward(cq, x1, &c1);
+        double cw = linear_at(ql, x1, 3, 2, 1, 0);
+        if (st == PHX_OK) st = phx_module_forward(ql, x2, &c2);
+        int kept =
+            st == PHX_OK && fabs(at(c1, 2) - cw) < 1e-5 && fabs(at(c2, 2) - linear_at(ql, x2, 3, 2, 1, 0)) < 1e-5;
+        st = phx_backward(phx_sum(c1, 0, NULL, false));
+        ok(kept && st == PHX_ESTATE && says("child Linear", "ran forward again"),
+           "%s, then its Linear alone: the Sequential's output intact (%g, expected %g), its backward refused: %s",
+           flat ? "Sequential(Linear, Flatten)" : "Sequential(Linear)", at(c1, 2), cw, phx_last_error());
+        phx_scope_end(s);
+        phx_module_free(cq);
+    }
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
