@@ -201,8 +201,9 @@ phx_tensor *phx_cross_entropy(const phx_tensor *logits, const phx_tensor *target
  * and the zero-default rule is for fields appended in later minors (an
  * older library must read a newer caller's untouched tail as zeros), not
  * for the layout's first fields, which take PyTorch's defaults from the
- * initialiser as phx_conv2d_opts' stride does. A struct not made by
- * PHX_CROSS_ENTROPY_OPTS_INIT ignores class 0: always start from it. */
+ * initialiser as phx_conv2d_opts' stride does. A zeroed struct is
+ * refused (struct_size 0), but one zeroed and given only its struct_size
+ * ignores class 0: always start from PHX_CROSS_ENTROPY_OPTS_INIT. */
 typedef struct phx_cross_entropy_opts {
     size_t struct_size; /* sizeof (phx_cross_entropy_opts): PHX_CROSS_ENTROPY_OPTS_INIT sets it */
     /* (classes) f32 on the logits' device: class c's weight, as

@@ -15,6 +15,7 @@ typedef struct module_node {
     phx_module *m; /* NULL once the module was freed or ran forward again */
     uint64_t call; /* m->calls when recorded */
     bool superseded; /* the module ran forward again after this call */
+    bool wrapper; /* a DataParallel or DDP wrapper (it holds its model) */
     char name[64]; /* the module's type: the node's name */
 } module_node;
 
@@ -24,6 +25,12 @@ typedef struct module_node {
 static phx_status module_node_check(px_node *n)
 {
     module_node *c = px_node_ctx(n);
+    if ((c->superseded || (c->m && c->m->calls != c->call)) && c->wrapper)
+        return phx_error(PHX_ESTATE,
+                         "backward of %s: the wrapper ran forward again after the call this graph recorded; it "
+                         "keeps one call's state (a model shared by several inputs: concatenate them with "
+                         "phx_cat into one call and split the output with phx_narrow)",
+                         c->name);
     if (c->superseded || (c->m && c->m->calls != c->call))
         return phx_error(PHX_ESTATE,
                          "backward of %s: the module ran forward again after the call this graph recorded; a "
@@ -100,6 +107,7 @@ phx_status px_module_forward_fused(phx_module *m, const phx_tensor *x, phx_tenso
     module_node *c = px_node_ctx(n);
     c->m = m;
     c->call = m->calls;
+    c->wrapper = m->wrapped != NULL;
     px_node_set_check(n, module_node_check);
     snprintf(c->name, sizeof c->name, "%s", phx_module_type(m));
     n->name = c->name;

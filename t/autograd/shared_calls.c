@@ -161,7 +161,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(34);
+    plan(35);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -589,6 +589,22 @@ int main(void)
         phx_scope_end(s);
         phx_module_free(cq);
     }
+
+    /* 22. a forward-only encoder shared by two inputs inside
+     * DataParallel: the wrapper keeps one call's state; refused, and the
+     * message says how to share it (one call on the concatenated inputs) */
+    s = phx_scope_begin();
+    phx_module *de = ops_lin();
+    phx_device dd[2] = {phx_cpu(), phx_cpu()};
+    phx_module *dw = phx_dp_new(de, dd, 2, NULL);
+    phx_tensor *de1 = NULL, *de2 = NULL;
+    st = dw ? phx_module_forward(dw, x1, &de1) : PHX_EINVAL;
+    if (st == PHX_OK) st = phx_module_forward(dw, x2, &de2);
+    if (st == PHX_OK) st = phx_backward(phx_sum(phx_sub(de1, de2), 0, NULL, false));
+    ok(st == PHX_ESTATE && says("DataParallel", "phx_cat") && all_zero(phx_param_grad(phx_module_param(de, 0))),
+       "DataParallel(encoder) on two inputs in one loss: refused, no gradient, the way named: %s", phx_last_error());
+    phx_scope_end(s);
+    phx_module_free(dw), phx_module_free(de);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
