@@ -1,7 +1,8 @@
 /* The named-option constructors that replace positional ones (doc/maint/abi.md):
  * each gives what its positional form gives for the same values, NULL
  * options are the initialiser's (PyTorch's defaults), and a struct
- * without its size is refused naming the initialiser. */
+ * without its size, or with a size no struct has, is refused naming the
+ * initialiser. */
 #include <string.h>
 #include "phalanx/phalanx.h"
 #include "t/tap.h"
@@ -15,7 +16,7 @@ static int same_indices(phx_sampler *a, phx_sampler *b)
 
 int main(void)
 {
-    plan(8);
+    plan(10);
     phx_sampler_opts so = PHX_SAMPLER_OPTS_INIT;
     so.num_replicas = 3, so.rank = 2, so.seed = 7, so.drop_last = true;
     phx_sampler *a = phx_sampler_new_opts(20, &so), *b = phx_sampler_new(20, 3, 2, true, 7, true);
@@ -52,5 +53,17 @@ int main(void)
     ok(!bn && strstr(phx_last_error(), "phx_batchnorm2d_new_opts") &&
            strstr(phx_last_error(), "PHX_BATCHNORM_OPTS_INIT"),
        "batchnorm: struct_size 0 refused: %s", phx_last_error());
+    /* an uninitialised struct's garbage size: refused before any byte past
+     * the caller's struct is read */
+    phx_sampler_opts big = PHX_SAMPLER_OPTS_INIT;
+    big.struct_size = 4097;
+    a = phx_sampler_new_opts(10, &big);
+    ok(!a && strstr(phx_last_error(), "4097") && strstr(phx_last_error(), "at most 4096") &&
+           strstr(phx_last_error(), "PHX_SAMPLER_OPTS_INIT"),
+       "sampler: struct_size 4097 refused: %s", phx_last_error());
+    phx_memory_stats ms = PHX_MEMORY_STATS_INIT;
+    ms.struct_size = (size_t)-1;
+    ok(phx_device_memory_stats(phx_cpu(), &ms) == PHX_EABI && strstr(phx_last_error(), "at most 4096"),
+       "memory stats (an output struct): a huge struct_size refused: %s", phx_last_error());
     return done_testing();
 }
