@@ -130,24 +130,26 @@ bool px_module_output_pending(const phx_tensor *t)
     return c->m && !c->superseded && c->m->calls == c->call && c->m->backward_call != c->call;
 }
 
-/* Drops the last call's tensors before the next call, or hands them to
- * the keeper this call chose (src/modules/module-keep.c). */
+/* Drops t (a reference of the last call), or hands it to the keeper this
+ * call chose (src/modules/module-keep.c); the first failure stays in *st. */
+static void release_one(phx_module *m, phx_tensor *t, phx_status *st)
+{
+    phx_status s = PHX_OK;
+    if (m->keep == PX_KEEP_NONE)
+        phx_tensor_free(t);
+    else if (t)
+        s = px_module_keep_tensor(m, t);
+    if (*st == PHX_OK) *st = s;
+}
+
+/* The last call's tensors, newest first, before the next call. */
 static phx_status release_call(phx_module *m)
 {
-    phx_tensor *last[2] = {m->last_x, m->last_y};
-    m->last_x = m->last_y = NULL;
     phx_status st = PHX_OK;
-    for (size_t i = 0; i < m->n_owned + 2; i++) {
-        phx_tensor *t = i < m->n_owned ? m->owned[m->n_owned - 1 - i] : last[i - m->n_owned];
-        if (!t) continue;
-        phx_status s = PHX_OK;
-        if (m->keep == PX_KEEP_NONE)
-            phx_tensor_free(t);
-        else
-            s = px_module_keep_tensor(m, t);
-        if (st == PHX_OK) st = s;
-    }
-    m->n_owned = 0;
+    while (m->n_owned) release_one(m, m->owned[--m->n_owned], &st);
+    release_one(m, m->last_x, &st);
+    release_one(m, m->last_y, &st);
+    m->last_x = m->last_y = NULL;
     return st;
 }
 

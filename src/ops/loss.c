@@ -239,14 +239,13 @@ phx_tensor *phx_cross_entropy_ex(const phx_tensor *logits, const phx_tensor *tar
         }
         ls = phx_mul(phx_sum(wl, 1, &cd, false), from_host(fn, PHX_F32, target->ndim, target->shape, dev, b));
     }
+    phx_tensor *zero = ignored || divide ? px_scalar_new(fn, 0, PHX_F32, dev) : NULL;
     if (ignored) { /* exact zeros there, whatever log p holds (-inf of a masked class) */
-        phx_tensor *kt = from_host(fn, PHX_F32, target->ndim, target->shape, dev, keep),
-                   *zero = px_scalar_new(fn, 0, PHX_F32, dev);
+        phx_tensor *kt = from_host(fn, PHX_F32, target->ndim, target->shape, dev, keep);
         lc = phx_where(kt, lc, zero);
         if (ls) ls = phx_where(kt, ls, zero);
     }
     if (divide) {
-        phx_tensor *zero = px_scalar_new(fn, 0, PHX_F32, dev);
         out = phx_mul_scalar(phx_div(phx_sum(lc, 0, NULL, false), zero), 1 - sm);
         if (ls) out = phx_add(out, phx_mul_scalar(phx_div(phx_sum(ls, 0, NULL, false), zero), sm));
     } else {
