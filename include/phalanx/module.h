@@ -88,11 +88,12 @@ phx_dtype phx_module_compute_dtype(const phx_module *m);
 
 /* *y <- m(x), owned by m until its next forward (a module with a
  * hand-written backward returns the same tensor from each call, with the
- * new call's values), except that when *y was made in a scope and its
- * graph has not run its backward, the next call writes elsewhere and that
- * scope keeps *y until it ends (y1 = m(x1); y2 = m(x2) in one loss), and
- * a call on m's own last output writes elsewhere too
- * (doc/guide/autograd.md). With grad mode on
+ * new call's values), except that while *y's graph has not run its
+ * backward the next call writes elsewhere, and the scope *y was made in
+ * keeps *y until it ends, or with no scope open m keeps it one call
+ * longer (y1 = m(x1); y2 = m(x2) in one loss; a third call frees y1 and
+ * marks it, so that using it is refused), and a call on m's own last
+ * output writes elsewhere too (doc/guide/autograd.md). With grad mode on
  * (phalanx/autograd.h) the call is recorded: a module with a hand-written
  * backward as one node, a forward-only module as the operations it ran;
  * phx_backward on a tensor made from *y reaches m's parameters. */

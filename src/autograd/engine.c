@@ -311,6 +311,7 @@ phx_status phx_backward_retain(const phx_tensor *t, const phx_tensor *grad, bool
 {
     const char *fn = "phx_backward";
     if (!t) return phx_last_error()[0] ? PHX_EINVAL : phx_error(PHX_EINVAL, "%s: tensor is NULL", fn);
+    if (px_tensor_live(fn, "the tensor", t) != PHX_OK || px_tensor_live(fn, "grad", grad) != PHX_OK) return PHX_ESTATE;
     char a[64], b[64];
     if (!t->requires_grad && t->nondiff)
         return phx_error(PHX_EINVAL,

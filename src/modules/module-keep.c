@@ -40,18 +40,26 @@ static void keep_ancestors(const phx_module *m, const phx_tensor *last)
     }
 }
 
+/* What the call before the last handed over. Its output may still be in
+ * the caller's hands (a third call with no scope open: y1 = m(x1);
+ * y2 = m(x2); y3 = m(x3)), so the handles are marked freed: an operation
+ * on one is refused, not run on whatever reuses the handle. */
+static void spares_drop(phx_module *m)
+{
+    while (m->n_spare) px_tensor_free_marked(m->spare[--m->n_spare], phx_module_type(m));
+}
+
 int px_module_keep_begin(phx_module *m, const phx_tensor *x)
 {
     if (depth++ == 0) user_scope = px_scope_current();
-    /* what the call before the last handed over: nothing uses it now */
-    while (m->n_spare) phx_tensor_free(m->spare[--m->n_spare]);
+    spares_drop(m);
     m->keep = PX_KEEP_NONE;
     const phx_tensor *last = m->last_out;
     bool pending = last && px_module_output_pending(last);
     if (pending && px_scope_alive(m->out_scope))
         m->keep = PX_KEEP_SCOPE;
-    else if ((pending && px_scope_elsewhere(m->out_scope)) || (last && x->storage == last->storage))
-        m->keep = PX_KEEP_SPARE; /* another thread's scope may hold it; or it is x */
+    else if (pending || (last && x->storage == last->storage))
+        m->keep = PX_KEEP_SPARE; /* no scope, or another thread's, holds it; or it is x */
     int mark = n_keeps;
     if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX)
         keeps[n_keeps++] = (keep){last, m, false};
@@ -110,7 +118,7 @@ phx_status px_module_keep_slot(phx_tensor **slot)
 
 void px_module_keep_free(phx_module *m)
 {
-    while (m->n_spare) phx_tensor_free(m->spare[--m->n_spare]);
+    spares_drop(m);
     px_free(m->spare);
     m->spare = NULL;
     m->cap_spare = 0;

@@ -377,6 +377,7 @@ phx_status phx_module_forward(phx_module *m, const phx_tensor *x, phx_tensor **y
 {
     if (!m || !x || !y)
         return phx_error(PHX_EINVAL, "phx_module_forward: %s is NULL", !m ? "module" : !x ? "input" : "y");
+    if (px_tensor_live("phx_module_forward", "the input", x) != PHX_OK) return PHX_ESTATE;
     if (m->redirect && !m->redirect_off) return phx_module_forward(m->redirect, x, y);
     static atomic_ullong clock = 1;
     int mark = px_module_keep_begin(m, x);

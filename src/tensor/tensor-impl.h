@@ -40,6 +40,10 @@ struct phx_tensor {
     unsigned long long visit; /* the backward sweep that last reached this leaf */
     long pending; /* that sweep's uses of this leaf not yet run */
     phx_tensor *next_free; /* the handle pool's list */
+    /* Freed while it may still be in the caller's hands (a module's
+     * earlier output, src/modules/module-keep.c): the module's type; the
+     * handle waits at the pool's end and operations on it are refused. */
+    char freed_by[24];
 };
 
 static inline void *px_tensor_ptr(const phx_tensor *t)
@@ -51,6 +55,14 @@ static inline void *px_tensor_ptr(const phx_tensor *t)
  * memory on a device without it), which accel's copy_h2d_async can read
  * while the host goes on. NULL with phx_last_error on failure. */
 phx_tensor *px_tensor_pinned(phx_dtype dt, int ndim, const int64_t *shape, phx_device accel);
+
+/* phx_tensor_free, but a last reference leaves the handle marked as freed
+ * by a call of the module type by, at the end of the handle pool: an
+ * operation given it fails (px_tensor_live) until the pool reissues it. */
+void px_tensor_free_marked(phx_tensor *t, const char *by);
+/* PHX_OK, or an error naming fn and arg when t is a handle that
+ * px_tensor_free_marked freed. */
+phx_status px_tensor_live(const char *fn, const char *arg, const phx_tensor *t);
 
 /* phx_tensor_view without its autograd check: a view of any base, with
  * no gradient recorded, for the library's own aliases of tensors that

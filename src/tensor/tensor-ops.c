@@ -12,6 +12,7 @@
 static phx_status need(const char *fn, const char *what, const phx_tensor *t)
 {
     if (!t) return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, what);
+    if (px_tensor_live(fn, what, t) != PHX_OK) return PHX_ESTATE;
     /* A parameter of an FSDP model outside its unit's use holds no memory. */
     if (t->numel && !t->storage->data)
         return phx_error(PHX_ESTATE,

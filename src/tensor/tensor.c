@@ -4,6 +4,7 @@
 #include "config.h"
 #include <pthread.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include "src/tensor/device-impl.h"
@@ -76,7 +77,7 @@ static void storage_drop(px_storage *s)
 /* Freed handles wait in a process-wide list for the next tensor, so the
  * operations of a warm training step allocate no handle. */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static phx_tensor *pool;
+static phx_tensor *pool, *pool_tail;
 
 /* Handles are allocated 64 at a time, so that the peak a step needs,
  * which threads (DataParallel's replicas) may reach in any order, is
@@ -99,6 +100,7 @@ static phx_tensor *handle_get(void)
             chunks = c;
             for (int i = 0; i < PX_HANDLE_CHUNK; i++) {
                 c->handles[i].next_free = pool;
+                if (!pool) pool_tail = &c->handles[i];
                 pool = &c->handles[i];
             }
             n_made += PX_HANDLE_CHUNK;
@@ -108,6 +110,7 @@ static phx_tensor *handle_get(void)
     phx_tensor *t = pool;
     if (t) {
         pool = t->next_free;
+        if (!pool) pool_tail = NULL;
         n_pooled--;
     }
     pthread_mutex_unlock(&pool_lock);
@@ -128,7 +131,7 @@ __attribute__((destructor)) static void pools_release(void)
             chunks = c->next;
             px_free(c);
         }
-        pool = NULL;
+        pool = pool_tail = NULL;
         n_made = n_pooled = 0;
     }
     pthread_mutex_unlock(&pool_lock);
@@ -140,11 +143,20 @@ __attribute__((destructor)) static void pools_release(void)
     }
 }
 
-static void handle_put(phx_tensor *t)
+/* A freed handle goes first in line, or last when marked freed (so that
+ * a stale pointer to it is caught as long as possible). */
+static void handle_put(phx_tensor *t, bool last)
 {
     pthread_mutex_lock(&pool_lock);
-    t->next_free = pool;
-    pool = t;
+    if (!pool || !last) {
+        t->next_free = pool;
+        if (!pool) pool_tail = t;
+        pool = t;
+    } else {
+        t->next_free = NULL;
+        pool_tail->next_free = t;
+        pool_tail = t;
+    }
     n_pooled++;
     pthread_mutex_unlock(&pool_lock);
 }
@@ -247,6 +259,7 @@ phx_tensor *px_tensor_view(const phx_tensor *base, int64_t offset, int ndim, con
         px_error_null("phx_tensor_view", "base");
         return NULL;
     }
+    if (px_tensor_live("phx_tensor_view", "base", base) != PHX_OK) return NULL;
     int64_t numel;
     if (shape_check("phx_tensor_view", ndim, shape, phx_dtype_size(base->dtype), &numel) != PHX_OK) return NULL;
     if (offset < 0 || offset > base->numel || numel > base->numel - offset) {
@@ -273,7 +286,32 @@ void phx_tensor_free(phx_tensor *t)
     if (!t || atomic_fetch_sub(&t->refs, 1) != 1) return;
     px_tensor_autograd_drop(t);
     storage_drop(t->storage);
-    handle_put(t);
+    handle_put(t, false);
+}
+
+/* What a handle freed by px_tensor_free_marked points to: no memory on
+ * the CPU, a count that never reaches 0. */
+static px_storage freed_storage = {.refs = LONG_MAX / 2, .device = {PHX_DEVICE_CPU, 0}};
+
+void px_tensor_free_marked(phx_tensor *t, const char *by)
+{
+    if (!t || atomic_fetch_sub(&t->refs, 1) != 1) return;
+    px_tensor_autograd_drop(t);
+    storage_drop(t->storage);
+    t->storage = &freed_storage;
+    t->offset = 0;
+    snprintf(t->freed_by, sizeof t->freed_by, "%s", by && by[0] ? by : "module");
+    handle_put(t, true);
+}
+
+phx_status px_tensor_live(const char *fn, const char *arg, const phx_tensor *t)
+{
+    if (!t || !t->freed_by[0]) return PHX_OK;
+    return phx_error(PHX_ESTATE,
+                     "%s: %s is a freed tensor, an output of a %s module freed by that module's second call after "
+                     "it (a module keeps its last two outputs when no scope keeps them); expected a live tensor: "
+                     "open a scope (phx_scope_begin) around a step that calls one module more than twice",
+                     fn, arg, t->freed_by);
 }
 
 phx_tensor *px_tensor_cached(const char *fn, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev)

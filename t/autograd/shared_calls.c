@@ -161,7 +161,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(35);
+    plan(42);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -605,6 +605,88 @@ int main(void)
        "DataParallel(encoder) on two inputs in one loss: refused, no gradient, the way named: %s", phx_last_error());
     phx_scope_end(s);
     phx_module_free(dw), phx_module_free(de);
+
+    /* 23. no scope open, a forward-only module twice, a loss of both:
+     * the module keeps the first output; L = sum(o1) - 2 sum(o2),
+     * dL/dW[k][c] = sum_r x1 - 2 x2 */
+    phx_module *enc = ops_lin();
+    const phx_tensor *nw = phx_param_value(phx_module_param(enc, 0));
+    phx_tensor *n1 = NULL, *n2 = NULL;
+    st = phx_module_forward(enc, x1, &n1);
+    if (st == PHX_OK) st = phx_module_forward(enc, x2, &n2);
+    int nv = st == PHX_OK && n1 != n2;
+    for (int64_t i = 0; nv && i < 4; i++)
+        nv = fabs(at(n1, i) - xw(x1, nw, i / 2, i % 2)) < 1e-5 && fabs(at(n2, i) - xw(x2, nw, i / 2, i % 2)) < 1e-5;
+    ok(nv, "no scope: a forward-only module twice keeps both outputs' values (%s)", st ? phx_last_error() : "ok");
+    phx_tensor *ns1 = phx_sum(n1, 0, NULL, false), *ns2 = phx_sum(n2, 0, NULL, false);
+    phx_tensor *ns2x = phx_mul_scalar(ns2, 2.0), *nloss = phx_sub(ns1, ns2x);
+    st = phx_backward(nloss);
+    const phx_tensor *ngw = phx_param_grad(phx_module_param(enc, 0));
+    int ng = st == PHX_OK;
+    for (int64_t k = 0; ng && k < 3; k++)
+        for (int64_t c = 0; c < 2; c++) {
+            double want = 0;
+            for (int64_t r = 0; r < 2; r++) want += at(x1, r * 3 + k) - 2 * at(x2, r * 3 + k);
+            ng = ng && fabs(at(ngw, k * 2 + c) - want) < 1e-5;
+        }
+    ok(ng, "and a loss of both gives the gradient of both calls (%s)", st ? phx_last_error() : "ok");
+    phx_tensor_free(nloss), phx_tensor_free(ns2x), phx_tensor_free(ns2), phx_tensor_free(ns1);
+
+    /* 24. no scope, a third call before the backward: the first output is
+     * freed, and an operation or a backward given it is refused */
+    phx_tensor *n3 = NULL, *n4 = NULL, *n5 = NULL;
+    st = phx_module_forward(enc, x1, &n3);
+    if (st == PHX_OK) st = phx_module_forward(enc, x2, &n4);
+    if (st == PHX_OK) st = phx_module_forward(enc, x3, &n5);
+    phx_tensor *bad = st == PHX_OK ? phx_sub(n3, n5) : NULL;
+    ok(st == PHX_OK && !bad && says("a freed tensor", "Lin") && says("phx_scope_begin", NULL),
+       "no scope: three calls, then the first output in an operation: refused: %s", phx_last_error());
+    double hbuf[4];
+    st = phx_tensor_to_host(n3, hbuf);
+    phx_status bst = phx_backward(n3);
+    ok(st == PHX_ESTATE && bst == PHX_ESTATE && says("phx_backward", "a freed tensor"),
+       "and in phx_tensor_to_host and phx_backward: %s", phx_last_error());
+    phx_tensor *okd = phx_sub(n4, n5);
+    ok(okd && fabs(at(okd, 0) - (xw(x2, nw, 0, 0) - xw(x3, nw, 0, 0))) < 1e-5, "the last two outputs stay usable (%s)",
+       okd ? "ok" : phx_last_error());
+    phx_tensor_free(okd);
+    phx_module_free(enc);
+
+    /* 25. no scope, a Linear twice: y1 keeps its values; a loss of both
+     * is refused (one call's state), nothing added */
+    phx_module *nlin = phx_linear_new(3, 2, true, NULL);
+    phx_tensor *m1 = NULL, *m2 = NULL;
+    st = phx_module_forward(nlin, x1, &m1);
+    double mw = linear_at(nlin, x1, 3, 2, 1, 1);
+    if (st == PHX_OK) st = phx_module_forward(nlin, x2, &m2);
+    phx_tensor *md = st == PHX_OK ? phx_sub(m1, m2) : NULL, *ml = phx_sum(md, 0, NULL, false);
+    phx_status mst = phx_backward(ml);
+    ok(st == PHX_OK && m1 != m2 && fabs(at(m1, 3) - mw) < 1e-5 && mst == PHX_ESTATE &&
+           says("Linear", "ran forward again") && all_zero(phx_param_grad(phx_module_find_param(nlin, "bias"))),
+       "no scope: Linear twice: y1 intact (%g, expected %g), a loss of both refused: %s", at(m1, 3), mw,
+       phx_last_error());
+    phx_tensor_free(ml), phx_tensor_free(md);
+
+    /* 26. no scope, an evaluation loop with grad mode on (each output's
+     * graph waits forever): the kept outputs' memory comes back through
+     * the storage cache, so it allocates nothing once warm */
+    phx_module *ne = phx_sequential_new();
+    phx_sequential_add(ne, nlin), phx_sequential_add(ne, phx_relu_new());
+    phx_module *nf = ops_lin();
+    int evals_ok = 1;
+    for (int step = 0; step < 8; step++) {
+        if (step == 3) warm = phx_alloc_count();
+        phx_tensor *e1 = NULL, *e2 = NULL;
+        st = phx_module_forward(ne, step % 2 ? x1 : x2, &e1);
+        if (st == PHX_OK) st = phx_module_forward(nf, x3, &e2);
+        phx_tensor *es = st == PHX_OK ? phx_sum(e1, 0, NULL, false) : NULL;
+        evals_ok = evals_ok && es && fabs(at(e2, 1) - xw(x3, phx_param_value(phx_module_param(nf, 0)), 0, 1)) < 1e-5;
+        phx_tensor_free(es);
+    }
+    ok(evals_ok && phx_alloc_count() == warm,
+       "no scope: an evaluation loop with grad mode on allocates nothing in steps 3-7 (%llu)",
+       (unsigned long long)(phx_alloc_count() - warm));
+    phx_module_free(ne), phx_module_free(nf);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
