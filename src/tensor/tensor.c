@@ -275,15 +275,17 @@ phx_tensor *px_tensor_view(const phx_tensor *base, int64_t offset, int ndim, con
     return t;
 }
 
+/* A handle marked freed (px_tensor_free_marked) is in the pool already:
+ * retaining or freeing it again changes nothing. */
 phx_tensor *phx_tensor_retain(phx_tensor *t)
 {
-    if (t) atomic_fetch_add(&t->refs, 1);
+    if (t && !t->freed_by[0]) atomic_fetch_add(&t->refs, 1);
     return t;
 }
 
 void phx_tensor_free(phx_tensor *t)
 {
-    if (!t || atomic_fetch_sub(&t->refs, 1) != 1) return;
+    if (!t || t->freed_by[0] || atomic_fetch_sub(&t->refs, 1) != 1) return;
     px_tensor_autograd_drop(t);
     storage_drop(t->storage);
     handle_put(t, false);

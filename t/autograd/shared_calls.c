@@ -161,7 +161,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(42);
+    plan(43);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -650,6 +650,18 @@ int main(void)
     ok(okd && fabs(at(okd, 0) - (xw(x2, nw, 0, 0) - xw(x3, nw, 0, 0))) < 1e-5, "the last two outputs stay usable (%s)",
        okd ? "ok" : phx_last_error());
     phx_tensor_free(okd);
+    /* a retain and two frees of the freed handle change nothing: the
+     * next 200 tensors are 200 distinct handles */
+    phx_tensor_retain(n3), phx_tensor_free(n3), phx_tensor_free(n3);
+    phx_tensor *many[200];
+    int64_t one = 1;
+    int distinct = 1;
+    for (int i = 0; i < 200; i++) {
+        many[i] = phx_tensor_new(PHX_F32, 1, &one, phx_cpu());
+        for (int j = 0; distinct && j < i; j++) distinct = many[i] && many[j] != many[i];
+    }
+    for (int i = 0; i < 200; i++) phx_tensor_free(many[i]);
+    ok(distinct, "a retain and frees of the freed handle leave the handle pool whole");
     phx_module_free(enc);
 
     /* 25. no scope, a Linear twice: y1 keeps its values; a loss of both
