@@ -239,6 +239,7 @@ phx_dataset *phx_dataset_tensors(phx_tensor *const *t, int n)
             px_error_null(who, "a tensor");
             return NULL;
         }
+        if (px_tensor_live(who, "a tensor", t[f]) != PHX_OK) return NULL;
         if (t[f]->storage->device.kind != PHX_DEVICE_CPU) {
             phx_error(PHX_EUNSUPPORTED, "%s: tensor %d is not on the CPU (the loader copies batches to the device)",
                       who, f);

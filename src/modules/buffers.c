@@ -79,6 +79,7 @@ phx_status phx_module_add_buffer(phx_module *m, const char *name, phx_tensor *va
         phx_tensor_free(value);
         return phx_error(PHX_EINVAL, "phx_module_add_buffer: %s is NULL", m ? "value" : "module");
     }
+    if (px_tensor_live("phx_module_add_buffer", "value", value) != PHX_OK) return PHX_ESTATE;
     return px_module_add_buffer(m, name, value) ? PHX_OK : PHX_EINVAL;
 }
 

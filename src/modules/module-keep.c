@@ -2,11 +2,13 @@
  * (doc/guide/autograd.md, "A module called again before its backward").
  * Before each phx_module_forward the module decides what happens to its
  * last output: while that output's graph has not run its backward and
- * the scope it was made in is still open, the scope keeps it; when that
- * scope is another thread's, or the new input is that output (m(m(x))),
- * the module keeps it until its next call. Its buffers (px_buf_get,
- * Flatten's view) and a forward-only module's call tensors then go to the
- * keeper instead of being reused. */
+ * the scope it was made in is still open, the scope keeps it; when no
+ * scope of this thread holds it, or the new input is that output
+ * (m(m(x))), the module keeps it until its next call. Its buffers
+ * (px_buf_get, Flatten's view) and a forward-only module's call tensors
+ * then go to the keeper instead of being reused. An output whose last
+ * reference the module drops is marked freed (px_tensor_free_marked), so
+ * that a caller still holding it is refused. */
 #include "config.h"
 #include "src/autograd/node-impl.h"
 #include "src/base/util.h"
@@ -75,7 +77,10 @@ void px_module_keep_end(phx_module *m, int mark, phx_status st, phx_tensor *y)
     m->keep = PX_KEEP_NONE;
     if (st != PHX_OK || !y) return;
     if (y != m->last_out) {
-        phx_tensor_free(m->last_out);
+        /* the earlier output, where this is its last reference: marked,
+         * so that a caller still holding it is refused (a forward-only
+         * module's output with grad mode off, or after a backward) */
+        px_tensor_free_marked(m->last_out, phx_module_type(m));
         m->last_out = phx_tensor_retain(y);
     }
     m->out_scope = user_scope;
@@ -122,6 +127,6 @@ void px_module_keep_free(phx_module *m)
     px_free(m->spare);
     m->spare = NULL;
     m->cap_spare = 0;
-    phx_tensor_free(m->last_out);
+    px_tensor_free_marked(m->last_out, phx_module_type(m));
     m->last_out = NULL;
 }

@@ -36,10 +36,11 @@ phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, p
     phx_tensor *s = b->store;
     if (!s || s->dtype != dt || !phx_device_equal(s->storage->device, dev) || s->numel < numel) {
         int64_t cap = numel > 0 ? numel : 1;
-        /* a replacement for kept memory comes from the storage cache, to
-         * which the kept one returns when its scope ends: a loop that
-         * keeps an output every step allocates nothing once warm */
-        phx_tensor *ns = kept ? px_tensor_cached("module buffer", dt, 1, &cap, dev) : phx_tensor_new(dt, 1, &cap, dev);
+        /* from the storage cache, to which a kept output's memory returns
+         * when its keeper lets it go: a loop that keeps an output on some
+         * steps, with batches of several sizes, allocates nothing once
+         * warm */
+        phx_tensor *ns = px_tensor_cached("module buffer", dt, 1, &cap, dev);
         if (!ns)
             return phx_error(PHX_ENOMEM, "module buffer: cannot allocate %lld elements of %s: %s", (long long)cap,
                              phx_dtype_name(dt), phx_last_error());
@@ -208,6 +209,7 @@ phx_param *phx_module_add_param(phx_module *m, const char *name, phx_tensor *val
         phx_error(PHX_EINVAL, "phx_module_add_param: %s is NULL", m ? "value" : "module");
         return NULL;
     }
+    if (px_tensor_live("phx_module_add_param", "value", value) != PHX_OK) return NULL;
     if (!name_ok("phx_module_add_param", name)) return NULL;
     if (value->dtype != PHX_F32) {
         phx_error(PHX_EINVAL, "phx_module_add_param: '%s' has dtype %s, parameters are f32", name,
@@ -400,6 +402,7 @@ _Thread_local int px_module_backward_depth;
 phx_status phx_module_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx)
 {
     if (!m || !dy) return phx_error(PHX_EINVAL, "phx_module_backward: %s is NULL", !m ? "module" : "dy");
+    if (px_tensor_live("phx_module_backward", "dy", dy) != PHX_OK) return PHX_ESTATE;
     if (dx) *dx = NULL;
     if (m->redirect && !m->redirect_off) return phx_module_backward(m->redirect, dy, dx);
     if (!m->vt->backward) return px_module_backward_traced(m, dy, dx);
@@ -725,6 +728,7 @@ void phx_param_grad_ready(phx_param *p)
 static phx_status check_replacement(const char *who, const phx_param *p, const phx_tensor *t)
 {
     if (!p || !t) return phx_error(PHX_EINVAL, "%s: %s is NULL", who, p ? "tensor" : "parameter");
+    if (px_tensor_live(who, "the tensor", t) != PHX_OK) return PHX_ESTATE;
     char a[64], b[64];
     if (!phx_tensor_same_shape(t, p->value) || t->dtype != PHX_F32)
         return phx_error(PHX_EINVAL, "%s: '%s' is %s %s, the tensor is %s %s", who, p->name, phx_dtype_name(PHX_F32),

@@ -387,6 +387,11 @@ static phx_status check_many(const char *fn, int n, const phx_tensor *const *ts)
     if (n < 1) return phx_error(PHX_EINVAL, "%s: %d tensors, expected at least 1", fn, n);
     for (int i = 0; i < n; i++)
         if (!ts[i]) return phx_last_error()[0] ? PHX_EINVAL : phx_error(PHX_EINVAL, "%s: ts[%d] is NULL", fn, i);
+    for (int i = 0; i < n; i++) {
+        char an[16];
+        snprintf(an, sizeof an, "ts[%d]", i);
+        if (px_tensor_live(fn, an, ts[i]) != PHX_OK) return PHX_ESTATE;
+    }
     for (int i = 1; i < n; i++) {
         char an[16], bn[16];
         snprintf(an, sizeof an, "ts[0]");

@@ -41,6 +41,7 @@ void phx_rng_set_offset(phx_rng *r, uint64_t offset)
 static phx_status rng_args(const char *fn, phx_rng *r, phx_tensor *t)
 {
     if (!r || !t) return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, r ? "tensor" : "rng");
+    if (px_tensor_live(fn, "the tensor", t) != PHX_OK) return PHX_ESTATE;
     if (!phx_dtype_is_float(t->dtype))
         return phx_error(PHX_EINVAL, "%s: tensor is %s, expected f32, f16 or bf16", fn, phx_dtype_name(t->dtype));
     return PHX_OK;

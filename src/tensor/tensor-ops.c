@@ -120,7 +120,7 @@ phx_status phx_tensor_axpby(float alpha, const phx_tensor *x, float beta, phx_te
     phx_status st;
     if ((st = need(fn, "y", y)) || (st = is_float(fn, "y", y))) return st;
     if (x &&
-        ((st = is_float(fn, "x", x)) || (st = same_numel(fn, "x", x, "y", y)) ||
+        ((st = need(fn, "x", x)) || (st = is_float(fn, "x", x)) || (st = same_numel(fn, "x", x, "y", y)) ||
          (st = same_device(fn, "x", x, "y", y))))
         return st;
     return dev(y)->kernels->axpby(y->storage->device.index, y->numel, alpha, x ? px_tensor_ptr(x) : NULL,

@@ -241,6 +241,7 @@ phx_tensor *phx_tensor_from_data(phx_dtype dt, int ndim, const int64_t *shape, c
 
 phx_tensor *phx_tensor_view(const phx_tensor *base, int64_t offset, int ndim, const int64_t *shape)
 {
+    if (px_tensor_live("phx_tensor_view", "base", base) != PHX_OK) return NULL;
     if (base && base->requires_grad && phx_grad_enabled()) {
         char b[64];
         phx_error(PHX_EINVAL,
@@ -302,6 +303,7 @@ void px_tensor_free_marked(phx_tensor *t, const char *by)
     storage_drop(t->storage);
     t->storage = &freed_storage;
     t->offset = 0;
+    t->requires_grad = false;
     snprintf(t->freed_by, sizeof t->freed_by, "%s", by && by[0] ? by : "module");
     handle_put(t, true);
 }
@@ -310,9 +312,10 @@ phx_status px_tensor_live(const char *fn, const char *arg, const phx_tensor *t)
 {
     if (!t || !t->freed_by[0]) return PHX_OK;
     return phx_error(PHX_ESTATE,
-                     "%s: %s is a freed tensor, an output of a %s module freed by that module's second call after "
-                     "it (a module keeps its last two outputs when no scope keeps them); expected a live tensor: "
-                     "open a scope (phx_scope_begin) around a step that calls one module more than twice",
+                     "%s: %s is a freed tensor, an output of a %s module released by a later call of that module or "
+                     "its phx_module_free (an output lives until the module's next call, or the call after that "
+                     "while its graph waits for a backward and no scope keeps it); expected a live tensor: keep "
+                     "a scope open (phx_scope_begin) around the step, or copy the output",
                      fn, arg, t->freed_by);
 }
 
@@ -382,7 +385,7 @@ void *phx_tensor_data(const phx_tensor *t)
 
 int phx_tensor_same_storage(const phx_tensor *a, const phx_tensor *b)
 {
-    return a && b && a->storage == b->storage;
+    return a && b && a->storage == b->storage && a->storage != &freed_storage;
 }
 
 int phx_tensor_same_shape(const phx_tensor *a, const phx_tensor *b)

@@ -64,6 +64,9 @@ static phx_status check_args(const phx_loss *l, const phx_tensor *y, const phx_t
     const char *who = loss_name(l->kind);
     char a[64], b[64];
     if (!y || !t) return phx_error(PHX_EINVAL, "phx_loss_forward(%s): %s is NULL", who, y ? "target" : "prediction");
+    if (px_tensor_live("phx_loss_forward", "the prediction", y) != PHX_OK ||
+        px_tensor_live("phx_loss_forward", "the target", t) != PHX_OK)
+        return PHX_ESTATE;
     if (!phx_dtype_is_float(y->dtype))
         return phx_error(PHX_EINVAL, "phx_loss_forward(%s): prediction has dtype %s, expected a float type", who,
                          phx_dtype_name(y->dtype));

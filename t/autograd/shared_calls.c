@@ -161,7 +161,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(43);
+    plan(46);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -699,6 +699,71 @@ int main(void)
        "no scope: an evaluation loop with grad mode on allocates nothing in steps 3-7 (%llu)",
        (unsigned long long)(phx_alloc_count() - warm));
     phx_module_free(ne), phx_module_free(nf);
+
+    /* 27. with grad mode off a forward-only module's earlier output is
+     * freed at its next call and marked: using it is refused, not run on
+     * the handle's next tenant (PyTorch: x1 W - x2 W) */
+    phx_module *ge = ops_lin();
+    was = phx_set_grad_enabled(false);
+    phx_tensor *g1 = NULL, *g2 = NULL;
+    st = phx_module_forward(ge, x1, &g1);
+    if (st == PHX_OK) st = phx_module_forward(ge, x2, &g2);
+    phx_tensor *g3 = st == PHX_OK ? phx_mul_scalar(g2, 3.0) : NULL, *gd = phx_sub(g1, g2);
+    ok(g3 && g3 != g1 && !gd && says("a freed tensor", "Lin"),
+       "grad mode off: a forward-only module's output used after its next call: refused: %s", phx_last_error());
+    phx_tensor_free(g3), phx_tensor_free(gd);
+    phx_set_grad_enabled(was);
+
+    /* 28. every other way in for a freed output: refused, nothing read */
+    phx_tensor *fr1 = NULL, *fr2 = NULL, *fr3 = NULL;
+    st = phx_module_forward(ge, x1, &fr1);
+    if (st == PHX_OK) st = phx_module_forward(ge, x2, &fr2);
+    if (st == PHX_OK) st = phx_module_forward(ge, x3, &fr3);
+    const phx_tensor *three[3] = {fr1, fr2, fr3};
+    phx_loss *lo = phx_loss_new(PHX_LOSS_MSE, PHX_REDUCE_MEAN);
+    phx_rng *rg = phx_rng_new(1);
+    phx_module *bl = phx_linear_new(3, 2, true, NULL);
+    phx_tensor *blo = NULL, *bdx = NULL, *dst = input(2, 2, 5.0);
+    float lv = 0;
+    int refused = st == PHX_OK;
+    phx_tensor *cat = phx_cat(3, three, 0);
+    refused = refused && !cat && says("phx_cat", "a freed tensor");
+    refused = refused && phx_loss_forward(lo, fr1, fr2, &lv) == PHX_ESTATE && says("a freed tensor", NULL);
+    refused = refused && phx_module_forward(bl, x1, &blo) == PHX_OK &&
+        phx_module_backward(bl, fr1, &bdx) == PHX_ESTATE && says("dy is a freed tensor", NULL);
+    refused = refused && phx_rng_uniform(rg, fr1, 0, 1) == PHX_ESTATE && says("a freed tensor", NULL);
+    refused = refused && phx_tensor_axpby(1.0f, fr1, 1.0f, dst) == PHX_ESTATE && fabs(at(dst, 0) - 5.0) < 1e-6;
+    refused = refused && phx_param_set_value(phx_module_find_param(bl, "bias"), fr1) != PHX_OK &&
+        says("a freed tensor", NULL);
+    phx_loader *ld = phx_loader_new(fr1, fr2, 1, false, 0, false, NULL, 0);
+    refused = refused && !ld && says("a freed tensor", NULL);
+    refused = refused && !phx_tensor_view(fr1, 0, 1, (int64_t[]){2}) && says("a freed tensor", NULL);
+    ok(refused,
+       "a freed output in phx_cat, phx_loss_forward, as dy, phx_rng_uniform, phx_tensor_axpby, "
+       "phx_param_set_value, phx_loader_new, phx_tensor_view: all refused (%s)",
+       phx_last_error());
+    phx_loader_free(ld), phx_loss_free(lo), phx_rng_free(rg), phx_module_free(bl), phx_tensor_free(dst);
+    phx_module_free(ge);
+
+    /* 29. evaluations (grad mode on) and training steps alternating, with
+     * batches of 2, 2 and 3 rows and no scope: allocates nothing once warm */
+    phx_tensor *xr[3] = {x1, x2, input(3, 3, 1.5)};
+    phx_module *al2 = phx_linear_new(3, 2, true, NULL);
+    int run_ok = 1;
+    for (int step = 0; step < 60; step++) {
+        if (step == 30) warm = phx_alloc_count();
+        phx_tensor *ay = NULL;
+        st = phx_module_forward(al2, xr[step % 3], &ay);
+        phx_tensor *as = st == PHX_OK ? phx_sum(ay, 0, NULL, false) : NULL;
+        if (as && step % 2) st = phx_backward(as);
+        run_ok = run_ok && as && st == PHX_OK;
+        phx_tensor_free(as);
+    }
+    ok(run_ok && phx_alloc_count() == warm,
+       "no scope: evaluations and training steps alternating over batches of 2, 2, 3 rows: no allocation in "
+       "steps 30-59 (%llu)",
+       (unsigned long long)(phx_alloc_count() - warm));
+    phx_module_free(al2), phx_tensor_free(xr[2]);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
