@@ -10,8 +10,10 @@
 phx_status px_op_inputs(const char *fn, int n, const phx_tensor *const *in, const char *const *names)
 {
     for (int i = 0; i < n; i++) {
-        if (in[i] && px_tensor_live(fn, names[i], in[i]) != PHX_OK) return PHX_ESTATE;
-        if (in[i]) continue;
+        if (in[i]) {
+            if (px_tensor_live(fn, names[i], in[i]) != PHX_OK) return PHX_ESTATE;
+            continue;
+        }
         /* The operation that returned NULL said why; keep its words. */
         if (phx_last_error()[0]) return PHX_EINVAL;
         return phx_error(PHX_EINVAL, "%s: %s is NULL", fn, names[i]);
