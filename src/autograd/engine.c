@@ -18,6 +18,7 @@
 phx_status phx_tensor_set_requires_grad(phx_tensor *t, bool on)
 {
     if (!t) return phx_error(PHX_EINVAL, "phx_tensor_set_requires_grad: tensor is NULL");
+    if (px_tensor_live("phx_tensor_set_requires_grad", "the tensor", t) != PHX_OK) return PHX_ESTATE;
     if (t->grad_fn)
         return phx_error(PHX_EINVAL,
                          "phx_tensor_set_requires_grad: the tensor was made by %s, expected a leaf (use "
@@ -47,6 +48,7 @@ phx_tensor *phx_tensor_grad(const phx_tensor *t)
 phx_status phx_tensor_zero_grad(phx_tensor *t)
 {
     if (!t) return phx_error(PHX_EINVAL, "phx_tensor_zero_grad: tensor is NULL");
+    if (px_tensor_live("phx_tensor_zero_grad", "the tensor", t) != PHX_OK) return PHX_ESTATE;
     if (t->param) return phx_tensor_fill(phx_param_grad(t->param), 0.0);
     phx_tensor_free(t->grad);
     t->grad = NULL;

@@ -400,6 +400,7 @@ double phx_comm_timeout(const phx_comm *c)
 static phx_status check_tensor(const phx_comm *c, const char *who, const char *name, const phx_tensor *t)
 {
     if (!t) return phx_error(PHX_EINVAL, "%s: %s tensor is NULL", who, name);
+    if (px_tensor_live(who, name, t) != PHX_OK) return PHX_ESTATE;
     if ((unsigned)t->dtype >= PHX_NUM_DTYPES)
         return phx_error(PHX_EINVAL, "%s: %s tensor has dtype %d, not a valid dtype", who, name, (int)t->dtype);
     if (c && !phx_device_equal(t->storage->device, c->device)) {

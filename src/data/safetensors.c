@@ -630,6 +630,9 @@ phx_status phx_safetensors_write(const char *path, const char *const *names, phx
     if (!path || (n && (!names || !tensors)) || (n_meta && !meta))
         return phx_error(PHX_EINVAL, "%s: NULL path, names, tensors or metadata", who);
     phx_status st = PHX_OK;
+    for (size_t i = 0; i < n; i++)
+        if (tensors[i] && px_tensor_live(who, names[i] ? names[i] : "a tensor", tensors[i]) != PHX_OK)
+            return PHX_ESTATE;
     uint32_t *crc = px_malloc((n ? n : 1) * sizeof *crc);
     if (!crc) return PHX_ENOMEM;
     for (size_t i = 0; i < n && st == PHX_OK; i++) st = tensor_crc(tensors[i], &crc[i]);

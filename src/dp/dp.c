@@ -399,8 +399,11 @@ static phx_status gather(px_dp *d, int pass, phx_device dev, phx_tensor **out)
                              phx_tensor_shape_str(y0, b, sizeof b));
     }
     if (d->k == 1 && phx_device_equal(y0->storage->device, dev)) {
+        /* the last output, gathered into out_buf and kept, stays intact */
+        phx_status hs = px_buf_hand_over(&d->out_buf[pass], NULL);
+        if (hs == PHX_OK && !d->out_buf[pass].view) drop_rows(d, true, pass);
         *out = (phx_tensor *)y0;
-        return PHX_OK;
+        return hs;
     }
     int64_t shape[PHX_MAX_DIMS];
     memcpy(shape, y0->shape, sizeof shape);

@@ -80,6 +80,8 @@ struct phx_module {
      * and what it keeps itself until its next call */
     phx_tensor *last_out;
     px_scope_id out_scope;
+    uint64_t out_caller; /* the running forward that call was made in (0: none) */
+    px_scope_id out_inner; /* the innermost scope open then */
     int keep;
     phx_tensor **spare;
     size_t n_spare, cap_spare;
@@ -152,6 +154,11 @@ phx_status px_module_refuse_second_backward(const phx_module *m, uint64_t call, 
 phx_status px_module_run_backward(phx_module *m, const phx_tensor *dy, phx_tensor **dx, bool by_user);
 
 phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out);
+/* When b holds the last call's output and this call keeps it
+ * (src/modules/module-keep.c): hands it to its keeper, leaving b empty
+ * (*cap, when not NULL: the elements its memory held). Done by
+ * px_buf_get; a module returning other memory this call calls it. */
+phx_status px_buf_hand_over(px_buf *b, int64_t *cap);
 /* As px_buf_get with the shape of t and its last dim replaced by last. */
 phx_status px_buf_like(px_buf *b, phx_dtype dt, const phx_tensor *t, int64_t last, phx_tensor **out);
 void px_buf_free(px_buf *b);

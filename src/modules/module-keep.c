@@ -10,6 +10,7 @@
  * reference the module drops is marked freed (px_tensor_free_marked), so
  * that a caller still holding it is refused. */
 #include "config.h"
+#include <stdatomic.h>
 #include "src/autograd/node-impl.h"
 #include "src/base/util.h"
 #include "src/modules/module-impl.h"
@@ -26,6 +27,14 @@ static _Thread_local keep keeps[KEEP_MAX];
 static _Thread_local int n_keeps;
 static _Thread_local int depth; /* phx_module_forward calls running on this thread */
 static _Thread_local px_scope_id user_scope; /* the scope the outermost one runs in */
+static _Thread_local uint64_t call_ids[KEEP_MAX]; /* each running call's number */
+
+/* The number of the forward running around this thread's innermost one
+ * (0: none, or too deep to track). */
+static uint64_t caller_id(void)
+{
+    return depth >= 2 && depth <= KEEP_MAX ? call_ids[depth - 2] : 0;
+}
 
 /* A child run on its own whose last output is (a view of which is) a
  * container's pending output (v1 = Sequential(lin, Flatten)(x1), then
@@ -53,14 +62,23 @@ static void spares_drop(phx_module *m)
 
 int px_module_keep_begin(phx_module *m, const phx_tensor *x)
 {
+    static atomic_ullong next_call = 1;
     if (depth++ == 0) user_scope = px_scope_current();
+    if (depth <= KEEP_MAX) call_ids[depth - 1] = atomic_fetch_add(&next_call, 1);
     spares_drop(m);
     m->keep = PX_KEEP_NONE;
     const phx_tensor *last = m->last_out;
     bool pending = last && px_module_output_pending(last);
+    /* an earlier call within the forward running around this one (a
+     * parent calling its child twice): the parent may use both outputs,
+     * whatever the grad mode */
+    bool in_call = last && caller_id() && m->out_caller == caller_id();
     if (pending && px_scope_alive(m->out_scope))
         m->keep = PX_KEEP_SCOPE;
-    else if (pending || (last && x->storage == last->storage))
+    else if (in_call && px_scope_alive(m->out_inner)) {
+        m->out_scope = m->out_inner; /* a forward-only parent's call scope */
+        m->keep = PX_KEEP_SCOPE;
+    } else if (pending || in_call || (last && x->storage == last->storage))
         m->keep = PX_KEEP_SPARE; /* no scope, or another thread's, holds it; or it is x */
     int mark = n_keeps;
     if (m->keep != PX_KEEP_NONE && n_keeps < KEEP_MAX)
@@ -72,6 +90,7 @@ int px_module_keep_begin(phx_module *m, const phx_tensor *x)
 
 void px_module_keep_end(phx_module *m, int mark, phx_status st, phx_tensor *y)
 {
+    uint64_t caller = caller_id();
     n_keeps = mark;
     depth--;
     m->keep = PX_KEEP_NONE;
@@ -84,6 +103,8 @@ void px_module_keep_end(phx_module *m, int mark, phx_status st, phx_tensor *y)
         m->last_out = phx_tensor_retain(y);
     }
     m->out_scope = user_scope;
+    m->out_caller = caller;
+    m->out_inner = px_scope_current();
 }
 
 phx_status px_module_keep_tensor(phx_module *m, phx_tensor *t)

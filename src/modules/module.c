@@ -14,17 +14,22 @@
 
 /* ---- buffers -------------------------------------------------------- */
 
+phx_status px_buf_hand_over(px_buf *b, int64_t *cap)
+{
+    if (!b->view || !px_module_keeping(b->view)) return PHX_OK;
+    if (cap && b->store) *cap = b->store->numel;
+    phx_tensor_free(b->store);
+    b->store = NULL;
+    return px_module_keep_slot(&b->view);
+}
+
 phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, phx_device dev, phx_tensor **out)
 {
-    bool kept = b->view && px_module_keeping(b->view);
-    if (kept) {
-        /* the last call's output, or a view of it: its keeper takes it and
-         * its memory */
-        phx_tensor_free(b->store);
-        b->store = NULL;
-        phx_status st = px_module_keep_slot(&b->view);
-        if (st != PHX_OK) return st;
-    }
+    /* the last call's output, or a view of it, kept: its keeper takes it
+     * and its memory */
+    int64_t kept = 0;
+    phx_status hs = px_buf_hand_over(b, &kept);
+    if (hs != PHX_OK) return hs;
     phx_tensor *v = b->view;
     if (v && v->dtype == dt && v->ndim == ndim && phx_device_equal(v->storage->device, dev) &&
         memcmp(v->shape, shape, (size_t)ndim * sizeof *shape) == 0) {
@@ -35,12 +40,12 @@ phx_status px_buf_get(px_buf *b, phx_dtype dt, int ndim, const int64_t *shape, p
     for (int i = 0; i < ndim; i++) numel *= shape[i];
     phx_tensor *s = b->store;
     if (!s || s->dtype != dt || !phx_device_equal(s->storage->device, dev) || s->numel < numel) {
-        int64_t cap = numel > 0 ? numel : 1;
-        /* from the storage cache, to which a kept output's memory returns
-         * when its keeper lets it go: a loop that keeps an output on some
-         * steps, with batches of several sizes, allocates nothing once
-         * warm */
-        phx_tensor *ns = px_tensor_cached("module buffer", dt, 1, &cap, dev);
+        int64_t cap = numel > kept ? numel : kept > 0 ? kept : 1;
+        /* a replacement for kept memory has its capacity and comes from
+         * the storage cache, to which the kept one returns when its keeper
+         * lets it go: a loop that keeps an output on some steps, with
+         * batches of several sizes, allocates nothing once warm */
+        phx_tensor *ns = kept ? px_tensor_cached("module buffer", dt, 1, &cap, dev) : phx_tensor_new(dt, 1, &cap, dev);
         if (!ns)
             return phx_error(PHX_ENOMEM, "module buffer: cannot allocate %lld elements of %s: %s", (long long)cap,
                              phx_dtype_name(dt), phx_last_error());

@@ -92,6 +92,22 @@ static phx_status fo_twice_forward(phx_module *self, const phx_tensor *x, phx_te
 static const phx_module_vtable fo_twice_vt = {
     .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "FoTwice", .forward = fo_twice_forward, .free = no_free};
 
+/* AB: a forward-only module using two calls of its child, a = c(x),
+ * b = c(tanh(a)), y = a * b; ABA: three calls, y = a * c(c(a)) */
+static phx_status ab_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    phx_module *c = phx_module_child(self, 0);
+    phx_tensor *a = NULL, *b = NULL;
+    phx_status st = phx_module_forward(c, x, &a);
+    if (st == PHX_OK) st = phx_module_forward(c, phx_tanh(a), &b);
+    if (st == PHX_OK && phx_module_ctx(self)) st = phx_module_forward(c, phx_tanh(b), &b);
+    if (st != PHX_OK) return st;
+    *y = phx_mul(a, b);
+    return *y ? PHX_OK : PHX_EINVAL;
+}
+static const phx_module_vtable ab_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "AB", .forward = ab_forward, .free = no_free};
+
 /* a call of a module on another thread, with no scope open there */
 typedef struct other_call {
     phx_module *m;
@@ -161,7 +177,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(46);
+    plan(51);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -764,6 +780,54 @@ int main(void)
        "steps 30-59 (%llu)",
        (unsigned long long)(phx_alloc_count() - warm));
     phx_module_free(al2), phx_tensor_free(xr[2]);
+
+    /* 30. a forward-only parent using two (three) calls of its child,
+     * grad mode off and on, no scope: each call's output intact; checked
+     * against the child computed here on doubles */
+    for (int variant = 0; variant < 4; variant++) {
+        int three_calls = variant & 1, grad = variant >> 1;
+        phx_module *cl = phx_linear_new(3, 3, true, NULL);
+        phx_module *pa = phx_module_new(&ab_vt, three_calls ? (void *)&ab_vt : NULL);
+        phx_module_add_child(pa, "c", cl);
+        const phx_tensor *cw = phx_param_value(phx_module_find_param(cl, "weight"));
+        const phx_tensor *cb = phx_param_value(phx_module_find_param(cl, "bias"));
+        double av[6], cur[6], nxt[6];
+        for (int i = 0; i < 6; i++) av[i] = cur[i] = linear_at(cl, x1, 3, 3, i / 3, i % 3);
+        for (int rep = 0; rep < 1 + three_calls; rep++) {
+            for (int i = 0; i < 6; i++) {
+                nxt[i] = at(cb, i % 3);
+                for (int k = 0; k < 3; k++) nxt[i] += tanh(cur[(i / 3) * 3 + k]) * at(cw, (i % 3) * 3 + k);
+            }
+            memcpy(cur, nxt, sizeof cur);
+        }
+        was = phx_set_grad_enabled(grad);
+        phx_tensor *py = NULL;
+        st = phx_module_forward(pa, x1, &py);
+        phx_set_grad_enabled(was);
+        int pv = st == PHX_OK;
+        for (int i = 0; pv && i < 6; i++) pv = fabs(at(py, i) - av[i] * cur[i]) < 1e-5;
+        ok(pv,
+           "a forward-only parent using %s calls of its Linear child, grad mode %s, no scope: a * b right "
+           "(%g, expected %g; %s)",
+           three_calls ? "three" : "two", grad ? "on" : "off", at(py, 0), av[0] * cur[0], st ? phx_last_error() : "ok");
+        phx_module_free(pa);
+    }
+
+    /* 31. DataParallel in a scope, batches of 2, 1, 2 rows: the first
+     * output (gathered) stays intact through the one-replica call */
+    s = phx_scope_begin();
+    phx_module *dlin = phx_linear_new(3, 2, true, NULL);
+    phx_module *dp3 = phx_dp_new(dlin, dd, 2, NULL);
+    phx_tensor *xone = input(1, 3, 7.0), *dy1 = NULL, *dy2 = NULL, *dy3 = NULL;
+    double d0 = linear_at(dlin, x1, 3, 2, 1, 1);
+    st = dp3 ? phx_module_forward(dp3, x1, &dy1) : PHX_EINVAL;
+    if (st == PHX_OK) st = phx_module_forward(dp3, xone, &dy2);
+    if (st == PHX_OK) st = phx_module_forward(dp3, x2, &dy3);
+    ok(st == PHX_OK && fabs(at(dy1, 3) - d0) < 1e-5 && fabs(at(dy3, 3) - linear_at(dlin, x2, 3, 2, 1, 1)) < 1e-5,
+       "DataParallel(2) in a scope, batches of 2, 1, 2 rows: the first output intact (%g, expected %g; %s)", at(dy1, 3),
+       d0, st ? phx_last_error() : "ok");
+    phx_scope_end(s);
+    phx_module_free(dp3), phx_module_free(dlin), phx_tensor_free(xone);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
