@@ -1,9 +1,9 @@
 /* A cache of CPU storages for the results of tensor operations and the
- * modules' output buffers: a storage whose last handle goes waits here
- * for the next one of the same byte size, so a training step that makes
- * the same intermediates every time allocates nothing once warm (the
- * CUDA device has its own caching allocator). Bounded: past
- * PX_CACHE_LIMIT bytes storages are released. */
+ * buffers replacing modules' kept outputs (px_buf_get): a storage whose
+ * last handle goes waits here for the next one of the same byte size,
+ * so a training step that makes the same intermediates every time
+ * allocates nothing once warm (the CUDA device has its own caching
+ * allocator). Bounded: past PX_CACHE_LIMIT bytes storages are released. */
 #include "config.h"
 #include <pthread.h>
 #include "src/base/util.h"
