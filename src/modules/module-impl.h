@@ -80,7 +80,7 @@ struct phx_module {
      * and what it keeps itself until its next call */
     phx_tensor *last_out;
     px_scope_id out_scope;
-    uint64_t out_caller; /* the running forward that call was made in (0: none) */
+    uint64_t out_caller; /* the outermost running forward that call was made in (0: it was) */
     px_scope_id out_inner; /* the innermost scope open then */
     int keep;
     phx_tensor **spare;

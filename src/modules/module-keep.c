@@ -27,13 +27,13 @@ static _Thread_local keep keeps[KEEP_MAX];
 static _Thread_local int n_keeps;
 static _Thread_local int depth; /* phx_module_forward calls running on this thread */
 static _Thread_local px_scope_id user_scope; /* the scope the outermost one runs in */
-static _Thread_local uint64_t call_ids[KEEP_MAX]; /* each running call's number */
+static _Thread_local uint64_t top_call; /* the outermost one's number */
 
-/* The number of the forward running around this thread's innermost one
- * (0: none, or too deep to track). */
+/* The number of the outermost forward running around this thread's
+ * innermost one (0: it is the outermost). */
 static uint64_t caller_id(void)
 {
-    return depth >= 2 && depth <= KEEP_MAX ? call_ids[depth - 2] : 0;
+    return depth >= 2 ? top_call : 0;
 }
 
 /* A child run on its own whose last output is (a view of which is) a
@@ -63,20 +63,25 @@ static void spares_drop(phx_module *m)
 int px_module_keep_begin(phx_module *m, const phx_tensor *x)
 {
     static atomic_ullong next_call = 1;
-    if (depth++ == 0) user_scope = px_scope_current();
-    if (depth <= KEEP_MAX) call_ids[depth - 1] = atomic_fetch_add(&next_call, 1);
+    if (depth++ == 0) {
+        user_scope = px_scope_current();
+        top_call = atomic_fetch_add(&next_call, 1);
+    }
     spares_drop(m);
     m->keep = PX_KEEP_NONE;
     const phx_tensor *last = m->last_out;
     bool pending = last && px_module_output_pending(last);
-    /* an earlier call within the forward running around this one (a
-     * parent calling its child twice): the parent may use both outputs,
-     * whatever the grad mode */
+    /* an earlier call within the outermost forward running around this
+     * one (a parent calling its child twice, or a child shared with a
+     * container inside it): the caller may use both outputs, whatever the
+     * grad mode. A forward-only module's call scope open around it then
+     * keeps the earlier one (not the user's scope, which may outlive
+     * many such calls); else the module keeps it one call longer. */
     bool in_call = last && caller_id() && m->out_caller == caller_id();
     if (pending && px_scope_alive(m->out_scope))
         m->keep = PX_KEEP_SCOPE;
-    else if (in_call && px_scope_alive(m->out_inner)) {
-        m->out_scope = m->out_inner; /* a forward-only parent's call scope */
+    else if (in_call && px_scope_alive(m->out_inner) && m->out_inner.serial != user_scope.serial) {
+        m->out_scope = m->out_inner;
         m->keep = PX_KEEP_SCOPE;
     } else if (pending || in_call || (last && x->storage == last->storage))
         m->keep = PX_KEEP_SPARE; /* no scope, or another thread's, holds it; or it is x */

@@ -108,6 +108,43 @@ static phx_status ab_forward(phx_module *self, const phx_tensor *x, phx_tensor *
 static const phx_module_vtable ab_vt = {
     .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "AB", .forward = ab_forward, .free = no_free};
 
+/* HwTwo: a hand-written module calling its child on x, then on x2 */
+typedef struct two_in {
+    phx_module *c;
+    const phx_tensor *x2;
+} two_in;
+static phx_status hw_two_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    two_in *t = phx_module_ctx(self);
+    phx_tensor *a = NULL;
+    phx_status st = phx_module_forward(t->c, x, &a);
+    return st != PHX_OK ? st : phx_module_forward(t->c, t->x2, y);
+}
+static phx_status hw_two_backward(phx_module *self, const phx_tensor *dy, phx_tensor **dx)
+{
+    (void)self, (void)dy, (void)dx;
+    return phx_error(PHX_EUNSUPPORTED, "HwTwo has no backward");
+}
+static const phx_module_vtable hw_two_vt = {.struct_size = PHX_MODULE_VTABLE_SIZE,
+                                            .type_name = "HwTwo",
+                                            .forward = hw_two_forward,
+                                            .backward = hw_two_backward,
+                                            .free = no_free};
+/* Tied: a forward-only module using its child P = Sequential(C) on x and
+ * C itself on x2 (a tied layer): y = P(x) * C(x2) */
+static phx_status tied_forward(phx_module *self, const phx_tensor *x, phx_tensor **y)
+{
+    two_in *t = phx_module_ctx(self);
+    phx_tensor *a = NULL, *b = NULL;
+    phx_status st = phx_module_forward(phx_module_child(self, 0), x, &a);
+    if (st == PHX_OK) st = phx_module_forward(t->c, t->x2, &b);
+    if (st != PHX_OK) return st;
+    *y = phx_mul(a, b);
+    return *y ? PHX_OK : PHX_EINVAL;
+}
+static const phx_module_vtable tied_vt = {
+    .struct_size = PHX_MODULE_VTABLE_SIZE, .type_name = "Tied", .forward = tied_forward, .free = no_free};
+
 /* a call of a module on another thread, with no scope open there */
 typedef struct other_call {
     phx_module *m;
@@ -192,7 +229,7 @@ static int all_zero(const phx_tensor *g)
 
 int main(void)
 {
-    plan(51);
+    plan(53);
     phx_tensor *x1 = input(2, 3, 1.0), *x2 = input(2, 3, -2.0), *x3 = input(2, 3, 0.5);
 
     /* 1. Linear (hand-written backward) twice, both outputs in one loss */
@@ -829,6 +866,52 @@ int main(void)
        d0, st ? phx_last_error() : "ok");
     phx_scope_end(s);
     phx_module_free(dp3), phx_module_free(dlin), phx_tensor_free(xone);
+
+    /* 32. a hand-written parent calling its child twice, 40 times in one
+     * scope (an evaluation epoch), grad mode off: the child keeps one
+     * earlier output itself, so nothing is allocated once warm (with grad
+     * mode on the scope keeps each pending output until it ends) */
+    for (int grad = 0; grad < 1; grad++) {
+        phx_module *hc = phx_linear_new(3, 2, true, NULL);
+        two_in hti = {hc, x2};
+        phx_module *hp = phx_module_new(&hw_two_vt, &hti);
+        phx_module_add_child(hp, "c", hc);
+        was = phx_set_grad_enabled(grad);
+        s = phx_scope_begin();
+        int hok = 1;
+        for (int it = 0; it < 40; it++) {
+            if (it == 10) warm = phx_alloc_count();
+            phx_tensor *hy = NULL;
+            hok = hok && phx_module_forward(hp, x1, &hy) == PHX_OK &&
+                fabs(at(hy, 3) - linear_at(hc, x2, 3, 2, 1, 1)) < 1e-5;
+        }
+        uint64_t grew = phx_alloc_count() - warm;
+        phx_scope_end(s);
+        phx_set_grad_enabled(was);
+        ok(hok && grew == 0,
+           "a hand-written parent calling its child twice, 40 times in one scope, grad mode %s: no allocation in "
+           "calls 10-39 (%llu)",
+           grad ? "on" : "off", (unsigned long long)grew);
+        phx_module_free(hp);
+    }
+
+    /* 33. a layer tied between a Sequential and its parent, grad mode
+     * off: y = Sequential(C)(x1) * C(x2), both calls' values */
+    phx_module *tc2 = phx_linear_new(3, 2, true, NULL), *tseq = phx_sequential_new();
+    phx_sequential_add(tseq, tc2);
+    two_in tti = {tc2, x2};
+    phx_module *tied = phx_module_new(&tied_vt, &tti);
+    phx_module_add_child(tied, "p", tseq);
+    was = phx_set_grad_enabled(false);
+    phx_tensor *ty2 = NULL;
+    st = phx_module_forward(tied, x1, &ty2);
+    phx_set_grad_enabled(was);
+    int tv2 = st == PHX_OK;
+    for (int i = 0; tv2 && i < 4; i++)
+        tv2 = fabs(at(ty2, i) - linear_at(tc2, x1, 3, 2, i / 2, i % 2) * linear_at(tc2, x2, 3, 2, i / 2, i % 2)) < 1e-5;
+    ok(tv2, "grad mode off: Sequential(C)(x1) * C(x2) in a forward-only parent: both calls' values (%s)",
+       st ? phx_last_error() : "ok");
+    phx_module_free(tied);
 
     phx_tensor_free(x1), phx_tensor_free(x2), phx_tensor_free(x3);
     return done_testing();
