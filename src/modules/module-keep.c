@@ -2,9 +2,11 @@
  * (doc/guide/autograd.md, "A module called again before its backward").
  * Before each phx_module_forward the module decides what happens to its
  * last output: while that output's graph has not run its backward and
- * the scope it was made in is still open, the scope keeps it; when no
- * scope of this thread holds it, or the new input is that output
- * (m(m(x))), the module keeps it until its next call. Its buffers
+ * the scope it was made in is still open, the scope keeps it; when it was
+ * made within the outermost forward still running, a forward-only
+ * module's call scope open then keeps it; when no scope of this thread
+ * holds it, or the new input is that output (m(m(x))), the module keeps
+ * it until its next call. Its buffers
  * (px_buf_get, Flatten's view) and a forward-only module's call tensors
  * then go to the keeper instead of being reused. An output whose last
  * reference the module drops is marked freed (px_tensor_free_marked), so

@@ -17,7 +17,7 @@
 phx_status px_buf_hand_over(px_buf *b, int64_t *cap)
 {
     if (!b->view || !px_module_keeping(b->view)) return PHX_OK;
-    if (cap && b->store) *cap = b->store->numel;
+    if (cap) *cap = b->store ? b->store->numel : 1;
     phx_tensor_free(b->store);
     b->store = NULL;
     return px_module_keep_slot(&b->view);
