@@ -135,7 +135,12 @@ PX_TARGET_AVX2 static void relu_half_fwd(int64_t n, const uint16_t *x, uint16_t 
 PX_TARGET_AVX2 static void relu_half_bwd(int64_t n, const uint16_t *x, const uint16_t *dy, uint16_t *dx, phx_dtype dt)
 {
     const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80;
-    for (int64_t i = 0; i < n; i++) dx[i] = relu_half_keeps(x[i], inf) ? dy[i] : 0; /* phx_act_bwd's select */
+    /* dy read whatever x is, so that the loop vectorises (a read under
+     * the condition kept it scalar: a quarter of a bf16 CNN step) */
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t g = dy[i];
+        dx[i] = relu_half_keeps(x[i], inf) ? g : 0; /* phx_act_bwd's select */
+    }
 }
 #endif
 
