@@ -5,7 +5,7 @@
  * the payload as it is) and vcvtneps2bf16 flushes subnormals; the rare
  * vectors holding such a lane are redone with math.h's formula. bf16 ->
  * f32 is a shift; without AVX512-BF16, f32 -> bf16 is math.h's integer
- * rounding, on AVX-512 (AVX2 where the kernels do not use AVX-512). */
+ * rounding, on AVX-512 BW (AVX2 where the kernels do not use it). */
 #include "config.h"
 #include "kernels/cpu/cpu.h"
 
@@ -16,6 +16,7 @@
 #define T512 __attribute__((target("avx512f,f16c")))
 #define TBF16 __attribute__((target("avx512f,avx512bf16")))
 #define T256 __attribute__((target("avx2,f16c")))
+#define T512BW __attribute__((target("avx512f,avx512bw")))
 
 static void f32_f16_fix(uint16_t *d, const float *s, int64_t n)
 {
@@ -127,28 +128,33 @@ TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n, int strea
     f32_bf16_fix(d + i, s + i, n - i);
 }
 
-/* math.h's phx_f32_to_bf16, 16 lanes of integers (a CPU without
- * AVX512-BF16; the AVX2 loop below took 1.8-2.3x its time on an Intel Xeon
- * of family 6 model 106, where it had 6-8 % of a bf16 CNN step's samples) */
-T512 static __m256i f32_bf16_lanes(__m512i x)
+/* math.h's phx_f32_to_bf16 on a CPU without AVX512-BF16, 32 lanes of
+ * integers: (x + 0x7fff + the kept part's last bit) >> 16, packed in
+ * order; a vector holding a NaN (which keeps its high half, quieted) is
+ * done by math.h's formula. On an Intel Xeon of family 6 model 106 the
+ * AVX2 loop below, 6-8 % of a bf16 CNN step's samples there, took about
+ * twice this one's time on 4M elements (bench/kernels, PHX_CPU_ISA=avx2
+ * against avx512), and packing two vectors at once (packus, permq) ran
+ * the bf16 GPT step 3-15 % faster than narrowing each (vpmovdw). */
+T512BW static __m512i f32_bf16_round(__m512i x)
 {
-    __m512i hi = _mm512_srli_epi32(x, 16);
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))),
-        16);
-    __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    __mmask16 quiet = _mm512_testn_epi32_mask(hi, _mm512_set1_epi32(0x7f));
-    __m512i nanv = _mm512_mask_or_epi32(hi, quiet, hi, _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, nanv));
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    return _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
 }
 
-T512 static void f32_bf16_512i(uint16_t *d, const float *s, int64_t n, int stream)
+T512BW static void f32_bf16_512i(uint16_t *d, const float *s, int64_t n, int stream)
 {
+    const __m512i order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0); /* packus works per 128-bit lane */
     int64_t i = narrow_head(d, s, n, &stream, f32_bf16_fix);
     for (; i + 32 <= n; i += 32) {
-        __m256i r0 = f32_bf16_lanes(_mm512_loadu_si512(s + i)), r1 = f32_bf16_lanes(_mm512_loadu_si512(s + i + 16));
-        STORE64(stream, d + i, _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1));
+        __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
+        if (_mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q)) {
+            f32_bf16_fix(d + i, s + i, 32); /* before any store: dst may overlap src's start */
+            continue;
+        }
+        __m512i p =
+            _mm512_packus_epi32(f32_bf16_round(_mm512_castps_si512(v0)), f32_bf16_round(_mm512_castps_si512(v1)));
+        STORE64(stream, d + i, _mm512_permutexvar_epi64(order, p));
     }
     if (stream) _mm_sfence();
     f32_bf16_fix(d + i, s + i, n - i);
@@ -218,6 +224,18 @@ T256 static void bf16_f32_256(float *d, const uint16_t *s, int64_t n)
     for (; i < n; i++) d[i] = phx_bf16_to_f32(s[i]);
 }
 
+/* f32 -> bf16: vcvtne2ps2bf16 where the CPU has it, else the integer
+ * rounding on 32 lanes (AVX-512 BW) or 8 (AVX2) */
+static void f32_bf16(uint16_t *d, const float *s, int64_t n, int wide, int stream)
+{
+    if (wide && px_cpu_has_avx512bf16())
+        f32_bf16_512(d, s, n, stream);
+    else if (wide && __builtin_cpu_supports("avx512bw"))
+        f32_bf16_512i(d, s, n, stream);
+    else
+        f32_bf16_256(d, s, n);
+}
+
 int px_x86_cast(int isa, void *dst, int dt, const void *src, int st, int64_t n)
 {
     /* Narrowing casts stream their output once large (px_cpu_streams),
@@ -236,9 +254,7 @@ int px_x86_cast_as(int isa, void *dst, int dt, const void *src, int st, int64_t 
     else if (st == PHX_F16 && dt == PHX_F32)
         wide ? f16_f32_512(dst, src, n) : f16_f32_256(dst, src, n);
     else if (st == PHX_F32 && dt == PHX_BF16)
-        !wide                         ? f32_bf16_256(dst, src, n)
-            : px_cpu_has_avx512bf16() ? f32_bf16_512(dst, src, n, stream)
-                                      : f32_bf16_512i(dst, src, n, stream);
+        f32_bf16(dst, src, n, wide, stream);
     else if (st == PHX_BF16 && dt == PHX_F32)
         wide ? bf16_f32_512(dst, src, n) : bf16_f32_256(dst, src, n);
     else
