@@ -31,7 +31,7 @@
 
 static const phx_kernels_v1 *K;
 static float *x, *xn, *dy, *y, *h, *hd, *bias, *w, *bln, *dw, *db, *mean, *rstd, *lg, *gr, *p, *g, *m, *v, *loss;
-static uint16_t *hb;
+static uint16_t *hb, *xb, *xh; /* narrowing casts' output; x in bf16 and in f16, the widening casts' inputs */
 static int64_t *labels;
 static phx_tensor *A, *B, *C, *Ab, *Bb, *Cb;
 
@@ -120,11 +120,11 @@ static void op_cast_f16(void)
 }
 static void op_cast_bf16_f32(void)
 {
-    K->cast(0, y, PHX_F32, hb, PHX_BF16, N4M);
+    K->cast(0, y, PHX_F32, xb, PHX_BF16, N4M);
 }
 static void op_cast_f16_f32(void)
 {
-    K->cast(0, y, PHX_F32, hb, PHX_F16, N4M);
+    K->cast(0, y, PHX_F32, xh, PHX_F16, N4M);
 }
 static uint64_t rng_off;
 static void op_uniform(void)
@@ -346,7 +346,11 @@ int main(int argc, char **argv)
     bias = fbuf(1024), w = fbuf(1024), bln = fbuf(1024), dw = fbuf(1024), db = fbuf(1024), mean = fbuf(4096),
     rstd = fbuf(4096);
     loss = fbuf(1);
-    hb = (uint16_t *)fbuf(N4M / 2);
+    hb = (uint16_t *)fbuf(N4M / 2), xb = (uint16_t *)fbuf(N4M / 2), xh = (uint16_t *)fbuf(N4M / 2);
+    /* the widening casts read x's values, as torch's xb.float() and
+     * xh.float() do (hb's bits as f16 would hold NaNs when run alone) */
+    K->cast(0, xb, PHX_BF16, x, PHX_F32, N4M);
+    K->cast(0, xh, PHX_F16, x, PHX_F32, N4M);
     q = fbuf(ATT_B * ATT_T * ATT_D), kk = fbuf(ATT_B * ATT_T * ATT_D), sc = fbuf(ATT_B * ATT_T * ATT_T);
     emb = fbuf(4096 * 256), demb = fbuf(4096 * 256);
     tok = malloc(8192 * sizeof *tok);
