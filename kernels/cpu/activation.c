@@ -136,7 +136,8 @@ PX_TARGET_AVX2 static void relu_half_bwd(int64_t n, const uint16_t *x, const uin
 {
     const uint16_t inf = dt == PHX_F16 ? 0x7c00 : 0x7f80;
     /* dy read whatever x is, so that the loop vectorises (a read under
-     * the condition kept it scalar: a quarter of a bf16 CNN step) */
+     * the condition kept it scalar: a quarter of a bf16 CNN step's
+     * samples on an Intel Xeon of family 6 model 106) */
     for (int64_t i = 0; i < n; i++) {
         uint16_t g = dy[i];
         dx[i] = relu_half_keeps(x[i], inf) ? g : 0; /* phx_act_bwd's select */

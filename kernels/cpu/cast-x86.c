@@ -129,9 +129,9 @@ TBF16 static void f32_bf16_512(uint16_t *d, const float *s, int64_t n, int strea
 }
 
 /* math.h's phx_f32_to_bf16 on a CPU without AVX512-BF16, 32 lanes of
- * integers: (x + 0x7fff + the kept part's last bit) >> 16, packed in
- * order; a vector holding a NaN (which keeps its high half, quieted) is
- * done by math.h's formula. On an Intel Xeon of family 6 model 106 the
+ * integers: (x + 0x7fff + the kept part's last bit) >> 16, two vectors
+ * packed in order; a pair holding a NaN (which keeps its high half,
+ * quieted) is done by math.h's formula. On an Intel Xeon of family 6 model 106 the
  * AVX2 loop below, 6-8 % of a bf16 CNN step's samples there, took about
  * twice this one's time on 4M elements (bench/kernels, PHX_CPU_ISA=avx2
  * against avx512), and packing two vectors at once (packus, permq) ran
