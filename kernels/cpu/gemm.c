@@ -6,8 +6,9 @@
  * hardware: it ran 1.0-1.1x our vdpbf16ps kernel (doc/reference/tensors.md).
  * f16 on oneDNN's bf16 matmul too where it runs on AMX, each operand split
  * into exact bf16 hi and lo parts (gemm-dnnl.c, doc/guide/precision.md).
- * Where OpenBLAS runs its AVX-512 kernels, f32, and the f16 products the
- * split does not take (widened), go to OpenBLAS instead of our GEMM
+ * Where OpenBLAS runs its AVX-512 kernels, f32, and on a CPU with
+ * AVX512-BF16 the f16 products the split does not take (widened), go to
+ * OpenBLAS instead of our GEMM
  * (px_cpu_gemm_rule). Elsewhere f32 goes straight to
  * cblas_sgemm (no copies), and f16/bf16
  * operands are widened to f32 in thread-local scratch for it, the result
@@ -187,8 +188,15 @@ int px_cpu_gemm_rule(int64_t m, int64_t n, int64_t k, int alpha_nonzero, phx_dty
      * 1.05-1.9x our GEMM widening while it packs on the Xeon (attention's
      * 128x32x128: 0.60 against 1.14 ms for 64 of them; 65x128x2048:
      * 0.32-0.38 against 0.37-0.55 ms), 0.93-1.09x on the Zen 4 (7 of 10
-     * shapes ahead at two threads, 5 of 10 at one) */
-    if ((adt == PHX_F32 || adt == PHX_F16) && k > 0 && alpha_nonzero && px_tune_blas_avx512()) return PX_GEMM_BLAS;
+     * shapes ahead at two threads, 5 of 10 at one). Not on a CPU with
+     * AVX-512 but no AVX512-BF16 (Ice Lake, Skylake-SP): on a Xeon of
+     * family 6 model 106 our GEMM widening while it packs ran the fp16
+     * GPT step 1.08-1.10x (bench/step --only gpt --precision fp16
+     * --threads 1, three alternating rounds) and bench/amp's fp16 MLP
+     * 1.06-1.08x (2 threads, two rounds) */
+    if ((adt == PHX_F32 || (adt == PHX_F16 && px_cpu_has_avx512bf16())) && k > 0 && alpha_nonzero &&
+        px_tune_blas_avx512())
+        return PX_GEMM_BLAS;
     /* (alpha 0 takes BLAS, which scales C by beta without computing A B,
      * as BLAS defines it) */
     if (k > 0 && alpha_nonzero && avx512_auto(m, n)) return PX_GEMM_AVX512;

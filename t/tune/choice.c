@@ -37,8 +37,10 @@ static int gemm_rule_ref(int64_t m, int64_t n, int64_t k, phx_dtype adt)
     /* f16 split into bf16 parts on AMX, for C of 64+ rows and columns and k <= 2 max(m, n) */
     if (adt == PHX_F16 && k > 0 && (m < n ? m : n) >= 64 && k <= 2 * (m > n ? m : n) && px_cpu_dnnl_amx_bf16())
         return PX_GEMM_DNNL;
-    /* f32, and f16 the split does not take, on OpenBLAS's AVX-512 kernels */
-    if ((adt == PHX_F32 || adt == PHX_F16) && k > 0 && px_tune_blas_avx512()) return PX_GEMM_BLAS;
+    /* f32, and f16 the split does not take where the CPU has AVX512-BF16,
+     * on OpenBLAS's AVX-512 kernels */
+    if ((adt == PHX_F32 || (adt == PHX_F16 && px_cpu_has_avx512bf16())) && k > 0 && px_tune_blas_avx512())
+        return PX_GEMM_BLAS;
     int avx = px_cpu_isa() == PX_ISA_AVX512;
 #ifdef HAVE_CBLAS
     if (avx && px_gemm_avx512_fill(m, n) < 0.5 && px_tune_blas_misdetected() < 2) avx = 0;
