@@ -197,6 +197,42 @@ static float *gemm_result(const char *path, int threads, phx_dtype adt, int64_t 
     return out;
 }
 
+/* 1 when an f16/bf16 C of alpha A B + beta C (PHX_CPU_GEMM=avx512,
+ * threads threads) has the bits of the same product into an f32 C holding
+ * C's widened values, rounded element by element by math.h's formula (the
+ * micro-kernels round their last k block's tiles in registers). A holds
+ * a NaN, an inf and values whose products overflow f16 where special. */
+static int half_c_is_rounded_f32(phx_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, float beta, int threads,
+                                 int special)
+{
+    int64_t as[2] = {m, k}, bs[2] = {k, n}, cs[2] = {m, n};
+    phx_tensor *A = phx_tensor_new(dt, 2, as, phx_cpu()), *B = phx_tensor_new(dt, 2, bs, phx_cpu());
+    phx_tensor *Ch = phx_tensor_new(dt, 2, cs, phx_cpu()), *Cf = phx_tensor_new(PHX_F32, 2, cs, phx_cpu());
+    for (int64_t i = 0; i < m * k; i++) cu_set(phx_tensor_data(A), dt, i, fixed_rand(i) * (special ? 300.0f : 1.0f));
+    for (int64_t i = 0; i < k * n; i++) cu_set(phx_tensor_data(B), dt, i, fixed_rand(i + 777));
+    if (special) {
+        cu_set(phx_tensor_data(A), dt, 0, NAN);
+        cu_set(phx_tensor_data(A), dt, k + 1, INFINITY);
+    }
+    for (int64_t i = 0; i < m * n; i++) {
+        cu_set(phx_tensor_data(Ch), dt, i, fixed_rand(i + 4242));
+        ((float *)phx_tensor_data(Cf))[i] = (float)cu_get(phx_tensor_data(Ch), dt, i);
+    }
+    int before = phx_num_threads();
+    setenv("PHX_CPU_GEMM", "avx512", 1);
+    phx_set_num_threads(threads);
+    int same = phx_gemm(false, false, alpha, A, B, beta, Ch) == PHX_OK &&
+        phx_gemm(false, false, alpha, A, B, beta, Cf) == PHX_OK;
+    phx_set_num_threads(before);
+    unsetenv("PHX_CPU_GEMM");
+    const uint16_t *h = phx_tensor_data(Ch);
+    const float *f = phx_tensor_data(Cf);
+    for (int64_t i = 0; same && i < m * n; i++)
+        same = h[i] == (dt == PHX_BF16 ? phx_f32_to_bf16(f[i]) : phx_f32_to_f16(f[i]));
+    phx_tensor_free(A), phx_tensor_free(B), phx_tensor_free(Ch), phx_tensor_free(Cf);
+    return same;
+}
+
 /* 1 when the two results exist and have the same bits */
 static int same_bits(float *x, float *y, int64_t n)
 {
@@ -273,7 +309,7 @@ static int bf16_orientations_agree(int64_t m, int64_t k)
 
 int main(void)
 {
-    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 2 + 7 + 3 + 3 + 2);
+    plan(24 + 4 + 4 + 2 + 10 + 15 + 4 + 2 + 2 + 7 + 3 + 3 + 2);
     struct {
         phx_dtype a, c;
     } combos[] = {
@@ -452,6 +488,28 @@ int main(void)
     } else
         skip(4, "the kernels do not use AVX-512: no avx512 path");
 
+    /* 64-65: the packed AVX-512 GEMM's f16/bf16 C: one k block (70) and two
+     * (300: the last one rounds), edge tiles, beta 0 and -0.5, a swapped
+     * product (3 columns, rounded after), 1 and 2 threads, NaN/inf/overflow */
+    if (kernels_avx512()) {
+        static const phx_dtype hdt[2] = {PHX_F16, PHX_BF16};
+        for (int d = 0; d < 2; d++) {
+            int all = 1;
+            for (int t = 1; t <= 2; t++) {
+                all &= half_c_is_rounded_f32(hdt[d], 37, 101, 70, 1.0f, 0.0f, t, 0);
+                all &= half_c_is_rounded_f32(hdt[d], 37, 101, 300, 0.5f, -0.5f, t, 0);
+                all &= half_c_is_rounded_f32(hdt[d], 130, 200, 300, 1.0f, 1.0f, t, 1);
+                all &= half_c_is_rounded_f32(hdt[d], 300, 3, 70, 1.0f, -0.5f, t, 0);
+            }
+            ok(all,
+               "PHX_CPU_GEMM=avx512: %s C rounded in the micro-kernels has the bits of the f32 C rounded after (1 and "
+               "2 "
+               "k blocks, edge tiles, beta 0/-0.5/1, a swapped product, 1 and 2 threads, NaN/inf/overflow)",
+               phx_dtype_name(hdt[d]));
+        }
+    } else
+        skip(2, "the kernels do not use AVX-512: no avx512 path");
+
     /* f32 on the BLAS at 2 threads: C cut into blocks of columns (wide)
      * and of rows (tall) on the pool, one single-threaded BLAS call each
      * (gemm.c), transposed operands and beta included */
@@ -468,7 +526,7 @@ int main(void)
         ok(w2 <= 1.0, "PHX_CPU_GEMM=blas, 2 threads: f32 1600x150x300, A^T, beta -2, within the bound (%.3g)", w2);
     }
 
-    /* 64-70: the vdpbf16ps kernel of the packed GEMM (bf16 pairs), which
+    /* 66-72: the vdpbf16ps kernel of the packed GEMM (bf16 pairs), which
      * PHX_CPU_GEMM=avx512 takes for bf16 where the CPU has AVX512-BF16 */
     if (kernels_avx512() && cu_cpu_has("avx512_bf16")) {
         /* a bf16 subnormal (2^-130) times 2^20, and 2^-70 squared (an f32
@@ -529,7 +587,7 @@ int main(void)
     } else
         skip(7, "no AVX512-BF16, or the kernels do not use AVX-512: no vdpbf16ps kernel");
 
-        /* 71-73: the path taken is the one expected (scratch use tells them
+        /* 73-75: the path taken is the one expected (scratch use tells them
      * apart). oneDNN has a bf16 kernel where the CPU has AVX-512, and
      * auto takes it where the CPU has AVX512-BF16, unless the ISA is
      * capped (t/tensor/gemm_isa.sh runs this test so) */
@@ -559,7 +617,7 @@ int main(void)
 #endif
     ok(bf16_allocs("blas", 700) > 0, "PHX_CPU_GEMM=blas: bf16 gemm widens into scratch");
 
-    /* 74-76: a bad PHX_CPU_GEMM */
+    /* 76-78: a bad PHX_CPU_GEMM */
     {
         int64_t s2[2] = {2, 2};
         phx_tensor *A = phx_tensor_zeros(PHX_BF16, 2, s2, phx_cpu()), *C = phx_tensor_zeros(PHX_F32, 2, s2, phx_cpu());
@@ -573,7 +631,7 @@ int main(void)
         phx_tensor_free(A), phx_tensor_free(C);
     }
 
-    /* 77-78: a leading dim below BLAS's bound, max(1, row length), is
+    /* 79-80: a leading dim below BLAS's bound, max(1, row length), is
      * refused naming that bound, also for an empty A (2,0) */
     {
         float a0[1] = {0}, b0[6] = {0}, c0[6] = {5, 5, 5, 5, 5, 5};
