@@ -10,6 +10,9 @@
 #include <stdbool.h>
 #include <string.h>
 #include "kernels/cpu/cpu.h"
+#if PX_HAVE_X86
+#include <immintrin.h>
+#endif
 
 static phx_status pool_check(const char *who, const phx_conv2d_desc *d, phx_dtype dt)
 {
@@ -88,30 +91,139 @@ typedef struct pool_job {
     int dt, fast;
 } pool_job;
 
-/* The f16/bf16 planes (where px_cpu_half_chunk says the cast kernel
- * converts with the conversion instructions): each plane widened into the
- * worker's scratch (slots 0 and 1, allocated first by the calling
- * thread), the f32 loop run on it, and the result rounded back: the same
- * bits as the element-by-element px_ld/px_st, which do not vectorise. */
+/* The f16/bf16 planes where px_cpu_half_chunk says the cast kernel
+ * converts with the conversion instructions (elsewhere the
+ * element-by-element px_ld/px_st loops, which t/precision/half_nn checks
+ * these against bit for bit): max pooling and its disjoint windows'
+ * gradient on the 16-bit values (below); the rest widens each plane into
+ * the worker's scratch (slots 0 and 1, allocated first by the calling
+ * thread), runs the f32 loop on it and rounds the result back. */
 static int pool_half(int dt)
 {
     return dt != PHX_F32 && px_cpu_half_chunk((phx_dtype)dt, 1);
 }
 
-PX_CLONES static void maxpool_half(const pool_job *j, int64_t lo, int64_t hi)
+/* f16/bf16 max pooling straight on the 16-bit values, no widened copies:
+ * a max is one of its inputs, so y is the winner's bits, which the f32
+ * loops on widened values give too (f16 -> f32 -> f16 and bf16 -> f32 ->
+ * bf16 return every pattern unchanged, kernels/math.h). Each value's key
+ * (half_key) orders numbers as IEEE does (-0 and +0 equal) and puts every
+ * NaN above them, equal to each other: the first strictly greater key
+ * wins, which is the f32 loops' `v > best || (isnan(v) && !isnan(best))`
+ * (the first NaN wins), with the same argmax. (Subnormals compare as
+ * numbers: a caller that sets the CPU's denormals-are-zero flag gets that
+ * flag's order in the f32 loops only.) inf: the magnitude bits of inf. */
+static inline int32_t half_key(uint16_t v, int32_t inf)
+{
+    int32_t m = v & 0x7fff, k = v & 0x8000 ? 0x8000 - m : 0x8000 + m;
+    return m > inf ? 0x10000 : k;
+}
+
+#if PX_HAVE_X86
+/* The 2x2 stride-2 windows of output row oy, 16 at a time: a 32-bit lane
+ * holds a window row's two values (even column low); the keys of
+ * half_key in 32-bit lanes, the same first-greatest choice. */
+__attribute__((target("avx512f"))) static void
+maxpool_half_row_512(const phx_conv2d_desc *d, int32_t inf, const uint16_t *x, uint16_t *y, int32_t *am, int64_t oy)
+{
+    const int64_t w = d->w, ow = d->ow;
+    const uint16_t *r0 = x + 2 * oy * w, *r1 = r0 + w;
+    const __m512i lo16 = _mm512_set1_epi32(0xffff), mag = _mm512_set1_epi32(0x7fff), zero = _mm512_set1_epi32(0x8000);
+    const __m512i vinf = _mm512_set1_epi32(inf), nan = _mm512_set1_epi32(0x10000), one = _mm512_set1_epi32(1);
+    const __m512i vw = _mm512_set1_epi32((int32_t)w);
+    const __m512i cols = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t ox = 0; ox < ow; ox += 16) {
+        int64_t k = ow - ox < 16 ? ow - ox : 16;
+        __mmask16 lanes = k == 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1);
+        __m512i a = _mm512_maskz_loadu_epi32(lanes, r0 + 2 * ox), b = _mm512_maskz_loadu_epi32(lanes, r1 + 2 * ox);
+        __m512i v[4] = {_mm512_and_si512(a, lo16), _mm512_srli_epi32(a, 16), _mm512_and_si512(b, lo16),
+                        _mm512_srli_epi32(b, 16)};
+        __m512i key[4];
+        for (int t = 0; t < 4; t++) {
+            __m512i m = _mm512_and_si512(v[t], mag);
+            __mmask16 neg = _mm512_test_epi32_mask(v[t], zero);
+            __m512i kk = _mm512_mask_sub_epi32(_mm512_add_epi32(zero, m), neg, zero, m);
+            key[t] = _mm512_mask_mov_epi32(kk, _mm512_cmpgt_epi32_mask(m, vinf), nan);
+        }
+        __m512i bk = key[0], bv = v[0], col = _mm512_setzero_si512(), row = _mm512_setzero_si512();
+        for (int t = 1; t < 4; t++) {
+            __mmask16 g = _mm512_cmpgt_epi32_mask(key[t], bk);
+            bk = _mm512_mask_mov_epi32(bk, g, key[t]);
+            bv = _mm512_mask_mov_epi32(bv, g, v[t]);
+            col = _mm512_mask_mov_epi32(col, g, (t & 1) ? one : _mm512_setzero_si512());
+            row = _mm512_mask_mov_epi32(row, g, (t >> 1) ? vw : _mm512_setzero_si512());
+        }
+        __m256i h = _mm512_cvtepi32_epi16(bv);
+        if (k == 16)
+            _mm256_storeu_si256((__m256i *)(y + oy * ow + ox), h);
+        else {
+            uint16_t t16[16];
+            _mm256_storeu_si256((__m256i *)t16, h);
+            memcpy(y + oy * ow + ox, t16, (size_t)k * 2);
+        }
+        if (am) {
+            __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(2 * oy * w + 2 * ox)), cols);
+            at = _mm512_add_epi32(at, _mm512_add_epi32(col, row));
+            _mm512_mask_storeu_epi32(am + oy * ow + ox, lanes, at);
+        }
+    }
+}
+#endif
+
+PX_CLONES static void maxpool_half_plane(const phx_conv2d_desc *d, int32_t inf, int fast, const uint16_t *x,
+                                         uint16_t *y, int32_t *am)
+{
+    const int64_t w = d->w;
+#if PX_HAVE_X86
+    if (fast && px_cpu_isa() >= PX_ISA_AVX512) {
+        for (int64_t oy = 0; oy < d->oh; oy++) maxpool_half_row_512(d, inf, x, y, am, oy);
+        return;
+    }
+#endif
+    if (fast) /* 2x2, stride 2, no padding: the window lies inside */
+        for (int64_t oy = 0; oy < d->oh; oy++) {
+            const uint16_t *r0 = x + 2 * oy * w, *r1 = r0 + w;
+            for (int64_t ox = 0; ox < d->ow; ox++) {
+                uint16_t v[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
+                int32_t bk = half_key(v[0], inf), at = 0;
+                for (int t = 1; t < 4; t++) {
+                    int32_t k = half_key(v[t], inf);
+                    at = k > bk ? t : at;
+                    bk = k > bk ? k : bk;
+                }
+                y[oy * d->ow + ox] = v[at];
+                if (am) am[oy * d->ow + ox] = (int32_t)(2 * oy * w + 2 * ox) + (at & 1) + (at >> 1) * (int32_t)w;
+            }
+        }
+    else
+        for (int64_t oy = 0; oy < d->oh; oy++)
+            for (int64_t ox = 0; ox < d->ow; ox++) {
+                int32_t bk = -1; /* below every key */
+                int64_t at = -1;
+                for (int64_t r = 0; r < d->kh; r++) {
+                    int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h;
+                    if (iy < 0 || iy >= d->h) continue;
+                    for (int64_t s = 0; s < d->kw; s++) {
+                        int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
+                        if (ix < 0 || ix >= w) continue;
+                        int32_t k = half_key(x[iy * w + ix], inf);
+                        if (k > bk) bk = k, at = iy * w + ix;
+                    }
+                }
+                /* an empty window (all padding): -inf, as the f32 loop's */
+                y[oy * d->ow + ox] = at >= 0 ? x[at] : (uint16_t)(0x8000 | inf);
+                if (am) am[oy * d->ow + ox] = (int32_t)at;
+            }
+}
+
+static void maxpool_half(const pool_job *j, int64_t lo, int64_t hi)
 {
     const phx_conv2d_desc *d = j->d;
     int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
-    float *xs = px_cpu_scratch(0, (size_t)hw * sizeof(float)), *ys = px_cpu_scratch(1, (size_t)ohw * sizeof(float));
-    for (int64_t p = lo; p < hi && xs && ys; p++) {
-        int32_t *am = j->argmax ? j->argmax + p * ohw : NULL;
-        px_cpu_half_cast_here(xs, PHX_F32, (const uint16_t *)j->x + p * hw, (phx_dtype)j->dt, hw);
-        if (j->fast)
-            px_maxpool_2x2(d, xs, ys, am, PHX_F32, 0, 1);
-        else
-            px_maxpool(d, xs, ys, am, PHX_F32, 0, 1);
-        px_cpu_half_cast_here((uint16_t *)j->y + p * ohw, (phx_dtype)j->dt, ys, PHX_F32, ohw);
-    }
+    int32_t inf = j->dt == PHX_BF16 ? 0x7f80 : 0x7c00;
+    for (int64_t p = lo; p < hi; p++)
+        maxpool_half_plane(d, inf, j->fast, (const uint16_t *)j->x + p * hw, (uint16_t *)j->y + p * ohw,
+                           j->argmax ? j->argmax + p * ohw : NULL);
 }
 
 PX_CLONES static void maxpool_part(void *arg, int64_t lo, int64_t hi)
@@ -139,10 +251,6 @@ phx_status px_cpu_maxpool2d_forward(int dev, const phx_conv2d_desc *d, const voi
     bool fast = d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && d->pad_h == 0 && d->pad_w == 0 &&
         d->dil_h == 1 && d->dil_w == 1 && 2 * d->oh <= d->h && 2 * d->ow <= d->w;
     pool_job j = {.d = d, .x = x, .y = y, .argmax = argmax, .dt = dt, .fast = fast};
-    if (pool_half(dt) &&
-        (!px_cpu_scratch(0, (size_t)(d->h * d->w) * sizeof(float)) ||
-         !px_cpu_scratch(1, (size_t)(d->oh * d->ow) * sizeof(float))))
-        return PHX_ENOMEM;
     px_cpu_parallel_for(d->n * d->c, 4, maxpool_part, &j);
     return PHX_OK;
 }
@@ -172,23 +280,31 @@ PX_INLINE void px_maxpool_bwd_disjoint(int64_t hw, int64_t ohw, int64_t p, const
         if (am[o] >= 0) px_st(dx, dt, p * hw + am[o], px_ld(dy, dt, p * ohw + o));
 }
 
-/* dx of planes lo .. hi - 1 in f16/bf16: dy's plane widened (slot 1),
- * dx's summed in f32 (slot 0), rounded once */
+/* dx of planes lo .. hi - 1 in f16/bf16. Disjoint windows (fast): each
+ * position gets at most one dy, copied as it is (a widened value rounds
+ * back to its own bits) into a zeroed plane (+0 in both formats). Else
+ * dy's plane widened (slot 1), dx's summed in f32 (slot 0), rounded once */
 PX_CLONES static void maxpool_bwd_half(const pool_job *j, int64_t lo, int64_t hi)
 {
     int64_t hw = j->d->h * j->d->w, ohw = j->d->oh * j->d->ow;
+    if (j->fast) {
+        for (int64_t p = lo; p < hi; p++) {
+            const int32_t *am = j->argmax + p * ohw;
+            const uint16_t *g = (const uint16_t *)j->dy + p * ohw;
+            uint16_t *dx = (uint16_t *)j->dx + p * hw;
+            memset(dx, 0, (size_t)hw * 2);
+            for (int64_t o = 0; o < ohw; o++)
+                if (am[o] >= 0) dx[am[o]] = g[o];
+        }
+        return;
+    }
     float *acc = px_cpu_scratch(0, (size_t)hw * sizeof(float)), *g = px_cpu_scratch(1, (size_t)ohw * sizeof(float));
     for (int64_t p = lo; p < hi && acc && g; p++) {
         const int32_t *am = j->argmax + p * ohw;
         px_cpu_half_cast_here(g, PHX_F32, (const uint16_t *)j->dy + p * ohw, (phx_dtype)j->dt, ohw);
         memset(acc, 0, (size_t)hw * sizeof(float));
-        if (j->fast) /* disjoint windows: each position gets at most one dy */
-            for (int64_t o = 0; o < ohw; o++) {
-                if (am[o] >= 0) acc[am[o]] = g[o];
-            }
-        else
-            for (int64_t o = 0; o < ohw; o++)
-                if (am[o] >= 0) acc[am[o]] += g[o];
+        for (int64_t o = 0; o < ohw; o++)
+            if (am[o] >= 0) acc[am[o]] += g[o];
         px_cpu_half_cast_here((uint16_t *)j->dx + p * hw, (phx_dtype)j->dt, acc, PHX_F32, hw);
     }
 }

@@ -104,30 +104,59 @@ static void check_bn(phx_dtype dt, int64_t n, int64_t c, int64_t hw)
     for (int i = 0; i < 2; i++) free(o[i].y), free(o[i].dx);
 }
 
-/* max pooling (k x k, stride s, padding p) forward and backward */
-static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k, int64_t s, int64_t p)
+/* Bit patterns of dt that order and NaN rules meet: quiet, signalling and
+ * negative NaNs, -0 and +0, infinities, the smallest subnormals. */
+static uint16_t special_bits(phx_dtype dt, int i)
+{
+    static const uint16_t f16[] = {0x7e00, 0x7c01, 0xfe01, 0x8000, 0x0000, 0x7c00, 0xfc00, 0x0001, 0x8001};
+    static const uint16_t bf16[] = {0x7fc0, 0x7f81, 0xffc1, 0x8000, 0x0000, 0x7f80, 0xff80, 0x0001, 0x8001};
+    return (dt == PHX_BF16 ? bf16 : f16)[i % 9];
+}
+
+/* max pooling (k x k, stride s, padding p) forward and backward; special:
+ * a quarter of x special_bits, ties (equal neighbours), and windows whose
+ * maximum is -0 beside +0 */
+static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k, int64_t s, int64_t p, int special)
 {
     int64_t oh = (h + 2 * p - k) / s + 1;
     phx_conv2d_desc d = {n, c, h, h, c, k, k, oh, oh, s, s, p, p, 1, 1, c};
     int64_t nx = n * c * h * h, ny = n * c * oh * oh;
-    uint16_t *x = malloc(2 * nx), *dy = malloc(2 * ny), *y[2], *dx[2];
-    int32_t *am[2];
-    for (int q = 0; q < 2; q++) y[q] = malloc(2 * ny), dx[q] = malloc(2 * nx), am[q] = malloc(4 * ny);
+    uint16_t *x = malloc(2 * nx), *dy = malloc(2 * ny), *y[3], *dx[3];
+    int32_t *am[3];
+    for (int q = 0; q < 3; q++) y[q] = malloc(2 * ny), dx[q] = malloc(2 * nx), am[q] = malloc(4 * ny);
     for (int64_t i = 0; i < nx; i++) cu_set(x, dt, i, cu_frand(-4, 4));
+    for (int64_t i = 0; special && i < nx; i++) {
+        if (i % 4 == 1) x[i] = special_bits(dt, (int)(i / 4));
+        if (i % 7 == 3) x[i] = x[i - 1]; /* a tie with the previous value */
+    }
+    /* each plane's first window: -0 then +0 above two negatives (the
+     * first zero is the max); the next: +0 then -0 */
+    for (int64_t pl = 0; special && pl < n * c; pl++) {
+        uint16_t *q = x + pl * h * h;
+        const float v[8] = {-0.0f, 0.0f, 0.0f, -0.0f, -1.0f, -2.0f, -3.0f, -1.0f};
+        for (int t = 0; t < 4; t++) cu_set(q, dt, t, v[t]), cu_set(q, dt, h + t, v[4 + t]);
+    }
     for (int64_t i = 0; i < ny; i++) cu_set(dy, dt, i, cu_frand(-1, 1));
-    phx_status st[2][2];
-    for (int q = 0; q < 2; q++) {
-        px_cpu_isa_set(q ? px_cpu_isa_best() : PX_ISA_GENERIC);
-        st[q][0] = px_cpu_maxpool2d_forward(0, &d, x, y[q], am[q], dt);
-        st[q][1] = px_cpu_maxpool2d_backward(0, &d, am[q], dy, dx[q], dt);
+    /* generic, the best ISA, and AVX2 where the best is AVX-512 (its
+     * 2x2 windows take another loop) */
+    const int isas[3] = {PX_ISA_GENERIC, px_cpu_isa_best(), PX_ISA_AVX2};
+    const int runs = px_cpu_isa_best() == PX_ISA_AVX512 ? 3 : 2;
+    int good = 1, same = 1;
+    for (int q = 0; q < runs; q++) {
+        px_cpu_isa_set(isas[q]);
+        good &= px_cpu_maxpool2d_forward(0, &d, x, y[q], am[q], dt) == PHX_OK;
+        good &= px_cpu_maxpool2d_backward(0, &d, am[q], dy, dx[q], dt) == PHX_OK;
+        same &= same_bits(y[0], y[q], ny) && !memcmp(am[0], am[q], 4 * (size_t)ny) && same_bits(dx[0], dx[q], nx);
     }
     px_cpu_isa_set(px_cpu_isa_best());
-    int good = st[0][0] == PHX_OK && st[0][1] == PHX_OK && st[1][0] == PHX_OK && st[1][1] == PHX_OK;
-    ok(good && same_bits(y[0], y[1], ny) && !memcmp(am[0], am[1], 4 * (size_t)ny) && same_bits(dx[0], dx[1], nx),
-       "%s maxpool %lldx%lld stride %lld pad %lld on (%lld, %lld, %lld, %lld): %s path's bits = the generic path's",
+    ok(good && same,
+       "%s maxpool %lldx%lld stride %lld pad %lld on (%lld, %lld, %lld, %lld)%s: %s%s path's bits = the generic path's",
        phx_dtype_name(dt), (long long)k, (long long)k, (long long)s, (long long)p, (long long)n, (long long)c,
-       (long long)h, (long long)h, px_cpu_isa_name(px_cpu_isa_best()));
-    /* reference: the window's max (exact), dx the f64 sum of the dy routed to each position, rounded once */
+       (long long)h, (long long)h, special ? ", NaNs, +-0 ties, infs, subnormals" : "",
+       px_cpu_isa_name(px_cpu_isa_best()), runs == 3 ? " and avx2" : "");
+    /* reference: the window's first max, the first NaN winning (the bits
+     * of that input), dx the f64 sum of the dy routed to each position,
+     * rounded once */
     int bad_y = 0;
     double *acc = calloc((size_t)nx, sizeof(double)), worst = 0;
     for (int64_t pl = 0; pl < n * c; pl++)
@@ -140,19 +169,19 @@ static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k,
                         int64_t iy = oy * s - p + r, ix = ox * s - p + t;
                         if (iy < 0 || iy >= h || ix < 0 || ix >= h) continue;
                         double v = cu_get(x, dt, pl * h * h + iy * h + ix);
-                        if (at < 0 || v > best) best = v, at = iy * h + ix;
+                        if (at < 0 || (!isnan(best) && (isnan(v) || v > best))) best = v, at = iy * h + ix;
                     }
                 int64_t o = pl * oh * oh + oy * oh + ox;
-                bad_y += cu_get(y[1], dt, o) != best || am[1][o] != at;
+                bad_y += y[1][o] != x[pl * h * h + at] || am[1][o] != at;
                 acc[pl * h * h + at] += cu_get(dy, dt, o);
             }
     for (int64_t i = 0; i < nx; i++)
         worst = fmax(worst, fabs(cu_get(dx[1], dt, i) - acc[i]) / (cu_eps(dt) * fabs(acc[i]) + 1e-30));
     ok(good && bad_y == 0 && worst <= 1.0,
-       "%s maxpool %lldx%lld stride %lld: max and argmax exact (%d differ), dx within one rounding (%.2f of it)",
-       phx_dtype_name(dt), (long long)k, (long long)k, (long long)s, bad_y, worst);
+       "%s maxpool %lldx%lld stride %lld%s: max and argmax exact (%d differ), dx within one rounding (%.2f of it)",
+       phx_dtype_name(dt), (long long)k, (long long)k, (long long)s, special ? ", special values" : "", bad_y, worst);
     free(x), free(dy), free(acc);
-    for (int q = 0; q < 2; q++) free(y[q]), free(dx[q]), free(am[q]);
+    for (int q = 0; q < 3; q++) free(y[q]), free(dx[q]), free(am[q]);
 }
 
 /* average pooling (k x k, stride s, padding p, count_include_pad cip):
@@ -202,15 +231,17 @@ static void check_avgpool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t
 
 int main(void)
 {
-    plan(2 * (3 * 2 + 2 * 2 + 2));
+    plan(2 * (3 * 2 + 4 * 2 + 2));
     if (px_cpu_isa_best() == PX_ISA_GENERIC) diag("this CPU has no vector path: both runs are the generic one");
     const phx_dtype dts[2] = {PHX_F16, PHX_BF16};
     for (int i = 0; i < 2; i++) {
         check_bn(dts[i], 3, 5, 1100); /* a plane of one full block and a tail of 76 */
         check_bn(dts[i], 4, 3, 49); /* 7x7 planes: 3 lanes-rows and a tail */
         check_bn(dts[i], 2, 2, 7);
-        check_pool(dts[i], 3, 4, 28, 2, 2, 0); /* the 2x2 fast path, disjoint backward */
-        check_pool(dts[i], 2, 3, 15, 3, 2, 1); /* overlapping windows with padding */
+        check_pool(dts[i], 3, 4, 36, 2, 2, 0, 0); /* the 2x2 fast path (16 windows and 2), disjoint backward */
+        check_pool(dts[i], 2, 3, 15, 3, 2, 1, 0); /* overlapping windows with padding */
+        check_pool(dts[i], 2, 3, 41, 2, 2, 0, 1); /* both, on special values (an odd width) */
+        check_pool(dts[i], 2, 3, 15, 3, 2, 1, 1);
         check_avgpool(dts[i], 4, 8, 7, 7, 1, 0, 0); /* global average pooling of 7x7 planes */
         check_avgpool(dts[i], 2, 3, 15, 3, 2, 1, 1);
     }
