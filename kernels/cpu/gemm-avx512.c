@@ -197,37 +197,24 @@ typedef struct half_out {
     int bf; /* 1 bf16, 0 f16 */
 } half_out;
 
-T512 static inline __attribute__((always_inline)) void
-tile_store_half(__m512 acc[MR][3], const float *c, int64_t ldc, float alpha, float beta, int rows, int cols, half_out h)
+/* alpha acc + beta C of the first n (1..16) lanes of a tile row's
+ * vector, C at p (beta 0 reads nothing) */
+T512 static inline __attribute__((always_inline)) __m512 tile_value(__m512 acc, const float *p, int n, float alpha,
+                                                                    float beta)
 {
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
-        if (r >= rows) break;
-#pragma GCC unroll 3
-        for (int v = 0; v < 3; v++) {
-            int n = cols - 16 * v;
-            if (n <= 0) break;
-            const float *p = c + r * ldc + 16 * v;
-            __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-            __m512 t = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(va, acc[r][v]);
-            if (beta != 0.0f) t = _mm512_fmadd_ps(vb, n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p), t);
-            px_half_st(h.bf, h.hu + r * h.ldhu + 16 * v, t, n >= 16 ? 16 : n);
-        }
-    }
+    __m512 t = alpha == 1.0f ? acc : _mm512_mul_ps(_mm512_set1_ps(alpha), acc);
+    if (beta == 0.0f) return t;
+    __m512 c = n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+    return _mm512_fmadd_ps(_mm512_set1_ps(beta), c, t);
 }
 
 /* C (rows x cols) = alpha acc + beta C of a micro-tile; beta 0 reads
  * nothing from C. ct: the tile's (r, col) is C's (col, r) (the product
  * was swapped, below): written through buf with the same arithmetic.
- * h.hu: rounded into the caller's f16/bf16 C instead (tile_store_half) */
+ * h.hu (not with ct): rounded into the caller's f16/bf16 C instead */
 T512 static inline __attribute__((always_inline)) void tile_store(__m512 acc[MR][3], float *c, int64_t ldc, float alpha,
                                                                   float beta, int rows, int cols, int ct, half_out h)
 {
-    if (h.hu) {
-        tile_store_half(acc, c, ldc, alpha, beta, rows, cols, h);
-        return;
-    }
     float buf[MR * NR] __attribute__((aligned(64)));
     float *out = c;
     int64_t ld = ldc;
@@ -236,7 +223,6 @@ T512 static inline __attribute__((always_inline)) void tile_store(__m512 acc[MR]
         for (int r = 0; r < rows && beta != 0.0f; r++)
             for (int col = 0; col < cols; col++) buf[r * NR + col] = c[col * ldc + r];
     }
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         if (r >= rows) break;
@@ -245,13 +231,13 @@ T512 static inline __attribute__((always_inline)) void tile_store(__m512 acc[MR]
             int n = cols - 16 * v;
             if (n <= 0) break;
             float *p = out + r * ld + 16 * v;
-            __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-            __m512 t = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(va, acc[r][v]);
-            if (beta != 0.0f) t = _mm512_fmadd_ps(vb, n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p), t);
-            if (n >= 16)
+            __m512 t = tile_value(acc[r][v], p, n, alpha, beta);
+            if (h.hu)
+                px_half_st(h.bf, h.hu + r * h.ldhu + 16 * v, t, n >= 16 ? 16 : n);
+            else if (n >= 16)
                 _mm512_storeu_ps(p, t);
             else
-                _mm512_mask_storeu_ps(p, m, t);
+                _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), t);
         }
     }
     for (int r = 0; r < rows && ct; r++)
@@ -356,7 +342,7 @@ typedef struct job {
     void *cu; /* the caller's C when cdt is not f32 */
     int64_t ldcu;
     phx_dtype cdt;
-    int fuse; /* cu's tiles rounded by the micro-kernels in their last k block (tile_store_half) */
+    int fuse; /* cu's tiles rounded by the micro-kernels in their last k block (half_out) */
     int failed; /* a part ran out of memory (written with __atomic) */
 } job;
 
@@ -461,7 +447,7 @@ double px_gemm_avx512_fill(int64_t m, int64_t n)
 }
 
 /* depth from which an f16/bf16 C is rounded by the micro-kernels
- * (tile_store_half) rather than by a pass over the f32 C after: on the
+ * (half_out) rather than by a pass over the f32 C after: on the
  * Ice Lake Xeon (family 6 model 106), one thread, 1.05-1.20x on GPT-sized
  * products (2048 x 128..512 x 64..128), about even from k = 512, and
  * 0.85-1.0x at k = 32, where the pass over a C still in the caches is

@@ -31,6 +31,14 @@ static phx_status pool_check(const char *who, const phx_conv2d_desc *d, phx_dtyp
     return PHX_OK;
 }
 
+/* The position in its plane of window element (r, s) of output (oy, ox),
+ * or -1 where it falls outside the input (padding). */
+static inline int64_t window_at(const phx_conv2d_desc *d, int64_t oy, int64_t ox, int64_t r, int64_t s)
+{
+    int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h, ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
+    return iy < 0 || iy >= d->h || ix < 0 || ix >= d->w ? -1 : iy * d->w + ix;
+}
+
 /* The max pooling loops run planes p0 .. p1 - 1 (parts of
  * px_cpu_parallel_for). */
 PX_INLINE void px_maxpool(const phx_conv2d_desc *d, const void *x, void *y, int32_t *argmax, int dt, int64_t p0,
@@ -42,16 +50,13 @@ PX_INLINE void px_maxpool(const phx_conv2d_desc *d, const void *x, void *y, int3
             for (int64_t ox = 0; ox < d->ow; ox++) {
                 float best = -INFINITY;
                 int64_t at = -1;
-                for (int64_t r = 0; r < d->kh; r++) {
-                    int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h;
-                    if (iy < 0 || iy >= d->h) continue;
+                for (int64_t r = 0; r < d->kh; r++)
                     for (int64_t s = 0; s < d->kw; s++) {
-                        int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
-                        if (ix < 0 || ix >= d->w) continue;
-                        float v = px_ld(x, dt, p * hw + iy * d->w + ix);
-                        if (at < 0 || v > best || (isnan(v) && !isnan(best))) best = v, at = iy * d->w + ix;
+                        int64_t i = window_at(d, oy, ox, r, s);
+                        if (i < 0) continue;
+                        float v = px_ld(x, dt, p * hw + i);
+                        if (at < 0 || v > best || (isnan(v) && !isnan(best))) best = v, at = i;
                     }
-                }
                 int64_t o = p * ohw + oy * d->ow + ox;
                 px_st(y, dt, o, best);
                 if (argmax) argmax[o] = (int32_t)at;
@@ -200,16 +205,13 @@ PX_CLONES static void maxpool_half_plane(const phx_conv2d_desc *d, int32_t inf, 
             for (int64_t ox = 0; ox < d->ow; ox++) {
                 int32_t bk = -1; /* below every key */
                 int64_t at = -1;
-                for (int64_t r = 0; r < d->kh; r++) {
-                    int64_t iy = oy * d->stride_h - d->pad_h + r * d->dil_h;
-                    if (iy < 0 || iy >= d->h) continue;
+                for (int64_t r = 0; r < d->kh; r++)
                     for (int64_t s = 0; s < d->kw; s++) {
-                        int64_t ix = ox * d->stride_w - d->pad_w + s * d->dil_w;
-                        if (ix < 0 || ix >= w) continue;
-                        int32_t k = half_key(x[iy * w + ix], inf);
-                        if (k > bk) bk = k, at = iy * w + ix;
+                        int64_t i = window_at(d, oy, ox, r, s);
+                        if (i < 0) continue;
+                        int32_t k = half_key(x[i], inf);
+                        if (k > bk) bk = k, at = i;
                     }
-                }
                 /* an empty window (all padding): -inf, as the f32 loop's */
                 y[oy * d->ow + ox] = at >= 0 ? x[at] : (uint16_t)(0x8000 | inf);
                 if (am) am[oy * d->ow + ox] = (int32_t)at;

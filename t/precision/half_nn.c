@@ -113,14 +113,18 @@ static uint16_t special_bits(phx_dtype dt, int i)
     return (dt == PHX_BF16 ? bf16 : f16)[i % 9];
 }
 
-/* max pooling (k x k, stride s, padding p) forward and backward; special:
- * a quarter of x special_bits, ties (equal neighbours), and windows whose
- * maximum is -0 beside +0 */
-static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k, int64_t s, int64_t p, int special)
+/* max pooling (k x k, stride s, padding p) of (n, c, h, w) planes,
+ * forward and backward; special: a quarter of x special_bits, ties
+ * (equal neighbours), windows whose maximum is -0 beside +0, and NaNs in
+ * dy where the windows are disjoint (their gradient copies dy's bits; an
+ * overlapping window's sum may keep either NaN's payload). A padding of
+ * k or more gives windows wholly outside the input: -inf, argmax -1. */
+static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t s, int64_t p,
+                       int special)
 {
-    int64_t oh = (h + 2 * p - k) / s + 1;
-    phx_conv2d_desc d = {n, c, h, h, c, k, k, oh, oh, s, s, p, p, 1, 1, c};
-    int64_t nx = n * c * h * h, ny = n * c * oh * oh;
+    int64_t oh = (h + 2 * p - k) / s + 1, ow = (w + 2 * p - k) / s + 1;
+    phx_conv2d_desc d = {n, c, h, w, c, k, k, oh, ow, s, s, p, p, 1, 1, c};
+    int64_t hw = h * w, ohw = oh * ow, nx = n * c * hw, ny = n * c * ohw;
     uint16_t *x = malloc(2 * nx), *dy = malloc(2 * ny), *y[3], *dx[3];
     int32_t *am[3];
     for (int q = 0; q < 3; q++) y[q] = malloc(2 * ny), dx[q] = malloc(2 * nx), am[q] = malloc(4 * ny);
@@ -132,11 +136,12 @@ static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k,
     /* each plane's first window: -0 then +0 above two negatives (the
      * first zero is the max); the next: +0 then -0 */
     for (int64_t pl = 0; special && pl < n * c; pl++) {
-        uint16_t *q = x + pl * h * h;
+        uint16_t *q = x + pl * hw;
         const float v[8] = {-0.0f, 0.0f, 0.0f, -0.0f, -1.0f, -2.0f, -3.0f, -1.0f};
-        for (int t = 0; t < 4; t++) cu_set(q, dt, t, v[t]), cu_set(q, dt, h + t, v[4 + t]);
+        for (int t = 0; t < 4; t++) cu_set(q, dt, t, v[t]), cu_set(q, dt, w + t, v[4 + t]);
     }
     for (int64_t i = 0; i < ny; i++) cu_set(dy, dt, i, cu_frand(-1, 1));
+    for (int64_t i = 3; special && s >= k && i < ny; i += 11) dy[i] = special_bits(dt, (int)(i % 3));
     /* generic, the best ISA, and AVX2 where the best is AVX-512 (its
      * 2x2 windows take another loop) */
     const int isas[3] = {PX_ISA_GENERIC, px_cpu_isa_best(), PX_ISA_AVX2};
@@ -152,34 +157,39 @@ static void check_pool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t k,
     ok(good && same,
        "%s maxpool %lldx%lld stride %lld pad %lld on (%lld, %lld, %lld, %lld)%s: %s%s path's bits = the generic path's",
        phx_dtype_name(dt), (long long)k, (long long)k, (long long)s, (long long)p, (long long)n, (long long)c,
-       (long long)h, (long long)h, special ? ", NaNs, +-0 ties, infs, subnormals" : "",
+       (long long)h, (long long)w, special ? ", NaNs, +-0 ties, infs, subnormals" : "",
        px_cpu_isa_name(px_cpu_isa_best()), runs == 3 ? " and avx2" : "");
     /* reference: the window's first max, the first NaN winning (the bits
-     * of that input), dx the f64 sum of the dy routed to each position,
-     * rounded once */
-    int bad_y = 0;
+     * of that input; an empty window -inf), dx the f64 sum of the dy
+     * routed to each position, rounded once */
+    int bad_y = 0, empty = 0;
+    const uint16_t ninf = dt == PHX_BF16 ? 0xff80 : 0xfc00;
     double *acc = calloc((size_t)nx, sizeof(double)), worst = 0;
     for (int64_t pl = 0; pl < n * c; pl++)
         for (int64_t oy = 0; oy < oh; oy++)
-            for (int64_t ox = 0; ox < oh; ox++) {
+            for (int64_t ox = 0; ox < ow; ox++) {
                 double best = -INFINITY;
                 int64_t at = -1;
                 for (int64_t r = 0; r < k; r++)
                     for (int64_t t = 0; t < k; t++) {
                         int64_t iy = oy * s - p + r, ix = ox * s - p + t;
-                        if (iy < 0 || iy >= h || ix < 0 || ix >= h) continue;
-                        double v = cu_get(x, dt, pl * h * h + iy * h + ix);
-                        if (at < 0 || (!isnan(best) && (isnan(v) || v > best))) best = v, at = iy * h + ix;
+                        if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                        double v = cu_get(x, dt, pl * hw + iy * w + ix);
+                        if (at < 0 || (!isnan(best) && (isnan(v) || v > best))) best = v, at = iy * w + ix;
                     }
-                int64_t o = pl * oh * oh + oy * oh + ox;
-                bad_y += y[1][o] != x[pl * h * h + at] || am[1][o] != at;
-                acc[pl * h * h + at] += cu_get(dy, dt, o);
+                int64_t o = pl * ohw + oy * ow + ox;
+                bad_y += y[1][o] != (at < 0 ? ninf : x[pl * hw + at]) || am[1][o] != at;
+                empty += at < 0;
+                if (at >= 0) acc[pl * hw + at] += cu_get(dy, dt, o);
             }
     for (int64_t i = 0; i < nx; i++)
-        worst = fmax(worst, fabs(cu_get(dx[1], dt, i) - acc[i]) / (cu_eps(dt) * fabs(acc[i]) + 1e-30));
-    ok(good && bad_y == 0 && worst <= 1.0,
-       "%s maxpool %lldx%lld stride %lld%s: max and argmax exact (%d differ), dx within one rounding (%.2f of it)",
-       phx_dtype_name(dt), (long long)k, (long long)k, (long long)s, special ? ", special values" : "", bad_y, worst);
+        if (!isnan(acc[i]) || !isnan(cu_get(dx[1], dt, i)))
+            worst = fmax(worst, fabs(cu_get(dx[1], dt, i) - acc[i]) / (cu_eps(dt) * fabs(acc[i]) + 1e-30));
+    ok(good && bad_y == 0 && !isnan(worst) && worst <= 1.0 && (p < k || empty > 0),
+       "%s maxpool %lldx%lld stride %lld pad %lld%s: max and argmax exact (%d differ, %d empty windows), dx within one "
+       "rounding (%.2f of it)",
+       phx_dtype_name(dt), (long long)k, (long long)k, (long long)s, (long long)p, special ? ", special values" : "",
+       bad_y, empty, worst);
     free(x), free(dy), free(acc);
     for (int q = 0; q < 3; q++) free(y[q]), free(dx[q]), free(am[q]);
 }
@@ -231,17 +241,18 @@ static void check_avgpool(phx_dtype dt, int64_t n, int64_t c, int64_t h, int64_t
 
 int main(void)
 {
-    plan(2 * (3 * 2 + 4 * 2 + 2));
+    plan(2 * (3 * 2 + 5 * 2 + 2));
     if (px_cpu_isa_best() == PX_ISA_GENERIC) diag("this CPU has no vector path: both runs are the generic one");
     const phx_dtype dts[2] = {PHX_F16, PHX_BF16};
     for (int i = 0; i < 2; i++) {
         check_bn(dts[i], 3, 5, 1100); /* a plane of one full block and a tail of 76 */
         check_bn(dts[i], 4, 3, 49); /* 7x7 planes: 3 lanes-rows and a tail */
         check_bn(dts[i], 2, 2, 7);
-        check_pool(dts[i], 3, 4, 36, 2, 2, 0, 0); /* the 2x2 fast path (16 windows and 2), disjoint backward */
-        check_pool(dts[i], 2, 3, 15, 3, 2, 1, 0); /* overlapping windows with padding */
-        check_pool(dts[i], 2, 3, 41, 2, 2, 0, 1); /* both, on special values (an odd width) */
-        check_pool(dts[i], 2, 3, 15, 3, 2, 1, 1);
+        check_pool(dts[i], 3, 4, 36, 36, 2, 2, 0, 0); /* the 2x2 fast path (16 windows and 2), disjoint backward */
+        check_pool(dts[i], 2, 3, 15, 15, 3, 2, 1, 0); /* overlapping windows with padding */
+        check_pool(dts[i], 2, 3, 12, 41, 2, 2, 0, 1); /* both, on special values (an odd width, h != w) */
+        check_pool(dts[i], 2, 3, 17, 15, 3, 2, 1, 1);
+        check_pool(dts[i], 2, 3, 5, 6, 2, 2, 2, 1); /* windows wholly in the padding */
         check_avgpool(dts[i], 4, 8, 7, 7, 1, 0, 0); /* global average pooling of 7x7 planes */
         check_avgpool(dts[i], 2, 3, 15, 3, 2, 1, 1);
     }

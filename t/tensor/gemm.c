@@ -197,39 +197,47 @@ static float *gemm_result(const char *path, int threads, phx_dtype adt, int64_t 
     return out;
 }
 
-/* 1 when an f16/bf16 C of alpha A B + beta C (PHX_CPU_GEMM=avx512,
- * threads threads) has the bits of the same product into an f32 C holding
- * C's widened values, rounded element by element by math.h's formula (the
- * micro-kernels round their last k block's tiles in registers). A holds
- * a NaN, an inf and values whose products overflow f16 where special. */
+/* 1 when an f16/bf16 C of alpha A B + beta C (the kernel table's gemm,
+ * PHX_CPU_GEMM=avx512, threads threads; C in rows of ldc = n + 3) has the
+ * bits of the same product into an f32 C (same ldc) holding C's widened
+ * values, rounded element by element by math.h's formula (the
+ * micro-kernels round their last k block's tiles in registers), and C's
+ * padding is untouched. A holds a NaN, an inf and values whose products
+ * overflow f16 where special. */
 static int half_c_is_rounded_f32(phx_dtype dt, int64_t m, int64_t n, int64_t k, float alpha, float beta, int threads,
                                  int special)
 {
-    int64_t as[2] = {m, k}, bs[2] = {k, n}, cs[2] = {m, n};
-    phx_tensor *A = phx_tensor_new(dt, 2, as, phx_cpu()), *B = phx_tensor_new(dt, 2, bs, phx_cpu());
-    phx_tensor *Ch = phx_tensor_new(dt, 2, cs, phx_cpu()), *Cf = phx_tensor_new(PHX_F32, 2, cs, phx_cpu());
-    for (int64_t i = 0; i < m * k; i++) cu_set(phx_tensor_data(A), dt, i, fixed_rand(i) * (special ? 300.0f : 1.0f));
-    for (int64_t i = 0; i < k * n; i++) cu_set(phx_tensor_data(B), dt, i, fixed_rand(i + 777));
+    const phx_kernels_v1 *K = phx_device_table(phx_cpu())->kernels;
+    int64_t ldc = n + 3;
+    uint16_t *a = malloc((size_t)(m * k) * 2), *b = malloc((size_t)(k * n) * 2), *ch = malloc((size_t)(m * ldc) * 2);
+    uint16_t *ch0 = malloc((size_t)(m * ldc) * 2);
+    float *cf = malloc((size_t)(m * ldc) * sizeof(float));
+    for (int64_t i = 0; i < m * k; i++) cu_set(a, dt, i, fixed_rand(i) * (special ? 300.0f : 1.0f));
+    for (int64_t i = 0; i < k * n; i++) cu_set(b, dt, i, fixed_rand(i + 777));
     if (special) {
-        cu_set(phx_tensor_data(A), dt, 0, NAN);
-        cu_set(phx_tensor_data(A), dt, k + 1, INFINITY);
+        cu_set(a, dt, 0, NAN);
+        cu_set(a, dt, k + 1, INFINITY);
     }
-    for (int64_t i = 0; i < m * n; i++) {
-        cu_set(phx_tensor_data(Ch), dt, i, fixed_rand(i + 4242));
-        ((float *)phx_tensor_data(Cf))[i] = (float)cu_get(phx_tensor_data(Ch), dt, i);
+    for (int64_t i = 0; i < m * ldc; i++) {
+        cu_set(ch, dt, i, fixed_rand(i + 4242));
+        ch0[i] = ch[i];
+        cf[i] = (float)cu_get(ch, dt, i);
     }
     int before = phx_num_threads();
     setenv("PHX_CPU_GEMM", "avx512", 1);
     phx_set_num_threads(threads);
-    int same = phx_gemm(false, false, alpha, A, B, beta, Ch) == PHX_OK &&
-        phx_gemm(false, false, alpha, A, B, beta, Cf) == PHX_OK;
+    int same = K->gemm(0, 0, 0, m, n, k, alpha, a, k, b, n, dt, beta, ch, ldc, dt) == PHX_OK &&
+        K->gemm(0, 0, 0, m, n, k, alpha, a, k, b, n, dt, beta, cf, ldc, PHX_F32) == PHX_OK;
     phx_set_num_threads(before);
     unsetenv("PHX_CPU_GEMM");
-    const uint16_t *h = phx_tensor_data(Ch);
-    const float *f = phx_tensor_data(Cf);
-    for (int64_t i = 0; same && i < m * n; i++)
-        same = h[i] == (dt == PHX_BF16 ? phx_f32_to_bf16(f[i]) : phx_f32_to_f16(f[i]));
-    phx_tensor_free(A), phx_tensor_free(B), phx_tensor_free(Ch), phx_tensor_free(Cf);
+    for (int64_t i = 0; same && i < m; i++)
+        for (int64_t j = 0; j < ldc; j++) {
+            uint16_t want = j >= n ? ch0[i * ldc + j]
+                : dt == PHX_BF16   ? phx_f32_to_bf16(cf[i * ldc + j])
+                                   : phx_f32_to_f16(cf[i * ldc + j]);
+            same &= ch[i * ldc + j] == want;
+        }
+    free(a), free(b), free(ch), free(ch0), free(cf);
     return same;
 }
 
@@ -488,23 +496,27 @@ int main(void)
     } else
         skip(4, "the kernels do not use AVX-512: no avx512 path");
 
-    /* 64-65: the packed AVX-512 GEMM's f16/bf16 C: one k block (70) and two
-     * (300: the last one rounds), edge tiles, beta 0 and -0.5, a swapped
-     * product (3 columns, rounded after), 1 and 2 threads, NaN/inf/overflow */
+    /* 64-65: the packed AVX-512 GEMM's f16/bf16 C: one k block (70) and
+     * two (300 and 600: KC 256, or 512 k values of bf16 pairs; the last
+     * block rounds), edge tiles, C tall (split by rows) and wide, beta 0,
+     * -0.5 and 1, a swapped product (3 columns, rounded after), 1 and 2
+     * threads, NaN/inf/overflow */
     if (kernels_avx512()) {
         static const phx_dtype hdt[2] = {PHX_F16, PHX_BF16};
         for (int d = 0; d < 2; d++) {
             int all = 1;
             for (int t = 1; t <= 2; t++) {
                 all &= half_c_is_rounded_f32(hdt[d], 37, 101, 70, 1.0f, 0.0f, t, 0);
-                all &= half_c_is_rounded_f32(hdt[d], 37, 101, 300, 0.5f, -0.5f, t, 0);
+                all &= half_c_is_rounded_f32(hdt[d], 37, 130, 600, 0.5f, -0.5f, t, 0);
                 all &= half_c_is_rounded_f32(hdt[d], 130, 200, 300, 1.0f, 1.0f, t, 1);
+                all &= half_c_is_rounded_f32(hdt[d], 400, 37, 600, 1.0f, -0.5f, t, 0);
                 all &= half_c_is_rounded_f32(hdt[d], 300, 3, 70, 1.0f, -0.5f, t, 0);
             }
             ok(all,
                "PHX_CPU_GEMM=avx512: %s C rounded in the micro-kernels has the bits of the f32 C rounded after (1 and "
                "2 "
-               "k blocks, edge tiles, beta 0/-0.5/1, a swapped product, 1 and 2 threads, NaN/inf/overflow)",
+               "k blocks of f32 or bf16 pairs, edge tiles of 5 and 34 columns, C split by columns and by rows, ldc > n "
+               "with its padding kept, beta 0/-0.5/1, a swapped product, 1 and 2 threads, NaN/inf/overflow)",
                phx_dtype_name(hdt[d]));
         }
     } else
