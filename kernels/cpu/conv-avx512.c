@@ -11,6 +11,7 @@
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/conv-avx512.h"
+#include "kernels/cpu/half-x86.h"
 
 #if PX_HAVE_X86
 #include <immintrin.h>
@@ -110,6 +111,8 @@ typedef struct conv_job {
     const float *x, *bias, *dy;
     float *y, *dw, *db;
     const float *wp; /* forward: W packed, k block after k block */
+    const uint16_t *dyh; /* bias gradient: dy in f16/bf16 (dt) */
+    phx_dtype dt;
     planes pl;
     int64_t kd, ohw; /* c kh kw, oh ow */
     int64_t kc, nc; /* the depth and width of a packed block */
@@ -222,30 +225,41 @@ oom:
     __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
-/* px_conv_bias_grad's channels lo .. hi - 1 */
-T512 static void bias_part(void *arg, int64_t lo, int64_t hi)
-{
-    conv_job *j = arg;
-    for (int64_t co = lo; co < hi; co++) {
-        double s = 0.0;
-        for (int64_t b = 0; b < j->d->n; b++) {
-            const float *row = j->dy + (b * j->d->k + co) * j->ohw;
-            __m512 acc = _mm512_setzero_ps();
-            for (int64_t q = 0; q < j->ohw; q += 16) {
-                int64_t n = min64(16, j->ohw - q);
-                __mmask16 mk = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-                acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mk, row + q));
-            }
-            s += _mm512_reduce_add_ps(acc);
-        }
-        j->db[co] += (float)s;
+/* px_conv_bias_grad's channels lo .. hi - 1, dy's 16 values at an offset
+ * read by LOAD(mask, offset): one body for f32 (AVX-512F) and for f16/bf16
+ * (masked 16-bit loads, AVX512BW), so that both sum in one order */
+#define BIAS_PART(NAME, TARGET, LOAD) \
+    TARGET static void NAME(void *arg, int64_t lo, int64_t hi) \
+    { \
+        conv_job *j = arg; \
+        for (int64_t co = lo; co < hi; co++) { \
+            double s = 0.0; \
+            for (int64_t b = 0; b < j->d->n; b++) { \
+                int64_t row = (b * j->d->k + co) * j->ohw; \
+                __m512 acc = _mm512_setzero_ps(); \
+                for (int64_t q = 0; q < j->ohw; q += 16) { \
+                    int64_t n = min64(16, j->ohw - q); \
+                    __mmask16 mk = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); \
+                    acc = _mm512_add_ps(acc, LOAD(mk, row + q)); \
+                } \
+                s += _mm512_reduce_add_ps(acc); \
+            } \
+            j->db[co] += (float)s; \
+        } \
     }
-}
+#define BIAS_F32(mk, at) _mm512_maskz_loadu_ps(mk, j->dy + (at))
+#define BIAS_HALF(mk, at) px_half_mask_ld(j->dt == PHX_BF16, j->dyh + (at), mk)
+BIAS_PART(bias_part, T512, BIAS_F32)
+BIAS_PART(bias_part_half, PX_T512BW, BIAS_HALF)
 
-void px_conv_bias_grad(const phx_conv2d_desc *d, const float *dy, float *db)
+void px_conv_bias_grad(const phx_conv2d_desc *d, phx_dtype dt, const void *dy, float *db)
 {
-    conv_job j = {.d = d, .dy = dy, .db = db, .ohw = d->oh * d->ow};
-    px_cpu_parallel_for(d->k, 1, bias_part, &j);
+    conv_job j = {.d = d, .db = db, .ohw = d->oh * d->ow, .dt = dt};
+    if (dt == PHX_F32)
+        j.dy = dy;
+    else
+        j.dyh = dy;
+    px_cpu_parallel_for(d->k, 1, dt == PHX_F32 ? bias_part : bias_part_half, &j);
 }
 
 static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *dy, float *dw, float *db)
@@ -257,7 +271,7 @@ static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *
     j.nc = cols_block(j.kd, j.kc);
     px_cpu_parallel_for((j.kd + PX_NR - 1) / PX_NR, 1, wgt_part, &j);
     if (j.failed) return phx_error(PHX_ENOMEM, "conv2d: out of memory for the packed columns");
-    if (db) px_conv_bias_grad(d, dy, db);
+    if (db) px_conv_bias_grad(d, PHX_F32, dy, db);
     return PHX_OK;
 }
 

@@ -32,8 +32,9 @@ void px_conv_pack_rows(float *dst, int64_t m, int64_t kd, int64_t kc, const floa
 void px_conv_tiles(int64_t kc, const float *ap, const float *bp, int64_t bstride, int64_t m, int64_t nc, float *c,
                    int64_t ldc, float beta);
 
-/* db[co] += the sum of dy (n, k, oh, ow) over images and pixels, split
+/* db[co] += the sum of dy (n, k, oh, ow; of dtype dt: f32, or f16/bf16
+ * widened as read, which needs AVX512BW) over images and pixels, split
  * over the threads by channel. */
-void px_conv_bias_grad(const phx_conv2d_desc *d, const float *dy, float *db);
+void px_conv_bias_grad(const phx_conv2d_desc *d, phx_dtype dt, const void *dy, float *db);
 
 #endif

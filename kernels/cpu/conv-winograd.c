@@ -20,15 +20,21 @@
  * batch (weight, summed in part order), so every sum runs in the same
  * order on any thread count.
  * The rounding differs from the direct convolution's (doc/maint/kernels.md gives
- * the bound t/tensor/conv checks). */
+ * the bound t/tensor/conv checks).
+ * x, dy and y may be f16 or bf16 (px_cpu_conv2d_winograd_dt): the
+ * transforms widen each patch exactly as they load it and round y as
+ * they store it (half-x86.h, the cast kernel's bits), so the result is
+ * the f32 pass's on widened copies, rounded after, without the copies;
+ * the masked 16-bit loads and stores need AVX512BW and VL. */
 #include "config.h"
 #include <string.h>
 #include "kernels/cpu/conv-avx512.h"
+#include "kernels/cpu/half-x86.h"
 
 #if PX_HAVE_X86
 #include <immintrin.h>
 
-#define T512 __attribute__((target("avx512f,fma")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 enum {
     NE = 16, /* transformed positions */
@@ -45,8 +51,11 @@ static int64_t min64(int64_t a, int64_t b)
 
 typedef struct wino {
     const phx_conv2d_desc *d;
-    const float *x, *bias, *dy;
-    float *y, *dw;
+    const void *x, *dy; /* f32, or (dt) f16/bf16 */
+    void *y; /* forward: ydt; data: dX, f32 */
+    phx_dtype dt, ydt;
+    const float *bias;
+    float *dw;
     const float *up; /* forward: U packed, position after position */
     int64_t th, tw, tiles; /* tile rows and columns, tiles of an image */
     int64_t tc; /* tiles of a chunk: 48-column panels of the GEMMs */
@@ -156,18 +165,19 @@ static void runs_of(const wino *g, int64_t t0, int64_t tc, int panels, runs *rs)
 /* Fetches into L1 what the runs read of channel i + AHEAD of n (and, at
  * channel 0, of channels 1 .. AHEAD - 1): rows 2 ty + r0 .. 2 ty + r1 of
  * each tile row of the planes (h x w per image, images istride apart)
- * from base, a channel's planes plane floats apart. A channel's runs take
- * less time than a miss to DRAM. */
-T512 static void prefetch(const runs *rs, const float *base, int64_t i, int64_t n, int64_t plane, int64_t istride,
-                          int64_t h, int64_t w, int64_t r0, int64_t r1)
+ * from base (of dtype dt), a channel's planes plane elements apart. A
+ * channel's runs take less time than a miss to DRAM. */
+T512 static void prefetch(const runs *rs, const void *base, phx_dtype dt, int64_t i, int64_t n, int64_t plane,
+                          int64_t istride, int64_t h, int64_t w, int64_t r0, int64_t r1)
 {
+    int64_t es = (int64_t)phx_dtype_size(dt), line = 64 / es;
     for (int64_t c = i ? i + AHEAD : 1; c <= i + AHEAD && c < n; c++)
         for (int64_t k = 0; k < rs->n; k++) {
             const run *r = &rs->r[k];
             if (k && r->tx) continue; /* a tile row once */
             int64_t a = 2 * r->ty + r0 < 0 ? 0 : 2 * r->ty + r0, b = min64(2 * r->ty + r1 + 1 + 2 * r->two, h);
-            for (int64_t f = a * w; f < b * w; f += 16)
-                _mm_prefetch((const char *)(base + c * plane + r->b * istride + f), _MM_HINT_T0);
+            for (int64_t f = a * w; f < b * w; f += line)
+                _mm_prefetch((const char *)base + (c * plane + r->b * istride + f) * es, _MM_HINT_T0);
         }
 }
 
@@ -213,27 +223,47 @@ static in_run in_run_of(const phx_conv2d_desc *d, const run *r)
     return o;
 }
 
-/* the even and odd lanes of the pair's two loads from plane */
-T512 static inline __attribute__((always_inline)) void pair_load(const pair *p, const float *plane, __m512 *even_cols,
-                                                                 __m512 *odd_cols)
+/* lanes mk of the 16 elements from element at of base (of dtype dt:
+ * f16/bf16 widened exactly, as the cast kernel widens them), zeros
+ * elsewhere; and lanes mk of v stored there (f16/bf16: rounded once, the
+ * cast kernel's bits) */
+T512 static inline __attribute__((always_inline)) __m512 ld_at(const void *base, phx_dtype dt, int64_t at, __mmask16 mk)
+{
+    if (dt == PHX_F32) return _mm512_maskz_loadu_ps(mk, (const float *)base + at);
+    return px_half_mask_ld(dt == PHX_BF16, (const uint16_t *)base + at, mk);
+}
+
+T512 static inline __attribute__((always_inline)) void st_at(void *base, phx_dtype dt, int64_t at, __mmask16 mk,
+                                                             __m512 v)
+{
+    if (dt == PHX_F32)
+        _mm512_mask_storeu_ps((float *)base + at, mk, v);
+    else
+        px_half_mask_st(dt == PHX_BF16, (uint16_t *)base + at, mk, v);
+}
+
+/* the even and odd lanes of the pair's two loads from the plane at
+ * element at of base (of dtype dt) */
+T512 static inline __attribute__((always_inline)) void pair_load(const pair *p, const void *base, phx_dtype dt,
+                                                                 int64_t at, __m512 *even_cols, __m512 *odd_cols)
 {
     const __m512i even = _mm512_loadu_si512(EVEN), odd = _mm512_loadu_si512(ODD);
-    __m512 l0 = _mm512_maskz_loadu_ps(p->mk[0], plane + p->off[0]);
-    __m512 l1 = _mm512_maskz_loadu_ps(p->mk[1], plane + p->off[1]);
+    __m512 l0 = ld_at(base, dt, at + p->off[0], p->mk[0]);
+    __m512 l1 = ld_at(base, dt, at + p->off[1], p->mk[1]);
     *even_cols = _mm512_permutex2var_ps(l0, even, l1);
     *odd_cols = _mm512_permutex2var_ps(l0, odd, l1);
 }
 
-/* V = B^T p B of the run's tiles in plane xc into v (position e at v + e
- * es) */
-T512 static inline __attribute__((always_inline)) void input_tf(const in_run *o, run_mask rm, const float *xc, float *v,
-                                                                int64_t es)
+/* V = B^T p B of the run's tiles in the plane at element at of x (of
+ * dtype dt) into v (position e at v + e es) */
+T512 static inline __attribute__((always_inline)) void input_tf(const in_run *o, run_mask rm, const void *x,
+                                                                phx_dtype dt, int64_t at, float *v, int64_t es)
 {
     __m512 p[4][4], t[4][4];
 #pragma GCC unroll 4
     for (int a = 0; a < 4; a++) {
-        pair_load(&o->p[a][0], xc, &p[a][0], &p[a][1]);
-        pair_load(&o->p[a][1], xc, &p[a][2], &p[a][3]);
+        pair_load(&o->p[a][0], x, dt, at, &p[a][0], &p[a][1]);
+        pair_load(&o->p[a][1], x, dt, at, &p[a][2], &p[a][3]);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
@@ -263,12 +293,12 @@ T512 static void chunk_in(const wino *g, const runs *rs, int64_t c0, int64_t nc,
     run_mask rm[TC_MOST];
     for (int64_t k = 0; k < rs->n; k++) o[k] = in_run_of(d, &rs->r[k]), rm[k] = run_mask_of(&rs->r[k]);
     for (int64_t i = 0; i < nc; i++) {
-        const float *xc = g->x + (c0 + i) * hw;
-        prefetch(rs, g->x + c0 * hw, i, nc, hw, chw, d->h, d->w, -d->pad_h, 3 - d->pad_h);
+        prefetch(rs, (const char *)g->x + c0 * hw * (int64_t)phx_dtype_size(g->dt), g->dt, i, nc, hw, chw, d->h, d->w,
+                 -d->pad_h, 3 - d->pad_h);
         for (int64_t k = 0; k < rs->n; k++) {
             int64_t q = rs->q[k];
-            input_tf(&o[k], rm[k], xc + rs->r[k].b * chw, v + i * cs + (pstride ? q / PX_NR * pstride + q % PX_NR : q),
-                     es);
+            input_tf(&o[k], rm[k], g->x, g->dt, (c0 + i) * hw + rs->r[k].b * chw,
+                     v + i * cs + (pstride ? q / PX_NR * pstride + q % PX_NR : q), es);
         }
     }
 }
@@ -306,8 +336,7 @@ T512 static void chunk_out(const wino *g, const runs *rs, const float *m, int64_
     out_pairs(g, rs, po, rms);
     for (int64_t co = 0; co < d->k; co++) {
         __m512 bv = _mm512_set1_ps(g->bias ? g->bias[co] : 0.0f);
-        float *yc = g->y + co * ohw;
-        prefetch(rs, g->y, co, d->k, ohw, kohw, d->oh, d->ow, 0, 1);
+        prefetch(rs, g->y, g->ydt, co, d->k, ohw, kohw, d->oh, d->ow, 0, 1);
         for (int64_t k = 0; k < rs->n; k++) {
             run_mask rm = rms[k];
             const float *mt = m + co * g->tc + rs->q[k];
@@ -323,8 +352,8 @@ T512 static void chunk_out(const wino *g, const runs *rs, const float *m, int64_
                 __m512 y0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(u[i][0], u[i][1]), u[i][2]), bv);
                 __m512 y1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(u[i][1], u[i][2]), u[i][3]), bv);
                 const pair *p = &po[k][i];
-                _mm512_mask_storeu_ps(yc + p->off[0], p->mk[0], _mm512_permutex2var_ps(y0, lo, y1));
-                _mm512_mask_storeu_ps(yc + p->off[1], p->mk[1], _mm512_permutex2var_ps(y0, hi, y1));
+                st_at(g->y, g->ydt, co * ohw + p->off[0], p->mk[0], _mm512_permutex2var_ps(y0, lo, y1));
+                st_at(g->y, g->ydt, co * ohw + p->off[1], p->mk[1], _mm512_permutex2var_ps(y0, hi, y1));
             }
         }
     }
@@ -342,12 +371,11 @@ T512 static void chunk_grad(const wino *g, const runs *rs, float *z, int64_t es,
     run_mask rms[TC_MOST];
     out_pairs(g, rs, pg, rms);
     for (int64_t co = 0; co < d->k; co++) {
-        const float *dyc = g->dy + co * ohw;
-        prefetch(rs, g->dy, co, d->k, ohw, kohw, d->oh, d->ow, 0, 1);
+        prefetch(rs, g->dy, g->dt, co, d->k, ohw, kohw, d->oh, d->ow, 0, 1);
         for (int64_t k = 0; k < rs->n; k++) {
             run_mask rm = rms[k];
             __m512 q[2][2]; /* q[i][j]: dY (2 ty + i, 2 tx + j) of each lane's tile */
-            for (int i = 0; i < 2; i++) pair_load(&pg[k][i], dyc, &q[i][0], &q[i][1]);
+            for (int i = 0; i < 2; i++) pair_load(&pg[k][i], g->dy, g->dt, co * ohw, &q[i][0], &q[i][1]);
             __m512 r[4][2]; /* A q: rows q0, q0 + q1, q0 - q1, -q1 */
             for (int j = 0; j < 2; j++) {
                 r[0][j] = q[0][j];
@@ -396,7 +424,7 @@ T512 static void chunk_back(const wino *g, const runs *rs, const float *q, int64
         }
     }
     for (int64_t ci = 0; ci < d->c; ci++) {
-        float *xc = g->y + ci * hw; /* dX */
+        float *xc = (float *)g->y + ci * hw; /* dX */
         for (int64_t k = 0; k < rs->n; k++) {
             const run *r = &rs->r[k];
             run_mask rm = rms[k];
@@ -439,7 +467,7 @@ T512 static void chunk_back(const wino *g, const runs *rs, const float *q, int64
                     int64_t y = 2 * (r->ty + row) - d->pad_h + a, x = 2 * (r->tx + r->n) - d->pad_w;
                     int l = row ? 15 : r->n - 1;
                     if (y < 0 || y >= d->h) continue;
-                    float *px = g->y + r->b * chw + ci * hw + y * d->w;
+                    float *px = (float *)g->y + r->b * chw + ci * hw + y * d->w;
                     if (x >= 0 && x < d->w) px[x] += s2[l];
                     if (x + 1 >= 0 && x + 1 < d->w) px[x + 1] += s3[l];
                 }
@@ -507,10 +535,11 @@ T512 static void fwd_part(void *arg, int64_t lo, int64_t hi)
     }
 }
 
-static phx_status forward(const phx_conv2d_desc *d, const float *x, const float *w, const float *bias, float *y)
+static phx_status forward(const phx_conv2d_desc *d, phx_dtype dt, const void *x, const float *w, const float *bias,
+                          void *y)
 {
     wino g = plan(d);
-    g.x = x, g.bias = bias, g.y = y;
+    g.x = x, g.bias = bias, g.y = y, g.dt = g.ydt = dt;
     g.kc = px_conv_block(d->c, PX_KC, 1);
     int64_t mp = (d->k + PX_MR - 1) / PX_MR * PX_MR;
     float *u = px_cpu_scratch(4, (size_t)(NE * d->k * d->c) * sizeof(float));
@@ -539,7 +568,7 @@ T512 static void data_part(void *arg, int64_t lo, int64_t hi)
         __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    memset(g->y + lo * c * d->h * d->w, 0, (size_t)((hi - lo) * c * d->h * d->w) * sizeof(float));
+    memset((float *)g->y + lo * c * d->h * d->w, 0, (size_t)((hi - lo) * c * d->h * d->w) * sizeof(float));
     runs rs;
     for (int64_t t0 = lo * g->tiles; t0 < end; t0 += g->tc) {
         int64_t tc = min64(g->tc, end - t0);
@@ -557,10 +586,10 @@ T512 static void data_part(void *arg, int64_t lo, int64_t hi)
 
 /* dx (n, c, h, w) from dy (n, k, oh, ow): the adjoint of the forward's
  * transforms, on the forward's tiles */
-static phx_status data(const phx_conv2d_desc *d, const float *w, const float *dy, float *dx)
+static phx_status data(const phx_conv2d_desc *d, phx_dtype dt, const float *w, const void *dy, float *dx)
 {
     wino g = plan(d);
-    g.dy = dy, g.y = dx;
+    g.dy = dy, g.y = dx, g.dt = dt, g.ydt = PHX_F32;
     g.kc = px_conv_block(d->k, PX_KC, 1);
     int64_t mp = (d->c + PX_MR - 1) / PX_MR * PX_MR;
     float *u = px_cpu_scratch(4, (size_t)(NE * d->k * d->c) * sizeof(float));
@@ -677,11 +706,11 @@ static void wgt_out(void *arg, int64_t lo, int64_t hi)
  * of S) that the threads take whole, each transforming its tiles once;
  * the parts' S are added in part order. The parts depend on the shape
  * alone, so the sums, and the bits, are the same on any thread count. */
-static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *dy, float *dw, float *db)
+static phx_status weight(const phx_conv2d_desc *d, phx_dtype dt, const void *x, const void *dy, float *dw, float *db)
 {
     wino g = plan(d);
     g.tc = TC_MOST; /* fewer lane sums; V and Z are read row by row */
-    g.x = x, g.dy = dy, g.dw = dw;
+    g.x = x, g.dy = dy, g.dw = dw, g.dt = dt;
     int64_t chunks = (d->n * g.tiles + g.tc - 1) / g.tc, per = NE * d->c * d->k;
     int64_t most = ((int64_t)16 << 20) / per;
     g.parts = min64(min64(chunks, 8), most > 1 ? most : 1);
@@ -692,24 +721,24 @@ static phx_status weight(const phx_conv2d_desc *d, const float *x, const float *
     for (int64_t p = 1; p < g.parts; p++) /* in part order, element by element */
         for (int64_t i = 0; i < per; i++) g.sp[i] += g.sp[p * per + i];
     px_cpu_parallel_for(d->c, 1, wgt_out, &g);
-    if (db) px_conv_bias_grad(d, dy, db);
+    if (db) px_conv_bias_grad(d, dt, dy, db);
     return PHX_OK;
 }
 
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d)
 {
     (void)pass;
-    return d->groups == 1 && d->n >= 1 && d->kh == 3 && d->kw == 3 && d->stride_h == 1 && d->stride_w == 1 &&
-        d->dil_h == 1 && d->dil_w == 1;
+    return px_cpu_avx512bw() && d->groups == 1 && d->n >= 1 && d->kh == 3 && d->kw == 3 && d->stride_h == 1 &&
+        d->stride_w == 1 && d->dil_h == 1 && d->dil_w == 1;
 }
 
-phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
-                                  const float *dy, float *y, float *dx, float *dw, float *db)
+phx_status px_cpu_conv2d_winograd_dt(int pass, const phx_conv2d_desc *d, phx_dtype dt, const void *x, const float *w,
+                                     const float *bias, const void *dy, void *y, float *dx, float *dw, float *db)
 {
     if (!px_cpu_conv2d_winograd_takes(pass, d)) return PHX_EUNSUPPORTED;
-    if (pass == 0) return forward(d, x, w, bias, y);
-    if (pass == 2) return weight(d, x, dy, dw, db);
-    return data(d, w, dy, dx);
+    if (pass == 0) return forward(d, dt, x, w, bias, y);
+    if (pass == 2) return weight(d, dt, x, dy, dw, db);
+    return data(d, dt, w, dy, dx);
 }
 #else
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d)
@@ -718,10 +747,16 @@ int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d)
     return 0;
 }
 
-phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
-                                  const float *dy, float *y, float *dx, float *dw, float *db)
+phx_status px_cpu_conv2d_winograd_dt(int pass, const phx_conv2d_desc *d, phx_dtype dt, const void *x, const float *w,
+                                     const float *bias, const void *dy, void *y, float *dx, float *dw, float *db)
 {
-    (void)pass, (void)d, (void)x, (void)w, (void)bias, (void)dy, (void)y, (void)dx, (void)dw, (void)db;
+    (void)pass, (void)d, (void)dt, (void)x, (void)w, (void)bias, (void)dy, (void)y, (void)dx, (void)dw, (void)db;
     return PHX_EUNSUPPORTED;
 }
 #endif
+
+phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
+                                  const float *dy, float *y, float *dx, float *dw, float *db)
+{
+    return px_cpu_conv2d_winograd_dt(pass, d, PHX_F32, x, w, bias, dy, y, dx, dw, db);
+}

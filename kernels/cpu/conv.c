@@ -249,14 +249,22 @@ const char *px_cpu_conv2d_path_name(int path)
  *   weight pass where it is <= 9 (a first layer);
  * and oneDNN for the rest; where the build has no oneDNN or oneDNN has no
  * kernel, the implicit GEMM (faster than im2col on 7 of those 9 passes)
- * where the kernels use AVX-512, else im2col. bf16 where oneDNN has
+ * where the kernels use AVX-512, else im2col. f16, and bf16 without
+ * oneDNN's bf16 kernels: Winograd for every pass of those convolutions,
+ * 16 x 16 and the weight pass included, as it reads x and dy and writes
+ * y in their 16-bit tensors (px_cpu_conv2d_winograd_dt) where oneDNN's
+ * f32 kernels need widened copies and a rounding pass (on an Ice Lake
+ * Xeon at batch 128 and one thread, the passes this moves took 0.65-0.82x
+ * the time of the widened oneDNN ones, doc/guide/precision.md); the rest
+ * as f32. bf16 where oneDNN has
  * bf16 kernels for this CPU (AVX512-BF16, AMX): the direct kernel where
  * f32 takes it, oneDNN's bf16 convolutions for every other pass (on
  * bench/step's CNN and ResNet at one thread they measured 1.4x the
  * widened Winograd per CPU-second, doc/guide/precision.md). */
-static int winograd_rule(int pass, const phx_conv2d_desc *d)
+static int winograd_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt)
 {
     if (d->c < 16 || d->k < 16) return 0;
+    if (dt != PHX_F32) return 1; /* in place on Winograd, against widened copies for oneDNN */
 #ifdef HAVE_DNNL
     return pass != 2 && d->c * d->k > 16 * 16;
 #else
@@ -268,7 +276,7 @@ static int winograd_rule(int pass, const phx_conv2d_desc *d)
 int px_cpu_conv2d_rule(int pass, const phx_conv2d_desc *d, phx_dtype dt)
 {
     int native = dt == PHX_BF16 && px_cpu_dnnl_bf16_native();
-    if (!native && px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && winograd_rule(pass, d))
+    if (!native && px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_winograd_takes(pass, d) && winograd_rule(pass, d, dt))
         return CONV_WINOGRAD;
     if (px_cpu_isa() == PX_ISA_AVX512 && px_cpu_conv2d_small_takes(pass, d) && (pass == 0 || d->c * d->kh * d->kw <= 9))
         return CONV_DIRECT;
@@ -648,6 +656,15 @@ static phx_status conv_half(int path, int pass, const phx_conv2d_desc *d, const 
     int64_t nx = d->n * d->c * d->h * d->w, ny = d->n * d->k * d->oh * d->ow;
     int64_t nw = d->k * (d->c / d->groups) * d->kh * d->kw;
     float *xf = NULL, *wf = NULL, *dyf = NULL, *yf = NULL, *dxf = NULL;
+    if (path == CONV_WINOGRAD && px_cpu_conv2d_winograd_takes(pass, d)) {
+        /* x, dy and y read and written as they are; the weight (small)
+         * widened; dx through f32 (its patches add up) */
+        if (w && !(wf = widened(8, w, dt, nw))) return PHX_ENOMEM;
+        if (dx && !(dxf = px_cpu_scratch(7, (size_t)(nx > 0 ? nx : 1) * sizeof(float)))) return PHX_ENOMEM;
+        phx_status st = px_cpu_conv2d_winograd_dt(pass, d, dt, x, wf, bias, dy, y, dxf, dw, db);
+        if (st != PHX_OK || !dx) return st;
+        return cast_split(dx, dt, dxf, PHX_F32, nx);
+    }
     if (x && !(xf = widened(7, x, dt, nx))) return PHX_ENOMEM;
     if (w && !(wf = widened(8, w, dt, nw))) return PHX_ENOMEM;
     if (dy && !(dyf = widened(9, dy, dt, ny))) return PHX_ENOMEM;

@@ -65,6 +65,9 @@ int px_cpu_isa(void);
 int px_cpu_isa_best(void);
 /* 1 when the CPU has AVX512-BF16 (vcvtneps2bf16). */
 int px_cpu_has_avx512bf16(void);
+/* 1 when the CPU has AVX-512 with BW and VL (masked 16-bit loads and
+ * stores: every AVX-512 CPU since Skylake-SP and Zen 4). */
+int px_cpu_avx512bw(void);
 /* "generic", "avx2", "avx512"; "?" for anything else. */
 const char *px_cpu_isa_name(int isa);
 /* Elements per block where f16 and bf16 kernels widen with the cast
@@ -354,10 +357,17 @@ int px_cpu_conv2d_avx512_takes(int pass, const phx_conv2d_desc *d);
 phx_status px_cpu_conv2d_avx512(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                                 const float *dy, float *y, float *dx, float *dw, float *db);
 /* The same for 3 x 3, stride-1, undilated, ungrouped f32 convolutions by
- * Winograd's F(2x2, 3x3) on the packed AVX-512 GEMM (conv-winograd.c). */
+ * Winograd's F(2x2, 3x3) on the packed AVX-512 GEMM (conv-winograd.c),
+ * on a CPU with AVX512BW and VL (px_cpu_avx512bw). */
 int px_cpu_conv2d_winograd_takes(int pass, const phx_conv2d_desc *d);
 phx_status px_cpu_conv2d_winograd(int pass, const phx_conv2d_desc *d, const float *x, const float *w, const float *bias,
                                   const float *dy, float *y, float *dx, float *dw, float *db);
+/* The same with x, dy and y of dtype dt (f32, f16 or bf16), read and
+ * written in place: f16/bf16 widened exactly as they are read and y
+ * rounded once as it is written, so the bits are those of the f32 pass on
+ * widened copies, rounded after. w, bias, dw, db and dx stay f32. */
+phx_status px_cpu_conv2d_winograd_dt(int pass, const phx_conv2d_desc *d, phx_dtype dt, const void *x, const float *w,
+                                     const float *bias, const void *dy, void *y, float *dx, float *dw, float *db);
 /* The same, passes 0 and 2, for stride-1 ungrouped f32 convolutions with
  * c kh kw <= 27, computed directly (conv-small.c). */
 int px_cpu_conv2d_small_takes(int pass, const phx_conv2d_desc *d);

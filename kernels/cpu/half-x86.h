@@ -76,11 +76,11 @@ PX_T512 static inline __m512 px_b16_ld(const uint16_t *s, int64_t k)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(px_u16_ld(s, k)), 16));
 }
 
-/* bf16: the first k (1..16) lanes of v rounded to d by phx_f32_to_bf16's
- * formula in integer lanes (round to nearest even; a NaN keeps its top
- * bits, quieted where they would read as inf): no AVX512-BF16 needed, and
- * subnormals round as math.h rounds them */
-PX_T512 static inline void px_b16_st(uint16_t *d, __m512 v, int64_t k)
+/* bf16: v rounded by phx_f32_to_bf16's formula in integer lanes (round
+ * to nearest even; a NaN keeps its top bits, quieted where they would
+ * read as inf): no AVX512-BF16 needed, and subnormals round as math.h
+ * rounds them */
+PX_T512 static inline __m256i px_b16_round(__m512 v)
 {
     __m512i x = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
     __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
@@ -93,7 +93,13 @@ PX_T512 static inline void px_b16_st(uint16_t *d, __m512 v, int64_t k)
         r = _mm512_mask_mov_epi32(r, nan, hi);
         r = _mm512_mask_or_epi32(r, bare, hi, _mm512_set1_epi32(0x40));
     }
-    px_u16_st(d, _mm512_cvtepi32_epi16(r), k);
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* bf16: the first k (1..16) lanes of v rounded to d (px_b16_round) */
+PX_T512 static inline void px_b16_st(uint16_t *d, __m512 v, int64_t k)
+{
+    px_u16_st(d, px_b16_round(v), k);
 }
 
 /* either format: bf 1 for bf16, 0 for f16 */
@@ -107,6 +113,41 @@ PX_T512 static inline void px_half_st(int bf, uint16_t *d, __m512 v, int64_t k)
         px_b16_st(d, v, k);
     else
         px_h16_st(d, v, k);
+}
+
+/* Masked 16-bit loads and stores, for callers on AVX512BW and VL
+ * (conv-winograd.c): lanes mk of s widened, zeros elsewhere; lanes mk of
+ * v rounded to d, nothing else written. The bits of px_half_ld/st. */
+#define PX_T512BW __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+PX_T512BW static inline __m512 px_half_mask_ld(int bf, const uint16_t *s, __mmask16 mk)
+{
+    __m256i h = _mm256_maskz_loadu_epi16(mk, s);
+    if (bf) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    __m512 v = _mm512_cvtph_ps(h);
+    if (__builtin_expect(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0, 0)) {
+        float f[16] = {0};
+        for (int i = 0; i < 16; i++)
+            if (mk >> i & 1) f[i] = phx_f16_to_f32(s[i]);
+        v = _mm512_loadu_ps(f);
+    }
+    return v;
+}
+
+PX_T512BW static inline void px_half_mask_st(int bf, uint16_t *d, __mmask16 mk, __m512 v)
+{
+    if (bf) {
+        _mm256_mask_storeu_epi16(d, mk, px_b16_round(v));
+        return;
+    }
+    if (__builtin_expect(_mm512_mask_cmp_ps_mask(mk, v, v, _CMP_UNORD_Q) != 0, 0)) {
+        float f[16];
+        _mm512_storeu_ps(f, v);
+        for (int i = 0; i < 16; i++)
+            if (mk >> i & 1) d[i] = phx_f32_to_f16(f[i]);
+        return;
+    }
+    _mm256_mask_storeu_epi16(d, mk, _mm512_cvtps_ph(v, PX_H16_RNE));
 }
 
 #endif

@@ -49,6 +49,20 @@ int px_cpu_has_avx512bf16(void)
     return h;
 }
 
+static atomic_int has_bw; /* 1 + the answer once known */
+
+int px_cpu_avx512bw(void)
+{
+    int h = atomic_load_explicit(&has_bw, memory_order_relaxed);
+    if (h) return h - 1;
+    h = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    h = px_cpu_isa_best() == PX_ISA_AVX512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#endif
+    atomic_store_explicit(&has_bw, h + 1, memory_order_relaxed);
+    return h;
+}
+
 const char *px_cpu_isa_name(int isa)
 {
     return isa >= 0 && isa <= PX_ISA_AVX512 ? isa_names[isa] : "?";

@@ -18,7 +18,10 @@
  * and its dw and db exactly, bit for bit, except bf16 on oneDNN's bf16
  * kernels (PHX_CPU_CONV=dnnl, and auto, where oneDNN has them for this
  * CPU), which sum in their own order: within a bf16 rounding of the f32
- * result plus 3e-6 of the sum of |terms|; a bad PHX_CPU_CONV names the
+ * result plus 3e-6 of the sum of |terms|. auto's f16/bf16 passes of 3x3
+ * stride-1 convolutions with 16+ channels (a 16 x 16 shape among them)
+ * run on Winograd in the 16-bit tensors: the f32 Winograd's bits, with
+ * NaNs and infinities in x and dy too. A bad PHX_CPU_CONV names the
  * choices. */
 #include "config.h"
 #include <math.h>
@@ -51,6 +54,7 @@ static const shape shapes[] = {
     {D(4, 1, 28, 28, 8, 3, 3, 26, 26, 1, 0, 1, 1), 1}, /* one input channel */
     {D(2, 3, 8, 8, 4, 4, 4, 8, 8, 1, 1, 1, 1), 1}, /* 4x4 "same": one more at the bottom and right */
     {D(3, 8, 11, 10, 12, 1, 1, 6, 5, 2, 0, 1, 1), 1}, /* 1x1 stride 2 (a projection shortcut); column 9 unread */
+    {D(2, 16, 10, 9, 16, 3, 3, 10, 9, 1, 1, 1, 1), 1}, /* 16 in, 16 out: f32 auto on oneDNN, f16/bf16 on Winograd */
 };
 #define S1X1 12 /* its index: auto subsamples it and runs the stride-1 1x1 convolution */
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
@@ -126,11 +130,14 @@ static phx_status passes(const char *path, const phx_conv2d_desc *d, const data 
     return st;
 }
 
-/* Whether the f16/bf16 passes on path (NULL: auto) give the f32 path's
- * bits on the same values: x, w, dy rounded to dt, widened for the f32
- * run; y and dx of the half run against the f32 run's rounded with the
- * scalar rounding of kernels/math.h; dw and db (f32) equal. */
-static int half_same(const char *path, phx_dtype dt, const phx_conv2d_desc *d, const data *t, int bias, int near)
+/* Whether the f16/bf16 passes on path (NULL: auto) give the f32 passes'
+ * bits on path ref (NULL: auto) on the same values: x, w, dy rounded to
+ * dt, widened for the f32 run; y and dx of the half run against the f32
+ * run's rounded with the scalar rounding of kernels/math.h; dw and db
+ * (f32) equal. With specials, x and dy also hold a signalling NaN, a
+ * negative quiet NaN, a NaN with a payload and infinities. */
+static int half_same(const char *path, const char *ref, phx_dtype dt, const phx_conv2d_desc *d, const data *t, int bias,
+                     int near, int specials)
 {
     const phx_kernels_v1 *K = cu_kernels();
     int bf = dt == PHX_BF16;
@@ -150,9 +157,19 @@ static int half_same(const char *path, phx_dtype dt, const phx_conv2d_desc *d, c
     for (size_t i = 0; same && i < ny; i++)
         hdy[i] = bf ? phx_f32_to_bf16(t->dy[i]) : phx_f32_to_f16(t->dy[i]),
         fdy[i] = bf ? phx_bf16_to_f32(hdy[i]) : phx_f16_to_f32(hdy[i]);
+    if (same && specials) { /* sNaN, -qNaN, +inf in x; +inf, -inf, a payload NaN in dy */
+        uint16_t sx[3] = {bf ? 0x7f81 : 0x7d01, bf ? 0xffc0 : 0xfe00, bf ? 0x7f80 : 0x7c00};
+        uint16_t sdy[3] = {bf ? 0x7f80 : 0x7c00, bf ? 0xff80 : 0xfc00, bf ? 0x7fc5 : 0x7e55};
+        size_t ax[3] = {0, nx / 2, nx - 1}, ady[3] = {1, ny / 3, ny - 2};
+        for (int i = 0; i < 3; i++) {
+            hx[ax[i]] = sx[i], fx[ax[i]] = bf ? phx_bf16_to_f32(sx[i]) : phx_f16_to_f32(sx[i]);
+            hdy[ady[i]] = sdy[i], fdy[ady[i]] = bf ? phx_bf16_to_f32(sdy[i]) : phx_f16_to_f32(sdy[i]);
+        }
+    }
     for (int run = 0; same && run < 2; run++) {
-        if (path)
-            setenv("PHX_CPU_CONV", path, 1);
+        const char *pp = run ? path : ref;
+        if (pp)
+            setenv("PHX_CPU_CONV", pp, 1);
         else
             unsetenv("PHX_CPU_CONV");
         float *dw = run ? hdw : fdw, *db = run ? hdb : fdb;
@@ -168,7 +185,7 @@ static int half_same(const char *path, phx_dtype dt, const phx_conv2d_desc *d, c
             st = K->conv2d_backward_weight(0, d, run ? (void *)hx : fx, run ? (void *)hdy : fdy, dw, bias ? db : NULL,
                                            rt);
         unsetenv("PHX_CPU_CONV");
-        if (st != PHX_OK) diag("%s %s: %s", path ? path : "auto", phx_dtype_name(rt), phx_last_error());
+        if (st != PHX_OK) diag("%s %s: %s", pp ? pp : "auto", phx_dtype_name(rt), phx_last_error());
         same = st == PHX_OK;
     }
     size_t bad = 0;
@@ -197,6 +214,17 @@ static int cpu_avx512(void)
         (!getenv("PHX_CPU_ISA") || !strcmp(getenv("PHX_CPU_ISA"), "avx512"));
 }
 
+/* The f32 path whose bits auto's f16/bf16 passes give: Winograd for
+ * every pass of a 3x3 stride-1 convolution of 16 or more channels in and
+ * out (the half rule: in place on Winograd, where the kernels use AVX-512
+ * with BW), else auto's own */
+static const char *half_auto_ref(const phx_conv2d_desc *d)
+{
+    int wino = d->kh == 3 && d->kw == 3 && d->stride_h == 1 && d->stride_w == 1 && d->dil_h == 1 && d->dil_w == 1 &&
+        d->groups == 1 && d->c >= 16 && d->k >= 16;
+    return wino && cpu_avx512() && cu_cpu_has("avx512bw") && cu_cpu_has("avx512vl") ? "winograd" : NULL;
+}
+
 static int path_available(int p)
 {
     if (p == 1) {
@@ -223,7 +251,7 @@ static int bf16_native(int h, int p)
 
 int main(void)
 {
-    plan(NPATHS * NSHAPES + 8 + 2 * (NPATHS + 1));
+    plan(NPATHS * NSHAPES + 10 + 2 * (NPATHS + 1));
     size_t most_x = 0, most_w = 0, most_y = 0;
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
@@ -243,7 +271,7 @@ int main(void)
         return 1;
     }
     int avx = cpu_avx512();
-    int half_bad[2][NPATHS + 1] = {{0}};
+    int half_bad[2][NPATHS + 1] = {{0}}, special_bad[2] = {0};
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
         t.nx = (size_t)(d->n * d->c * d->h * d->w), t.nw = (size_t)(d->k * d->c / d->groups * d->kh * d->kw);
@@ -290,8 +318,15 @@ int main(void)
         for (int h = 0; h < 2; h++)
             for (int p = 0; p <= NPATHS; p++)
                 if (p == NPATHS || path_available(p))
-                    half_bad[h][p] += !half_same(p < NPATHS ? paths[p] : NULL, h ? PHX_F16 : PHX_BF16, d, &t,
-                                                 shapes[s].bias, bf16_native(h, p));
+                    half_bad[h][p] += !half_same(p < NPATHS ? paths[p] : NULL,
+                                                 p < NPATHS              ? paths[p]
+                                                     : bf16_native(h, p) ? NULL
+                                                                         : half_auto_ref(d),
+                                                 h ? PHX_F16 : PHX_BF16, d, &t, shapes[s].bias, bf16_native(h, p), 0);
+        if (s == 1 || s == NSHAPES - 1) /* NaNs and infinities through auto's f16/bf16 route */
+            for (int h = 0; h < 2; h++)
+                special_bad[h] += !half_same(NULL, bf16_native(h, NPATHS) ? NULL : half_auto_ref(d),
+                                             h ? PHX_F16 : PHX_BF16, d, &t, shapes[s].bias, bf16_native(h, NPATHS), 1);
         /* bits on 1 and 3 threads: the implicit GEMM and Winograd on 18
          * tiles a row and several chunks, the direct kernel on one input
          * channel */
@@ -361,6 +396,11 @@ int main(void)
                    "db its bits (%d of %d shapes differ)",
                    p < NPATHS ? paths[p] : "auto", h ? "f16" : "bf16", half_bad[h][p], NSHAPES);
         }
+    for (int h = 0; h < 2; h++)
+        ok(special_bad[h] == 0,
+           "auto, %s, NaNs (signalling, negative, with a payload) and infinities in x and dy: the f32 path's bits "
+           "rounded once (%d of 2 shapes differ)",
+           h ? "f16" : "bf16", special_bad[h]);
     setenv("PHX_CPU_CONV", "fast", 1);
     phx_status st = cu_kernels()->conv2d_forward(0, &shapes[0].d, t.x, t.w, NULL, y, PHX_F32);
     unsetenv("PHX_CPU_CONV");

@@ -48,15 +48,17 @@ static int gemm_rule_ref(int64_t m, int64_t n, int64_t k, phx_dtype adt)
     return k > 0 && avx ? PX_GEMM_AVX512 : PX_GEMM_BLAS;
 }
 
-static int conv_rule_ref(int pass, const phx_conv2d_desc *d)
+static int conv_rule_ref(int pass, const phx_conv2d_desc *d, phx_dtype dt)
 {
     int avx = px_cpu_isa() == PX_ISA_AVX512;
     /* Winograd's forward and data passes; with oneDNN, not for 16 x 16
-     * channels, and its weight pass never */
+     * channels, and its weight pass never; f16/bf16 on it (in their
+     * 16-bit tensors) for every pass */
 #ifdef HAVE_DNNL
-    int wino = pass != 2 && d->c * d->k > 16 * 16;
+    int wino = dt != PHX_F32 || (pass != 2 && d->c * d->k > 16 * 16);
 #else
     int wino = 1;
+    (void)dt;
 #endif
     if (avx && px_cpu_conv2d_winograd_takes(pass, d) && d->c >= 16 && d->k >= 16 && wino) return PX_CONV_WINOGRAD;
     if (avx && px_cpu_conv2d_small_takes(pass, d) && (pass == 0 || d->c * d->kh * d->kw <= 9)) return PX_CONV_DIRECT;
@@ -249,23 +251,27 @@ int main(int argc, char **argv)
         for (int pass = 0; pass < 3; pass++) {
             int path = -1;
             phx_status st = px_cpu_conv2d_path(pass, &cs[i], PHX_F32, &path);
-            int want = conv_rule_ref(pass, &cs[i]);
+            int want = conv_rule_ref(pass, &cs[i], PHX_F32);
             winograd_seen += path == PX_CONV_WINOGRAD;
             if (st != PHX_OK || path != want) {
                 bad++;
                 diag("conv %zu pass %d: %s, rule says %s", i, pass, px_cpu_conv2d_path_name(path),
                      px_cpu_conv2d_path_name(want));
             }
-            int hp = -1;
-            /* bf16: f32's path, or oneDNN's bf16 kernels where it has them for every pass but the direct kernel's */
-            int hwant = px_cpu_dnnl_bf16_native() && want != PX_CONV_DIRECT ? PX_CONV_DNNL : want;
-            if (px_cpu_conv2d_path(pass, &cs[i], PHX_BF16, &hp) != PHX_OK || hp != hwant) {
-                bad++;
-                diag("conv %zu pass %d bf16: %s, expected %s", i, pass, px_cpu_conv2d_path_name(hp),
-                     px_cpu_conv2d_path_name(hwant));
+            /* f16 and bf16: the half rule, or for bf16 oneDNN's bf16
+             * kernels where it has them, for every pass but the direct
+             * kernel's */
+            for (int h = 0; h < 2; h++) {
+                int hp = -1, hwant = conv_rule_ref(pass, &cs[i], h ? PHX_F16 : PHX_BF16);
+                if (!h && px_cpu_dnnl_bf16_native()) hwant = want != PX_CONV_DIRECT ? PX_CONV_DNNL : want;
+                if (px_cpu_conv2d_path(pass, &cs[i], h ? PHX_F16 : PHX_BF16, &hp) != PHX_OK || hp != hwant) {
+                    bad++;
+                    diag("conv %zu pass %d %s: %s, expected %s", i, pass, h ? "f16" : "bf16",
+                         px_cpu_conv2d_path_name(hp), px_cpu_conv2d_path_name(hwant));
+                }
             }
         }
-    ok(bad == 0, "PHX_TUNE=off: %zu convolution shapes x 3 passes take the fixed rule's path (bf16 too)",
+    ok(bad == 0, "PHX_TUNE=off: %zu convolution shapes x 3 passes take the fixed rule's path (f16 and bf16 too)",
        PX_ARRAY_LEN(cs));
     gemm_q q = {1024, 1024, 1024, PHX_F32, -1, 0};
     setenv("PHX_TUNE", "fast", 1);
