@@ -16,9 +16,9 @@
  * The transforms run on 16 tiles of a tile row at once; the patches are
  * read straight from the NCHW planes with masked loads, zeros in the
  * padding. Images are taken in chunks of about 1000 tiles; threads take
- * whole chunks (forward), whole images (data) or whole parts of the
- * batch (weight, summed in part order), so every sum runs in the same
- * order on any thread count.
+ * whole chunks (forward), whole images (data, cut into the batch's
+ * chunks all the same) or whole parts of the batch (weight, summed in
+ * part order), so every sum runs in the same order on any thread count.
  * The rounding differs from the direct convolution's (doc/maint/kernels.md gives
  * the bound t/tensor/conv checks).
  * x, dy and y may be f16 or bf16 (px_cpu_conv2d_winograd_dt): the
@@ -570,8 +570,11 @@ T512 static void data_part(void *arg, int64_t lo, int64_t hi)
     }
     memset((float *)g->y + lo * c * d->h * d->w, 0, (size_t)((hi - lo) * c * d->h * d->w) * sizeof(float));
     runs rs;
-    for (int64_t t0 = lo * g->tiles; t0 < end; t0 += g->tc) {
-        int64_t tc = min64(g->tc, end - t0);
+    /* chunks cut where the batch's chunks of g->tc tiles end (and where
+     * the images end): the runs, and so the order in which overlapping
+     * patches add up, do not depend on which images a thread takes */
+    for (int64_t t0 = lo * g->tiles, tc; t0 < end; t0 += tc) {
+        tc = min64((t0 / g->tc + 1) * g->tc, end) - t0;
         zero_tail(z, zs, tc, k);
         runs_of(g, t0, tc, 1, &rs);
         chunk_grad(g, &rs, z, zs, PX_NR, k * PX_NR);

@@ -55,7 +55,9 @@ static const shape shapes[] = {
     {D(2, 3, 8, 8, 4, 4, 4, 8, 8, 1, 1, 1, 1), 1}, /* 4x4 "same": one more at the bottom and right */
     {D(3, 8, 11, 10, 12, 1, 1, 6, 5, 2, 0, 1, 1), 1}, /* 1x1 stride 2 (a projection shortcut); column 9 unread */
     {D(2, 16, 10, 9, 16, 3, 3, 10, 9, 1, 1, 1, 1), 1}, /* 16 in, 16 out: f32 auto on oneDNN, f16/bf16 on Winograd */
+    {D(6, 64, 9, 9, 64, 3, 3, 9, 9, 1, 1, 1, 1), 0}, /* 25 tiles an image, Winograd's chunks of 96 cut images */
 };
+#define SCHUNKS 14 /* its index: threads taking whole images still see the batch's chunks */
 #define S1X1 12 /* its index: auto subsamples it and runs the stride-1 1x1 convolution */
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -251,7 +253,7 @@ static int bf16_native(int h, int p)
 
 int main(void)
 {
-    plan(NPATHS * NSHAPES + 10 + 2 * (NPATHS + 1));
+    plan(NPATHS * NSHAPES + 11 + 2 * (NPATHS + 1));
     size_t most_x = 0, most_w = 0, most_y = 0;
     for (int s = 0; s < NSHAPES; s++) {
         const phx_conv2d_desc *d = &shapes[s].d;
@@ -329,9 +331,10 @@ int main(void)
                                              h ? PHX_F16 : PHX_BF16, d, &t, shapes[s].bias, bf16_native(h, NPATHS), 1);
         /* bits on 1 and 3 threads: the implicit GEMM and Winograd on 18
          * tiles a row and several chunks, the direct kernel on one input
-         * channel */
-        if (s == 1 || s == 10)
-            for (int p = s == 1 ? 2 : 4; p < (s == 1 ? 4 : 5); p++) {
+         * channel, Winograd on chunks that cut images (its data pass's
+         * threads take whole images) */
+        if (s == 1 || s == 10 || s == SCHUNKS)
+            for (int p = s == 1 ? 2 : s == 10 ? 4 : 3; p < (s == 1 ? 4 : s == 10 ? 5 : 4); p++) {
                 if (!avx) {
                     skip(1, "the kernels do not use AVX-512");
                     continue;
